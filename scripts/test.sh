@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds mkernel and runs every test suite. GPU tests skip (with the reason printed)
+# on machines without a GPU. Usage: scripts/test.sh [build-dir]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+"$root/scripts/install_deps.sh"
+export PATH="/usr/local/cuda/bin:$PATH"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"$(nproc)"
+cd "$build"
+ctest --output-on-failure -j2 --timeout 600

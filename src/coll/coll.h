@@ -1,0 +1,56 @@
+// Host side of the collectives: argument checks, enqueue, per-comm collective state.
+#pragma once
+#include <cstddef>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+struct ncclComm;
+
+namespace mk {
+
+enum class CollType : int {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv,
+  kCount
+};
+const char* collName(CollType t);
+
+struct CollArgs {
+  CollType type;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;          // NCCL's count for this collective (per rank for AllGather etc.)
+  ncclDataType_t dtype;
+  ncclRedOp_t op;        // ncclSum for collectives without a reduction
+  int root;              // root for rooted collectives, peer for send/recv, -1 otherwise
+  ncclComm* comm;
+  cudaStream_t stream;
+};
+
+size_t dtypeSize(ncclDataType_t t);  // 0 for an invalid type
+// Every check that needs no CUDA call: comm handle and state, dtype, op (built-in or a
+// PreMulSum created on this comm for this dtype), root/peer range, count * size overflow,
+// null buffers with a non-zero count. ncclInvalidArgument + message on failure.
+ncclResult_t collCheckArgs(const CollArgs& a, const char* api);
+
+// Runs (or, inside ncclGroupStart/End, records) one operation.
+ncclResult_t collEnqueue(const CollArgs& a);
+
+// Per-comm collective state, created after peer memory; fini frees it.
+ncclResult_t collInit(ncclComm* comm);
+ncclResult_t collFini(ncclComm* comm);
+// Waits (bounded by MKERNEL_TIMEOUT_MS, abortable) for every operation issued on the comm.
+ncclResult_t collFinalize(ncclComm* comm);
+// Turns a device-side error record (timeout, abort, peer failure) into the comm's async
+// error with a message naming rank, peer and operation. Non-blocking.
+ncclResult_t collPollAsyncError(ncclComm* comm);
+
+}  // namespace mk

@@ -1,0 +1,29 @@
+// ncclGroupStart/End: per-thread nesting; communicator creation and operations issued
+// inside a group are deferred to the outermost ncclGroupEnd.
+#pragma once
+#include <functional>
+#include <nccl.h>
+#include <vector>
+
+#include "coll/coll.h"
+
+namespace mk {
+
+bool groupActive();  // this thread is inside ncclGroupStart/End
+// Comm init/split work to run at group end; each comm's job runs in its own thread, so
+// one thread can create several comms of one clique (ncclCommInitRank per GPU in a group).
+ncclResult_t groupAddCommJob(ncclComm* comm, std::function<ncclResult_t()> fn);
+// A data-movement operation to run at group end.
+ncclResult_t groupAddColl(const CollArgs& a);
+
+// Implemented by the collective layer: runs the deferred operations of one group
+// (any mix of collectives and send/recv on one or several comms).
+ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops);
+// Implemented by the collective layer: the model's time estimate (microseconds) for ops.
+ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec);
+
+// Runs fn in comm->job; returns once it finished (blocking comms) — the shared path of
+// blocking/nonblocking init, split and shrink. Nonblocking: returns ncclInProgress.
+ncclResult_t commRunJob(ncclComm* comm, std::function<ncclResult_t()> fn);
+
+}  // namespace mk

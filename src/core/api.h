@@ -1,0 +1,21 @@
+// Exporting the NCCL C API the way libnccl does: the implementation is pncclX, and
+// ncclX is a weak alias of it, so profilers that interpose ncclX can call pncclX.
+// Everything else in the library is hidden (-fvisibility=hidden and src/mkernel.map).
+#pragma once
+#include <nccl.h>
+
+#define MK_EXPORT __attribute__((visibility("default")))
+
+#define MK_API(ret, func, ...)                                                            \
+  extern "C" MK_EXPORT ret p##func(__VA_ARGS__);                                          \
+  extern "C" MK_EXPORT __attribute__((weak, alias("p" #func))) ret func(__VA_ARGS__);     \
+  extern "C" MK_EXPORT ret p##func(__VA_ARGS__)
+
+namespace mk {
+// Keeps C++ exceptions (std::bad_alloc, std::system_error from std::thread) from crossing
+// the C ABI: fn runs inside a try block; an exception becomes ncclSystemError + message.
+template <typename F>
+ncclResult_t apiGuard(const char* api, F&& fn);
+}  // namespace mk
+
+#include "core/api_guard.inl"

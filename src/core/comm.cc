@@ -1,0 +1,70 @@
+#include "core/comm.h"
+
+#include <mutex>
+#include <unordered_set>
+
+#include "core/checks.h"
+
+namespace mk {
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::unordered_set<const ncclComm*> live;
+};
+Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+}  // namespace
+
+void commRegister(ncclComm* comm) {
+  std::lock_guard<std::mutex> g(registry().mu);
+  registry().live.insert(comm);
+}
+
+void commUnregister(ncclComm* comm) {
+  std::lock_guard<std::mutex> g(registry().mu);
+  registry().live.erase(comm);
+}
+
+ncclResult_t commCheck(const ncclComm* comm, const char* api) {
+  MK_ARGCHECK(comm != nullptr, "%s: comm is NULL", api);
+  {
+    std::lock_guard<std::mutex> g(registry().mu);
+    MK_ARGCHECK(registry().live.count(comm) != 0,
+                "%s: invalid communicator %p (destroyed, aborted or never created)", api,
+                (const void*)comm);
+  }
+  MK_ARGCHECK(comm->magic == kCommMagic && comm->magicEnd == kCommMagic,
+              "%s: communicator %p is corrupted (bad magic words)", api, (const void*)comm);
+  return ncclSuccess;
+}
+
+ncclResult_t commCheckReady(ncclComm* comm, const char* api) {
+  switch (comm->state.load()) {
+    case CommState::kReady: return ncclSuccess;
+    case CommState::kInitializing:
+      MK_WARN("%s: communicator is still initializing (poll ncclCommGetAsyncError)", api);
+      return ncclInvalidUsage;
+    case CommState::kFinalized:
+      MK_WARN("%s: communicator was finalized", api);
+      return ncclInvalidUsage;
+    case CommState::kRevoked:
+      MK_WARN("%s: communicator was revoked", api);
+      return ncclInvalidUsage;
+    default:
+      MK_WARN("%s: communicator is in an error state (see ncclCommGetAsyncError)", api);
+      return ncclInvalidUsage;
+  }
+}
+
+void commSetAsyncError(ncclComm* comm, ncclResult_t res, const char* msg) {
+  std::lock_guard<std::mutex> g(comm->asyncMu);
+  int cur = comm->asyncResult.load();
+  if (cur == ncclSuccess || cur == ncclInProgress) {
+    comm->asyncResult.store(res);
+    comm->asyncMsg = msg ? msg : "";
+  }
+}
+
+}  // namespace mk

@@ -1,0 +1,103 @@
+// The communicator object behind ncclComm_t. Each subsystem keeps its own state
+// behind one pointer here and has init/fini functions called by core/init.cc in a
+// fixed order (topo -> peer memory -> collectives -> net/proxy), fini in reverse.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <nccl.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/config.h"
+
+namespace mk {
+struct Bootstrap;
+struct PeerMem;     // transport/peer_mem.h
+struct CollState;   // coll/coll.h
+struct NetState;    // transport (inter-node), later
+
+constexpr uint64_t kCommMagic = 0x6d6b65726e656c31ull;  // "mkernel1"
+constexpr uint64_t kCommDead = 0xdeadc0de0badc0deull;
+
+// Where every rank lives; filled by topo/topo.cc from the bootstrap allgather.
+struct RankInfo {
+  uint64_t hostHash;  // same host <=> same hash
+  uint64_t pidHash;   // same process <=> same hostHash and pidHash
+  int pid;
+  int cudaDev;
+  int64_t busId;
+  int smCount;
+};
+
+struct Topo {
+  int node = 0, nNodes = 1;             // (virtual) node of this rank
+  int localRank = 0, localRanks = 1;    // index and count inside the node
+  std::vector<int> rankToNode;          // [nRanks]
+  std::vector<int> rankToLocalRank;     // [nRanks]
+  std::vector<std::vector<int>> nodeRanks;  // [nNodes][localRanks of that node]
+  int ranksOnMyDevice = 1;              // ranks of this comm (any process) on my GPU
+  int indexOnMyDevice = 0;              // my position among them
+  int numaNode = -1;                    // NUMA node of the GPU (hwloc), -1 unknown
+  std::string nics;                     // nearest NICs (hwloc), for logs and net selection
+  bool virtualNodes = false;            // MKERNEL_EMULATE_NODES in effect
+};
+
+enum class CommState : int { kInitializing, kReady, kFinalized, kRevoked, kAborted, kFailed };
+
+}  // namespace mk
+
+struct ncclComm {
+  uint64_t magic = mk::kCommMagic;
+  int rank = -1, nRanks = 0;
+  int cudaDev = -1;
+  int smCount = 0;       // multiprocessors of cudaDev (read at runtime)
+  int cudaArch = 0;      // e.g. 900
+  uint64_t commHash = 0;  // identical on every rank of this comm
+  mk::Config config;
+  mk::Topo topo;
+  std::vector<mk::RankInfo> peerInfo;  // [nRanks]
+
+  mk::Bootstrap* bootstrap = nullptr;
+  // Abort: one word in host-pinned memory, mapped for the GPU (abortFlagDev) so kernels
+  // can poll it; bootstrapAbort is a separate word so that NCCL_SHRINK_ABORT can stop
+  // device work while the bootstrap keeps talking to the survivors.
+  uint32_t* abortFlag = nullptr;
+  uint32_t* abortFlagDev = nullptr;
+  bool abortFlagPinned = false;
+  uint32_t bootstrapAbort = 0;
+
+  std::atomic<mk::CommState> state{mk::CommState::kInitializing};
+  std::atomic<int> asyncResult{ncclSuccess};  // ncclInProgress while a background job runs
+  std::mutex asyncMu;
+  std::string asyncMsg;
+
+  std::thread job;  // nonblocking init/split in the background
+  // Split/shrink sequence: every member calls them in the same order, so the value is the
+  // same on all ranks and tells concurrent splits apart.
+  std::atomic<uint64_t> splitCount{0};
+
+  mk::PeerMem* peerMem = nullptr;
+  mk::CollState* coll = nullptr;
+  mk::NetState* net = nullptr;
+
+  // Custom reduction ops (ncclRedOpCreatePreMulSum); see coll/redop.h.
+  void* redOps = nullptr;
+
+  uint64_t magicEnd = mk::kCommMagic;
+};
+
+namespace mk {
+
+// Validates a comm handle without dereferencing a freed pointer: live comms are kept in a
+// registry. Returns ncclInvalidArgument with a message naming `api` otherwise.
+ncclResult_t commCheck(const ncclComm* comm, const char* api);
+void commRegister(ncclComm* comm);
+void commUnregister(ncclComm* comm);
+// Records an asynchronous error (first one wins), for ncclCommGetAsyncError.
+void commSetAsyncError(ncclComm* comm, ncclResult_t res, const char* msg);
+// Ready for collectives: not revoked, finalized, aborted or failed; not still initializing.
+ncclResult_t commCheckReady(ncclComm* comm, const char* api);
+
+}  // namespace mk

@@ -1,0 +1,65 @@
+// Logging and the last-error record, with NCCL's user-facing behaviour:
+// NCCL_DEBUG (VERSION/WARN/INFO/TRACE), NCCL_DEBUG_SUBSYS (comma list, ^ negates),
+// NCCL_DEBUG_FILE (%h host, %p pid). Lines read "host:pid:tid [dev] mkernel LEVEL msg".
+#pragma once
+#include <cstdint>
+
+namespace mk {
+
+enum LogLevel : int {
+  kLogNone = 0,
+  kLogVersion = 1,
+  kLogWarn = 2,
+  kLogInfo = 3,
+  kLogAbort = 4,
+  kLogTrace = 5,
+};
+
+// Subsystem bits, the same names NCCL users pass in NCCL_DEBUG_SUBSYS.
+enum LogSubsys : uint64_t {
+  kInit = 1ull << 0,
+  kColl = 1ull << 1,
+  kP2p = 1ull << 2,
+  kShm = 1ull << 3,
+  kNet = 1ull << 4,
+  kGraph = 1ull << 5,
+  kTune = 1ull << 6,
+  kEnv = 1ull << 7,
+  kAlloc = 1ull << 8,
+  kCall = 1ull << 9,
+  kProxy = 1ull << 10,
+  kNvls = 1ull << 11,
+  kBootstrap = 1ull << 12,
+  kReg = 1ull << 13,
+  kFused = 1ull << 14,
+  kAllSubsys = ~0ull,
+};
+
+// Current level; the first call reads the environment.
+int logLevel();
+bool logEnabled(int level, uint64_t subsys);
+void logMessage(int level, uint64_t subsys, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+// Re-reads NCCL_DEBUG* (ncclResetDebugInit, tests).
+void logReset();
+// The device printed in "[dev]" for log lines of this thread (-1: unknown).
+void logSetThreadDevice(int dev);
+// Last warning, for ncclGetLastError: the returned pointer is owned by the calling thread.
+const char* lastError();
+void setLastError(const char* msg);
+// Prints the version banner once per process (at VERSION level and above).
+void logVersionBanner();
+
+}  // namespace mk
+
+#define MK_WARN(...) ::mk::logMessage(::mk::kLogWarn, ::mk::kAllSubsys, __FILE__, __LINE__, __VA_ARGS__)
+#define MK_INFO(subsys, ...)                                                   \
+  do {                                                                         \
+    if (::mk::logEnabled(::mk::kLogInfo, (subsys)))                            \
+      ::mk::logMessage(::mk::kLogInfo, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define MK_TRACE(subsys, ...)                                                   \
+  do {                                                                          \
+    if (::mk::logEnabled(::mk::kLogTrace, (subsys)))                            \
+      ::mk::logMessage(::mk::kLogTrace, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)

@@ -1,0 +1,242 @@
+#include "core/init.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cuda_runtime.h>
+#include <thread>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/unique_id.h"
+#include "coll/coll.h"
+#include "coll/group.h"
+#include "coll/redop.h"
+#include "core/checks.h"
+#include "core/cudawrap.h"
+#include "core/param.h"
+#include "topo/topo.h"
+#include "transport/peer_mem.h"
+
+namespace mk {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+uint64_t hashBytes(const void* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char*)p)[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+ncclResult_t commAlloc(int cudaDev, const Config& cfg, int rank, int nRanks, ncclComm** out) {
+  ncclComm* comm = new ncclComm();
+  comm->config = cfg;
+  comm->cudaDev = cudaDev;
+  comm->rank = rank;
+  comm->nRanks = nRanks;
+  ncclResult_t res = ncclSuccess;
+  int major = 0, minor = 0;
+  CUDACHECKGOTO(cudaDeviceGetAttribute(&comm->smCount, cudaDevAttrMultiProcessorCount, cudaDev),
+                res, fail);
+  CUDACHECKGOTO(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cudaDev), res,
+                fail);
+  CUDACHECKGOTO(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cudaDev), res,
+                fail);
+  comm->cudaArch = major * 100 + minor * 10;
+  CUDACHECKGOTO(cudaSetDevice(cudaDev), res, fail);
+  CUDACHECKGOTO(cudaHostAlloc((void**)&comm->abortFlag, 64, cudaHostAllocMapped), res, fail);
+  comm->abortFlagPinned = true;
+  *comm->abortFlag = 0;
+  CUDACHECKGOTO(cudaHostGetDevicePointer((void**)&comm->abortFlagDev, comm->abortFlag, 0), res,
+                fail);
+  redOpTableInit(comm);
+  commRegister(comm);
+  *out = comm;
+  return ncclSuccess;
+fail:
+  if (comm->abortFlag) cudaFreeHost(comm->abortFlag);
+  delete comm;
+  return res;
+}
+
+ncclResult_t commSetup(ncclComm* comm) {
+  logSetThreadDevice(comm->cudaDev);
+  CUDACHECK(cudaSetDevice(comm->cudaDev));
+  comm->peerInfo.assign(comm->nRanks, RankInfo{});
+  NCCLCHECK(topoLocalInfo(comm, &comm->peerInfo[comm->rank]));
+  NCCLCHECK(bootstrapAllGather(comm->bootstrap, comm->peerInfo.data(), sizeof(RankInfo)));
+  NCCLCHECK(topoCompute(comm->peerInfo, comm->rank, (int)MK_PARAM_INT(EmulateNodes), &comm->topo));
+  topoAffinity(comm->peerInfo[comm->rank].busId, &comm->topo);
+  NCCLCHECK(peerMemInit(comm));
+  NCCLCHECK(collInit(comm));
+  NCCLCHECK(bootstrapBarrier(comm->bootstrap));
+  comm->state.store(CommState::kReady);
+  MK_INFO(kInit,
+          "comm %p rank %d nRanks %d cudaDev %d busId %lx commHash %016lx node %d/%d localRank "
+          "%d/%d ranksOnDevice %d%s - Init COMPLETE",
+          (void*)comm, comm->rank, comm->nRanks, comm->cudaDev,
+          (long)comm->peerInfo[comm->rank].busId, (unsigned long)comm->commHash, comm->topo.node,
+          comm->topo.nNodes, comm->topo.localRank, comm->topo.localRanks,
+          comm->topo.ranksOnMyDevice, comm->topo.virtualNodes ? " (virtual nodes)" : "");
+  return ncclSuccess;
+}
+
+ncclResult_t commStopDeviceWork(ncclComm* comm) {
+  __atomic_store_n(comm->abortFlag, 1u, __ATOMIC_RELEASE);
+  return collFinalize(comm);
+}
+
+ncclResult_t commFree(ncclComm* comm) {
+  if (comm->job.joinable()) comm->job.join();
+  commUnregister(comm);
+  ncclResult_t res = ncclSuccess, r;
+  if (comm->cudaDev >= 0) cudaSetDevice(comm->cudaDev);
+  if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
+  if ((r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
+  if (comm->bootstrap && (r = bootstrapClose(comm->bootstrap)) != ncclSuccess && res == ncclSuccess)
+    res = r;
+  comm->bootstrap = nullptr;
+  redOpFreeAll(comm);
+  if (comm->abortFlagPinned) cudaFreeHost(comm->abortFlag);
+  comm->magic = comm->magicEnd = kCommDead;
+  delete comm;
+  return res;
+}
+
+ncclResult_t commInitRank(ncclComm_t* newcomm, int nranks, const ncclUniqueId* ids, int nIds,
+                          int rank, const ncclConfig_t* config, const char* api) {
+  // Argument checks first: identical with or without a GPU.
+  MK_ARGCHECK(newcomm != nullptr, "%s: newcomm is NULL", api);
+  MK_ARGCHECK(nranks >= 1, "%s: invalid nranks %d (must be >= 1)", api, nranks);
+  MK_ARGCHECK(rank >= 0 && rank < nranks, "%s: invalid rank %d (nranks %d)", api, rank, nranks);
+  MK_ARGCHECK(ids != nullptr && nIds >= 1 && nIds <= nranks,
+              "%s: invalid unique ids (%d ids for %d ranks)", api, nIds, nranks);
+  for (int i = 0; i < nIds; i++) {
+    BootstrapId decoded;
+    NCCLCHECK(bootstrapIdDecode(&ids[i], &decoded));
+  }
+  Config cfg;
+  NCCLCHECK(configParse(config, &cfg));
+  logVersionBanner();
+  if (cudaLibInit() != ncclSuccess) {
+    MK_WARN("%s: no usable CUDA device on this machine; mkernel needs a GPU for communicators",
+            api);
+    return ncclUnhandledCudaError;
+  }
+  int dev = -1;
+  CUDACHECK(cudaGetDevice(&dev));
+  ncclComm* comm = nullptr;
+  NCCLCHECK(commAlloc(dev, cfg, rank, nranks, &comm));
+  *newcomm = comm;
+  std::vector<ncclUniqueId> idCopy(ids, ids + nIds);
+  comm->commHash = hashBytes(idCopy.data(), sizeof(ncclUniqueId) * nIds);
+  ncclResult_t res = commRunJob(comm, [comm, idCopy, nIds, rank, nranks]() -> ncclResult_t {
+    CUDACHECK(cudaSetDevice(comm->cudaDev));
+    NCCLCHECK(bootstrapInit(idCopy.data(), nIds, rank, nranks, &comm->bootstrapAbort,
+                            &comm->bootstrap));
+    return commSetup(comm);
+  });
+  if (res != ncclSuccess && res != ncclInProgress && cfg.blocking && !groupActive()) {
+    commFree(comm);
+    *newcomm = nullptr;
+  }
+  return res;
+}
+
+ncclResult_t commSplit(ncclComm* parent, int color, int key, ncclComm_t* newcomm,
+                       const ncclConfig_t* config) {
+  MK_ARGCHECK(newcomm != nullptr, "ncclCommSplit: newcomm is NULL");
+  MK_ARGCHECK(color >= 0 || color == NCCL_SPLIT_NOCOLOR,
+              "ncclCommSplit: invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", color);
+  NCCLCHECK(commCheckReady(parent, "ncclCommSplit"));
+  Config cfg;
+  NCCLCHECK(configInherit(config, parent->config, &cfg));
+  uint64_t seq = parent->splitCount++;
+  ncclComm* child = nullptr;
+  if (color != NCCL_SPLIT_NOCOLOR) NCCLCHECK(commAlloc(parent->cudaDev, cfg, -1, 0, &child));
+  *newcomm = child;  // written at once, also in nonblocking mode
+  auto job = [parent, child, color, key, seq]() -> ncclResult_t {
+    struct Entry {
+      int color, key;
+    };
+    std::vector<Entry> all(parent->nRanks);
+    all[parent->rank] = {color, key};
+    NCCLCHECK(bootstrapAllGather(parent->bootstrap, all.data(), sizeof(Entry)));
+    if (child == nullptr) return ncclSuccess;
+    std::vector<int> members;
+    for (int r = 0; r < parent->nRanks; r++)
+      if (all[r].color == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return all[a].key < all[b].key; });
+    int me = (int)(std::find(members.begin(), members.end(), parent->rank) - members.begin());
+    child->rank = me;
+    child->nRanks = (int)members.size();
+    child->commHash = mix(mix(parent->commHash, seq), (uint64_t)color);
+    NCCLCHECK(bootstrapSplit(parent->bootstrap, members.data(), child->nRanks, me,
+                             child->commHash, &child->bootstrapAbort, &child->bootstrap));
+    return commSetup(child);
+  };
+  ncclResult_t res = commRunJob(child ? child : parent, job);
+  if (res != ncclSuccess && res != ncclInProgress && child && cfg.blocking && !groupActive()) {
+    commFree(child);
+    *newcomm = nullptr;
+  }
+  return res;
+}
+
+ncclResult_t commShrink(ncclComm* parent, const int* exclude, int nExclude, ncclComm_t* newcomm,
+                        const ncclConfig_t* config, int flags) {
+  const char* api = "ncclCommShrink";
+  MK_ARGCHECK(newcomm != nullptr, "%s: newcomm is NULL", api);
+  MK_ARGCHECK(flags == NCCL_SHRINK_DEFAULT || flags == NCCL_SHRINK_ABORT,
+              "%s: invalid flags 0x%x", api, flags);
+  MK_ARGCHECK(nExclude >= 0 && nExclude < parent->nRanks,
+              "%s: invalid excludeRanksCount %d (nranks %d)", api, nExclude, parent->nRanks);
+  MK_ARGCHECK(nExclude == 0 || exclude != nullptr, "%s: excludeRanksList is NULL", api);
+  std::vector<bool> excluded(parent->nRanks, false);
+  for (int i = 0; i < nExclude; i++) {
+    MK_ARGCHECK(exclude[i] >= 0 && exclude[i] < parent->nRanks,
+                "%s: excluded rank %d out of range (nranks %d)", api, exclude[i], parent->nRanks);
+    MK_ARGCHECK(!excluded[exclude[i]], "%s: rank %d listed twice", api, exclude[i]);
+    excluded[exclude[i]] = true;
+  }
+  MK_ARGCHECK(!excluded[parent->rank], "%s: the calling rank %d is in the exclude list", api,
+              parent->rank);
+  CommState st = parent->state.load();
+  if (st != CommState::kReady && st != CommState::kRevoked &&
+      !(flags == NCCL_SHRINK_ABORT && st == CommState::kFailed)) {
+    NCCLCHECK(commCheckReady(parent, api));
+  }
+  Config cfg;
+  NCCLCHECK(configInherit(config, parent->config, &cfg));
+  if (flags == NCCL_SHRINK_ABORT) {
+    NCCLCHECK(commStopDeviceWork(parent));
+    parent->state.store(CommState::kRevoked);
+  }
+  std::vector<int> members;
+  for (int r = 0; r < parent->nRanks; r++)
+    if (!excluded[r]) members.push_back(r);
+  int me = (int)(std::find(members.begin(), members.end(), parent->rank) - members.begin());
+  uint64_t seq = parent->splitCount++;
+  ncclComm* child = nullptr;
+  NCCLCHECK(commAlloc(parent->cudaDev, cfg, me, (int)members.size(), &child));
+  child->commHash = mix(mix(parent->commHash, seq), 0x5368726b /* "Shrk" */);
+  *newcomm = child;
+  ncclResult_t res = commRunJob(child, [parent, child, members, me]() -> ncclResult_t {
+    NCCLCHECK(bootstrapSplit(parent->bootstrap, members.data(), (int)members.size(), me,
+                             child->commHash, &child->bootstrapAbort, &child->bootstrap));
+    return commSetup(child);
+  });
+  if (res != ncclSuccess && res != ncclInProgress && cfg.blocking && !groupActive()) {
+    commFree(child);
+    *newcomm = nullptr;
+  }
+  return res;
+}
+
+}  // namespace mk

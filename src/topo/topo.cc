@@ -1,0 +1,160 @@
+#include "topo/topo.h"
+
+#include <cstdio>
+#include <cstring>
+#include <cuda_runtime.h>
+#include <fstream>
+#include <hwloc.h>
+#include <map>
+#include <mutex>
+#include <unistd.h>
+
+#include "core/checks.h"
+
+namespace mk {
+namespace {
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+std::string readFirstLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+}  // namespace
+
+uint64_t hostHash() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  // The boot id separates containers that share a hostname across machines.
+  return fnv1a(std::string(host) + "|" + readFirstLine("/proc/sys/kernel/random/boot_id"));
+}
+
+uint64_t pidHash() {
+  char ns[256] = {};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  if (n < 0) ns[0] = '\0';
+  return fnv1a(std::string(ns) + "|" + std::to_string(getpid()));
+}
+
+ncclResult_t topoLocalInfo(ncclComm* comm, RankInfo* info) {
+  info->hostHash = hostHash();
+  info->pidHash = pidHash();
+  info->pid = getpid();
+  info->cudaDev = comm->cudaDev;
+  char bus[64] = {};
+  CUDACHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), comm->cudaDev));
+  unsigned dom = 0, b = 0, d = 0, f = 0;
+  sscanf(bus, "%x:%x:%x.%x", &dom, &b, &d, &f);
+  info->busId = ((int64_t)dom << 20) | (b << 12) | (d << 4) | f;
+  CUDACHECK(cudaDeviceGetAttribute(&info->smCount, cudaDevAttrMultiProcessorCount, comm->cudaDev));
+  return ncclSuccess;
+}
+
+ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulateNodes,
+                         Topo* out) {
+  const int n = (int)info.size();
+  MK_ARGCHECK(rank >= 0 && rank < n, "topoCompute: rank %d out of range %d", rank, n);
+  *out = Topo();
+  out->rankToNode.assign(n, 0);
+  out->rankToLocalRank.assign(n, 0);
+  if (emulateNodes > 1) {
+    if (emulateNodes > n) {
+      MK_WARN("MKERNEL_EMULATE_NODES=%d exceeds %d ranks; using %d nodes", emulateNodes, n, n);
+      emulateNodes = n;
+    }
+    // Consecutive ranks; uneven splits keep the larger nodes first.
+    for (int r = 0; r < n; r++) out->rankToNode[r] = (int)((int64_t)r * emulateNodes / n);
+    out->nNodes = emulateNodes;
+    out->virtualNodes = true;
+  } else {
+    std::map<uint64_t, int> hostToNode;  // node index by order of first appearance
+    std::vector<uint64_t> order;
+    for (int r = 0; r < n; r++) {
+      auto it = hostToNode.find(info[r].hostHash);
+      if (it == hostToNode.end()) it = hostToNode.emplace(info[r].hostHash, (int)hostToNode.size()).first;
+      out->rankToNode[r] = it->second;
+    }
+    out->nNodes = (int)hostToNode.size();
+  }
+  out->nodeRanks.assign(out->nNodes, {});
+  for (int r = 0; r < n; r++) {
+    auto& v = out->nodeRanks[out->rankToNode[r]];
+    out->rankToLocalRank[r] = (int)v.size();
+    v.push_back(r);
+  }
+  out->node = out->rankToNode[rank];
+  out->localRank = out->rankToLocalRank[rank];
+  out->localRanks = (int)out->nodeRanks[out->node].size();
+  out->ranksOnMyDevice = 0;
+  for (int r = 0; r < n; r++) {
+    if (info[r].hostHash == info[rank].hostHash && info[r].busId == info[rank].busId) {
+      if (r == rank) out->indexOnMyDevice = out->ranksOnMyDevice;
+      out->ranksOnMyDevice++;
+    }
+  }
+  return ncclSuccess;
+}
+
+namespace {
+struct HwlocTopo {
+  std::once_flag once;
+  hwloc_topology_t topo = nullptr;
+  std::mutex mu;
+};
+HwlocTopo& hw() {
+  static HwlocTopo* h = new HwlocTopo();
+  return *h;
+}
+}  // namespace
+
+void topoAffinity(int64_t busId, Topo* topo) {
+  HwlocTopo& h = hw();
+  std::call_once(h.once, [&h] {
+    if (hwloc_topology_init(&h.topo) != 0) {
+      h.topo = nullptr;
+      return;
+    }
+    hwloc_topology_set_io_types_filter(h.topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(h.topo) != 0) {
+      hwloc_topology_destroy(h.topo);
+      h.topo = nullptr;
+    }
+  });
+  if (!h.topo) {
+    MK_INFO(kInit, "hwloc: topology unavailable, no GPU/NIC affinity");
+    return;
+  }
+  std::lock_guard<std::mutex> g(h.mu);
+  unsigned dom = (unsigned)(busId >> 20), bus = (unsigned)((busId >> 12) & 0xff),
+           dev = (unsigned)((busId >> 4) & 0xff), fn = (unsigned)(busId & 0xf);
+  hwloc_obj_t pci = hwloc_get_pcidev_by_busid(h.topo, dom, bus, dev, fn);
+  hwloc_obj_t anc = pci ? hwloc_get_non_io_ancestor_obj(h.topo, pci) : nullptr;
+  if (anc && anc->nodeset) {
+    int numa = hwloc_bitmap_first(anc->nodeset);
+    topo->numaNode = numa;
+  }
+  // Nearest NICs: network/OpenFabrics OS devices sharing the GPU's non-I/O ancestor.
+  std::string nics;
+  for (hwloc_obj_t os = hwloc_get_next_osdev(h.topo, nullptr); os;
+       os = hwloc_get_next_osdev(h.topo, os)) {
+    if (os->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS &&
+        os->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK)
+      continue;
+    hwloc_obj_t nicAnc = hwloc_get_non_io_ancestor_obj(h.topo, os);
+    if (anc == nullptr || nicAnc == anc) {
+      if (!nics.empty()) nics += ",";
+      nics += os->name ? os->name : "?";
+    }
+  }
+  topo->nics = nics;
+  MK_INFO(kInit, "hwloc: GPU %04x:%02x:%02x.%x NUMA node %d, nearest NICs: %s", dom, bus, dev, fn,
+          topo->numaNode, nics.empty() ? "none" : nics.c_str());
+}
+
+}  // namespace mk

@@ -1,0 +1,177 @@
+// Config parsing, the parameter table, logging and topology math (pure host code).
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/debug.h"
+#include "core/param.h"
+#include "topo/topo.h"
+
+namespace {
+
+TEST(Config, DefaultsAndOverrides) {
+  mk::Config c;
+  ASSERT_EQ(mk::configParse(nullptr, &c), ncclSuccess);
+  EXPECT_TRUE(c.blocking);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.minCTAs = 2;
+  cfg.maxCTAs = 16;
+  cfg.commName = "trainer";
+  ASSERT_EQ(mk::configParse(&cfg, &c), ncclSuccess);
+  EXPECT_FALSE(c.blocking);
+  EXPECT_EQ(c.minCTAs, 2);
+  EXPECT_EQ(c.maxCTAs, 16);
+  EXPECT_EQ(c.commName, "trainer");
+}
+
+TEST(Config, OlderShorterStructIsReadBySize) {
+  // A caller compiled against an older nccl.h passes a smaller struct: fields past its size
+  // must not be read (they are garbage here).
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.size = offsetof(ncclConfig_t, splitShare);
+  cfg.version = NCCL_VERSION(2, 17, 1);
+  cfg.maxCTAs = 8;
+  cfg.splitShare = 12345;
+  cfg.CTAPolicy = 77;  // out of range, but beyond the declared size
+  mk::Config c;
+  ASSERT_EQ(mk::configParse(&cfg, &c), ncclSuccess);
+  EXPECT_EQ(c.maxCTAs, 8);
+  EXPECT_FALSE(c.splitShare);
+  EXPECT_EQ(c.ctaPolicy, 0);
+}
+
+TEST(Config, Inherit) {
+  mk::Config parent;
+  parent.blocking = false;
+  parent.maxCTAs = 4;
+  mk::Config child;
+  ASSERT_EQ(mk::configInherit(nullptr, parent, &child), ncclSuccess);
+  EXPECT_FALSE(child.blocking);
+  EXPECT_EQ(child.maxCTAs, 4);
+}
+
+TEST(Params, EnvOverridesDefaultsAndBadValuesFallBack) {
+  setenv("MKERNEL_EMULATE_NODES", "3", 1);
+  mk::paramReset();
+  EXPECT_EQ(MK_PARAM_INT(EmulateNodes), 3);
+  setenv("MKERNEL_EMULATE_NODES", "three", 1);
+  mk::paramReset();
+  EXPECT_EQ(MK_PARAM_INT(EmulateNodes), 0);
+  EXPECT_NE(std::string(mk::lastError()).find("MKERNEL_EMULATE_NODES"), std::string::npos);
+  unsetenv("MKERNEL_EMULATE_NODES");
+  setenv("MKERNEL_ALGO", "ring", 1);
+  mk::paramReset();
+  EXPECT_STREQ(MK_PARAM_STR(Algo), "ring");
+  unsetenv("MKERNEL_ALGO");
+  mk::paramReset();
+  EXPECT_STREQ(MK_PARAM_STR(Algo), "");
+  EXPECT_EQ(MK_PARAM_INT(BootstrapTimeoutS), 120);
+}
+
+TEST(Params, EveryParameterIsDocumentedInTheReadme) {
+  std::ifstream in(std::string(MK_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string readme = ss.str();
+  for (int i = 0; i < static_cast<int>(mk::ParamId::kCount); i++) {
+    const char* env = mk::paramInfo(static_cast<mk::ParamId>(i)).env;
+    EXPECT_NE(readme.find(std::string("`") + env + "`"), std::string::npos)
+        << env << " is not documented in README.md";
+  }
+}
+
+TEST(Logging, DebugFileSubsysAndFormat) {
+  char tmpl[] = "/tmp/mk_log_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string pattern = std::string(tmpl) + "/log.%h.%p";
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "^COLL", 1);
+  setenv("NCCL_DEBUG_FILE", pattern.c_str(), 1);
+  mk::logReset();
+  mk::logSetThreadDevice(3);
+  MK_INFO(mk::kInit, "hello %d", 42);
+  MK_INFO(mk::kColl, "filtered out");
+  MK_WARN("a warning");
+  mk::logSetThreadDevice(-1);
+  unsetenv("NCCL_DEBUG");
+  unsetenv("NCCL_DEBUG_SUBSYS");
+  unsetenv("NCCL_DEBUG_FILE");
+  mk::logReset();
+  char host[256] = {};
+  gethostname(host, sizeof(host));
+  if (char* dot = strchr(host, '.')) *dot = 0;
+  std::string path = std::string(tmpl) + "/log." + host + "." + std::to_string(getpid());
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  std::string prefix = std::string(host) + ":" + std::to_string(getpid()) + ":";
+  EXPECT_NE(text.find(prefix), std::string::npos) << text;
+  EXPECT_NE(text.find("[3] mkernel INFO hello 42"), std::string::npos) << text;
+  EXPECT_EQ(text.find("filtered out"), std::string::npos) << text;
+  EXPECT_NE(text.find("mkernel WARN"), std::string::npos) << text;
+  EXPECT_STREQ(mk::lastError(), "a warning");
+  remove(path.c_str());
+  rmdir(tmpl);
+}
+
+std::vector<mk::RankInfo> fakeRanks(int hosts, int perHost, int gpusPerHost) {
+  std::vector<mk::RankInfo> v;
+  for (int h = 0; h < hosts; h++)
+    for (int i = 0; i < perHost; i++) {
+      mk::RankInfo r{};
+      r.hostHash = 1000 + h;
+      r.pidHash = 77 + i;
+      r.cudaDev = i % gpusPerHost;
+      r.busId = 0x100 + (i % gpusPerHost);
+      v.push_back(r);
+    }
+  return v;
+}
+
+TEST(Topo, RealHostsLocalRanksAndSharing) {
+  auto info = fakeRanks(2, 4, 2);  // 2 hosts x 4 ranks, 2 GPUs each
+  mk::Topo t;
+  ASSERT_EQ(mk::topoCompute(info, 5, 0, &t), ncclSuccess);
+  EXPECT_EQ(t.nNodes, 2);
+  EXPECT_EQ(t.node, 1);
+  EXPECT_EQ(t.localRank, 1);
+  EXPECT_EQ(t.localRanks, 4);
+  EXPECT_EQ(t.ranksOnMyDevice, 2);  // ranks 5 and 7 on GPU 1 of host 1
+  EXPECT_EQ(t.indexOnMyDevice, 0);
+  EXPECT_FALSE(t.virtualNodes);
+}
+
+TEST(Topo, VirtualNodesSplitConsecutiveRanks) {
+  auto info = fakeRanks(1, 8, 1);  // 8 ranks on one GPU
+  mk::Topo t;
+  ASSERT_EQ(mk::topoCompute(info, 6, 4, &t), ncclSuccess);
+  EXPECT_TRUE(t.virtualNodes);
+  EXPECT_EQ(t.nNodes, 4);
+  EXPECT_EQ(t.node, 3);
+  EXPECT_EQ(t.localRank, 0);
+  EXPECT_EQ(t.localRanks, 2);
+  EXPECT_EQ(t.ranksOnMyDevice, 8);
+  ASSERT_EQ(mk::topoCompute(info, 2, 3, &t), ncclSuccess);  // uneven: 3,3,2
+  EXPECT_EQ(t.nodeRanks[0].size() + t.nodeRanks[1].size() + t.nodeRanks[2].size(), 8u);
+  EXPECT_EQ(t.rankToNode[2], 0);
+  EXPECT_EQ(t.rankToNode[7], 2);
+  ASSERT_EQ(mk::topoCompute(info, 0, 20, &t), ncclSuccess);  // clamped to the rank count
+  EXPECT_EQ(t.nNodes, 8);
+}
+
+TEST(Topo, HashesAreStable) {
+  EXPECT_EQ(mk::hostHash(), mk::hostHash());
+  EXPECT_EQ(mk::pidHash(), mk::pidHash());
+}
+
+}  // namespace
