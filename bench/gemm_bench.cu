@@ -1,0 +1,329 @@
+// GEMM engine vs cuBLASLt, side by side in one run (bf16 in/out, fp32 accumulation,
+// alpha = 1, beta = 0, row-major A[M,K], B as [N,K] (Linear weights) unless --layout kn).
+// Inputs rotate over enough operand sets to exceed 3x L2, runs of all variants are
+// interleaved, and each variant's median of --reps timed runs is reported. cuBLASLt gets a
+// 32 MiB workspace; its heuristic's top candidates are timed and both heuristic #0 and the
+// best are reported. Writes JSON (command, commit, device, date) and prints a table.
+//
+//   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
+//                    [--out bench/results/gemm.json] [--commit SHA]
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "fused/gemm/gemm.h"
+
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+#define CKB(x)                                                                   \
+  do {                                                                           \
+    cublasStatus_t s_ = (x);                                                     \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
+      fprintf(stderr, "%s:%d %s: cublas %d\n", __FILE__, __LINE__, #x, (int)s_); \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+namespace {
+
+__global__ void fillKernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    p[i] = __float2bfloat16((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
+  }
+}
+
+__global__ void diffKernel(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
+  float m = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    const float d = fabsf(x - y) / (fabsf(y) + 1.0f);
+    m = (d == d) ? fmaxf(m, d) : 1e30f;
+  }
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats
+}
+
+struct Shape {
+  int M, N, K;
+};
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string nowIso() {
+  char buf[64];
+  time_t t = time(nullptr);
+  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 40;
+  bool kn = false;
+  std::string out = "", commit = "unknown";
+  std::vector<Shape> shapes = {{8192, 8192, 8192},  {4096, 4096, 4096},  {16384, 8192, 8192},
+                               {8192, 28672, 8192}, {8192, 8192, 28672}, {2048, 8192, 8192},
+                               {1024, 8192, 8192}};
+  std::string cmd = argv[0];
+  for (int i = 1; i < argc; ++i) {
+    cmd += std::string(" ") + argv[i];
+    std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc)
+      reps = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
+    else if (a == "--layout" && i + 1 < argc)
+      kn = std::string(argv[++i]) == "kn", cmd += std::string(" ") + argv[i];
+    else if (a == "--out" && i + 1 < argc)
+      out = argv[++i], cmd += std::string(" ") + argv[i];
+    else if (a == "--commit" && i + 1 < argc)
+      commit = argv[++i], cmd += std::string(" ") + argv[i];
+    else if (a == "--shapes" && i + 1 < argc) {
+      shapes.clear();
+      std::string s = argv[++i];
+      cmd += " " + s;
+      size_t p = 0;
+      while (p < s.size()) {
+        Shape sh;
+        if (sscanf(s.c_str() + p, "%dx%dx%d", &sh.M, &sh.N, &sh.K) == 3) shapes.push_back(sh);
+        p = s.find(',', p);
+        if (p == std::string::npos) break;
+        ++p;
+      }
+    }
+  }
+  int dev = 0, sms = 0, l2 = 0;
+  CK(cudaSetDevice(dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  sms = prop.multiProcessorCount;
+  l2 = prop.l2CacheSize;
+  printf("device: %s, %d SMs, L2 %d MB; layout B=%s; reps %d\n", prop.name, sms, l2 >> 20,
+         kn ? "[K,N]" : "[N,K]", reps);
+
+  cublasLtHandle_t lt;
+  CKB(cublasLtCreate(&lt));
+  const size_t wsBytes = 32u << 20;
+  void* ws;
+  CK(cudaMalloc(&ws, wsBytes));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t ev[2];
+  CK(cudaEventCreate(&ev[0]));
+  CK(cudaEventCreate(&ev[1]));
+
+  struct Row {
+    Shape s;
+    double eng, eng16, h0, best, maxdiff;
+    int nAlgos;
+  };
+  std::vector<Row> rows;
+  for (const Shape& sh : shapes) {
+    const size_t bytesA = (size_t)sh.M * sh.K * 2, bytesB = (size_t)sh.N * sh.K * 2;
+    const size_t bytesD = (size_t)sh.M * sh.N * 2;
+    int sets = (int)std::ceil(3.0 * l2 / (double)(bytesA + bytesB));
+    sets = std::max(2, std::min(sets, 16));
+    std::vector<void*> A(sets), B(sets);
+    for (int i = 0; i < sets; ++i) {
+      CK(cudaMalloc(&A[i], bytesA));
+      CK(cudaMalloc(&B[i], bytesB));
+      fillKernel<<<2048, 256, 0, stream>>>((__nv_bfloat16*)A[i], bytesA / 2, 11 + i);
+      fillKernel<<<2048, 256, 0, stream>>>((__nv_bfloat16*)B[i], bytesB / 2, 1000 + i);
+    }
+    void *D, *Dref;
+    CK(cudaMalloc(&D, bytesD));
+    CK(cudaMalloc(&Dref, bytesD));
+
+    // cuBLASLt, column-major view: D^T[N,M] = op(B) * A^T.
+    cublasLtMatmulDesc_t op;
+    CKB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = kn ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CKB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CKB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasLtMatrixLayout_t la, lb, lc;
+    if (kn)
+      CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.N, sh.K, sh.N));
+    else
+      CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.K, sh.N, sh.K));
+    CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.K, sh.M, sh.K));
+    CKB(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.N, sh.M, sh.N));
+    cublasLtMatmulPreference_t pref;
+    CKB(cublasLtMatmulPreferenceCreate(&pref));
+    CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &wsBytes, sizeof(wsBytes)));
+    cublasLtMatmulHeuristicResult_t heur[8];
+    int nAlgos = 0;
+    CKB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, heur, &nAlgos));
+    const float one = 1.0f, zero = 0.0f;
+    int setIdx = 0;
+    auto runCublas = [&](int algo, void* dst) {
+      const int s = setIdx++ % sets;
+      CKB(cublasLtMatmul(lt, op, &one, B[s], la, A[s], lb, &zero, dst, lc, dst, lc,
+                         &heur[algo].algo, ws, wsBytes, stream));
+    };
+    auto runEngine = [&](int budget, void* dst) {
+      const int s = setIdx++ % sets;
+      mk::gemm::GemmArgs g;
+      g.M = sh.M;
+      g.N = sh.N;
+      g.K = sh.K;
+      g.A = A[s];
+      g.B = B[s];
+      g.bLayout = kn ? mk::gemm::BLayout::kKN : mk::gemm::BLayout::kNK;
+      g.D = dst;
+      g.smBudget = budget;
+      if (mk::gemm::launch(g, stream) != ncclSuccess) {
+        fprintf(stderr, "engine launch failed\n");
+        exit(1);
+      }
+    };
+    auto timeOne = [&](auto&& fn) {
+      CK(cudaEventRecord(ev[0], stream));
+      fn();
+      CK(cudaEventRecord(ev[1], stream));
+      CK(cudaEventSynchronize(ev[1]));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+      return ms;
+    };
+    // Correctness sanity on set 0: engine vs cuBLAS heuristic #0.
+    setIdx = 0;
+    runEngine(0, D);
+    setIdx = 0;
+    runCublas(0, Dref);
+    float* dmax;
+    CK(cudaMalloc(&dmax, sizeof(float)));
+    CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
+    diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)D, (__nv_bfloat16*)Dref, bytesD / 2, dmax);
+    float hmax = 0;
+    CK(cudaMemcpyAsync(&hmax, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CK(cudaStreamSynchronize(stream));
+    cudaFree(dmax);
+    // Pick cuBLAS's best of its heuristic candidates (short timing).
+    int bestAlgo = 0;
+    double bestMs = 1e30;
+    for (int a = 0; a < nAlgos; ++a) {
+      std::vector<float> t;
+      for (int r = 0; r < 6; ++r) t.push_back(timeOne([&] { runCublas(a, Dref); }));
+      const double m = median(t);
+      if (m < bestMs) bestMs = m, bestAlgo = a;
+    }
+    // Warm-up, then interleaved timed runs.
+    for (int r = 0; r < 3; ++r) {
+      runEngine(0, D);
+      runCublas(0, Dref);
+    }
+    std::vector<float> tE, tE16, tH0, tBest;
+    for (int r = 0; r < reps; ++r) {
+      tE.push_back(timeOne([&] { runEngine(0, D); }));
+      tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
+      tE16.push_back(timeOne([&] { runEngine(sms - 16, D); }));
+      if (bestAlgo != 0) tBest.push_back(timeOne([&] { runCublas(bestAlgo, Dref); }));
+    }
+    const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
+    auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
+    Row row;
+    row.s = sh;
+    row.eng = tf(median(tE));
+    row.eng16 = tf(median(tE16));
+    row.h0 = tf(median(tH0));
+    row.best = bestAlgo != 0 ? std::max(row.h0, tf(median(tBest))) : row.h0;
+    row.maxdiff = hmax;
+    row.nAlgos = nAlgos;
+    rows.push_back(row);
+    printf(
+        "  %5d x %5d x %5d: engine %6.1f  engine(%d SMs) %6.1f  cuBLAS h0 %6.1f best %6.1f "
+        "(of %d)  ratio %.3f  maxreldiff %.2e  sets %d\n",
+        sh.M, sh.N, sh.K, row.eng, sms - 16, row.eng16, row.h0, row.best, nAlgos,
+        row.eng / row.best, hmax, sets);
+    fflush(stdout);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+    for (int i = 0; i < sets; ++i) {
+      cudaFree(A[i]);
+      cudaFree(B[i]);
+    }
+    cudaFree(D);
+    cudaFree(Dref);
+  }
+
+  double lg = 0, minRatio = 1e9, lgH0 = 0;
+  for (auto& r : rows) {
+    lg += std::log(r.eng / r.best);
+    lgH0 += std::log(r.eng / r.h0);
+    minRatio = std::min(minRatio, r.eng / r.best);
+  }
+  const double geo = std::exp(lg / rows.size()), geoH0 = std::exp(lgH0 / rows.size());
+
+  printf(
+      "\n| M x N x K | engine TFLOP/s | engine (%d SMs) | cuBLAS h0 | cuBLAS best | engine/best "
+      "|\n",
+      sms - 16);
+  printf("|---|---|---|---|---|---|\n");
+  for (auto& r : rows)
+    printf("| %dx%dx%d | %.1f | %.1f | %.1f | %.1f | %.3f |\n", r.s.M, r.s.N, r.s.K, r.eng, r.eng16,
+           r.h0, r.best, r.eng / r.best);
+  printf("geomean engine/cuBLAS-best %.3f (vs heuristic #0 %.3f), min %.3f\n", geo, geoH0,
+         minRatio);
+
+  if (out.empty()) {
+    char buf[128];
+    time_t t = time(nullptr);
+    strftime(buf, sizeof(buf), "bench/results/gemm-%Y%m%d-%H%M%S.json", gmtime(&t));
+    out = buf;
+  }
+  FILE* f = fopen(out.c_str(), "w");
+  if (f == nullptr) {
+    fprintf(stderr, "cannot write %s\n", out.c_str());
+    return 1;
+  }
+  fprintf(f, "{\n  \"benchmark\": \"gemm\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n",
+          cmd.c_str(), commit.c_str());
+  fprintf(f, "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n", prop.name, sms,
+          nowIso().c_str());
+  fprintf(f, "  \"dtype\": \"bf16\",\n  \"b_layout\": \"%s\",\n  \"reps\": %d,\n", kn ? "KN" : "NK",
+          reps);
+  fprintf(
+      f, "  \"geomean_engine_over_cublas_best\": %.4f,\n  \"min_engine_over_cublas_best\": %.4f,\n",
+      geo, minRatio);
+  fprintf(f, "  \"geomean_engine_over_cublas_h0\": %.4f,\n  \"results\": [\n", geoH0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    fprintf(f,
+            "    {\"M\": %d, \"N\": %d, \"K\": %d, \"engine_tflops\": %.2f, "
+            "\"engine_sms_minus_16_tflops\": %.2f, \"cublas_h0_tflops\": %.2f, "
+            "\"cublas_best_tflops\": %.2f, \"cublas_candidates\": %d, \"ratio\": %.4f, "
+            "\"max_rel_diff_vs_cublas\": %.3e}%s\n",
+            r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
+            i + 1 < rows.size() ? "," : "");
+  }
+  fprintf(f, "  ]\n}\n");
+  fclose(f);
+  printf("wrote %s\n", out.c_str());
+  return 0;
+}

@@ -1,0 +1,82 @@
+// The persistent role framework shared by every fused operator (host side).
+//
+// Anatomy of a fused operator (fused/core/example_gemm_copy.* is the reference):
+//   1. Args     - what the caller passes (buffers, shapes, sequence number, SM override).
+//   2. Config   - compile-time tile/threads/shared memory, with static_asserts on the
+//                 shared-memory and register budgets; run-time SmSplit from resolveSplit().
+//   3. canImplement(args, &why) - host-only checks, a clear message, no CUDA calls.
+//   4. launch(args, stream)     - builds the kernel params, resolves the split, and calls
+//                                 launchRoles() (cooperative: all CTAs co-resident or error).
+//   5. kernel(params)           - `split.roleOf(blockIdx.x)` dispatches to one device
+//                                 function per role; roles exchange work through per-tile
+//                                 flags carrying 64-bit sequence numbers (never reset by the
+//                                 host) and wait with fused::waitGe (abort + deadline).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "core/checks.h"
+#include "fused/core/types.h"
+
+namespace mk {
+namespace fused {
+
+struct DeviceInfo {
+  int device = 0;
+  int sms = 0;
+  int smemOptin = 0;
+  int clockKHz = 0;  // peak SM clock, converts MKERNEL_TIMEOUT_MS into clock64() cycles
+  int major = 0, minor = 0;
+};
+
+// Read once per device from the runtime (never hard-coded).
+ncclResult_t getDeviceInfo(int device, DeviceInfo* out);
+
+// Host-mapped error record and abort flag of one owner (a communicator, a test).
+struct FusedState {
+  int device = 0;
+  int rank = 0;
+  ErrorRecord* errHost = nullptr;
+  ErrorRecord* errDev = nullptr;
+  uint32_t* abortHost = nullptr;
+  uint32_t* abortDev = nullptr;
+};
+
+ncclResult_t fusedStateCreate(int rank, FusedState** out);
+ncclResult_t fusedStateDestroy(FusedState* st);
+// Raises (or clears) the abort flag; running kernels notice within kPollInterval spins.
+void fusedSetAbort(FusedState* st, bool abort);
+// ncclSuccess when no device error was recorded; otherwise ncclRemoteError (timeout waiting
+// for a peer) or ncclSystemError (abort / local), with `msg` naming rank, peer, op, seq, slot.
+ncclResult_t fusedCheckError(const FusedState* st, std::string* msg);
+// Forgets a consumed error record (the host side of ncclCommGetAsyncError).
+void fusedClearError(FusedState* st);
+
+// Wait context for `op`: deadline = MKERNEL_TIMEOUT_MS (or timeoutMs > 0) x clock rate.
+ncclResult_t makeWaitCtx(const FusedState* st, int32_t op, WaitCtx* out, int64_t timeoutMs = 0);
+
+// Launches `kernel` with split.total() CTAs as a cooperative launch: the runtime refuses a
+// grid that cannot be co-resident instead of letting roles wait on CTAs that never start.
+template <typename Params>
+ncclResult_t launchRoles(void (*kernel)(Params), const SmSplit& split, int threads, size_t smem,
+                         cudaStream_t stream, const Params& params) {
+  MK_ARGCHECK(split.total() > 0, "fused launch with an empty SM split");
+  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(split.total());
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+  return ncclSuccess;
+}
+
+}  // namespace fused
+}  // namespace mk

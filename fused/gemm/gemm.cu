@@ -1,0 +1,237 @@
+// Host side of the GEMM engine: argument checks, tensor maps, variant dispatch.
+#include "fused/gemm/gemm.h"
+
+#include <cstdio>
+#include <mutex>
+
+#include "core/checks.h"
+#include "core/cudawrap.h"
+#include "fused/gemm/primitives.cuh"
+
+namespace mk {
+namespace gemm {
+
+template <DType kIn, DType kOut, BLayout kB>
+ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream);
+
+const char* dtypeName(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
+    case DType::kF32:
+      return "fp32";
+  }
+  return "?";
+}
+
+size_t dtypeSize(DType t) {
+  return t == DType::kF32 ? 4 : 2;
+}
+
+size_t smemBytes() {
+  return kSmemBytes;
+}
+
+namespace {
+
+bool fail(std::string* why, const char* fmt, long long a = 0, long long b = 0) {
+  if (why != nullptr) {
+    char buf[256];
+    snprintf(buf, sizeof(buf), fmt, a, b);
+    *why = buf;
+  }
+  return false;
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+int64_t effLda(const GemmArgs& a) {
+  return a.lda ? a.lda : a.K;
+}
+int64_t effLdb(const GemmArgs& a) {
+  return a.ldb ? a.ldb : (a.bLayout == BLayout::kKN ? a.N : a.K);
+}
+int64_t effLdd(const GemmArgs& a) {
+  return a.ldd ? a.ldd : a.N;
+}
+int64_t effLdc(const GemmArgs& a) {
+  return a.ldc ? a.ldc : effLdd(a);
+}
+
+struct DeviceLimits {
+  int sms = 0, major = 0, minor = 0, smemOptin = 0;
+};
+
+ncclResult_t deviceLimits(DeviceLimits* out) {
+  static std::mutex mu;
+  static DeviceLimits cache[64];
+  static bool have[64] = {};
+  int dev;
+  CUDACHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < 64 && have[dev]) {
+    *out = cache[dev];
+    return ncclSuccess;
+  }
+  DeviceLimits l;
+  CUDACHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDACHECK(cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDACHECK(cudaDeviceGetAttribute(&l.minor, cudaDevAttrComputeCapabilityMinor, dev));
+  CUDACHECK(cudaDeviceGetAttribute(&l.smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (dev < 64) {
+    cache[dev] = l;
+    have[dev] = true;
+  }
+  *out = l;
+  return ncclSuccess;
+}
+
+CUtensorMapDataType tmaType(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::kF16:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    default:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  }
+}
+
+// 2-D row-major tensor (inner = contiguous extent) with a 128-byte-swizzled box. Out-of-range
+// boxes are zero-filled on load (FLOAT_OOB_FILL_NONE) and clipped on store: tails need no
+// predicates in the kernel.
+ncclResult_t encode2d(CUtensorMap* map, DType t, const void* base, uint64_t inner, uint64_t outer,
+                      uint64_t pitchElems, uint32_t boxInner, uint32_t boxOuter) {
+  cuuint64_t dims[2] = {inner, outer};
+  cuuint64_t strides[1] = {pitchElems * dtypeSize(t)};
+  cuuint32_t box[2] = {boxInner, boxOuter};
+  cuuint32_t estr[2] = {1, 1};
+  CUCHECK(cuTensorMapEncodeTiled(map, tmaType(t), 2, const_cast<void*>(base), dims, strides, box,
+                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return ncclSuccess;
+}
+
+template <DType kIn, DType kOut>
+ncclResult_t dispatchB(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
+  return a.bLayout == BLayout::kKN ? launchVariant<kIn, kOut, BLayout::kKN>(p, grid, s)
+                                   : launchVariant<kIn, kOut, BLayout::kNK>(p, grid, s);
+}
+
+template <DType kIn>
+ncclResult_t dispatchOut(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
+  switch (a.dType) {
+    case DType::kBF16:
+      return dispatchB<kIn, DType::kBF16>(a, p, grid, s);
+    case DType::kF16:
+      return dispatchB<kIn, DType::kF16>(a, p, grid, s);
+    default:
+      return dispatchB<kIn, DType::kF32>(a, p, grid, s);
+  }
+}
+
+}  // namespace
+
+bool canImplement(const GemmArgs& a, std::string* why) {
+  if (a.M <= 0 || a.N <= 0 || a.K <= 0)
+    return fail(why, "M, N and K must be positive (got M=%lld, N=%lld, ...)", a.M, a.N);
+  if (a.K % 8 != 0)
+    return fail(why, "K=%lld is not a multiple of 8: TMA needs 16-byte rows for A and B", a.K);
+  if (a.abType != DType::kBF16 && a.abType != DType::kF16)
+    return fail(why, "A/B type %lld unsupported: inputs must be bf16 or fp16", (int)a.abType);
+  if (a.dType != DType::kBF16 && a.dType != DType::kF16 && a.dType != DType::kF32)
+    return fail(why, "output type %lld unsupported: bf16, fp16 or fp32", (int)a.dType);
+  if (a.bLayout != BLayout::kKN && a.bLayout != BLayout::kNK)
+    return fail(why, "B layout %lld unknown", (int)a.bLayout);
+  if (a.A == nullptr || a.B == nullptr || a.D == nullptr)
+    return fail(why, "A, B and D must not be null");
+  if (!aligned16(a.A) || !aligned16(a.B)) return fail(why, "A and B must be 16-byte aligned (TMA)");
+  const int64_t lda = effLda(a), ldb = effLdb(a), ldd = effLdd(a);
+  if (lda < a.K || lda % 8 != 0)
+    return fail(why, "lda=%lld must be >= K=%lld and a multiple of 8 (16-byte rows)", lda, a.K);
+  if (a.bLayout == BLayout::kKN && (ldb < a.N || ldb % 8 != 0))
+    return fail(why, "B[K,N]: ldb=%lld must be >= N=%lld and a multiple of 8 (16-byte rows)", ldb,
+                a.N);
+  if (a.bLayout == BLayout::kNK && (ldb < a.K || ldb % 8 != 0))
+    return fail(why, "B[N,K]: ldb=%lld must be >= K=%lld and a multiple of 8 (16-byte rows)", ldb,
+                a.K);
+  if (ldd < a.N) return fail(why, "ldd=%lld must be >= N=%lld", ldd, a.N);
+  if (a.beta != 0.0f) {
+    if (effLdc(a) < a.N) return fail(why, "ldc=%lld must be >= N=%lld", effLdc(a), a.N);
+  }
+  if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
+  if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
+  if (a.hooks.rowReady != nullptr && a.hooks.rowsPerFlag <= 0)
+    return fail(why, "hooks.rowsPerFlag=%lld must be positive", a.hooks.rowsPerFlag);
+  return true;
+}
+
+ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
+  std::string why;
+  if (!canImplement(a, &why)) {
+    MK_WARN("GEMM M=%d N=%d K=%d: %s", a.M, a.N, a.K, why.c_str());
+    return ncclInvalidArgument;
+  }
+  NCCLCHECK(cudaLibInit());
+  DeviceLimits lim;
+  NCCLCHECK(deviceLimits(&lim));
+  MK_ARGCHECK(lim.major == 9 && lim.minor == 0,
+              "GEMM engine needs an sm_90 (Hopper) device; this one is sm_%d%d", lim.major,
+              lim.minor);
+  MK_ARGCHECK(lim.smemOptin >= kSmemBytes,
+              "GEMM engine needs %d bytes of shared memory per block; the device allows %d",
+              kSmemBytes, lim.smemOptin);
+
+  GemmParams& p = *out;
+  memset(&p, 0, sizeof(p));
+  NCCLCHECK(encode2d(&p.tmA, a.abType, a.A, a.K, a.M, effLda(a), kTileK, kTileM));
+  if (a.bLayout == BLayout::kKN) {
+    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.N, a.K, effLdb(a), 64, kTileK));
+  } else {
+    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, kTileN));
+  }
+  const size_t es = dtypeSize(a.dType);
+  // TMA stores need 16-byte aligned rows, and N itself must end on a 16-byte boundary: on
+  // the H200 a box clipped at N in the middle of a 16-byte chunk wrote zeros to the rest of
+  // that chunk (columns N.. of padded rows; seen with N=1030, ldd=1032, see gemm-notes).
+  p.useTmaStore = aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (a.N * es) % 16 == 0;
+  if (p.useTmaStore) {
+    NCCLCHECK(encode2d(&p.tmD, a.dType, a.D, a.N, a.M, effLdd(a), 128 / es, 64));
+  }
+  p.M = a.M;
+  p.N = a.N;
+  p.K = a.K;
+  p.tilesM = tilesM(a);
+  p.tilesN = tilesN(a);
+  p.kTiles = (a.K + kTileK - 1) / kTileK;
+  p.groupM = a.groupM > 0 ? a.groupM : 8;
+  p.D = a.D;
+  p.ldd = effLdd(a);
+  p.C = a.C != nullptr ? a.C : a.D;
+  p.ldc = effLdc(a);
+  p.alpha = a.alpha;
+  p.beta = a.beta;
+  p.hooks = a.hooks;
+  p.hooks.rowBlockOffset = ((a.hooks.rowBlockOffset % p.tilesM) + p.tilesM) % p.tilesM;
+
+  const int64_t tiles = (int64_t)p.tilesM * p.tilesN;
+  int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
+  *gridOut = (int32_t)(tiles < budget ? tiles : budget);
+  return ncclSuccess;
+}
+
+ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
+  GemmParams p;
+  int32_t grid = 0;
+  NCCLCHECK(buildParams(a, &p, &grid));
+  if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, grid, stream);
+  return dispatchOut<DType::kF16>(a, p, grid, stream);
+}
+
+}  // namespace gemm
+}  // namespace mk

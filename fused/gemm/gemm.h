@@ -1,0 +1,101 @@
+// Hopper (sm_90a) GEMM engine: D = alpha * A·B + beta * C, the compute core that every
+// fused operator shares. Internal API (namespace mk::gemm); the public fused entry points
+// live in include/mkernel/fused.h.
+//
+//   A: [M, K] row-major (lda >= K), bf16 or fp16.
+//   B: [K, N] row-major (BLayout::kKN, ldb >= N) or [N, K] row-major (BLayout::kNK, the
+//      PyTorch Linear weight layout, ldb >= K); same type as A.
+//   D: [M, N] row-major (ldd >= N), bf16, fp16 or fp32. C (optional, beta != 0): D's type
+//      and shape, leading dimension ldc; C may alias D (in-place C = A·B + beta·C).
+// Accumulation is fp32. See docs/gemm-notes.md for the design and measured speed.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "fused/core/types.h"
+
+namespace mk {
+namespace gemm {
+
+enum class DType : int32_t { kBF16 = 0, kF16 = 1, kF32 = 2 };
+enum class BLayout : int32_t { kKN = 0, kNK = 1 };
+
+const char* dtypeName(DType t);
+size_t dtypeSize(DType t);
+
+// Hooks for fused operators. All default to off; the plain GEMM pays one predictable
+// branch per tile for each.
+struct GemmHooks {
+  // (1) Producer waits, before loading any A rows of a tile, until
+  //     rowReady[r / rowsPerFlag] >= rowReadyExpected for every row r of the tile, then
+  //     issues fence.proxy.async (flags come through the generic proxy, A through TMA).
+  const uint64_t* rowReady = nullptr;
+  uint64_t rowReadyExpected = 0;
+  int32_t rowsPerFlag = 128;
+  bool rowReadySys = false;  // system-scope acquire (flags written by a peer GPU/host)
+
+  // (2) Epilogue publishes each finished tile: the tile's stores complete
+  //     (cp.async.bulk.wait_group 0), then tileDone[mBlk * tilesN + nBlk] = tileDoneValue
+  //     with st.release.gpu (or .sys).
+  uint64_t* tileDone = nullptr;
+  uint64_t tileDoneValue = 0;
+  bool tileDoneSys = false;
+
+  // (3) Tile order. tileOrder (device array of tilesM*tilesN ints, a permutation of tile
+  //     ids mBlk*tilesN+nBlk) replaces the grouped raster. Otherwise the raster's row
+  //     block is rotated: mBlk' = (mBlk + rowBlockOffset) mod tilesM (e.g. local rows first).
+  const int32_t* tileOrder = nullptr;
+  int32_t rowBlockOffset = 0;
+
+  // Bounds every flag wait (abort flag, deadline, error record).
+  fused::WaitCtx wait;
+};
+
+struct GemmArgs {
+  int32_t M = 0, N = 0, K = 0;
+  const void* A = nullptr;
+  int64_t lda = 0;  // 0 = K
+  const void* B = nullptr;
+  int64_t ldb = 0;  // 0 = N (kKN) or K (kNK)
+  BLayout bLayout = BLayout::kNK;
+  DType abType = DType::kBF16;
+  void* D = nullptr;
+  int64_t ldd = 0;  // 0 = N
+  DType dType = DType::kBF16;
+  const void* C = nullptr;  // nullptr with beta != 0 means C = D
+  int64_t ldc = 0;          // 0 = ldd
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  // SMs the GEMM may use (persistent CTAs, one per SM): 0 = all of the device's SMs.
+  int32_t smBudget = 0;
+  // Row blocks per raster group (L2 reuse): 0 = automatic.
+  int32_t groupM = 0;
+  GemmHooks hooks;
+};
+
+// Tile shape of the engine (see docs/gemm-notes.md for why 128x256x64).
+constexpr int kTileM = 128;
+constexpr int kTileN = 256;
+constexpr int kTileK = 64;
+
+inline int32_t tilesM(const GemmArgs& a) {
+  return (a.M + kTileM - 1) / kTileM;
+}
+inline int32_t tilesN(const GemmArgs& a) {
+  return (a.N + kTileN - 1) / kTileN;
+}
+
+// Host-only check (no CUDA call): false with a reason when the engine cannot run `args`.
+bool canImplement(const GemmArgs& args, std::string* why);
+
+// Checks (canImplement + device limits), then launches on `stream`.
+// ncclInvalidArgument with a logged reason when the arguments are not supported.
+ncclResult_t launch(const GemmArgs& args, cudaStream_t stream);
+
+// Dynamic shared memory one GEMM CTA needs (fused kernels size their CTAs with it).
+size_t smemBytes();
+
+}  // namespace gemm
+}  // namespace mk

@@ -1,0 +1,8 @@
+// Instantiation unit: F16 inputs, BF16 output, both B layouts.
+#include "fused/gemm/gemm_launch.cuh"
+
+namespace mk {
+namespace gemm {
+MK_GEMM_INSTANTIATE(kF16, kBF16)
+}  // namespace gemm
+}  // namespace mk

@@ -1,0 +1,299 @@
+// The warp-specialised persistent GEMM CTA (sm_90a). Included by the engine's instantiation
+// units and by fused operators, which call gemmCta() from their compute role.
+//
+// One CTA = 3 warpgroups: WG0 is the producer (one thread issues every TMA load into a
+// kStages ring of 48 KB stages, completed on `full` mbarriers), WG1/WG2 are consumers
+// (each owns 64 rows of the 128x256 tile, wgmma m64n256k16 into 128 fp32 registers per
+// thread, releases stages on `empty` mbarriers) and run the epilogue: registers ->
+// 128B-swizzled staging -> TMA store, double-buffered per WG. The CTA walks tiles
+// cta, cta + nCtas, ... of the schedule; producer and consumers walk the same list, so the
+// producer's loads of the next tile overlap the consumers' epilogue of this one.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "fused/core/wait.cuh"
+#include "fused/gemm/primitives.cuh"
+
+namespace mk {
+namespace gemm {
+
+template <DType kIn, DType kOut, BLayout kB>
+struct Traits {
+  static constexpr bool kF16In = kIn == DType::kF16;
+  static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
+  static constexpr int kOutBytes = kOut == DType::kF32 ? 4 : 2;
+  static constexpr int kBoxCols = 128 / kOutBytes;  // one 128-byte swizzle row per box row
+  static constexpr int kChunks = kTileN / kBoxCols;
+  static constexpr DType kOutType = kOut;
+};
+
+constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
+
+// ---- output conversion --------------------------------------------------------------------
+
+template <DType kOut>
+__device__ __forceinline__ float loadOut(const void* base, int64_t idx) {
+  if constexpr (kOut == DType::kF32) {
+    return __ldg(static_cast<const float*>(base) + idx);
+  } else if constexpr (kOut == DType::kBF16) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[idx]);
+  } else {
+    return __half2float(static_cast<const __half*>(base)[idx]);
+  }
+}
+
+template <DType kOut>
+__device__ __forceinline__ void storeOut(void* base, int64_t idx, float v) {
+  if constexpr (kOut == DType::kF32) {
+    static_cast<float*>(base)[idx] = v;
+  } else if constexpr (kOut == DType::kBF16) {
+    static_cast<__nv_bfloat16*>(base)[idx] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<__half*>(base)[idx] = __float2half_rn(v);
+  }
+}
+
+template <DType kOut>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (kOut == DType::kBF16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// ---- producer -----------------------------------------------------------------------------
+
+// Waits for the "rows ready" flags covering rows [m0, m0+128) of A. False on timeout/abort.
+__device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
+  const GemmHooks& h = p.hooks;
+  const int32_t last = min(p.M, m0 + kTileM) - 1;
+  for (int32_t f = m0 / h.rowsPerFlag; f <= last / h.rowsPerFlag; ++f) {
+    if (!fused::waitGe(h.rowReady + f, h.rowReadyExpected, h.wait, -1, f, h.rowReadySys))
+      return false;
+  }
+  // The flags were acquired through the generic proxy; the rows are read by TMA (async
+  // proxy), which is ordered after the acquire only through this fence.
+  ptx::fenceProxyAsync();
+  return true;
+}
+
+template <class Tr>
+__device__ __forceinline__ void gemmProducer(const GemmParams& p, const SmemLayout& sm, int32_t cta,
+                                             int32_t nCtas, volatile uint32_t* ctaAbort) {
+  const int32_t numTiles = p.tilesM * p.tilesN;
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  for (int32_t t = cta; t < numTiles; t += nCtas) {
+    int32_t mBlk, nBlk;
+    tileCoords(p, t, &mBlk, &nBlk);
+    const int32_t m0 = mBlk * kTileM, n0 = nBlk * kTileN;
+    bool ok = true;
+    if (p.hooks.rowReady != nullptr) {
+      ok = waitRowsReady(p, m0);
+      // Consumers read this after their `full` wait (mbarrier arrive/wait order it).
+      if (!ok) *ctaAbort = 1;
+    }
+    for (int32_t k = 0; k < p.kTiles; ++k) {
+      ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+      if (ok) {
+        ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
+        ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
+        if constexpr (Tr::kTransB) {
+#pragma unroll
+          for (int j = 0; j < kTileN / 64; ++j)
+            ptx::tmaLoad2d(sm.b(stage) + j * (kTileK * 128), &p.tmB, &sm.full[stage], n0 + 64 * j,
+                           k * kTileK);
+        } else {
+          ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, n0);
+        }
+      } else {
+        // Aborting: complete the phase without data so consumers drain this tile and stop.
+        ptx::mbarArrive(&sm.full[stage]);
+      }
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    if (!ok) break;
+  }
+}
+
+// ---- consumer: main loop + epilogue ---------------------------------------------------------
+
+template <class Tr>
+__device__ __forceinline__ void epilogueTma(const GemmParams& p, const SmemLayout& sm,
+                                            float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
+                                            uint32_t& nStores) {
+  constexpr int kEC = Tr::kBoxCols;
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  uint8_t* stg = sm.staging + wg * 2 * kStoreBoxBytes;
+  const int32_t rowBase = m0 + 64 * wg;
+  if (rowBase >= p.M) return;  // the whole half-tile is past M (uniform over the WG)
+  const bool useBeta = p.beta != 0.0f;
+#pragma unroll
+  for (int c = 0; c < Tr::kChunks; ++c) {
+    if (n0 + c * kEC >= p.N) break;  // uniform: later chunks are past N too
+    // Buffers alternate per store issued (not per chunk: a tile clipped at N issues an odd
+    // number), so the store that last read this buffer is always the second most recent.
+    uint8_t* buf = stg + (nStores & 1) * kStoreBoxBytes;
+    ++nStores;
+    if (tid == 0) ptx::bulkWaitRead<1>();
+    ptx::namedBarSync(1 + wg, 128);
+#pragma unroll
+    for (int j = 0; j < kEC / 8; ++j) {
+      const int ib = (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int32_t r = warp * 16 + (lane >> 2) + 8 * h;
+        const int32_t cc = 8 * j + 2 * (lane & 3);
+        float v0 = p.alpha * acc[ib + 2 * h], v1 = p.alpha * acc[ib + 2 * h + 1];
+        if (useBeta) {
+          const int32_t gm = rowBase + r, gn = n0 + c * kEC + cc;
+          if (gm < p.M) {
+            const int64_t idx = (int64_t)gm * p.ldc + gn;
+            if (gn < p.N) v0 += p.beta * loadOut<Tr::kOutType>(p.C, idx);
+            if (gn + 1 < p.N) v1 += p.beta * loadOut<Tr::kOutType>(p.C, idx + 1);
+          }
+        }
+        const uint32_t byte = cc * Tr::kOutBytes;
+        uint8_t* dst = buf + r * 128 + ((((byte >> 4) ^ (r & 7))) << 4) + (byte & 15);
+        if constexpr (Tr::kOutBytes == 4) {
+          *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        } else {
+          *reinterpret_cast<uint32_t*>(dst) = pack2<Tr::kOutType>(v0, v1);
+        }
+      }
+    }
+    // stores above are generic-proxy writes that the TMA engine (async proxy) reads next
+    ptx::fenceProxyAsyncShared();
+    ptx::namedBarSync(1 + wg, 128);
+    if (tid == 0) {
+      ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
+      ptx::bulkCommit();
+    }
+  }
+}
+
+// Fallback when D cannot be described by a tensor map (pointer or row pitch not 16-byte
+// aligned): bounds-checked scalar stores straight from the fragment.
+template <class Tr>
+__device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128], int32_t wg,
+                                               int32_t m0, int32_t n0) {
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) {
+    const int32_t gm = m0 + 64 * wg + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+    const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    if (gm < p.M && gn < p.N) {
+      float v = p.alpha * acc[i];
+      if (p.beta != 0.0f) v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
+      storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, v);
+    }
+  }
+}
+
+template <class Tr>
+__device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayout& sm, int32_t cta,
+                                             int32_t nCtas, int32_t wg,
+                                             const volatile uint32_t* ctaAbort) {
+  const int32_t numTiles = p.tilesM * p.tilesN;
+  const int32_t tid = threadIdx.x & 127, lane = tid & 31;
+  float acc[128];
+  uint32_t nStores = 0;  // TMA stores issued by this WG (uniform across its threads)
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  for (int32_t t = cta; t < numTiles; t += nCtas) {
+    int32_t mBlk, nBlk;
+    tileCoords(p, t, &mBlk, &nBlk);
+    const int32_t m0 = mBlk * kTileM, n0 = nBlk * kTileN;
+    int32_t prev = 0;
+    for (int32_t k = 0; k < p.kTiles; ++k) {
+      ptx::mbarWait(&sm.full[stage], phase);
+      const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
+      const uint32_t b = ptx::smemAddr(sm.b(stage));
+      ptx::fenceAccumulators(acc);
+      ptx::wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        const uint64_t da = descKMajor(a + kk * 32);
+        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > 0 || kk > 0) ? 1 : 0);
+      }
+      ptx::wgmmaCommit();
+      ptx::fenceAccumulators(acc);
+      // Keep one batch in flight: the previous stage's wgmmas are done, release it.
+      ptx::wgmmaWait<1>();
+      ptx::fenceAccumulators(acc);
+      if (k > 0 && lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+      prev = stage;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    ptx::wgmmaWait<0>();
+    ptx::fenceAccumulators(acc);
+    if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+    if (*ctaAbort != 0) break;  // producer gave up (timeout/abort): no epilogue, stop
+
+    if (p.useTmaStore) {
+      epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
+    } else {
+      epilogueDirect<Tr>(p, acc, wg, m0, n0);
+    }
+
+    if (p.hooks.tileDone != nullptr) {
+      // Publish: the tile's global writes must be complete (not just read out of smem:
+      // wait_group 0, not .read) and ordered before the generic-proxy flag release.
+      if (p.useTmaStore && tid == 0) {
+        ptx::bulkWait<0>();
+        ptx::fenceProxyAsync();
+      }
+      __threadfence();
+      ptx::namedBarSync(kBarConsumers, 256);
+      if (wg == 0 && tid == 0) {
+        fused::releaseFlag(p.hooks.tileDone + (int64_t)mBlk * p.tilesN + nBlk,
+                           p.hooks.tileDoneValue, p.hooks.tileDoneSys);
+      }
+    }
+  }
+  // Shared memory must outlive the last bulk stores reading it.
+  if (tid == 0) ptx::bulkWait<0>();
+}
+
+// One GEMM CTA: CTA `cta` of `nCtas` persistent CTAs. Needs kThreads threads, kSmemBytes of
+// dynamic shared memory and a kernel declared __launch_bounds__(kThreads, 1) (setmaxnreg).
+template <class Tr>
+__device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, int32_t cta,
+                                        int32_t nCtas) {
+  SmemLayout sm(smemRaw);
+  uint32_t* ctaAbort = reinterpret_cast<uint32_t*>(sm.empty + kStages);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarInit(&sm.full[s], 1);
+      ptx::mbarInit(&sm.empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
+    }
+    *ctaAbort = 0;
+    ptx::fenceMbarInit();
+    ptx::prefetchTensorMap(&p.tmA);
+    ptx::prefetchTensorMap(&p.tmB);
+    if (p.useTmaStore) ptx::prefetchTensorMap(&p.tmD);
+  }
+  __syncthreads();
+  const int32_t wg = threadIdx.x / 128;
+  if (wg == 0) {
+    ptx::setmaxnregDec<kProducerRegs>();
+    if (threadIdx.x == 0) gemmProducer<Tr>(p, sm, cta, nCtas, ctaAbort);
+  } else {
+    ptx::setmaxnregInc<kConsumerRegs>();
+    gemmConsumer<Tr>(p, sm, cta, nCtas, wg - 1, ctaAbort);
+  }
+}
+
+}  // namespace gemm
+}  // namespace mk

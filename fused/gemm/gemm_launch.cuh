@@ -1,0 +1,34 @@
+// The stand-alone GEMM kernel and its launcher, instantiated per (input, output, B layout)
+// in gemm_inst_*.cu so the 12 variants compile in parallel.
+#pragma once
+#include "core/checks.h"
+#include "fused/gemm/gemm_kernel.cuh"
+
+namespace mk {
+namespace gemm {
+
+template <class Tr>
+__global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ uint8_t smem[];
+  gemmCta<Tr>(p, smem, blockIdx.x, gridDim.x);
+}
+
+template <DType kIn, DType kOut, BLayout kB>
+ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  using Tr = Traits<kIn, kOut, kB>;
+  auto kernel = gemmKernel<Tr>;
+  // Per-function attribute; cheap to set again, and no static state across devices.
+  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  CUDACHECK(cudaGetLastError());
+  return ncclSuccess;
+}
+
+#define MK_GEMM_INSTANTIATE(IN, OUT)                                                               \
+  template ncclResult_t launchVariant<DType::IN, DType::OUT, BLayout::kKN>(const GemmParams&,      \
+                                                                           int32_t, cudaStream_t); \
+  template ncclResult_t launchVariant<DType::IN, DType::OUT, BLayout::kNK>(const GemmParams&,      \
+                                                                           int32_t, cudaStream_t);
+
+}  // namespace gemm
+}  // namespace mk

@@ -1,0 +1,129 @@
+// Primitives of the GEMM engine built on ptx.cuh: shared-memory layout of one CTA, wgmma
+// shared-memory descriptors, and the tile scheduler. Device code only (sm_90a).
+#pragma once
+#include <cuda.h>
+#include <cstdint>
+
+#include "fused/gemm/gemm.h"
+#include "fused/gemm/ptx.cuh"
+
+namespace mk {
+namespace gemm {
+
+// Kernel parameters (one __grid_constant__ struct, so the tensor maps stay in param space
+// and TMA reads them from there; CUtensorMap requires 64-byte alignment).
+struct GemmParams {
+  CUtensorMap tmA;
+  CUtensorMap tmB;
+  CUtensorMap tmD;  // valid when useTmaStore
+  int32_t M, N, K;
+  int32_t tilesM, tilesN, kTiles;
+  int32_t groupM;
+  int32_t useTmaStore;  // 0: direct st.global epilogue (D not 16-byte aligned)
+  void* D;
+  int64_t ldd;
+  const void* C;
+  int64_t ldc;
+  float alpha, beta;
+  GemmHooks hooks;
+};
+
+// Checks `args` (canImplement + device limits) and fills the kernel params; `grid` is the
+// persistent CTA count (min(tiles, SM budget)). Used by launch() and by fused operators.
+ncclResult_t buildParams(const GemmArgs& args, GemmParams* params, int32_t* grid);
+
+// ---- configuration -----------------------------------------------------------------------
+
+constexpr int kStages = 4;
+constexpr int kConsumerWGs = 2;
+constexpr int kThreads = 128 * (1 + kConsumerWGs);
+constexpr int kStageBytesA = kTileM * kTileK * 2;  // 16 KB
+constexpr int kStageBytesB = kTileN * kTileK * 2;  // 32 KB
+constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+// Epilogue staging: per consumer WG two 64-row x 128-byte boxes (double-buffered TMA store).
+constexpr int kStoreBoxBytes = 64 * 128;
+constexpr int kStagingBytes = kConsumerWGs * 2 * kStoreBoxBytes;
+constexpr int kBarrierBytes = 256;
+// +1024: the dynamic smem base is only 16-byte aligned; SW128 tiles need 1024.
+constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
+constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in limit (227 KB)
+static_assert(kSmemBytes <= kMaxSmemPerBlock, "GEMM CTA exceeds the sm_90 shared-memory limit");
+static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
+              "stage buffers must keep 1024-byte alignment for 128B swizzle");
+static_assert(2 * kStages * 8 <= kBarrierBytes, "barrier area too small");
+
+// Register budgets (setmaxnreg): 384 threads start at 168; the three WGs must sum <= 504.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= 504, "register budget exceeded");
+static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg needs multiples of 8");
+
+// Addresses are computed from the stage index rather than kept in arrays: a run-time index
+// into a register array would put it in local memory.
+struct SmemLayout {
+  uint8_t* base;     // 1024-byte aligned
+  uint8_t* staging;  // [wg][buf][64 rows][128 B]
+  uint64_t* full;
+  uint64_t* empty;
+  __device__ explicit SmemLayout(uint8_t* raw) {
+    base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    staging = base + kStages * kStageBytes;
+    full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);
+    empty = full + kStages;
+  }
+  __device__ uint8_t* a(int32_t s) const { return base + s * kStageBytes; }
+  __device__ uint8_t* b(int32_t s) const { return base + s * kStageBytes + kStageBytesA; }
+};
+
+// ---- wgmma shared-memory descriptors (128-byte swizzle) ---------------------------------
+
+__device__ __forceinline__ uint64_t descField(uint32_t bytes) {
+  return (bytes & 0x3FFFF) >> 4;
+}
+
+__device__ __forceinline__ uint64_t makeDesc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return descField(saddr) | (descField(lbo) << 16) | (descField(sbo) << 32) | (1ull << 62);
+}
+
+// K-major operand (rows of 64 elements = 128 B, 8-row atoms 1024 B apart). LBO is unused
+// with SW128 K-major; the k16 slice advances the start address by 32 B inside the atom.
+__device__ __forceinline__ uint64_t descKMajor(uint32_t saddr) {
+  return makeDesc(saddr, 16, 1024);
+}
+
+// MN-major B ([K,N] row-major): 64-wide N blocks of BK rows x 128 B; LBO = distance between
+// N blocks (BK*128 B), SBO = 8 K-rows (1024 B); a k16 slice is 16 rows = 2048 B further.
+__device__ __forceinline__ uint64_t descMNMajor(uint32_t saddr) {
+  return makeDesc(saddr, kTileK * 128, 1024);
+}
+
+// ---- tile scheduler ----------------------------------------------------------------------
+
+// Maps the i-th tile of the persistent schedule to (mBlk, nBlk). Grouped raster: groups of
+// groupM row blocks are walked column by column, so CTAs running at the same time share a
+// few A row blocks and a band of B columns in L2. Caller order (tileOrder) or a row-block
+// rotation override it for fused operators (e.g. local rows first).
+__device__ __forceinline__ void tileCoords(const GemmParams& p, int32_t t, int32_t* mBlk,
+                                           int32_t* nBlk) {
+  if (p.hooks.tileOrder != nullptr) {
+    const int32_t id = __ldg(p.hooks.tileOrder + t);
+    *mBlk = id / p.tilesN;
+    *nBlk = id - *mBlk * p.tilesN;
+    return;
+  }
+  const int32_t perGroup = p.groupM * p.tilesN;
+  const int32_t group = t / perGroup;
+  const int32_t first = group * p.groupM;
+  const int32_t size = min(p.groupM, p.tilesM - first);
+  const int32_t r = t - group * perGroup;
+  int32_t m = first + r % size;
+  *nBlk = r / size;
+  if (p.hooks.rowBlockOffset != 0) {
+    m += p.hooks.rowBlockOffset;
+    m %= p.tilesM;
+  }
+  *mBlk = m;
+}
+
+}  // namespace gemm
+}  // namespace mk

@@ -1,0 +1,185 @@
+// Raw PTX wrappers for the sm_90a GEMM engine and the fused-kernel role framework.
+//
+// Layering: this file only wraps single instructions (no policy); primitives.cuh builds
+// descriptors and the stage ring on top of it; gemm_kernel.cuh is the kernel. Everything
+// here needs sm_90a (wgmma, setmaxnreg) or sm_90 (TMA, mbarrier tx-count).
+#pragma once
+#include <cuda.h>
+#include <cstdint>
+
+namespace mk {
+namespace ptx {
+
+__device__ __forceinline__ uint32_t smemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier -------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbarInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)), "r"(count));
+}
+
+// Makes the inits visible to the async proxy (TMA complete_tx) before first use.
+__device__ __forceinline__ void fenceMbarInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar)) : "memory");
+}
+
+__device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(smemAddr(bar)), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+
+// Waits for the phase with the given parity to complete. Intra-CTA only: the other side
+// (producer or consumers of the same CTA) is itself bounded, so no deadline is needed here.
+__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
+  while (!mbarTryWait(bar, parity)) {
+  }
+}
+
+// ---- TMA (bulk tensor copies) -----------------------------------------------------------
+
+__device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                          int32_t x, int32_t y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddr(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+
+__device__ __forceinline__ void tmaStore2d(const CUtensorMap* map, const void* src, int32_t x,
+                                           int32_t y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smemAddr(src)), "r"(x), "r"(y)
+               : "memory");
+}
+
+__device__ __forceinline__ void bulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;");
+}
+
+// At most N bulk groups still reading their shared-memory source (staging reuse).
+template <int N>
+__device__ __forceinline__ void bulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// At most N bulk groups not yet complete, i.e. their global writes done (before publishing).
+template <int N>
+__device__ __forceinline__ void bulkWait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void prefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// ---- proxy fences -----------------------------------------------------------------------
+
+// Generic-proxy shared-memory writes (st.shared, stmatrix) -> async-proxy readers (TMA store).
+__device__ __forceinline__ void fenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// All state spaces: flags acquired through the generic proxy, data then read by TMA, or TMA
+// stores completed and then announced through generic-proxy flag stores.
+__device__ __forceinline__ void fenceProxyAsync() {
+  asm volatile("fence.proxy.async;" ::: "memory");
+}
+
+// ---- warpgroup register reallocation and named barriers --------------------------------
+
+template <int N>
+__device__ __forceinline__ void setmaxnregDec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnregInc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+__device__ __forceinline__ void namedBarSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- wgmma ------------------------------------------------------------------------------
+
+__device__ __forceinline__ void wgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+#include "fused/gemm/wgmma_asm.inc"
+
+// D(64x256, fp32) (+)= A(64x16, K-major smem) * B(16x256, smem; TRANS_B=1 means N-major).
+// scaleD = 0 overwrites D (first k-slice of a tile), so accumulators need no zeroing.
+template <bool kF16, int kTransB>
+__device__ __forceinline__ void wgmmaM64N256K16(float (&d)[128], uint64_t descA, uint64_t descB,
+                                                int scaleD) {
+  if constexpr (kF16) {
+    asm volatile(MK_WGMMA_N256_ASM("f16")
+                 : MK_WGMMA_N256_OUTS(d)
+                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+  } else {
+    asm volatile(MK_WGMMA_N256_ASM("bf16")
+                 : MK_WGMMA_N256_OUTS(d)
+                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+  }
+}
+
+// Tells the compiler the accumulators are live across the asynchronous wgmma, so it never
+// moves other definitions of them into the pipeline (ptxas C7515 serialisation).
+__device__ __forceinline__ void fenceAccumulators(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// ---- memory-model loads and stores for flags -------------------------------------------
+
+__device__ __forceinline__ uint64_t ldAcquireGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t ldAcquireSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void stReleaseGpu(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void stReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ldVolatileU32(const volatile uint32_t* p) {
+  return *p;
+}
+
+}  // namespace ptx
+}  // namespace mk
