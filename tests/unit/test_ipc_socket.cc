@@ -1,0 +1,270 @@
+// Unix-domain fd passing (transport/ipc_socket.h) inside one process: content of a passed
+// memfd, tag matching, bounded timeouts, abort, dropped foreign messages, no fd leaks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <string>
+#include <sys/mman.h>
+#include <thread>
+#include <unistd.h>
+
+#include "common/test_util.h"
+#include "transport/ipc_socket.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t msSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+std::string freshName(uint64_t hash, int rank) {
+  char name[mk::kIpcNameLen];
+  mk::ipcSocketName(name, hash, rank, mk::ipcSocketNonce());
+  return name;
+}
+
+int makeMemfd(const std::string& content) {
+  int fd = memfd_create("mk-ipc-test", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (write(fd, content.data(), content.size()) != (ssize_t)content.size()) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string readAll(int fd) {
+  std::string out;
+  char buf[4096];
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = pread(fd, buf, sizeof(buf), off);
+    if (n <= 0) break;
+    out.append(buf, n);
+    off += n;
+  }
+  return out;
+}
+
+struct Pair {
+  uint64_t hash = mk::ipcSocketNonce();
+  mk::IpcSocket a, b;
+  std::string nameA = freshName(hash, 0), nameB = freshName(hash, 1);
+  ncclResult_t init(int64_t timeoutMs, const uint32_t* abortA = nullptr,
+                    const uint32_t* abortB = nullptr) {
+    ncclResult_t r = mk::ipcSocketInit(&a, nameA.c_str(), 0, hash, abortA, timeoutMs);
+    if (r != ncclSuccess) return r;
+    return mk::ipcSocketInit(&b, nameB.c_str(), 1, hash, abortB, timeoutMs);
+  }
+  ~Pair() {
+    mk::ipcSocketClose(&a);
+    mk::ipcSocketClose(&b);
+  }
+};
+
+TEST(IpcSocket, NameIsUniqueAndFits) {
+  char n1[mk::kIpcNameLen], n2[mk::kIpcNameLen];
+  mk::ipcSocketName(n1, ~0ull, 1 << 30, mk::ipcSocketNonce());
+  mk::ipcSocketName(n2, ~0ull, 1 << 30, mk::ipcSocketNonce());
+  EXPECT_LT(strlen(n1), mk::kIpcNameLen - 1);
+  EXPECT_STRNE(n1, n2);
+  EXPECT_EQ(strncmp(n1, "mkernel-ffffffffffffffff-1073741824-", 36), 0) << n1;
+}
+
+TEST(IpcSocket, PassesMemfdWithContent) {
+  int fds0 = mktest::countOpenFds();
+  {
+    Pair p;
+    ASSERT_EQ(p.init(5000), ncclSuccess);
+    const std::string content = "peer memory travels as a file descriptor " + std::to_string(getpid());
+    int fd = makeMemfd(content);
+    ASSERT_GE(fd, 0);
+    uint64_t payload = 0x1234567890abcdefull;
+    ASSERT_EQ(mk::ipcSocketSend(&p.a, p.nameB.c_str(), 7, fd, &payload, sizeof(payload)),
+              ncclSuccess);
+    close(fd);  // the message holds its own reference
+    uint64_t got = 0;
+    int rfd = -1;
+    ASSERT_EQ(mk::ipcSocketRecv(&p.b, 0, 7, &rfd, &got, sizeof(got)), ncclSuccess);
+    EXPECT_EQ(got, payload);
+    ASSERT_GE(rfd, 0);
+    EXPECT_EQ(readAll(rfd), content);
+    EXPECT_TRUE(fcntl(rfd, F_GETFD) & FD_CLOEXEC);
+    close(rfd);
+    // A message without an fd: *fd comes back -1.
+    ASSERT_EQ(mk::ipcSocketSend(&p.b, p.nameA.c_str(), 8, -1, nullptr, 0), ncclSuccess);
+    int none = 123;
+    ASSERT_EQ(mk::ipcSocketRecv(&p.a, 1, 8, &none, nullptr, 0), ncclSuccess);
+    EXPECT_EQ(none, -1);
+  }
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+TEST(IpcSocket, MatchesRankAndTagOutOfOrder) {
+  int fds0 = mktest::countOpenFds();
+  {
+    Pair p;
+    ASSERT_EQ(p.init(5000), ncclSuccess);
+    for (uint32_t tag = 1; tag <= 5; tag++) {
+      int fd = makeMemfd("tag " + std::to_string(tag));
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(mk::ipcSocketSend(&p.a, p.nameB.c_str(), tag, fd, &tag, sizeof(tag)), ncclSuccess);
+      close(fd);
+    }
+    for (uint32_t tag = 5; tag >= 1; tag--) {
+      uint32_t got = 0;
+      int rfd = -1;
+      ASSERT_EQ(mk::ipcSocketRecv(&p.b, 0, tag, &rfd, &got, sizeof(got)), ncclSuccess);
+      EXPECT_EQ(got, tag);
+      EXPECT_EQ(readAll(rfd), "tag " + std::to_string(tag));
+      close(rfd);
+    }
+    // Pending messages with fds are closed with the socket.
+    int fd = makeMemfd("never received");
+    ASSERT_EQ(mk::ipcSocketSend(&p.a, p.nameB.c_str(), 99, fd, nullptr, 0), ncclSuccess);
+    close(fd);
+  }
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+TEST(IpcSocket, RecvTimesOutWhenPeerNeverSends) {
+  Pair p;
+  ASSERT_EQ(p.init(300), ncclSuccess);
+  auto t0 = Clock::now();
+  int fd = -1;
+  EXPECT_EQ(mk::ipcSocketRecv(&p.b, 0, 1, &fd, nullptr, 0), ncclRemoteError);
+  int64_t ms = msSince(t0);
+  EXPECT_GE(ms, 250);
+  EXPECT_LT(ms, 3000);
+  EXPECT_EQ(fd, -1);
+}
+
+TEST(IpcSocket, SendTimesOutWhenPeerNeverBinds) {
+  int fds0 = mktest::countOpenFds();
+  {
+    Pair p;
+    ASSERT_EQ(p.init(300), ncclSuccess);
+    std::string nobody = freshName(p.hash, 9);
+    int fd = makeMemfd("x");
+    auto t0 = Clock::now();
+    EXPECT_EQ(mk::ipcSocketSend(&p.a, nobody.c_str(), 1, fd, nullptr, 0), ncclRemoteError);
+    int64_t ms = msSince(t0);
+    EXPECT_GE(ms, 250);
+    EXPECT_LT(ms, 3000);
+    close(fd);
+  }
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+TEST(IpcSocket, AbortStopsRecvAndSend) {
+  uint32_t abortFlag = 0;
+  Pair p;
+  ASSERT_EQ(p.init(60000, &abortFlag, &abortFlag), ncclSuccess);
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    __atomic_store_n(&abortFlag, 1u, __ATOMIC_RELEASE);
+  });
+  auto t0 = Clock::now();
+  EXPECT_EQ(mk::ipcSocketRecv(&p.b, 0, 1, nullptr, nullptr, 0), ncclInternalError);
+  EXPECT_LT(msSince(t0), 5000);
+  t.join();
+  // Already aborted: a send to a name nobody bound returns at once.
+  std::string nobody = freshName(p.hash, 9);
+  t0 = Clock::now();
+  EXPECT_EQ(mk::ipcSocketSend(&p.a, nobody.c_str(), 1, -1, nullptr, 0), ncclInternalError);
+  EXPECT_LT(msSince(t0), 1000);
+}
+
+TEST(IpcSocket, DropsMessagesOfAnotherComm) {
+  int fds0 = mktest::countOpenFds();
+  {
+    Pair p;
+    ASSERT_EQ(p.init(300), ncclSuccess);
+    mk::IpcSocket other;
+    std::string otherName = freshName(p.hash + 1, 0);
+    ASSERT_EQ(mk::ipcSocketInit(&other, otherName.c_str(), 0, p.hash + 1, nullptr, 300),
+              ncclSuccess);
+    int fd = makeMemfd("foreign");
+    ASSERT_EQ(mk::ipcSocketSend(&other, p.nameB.c_str(), 1, fd, nullptr, 0), ncclSuccess);
+    close(fd);
+    int rfd = -1;
+    EXPECT_EQ(mk::ipcSocketRecv(&p.b, 0, 1, &rfd, nullptr, 0), ncclRemoteError);
+    EXPECT_EQ(rfd, -1);
+    mk::ipcSocketClose(&other);
+  }
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+TEST(IpcSocket, BadArgumentsAndSizeMismatch) {
+  Pair p;
+  ASSERT_EQ(p.init(300), ncclSuccess);
+  std::vector<char> big(mk::kIpcMaxPayload + 1);
+  EXPECT_EQ(mk::ipcSocketSend(&p.a, p.nameB.c_str(), 1, -1, big.data(), big.size()),
+            ncclInvalidArgument);
+  EXPECT_EQ(mk::ipcSocketSend(&p.a, "", 1, -1, nullptr, 0), ncclInvalidArgument);
+  std::string longName(mk::kIpcNameLen + 5, 'x');
+  mk::IpcSocket s;
+  EXPECT_EQ(mk::ipcSocketInit(&s, longName.c_str(), 0, 1, nullptr, 100), ncclInvalidArgument);
+  // The same name twice: the second bind fails.
+  EXPECT_EQ(mk::ipcSocketInit(&s, p.nameA.c_str(), 0, p.hash, nullptr, 100), ncclSystemError);
+  EXPECT_EQ(s.fd, -1);
+  // Payload size mismatch is an error, and any passed fd is closed.
+  int fds0 = mktest::countOpenFds();
+  uint64_t v = 1;
+  int fd = makeMemfd("x");
+  ASSERT_EQ(mk::ipcSocketSend(&p.a, p.nameB.c_str(), 3, fd, &v, sizeof(v)), ncclSuccess);
+  close(fd);
+  uint32_t small = 0;
+  int rfd = -1;
+  EXPECT_EQ(mk::ipcSocketRecv(&p.b, 0, 3, &rfd, &small, sizeof(small)), ncclInternalError);
+  EXPECT_EQ(rfd, -1);
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+  // Operations on a closed socket.
+  mk::IpcSocket closed;
+  EXPECT_EQ(mk::ipcSocketSend(&closed, p.nameB.c_str(), 1, -1, nullptr, 0), ncclInvalidArgument);
+  EXPECT_EQ(mk::ipcSocketRecv(&closed, 0, 1, nullptr, nullptr, 0), ncclInvalidArgument);
+  EXPECT_EQ(mk::ipcSocketClose(&closed), ncclSuccess);
+}
+
+// Both sides send far more than a datagram queue holds (net.unix.max_dgram_qlen is often
+// 10) before receiving anything: the send loop must drain its own socket to make progress.
+TEST(IpcSocket, SendBeforeRecvDoesNotDeadlock) {
+  int fds0 = mktest::countOpenFds();
+  {
+    Pair p;
+    ASSERT_EQ(p.init(20000), ncclSuccess);
+    constexpr int kMsgs = 200;
+    auto side = [](mk::IpcSocket* me, const std::string& peer, int peerRank,
+                   std::atomic<int>* errors) {
+      for (int i = 0; i < kMsgs; i++) {
+        int fd = makeMemfd("m" + std::to_string(i));
+        if (mk::ipcSocketSend(me, peer.c_str(), (uint32_t)i, fd, &i, sizeof(i)) != ncclSuccess)
+          (*errors)++;
+        close(fd);
+      }
+      for (int i = kMsgs - 1; i >= 0; i--) {
+        int got = -1, rfd = -1;
+        if (mk::ipcSocketRecv(me, peerRank, (uint32_t)i, &rfd, &got, sizeof(got)) != ncclSuccess ||
+            got != i || readAll(rfd) != "m" + std::to_string(i))
+          (*errors)++;
+        if (rfd >= 0) close(rfd);
+      }
+    };
+    std::atomic<int> errors{0};
+    auto t0 = Clock::now();
+    std::thread ta(side, &p.a, p.nameB, 1, &errors);
+    std::thread tb(side, &p.b, p.nameA, 0, &errors);
+    ta.join();
+    tb.join();
+    EXPECT_EQ(errors.load(), 0);
+    EXPECT_LT(msSince(t0), 15000);
+  }
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+}  // namespace
