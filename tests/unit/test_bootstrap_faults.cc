@@ -1,0 +1,401 @@
+// Bootstrap under attack and failure: garbage connections to the root and to ranks, ranks that
+// never arrive, aborts, lost peers, argument errors, NCCL_COMM_ID, and leak checks.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap_impl.h"
+#include "bootstrap/proto.h"
+#include "bootstrap/unique_id.h"
+#include "common/test_util.h"
+#include "core/debug.h"
+#include "core/param.h"
+
+using namespace mk;
+
+namespace {
+
+struct ScopedEnv {
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    const char* o = getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    if (v)
+      setenv(n, v, 1);
+    else
+      unsetenv(n);
+    paramReset();
+  }
+  ~ScopedEnv() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+    paramReset();
+  }
+};
+
+void runRanks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; r++) t.emplace_back(fn, r);
+  for (auto& x : t) x.join();
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A raw client connection that sends `bytes` (may be empty).
+Socket rawSend(const SocketAddress& to, const void* bytes, size_t n) {
+  Socket s;
+  socketInit(&s, nullptr, 2000);
+  EXPECT_EQ(socketConnect(&s, &to), ncclSuccess);
+  if (n > 0) EXPECT_EQ(socketSend(&s, bytes, n), ncclSuccess);
+  return s;
+}
+
+// True when the other side closes (EOF or reset) within ms.
+bool closedWithin(Socket* s, int ms) {
+  int64_t deadline = socketClockMs() + ms;
+  for (;;) {
+    pollfd p{s->fd, POLLIN, 0};
+    int64_t left = deadline - socketClockMs();
+    if (left <= 0) return false;
+    if (poll(&p, 1, (int)left) > 0) {
+      char c[256];
+      ssize_t r = recv(s->fd, c, sizeof(c), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN)) return true;
+    }
+  }
+}
+
+struct Hello {
+  RootHello h;
+  SocketWireAddress a;
+};
+
+Hello validHello(uint64_t secret, int rank, int nranks) {
+  Hello m;
+  memset(&m, 0, sizeof(m));
+  m.h.magic = kBootstrapIdMagic;
+  m.h.version = kBootstrapProtocolVersion;
+  m.h.type = kRootHello;
+  m.h.secret = secret;
+  m.h.rank = rank;
+  m.h.nranks = nranks;
+  m.h.nIds = 1;
+  m.h.rootIdx = 0;
+  m.h.payloadBytes = sizeof(SocketWireAddress);
+  SocketAddress a;
+  socketAddressFromString("127.0.0.1:9", &a);
+  socketAddressToWire(&a, &m.a);
+  return m;
+}
+
+}  // namespace
+
+TEST(BootstrapFaults, RootRejectsGarbageAndStillServes) {
+  ScopedEnv t("MKERNEL_BOOTSTRAP_TIMEOUT_S", "10");
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  BootstrapId d;
+  ASSERT_EQ(bootstrapIdDecode(&id, &d), ncclSuccess);
+  const int n = 3;
+  std::mt19937_64 rng(mktest::testSeed());
+
+  // Port scans: connect and close at once.
+  for (int i = 0; i < 20; i++) {
+    Socket s = rawSend(d.root, nullptr, 0);
+    socketClose(&s);
+  }
+  // Slow or silent peers hold a connection open; they must not block anyone.
+  std::vector<Socket> slow;
+  for (int i = 0; i < 20; i++) {
+    Hello h = validHello(d.secret, 0, n);
+    slow.push_back(rawSend(d.root, &h, i % 2 ? 5 : 0));
+  }
+  // Bad messages: each is dropped (connection closed by the root) while the root keeps running.
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> bad;
+  auto add = [&](const char* what, const Hello& h) {
+    std::vector<uint8_t> v(sizeof(h));
+    memcpy(v.data(), &h, sizeof(h));
+    bad.push_back({what, v});
+  };
+  std::vector<uint8_t> noise(1024);
+  for (auto& x : noise) x = (uint8_t)rng();
+  bad.push_back({"random bytes", noise});
+  Hello h = validHello(d.secret ^ 1, 0, n);
+  add("wrong secret", h);
+  h = validHello(d.secret, 0, n);
+  h.h.version = kBootstrapProtocolVersion + 1;
+  add("wrong version", h);
+  h = validHello(d.secret, 0, n);
+  h.h.magic = 0x12345678;
+  add("wrong magic", h);
+  h = validHello(d.secret, 0, 1 << 30);
+  add("absurd nranks", h);
+  h = validHello(d.secret, 0, -5);
+  add("negative nranks", h);
+  h = validHello(d.secret, 0, n);
+  h.h.payloadBytes = 1ull << 40;
+  add("absurd payload size", h);
+  h = validHello(d.secret, n, n);
+  add("rank >= nranks", h);
+  h = validHello(d.secret, -1, n);
+  add("negative rank", h);
+  h = validHello(d.secret, 0, n);
+  h.h.nIds = n + 1;
+  add("nIds > nranks", h);
+  h = validHello(d.secret, 0, n);
+  h.h.type = 77;
+  add("unknown type", h);
+  h = validHello(d.secret, 1, n);
+  h.h.type = kSuccessorHello;
+  add("successor with one id", h);
+  h = validHello(d.secret, 0, n);
+  memset(&h.a, 0xff, sizeof(h.a));
+  add("bad address payload", h);
+  for (auto& [what, bytes] : bad) {
+    Socket s = rawSend(d.root, bytes.data(), bytes.size());
+    EXPECT_TRUE(closedWithin(&s, 3000)) << what;
+    socketClose(&s);
+  }
+  // The real ranks get through.
+  runRanks(n, [&](int r) {
+    Bootstrap* b = nullptr;
+    ASSERT_EQ(bootstrapInit(&id, 1, r, n, nullptr, &b), ncclSuccess);
+    std::vector<int> v(n, -1);
+    v[r] = r * 10;
+    ASSERT_EQ(bootstrapAllGather(b, v.data(), sizeof(int)), ncclSuccess);
+    EXPECT_EQ(v, (std::vector<int>{0, 10, 20}));
+    EXPECT_EQ(bootstrapClose(b), ncclSuccess);
+  });
+  EXPECT_EQ(bootstrapRootsWait(5000), 0);
+  for (auto& s : slow) {
+    EXPECT_TRUE(closedWithin(&s, 1000));  // the finished root closed them
+    socketClose(&s);
+  }
+}
+
+TEST(BootstrapFaults, RankListenerRejectsGarbage) {
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  const int n = 3;
+  std::vector<Bootstrap*> bs(n);
+  runRanks(n, [&](int r) { ASSERT_EQ(bootstrapInit(&id, 1, r, n, nullptr, &bs[r]), ncclSuccess); });
+  ASSERT_TRUE(bs[0] && bs[1] && bs[2]);
+  SocketAddress target = bs[1]->listen.addr;
+  PeerHello ph{};
+  ph.magic = kBootstrapIdMagic;
+  ph.version = kBootstrapProtocolVersion;
+  ph.type = kPeerHello;
+  ph.secret = bs[1]->secret ^ 1;
+  ph.commHash = bs[1]->commHash;
+  ph.src = 0;
+  ph.dst = 1;
+  ph.nranks = n;
+  std::vector<std::vector<uint8_t>> bad;
+  auto add = [&](const PeerHello& p) {
+    bad.emplace_back(sizeof(p));
+    memcpy(bad.back().data(), &p, sizeof(p));
+  };
+  add(ph);  // wrong secret
+  ph.secret = bs[1]->secret;
+  ph.commHash ^= 1;
+  add(ph);  // another communicator
+  ph.commHash = bs[1]->commHash;
+  ph.src = 1;
+  add(ph);  // from itself
+  ph.src = 0;
+  ph.dst = 2;
+  add(ph);  // meant for someone else
+  bad.emplace_back(999, 0x5a);
+  for (auto& bytes : bad) {
+    Socket s = rawSend(target, bytes.data(), bytes.size());
+    EXPECT_TRUE(closedWithin(&s, 3000));
+    socketClose(&s);
+  }
+  Socket scan = rawSend(target, nullptr, 0);
+  socketClose(&scan);
+  // Nothing reached the message queue and the ranks still talk.
+  runRanks(n, [&](int r) {
+    int v[3] = {-1, -1, -1};
+    v[r] = r;
+    ASSERT_EQ(bootstrapAllGather(bs[r], v, sizeof(int)), ncclSuccess);
+    EXPECT_EQ(v[0] + v[1] + v[2], 3);
+    EXPECT_EQ(bootstrapClose(bs[r]), ncclSuccess);
+  });
+}
+
+TEST(BootstrapFaults, RankThatNeverArrivesFailsTheOthersInTime) {
+  ScopedEnv t("MKERNEL_BOOTSTRAP_TIMEOUT_S", "2");
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  auto t0 = std::chrono::steady_clock::now();
+  runRanks(2, [&](int r) {  // of 3
+    Bootstrap* b = nullptr;
+    EXPECT_EQ(bootstrapInit(&id, 1, r, 3, nullptr, &b), ncclRemoteError);
+    EXPECT_EQ(b, nullptr);
+  });
+  double s = secondsSince(t0);
+  EXPECT_GE(s, 1.5);
+  EXPECT_LT(s, 5.0);
+  EXPECT_NE(std::string(lastError()).find("rendezvous"), std::string::npos) << lastError();
+  EXPECT_EQ(bootstrapRootsWait(5000), 0);
+}
+
+TEST(BootstrapFaults, AbortDuringInitReturnsQuickly) {
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  uint32_t flag = 0;
+  std::atomic<int64_t> abortedAt{0};
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    abortedAt = socketClockMs();
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> returned(2);
+  runRanks(2, [&](int r) {  // of 3: they wait for the root's answer until the abort
+    Bootstrap* b = nullptr;
+    EXPECT_EQ(bootstrapInit(&id, 1, r, 3, &flag, &b), ncclInternalError);
+    returned[r] = socketClockMs();
+  });
+  aborter.join();
+  EXPECT_LT(secondsSince(t0), 5.0);
+  for (int64_t t : returned) EXPECT_LT(t - abortedAt, 1000);
+  // The root saw them leave and gave up at once.
+  EXPECT_EQ(bootstrapRootsWait(3000), 0);
+}
+
+TEST(BootstrapFaults, AbortDuringRecvAndAllGather) {
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  uint32_t flag = 0;
+  std::vector<Bootstrap*> bs(3);
+  runRanks(3, [&](int r) { ASSERT_EQ(bootstrapInit(&id, 1, r, 3, &flag, &bs[r]), ncclSuccess); });
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  runRanks(3, [&](int r) {
+    int v[3];
+    if (r == 0)  // waits for a message nobody sends
+      EXPECT_EQ(bootstrapRecv(bs[r], 1, 5, v, 4), ncclInternalError);
+    else if (r == 1)  // an allgather rank 0 never joins
+      EXPECT_EQ(bootstrapAllGather(bs[r], v, 4), ncclInternalError);
+    else
+      EXPECT_EQ(bootstrapBarrier(bs[r]), ncclInternalError);
+  });
+  aborter.join();
+  EXPECT_LT(secondsSince(t0), 2.0);
+  EXPECT_NE(std::string(lastError()).find("aborted"), std::string::npos);
+  // Sends fail at once too, and close is safe after an abort.
+  int x = 0;
+  EXPECT_EQ(bootstrapSend(bs[0], 1, 1, &x, 4), ncclInternalError);
+  for (auto* b : bs) EXPECT_EQ(bootstrapClose(b), ncclSuccess);
+}
+
+TEST(BootstrapFaults, LostPeerIsReportedWithoutWaitingForTimeout) {
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  std::vector<Bootstrap*> bs(2);
+  runRanks(2, [&](int r) { ASSERT_EQ(bootstrapInit(&id, 1, r, 2, nullptr, &bs[r]), ncclSuccess); });
+  // Rank 1 "crashes": its connection to rank 0 (made by the init ring) drops without a bye.
+  ASSERT_TRUE(bs[1]->out[0] && bs[1]->out[0]->sock.fd >= 0);
+  shutdown(bs[1]->out[0]->sock.fd, SHUT_RDWR);
+  auto t0 = std::chrono::steady_clock::now();
+  int v;
+  EXPECT_EQ(bootstrapRecv(bs[0], 1, 1, &v, 4), ncclRemoteError);
+  EXPECT_LT(secondsSince(t0), 2.0);
+  EXPECT_NE(std::string(lastError()).find("rank 1"), std::string::npos) << lastError();
+  for (auto* b : bs) EXPECT_EQ(bootstrapClose(b), ncclSuccess);
+}
+
+TEST(BootstrapFaults, InitArgumentChecks) {
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  Bootstrap* b = reinterpret_cast<Bootstrap*>(0x1);
+  EXPECT_EQ(bootstrapInit(&id, 1, 0, 0, nullptr, &b), ncclInvalidArgument);
+  EXPECT_EQ(b, nullptr);
+  EXPECT_EQ(bootstrapInit(&id, 1, 2, 2, nullptr, &b), ncclInvalidArgument);
+  EXPECT_EQ(bootstrapInit(&id, 1, -1, 2, nullptr, &b), ncclInvalidArgument);
+  EXPECT_EQ(bootstrapInit(&id, 0, 0, 2, nullptr, &b), ncclInvalidArgument);
+  EXPECT_EQ(bootstrapInit(&id, 3, 0, 2, nullptr, &b), ncclInvalidArgument);
+  EXPECT_EQ(bootstrapInit(nullptr, 1, 0, 2, nullptr, &b), ncclInvalidArgument);
+  EXPECT_EQ(bootstrapInit(&id, 1, 0, 1, nullptr, nullptr), ncclInvalidArgument);
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof(zero));
+  EXPECT_EQ(bootstrapInit(&zero, 1, 0, 1, nullptr, &b), ncclInvalidArgument);
+  ncclUniqueId two[2] = {id, id};
+  EXPECT_EQ(bootstrapInit(two, 2, 0, 2, nullptr, &b), ncclInvalidArgument);
+  // The id still works after all that.
+  ASSERT_EQ(bootstrapInit(&id, 1, 0, 1, nullptr, &b), ncclSuccess);
+  EXPECT_EQ(bootstrapClose(b), ncclSuccess);
+}
+
+TEST(BootstrapFaults, CommIdModeRankZeroStartsTheRoot) {
+  // A free port: bind, read it back, release.
+  Socket probe;
+  socketInit(&probe, nullptr, 1000);
+  SocketAddress any;
+  ASSERT_EQ(socketAddressFromString("127.0.0.1:0", &any), ncclSuccess);
+  ASSERT_EQ(socketListen(&probe, &any), ncclSuccess);
+  std::string commId = "127.0.0.1:" + std::to_string(socketAddressPort(&probe.addr));
+  socketClose(&probe);
+  ScopedEnv e("NCCL_COMM_ID", commId.c_str());
+  for (int round = 0; round < 2; round++) {  // the port is reusable right away
+    const int n = 4;
+    runRanks(n, [&](int r) {
+      ncclUniqueId id;  // every "process" computes its own id
+      ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+      if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // others first
+      Bootstrap* b = nullptr;
+      ASSERT_EQ(bootstrapInit(&id, 1, r, n, nullptr, &b), ncclSuccess);
+      int v[n] = {};
+      v[r] = r + 1;
+      ASSERT_EQ(bootstrapAllGather(b, v, sizeof(int)), ncclSuccess);
+      EXPECT_EQ(v[0] + v[1] + v[2] + v[3], 10);
+      EXPECT_EQ(bootstrapClose(b), ncclSuccess);
+    });
+    EXPECT_EQ(bootstrapRootsWait(5000), 0);
+  }
+}
+
+TEST(BootstrapFaults, InitCloseCyclesLeaveNoFdsOrThreads) {
+  ASSERT_EQ(bootstrapRootsWait(10000), 0);
+  const int fds0 = mktest::countOpenFds(), threads0 = mktest::countThreads();
+  const int n = 4;
+  for (int cycle = 0; cycle < 100; cycle++) {
+    ncclUniqueId id;
+    ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+    std::atomic<int> ok{0};
+    runRanks(n, [&](int r) {
+      Bootstrap* b = nullptr;
+      if (bootstrapInit(&id, 1, r, n, nullptr, &b) != ncclSuccess) return;
+      uint64_t v[n] = {};
+      v[r] = cycle * 100 + r;
+      if (bootstrapAllGather(b, v, sizeof(uint64_t)) == ncclSuccess && v[n - 1] == cycle * 100u + 3)
+        ok++;
+      bootstrapClose(b);
+    });
+    ASSERT_EQ(ok.load(), n) << "cycle " << cycle;
+  }
+  EXPECT_EQ(bootstrapRootsWait(0), 0);  // joined by the ranks, not left to linger
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+  EXPECT_EQ(mktest::countThreads(), threads0);
+}
