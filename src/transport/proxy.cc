@@ -1,0 +1,576 @@
+// Proxy engine (see proxy.h for the protocol).
+#include "transport/proxy.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/checks.h"
+
+namespace mk {
+namespace {
+
+constexpr int kProxyMaxBatch = 64;
+constexpr int kTagHdr = 0x6d6b01;
+constexpr int kTagData = 0x6d6b02;
+constexpr size_t kProxyChunk = 16u << 20;  // data messages are cut here (same on both sides)
+constexpr int kMaxInflight = 8;            // batches in flight per peer and direction
+constexpr uint32_t kHdrMagic = 0x6d6b4844u;
+
+struct ProxyWireCmd {
+  uint32_t op;
+  uint32_t sigOp;
+  uint64_t dstOff;
+  uint64_t bytes;
+  uint64_t slot;
+  uint64_t value;
+};
+
+struct WireHdr {
+  uint32_t magic;
+  uint32_t count;
+  uint64_t batchSeq;
+  ProxyWireCmd cmds[kProxyMaxBatch];
+};
+
+size_t hdrBytes(uint32_t count) {
+  return offsetof(WireHdr, cmds) + count * sizeof(ProxyWireCmd);
+}
+
+struct Pending {
+  ProxyCmd cmd;
+  int ring;
+  uint64_t ticket;
+};
+
+struct Chunk {
+  char* ptr;
+  size_t len;
+  int entry;  // index in the batch header
+  void* req = nullptr;
+  bool done = false;
+};
+
+struct SendBatch {
+  WireHdr* hdr;  // in PeerState::sendHdrs (registered)
+  std::vector<Pending> cmds;
+  void* hdrReq = nullptr;
+  bool hdrPosted = false, hdrDone = false;
+  std::vector<Chunk> chunks;
+  size_t nextPost = 0;
+};
+
+struct RecvBatch {
+  WireHdr* hdr;  // in PeerState::recvHdrs (registered)
+  void* hdrReq = nullptr;
+  bool hdrDone = false;
+  std::vector<Chunk> chunks;
+  size_t nextPost = 0;
+  size_t firstChunk[kProxyMaxBatch + 1] =
+      {};  // chunks of entry i: [firstChunk[i], firstChunk[i+1])
+  uint32_t applied = 0;
+};
+
+struct PeerState {
+  int rank = -1;
+  void* listenComm = nullptr;
+  void* sendComm = nullptr;
+  void* recvComm = nullptr;
+  void* sendMh = nullptr;
+  void* recvMh = nullptr;
+  std::deque<Pending> queued;
+  std::deque<SendBatch*> sendq;
+  std::deque<RecvBatch*> recvq;
+  uint64_t sendSeq = 0, recvSeq = 0, recvPosted = 0;
+  // Header buffers, kMaxInflight per direction, registered once: backends such as verbs
+  // only move registered memory. Batches complete in order, so slot seq % kMaxInflight
+  // is free whenever a new batch may start.
+  std::unique_ptr<WireHdr[]> sendHdrs, recvHdrs;
+  void* sendHdrMh = nullptr;
+  void* recvHdrMh = nullptr;
+};
+
+struct RingTrack {
+  ProxyRing* ring;
+  uint64_t base = 0;       // ticket of flags.front()
+  std::deque<char> flags;  // completion flags of tickets consumed, not yet retired
+};
+
+}  // namespace
+
+class Proxy {
+ public:
+  ProxyConfig cfg;
+  NetProperties props;
+  std::vector<PeerState> peers;
+  std::vector<int> rankToPeer;
+  std::vector<RingTrack> rings;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::mutex errMu;
+  std::atomic<int> errCode{ncclSuccess};
+  std::string errMsg;
+  std::atomic<uint64_t> cmds{0}, batches{0}, bytesSent{0}, bytesRecv{0}, signalsApplied{0};
+
+  void setError(ncclResult_t res, int peerRank, const std::string& what) {
+    std::lock_guard<std::mutex> lk(errMu);
+    if (errCode.load() != ncclSuccess) return;
+    char head[96];
+    if (peerRank >= 0)
+      snprintf(head, sizeof(head), "proxy rank %d, peer rank %d: ", cfg.rank, peerRank);
+    else
+      snprintf(head, sizeof(head), "proxy rank %d: ", cfg.rank);
+    errMsg = head + what;
+    errCode.store(res);
+    MK_WARN("%s", errMsg.c_str());
+    for (auto& r : rings) r.ring->setAbort();
+  }
+  // Wraps a failing net call: the backend already logged details into the last error.
+  bool netFailed(ncclResult_t res, int peerRank, const char* op) {
+    if (res == ncclSuccess || res == ncclInProgress) return false;
+    setError(res, peerRank, std::string(op) + " failed: " + lastError());
+    return true;
+  }
+
+  bool drainRings();
+  bool progressSend(PeerState& ps);
+  bool progressRecv(PeerState& ps);
+  void retire(int ring, uint64_t ticket);
+  void run();
+  void applySignal(const ProxyWireCmd& c);
+};
+
+void Proxy::retire(int ring, uint64_t ticket) {
+  RingTrack& t = rings[ring];
+  if (ticket < t.base) return;
+  t.flags[ticket - t.base] = 1;
+  uint64_t n = 0;
+  while (!t.flags.empty() && t.flags.front()) t.flags.pop_front(), n++;
+  if (n) {
+    t.base += n;
+    t.ring->setDone(t.base);
+  }
+}
+
+bool Proxy::drainRings() {
+  bool any = false;
+  ProxyCmd buf[kProxyMaxBatch];
+  for (size_t i = 0; i < rings.size(); i++) {
+    uint64_t first;
+    int n = rings[i].ring->poll(buf, kProxyMaxBatch, &first);
+    for (int k = 0; k < n; k++) {
+      const ProxyCmd& c = buf[k];
+      rings[i].flags.push_back(0);
+      uint64_t ticket = first + k;
+      if (c.op == kProxyNop) {
+        retire((int)i, ticket);
+        continue;
+      }
+      bool bad = c.op > kProxySignal || c.sigOp > kSignalAdd || c.peer >= rankToPeer.size() ||
+                 rankToPeer[c.peer] < 0;
+      if (!bad && c.op != kProxySignal)
+        bad = c.bytes > cfg.sendBytes || c.srcOff > cfg.sendBytes - c.bytes;
+      if (bad) {
+        char m[200];
+        snprintf(m, sizeof(m),
+                 "invalid ring command (op %u, peer %llu, src_off %llu, bytes %llu; window %zu)",
+                 c.op, (unsigned long long)c.peer, (unsigned long long)c.srcOff,
+                 (unsigned long long)c.bytes, cfg.sendBytes);
+        setError(ncclInvalidUsage, -1, m);
+        return true;
+      }
+      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket});
+      cmds.fetch_add(1, std::memory_order_relaxed);
+    }
+    any |= n > 0;
+  }
+  return any;
+}
+
+bool Proxy::progressSend(PeerState& ps) {
+  bool progress = false;
+  Net* net = cfg.net;
+  // Form new batches.
+  while (!ps.queued.empty() && ps.sendq.size() < (size_t)kMaxInflight) {
+    SendBatch* b = new SendBatch();
+    b->hdr = &ps.sendHdrs[ps.sendSeq % kMaxInflight];
+    b->hdr->magic = kHdrMagic;
+    b->hdr->batchSeq = ps.sendSeq++;
+    uint32_t n = 0;
+    while (!ps.queued.empty() && n < kProxyMaxBatch) {
+      Pending pd = ps.queued.front();
+      ps.queued.pop_front();
+      const ProxyCmd& c = pd.cmd;
+      ProxyWireCmd& w = b->hdr->cmds[n];
+      w = ProxyWireCmd{c.op,   c.sigOp, c.dstOff, c.op == kProxySignal ? 0 : c.bytes,
+                       c.slot, c.value};
+      for (uint64_t off = 0; off < w.bytes; off += kProxyChunk) {
+        size_t len = (size_t)std::min<uint64_t>(kProxyChunk, w.bytes - off);
+        b->chunks.push_back(Chunk{static_cast<char*>(cfg.sendBuf) + c.srcOff + off, len, (int)n});
+      }
+      b->cmds.push_back(pd);
+      n++;
+    }
+    b->hdr->count = n;
+    ps.sendq.push_back(b);
+    batches.fetch_add(1, std::memory_order_relaxed);
+    progress = true;
+  }
+  // Post in order: batch k+1 only after every message of batch k is posted.
+  for (SendBatch* b : ps.sendq) {
+    if (!b->hdrPosted) {
+      if (netFailed(net->isend(ps.sendComm, b->hdr, hdrBytes(b->hdr->count), kTagHdr, ps.sendHdrMh,
+                               &b->hdrReq),
+                    ps.rank, "isend(header)"))
+        return true;
+      if (!b->hdrReq) return progress;  // backend busy
+      b->hdrPosted = true;
+      progress = true;
+    }
+    while (b->nextPost < b->chunks.size()) {
+      Chunk& ch = b->chunks[b->nextPost];
+      if (netFailed(net->isend(ps.sendComm, ch.ptr, ch.len, kTagData, ps.sendMh, &ch.req), ps.rank,
+                    "isend(data)"))
+        return true;
+      if (!ch.req) return progress;
+      b->nextPost++;
+      progress = true;
+    }
+  }
+  // Complete.
+  for (SendBatch* b : ps.sendq) {
+    int done = 0;
+    if (b->hdrPosted && !b->hdrDone) {
+      if (netFailed(net->test(b->hdrReq, &done, nullptr), ps.rank, "send")) return true;
+      if (done) b->hdrDone = true, progress = true;
+    }
+    for (size_t i = 0; i < b->nextPost; i++) {
+      Chunk& ch = b->chunks[i];
+      if (ch.done) continue;
+      if (netFailed(net->test(ch.req, &done, nullptr), ps.rank, "send")) return true;
+      if (!done) break;
+      ch.done = true;
+      bytesSent.fetch_add(ch.len, std::memory_order_relaxed);
+      progress = true;
+    }
+  }
+  while (!ps.sendq.empty()) {
+    SendBatch* b = ps.sendq.front();
+    if (!b->hdrDone || b->nextPost < b->chunks.size() ||
+        (!b->chunks.empty() && !b->chunks.back().done))
+      break;
+    for (const Pending& pd : b->cmds) retire(pd.ring, pd.ticket);
+    ps.sendq.pop_front();
+    delete b;
+  }
+  return progress;
+}
+
+void Proxy::applySignal(const ProxyWireCmd& c) {
+  uint64_t* w = &cfg.signals[c.slot];
+  if (c.sigOp == kSignalAdd)
+    __atomic_fetch_add(w, c.value, __ATOMIC_RELEASE);
+  else
+    __atomic_store_n(w, c.value, __ATOMIC_RELEASE);
+  signalsApplied.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Proxy::progressRecv(PeerState& ps) {
+  bool progress = false;
+  Net* net = cfg.net;
+  // A new header receive only once every data receive of the previous batch is posted
+  // (receives match messages in posting order).
+  bool canPost = ps.recvq.size() < (size_t)kMaxInflight;
+  if (canPost && !ps.recvq.empty()) {
+    RecvBatch* last = ps.recvq.back();
+    canPost = last->hdrDone && last->nextPost == last->chunks.size();
+  }
+  if (canPost) {
+    RecvBatch* b = new RecvBatch();
+    b->hdr = &ps.recvHdrs[ps.recvPosted % kMaxInflight];
+    void* data = b->hdr;
+    size_t size = sizeof(WireHdr);
+    int tag = kTagHdr;
+    void* mh = ps.recvHdrMh;
+    if (netFailed(net->irecv(ps.recvComm, 1, &data, &size, &tag, &mh, &b->hdrReq), ps.rank,
+                  "irecv(header)")) {
+      delete b;
+      return true;
+    }
+    if (b->hdrReq) {
+      ps.recvPosted++;
+      ps.recvq.push_back(b);
+      progress = true;
+    } else {
+      delete b;
+    }
+  }
+  for (RecvBatch* b : ps.recvq) {
+    if (!b->hdrDone) {
+      int done = 0;
+      size_t got = 0;
+      if (netFailed(net->test(b->hdrReq, &done, &got), ps.rank, "receive")) return true;
+      if (!done) break;  // later batches wait for this header anyway
+      b->hdrDone = true;
+      progress = true;
+      const WireHdr& h = *b->hdr;
+      if (got < offsetof(WireHdr, cmds) || h.magic != kHdrMagic || h.count > kProxyMaxBatch ||
+          got != hdrBytes(h.count) || h.batchSeq != ps.recvSeq) {
+        setError(ncclSystemError, ps.rank, "corrupt proxy header");
+        return true;
+      }
+      ps.recvSeq++;
+      for (uint32_t i = 0; i < h.count; i++) {
+        const ProxyWireCmd& c = h.cmds[i];
+        b->firstChunk[i] = b->chunks.size();
+        bool bad = c.op < kProxyPut || c.op > kProxySignal;
+        if (c.op != kProxySignal)
+          bad |= c.bytes > cfg.recvBytes || c.dstOff > cfg.recvBytes - c.bytes;
+        if (c.op != kProxyPut) bad |= c.slot >= cfg.nSignals;
+        if (bad) {
+          char m[200];
+          snprintf(m, sizeof(m),
+                   "peer sent an out-of-range command (op %u, dst_off %llu, bytes %llu, slot "
+                   "%llu; window %zu, %zu signals)",
+                   c.op, (unsigned long long)c.dstOff, (unsigned long long)c.bytes,
+                   (unsigned long long)c.slot, cfg.recvBytes, cfg.nSignals);
+          setError(ncclInvalidUsage, ps.rank, m);
+          return true;
+        }
+        for (uint64_t off = 0; off < c.bytes && c.op != kProxySignal; off += kProxyChunk) {
+          size_t len = (size_t)std::min<uint64_t>(kProxyChunk, c.bytes - off);
+          b->chunks.push_back(Chunk{static_cast<char*>(cfg.recvBuf) + c.dstOff + off, len, (int)i});
+        }
+      }
+      b->firstChunk[h.count] = b->chunks.size();
+    }
+    while (b->nextPost < b->chunks.size()) {
+      Chunk& ch = b->chunks[b->nextPost];
+      void* data = ch.ptr;
+      size_t size = ch.len;
+      int tag = kTagData;
+      void* mh = ps.recvMh;
+      if (netFailed(net->irecv(ps.recvComm, 1, &data, &size, &tag, &mh, &ch.req), ps.rank,
+                    "irecv(data)"))
+        return true;
+      if (!ch.req) return progress;
+      b->nextPost++;
+      progress = true;
+    }
+  }
+  // Land data, then signals, strictly in order.
+  while (!ps.recvq.empty()) {
+    RecvBatch* b = ps.recvq.front();
+    if (!b->hdrDone) break;
+    while (b->applied < b->hdr->count) {
+      uint32_t e = b->applied;
+      bool ready = true;
+      for (size_t k = b->firstChunk[e]; k < b->firstChunk[e + 1]; k++) {
+        Chunk& ch = b->chunks[k];
+        if (ch.done) continue;
+        if (k >= b->nextPost) {
+          ready = false;
+          break;
+        }
+        int done = 0;
+        size_t got = 0;
+        if (netFailed(net->test(ch.req, &done, &got), ps.rank, "receive")) return true;
+        if (!done) {
+          ready = false;
+          break;
+        }
+        if (got != ch.len) {
+          setError(ncclSystemError, ps.rank, "short data message");
+          return true;
+        }
+        ch.done = true;
+        bytesRecv.fetch_add(ch.len, std::memory_order_relaxed);
+      }
+      if (!ready) break;
+      const ProxyWireCmd& c = b->hdr->cmds[e];
+      if (c.op != kProxyPut && cfg.bufType == NCCL_PTR_CUDA && c.bytes > 0) {
+        // GPU memory written by the NIC: make it visible before the signal says so.
+        void* data = static_cast<char*>(cfg.recvBuf) + c.dstOff;
+        int size = (int)std::min<uint64_t>(c.bytes, 1u << 30);
+        void* mh = ps.recvMh;
+        void* req = nullptr;
+        if (netFailed(net->iflush(ps.recvComm, 1, &data, &size, &mh, &req), ps.rank, "iflush"))
+          return true;
+        if (req && netFailed(netWaitRequest(net, req, nullptr, netTimeoutMs()), ps.rank, "flush"))
+          return true;
+      }
+      if (c.op != kProxyPut) applySignal(c);
+      b->applied++;
+      progress = true;
+    }
+    if (b->applied < b->hdr->count) break;
+    ps.recvq.pop_front();
+    delete b;
+  }
+  return progress;
+}
+
+void Proxy::run() {
+  if (cfg.pinThread) proxyPinThread(cfg.cudaDev, props.pciPath);
+  int idle = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    bool progress = drainRings();
+    for (PeerState& ps : peers) {
+      if (errCode.load() != ncclSuccess) break;
+      progress |= progressSend(ps);
+      if (errCode.load() != ncclSuccess) break;
+      progress |= progressRecv(ps);
+    }
+    if (errCode.load() != ncclSuccess) break;
+    if (progress) {
+      idle = 0;
+    } else if (++idle > 2000) {
+      usleep(50);  // long idle: stop burning a core, keep wake-up latency low
+    } else if (idle > 100) {
+      sched_yield();
+    }
+  }
+}
+
+ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
+  MK_ARGCHECK(cfgIn.net != nullptr, "proxy: no net backend");
+  MK_ARGCHECK(cfgIn.nranks > 0 && cfgIn.rank >= 0 && cfgIn.rank < cfgIn.nranks,
+              "proxy: bad rank %d of %d", cfgIn.rank, cfgIn.nranks);
+  MK_ARGCHECK((bool)cfgIn.alltoall || cfgIn.peers.empty(), "proxy: no out-of-band exchange");
+  MK_ARGCHECK(cfgIn.nSignals == 0 || cfgIn.signals != nullptr, "proxy: NULL signal array");
+  Proxy* p = new Proxy();
+  p->cfg = cfgIn;
+  ProxyConfig& cfg = p->cfg;
+  if (cfg.timeoutMs <= 0) cfg.timeoutMs = netTimeoutMs();
+  Net* net = cfg.net;
+  ncclResult_t res = ncclSuccess;
+  std::vector<char> sendH, recvH;
+  int64_t deadline;
+  NCCLCHECKGOTO(net->getProperties(cfg.netDev, &p->props), res, fail);
+  p->rankToPeer.assign(cfg.nranks, -1);
+  for (int r : cfg.peers) {
+    if (r < 0 || r >= cfg.nranks || r == cfg.rank || p->rankToPeer[r] >= 0) {
+      MK_WARN("proxy: bad peer list entry %d (rank %d of %d)", r, cfg.rank, cfg.nranks);
+      res = ncclInvalidArgument;
+      goto fail;
+    }
+    p->rankToPeer[r] = (int)p->peers.size();
+    p->peers.emplace_back();
+    p->peers.back().rank = r;
+  }
+  for (ProxyRing* r : cfg.rings) p->rings.push_back(RingTrack{r, r->done(), {}});
+  // Listen once per peer, exchange handles, then connect and accept everything in one
+  // loop (connect/accept never block on the peer, so no pairwise ordering is needed).
+  sendH.assign((size_t)cfg.nranks * kNetHandleSize, 0);
+  recvH.assign((size_t)cfg.nranks * kNetHandleSize, 0);
+  for (PeerState& ps : p->peers)
+    NCCLCHECKGOTO(net->listen(cfg.netDev, &sendH[(size_t)ps.rank * kNetHandleSize], &ps.listenComm),
+                  res, fail);
+  if (!p->peers.empty())
+    NCCLCHECKGOTO(cfg.alltoall(sendH.data(), recvH.data(), kNetHandleSize), res, fail);
+  deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now().time_since_epoch())
+                 .count() +
+             cfg.timeoutMs;
+  for (;;) {
+    bool all = true;
+    for (PeerState& ps : p->peers) {
+      if (!ps.sendComm)
+        NCCLCHECKGOTO(
+            net->connect(cfg.netDev, &recvH[(size_t)ps.rank * kNetHandleSize], &ps.sendComm), res,
+            fail);
+      if (!ps.recvComm) NCCLCHECKGOTO(net->accept(ps.listenComm, &ps.recvComm), res, fail);
+      all &= ps.sendComm && ps.recvComm;
+    }
+    if (all) break;
+    if (std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now().time_since_epoch())
+            .count() > deadline) {
+      for (PeerState& ps : p->peers)
+        if (!ps.sendComm || !ps.recvComm)
+          MK_WARN("proxy rank %d: no connection with peer rank %d after %lld ms", cfg.rank, ps.rank,
+                  (long long)cfg.timeoutMs);
+      res = ncclRemoteError;
+      goto fail;
+    }
+    usleep(1000);
+  }
+  for (PeerState& ps : p->peers) {
+    ps.sendHdrs.reset(new WireHdr[kMaxInflight]);
+    ps.recvHdrs.reset(new WireHdr[kMaxInflight]);
+    NCCLCHECKGOTO(net->regMr(ps.sendComm, ps.sendHdrs.get(), sizeof(WireHdr) * kMaxInflight,
+                             NCCL_PTR_HOST, &ps.sendHdrMh),
+                  res, fail);
+    NCCLCHECKGOTO(net->regMr(ps.recvComm, ps.recvHdrs.get(), sizeof(WireHdr) * kMaxInflight,
+                             NCCL_PTR_HOST, &ps.recvHdrMh),
+                  res, fail);
+    if (cfg.sendBytes)
+      NCCLCHECKGOTO(net->regMr(ps.sendComm, cfg.sendBuf, cfg.sendBytes, cfg.bufType, &ps.sendMh),
+                    res, fail);
+    if (cfg.recvBytes)
+      NCCLCHECKGOTO(net->regMr(ps.recvComm, cfg.recvBuf, cfg.recvBytes, cfg.bufType, &ps.recvMh),
+                    res, fail);
+  }
+  p->thread = std::thread([p] { p->run(); });
+  MK_INFO(kProxy, "proxy rank %d: %zu peer(s) over %s, %zu ring(s)", cfg.rank, p->peers.size(),
+          net->name(), cfg.rings.size());
+  *out = p;
+  return ncclSuccess;
+fail:
+  proxyDestroy(p);
+  return res;
+}
+
+ncclResult_t proxyDestroy(Proxy* p) {
+  if (!p) return ncclSuccess;
+  p->stop.store(true);
+  if (p->thread.joinable()) p->thread.join();
+  Net* net = p->cfg.net;
+  for (PeerState& ps : p->peers) {
+    for (SendBatch* b : ps.sendq) delete b;
+    for (RecvBatch* b : ps.recvq) delete b;
+    if (ps.sendHdrMh) net->deregMr(ps.sendComm, ps.sendHdrMh);
+    if (ps.recvHdrMh) net->deregMr(ps.recvComm, ps.recvHdrMh);
+    if (ps.sendMh) net->deregMr(ps.sendComm, ps.sendMh);
+    if (ps.recvMh) net->deregMr(ps.recvComm, ps.recvMh);
+    if (ps.sendComm) net->closeSend(ps.sendComm);
+    if (ps.recvComm) net->closeRecv(ps.recvComm);
+    if (ps.listenComm) net->closeListen(ps.listenComm);
+  }
+  delete p;
+  return ncclSuccess;
+}
+
+ncclResult_t proxyGetAsyncError(Proxy* p, std::string* msg) {
+  std::lock_guard<std::mutex> lk(p->errMu);
+  if (msg) *msg = p->errMsg;
+  return (ncclResult_t)p->errCode.load();
+}
+
+void proxyAbort(Proxy* p) {
+  p->stop.store(true);
+  for (auto& r : p->rings) r.ring->setAbort();
+}
+
+uint64_t proxyCompleted(Proxy* p, int ring) {
+  return p->rings.at(ring).ring->done();
+}
+
+ProxyStats proxyStats(Proxy* p) {
+  ProxyStats s;
+  s.cmds = p->cmds.load();
+  s.batches = p->batches.load();
+  s.bytesSent = p->bytesSent.load();
+  s.bytesRecv = p->bytesRecv.load();
+  s.signalsApplied = p->signalsApplied.load();
+  return s;
+}
+
+}  // namespace mk

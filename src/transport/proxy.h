@@ -1,0 +1,80 @@
+// Proxy engine: the CPU thread that turns ring commands into net traffic (sender side)
+// and lands incoming data and signals (receiver side). One Proxy per rank, connected to a
+// list of remote peers; every peer pair gets one send comm each way.
+//
+// Wire protocol over any Net backend (two-sided, ordered per comm pair):
+//   a batch = one header message (tag kTagHdr: up to kProxyMaxBatch ProxyWireCmd) followed
+//   by one data message per put chunk (tag kTagData) in header order.
+// The receiver posts the header irecv, then the data irecvs straight into the destination
+// window, and applies each signal only after the data of every earlier entry of that
+// peer has completed (test() done, then iflush for GPU memory): data always lands before
+// its signal, and signals of one peer apply in command order. Signals are 64-bit words in
+// host(-mapped) memory, set (monotonic sequence numbers) or added, never reset.
+// Over verbs the data messages are RDMA WRITEs and their completion notice a
+// WRITE_WITH_IMM on the same RC QP (net_verbs.cc), so the same ordering argument holds.
+//
+// Errors (peer gone, bad offsets, timeouts) stop the proxy, set the rings' abort flag and
+// are kept as one async error record read with proxyGetAsyncError().
+#pragma once
+#include <nccl.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "transport/net.h"
+#include "transport/proxy_ring.h"
+
+namespace mk {
+
+// Out-of-band all-to-all the comm layer provides (bootstrap): sendbuf holds nranks blocks
+// of `bytes`, block p destined to rank p; recvbuf gets block p from rank p. Blocks for
+// ranks that are not peers are ignored.
+using ProxyAllToAll = std::function<ncclResult_t(const void* sendbuf, void* recvbuf, size_t bytes)>;
+
+struct ProxyConfig {
+  int rank = 0;
+  int nranks = 0;
+  std::vector<int> peers;  // remote ranks (other nodes); the same list on both sides of a pair
+  Net* net = nullptr;      // not owned; outlives the proxy
+  int netDev = 0;
+  std::vector<ProxyRing*> rings;  // command sources, drained round-robin (not owned)
+  // Local source window (put srcOff) and destination window (peers' dstOff), both
+  // registered with the backend. bufType: NCCL_PTR_HOST or NCCL_PTR_CUDA.
+  void* sendBuf = nullptr;
+  size_t sendBytes = 0;
+  void* recvBuf = nullptr;
+  size_t recvBytes = 0;
+  int bufType = NCCL_PTR_HOST;
+  // Signal words incoming signals update (host or host-mapped memory).
+  uint64_t* signals = nullptr;
+  size_t nSignals = 0;
+  ProxyAllToAll alltoall;
+  int64_t timeoutMs = 0;  // connection setup bound; 0 = netTimeoutMs()
+  int cudaDev = -1;       // for CPU pinning near the GPU (-1: use the NIC, else none)
+  bool pinThread = true;
+};
+
+class Proxy;
+
+ncclResult_t proxyCreate(const ProxyConfig& cfg, Proxy** out);
+// Stops the thread, closes every comm. Safe after an error.
+ncclResult_t proxyDestroy(Proxy* p);
+// ncclSuccess, or the first error the proxy hit, with its message (naming the peer).
+ncclResult_t proxyGetAsyncError(Proxy* p, std::string* msg);
+// Asks the proxy to stop (comm abort): pending work is dropped, rings are aborted.
+void proxyAbort(Proxy* p);
+// Commands of ring i completed so far (same as ring->done()); tests and host waits.
+uint64_t proxyCompleted(Proxy* p, int ring);
+struct ProxyStats {
+  uint64_t cmds = 0, batches = 0, bytesSent = 0, bytesRecv = 0, signalsApplied = 0;
+};
+ProxyStats proxyStats(Proxy* p);
+
+// Binds the calling thread to the CPUs near the GPU (cudaDev >= 0) or else near the
+// NIC at pciPath (sysfs path). Best effort: returns ncclSuccess with an INFO line when
+// nothing is known. (proxy_affinity.cc, hwloc)
+ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath);
+
+}  // namespace mk

@@ -1,0 +1,188 @@
+#include "transport/proxy_ring.h"
+
+#include <cuda_runtime.h>
+#include <sched.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/checks.h"
+#include "core/param.h"
+
+namespace mk {
+
+static int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+ncclResult_t ProxyRing::create(uint64_t nslots, ProxyRingMem mem, ProxyRing** out) {
+  if (nslots == 0) {
+    int64_t p = MK_PARAM_INT(ProxyRingSlots);
+    nslots = p > 0 ? (uint64_t)p : 1024;
+  }
+  MK_ARGCHECK(nslots <= (1ull << 24), "proxy ring: %llu slots is too many",
+              (unsigned long long)nslots);
+  uint64_t n = 1;
+  while (n < nslots) n <<= 1;
+  ProxyRing* r = new ProxyRing();
+  r->mem_ = mem;
+  size_t slotBytes = n * sizeof(ProxyCmd);
+  if (mem == ProxyRingMem::kHost) {
+    r->slotsAlloc_ = aligned_alloc(64, slotBytes);
+    r->ctrAlloc_ = aligned_alloc(64, sizeof(ProxyRingCounters));
+    if (!r->slotsAlloc_ || !r->ctrAlloc_) {
+      delete r;
+      MK_WARN("proxy ring: cannot allocate %zu bytes", slotBytes);
+      return ncclSystemError;
+    }
+    memset(r->slotsAlloc_, 0, slotBytes);
+    memset(r->ctrAlloc_, 0, sizeof(ProxyRingCounters));
+    auto* c = static_cast<ProxyRingCounters*>(r->ctrAlloc_);
+    r->host_ = {static_cast<ProxyCmd*>(r->slotsAlloc_), n, &c->tail, &c->head, &c->done, &c->abort};
+    r->dev_ = r->host_;
+  } else {
+    ncclResult_t res = ncclSuccess;
+    void *slotsDev = nullptr, *ctrDev = nullptr;
+    CUDACHECKGOTO(cudaHostAlloc(&r->slotsAlloc_, slotBytes, cudaHostAllocMapped), res, fail);
+    CUDACHECKGOTO(cudaHostAlloc(&r->ctrAlloc_, sizeof(ProxyRingCounters), cudaHostAllocMapped), res,
+                  fail);
+    CUDACHECKGOTO(cudaMalloc(&r->tailDevAlloc_, sizeof(uint64_t)), res, fail);
+    CUDACHECKGOTO(cudaMemset(r->tailDevAlloc_, 0, sizeof(uint64_t)), res, fail);
+    CUDACHECKGOTO(cudaHostGetDevicePointer(&slotsDev, r->slotsAlloc_, 0), res, fail);
+    CUDACHECKGOTO(cudaHostGetDevicePointer(&ctrDev, r->ctrAlloc_, 0), res, fail);
+    memset(r->slotsAlloc_, 0, slotBytes);
+    memset(r->ctrAlloc_, 0, sizeof(ProxyRingCounters));
+    {
+      auto* c = static_cast<ProxyRingCounters*>(r->ctrAlloc_);
+      auto* cd = static_cast<ProxyRingCounters*>(ctrDev);
+      // The host never reads tail of a device ring: the consumer follows valid words.
+      r->host_ = {
+          static_cast<ProxyCmd*>(r->slotsAlloc_), n, nullptr, &c->head, &c->done, &c->abort};
+      r->dev_ = {static_cast<ProxyCmd*>(slotsDev),
+                 n,
+                 static_cast<uint64_t*>(r->tailDevAlloc_),
+                 &cd->head,
+                 &cd->done,
+                 &cd->abort};
+    }
+    *out = r;
+    return ncclSuccess;
+  fail:
+    delete r;
+    return res;
+  }
+  *out = r;
+  return ncclSuccess;
+}
+
+ProxyRing::~ProxyRing() {
+  if (mem_ == ProxyRingMem::kHost) {
+    free(slotsAlloc_);
+    free(ctrAlloc_);
+  } else {
+    if (slotsAlloc_) cudaFreeHost(slotsAlloc_);
+    if (ctrAlloc_) cudaFreeHost(ctrAlloc_);
+    if (tailDevAlloc_) cudaFree(tailDevAlloc_);
+  }
+}
+
+ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
+  MK_ARGCHECK(host_.tail != nullptr, "proxy ring: host push on a GPU ring");
+  const ProxyRingView& r = host_;
+  uint64_t t = __atomic_fetch_add(r.tail, 1, __ATOMIC_RELAXED);
+  int64_t deadline = 0;
+  for (uint64_t spin = 0; t >= __atomic_load_n(r.head, __ATOMIC_ACQUIRE) + r.nslots; spin++) {
+    if (__atomic_load_n(r.abort, __ATOMIC_RELAXED)) {
+      MK_WARN("proxy ring: push aborted (ticket %llu)", (unsigned long long)t);
+      return ncclRemoteError;
+    }
+    if ((spin & 255) == 255) {
+      if (deadline == 0) deadline = nowMs() + timeoutMs;
+      if (nowMs() > deadline) {
+        MK_WARN("proxy ring: no free slot after %lld ms (ticket %llu, proxy stalled?)",
+                (long long)timeoutMs, (unsigned long long)t);
+        return ncclRemoteError;
+      }
+      sched_yield();
+    }
+  }
+  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
+  s->op = cmd.op;
+  s->sigOp = cmd.sigOp;
+  s->peer = cmd.peer;
+  s->srcOff = cmd.srcOff;
+  s->dstOff = cmd.dstOff;
+  s->bytes = cmd.bytes;
+  s->slot = cmd.slot;
+  s->value = cmd.value;
+  __atomic_store_n(&s->valid, t + 1, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
+
+ncclResult_t ProxyRing::put(uint64_t peer, uint64_t srcOff, uint64_t dstOff, uint64_t bytes,
+                            int64_t timeoutMs) {
+  ProxyCmd c = {};
+  c.op = kProxyPut;
+  c.peer = peer, c.srcOff = srcOff, c.dstOff = dstOff, c.bytes = bytes;
+  return push(c, timeoutMs);
+}
+
+ncclResult_t ProxyRing::putSignal(uint64_t peer, uint64_t srcOff, uint64_t dstOff, uint64_t bytes,
+                                  uint64_t slot, uint64_t value, ProxySignalOp sigOp,
+                                  int64_t timeoutMs) {
+  ProxyCmd c = {};
+  c.op = kProxyPutSignal;
+  c.sigOp = sigOp;
+  c.peer = peer, c.srcOff = srcOff, c.dstOff = dstOff, c.bytes = bytes;
+  c.slot = slot, c.value = value;
+  return push(c, timeoutMs);
+}
+
+ncclResult_t ProxyRing::signal(uint64_t peer, uint64_t slot, uint64_t value, ProxySignalOp sigOp,
+                               int64_t timeoutMs) {
+  ProxyCmd c = {};
+  c.op = kProxySignal;
+  c.sigOp = sigOp;
+  c.peer = peer, c.slot = slot, c.value = value;
+  return push(c, timeoutMs);
+}
+
+int ProxyRing::poll(ProxyCmd* out, int max, uint64_t* firstTicket) {
+  const ProxyRingView& r = host_;
+  *firstTicket = consumed_;
+  int n = 0;
+  while (n < max) {
+    ProxyCmd* s = &r.slots[consumed_ & (r.nslots - 1)];
+    if (__atomic_load_n(&s->valid, __ATOMIC_ACQUIRE) != consumed_ + 1) break;
+    out[n] = *s;
+    n++;
+    consumed_++;
+  }
+  // One release store per batch: producers waiting for space see the slots free only
+  // after we finished copying them.
+  if (n) __atomic_store_n(r.head, consumed_, __ATOMIC_RELEASE);
+  return n;
+}
+
+void ProxyRing::setDone(uint64_t ticket) {
+  if (ticket > __atomic_load_n(host_.done, __ATOMIC_RELAXED))
+    __atomic_store_n(host_.done, ticket, __ATOMIC_RELEASE);
+}
+uint64_t ProxyRing::done() const {
+  return __atomic_load_n(host_.done, __ATOMIC_ACQUIRE);
+}
+void ProxyRing::setAbort() {
+  __atomic_store_n(host_.abort, 1u, __ATOMIC_RELEASE);
+}
+bool ProxyRing::aborted() const {
+  return __atomic_load_n(host_.abort, __ATOMIC_ACQUIRE) != 0;
+}
+uint64_t ProxyRing::tail() const {
+  return host_.tail ? __atomic_load_n(host_.tail, __ATOMIC_ACQUIRE) : consumed_;
+}
+
+}  // namespace mk

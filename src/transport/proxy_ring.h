@@ -1,0 +1,120 @@
+// GPU -> CPU proxy command ring.
+//
+// Fixed 64-byte commands in a power-of-two array of slots, produced by GPU threads
+// (proxy_ring.cuh) or host threads (ProxyRing::push*) and drained by the proxy thread.
+// Protocol (multi-producer, single consumer):
+//   producer:  t = fetch_add(tail, 1)                       // ticket = slot reservation
+//              wait until t < head + nslots (acquire)        // back-pressure, bounded + abort
+//              write the body of slots[t % nslots]
+//              store valid = t + 1 with release              // device: st.release.sys
+//   consumer:  v = load valid of slots[head % nslots] (acquire); v == head + 1 -> ready
+//              copy the command, then store head + 1 with release (slot free again)
+// The valid word carries the ticket, so a slot written in an earlier lap never looks
+// ready and no slot is ever cleared. All counters are 64-bit and monotonic: they never
+// wrap in practice and are never reset. `done` counts commands the proxy has finished
+// (their source data has left, so the producer may overwrite it), advanced in ticket
+// order. A producer that gives up (abort/timeout) after taking a ticket leaves a hole:
+// the ring is then dead, which is fine because the comm is already in error.
+#pragma once
+#include <nccl.h>
+#include <stdint.h>
+
+namespace mk {
+
+enum ProxyOp : uint32_t {
+  kProxyNop = 0,
+  kProxyPut = 1,        // copy bytes from local src_off to peer's dst_off
+  kProxyPutSignal = 2,  // put, then (once the data landed) apply value to peer's signal slot
+  kProxySignal = 3,     // apply value to peer's signal slot, after every earlier put to it
+};
+
+enum ProxySignalOp : uint32_t {
+  kSignalSet = 0,  // signal = value   (value: a monotonic sequence number)
+  kSignalAdd = 1,  // signal += value
+};
+
+struct alignas(64) ProxyCmd {
+  uint64_t valid;   // ticket + 1 once the body is written; written last
+  uint32_t op;      // ProxyOp
+  uint32_t sigOp;   // ProxySignalOp
+  uint64_t peer;    // destination rank
+  uint64_t srcOff;  // byte offset in the local source window
+  uint64_t dstOff;  // byte offset in the peer's destination window
+  uint64_t bytes;
+  uint64_t slot;  // signal slot index at the peer
+  uint64_t value;
+};
+static_assert(sizeof(ProxyCmd) == 64, "proxy commands are 64 bytes");
+
+// Shared-state layout; each counter has its own cache line (GPU producers hammer tail,
+// the proxy writes head/done).
+struct ProxyRingCounters {
+  alignas(64) uint64_t tail;   // next ticket
+  alignas(64) uint64_t head;   // commands consumed
+  alignas(64) uint64_t done;   // commands completed
+  alignas(64) uint32_t abort;  // nonzero: producers stop waiting and fail
+};
+
+// What a producer needs; plain pointers so that it can be passed to a kernel by value.
+struct ProxyRingView {
+  ProxyCmd* slots;
+  uint64_t nslots;  // power of two
+  uint64_t* tail;
+  uint64_t* head;
+  uint64_t* done;
+  uint32_t* abort;
+};
+
+// Host side (usable from .cc and .cu translation units).
+enum class ProxyRingMem {
+  kHost,        // malloc'ed host memory: host producers only (CPU tests, host-driven sends)
+  kCudaMapped,  // cudaHostAlloc(mapped) for slots/head/done/abort, tail in device memory
+};
+
+class ProxyRing {
+ public:
+  // nslots: rounded up to a power of two; 0 = MKERNEL_PROXY_RING_SLOTS.
+  static ncclResult_t create(uint64_t nslots, ProxyRingMem mem, ProxyRing** out);
+  ~ProxyRing();
+
+  ProxyRingView hostView() const { return host_; }
+  // Device pointers of a kCudaMapped ring (same as hostView() for kHost).
+  ProxyRingView deviceView() const { return dev_; }
+  uint64_t nslots() const { return host_.nslots; }
+
+  // Host producer. Waits at most timeoutMs for a free slot (ncclRemoteError on timeout,
+  // ncclRemoteError "aborted" when the abort flag is set). Thread-safe. Only on kHost
+  // rings: host and GPU atomics on the same counter are not atomic with each other over
+  // PCIe.
+  ncclResult_t push(const ProxyCmd& cmd, int64_t timeoutMs);
+  ncclResult_t put(uint64_t peer, uint64_t srcOff, uint64_t dstOff, uint64_t bytes,
+                   int64_t timeoutMs);
+  ncclResult_t putSignal(uint64_t peer, uint64_t srcOff, uint64_t dstOff, uint64_t bytes,
+                         uint64_t slot, uint64_t value, ProxySignalOp sigOp, int64_t timeoutMs);
+  ncclResult_t signal(uint64_t peer, uint64_t slot, uint64_t value, ProxySignalOp sigOp,
+                      int64_t timeoutMs);
+
+  // Consumer (one thread). Copies up to max ready commands, frees their slots, returns
+  // how many; *firstTicket gets the ticket of out[0].
+  int poll(ProxyCmd* out, int max, uint64_t* firstTicket);
+  // Marks every ticket below `ticket` completed (done = ticket, monotonic).
+  void setDone(uint64_t ticket);
+  uint64_t done() const;
+  // Producers (host and device) waiting for space fail instead.
+  void setAbort();
+  bool aborted() const;
+  // Tickets handed out (includes commands not yet written).
+  uint64_t tail() const;
+
+ private:
+  ProxyRing() = default;
+  ProxyRingMem mem_ = ProxyRingMem::kHost;
+  ProxyRingView host_ = {};
+  ProxyRingView dev_ = {};
+  void* slotsAlloc_ = nullptr;
+  void* ctrAlloc_ = nullptr;
+  void* tailDevAlloc_ = nullptr;
+  uint64_t consumed_ = 0;  // consumer's private copy of head
+};
+
+}  // namespace mk
