@@ -28,7 +28,8 @@ namespace mk {
   X(cuMemGetAddressRange)                   \
   X(cuMemGetHandleForAddressRange)          \
   X(cuPointerGetAttribute)                  \
-  X(cuTensorMapEncodeTiled)
+  X(cuTensorMapEncodeTiled)                  \
+  X(cuFlushGPUDirectRDMAWrites)
 
 struct CuFuncs {
 #define MK_CU_DECL(name) decltype(&::name) name = nullptr;

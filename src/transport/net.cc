@@ -18,9 +18,7 @@ static int64_t nowMs() {
 }
 
 int64_t netTimeoutMs() {
-  // No dedicated parameter yet: the bootstrap bound is the one users already tune for
-  // "how long may a peer stay silent before it is declared dead".
-  int64_t s = MK_PARAM_INT(BootstrapTimeoutS);
+  int64_t s = MK_PARAM_INT(NetTimeoutS);
   return s > 0 ? s * 1000 : 120000;
 }
 

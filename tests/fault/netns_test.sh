@@ -2,7 +2,7 @@
 # Socket net backend across two network namespaces joined by a veth pair:
 #   1. a clean 16 x 8 MiB transfer between the namespaces;
 #   2. a stream during which the link is taken down; both ends must get ncclRemoteError
-#      within the net timeout (MKERNEL_BOOTSTRAP_TIMEOUT_S, set to 4 s here) + slack.
+#      within the net timeout (MKERNEL_NET_TIMEOUT_S, set to 4 s here) + slack.
 # The two ends are the NetNs.Role test of mk_mp_tests (inert unless driven by this script).
 # Needs root and `ip netns`; prints "SKIPPED: <why>" and exits 0 where they are missing.
 # Traffic stays inside namespaces this script creates (10.77.0.0/24 on the veth only).
@@ -50,7 +50,7 @@ ip netns exec "$NS_A" ping -c 1 -W 2 10.77.0.2 >/dev/null 2>&1 || echo "note: pi
 
 run_side() {  # ns role ifname
   ip netns exec "$1" env MKNET_NETNS_ROLE="$2" MKNET_NETNS_DIR="$WORK" NCCL_SOCKET_IFNAME="=$3" \
-    MKERNEL_BOOTSTRAP_TIMEOUT_S=4 MKERNEL_SOCKET_NCONNS=2 \
+    MKERNEL_NET_TIMEOUT_S=4 MKERNEL_SOCKET_NCONNS=2 \
     "$BIN" --gtest_filter=NetNs.Role >"$WORK/$2.log" 2>&1
 }
 run_side "$NS_A" server "$VETH_A" & PID_A=$!

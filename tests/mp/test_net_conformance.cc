@@ -32,7 +32,7 @@ std::string pluginPath() {
 void useLoopback() {
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   setenv("MKERNEL_NET", "socket", 1);  // what our plugin picks inside
-  setenv("MKERNEL_BOOTSTRAP_TIMEOUT_S", "10", 1);
+  setenv("MKERNEL_NET_TIMEOUT_S", "10", 1);
   mk::paramReset();
 }
 

@@ -4,7 +4,7 @@
 // Skipped unless MKNET_NETNS_ROLE is set, so it is inert in ordinary test runs.
 //   phase 1: 16 messages of 8 MiB, checked byte for byte;
 //   phase 2: an endless stream; the script downs the link; both sides must fail with
-//            ncclRemoteError within the timeout (MKERNEL_BOOTSTRAP_TIMEOUT_S) + slack.
+//            ncclRemoteError within the timeout (MKERNEL_NET_TIMEOUT_S) + slack.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

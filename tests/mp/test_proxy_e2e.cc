@@ -38,7 +38,7 @@ struct Rank {
   ncclResult_t init(const Ctx& ctx, std::vector<int> peers, size_t window) {
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     setenv("MKERNEL_SOCKET_NCONNS", "2", 1);
-    setenv("MKERNEL_BOOTSTRAP_TIMEOUT_S", "10", 1);
+    setenv("MKERNEL_NET_TIMEOUT_S", "10", 1);
     mk::paramReset();
     if (mk::netCreateSocket(&net) != ncclSuccess) return ncclSystemError;
     mk::ProxyRing* r = nullptr;
