@@ -217,10 +217,11 @@ ncclResult_t netInit(ncclComm* comm) {
   }
   for (int r = 0; r < comm->nRanks; r++) {
     if (all[r].windowBytes != ns->lay.windowBytes) {
-      MK_WARN("netInit: rank %d uses %llu-byte windows, rank %d %llu: MKERNEL_WORKSPACE_BYTES "
-              "must be the same on every rank",
-              r, (unsigned long long)all[r].windowBytes, comm->rank,
-              (unsigned long long)ns->lay.windowBytes);
+      MK_WARN(
+          "netInit: rank %d uses %llu-byte windows, rank %d %llu: MKERNEL_WORKSPACE_BYTES "
+          "must be the same on every rank",
+          r, (unsigned long long)all[r].windowBytes, comm->rank,
+          (unsigned long long)ns->lay.windowBytes);
       return ncclInvalidUsage;
     }
   }
@@ -257,10 +258,11 @@ ncclResult_t netFini(ncclComm* comm) {
       res == ncclSuccess)
     res = r;
   ns->localReg = nullptr;
-  if (ns->ring) netRingPut(comm->cudaDev, ns->ring, ns->stream);
+  // Without the internal stream the ring's device tail cannot be read without waiting for
+  // the whole device: leak the ring instead (a failed init only).
+  if (ns->ring && ns->stream) netRingPut(comm->cudaDev, ns->ring, ns->stream);
   ns->ring = nullptr;
-  for (NetBlock* b : {&ns->send, &ns->recv, &ns->sig, &ns->err, &ns->ctl, &ns->local})
-    netMemPut(b);
+  for (NetBlock* b : {&ns->send, &ns->recv, &ns->sig, &ns->err, &ns->ctl, &ns->local}) netMemPut(b);
   delete ns->net;  // after the proxy: it closed every comm of the backend
   ns->net = nullptr;
   if (ns->stream) cudaStreamDestroy(ns->stream);
@@ -303,9 +305,10 @@ ncclResult_t netPollAsyncError(ncclComm* comm) {
 
 ncclResult_t netDevView(ncclComm* comm, NetDev* out) {
   if (comm == nullptr || comm->net == nullptr) {
-    MK_WARN("device net API: comm %p has no inter-node state (it spans a single node, or "
-            "netInit was not called)",
-            (void*)comm);
+    MK_WARN(
+        "device net API: comm %p has no inter-node state (it spans a single node, or "
+        "netInit was not called)",
+        (void*)comm);
     return ncclInvalidUsage;
   }
   *out = comm->net->dev;

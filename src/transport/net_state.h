@@ -34,8 +34,13 @@ namespace mk {
 constexpr uint32_t kNetSignals = 4096;
 
 // ErrRecord fields as the net layer fills them (its own record, not the collectives').
-enum NetOp : int32_t { kNetOpPut = 1, kNetOpPutSignal = 2, kNetOpSignal = 3, kNetOpWaitSignal = 4,
-                       kNetOpQuiet = 5 };
+enum NetOp : int32_t {
+  kNetOpPut = 1,
+  kNetOpPutSignal = 2,
+  kNetOpSignal = 3,
+  kNetOpWaitSignal = 4,
+  kNetOpQuiet = 5
+};
 enum NetWaitKind : int32_t {
   kNetWaitNone = 0,    // no wait (argument error)
   kNetWaitSignal = 1,  // a signal slot to reach a value
@@ -64,13 +69,13 @@ struct NetDev {
   uint64_t windowBytes;    // every destination window: dst_offset + bytes <= windowBytes
   char* sendBase;          // the proxy's source window: [0, sendUser) for kernels, then staging
   uint64_t sendUser;
-  char* stage;             // sendBase + sendUser
-  uint64_t stageChunk;     // bytes per staging slot (commands of a staged put are this size)
+  char* stage;          // sendBase + sendUser
+  uint64_t stageChunk;  // bytes per staging slot (commands of a staged put are this size)
   uint32_t stageSlots;
   uint32_t nSignals;
-  uint64_t* stageNext;     // staging slots taken (monotonic)
-  uint64_t* stagePub;      // [stageSlots] laps published per slot
-  uint64_t* stageTicket;   // [stageSlots] ring tail after the slot's command was pushed
+  uint64_t* stageNext;    // staging slots taken (monotonic)
+  uint64_t* stagePub;     // [stageSlots] laps published per slot
+  uint64_t* stageTicket;  // [stageSlots] ring tail after the slot's command was pushed
 };
 
 // Window sizes of a comm, a pure function of the window size (identical on every rank).
@@ -79,9 +84,9 @@ struct NetLayout {
   uint64_t sendUser;     // user part of the source window
   uint64_t stageChunk;   // staging slot size
   uint32_t stageSlots;
-  uint64_t sendBytes;    // sendUser + stageChunk * stageSlots
-  uint64_t sigBytes;     // signal words at the start of a P2P window (4 KiB aligned)
-  uint64_t localBytes;   // sigBytes + windowBytes
+  uint64_t sendBytes;   // sendUser + stageChunk * stageSlots
+  uint64_t sigBytes;    // signal words at the start of a P2P window (4 KiB aligned)
+  uint64_t localBytes;  // sigBytes + windowBytes
 };
 // ncclInvalidArgument when windowBytes is too small (< 64 KiB) or not a multiple of 4 KiB.
 ncclResult_t netLayout(uint64_t windowBytes, NetLayout* out);

@@ -68,18 +68,18 @@ NetCtlLayout netCtlLayout(uint32_t stageSlots, int nRanks, int nLocal);
 struct NetState {
   Net* net = nullptr;  // owned (deleted by netFini)
   int netDev = 0;
-  bool gdr = false;    // windows in device memory (the backend reaches GPU memory)
+  bool gdr = false;  // windows in device memory (the backend reaches GPU memory)
   NetLayout lay{};
   Proxy* proxy = nullptr;
   ProxyRing* ring = nullptr;
   cudaStream_t stream = nullptr;  // internal, non-blocking: zero-fills and table uploads
   NetBlock send, recv, sig, err, ctl, local;
-  void* localReg = nullptr;       // peerMemRegister handle of `local`
-  bool p2pOk = false;             // local peers' P2P windows are mapped
-  std::vector<int> peers;         // the proxy's peers
-  std::vector<int> peerLocal;     // host copy of NetDev::peerLocal
-  std::vector<void*> localWins;   // host copy of NetDev::localWins
-  NetDev dev{};                   // prebuilt device view
+  void* localReg = nullptr;      // peerMemRegister handle of `local`
+  bool p2pOk = false;            // local peers' P2P windows are mapped
+  std::vector<int> peers;        // the proxy's peers
+  std::vector<int> peerLocal;    // host copy of NetDev::peerLocal
+  std::vector<void*> localWins;  // host copy of NetDev::localWins
+  NetDev dev{};                  // prebuilt device view
   std::atomic<bool> proxyReported{false};
   std::atomic<bool> recordReported{false};
   std::atomic<bool> aborted{false};

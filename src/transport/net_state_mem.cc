@@ -52,7 +52,9 @@ ncclResult_t allocBlock(NetMem kind, int cudaDev, size_t bytes, NetBlock* b) {
       break;
   }
   MK_INFO(kNet | kAlloc, "net: new %s block of %zu bytes on GPU %d",
-          kind == NetMem::kHostMapped ? "host-mapped" : kind == NetMem::kDevice ? "device" : "shared",
+          kind == NetMem::kHostMapped ? "host-mapped"
+          : kind == NetMem::kDevice   ? "device"
+                                      : "shared",
           bytes, cudaDev);
   return ncclSuccess;
 }
@@ -122,8 +124,9 @@ uint64_t* wordGet() {
     }
   }
   uint64_t* w = nullptr;
-  return cudaHostAlloc((void**)&w, sizeof(uint64_t), cudaHostAllocPortable) == cudaSuccess ? w
-                                                                                           : nullptr;
+  return cudaHostAlloc((void**)&w, sizeof(uint64_t), cudaHostAllocPortable) == cudaSuccess
+             ? w
+             : nullptr;
 }
 void wordPut(uint64_t* w) {
   if (!w) return;

@@ -11,7 +11,9 @@
 namespace mk {
 
 namespace {
-uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t roundUp(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 uint64_t floorPow2(uint64_t v) {
   uint64_t p = 1;
   while (p * 2 <= v) p *= 2;
@@ -95,8 +97,8 @@ ncclResult_t netBootstrapAllToAll(Bootstrap* b, const std::vector<int>& peers, i
   // Sends never wait for the matching receive (the bootstrap queues messages by peer and
   // tag), so posting every send first cannot deadlock.
   for (int p : peers)
-    NCCLCHECK(bootstrapSend(b, p, tag, static_cast<const char*>(sendbuf) + (size_t)p * bytes,
-                            bytes));
+    NCCLCHECK(
+        bootstrapSend(b, p, tag, static_cast<const char*>(sendbuf) + (size_t)p * bytes, bytes));
   for (int p : peers)
     NCCLCHECK(bootstrapRecv(b, p, tag, static_cast<char*>(recvbuf) + (size_t)p * bytes, bytes));
   return ncclSuccess;
@@ -105,21 +107,32 @@ ncclResult_t netBootstrapAllToAll(Bootstrap* b, const std::vector<int>& peers, i
 namespace {
 const char* opName(int op) {
   switch (op) {
-    case kNetOpPut: return "put";
-    case kNetOpPutSignal: return "put_signal";
-    case kNetOpSignal: return "signal";
-    case kNetOpWaitSignal: return "wait_signal";
-    case kNetOpQuiet: return "quiet";
-    default: return "device net operation";
+    case kNetOpPut:
+      return "put";
+    case kNetOpPutSignal:
+      return "put_signal";
+    case kNetOpSignal:
+      return "signal";
+    case kNetOpWaitSignal:
+      return "wait_signal";
+    case kNetOpQuiet:
+      return "quiet";
+    default:
+      return "device net operation";
   }
 }
 const char* waitName(int w) {
   switch (w) {
-    case kNetWaitSignal: return "the signal";
-    case kNetWaitRing: return "a free slot in the proxy command ring";
-    case kNetWaitStage: return "a free staging slot (the proxy was still sending its data)";
-    case kNetWaitQuiet: return "the proxy to complete the commands issued so far";
-    default: return "nothing";
+    case kNetWaitSignal:
+      return "the signal";
+    case kNetWaitRing:
+      return "a free slot in the proxy command ring";
+    case kNetWaitStage:
+      return "a free staging slot (the proxy was still sending its data)";
+    case kNetWaitQuiet:
+      return "the proxy to complete the commands issued so far";
+    default:
+      return "nothing";
   }
 }
 }  // namespace
@@ -143,8 +156,8 @@ std::string netDescribeRecord(const ErrRecord& e, int rank, const std::string& p
       snprintf(m, sizeof(m),
                "rank %d: %s to rank %d (CTA %d): bad arguments (peer out of range, dst_offset "
                "%llu + %llu bytes beyond the window, or signal slot %d >= %u)",
-               rank, op, e.peer, e.lane, (unsigned long long)e.seq,
-               (unsigned long long)e.waitedNs, e.slot, kNetSignals);
+               rank, op, e.peer, e.lane, (unsigned long long)e.seq, (unsigned long long)e.waitedNs,
+               e.slot, kNetSignals);
   } else if (e.code == kErrTimeout) {
     *res = ncclRemoteError;
     if (e.waitSend == kNetWaitSignal)
@@ -165,8 +178,8 @@ std::string netDescribeRecord(const ErrRecord& e, int rank, const std::string& p
              rank, op, who, e.lane, waitName(e.waitSend));
   } else if (e.code == kNetErrProxy) {
     *res = ncclRemoteError;
-    snprintf(m, sizeof(m), "rank %d: %s (%s, CTA %d) failed: the proxy stopped (%s)", rank, op,
-             who, e.lane, proxyMsg.empty() ? "comm aborted" : proxyMsg.c_str());
+    snprintf(m, sizeof(m), "rank %d: %s (%s, CTA %d) failed: the proxy stopped (%s)", rank, op, who,
+             e.lane, proxyMsg.empty() ? "comm aborted" : proxyMsg.c_str());
   } else {
     *res = ncclSystemError;
     snprintf(m, sizeof(m), "rank %d: %s (%s) failed with device error %u", rank, op, who, e.code);

@@ -208,16 +208,19 @@ TEST(ProxyFault, KilledRankIsReportedByTheOthers) {
         }
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         EXPECT_EQ(res, ncclRemoteError) << msg;
-        EXPECT_NE(msg.find("peer rank 2"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("peer rank "), std::string::npos) << msg;
         EXPECT_LT(s, 10.0);
         EXPECT_TRUE(rk.ring->aborted());
         // Survivors leave together: one that exits early would look dead to the other.
         mknet::hubBarrier(ctx);  // fails (a rank is dead) but only once both arrived
-        return 0;
+        // A survivor may see the other survivor's connection drop first (its proxy stopped
+        // on the same failure); at least one of them must name the killed rank.
+        return msg.find("peer rank 2") != std::string::npos ? 0 : 10;
       },
       60);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  EXPECT_TRUE(codes[0] == 0 || codes[0] == 10) << codes[0];
+  EXPECT_TRUE(codes[1] == 0 || codes[1] == 10) << codes[1];
+  EXPECT_TRUE(codes[0] == 0 || codes[1] == 0) << "no survivor named the killed rank";
   EXPECT_EQ(codes[2], 128 + SIGKILL);
 }
 
