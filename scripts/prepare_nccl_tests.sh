@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Builds NVIDIA/nccl-tests with mkernel's oversubscription patch, for scripts/run_nccl_tests.sh.
+#
+# usage: scripts/prepare_nccl_tests.sh <build-dir> [nccl-tests-source]
+#   nccl-tests-source  a pristine nccl-tests tree (default <repo>/.nccl-tests, git-ignored; see
+#                      nccl-tests-patches/README.md for the commit and how to fetch it)
+# Output (nothing is written into the source tree):
+#   <build-dir>/nccl-tests/src        patched copy of the source
+#   <build-dir>/nccl-tests/bin        *_perf binaries
+#   <build-dir>/nccl-tests/nccl_home  include/ + lib/libnccl.so -> the real NCCL it links against
+#   <build-dir>/nccl-tests/env.sh     MK_REAL_NCCL, MK_REAL_NCCL_DIR, NCCL_TESTS_BIN
+# nccl-tests links -lnccl: it is linked against the real libnccl (PyTorch's pip package by
+# default) and mkernel takes over at run time through LD_PRELOAD.
+# environment:
+#   MK_REAL_NCCL=/path/libnccl.so.2   the real library (default: searched, see find_real_nccl)
+#   NCCL_HOME=<dir>                   alternative: include/nccl.h + lib/libnccl.so* of an install
+#   CUDA_HOME=/usr/local/cuda         NVCC_GENCODE (default sm_90 only)  JOBS (default nproc)
+set -u -o pipefail
+
+die() {
+  echo "prepare_nccl_tests: ERROR: $*" >&2
+  exit 2
+}
+
+[[ $# -ge 1 && $# -le 2 ]] || die "usage: $0 <build-dir> [nccl-tests-source]"
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$1" || die "cannot create build directory $1"
+BUILD=$(cd "$1" && pwd)
+SRC_IN=${2:-$REPO/.nccl-tests}
+[[ -f $SRC_IN/src/common.cu && -f $SRC_IN/Makefile ]] ||
+  die "no nccl-tests source at '$SRC_IN' (expected src/common.cu); fetch it as described in nccl-tests-patches/README.md"
+SRC_IN=$(cd "$SRC_IN" && pwd)
+PATCH=$REPO/nccl-tests-patches/0001-oversubscribe-gpus.patch
+[[ -f $PATCH ]] || die "patch $PATCH missing"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC_GENCODE=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}
+JOBS=${JOBS:-$(nproc)}
+for tool in make patch python3 sha256sum; do
+  command -v "$tool" >/dev/null 2>&1 || die "'$tool' not found in PATH"
+done
+[[ -x $CUDA_HOME/bin/nvcc ]] || die "nvcc not found at $CUDA_HOME/bin/nvcc (set CUDA_HOME)"
+
+OUT=$BUILD/nccl-tests
+mkdir -p "$OUT"
+
+# ---- the real libnccl and a matching nccl.h --------------------------------------------------
+find_real_nccl() {
+  if [[ -n ${MK_REAL_NCCL:-} ]]; then
+    [[ -f $MK_REAL_NCCL ]] || die "MK_REAL_NCCL=$MK_REAL_NCCL does not exist"
+    realpath "$MK_REAL_NCCL"
+    return
+  fi
+  local f
+  if [[ -n ${NCCL_HOME:-} ]]; then
+    for f in "$NCCL_HOME"/lib/libnccl.so.2 "$NCCL_HOME"/lib/libnccl.so "$NCCL_HOME"/lib64/libnccl.so*; do
+      [[ -f $f ]] && { realpath "$f"; return; }
+    done
+  fi
+  # PyTorch's pip package (nvidia-nccl-cu*), then the copy torch loads, then system locations.
+  env -u LD_PRELOAD python3 - <<'EOF'
+import glob, os, sys
+cands = []
+try:
+    import nvidia.nccl as m
+    dirs = list(getattr(m, "__path__", []))
+    if getattr(m, "__file__", None):
+        dirs.append(os.path.dirname(m.__file__))
+    for d in dirs:
+        cands += sorted(glob.glob(os.path.join(d, "lib", "libnccl.so*")))
+except Exception:
+    pass
+try:
+    import nvidia
+    for d in nvidia.__path__:
+        cands += sorted(glob.glob(os.path.join(d, "**", "libnccl.so*"), recursive=True))
+except Exception:
+    pass
+if not cands:
+    try:
+        import torch  # noqa: F401  libtorch_cuda needs libnccl: take the one the loader chose
+        with open("/proc/self/maps") as f:
+            cands += [l.split()[-1] for l in f if "libnccl" in l]
+    except Exception:
+        pass
+for pat in ("/usr/local/cuda/lib64/libnccl.so*", "/usr/lib/x86_64-linux-gnu/libnccl.so*",
+            "/usr/lib64/libnccl.so*"):
+    cands += sorted(glob.glob(pat))
+for c in cands:
+    if os.path.isfile(c) and "mkernel" not in os.path.basename(c):
+        print(os.path.realpath(c))
+        sys.exit(0)
+sys.exit(1)
+EOF
+}
+
+REAL_NCCL=$(find_real_nccl) || die "no real libnccl.so found: set MK_REAL_NCCL=/path/libnccl.so.2 (python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')"
+REAL_DIR=$(dirname "$REAL_NCCL")
+LIB_VERSION=$(env -u LD_PRELOAD python3 -c "
+import ctypes, sys
+v = ctypes.c_int(0)
+ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
+print(v.value)" "$REAL_NCCL" 2>/dev/null) || LIB_VERSION=unknown
+
+header_version() { sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$1/nccl.h" | head -1; }
+INC=""
+for d in ${NCCL_HOME:+"$NCCL_HOME/include"} "$REAL_DIR/../include" "$CUDA_HOME/include" /usr/include; do
+  [[ -f $d/nccl.h ]] || continue
+  v=$(header_version "$d")
+  # NCCL >= 2.28 headers include nccl_device.h, which must sit next to nccl.h.
+  if [[ -n $v && $v -ge 22800 && ! -f $d/nccl_device.h ]]; then
+    echo "prepare_nccl_tests: skipping $d/nccl.h ($v): nccl_device.h missing next to it"
+    continue
+  fi
+  INC=$(cd "$d" && pwd)
+  break
+done
+[[ -n $INC ]] || die "no usable nccl.h found (set NCCL_HOME to a directory with include/nccl.h)"
+HDR_VERSION=$(header_version "$INC")
+echo "prepare_nccl_tests: real NCCL library $REAL_NCCL (version $LIB_VERSION)"
+echo "prepare_nccl_tests: nccl.h from $INC (NCCL_VERSION_CODE $HDR_VERSION)"
+if [[ $LIB_VERSION != unknown && ${LIB_VERSION:0:3} != "${HDR_VERSION:0:3}" ]]; then
+  echo "prepare_nccl_tests: WARN header $HDR_VERSION and library $LIB_VERSION differ in major.minor"
+fi
+
+H=$OUT/nccl_home
+rm -rf "$H"
+mkdir -p "$H/lib"
+ln -sfn "$INC" "$H/include"
+ln -sf "$REAL_NCCL" "$H/lib/libnccl.so"
+ln -sf "$REAL_NCCL" "$H/lib/libnccl.so.2"
+
+# ---- patched copy of the source --------------------------------------------------------------
+STAMP=$( (cd "$SRC_IN" && find . -type f ! -path './build/*' -print0 | sort -z |
+  xargs -0 sha256sum; sha256sum <"$PATCH"; echo "$REAL_NCCL $INC $NVCC_GENCODE") | sha256sum | cut -c1-16)
+BIN=$OUT/bin
+if [[ -f $OUT/stamp && $(cat "$OUT/stamp") == "$STAMP" && -x $BIN/all_reduce_perf ]]; then
+  echo "prepare_nccl_tests: $BIN is up to date (stamp $STAMP)"
+else
+  rm -rf "$OUT/src" "$OUT/stamp"
+  mkdir -p "$OUT/src"
+  (cd "$SRC_IN" && tar --exclude=./build -cf - .) | tar -xf - -C "$OUT/src" ||
+    die "copying $SRC_IN failed"
+  (cd "$OUT/src" && patch -p1 --forward --batch <"$PATCH") ||
+    die "the patch does not apply to $SRC_IN (see nccl-tests-patches/README.md for the commit)"
+  echo "prepare_nccl_tests: building nccl-tests in $BIN (make -j$JOBS, $NVCC_GENCODE)"
+  t0=$SECONDS
+  if ! make -C "$OUT/src" -j"$JOBS" MPI=0 CUDA_HOME="$CUDA_HOME" NCCL_HOME="$H" \
+    NVCC_GENCODE="$NVCC_GENCODE" BUILDDIR="$BIN" >"$OUT/build.log" 2>&1; then
+    tail -n 40 "$OUT/build.log"
+    die "nccl-tests build failed (full log: $OUT/build.log)"
+  fi
+  echo "prepare_nccl_tests: built in $((SECONDS - t0))s"
+  echo "$STAMP" >"$OUT/stamp"
+fi
+
+missing=()
+for b in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
+  [[ -x $BIN/${b}_perf ]] || missing+=("${b}_perf")
+done
+[[ ${#missing[@]} -eq 0 ]] || die "missing binaries in $BIN: ${missing[*]}"
+grep -q ncclTestsMapDevice "$OUT/src/src/common.h" || die "patched source lacks the device wrap"
+
+cat >"$OUT/env.sh" <<EOF
+# Written by scripts/prepare_nccl_tests.sh; sourced by scripts/run_nccl_tests.sh.
+MK_REAL_NCCL=$REAL_NCCL
+MK_REAL_NCCL_DIR=$REAL_DIR
+MK_REAL_NCCL_VERSION=$LIB_VERSION
+NCCL_TESTS_HEADER_VERSION=$HDR_VERSION
+NCCL_TESTS_BIN=$BIN
+NCCL_TESTS_CUDA_HOME=$CUDA_HOME
+EOF
+echo "prepare_nccl_tests: OK - binaries in $BIN, environment in $OUT/env.sh"

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Runs the patched nccl-tests with LD_PRELOAD=<build>/src/libmkernel.so, 4 ranks ("-g 4": one
+# process, one thread, 4 communicators) on one GPU (NCCL_TESTS_DEVICE_WRAP=1), every data type
+# and every reduction op, first eagerly and then captured in a CUDA graph (-G 1). Checks every
+# result ("-c 1"), parses "#wrong" per row and "Out of bounds values", prints a summary table.
+# Exit status 0 only if every binary ran, produced rows, and reported 0 wrong values.
+#
+# usage: scripts/run_nccl_tests.sh <build-dir> [binary ...]
+#   needs scripts/prepare_nccl_tests.sh <build-dir> first (binaries in <build-dir>/nccl-tests)
+# environment:
+#   MK_NT_NGPUS=4              ranks (-g)               MK_NT_MAXBYTES=64M   -e
+#   MK_NT_ITERS="-n 10 -w 2"   iterations / warm-up     MK_NT_TIMEOUT=150    seconds per run
+#   MK_NT_MODES="0 1"          values of -G to run (0: eager, 1: CUDA graph)
+#   MK_NT_EXTRA=""             more nccl-tests flags    CUDA_VISIBLE_DEVICES (default 0: one GPU)
+#   MK_NT_BUDGET=540           seconds for all runs: later runs get what is left, and are
+#                              reported as FAIL "budget exhausted" once less than 15 s remain
+#   MK_NT_LOGDIR=<build>/nccl-tests/logs
+set -u -o pipefail
+
+die() {
+  echo "run_nccl_tests: ERROR: $*" >&2
+  exit 2
+}
+
+[[ $# -ge 1 ]] || die "usage: $0 <build-dir> [binary ...]"
+[[ -d $1 ]] || die "build directory '$1' does not exist"
+BUILD=$(cd "$1" && pwd)
+shift
+LIB=$BUILD/src/libmkernel.so
+[[ -f $LIB ]] || die "$LIB not found: build the library first (cmake --build $BUILD)"
+LIB=$(realpath "$LIB")
+missing=$(ldd "$LIB" 2>/dev/null | grep "not found")
+[[ -z $missing ]] || die "$LIB has unresolved dependencies:
+$missing"
+preload_err=$(LD_PRELOAD=$LIB /bin/true 2>&1)
+[[ $preload_err != *"cannot be preloaded"* ]] || die "LD_PRELOAD=$LIB does not load: $preload_err"
+ENVF=$BUILD/nccl-tests/env.sh
+[[ -f $ENVF ]] || die "$ENVF not found: run scripts/prepare_nccl_tests.sh $BUILD first"
+# shellcheck source=/dev/null
+source "$ENVF"
+for v in MK_REAL_NCCL_DIR NCCL_TESTS_BIN; do
+  [[ -n ${!v:-} ]] || die "$ENVF does not set $v: rerun scripts/prepare_nccl_tests.sh"
+done
+command -v timeout >/dev/null 2>&1 || die "'timeout' not found in PATH"
+command -v python3 >/dev/null 2>&1 || die "'python3' not found in PATH"
+
+NGPUS=${MK_NT_NGPUS:-4}
+MAXBYTES=${MK_NT_MAXBYTES:-64M}
+ITERS=${MK_NT_ITERS:--n 10 -w 2}
+TIMEOUT=${MK_NT_TIMEOUT:-150}
+BUDGET=${MK_NT_BUDGET:-540}
+MODES=${MK_NT_MODES:-0 1}
+EXTRA=${MK_NT_EXTRA:-}
+LOGDIR=${MK_NT_LOGDIR:-$BUILD/nccl-tests/logs}
+read -r -a ITER_FLAGS <<<"$ITERS"
+read -r -a EXTRA_FLAGS <<<"$EXTRA"
+mkdir -p "$LOGDIR" || die "cannot create $LOGDIR"
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+# libnccl.so.2 (a DT_NEEDED of the binaries, shadowed by the preloaded libmkernel) and libcudart.
+export LD_LIBRARY_PATH=$MK_REAL_NCCL_DIR:${NCCL_TESTS_CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+BINARIES=(all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf
+  alltoall_perf sendrecv_perf gather_perf scatter_perf)
+[[ $# -gt 0 ]] && BINARIES=("$@")
+for b in "${BINARIES[@]}"; do
+  [[ -x $NCCL_TESTS_BIN/$b ]] || die "$NCCL_TESTS_BIN/$b missing (rerun prepare_nccl_tests.sh)"
+done
+
+# Parses one nccl-tests log: data rows, rows with #wrong != 0, "Out of bounds values", the
+# average bus bandwidth and the best busbw of the largest size. Prints one line:
+# rows|wrong_rows|oob|avg_busbw|busbw@size|first failure message|first wrong row
+parse_log() {
+  python3 - "$1" <<'EOF'
+import re, sys
+rows = wrong_rows = 0
+oob = avg = None
+best = {}  # size -> best busbw (out-of-place, in-place)
+failure = ""
+first_wrong = ""
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"#\s*Out of bounds values\s*:\s*(\d+)", line)
+    if m:
+        oob = int(m.group(1))
+        continue
+    m = re.match(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+|nan|inf)", line)
+    if m:
+        avg = m.group(1)
+        continue
+    if ("Test NCCL failure" in line or "Test CUDA failure" in line or "Test failure" in line) \
+            and not failure:
+        failure = line.strip()[:200]
+    if line.startswith("#") or not line.strip():
+        continue
+    f = line.split()
+    if len(f) < 13 or not f[0].isdigit():
+        continue
+    rows += 1
+    try:
+        w1, w2 = float(f[8]), float(f[12])
+    except ValueError:
+        w1 = w2 = float("nan")  # N/A: no check done, counts as wrong
+    if not (w1 == 0 and w2 == 0):
+        wrong_rows += 1
+        if not first_wrong:
+            first_wrong = "size=%s type=%s op=%s root=%s wrong=%s/%s" % (f[0], f[2], f[3], f[4],
+                                                                          f[8], f[12])
+    try:
+        size, bw = int(f[0]), max(float(f[7]), float(f[11]))
+        best[size] = max(best.get(size, 0.0), bw)
+    except ValueError:
+        pass
+top = max(best) if best else 0
+clean = lambda t: t.replace("|", "/").replace("\n", " ")
+print("|".join([str(rows), str(wrong_rows), "none" if oob is None else str(oob), avg or "none",
+                "%.1f@%dB" % (best.get(top, 0.0), top), clean(failure), clean(first_wrong)]))
+EOF
+}
+
+echo "run_nccl_tests: LD_PRELOAD=$LIB"
+echo "run_nccl_tests: binaries $NCCL_TESTS_BIN (real NCCL ${MK_REAL_NCCL:-?} v${MK_REAL_NCCL_VERSION:-?} only satisfies the link)"
+echo "run_nccl_tests: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES NCCL_TESTS_DEVICE_WRAP=1 -g $NGPUS -b 8 -e $MAXBYTES -f 4 -c 1 -d all -o all $ITERS $EXTRA"
+declare -a S_BIN S_MODE S_RES S_ROWS S_WRONG S_OOB S_AVG S_TOP S_TIME S_NOTE
+T_START=$SECONDS
+for mode in $MODES; do
+  for b in "${BINARIES[@]}"; do
+    log=$LOGDIR/${b}_G${mode}.log
+    left=$((BUDGET - (SECONDS - T_START)))
+    if ((left < 15)); then
+      echo "FAIL $b -G $mode: not run, the ${BUDGET}s budget is exhausted (MK_NT_BUDGET)"
+      S_BIN+=("$b") S_MODE+=("$mode") S_RES+=(FAIL) S_ROWS+=(-) S_WRONG+=(-) S_OOB+=(-)
+      S_AVG+=(-) S_TOP+=(-) S_TIME+=(0) S_NOTE+=("not run: budget exhausted")
+      continue
+    fi
+    limit=$((left < TIMEOUT ? left : TIMEOUT))
+    cmd=(timeout -k 10 "$limit" env NCCL_TESTS_DEVICE_WRAP=1 "LD_PRELOAD=$LIB"
+      "$NCCL_TESTS_BIN/$b" -b 8 -e "$MAXBYTES" -f 4 -g "$NGPUS" -c 1 -d all -o all -G "$mode"
+      "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
+    echo
+    echo "==== $b -G $mode"
+    t0=$SECONDS
+    "${cmd[@]}" >"$log" 2>&1
+    rc=$?
+    dt=$((SECONDS - t0))
+    IFS='|' read -r rows wrong oob avg top failure firstw <<<"$(parse_log "$log")"
+    res=PASS note=""
+    if [[ $rc == 124 || $rc == 137 ]]; then
+      res=FAIL note="timeout after ${limit}s"
+    elif [[ $rc != 0 ]]; then
+      res=FAIL note="exit status $rc${failure:+: $failure}"
+    fi
+    if [[ ${rows:-0} == 0 ]]; then
+      res=FAIL note="${note:+$note; }no result rows"
+    fi
+    if [[ ${wrong:-0} != 0 ]]; then
+      res=FAIL note="${note:+$note; }$wrong row(s) with wrong values, first: $firstw"
+    fi
+    if [[ $oob == none ]]; then
+      [[ $res == PASS ]] && res=FAIL note="no 'Out of bounds values' line: the run did not finish"
+    elif [[ $oob != 0 ]]; then
+      res=FAIL note="${note:+$note; }Out of bounds values: $oob"
+    fi
+    grep -E "^# (Out of bounds|Avg bus)" "$log"
+    if [[ $res == FAIL ]]; then
+      echo "---- last 25 lines of $log"
+      tail -n 25 "$log"
+      echo "----"
+    fi
+    echo "$res $b -G $mode (${dt}s): rows=$rows wrong_rows=$wrong oob=$oob avg_busbw=$avg ${note}"
+    S_BIN+=("$b") S_MODE+=("$mode") S_RES+=("$res") S_ROWS+=("$rows") S_WRONG+=("$wrong")
+    S_OOB+=("$oob") S_AVG+=("$avg") S_TOP+=("$top") S_TIME+=("$dt") S_NOTE+=("$note")
+  done
+done
+
+npass=0 nfail=0
+echo
+echo "==== nccl-tests under mkernel: -g $NGPUS on CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, -d all -o all, -e $MAXBYTES, $((SECONDS - T_START))s total, logs in $LOGDIR"
+printf "%-20s %-6s %-5s %5s %7s %5s %10s %18s %6s  %s\n" binary mode result rows wrong oob \
+  "avg busbw" "busbw@max size" time note
+for i in "${!S_BIN[@]}"; do
+  mode=eager
+  [[ ${S_MODE[$i]} != 0 ]] && mode=graph
+  printf "%-20s %-6s %-5s %5s %7s %5s %10s %18s %5ss  %s\n" "${S_BIN[$i]}" "$mode" "${S_RES[$i]}" \
+    "${S_ROWS[$i]}" "${S_WRONG[$i]}" "${S_OOB[$i]}" "${S_AVG[$i]}" "${S_TOP[$i]}" "${S_TIME[$i]}" \
+    "${S_NOTE[$i]}"
+  if [[ ${S_RES[$i]} == PASS ]]; then npass=$((npass + 1)); else nfail=$((nfail + 1)); fi
+done
+echo "NCCL-TESTS: $npass passed, $nfail failed (wrong = rows whose #wrong is not 0; busbw in GB/s)"
+[[ $nfail == 0 && $npass -gt 0 ]]
