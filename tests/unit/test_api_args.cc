@@ -1,6 +1,7 @@
 // The argument-check table: every bad input gets ncclInvalidArgument (or ncclInvalidUsage
 // for misuse) plus a message in ncclGetLastError, before any CUDA call — so these run on
 // machines without a GPU — and the comm stays usable afterwards.
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "coll/redop.h"
 #include "core/debug.h"
 #include "core/comm.h"
+#include "common/test_util.h"
 #include "mkernel/nccl_extra.h"
 
 namespace {
@@ -254,4 +256,26 @@ TEST(ApiArgs, MemAndDeviceApi) {
   EXPECT_USAGE(ncclCommWindowRegister(f.c, kBuf, 4096, nullptr, 0));
 }
 
+}  // namespace
+
+namespace {
+// On a machine without a GPU, a well-formed init fails at once with a message instead of
+// hanging in the bootstrap.
+TEST(ApiNoGpu, InitFailsCleanlyWithoutAGpu) {
+  std::string why;
+  if (mktest::haveGpu(&why)) GTEST_SKIP() << "a GPU is present: this checks the no-GPU path";
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << "unique ids must work without a GPU";
+  ncclComm_t comm = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  mk::setLastError("");
+  EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclUnhandledCudaError);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("no usable CUDA device"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  EXPECT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclUnhandledCudaError);
+  EXPECT_EQ(comms[0], nullptr);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
 }  // namespace
