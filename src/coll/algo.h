@@ -1,0 +1,121 @@
+// Pure host logic of the collectives (no CUDA calls, unit-tested on the CPU): the
+// workspace layout, algorithm choice, chunking and the cost model that drives both the
+// choice and ncclGroupSimulateEnd.
+//
+// Everything a peer must agree on (layout, algorithm, chunk sizes, lanes) is a function of
+// values that are identical on every rank: workspace bytes, local rank count, element
+// count and size, the rank count and MKERNEL_ALGO. The CTA budget (which may differ from
+// rank to rank, e.g. 3 ranks on one GPU and 1 on another) never influences it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <nccl.h>
+
+#include "coll/coll.h"
+
+#ifdef __CUDACC__
+#define MK_HD __host__ __device__
+#else
+#define MK_HD
+#endif
+
+namespace mk {
+
+constexpr int kMaxLocalRanks = 128;  // ranks of one node that a collective spans
+constexpr int kMaxLanes = 16;        // independent in-order channel lanes per rank pair
+constexpr uint64_t kMinChunkBytes = 2048;
+
+// The symmetric workspace of a rank, as seen by its peers. Traffic from local rank `src`
+// to this rank on lane `l` uses `slots` slots of `slotBytes` bytes, a ready flag per slot
+// (written by src, read here) and a consumed flag per slot (written here, read by src).
+// Flags hold 64-bit message sequence numbers (1-based); nothing ever resets them.
+struct WsLayout {
+  int nLocal;          // local ranks
+  int lanes;           // lanes per (src, dst) pair
+  int slots;           // slots per lane (>= 2: the two-shot and ring steps need two)
+  int p2pLanes;        // lanes used by the copy engine (<= lanes; bounded stream count)
+  uint64_t slotBytes;  // multiple of 256
+  uint64_t readyOff;   // uint64_t ready[nLocal][lanes][slots]
+  uint64_t consumedOff;
+  uint64_t dataOff;     // char data[nLocal][lanes][slots][slotBytes]
+  uint64_t totalBytes;  // bytes of the workspace the layout uses
+};
+MK_HD inline uint64_t wsFlagIndex(const WsLayout& w, int src, int lane, int slot) {
+  return ((uint64_t)src * w.lanes + lane) * w.slots + slot;
+}
+MK_HD inline uint64_t wsReadyOffset(const WsLayout& w, int src, int lane, int slot) {
+  return w.readyOff + 8 * wsFlagIndex(w, src, lane, slot);
+}
+MK_HD inline uint64_t wsConsumedOffset(const WsLayout& w, int src, int lane, int slot) {
+  return w.consumedOff + 8 * wsFlagIndex(w, src, lane, slot);
+}
+MK_HD inline uint64_t wsDataOffset(const WsLayout& w, int src, int lane, int slot) {
+  return w.dataOff + w.slotBytes * wsFlagIndex(w, src, lane, slot);
+}
+
+// ncclInvalidUsage (with a message) when the workspace cannot hold even 2 slots of 1 KiB
+// per pair. A single local rank needs no workspace.
+ncclResult_t wsLayoutCompute(uint64_t wsBytes, int nLocal, WsLayout* out);
+
+// CTAs per kernel: default smCount / ranks sharing the GPU; MKERNEL_MIN/MAX_CTAS (env,
+// > 0) override ncclConfig_t minCTAs/maxCTAs (> 0), which override the default. Never
+// more than smCount, never fewer than 1.
+struct CtaBudget {
+  int lo, hi;
+};
+CtaBudget ctaBudget(int smCount, int ranksOnDevice, int cfgMin, int cfgMax, int envMin, int envMax);
+inline int ctaGrid(const CtaBudget& b, int work) {
+  int g = work < b.hi ? work : b.hi;
+  return g < b.lo ? b.lo : (g < 1 ? 1 : g);
+}
+
+enum class Algo : int { kAuto = -1, kOneShot = 0, kTwoShot = 1, kRing = 2, kDirect = 3 };
+const char* algoName(Algo a);
+// "" -> kAuto; "oneshot", "twoshot", "ring" (case-insensitive); anything else -> kAuto and
+// *ok = false.
+Algo parseAlgo(const char* s, bool* ok);
+
+// The cost model (microseconds): launch + per-hop latency + bytes over an effective
+// bandwidth. The constants were fitted to AllReduce measurements on one H200 with 2, 4 and 8
+// ranks sharing it (bench_coll_bench, 2025-11-29; docs/collectives.md has the numbers):
+// there every rank's traffic shares one HBM, so the effective bandwidths fall with the rank
+// count, and a step of two-shot costs a little per peer. They are leads for separate GPUs.
+struct CostModel {
+  double launchUs = 10.0;      // launch, first flag round trip, completion
+  double hopUs = 1.1;          // one/two-shot: per peer touched by a step
+  double ringHopUs = 3.5;      // ring: one hop (2(n-1) of them on the critical path)
+  double oneShotGBs = 150;     // one-shot: (n-1) x bytes leave every rank
+  double twoShotGBs = 170;     // two-shot: 2(n-1)/n x bytes, incast on each segment owner
+  double twoShotLoss = 0.065;  // bandwidth / (1 + loss * (n - 2))
+  double ringGBs = 190;        // ring: 2(n-1)/n x bytes, neighbour traffic only
+  double ringLoss = 0.2;
+  double directGBs = 150;  // direct copies (broadcast, gathers, p2p)
+};
+const CostModel& costModel();
+double allReduceUs(Algo a, uint64_t bytes, int nRanks);
+// Time of any operation (bytes = count * element size as NCCL counts it).
+double collUs(CollType t, Algo a, uint64_t bytes, int nRanks);
+
+// AllReduce algorithm: forced (if not kAuto and nRanks > 1) or the cheapest by the model.
+Algo allReduceAlgo(uint64_t bytes, int nRanks, Algo forced);
+
+// Chunking of a reduction collective. Elements: counts of the dtype.
+struct ReducePlan {
+  Algo algo;
+  uint64_t segElems;    // two-shot / ReduceScatter segment
+  uint64_t chunkElems;  // chunk (per segment for two-shot, RS and ring)
+  uint64_t nChunks;     // one-shot/Reduce: chunks; two-shot/RS: chunks per segment; ring: rounds
+  int lanes;            // min(ws lanes, nChunks)
+};
+// type: kAllReduce (count = elements), kReduce (count), kReduceScatter (count = recvcount).
+ReducePlan planReduce(CollType type, Algo algo, uint64_t count, size_t esize, int nRanks,
+                      const WsLayout& ws);
+// Elements per chunk for `total` elements spread over `lanes`: a multiple of 16 bytes,
+// at least kMinChunkBytes (when the slot allows it), at most one slot.
+uint64_t chunkElemsFor(uint64_t total, size_t esize, int lanes, uint64_t slotBytes);
+
+// Copy engine: chunk size (multiple of 16 bytes, <= slot) for a transfer of `bytes`; the
+// sender and the receiver compute the same value from the same byte count.
+uint64_t copyChunkBytes(uint64_t bytes, const WsLayout& ws);
+
+}  // namespace mk

@@ -1,0 +1,247 @@
+// Lifetime of the per-comm collective state: init, finalize (bounded wait for the comm's
+// kernels), fini, and the translation of device error records into async errors.
+#include "coll/coll_state.h"
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/coll.h"
+#include "core/checks.h"
+#include "core/comm.h"
+#include "core/param.h"
+#include "transport/peer_mem.h"
+
+namespace mk {
+
+namespace {
+// Error records live in one host-pinned, mapped block that is never freed: freeing pinned
+// memory synchronises with the whole device, which a destroy or abort must not wait for
+// (another comm's kernel on the GPU may be waiting for a peer). Records are recycled.
+constexpr int kRecordsPerBlock = 1024;
+struct RecordPool {
+  std::mutex mu;
+  std::vector<ErrRecord*> blocks;
+  std::vector<ErrRecord*> free;
+};
+RecordPool& recordPool() {
+  static RecordPool* p = new RecordPool();
+  return *p;
+}
+
+ncclResult_t recordAlloc(ErrRecord** host, ErrRecord** dev) {
+  RecordPool& p = recordPool();
+  std::lock_guard<std::mutex> g(p.mu);
+  if (p.free.empty()) {
+    ErrRecord* b = nullptr;
+    CUDACHECK(cudaHostAlloc((void**)&b, sizeof(ErrRecord) * kRecordsPerBlock,
+                            cudaHostAllocMapped | cudaHostAllocPortable));
+    memset(b, 0, sizeof(ErrRecord) * kRecordsPerBlock);
+    p.blocks.push_back(b);
+    for (int i = kRecordsPerBlock - 1; i >= 0; i--) p.free.push_back(b + i);
+  }
+  ErrRecord* r = p.free.back();
+  void* d = nullptr;
+  CUDACHECK(cudaHostGetDevicePointer(&d, r, 0));
+  p.free.pop_back();
+  memset(r, 0, sizeof(*r));
+  *host = r;
+  *dev = (ErrRecord*)d;
+  return ncclSuccess;
+}
+
+void recordFree(ErrRecord* r) {
+  RecordPool& p = recordPool();
+  std::lock_guard<std::mutex> g(p.mu);
+  memset(r, 0, sizeof(*r));
+  p.free.push_back(r);
+}
+
+struct DeviceGuard {
+  int saved = -1;
+  explicit DeviceGuard(int dev) {
+    if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+    if (dev >= 0) cudaSetDevice(dev);
+  }
+  ~DeviceGuard() {
+    if (saved >= 0) cudaSetDevice(saved);
+  }
+};
+
+int globalRankOf(ncclComm* comm, int local) {
+  const Topo& t = comm->topo;
+  if (t.node >= 0 && t.node < (int)t.nodeRanks.size() && local >= 0 &&
+      local < (int)t.nodeRanks[t.node].size())
+    return t.nodeRanks[t.node][local];
+  return local;
+}
+}  // namespace
+
+uint64_t collTimeoutNs() {
+  int64_t ms = MK_PARAM_INT(TimeoutMs);
+  if (ms <= 0 || ms > (int64_t)1e12) return ~0ull >> 1;
+  return (uint64_t)ms * 1000000ull;
+}
+
+CommDev collCommDev(ncclComm* comm) {
+  CollState* cs = comm->coll;
+  CommDev c{};
+  c.peers = comm->peerMem ? (void* const*)comm->peerMem->peersDev : nullptr;
+  c.hdr = (DevStateHdr*)cs->devState;
+  c.sendCnt = (uint64_t*)((char*)cs->devState + sizeof(DevStateHdr));
+  c.recvCnt = c.sendCnt + (size_t)kMaxLocalRanks * kMaxLanes;
+  c.err = cs->errDev;
+  c.abortFlag = comm->abortFlagDev;
+  c.timeoutNs = collTimeoutNs();
+  c.ws = cs->ws;
+  c.me = cs->me;
+  c.nLocal = cs->ws.nLocal;
+  return c;
+}
+
+ncclResult_t collInit(ncclComm* comm) {
+  DeviceGuard dg(comm->cudaDev);
+  CollState* cs = new CollState();
+  comm->coll = cs;  // collFini releases whatever was built if a later step fails
+  const Topo& t = comm->topo;
+  cs->me = t.localRank;
+  cs->interNode = t.nNodes > 1;
+  uint64_t wsBytes = comm->peerMem ? comm->peerMem->bytes : 0;
+  NCCLCHECK(wsLayoutCompute(wsBytes, t.localRanks, &cs->ws));
+  if (t.localRanks > 1 && (comm->peerMem == nullptr || comm->peerMem->peersDev == nullptr)) {
+    MK_WARN("collInit: rank %d has no peer workspace for its %d local peers", comm->rank,
+            t.localRanks - 1);
+    return ncclInternalError;
+  }
+  cs->budget =
+      ctaBudget(comm->smCount, t.ranksOnMyDevice, comm->config.minCTAs, comm->config.maxCTAs,
+                (int)MK_PARAM_INT(MinCtas), (int)MK_PARAM_INT(MaxCtas));
+  CUDACHECK(cudaStreamCreateWithFlags(&cs->internal, cudaStreamNonBlocking));
+  // Stream-ordered allocation: its free (collFini) does not synchronise the device.
+  CUDACHECK(cudaMallocAsync(&cs->devState, devStateBytes(), cs->internal));
+  CUDACHECK(cudaMemsetAsync(cs->devState, 0, devStateBytes(), cs->internal));
+  CUDACHECK(cudaStreamSynchronize(cs->internal));
+  NCCLCHECK(recordAlloc(&cs->err, &cs->errDev));
+  for (cudaEvent_t* e : {&cs->orderEvent, &cs->doneEvent, &cs->forkEvent, &cs->joinEvent})
+    CUDACHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  MK_INFO(kColl | kInit,
+          "collInit: rank %d local %d/%d: %d lanes x %d slots x %llu bytes per peer (copy "
+          "engine %d lanes), %d-%d CTAs per kernel (%d SMs, %d ranks on the GPU)%s",
+          comm->rank, cs->me, cs->ws.nLocal, cs->ws.lanes, cs->ws.slots,
+          (unsigned long long)cs->ws.slotBytes, cs->ws.p2pLanes, cs->budget.lo, cs->budget.hi,
+          comm->smCount, t.ranksOnMyDevice,
+          cs->interNode ? " - several nodes: collectives are not available yet" : "");
+  return ncclSuccess;
+}
+
+ncclResult_t collPollAsyncError(ncclComm* comm) {
+  CollState* cs = comm->coll;
+  if (cs == nullptr || cs->err == nullptr) return ncclSuccess;
+  if (__atomic_load_n(&cs->err->valid, __ATOMIC_ACQUIRE) == 0) return ncclSuccess;
+  if (cs->errorReported.exchange(true)) return ncclSuccess;
+  ErrRecord e;
+  memcpy(&e, (const void*)cs->err, sizeof(e));
+  const char* op = e.coll == (int)CollType::kSend || e.coll == (int)CollType::kRecv
+                       ? "Send/Recv"
+                       : collName(static_cast<CollType>(e.coll));
+  int peer = e.peer >= 0 ? globalRankOf(comm, e.peer) : -1;
+  char msg[512];
+  ncclResult_t res;
+  if (e.code == kErrTimeout) {
+    res = ncclRemoteError;
+    snprintf(msg, sizeof(msg),
+             "rank %d: %s timed out after %.3f s waiting for rank %d to %s (lane %d, slot %d, "
+             "message %llu, after %llu operations on this comm); rank %d did not join the "
+             "operation or failed (MKERNEL_TIMEOUT_MS=%lld)",
+             comm->rank, op, (double)e.waitedNs * 1e-9, peer,
+             e.waitSend ? "free a workspace slot" : "send its data", e.lane, e.slot,
+             (unsigned long long)e.seq, (unsigned long long)e.opCount, peer,
+             (long long)MK_PARAM_INT(TimeoutMs));
+  } else if (e.code == kErrAbort) {
+    res = ncclSystemError;
+    snprintf(msg, sizeof(msg),
+             "rank %d: %s aborted (ncclCommAbort/revoke) while waiting for rank %d (lane %d, "
+             "message %llu)",
+             comm->rank, op, peer, e.lane, (unsigned long long)e.seq);
+  } else {
+    res = ncclSystemError;
+    snprintf(msg, sizeof(msg), "rank %d: %s failed with device error %u while waiting for rank %d",
+             comm->rank, op, e.code, peer);
+  }
+  MK_WARN("%s", msg);
+  commSetAsyncError(comm, res, msg);
+  return ncclSuccess;
+}
+
+ncclResult_t collFinalize(ncclComm* comm) {
+  CollState* cs = comm->coll;
+  if (cs == nullptr) return ncclSuccess;
+  DeviceGuard dg(comm->cudaDev);
+  ncclResult_t res = ncclSuccess;
+  if (cs->haveDone) {
+    using Clock = std::chrono::steady_clock;
+    bool aborting = comm->abortFlag && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE) != 0;
+    int64_t ms = MK_PARAM_INT(TimeoutMs);
+    // Kernels give up by themselves after MKERNEL_TIMEOUT_MS, and within milliseconds of an
+    // abort; the host waits a little longer than that, never forever.
+    int64_t limitMs = aborting ? 3000 : (ms > 0 ? ms + 5000 : INT64_MAX / 2);
+    auto deadline = Clock::now() + std::chrono::milliseconds(limitMs);
+    int sleepUs = 20;
+    for (;;) {
+      cudaError_t r = cudaEventQuery(cs->doneEvent);
+      if (r == cudaSuccess) break;
+      if (r != cudaErrorNotReady) {
+        MK_WARN("rank %d: waiting for the comm's operations failed: %s", comm->rank,
+                cudaGetErrorString(r));
+        res = ncclUnhandledCudaError;
+        break;
+      }
+      if (Clock::now() > deadline) {
+        MK_WARN("rank %d: collective operations still running after %lld ms%s; giving up",
+                comm->rank, (long long)limitMs, aborting ? " of abort" : "");
+        cs->stuck = true;
+        res = aborting ? ncclSuccess : ncclRemoteError;
+        break;
+      }
+      // Re-read the abort flag: an abort from another thread shortens the wait.
+      if (!aborting && comm->abortFlag && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE)) {
+        aborting = true;
+        deadline = Clock::now() + std::chrono::milliseconds(3000);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+      if (sleepUs < 2000) sleepUs *= 2;
+    }
+  }
+  collPollAsyncError(comm);
+  return res;
+}
+
+ncclResult_t collFini(ncclComm* comm) {
+  CollState* cs = comm->coll;
+  if (cs == nullptr) return ncclSuccess;
+  DeviceGuard dg(comm->cudaDev);
+  if (cs->haveDone && !cs->stuck && cudaEventQuery(cs->doneEvent) != cudaSuccess) {
+    cudaGetLastError();
+    cs->stuck = true;
+  }
+  if (cs->stuck) {
+    // A kernel may still read these: leaking them is better than a fault in another rank.
+    MK_WARN("rank %d: kernels of this comm may still be running; leaking its collective state",
+            comm->rank);
+  } else {
+    if (cs->devState) cudaFreeAsync(cs->devState, cs->internal);
+    if (cs->err) recordFree(cs->err);
+  }
+  for (cudaEvent_t e : {cs->orderEvent, cs->doneEvent, cs->forkEvent, cs->joinEvent})
+    if (e) cudaEventDestroy(e);
+  if (cs->internal) cudaStreamDestroy(cs->internal);
+  cudaGetLastError();
+  delete cs;
+  comm->coll = nullptr;
+  return ncclSuccess;
+}
+
+}  // namespace mk

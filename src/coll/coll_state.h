@@ -1,0 +1,48 @@
+// Per-comm state of the collective layer (comm->coll): workspace layout, SM budget, the
+// device-resident channel counters, the host-mapped error record and the events that
+// order the comm's launches and let finalize wait for them.
+#pragma once
+#include <atomic>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "coll/algo.h"
+#include "coll/launch.h"
+
+struct ncclComm;
+
+namespace mk {
+
+struct CollState {
+  WsLayout ws{};
+  CtaBudget budget{1, 1};
+  int me = 0;  // topo.localRank
+  bool interNode = false;
+  void* devState = nullptr;     // DevStateHdr + counters (device memory)
+  ErrRecord* err = nullptr;     // host-pinned, mapped
+  ErrRecord* errDev = nullptr;  // its device pointer
+  // Ordering of consecutive launches of this comm on different streams (NCCL serialises a
+  // comm's operations): orderEvent is recorded after every launch, lastStream/lastCapture
+  // say where. doneEvent is recorded only outside stream capture, for finalize.
+  cudaEvent_t orderEvent = nullptr;
+  cudaEvent_t doneEvent = nullptr;
+  cudaEvent_t forkEvent = nullptr;
+  cudaEvent_t joinEvent = nullptr;
+  cudaStream_t lastStream = nullptr;
+  unsigned long long lastCapture = 0;
+  bool haveLast = false;
+  bool haveDone = false;
+  // Launch stream used instead of the user's when that one cannot run concurrently with
+  // the other ranks' streams (legacy default stream, or a stream shared by several comms
+  // of one group). Created on first use.
+  cudaStream_t internal = nullptr;
+  std::atomic<bool> errorReported{false};
+  bool stuck = false;  // finalize gave up waiting: device memory must not be freed
+};
+
+// The CommDev part of the kernel arguments for this comm.
+CommDev collCommDev(ncclComm* comm);
+// MKERNEL_TIMEOUT_MS in nanoseconds (<= 0: practically infinite).
+uint64_t collTimeoutNs();
+
+}  // namespace mk

@@ -1,0 +1,199 @@
+// Enqueue of collectives and groups: plan every operation of every comm first, then issue
+// them in three phases (order/fork, kernels, join/record) so that the host never waits for
+// a peer. One thread may drive several comms (nccl-tests): each comm's kernels go to its
+// own stream and run concurrently with the other ranks' kernels, all waiting on the device.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "coll/algo.h"
+#include "coll/coll.h"
+#include "coll/coll_state.h"
+#include "coll/group.h"
+#include "coll/launch_plan.h"
+#include "core/checks.h"
+#include "core/comm.h"
+
+namespace mk {
+
+ncclResult_t collEnqueue(const CollArgs& a) {
+  if (groupActive()) return groupAddColl(a);
+  std::vector<CollArgs> ops{a};
+  return collLaunchGroup(ops);
+}
+
+namespace {
+
+struct CommWork {
+  ncclComm* comm = nullptr;
+  std::vector<const CollArgs*> colls;  // collectives in issue order
+  std::vector<CollArgs> p2p;           // sends and receives in issue order
+  cudaStream_t user = nullptr;         // stream of the comm's first operation
+  std::vector<cudaStream_t> extra;     // other streams of its operations
+  std::vector<KernelLaunch> launches;
+  cudaStream_t exec = nullptr;
+  bool fork = false;
+  unsigned long long capture = 0;  // capture id of `user` (0: not capturing)
+};
+
+bool isLegacy(cudaStream_t s) {
+  return s == nullptr || s == cudaStreamLegacy;
+}
+
+ncclResult_t commUsable(ncclComm* comm, const char* api) {
+  CollState* cs = comm->coll;
+  if (cs == nullptr) {
+    MK_WARN("%s: rank %d: collective state is not initialised", api, comm->rank);
+    return ncclInvalidUsage;
+  }
+  if (cs->interNode) {
+    MK_WARN(
+        "%s: rank %d: the comm spans %d nodes; mkernel's collectives run inside one node only "
+        "so far",
+        api, comm->rank, comm->topo.nNodes);
+    return ncclInvalidUsage;
+  }
+  NCCLCHECK(collPollAsyncError(comm));
+  int ar = comm->asyncResult.load();
+  if (ar != ncclSuccess && ar != ncclInProgress) {
+    std::string msg;
+    {
+      std::lock_guard<std::mutex> g(comm->asyncMu);
+      msg = comm->asyncMsg;
+    }
+    MK_WARN("%s: rank %d has an asynchronous error (%d): %s", api, comm->rank, ar, msg.c_str());
+    return static_cast<ncclResult_t>(ar);
+  }
+  return ncclSuccess;
+}
+
+struct DeviceSwitch {
+  int saved = -1;
+  DeviceSwitch() {
+    if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+  }
+  ~DeviceSwitch() {
+    if (saved >= 0) cudaSetDevice(saved);
+  }
+};
+
+}  // namespace
+
+ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
+  if (ops.empty()) return ncclSuccess;
+  // 1. Per comm, in order of first appearance; plan everything before issuing anything, so
+  //    that a bad argument leaves no stream half-enqueued.
+  std::vector<CommWork> work;
+  for (const CollArgs& a : ops) {
+    auto it =
+        std::find_if(work.begin(), work.end(), [&](const CommWork& w) { return w.comm == a.comm; });
+    if (it == work.end()) {
+      work.emplace_back();
+      it = work.end() - 1;
+      it->comm = a.comm;
+      it->user = a.stream;
+    } else if (a.stream != it->user &&
+               std::find(it->extra.begin(), it->extra.end(), a.stream) == it->extra.end()) {
+      it->extra.push_back(a.stream);
+    }
+    if (a.type == CollType::kSend || a.type == CollType::kRecv)
+      it->p2p.push_back(a);
+    else
+      it->colls.push_back(&a);
+  }
+  for (CommWork& w : work) {
+    const char* api = w.colls.empty() ? "ncclSend/ncclRecv" : collName(w.colls[0]->type);
+    NCCLCHECK(commUsable(w.comm, api));
+    // Collectives first, in issue order (all ranks issue them in the same order), then all
+    // point-to-point operations as one kernel whose streams progress independently.
+    for (const CollArgs* a : w.colls) {
+      KernelLaunch l;
+      bool empty = false;
+      NCCLCHECK(planColl(w.comm, *a, &l, &empty));
+      if (!empty) w.launches.push_back(std::move(l));
+    }
+    if (!w.p2p.empty()) {
+      KernelLaunch l;
+      bool empty = false;
+      NCCLCHECK(planP2p(w.comm, w.p2p, &l, &empty));
+      if (!empty) w.launches.push_back(std::move(l));
+    }
+  }
+  // 2. A rank's kernels must be able to run concurrently with its peers' kernels: the
+  //    legacy default stream, or one stream shared by several comms of this group, would
+  //    serialise them (deadlock), so those launches go to the comm's internal stream.
+  std::map<cudaStream_t, int> users;
+  for (CommWork& w : work)
+    if (!w.launches.empty()) users[w.user]++;
+  DeviceSwitch restore;
+  // Phase A: cross-call ordering and fork.
+  for (CommWork& w : work) {
+    if (w.launches.empty()) continue;
+    CollState* cs = w.comm->coll;
+    CUDACHECK(cudaSetDevice(w.comm->cudaDev));
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    CUDACHECK(cudaStreamGetCaptureInfo(w.user, &st, &w.capture));
+    if (st != cudaStreamCaptureStatusActive) w.capture = 0;
+    w.fork = isLegacy(w.user) || users[w.user] > 1;
+    w.exec = w.fork ? cs->internal : w.user;
+    if (w.fork) {
+      CUDACHECK(cudaEventRecord(cs->forkEvent, w.user));
+      CUDACHECK(cudaStreamWaitEvent(w.exec, cs->forkEvent, 0));
+    }
+    for (cudaStream_t s : w.extra) {
+      CUDACHECK(cudaEventRecord(cs->forkEvent, s));
+      CUDACHECK(cudaStreamWaitEvent(w.exec, cs->forkEvent, 0));
+    }
+    // The comm's previous launch went to another stream: keep the comm's operations in
+    // order (the device-resident sequence numbers assume it). Only within one capture, or
+    // outside of any.
+    if (cs->haveLast && cs->lastStream != w.exec && cs->lastCapture == w.capture)
+      CUDACHECK(cudaStreamWaitEvent(w.exec, cs->orderEvent, 0));
+  }
+  // Phase B: the kernels.
+  for (CommWork& w : work) {
+    if (w.launches.empty()) continue;
+    CUDACHECK(cudaSetDevice(w.comm->cudaDev));
+    for (KernelLaunch& l : w.launches) NCCLCHECK(runLaunch(w.comm, l, w.exec));
+  }
+  // Phase C: join the user's streams and record completion.
+  for (CommWork& w : work) {
+    if (w.launches.empty()) continue;
+    CollState* cs = w.comm->coll;
+    CUDACHECK(cudaSetDevice(w.comm->cudaDev));
+    CUDACHECK(cudaEventRecord(cs->orderEvent, w.exec));
+    cs->lastStream = w.exec;
+    cs->lastCapture = w.capture;
+    cs->haveLast = true;
+    if (w.capture == 0) {
+      CUDACHECK(cudaEventRecord(cs->doneEvent, w.exec));
+      cs->haveDone = true;
+    }
+    if (w.fork || !w.extra.empty()) {
+      CUDACHECK(cudaEventRecord(cs->joinEvent, w.exec));
+      if (w.fork) CUDACHECK(cudaStreamWaitEvent(w.user, cs->joinEvent, 0));
+      for (cudaStream_t s : w.extra) CUDACHECK(cudaStreamWaitEvent(s, cs->joinEvent, 0));
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec) {
+  // Operations of one comm run one after the other; different comms run concurrently.
+  std::map<ncclComm*, double> perComm;
+  for (const CollArgs& a : ops) {
+    int n = a.comm ? a.comm->nRanks : 1;
+    uint64_t bytes = (uint64_t)a.count * dtypeSize(a.dtype);
+    Algo algo = Algo::kDirect;
+    if (a.type == CollType::kAllReduce) algo = allReduceAlgo(bytes, n, collForcedAlgo());
+    perComm[a.comm] += collUs(a.type, algo, bytes, n);
+  }
+  double t = 0;
+  for (auto& kv : perComm) t = std::max(t, kv.second);
+  *usec = (float)t;
+  return ncclSuccess;
+}
+
+}  // namespace mk

@@ -1,0 +1,128 @@
+// Kernel arguments of the collective kernels, shared by the host (enqueue) and the
+// device code (src/device/). Plain data only: every field is fixed at enqueue time, so a
+// launch captured in a CUDA graph replays correctly; everything that must change from one
+// call to the next (channel sequence numbers) lives in device memory (DevState) and is
+// advanced by the kernels themselves.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "coll/algo.h"
+
+namespace mk {
+
+constexpr int kCollThreads = 512;  // threads per CTA of every collective kernel
+
+// Channel counters and scratch of one comm, in device memory of comm->cudaDev (zeroed at
+// init, never reset by the host). Counters are indexed [peer local index * lanes + lane].
+struct DevStateHdr {
+  uint64_t opCount;  // kernels completed on this comm (error records quote it)
+  uint32_t failed;   // sticky: non-zero once any kernel of this comm recorded an error
+  uint32_t ctaDone;  // last-CTA detection for opCount
+  uint64_t pad[6];
+};
+// DevStateHdr is followed by uint64_t sendCnt[kMaxLocalRanks * kMaxLanes] and recvCnt[...].
+inline size_t devStateBytes() {
+  return sizeof(DevStateHdr) + 2 * sizeof(uint64_t) * kMaxLocalRanks * kMaxLanes;
+}
+
+// Error record in host-pinned, device-mapped memory: the kernel that first hits a timeout
+// or the abort flag fills it (body first, then `valid` with a system-scope release);
+// collPollAsyncError turns it into the comm's asynchronous error.
+enum ErrCode : uint32_t { kErrNone = 0, kErrTimeout = 1, kErrAbort = 2, kErrProtocol = 3 };
+struct ErrRecord {
+  uint32_t valid;
+  uint32_t code;       // ErrCode
+  int32_t peer;        // local index of the peer waited for (-1: none)
+  int32_t coll;        // CollType of the operation
+  int32_t lane, slot;  // channel lane and slot of the wait
+  int32_t waitSend;    // 1: waited for the peer to free a slot, 0: for the peer's data
+  int32_t pad;
+  uint64_t seq;      // channel message sequence number waited for
+  uint64_t opCount;  // operations completed on this comm before the failing one
+  uint64_t waitedNs;
+};
+
+// What every kernel needs to know about its comm.
+struct CommDev {
+  void* const* peers;  // [nLocal] workspace of every local rank (peerMem->peersDev)
+  DevStateHdr* hdr;    // this comm's DevState
+  uint64_t* sendCnt;   // [kMaxLocalRanks * kMaxLanes]: messages sent to (peer, lane)
+  uint64_t* recvCnt;   // [kMaxLocalRanks * kMaxLanes]: messages received
+  ErrRecord* err;      // device pointer of the host-mapped error record
+  const volatile uint32_t* abortFlag;  // device pointer of comm->abortFlag
+  uint64_t timeoutNs;                  // deadline of every wait (MKERNEL_TIMEOUT_MS)
+  WsLayout ws;
+  int me;      // local index of this rank
+  int nLocal;  // local ranks (== nRanks: collectives are intra-node)
+};
+
+// Reductions.
+enum RedKind : int { kRedSum = 0, kRedProd = 1, kRedMax = 2, kRedMin = 3 };
+
+struct ReduceArgs {
+  CommDev c;
+  int coll;   // CollType (kAllReduce, kReduce, kReduceScatter)
+  int algo;   // Algo (kOneShot, kTwoShot, kRing for AllReduce; kDirect otherwise)
+  int red;    // RedKind
+  int dtype;  // ncclDataType_t
+  const void* send;
+  void* recv;
+  uint64_t count;       // elements reduced in total (AllReduce/Reduce), or segment (RS)
+  uint64_t segElems;    // two-shot / ReduceScatter segment size (elements)
+  uint64_t chunkElems;  // elements per chunk (per segment chunk for ring/two-shot)
+  uint64_t nChunks;  // chunks (one-shot, Reduce), chunks per segment (two-shot, RS), rounds (ring)
+  int lanes;         // lanes with work: min(ws.lanes, nChunks)
+  int root;          // local index of the root (Reduce)
+  int postDiv;       // ncclAvg: divide by this after the sum (0: no division)
+  int premul;        // PreMulSum: multiply every input by the scalar
+  int scalarOnDevice;  // the scalar is read from scalarPtr at run time
+  const void* scalarPtr;
+  uint64_t scalarBits;  // host-immediate scalar (dtype-sized bytes)
+};
+
+// Copies (Broadcast, AllGather, AlltoAll, Gather, Scatter, Send/Recv): a list of
+// point-to-point transfers executed by a polling engine, so that any set of sends and
+// receives between any ranks progresses without deadlock.
+enum CopyDir : int { kDirSend = 0, kDirRecv = 1, kDirLocal = 2 };
+struct CopyOp {
+  const void* src;  // send: user source; local: source
+  void* dst;        // recv: user destination; local: destination
+  uint64_t bytes;
+  uint64_t chunkBytes;  // identical on both ends (function of bytes and the layout)
+  uint32_t nChunks;
+  int16_t peer;  // local index (send/recv)
+  int16_t dir;   // CopyDir
+};
+// One stream = (peer, direction, lane): an in-order sequence of chunks.
+inline uint32_t packStream(int peer, int dir, int lane) {
+  return ((uint32_t)peer << 16) | ((uint32_t)dir << 8) | (uint32_t)lane;
+}
+
+template <int MaxOps, int MaxStreams>
+struct CopyArgsT {
+  CommDev c;
+  int coll;  // CollType, for error messages
+  int nOps;
+  int nStreams;
+  int pad;
+  CopyOp ops[MaxOps];
+  uint32_t streams[MaxStreams];
+};
+constexpr int kCopySmallOps = 16, kCopySmallStreams = 128;
+constexpr int kCopyLargeOps = 512, kCopyLargeStreams = 1024;
+using CopyArgsSmall = CopyArgsT<kCopySmallOps, kCopySmallStreams>;
+using CopyArgsLarge = CopyArgsT<kCopyLargeOps, kCopyLargeStreams>;
+static_assert(sizeof(CopyArgsLarge) < 32000, "kernel parameters must stay below 32 KiB");
+
+// Launchers (src/device/*.cu). They return the launch error; no synchronisation.
+cudaError_t launchReduceKernel(const ReduceArgs& a, int grid, cudaStream_t s);
+cudaError_t launchReduceInt(const ReduceArgs& a, int grid, cudaStream_t s);
+cudaError_t launchReduceFloat(const ReduceArgs& a, int grid, cudaStream_t s);
+cudaError_t launchReduceLowp(const ReduceArgs& a, int grid, cudaStream_t s);
+cudaError_t launchCopySmall(const CopyArgsSmall& a, int grid, size_t smem, cudaStream_t s);
+cudaError_t launchCopyLarge(const CopyArgsLarge& a, int grid, size_t smem, cudaStream_t s);
+
+}  // namespace mk

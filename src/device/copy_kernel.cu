@@ -1,0 +1,198 @@
+// The copy engine: Broadcast, AllGather, AlltoAll, Gather, Scatter and grouped Send/Recv,
+// all expressed as lists of point-to-point transfers plus local copies.
+//
+// A transfer of `bytes` to or from peer q is cut into chunks of chunkBytes (a function of
+// bytes and the workspace layout, so both ends agree); chunk j travels on lane j % p2pLanes.
+// Each (peer, direction, lane) is a stream: an in-order sequence of chunks of the ops with
+// that peer and direction, in issue order. Unlike the reduction kernels, the streams of a
+// CTA are polled without blocking (warp 0 checks 32 streams at once, the CTA copies the
+// chunks that are ready), so sends and receives between any ranks in any issue order
+// progress as long as their peers' matching streams do: no deadlock for matching pairs.
+#include "device/prims.cuh"
+#include "device/wait.cuh"
+
+namespace mk {
+namespace dev {
+
+struct StreamState {
+  uint32_t op;     // current op (nOps: finished)
+  uint32_t chunk;  // current chunk of that op
+  uint64_t cnt;    // channel message counter
+};
+
+struct CopyShared {
+  void* ws[kMaxLocalRanks];
+  uint32_t mask;
+  int base;
+  int remaining;
+  int rr;
+  int err;
+};
+
+template <typename Args>
+__device__ __forceinline__ uint32_t nextOp(const Args& a, uint32_t from, int peer, int dir,
+                                           int lane) {
+  for (uint32_t o = from; o < (uint32_t)a.nOps; o++) {
+    const CopyOp& op = a.ops[o];
+    if (op.peer == peer && op.dir == dir && op.nChunks > (uint32_t)lane) return o;
+  }
+  return (uint32_t)a.nOps;
+}
+
+template <int MaxOps, int MaxStreams>
+__global__ void __launch_bounds__(kCollThreads, 1)
+    copyKernel(const __grid_constant__ CopyArgsT<MaxOps, MaxStreams> a) {
+  extern __shared__ StreamState st[];
+  __shared__ CopyShared sh;
+  const CommDev& c = a.c;
+  const WsLayout& w = c.ws;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  if (commFailed(c)) return;
+  for (int q = tid; q < c.nLocal; q += nt) sh.ws[q] = c.peers[q];
+  const int nMine =
+      (int)(a.nStreams > (int)blockIdx.x ? (a.nStreams - blockIdx.x + gridDim.x - 1) / gridDim.x
+                                         : 0);
+  for (int k = tid; k < nMine; k += nt) {
+    uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
+    int peer = s >> 16, dir = (s >> 8) & 0xff, lane = s & 0xff;
+    uint64_t* cnt = dir == kDirSend ? c.sendCnt : c.recvCnt;
+    st[k].cnt = cnt[peer * kMaxLanes + lane];
+    st[k].op = nextOp(a, 0, peer, dir, lane);
+    st[k].chunk = lane;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int rem = 0;
+    for (int k = 0; k < nMine; k++) rem += st[k].op < (uint32_t)a.nOps;
+    sh.remaining = rem;
+    sh.rr = 0;
+    sh.err = 0;
+  }
+  // Local copies (own block of AllGather, root's block of Gather/Scatter, send to self):
+  // every CTA takes a 16-byte aligned share.
+  for (int o = 0; o < a.nOps; o++) {
+    const CopyOp& op = a.ops[o];
+    if (op.dir != kDirLocal) continue;
+    uint64_t share = (op.bytes + gridDim.x - 1) / gridDim.x;
+    share = (share + 15) / 16 * 16;
+    uint64_t b0 = share * blockIdx.x;
+    if (b0 >= op.bytes) continue;
+    uint64_t len = umin64(share, op.bytes - b0);
+    copyBytes((char*)op.dst + b0, (const char*)op.src + b0, len, tid, nt);
+  }
+  __syncthreads();
+
+  Spin spin;  // meaningful in thread 0 only
+  while (sh.remaining > 0) {
+    if (tid < 32) {
+      const int base = sh.rr;
+      const int k = base + tid;
+      bool ready = false;
+      if (k < nMine && st[k].op < (uint32_t)a.nOps) {
+        uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
+        int peer = s >> 16, dir = (s >> 8) & 0xff, lane = s & 0xff;
+        uint64_t cnt = st[k].cnt;
+        int slot = (int)(cnt % w.slots);
+        if (dir == kDirSend) {
+          ready = cnt < (uint64_t)w.slots ||
+                  ldAcquireSys(consumedFlag(sh.ws[peer], w, c.me, lane, slot)) >= cnt + 1 - w.slots;
+        } else {
+          ready = ldAcquireSys(readyFlag(sh.ws[c.me], w, peer, lane, slot)) >= cnt + 1;
+        }
+      }
+      uint32_t mask = __ballot_sync(0xffffffffu, ready);
+      if (tid == 0) {
+        sh.mask = mask;
+        sh.base = base;
+      }
+    }
+    __syncthreads();
+    const uint32_t mask = sh.mask;
+    const int base = sh.base;
+    if (mask == 0) {
+      if (tid == 0) {
+        uint32_t code = spin.check(c);
+        if (code != 0) {
+          if (code != kQuit) {
+            // Name the first stream that is still waiting.
+            for (int k = 0; k < nMine; k++) {
+              if (st[k].op >= (uint32_t)a.nOps) continue;
+              uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
+              int dir = (s >> 8) & 0xff;
+              uint64_t seq = st[k].cnt + 1;
+              recordError(c, code, s >> 16, a.coll, s & 0xff, (int)(st[k].cnt % w.slots),
+                          dir == kDirSend ? 1 : 0,
+                          dir == kDirSend ? (seq > (uint64_t)w.slots ? seq - w.slots : 0) : seq,
+                          spin.waited());
+              break;
+            }
+          }
+          sh.err = 1;
+        }
+        sh.rr = base + 32 < nMine ? base + 32 : 0;
+      }
+      __syncthreads();
+      if (sh.err) return;
+      continue;
+    }
+    for (uint32_t m = mask; m != 0; m &= m - 1) {
+      const int k = base + __ffs(m) - 1;
+      const uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
+      const int peer = s >> 16, dir = (s >> 8) & 0xff, lane = s & 0xff;
+      const CopyOp& op = a.ops[st[k].op];
+      const uint64_t cnt = st[k].cnt;
+      const int slot = (int)(cnt % w.slots);
+      const uint64_t off = (uint64_t)st[k].chunk * op.chunkBytes;
+      const uint64_t len = umin64(op.chunkBytes, op.bytes - off);
+      if (dir == kDirSend)
+        copyBytes(slotData(sh.ws[peer], w, c.me, lane, slot), (const char*)op.src + off, len, tid,
+                  nt);
+      else
+        copyBytes((char*)op.dst + off, slotData(sh.ws[c.me], w, peer, lane, slot), len, tid, nt);
+      __syncthreads();
+      if (tid == 0) {
+        fenceAcqRelSys();
+        if (dir == kDirSend)
+          stReleaseSys(readyFlag(sh.ws[peer], w, c.me, lane, slot), cnt + 1);
+        else
+          stReleaseSys(consumedFlag(sh.ws[c.me], w, peer, lane, slot), cnt + 1);
+        st[k].cnt = cnt + 1;
+        uint32_t chunk = st[k].chunk + (uint32_t)w.p2pLanes;
+        if (chunk >= op.nChunks) {
+          st[k].op = nextOp(a, st[k].op + 1, peer, dir, lane);
+          chunk = lane;
+          if (st[k].op >= (uint32_t)a.nOps) sh.remaining--;
+        }
+        st[k].chunk = chunk;
+      }
+      __syncthreads();
+    }
+    if (tid == 0) {
+      spin = Spin();  // progress: restart the deadline
+      sh.rr = base + 32 < nMine ? base + 32 : 0;
+    }
+    __syncthreads();
+  }
+  for (int k = tid; k < nMine; k += nt) {
+    uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
+    int peer = s >> 16, dir = (s >> 8) & 0xff, lane = s & 0xff;
+    uint64_t* cnt = dir == kDirSend ? c.sendCnt : c.recvCnt;
+    cnt[peer * kMaxLanes + lane] = st[k].cnt;
+  }
+  __syncthreads();
+  if (tid == 0) finishCta(c);
+}
+
+}  // namespace dev
+
+cudaError_t launchCopySmall(const CopyArgsSmall& a, int grid, size_t smem, cudaStream_t s) {
+  dev::copyKernel<kCopySmallOps, kCopySmallStreams><<<grid, kCollThreads, smem, s>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launchCopyLarge(const CopyArgsLarge& a, int grid, size_t smem, cudaStream_t s) {
+  dev::copyKernel<kCopyLargeOps, kCopyLargeStreams><<<grid, kCollThreads, smem, s>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace mk

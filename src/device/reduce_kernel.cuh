@@ -1,0 +1,437 @@
+// Reduction collectives: AllReduce (one-shot, two-shot, ring), Reduce, ReduceScatter.
+//
+// Execution model (docs/collectives.md): the work of an operation is cut into chunks (or
+// ring rounds); chunk i belongs to lane i % lanes. A lane is an in-order instruction
+// stream that is identical on every rank, with its own FIFO of slots per rank pair; a CTA
+// runs lanes blockIdx.x, blockIdx.x + gridDim.x, ... in ascending order. Every wait of a
+// lane step depends only on the same or earlier steps of the same lane on the peers, and
+// all ranks process lanes in the same order, so the protocol cannot deadlock whatever the
+// grid size of each rank (ranks may have different SM budgets).
+//
+// Message protocol on (src -> dst, lane): message k (0-based, counted by both ends in
+// DevState) goes to slot k % slots of dst's workspace. The sender waits for
+// consumed[slot] >= k + 1 - slots, writes the data, then fence + st.release ready = k + 1;
+// the receiver waits for ready >= k + 1, reads, then releases consumed = k + 1. All
+// remote accesses of a rank are writes into, and flag reads of, peers that must still wait
+// for the message, so a rank whose kernels finished is never touched again (safe destroy).
+#pragma once
+#include "device/prims.cuh"
+#include "device/wait.cuh"
+
+namespace mk {
+namespace dev {
+
+struct RedShared {
+  void* ws[kMaxLocalRanks];
+  uint64_t sendCnt[kMaxLocalRanks];  // this lane's counters, per peer
+  uint64_t recvCnt[kMaxLocalRanks];
+  const void* srcs[kMaxLocalRanks + 1];
+  void* dsts[kMaxLocalRanks + 1];
+  int16_t plist[kMaxLocalRanks];  // peers of the current step
+  int pn;
+  int err;
+  uint64_t scalarBits;
+};
+
+// Waits (warp 0 polls, one peer per thread) until every peer of sh.plist has freed the slot
+// of our next message (send side) or published its next message to us (receive side).
+static __device__ __noinline__ bool waitPeers(RedShared& sh, const CommDev& c, int lane,
+                                              bool sendSide, int coll) {
+  const WsLayout& w = c.ws;
+  if (threadIdx.x < 32) {
+    for (int j = threadIdx.x; j < sh.pn; j += 32) {
+      int q = sh.plist[j];
+      const uint64_t* flag;
+      uint64_t target;
+      int slot;
+      if (sendSide) {
+        uint64_t seq = sh.sendCnt[q];
+        if (seq < (uint64_t)w.slots) continue;  // first use of this slot
+        slot = (int)(seq % w.slots);
+        flag = consumedFlag(sh.ws[q], w, c.me, lane, slot);
+        target = seq + 1 - w.slots;
+      } else {
+        uint64_t seq = sh.recvCnt[q];
+        slot = (int)(seq % w.slots);
+        flag = readyFlag(sh.ws[c.me], w, q, lane, slot);
+        target = seq + 1;
+      }
+      if (!waitGe(c, flag, target, q, coll, lane, slot, sendSide ? 1 : 0)) {
+        sh.err = 1;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return sh.err == 0;
+}
+
+// Publishes our next message to every peer of sh.plist (the caller's __syncthreads made
+// the CTA's data writes precede this; fence.acq_rel.sys makes them visible system-wide).
+static __device__ __noinline__ void releaseSends(RedShared& sh, const CommDev& c, int lane) {
+  const WsLayout& w = c.ws;
+  for (int j = threadIdx.x; j < sh.pn; j += blockDim.x) {
+    int q = sh.plist[j];
+    uint64_t seq = sh.sendCnt[q];
+    fenceAcqRelSys();
+    stReleaseSys(readyFlag(sh.ws[q], w, c.me, lane, (int)(seq % w.slots)), seq + 1);
+    sh.sendCnt[q] = seq + 1;
+  }
+  __syncthreads();
+}
+
+// Hands the slots of the messages just read from every peer of sh.plist back to them.
+static __device__ __noinline__ void releaseRecvs(RedShared& sh, const CommDev& c, int lane) {
+  const WsLayout& w = c.ws;
+  for (int j = threadIdx.x; j < sh.pn; j += blockDim.x) {
+    int q = sh.plist[j];
+    uint64_t seq = sh.recvCnt[q];
+    fenceAcqRelSys();
+    stReleaseSys(consumedFlag(sh.ws[c.me], w, q, lane, (int)(seq % w.slots)), seq + 1);
+    sh.recvCnt[q] = seq + 1;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ char* sendSlot(RedShared& sh, const CommDev& c, int lane, int q) {
+  return slotData(sh.ws[q], c.ws, c.me, lane, (int)(sh.sendCnt[q] % c.ws.slots));
+}
+__device__ __forceinline__ char* recvSlot(RedShared& sh, const CommDev& c, int lane, int q) {
+  return slotData(sh.ws[c.me], c.ws, q, lane, (int)(sh.recvCnt[q] % c.ws.slots));
+}
+
+// plist = {q} (one peer) or every peer but me.
+__device__ __forceinline__ void setOne(RedShared& sh, int q) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sh.plist[0] = (int16_t)q;
+    sh.pn = 1;
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ void setOthers(RedShared& sh, const CommDev& c) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int pn = 0;
+    for (int q = 0; q < c.nLocal; q++)
+      if (q != c.me) sh.plist[pn++] = (int16_t)q;
+    sh.pn = pn;
+  }
+  __syncthreads();
+}
+
+// ---- one-shot AllReduce and Reduce -------------------------------------------------------
+// One-shot: every rank pushes its chunk to every peer, then reduces all n copies in rank
+// order. Reduce: every rank pushes to the root, which reduces.
+template <int DT, int RED>
+__device__ bool oneShotLane(RedShared& sh, const ReduceArgs& a, int lane, const RedCfg& cfg,
+                            bool rooted) {
+  const CommDev& c = a.c;
+  const int n = c.nLocal, me = c.me, tid = threadIdx.x, nt = blockDim.x;
+  const size_t es = sizeof(typename Num<DT>::U);
+  const char* send = (const char*)a.send;
+  char* recv = (char*)a.recv;
+  const bool iReduce = !rooted || me == a.root;
+  for (uint64_t ch = lane; ch < a.nChunks; ch += c.ws.lanes) {
+    uint64_t off = ch * a.chunkElems;
+    uint64_t len = umin64(a.chunkElems, a.count - off);
+    if (rooted && me != a.root) {
+      setOne(sh, a.root);
+    } else if (!rooted) {
+      setOthers(sh, c);
+    } else {
+      __syncthreads();
+      if (tid == 0) sh.pn = 0;
+      __syncthreads();
+    }
+    if (!waitPeers(sh, c, lane, true, a.coll)) return false;
+    for (int j = tid; j < sh.pn; j += nt) sh.dsts[j] = sendSlot(sh, c, lane, sh.plist[j]);
+    __syncthreads();
+    copyMulti(sh.dsts, sh.pn, send + off * es, len * es, tid, nt);
+    __syncthreads();
+    releaseSends(sh, c, lane);
+    if (!iReduce) continue;
+    setOthers(sh, c);
+    if (!waitPeers(sh, c, lane, false, a.coll)) return false;
+    for (int q = tid; q < n; q += nt)
+      sh.srcs[q] = q == me ? (const void*)(send + off * es) : recvSlot(sh, c, lane, q);
+    if (tid == 0) sh.dsts[0] = recv + off * es;
+    __syncthreads();
+    reduceRange<DT, RED>(sh.srcs, n, n, sh.dsts, 1, len, cfg, tid, nt);
+    __syncthreads();
+    releaseRecvs(sh, c, lane);
+  }
+  return true;
+}
+
+// ---- two-shot AllReduce and ReduceScatter --------------------------------------------------
+// Segment q (segElems elements) is reduced by rank q: every rank pushes its part of the
+// chunk to q, q reduces in rank order and (two-shot) pushes the result to every peer in the
+// same pass. ReduceScatter is the first half with segment q written to rank q's output.
+template <int DT, int RED>
+__device__ bool twoShotLane(RedShared& sh, const ReduceArgs& a, int lane, const RedCfg& cfg,
+                            bool scatterOnly) {
+  const CommDev& c = a.c;
+  const int n = c.nLocal, me = c.me, tid = threadIdx.x, nt = blockDim.x;
+  const size_t es = sizeof(typename Num<DT>::U);
+  const char* send = (const char*)a.send;
+  char* recv = (char*)a.recv;
+  const uint64_t S = a.segElems, CE = a.chunkElems, N = a.count;
+  auto lenOf = [&](int q, uint64_t cOff) -> uint64_t {
+    uint64_t segLen = scatterOnly ? S : (S * q >= N ? 0 : umin64(S, N - S * q));
+    return segLen > cOff ? umin64(CE, segLen - cOff) : 0;
+  };
+  // ReduceScatter writes its segment at the start of recvbuff; AllReduce in place of it.
+  const uint64_t myOut = scatterOnly ? 0 : (uint64_t)me * S;
+  for (uint64_t ch = lane; ch < a.nChunks; ch += c.ws.lanes) {
+    const uint64_t cOff = ch * CE;
+    // 1. My part of every other segment's chunk to its owner.
+    __syncthreads();
+    if (tid == 0) {
+      int pn = 0;
+      for (int q = 0; q < n; q++)
+        if (q != me && lenOf(q, cOff) > 0) sh.plist[pn++] = (int16_t)q;
+      sh.pn = pn;
+    }
+    __syncthreads();
+    if (!waitPeers(sh, c, lane, true, a.coll)) return false;
+    for (int j = tid; j < sh.pn; j += nt) sh.dsts[j] = sendSlot(sh, c, lane, sh.plist[j]);
+    __syncthreads();
+    for (int j = 0; j < sh.pn; j++) {
+      int q = sh.plist[j];
+      copyBytes(sh.dsts[j], send + ((uint64_t)q * S + cOff) * es, lenOf(q, cOff) * es, tid, nt);
+    }
+    __syncthreads();
+    releaseSends(sh, c, lane);
+    // 2. Reduce my segment's chunk; two-shot pushes the result to every peer at once.
+    const uint64_t myLen = lenOf(me, cOff);
+    if (myLen > 0) {
+      setOthers(sh, c);
+      if (!waitPeers(sh, c, lane, false, a.coll)) return false;
+      if (!scatterOnly && !waitPeers(sh, c, lane, true, a.coll)) return false;
+      for (int q = tid; q < n; q += nt)
+        sh.srcs[q] = q == me ? (const void*)(send + ((uint64_t)me * S + cOff) * es)
+                             : recvSlot(sh, c, lane, q);
+      int nd = 1;
+      if (!scatterOnly) {
+        for (int j = tid; j < sh.pn; j += nt) sh.dsts[1 + j] = sendSlot(sh, c, lane, sh.plist[j]);
+        nd += sh.pn;
+      }
+      if (tid == 0) sh.dsts[0] = recv + (myOut + cOff) * es;
+      __syncthreads();
+      reduceRange<DT, RED>(sh.srcs, n, n, sh.dsts, nd, myLen, cfg, tid, nt);
+      __syncthreads();
+      releaseRecvs(sh, c, lane);
+      if (!scatterOnly) releaseSends(sh, c, lane);
+    }
+    if (scatterOnly) continue;
+    // 3. Every other segment's reduced chunk from its owner.
+    __syncthreads();
+    if (tid == 0) {
+      int pn = 0;
+      for (int q = 0; q < n; q++)
+        if (q != me && lenOf(q, cOff) > 0) sh.plist[pn++] = (int16_t)q;
+      sh.pn = pn;
+    }
+    __syncthreads();
+    if (!waitPeers(sh, c, lane, false, a.coll)) return false;
+    for (int j = tid; j < sh.pn; j += nt) sh.srcs[j] = recvSlot(sh, c, lane, sh.plist[j]);
+    __syncthreads();
+    for (int j = 0; j < sh.pn; j++) {
+      int q = sh.plist[j];
+      copyBytes(recv + ((uint64_t)q * S + cOff) * es, sh.srcs[j], lenOf(q, cOff) * es, tid, nt);
+    }
+    __syncthreads();
+    releaseRecvs(sh, c, lane);
+  }
+  return true;
+}
+
+// ---- ring AllReduce ---------------------------------------------------------------------
+// Single-peer flag helpers for the ring, run by thread 0 alone: a ring hop is on the
+// critical path n-1 times per round, so each step costs one barrier before and one after
+// the data pass and a single fence for both of its releases.
+__device__ __forceinline__ bool waitSendFree1(RedShared& sh, const CommDev& c, int lane, int q,
+                                              int coll) {
+  uint64_t seq = sh.sendCnt[q];
+  if (seq < (uint64_t)c.ws.slots) return true;
+  int slot = (int)(seq % c.ws.slots);
+  return waitGe(c, consumedFlag(sh.ws[q], c.ws, c.me, lane, slot), seq + 1 - c.ws.slots, q, coll,
+                lane, slot, 1);
+}
+__device__ __forceinline__ bool waitRecv1(RedShared& sh, const CommDev& c, int lane, int q,
+                                          int coll) {
+  uint64_t seq = sh.recvCnt[q];
+  int slot = (int)(seq % c.ws.slots);
+  return waitGe(c, readyFlag(sh.ws[c.me], c.ws, q, lane, slot), seq + 1, q, coll, lane, slot, 0);
+}
+// Caller: thread 0, after the barrier that ends the step's data pass, after one fence.
+__device__ __forceinline__ void postSend1(RedShared& sh, const CommDev& c, int lane, int q) {
+  uint64_t seq = sh.sendCnt[q];
+  stReleaseSys(readyFlag(sh.ws[q], c.ws, c.me, lane, (int)(seq % c.ws.slots)), seq + 1);
+  sh.sendCnt[q] = seq + 1;
+}
+__device__ __forceinline__ void postRecv1(RedShared& sh, const CommDev& c, int lane, int q) {
+  uint64_t seq = sh.recvCnt[q];
+  stReleaseSys(consumedFlag(sh.ws[c.me], c.ws, q, lane, (int)(seq % c.ws.slots)), seq + 1);
+  sh.recvCnt[q] = seq + 1;
+}
+
+// Round g covers n segments of chunkElems; segment s is reduced along the ring starting
+// at rank s (reduce-scatter, n-1 hops, the last one writes the final value), then the final
+// value travels the ring once more (all-gather), so every rank holds the same bits.
+template <int DT, int RED>
+__device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const RedCfg& cfg) {
+  const CommDev& c = a.c;
+  const int n = c.nLocal, me = c.me, tid = threadIdx.x, nt = blockDim.x;
+  const int prev = (me + n - 1) % n, next = (me + 1) % n;
+  const size_t es = sizeof(typename Num<DT>::U);
+  const char* send = (const char*)a.send;
+  char* recv = (char*)a.recv;
+  const uint64_t CE = a.chunkElems, N = a.count;
+  RedCfg mid = cfg;
+  mid.postDiv = 0;
+  for (uint64_t g = lane; g < a.nChunks; g += c.ws.lanes) {
+    auto segOff = [&](int s) { return (g * n + s) * CE; };
+    auto segLen = [&](int s) -> uint64_t {
+      uint64_t o = segOff(s);
+      return o >= N ? 0 : umin64(CE, N - o);
+    };
+    // Step 0: my own segment, raw, to the next rank.
+    if (tid == 0) {
+      if (!waitSendFree1(sh, c, lane, next, a.coll)) sh.err = 1;
+      sh.dsts[0] = sendSlot(sh, c, lane, next);
+    }
+    __syncthreads();
+    if (sh.err) return false;
+    copyBytes(sh.dsts[0], send + segOff(me) * es, segLen(me) * es, tid, nt);
+    __syncthreads();
+    if (tid == 0) {
+      fenceAcqRelSys();
+      postSend1(sh, c, lane, next);
+    }
+    // Steps 1..n-1: add my input to the partial from prev; the last step is final.
+    for (int m = 1; m < n; m++) {
+      const int s = (me - m + n) % n;
+      const bool last = m == n - 1;
+      if (tid == 0) {
+        if (!waitRecv1(sh, c, lane, prev, a.coll) || !waitSendFree1(sh, c, lane, next, a.coll))
+          sh.err = 1;
+        sh.srcs[0] = send + segOff(s) * es;
+        sh.srcs[1] = recvSlot(sh, c, lane, prev);
+        if (last) {
+          sh.dsts[0] = recv + segOff(s) * es;
+          sh.dsts[1] = sendSlot(sh, c, lane, next);
+        } else {
+          sh.dsts[0] = sendSlot(sh, c, lane, next);
+        }
+      }
+      __syncthreads();
+      if (sh.err) return false;
+      // At m == 1 the partial is prev's raw input: both sources take the PreMulSum scalar.
+      reduceRange<DT, RED>(sh.srcs, 2, m == 1 ? 2 : 1, sh.dsts, last ? 2 : 1, segLen(s),
+                           last ? cfg : mid, tid, nt);
+      __syncthreads();
+      if (tid == 0) {
+        fenceAcqRelSys();
+        postRecv1(sh, c, lane, prev);
+        postSend1(sh, c, lane, next);
+      }
+    }
+    // All-gather: receive final segments me, me-1, ..., me+2; forward all but the last.
+    for (int k = 1; k < n; k++) {
+      const int s = (me + 1 - k + n) % n;
+      const bool fwd = k < n - 1;
+      if (tid == 0) {
+        if (!waitRecv1(sh, c, lane, prev, a.coll) ||
+            (fwd && !waitSendFree1(sh, c, lane, next, a.coll)))
+          sh.err = 1;
+        sh.srcs[0] = recvSlot(sh, c, lane, prev);
+        sh.dsts[0] = recv + segOff(s) * es;
+        if (fwd) sh.dsts[1] = sendSlot(sh, c, lane, next);
+      }
+      __syncthreads();
+      if (sh.err) return false;
+      copyMulti(sh.dsts, fwd ? 2 : 1, sh.srcs[0], segLen(s) * es, tid, nt);
+      __syncthreads();
+      if (tid == 0) {
+        fenceAcqRelSys();
+        postRecv1(sh, c, lane, prev);
+        if (fwd) postSend1(sh, c, lane, next);
+      }
+    }
+  }
+  __syncthreads();
+  return true;
+}
+
+template <int DT, int RED>
+__global__ void __launch_bounds__(kCollThreads, 1)
+    reduceKernel(const __grid_constant__ ReduceArgs a) {
+  __shared__ RedShared sh;
+  const CommDev& c = a.c;
+  const int tid = threadIdx.x;
+  if (commFailed(c)) return;  // an earlier operation failed: peers are out of step
+  using U = typename Num<DT>::U;
+  for (int q = tid; q < c.nLocal; q += blockDim.x) sh.ws[q] = c.peers[q];
+  if (tid == 0) {
+    sh.err = 0;
+    sh.pn = 0;
+    sh.scalarBits =
+        a.premul ? (a.scalarOnDevice ? (uint64_t) * (const U*)a.scalarPtr : a.scalarBits) : 0;
+  }
+  __syncthreads();
+  RedCfg cfg{sh.scalarBits, a.premul, a.postDiv};
+  const CollType coll = static_cast<CollType>(a.coll);
+  for (int lane = blockIdx.x; lane < a.lanes; lane += gridDim.x) {
+    for (int q = tid; q < c.nLocal; q += blockDim.x) {
+      sh.sendCnt[q] = c.sendCnt[q * kMaxLanes + lane];
+      sh.recvCnt[q] = c.recvCnt[q * kMaxLanes + lane];
+    }
+    __syncthreads();
+    bool ok;
+    if (coll == CollType::kReduce)
+      ok = oneShotLane<DT, RED>(sh, a, lane, cfg, true);
+    else if (coll == CollType::kReduceScatter)
+      ok = twoShotLane<DT, RED>(sh, a, lane, cfg, true);
+    else if (a.algo == (int)Algo::kTwoShot)
+      ok = twoShotLane<DT, RED>(sh, a, lane, cfg, false);
+    else if (a.algo == (int)Algo::kRing)
+      ok = ringLane<DT, RED>(sh, a, lane, cfg);
+    else
+      ok = oneShotLane<DT, RED>(sh, a, lane, cfg, false);
+    if (!ok) return;  // the error is recorded; this comm is dead
+    __syncthreads();
+    for (int q = tid; q < c.nLocal; q += blockDim.x) {
+      c.sendCnt[q * kMaxLanes + lane] = sh.sendCnt[q];
+      c.recvCnt[q * kMaxLanes + lane] = sh.recvCnt[q];
+    }
+    __syncthreads();
+  }
+  if (tid == 0) finishCta(c);
+}
+
+// Host-side dispatch over the reduction kind for one dtype.
+template <int DT>
+cudaError_t launchReduceDt(const ReduceArgs& a, int grid, cudaStream_t s) {
+  switch (a.red) {
+    case kRedSum:
+      reduceKernel<DT, kRedSum><<<grid, kCollThreads, 0, s>>>(a);
+      break;
+    case kRedProd:
+      reduceKernel<DT, kRedProd><<<grid, kCollThreads, 0, s>>>(a);
+      break;
+    case kRedMax:
+      reduceKernel<DT, kRedMax><<<grid, kCollThreads, 0, s>>>(a);
+      break;
+    case kRedMin:
+      reduceKernel<DT, kRedMin><<<grid, kCollThreads, 0, s>>>(a);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace dev
+}  // namespace mk
