@@ -7,14 +7,14 @@
 #include <nccl.h>
 #include <vector>
 
-#define CHECK_NCCL(cmd)                                                              \
-  do {                                                                               \
-    ncclResult_t r_ = (cmd);                                                         \
-    if (r_ != ncclSuccess) {                                                         \
-      fprintf(stderr, "demo: %s failed: %s (%s)\n", #cmd, ncclGetErrorString(r_),    \
-              ncclGetLastError(nullptr));                                            \
-      exit(1);                                                                       \
-    }                                                                                \
+#define CHECK_NCCL(cmd)                                                           \
+  do {                                                                            \
+    ncclResult_t r_ = (cmd);                                                      \
+    if (r_ != ncclSuccess) {                                                      \
+      fprintf(stderr, "demo: %s failed: %s (%s)\n", #cmd, ncclGetErrorString(r_), \
+              ncclGetLastError(nullptr));                                         \
+      exit(1);                                                                    \
+    }                                                                             \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -24,9 +24,10 @@ int main(int argc, char** argv) {
   int ndev = 0;
   cudaError_t err = cudaGetDeviceCount(&ndev);
   if (err != cudaSuccess || ndev == 0) {
-    printf("mkernel demo: no GPU on this machine (%s); nothing to run. The library, its CPU "
-           "tests and the bootstrap work here; run the demo on a machine with a GPU.\n",
-           err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    printf(
+        "mkernel demo: no GPU on this machine (%s); nothing to run. The library, its CPU "
+        "tests and the bootstrap work here; run the demo on a machine with a GPU.\n",
+        err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
     return 0;
   }
   int nranks = argc > 1 ? atoi(argv[1]) : 4;
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   CHECK_NCCL(ncclCommInitAll(comms.data(), nranks, devs.data()));
   auto t1 = std::chrono::steady_clock::now();
-  printf("  ncclCommInitAll: %.1f ms\n", std::chrono::duration<double, std::milli>(t1 - t0).count());
+  printf("  ncclCommInitAll: %.1f ms\n",
+         std::chrono::duration<double, std::milli>(t1 - t0).count());
   for (int i = 0; i < nranks; i++) {
     int rank, count, dev;
     CHECK_NCCL(ncclCommUserRank(comms[i], &rank));

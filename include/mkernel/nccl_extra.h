@@ -19,10 +19,9 @@ ncclResult_t pncclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
 ncclResult_t ncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
                            void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclAllToAllv(const void* sendbuff, const size_t sendcounts[],
-                            const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
-                            const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
-                            cudaStream_t stream);
+ncclResult_t pncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                            void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -24,9 +24,9 @@ MK_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t
 
 MK_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  return run({CollType::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
-              stream},
-             "ncclBroadcast");
+  return run(
+      {CollType::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream},
+      "ncclBroadcast");
 }
 
 MK_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
@@ -43,43 +43,39 @@ MK_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t co
 
 MK_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return run({CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm,
-              stream},
-             "ncclAllGather");
+  return run(
+      {CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm, stream},
+      "ncclAllGather");
 }
 
 MK_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return run({CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
-              stream},
-             "ncclReduceScatter");
+  return run(
+      {CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1, comm, stream},
+      "ncclReduceScatter");
 }
 
 MK_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return run({CollType::kAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, -1, comm,
-              stream},
+  return run({CollType::kAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, -1, comm, stream},
              "ncclAlltoAll");
 }
 
 MK_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size_t count,
        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return run({CollType::kAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, -1, comm,
-              stream},
+  return run({CollType::kAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, -1, comm, stream},
              "ncclAllToAll");
 }
 
 MK_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  return run({CollType::kGather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
-              stream},
+  return run({CollType::kGather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream},
              "ncclGather");
 }
 
 MK_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  return run({CollType::kScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
-              stream},
+  return run({CollType::kScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream},
              "ncclScatter");
 }
 
@@ -105,10 +101,24 @@ MK_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcount
   MK_ARGCHECK(esize != 0, "ncclAllToAllv: invalid datatype %d", (int)datatype);
   // Validate every pair before issuing anything, so a bad entry leaves nothing half-queued.
   for (int p = 0; p < comm->nRanks; p++) {
-    mk::CollArgs s{CollType::kSend, (const char*)sendbuff + sdispls[p] * esize, nullptr,
-                   sendcounts[p], datatype, ncclSum, p, comm, stream};
-    mk::CollArgs r{CollType::kRecv, nullptr, (char*)recvbuff + rdispls[p] * esize, recvcounts[p],
-                   datatype, ncclSum, p, comm, stream};
+    mk::CollArgs s{CollType::kSend,
+                   (const char*)sendbuff + sdispls[p] * esize,
+                   nullptr,
+                   sendcounts[p],
+                   datatype,
+                   ncclSum,
+                   p,
+                   comm,
+                   stream};
+    mk::CollArgs r{CollType::kRecv,
+                   nullptr,
+                   (char*)recvbuff + rdispls[p] * esize,
+                   recvcounts[p],
+                   datatype,
+                   ncclSum,
+                   p,
+                   comm,
+                   stream};
     NCCLCHECK(mk::collCheckArgs(s, "ncclAllToAllv"));
     NCCLCHECK(mk::collCheckArgs(r, "ncclAllToAllv"));
   }
@@ -118,8 +128,8 @@ MK_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcount
     res = ncclSend((const char*)sendbuff + sdispls[p] * esize, sendcounts[p], datatype, p, comm,
                    stream);
     if (res == ncclSuccess)
-      res = ncclRecv((char*)recvbuff + rdispls[p] * esize, recvcounts[p], datatype, p, comm,
-                     stream);
+      res =
+          ncclRecv((char*)recvbuff + rdispls[p] * esize, recvcounts[p], datatype, p, comm, stream);
   }
   ncclResult_t endRes = ncclGroupEnd();
   return res != ncclSuccess ? res : endRes;

@@ -10,20 +10,32 @@
 namespace mk {
 
 const char* collName(CollType t) {
-  static const char* names[] = {"AllReduce", "Broadcast",     "Reduce",   "AllGather",
-                                "ReduceScatter", "AlltoAll", "Gather", "Scatter",
-                                "Send",      "Recv"};
+  static const char* names[] = {"AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter",
+                                "AlltoAll",  "Gather",    "Scatter", "Send",      "Recv"};
   int i = static_cast<int>(t);
   return i >= 0 && i < static_cast<int>(CollType::kCount) ? names[i] : "unknown";
 }
 
 size_t dtypeSize(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -58,18 +70,30 @@ ncclResult_t collCheckArgs(const CollArgs& a, const char* api) {
                  a.type == CollType::kScatter;
   size_t mult = perRank ? (size_t)n : 1;
   MK_ARGCHECK(a.count <= SIZE_MAX / esize / mult,
-              "%s: count %zu of %zu-byte elements overflows the buffer size", api, a.count,
-              esize);
+              "%s: count %zu of %zu-byte elements overflows the buffer size", api, a.count, esize);
   if (a.count == 0) return ncclSuccess;
   bool needSend = true, needRecv = true;
   switch (a.type) {
-    case CollType::kBroadcast: needSend = me == a.root; break;
-    case CollType::kReduce: needRecv = me == a.root; break;
-    case CollType::kGather: needRecv = me == a.root; break;
-    case CollType::kScatter: needSend = me == a.root; break;
-    case CollType::kSend: needRecv = false; break;
-    case CollType::kRecv: needSend = false; break;
-    default: break;
+    case CollType::kBroadcast:
+      needSend = me == a.root;
+      break;
+    case CollType::kReduce:
+      needRecv = me == a.root;
+      break;
+    case CollType::kGather:
+      needRecv = me == a.root;
+      break;
+    case CollType::kScatter:
+      needSend = me == a.root;
+      break;
+    case CollType::kSend:
+      needRecv = false;
+      break;
+    case CollType::kRecv:
+      needSend = false;
+      break;
+    default:
+      break;
   }
   MK_ARGCHECK(!needSend || a.sendbuff != nullptr, "%s: sendbuff is NULL with count %zu", api,
               a.count);

@@ -27,10 +27,10 @@ struct CollArgs {
   CollType type;
   const void* sendbuff;
   void* recvbuff;
-  size_t count;          // NCCL's count for this collective (per rank for AllGather etc.)
+  size_t count;  // NCCL's count for this collective (per rank for AllGather etc.)
   ncclDataType_t dtype;
-  ncclRedOp_t op;        // ncclSum for collectives without a reduction
-  int root;              // root for rooted collectives, peer for send/recv, -1 otherwise
+  ncclRedOp_t op;  // ncclSum for collectives without a reduction
+  int root;        // root for rooted collectives, peer for send/recv, -1 otherwise
   ncclComm* comm;
   cudaStream_t stream;
 };

@@ -44,7 +44,9 @@ ncclResult_t joinJob(ncclComm* comm) {
 }
 }  // namespace
 
-bool groupActive() { return tls.depth > 0; }
+bool groupActive() {
+  return tls.depth > 0;
+}
 
 ncclResult_t groupAddCommJob(ncclComm* comm, std::function<ncclResult_t()> fn) {
   tls.jobs.push_back({comm, std::move(fn)});
@@ -112,7 +114,9 @@ ncclResult_t groupEndImpl(ncclSimInfo_t* sim) {
 }
 }  // namespace
 
-MK_API(ncclResult_t, ncclGroupEnd) { return groupEndImpl(nullptr); }
+MK_API(ncclResult_t, ncclGroupEnd) {
+  return groupEndImpl(nullptr);
+}
 
 MK_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   MK_ARGCHECK(simInfo != nullptr, "ncclGroupSimulateEnd: simInfo is NULL");

@@ -15,7 +15,9 @@ struct RedOpTable {
   std::vector<RedOpInfo> ops;  // index i <-> ncclRedOp_t (ncclNumOps + i)
   std::vector<bool> live;
 };
-RedOpTable* table(ncclComm* comm) { return static_cast<RedOpTable*>(comm->redOps); }
+RedOpTable* table(ncclComm* comm) {
+  return static_cast<RedOpTable*>(comm->redOps);
+}
 }  // namespace
 
 ncclResult_t redOpCreatePreMulSum(ncclComm* comm, ncclRedOp_t* op, void* scalar,
@@ -75,13 +77,15 @@ ncclResult_t redOpLookup(ncclComm* comm, ncclRedOp_t op, ncclDataType_t dtype, R
               "reduction operator %d was not created on this communicator or was destroyed",
               (int)op);
   MK_ARGCHECK(t->ops[i].dtype == dtype,
-              "reduction operator %d was created for datatype %d, used with datatype %d",
-              (int)op, (int)t->ops[i].dtype, (int)dtype);
+              "reduction operator %d was created for datatype %d, used with datatype %d", (int)op,
+              (int)t->ops[i].dtype, (int)dtype);
   *out = t->ops[i];
   return ncclSuccess;
 }
 
-void redOpTableInit(ncclComm* comm) { comm->redOps = new RedOpTable(); }
+void redOpTableInit(ncclComm* comm) {
+  comm->redOps = new RedOpTable();
+}
 
 void redOpFreeAll(ncclComm* comm) {
   delete static_cast<RedOpTable*>(comm->redOps);

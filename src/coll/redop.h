@@ -10,11 +10,11 @@ struct ncclComm;
 namespace mk {
 
 struct RedOpInfo {
-  ncclRedOp_t builtin;        // ncclSum..ncclAvg, or ncclNumOps for PreMulSum
-  ncclDataType_t dtype;       // PreMulSum: the dtype it was created for
-  bool scalarOnDevice;        // ncclScalarDevice: read *scalarPtr at run time
-  const void* scalarPtr;      // device pointer (ncclScalarDevice)
-  uint64_t scalarBits;        // host-immediate scalar, its bytes (dtype-sized)
+  ncclRedOp_t builtin;    // ncclSum..ncclAvg, or ncclNumOps for PreMulSum
+  ncclDataType_t dtype;   // PreMulSum: the dtype it was created for
+  bool scalarOnDevice;    // ncclScalarDevice: read *scalarPtr at run time
+  const void* scalarPtr;  // device pointer (ncclScalarDevice)
+  uint64_t scalarBits;    // host-immediate scalar, its bytes (dtype-sized)
 };
 
 ncclResult_t redOpCreatePreMulSum(ncclComm* comm, ncclRedOp_t* op, void* scalar,

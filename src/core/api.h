@@ -6,9 +6,9 @@
 
 #define MK_EXPORT __attribute__((visibility("default")))
 
-#define MK_API(ret, func, ...)                                                            \
-  extern "C" MK_EXPORT ret p##func(__VA_ARGS__);                                          \
-  extern "C" MK_EXPORT __attribute__((weak, alias("p" #func))) ret func(__VA_ARGS__);     \
+#define MK_API(ret, func, ...)                                                        \
+  extern "C" MK_EXPORT ret p##func(__VA_ARGS__);                                      \
+  extern "C" MK_EXPORT __attribute__((weak, alias("p" #func))) ret func(__VA_ARGS__); \
   extern "C" MK_EXPORT ret p##func(__VA_ARGS__)
 
 namespace mk {

@@ -29,11 +29,10 @@ MK_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueI
   });
 }
 
-MK_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank,
-       int nId, ncclUniqueId* commIds, ncclConfig_t* config) {
+MK_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+       ncclUniqueId* commIds, ncclConfig_t* config) {
   return apiGuard("ncclCommInitRankScalable", [&] {
-    return commInitRank(newcomm, nranks, commIds, nId, myrank, config,
-                        "ncclCommInitRankScalable");
+    return commInitRank(newcomm, nranks, commIds, nId, myrank, config, "ncclCommInitRankScalable");
   });
 }
 
@@ -138,8 +137,8 @@ MK_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclCom
   return apiGuard("ncclCommSplit", [&] { return commSplit(comm, color, key, newcomm, config); });
 }
 
-MK_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
-       int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+MK_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+       ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   NCCLCHECK(commCheck(comm, "ncclCommShrink"));
   return apiGuard("ncclCommShrink", [&] {
     return commShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);

@@ -17,7 +17,9 @@ ncclResult_t unsupported(const char* api) {
 }
 // Ranks of one node are contiguous in mkernel's LSA team only when the node's ranks are
 // consecutive (always true for virtual nodes; checked for real ones).
-int lsaBase(const ncclComm* comm) { return comm->topo.nodeRanks[comm->topo.node].front(); }
+int lsaBase(const ncclComm* comm) {
+  return comm->topo.nodeRanks[comm->topo.node].front();
+}
 }  // namespace
 
 MK_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, ncclDevCommRequirements_t const* reqs,

@@ -13,21 +13,34 @@ MK_API(ncclResult_t, ncclGetVersion, int* version) {
 MK_API(const char*, ncclGetErrorString, ncclResult_t code) {
   // NCCL's exact strings: frameworks match on them.
   switch (code) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 
-MK_API(const char*, ncclGetLastError, ncclComm_t comm) { return mk::lastError(); }
+MK_API(const char*, ncclGetLastError, ncclComm_t comm) {
+  return mk::lastError();
+}
 
-MK_API(void, ncclResetDebugInit) { mk::logReset(); }
+MK_API(void, ncclResetDebugInit) {
+  mk::logReset();
+}
 
 MK_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
   MK_ARGCHECK(uniqueId != nullptr, "ncclGetUniqueId: uniqueId is NULL");

@@ -42,7 +42,8 @@ ncclResult_t commCheck(const ncclComm* comm, const char* api) {
 
 ncclResult_t commCheckReady(ncclComm* comm, const char* api) {
   switch (comm->state.load()) {
-    case CommState::kReady: return ncclSuccess;
+    case CommState::kReady:
+      return ncclSuccess;
     case CommState::kInitializing:
       MK_WARN("%s: communicator is still initializing (poll ncclCommGetAsyncError)", api);
       return ncclInvalidUsage;

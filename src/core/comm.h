@@ -14,9 +14,9 @@
 
 namespace mk {
 struct Bootstrap;
-struct PeerMem;     // transport/peer_mem.h
-struct CollState;   // coll/coll.h
-struct NetState;    // transport (inter-node), later
+struct PeerMem;    // transport/peer_mem.h
+struct CollState;  // coll/coll.h
+struct NetState;   // transport (inter-node), later
 
 constexpr uint64_t kCommMagic = 0x6d6b65726e656c31ull;  // "mkernel1"
 constexpr uint64_t kCommDead = 0xdeadc0de0badc0deull;
@@ -32,16 +32,16 @@ struct RankInfo {
 };
 
 struct Topo {
-  int node = 0, nNodes = 1;             // (virtual) node of this rank
-  int localRank = 0, localRanks = 1;    // index and count inside the node
-  std::vector<int> rankToNode;          // [nRanks]
-  std::vector<int> rankToLocalRank;     // [nRanks]
+  int node = 0, nNodes = 1;                 // (virtual) node of this rank
+  int localRank = 0, localRanks = 1;        // index and count inside the node
+  std::vector<int> rankToNode;              // [nRanks]
+  std::vector<int> rankToLocalRank;         // [nRanks]
   std::vector<std::vector<int>> nodeRanks;  // [nNodes][localRanks of that node]
-  int ranksOnMyDevice = 1;              // ranks of this comm (any process) on my GPU
-  int indexOnMyDevice = 0;              // my position among them
-  int numaNode = -1;                    // NUMA node of the GPU (hwloc), -1 unknown
-  std::string nics;                     // nearest NICs (hwloc), for logs and net selection
-  bool virtualNodes = false;            // MKERNEL_EMULATE_NODES in effect
+  int ranksOnMyDevice = 1;                  // ranks of this comm (any process) on my GPU
+  int indexOnMyDevice = 0;                  // my position among them
+  int numaNode = -1;                        // NUMA node of the GPU (hwloc), -1 unknown
+  std::string nics;                         // nearest NICs (hwloc), for logs and net selection
+  bool virtualNodes = false;                // MKERNEL_EMULATE_NODES in effect
 };
 
 enum class CommState : int { kInitializing, kReady, kFinalized, kRevoked, kAborted, kFailed };
@@ -52,8 +52,8 @@ struct ncclComm {
   uint64_t magic = mk::kCommMagic;
   int rank = -1, nRanks = 0;
   int cudaDev = -1;
-  int smCount = 0;       // multiprocessors of cudaDev (read at runtime)
-  int cudaArch = 0;      // e.g. 900
+  int smCount = 0;        // multiprocessors of cudaDev (read at runtime)
+  int cudaArch = 0;       // e.g. 900
   uint64_t commHash = 0;  // identical on every rank of this comm
   mk::Config config;
   mk::Topo topo;

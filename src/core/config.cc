@@ -11,7 +11,9 @@ constexpr unsigned kConfigMagic = 0xcafebeef;
 // Oldest ncclConfig_t layout we accept (NCCL 2.14 introduced the struct).
 constexpr unsigned kMinConfigVersion = NCCL_VERSION(2, 14, 0);
 
-bool has(const ncclConfig_t* c, size_t offset, size_t sz) { return c->size >= offset + sz; }
+bool has(const ncclConfig_t* c, size_t offset, size_t sz) {
+  return c->size >= offset + sz;
+}
 #define MK_HAS(c, field) has(c, offsetof(ncclConfig_t, field), sizeof(c->field))
 #define MK_SET(field) (MK_HAS(config, field) && config->field != NCCL_CONFIG_UNDEF_INT)
 }  // namespace

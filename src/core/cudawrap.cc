@@ -14,21 +14,21 @@ ncclResult_t loadTable() {
   int devs = 0;
   cudaError_t err = cudaGetDeviceCount(&devs);
   if (err != cudaSuccess || devs == 0) {
-    MK_WARN("No usable CUDA device: %s", err != cudaSuccess ? cudaGetErrorString(err)
-                                                            : "cudaGetDeviceCount returned 0");
+    MK_WARN("No usable CUDA device: %s",
+            err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount returned 0");
     return ncclUnhandledCudaError;
   }
   cudaDriverEntryPointQueryResult q;
-#define MK_CU_LOAD(name)                                                                   \
-  {                                                                                        \
-    void* fn = nullptr;                                                                    \
-    if (cudaGetDriverEntryPointByVersion(#name, &fn, 12000, cudaEnableDefault, &q) !=     \
-            cudaSuccess ||                                                                 \
-        q != cudaDriverEntryPointSuccess || fn == nullptr) {                               \
-      MK_WARN("CUDA driver entry point %s not found", #name);                              \
-      return ncclUnhandledCudaError;                                                       \
-    }                                                                                      \
-    cu.name = reinterpret_cast<decltype(cu.name)>(fn);                                     \
+#define MK_CU_LOAD(name)                                                              \
+  {                                                                                   \
+    void* fn = nullptr;                                                               \
+    if (cudaGetDriverEntryPointByVersion(#name, &fn, 12000, cudaEnableDefault, &q) != \
+            cudaSuccess ||                                                            \
+        q != cudaDriverEntryPointSuccess || fn == nullptr) {                          \
+      MK_WARN("CUDA driver entry point %s not found", #name);                         \
+      return ncclUnhandledCudaError;                                                  \
+    }                                                                                 \
+    cu.name = reinterpret_cast<decltype(cu.name)>(fn);                                \
   }
   MK_CU_FUNCS(MK_CU_LOAD)
 #undef MK_CU_LOAD

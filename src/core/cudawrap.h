@@ -28,7 +28,7 @@ namespace mk {
   X(cuMemGetAddressRange)                   \
   X(cuMemGetHandleForAddressRange)          \
   X(cuPointerGetAttribute)                  \
-  X(cuTensorMapEncodeTiled)                  \
+  X(cuTensorMapEncodeTiled)                 \
   X(cuFlushGPUDirectRDMAWrites)
 
 struct CuFuncs {

@@ -40,11 +40,21 @@ uint64_t parseSubsys(const char* str) {
   static const struct {
     const char* name;
     uint64_t bit;
-  } names[] = {{"INIT", kInit},   {"COLL", kColl},     {"P2P", kP2p},
-               {"SHM", kShm},     {"NET", kNet},       {"GRAPH", kGraph},
-               {"TUNING", kTune}, {"ENV", kEnv},       {"ALLOC", kAlloc},
-               {"CALL", kCall},   {"PROXY", kProxy},   {"NVLS", kNvls},
-               {"BOOTSTRAP", kBootstrap}, {"REG", kReg}, {"FUSED", kFused},
+  } names[] = {{"INIT", kInit},
+               {"COLL", kColl},
+               {"P2P", kP2p},
+               {"SHM", kShm},
+               {"NET", kNet},
+               {"GRAPH", kGraph},
+               {"TUNING", kTune},
+               {"ENV", kEnv},
+               {"ALLOC", kAlloc},
+               {"CALL", kCall},
+               {"PROXY", kProxy},
+               {"NVLS", kNvls},
+               {"BOOTSTRAP", kBootstrap},
+               {"REG", kReg},
+               {"FUSED", kFused},
                {"ALL", kAllSubsys}};
   uint64_t mask = 0;
   std::string s(str);
@@ -87,11 +97,16 @@ void initLocked(LogState& s) {
   const char* lvl = getenv("NCCL_DEBUG");
   s.level = kLogNone;
   if (lvl) {
-    if (strcasecmp(lvl, "VERSION") == 0) s.level = kLogVersion;
-    else if (strcasecmp(lvl, "WARN") == 0) s.level = kLogWarn;
-    else if (strcasecmp(lvl, "INFO") == 0) s.level = kLogInfo;
-    else if (strcasecmp(lvl, "ABORT") == 0) s.level = kLogAbort;
-    else if (strcasecmp(lvl, "TRACE") == 0) s.level = kLogTrace;
+    if (strcasecmp(lvl, "VERSION") == 0)
+      s.level = kLogVersion;
+    else if (strcasecmp(lvl, "WARN") == 0)
+      s.level = kLogWarn;
+    else if (strcasecmp(lvl, "INFO") == 0)
+      s.level = kLogInfo;
+    else if (strcasecmp(lvl, "ABORT") == 0)
+      s.level = kLogAbort;
+    else if (strcasecmp(lvl, "TRACE") == 0)
+      s.level = kLogTrace;
   }
   s.mask = parseSubsys(getenv("NCCL_DEBUG_SUBSYS"));
   gethostname(s.host, sizeof(s.host) - 1);
@@ -127,7 +142,9 @@ void logReset() {
   initLocked(s);
 }
 
-void logSetThreadDevice(int dev) { tlsDevice = dev; }
+void logSetThreadDevice(int dev) {
+  tlsDevice = dev;
+}
 
 void logMessage(int level, uint64_t subsys, const char* file, int line, const char* fmt, ...) {
   char msg[1024];

@@ -52,14 +52,15 @@ void logVersionBanner();
 
 }  // namespace mk
 
-#define MK_WARN(...) ::mk::logMessage(::mk::kLogWarn, ::mk::kAllSubsys, __FILE__, __LINE__, __VA_ARGS__)
-#define MK_INFO(subsys, ...)                                                   \
-  do {                                                                         \
-    if (::mk::logEnabled(::mk::kLogInfo, (subsys)))                            \
+#define MK_WARN(...) \
+  ::mk::logMessage(::mk::kLogWarn, ::mk::kAllSubsys, __FILE__, __LINE__, __VA_ARGS__)
+#define MK_INFO(subsys, ...)                                                       \
+  do {                                                                             \
+    if (::mk::logEnabled(::mk::kLogInfo, (subsys)))                                \
       ::mk::logMessage(::mk::kLogInfo, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define MK_TRACE(subsys, ...)                                                   \
-  do {                                                                          \
-    if (::mk::logEnabled(::mk::kLogTrace, (subsys)))                            \
+#define MK_TRACE(subsys, ...)                                                       \
+  do {                                                                              \
+    if (::mk::logEnabled(::mk::kLogTrace, (subsys)))                                \
       ::mk::logMessage(::mk::kLogTrace, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)

@@ -137,8 +137,8 @@ ncclResult_t commInitRank(ncclComm_t* newcomm, int nranks, const ncclUniqueId* i
   comm->commHash = hashBytes(idCopy.data(), sizeof(ncclUniqueId) * nIds);
   ncclResult_t res = commRunJob(comm, [comm, idCopy, nIds, rank, nranks]() -> ncclResult_t {
     CUDACHECK(cudaSetDevice(comm->cudaDev));
-    NCCLCHECK(bootstrapInit(idCopy.data(), nIds, rank, nranks, &comm->bootstrapAbort,
-                            &comm->bootstrap));
+    NCCLCHECK(
+        bootstrapInit(idCopy.data(), nIds, rank, nranks, &comm->bootstrapAbort, &comm->bootstrap));
     return commSetup(comm);
   });
   if (res != ncclSuccess && res != ncclInProgress && cfg.blocking && !groupActive()) {
@@ -177,8 +177,8 @@ ncclResult_t commSplit(ncclComm* parent, int color, int key, ncclComm_t* newcomm
     child->rank = me;
     child->nRanks = (int)members.size();
     child->commHash = mix(mix(parent->commHash, seq), (uint64_t)color);
-    NCCLCHECK(bootstrapSplit(parent->bootstrap, members.data(), child->nRanks, me,
-                             child->commHash, &child->bootstrapAbort, &child->bootstrap));
+    NCCLCHECK(bootstrapSplit(parent->bootstrap, members.data(), child->nRanks, me, child->commHash,
+                             &child->bootstrapAbort, &child->bootstrap));
     return commSetup(child);
   };
   ncclResult_t res = commRunJob(child ? child : parent, job);
@@ -193,8 +193,8 @@ ncclResult_t commShrink(ncclComm* parent, const int* exclude, int nExclude, nccl
                         const ncclConfig_t* config, int flags) {
   const char* api = "ncclCommShrink";
   MK_ARGCHECK(newcomm != nullptr, "%s: newcomm is NULL", api);
-  MK_ARGCHECK(flags == NCCL_SHRINK_DEFAULT || flags == NCCL_SHRINK_ABORT,
-              "%s: invalid flags 0x%x", api, flags);
+  MK_ARGCHECK(flags == NCCL_SHRINK_DEFAULT || flags == NCCL_SHRINK_ABORT, "%s: invalid flags 0x%x",
+              api, flags);
   MK_ARGCHECK(nExclude >= 0 && nExclude < parent->nRanks,
               "%s: invalid excludeRanksCount %d (nranks %d)", api, nExclude, parent->nRanks);
   MK_ARGCHECK(nExclude == 0 || exclude != nullptr, "%s: excludeRanksList is NULL", api);

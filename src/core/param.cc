@@ -53,7 +53,9 @@ void loadLocked(Cache& c, int i) {
 
 }  // namespace
 
-const ParamInfo& paramInfo(ParamId id) { return kTable[static_cast<int>(id)]; }
+const ParamInfo& paramInfo(ParamId id) {
+  return kTable[static_cast<int>(id)];
+}
 
 int64_t paramInt(ParamId id) {
   Cache& c = cache();

@@ -56,8 +56,7 @@ ncclResult_t topoLocalInfo(ncclComm* comm, RankInfo* info) {
   return ncclSuccess;
 }
 
-ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulateNodes,
-                         Topo* out) {
+ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulateNodes, Topo* out) {
   const int n = (int)info.size();
   MK_ARGCHECK(rank >= 0 && rank < n, "topoCompute: rank %d out of range %d", rank, n);
   *out = Topo();
@@ -77,7 +76,8 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
     std::vector<uint64_t> order;
     for (int r = 0; r < n; r++) {
       auto it = hostToNode.find(info[r].hostHash);
-      if (it == hostToNode.end()) it = hostToNode.emplace(info[r].hostHash, (int)hostToNode.size()).first;
+      if (it == hostToNode.end())
+        it = hostToNode.emplace(info[r].hostHash, (int)hostToNode.size()).first;
       out->rankToNode[r] = it->second;
     }
     out->nNodes = (int)hostToNode.size();

@@ -22,7 +22,7 @@ namespace mk {
 namespace {
 
 constexpr uint64_t kIpcMagic = 0x6d6b2d6970632d31ull;  // "mk-ipc-1"
-constexpr int kPollSliceMs = 5;                       // abort-flag polling period
+constexpr int kPollSliceMs = 5;                        // abort-flag polling period
 
 struct WireHeader {
   uint64_t magic;
@@ -224,8 +224,8 @@ ncclResult_t ipcSocketSend(IpcSocket* s, const char* peerName, uint32_t tag, int
       return ncclSystemError;
     }
     if (msLeft(deadline) <= 0) {
-      MK_WARN("IPC socket %s: send to %s timed out after %" PRId64 " ms (%s)", s->name,
-              peerName, s->timeoutMs, strerror(lastErr));
+      MK_WARN("IPC socket %s: send to %s timed out after %" PRId64 " ms (%s)", s->name, peerName,
+              s->timeoutMs, strerror(lastErr));
       return ncclRemoteError;
     }
     // While we wait for room, take in what others send us (they may be waiting on us).
@@ -244,16 +244,15 @@ ncclResult_t ipcSocketRecv(IpcSocket* s, int srcRank, uint32_t tag, int* fd, voi
   Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(s->timeoutMs);
   for (;;) {
     NCCLCHECK(drain(s));
-    auto it = std::find_if(s->pending.begin(), s->pending.end(), [&](const IpcMessage& m) {
-      return m.src == srcRank && m.tag == tag;
-    });
+    auto it = std::find_if(s->pending.begin(), s->pending.end(),
+                           [&](const IpcMessage& m) { return m.src == srcRank && m.tag == tag; });
     if (it != s->pending.end()) {
       IpcMessage m = std::move(*it);
       s->pending.erase(it);
       if (m.data.size() != size) {
         if (m.fd >= 0) close(m.fd);
-        MK_WARN("IPC socket %s: message (rank %d, tag %u) has %zu bytes, expected %zu",
-                s->name, srcRank, tag, m.data.size(), size);
+        MK_WARN("IPC socket %s: message (rank %d, tag %u) has %zu bytes, expected %zu", s->name,
+                srcRank, tag, m.data.size(), size);
         return ncclInternalError;
       }
       if (size) memcpy(data, m.data.data(), size);
@@ -269,8 +268,8 @@ ncclResult_t ipcSocketRecv(IpcSocket* s, int srcRank, uint32_t tag, int* fd, voi
     }
     int64_t left = msLeft(deadline);
     if (left <= 0) {
-      MK_WARN("IPC socket %s: timed out after %" PRId64 " ms waiting for rank %d (tag %u)",
-              s->name, s->timeoutMs, srcRank, tag);
+      MK_WARN("IPC socket %s: timed out after %" PRId64 " ms waiting for rank %d (tag %u)", s->name,
+              s->timeoutMs, srcRank, tag);
       return ncclRemoteError;
     }
     pollfd p = {s->fd, POLLIN, 0};

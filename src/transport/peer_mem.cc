@@ -20,7 +20,7 @@ namespace {
 
 // What every rank publishes in the first allgather of peerMemInit.
 struct InitInfo {
-  int32_t status;      // ncclResult_t of this rank's local steps
+  int32_t status;  // ncclResult_t of this rank's local steps
   int32_t dev;
   int32_t exportable;  // the workspace has a POSIX-fd handle
   int32_t pad;
@@ -65,8 +65,8 @@ ncclResult_t localPeers(ncclComm* comm, PeerMem::Impl* im) {
     if (r == comm->rank) im->localRank = l;
   }
   MK_ARGCHECK(im->localRank >= 0 && im->localRank == t.localRank && im->localRanks == t.localRanks,
-              "peerMemInit: rank %d is not at topo.localRank %d of its node (%d ranks)",
-              comm->rank, t.localRank, t.localRanks);
+              "peerMemInit: rank %d is not at topo.localRank %d of its node (%d ranks)", comm->rank,
+              t.localRank, t.localRanks);
   im->sameProc.assign(im->localRanks, 0);
   im->peerDev.assign(im->localRanks, -1);
   for (int l = 0; l < im->localRanks; l++) {
@@ -90,17 +90,20 @@ ncclResult_t allocWorkspace(ncclComm* comm, PeerMem::Impl* im, size_t bytes) {
     for (int x : devs) seen |= (x == d);
     if (seen) continue;
     if (!pm::canAccessPeer(d, dev)) {
-      MK_WARN("peerMemInit: rank %d (GPU %d) cannot access GPU %d of rank %d peer-to-peer; "
-              "intra-node peers need P2P (MKERNEL_EMULATE_NODES can put them in different nodes)",
-              im->localToRank[l], d, dev, comm->rank);
+      MK_WARN(
+          "peerMemInit: rank %d (GPU %d) cannot access GPU %d of rank %d peer-to-peer; "
+          "intra-node peers need P2P (MKERNEL_EMULATE_NODES can put them in different nodes)",
+          im->localToRank[l], d, dev, comm->rank);
       return ncclSystemError;
     }
     devs.push_back(d);
   }
   if (!pm::vmmSupported(dev)) {
     if (im->anyOtherProc) {
-      MK_WARN("peerMemInit: GPU %d has no CUDA VMM support; cannot share memory with local "
-              "peers of other processes", dev);
+      MK_WARN(
+          "peerMemInit: GPU %d has no CUDA VMM support; cannot share memory with local "
+          "peers of other processes",
+          dev);
       return ncclSystemError;
     }
     void* p = nullptr;
@@ -121,9 +124,10 @@ ncclResult_t allocWorkspace(ncclComm* comm, PeerMem::Impl* im, size_t bytes) {
     if (fd) r = pm::mapCreate(dev, bytes, true, devs, /*quiet=*/!im->anyOtherProc, &im->ws);
     if (r != ncclSuccess) {
       if (im->anyOtherProc) {
-        MK_WARN("peerMemInit: no exportable (POSIX fd) cuMem allocation on GPU %d%s; local "
-                "peers in other processes cannot map the workspace", dev,
-                fd ? "" : " (driver does not support POSIX fd handles)");
+        MK_WARN(
+            "peerMemInit: no exportable (POSIX fd) cuMem allocation on GPU %d%s; local "
+            "peers in other processes cannot map the workspace",
+            dev, fd ? "" : " (driver does not support POSIX fd handles)");
         return r == ncclSystemError ? ncclSystemError : r;
       }
       MK_INFO(kAlloc, "peerMemInit: using a non-exportable workspace (all local peers in-process)");
@@ -181,8 +185,10 @@ ncclResult_t exchangeFds(ncclComm* comm, PeerMem::Impl* im, const std::vector<In
     if (r == ncclSuccess) {
       r = pm::mapImportFd(pfd, bytes, im->dev, &im->wsImports[l]);
       if (r != ncclSuccess)
-        MK_WARN("peerMemInit: rank %d (GPU %d) could not map the workspace of rank %d "
-                "(another process; GPU %d there)", comm->rank, im->dev, peer, info[peer].dev);
+        MK_WARN(
+            "peerMemInit: rank %d (GPU %d) could not map the workspace of rank %d "
+            "(another process; GPU %d there)",
+            comm->rank, im->dev, peer, info[peer].dev);
     }
     if (pfd >= 0) close(pfd);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
@@ -335,8 +341,10 @@ ncclResult_t peerMemInit(ncclComm* comm) {
       goto fail;
     }
     if (info[r].bytes != bytes) {
-      MK_WARN("peerMemInit: workspace of rank %d is %" PRIu64 " bytes, %zu here; set the same "
-              "MKERNEL_WORKSPACE_BYTES on every rank", r, info[r].bytes, bytes);
+      MK_WARN("peerMemInit: workspace of rank %d is %" PRIu64
+              " bytes, %zu here; set the same "
+              "MKERNEL_WORKSPACE_BYTES on every rank",
+              r, info[r].bytes, bytes);
       res = ncclInvalidUsage;
       goto fail;
     }
@@ -391,12 +399,12 @@ ncclResult_t peerMemInit(ncclComm* comm) {
   // The socket stays open: peerMemLookup passes registered buffers' fds through it.
   comm->peerMem = pmem;
   MK_INFO(kInit | kP2p,
-          "peerMemInit: rank %d workspace %p (%zu bytes, GPU %d), %d local ranks (%s)",
-          comm->rank, im->ws.ptr, bytes, im->dev, im->localRanks,
+          "peerMemInit: rank %d workspace %p (%zu bytes, GPU %d), %d local ranks (%s)", comm->rank,
+          im->ws.ptr, bytes, im->dev, im->localRanks,
           im->anyOtherProc ? "some in other processes" : "all in this process");
   return ncclSuccess;
 
-fail: {
+fail : {
   ncclResult_t ignored = ncclSuccess;
   freePeersDev(pmem);
   freeImpl(im, 0, &ignored);

@@ -32,8 +32,8 @@ struct ncclComm;
 namespace mk {
 
 struct PeerMem {
-  size_t bytes = 0;          // per-rank workspace size (MKERNEL_WORKSPACE_BYTES, granularity-rounded)
-  void* local = nullptr;     // this rank's workspace (device memory of comm->cudaDev)
+  size_t bytes = 0;       // per-rank workspace size (MKERNEL_WORKSPACE_BYTES, granularity-rounded)
+  void* local = nullptr;  // this rank's workspace (device memory of comm->cudaDev)
   // [topo.localRanks] pointers, valid in this process, to every local peer's workspace
   // (peers[topo.localRank] == local). Ranks in one process share pointers directly;
   // other processes' workspaces are imported from POSIX fds passed over Unix sockets.
@@ -140,10 +140,10 @@ struct Mapping {
   Kind kind = kNone;
   void* ptr = nullptr;
   size_t size = 0;
-  int dev = -1;                              // device the memory lives on (-1 unknown)
-  CUmemGenericAllocationHandle handle = 0;   // kCuMem
+  int dev = -1;                             // device the memory lives on (-1 unknown)
+  CUmemGenericAllocationHandle handle = 0;  // kCuMem
   bool haveHandle = false, reserved = false, mapped = false;
-  bool exportable = false;                   // kCuMem with a POSIX-fd handle
+  bool exportable = false;  // kCuMem with a POSIX-fd handle
 };
 
 // Devices that can map memory of `dev` (P2P), `dev` first.
@@ -175,16 +175,16 @@ ncclResult_t mapRelease(Mapping* m);
 // A buffer given to peerMemRegister.
 struct RegRecord {
   enum Kind : int32_t { kLocalOnly = 0, kCuMem = 1, kCudaMalloc = 2 };
-  uint64_t id = 0;                 // unique in this process
+  uint64_t id = 0;  // unique in this process
   uintptr_t buff = 0;
   size_t size = 0;
   Kind kind = kLocalOnly;
-  uintptr_t base = 0;              // enclosing allocation (kCuMem, kCudaMalloc)
+  uintptr_t base = 0;  // enclosing allocation (kCuMem, kCudaMalloc)
   size_t allocSize = 0;
   int dev = -1;
   CUmemGenericAllocationHandle handle = 0;  // retained (kCuMem)
   bool haveHandle = false;
-  cudaIpcMemHandle_t ipc{};        // kCudaMalloc
+  cudaIpcMemHandle_t ipc{};  // kCudaMalloc
 };
 
 // A peer's registered allocation mapped here (from another process).
@@ -195,8 +195,8 @@ struct PeerImport {
 using ImportKey = std::pair<int, uint64_t>;  // (peer rank, peer's RegRecord id)
 
 struct LookupEntry {
-  std::vector<void*> ptrs;  // [localRanks]
-  RegRecord* reg = nullptr; // this rank's registration that covered the buffer
+  std::vector<void*> ptrs;   // [localRanks]
+  RegRecord* reg = nullptr;  // this rank's registration that covered the buffer
   std::vector<ImportKey> imports;
 };
 
@@ -205,21 +205,21 @@ struct LookupEntry {
 struct PeerMem::Impl {
   int dev = -1;
   int localRank = 0, localRanks = 1;
-  std::vector<int> localToRank;      // [localRanks] global ranks of my node
-  std::vector<char> sameProc;        // [localRanks] peer lives in this process
-  std::vector<int> peerDev;          // [localRanks] CUDA device of each local peer
+  std::vector<int> localToRank;  // [localRanks] global ranks of my node
+  std::vector<char> sameProc;    // [localRanks] peer lives in this process
+  std::vector<int> peerDev;      // [localRanks] CUDA device of each local peer
   bool anyOtherProc = false;
 
-  pm::Mapping ws;                    // own workspace
+  pm::Mapping ws;                      // own workspace
   std::vector<pm::Mapping> wsImports;  // [localRanks] imported workspaces (other processes)
 
-  IpcSocket sock;                    // open when anyOtherProc
+  IpcSocket sock;                                // open when anyOtherProc
   std::vector<std::vector<char>> peerSockNames;  // [localRanks]
 
   std::map<pm::RegRecord*, std::unique_ptr<pm::RegRecord>> regs;
   std::map<std::pair<uintptr_t, size_t>, pm::LookupEntry> lookupCache;
   std::map<pm::ImportKey, pm::PeerImport> regImports;
-  uint64_t lookupSeq = 0;            // exchanges done (identical on every rank)
+  uint64_t lookupSeq = 0;  // exchanges done (identical on every rank)
 };
 
 // peer_mem_reg.cc: releases every registration, cached lookup and imported peer buffer.

@@ -28,7 +28,9 @@ DeviceGuard::~DeviceGuard() {
 
 namespace {
 
-size_t roundUp(size_t v, size_t g) { return (v + g - 1) / g * g; }
+size_t roundUp(size_t v, size_t g) {
+  return (v + g - 1) / g * g;
+}
 
 int devAttr(int dev, CUdevice_attribute attr) {
   if (cudaLibInit() != ncclSuccess) return 0;
@@ -65,7 +67,9 @@ std::vector<CUmemAccessDesc> accessDescs(const std::vector<int>& devs) {
 
 }  // namespace
 
-bool vmmSupported(int dev) { return devAttr(dev, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0; }
+bool vmmSupported(int dev) {
+  return devAttr(dev, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
+}
 bool fdHandleSupported(int dev) {
   return devAttr(dev, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) != 0;
 }
@@ -154,8 +158,8 @@ ncclResult_t mapCreate(int dev, size_t size, bool exportable, const std::vector<
     std::vector<CUmemAccessDesc> desc = accessDescs(accessDevs);
     CUCHECKGOTO(cuMemSetAccess(va, m->size, desc.data(), desc.size()), res, fail);
   }
-  MK_INFO(kAlloc, "cuMem allocation %p size %zu on GPU %d (%s, %zu devices)", m->ptr, m->size,
-          dev, exportable ? "POSIX fd" : "not exportable", accessDevs.size());
+  MK_INFO(kAlloc, "cuMem allocation %p size %zu on GPU %d (%s, %zu devices)", m->ptr, m->size, dev,
+          exportable ? "POSIX fd" : "not exportable", accessDevs.size());
   return ncclSuccess;
 fail:
   mapRelease(m);
@@ -194,8 +198,8 @@ ncclResult_t mapImportFd(int fd, size_t size, int dev, Mapping* m) {
     CUCHECKGOTO(cuMemGetAllocationPropertiesFromHandle(&prop, m->handle), res, fail);
     m->dev = prop.location.id;
     size_t gran = 0;
-    CUCHECKGOTO(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                res, fail);
+    CUCHECKGOTO(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), res,
+                fail);
     if (gran == 0) gran = 2u << 20;
     if (size % gran != 0) {
       MK_WARN("imported allocation size %zu is not a multiple of the granularity %zu", size, gran);
@@ -211,8 +215,8 @@ ncclResult_t mapImportFd(int fd, size_t size, int dev, Mapping* m) {
     std::vector<CUmemAccessDesc> desc = accessDescs({dev});
     CUCHECKGOTO(cuMemSetAccess(va, size, desc.data(), desc.size()), res, fail);
   }
-  MK_INFO(kP2p, "imported peer allocation (GPU %d) at %p size %zu for GPU %d", m->dev, m->ptr,
-          size, dev);
+  MK_INFO(kP2p, "imported peer allocation (GPU %d) at %p size %zu for GPU %d", m->dev, m->ptr, size,
+          dev);
   return ncclSuccess;
 fail:
   mapRelease(m);
@@ -230,10 +234,12 @@ ncclResult_t mapRelease(Mapping* m) {
   };
   switch (m->kind) {
     case Mapping::kCuMem:
-      if (m->mapped) note(cu.cuMemUnmap(reinterpret_cast<CUdeviceptr>(m->ptr), m->size), "cuMemUnmap");
+      if (m->mapped)
+        note(cu.cuMemUnmap(reinterpret_cast<CUdeviceptr>(m->ptr), m->size), "cuMemUnmap");
       if (m->haveHandle) note(cu.cuMemRelease(m->handle), "cuMemRelease");
       if (m->reserved)
-        note(cu.cuMemAddressFree(reinterpret_cast<CUdeviceptr>(m->ptr), m->size), "cuMemAddressFree");
+        note(cu.cuMemAddressFree(reinterpret_cast<CUdeviceptr>(m->ptr), m->size),
+             "cuMemAddressFree");
       break;
     case Mapping::kCudaMalloc:
       if (m->ptr) {

@@ -19,9 +19,9 @@ std::atomic<uint64_t> gNextRegId{1};
 
 // Published by every rank in the first allgather of an exchange.
 struct LookupInfo {
-  uint64_t seq;          // exchange number: identical on all ranks unless calls diverged
-  int32_t registered;    // a registration covers [ptr, ptr+bytes)
-  int32_t kind;          // pm::RegRecord::Kind
+  uint64_t seq;        // exchange number: identical on all ranks unless calls diverged
+  int32_t registered;  // a registration covers [ptr, ptr+bytes)
+  int32_t kind;        // pm::RegRecord::Kind
   uint64_t regId;
   uint64_t ptr;
   uint64_t base;
@@ -41,9 +41,12 @@ struct RegFdMsg {
 
 const char* kindName(int k) {
   switch (k) {
-    case pm::RegRecord::kCuMem: return "cuMem";
-    case pm::RegRecord::kCudaMalloc: return "cudaMalloc";
-    default: return "local-only";
+    case pm::RegRecord::kCuMem:
+      return "cuMem";
+    case pm::RegRecord::kCudaMalloc:
+      return "cudaMalloc";
+    default:
+      return "local-only";
   }
 }
 
@@ -85,8 +88,10 @@ ncclResult_t classify(void* buff, size_t size, pm::RegRecord* r) {
     return ncclSuccess;
   }
   if (p + size > base + allocSize) {
-    MK_INFO(kReg, "ncclCommRegister: [%p, +%zu) extends past its allocation [%p, +%zu): "
-            "in-process peers only", buff, size, (void*)base, allocSize);
+    MK_INFO(kReg,
+            "ncclCommRegister: [%p, +%zu) extends past its allocation [%p, +%zu): "
+            "in-process peers only",
+            buff, size, (void*)base, allocSize);
     return ncclSuccess;
   }
   CUmemGenericAllocationHandle h;
@@ -96,8 +101,10 @@ ncclResult_t classify(void* buff, size_t size, pm::RegRecord* r) {
               (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (!fd) {
       cu.cuMemRelease(h);
-      MK_INFO(kReg, "ncclCommRegister: cuMem buffer %p has no POSIX-fd handle: in-process "
-              "peers only", buff);
+      MK_INFO(kReg,
+              "ncclCommRegister: cuMem buffer %p has no POSIX-fd handle: in-process "
+              "peers only",
+              buff);
       return ncclSuccess;
     }
     r->kind = pm::RegRecord::kCuMem;
@@ -107,8 +114,8 @@ ncclResult_t classify(void* buff, size_t size, pm::RegRecord* r) {
     cudaError_t e = cudaIpcGetMemHandle(&r->ipc, reinterpret_cast<void*>(base));
     if (e != cudaSuccess) {
       cudaGetLastError();
-      MK_INFO(kReg, "ncclCommRegister: no CUDA IPC handle for %p (%s): in-process peers only",
-              buff, cudaGetErrorString(e));
+      MK_INFO(kReg, "ncclCommRegister: no CUDA IPC handle for %p (%s): in-process peers only", buff,
+              cudaGetErrorString(e));
       return ncclSuccess;
     }
     r->kind = pm::RegRecord::kCudaMalloc;
@@ -240,7 +247,8 @@ ncclResult_t peerMemDeregister(ncclComm* comm, void* handle) {
   auto it = im->regs.find(static_cast<pm::RegRecord*>(handle));
   MK_ARGCHECK(it != im->regs.end(),
               "ncclCommDeregister: handle %p was not returned by ncclCommRegister on this "
-              "communicator (or was deregistered already)", handle);
+              "communicator (or was deregistered already)",
+              handle);
   pm::DeviceGuard guard;
   NCCLCHECK(guard.set(comm->cudaDev));
   pm::RegRecord* r = it->first;
@@ -285,7 +293,8 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
   mine.dev = im->dev;
   mine.pid = getpid();
   if (reg && reg->kind == pm::RegRecord::kCudaMalloc) mine.ipc = reg->ipc;
-  if (comm->nRanks > 1) NCCLCHECK(bootstrapAllGather(comm->bootstrap, info.data(), sizeof(LookupInfo)));
+  if (comm->nRanks > 1)
+    NCCLCHECK(bootstrapAllGather(comm->bootstrap, info.data(), sizeof(LookupInfo)));
   uint64_t seq = im->lookupSeq++;
   uint32_t tag = kIpcTagLookupBase + (uint32_t)seq;
   for (int r = 0; r < comm->nRanks; r++) {
@@ -300,8 +309,10 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
   for (int l = 0; l < im->localRanks; l++) {
     const LookupInfo& pi = info[im->localToRank[l]];
     if (!pi.registered || (!im->sameProc[l] && pi.kind == pm::RegRecord::kLocalOnly)) {
-      MK_INFO(kReg, "peerMemLookup: rank %d buffer %p (%zu bytes): rank %d's buffer is %s; "
-              "using the workspace", comm->rank, ptr, bytes, im->localToRank[l],
+      MK_INFO(kReg,
+              "peerMemLookup: rank %d buffer %p (%zu bytes): rank %d's buffer is %s; "
+              "using the workspace",
+              comm->rank, ptr, bytes, im->localToRank[l],
               pi.registered ? "not exportable" : "not registered");
       return ncclSuccess;
     }
@@ -322,8 +333,8 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
       if (pm::exportFd(reg->handle, &fd) != ncclSuccess) msg.status = ncclUnhandledCudaError;
       for (int l = 0; l < im->localRanks; l++) {
         if (im->sameProc[l]) continue;
-        ncclResult_t r = ipcSocketSend(&im->sock, im->peerSockNames[l].data(), tag, fd, &msg,
-                                       sizeof(msg));
+        ncclResult_t r =
+            ipcSocketSend(&im->sock, im->peerSockNames[l].data(), tag, fd, &msg, sizeof(msg));
         if (r != ncclSuccess && local == ncclSuccess) local = r;
       }
       if (fd >= 0) close(fd);
@@ -342,8 +353,8 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
       ptrs[l] = (void*)(uintptr_t)pi.ptr;
       // cudaMalloc memory of another GPU: this GPU needs peer access to it.
       if (pi.kind != pm::RegRecord::kCuMem && pi.dev != im->dev && pi.dev >= 0) {
-        ncclResult_t r = pm::canAccessPeer(im->dev, pi.dev) ? pm::enablePeerAccess(pi.dev)
-                                                             : ncclSystemError;
+        ncclResult_t r =
+            pm::canAccessPeer(im->dev, pi.dev) ? pm::enablePeerAccess(pi.dev) : ncclSystemError;
         if (r != ncclSuccess && local == ncclSuccess) local = r;
       }
     } else if (pi.kind == pm::RegRecord::kCuMem || local == ncclSuccess) {
@@ -367,9 +378,10 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
   for (const pm::ImportKey& k : keys) im->regImports[k].refs++;
   if (!allOk) {
     for (const pm::ImportKey& k : keys) unrefImport(im, k);
-    MK_WARN("peerMemLookup: rank %d buffer %p (%zu bytes): a local rank could not map its "
-            "peers' buffers (this rank: error %d); using the workspace", comm->rank, ptr, bytes,
-            (int)local);
+    MK_WARN(
+        "peerMemLookup: rank %d buffer %p (%zu bytes): a local rank could not map its "
+        "peers' buffers (this rank: error %d); using the workspace",
+        comm->rank, ptr, bytes, (int)local);
     return ncclSuccess;
   }
   entry.ptrs = ptrs;

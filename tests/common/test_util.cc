@@ -44,8 +44,12 @@ static int countDir(const char* path) {
   return n;
 }
 
-int countOpenFds() { return countDir("/proc/self/fd") - 1; }  // minus the opendir fd
-int countThreads() { return countDir("/proc/self/task"); }
+int countOpenFds() {
+  return countDir("/proc/self/fd") - 1;
+}  // minus the opendir fd
+int countThreads() {
+  return countDir("/proc/self/task");
+}
 
 uint64_t testSeed() {
   static uint64_t seed = 0;

@@ -18,8 +18,8 @@ uint64_t testSeed();
 }  // namespace mktest
 
 // Skips a GPU test with a printed reason when no GPU is present.
-#define MKTEST_REQUIRE_GPU()                                         \
-  do {                                                               \
-    std::string mkWhy_;                                              \
+#define MKTEST_REQUIRE_GPU()                                               \
+  do {                                                                     \
+    std::string mkWhy_;                                                    \
     if (!::mktest::haveGpu(&mkWhy_)) GTEST_SKIP() << "no GPU: " << mkWhy_; \
   } while (0)

@@ -39,7 +39,8 @@ std::vector<ncclComm_t> initThreads(int n, ncclConfig_t* cfg = nullptr) {
                    : ncclCommInitRank(&comms[r], n, id, r);
     });
   for (auto& t : th) t.join();
-  for (int r = 0; r < n; r++) EXPECT_EQ(res[r], ncclSuccess) << "rank " << r << ": " << ncclGetLastError(nullptr);
+  for (int r = 0; r < n; r++)
+    EXPECT_EQ(res[r], ncclSuccess) << "rank " << r << ": " << ncclGetLastError(nullptr);
   return comms;
 }
 
@@ -78,7 +79,8 @@ TEST_P(CommInit, InitAllWithRepeatedDevice) {
   int n = GetParam();
   std::vector<int> devs(n, 0);
   std::vector<ncclComm_t> comms(n);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess)
+      << ncclGetLastError(nullptr);
   checkComms(comms);
   destroyAll(comms);
 }
@@ -111,8 +113,8 @@ TEST_P(CommInit, Processes) {
   std::vector<pid_t> pids;
   for (int r = 0; r < n; r++) {
     std::string rs = std::to_string(r), ns = std::to_string(n);
-    char* argv[] = {(char*)worker.c_str(), (char*)hex.c_str(), (char*)ns.c_str(),
-                    (char*)rs.c_str(), nullptr};
+    char* argv[] = {(char*)worker.c_str(), (char*)hex.c_str(), (char*)ns.c_str(), (char*)rs.c_str(),
+                    nullptr};
     pid_t pid;
     ASSERT_EQ(posix_spawn(&pid, worker.c_str(), nullptr, nullptr, argv, environ), 0) << worker;
     pids.push_back(pid);

@@ -69,19 +69,19 @@ TEST_P(PeerMemThreads, WorkspaceEveryByteFromEveryPeer) {
   int n = GetParam();
   uint64_t seed = mktest::testSeed();
   std::string err = runThreads(n, 0, initThen([seed](ncclComm* c) -> std::string {
-    if (c->topo.localRanks != c->nRanks) return "expected one node";
-    if (c->topo.ranksOnMyDevice != c->nRanks) return "expected all ranks on GPU 0";
-    return pmtest::workspaceCheck(c, seed);
-  }));
+                                 if (c->topo.localRanks != c->nRanks) return "expected one node";
+                                 if (c->topo.ranksOnMyDevice != c->nRanks)
+                                   return "expected all ranks on GPU 0";
+                                 return pmtest::workspaceCheck(c, seed);
+                               }));
   EXPECT_EQ(err, "");
 }
 
 TEST_P(PeerMemThreads, RegisterAndLookup) {
   MKTEST_REQUIRE_GPU();
   uint64_t seed = mktest::testSeed();
-  std::string err = runThreads(GetParam(), 0, initThen([seed](ncclComm* c) {
-    return pmtest::registerCheck(c, seed);
-  }));
+  std::string err = runThreads(
+      GetParam(), 0, initThen([seed](ncclComm* c) { return pmtest::registerCheck(c, seed); }));
   EXPECT_EQ(err, "");
 }
 
@@ -96,12 +96,14 @@ TEST(PeerMemVirtualNodes, OnlyTheNodeIsMapped) {
   MKTEST_REQUIRE_GPU();
   uint64_t seed = mktest::testSeed();
   std::string err = runThreads(8, 4, initThen([seed](ncclComm* c) -> std::string {
-    if (c->topo.nNodes != 4 || c->topo.localRanks != 2) return "unexpected virtual topology";
-    if (c->peerMem->peers.size() != 2) return "peers should hold the 2 ranks of the node";
-    std::string e = pmtest::workspaceCheck(c, seed);
-    if (!e.empty()) return e;
-    return pmtest::registerCheck(c, seed);
-  }));
+                                 if (c->topo.nNodes != 4 || c->topo.localRanks != 2)
+                                   return "unexpected virtual topology";
+                                 if (c->peerMem->peers.size() != 2)
+                                   return "peers should hold the 2 ranks of the node";
+                                 std::string e = pmtest::workspaceCheck(c, seed);
+                                 if (!e.empty()) return e;
+                                 return pmtest::registerCheck(c, seed);
+                               }));
   EXPECT_EQ(err, "");
 }
 
@@ -110,18 +112,18 @@ TEST(PeerMemVirtualNodes, UnevenNodes) {
   MKTEST_REQUIRE_GPU();
   uint64_t seed = mktest::testSeed();
   std::string err = runThreads(3, 2, initThen([seed](ncclComm* c) -> std::string {
-    if ((int)c->peerMem->peers.size() != c->topo.localRanks) return "peers size";
-    return pmtest::workspaceCheck(c, seed);
-  }));
+                                 if ((int)c->peerMem->peers.size() != c->topo.localRanks)
+                                   return "peers size";
+                                 return pmtest::workspaceCheck(c, seed);
+                               }));
   EXPECT_EQ(err, "");
 }
 
 TEST(PeerMemThreadsCycles, HundredInitFiniNoLeaks) {
   MKTEST_REQUIRE_GPU();
   EnvScope ws("MKERNEL_WORKSPACE_BYTES", "2097152");
-  std::string err = runThreads(4, 0, [](ncclComm* c) {
-    return pmtest::cyclesCheck(c, 100, c->rank == 0);
-  });
+  std::string err =
+      runThreads(4, 0, [](ncclComm* c) { return pmtest::cyclesCheck(c, 100, c->rank == 0); });
   EXPECT_EQ(err, "");
 }
 
@@ -158,8 +160,9 @@ TEST(PeerMemAlloc, SizesAccessAndExport) {
     CUmemGenericAllocationHandle h;
     ASSERT_EQ(mk::cu.cuMemRetainAllocationHandle(&h, p), CUDA_SUCCESS);
     int fd = -1;
-    EXPECT_EQ(mk::cu.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-              CUDA_SUCCESS);
+    EXPECT_EQ(
+        mk::cu.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        CUDA_SUCCESS);
     if (fd >= 0) close(fd);
     mk::cu.cuMemRelease(h);
     // Usable from this device: write, read back.
@@ -208,61 +211,67 @@ TEST(PeerMemAlloc, HundredAllocFreeNoLeak) {
 
 TEST(PeerMemRegisterErrors, InvalidArguments) {
   MKTEST_REQUIRE_GPU();
-  std::string err = runThreads(1, 0, initThen([](ncclComm* c) -> std::string {
-    void* buf = nullptr;
-    if (cudaMalloc(&buf, 1 << 16) != cudaSuccess) return "cudaMalloc";
-    void* h = nullptr;
-    std::string e;
-    auto expect = [&](ncclResult_t got, ncclResult_t want, const char* what) {
-      if (got != want)
-        e += std::string(what) + " -> " + std::to_string(got) + " (want " + std::to_string(want) + "); ";
-    };
-    expect(mk::peerMemRegister(c, nullptr, 16, &h), ncclInvalidArgument, "register null buff");
-    expect(mk::peerMemRegister(c, buf, 0, &h), ncclInvalidArgument, "register size 0");
-    expect(mk::peerMemRegister(c, buf, 16, nullptr), ncclInvalidArgument, "register null handle");
-    int hostVar = 0;
-    // Plain host memory is unknown to CUDA (-> ncclInvalidArgument); with HMM the driver may
-    // know it, and then it must at least be local-only.
-    void* hh = nullptr;
-    ncclResult_t hr = mk::peerMemRegister(c, &hostVar, sizeof(hostVar), &hh);
-    if (hr == ncclSuccess) {
-      if (static_cast<mk::pm::RegRecord*>(hh)->kind != mk::pm::RegRecord::kLocalOnly)
-        e += "stack memory registered as shareable; ";
-      expect(mk::peerMemDeregister(c, hh), ncclSuccess, "deregister stack memory");
-    } else {
-      expect(hr, ncclInvalidArgument, "register non-CUDA memory");
-    }
-    expect(mk::peerMemDeregister(c, nullptr), ncclInvalidArgument, "deregister null");
-    expect(mk::peerMemDeregister(c, &hostVar), ncclInvalidArgument, "deregister unknown");
-    expect(mk::peerMemRegister(nullptr, buf, 16, &h), ncclInvalidArgument, "register null comm");
-    expect(mk::peerMemRegister(c, buf, 1 << 16, &h), ncclSuccess, "register");
-    void* h2 = nullptr;
-    expect(mk::peerMemRegister(c, buf, 1 << 10, &h2), ncclSuccess, "register twice");
-    if (h == h2) e += "two registrations share a handle; ";
-    expect(mk::peerMemDeregister(c, h), ncclSuccess, "deregister");
-    expect(mk::peerMemDeregister(c, h), ncclInvalidArgument, "deregister twice");
-    // The second registration still works (one rank: lookups need no exchange partner).
-    bool ok = false;
-    std::vector<void*> ptrs;
-    expect(mk::peerMemLookup(c, buf, 512, &ok, &ptrs), ncclSuccess, "lookup");
-    if (!ok || ptrs.size() != 1 || ptrs[0] != buf) e += "lookup of a registered buffer failed; ";
-    expect(mk::peerMemLookup(c, buf, 4096, &ok, &ptrs), ncclSuccess, "lookup past");
-    if (ok) e += "lookup past the registered size succeeded; ";
-    expect(mk::peerMemDeregister(c, h2), ncclSuccess, "deregister 2");
-    expect(mk::peerMemLookup(c, buf, 512, &ok, nullptr), ncclInvalidArgument, "lookup null out");
-    // Host memory known to CUDA: accepted, in-process only.
-    void* pinned = nullptr;
-    if (cudaMallocHost(&pinned, 4096) == cudaSuccess) {
-      void* hp = nullptr;
-      expect(mk::peerMemRegister(c, pinned, 4096, &hp), ncclSuccess, "register pinned host");
-      if (hp && static_cast<mk::pm::RegRecord*>(hp)->kind != mk::pm::RegRecord::kLocalOnly)
-        e += "pinned host memory should be local-only; ";
-      if (hp) expect(mk::peerMemDeregister(c, hp), ncclSuccess, "deregister pinned");
-      cudaFreeHost(pinned);
-    }
-    cudaFree(buf);
-    return e;
-  }));
+  std::string err = runThreads(
+      1, 0, initThen([](ncclComm* c) -> std::string {
+        void* buf = nullptr;
+        if (cudaMalloc(&buf, 1 << 16) != cudaSuccess) return "cudaMalloc";
+        void* h = nullptr;
+        std::string e;
+        auto expect = [&](ncclResult_t got, ncclResult_t want, const char* what) {
+          if (got != want)
+            e += std::string(what) + " -> " + std::to_string(got) + " (want " +
+                 std::to_string(want) + "); ";
+        };
+        expect(mk::peerMemRegister(c, nullptr, 16, &h), ncclInvalidArgument, "register null buff");
+        expect(mk::peerMemRegister(c, buf, 0, &h), ncclInvalidArgument, "register size 0");
+        expect(mk::peerMemRegister(c, buf, 16, nullptr), ncclInvalidArgument,
+               "register null handle");
+        int hostVar = 0;
+        // Plain host memory is unknown to CUDA (-> ncclInvalidArgument); with HMM the driver may
+        // know it, and then it must at least be local-only.
+        void* hh = nullptr;
+        ncclResult_t hr = mk::peerMemRegister(c, &hostVar, sizeof(hostVar), &hh);
+        if (hr == ncclSuccess) {
+          if (static_cast<mk::pm::RegRecord*>(hh)->kind != mk::pm::RegRecord::kLocalOnly)
+            e += "stack memory registered as shareable; ";
+          expect(mk::peerMemDeregister(c, hh), ncclSuccess, "deregister stack memory");
+        } else {
+          expect(hr, ncclInvalidArgument, "register non-CUDA memory");
+        }
+        expect(mk::peerMemDeregister(c, nullptr), ncclInvalidArgument, "deregister null");
+        expect(mk::peerMemDeregister(c, &hostVar), ncclInvalidArgument, "deregister unknown");
+        expect(mk::peerMemRegister(nullptr, buf, 16, &h), ncclInvalidArgument,
+               "register null comm");
+        expect(mk::peerMemRegister(c, buf, 1 << 16, &h), ncclSuccess, "register");
+        void* h2 = nullptr;
+        expect(mk::peerMemRegister(c, buf, 1 << 10, &h2), ncclSuccess, "register twice");
+        if (h == h2) e += "two registrations share a handle; ";
+        expect(mk::peerMemDeregister(c, h), ncclSuccess, "deregister");
+        expect(mk::peerMemDeregister(c, h), ncclInvalidArgument, "deregister twice");
+        // The second registration still works (one rank: lookups need no exchange partner).
+        bool ok = false;
+        std::vector<void*> ptrs;
+        expect(mk::peerMemLookup(c, buf, 512, &ok, &ptrs), ncclSuccess, "lookup");
+        if (!ok || ptrs.size() != 1 || ptrs[0] != buf)
+          e += "lookup of a registered buffer failed; ";
+        expect(mk::peerMemLookup(c, buf, 4096, &ok, &ptrs), ncclSuccess, "lookup past");
+        if (ok) e += "lookup past the registered size succeeded; ";
+        expect(mk::peerMemDeregister(c, h2), ncclSuccess, "deregister 2");
+        expect(mk::peerMemLookup(c, buf, 512, &ok, nullptr), ncclInvalidArgument,
+               "lookup null out");
+        // Host memory known to CUDA: accepted, in-process only.
+        void* pinned = nullptr;
+        if (cudaMallocHost(&pinned, 4096) == cudaSuccess) {
+          void* hp = nullptr;
+          expect(mk::peerMemRegister(c, pinned, 4096, &hp), ncclSuccess, "register pinned host");
+          if (hp && static_cast<mk::pm::RegRecord*>(hp)->kind != mk::pm::RegRecord::kLocalOnly)
+            e += "pinned host memory should be local-only; ";
+          if (hp) expect(mk::peerMemDeregister(c, hp), ncclSuccess, "deregister pinned");
+          cudaFreeHost(pinned);
+        }
+        cudaFree(buf);
+        return e;
+      }));
   EXPECT_EQ(err, "");
   // Without peer memory (comm not initialised): a clear error, no crash.
   ncclComm bare;

@@ -42,10 +42,10 @@ std::string cudaErr(const char* what, cudaError_t e) {
   return std::string(what) + ": " + cudaGetErrorString(e);
 }
 
-#define PM_CUDA(call)                                     \
-  do {                                                    \
-    cudaError_t e_ = (call);                              \
-    if (e_ != cudaSuccess) return cudaErr(#call, e_);     \
+#define PM_CUDA(call)                                 \
+  do {                                                \
+    cudaError_t e_ = (call);                          \
+    if (e_ != cudaSuccess) return cudaErr(#call, e_); \
   } while (0)
 #define PM_NCCL(call)                                                               \
   do {                                                                              \
@@ -197,8 +197,8 @@ std::string workspaceCheck(ncclComm* c, uint64_t seed) {
   cudaStream_t s;
   PM_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int l = 0; l < t.localRanks; l++) {
-    cudaError_t e = cudaMemsetAsync((char*)pm->peers[l] + t.localRank * slot,
-                                    0x40 + t.localRank, slot, s);
+    cudaError_t e =
+        cudaMemsetAsync((char*)pm->peers[l] + t.localRank * slot, 0x40 + t.localRank, slot, s);
     if (e != cudaSuccess) {
       cudaStreamDestroy(s);
       return cudaErr("cudaMemsetAsync on a peer workspace", e);
@@ -367,8 +367,7 @@ std::string runChildren(const std::string& mode, int nProcs, int ranksPerProc, i
     for (char** e = environ; *e; e++) env.push_back(*e);
     char spec[256];
     snprintf(spec, sizeof(spec), "MKTEST_PM_CHILD=%s %d %d %d %d %llu %llu", mode.c_str(), nProcs,
-             ranksPerProc, p, emulateNodes, (unsigned long long)seed,
-             (unsigned long long)commHash);
+             ranksPerProc, p, emulateNodes, (unsigned long long)seed, (unsigned long long)commHash);
     env.push_back(spec);
     env.push_back("MKTEST_PM_ID=" + hex);
     env.push_back("MKERNEL_BOOTSTRAP_TIMEOUT_S=60");

@@ -152,8 +152,8 @@ TEST(IpcSocketMp, AllToAllAmongFourProcesses) {
       for (int to = 0; to < kProcs; to++) {
         if (to == me) continue;
         int fd = makeMemfd(msgContent(me, to, k));
-        if (fd < 0 || mk::ipcSocketSend(&s, n[to].c_str(), (uint32_t)k, fd, &k, sizeof(k)) !=
-                          ncclSuccess)
+        if (fd < 0 ||
+            mk::ipcSocketSend(&s, n[to].c_str(), (uint32_t)k, fd, &k, sizeof(k)) != ncclSuccess)
           rc = 11;
         if (fd >= 0) close(fd);
       }

@@ -44,8 +44,12 @@ void expectErr(ncclResult_t expected, std::function<ncclResult_t()> call, const 
   EXPECT_STRNE(ncclGetLastError(nullptr), "") << what << ": no message";
 }
 
-#define EXPECT_INVALID(call) expectErr(ncclInvalidArgument, [&] { return call; }, #call)
-#define EXPECT_USAGE(call) expectErr(ncclInvalidUsage, [&] { return call; }, #call)
+#define EXPECT_INVALID(call) \
+  expectErr(                 \
+      ncclInvalidArgument, [&] { return call; }, #call)
+#define EXPECT_USAGE(call) \
+  expectErr(               \
+      ncclInvalidUsage, [&] { return call; }, #call)
 
 void* const kBuf = reinterpret_cast<void*>(0x1000);  // never dereferenced: checks fail first
 
@@ -170,8 +174,8 @@ TEST(ApiArgs, CollectiveChecks) {
   EXPECT_INVALID(ncclRecv(kBuf, 8, (ncclDataType_t)40, 0, c, nullptr));
   size_t counts[4] = {1, 1, 1, 1}, displs[4] = {0, 1, 2, 3};
   EXPECT_INVALID(ncclAllToAllv(kBuf, counts, nullptr, kBuf, counts, displs, ncclFloat, c, nullptr));
-  EXPECT_INVALID(ncclAllToAllv(kBuf, counts, displs, kBuf, counts, displs, (ncclDataType_t)13, c,
-                               nullptr));
+  EXPECT_INVALID(
+      ncclAllToAllv(kBuf, counts, displs, kBuf, counts, displs, (ncclDataType_t)13, c, nullptr));
   int n = 0;
   EXPECT_EQ(ncclCommCount(c, &n), ncclSuccess);  // still usable
   EXPECT_EQ(n, 4);
@@ -193,9 +197,11 @@ TEST(ApiArgs, RedOps) {
   float s = 0.5f;
   EXPECT_INVALID(ncclRedOpCreatePreMulSum(nullptr, &s, ncclFloat, ncclScalarHostImmediate, f.c));
   EXPECT_INVALID(ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, f.c));
-  EXPECT_INVALID(ncclRedOpCreatePreMulSum(&op, &s, (ncclDataType_t)20, ncclScalarHostImmediate, f.c));
+  EXPECT_INVALID(
+      ncclRedOpCreatePreMulSum(&op, &s, (ncclDataType_t)20, ncclScalarHostImmediate, f.c));
   EXPECT_INVALID(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat, (ncclScalarResidence_t)5, f.c));
-  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat, ncclScalarHostImmediate, f.c), ncclSuccess);
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat, ncclScalarHostImmediate, f.c),
+            ncclSuccess);
   EXPECT_GE((int)op, (int)ncclNumOps);
   mk::RedOpInfo info;
   ASSERT_EQ(mk::redOpLookup(f.c, op, ncclFloat, &info), ncclSuccess);

@@ -33,8 +33,8 @@ std::set<std::string> declaredHostFunctions() {
     bool isMain = f == MK_NCCL_H;
     while (std::getline(in, line)) {
       std::smatch m;
-      if (isMain && std::regex_search(line, m, plain) && line.find("typedef") == std::string::npos &&
-          line.find("#define") == std::string::npos)
+      if (isMain && std::regex_search(line, m, plain) &&
+          line.find("typedef") == std::string::npos && line.find("#define") == std::string::npos)
         names.insert(m[1]);
       if (std::regex_search(line, m, host)) names.insert(m[1]);
     }

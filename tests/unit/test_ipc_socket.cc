@@ -81,7 +81,8 @@ TEST(IpcSocket, PassesMemfdWithContent) {
   {
     Pair p;
     ASSERT_EQ(p.init(5000), ncclSuccess);
-    const std::string content = "peer memory travels as a file descriptor " + std::to_string(getpid());
+    const std::string content =
+        "peer memory travels as a file descriptor " + std::to_string(getpid());
     int fd = makeMemfd(content);
     ASSERT_GE(fd, 0);
     uint64_t payload = 0x1234567890abcdefull;

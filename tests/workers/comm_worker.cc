@@ -6,13 +6,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#define CHECK(cmd)                                                                      \
-  do {                                                                                  \
-    ncclResult_t r_ = (cmd);                                                            \
-    if (r_ != ncclSuccess) {                                                            \
-      fprintf(stderr, "worker: %s -> %d (%s)\n", #cmd, r_, ncclGetLastError(nullptr));  \
-      return 1;                                                                         \
-    }                                                                                   \
+#define CHECK(cmd)                                                                     \
+  do {                                                                                 \
+    ncclResult_t r_ = (cmd);                                                           \
+    if (r_ != ncclSuccess) {                                                           \
+      fprintf(stderr, "worker: %s -> %d (%s)\n", #cmd, r_, ncclGetLastError(nullptr)); \
+      return 1;                                                                        \
+    }                                                                                  \
   } while (0)
 
 int main(int argc, char** argv) {
