@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/cudawrap.h"
 #include "core/init.h"
+#include "transport/net_state.h"
 #include "transport/peer_mem.h"
 
 using namespace mk;
@@ -113,6 +114,7 @@ MK_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   __atomic_store_n(comm->abortFlag, 1u, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->bootstrapAbort, 1u, __ATOMIC_RELEASE);
   comm->state.store(CommState::kAborted);
+  netAbort(comm);  // the proxy drops pending work at once
   if (comm->job.joinable()) comm->job.join();
   collFinalize(comm);  // returns at once: kernels see the abort flag
   commFree(comm);
@@ -148,7 +150,10 @@ MK_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int
 MK_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   NCCLCHECK(commCheck(comm, "ncclCommGetAsyncError"));
   MK_ARGCHECK(asyncError != nullptr, "ncclCommGetAsyncError: asyncError is NULL");
-  if (comm->state.load() == CommState::kReady) NCCLCHECK(collPollAsyncError(comm));
+  if (comm->state.load() == CommState::kReady) {
+    NCCLCHECK(collPollAsyncError(comm));
+    NCCLCHECK(netPollAsyncError(comm));
+  }
   *asyncError = static_cast<ncclResult_t>(comm->asyncResult.load());
   if (*asyncError != ncclSuccess && *asyncError != ncclInProgress) {
     std::lock_guard<std::mutex> g(comm->asyncMu);

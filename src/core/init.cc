@@ -15,6 +15,7 @@
 #include "core/cudawrap.h"
 #include "core/param.h"
 #include "topo/topo.h"
+#include "transport/net_state.h"
 #include "transport/peer_mem.h"
 
 namespace mk {
@@ -73,6 +74,7 @@ ncclResult_t commSetup(ncclComm* comm) {
   NCCLCHECK(topoCompute(comm->peerInfo, comm->rank, (int)MK_PARAM_INT(EmulateNodes), &comm->topo));
   topoAffinity(comm->peerInfo[comm->rank].busId, &comm->topo);
   NCCLCHECK(peerMemInit(comm));
+  NCCLCHECK(netInit(comm));  // no-op unless the comm spans (virtual) nodes
   NCCLCHECK(collInit(comm));
   NCCLCHECK(bootstrapBarrier(comm->bootstrap));
   comm->state.store(CommState::kReady);
@@ -97,6 +99,7 @@ ncclResult_t commFree(ncclComm* comm) {
   ncclResult_t res = ncclSuccess, r;
   if (comm->cudaDev >= 0) cudaSetDevice(comm->cudaDev);
   if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
+  if ((r = netFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if (comm->bootstrap && (r = bootstrapClose(comm->bootstrap)) != ncclSuccess && res == ncclSuccess)
     res = r;

@@ -22,7 +22,7 @@ uint64_t floorPow2(uint64_t v) {
 }  // namespace
 
 uint64_t netWindowBytes() {
-  int64_t v = MK_PARAM_INT(WorkspaceBytes);
+  int64_t v = MK_PARAM_INT(NetWindowBytes);
   return v > 0 ? (uint64_t)v : 0;
 }
 

@@ -1,5 +1,7 @@
 #include "common/test_util.h"
 
+#include "core/param.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +65,25 @@ uint64_t testSeed() {
             (unsigned long long)seed);
   });
   return seed;
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  const char* o = getenv(name);
+  had_ = o != nullptr;
+  if (had_) old_ = o;
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
+  mk::paramReset();
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_)
+    setenv(name_.c_str(), old_.c_str(), 1);
+  else
+    unsetenv(name_.c_str());
+  mk::paramReset();
 }
 
 }  // namespace mktest

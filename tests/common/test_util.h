@@ -15,6 +15,20 @@ int countThreads();
 // Seed for random inputs: fresh per run unless MKTEST_SEED is set; printed once.
 uint64_t testSeed();
 
+// Sets (or, with v == nullptr, unsets) an environment variable for the scope and re-reads
+// mkernel's parameters, restoring both afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_;
+};
+
 }  // namespace mktest
 
 // Skips a GPU test with a printed reason when no GPU is present.

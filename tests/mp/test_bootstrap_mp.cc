@@ -2,6 +2,8 @@
 // parent), children init, allgather, barrier, send/recv, check and close. Fault cases kill one
 // child before, during or after the rendezvous; the survivors must fail within the timeout.
 #include <gtest/gtest.h>
+
+#include "common/test_util.h"
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,27 +28,7 @@ namespace {
 constexpr const char* kChild = "BootstrapMpChild.DISABLED_Rank";
 constexpr int kFaultTimeoutS = 3;
 
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (v)
-      setenv(n, v, 1);
-    else
-      unsetenv(n);
-    paramReset();
-  }
-  ~ScopedEnv() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-    paramReset();
-  }
-};
+using mktest::ScopedEnv;
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -23,27 +23,7 @@ using namespace mk;
 
 namespace {
 
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (v)
-      setenv(n, v, 1);
-    else
-      unsetenv(n);
-    paramReset();
-  }
-  ~ScopedEnv() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-    paramReset();
-  }
-};
+using mktest::ScopedEnv;
 
 void runRanks(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> t;

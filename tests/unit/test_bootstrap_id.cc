@@ -38,27 +38,7 @@ void expectRejected(const ncclUniqueId& u, const char* msgPart) {
   EXPECT_NE(err.find(msgPart), std::string::npos) << err;
 }
 
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (v)
-      setenv(n, v, 1);
-    else
-      unsetenv(n);
-    paramReset();
-  }
-  ~ScopedEnv() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-    paramReset();
-  }
-};
+using mktest::ScopedEnv;
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 // Interface selection: NCCL_SOCKET_IFNAME grammar and the default policy, on fake lists.
 #include <gtest/gtest.h>
 
+#include "common/test_util.h"
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -37,28 +39,7 @@ std::string names(const std::vector<NetIf>& v) {
 }
 
 // Sets (or unsets) an env variable for one test and forgets cached params both ways.
-struct ScopedEnv {
-  std::string name;
-  std::string old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (v)
-      setenv(n, v, 1);
-    else
-      unsetenv(n);
-    paramReset();
-  }
-  ~ScopedEnv() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-    paramReset();
-  }
-};
+using mktest::ScopedEnv;
 
 }  // namespace
 

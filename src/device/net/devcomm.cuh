@@ -1,0 +1,373 @@
+// The device communication API: one set of calls for every peer of a comm, whatever node
+// it is on. Kernels receive a NetDev by value (netDevView, transport/net_state.h).
+//
+//   put(d, src, peer, dst_offset, bytes)                  copy to the peer's window
+//   put_signal(d, src, peer, dst_offset, bytes, slot, v)  ... then update its signal slot
+//   signal(d, peer, slot, v)                              signal after every earlier put
+//   wait_signal(d, slot, v[, from])                       until my slot >= v
+//   quiet(d)                                              source buffers reusable
+//   recv_ptr(d, from, offset)                             where `from`'s puts landed here
+//   send_ptr(d, offset)                                   zero-copy source area
+//
+// Routing. A peer of this (virtual) node is reached with direct stores: vectorised copies
+// into its P2P window (mapped through peer memory), then fence + st.release.sys (or
+// red.release.sys for adds) on its signal word. Any other peer is reached through the
+// proxy: the call becomes fixed-size commands in the GPU->CPU ring (proxy_ring.cuh; a
+// full ring is back-pressure, bounded and abortable), the proxy sends the data and writes
+// the peer's signal word only after the data landed (proxy.h).
+//
+// Sources. put copies from any device-readable `src`. For a remote peer the data must sit
+// in the proxy's registered source window: a src inside send_ptr()'s area is sent as is
+// (zero-copy: do not overwrite it before quiet()); any other src is staged, chunk by chunk,
+// through staging slots that are reused once the proxy has sent their data.
+//
+// Destinations. dst_offset addresses the peer's window of d.windowBytes bytes. Puts from
+// local peers and from remote peers land in different memories (P2P window, proxy receive
+// window), so a receiver reads `from`'s data at recv_ptr(d, from, offset).
+//
+// Signals. 64-bit words, monotonic, never reset: use increasing values (sequence numbers)
+// with kSignalSet, or kSignalAdd. wait_signal sees the sum of the word local peers write
+// and the word the proxy writes, so a "set" slot must have a single writer.
+// Ordering: put_signal and signal to a peer make every earlier put of the calling group
+// to that peer visible before the signal.
+//
+// Scope. Every call is made by a whole group with the same arguments: Block (default:
+// every thread of the CTA), Warp (all 32 lanes) or Thread. put* copy with every thread
+// of the group; rings, signals and waits are done by its first thread. Every call returns
+// false on failure (bad arguments, timeout, abort, the proxy stopped): the first failure
+// of the comm is recorded (host-mapped record, turned into ncclCommGetAsyncError's error
+// with a message naming the peer) and the kernel should return; later calls fail fast.
+// Waits poll the abort flag and the proxy's ring abort and end at MKERNEL_TIMEOUT_MS.
+#pragma once
+#include <cstdint>
+
+#include "device/ptx.cuh"
+#include "device/wait.cuh"
+#include "transport/net_state.h"
+#include "transport/proxy_ring.cuh"
+
+namespace mk {
+namespace dev {
+namespace net {
+
+// ---- groups ----------------------------------------------------------------------------
+struct Block {
+  static __device__ __forceinline__ uint32_t rank() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  }
+  static __device__ __forceinline__ uint32_t size() { return blockDim.x * blockDim.y * blockDim.z; }
+  static __device__ __forceinline__ void sync() { __syncthreads(); }
+  static __device__ __forceinline__ bool any(bool p) { return __syncthreads_or(p) != 0; }
+  static __device__ __forceinline__ uint64_t bcast(uint64_t v) {
+    __shared__ uint64_t box;
+    __syncthreads();  // earlier readers of box are done
+    if (rank() == 0) box = v;
+    __syncthreads();
+    return box;
+  }
+};
+struct Warp {
+  static __device__ __forceinline__ uint32_t rank() {
+    uint32_t l;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+  }
+  static __device__ __forceinline__ uint32_t size() { return 32; }
+  static __device__ __forceinline__ void sync() { __syncwarp(); }
+  static __device__ __forceinline__ bool any(bool p) {
+    bool r = __any_sync(0xffffffffu, p) != 0;
+    __syncwarp();  // memory ordering for the lanes' reads after the call
+    return r;
+  }
+  static __device__ __forceinline__ uint64_t bcast(uint64_t v) {
+    return __shfl_sync(0xffffffffu, (unsigned long long)v, 0);
+  }
+};
+struct Thread {
+  static __device__ __forceinline__ uint32_t rank() { return 0; }
+  static __device__ __forceinline__ uint32_t size() { return 1; }
+  static __device__ __forceinline__ void sync() {}
+  static __device__ __forceinline__ bool any(bool p) { return p; }
+  static __device__ __forceinline__ uint64_t bcast(uint64_t v) { return v; }
+};
+
+// ---- memory-model helpers not in ptx.cuh -------------------------------------------------
+__device__ __forceinline__ void redAddReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t ldAcquireGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void stReleaseGpu(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t ldVolatile64(const uint64_t* p) {
+  return *(const volatile uint64_t*)p;
+}
+
+// ---- internals ---------------------------------------------------------------------------
+namespace detail {
+
+// Group copy: 16-byte vectors (4 in flight per thread) when src and dst are co-aligned,
+// bytes otherwise.
+template <class G>
+__device__ __forceinline__ void copy(char* dst, const char* src, uint64_t n) {
+  const uint64_t t = G::rank(), nt = G::size();
+  uint64_t done = 0;
+  if ((((uintptr_t)dst ^ (uintptr_t)src) & 15) == 0) {
+    uint64_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > n) head = n;
+    for (uint64_t i = t; i < head; i += nt) dst[i] = src[i];
+    const uint64_t nv = (n - head) / 16;
+    const int4* s4 = reinterpret_cast<const int4*>(src + head);
+    int4* d4 = reinterpret_cast<int4*>(dst + head);
+    uint64_t i = t;
+    for (; i + 3 * nt < nv; i += 4 * nt) {
+      int4 a = s4[i], b = s4[i + nt], c = s4[i + 2 * nt], e = s4[i + 3 * nt];
+      d4[i] = a, d4[i + nt] = b, d4[i + 2 * nt] = c, d4[i + 3 * nt] = e;
+    }
+    for (; i < nv; i += nt) d4[i] = s4[i];
+    done = head + nv * 16;
+  }
+  for (uint64_t i = done + t; i < n; i += nt) dst[i] = src[i];
+}
+
+// Records the comm's first error (wait.cuh) and fails. kQuit: someone else recorded it.
+__device__ __noinline__ bool fail(const NetDev& d, uint32_t code, int peer, int op, int slot,
+                                  int what, uint64_t seq, uint64_t waitedNs) {
+  if (code != kQuit) recordError(d.c, code, peer, op, (int)blockIdx.x, slot, what, seq, waitedNs);
+  return false;
+}
+
+// Bounded-wait step: Spin (abort flag, earlier failure, deadline) plus the proxy's ring
+// abort, set when the proxy stops on an error or on netAbort: waiting longer is useless.
+struct NetSpin {
+  Spin s;
+  __device__ __forceinline__ uint32_t check(const NetDev& d) {
+    uint32_t code = s.check(d.c);
+    if (code == 0 && (s.n % kSpinCheck) == 0 && proxyLdVolatile(d.ring.abort) != 0u)
+      code = kNetErrProxy;
+    return code;
+  }
+};
+
+__device__ __forceinline__ bool pushed(const NetDev& d, int r, int peer, int op, uint32_t slot,
+                                       uint64_t seq) {
+  if (r == kPushOk) return true;
+  uint32_t code = kErrTimeout;
+  if (r == kPushAborted) code = ldVolatile32(d.c.abortFlag) ? kErrAbort : kNetErrProxy;
+  if (commFailed(d.c)) code = kQuit;
+  return fail(d, code, peer, op, (int)slot, kNetWaitRing, seq, 0);
+}
+
+__device__ __forceinline__ bool checkPut(const NetDev& d, int peer, uint64_t dstOff, uint64_t bytes,
+                                         bool sig, uint32_t slot, int op) {
+  bool ok = peer >= 0 && peer < d.nRanks && dstOff <= d.windowBytes &&
+            bytes <= d.windowBytes - dstOff && (!sig || slot < d.nSignals);
+  if (ok) return true;
+  // Argument records carry dst_offset in seq and the byte count in waitedNs.
+  return fail(d, kNetErrArgs, peer, op, (int)slot, kNetWaitNone, dstOff, bytes);
+}
+
+// Takes staging slot index idx (monotonic) once the command that used the same slot one
+// lap earlier has been sent by the proxy. Single thread.
+__device__ __forceinline__ bool stageAcquire(const NetDev& d, int peer, int op, uint64_t* idx) {
+  uint64_t i = atomicAdd(reinterpret_cast<unsigned long long*>(d.stageNext), 1ull);
+  uint32_t s = (uint32_t)(i % d.stageSlots);
+  uint64_t lap = i / d.stageSlots;
+  if (lap > 0) {
+    NetSpin sp;
+    // The previous occupant publishes (lap it used + 1) after pushing its command ...
+    while (ldAcquireGpu(d.stagePub + s) < lap) {
+      uint32_t code = sp.check(d);
+      if (code) return fail(d, code, peer, op, -1, kNetWaitStage, i, sp.s.waited());
+    }
+    // ... with the ring tail read after the push, an upper bound of its ticket + 1.
+    uint64_t need = ldVolatile64(d.stageTicket + s);
+    while (proxyRingDone(d.ring) < need) {
+      uint32_t code = sp.check(d);
+      if (code) return fail(d, code, peer, op, -1, kNetWaitStage, need, sp.s.waited());
+    }
+  }
+  *idx = i;
+  return true;
+}
+
+__device__ __forceinline__ void stagePublish(const NetDev& d, uint64_t idx) {
+  uint32_t s = (uint32_t)(idx % d.stageSlots);
+  *(volatile uint64_t*)(d.stageTicket + s) = ldVolatile64(d.ring.tail);
+  stReleaseGpu(d.stagePub + s, idx / d.stageSlots + 1);
+}
+
+// The peer's signal word in its P2P window.
+__device__ __forceinline__ uint64_t* localSignal(const NetDev& d, int li, uint32_t slot) {
+  return static_cast<uint64_t*>(d.localWins[li]) + slot;
+}
+
+__device__ __forceinline__ void signalWord(uint64_t* w, uint64_t value, uint32_t op) {
+  if (op == kSignalAdd)
+    redAddReleaseSys(w, value);
+  else
+    stReleaseSys(w, value);
+}
+
+template <class G>
+__device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t dstOff,
+                          uint64_t bytes, bool sig, uint32_t slot, uint64_t value, uint32_t sigOp) {
+  const int op = sig ? kNetOpPutSignal : kNetOpPut;
+  const uint64_t off0 = (uint64_t)(src - d.sendBase);
+  if (src >= d.sendBase && off0 <= d.sendUser && bytes <= d.sendUser - off0) {
+    // Zero-copy: the data is in the registered window already (written by this group or
+    // by earlier work); make it visible to the proxy before the command is.
+    __threadfence_system();
+    G::sync();
+    bool ok = true;
+    if (G::rank() == 0) {
+      int r = sig ? proxyPutSignal(d.ring, peer, off0, dstOff, bytes, slot, value, sigOp,
+                                   d.pushTimeoutCycles)
+                  : proxyPut(d.ring, peer, off0, dstOff, bytes, d.pushTimeoutCycles);
+      ok = pushed(d, r, peer, op, slot, dstOff);
+    }
+    return !G::any(!ok);
+  }
+  for (uint64_t off = 0; off < bytes; off += d.stageChunk) {
+    const uint64_t n = bytes - off < d.stageChunk ? bytes - off : d.stageChunk;
+    const bool last = off + n >= bytes;
+    uint64_t idx = 0;
+    bool ok = true;
+    if (G::rank() == 0) ok = stageAcquire(d, peer, op, &idx);
+    idx = G::bcast(ok ? idx : ~0ull);
+    if (idx == ~0ull) return false;
+    char* buf = d.stage + (idx % d.stageSlots) * d.stageChunk;
+    copy<G>(buf, src + off, n);
+    __threadfence_system();
+    G::sync();
+    if (G::rank() == 0) {
+      const uint64_t so = (uint64_t)(buf - d.sendBase);
+      int r = sig && last ? proxyPutSignal(d.ring, peer, so, dstOff + off, n, slot, value, sigOp,
+                                           d.pushTimeoutCycles)
+                          : proxyPut(d.ring, peer, so, dstOff + off, n, d.pushTimeoutCycles);
+      ok = pushed(d, r, peer, op, slot, dstOff + off);
+      if (ok) stagePublish(d, idx);
+    }
+    if (G::any(!ok)) return false;
+  }
+  return true;
+}
+
+template <class G>
+__device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t dstOff,
+                        uint64_t bytes, bool sig, uint32_t slot, uint64_t value, uint32_t sigOp) {
+  const int op = sig ? kNetOpPutSignal : kNetOpPut;
+  bool ok = true;
+  if (G::rank() == 0) ok = checkPut(d, peer, dstOff, bytes, sig, slot, op);
+  if (G::any(!ok)) return false;
+  const char* src = static_cast<const char*>(srcv);
+  const int li = d.peerLocal[peer];
+  if (li < 0) {
+    if (bytes > 0) return putRemote<G>(d, src, peer, dstOff, bytes, sig, slot, value, sigOp);
+    if (!sig) return true;
+    if (G::rank() == 0)
+      ok = pushed(d, proxySignal(d.ring, peer, slot, value, sigOp, d.pushTimeoutCycles), peer, op,
+                  slot, value);
+    return !G::any(!ok);
+  }
+  char* dst = static_cast<char*>(d.localWins[li]) + d.localDataOff + dstOff;
+  copy<G>(dst, src, bytes);
+  if (!sig) return true;
+  __threadfence_system();
+  G::sync();
+  if (G::rank() == 0) signalWord(localSignal(d, li, slot), value, sigOp);
+  return true;
+}
+
+}  // namespace detail
+
+// ---- the API ---------------------------------------------------------------------------
+template <class G = Block>
+__device__ __forceinline__ bool put(const NetDev& d, const void* src, int peer, uint64_t dst_offset,
+                                    uint64_t bytes) {
+  return detail::putImpl<G>(d, src, peer, dst_offset, bytes, false, 0, 0, kSignalSet);
+}
+
+template <class G = Block>
+__device__ __forceinline__ bool put_signal(const NetDev& d, const void* src, int peer,
+                                           uint64_t dst_offset, uint64_t bytes, uint32_t slot,
+                                           uint64_t value, uint32_t sig_op = kSignalSet) {
+  return detail::putImpl<G>(d, src, peer, dst_offset, bytes, true, slot, value, sig_op);
+}
+
+template <class G = Block>
+__device__ __forceinline__ bool signal(const NetDev& d, int peer, uint32_t slot, uint64_t value,
+                                       uint32_t sig_op = kSignalSet) {
+  return detail::putImpl<G>(d, nullptr, peer, 0, 0, true, slot, value, sig_op);
+}
+
+// Waits until my signal `slot` >= value. `from` (optional) names the expected writer in
+// error messages.
+template <class G = Block>
+__device__ __forceinline__ bool wait_signal(const NetDev& d, uint32_t slot, uint64_t value,
+                                            int from = -1) {
+  bool ok = true;
+  if (G::rank() == 0) {
+    if (slot >= d.nSignals) {
+      ok = detail::fail(d, kNetErrArgs, from, kNetOpWaitSignal, (int)slot, kNetWaitNone, value, 0);
+    } else {
+      detail::NetSpin sp;
+      while (ldAcquireSys(d.sigLocal + slot) + ldAcquireSys(d.sigRemote + slot) < value) {
+        uint32_t code = sp.check(d);
+        if (code) {
+          ok = detail::fail(d, code, from, kNetOpWaitSignal, (int)slot, kNetWaitSignal, value,
+                            sp.s.waited());
+          break;
+        }
+      }
+    }
+  }
+  return !G::any(!ok);
+}
+
+// Current value of my signal slot (no wait).
+__device__ __forceinline__ uint64_t signal_value(const NetDev& d, uint32_t slot) {
+  return ldAcquireSys(d.sigLocal + slot) + ldAcquireSys(d.sigRemote + slot);
+}
+
+// Every put issued so far (by any group of this rank) has left its source: staged and
+// zero-copy sources may be overwritten. Local puts are complete and visible. It does not
+// mean remote data has landed: put_signal / wait_signal say that.
+template <class G = Block>
+__device__ __forceinline__ bool quiet(const NetDev& d) {
+  __threadfence_system();
+  G::sync();
+  bool ok = true;
+  if (G::rank() == 0) {
+    const uint64_t need = ldVolatile64(d.ring.tail);
+    detail::NetSpin sp;
+    while (proxyRingDone(d.ring) < need) {
+      uint32_t code = sp.check(d);
+      if (code) {
+        ok = detail::fail(d, code, -1, kNetOpQuiet, -1, kNetWaitQuiet, need, sp.s.waited());
+        break;
+      }
+    }
+  }
+  return !G::any(!ok);
+}
+
+__device__ __forceinline__ bool is_local(const NetDev& d, int peer) {
+  return d.peerLocal[peer] >= 0;
+}
+// Where puts from rank `from` to dst_offset `offset` of my window landed.
+__device__ __forceinline__ char* recv_ptr(const NetDev& d, int from, uint64_t offset) {
+  return (d.peerLocal[from] >= 0 ? d.localData : d.recvData) + offset;
+}
+// Zero-copy source area ([0, d.sendUser) bytes): data written here is put without staging.
+__device__ __forceinline__ char* send_ptr(const NetDev& d, uint64_t offset) {
+  return d.sendBase + offset;
+}
+
+}  // namespace net
+}  // namespace dev
+}  // namespace mk
