@@ -3,6 +3,8 @@
 // that dies or never shows up gives a bounded error.
 #include <gtest/gtest.h>
 
+#include "common/memfd_util.h"
+
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -29,28 +31,8 @@ std::vector<std::string> names(uint64_t hash, int n) {
   return out;
 }
 
-int makeMemfd(const std::string& content) {
-  int fd = memfd_create("mk-ipc-mp", MFD_CLOEXEC);
-  if (fd < 0) return -1;
-  if (write(fd, content.data(), content.size()) != (ssize_t)content.size()) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-std::string readAll(int fd) {
-  std::string out;
-  char buf[4096];
-  off_t off = 0;
-  for (;;) {
-    ssize_t n = pread(fd, buf, sizeof(buf), off);
-    if (n <= 0) break;
-    out.append(buf, n);
-    off += n;
-  }
-  return out;
-}
+using mktest::makeMemfd;
+using mktest::readAll;
 
 // Waits for every child; kills those still running at the deadline. Returns the number of
 // children that did not exit with status 0.

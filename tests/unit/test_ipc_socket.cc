@@ -2,6 +2,8 @@
 // memfd, tag matching, bounded timeouts, abort, dropped foreign messages, no fd leaks.
 #include <gtest/gtest.h>
 
+#include "common/memfd_util.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -28,28 +30,8 @@ std::string freshName(uint64_t hash, int rank) {
   return name;
 }
 
-int makeMemfd(const std::string& content) {
-  int fd = memfd_create("mk-ipc-test", MFD_CLOEXEC);
-  if (fd < 0) return -1;
-  if (write(fd, content.data(), content.size()) != (ssize_t)content.size()) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-std::string readAll(int fd) {
-  std::string out;
-  char buf[4096];
-  off_t off = 0;
-  for (;;) {
-    ssize_t n = pread(fd, buf, sizeof(buf), off);
-    if (n <= 0) break;
-    out.append(buf, n);
-    off += n;
-  }
-  return out;
-}
+using mktest::makeMemfd;
+using mktest::readAll;
 
 struct Pair {
   uint64_t hash = mk::ipcSocketNonce();
