@@ -2,14 +2,16 @@
 # The one GPU-machine script: builds everything, runs the GPU test suites and the
 # benchmarks, copies logs/results to $OUT (when set) and prints a short summary last.
 # Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu gemm bench torch nccltests demo
-#        (default: build unit gpu bench demo). GTEST_FILTER narrows the gpu stage.
+#        (default: build gpu bench demo torch nccltests). GTEST_FILTER narrows the gpu stage.
+# nccltests needs the nccl-tests source in .nccl-tests (git-ignored; carry it: see
+# nccl-tests-patches/README.md).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${MK_BUILD:-$root/build-gpu}"
-out="${OUT:-$root/build-gpu/out}"
+out="$build/gpu_check_out"  # logs and JSON; packed into $OUT (8 files at most) at the end
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build unit gpu bench demo)
+[ ${#stages[@]} -eq 0 ] && stages=(build gpu demo bench torch nccltests)
 export PATH="/usr/local/cuda/bin:$PATH"
 summary=()
 note() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }
@@ -39,15 +41,15 @@ for s in "${stages[@]}"; do
     gemm)
       run_stage gemm "$build/tests/mk_gpu_tests" --gtest_filter="*Gemm*" ;;
     bench)
-      for b in "$build"/bench/bench_*; do
-        [ -x "$b" ] || continue
-        run_stage "$(basename "$b")" "$b"
-      done
-      cp "$root"/bench/results/*.json "$out/" 2>/dev/null ;;
+      # Each benchmark writes its JSON (command, commit, device, date) under $out.
+      [ -x "$build/bench/bench_gemm_bench" ] && run_stage gemm_bench "$build/bench/bench_gemm_bench" --reps 20 --out "$out/gemm_$(date +%F).json"
+      [ -x "$build/bench/bench_coll_bench" ] && run_stage coll_bench "$build/bench/bench_coll_bench" --out "$out/coll_$(date +%F).json"
+      [ -x "$build/bench/bench_net_bench" ] && run_stage net_bench "$build/bench/bench_net_bench" --out "$out/net_$(date +%F).json"
+      ;;
     torch)
       run_stage torch "$root/scripts/run_torch_tests.sh" "$build" ;;
     nccltests)
-      run_stage nccltests bash -c "'$root/scripts/prepare_nccl_tests.sh' && '$root/scripts/run_nccl_tests.sh' '$build'" ;;
+      run_stage nccltests bash -c "'$root/scripts/prepare_nccl_tests.sh' '$build' && '$root/scripts/run_nccl_tests.sh' '$build'" ;;
     demo)
       run_stage demo "$build/examples/mkernel_demo" 4 ;;
     *) echo "unknown stage $s" ;;
@@ -59,3 +61,7 @@ echo "===== per-stage failures ====="
 grep -hE "^\[  FAILED  \]|FAIL:" "$out"/*.log 2>/dev/null | sort | uniq | head -40
 echo "===== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null)) ====="
 printf '%s\n' "${summary[@]}"
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  printf '%s\n' "${summary[@]}" >"$OUT/summary.txt"
+  tar -czf "$OUT/gpu_check_logs.tgz" -C "$out" .
+fi
