@@ -12,6 +12,7 @@
 #include "coll/coll.h"
 #include "coll/coll_state.h"
 #include "coll/group.h"
+#include "coll/hier.h"
 #include "coll/launch_plan.h"
 #include "core/checks.h"
 #include "core/comm.h"
@@ -33,27 +34,36 @@ struct CommWork {
   cudaStream_t user = nullptr;         // stream of the comm's first operation
   std::vector<cudaStream_t> extra;     // other streams of its operations
   std::vector<KernelLaunch> launches;
+  std::vector<HierArgs> hier;  // inter-node AllReduce launches (coll/hier.h)
   cudaStream_t exec = nullptr;
   bool fork = false;
   unsigned long long capture = 0;  // capture id of `user` (0: not capturing)
 };
 
+bool noLaunch(const CommWork& w) {
+  return w.launches.empty() && w.hier.empty();
+}
+
 bool isLegacy(cudaStream_t s) {
   return s == nullptr || s == cudaStreamLegacy;
 }
 
-ncclResult_t commUsable(ncclComm* comm, const char* api) {
+ncclResult_t commUsable(ncclComm* comm, const char* api, const CommWork& w) {
   CollState* cs = comm->coll;
   if (cs == nullptr) {
     MK_WARN("%s: rank %d: collective state is not initialised", api, comm->rank);
     return ncclInvalidUsage;
   }
   if (cs->interNode) {
-    MK_WARN(
-        "%s: rank %d: the comm spans %d nodes; mkernel's collectives run inside one node only "
-        "so far",
-        api, comm->rank, comm->topo.nNodes);
-    return ncclInvalidUsage;
+    // Only AllReduce over equal nodes has an inter-node implementation (coll/hier.h).
+    if (!w.p2p.empty()) {
+      MK_WARN(
+          "ncclSend/ncclRecv: rank %d: the comm spans %d nodes; send/receive across nodes is "
+          "not implemented yet (only AllReduce is)",
+          comm->rank, comm->topo.nNodes);
+      return ncclInvalidUsage;
+    }
+    for (const CollArgs* a : w.colls) NCCLCHECK(hierUsable(comm, a->type, collName(a->type)));
   }
   NCCLCHECK(collPollAsyncError(comm));
   int ar = comm->asyncResult.load();
@@ -105,10 +115,17 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
   }
   for (CommWork& w : work) {
     const char* api = w.colls.empty() ? "ncclSend/ncclRecv" : collName(w.colls[0]->type);
-    NCCLCHECK(commUsable(w.comm, api));
+    NCCLCHECK(commUsable(w.comm, api, w));
     // Collectives first, in issue order (all ranks issue them in the same order), then all
     // point-to-point operations as one kernel whose streams progress independently.
     for (const CollArgs* a : w.colls) {
+      if (w.comm->coll->interNode) {
+        HierArgs h;
+        bool empty = false;
+        NCCLCHECK(hierPlan(w.comm, *a, &h, &empty));
+        if (!empty) w.hier.push_back(h);
+        continue;
+      }
       KernelLaunch l;
       bool empty = false;
       NCCLCHECK(planColl(w.comm, *a, &l, &empty));
@@ -126,11 +143,11 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
   //    serialise them (deadlock), so those launches go to the comm's internal stream.
   std::map<cudaStream_t, int> users;
   for (CommWork& w : work)
-    if (!w.launches.empty()) users[w.user]++;
+    if (!noLaunch(w)) users[w.user]++;
   DeviceSwitch restore;
   // Phase A: cross-call ordering and fork.
   for (CommWork& w : work) {
-    if (w.launches.empty()) continue;
+    if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;
     CUDACHECK(cudaSetDevice(w.comm->cudaDev));
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -154,13 +171,14 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
   }
   // Phase B: the kernels.
   for (CommWork& w : work) {
-    if (w.launches.empty()) continue;
+    if (noLaunch(w)) continue;
     CUDACHECK(cudaSetDevice(w.comm->cudaDev));
     for (KernelLaunch& l : w.launches) NCCLCHECK(runLaunch(w.comm, l, w.exec));
+    for (HierArgs& h : w.hier) CUDACHECK(launchHierAllReduce(h, w.exec));
   }
   // Phase C: join the user's streams and record completion.
   for (CommWork& w : work) {
-    if (w.launches.empty()) continue;
+    if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;
     CUDACHECK(cudaSetDevice(w.comm->cudaDev));
     CUDACHECK(cudaEventRecord(cs->orderEvent, w.exec));

@@ -135,8 +135,8 @@ __device__ __forceinline__ void copy(char* dst, const char* src, uint64_t n) {
 }
 
 // Records the comm's first error (wait.cuh) and fails. kQuit: someone else recorded it.
-__device__ __noinline__ bool fail(const NetDev& d, uint32_t code, int peer, int op, int slot,
-                                  int what, uint64_t seq, uint64_t waitedNs) {
+static __device__ __noinline__ bool fail(const NetDev& d, uint32_t code, int peer, int op, int slot,
+                                         int what, uint64_t seq, uint64_t waitedNs) {
   if (code != kQuit) recordError(d.c, code, peer, op, (int)blockIdx.x, slot, what, seq, waitedNs);
   return false;
 }

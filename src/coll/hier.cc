@@ -1,0 +1,153 @@
+// Host side of the hierarchical (inter-node) AllReduce: topology check, planning, launch
+// arguments. See hier.h for the scheme.
+#include "coll/hier.h"
+
+#include <algorithm>
+#include <string>
+
+#include "coll/coll_state.h"
+#include "coll/launch.h"
+#include "coll/redop.h"
+#include "core/checks.h"
+#include "core/comm.h"
+
+namespace mk {
+
+std::string hierTopoProblem(int nNodes, const int* nodeSizes) {
+  if (nNodes < 2) return "the comm does not span several nodes";
+  if (nNodes > kHierMaxNodes)
+    return "uneven nodes: flat ring not implemented yet (more than " +
+           std::to_string(kHierMaxNodes) + " nodes)";
+  for (int b = 0; b < nNodes; b++) {
+    if (nodeSizes[b] != nodeSizes[0])
+      return "uneven nodes: flat ring not implemented yet (node 0 has " +
+             std::to_string(nodeSizes[0]) + " ranks, node " + std::to_string(b) + " has " +
+             std::to_string(nodeSizes[b]) + ")";
+  }
+  if (nodeSizes[0] < 1 || nodeSizes[0] > kHierMaxLocal)
+    return "uneven nodes: flat ring not implemented yet (" + std::to_string(nodeSizes[0]) +
+           " ranks per node; at most " + std::to_string(kHierMaxLocal) + ")";
+  return std::string();
+}
+
+uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize) {
+  if (nLocal < 1 || nNodes < 1 || esize == 0) return 0;
+  uint64_t s = windowBytes / (uint64_t)(2 * nLocal + nNodes);
+  s &= ~(uint64_t)255;
+  return s < esize ? 0 : s;
+}
+
+void hierSegment(uint64_t n, int nLocal, size_t esize, int j, uint64_t* off, uint64_t* len) {
+  uint64_t seg = (n + (uint64_t)nLocal - 1) / (uint64_t)nLocal;
+  const uint64_t q = esize < 16 ? 16 / esize : 1;  // elements per 16 bytes
+  seg = (seg + q - 1) / q * q;
+  uint64_t o = std::min(n, seg * (uint64_t)j);
+  uint64_t e = std::min(n, o + seg);
+  *off = o;
+  *len = e - o;
+}
+
+namespace {
+
+std::string commTopoProblem(ncclComm* comm) {
+  const Topo& t = comm->topo;
+  std::vector<int> sizes(t.nNodes > 0 ? t.nNodes : 1, 0);
+  for (int b = 0; b < t.nNodes && b < (int)t.nodeRanks.size(); b++)
+    sizes[b] = (int)t.nodeRanks[b].size();
+  return hierTopoProblem(t.nNodes, sizes.data());
+}
+
+}  // namespace
+
+ncclResult_t hierUsable(ncclComm* comm, CollType type, const char* api) {
+  if (type != CollType::kAllReduce) {
+    MK_WARN(
+        "%s: rank %d: the comm spans %d nodes; only AllReduce has an inter-node implementation "
+        "so far (%s across nodes is not implemented yet)",
+        api, comm->rank, comm->topo.nNodes, api);
+    return ncclInvalidUsage;
+  }
+  std::string why = commTopoProblem(comm);
+  if (!why.empty()) {
+    MK_WARN("%s: rank %d: %s", api, comm->rank, why.c_str());
+    return ncclInvalidUsage;
+  }
+  if (comm->net == nullptr) {
+    MK_WARN("%s: rank %d: the comm spans %d nodes but has no inter-node state", api, comm->rank,
+            comm->topo.nNodes);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* empty) {
+  const char* api = collName(a.type);
+  NCCLCHECK(hierUsable(comm, a.type, api));
+  const size_t es = dtypeSize(a.dtype);
+  RedOpInfo info;
+  NCCLCHECK(redOpLookup(comm, a.op, a.dtype, &info));
+  MK_ARGCHECK((uintptr_t)a.sendbuff % es == 0,
+              "nccl%s: sendbuff %p is not aligned to its %zu-byte elements", api, a.sendbuff, es);
+  MK_ARGCHECK((uintptr_t)a.recvbuff % es == 0,
+              "nccl%s: recvbuff %p is not aligned to its %zu-byte elements", api, a.recvbuff, es);
+  *empty = a.count == 0;
+  if (*empty) return ncclSuccess;
+  const Topo& t = comm->topo;
+  HierArgs& h = *out;
+  h = HierArgs{};
+  NCCLCHECK(netDevView(comm, &h.d));
+  h.node = t.node;
+  h.nNodes = t.nNodes;
+  h.local = t.localRank;
+  h.nLocal = t.localRanks;
+  h.stride = hierStride(h.d.windowBytes, h.nLocal, h.nNodes, es);
+  if (h.stride == 0) {
+    MK_WARN("nccl%s: rank %d: the net window (%llu bytes) is too small for %d x %d ranks", api,
+            comm->rank, (unsigned long long)h.d.windowBytes, t.nNodes, t.localRanks);
+    return ncclInvalidUsage;
+  }
+  if (h.d.nSignals < kHierSigEnd) {
+    MK_WARN("nccl%s: rank %d: %u signal slots, the hierarchical path needs %u", api, comm->rank,
+            h.d.nSignals, kHierSigEnd);
+    return ncclInternalError;
+  }
+  for (int j = 0; j < h.nLocal; j++) h.localPeer[j] = (int16_t)t.nodeRanks[t.node][j];
+  for (int b = 0; b < h.nNodes; b++) h.railPeer[b] = (int16_t)t.nodeRanks[b][t.localRank];
+  h.send = a.sendbuff;
+  h.recv = a.recvbuff;
+  h.count = a.count;
+  h.chunkElems = (uint64_t)h.nLocal * (h.stride / es);
+  h.nChunks = (a.count + h.chunkElems - 1) / h.chunkElems;
+  h.dtype = (int)a.dtype;
+  switch (info.builtin) {
+    case ncclSum:
+      h.red = kRedSum;
+      break;
+    case ncclProd:
+      h.red = kRedProd;
+      break;
+    case ncclMax:
+      h.red = kRedMax;
+      break;
+    case ncclMin:
+      h.red = kRedMin;
+      break;
+    case ncclAvg:
+      h.red = kRedSum;
+      h.postDiv = comm->nRanks;
+      break;
+    default:  // PreMulSum
+      h.red = kRedSum;
+      h.premul = 1;
+      h.scalarOnDevice = info.scalarOnDevice ? 1 : 0;
+      h.scalarPtr = info.scalarPtr;
+      h.scalarBits = info.scalarBits;
+      break;
+  }
+  MK_INFO(kColl, "nccl%s: rank %d hierarchical %d x %d count %zu dtype %d chunk %llu x %llu", api,
+          comm->rank, h.nNodes, h.nLocal, a.count, (int)a.dtype, (unsigned long long)h.chunkElems,
+          (unsigned long long)h.nChunks);
+  return ncclSuccess;
+}
+
+}  // namespace mk

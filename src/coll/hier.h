@@ -1,0 +1,93 @@
+// Hierarchical AllReduce across (virtual) nodes: intra-node reduce-scatter, rail exchange
+// between ranks of equal local index on every node, intra-node all-gather. One CTA per
+// rank, every transfer through the device communication API (device/net/devcomm.cuh).
+//
+// Per chunk with sequence number s (device-resident, advanced by the kernel):
+//   1. local rank l owns segment l of the chunk; every rank puts its input segment j to
+//      local rank j (window area RS, slot kHierSigRS + sender); the owner reduces the nL
+//      inputs in local-rank order into recvbuff (the node's partial);
+//   2. it puts the partial to local rank l of every other node (area RAIL, slot
+//      kHierSigRail + sender's node) and combines the nN partials in node order, so every
+//      rail member computes the same bits; ncclAvg divides once, at the end;
+//   3. it puts the result to every local peer (area AG, slot kHierSigAG + sender), which
+//      copy it into their recvbuff;
+//   4. it acknowledges chunk s to every rank that wrote into its window (slots kHierSigAckL
+//      / kHierSigAckN); nobody writes chunk s+1 into a window before its owner's ack >= s.
+#pragma once
+#include <cstdint>
+#include <nccl.h>
+#include <string>
+
+#include "coll/algo.h"  // MK_HD
+#include "coll/coll.h"
+#include "transport/net_state.h"
+
+struct ncclComm;
+
+namespace mk {
+
+constexpr int kHierMaxLocal = 32;
+constexpr int kHierMaxNodes = 128;
+// Signal slots of the hierarchical collectives (a private range of kNetSignals).
+constexpr uint32_t kHierSigBase = 2048;
+constexpr uint32_t kHierSigSeq = kHierSigBase;  // my own sequence word (only I write it)
+constexpr uint32_t kHierSigRS = kHierSigBase + 1;
+constexpr uint32_t kHierSigAG = kHierSigRS + kHierMaxLocal;
+constexpr uint32_t kHierSigAckL = kHierSigAG + kHierMaxLocal;
+constexpr uint32_t kHierSigRail = kHierSigAckL + kHierMaxLocal;
+constexpr uint32_t kHierSigAckN = kHierSigRail + kHierMaxNodes;
+constexpr uint32_t kHierSigEnd = kHierSigAckN + kHierMaxNodes;
+static_assert(kHierSigEnd <= kNetSignals, "hierarchical signal slots exceed kNetSignals");
+
+// Kernel arguments (by value).
+struct HierArgs {
+  NetDev d;
+  const void* send;
+  void* recv;
+  uint64_t count;       // elements
+  uint64_t stride;      // bytes of one segment area in the window (multiple of 256)
+  uint64_t chunkElems;  // elements per chunk (nLocal * stride / esize, or less)
+  uint64_t nChunks;
+  int dtype;
+  int red;      // RedKind
+  int postDiv;  // ncclAvg: divide by this at the end (0: none)
+  int premul;   // PreMulSum: multiply every input by the scalar
+  int scalarOnDevice;
+  const void* scalarPtr;
+  uint64_t scalarBits;
+  int node, nNodes, local, nLocal;
+  int16_t localPeer[kHierMaxLocal];  // rank of local index j on my node
+  int16_t railPeer[kHierMaxNodes];   // rank of my local index on node b
+};
+
+// ---- pure host logic (unit-tested) -------------------------------------------------------
+// Empty string when the topology suits the hierarchical path, else the reason.
+// nodeSizes[b] = ranks of node b.
+std::string hierTopoProblem(int nNodes, const int* nodeSizes);
+// Bytes of one segment area: windowBytes split in 2*nLocal + nNodes areas, rounded down to
+// 256; 0 when smaller than one element.
+uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize);
+// Segment j of a chunk of n elements (nLocal segments, 16-byte multiples where possible).
+void hierSegment(uint64_t n, int nLocal, size_t esize, int j, uint64_t* off, uint64_t* len);
+// Window offsets of the areas (sender index i).
+MK_HD inline uint64_t hierRsOff(uint64_t stride, int nLocal, int i) {
+  (void)nLocal;
+  return stride * (uint64_t)i;
+}
+MK_HD inline uint64_t hierAgOff(uint64_t stride, int nLocal, int i) {
+  return stride * (uint64_t)(nLocal + i);
+}
+MK_HD inline uint64_t hierRailOff(uint64_t stride, int nLocal, int b) {
+  return stride * (uint64_t)(2 * nLocal + b);
+}
+
+// ---- comm-level --------------------------------------------------------------------------
+// ncclSuccess when `type` may run on this inter-node comm; otherwise ncclInvalidUsage with
+// a message (uneven nodes, or a collective without an inter-node implementation).
+ncclResult_t hierUsable(ncclComm* comm, CollType type, const char* api);
+// Plans one inter-node AllReduce. *empty: count 0, nothing to launch.
+ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* empty);
+// Launcher (src/device/hier_allreduce.cu).
+cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s);
+
+}  // namespace mk

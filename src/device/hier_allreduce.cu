@@ -1,0 +1,208 @@
+// Device side of the hierarchical AllReduce (scheme: coll/hier.h). One CTA per rank; every
+// transfer and wait goes through devcomm.cuh (bounded, abortable waits; errors recorded in
+// the net layer's record). Simplest correct scheme: one chunk at a time, acknowledged.
+#include <cuda_runtime.h>
+
+#include "coll/hier.h"
+#include "device/prims.cuh"
+#include "device/ptx.cuh"
+#include "device/wait.cuh"
+#include "transport/net_state.h"
+#include "transport/proxy_ring.cuh"
+#include "device/net/devcomm.cuh"
+
+namespace mk {
+namespace dev {
+namespace {
+
+namespace dn = ::mk::dev::net;
+
+constexpr int kHierThreads = 512;
+
+template <typename A>
+__device__ __forceinline__ A hierComb(int red, A x, A y) {
+  switch (red) {
+    case kRedProd:
+      return combine<kRedProd>(x, y);
+    case kRedMax:
+      return combine<kRedMax>(x, y);
+    case kRedMin:
+      return combine<kRedMin>(x, y);
+    default:
+      return combine<kRedSum>(x, y);
+  }
+}
+
+// Peers rewrite the window between two reads of the same address: bypass L1.
+template <typename U>
+__device__ __forceinline__ U ldU(const void* p) {
+  return *(const volatile U*)p;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) {
+  using N = Num<DT>;
+  using U = typename N::U;
+  using Acc = typename N::Acc;
+  const NetDev& d = a.d;
+  const uint64_t es = sizeof(U);
+  const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  __shared__ uint64_t seq0s;
+  __shared__ U scal;
+  if (tid == 0) {
+    seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
+    U s = 0;
+    if (a.premul) s = a.scalarOnDevice ? *(const U*)a.scalarPtr : (U)a.scalarBits;
+    scal = s;
+  }
+  __syncthreads();
+  const uint64_t seq0 = seq0s;
+  const Acc sc = N::toAcc(scal);
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+
+  for (uint64_t k = 0; k < a.nChunks; k++) {
+    const uint64_t s = seq0 + k + 1;
+    const uint64_t cb = k * a.chunkElems;
+    const uint64_t n = a.count - cb < a.chunkElems ? a.count - cb : a.chunkElems;
+    uint64_t myOff, myLen;
+    // Segment of local index j (same arithmetic as hierSegment on the host).
+    auto segOf = [&](int j, uint64_t* off, uint64_t* len) {
+      uint64_t seg = (n + (uint64_t)nl - 1) / (uint64_t)nl;
+      const uint64_t q = es < 16 ? 16 / es : 1;
+      seg = (seg + q - 1) / q * q;
+      uint64_t o = seg * (uint64_t)j < n ? seg * (uint64_t)j : n;
+      uint64_t e = o + seg < n ? o + seg : n;
+      *off = o;
+      *len = e - o;
+    };
+    segOf(l, &myOff, &myLen);
+
+    // 1. Reduce-scatter inside the node.
+    for (int j = 0; j < nl; j++) {
+      if (j == l) continue;
+      const int peer = a.localPeer[j];
+      if (!dn::wait_signal(d, kHierSigAckL + j, s - 1, peer)) return;
+      uint64_t o, len;
+      segOf(j, &o, &len);
+      if (!dn::put_signal(d, send + (cb + o) * es, peer, hierRsOff(a.stride, nl, l), len * es,
+                          kHierSigRS + l, s))
+        return;
+    }
+    for (int j = 0; j < nl; j++) {
+      if (j == l) continue;
+      if (!dn::wait_signal(d, kHierSigRS + j, s, a.localPeer[j])) return;
+    }
+    {
+      const char* srcs[kHierMaxLocal];
+      for (int j = 0; j < nl; j++)
+        srcs[j] = j == l ? send + (cb + myOff) * es
+                         : dn::recv_ptr(d, a.localPeer[j], hierRsOff(a.stride, nl, j));
+      U* out = reinterpret_cast<U*>(recv + (cb + myOff) * es);
+      for (uint64_t i = tid; i < myLen; i += nt) {
+        Acc acc = N::toAcc(ldU<U>(srcs[0] + i * es));
+        if (a.premul) acc = mulWrap(acc, sc);
+        for (int j = 1; j < nl; j++) {
+          Acc v = N::toAcc(ldU<U>(srcs[j] + i * es));
+          if (a.premul) v = mulWrap(v, sc);
+          acc = hierComb(a.red, acc, v);
+        }
+        out[i] = N::fromAcc(acc);
+      }
+    }
+    __syncthreads();
+
+    // 2. Rail exchange of the node partials; combine them in node order.
+    const char* part = recv + (cb + myOff) * es;
+    for (int b = 0; b < nn; b++) {
+      if (b == me) continue;
+      const int peer = a.railPeer[b];
+      if (!dn::wait_signal(d, kHierSigAckN + b, s - 1, peer)) return;
+      if (!dn::put_signal(d, part, peer, hierRailOff(a.stride, nl, me), myLen * es,
+                          kHierSigRail + me, s))
+        return;
+    }
+    for (int b = 0; b < nn; b++) {
+      if (b == me) continue;
+      if (!dn::wait_signal(d, kHierSigRail + b, s, a.railPeer[b])) return;
+    }
+    {
+      U* out = reinterpret_cast<U*>(recv + (cb + myOff) * es);
+      for (uint64_t i = tid; i < myLen; i += nt) {
+        Acc acc = 0;
+        for (int b = 0; b < nn; b++) {
+          const char* p =
+              b == me ? part : dn::recv_ptr(d, a.railPeer[b], hierRailOff(a.stride, nl, b));
+          Acc v = N::toAcc(ldU<U>(p + i * es));
+          acc = b == 0 ? v : hierComb(a.red, acc, v);
+        }
+        out[i] = a.postDiv ? N::divide(acc, a.postDiv) : N::fromAcc(acc);
+      }
+    }
+    __syncthreads();
+
+    // 3. All-gather inside the node (peers' acks for chunk s-1 were awaited in step 1).
+    for (int j = 0; j < nl; j++) {
+      if (j == l) continue;
+      if (!dn::put_signal(d, part, a.localPeer[j], hierAgOff(a.stride, nl, l), myLen * es,
+                          kHierSigAG + l, s))
+        return;
+    }
+    for (int j = 0; j < nl; j++) {
+      if (j == l) continue;
+      const int peer = a.localPeer[j];
+      if (!dn::wait_signal(d, kHierSigAG + j, s, peer)) return;
+      uint64_t o, len;
+      segOf(j, &o, &len);
+      const char* src = dn::recv_ptr(d, peer, hierAgOff(a.stride, nl, j));
+      U* out = reinterpret_cast<U*>(recv + (cb + o) * es);
+      for (uint64_t i = tid; i < len; i += nt) out[i] = ldU<U>(src + i * es);
+    }
+    __syncthreads();
+
+    // 4. My window areas are free again: acknowledge chunk s to their writers.
+    for (int j = 0; j < nl; j++) {
+      if (j == l) continue;
+      if (!dn::signal(d, a.localPeer[j], kHierSigAckL + l, s)) return;
+    }
+    for (int b = 0; b < nn; b++) {
+      if (b == me) continue;
+      if (!dn::signal(d, a.railPeer[b], kHierSigAckN + me, s)) return;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
+}
+
+}  // namespace
+}  // namespace dev
+
+cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
+  using namespace dev;
+  const int t = kHierThreads;
+  switch (a.dtype) {
+#define MK_HIER_CASE(DT)                        \
+  case DT:                                      \
+    hierAllReduceKernel<DT><<<1, t, 0, s>>>(a); \
+    break;
+    MK_HIER_CASE(ncclInt8)
+    MK_HIER_CASE(ncclUint8)
+    MK_HIER_CASE(ncclInt32)
+    MK_HIER_CASE(ncclUint32)
+    MK_HIER_CASE(ncclInt64)
+    MK_HIER_CASE(ncclUint64)
+    MK_HIER_CASE(ncclFloat16)
+    MK_HIER_CASE(ncclFloat32)
+    MK_HIER_CASE(ncclFloat64)
+    MK_HIER_CASE(ncclBfloat16)
+    MK_HIER_CASE(ncclFloat8e4m3)
+    MK_HIER_CASE(ncclFloat8e5m2)
+#undef MK_HIER_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace mk

@@ -1,0 +1,184 @@
+// Hierarchical AllReduce across virtual nodes (MKERNEL_EMULATE_NODES): nodes x local ranks
+// sharing GPU 0, one thread driving every rank in a group. Every element is checked against
+// a double-precision reference (exact for integers) and every rank's result must be
+// bit-identical to rank 0's.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gpu/test_coll_util.h"
+#include "gpu/test_devcomm_util.h"
+
+using namespace colltest;
+
+namespace {
+
+struct HierComms {
+  int n = 0;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  // Virtual nodes over the socket transport on lo, 1 MiB windows (several chunks for the
+  // large counts), 60 s device timeout; kept for the comms' lifetime.
+  std::unique_ptr<dctest::TestEnv> env;
+  ncclResult_t init(int nodes, int n_) {
+    n = n_;
+    env.reset(new dctest::TestEnv(nodes, 1 << 20));
+    comms.assign(n, nullptr);
+    std::vector<int> devs(n, 0);
+    ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
+    if (r != ncclSuccess) {
+      comms.clear();
+      return r;
+    }
+    streams.resize(n);
+    for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    return ncclSuccess;
+  }
+  ~HierComms() {
+    for (auto s : streams) cudaStreamDestroy(s);
+    for (auto c : comms)
+      if (c) ncclCommDestroy(c);
+  }
+  std::string sync() {
+    for (int r = 0; r < n; r++) {
+      cudaError_t e = cudaStreamSynchronize(streams[r]);
+      if (e != cudaSuccess)
+        return std::string("rank ") + std::to_string(r) + ": " + cudaGetErrorString(e);
+      ncclResult_t ae = ncclSuccess;
+      ncclCommGetAsyncError(comms[r], &ae);
+      if (ae != ncclSuccess)
+        return std::string("rank ") + std::to_string(r) + ": async error " +
+               ncclGetErrorString(ae) + ": " + ncclGetLastError(comms[r]);
+    }
+    return "";
+  }
+};
+
+ncclRedOp_t builtinOp(Op op) {
+  switch (op) {
+    case Op::kProd:
+      return ncclProd;
+    case Op::kMax:
+      return ncclMax;
+    case Op::kMin:
+      return ncclMin;
+    case Op::kAvg:
+      return ncclAvg;
+    default:
+      return ncclSum;
+  }
+}
+
+void runHier(HierComms& h, ncclDataType_t dt, Op op, size_t count, bool inplace, uint64_t seed) {
+  const int n = h.n;
+  const size_t es = dtInfo(dt).size;
+  SCOPED_TRACE(std::string(dtInfo(dt).name) + " " + opName(op) + " count " + std::to_string(count) +
+               (inplace ? " in-place" : " out-of-place"));
+  std::vector<HostBuf> in(n);
+  std::vector<DevBuf> sendb, recvb;
+  const size_t bytes = (count ? count : 1) * es;
+  for (int r = 0; r < n; r++) {
+    fillRandom(in[r], dt, op, count, seed + r);
+    sendb.emplace_back(bytes);
+    recvb.emplace_back(bytes);
+    cudaMemset(recvb[r].base, 0xA5, bytes);  // poison
+    if (count) upload(sendb[r].base, in[r], 0, count);
+  }
+  const uint64_t scalar = scalarFor(dt, seed);
+  std::vector<ncclRedOp_t> ops(n, builtinOp(op));
+  if (op == Op::kPreMulHost) {
+    for (int r = 0; r < n; r++) {
+      uint64_t s = scalar;
+      ASSERT_EQ(ncclRedOpCreatePreMulSum(&ops[r], &s, dt, ncclScalarHostImmediate, h.comms[r]),
+                ncclSuccess);
+    }
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++) {
+    void* dst = inplace ? sendb[r].base : recvb[r].base;
+    ASSERT_EQ(ncclAllReduce(sendb[r].base, dst, count, dt, ops[r], h.comms[r], h.streams[r]),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  std::string err = h.sync();
+  ASSERT_EQ(err, "");
+  if (op == Op::kPreMulHost)
+    for (int r = 0; r < n; r++) ncclRedOpDestroy(ops[r], h.comms[r]);
+  if (count == 0) return;
+  std::vector<const HostBuf*> inp;
+  for (auto& b : in) inp.push_back(&b);
+  HostBuf first;
+  for (int r = 0; r < n; r++) {
+    HostBuf got;
+    download(got, inplace ? sendb[r].base : recvb[r].base, count, es);
+    std::string bad = checkReduction(dt, op, inp, 0, got, count, scalar);
+    ASSERT_EQ(bad, "") << "rank " << r;
+    if (r == 0)
+      first = got;
+    else
+      ASSERT_TRUE(got.bytes == first.bytes) << "rank " << r << " differs from rank 0";
+  }
+}
+
+struct Shape {
+  int nodes, local;
+};
+
+class HierAllReduce : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(HierAllReduce, DtypesOpsCounts) {
+  MKTEST_REQUIRE_GPU();
+  const Shape s = GetParam();
+  HierComms h;
+  ASSERT_EQ(h.init(s.nodes, s.nodes * s.local), ncclSuccess);
+  const uint64_t seed = mktest::testSeed();
+  const ncclDataType_t types[] = {ncclFloat32, ncclInt32, ncclBfloat16,
+                                  ncclFloat64, ncclUint8, ncclFloat8e4m3};
+  const Op opsList[] = {Op::kSum, Op::kMax, Op::kAvg, Op::kPreMulHost};
+  for (ncclDataType_t dt : types)
+    for (Op op : opsList)
+      for (size_t count : {size_t(0), size_t(1), size_t(1023)})
+        for (bool inplace : {false, true}) runHier(h, dt, op, count, inplace, seed);
+  for (ncclDataType_t dt : {ncclFloat32, ncclInt64})
+    for (bool inplace : {false, true}) runHier(h, dt, Op::kSum, (1u << 20) + 3, inplace, seed + 7);
+  runHier(h, ncclFloat16, Op::kProd, (1u << 20) + 3, false, seed + 9);
+}
+
+TEST_P(HierAllReduce, OtherCollectivesRefused) {
+  MKTEST_REQUIRE_GPU();
+  const Shape s = GetParam();
+  HierComms h;
+  ASSERT_EQ(h.init(s.nodes, s.nodes * s.local), ncclSuccess);
+  DevBuf b(4096 * s.nodes * s.local);
+  EXPECT_EQ(ncclAllGather(b.base, b.base, 4, ncclFloat32, h.comms[0], h.streams[0]),
+            ncclInvalidUsage);
+  EXPECT_EQ(ncclBroadcast(b.base, b.base, 4, ncclFloat32, 0, h.comms[0], h.streams[0]),
+            ncclInvalidUsage);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, HierAllReduce,
+                         ::testing::Values(Shape{2, 2}, Shape{2, 4}, Shape{4, 2}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           return std::to_string(i.param.nodes) + "x" +
+                                  std::to_string(i.param.local);
+                         });
+
+TEST(HierAllReduceUneven, Refused) {
+  MKTEST_REQUIRE_GPU();
+  HierComms h;
+  if (h.init(2, 3) != ncclSuccess) GTEST_SKIP() << "3 ranks over 2 virtual nodes not created";
+  DevBuf b(4096);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ncclResult_t r = ncclAllReduce(b.base, b.base, 4, ncclFloat32, ncclSum, h.comms[0], h.streams[0]);
+  ncclResult_t e = ncclGroupEnd();
+  EXPECT_TRUE(r == ncclInvalidUsage || e == ncclInvalidUsage);
+  std::string msg = ncclGetLastError(h.comms[0]);
+  EXPECT_NE(msg.find("uneven nodes"), std::string::npos) << msg;
+}
+
+}  // namespace
