@@ -8,7 +8,11 @@
 #include <cuda_runtime.h>
 #include <dirent.h>
 #include <mutex>
+#include <csignal>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char** environ;
 
 namespace mktest {
 
@@ -65,6 +69,46 @@ uint64_t testSeed() {
             (unsigned long long)seed);
   });
   return seed;
+}
+
+pid_t spawnSelf(const std::string& gtestFilter, const std::vector<std::string>& extraEnv) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; e++) env.push_back(*e);
+  for (const auto& e : extraEnv) env.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(&e[0]);
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe", filter = "--gtest_filter=" + gtestFilter;
+  char* argv[] = {&exe[0], &filter[0], nullptr};
+  pid_t pid = fork();
+  if (pid == 0) {
+    execve("/proc/self/exe", argv, envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string waitChildren(const std::vector<pid_t>& pids, int timeoutS) {
+  std::string err;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutS);
+  for (size_t i = 0; i < pids.size(); i++) {
+    int status = 0;
+    for (;;) {
+      pid_t r = waitpid(pids[i], &status, WNOHANG);
+      if (r == pids[i]) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], &status, 0);
+        err += "child " + std::to_string(i) + " timed out; ";
+        break;
+      }
+      usleep(10000);
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      err += "child " + std::to_string(i) + " failed (status " + std::to_string(status) +
+             ", its output above says why); ";
+  }
+  return err;
 }
 
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {

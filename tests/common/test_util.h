@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <sys/types.h>
+#include <vector>
 
 namespace mktest {
 
@@ -14,6 +16,13 @@ int countOpenFds();
 int countThreads();
 // Seed for random inputs: fresh per run unless MKTEST_SEED is set; printed once.
 uint64_t testSeed();
+
+// Starts this test binary again (fresh CUDA state) running only `gtestFilter`, with this
+// process's environment plus `extraEnv` ("NAME=value"). Returns the pid, or -1.
+pid_t spawnSelf(const std::string& gtestFilter, const std::vector<std::string>& extraEnv);
+// Waits for every child, killing those still running after timeoutS. Returns "" when all
+// exited with status 0, else a description of the failures.
+std::string waitChildren(const std::vector<pid_t>& pids, int timeoutS);
 
 // Sets (or, with v == nullptr, unsets) an environment variable for the scope and re-reads
 // mkernel's parameters, restoring both afterwards.

@@ -45,46 +45,14 @@ std::string runChildren(int nProcs, int perProc, int nodes) {
   uint64_t seed = mktest::testSeed();
   std::vector<pid_t> pids;
   for (int p = 0; p < nProcs; p++) {
-    std::vector<std::string> envs;
-    for (char** e = environ; *e; e++) envs.push_back(*e);
     char spec[160];
     snprintf(spec, sizeof(spec), "MKTEST_DC_CHILD=%d %d %d %d %llu", nProcs, perProc, p, nodes,
              (unsigned long long)seed);
-    envs.push_back(spec);
-    envs.push_back("MKTEST_DC_ID=" + hex);
-    std::vector<char*> envp;
-    for (auto& e : envs) envp.push_back(&e[0]);
-    envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe", filter = "--gtest_filter=DevCommChild.Run";
-    char* argv[] = {&exe[0], &filter[0], nullptr};
-    pid_t pid = fork();
+    pid_t pid = mktest::spawnSelf("DevCommChild.Run", {spec, "MKTEST_DC_ID=" + hex});
     if (pid < 0) return "fork failed";
-    if (pid == 0) {
-      execve("/proc/self/exe", argv, envp.data());
-      _exit(127);
-    }
     pids.push_back(pid);
   }
-  std::string err;
-  auto deadline = Clock::now() + std::chrono::seconds(400);
-  for (size_t i = 0; i < pids.size(); i++) {
-    int status = 0;
-    for (;;) {
-      pid_t r = waitpid(pids[i], &status, WNOHANG);
-      if (r == pids[i]) break;
-      if (Clock::now() > deadline) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], &status, 0);
-        err += "process " + std::to_string(i) + " timed out; ";
-        break;
-      }
-      usleep(10000);
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      err += "process " + std::to_string(i) + " failed (status " + std::to_string(status) +
-             ", its output above says why); ";
-  }
-  return err;
+  return mktest::waitChildren(pids, 400);
 }
 
 // Body of a child: its ranks (threads of this process) join the comm, run two exchange

@@ -363,46 +363,16 @@ std::string runChildren(const std::string& mode, int nProcs, int ranksPerProc, i
   uint64_t commHash = splitmix(seed ^ 0x5eed);
   std::vector<pid_t> pids;
   for (int p = 0; p < nProcs; p++) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; e++) env.push_back(*e);
     char spec[256];
     snprintf(spec, sizeof(spec), "MKTEST_PM_CHILD=%s %d %d %d %d %llu %llu", mode.c_str(), nProcs,
              ranksPerProc, p, emulateNodes, (unsigned long long)seed, (unsigned long long)commHash);
-    env.push_back(spec);
-    env.push_back("MKTEST_PM_ID=" + hex);
-    env.push_back("MKERNEL_BOOTSTRAP_TIMEOUT_S=60");
-    for (const auto& e : extraEnv) env.push_back(e);
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(&e[0]);
-    envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe", filter = "--gtest_filter=PeerMemChild.Run";
-    char* argv[] = {&exe[0], &filter[0], nullptr};
-    pid_t pid = fork();
+    std::vector<std::string> env = {spec, "MKTEST_PM_ID=" + hex, "MKERNEL_BOOTSTRAP_TIMEOUT_S=60"};
+    env.insert(env.end(), extraEnv.begin(), extraEnv.end());
+    pid_t pid = mktest::spawnSelf("PeerMemChild.Run", env);
     if (pid < 0) return "fork failed";
-    if (pid == 0) {
-      execve("/proc/self/exe", argv, envp.data());
-      _exit(127);
-    }
     pids.push_back(pid);
   }
-  std::string err;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(400);
-  for (pid_t pid : pids) {
-    int status = 0;
-    for (;;) {
-      pid_t r = waitpid(pid, &status, WNOHANG);
-      if (r == pid) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        err += "child " + std::to_string(pid) + " timed out; ";
-        break;
-      }
-      usleep(10000);
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      err += "child " + std::to_string(pid) + " failed (status " + std::to_string(status) + "); ";
-  }
+  std::string err = mktest::waitChildren(pids, 400);
   mk::bootstrapRootsWait(5000);
   return err;
 }
