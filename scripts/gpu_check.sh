@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The one GPU-machine script: builds everything, runs the GPU test suites and the
 # benchmarks, copies logs/results to $OUT (when set) and prints a short summary last.
-# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu gemm bench torch nccltests demo
-#        (default: build gpu bench demo torch nccltests). GTEST_FILTER narrows the gpu stage.
+# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier gemm bench collbench
+#        netbench torch nccltests demo (default: build gpu bench demo torch nccltests). GTEST_FILTER narrows the gpu stage.
+#        MK_BUILD=<dir> uses binaries built elsewhere (scripts/pack_gpubin.sh) with the build
+#        stage left out. Every stage is killed after MK_STAGE_TIMEOUT_<stage> seconds
+#        (default MK_STAGE_TIMEOUT, 590), so one hang cannot eat a device call.
 # nccltests needs the nccl-tests source in .nccl-tests (git-ignored; carry it: see
 # nccl-tests-patches/README.md).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${MK_BUILD:-$root/build-gpu}"
+build="$(cd "${MK_BUILD:-$root/build-gpu}" 2>/dev/null && pwd || echo "${MK_BUILD:-$root/build-gpu}")"
+[ -d "$build/src" ] && export LD_LIBRARY_PATH="$build/src:${LD_LIBRARY_PATH:-}"
 out="$build/gpu_check_out"  # logs and JSON; packed into $OUT (8 files at most) at the end
 mkdir -p "$out"
 stages=("$@")
@@ -20,7 +24,8 @@ run_stage() {
   local name="$1"; shift
   local log="$out/$name.log"
   local t0=$(date +%s)
-  "$@" >"$log" 2>&1
+  local tv="MK_STAGE_TIMEOUT_$name"
+  timeout -k 10 "${!tv:-${MK_STAGE_TIMEOUT:-590}}" "$@" >"$log" 2>&1
   local rc=$?
   local dt=$(( $(date +%s) - t0 ))
   local tail_line
@@ -38,6 +43,9 @@ for s in "${stages[@]}"; do
       run_stage unit bash -c "cd '$build' && ctest -L 'unit|mp' -j8 --timeout 600 --output-on-failure" ;;
     gpu)
       run_stage gpu "$build/tests/mk_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" ;;
+    hier)
+      # Inter-node paths through virtual nodes (MKERNEL_EMULATE_NODES is set by the tests).
+      run_stage hier "$build/tests/mk_gpu_tests" --gtest_filter="*DevComm*:*Hier*" ;;
     gemm)
       run_stage gemm "$build/tests/mk_gpu_tests" --gtest_filter="*Gemm*" ;;
     bench)
@@ -46,6 +54,10 @@ for s in "${stages[@]}"; do
       [ -x "$build/bench/bench_coll_bench" ] && run_stage coll_bench "$build/bench/bench_coll_bench" --out "$out/coll_$(date +%F).json"
       [ -x "$build/bench/bench_net_bench" ] && run_stage net_bench "$build/bench/bench_net_bench" --out "$out/net_$(date +%F).json"
       ;;
+    collbench)
+      run_stage coll_bench "$build/bench/bench_coll_bench" --out "$out/coll_$(date +%F).json" ;;
+    netbench)
+      run_stage net_bench "$build/bench/bench_net_bench" --out "$out/net_$(date +%F).json" ;;
     torch)
       run_stage torch "$root/scripts/run_torch_tests.sh" "$build" ;;
     nccltests)
