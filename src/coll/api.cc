@@ -8,7 +8,7 @@
 #include "mkernel/nccl_extra.h"
 
 namespace {
-ncclResult_t run(const mk::CollArgs& a, const char* api) {
+ncclResult_t run(mk::CollArgs a, const char* api) {
   NCCLCHECK(mk::collCheckArgs(a, api));
   return mk::apiGuard(api, [&] { return mk::collEnqueue(a); });
 }

@@ -49,16 +49,13 @@ bool rooted(CollType t) {
 }
 }  // namespace
 
-ncclResult_t collCheckArgs(const CollArgs& a, const char* api) {
+ncclResult_t collCheckArgs(CollArgs& a, const char* api) {
   NCCLCHECK(commCheck(a.comm, api));
   NCCLCHECK(commCheckReady(a.comm, api));
   const int n = a.comm->nRanks, me = a.comm->rank;
   size_t esize = dtypeSize(a.dtype);
   MK_ARGCHECK(esize != 0, "%s: invalid datatype %d", api, (int)a.dtype);
-  if (usesReduction(a.type)) {
-    RedOpInfo info;
-    NCCLCHECK(redOpLookup(a.comm, a.op, a.dtype, &info));
-  }
+  if (usesReduction(a.type)) NCCLCHECK(redOpLookup(a.comm, a.op, a.dtype, &a.red));
   if (rooted(a.type))
     MK_ARGCHECK(a.root >= 0 && a.root < n, "%s: invalid root %d (nranks %d)", api, a.root, n);
   if (a.type == CollType::kSend || a.type == CollType::kRecv)

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "coll/redop.h"
+
 struct ncclComm;
 
 namespace mk {
@@ -33,13 +35,16 @@ struct CollArgs {
   int root;        // root for rooted collectives, peer for send/recv, -1 otherwise
   ncclComm* comm;
   cudaStream_t stream;
+  // The reduction, resolved by collCheckArgs at call time: a PreMulSum destroyed right after
+  // the call (even inside a group, before ncclGroupEnd) must still apply.
+  RedOpInfo red{};
 };
 
 size_t dtypeSize(ncclDataType_t t);  // 0 for an invalid type
 // Every check that needs no CUDA call: comm handle and state, dtype, op (built-in or a
 // PreMulSum created on this comm for this dtype), root/peer range, count * size overflow,
-// null buffers with a non-zero count. ncclInvalidArgument + message on failure.
-ncclResult_t collCheckArgs(const CollArgs& a, const char* api);
+// null buffers with a non-zero count. ncclInvalidArgument + message on failure. Fills a.red.
+ncclResult_t collCheckArgs(CollArgs& a, const char* api);
 
 // Runs (or, inside ncclGroupStart/End, records) one operation.
 ncclResult_t collEnqueue(const CollArgs& a);

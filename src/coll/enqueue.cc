@@ -34,7 +34,7 @@ struct CommWork {
   cudaStream_t user = nullptr;         // stream of the comm's first operation
   std::vector<cudaStream_t> extra;     // other streams of its operations
   std::vector<KernelLaunch> launches;
-  std::vector<HierArgs> hier;  // inter-node AllReduce launches (coll/hier.h)
+  std::vector<HierLaunch> hier;  // inter-node launches (coll/hier.h)
   cudaStream_t exec = nullptr;
   bool fork = false;
   unsigned long long capture = 0;  // capture id of `user` (0: not capturing)
@@ -53,17 +53,6 @@ ncclResult_t commUsable(ncclComm* comm, const char* api, const CommWork& w) {
   if (cs == nullptr) {
     MK_WARN("%s: rank %d: collective state is not initialised", api, comm->rank);
     return ncclInvalidUsage;
-  }
-  if (cs->interNode) {
-    // Only AllReduce over equal nodes has an inter-node implementation (coll/hier.h).
-    if (!w.p2p.empty()) {
-      MK_WARN(
-          "ncclSend/ncclRecv: rank %d: the comm spans %d nodes; send/receive across nodes is "
-          "not implemented yet (only AllReduce is)",
-          comm->rank, comm->topo.nNodes);
-      return ncclInvalidUsage;
-    }
-    for (const CollArgs* a : w.colls) NCCLCHECK(hierUsable(comm, a->type, collName(a->type)));
   }
   NCCLCHECK(collPollAsyncError(comm));
   int ar = comm->asyncResult.load();
@@ -118,14 +107,13 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     NCCLCHECK(commUsable(w.comm, api, w));
     // Collectives first, in issue order (all ranks issue them in the same order), then all
     // point-to-point operations as one kernel whose streams progress independently.
+    if (w.comm->coll->interNode) {
+      // Comms spanning (virtual) nodes: everything goes through the device communication
+      // API (coll/hier.h), collectives and point-to-point alike.
+      NCCLCHECK(hierPlanWork(w.comm, w.colls, w.p2p, &w.hier));
+      continue;
+    }
     for (const CollArgs* a : w.colls) {
-      if (w.comm->coll->interNode) {
-        HierArgs h;
-        bool empty = false;
-        NCCLCHECK(hierPlan(w.comm, *a, &h, &empty));
-        if (!empty) w.hier.push_back(h);
-        continue;
-      }
       KernelLaunch l;
       bool empty = false;
       NCCLCHECK(planColl(w.comm, *a, &l, &empty));
@@ -174,7 +162,7 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     if (noLaunch(w)) continue;
     CUDACHECK(cudaSetDevice(w.comm->cudaDev));
     for (KernelLaunch& l : w.launches) NCCLCHECK(runLaunch(w.comm, l, w.exec));
-    for (HierArgs& h : w.hier) CUDACHECK(launchHierAllReduce(h, w.exec));
+    for (HierLaunch& h : w.hier) NCCLCHECK(hierRun(w.comm, h, w.exec));
   }
   // Phase C: join the user's streams and record completion.
   for (CommWork& w : work) {

@@ -84,8 +84,7 @@ ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* em
   const char* api = collName(a.type);
   NCCLCHECK(hierUsable(comm, a.type, api));
   const size_t es = dtypeSize(a.dtype);
-  RedOpInfo info;
-  NCCLCHECK(redOpLookup(comm, a.op, a.dtype, &info));
+  const RedOpInfo& info = a.red;  // resolved at call time (the op may be destroyed by now)
   MK_ARGCHECK((uintptr_t)a.sendbuff % es == 0,
               "nccl%s: sendbuff %p is not aligned to its %zu-byte elements", api, a.sendbuff, es);
   MK_ARGCHECK((uintptr_t)a.recvbuff % es == 0,
@@ -147,6 +146,31 @@ ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* em
   MK_INFO(kColl, "nccl%s: rank %d hierarchical %d x %d count %zu dtype %d chunk %llu x %llu", api,
           comm->rank, h.nNodes, h.nLocal, a.count, (int)a.dtype, (unsigned long long)h.chunkElems,
           (unsigned long long)h.nChunks);
+  return ncclSuccess;
+}
+
+ncclResult_t hierPlanWork(ncclComm* comm, const std::vector<const CollArgs*>& colls,
+                          const std::vector<CollArgs>& p2p, std::vector<HierLaunch>* out) {
+  if (!p2p.empty()) {
+    MK_WARN(
+        "ncclSend/ncclRecv: rank %d: the comm spans %d nodes; send/receive across nodes is "
+        "not implemented yet (only AllReduce is)",
+        comm->rank, comm->topo.nNodes);
+    return ncclInvalidUsage;
+  }
+  for (const CollArgs* a : colls) NCCLCHECK(hierUsable(comm, a->type, collName(a->type)));
+  for (const CollArgs* a : colls) {
+    HierLaunch l{};
+    bool empty = false;
+    NCCLCHECK(hierPlan(comm, *a, &l.ar, &empty));
+    if (!empty) out->push_back(l);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t hierRun(ncclComm* comm, HierLaunch& l, cudaStream_t s) {
+  (void)comm;
+  CUDACHECK(launchHierAllReduce(l.ar, s));
   return ncclSuccess;
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <nccl.h>
 #include <string>
+#include <vector>
 
 #include "coll/algo.h"  // MK_HD
 #include "coll/coll.h"
@@ -82,6 +83,17 @@ MK_HD inline uint64_t hierRailOff(uint64_t stride, int nLocal, int b) {
 }
 
 // ---- comm-level --------------------------------------------------------------------------
+// One kernel launch of an inter-node comm (what enqueue.cc issues, in order).
+struct HierLaunch {
+  HierArgs ar;  // hierarchical AllReduce
+};
+// Plans every operation one comm issues in one call or group (collectives in issue order,
+// then its sends/receives) into launches. ncclInvalidUsage with a message for what has no
+// inter-node implementation; nothing is issued then.
+ncclResult_t hierPlanWork(ncclComm* comm, const std::vector<const CollArgs*>& colls,
+                          const std::vector<CollArgs>& p2p, std::vector<HierLaunch>* out);
+// Issues one launch on stream s.
+ncclResult_t hierRun(ncclComm* comm, HierLaunch& l, cudaStream_t s);
 // ncclSuccess when `type` may run on this inter-node comm; otherwise ncclInvalidUsage with
 // a message (uneven nodes, or a collective without an inter-node implementation).
 ncclResult_t hierUsable(ncclComm* comm, CollType type, const char* api);

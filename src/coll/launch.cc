@@ -157,8 +157,7 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   const char* api = collName(a.type);
   const size_t es = dtypeSize(a.dtype);
   const int n = cs->ws.nLocal;
-  RedOpInfo info;
-  NCCLCHECK(redOpLookup(comm, a.op, a.dtype, &info));
+  const RedOpInfo& info = a.red;  // resolved at call time (the op may be destroyed by now)
   bool needRecv = a.type != CollType::kReduce || comm->rank == a.root;
   MK_ARGCHECK((uintptr_t)a.sendbuff % es == 0,
               "nccl%s: sendbuff %p is not aligned to its %zu-byte elements", api, a.sendbuff, es);

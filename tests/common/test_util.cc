@@ -71,6 +71,15 @@ uint64_t testSeed() {
   return seed;
 }
 
+std::string selfDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, (size_t)n);
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
 pid_t spawnSelf(const std::string& gtestFilter, const std::vector<std::string>& extraEnv) {
   std::vector<std::string> env;
   for (char** e = environ; *e; e++) env.push_back(*e);

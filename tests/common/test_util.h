@@ -17,6 +17,8 @@ int countThreads();
 // Seed for random inputs: fresh per run unless MKTEST_SEED is set; printed once.
 uint64_t testSeed();
 
+// Folder of this test binary (from /proc/self/exe).
+std::string selfDir();
 // Starts this test binary again (fresh CUDA state) running only `gtestFilter`, with this
 // process's environment plus `extraEnv` ("NAME=value"). Returns the pid, or -1.
 pid_t spawnSelf(const std::string& gtestFilter, const std::vector<std::string>& extraEnv);

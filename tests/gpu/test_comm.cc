@@ -109,7 +109,11 @@ TEST_P(CommInit, Processes) {
     snprintf(b, sizeof(b), "%02x", c);
     hex += b;
   }
-  std::string worker = std::string(MK_BUILD_DIR) + "/tests/mk_comm_worker";
+  // Next to this test binary first (binaries copied elsewhere, e.g. to a GPU machine), then
+  // the build tree it was built in.
+  std::string worker = mktest::selfDir() + "/mk_comm_worker";
+  if (access(worker.c_str(), X_OK) != 0)
+    worker = std::string(MK_BUILD_DIR) + "/tests/mk_comm_worker";
   std::vector<pid_t> pids;
   for (int r = 0; r < n; r++) {
     std::string rs = std::to_string(r), ns = std::to_string(n);

@@ -61,6 +61,7 @@ TestEnv::TestEnv(int nodes, size_t windowBytes, int ringSlots, int timeoutMs) {
   vars.push_back(new ScopedEnv("MKERNEL_BOOTSTRAP_TIMEOUT_S", "30"));
   vars.push_back(new ScopedEnv("MKERNEL_NET_TIMEOUT_S", "30"));
   vars.push_back(new ScopedEnv("MKERNEL_WORKSPACE_BYTES", std::to_string(windowBytes).c_str()));
+  vars.push_back(new ScopedEnv("MKERNEL_NET_WINDOW_BYTES", std::to_string(windowBytes).c_str()));
   vars.push_back(new ScopedEnv("MKERNEL_TIMEOUT_MS", std::to_string(timeoutMs).c_str()));
   if (ringSlots > 0)
     vars.push_back(new ScopedEnv("MKERNEL_PROXY_RING_SLOTS", std::to_string(ringSlots).c_str()));
