@@ -43,8 +43,8 @@ ncclResult_t wsLayoutCompute(uint64_t wsBytes, int nLocal, WsLayout* out) {
     uint64_t flags = (uint64_t)nLocal * s[0] * s[1];
     uint64_t flagBytes = roundUp(8 * flags, 4096);
     uint64_t hdr = 2 * flagBytes;
-    if (wsBytes <= hdr) continue;
-    uint64_t slot = (wsBytes - hdr) / flags;
+    if (wsBytes <= hdr + kWsZcBytes) continue;
+    uint64_t slot = (wsBytes - hdr - kWsZcBytes) / flags;
     slot = slot >= 8192 ? slot / 4096 * 4096 : slot / 256 * 256;
     bool last = s[0] == 1;
     if (slot >= kGoodSlot || (last && slot >= kMinSlot)) {
@@ -54,7 +54,8 @@ ncclResult_t wsLayoutCompute(uint64_t wsBytes, int nLocal, WsLayout* out) {
       w.readyOff = 0;
       w.consumedOff = flagBytes;
       w.dataOff = hdr;
-      w.totalBytes = hdr + slot * flags;
+      w.zcOff = hdr + slot * flags;  // slot is a multiple of 256: so is zcOff
+      w.totalBytes = w.zcOff + kWsZcBytes;
       found = true;
       break;
     }
@@ -98,6 +99,8 @@ const char* algoName(Algo a) {
       return "ring";
     case Algo::kDirect:
       return "direct";
+    case Algo::kZeroCopy:
+      return "zerocopy";
     default:
       return "auto";
   }
@@ -111,6 +114,7 @@ Algo parseAlgo(const char* s, bool* ok) {
   if (v == "oneshot" || v == "one-shot" || v == "one_shot") return Algo::kOneShot;
   if (v == "twoshot" || v == "two-shot" || v == "two_shot") return Algo::kTwoShot;
   if (v == "ring") return Algo::kRing;
+  if (v == "zerocopy" || v == "zero-copy" || v == "zero_copy") return Algo::kZeroCopy;
   if (v == "auto") return Algo::kAuto;
   *ok = false;
   return Algo::kAuto;
@@ -134,6 +138,8 @@ double allReduceUs(Algo a, uint64_t bytes, int n) {
       return m.launchUs + 2.0 * (n - 1) * m.hopUs + 2.0 * (n - 1) / n * b / bw2;
     case Algo::kRing:
       return m.launchUs + 2.0 * (n - 1) * m.ringHopUs + 2.0 * (n - 1) / n * b / bw3;
+    case Algo::kZeroCopy:  // two flag rounds (pointers in, segments done) and 2 x bytes
+      return m.launchUs + 2.0 * m.hopUs + 2.0 * b / (m.zeroCopyGBs * 1e3);
     default:
       return allReduceUs(allReduceAlgo(bytes, n, Algo::kAuto), bytes, n);
   }
@@ -163,9 +169,10 @@ double collUs(CollType t, Algo a, uint64_t bytes, int n) {
   }
 }
 
-Algo allReduceAlgo(uint64_t bytes, int n, Algo forced) {
+Algo allReduceAlgo(uint64_t bytes, int n, Algo forced, bool zeroCopy) {
   if (n <= 1) return Algo::kOneShot;
   if (forced == Algo::kOneShot || forced == Algo::kTwoShot || forced == Algo::kRing) return forced;
+  if (zeroCopy && (forced == Algo::kZeroCopy || bytes >= kZeroCopyMinBytes)) return Algo::kZeroCopy;
   Algo best = Algo::kOneShot;
   double t = allReduceUs(Algo::kOneShot, bytes, n);
   for (Algo a : {Algo::kTwoShot, Algo::kRing}) {
@@ -200,6 +207,11 @@ ReducePlan planReduce(CollType type, Algo algo, uint64_t count, size_t esize, in
         p.segElems = roundUp(divUp(count, n), align);
         p.chunkElems = chunkElemsFor(p.segElems, esize, ws.lanes, ws.slotBytes);
         p.nChunks = divUp(p.segElems, p.chunkElems);
+      } else if (p.algo == Algo::kZeroCopy) {
+        // Rank q owns segment q; nChunks = 1 only marks "not empty".
+        p.segElems = roundUp(divUp(count, n), align);
+        p.chunkElems = p.segElems;
+        p.nChunks = 1;
       } else if (p.algo == Algo::kRing) {
         p.segElems = 0;
         p.chunkElems = chunkElemsFor(divUp(count, n), esize, ws.lanes, ws.slotBytes);

@@ -38,8 +38,22 @@ struct WsLayout {
   uint64_t readyOff;   // uint64_t ready[nLocal][lanes][slots]
   uint64_t consumedOff;
   uint64_t dataOff;     // char data[nLocal][lanes][slots][slotBytes]
+  uint64_t zcOff;       // ZcSlot of the zero-copy AllReduce (kWsZcBytes, written by the owner)
   uint64_t totalBytes;  // bytes of the workspace the layout uses
 };
+// Zero-copy AllReduce handshake block of one rank (in its workspace, read by its peers):
+// the owner publishes its buffer pointers and the call's sequence number, and `done` once
+// its segment is written everywhere. Separate 128-byte lines: polled by different ranks.
+struct ZcSlot {
+  uint64_t seq;   // call number whose pointers are below
+  uint64_t send;  // const void*, valid in every in-process peer
+  uint64_t recv;  // void*
+  uint64_t pad0[13];
+  uint64_t done;  // last call whose segment this rank finished
+  uint64_t pad1[15];
+};
+constexpr uint64_t kWsZcBytes = 4096;
+static_assert(sizeof(ZcSlot) <= kWsZcBytes, "ZcSlot exceeds its workspace block");
 MK_HD inline uint64_t wsFlagIndex(const WsLayout& w, int src, int lane, int slot) {
   return ((uint64_t)src * w.lanes + lane) * w.slots + slot;
 }
@@ -69,10 +83,21 @@ inline int ctaGrid(const CtaBudget& b, int work) {
   return g < b.lo ? b.lo : (g < 1 ? 1 : g);
 }
 
-enum class Algo : int { kAuto = -1, kOneShot = 0, kTwoShot = 1, kRing = 2, kDirect = 3 };
+// kZeroCopy: AllReduce when every rank of the comm lives in this process on one GPU, so each
+// rank can read its peers' send buffers and write their receive buffers directly: rank q
+// reduces segment q of all inputs and writes it to all outputs (each input byte read once,
+// each output byte written once; no staging).
+enum class Algo : int {
+  kAuto = -1,
+  kOneShot = 0,
+  kTwoShot = 1,
+  kRing = 2,
+  kDirect = 3,
+  kZeroCopy = 4
+};
 const char* algoName(Algo a);
-// "" -> kAuto; "oneshot", "twoshot", "ring" (case-insensitive); anything else -> kAuto and
-// *ok = false.
+// "" -> kAuto; "oneshot", "twoshot", "ring", "zerocopy" (case-insensitive); anything else ->
+// kAuto and *ok = false.
 Algo parseAlgo(const char* s, bool* ok);
 
 // The cost model (microseconds): launch + per-hop latency + bytes over an effective
@@ -89,15 +114,20 @@ struct CostModel {
   double twoShotLoss = 0.065;  // bandwidth / (1 + loss * (n - 2))
   double ringGBs = 190;        // ring: 2(n-1)/n x bytes, neighbour traffic only
   double ringLoss = 0.2;
-  double directGBs = 150;  // direct copies (broadcast, gathers, p2p)
+  double directGBs = 150;    // direct copies (broadcast, gathers, p2p)
+  double zeroCopyGBs = 600;  // zero-copy AllReduce: 2 x bytes of HBM traffic per rank
 };
+// Zero-copy AllReduce from this size up (below it one-shot's single flag round wins).
+constexpr uint64_t kZeroCopyMinBytes = 256 << 10;
 const CostModel& costModel();
 double allReduceUs(Algo a, uint64_t bytes, int nRanks);
 // Time of any operation (bytes = count * element size as NCCL counts it).
 double collUs(CollType t, Algo a, uint64_t bytes, int nRanks);
 
 // AllReduce algorithm: forced (if not kAuto and nRanks > 1) or the cheapest by the model.
-Algo allReduceAlgo(uint64_t bytes, int nRanks, Algo forced);
+// zeroCopy: the comm allows kZeroCopy (same process, one GPU); forcing kZeroCopy on a comm
+// that does not falls back to the automatic choice.
+Algo allReduceAlgo(uint64_t bytes, int nRanks, Algo forced, bool zeroCopy = false);
 
 // Chunking of a reduction collective. Elements: counts of the dtype.
 struct ReducePlan {

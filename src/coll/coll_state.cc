@@ -116,6 +116,11 @@ ncclResult_t collInit(ncclComm* comm) {
             t.localRanks - 1);
     return ncclInternalError;
   }
+  cs->zeroCopy = !cs->interNode && t.localRanks > 1 && MK_PARAM_INT(ZeroCopy) != 0;
+  for (int r = 0; r < comm->nRanks && cs->zeroCopy; r++) {
+    const RankInfo &a = comm->peerInfo[comm->rank], &b = comm->peerInfo[r];
+    cs->zeroCopy = a.hostHash == b.hostHash && a.pidHash == b.pidHash && a.busId == b.busId;
+  }
   cs->budget =
       ctaBudget(comm->smCount, t.ranksOnMyDevice, comm->config.minCTAs, comm->config.maxCTAs,
                 (int)MK_PARAM_INT(MinCtas), (int)MK_PARAM_INT(MaxCtas));

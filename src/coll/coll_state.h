@@ -18,14 +18,19 @@ struct CollState {
   CtaBudget budget{1, 1};
   int me = 0;  // topo.localRank
   bool interNode = false;
+  // Every rank of the comm is in this process on this GPU (and MKERNEL_ZERO_COPY allows
+  // it): the same value on every rank, so all choose the zero-copy AllReduce alike.
+  bool zeroCopy = false;
   void* devState = nullptr;     // DevStateHdr + counters (device memory)
   ErrRecord* err = nullptr;     // host-pinned, mapped
   ErrRecord* errDev = nullptr;  // its device pointer
   // Ordering of consecutive launches of this comm on different streams (NCCL serialises a
-  // comm's operations): orderEvent is recorded after every launch, lastStream/lastCapture
-  // say where. doneEvent is recorded only outside stream capture, for finalize.
+  // comm's operations): one event is recorded after every launch (lastEvent; lastStream /
+  // lastCapture say where): doneEvent outside stream capture (finalize waits for it too),
+  // orderEvent inside one. One record per call: the host cost of a call matters.
   cudaEvent_t orderEvent = nullptr;
   cudaEvent_t doneEvent = nullptr;
+  cudaEvent_t lastEvent = nullptr;
   cudaEvent_t forkEvent = nullptr;
   cudaEvent_t joinEvent = nullptr;
   cudaStream_t lastStream = nullptr;

@@ -68,13 +68,21 @@ ncclResult_t commUsable(ncclComm* comm, const char* api, const CommWork& w) {
   return ncclSuccess;
 }
 
+// Switches the current device only when needed (and back at the end): most calls come
+// from a thread already on the comm's device, and cudaSetDevice is not free.
 struct DeviceSwitch {
-  int saved = -1;
+  int saved = -1, cur = -1;
   DeviceSwitch() {
     if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+    cur = saved;
+  }
+  cudaError_t to(int dev) {
+    if (dev == cur) return cudaSuccess;
+    cur = dev;
+    return cudaSetDevice(dev);
   }
   ~DeviceSwitch() {
-    if (saved >= 0) cudaSetDevice(saved);
+    if (saved >= 0 && cur != saved) cudaSetDevice(saved);
   }
 };
 
@@ -130,18 +138,19 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
   //    legacy default stream, or one stream shared by several comms of this group, would
   //    serialise them (deadlock), so those launches go to the comm's internal stream.
   std::map<cudaStream_t, int> users;
-  for (CommWork& w : work)
-    if (!noLaunch(w)) users[w.user]++;
+  if (work.size() > 1)
+    for (CommWork& w : work)
+      if (!noLaunch(w)) users[w.user]++;
   DeviceSwitch restore;
   // Phase A: cross-call ordering and fork.
   for (CommWork& w : work) {
     if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;
-    CUDACHECK(cudaSetDevice(w.comm->cudaDev));
+    CUDACHECK(restore.to(w.comm->cudaDev));
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     CUDACHECK(cudaStreamGetCaptureInfo(w.user, &st, &w.capture));
     if (st != cudaStreamCaptureStatusActive) w.capture = 0;
-    w.fork = isLegacy(w.user) || users[w.user] > 1;
+    w.fork = isLegacy(w.user) || (work.size() > 1 && users[w.user] > 1);
     w.exec = w.fork ? cs->internal : w.user;
     if (w.fork) {
       CUDACHECK(cudaEventRecord(cs->forkEvent, w.user));
@@ -155,12 +164,12 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     // order (the device-resident sequence numbers assume it). Only within one capture, or
     // outside of any.
     if (cs->haveLast && cs->lastStream != w.exec && cs->lastCapture == w.capture)
-      CUDACHECK(cudaStreamWaitEvent(w.exec, cs->orderEvent, 0));
+      CUDACHECK(cudaStreamWaitEvent(w.exec, cs->lastEvent, 0));
   }
   // Phase B: the kernels.
   for (CommWork& w : work) {
     if (noLaunch(w)) continue;
-    CUDACHECK(cudaSetDevice(w.comm->cudaDev));
+    CUDACHECK(restore.to(w.comm->cudaDev));
     for (KernelLaunch& l : w.launches) NCCLCHECK(runLaunch(w.comm, l, w.exec));
     for (HierLaunch& h : w.hier) NCCLCHECK(hierRun(w.comm, h, w.exec));
   }
@@ -168,15 +177,13 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
   for (CommWork& w : work) {
     if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;
-    CUDACHECK(cudaSetDevice(w.comm->cudaDev));
-    CUDACHECK(cudaEventRecord(cs->orderEvent, w.exec));
+    CUDACHECK(restore.to(w.comm->cudaDev));
+    cs->lastEvent = w.capture == 0 ? cs->doneEvent : cs->orderEvent;
+    CUDACHECK(cudaEventRecord(cs->lastEvent, w.exec));
     cs->lastStream = w.exec;
     cs->lastCapture = w.capture;
     cs->haveLast = true;
-    if (w.capture == 0) {
-      CUDACHECK(cudaEventRecord(cs->doneEvent, w.exec));
-      cs->haveDone = true;
-    }
+    if (w.capture == 0) cs->haveDone = true;
     if (w.fork || !w.extra.empty()) {
       CUDACHECK(cudaEventRecord(cs->joinEvent, w.exec));
       if (w.fork) CUDACHECK(cudaStreamWaitEvent(w.user, cs->joinEvent, 0));
@@ -193,7 +200,9 @@ ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec) {
     int n = a.comm ? a.comm->nRanks : 1;
     uint64_t bytes = (uint64_t)a.count * dtypeSize(a.dtype);
     Algo algo = Algo::kDirect;
-    if (a.type == CollType::kAllReduce) algo = allReduceAlgo(bytes, n, collForcedAlgo());
+    if (a.type == CollType::kAllReduce)
+      algo = allReduceAlgo(bytes, n, collForcedAlgo(),
+                           a.comm && a.comm->coll && a.comm->coll->zeroCopy);
     perComm[a.comm] += collUs(a.type, algo, bytes, n);
   }
   double t = 0;

@@ -52,7 +52,9 @@ Algo collForcedAlgo() {
   const char* s = MK_PARAM_STR(Algo);
   Algo a = parseAlgo(s, &ok);
   if (!ok && !warned.exchange(true))
-    MK_WARN("MKERNEL_ALGO=%s is not one of oneshot, twoshot, ring; choosing automatically", s);
+    MK_WARN(
+        "MKERNEL_ALGO=%s is not one of oneshot, twoshot, ring, zerocopy; choosing automatically",
+        s);
   return a;
 }
 
@@ -164,7 +166,8 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   MK_ARGCHECK(!needRecv || (uintptr_t)a.recvbuff % es == 0,
               "nccl%s: recvbuff %p is not aligned to its %zu-byte elements", api, a.recvbuff, es);
   Algo algo = Algo::kDirect;
-  if (a.type == CollType::kAllReduce) algo = allReduceAlgo(a.count * es, n, collForcedAlgo());
+  if (a.type == CollType::kAllReduce)
+    algo = allReduceAlgo(a.count * es, n, collForcedAlgo(), cs->zeroCopy);
   ReducePlan p = planReduce(a.type, algo, a.count, es, n, cs->ws);
   *empty = p.nChunks == 0;
   if (*empty) return ncclSuccess;
@@ -210,6 +213,9 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   out->kind = KernelLaunch::kReduce;
   out->coll = a.type;
   out->grid = ctaGrid(cs->budget, p.lanes);
+  if (p.algo == Algo::kZeroCopy)  // one CTA per 256 KiB of my segment, within the budget
+    out->grid =
+        ctaGrid(cs->budget, (int)std::min<uint64_t>(1 << 20, p.segElems * es / (256 << 10) + 1));
   MK_INFO(kColl,
           "nccl%s: rank %d count %zu dtype %d op %d root %d algo %s chunk %llu x %llu lanes %d "
           "grid %d",
@@ -220,7 +226,23 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
 
 }  // namespace
 
+// One rank: the result is the input (sum/prod/max/min/avg of one value is that value).
+// Returns false for PreMulSum (it scales): the reduction kernel does that one.
+static bool planOneRank(const CollArgs& a, KernelLaunch* out, bool* empty) {
+  const bool reduces = a.type == CollType::kAllReduce || a.type == CollType::kReduce ||
+                       a.type == CollType::kReduceScatter;
+  if (reduces && a.red.builtin >= ncclNumOps) return false;
+  out->kind = KernelLaunch::kMemcpy;
+  out->coll = a.type;
+  out->mcSrc = a.sendbuff;
+  out->mcDst = a.recvbuff;
+  out->mcBytes = a.count * dtypeSize(a.dtype);
+  *empty = out->mcBytes == 0 || out->mcSrc == out->mcDst;
+  return true;
+}
+
 ncclResult_t planColl(ncclComm* comm, const CollArgs& a, KernelLaunch* out, bool* empty) {
+  if (comm->nRanks == 1 && planOneRank(a, out, empty)) return ncclSuccess;
   if (a.type == CollType::kAllReduce || a.type == CollType::kReduce ||
       a.type == CollType::kReduceScatter)
     return planReduction(comm, a, out, empty);
@@ -362,6 +384,9 @@ ncclResult_t runLaunch(ncclComm* comm, KernelLaunch& l, cudaStream_t s) {
       break;
     case KernelLaunch::kCopyLarge:
       err = launchCopyLarge(*l.large, l.grid, l.smem, s);
+      break;
+    case KernelLaunch::kMemcpy:
+      err = cudaMemcpyAsync(l.mcDst, l.mcSrc, l.mcBytes, cudaMemcpyDeviceToDevice, s);
       break;
   }
   if (tmp) cudaFreeAsync(tmp, s);

@@ -14,11 +14,16 @@ struct ncclComm;
 namespace mk {
 
 struct KernelLaunch {
-  enum Kind { kReduce, kCopySmall, kCopyLarge } kind = kReduce;
+  // kMemcpy: a one-rank comm, where every operation but a PreMulSum is a copy from the
+  // send to the receive buffer: the copy engine does it (as NCCL does), no kernel needed.
+  enum Kind { kReduce, kCopySmall, kCopyLarge, kMemcpy } kind = kReduce;
   CollType coll = CollType::kAllReduce;
   ReduceArgs red{};
   std::unique_ptr<CopyArgsSmall> small;
   std::unique_ptr<CopyArgsLarge> large;
+  const void* mcSrc = nullptr;  // kMemcpy
+  void* mcDst = nullptr;
+  size_t mcBytes = 0;
   int grid = 1;
   size_t smem = 0;
   // In-place AlltoAll: the send buffer is staged into a stream-ordered temporary before

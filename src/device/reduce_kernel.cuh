@@ -31,6 +31,7 @@ struct RedShared {
   int pn;
   int err;
   uint64_t scalarBits;
+  uint64_t zcSeq;  // zero-copy AllReduce: this call's number
 };
 
 // Waits (warp 0 polls, one peer per thread) until every peer of sh.plist has freed the slot
@@ -365,6 +366,147 @@ __device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const Red
   return true;
 }
 
+// ---- zero-copy AllReduce (every rank in this process, on this GPU) ----------------------
+// Rank q reduces segment q of every rank's input (in rank order: one owner per element, so
+// all ranks get the same bits) and writes it into every rank's output. Handshake through
+// the ZcSlot of each workspace: pointers + seq at the start, `done` at the end; a rank's
+// kernel ends only when every peer is done, so its output is complete and nobody reads its
+// input any more. The call number is my `done` + 1: `done` is written by my last CTA, after
+// all my CTAs have read it.
+__device__ __forceinline__ ZcSlot* zcSlot(void* ws, const WsLayout& w) {
+  return reinterpret_cast<ZcSlot*>((char*)ws + w.zcOff);
+}
+
+// dsts[*][i] = reduction of srcs[0..n)[i], all n <= MAXS sources loaded before any is used
+// (n 16-byte loads in flight per thread: this loop is bound by HBM latency, not compute).
+// Needs every pointer 16-byte aligned; handles whole packs only and returns how many
+// elements it did.
+template <int DT, int RED, int MAXS>
+__device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const* dsts, int n,
+                                            uint64_t cnt, const RedCfg& cfg, int tid, int nt) {
+  using N = Num<DT>;
+  using U = typename N::U;
+  using Acc = typename N::Acc;
+  constexpr int P = 16 / sizeof(U);
+  union Pack {
+    uint4 v;
+    U e[P];
+  };
+  const bool pm = RED == kRedSum && cfg.premul;
+  const Acc scalar = pm ? N::toAcc((U)cfg.scalarBits) : Acc(1);
+  const uint4* sp[MAXS];
+  uint4* dp[MAXS];
+#pragma unroll
+  for (int k = 0; k < MAXS; k++) {
+    sp[k] = k < n ? (const uint4*)srcs[k] : nullptr;
+    dp[k] = k < n ? (uint4*)dsts[k] : nullptr;
+  }
+  const uint64_t np = cnt / P;
+  for (uint64_t i = tid; i < np; i += nt) {
+    Pack v[MAXS];
+#pragma unroll
+    for (int k = 0; k < MAXS; k++)
+      if (k < n) v[k].v = __ldcg(sp[k] + i);
+    Pack o;
+#pragma unroll
+    for (int e = 0; e < P; e++) {
+      Acc acc = N::toAcc(v[0].e[e]);
+      if (pm) acc = mulWrap(acc, scalar);
+#pragma unroll
+      for (int k = 1; k < MAXS; k++) {
+        if (k < n) {
+          Acc x = N::toAcc(v[k].e[e]);
+          acc = combine<RED>(acc, pm ? mulWrap(x, scalar) : x);
+        }
+      }
+      o.e[e] = cfg.postDiv > 0 ? N::divide(acc, cfg.postDiv) : N::fromAcc(acc);
+    }
+#pragma unroll
+    for (int k = 0; k < MAXS; k++)
+      if (k < n) dp[k][i] = o.v;
+  }
+  return np * P;
+}
+
+template <int DT, int RED>
+__device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedCfg& cfg) {
+  const CommDev& c = a.c;
+  const int n = c.nLocal, me = c.me, tid = threadIdx.x, nt = blockDim.x;
+  const uint64_t es = sizeof(typename Num<DT>::U);
+  ZcSlot* mine = zcSlot(sh.ws[me], c.ws);
+  if (tid == 0) {
+    const uint64_t s = ldAcquireSys(&mine->done) + 1;
+    sh.zcSeq = s;
+    if (blockIdx.x == 0) {
+      *(volatile uint64_t*)&mine->send = (uint64_t)a.send;
+      *(volatile uint64_t*)&mine->recv = (uint64_t)a.recv;
+      fenceAcqRelSys();
+      stReleaseSys(&mine->seq, s);
+    }
+  }
+  __syncthreads();
+  const uint64_t s = sh.zcSeq;
+  if (tid < 32) {
+    for (int q = tid; q < n; q += 32) {
+      if (q == me) {
+        sh.srcs[q] = a.send;
+        sh.dsts[q] = a.recv;
+        continue;
+      }
+      ZcSlot* p = zcSlot(sh.ws[q], c.ws);
+      if (!waitGe(c, &p->seq, s, q, a.coll, -1, 0, 0)) {
+        sh.err = 1;
+        break;
+      }
+      sh.srcs[q] = (const void*)*(volatile uint64_t*)&p->send;
+      sh.dsts[q] = (void*)*(volatile uint64_t*)&p->recv;
+    }
+  }
+  __syncthreads();
+  if (sh.err) return false;
+  // My segment, cut in per-CTA ranges of whole 16-byte packs.
+  const uint64_t S = a.segElems, N = a.count, P = es < 16 ? 16 / es : 1;
+  const uint64_t off = umin64(S * me, N), len = umin64(S, N - off);
+  uint64_t per = (len + gridDim.x - 1) / gridDim.x;
+  per = (per + P - 1) / P * P;
+  const uint64_t b0 = umin64(per * blockIdx.x, len), cnt = umin64(per, len - b0);
+  if (cnt > 0) {
+    for (int q = tid; q < n; q += nt) {
+      sh.srcs[q] = (const char*)sh.srcs[q] + (off + b0) * es;
+      sh.dsts[q] = (char*)sh.dsts[q] + (off + b0) * es;
+    }
+    __syncthreads();
+    bool vec = n <= 8;
+    for (int q = 0; q < n && vec; q++) vec = aligned16(sh.srcs[q]) && aligned16(sh.dsts[q]);
+    uint64_t done = 0;
+    if (vec) done = zcPacks<DT, RED, 8>(sh.srcs, sh.dsts, n, cnt, cfg, tid, nt);
+    if (done < cnt) {
+      __syncthreads();
+      for (int q = tid; q < n; q += nt) {
+        sh.srcs[q] = (const char*)sh.srcs[q] + done * es;
+        sh.dsts[q] = (char*)sh.dsts[q] + done * es;
+      }
+      __syncthreads();
+      reduceRange<DT, RED>(sh.srcs, n, n, sh.dsts, n, cnt - done, cfg, tid, nt);
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    if (atomicAdd(&c.hdr->ctaDone, 1u) == gridDim.x - 1) {
+      c.hdr->ctaDone = 0;
+      c.hdr->opCount = c.hdr->opCount + 1;
+      fenceAcqRelSys();
+      stReleaseSys(&mine->done, s);
+      for (int q = 0; q < n; q++) {
+        if (q == me) continue;
+        if (!waitGe(c, &zcSlot(sh.ws[q], c.ws)->done, s, q, a.coll, -1, 1, 1)) return false;
+      }
+    }
+  }
+  return true;
+}
+
 template <int DT, int RED>
 __global__ void __launch_bounds__(kCollThreads, 1)
     reduceKernel(const __grid_constant__ ReduceArgs a) {
@@ -383,6 +525,10 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   __syncthreads();
   RedCfg cfg{sh.scalarBits, a.premul, a.postDiv};
   const CollType coll = static_cast<CollType>(a.coll);
+  if (a.algo == (int)Algo::kZeroCopy) {  // counts its CTAs itself (the last one waits)
+    zeroCopyAllReduce<DT, RED>(sh, a, cfg);
+    return;
+  }
   for (int lane = blockIdx.x; lane < a.lanes; lane += gridDim.x) {
     for (int q = tid; q < c.nLocal; q += blockDim.x) {
       sh.sendCnt[q] = c.sendCnt[q * kMaxLanes + lane];

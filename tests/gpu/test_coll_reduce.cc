@@ -210,7 +210,7 @@ std::vector<RedParam> zeroCases() {
 // lanes and ring rounds, for every dtype.
 std::vector<RedParam> algoCases() {
   std::vector<RedParam> v;
-  for (const char* algo : {"oneshot", "twoshot", "ring"})
+  for (const char* algo : {"oneshot", "twoshot", "ring", "zerocopy"})
     for (ncclDataType_t dt : kAllTypes)
       for (int n : {2, 3, 4, 8}) {
         v.push_back({RColl::kAllReduce, dt, Op::kSum, 1023, n, false, 0, algo, 0});
@@ -218,7 +218,7 @@ std::vector<RedParam> algoCases() {
             {RColl::kAllReduce, dt, n == 3 ? Op::kAvg : Op::kSum, kMiB3, n, n == 4, 0, algo, 0});
       }
   // Every op through every algorithm at a multi-chunk size.
-  for (const char* algo : {"oneshot", "twoshot", "ring"})
+  for (const char* algo : {"oneshot", "twoshot", "ring", "zerocopy"})
     for (Op op : kAllOps)
       for (ncclDataType_t dt : {ncclFloat32, ncclInt32, ncclBfloat16, ncclFloat8e5m2})
         v.push_back({RColl::kAllReduce, dt, op, 100003, 3, false, 0, algo, 0});
@@ -252,7 +252,7 @@ std::vector<RedParam> unalignedCases() {
   std::vector<RedParam> v;
   for (RColl coll : {RColl::kAllReduce, RColl::kReduce, RColl::kReduceScatter})
     for (ncclDataType_t dt : {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64})
-      for (const char* algo : {"oneshot", "twoshot", "ring"}) {
+      for (const char* algo : {"oneshot", "twoshot", "ring", "zerocopy"}) {
         if (coll != RColl::kAllReduce && algo != std::string("oneshot")) continue;
         v.push_back({coll, dt, Op::kSum, 100003, 3, false, 1, algo, 1});
         v.push_back({coll, dt, Op::kMax, 1023, 4, true, 0, algo, 3});

@@ -26,7 +26,9 @@ void checkLayout(const WsLayout& w, uint64_t wsBytes, int n) {
   EXPECT_LE(w.readyOff + 8 * flags, w.consumedOff);
   EXPECT_LE(w.consumedOff + 8 * flags, w.dataOff);
   EXPECT_EQ(w.dataOff % 256, 0u);
-  EXPECT_EQ(w.totalBytes, w.dataOff + flags * w.slotBytes);
+  EXPECT_EQ(w.zcOff, w.dataOff + flags * w.slotBytes);
+  EXPECT_EQ(w.zcOff % 256, 0u);
+  EXPECT_EQ(w.totalBytes, w.zcOff + kWsZcBytes);
   EXPECT_LE(w.totalBytes, wsBytes);
   // The last slot of the last flag index ends inside the workspace.
   EXPECT_LE(wsDataOffset(w, n - 1, w.lanes - 1, w.slots - 1) + w.slotBytes, wsBytes);
@@ -108,6 +110,7 @@ TEST(CollAlgo, ParseAlgo) {
   EXPECT_EQ(parseAlgo("oneshot", &ok), Algo::kOneShot);
   EXPECT_EQ(parseAlgo("TwoShot", &ok), Algo::kTwoShot);
   EXPECT_EQ(parseAlgo("RING", &ok), Algo::kRing);
+  EXPECT_EQ(parseAlgo("ZeroCopy", &ok), Algo::kZeroCopy);
   EXPECT_TRUE(ok);
   EXPECT_EQ(parseAlgo("tree", &ok), Algo::kAuto);
   EXPECT_FALSE(ok);
@@ -136,6 +139,28 @@ TEST(CollAlgo, AllReduceChoiceBySize) {
   EXPECT_EQ(allReduceAlgo(512 << 10, 2, Algo::kAuto), Algo::kOneShot);
   EXPECT_EQ(allReduceAlgo(3 << 20, 2, Algo::kAuto), Algo::kTwoShot);
   EXPECT_EQ(allReduceAlgo(16 << 20, 2, Algo::kAuto), Algo::kRing);
+}
+
+// Zero-copy only where the comm allows it: from kZeroCopyMinBytes up automatically, at any
+// size when forced; forced on a comm that does not allow it, the automatic choice stands.
+TEST(CollAlgo, ZeroCopyChoice) {
+  for (int n : {2, 4, 8}) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(allReduceAlgo(kZeroCopyMinBytes, n, Algo::kAuto, true), Algo::kZeroCopy);
+    EXPECT_EQ(allReduceAlgo(1ull << 30, n, Algo::kAuto, true), Algo::kZeroCopy);
+    EXPECT_EQ(allReduceAlgo(8, n, Algo::kAuto, true), Algo::kOneShot);
+    EXPECT_EQ(allReduceAlgo(8, n, Algo::kZeroCopy, true), Algo::kZeroCopy);
+    EXPECT_EQ(allReduceAlgo(1ull << 30, n, Algo::kZeroCopy, false),
+              allReduceAlgo(1ull << 30, n, Algo::kAuto, false));
+    EXPECT_EQ(allReduceAlgo(1ull << 30, n, Algo::kRing, true), Algo::kRing);
+  }
+  EXPECT_EQ(allReduceAlgo(1ull << 30, 1, Algo::kZeroCopy, true), Algo::kOneShot) << "one rank";
+  WsLayout w{};
+  ASSERT_EQ(wsLayoutCompute(32ull << 20, 4, &w), ncclSuccess);
+  ReducePlan p = planReduce(CollType::kAllReduce, Algo::kZeroCopy, 1001, 4, 4, w);
+  EXPECT_EQ(p.algo, Algo::kZeroCopy);
+  EXPECT_EQ(p.segElems, 252u) << "ceil(1001 / 4) rounded up to whole 16-byte packs";
+  EXPECT_EQ(p.nChunks, 1u);
 }
 
 TEST(CollAlgo, CostModelConsistentWithChoice) {
