@@ -15,19 +15,23 @@ namespace mk {
 
 std::string hierTopoProblem(int nNodes, const int* nodeSizes) {
   if (nNodes < 2) return "the comm does not span several nodes";
-  if (nNodes > kHierMaxNodes)
-    return "uneven nodes: flat ring not implemented yet (more than " +
-           std::to_string(kHierMaxNodes) + " nodes)";
+  int total = 0;
   for (int b = 0; b < nNodes; b++) {
-    if (nodeSizes[b] != nodeSizes[0])
-      return "uneven nodes: flat ring not implemented yet (node 0 has " +
-             std::to_string(nodeSizes[0]) + " ranks, node " + std::to_string(b) + " has " +
-             std::to_string(nodeSizes[b]) + ")";
+    if (nodeSizes[b] < 1) return "node " + std::to_string(b) + " has no ranks";
+    total += nodeSizes[b];
   }
-  if (nodeSizes[0] < 1 || nodeSizes[0] > kHierMaxLocal)
-    return "uneven nodes: flat ring not implemented yet (" + std::to_string(nodeSizes[0]) +
-           " ranks per node; at most " + std::to_string(kHierMaxLocal) + ")";
+  if (total > kXMaxRanks)
+    return std::to_string(total) + " ranks across nodes; at most " + std::to_string(kXMaxRanks) +
+           " are supported";
   return std::string();
+}
+
+bool hierEvenNodes(int nNodes, const int* nodeSizes) {
+  if (nNodes < 2 || nNodes > kHierMaxNodes) return false;
+  if (nodeSizes[0] < 1 || nodeSizes[0] > kHierMaxLocal) return false;
+  for (int b = 1; b < nNodes; b++)
+    if (nodeSizes[b] != nodeSizes[0]) return false;
+  return true;
 }
 
 uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize) {
@@ -49,24 +53,25 @@ void hierSegment(uint64_t n, int nLocal, size_t esize, int j, uint64_t* off, uin
 
 namespace {
 
-std::string commTopoProblem(ncclComm* comm) {
+std::vector<int> nodeSizes(ncclComm* comm) {
   const Topo& t = comm->topo;
   std::vector<int> sizes(t.nNodes > 0 ? t.nNodes : 1, 0);
   for (int b = 0; b < t.nNodes && b < (int)t.nodeRanks.size(); b++)
     sizes[b] = (int)t.nodeRanks[b].size();
-  return hierTopoProblem(t.nNodes, sizes.data());
+  return sizes;
+}
+
+std::string commTopoProblem(ncclComm* comm) {
+  return hierTopoProblem(comm->topo.nNodes, nodeSizes(comm).data());
+}
+
+bool commEven(ncclComm* comm) {
+  return hierEvenNodes(comm->topo.nNodes, nodeSizes(comm).data());
 }
 
 }  // namespace
 
-ncclResult_t hierUsable(ncclComm* comm, CollType type, const char* api) {
-  if (type != CollType::kAllReduce) {
-    MK_WARN(
-        "%s: rank %d: the comm spans %d nodes; only AllReduce has an inter-node implementation "
-        "so far (%s across nodes is not implemented yet)",
-        api, comm->rank, comm->topo.nNodes, api);
-    return ncclInvalidUsage;
-  }
+ncclResult_t hierUsable(ncclComm* comm, const char* api) {
   std::string why = commTopoProblem(comm);
   if (!why.empty()) {
     MK_WARN("%s: rank %d: %s", api, comm->rank, why.c_str());
@@ -80,9 +85,41 @@ ncclResult_t hierUsable(ncclComm* comm, CollType type, const char* api) {
   return ncclSuccess;
 }
 
+void hierRedFields(const RedOpInfo& info, int nRanks, int* red, int* postDiv, int* premul,
+                   int* scalarOnDevice, const void** scalarPtr, uint64_t* scalarBits) {
+  *postDiv = *premul = *scalarOnDevice = 0;
+  *scalarPtr = nullptr;
+  *scalarBits = 0;
+  switch (info.builtin) {
+    case ncclSum:
+      *red = kRedSum;
+      break;
+    case ncclProd:
+      *red = kRedProd;
+      break;
+    case ncclMax:
+      *red = kRedMax;
+      break;
+    case ncclMin:
+      *red = kRedMin;
+      break;
+    case ncclAvg:
+      *red = kRedSum;
+      *postDiv = nRanks;
+      break;
+    default:  // PreMulSum
+      *red = kRedSum;
+      *premul = 1;
+      *scalarOnDevice = info.scalarOnDevice ? 1 : 0;
+      *scalarPtr = info.scalarPtr;
+      *scalarBits = info.scalarBits;
+      break;
+  }
+}
+
 ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* empty) {
   const char* api = collName(a.type);
-  NCCLCHECK(hierUsable(comm, a.type, api));
+  NCCLCHECK(hierUsable(comm, api));
   const size_t es = dtypeSize(a.dtype);
   const RedOpInfo& info = a.red;  // resolved at call time (the op may be destroyed by now)
   MK_ARGCHECK((uintptr_t)a.sendbuff % es == 0,
@@ -99,7 +136,7 @@ ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* em
   h.nNodes = t.nNodes;
   h.local = t.localRank;
   h.nLocal = t.localRanks;
-  h.stride = hierStride(h.d.windowBytes, h.nLocal, h.nNodes, es);
+  h.stride = hierStride(h.d.windowBytes / 2, h.nLocal, h.nNodes, es);
   if (h.stride == 0) {
     MK_WARN("nccl%s: rank %d: the net window (%llu bytes) is too small for %d x %d ranks", api,
             comm->rank, (unsigned long long)h.d.windowBytes, t.nNodes, t.localRanks);
@@ -118,31 +155,8 @@ ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* em
   h.chunkElems = (uint64_t)h.nLocal * (h.stride / es);
   h.nChunks = (a.count + h.chunkElems - 1) / h.chunkElems;
   h.dtype = (int)a.dtype;
-  switch (info.builtin) {
-    case ncclSum:
-      h.red = kRedSum;
-      break;
-    case ncclProd:
-      h.red = kRedProd;
-      break;
-    case ncclMax:
-      h.red = kRedMax;
-      break;
-    case ncclMin:
-      h.red = kRedMin;
-      break;
-    case ncclAvg:
-      h.red = kRedSum;
-      h.postDiv = comm->nRanks;
-      break;
-    default:  // PreMulSum
-      h.red = kRedSum;
-      h.premul = 1;
-      h.scalarOnDevice = info.scalarOnDevice ? 1 : 0;
-      h.scalarPtr = info.scalarPtr;
-      h.scalarBits = info.scalarBits;
-      break;
-  }
+  hierRedFields(info, comm->nRanks, &h.red, &h.postDiv, &h.premul, &h.scalarOnDevice, &h.scalarPtr,
+                &h.scalarBits);
   MK_INFO(kColl, "nccl%s: rank %d hierarchical %d x %d count %zu dtype %d chunk %llu x %llu", api,
           comm->rank, h.nNodes, h.nLocal, a.count, (int)a.dtype, (unsigned long long)h.chunkElems,
           (unsigned long long)h.nChunks);
@@ -151,26 +165,29 @@ ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* em
 
 ncclResult_t hierPlanWork(ncclComm* comm, const std::vector<const CollArgs*>& colls,
                           const std::vector<CollArgs>& p2p, std::vector<HierLaunch>* out) {
-  if (!p2p.empty()) {
-    MK_WARN(
-        "ncclSend/ncclRecv: rank %d: the comm spans %d nodes; send/receive across nodes is "
-        "not implemented yet (only AllReduce is)",
-        comm->rank, comm->topo.nNodes);
-    return ncclInvalidUsage;
-  }
-  for (const CollArgs* a : colls) NCCLCHECK(hierUsable(comm, a->type, collName(a->type)));
+  NCCLCHECK(hierUsable(comm, colls.empty() ? "ncclSend/ncclRecv" : collName(colls[0]->type)));
+  const bool even = commEven(comm);
   for (const CollArgs* a : colls) {
-    HierLaunch l{};
-    bool empty = false;
-    NCCLCHECK(hierPlan(comm, *a, &l.ar, &empty));
-    if (!empty) out->push_back(l);
+    if (a->type == CollType::kAllReduce && even) {
+      HierLaunch l{};
+      l.kind = HierLaunch::kAllReduce;
+      bool empty = false;
+      NCCLCHECK(hierPlan(comm, *a, &l.ar, &empty));
+      if (!empty) out->push_back(l);
+    } else {
+      NCCLCHECK(hierPlanXColl(comm, *a, out));
+    }
   }
+  if (!p2p.empty()) NCCLCHECK(hierPlanXP2p(comm, p2p, out));
   return ncclSuccess;
 }
 
 ncclResult_t hierRun(ncclComm* comm, HierLaunch& l, cudaStream_t s) {
   (void)comm;
-  CUDACHECK(launchHierAllReduce(l.ar, s));
+  if (l.kind == HierLaunch::kAllReduce)
+    CUDACHECK(launchHierAllReduce(l.ar, s));
+  else
+    CUDACHECK(launchHierX(l.x, s));
   return ncclSuccess;
 }
 

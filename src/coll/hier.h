@@ -1,3 +1,7 @@
+// Operations of comms spanning (virtual) nodes. AllReduce on nodes of equal size is the
+// hierarchical kernel below; everything else (and AllReduce on uneven nodes) runs on the
+// channel engine of hier_xfer.h.
+//
 // Hierarchical AllReduce across (virtual) nodes: intra-node reduce-scatter, rail exchange
 // between ranks of equal local index on every node, intra-node all-gather. One CTA per
 // rank, every transfer through the device communication API (device/net/devcomm.cuh).
@@ -21,6 +25,7 @@
 
 #include "coll/algo.h"  // MK_HD
 #include "coll/coll.h"
+#include "coll/hier_xfer.h"
 #include "transport/net_state.h"
 
 struct ncclComm;
@@ -39,6 +44,7 @@ constexpr uint32_t kHierSigRail = kHierSigAckL + kHierMaxLocal;
 constexpr uint32_t kHierSigAckN = kHierSigRail + kHierMaxNodes;
 constexpr uint32_t kHierSigEnd = kHierSigAckN + kHierMaxNodes;
 static_assert(kHierSigEnd <= kNetSignals, "hierarchical signal slots exceed kNetSignals");
+static_assert(kHierSigEnd <= kXSigData, "AllReduce and channel signal slots overlap");
 
 // Kernel arguments (by value).
 struct HierArgs {
@@ -62,10 +68,14 @@ struct HierArgs {
 };
 
 // ---- pure host logic (unit-tested) -------------------------------------------------------
-// Empty string when the topology suits the hierarchical path, else the reason.
-// nodeSizes[b] = ranks of node b.
+// Empty string when a comm of these nodes can run every operation through the inter-node
+// paths, else the reason. nodeSizes[b] = ranks of node b.
 std::string hierTopoProblem(int nNodes, const int* nodeSizes);
-// Bytes of one segment area: windowBytes split in 2*nLocal + nNodes areas, rounded down to
+// True when the rail-aligned (hierarchical) forms apply: every node has the same number of
+// ranks, within the hierarchical AllReduce's limits.
+bool hierEvenNodes(int nNodes, const int* nodeSizes);
+// Bytes of one segment area (the AllReduce gets the first half of the net window; the
+// channel engine the second): windowBytes split in 2*nLocal + nNodes areas, rounded down to
 // 256; 0 when smaller than one element.
 uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize);
 // Segment j of a chunk of n elements (nLocal segments, 16-byte multiples where possible).
@@ -85,7 +95,9 @@ MK_HD inline uint64_t hierRailOff(uint64_t stride, int nLocal, int b) {
 // ---- comm-level --------------------------------------------------------------------------
 // One kernel launch of an inter-node comm (what enqueue.cc issues, in order).
 struct HierLaunch {
-  HierArgs ar;  // hierarchical AllReduce
+  enum Kind : int { kAllReduce, kChannels } kind = kAllReduce;
+  HierArgs ar;  // kAllReduce: the hierarchical AllReduce
+  HierXArgs x;  // kChannels: one launch of the channel engine
 };
 // Plans every operation one comm issues in one call or group (collectives in issue order,
 // then its sends/receives) into launches. ncclInvalidUsage with a message for what has no
@@ -94,12 +106,22 @@ ncclResult_t hierPlanWork(ncclComm* comm, const std::vector<const CollArgs*>& co
                           const std::vector<CollArgs>& p2p, std::vector<HierLaunch>* out);
 // Issues one launch on stream s.
 ncclResult_t hierRun(ncclComm* comm, HierLaunch& l, cudaStream_t s);
-// ncclSuccess when `type` may run on this inter-node comm; otherwise ncclInvalidUsage with
-// a message (uneven nodes, or a collective without an inter-node implementation).
-ncclResult_t hierUsable(ncclComm* comm, CollType type, const char* api);
+// ncclSuccess when operations may run on this inter-node comm; otherwise ncclInvalidUsage
+// with a message.
+ncclResult_t hierUsable(ncclComm* comm, const char* api);
 // Plans one inter-node AllReduce. *empty: count 0, nothing to launch.
 ncclResult_t hierPlan(ncclComm* comm, const CollArgs& a, HierArgs* out, bool* empty);
 // Launcher (src/device/hier_allreduce.cu).
 cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s);
+// Launcher of the channel engine (src/device/hier_xfer.cu).
+cudaError_t launchHierX(const HierXArgs& a, cudaStream_t s);
+// Channel-engine launches of one collective (not AllReduce on even nodes) or of a group's
+// sends and receives (hier_launch.cc).
+ncclResult_t hierPlanXColl(ncclComm* comm, const CollArgs& a, std::vector<HierLaunch>* out);
+ncclResult_t hierPlanXP2p(ncclComm* comm, const std::vector<CollArgs>& p2p,
+                          std::vector<HierLaunch>* out);
+// Reduction fields of a resolved op (ncclAvg divides by nRanks at the end).
+void hierRedFields(const RedOpInfo& info, int nRanks, int* red, int* postDiv, int* premul,
+                   int* scalarOnDevice, const void** scalarPtr, uint64_t* scalarBits);
 
 }  // namespace mk

@@ -1,0 +1,263 @@
+// Device side of the channel engine (scheme: coll/hier_xfer.h). One CTA per lane; every
+// transfer and wait goes through devcomm.cuh (bounded, abortable, errors recorded); on a
+// failure the lane returns.
+#include <cuda_runtime.h>
+
+#include "coll/hier.h"
+#include "coll/hier_xfer.h"
+#include "device/net/devcomm.cuh"
+#include "device/prims.cuh"
+
+namespace mk {
+namespace dev {
+namespace {
+
+namespace dn = ::mk::dev::net;
+
+constexpr int kXThreads = 512;
+
+__device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) {
+  return a > b ? a : b;
+}
+
+__device__ __forceinline__ uint64_t slotOff(const HierXArgs& a, int sender, uint64_t q) {
+  return a.areaBase + (uint64_t)sender * a.areaBytes + (q & 1) * a.slotBytes;
+}
+// The rank's private chunk counters: written only by the lane owning the channel, read
+// after a barrier (or in a later kernel).
+__device__ __forceinline__ uint64_t counter(const HierXArgs& a, uint32_t slot) {
+  return *(volatile uint64_t*)(a.d.sigLocal + slot);
+}
+__device__ __forceinline__ void setCounter(const HierXArgs& a, uint32_t slot, uint64_t v) {
+  __syncthreads();
+  if (threadIdx.x == 0) *(volatile uint64_t*)(a.d.sigLocal + slot) = v;
+  __syncthreads();
+}
+
+// Chunk q of channel me -> peer: wait until its slot is free, then put it with its signal.
+__device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_t len, uint64_t q) {
+  if (q > 2 && !dn::wait_signal(a.d, kXSigAck + peer, q - 2, peer)) return false;
+  return dn::put_signal(a.d, src, peer, slotOff(a, a.me, q), len, kXSigData + a.me, q);
+}
+
+__device__ bool sendStep(const HierXArgs& a, const XStep& s) {
+  const uint64_t base = counter(a, kXSigSent + s.peer);
+  const uint64_t nch = hierChunks(s.n, a.slotBytes);
+  const char* src = reinterpret_cast<const char*>(s.p0);
+  for (uint64_t k = 0; k < nch; k++) {
+    const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
+    if (!sendChunk(a, s.peer, src + k * a.slotBytes, len, base + k + 1)) return false;
+  }
+  setCounter(a, kXSigSent + s.peer, base + nch);
+  return true;
+}
+
+__device__ bool recvStep(const HierXArgs& a, const XStep& s) {
+  const uint64_t base = counter(a, kXSigRcvd + s.peer);
+  const uint64_t nch = hierChunks(s.n, a.slotBytes);
+  char* dst = reinterpret_cast<char*>(s.p0);
+  for (uint64_t k = 0; k < nch; k++) {
+    const uint64_t q = base + k + 1;
+    const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
+    if (!dn::wait_signal(a.d, kXSigData + s.peer, q, s.peer)) return false;
+    copyBytes(dst + k * a.slotBytes, dn::recv_ptr(a.d, s.peer, slotOff(a, s.peer, q)), len,
+              threadIdx.x, blockDim.x);
+    __syncthreads();  // every read of the slot is done before the ack frees it
+    if (!dn::signal(a.d, s.peer, kXSigAck + a.me, q)) return false;
+  }
+  setCounter(a, kXSigRcvd + s.peer, base + nch);
+  return true;
+}
+
+// Interleaved sends: position p of every stream before position p + 1 (see hier_xfer.h).
+__device__ bool sendInterleaved(const HierXArgs& a, const XLane& ln) {
+  uint64_t maxPos = 0;
+  for (int i = ln.first; i < ln.first + ln.count; i++)
+    maxPos = umax64(maxPos, a.steps[i].pos0 + hierChunks(a.steps[i].n, a.slotBytes));
+  for (uint64_t p = 0; p < maxPos; p++) {
+    for (int i = ln.first; i < ln.first + ln.count; i++) {
+      const XStep& s = a.steps[i];
+      const uint64_t nch = hierChunks(s.n, a.slotBytes);
+      if (p < s.pos0 || p >= s.pos0 + nch) continue;
+      const uint64_t k = p - s.pos0;
+      const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
+      const uint64_t q = counter(a, kXSigSent + s.peer) + p + 1;
+      if (!sendChunk(a, s.peer, reinterpret_cast<const char*>(s.p0) + k * a.slotBytes, len, q))
+        return false;
+    }
+  }
+  for (int i = ln.first; i < ln.first + ln.count; i++) {
+    const XStep& s = a.steps[i];
+    if (!(s.flags & kXLastOfStream)) continue;
+    const uint64_t end = s.pos0 + hierChunks(s.n, a.slotBytes);
+    setCounter(a, kXSigSent + s.peer, counter(a, kXSigSent + s.peer) + end);
+  }
+  return true;
+}
+
+template <int DT>
+__device__ void reduceN(const HierXArgs& a, const void* const* srcs, int n, int nPremul, void* dst,
+                        uint64_t len, const RedCfg& cfg) {
+  void* dsts[1] = {dst};
+  switch (a.red) {
+    case kRedProd:
+      reduceRange<DT, kRedProd>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+      break;
+    case kRedMax:
+      reduceRange<DT, kRedMax>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+      break;
+    case kRedMin:
+      reduceRange<DT, kRedMin>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+      break;
+    default:
+      reduceRange<DT, kRedSum>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+  }
+}
+
+// Waits for chunk k of every channel input of list `li` and points srcs at it (my own entry:
+// `mine`). Thread 0 fills the table; the API's waits end with a barrier.
+__device__ bool gatherInputs(const HierXArgs& a, int li, uint64_t k, const void* mine,
+                             const void** srcs) {
+  for (int j = 0; j < a.listLen[li]; j++) {
+    const int p = a.list[li][j];
+    if (p == a.me) {
+      if (threadIdx.x == 0) srcs[j] = mine;
+      continue;
+    }
+    const uint64_t q = counter(a, kXSigRcvd + p) + k + 1;
+    if (!dn::wait_signal(a.d, kXSigData + p, q, p)) return false;
+    if (threadIdx.x == 0) srcs[j] = dn::recv_ptr(a.d, p, slotOff(a, p, q));
+  }
+  __syncthreads();
+  return true;
+}
+
+__device__ bool ackInputs(const HierXArgs& a, int li, uint64_t k) {
+  for (int j = 0; j < a.listLen[li]; j++) {
+    const int p = a.list[li][j];
+    if (p == a.me) continue;
+    if (!dn::signal(a.d, p, kXSigAck + a.me, counter(a, kXSigRcvd + p) + k + 1)) return false;
+  }
+  return true;
+}
+
+__device__ void advanceInputs(const HierXArgs& a, int li, uint64_t nch) {
+  for (int j = 0; j < a.listLen[li]; j++) {
+    const int p = a.list[li][j];
+    if (p != a.me) setCounter(a, kXSigRcvd + p, counter(a, kXSigRcvd + p) + nch);
+  }
+}
+
+template <int DT>
+__device__ bool reduceStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits) {
+  __shared__ const void* srcs[kXMaxRanks];
+  const uint64_t es = sizeof(typename Num<DT>::U);
+  const uint64_t ce = a.slotBytes / es;  // elements per chunk
+  const uint64_t nch = hierChunks(s.n * es, a.slotBytes);
+  const bool l2 = s.flags & kXHasL2, toPeer = s.peer >= 0;
+  const uint64_t obase = toPeer ? counter(a, kXSigSent + s.peer) : 0;
+  const RedCfg c1{scalarBits, a.premul, l2 || toPeer ? 0 : a.postDiv};
+  const RedCfg c2{scalarBits, 0, a.postDiv};
+  for (uint64_t k = 0; k < nch; k++) {
+    const uint64_t len = umin64(ce, s.n - k * ce);
+    const char* mine = reinterpret_cast<const char*>(s.p1) + k * ce * es;
+    char* out = reinterpret_cast<char*>(s.p0) + k * ce * es;
+    const uint64_t qo = obase + k + 1;
+    if (toPeer) {
+      // Scratch in the zero-copy source area; its slot was last used by chunk qo - 2,
+      // which the peer has consumed (so the proxy has sent it) once ACK >= qo - 2.
+      if (qo > 2 && !dn::wait_signal(a.d, kXSigAck + s.peer, qo - 2, s.peer)) return false;
+      out = dn::send_ptr(a.d, (qo & 1) * a.slotBytes);
+    }
+    if (!gatherInputs(a, 0, k, mine, srcs)) return false;
+    reduceN<DT>(a, srcs, a.listLen[0], a.listLen[0], out, len, c1);
+    __syncthreads();
+    if (l2) {
+      if (!gatherInputs(a, 1, k, out, srcs)) return false;
+      reduceN<DT>(a, srcs, a.listLen[1], 0, out, len, c2);
+      __syncthreads();
+    }
+    if (toPeer &&
+        !dn::put_signal(a.d, out, s.peer, slotOff(a, a.me, qo), len * es, kXSigData + a.me, qo))
+      return false;
+    if (!ackInputs(a, 0, k) || (l2 && !ackInputs(a, 1, k))) return false;
+  }
+  advanceInputs(a, 0, nch);
+  if (l2) advanceInputs(a, 1, nch);
+  if (toPeer) {
+    setCounter(a, kXSigSent + s.peer, obase + nch);
+    // The next launch reuses the scratch: its data must have left.
+    if (!dn::quiet(a.d)) return false;
+  }
+  return true;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__ HierXArgs a) {
+  const XLane& ln = a.lanes[blockIdx.x];
+  __shared__ uint64_t scal;
+  if (threadIdx.x == 0) {
+    uint64_t bits = a.scalarBits;
+    if (a.premul && a.scalarOnDevice) {
+      using U = typename Num<DT>::U;
+      bits = (uint64_t) * (const U*)a.scalarPtr;
+    }
+    scal = bits;
+  }
+  __syncthreads();
+  if (ln.interleave) {
+    sendInterleaved(a, ln);
+    return;
+  }
+  for (int i = ln.first; i < ln.first + ln.count; i++) {
+    const XStep& s = a.steps[i];
+    bool ok = true;
+    switch (s.kind) {
+      case kXSend:
+        ok = sendStep(a, s);
+        break;
+      case kXRecv:
+        ok = recvStep(a, s);
+        break;
+      case kXCopy:
+        copyBytes(reinterpret_cast<void*>(s.p1), reinterpret_cast<const void*>(s.p0), s.n,
+                  threadIdx.x, blockDim.x);
+        break;
+      default:
+        ok = reduceStep<DT>(a, s, scal);
+    }
+    if (!ok) return;
+  }
+}
+
+}  // namespace
+}  // namespace dev
+
+cudaError_t launchHierX(const HierXArgs& a, cudaStream_t s) {
+  using namespace dev;
+  if (a.nLanes <= 0) return cudaSuccess;
+  switch (a.dtype) {
+#define MK_HIERX_CASE(DT)                              \
+  case DT:                                             \
+    hierXKernel<DT><<<a.nLanes, kXThreads, 0, s>>>(a); \
+    break;
+    MK_HIERX_CASE(ncclInt8)
+    MK_HIERX_CASE(ncclUint8)
+    MK_HIERX_CASE(ncclInt32)
+    MK_HIERX_CASE(ncclUint32)
+    MK_HIERX_CASE(ncclInt64)
+    MK_HIERX_CASE(ncclUint64)
+    MK_HIERX_CASE(ncclFloat16)
+    MK_HIERX_CASE(ncclFloat32)
+    MK_HIERX_CASE(ncclFloat64)
+    MK_HIERX_CASE(ncclBfloat16)
+    MK_HIERX_CASE(ncclFloat8e4m3)
+    MK_HIERX_CASE(ncclFloat8e5m2)
+#undef MK_HIERX_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace mk
