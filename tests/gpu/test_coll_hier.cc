@@ -1,5 +1,5 @@
-// Hierarchical AllReduce across virtual nodes (MKERNEL_EMULATE_NODES): nodes x local ranks
-// sharing GPU 0, one thread driving every rank in a group. Every element is checked against
+// Hierarchical AllReduce across virtual nodes of equal size (MKERNEL_EMULATE_NODES): nodes x local
+// ranks sharing GPU 0, one thread driving every rank in a group. Every element is checked against
 // a double-precision reference (exact for integers) and every rank's result must be
 // bit-identical to rank 0's.
 #include <gtest/gtest.h>
@@ -149,18 +149,6 @@ TEST_P(HierAllReduce, DtypesOpsCounts) {
   runHier(h, ncclFloat16, Op::kProd, (1u << 20) + 3, false, seed + 9);
 }
 
-TEST_P(HierAllReduce, OtherCollectivesRefused) {
-  MKTEST_REQUIRE_GPU();
-  const Shape s = GetParam();
-  HierComms h;
-  ASSERT_EQ(h.init(s.nodes, s.nodes * s.local), ncclSuccess);
-  DevBuf b(4096 * s.nodes * s.local);
-  EXPECT_EQ(ncclAllGather(b.base, b.base, 4, ncclFloat32, h.comms[0], h.streams[0]),
-            ncclInvalidUsage);
-  EXPECT_EQ(ncclBroadcast(b.base, b.base, 4, ncclFloat32, 0, h.comms[0], h.streams[0]),
-            ncclInvalidUsage);
-}
-
 INSTANTIATE_TEST_SUITE_P(Shapes, HierAllReduce,
                          ::testing::Values(Shape{2, 2}, Shape{2, 4}, Shape{4, 2}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
@@ -168,17 +156,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, HierAllReduce,
                                   std::to_string(i.param.local);
                          });
 
-TEST(HierAllReduceUneven, Refused) {
-  MKTEST_REQUIRE_GPU();
-  HierComms h;
-  if (h.init(2, 3) != ncclSuccess) GTEST_SKIP() << "3 ranks over 2 virtual nodes not created";
-  DevBuf b(4096);
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  ncclResult_t r = ncclAllReduce(b.base, b.base, 4, ncclFloat32, ncclSum, h.comms[0], h.streams[0]);
-  ncclResult_t e = ncclGroupEnd();
-  EXPECT_TRUE(r == ncclInvalidUsage || e == ncclInvalidUsage);
-  std::string msg = ncclGetLastError(h.comms[0]);
-  EXPECT_NE(msg.find("uneven nodes"), std::string::npos) << msg;
-}
+// AllReduce on uneven nodes (flat forms) and every other operation: test_coll_hier_ops.cc.
 
 }  // namespace

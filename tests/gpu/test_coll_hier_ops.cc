@@ -1,0 +1,372 @@
+// Every collective and send/recv on comms spanning virtual nodes (MKERNEL_EMULATE_NODES):
+// rail-aligned forms on 2x2, 2x4, 4x2, flat forms on 3 ranks over 2 nodes and 5 over 2.
+// Random inputs, poisoned outputs, every element checked (double-precision reference for
+// reductions, exact for integers, bytes for copies), reductions bit-identical across ranks;
+// 20 back-to-back mixed operations; one CUDA graph replayed several times.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gpu/test_coll_util.h"
+#include "gpu/test_devcomm_util.h"
+
+using namespace colltest;
+
+namespace {
+
+struct Comms {
+  int n = 0;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  std::unique_ptr<dctest::TestEnv> env;  // virtual nodes, 1 MiB windows, 60 s device timeout
+  ncclResult_t init(int nodes, int n_) {
+    n = n_;
+    env.reset(new dctest::TestEnv(nodes, 1 << 20));
+    comms.assign(n, nullptr);
+    std::vector<int> devs(n, 0);
+    ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
+    if (r != ncclSuccess) return comms.clear(), r;
+    streams.resize(n);
+    for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    return ncclSuccess;
+  }
+  ~Comms() {
+    for (auto s : streams) cudaStreamDestroy(s);
+    for (auto c : comms)
+      if (c) ncclCommDestroy(c);
+  }
+  std::string sync() {
+    for (int r = 0; r < n; r++) {
+      cudaError_t e = cudaStreamSynchronize(streams[r]);
+      if (e != cudaSuccess) return "rank " + std::to_string(r) + ": " + cudaGetErrorString(e);
+      ncclResult_t ae = ncclSuccess;
+      ncclCommGetAsyncError(comms[r], &ae);
+      if (ae != ncclSuccess)
+        return "rank " + std::to_string(r) + ": async error " + ncclGetErrorString(ae) + ": " +
+               ncclGetLastError(comms[r]);
+    }
+    return "";
+  }
+};
+
+enum class K {
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kReduceScatter,
+  kAllReduce,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSendRecv
+};
+const char* kName[] = {"AllGather", "Broadcast", "Reduce",  "ReduceScatter", "AllReduce",
+                       "AlltoAll",  "Gather",    "Scatter", "SendRecv"};
+bool isRed(K k) {
+  return k == K::kReduce || k == K::kReduceScatter || k == K::kAllReduce;
+}
+
+// One operation on every rank: buffers, inputs, issue, check.
+struct OpCase {
+  K k;
+  ncclDataType_t dt;
+  Op op;
+  size_t c;  // NCCL's count
+  bool inplace;
+  int root, off;  // off: elements added to the user pointers (not 16-byte aligned)
+  uint64_t seed;
+  int n = 0;
+  size_t es = 0;
+  std::vector<HostBuf> in;
+  std::vector<DevBuf> sendb, recvb;
+  std::vector<ncclRedOp_t> ops;
+  std::vector<DevBuf> scal;
+  uint64_t scalar = 0;
+
+  std::string name() const {
+    return std::string(kName[(int)k]) + " " + dtInfo(dt).name + " " + (isRed(k) ? opName(op) : "") +
+           " count " + std::to_string(c) + (inplace ? " in-place" : "") + " root " +
+           std::to_string(root) + " off " + std::to_string(off);
+  }
+  size_t inElems(int r) const {
+    if (k == K::kReduceScatter || k == K::kAlltoAll || (k == K::kScatter && r == root))
+      return n * c;
+    return k == K::kSendRecv ? 2 * c : c;
+  }
+  size_t outElems() const {
+    if (k == K::kAllGather || k == K::kAlltoAll || k == K::kGather) return n * c;
+    return k == K::kSendRecv ? 2 * c : c;
+  }
+  bool gatherLike() const { return k == K::kAllGather || k == K::kGather; }
+  bool scatterLike() const { return k == K::kReduceScatter || k == K::kScatter; }
+  // In-place layouts as NCCL defines them; the input is uploaded where sendPtr points.
+  char* sendPtr(int r) const {
+    if (inplace && gatherLike()) return recvb[r].at((off + r * c) * es);
+    if (inplace && !scatterLike()) return recvb[r].at(off * es);
+    return sendb[r].at(off * es);
+  }
+  char* recvPtr(int r) const {
+    if (inplace && scatterLike()) return sendb[r].at((off + r * c) * es);
+    return recvb[r].at(off * es);
+  }
+
+  void prepare(const std::vector<ncclComm_t>& comms) {
+    n = (int)comms.size();
+    es = dtInfo(dt).size;
+    in.assign(n, HostBuf());
+    scalar = scalarFor(dt, seed);
+    for (int r = 0; r < n; r++) {
+      const size_t sb = (off + n * c * 2 + 1) * es, rb = (off + n * c * 2 + 1) * es;
+      sendb.emplace_back(sb);
+      recvb.emplace_back(rb);
+      cudaMemset(sendb[r].base, 0x5A, sb);
+      cudaMemset(recvb[r].base, 0xA5, rb);  // poison
+      fillRandom(in[r], dt, op, inElems(r), seed + 977 * r);
+      if (inElems(r)) upload(sendPtr(r), in[r], 0, inElems(r));
+      ops.push_back(ncclSum);
+      if (!isRed(k)) continue;
+      if (op == Op::kPreMulHost || op == Op::kPreMulDev) {
+        uint64_t s = scalar;
+        void* sp = &s;
+        ncclScalarResidence_t res = ncclScalarHostImmediate;
+        if (op == Op::kPreMulDev) {
+          scal.emplace_back(8);
+          cudaMemcpy(scal.back().base, &s, 8, cudaMemcpyHostToDevice);
+          sp = scal.back().base, res = ncclScalarDevice;
+        }
+        EXPECT_EQ(ncclRedOpCreatePreMulSum(&ops[r], sp, dt, res, comms[r]), ncclSuccess);
+      } else {
+        ops[r] = op == Op::kProd  ? ncclProd
+                 : op == Op::kMax ? ncclMax
+                 : op == Op::kMin ? ncclMin
+                 : op == Op::kAvg ? ncclAvg
+                                  : ncclSum;
+      }
+    }
+    cudaDeviceSynchronize();
+  }
+  void release(const std::vector<ncclComm_t>& comms) {
+    for (int r = 0; r < n && isRed(k); r++)
+      if (op == Op::kPreMulHost || op == Op::kPreMulDev) ncclRedOpDestroy(ops[r], comms[r]);
+  }
+  // Issues rank r's part (inside the caller's group).
+  ncclResult_t issue(int r, ncclComm_t comm, cudaStream_t s) const {
+    const void* sp = sendPtr(r);
+    void* rp = recvPtr(r);
+    switch (k) {
+      case K::kAllGather:
+        return ncclAllGather(sp, rp, c, dt, comm, s);
+      case K::kBroadcast:
+        return ncclBroadcast(sp, rp, c, dt, root, comm, s);
+      case K::kReduce:
+        return ncclReduce(sp, rp, c, dt, ops[r], root, comm, s);
+      case K::kReduceScatter:
+        return ncclReduceScatter(sp, rp, c, dt, ops[r], comm, s);
+      case K::kAllReduce:
+        return ncclAllReduce(sp, rp, c, dt, ops[r], comm, s);
+      case K::kAlltoAll:
+        return ncclAlltoAll(sp, rp, c, dt, comm, s);
+      case K::kGather:
+        return ncclGather(sp, rp, c, dt, root, comm, s);
+      case K::kScatter:
+        return ncclScatter(sp, rp, c, dt, root, comm, s);
+      case K::kSendRecv:
+        break;
+    }
+    // Message 0 to r+1, message 1 to r+2 (itself when n == 2); odd ranks post the receives
+    // first: any order must work.
+    const char* sc = static_cast<const char*>(sp);
+    char* rc = static_cast<char*>(rp);
+    for (int pass = 0; pass < 2; pass++) {
+      if ((pass == 0) == (r % 2 == 0)) {
+        for (int m = 0; m < 2; m++) {
+          ncclResult_t e = ncclSend(sc + m * c * es, c, dt, (r + 1 + m) % n, comm, s);
+          if (e != ncclSuccess) return e;
+        }
+      } else {
+        for (int m = 0; m < 2; m++) {
+          ncclResult_t e = ncclRecv(rc + m * c * es, c, dt, (r + 2 * n - 1 - m) % n, comm, s);
+          if (e != ncclSuccess) return e;
+        }
+      }
+    }
+    return ncclSuccess;
+  }
+  // "" or what differs (rank, element index, got / expected).
+  std::string check() const {
+    if (c == 0) return "";
+    std::vector<const HostBuf*> inp;
+    for (auto& b : in) inp.push_back(&b);
+    HostBuf first;
+    for (int r = 0; r < n; r++) {
+      if ((k == K::kReduce || k == K::kGather) && r != root) continue;
+      HostBuf got;
+      download(got, recvPtr(r), outElems(), es);
+      std::string bad;
+      const std::string who = "rank " + std::to_string(r) + ": ";
+      if (isRed(k)) {
+        bad = checkReduction(dt, op, inp, k == K::kReduceScatter ? r * c : 0, got, c, scalar);
+        if (bad.empty() && k == K::kAllReduce) {
+          if (first.bytes.empty()) first = got;
+          if (got.bytes != first.bytes) bad = "differs from the lowest rank's bits";
+        }
+      }
+      for (int p = 0; p < n && bad.empty(); p++) {
+        if (k == K::kAllGather || k == K::kGather)
+          bad = checkBytes(got, p * c * es, in[p], 0, c * es, "block");
+        else if (k == K::kAlltoAll)
+          bad = checkBytes(got, p * c * es, in[p], r * c * es, c * es, "block");
+        else if (p > 0)
+          break;
+        else if (k == K::kBroadcast)
+          bad = checkBytes(got, 0, in[root], 0, c * es, "data");
+        else if (k == K::kScatter)
+          bad = checkBytes(got, 0, in[root], r * c * es, c * es, "data");
+        else if (k == K::kSendRecv) {
+          bad = checkBytes(got, 0, in[(r + n - 1) % n], 0, c * es, "message from r-1");
+          if (bad.empty())
+            bad = checkBytes(got, c * es, in[(r + 2 * n - 2) % n], c * es, c * es,
+                             "message from r-2");
+        }
+        if (!bad.empty()) bad = "from rank " + std::to_string(p) + ": " + bad;
+      }
+      if (!bad.empty()) return who + bad;
+    }
+    return "";
+  }
+};
+
+// Issues cases as one group each, back to back, then waits once and checks them all.
+void runCases(Comms& h, std::vector<OpCase>& cases) {
+  for (auto& oc : cases) oc.prepare(h.comms);
+  for (auto& oc : cases) {
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < h.n; r++)
+      ASSERT_EQ(oc.issue(r, h.comms[r], h.streams[r]), ncclSuccess) << oc.name() << " rank " << r;
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << oc.name();
+  }
+  std::string err = h.sync();
+  ASSERT_EQ(err, "") << "after " << cases.size() << " operations, first " << cases[0].name();
+  for (auto& oc : cases) EXPECT_EQ(oc.check(), "") << oc.name();
+  for (auto& oc : cases) oc.release(h.comms);
+}
+
+// Every dtype appears with a rotating op, so all 12 dtypes and all 7 ops are covered.
+const ncclDataType_t kDts[12] = {ncclFloat32, ncclFloat16, ncclBfloat16,   ncclFloat64,
+                                 ncclInt32,   ncclUint8,   ncclInt8,       ncclUint32,
+                                 ncclInt64,   ncclUint64,  ncclFloat8e4m3, ncclFloat8e5m2};
+
+struct Shape {
+  int nodes, ranks;
+};
+
+class HierOps : public ::testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override {
+    MKTEST_REQUIRE_GPU();
+    ASSERT_EQ(h.init(GetParam().nodes, GetParam().ranks), ncclSuccess);
+  }
+  Comms h;
+};
+
+TEST_P(HierOps, EveryOperationSmallCounts) {
+  const uint64_t seed = mktest::testSeed();
+  const int n = h.n;
+  int i = 0;
+  for (int ki = 0; ki <= (int)K::kSendRecv; ki++) {
+    const K k = (K)ki;
+    for (size_t c : {size_t(0), size_t(1), size_t(7), size_t(1023)}) {
+      for (int rep = 0; rep < (isRed(k) ? 12 : 2); rep++, i++) {
+        for (bool inplace : {false, true}) {
+          if (inplace && (k == K::kAlltoAll || k == K::kSendRecv)) continue;
+          std::vector<OpCase> one;
+          one.push_back(OpCase{k, kDts[(rep + ki) % 12], kAllOps[(rep + c) % 7], c, inplace,
+                               (i * 5) % n, i % 3 == 1 ? 1 : 0, seed + 31 * i});
+          runCases(h, one);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(HierOps, EveryOperationLargeCount) {
+  const size_t c = (1u << 20) + 3;  // several chunks of every channel and of the AllReduce
+  const uint64_t seed = mktest::testSeed() + 5;
+  for (int ki = 0; ki <= (int)K::kSendRecv; ki++) {
+    const K k = (K)ki;
+    const ncclDataType_t dt = isRed(k) ? (ki % 2 ? ncclFloat32 : ncclBfloat16) : ncclUint8;
+    const bool inplace = ki % 2 == 0 && k != K::kAlltoAll && k != K::kSendRecv;
+    std::vector<OpCase> one;
+    one.push_back(
+        OpCase{k, dt, ki == 2 ? Op::kAvg : Op::kSum, c, inplace, h.n - 1, ki % 3 == 0, seed + ki});
+    runCases(h, one);
+    if (HasFailure()) return;
+  }
+}
+
+TEST_P(HierOps, TwentyBackToBackMixed) {
+  const uint64_t seed = mktest::testSeed() + 11;
+  std::vector<OpCase> cases;
+  for (int i = 0; i < 20; i++) {
+    const K k = (K)(i % 9);
+    const size_t c = i % 4 == 3 ? 70001 : 1 + 37 * i;
+    cases.push_back(OpCase{k, kDts[i % 12], kAllOps[i % 7], c,
+                           i % 2 == 1 && k != K::kAlltoAll && k != K::kSendRecv, i % h.n, i % 2,
+                           seed + i});
+  }
+  runCases(h, cases);
+}
+
+TEST_P(HierOps, GraphReplayedFourTimes) {
+  const int n = h.n;
+  const uint64_t seed = mktest::testSeed() + 17;
+  // In-place only where a replay leaves the inputs as they were (Broadcast).
+  std::vector<OpCase> cases;
+  cases.push_back(OpCase{K::kAllGather, ncclFloat32, Op::kSum, 3001, false, 0, 0, seed});
+  cases.push_back(OpCase{K::kReduceScatter, ncclInt32, Op::kSum, 5000, false, 0, 1, seed + 1});
+  cases.push_back(OpCase{K::kAllReduce, ncclFloat32, Op::kMax, 70001, false, 0, 0, seed + 2});
+  cases.push_back(OpCase{K::kSendRecv, ncclUint8, Op::kSum, 9999, false, 0, 0, seed + 3});
+  cases.push_back(OpCase{K::kBroadcast, ncclFloat64, Op::kSum, 777, true, n - 1, 0, seed + 4});
+  for (auto& oc : cases) oc.prepare(h.comms);
+  std::vector<cudaGraph_t> graphs(n);
+  std::vector<cudaGraphExec_t> execs(n);
+  for (int r = 0; r < n; r++)
+    ASSERT_EQ(cudaStreamBeginCapture(h.streams[r], cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  for (auto& oc : cases) {
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; r++) ASSERT_EQ(oc.issue(r, h.comms[r], h.streams[r]), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  }
+  std::vector<cudaError_t> ended(n);
+  for (int r = 0; r < n; r++) ended[r] = cudaStreamEndCapture(h.streams[r], &graphs[r]);
+  for (int r = 0; r < n; r++) ASSERT_EQ(ended[r], cudaSuccess) << "rank " << r;
+  for (int r = 0; r < n; r++) ASSERT_EQ(cudaGraphInstantiate(&execs[r], graphs[r], 0), cudaSuccess);
+  for (int it = 0; it < 4 && !HasFailure(); it++) {
+    for (auto& oc : cases)  // poison the outputs that are not also inputs
+      for (int r = 0; r < n; r++)
+        if (!oc.inplace) cudaMemset(oc.recvb[r].base, 0xA5 ^ it, oc.recvb[r].bytes);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (int r = 0; r < n; r++) ASSERT_EQ(cudaGraphLaunch(execs[r], h.streams[r]), cudaSuccess);
+    ASSERT_EQ(h.sync(), "") << "replay " << it;
+    for (auto& oc : cases) EXPECT_EQ(oc.check(), "") << oc.name() << " replay " << it;
+  }
+  for (int r = 0; r < n; r++) {
+    cudaGraphExecDestroy(execs[r]);
+    cudaGraphDestroy(graphs[r]);
+  }
+  for (auto& oc : cases) oc.release(h.comms);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, HierOps,
+                         ::testing::Values(Shape{2, 4}, Shape{2, 8}, Shape{4, 8}, Shape{2, 3},
+                                           Shape{2, 5}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           return std::to_string(i.param.ranks) + "over" +
+                                  std::to_string(i.param.nodes);
+                         });
+
+}  // namespace
