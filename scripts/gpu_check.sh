@@ -59,9 +59,9 @@ for s in "${stages[@]}"; do
     netbench)
       run_stage net_bench "$build/bench/bench_net_bench" --out "$out/net_$(date +%F).json" ;;
     torch)
-      run_stage torch "$root/scripts/run_torch_tests.sh" "$build" ;;
+      MK_TORCH_LOGDIR="$out/torch-logs" run_stage torch "$root/scripts/run_torch_tests.sh" "$build" ;;
     nccltests)
-      run_stage nccltests bash -c "'$root/scripts/prepare_nccl_tests.sh' '$build' && '$root/scripts/run_nccl_tests.sh' '$build'" ;;
+      MK_NT_LOGDIR="$out/nccl-tests-logs" run_stage nccltests bash -c "'$root/scripts/prepare_nccl_tests.sh' '$build' && '$root/scripts/run_nccl_tests.sh' '$build'" ;;
     demo)
       run_stage demo "$build/examples/mkernel_demo" 4 ;;
     *) echo "unknown stage $s" ;;

@@ -47,8 +47,9 @@ struct WsLayout {
 struct ZcSlot {
   uint64_t seq;   // call number whose pointers are below
   uint64_t send;  // const void*, valid in every in-process peer
-  uint64_t recv;  // void*
-  uint64_t pad0[13];
+  uint64_t recv;    // void*
+  uint64_t scalar;  // PreMulSum: this rank's scalar (element bits)
+  uint64_t pad0[12];
   uint64_t done;  // last call whose segment this rank finished
   uint64_t pad1[15];
 };

@@ -228,7 +228,8 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
 
 // One rank: the result is the input (sum/prod/max/min/avg of one value is that value).
 // Returns false for PreMulSum (it scales): the reduction kernel does that one.
-static bool planOneRank(const CollArgs& a, KernelLaunch* out, bool* empty) {
+static bool planOneRank(const CollArgs& a, const CtaBudget& budget, KernelLaunch* out,
+                        bool* empty) {
   const bool reduces = a.type == CollType::kAllReduce || a.type == CollType::kReduce ||
                        a.type == CollType::kReduceScatter;
   if (reduces && a.red.builtin >= ncclNumOps) return false;
@@ -237,12 +238,13 @@ static bool planOneRank(const CollArgs& a, KernelLaunch* out, bool* empty) {
   out->mcSrc = a.sendbuff;
   out->mcDst = a.recvbuff;
   out->mcBytes = a.count * dtypeSize(a.dtype);
+  out->grid = ctaGrid(budget, (int)std::min<uint64_t>(1 << 20, out->mcBytes / (256 << 10) + 1));
   *empty = out->mcBytes == 0 || out->mcSrc == out->mcDst;
   return true;
 }
 
 ncclResult_t planColl(ncclComm* comm, const CollArgs& a, KernelLaunch* out, bool* empty) {
-  if (comm->nRanks == 1 && planOneRank(a, out, empty)) return ncclSuccess;
+  if (comm->nRanks == 1 && planOneRank(a, comm->coll->budget, out, empty)) return ncclSuccess;
   if (a.type == CollType::kAllReduce || a.type == CollType::kReduce ||
       a.type == CollType::kReduceScatter)
     return planReduction(comm, a, out, empty);
@@ -386,7 +388,7 @@ ncclResult_t runLaunch(ncclComm* comm, KernelLaunch& l, cudaStream_t s) {
       err = launchCopyLarge(*l.large, l.grid, l.smem, s);
       break;
     case KernelLaunch::kMemcpy:
-      err = cudaMemcpyAsync(l.mcDst, l.mcSrc, l.mcBytes, cudaMemcpyDeviceToDevice, s);
+      err = launchOneRankCopy(l.mcDst, l.mcSrc, l.mcBytes, l.grid, s);
       break;
   }
   if (tmp) cudaFreeAsync(tmp, s);

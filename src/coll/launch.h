@@ -122,6 +122,8 @@ cudaError_t launchReduceKernel(const ReduceArgs& a, int grid, cudaStream_t s);
 cudaError_t launchReduceInt(const ReduceArgs& a, int grid, cudaStream_t s);
 cudaError_t launchReduceFloat(const ReduceArgs& a, int grid, cudaStream_t s);
 cudaError_t launchReduceLowp(const ReduceArgs& a, int grid, cudaStream_t s);
+cudaError_t launchOneRankCopy(void* dst, const void* src, uint64_t bytes, int grid,
+                              cudaStream_t s);
 cudaError_t launchCopySmall(const CopyArgsSmall& a, int grid, size_t smem, cudaStream_t s);
 cudaError_t launchCopyLarge(const CopyArgsLarge& a, int grid, size_t smem, cudaStream_t s);
 

@@ -15,7 +15,7 @@ namespace mk {
 
 struct KernelLaunch {
   // kMemcpy: a one-rank comm, where every operation but a PreMulSum is a copy from the
-  // send to the receive buffer: the copy engine does it (as NCCL does), no kernel needed.
+  // send to the receive buffer (one small kernel).
   enum Kind { kReduce, kCopySmall, kCopyLarge, kMemcpy } kind = kReduce;
   CollType coll = CollType::kAllReduce;
   ReduceArgs red{};

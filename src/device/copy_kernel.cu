@@ -183,7 +183,26 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   if (tid == 0) finishCta(c);
 }
 
+// One-rank comm: the result of every operation but PreMulSum is the input. A kernel with
+// three arguments, not cudaMemcpyAsync: the host cost of this call is what a one-rank
+// comm measures, and a small launch is the cheapest thing to enqueue.
+__global__ void __launch_bounds__(kCollThreads) oneRankCopyKernel(void* dst, const void* src,
+                                                                  uint64_t bytes) {
+  // Split in per-CTA ranges of whole 16-byte units, so aligned buffers stay aligned.
+  uint64_t per = (bytes + gridDim.x - 1) / gridDim.x;
+  per = (per + 15) / 16 * 16;
+  const uint64_t b0 = umin64(per * blockIdx.x, bytes);
+  copyBytes((char*)dst + b0, (const char*)src + b0, umin64(per, bytes - b0), threadIdx.x,
+            blockDim.x);
+}
+
 }  // namespace dev
+
+cudaError_t launchOneRankCopy(void* dst, const void* src, uint64_t bytes, int grid,
+                              cudaStream_t s) {
+  dev::oneRankCopyKernel<<<grid, kCollThreads, 0, s>>>(dst, src, bytes);
+  return cudaGetLastError();
+}
 
 cudaError_t launchCopySmall(const CopyArgsSmall& a, int grid, size_t smem, cudaStream_t s) {
   dev::copyKernel<kCopySmallOps, kCopySmallStreams><<<grid, kCollThreads, smem, s>>>(a);

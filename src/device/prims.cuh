@@ -123,10 +123,13 @@ __device__ __forceinline__ A mulWrap(A a, A b) {
   }
 }
 
-// Parameters of one reduction step.
+// Parameters of one reduction step. PreMulSum: every rank has its own scalar (nccl-tests
+// gives each rank a different one), so the scalar goes with the source: a rank's raw input
+// enters as round(x * its scalar), rounded to the element type exactly as when that rank
+// pre-scales a copy it sends (scaleMulti), so every rank reducing it gets the same bits.
 struct RedCfg {
-  uint64_t scalarBits;  // PreMulSum scalar (element bits)
-  int premul;           // multiply sources [0, nPremul) by the scalar
+  uint64_t scalarBits;  // PreMulSum scalar of this rank (element bits)
+  int premul;           // PreMulSum: sources are multiplied by pmScal[k] (see reduceRange)
   int postDiv;          // ncclAvg: divide the result by this (0: none)
 };
 
@@ -212,25 +215,59 @@ static __device__ __noinline__ void copyMulti(void* const* dsts, int nd, const v
   }
 }
 
+// PreMulSum of one element: x * s, rounded to the element type (see RedCfg).
+template <int DT>
+__device__ __forceinline__ typename Num<DT>::Acc premul1(typename Num<DT>::Acc x,
+                                                         typename Num<DT>::Acc s) {
+  return Num<DT>::toAcc(Num<DT>::fromAcc(mulWrap(x, s)));
+}
+
+// The element bits of 1 (PreMulSum scalar of a source that is already scaled).
+template <int DT>
+__device__ __forceinline__ uint64_t oneBits() {
+  return (uint64_t)Num<DT>::fromAcc(typename Num<DT>::Acc(1));
+}
+
+// dsts[*][i] = round(src[i] * scalar) (PreMulSum: a rank pre-scales its raw input before
+// it leaves; the receivers then take it as is).
+template <int DT>
+static __device__ __noinline__ void scaleMulti(void* const* dsts, int nd, const void* src,
+                                               uint64_t n, uint64_t scalarBits, int tid, int nt) {
+  using N = Num<DT>;
+  using U = typename N::U;
+  const typename N::Acc s = N::toAcc((U)scalarBits);
+  for (uint64_t i = tid; i < n; i += nt) {
+    const U v = N::fromAcc(mulWrap(N::toAcc(__ldcg((const U*)src + i)), s));
+    for (int k = 0; k < nd; k++) ((U*)dsts[k])[i] = v;
+  }
+}
+
 // ---- reduction ----------------------------------------------------------------------------
 // dsts[*][i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i], for i < n elements,
 // reduced in source order (callers pass sources in rank order, so every rank that performs
-// the same step gets the same bits). Sources [0, nPremul) are multiplied by the PreMulSum
-// scalar first; ncclAvg divides the result. All threads of the CTA take part.
+// the same step gets the same bits). PreMulSum (cfg.premul): source k is multiplied by the
+// scalar with bits pmScal[k] (premul1); ncclAvg divides the result. All threads of the CTA
+// take part.
+// (pmScal == nullptr: sources [0, nUniform) take this rank's scalar cfg.scalarBits, the
+// others none; only right when every rank uses the same scalar.)
 template <int DT, int RED>
-static __device__ __noinline__ void reduceRange(const void* const* srcs, int nsrc, int nPremul,
-                                                void* const* dsts, int ndst, uint64_t n,
-                                                const RedCfg& cfg, int tid, int nt) {
+static __device__ __noinline__ void reduceRangeImpl(const void* const* srcs, int nsrc,
+                                                    const uint64_t* pmScal, int nUniform,
+                                                    void* const* dsts, int ndst, uint64_t n,
+                                                    const RedCfg& cfg, int tid, int nt) {
   using N = Num<DT>;
   using U = typename N::U;
   using Acc = typename N::Acc;
   constexpr int P = 16 / sizeof(U);
   const bool pm = RED == kRedSum && cfg.premul;
-  const Acc scalar = pm ? N::toAcc((U)cfg.scalarBits) : Acc(1);
   const int div = cfg.postDiv;
+  auto scal = [&](int k) -> Acc {
+    if (pmScal) return N::toAcc((U)pmScal[k]);
+    return k < nUniform ? N::toAcc((U)cfg.scalarBits) : Acc(1);
+  };
   auto load1 = [&](int k, uint64_t i) -> Acc {
     Acc x = N::toAcc(__ldcg((const U*)srcs[k] + i));
-    return pm && k < nPremul ? mulWrap(x, scalar) : x;
+    return pm ? premul1<DT>(x, scal(k)) : x;
   };
   auto out1 = [&](Acc a) -> U { return div > 0 ? N::divide(a, div) : N::fromAcc(a); };
 
@@ -251,25 +288,26 @@ static __device__ __noinline__ void reduceRange(const void* const* srcs, int nsr
       Pack a, b;
       a.v = __ldcg((const uint4*)srcs[0] + i);
       b.v = __ldcg((const uint4*)srcs[0] + i + nt);
+      const Acc s0 = pm ? scal(0) : Acc(1);
 #pragma unroll
       for (int e = 0; e < P; e++) {
         acc0[e] = N::toAcc(a.e[e]);
         acc1[e] = N::toAcc(b.e[e]);
-        if (pm && nPremul > 0) {
-          acc0[e] = mulWrap(acc0[e], scalar);
-          acc1[e] = mulWrap(acc1[e], scalar);
+        if (pm) {
+          acc0[e] = premul1<DT>(acc0[e], s0);
+          acc1[e] = premul1<DT>(acc1[e], s0);
         }
       }
       for (int k = 1; k < nsrc; k++) {
         a.v = __ldcg((const uint4*)srcs[k] + i);
         b.v = __ldcg((const uint4*)srcs[k] + i + nt);
-        const bool m = pm && k < nPremul;
+        const Acc sk = pm ? scal(k) : Acc(1);
 #pragma unroll
         for (int e = 0; e < P; e++) {
           Acc x = N::toAcc(a.e[e]), y = N::toAcc(b.e[e]);
-          if (m) {
-            x = mulWrap(x, scalar);
-            y = mulWrap(y, scalar);
+          if (pm) {
+            x = premul1<DT>(x, sk);
+            y = premul1<DT>(y, sk);
           }
           acc0[e] = combine<RED>(acc0[e], x);
           acc1[e] = combine<RED>(acc1[e], y);
@@ -289,18 +327,19 @@ static __device__ __noinline__ void reduceRange(const void* const* srcs, int nsr
       Acc acc[P];
       Pack a;
       a.v = __ldcg((const uint4*)srcs[0] + i);
+      const Acc s0 = pm ? scal(0) : Acc(1);
 #pragma unroll
       for (int e = 0; e < P; e++) {
         acc[e] = N::toAcc(a.e[e]);
-        if (pm && nPremul > 0) acc[e] = mulWrap(acc[e], scalar);
+        if (pm) acc[e] = premul1<DT>(acc[e], s0);
       }
       for (int k = 1; k < nsrc; k++) {
         a.v = __ldcg((const uint4*)srcs[k] + i);
-        const bool m = pm && k < nPremul;
+        const Acc sk = pm ? scal(k) : Acc(1);
 #pragma unroll
         for (int e = 0; e < P; e++) {
           Acc x = N::toAcc(a.e[e]);
-          acc[e] = combine<RED>(acc[e], m ? mulWrap(x, scalar) : x);
+          acc[e] = combine<RED>(acc[e], pm ? premul1<DT>(x, sk) : x);
         }
       }
 #pragma unroll
@@ -315,6 +354,21 @@ static __device__ __noinline__ void reduceRange(const void* const* srcs, int nsr
     U r = out1(acc);
     for (int k = 0; k < ndst; k++) ((U*)dsts[k])[i] = r;
   }
+}
+
+template <int DT, int RED>
+static __device__ __forceinline__ void reduceRange(const void* const* srcs, int nsrc,
+                                                   const uint64_t* pmScal, void* const* dsts,
+                                                   int ndst, uint64_t n, const RedCfg& cfg,
+                                                   int tid, int nt) {
+  reduceRangeImpl<DT, RED>(srcs, nsrc, pmScal, 0, dsts, ndst, n, cfg, tid, nt);
+}
+template <int DT, int RED>
+static __device__ __forceinline__ void reduceRange(const void* const* srcs, int nsrc,
+                                                   int nUniform, void* const* dsts, int ndst,
+                                                   uint64_t n, const RedCfg& cfg, int tid,
+                                                   int nt) {
+  reduceRangeImpl<DT, RED>(srcs, nsrc, nullptr, nUniform, dsts, ndst, n, cfg, tid, nt);
 }
 
 }  // namespace dev

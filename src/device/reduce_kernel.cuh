@@ -32,6 +32,11 @@ struct RedShared {
   int err;
   uint64_t scalarBits;
   uint64_t zcSeq;  // zero-copy AllReduce: this call's number
+  // PreMulSum scalar of each source of a step in rank order (reduceRange): mine for my raw
+  // input, 1 for data a peer scaled before sending; the zero-copy path reads every
+  // rank's own scalar. ring: {mine, 1}.
+  uint64_t pmScal[kMaxLocalRanks + 1];
+  uint64_t pmRing[2];
 };
 
 // Waits (warp 0 polls, one peer per thread) until every peer of sh.plist has freed the slot
@@ -148,7 +153,10 @@ __device__ bool oneShotLane(RedShared& sh, const ReduceArgs& a, int lane, const 
     if (!waitPeers(sh, c, lane, true, a.coll)) return false;
     for (int j = tid; j < sh.pn; j += nt) sh.dsts[j] = sendSlot(sh, c, lane, sh.plist[j]);
     __syncthreads();
-    copyMulti(sh.dsts, sh.pn, send + off * es, len * es, tid, nt);
+    if (a.premul)
+      scaleMulti<DT>(sh.dsts, sh.pn, send + off * es, len, sh.scalarBits, tid, nt);
+    else
+      copyMulti(sh.dsts, sh.pn, send + off * es, len * es, tid, nt);
     __syncthreads();
     releaseSends(sh, c, lane);
     if (!iReduce) continue;
@@ -158,7 +166,7 @@ __device__ bool oneShotLane(RedShared& sh, const ReduceArgs& a, int lane, const 
       sh.srcs[q] = q == me ? (const void*)(send + off * es) : recvSlot(sh, c, lane, q);
     if (tid == 0) sh.dsts[0] = recv + off * es;
     __syncthreads();
-    reduceRange<DT, RED>(sh.srcs, n, n, sh.dsts, 1, len, cfg, tid, nt);
+    reduceRange<DT, RED>(sh.srcs, n, sh.pmScal, sh.dsts, 1, len, cfg, tid, nt);
     __syncthreads();
     releaseRecvs(sh, c, lane);
   }
@@ -200,7 +208,11 @@ __device__ bool twoShotLane(RedShared& sh, const ReduceArgs& a, int lane, const 
     __syncthreads();
     for (int j = 0; j < sh.pn; j++) {
       int q = sh.plist[j];
-      copyBytes(sh.dsts[j], send + ((uint64_t)q * S + cOff) * es, lenOf(q, cOff) * es, tid, nt);
+      const char* src = send + ((uint64_t)q * S + cOff) * es;
+      if (a.premul)
+        scaleMulti<DT>(&sh.dsts[j], 1, src, lenOf(q, cOff), sh.scalarBits, tid, nt);
+      else
+        copyBytes(sh.dsts[j], src, lenOf(q, cOff) * es, tid, nt);
     }
     __syncthreads();
     releaseSends(sh, c, lane);
@@ -220,7 +232,7 @@ __device__ bool twoShotLane(RedShared& sh, const ReduceArgs& a, int lane, const 
       }
       if (tid == 0) sh.dsts[0] = recv + (myOut + cOff) * es;
       __syncthreads();
-      reduceRange<DT, RED>(sh.srcs, n, n, sh.dsts, nd, myLen, cfg, tid, nt);
+      reduceRange<DT, RED>(sh.srcs, n, sh.pmScal, sh.dsts, nd, myLen, cfg, tid, nt);
       __syncthreads();
       releaseRecvs(sh, c, lane);
       if (!scatterOnly) releaseSends(sh, c, lane);
@@ -305,7 +317,10 @@ __device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const Red
     }
     __syncthreads();
     if (sh.err) return false;
-    copyBytes(sh.dsts[0], send + segOff(me) * es, segLen(me) * es, tid, nt);
+    if (a.premul)
+      scaleMulti<DT>(sh.dsts, 1, send + segOff(me) * es, segLen(me), sh.scalarBits, tid, nt);
+    else
+      copyBytes(sh.dsts[0], send + segOff(me) * es, segLen(me) * es, tid, nt);
     __syncthreads();
     if (tid == 0) {
       fenceAcqRelSys();
@@ -329,8 +344,8 @@ __device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const Red
       }
       __syncthreads();
       if (sh.err) return false;
-      // At m == 1 the partial is prev's raw input: both sources take the PreMulSum scalar.
-      reduceRange<DT, RED>(sh.srcs, 2, m == 1 ? 2 : 1, sh.dsts, last ? 2 : 1, segLen(s),
+      // srcs[0] is my raw input (my scalar), srcs[1] prev's partial (scaled by its senders).
+      reduceRange<DT, RED>(sh.srcs, 2, sh.pmRing, sh.dsts, last ? 2 : 1, segLen(s),
                            last ? cfg : mid, tid, nt);
       __syncthreads();
       if (tid == 0) {
@@ -382,8 +397,9 @@ __device__ __forceinline__ ZcSlot* zcSlot(void* ws, const WsLayout& w) {
 // Needs every pointer 16-byte aligned; handles whole packs only and returns how many
 // elements it did.
 template <int DT, int RED, int MAXS>
-__device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const* dsts, int n,
-                                            uint64_t cnt, const RedCfg& cfg, int tid, int nt) {
+__device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const* dsts,
+                                            const uint64_t* pmScal, int n, uint64_t cnt,
+                                            const RedCfg& cfg, int tid, int nt) {
   using N = Num<DT>;
   using U = typename N::U;
   using Acc = typename N::Acc;
@@ -393,12 +409,13 @@ __device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const
     U e[P];
   };
   const bool pm = RED == kRedSum && cfg.premul;
-  const Acc scalar = pm ? N::toAcc((U)cfg.scalarBits) : Acc(1);
+  Acc sc[MAXS];
   const uint4* sp[MAXS];
   uint4* dp[MAXS];
 #pragma unroll
   for (int k = 0; k < MAXS; k++) {
     sp[k] = k < n ? (const uint4*)srcs[k] : nullptr;
+    sc[k] = pm && k < n ? N::toAcc((U)pmScal[k]) : Acc(1);
     dp[k] = k < n ? (uint4*)dsts[k] : nullptr;
   }
   const uint64_t np = cnt / P;
@@ -411,12 +428,12 @@ __device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const
 #pragma unroll
     for (int e = 0; e < P; e++) {
       Acc acc = N::toAcc(v[0].e[e]);
-      if (pm) acc = mulWrap(acc, scalar);
+      if (pm) acc = premul1<DT>(acc, sc[0]);
 #pragma unroll
       for (int k = 1; k < MAXS; k++) {
         if (k < n) {
           Acc x = N::toAcc(v[k].e[e]);
-          acc = combine<RED>(acc, pm ? mulWrap(x, scalar) : x);
+          acc = combine<RED>(acc, pm ? premul1<DT>(x, sc[k]) : x);
         }
       }
       o.e[e] = cfg.postDiv > 0 ? N::divide(acc, cfg.postDiv) : N::fromAcc(acc);
@@ -440,6 +457,7 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
     if (blockIdx.x == 0) {
       *(volatile uint64_t*)&mine->send = (uint64_t)a.send;
       *(volatile uint64_t*)&mine->recv = (uint64_t)a.recv;
+      *(volatile uint64_t*)&mine->scalar = sh.scalarBits;
       fenceAcqRelSys();
       stReleaseSys(&mine->seq, s);
     }
@@ -460,6 +478,7 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
       }
       sh.srcs[q] = (const void*)*(volatile uint64_t*)&p->send;
       sh.dsts[q] = (void*)*(volatile uint64_t*)&p->recv;
+      sh.pmScal[q] = *(volatile uint64_t*)&p->scalar;
     }
   }
   __syncthreads();
@@ -479,7 +498,7 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
     bool vec = n <= 8;
     for (int q = 0; q < n && vec; q++) vec = aligned16(sh.srcs[q]) && aligned16(sh.dsts[q]);
     uint64_t done = 0;
-    if (vec) done = zcPacks<DT, RED, 8>(sh.srcs, sh.dsts, n, cnt, cfg, tid, nt);
+    if (vec) done = zcPacks<DT, RED, 8>(sh.srcs, sh.dsts, sh.pmScal, n, cnt, cfg, tid, nt);
     if (done < cnt) {
       __syncthreads();
       for (int q = tid; q < n; q += nt) {
@@ -487,7 +506,7 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
         sh.dsts[q] = (char*)sh.dsts[q] + done * es;
       }
       __syncthreads();
-      reduceRange<DT, RED>(sh.srcs, n, n, sh.dsts, n, cnt - done, cfg, tid, nt);
+      reduceRange<DT, RED>(sh.srcs, n, sh.pmScal, sh.dsts, n, cnt - done, cfg, tid, nt);
     }
   }
   __syncthreads();
@@ -521,6 +540,13 @@ __global__ void __launch_bounds__(kCollThreads, 1)
     sh.pn = 0;
     sh.scalarBits =
         a.premul ? (a.scalarOnDevice ? (uint64_t) * (const U*)a.scalarPtr : a.scalarBits) : 0;
+  }
+  __syncthreads();
+  for (int q = tid; q < c.nLocal; q += blockDim.x)
+    sh.pmScal[q] = q == c.me ? sh.scalarBits : oneBits<DT>();
+  if (tid == 0) {
+    sh.pmRing[0] = sh.scalarBits;
+    sh.pmRing[1] = oneBits<DT>();
   }
   __syncthreads();
   RedCfg cfg{sh.scalarBits, a.premul, a.postDiv};

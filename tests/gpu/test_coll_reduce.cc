@@ -71,7 +71,10 @@ void runReduction(const RedParam& p) {
     fillRandom(in[r], p.dt, p.op, sendCount, seed + 1000003ull * r);
     inPtr[r] = &in[r];
   }
-  const uint64_t scalar = premul ? scalarFor(p.dt, seed) : 0;
+  // PreMulSum: every rank its own scalar (as nccl-tests does): each input is scaled by its
+  // owner's scalar, whichever rank reduces it.
+  std::vector<uint64_t> scalarOf(n, 0);
+  for (int r = 0; r < n && premul; r++) scalarOf[r] = scalarFor(p.dt, seed + 7919ull * r);
   const size_t sOff = p.offset * es, rOff = p.offset ? (p.offset + 2) * es : 0;
   std::vector<DevBuf> bufs;
   std::vector<const void*> sp(n);
@@ -112,14 +115,14 @@ void runReduction(const RedParam& p) {
         break;
       case Op::kPreMulDev:
         scalars.emplace_back(16);
-        ASSERT_EQ(cudaMemcpy(scalars.back().base, &scalar, es, cudaMemcpyHostToDevice),
+        ASSERT_EQ(cudaMemcpy(scalars.back().base, &scalarOf[r], es, cudaMemcpyHostToDevice),
                   cudaSuccess);
         ASSERT_EQ(ncclRedOpCreatePreMulSum(&ops[r], scalars.back().base, p.dt, ncclScalarDevice,
                                            c.comms[r]),
                   ncclSuccess);
         break;
       case Op::kPreMulHost: {
-        uint64_t local = scalar;
+        uint64_t local = scalarOf[r];
         ASSERT_EQ(
             ncclRedOpCreatePreMulSum(&ops[r], &local, p.dt, ncclScalarHostImmediate, c.comms[r]),
             ncclSuccess);
@@ -148,7 +151,7 @@ void runReduction(const RedParam& p) {
       continue;
     }
     size_t base = p.coll == RColl::kReduceScatter ? (size_t)r * p.count : 0;
-    std::string e = checkReduction(p.dt, p.op, inPtr, base, got, recvCount, scalar);
+    std::string e = checkReduction(p.dt, p.op, inPtr, base, got, recvCount, scalarOf);
     EXPECT_EQ(e, "") << name << ": rank " << r << " (seed " << mktest::testSeed() << ")";
     if (r == 0) first = std::move(got);
   }

@@ -304,7 +304,8 @@ uint64_t scalarFor(ncclDataType_t dt, uint64_t seed) {
 
 namespace {
 std::string checkRange(ncclDataType_t dt, Op op, const std::vector<const HostBuf*>& in, size_t base,
-                       const HostBuf& got, size_t i0, size_t count, uint64_t scalar) {
+                       const HostBuf& got, size_t i0, size_t count,
+                       const std::vector<uint64_t>& scalars) {
   const DtInfo& d = dtInfo(dt);
   const int n = (int)in.size();
   const uint64_t mask = d.size >= 8 ? ~0ull : ((1ull << (8 * d.size)) - 1);
@@ -329,7 +330,7 @@ std::string checkRange(ncclDataType_t dt, Op op, const std::vector<const HostBuf
             break;
           case Op::kPreMulDev:
           case Op::kPreMulHost:
-            acc = r ? acc + x * scalar : x * scalar;
+            acc = r ? acc + x * scalars[r] : x * scalars[r];
             break;
           case Op::kProd:
             acc = r ? acc * x : x;
@@ -355,10 +356,10 @@ std::string checkRange(ncclDataType_t dt, Op op, const std::vector<const HostBuf
       }
       continue;
     }
-    const double s = premul ? decodeFloat(dt, scalar) : 1.0;
     double ref = 0, mag = 0;
     for (int r = 0; r < n; r++) {
       double x = dec(in[r]->get(base + i));
+      const double s = premul ? decodeFloat(dt, scalars[r]) : 1.0;
       switch (op) {
         case Op::kSum:
         case Op::kAvg:
@@ -401,11 +402,17 @@ std::string checkRange(ncclDataType_t dt, Op op, const std::vector<const HostBuf
 
 std::string checkReduction(ncclDataType_t dt, Op op, const std::vector<const HostBuf*>& in,
                            size_t base, const HostBuf& got, size_t count, uint64_t scalar) {
+  return checkReduction(dt, op, in, base, got, count, std::vector<uint64_t>(in.size(), scalar));
+}
+
+std::string checkReduction(ncclDataType_t dt, Op op, const std::vector<const HostBuf*>& in,
+                           size_t base, const HostBuf& got, size_t count,
+                           const std::vector<uint64_t>& scalars) {
   const DtInfo& d = dtInfo(dt);
   if (d.isFloat && d.size <= 2) table(dt);  // built before the threads read it
   unsigned hw = std::thread::hardware_concurrency();
   size_t t = std::min<size_t>(hw ? hw : 1, 16);
-  if (count < (1u << 16) || t <= 1) return checkRange(dt, op, in, base, got, 0, count, scalar);
+  if (count < (1u << 16) || t <= 1) return checkRange(dt, op, in, base, got, 0, count, scalars);
   std::vector<std::string> errs(t);
   std::vector<std::thread> th;
   const size_t per = (count + t - 1) / t;
@@ -413,7 +420,7 @@ std::string checkReduction(ncclDataType_t dt, Op op, const std::vector<const Hos
     size_t i0 = i * per, i1 = std::min(count, i0 + per);
     if (i0 < i1)
       th.emplace_back(
-          [&, i, i0, i1] { errs[i] = checkRange(dt, op, in, base, got, i0, i1, scalar); });
+          [&, i, i0, i1] { errs[i] = checkRange(dt, op, in, base, got, i0, i1, scalars); });
   }
   for (auto& x : th) x.join();
   std::string all;

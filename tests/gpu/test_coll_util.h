@@ -68,6 +68,10 @@ uint64_t scalarFor(ncclDataType_t dt, uint64_t seed);
 // got.get(i) for i < count. Returns "" or a description of the first mismatches.
 std::string checkReduction(ncclDataType_t dt, Op op, const std::vector<const HostBuf*>& in,
                            size_t base, const HostBuf& got, size_t count, uint64_t scalar);
+// The same with a PreMulSum scalar per rank (scalars[r]: rank r's own scalar).
+std::string checkReduction(ncclDataType_t dt, Op op, const std::vector<const HostBuf*>& in,
+                           size_t base, const HostBuf& got, size_t count,
+                           const std::vector<uint64_t>& scalars);
 // Byte comparison of got[gotOff .. +bytes) with want[wantOff ..).
 std::string checkBytes(const HostBuf& got, size_t gotOff, const HostBuf& want, size_t wantOff,
                        size_t bytes, const char* what);
