@@ -45,8 +45,8 @@ struct WsLayout {
 // the owner publishes its buffer pointers and the call's sequence number, and `done` once
 // its segment is written everywhere. Separate 128-byte lines: polled by different ranks.
 struct ZcSlot {
-  uint64_t seq;   // call number whose pointers are below
-  uint64_t send;  // const void*, valid in every in-process peer
+  uint64_t seq;     // call number whose pointers are below
+  uint64_t send;    // const void*, valid in every in-process peer
   uint64_t recv;    // void*
   uint64_t scalar;  // PreMulSum: this rank's scalar (element bits)
   uint64_t pad0[12];
@@ -120,6 +120,9 @@ struct CostModel {
 };
 // Zero-copy AllReduce from this size up (below it one-shot's single flag round wins).
 constexpr uint64_t kZeroCopyMinBytes = 256 << 10;
+// Zero-copy over registered buffers of ranks in other processes from this size up: each
+// call first agrees on the mappings with one or two bootstrap allgathers (tens of us).
+constexpr uint64_t kRegZeroCopyMinBytes = 4 << 20;
 const CostModel& costModel();
 double allReduceUs(Algo a, uint64_t bytes, int nRanks);
 // Time of any operation (bytes = count * element size as NCCL counts it).

@@ -121,6 +121,11 @@ ncclResult_t collInit(ncclComm* comm) {
     const RankInfo &a = comm->peerInfo[comm->rank], &b = comm->peerInfo[r];
     cs->zeroCopy = a.hostHash == b.hostHash && a.pidHash == b.pidHash && a.busId == b.busId;
   }
+  cs->sepProcs = !cs->interNode && t.localRanks > 1 && MK_PARAM_INT(RegZeroCopy) != 0;
+  for (int r = 0; r < comm->nRanks && cs->sepProcs; r++)
+    for (int q = r + 1; q < comm->nRanks && cs->sepProcs; q++)
+      cs->sepProcs = comm->peerInfo[r].pidHash != comm->peerInfo[q].pidHash ||
+                     comm->peerInfo[r].hostHash != comm->peerInfo[q].hostHash;
   cs->budget =
       ctaBudget(comm->smCount, t.ranksOnMyDevice, comm->config.minCTAs, comm->config.maxCTAs,
                 (int)MK_PARAM_INT(MinCtas), (int)MK_PARAM_INT(MaxCtas));

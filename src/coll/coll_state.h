@@ -21,6 +21,10 @@ struct CollState {
   // Every rank of the comm is in this process on this GPU (and MKERNEL_ZERO_COPY allows
   // it): the same value on every rank, so all choose the zero-copy AllReduce alike.
   bool zeroCopy = false;
+  // Every local rank is in its own process (single node): registered buffers may be used
+  // zero-copy (peerMemLookup, a collective exchange, is then safe to call at enqueue: no
+  // thread drives two ranks of this comm).
+  bool sepProcs = false;
   void* devState = nullptr;     // DevStateHdr + counters (device memory)
   ErrRecord* err = nullptr;     // host-pinned, mapped
   ErrRecord* errDev = nullptr;  // its device pointer

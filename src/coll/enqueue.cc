@@ -37,6 +37,11 @@ struct CommWork {
   std::vector<HierLaunch> hier;  // inter-node launches (coll/hier.h)
   cudaStream_t exec = nullptr;
   bool fork = false;
+  // Some launch keeps state across calls (device-resident sequence numbers, workspace):
+  // the comm's launches must stay ordered and finalize must be able to wait for them.
+  // One-rank copies touch only the user's buffers and skip that bookkeeping (it is most of
+  // the host cost of a one-rank call).
+  bool stateful = false;
   unsigned long long capture = 0;  // capture id of `user` (0: not capturing)
 };
 
@@ -147,9 +152,13 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;
     CUDACHECK(restore.to(w.comm->cudaDev));
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    CUDACHECK(cudaStreamGetCaptureInfo(w.user, &st, &w.capture));
-    if (st != cudaStreamCaptureStatusActive) w.capture = 0;
+    w.stateful = !w.hier.empty();
+    for (const KernelLaunch& l : w.launches) w.stateful |= l.kind != KernelLaunch::kMemcpy;
+    if (w.stateful) {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      CUDACHECK(cudaStreamGetCaptureInfo(w.user, &st, &w.capture));
+      if (st != cudaStreamCaptureStatusActive) w.capture = 0;
+    }
     w.fork = isLegacy(w.user) || (work.size() > 1 && users[w.user] > 1);
     w.exec = w.fork ? cs->internal : w.user;
     if (w.fork) {
@@ -163,7 +172,7 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     // The comm's previous launch went to another stream: keep the comm's operations in
     // order (the device-resident sequence numbers assume it). Only within one capture, or
     // outside of any.
-    if (cs->haveLast && cs->lastStream != w.exec && cs->lastCapture == w.capture)
+    if (w.stateful && cs->haveLast && cs->lastStream != w.exec && cs->lastCapture == w.capture)
       CUDACHECK(cudaStreamWaitEvent(w.exec, cs->lastEvent, 0));
   }
   // Phase B: the kernels.
@@ -178,12 +187,14 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;
     CUDACHECK(restore.to(w.comm->cudaDev));
-    cs->lastEvent = w.capture == 0 ? cs->doneEvent : cs->orderEvent;
-    CUDACHECK(cudaEventRecord(cs->lastEvent, w.exec));
-    cs->lastStream = w.exec;
-    cs->lastCapture = w.capture;
-    cs->haveLast = true;
-    if (w.capture == 0) cs->haveDone = true;
+    if (w.stateful) {
+      cs->lastEvent = w.capture == 0 ? cs->doneEvent : cs->orderEvent;
+      CUDACHECK(cudaEventRecord(cs->lastEvent, w.exec));
+      cs->lastStream = w.exec;
+      cs->lastCapture = w.capture;
+      cs->haveLast = true;
+      if (w.capture == 0) cs->haveDone = true;
+    }
     if (w.fork || !w.extra.empty()) {
       CUDACHECK(cudaEventRecord(cs->joinEvent, w.exec));
       if (w.fork) CUDACHECK(cudaStreamWaitEvent(w.user, cs->joinEvent, 0));

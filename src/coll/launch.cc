@@ -10,6 +10,7 @@
 #include "core/checks.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "transport/peer_mem.h"
 
 namespace mk {
 
@@ -154,6 +155,34 @@ ncclResult_t buildCopy(ncclComm* comm, CollType coll, const std::vector<Xfer>& x
   return ncclSuccess;
 }
 
+// Ranks in separate processes: the zero-copy AllReduce works over registered buffers
+// mapped into every peer. The decision is the same on every rank (sizes, topology and
+// parameters are), and peerMemLookup agrees on the result; fills *s/*r (by local index)
+// only when both buffers of every local rank are mapped here.
+ncclResult_t mapRegistered(ncclComm* comm, const CollArgs& a, std::vector<void*>* s,
+                           std::vector<void*>* r) {
+  CollState* cs = comm->coll;
+  const uint64_t bytes = (uint64_t)a.count * dtypeSize(a.dtype);
+  const Algo forced = collForcedAlgo();
+  if (!cs->sepProcs || cs->ws.nLocal > kZcMaxMapped || bytes < kRegZeroCopyMinBytes ||
+      (forced != Algo::kAuto && forced != Algo::kZeroCopy))
+    return ncclSuccess;
+  bool okS = false, okR = false;
+  NCCLCHECK(peerMemLookup(comm, a.sendbuff, bytes, &okS, s));
+  if (!okS) {
+    s->clear();
+    return ncclSuccess;
+  }
+  // Looked up even when in place: the number of exchanges must not depend on a rank-local
+  // property (a cache hit costs one small allgather).
+  NCCLCHECK(peerMemLookup(comm, a.recvbuff, bytes, &okR, r));
+  if (!okR) {
+    s->clear();
+    r->clear();
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out, bool* empty) {
   CollState* cs = comm->coll;
   const char* api = collName(a.type);
@@ -168,6 +197,10 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   Algo algo = Algo::kDirect;
   if (a.type == CollType::kAllReduce)
     algo = allReduceAlgo(a.count * es, n, collForcedAlgo(), cs->zeroCopy);
+  std::vector<void*> zcS, zcR;
+  if (a.type == CollType::kAllReduce && algo != Algo::kZeroCopy)
+    NCCLCHECK(mapRegistered(comm, a, &zcS, &zcR));
+  if (!zcS.empty()) algo = Algo::kZeroCopy;
   ReducePlan p = planReduce(a.type, algo, a.count, es, n, cs->ws);
   *empty = p.nChunks == 0;
   if (*empty) return ncclSuccess;
@@ -185,6 +218,11 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   r.nChunks = p.nChunks;
   r.lanes = p.lanes;
   r.root = a.type == CollType::kReduce ? localOf(comm, a.root) : -1;
+  r.zcMapped = zcS.empty() ? 0 : 1;
+  for (size_t q = 0; q < zcS.size(); q++) {
+    r.zcSend[q] = reinterpret_cast<uint64_t>(zcS[q]);
+    r.zcRecv[q] = reinterpret_cast<uint64_t>(zcR[q]);
+  }
   switch (info.builtin) {
     case ncclSum:
       r.red = kRedSum;

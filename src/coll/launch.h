@@ -14,6 +14,7 @@
 namespace mk {
 
 constexpr int kCollThreads = 512;  // threads per CTA of every collective kernel
+constexpr int kZcMaxMapped = 32;   // local ranks of the zero-copy path over registered buffers
 
 // Channel counters and scratch of one comm, in device memory of comm->cudaDev (zeroed at
 // init, never reset by the host). Counters are indexed [peer local index * lanes + lane].
@@ -81,6 +82,12 @@ struct ReduceArgs {
   int scalarOnDevice;  // the scalar is read from scalarPtr at run time
   const void* scalarPtr;
   uint64_t scalarBits;  // host-immediate scalar (dtype-sized bytes)
+  // Zero-copy over registered buffers of other processes: every local rank's send/recv
+  // buffer mapped in this process (peerMemLookup), by local index; 0: pointers come from
+  // the peers' handshake slots (same process).
+  int zcMapped;
+  uint64_t zcSend[kZcMaxMapped];
+  uint64_t zcRecv[kZcMaxMapped];
 };
 
 // Copies (Broadcast, AllGather, AlltoAll, Gather, Scatter, Send/Recv): a list of
@@ -122,8 +129,7 @@ cudaError_t launchReduceKernel(const ReduceArgs& a, int grid, cudaStream_t s);
 cudaError_t launchReduceInt(const ReduceArgs& a, int grid, cudaStream_t s);
 cudaError_t launchReduceFloat(const ReduceArgs& a, int grid, cudaStream_t s);
 cudaError_t launchReduceLowp(const ReduceArgs& a, int grid, cudaStream_t s);
-cudaError_t launchOneRankCopy(void* dst, const void* src, uint64_t bytes, int grid,
-                              cudaStream_t s);
+cudaError_t launchOneRankCopy(void* dst, const void* src, uint64_t bytes, int grid, cudaStream_t s);
 cudaError_t launchCopySmall(const CopyArgsSmall& a, int grid, size_t smem, cudaStream_t s);
 cudaError_t launchCopyLarge(const CopyArgsLarge& a, int grid, size_t smem, cudaStream_t s);
 

@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(kCollThreads, 1)
 // One-rank comm: the result of every operation but PreMulSum is the input. A kernel with
 // three arguments, not cudaMemcpyAsync: the host cost of this call is what a one-rank
 // comm measures, and a small launch is the cheapest thing to enqueue.
-__global__ void __launch_bounds__(kCollThreads) oneRankCopyKernel(void* dst, const void* src,
-                                                                  uint64_t bytes) {
+__global__ void __launch_bounds__(kCollThreads)
+    oneRankCopyKernel(void* dst, const void* src, uint64_t bytes) {
   // Split in per-CTA ranges of whole 16-byte units, so aligned buffers stay aligned.
   uint64_t per = (bytes + gridDim.x - 1) / gridDim.x;
   per = (per + 15) / 16 * 16;

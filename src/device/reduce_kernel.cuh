@@ -476,8 +476,10 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
         sh.err = 1;
         break;
       }
-      sh.srcs[q] = (const void*)*(volatile uint64_t*)&p->send;
-      sh.dsts[q] = (void*)*(volatile uint64_t*)&p->recv;
+      // Other processes' pointers mean nothing here: those come mapped, in the arguments.
+      sh.srcs[q] =
+          a.zcMapped ? (const void*)a.zcSend[q] : (const void*)*(volatile uint64_t*)&p->send;
+      sh.dsts[q] = a.zcMapped ? (void*)a.zcRecv[q] : (void*)*(volatile uint64_t*)&p->recv;
       sh.pmScal[q] = *(volatile uint64_t*)&p->scalar;
     }
   }

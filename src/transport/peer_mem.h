@@ -94,15 +94,11 @@ ncclResult_t peerMemDeregister(ncclComm* comm, void* handle);
 // workspace). A rank whose import fails sets *ok = false on every local rank (the ranks
 // agree through a second allgather), with a warning; it is not an error.
 //
-// Caching: a successful exchange is cached per (ptr, bytes) of this rank; later lookups of
-// the same (ptr, bytes) return the cached pointers WITHOUT communication. Unsuccessful
-// exchanges are not cached (every later lookup exchanges again). Hence the rule the caller
-// must keep: ranks hit the cache together - a rank's (ptr, bytes) is looked up again only
-// together with the same buffers of the other ranks that it was first exchanged with (true
-// for programs that use buffers symmetrically; deregistering a buffer drops its entries).
-// A violation shows up as an exchange-sequence mismatch (ncclInternalError) at the next
-// exchange or as a bootstrap timeout. Imported peer buffers stay mapped until the
-// registration of this rank that used them is deregistered, or until fini.
+// Caching: a successful exchange is cached per (ptr, bytes) of this rank. Every lookup
+// still makes one small allgather, so ranks never diverge: the cached pointers are used
+// only when every rank has an entry made by the same exchange (each then uses the buffer
+// it used then); otherwise the exchange runs again. Imported peer buffers stay mapped
+// until the registration of this rank that used them is deregistered, or until fini.
 ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* ok,
                            std::vector<void*>* peerPtrs);
 
@@ -196,6 +192,7 @@ using ImportKey = std::pair<int, uint64_t>;  // (peer rank, peer's RegRecord id)
 
 struct LookupEntry {
   std::vector<void*> ptrs;   // [localRanks]
+  uint64_t seq = 0;          // the exchange that made it
   RegRecord* reg = nullptr;  // this rank's registration that covered the buffer
   std::vector<ImportKey> imports;
 };

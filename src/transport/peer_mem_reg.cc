@@ -29,6 +29,7 @@ struct LookupInfo {
   uint64_t bytes;
   int32_t dev;
   int32_t pid;
+  uint64_t hitSeq;  // exchange that made this rank's cache entry for (ptr, bytes); ~0: none
   cudaIpcMemHandle_t ipc;
 };
 
@@ -269,11 +270,6 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
   PeerMem::Impl* im = comm->peerMem->impl;
   uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
   auto hit = im->lookupCache.find({p, bytes});
-  if (hit != im->lookupCache.end()) {
-    *peerPtrs = hit->second.ptrs;
-    *ok = true;
-    return ncclSuccess;
-  }
   pm::DeviceGuard guard;
   NCCLCHECK(guard.set(comm->cudaDev));
 
@@ -293,6 +289,7 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
   mine.dev = im->dev;
   mine.pid = getpid();
   if (reg && reg->kind == pm::RegRecord::kCudaMalloc) mine.ipc = reg->ipc;
+  mine.hitSeq = hit != im->lookupCache.end() ? hit->second.seq : ~0ull;
   if (comm->nRanks > 1)
     NCCLCHECK(bootstrapAllGather(comm->bootstrap, info.data(), sizeof(LookupInfo)));
   uint64_t seq = im->lookupSeq++;
@@ -304,6 +301,22 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
               r, info[r].seq, comm->rank, seq);
       return ncclInternalError;
     }
+  }
+  // The cache is used only when every rank hits an entry made by the same exchange: then
+  // every rank uses the buffer it used then, and the cached peer pointers are right. A
+  // rank whose allocator handed it the same address for a new buffer, while a peer's did
+  // not, must not skip the exchange. One small allgather per lookup is the price; the
+  // mappings themselves stay cached (regImports).
+  bool allHit = mine.hitSeq != ~0ull;
+  for (int r = 0; r < comm->nRanks; r++) allHit &= info[r].hitSeq == mine.hitSeq;
+  if (allHit) {
+    *peerPtrs = hit->second.ptrs;
+    *ok = true;
+    return ncclSuccess;
+  }
+  if (hit != im->lookupCache.end()) {  // stale for this exchange: rebuilt below
+    for (const pm::ImportKey& k : hit->second.imports) unrefImport(im, k);
+    im->lookupCache.erase(hit);
   }
   // Usable only if every local rank registered, and buffers of other processes can travel.
   for (int l = 0; l < im->localRanks; l++) {
@@ -385,6 +398,7 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
     return ncclSuccess;
   }
   entry.ptrs = ptrs;
+  entry.seq = seq;
   entry.reg = reg;
   entry.imports = std::move(keys);
   im->lookupCache[{p, bytes}] = std::move(entry);
