@@ -9,7 +9,9 @@
 // Per chunk with sequence number s (device-resident, advanced by the kernel):
 //   1. local rank l owns segment l of the chunk; every rank puts its input segment j to
 //      local rank j (window area RS, slot kHierSigRS + sender); the owner reduces the nL
-//      inputs in local-rank order into recvbuff (the node's partial);
+//      inputs in local-rank order into recvbuff (the node's partial). PreMulSum (a scalar
+//      per rank): a segment leaves pre-scaled by its sender's scalar (staged in the
+//      sender's recvbuff), the owner scales only its own input, rounded the same way;
 //   2. it puts the partial to local rank l of every other node (area RAIL, slot
 //      kHierSigRail + sender's node) and combines the nN partials in node order, so every
 //      rail member computes the same bits; ncclAvg divides once, at the end;
@@ -58,7 +60,8 @@ struct HierArgs {
   int dtype;
   int red;      // RedKind
   int postDiv;  // ncclAvg: divide by this at the end (0: none)
-  int premul;   // PreMulSum: multiply every input by the scalar
+  int premul;   // PreMulSum: multiply my own raw input by my scalar (before it is combined
+                // or sent)
   int scalarOnDevice;
   const void* scalarPtr;
   uint64_t scalarBits;

@@ -42,8 +42,11 @@ ncclResult_t toArgs(ncclComm* comm, XPlanLaunch& pl, ncclDataType_t dt, const Re
             x.d.nSignals, kXSigEnd);
     return ncclInternalError;
   }
+  // The zero-copy source area holds the reduce-to-peer scratch ([0, 2 * slotBytes)) and the
+  // PreMulSum send scratch (the channel areas' offsets, hier_xfer.cu sendChunk).
   if (!hierChanGeom(x.d.windowBytes, comm->nRanks, &x.areaBase, &x.areaBytes, &x.slotBytes) ||
-      2 * x.slotBytes > x.d.sendUser) {
+      2 * x.slotBytes > x.areaBase ||
+      x.areaBase + (uint64_t)comm->nRanks * x.areaBytes > x.d.sendUser) {
     MK_WARN("%s: rank %d: the net window (%llu bytes) is too small for %d ranks", api, comm->rank,
             (unsigned long long)x.d.windowBytes, comm->nRanks);
     return ncclInvalidUsage;

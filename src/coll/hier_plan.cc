@@ -39,6 +39,12 @@ XStep mk(uint8_t kind, uint64_t p0, uint64_t p1, uint64_t n, int peer) {
 XStep send(uint64_t src, uint64_t bytes, int peer) {
   return mk(kXSend, src, 0, bytes, peer);
 }
+// Send of raw input to a list-0 reducer (PreMulSum: scaled by my scalar on the way).
+XStep sendRaw(uint64_t src, uint64_t bytes, int peer) {
+  XStep s = send(src, bytes, peer);
+  s.flags |= kXRawInput;
+  return s;
+}
 XStep recv(uint64_t dst, uint64_t bytes, int peer) {
   return mk(kXRecv, dst, 0, bytes, peer);
 }
@@ -181,7 +187,7 @@ void planReduce(const XTopo& t, const XOp& o, std::vector<XPlanLaunch>* out) {
     if (me == root)
       L.red.steps.push_back(reduce(o.send, o.count, o.recv, -1, false));
     else
-      L.s.steps.push_back(send(o.send, B, root));
+      L.s.steps.push_back(sendRaw(o.send, B, root));
     L.add(out);
     return;
   }
@@ -195,7 +201,7 @@ void planReduce(const XTopo& t, const XOp& o, std::vector<XPlanLaunch>* out) {
   L.list[0] = locals(t);
   L.list[1] = rail(t);
   if (t.local != lR)
-    L.s.steps.push_back(send(o.send, B, rk(t, t.node, lR)));
+    L.s.steps.push_back(sendRaw(o.send, B, rk(t, t.node, lR)));
   else if (me != root)
     L.red.steps.push_back(reduce(o.send, o.count, 0, root, false));
   else
@@ -210,7 +216,7 @@ void planReduceScatter(const XTopo& t, const XOp& o, std::vector<XPlanLaunch>* o
   if (!t.even) {
     L.list[0] = everyone(t);
     for (int p = 0; p < t.nRanks; p++)
-      if (p != t.me) L.s.steps.push_back(send(o.send + (uint64_t)p * B, B, p));
+      if (p != t.me) L.s.steps.push_back(sendRaw(o.send + (uint64_t)p * B, B, p));
     L.red.steps.push_back(reduce(o.send + (uint64_t)t.me * B, o.count, o.recv, -1, false));
     L.add(out);
     return;
@@ -223,7 +229,7 @@ void planReduceScatter(const XTopo& t, const XOp& o, std::vector<XPlanLaunch>* o
   for (int b = 0; b < nN; b++) {
     for (int j = 0; j < nL; j++)
       if (j != t.local)
-        L.s.steps.push_back(send(o.send + (uint64_t)rk(t, b, j) * B, B, rk(t, t.node, j)));
+        L.s.steps.push_back(sendRaw(o.send + (uint64_t)rk(t, b, j) * B, B, rk(t, t.node, j)));
     const uint64_t mine = o.send + (uint64_t)rk(t, b, t.local) * B;
     if (b == t.node)
       L.red.steps.push_back(reduce(mine, o.count, o.recv, -1, true));
@@ -243,7 +249,7 @@ void planAllReduceFlat(const XTopo& t, const XOp& o, std::vector<XPlanLaunch>* o
   L1.s.interleave = true;
   L1.list[0] = everyone(t);
   for (int p = 0; p < n; p++)
-    if (p != t.me) L1.s.steps.push_back(send(o.send + off[p] * o.es, len[p] * o.es, p));
+    if (p != t.me) L1.s.steps.push_back(sendRaw(o.send + off[p] * o.es, len[p] * o.es, p));
   L1.red.steps.push_back(
       reduce(o.send + off[t.me] * o.es, len[t.me], o.recv + off[t.me] * o.es, -1, false));
   L1.add(out);
@@ -394,6 +400,7 @@ std::string hierCheckLaunch(const XPlanLaunch& l, int me) {
       const std::string at = "lane " + std::to_string(li) + ": ";
       if (l.lanes[li].interleave && s.kind != kXSend)
         return at + "interleaved lane with a non-send";
+      if ((s.flags & kXRawInput) && s.kind != kXSend) return at + "raw-input flag on a non-send";
       if ((s.kind == kXSend || s.kind == kXRecv) && (s.peer < 0 || s.peer == me))
         return at + "send/recv with itself";
       bool ok = true;

@@ -14,8 +14,14 @@
 //
 // Steps: send / receive a message of n bytes (ceil(n / slotBytes) chunks), local copy, and
 // reduce: per chunk, combine the inputs of list 0 in list order (my own entry reads my
-// buffer; PreMulSum scales them), round, then optionally combine list 1 in list order (my
-// own entry is that partial), divide for ncclAvg, write to memory or send to a peer.
+// buffer), round, then optionally combine list 1 in list order (my own entry is that
+// partial), divide for ncclAvg, write to memory or send to a peer.
+// PreMulSum (every rank has its own scalar): list 0 holds raw inputs, list 1 partials. A
+// send flagged kXRawInput carries raw input to a list-0 reducer: each chunk is scaled by
+// the sender's scalar (round(x * s), prims.cuh premul1) into a zero-copy scratch slot of
+// the channel (send_ptr at the window offset of the slot it lands in: free once the slot
+// is, ACK >= q - 2) and put from there; the reducer scales only its own list-0 entry, the
+// same way. Partials are never scaled again.
 //
 // Deadlock freedom (planner rules, checked by hierCheckLaunch):
 //  - within a launch a channel endpoint (me -> r, s -> me) belongs to one lane, so a
@@ -48,7 +54,11 @@ constexpr uint32_t kXSigEnd = kXSigRcvd + kXMaxRanks;
 static_assert(kXSigEnd <= kNetSignals, "channel signal slots exceed kNetSignals");
 
 enum XKind : uint8_t { kXSend = 0, kXRecv = 1, kXCopy = 2, kXReduce = 3 };
-enum XFlag : uint8_t { kXHasL2 = 1, kXLastOfStream = 2 };
+enum XFlag : uint8_t {
+  kXHasL2 = 1,
+  kXLastOfStream = 2,
+  kXRawInput = 4,  // send: raw input of a list-0 reduction (PreMulSum pre-scales it)
+};
 
 // One step (by value in the kernel arguments).
 struct XStep {

@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
   }
   __syncthreads();
   const uint64_t seq0 = seq0s;
-  const Acc sc = N::toAcc(scal);
+  const U scalU = scal;
+  const Acc sc = N::toAcc(scalU);
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
 
@@ -79,15 +80,24 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
     };
     segOf(l, &myOff, &myLen);
 
-    // 1. Reduce-scatter inside the node.
+    // 1. Reduce-scatter inside the node. PreMulSum: every rank has its own scalar, so a
+    // segment leaves pre-scaled by its owner (round(x * mine), as premul1), staged in my
+    // recvbuff's segment j of this chunk (free until step 3 fills it; in place it is the
+    // input segment itself, which is sent only here); the reducer then takes it as is.
     for (int j = 0; j < nl; j++) {
       if (j == l) continue;
       const int peer = a.localPeer[j];
-      if (!dn::wait_signal(d, kHierSigAckL + j, s - 1, peer)) return;
       uint64_t o, len;
       segOf(j, &o, &len);
-      if (!dn::put_signal(d, send + (cb + o) * es, peer, hierRsOff(a.stride, nl, l), len * es,
-                          kHierSigRS + l, s))
+      const char* src = send + (cb + o) * es;
+      if (a.premul) {
+        void* stage = recv + (cb + o) * es;
+        scaleMulti<DT>(&stage, 1, src, len, (uint64_t)scalU, tid, nt);
+        __syncthreads();
+        src = static_cast<const char*>(stage);
+      }
+      if (!dn::wait_signal(d, kHierSigAckL + j, s - 1, peer)) return;
+      if (!dn::put_signal(d, src, peer, hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l, s))
         return;
     }
     for (int j = 0; j < nl; j++) {
@@ -99,14 +109,14 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
       for (int j = 0; j < nl; j++)
         srcs[j] = j == l ? send + (cb + myOff) * es
                          : dn::recv_ptr(d, a.localPeer[j], hierRsOff(a.stride, nl, j));
+      // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1).
       U* out = reinterpret_cast<U*>(recv + (cb + myOff) * es);
       for (uint64_t i = tid; i < myLen; i += nt) {
-        Acc acc = N::toAcc(ldU<U>(srcs[0] + i * es));
-        if (a.premul) acc = mulWrap(acc, sc);
-        for (int j = 1; j < nl; j++) {
+        Acc acc = 0;
+        for (int j = 0; j < nl; j++) {
           Acc v = N::toAcc(ldU<U>(srcs[j] + i * es));
-          if (a.premul) v = mulWrap(v, sc);
-          acc = hierComb(a.red, acc, v);
+          if (a.premul && j == l) v = premul1<DT>(v, sc);
+          acc = j == 0 ? v : hierComb(a.red, acc, v);
         }
         out[i] = N::fromAcc(acc);
       }

@@ -35,18 +35,38 @@ __device__ __forceinline__ void setCounter(const HierXArgs& a, uint32_t slot, ui
 }
 
 // Chunk q of channel me -> peer: wait until its slot is free, then put it with its signal.
-__device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_t len, uint64_t q) {
+// PreMulSum raw input (scale): the chunk is first scaled by my scalar (scaleMulti, rounded as
+// premul1) into the channel's zero-copy scratch slot, at the send_ptr offset of the window
+// slot it lands in (past the reduce-to-peer scratch at [0, 2 * slotBytes)). That scratch was
+// last used by chunk q - 2, which the peer has consumed (so it has left) once ACK >= q - 2.
+template <int DT>
+__device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_t len, uint64_t q,
+                          bool scale, uint64_t scalarBits) {
   if (q > 2 && !dn::wait_signal(a.d, kXSigAck + peer, q - 2, peer)) return false;
+  if (scale) {
+    void* z = dn::send_ptr(a.d, slotOff(a, peer, q));
+    scaleMulti<DT>(&z, 1, src, len / sizeof(typename Num<DT>::U), scalarBits, threadIdx.x,
+                   blockDim.x);
+    __syncthreads();
+    src = z;
+  }
   return dn::put_signal(a.d, src, peer, slotOff(a, a.me, q), len, kXSigData + a.me, q);
 }
 
-__device__ bool sendStep(const HierXArgs& a, const XStep& s) {
+__device__ __forceinline__ bool scales(const HierXArgs& a, const XStep& s) {
+  return a.premul && (s.flags & kXRawInput);
+}
+
+template <int DT>
+__device__ bool sendStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits) {
   const uint64_t base = counter(a, kXSigSent + s.peer);
   const uint64_t nch = hierChunks(s.n, a.slotBytes);
   const char* src = reinterpret_cast<const char*>(s.p0);
   for (uint64_t k = 0; k < nch; k++) {
     const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
-    if (!sendChunk(a, s.peer, src + k * a.slotBytes, len, base + k + 1)) return false;
+    if (!sendChunk<DT>(a, s.peer, src + k * a.slotBytes, len, base + k + 1, scales(a, s),
+                       scalarBits))
+      return false;
   }
   setCounter(a, kXSigSent + s.peer, base + nch);
   return true;
@@ -70,7 +90,8 @@ __device__ bool recvStep(const HierXArgs& a, const XStep& s) {
 }
 
 // Interleaved sends: position p of every stream before position p + 1 (see hier_xfer.h).
-__device__ bool sendInterleaved(const HierXArgs& a, const XLane& ln) {
+template <int DT>
+__device__ bool sendInterleaved(const HierXArgs& a, const XLane& ln, uint64_t scalarBits) {
   uint64_t maxPos = 0;
   for (int i = ln.first; i < ln.first + ln.count; i++)
     maxPos = umax64(maxPos, a.steps[i].pos0 + hierChunks(a.steps[i].n, a.slotBytes));
@@ -82,7 +103,8 @@ __device__ bool sendInterleaved(const HierXArgs& a, const XLane& ln) {
       const uint64_t k = p - s.pos0;
       const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
       const uint64_t q = counter(a, kXSigSent + s.peer) + p + 1;
-      if (!sendChunk(a, s.peer, reinterpret_cast<const char*>(s.p0) + k * a.slotBytes, len, q))
+      if (!sendChunk<DT>(a, s.peer, reinterpret_cast<const char*>(s.p0) + k * a.slotBytes, len, q,
+                         scales(a, s), scalarBits))
         return false;
     }
   }
@@ -95,22 +117,23 @@ __device__ bool sendInterleaved(const HierXArgs& a, const XLane& ln) {
   return true;
 }
 
+// pmScal[k]: PreMulSum scalar bits of source k (used only when cfg.premul).
 template <int DT>
-__device__ void reduceN(const HierXArgs& a, const void* const* srcs, int n, int nPremul, void* dst,
-                        uint64_t len, const RedCfg& cfg) {
+__device__ void reduceN(const HierXArgs& a, const void* const* srcs, int n, const uint64_t* pmScal,
+                        void* dst, uint64_t len, const RedCfg& cfg) {
   void* dsts[1] = {dst};
   switch (a.red) {
     case kRedProd:
-      reduceRange<DT, kRedProd>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+      reduceRange<DT, kRedProd>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
       break;
     case kRedMax:
-      reduceRange<DT, kRedMax>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+      reduceRange<DT, kRedMax>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
       break;
     case kRedMin:
-      reduceRange<DT, kRedMin>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+      reduceRange<DT, kRedMin>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
       break;
     default:
-      reduceRange<DT, kRedSum>(srcs, n, nPremul, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
+      reduceRange<DT, kRedSum>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
   }
 }
 
@@ -151,6 +174,14 @@ __device__ void advanceInputs(const HierXArgs& a, int li, uint64_t nch) {
 template <int DT>
 __device__ bool reduceStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits) {
   __shared__ const void* srcs[kXMaxRanks];
+  // PreMulSum: list 0 holds raw inputs; the peers' arrive pre-scaled (sendChunk), so only
+  // my own entry takes my scalar (same rounding). List 1 (partials) is never scaled.
+  __shared__ uint64_t pmScal[kXMaxRanks];
+  if (a.premul) {
+    for (int j = threadIdx.x; j < a.listLen[0]; j += blockDim.x)
+      pmScal[j] = a.list[0][j] == a.me ? scalarBits : oneBits<DT>();
+    __syncthreads();
+  }
   const uint64_t es = sizeof(typename Num<DT>::U);
   const uint64_t ce = a.slotBytes / es;  // elements per chunk
   const uint64_t nch = hierChunks(s.n * es, a.slotBytes);
@@ -170,11 +201,11 @@ __device__ bool reduceStep(const HierXArgs& a, const XStep& s, uint64_t scalarBi
       out = dn::send_ptr(a.d, (qo & 1) * a.slotBytes);
     }
     if (!gatherInputs(a, 0, k, mine, srcs)) return false;
-    reduceN<DT>(a, srcs, a.listLen[0], a.listLen[0], out, len, c1);
+    reduceN<DT>(a, srcs, a.listLen[0], pmScal, out, len, c1);
     __syncthreads();
     if (l2) {
       if (!gatherInputs(a, 1, k, out, srcs)) return false;
-      reduceN<DT>(a, srcs, a.listLen[1], 0, out, len, c2);
+      reduceN<DT>(a, srcs, a.listLen[1], pmScal, out, len, c2);
       __syncthreads();
     }
     if (toPeer &&
@@ -206,7 +237,7 @@ __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__
   }
   __syncthreads();
   if (ln.interleave) {
-    sendInterleaved(a, ln);
+    sendInterleaved<DT>(a, ln, scal);
     return;
   }
   for (int i = ln.first; i < ln.first + ln.count; i++) {
@@ -214,7 +245,7 @@ __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__
     bool ok = true;
     switch (s.kind) {
       case kXSend:
-        ok = sendStep(a, s);
+        ok = sendStep<DT>(a, s, scal);
         break;
       case kXRecv:
         ok = recvStep(a, s);

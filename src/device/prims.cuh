@@ -248,23 +248,18 @@ static __device__ __noinline__ void scaleMulti(void* const* dsts, int nd, const 
 // the same step gets the same bits). PreMulSum (cfg.premul): source k is multiplied by the
 // scalar with bits pmScal[k] (premul1); ncclAvg divides the result. All threads of the CTA
 // take part.
-// (pmScal == nullptr: sources [0, nUniform) take this rank's scalar cfg.scalarBits, the
-// others none; only right when every rank uses the same scalar.)
 template <int DT, int RED>
 static __device__ __noinline__ void reduceRangeImpl(const void* const* srcs, int nsrc,
-                                                    const uint64_t* pmScal, int nUniform,
-                                                    void* const* dsts, int ndst, uint64_t n,
-                                                    const RedCfg& cfg, int tid, int nt) {
+                                                    const uint64_t* pmScal, void* const* dsts,
+                                                    int ndst, uint64_t n, const RedCfg& cfg,
+                                                    int tid, int nt) {
   using N = Num<DT>;
   using U = typename N::U;
   using Acc = typename N::Acc;
   constexpr int P = 16 / sizeof(U);
   const bool pm = RED == kRedSum && cfg.premul;
   const int div = cfg.postDiv;
-  auto scal = [&](int k) -> Acc {
-    if (pmScal) return N::toAcc((U)pmScal[k]);
-    return k < nUniform ? N::toAcc((U)cfg.scalarBits) : Acc(1);
-  };
+  auto scal = [&](int k) -> Acc { return N::toAcc((U)pmScal[k]); };
   auto load1 = [&](int k, uint64_t i) -> Acc {
     Acc x = N::toAcc(__ldcg((const U*)srcs[k] + i));
     return pm ? premul1<DT>(x, scal(k)) : x;
@@ -359,16 +354,9 @@ static __device__ __noinline__ void reduceRangeImpl(const void* const* srcs, int
 template <int DT, int RED>
 static __device__ __forceinline__ void reduceRange(const void* const* srcs, int nsrc,
                                                    const uint64_t* pmScal, void* const* dsts,
-                                                   int ndst, uint64_t n, const RedCfg& cfg,
-                                                   int tid, int nt) {
-  reduceRangeImpl<DT, RED>(srcs, nsrc, pmScal, 0, dsts, ndst, n, cfg, tid, nt);
-}
-template <int DT, int RED>
-static __device__ __forceinline__ void reduceRange(const void* const* srcs, int nsrc,
-                                                   int nUniform, void* const* dsts, int ndst,
-                                                   uint64_t n, const RedCfg& cfg, int tid,
+                                                   int ndst, uint64_t n, const RedCfg& cfg, int tid,
                                                    int nt) {
-  reduceRangeImpl<DT, RED>(srcs, nsrc, nullptr, nUniform, dsts, ndst, n, cfg, tid, nt);
+  reduceRangeImpl<DT, RED>(srcs, nsrc, pmScal, dsts, ndst, n, cfg, tid, nt);
 }
 
 }  // namespace dev

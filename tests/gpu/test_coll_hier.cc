@@ -88,11 +88,13 @@ void runHier(HierComms& h, ncclDataType_t dt, Op op, size_t count, bool inplace,
     cudaMemset(recvb[r].base, 0xA5, bytes);  // poison
     if (count) upload(sendb[r].base, in[r], 0, count);
   }
-  const uint64_t scalar = scalarFor(dt, seed);
+  // PreMulSum: every rank its own scalar (as nccl-tests does).
+  std::vector<uint64_t> scalars(n);
+  for (int r = 0; r < n; r++) scalars[r] = scalarFor(dt, seed + 7919 * r);
   std::vector<ncclRedOp_t> ops(n, builtinOp(op));
   if (op == Op::kPreMulHost) {
     for (int r = 0; r < n; r++) {
-      uint64_t s = scalar;
+      uint64_t s = scalars[r];
       ASSERT_EQ(ncclRedOpCreatePreMulSum(&ops[r], &s, dt, ncclScalarHostImmediate, h.comms[r]),
                 ncclSuccess);
     }
@@ -116,7 +118,7 @@ void runHier(HierComms& h, ncclDataType_t dt, Op op, size_t count, bool inplace,
   for (int r = 0; r < n; r++) {
     HostBuf got;
     download(got, inplace ? sendb[r].base : recvb[r].base, count, es);
-    std::string bad = checkReduction(dt, op, inp, 0, got, count, scalar);
+    std::string bad = checkReduction(dt, op, inp, 0, got, count, scalars);
     ASSERT_EQ(bad, "") << "rank " << r;
     if (r == 0)
       first = got;
@@ -147,6 +149,10 @@ TEST_P(HierAllReduce, DtypesOpsCounts) {
   for (ncclDataType_t dt : {ncclFloat32, ncclInt64})
     for (bool inplace : {false, true}) runHier(h, dt, Op::kSum, (1u << 20) + 3, inplace, seed + 7);
   runHier(h, ncclFloat16, Op::kProd, (1u << 20) + 3, false, seed + 9);
+  // PreMulSum, a scalar per rank, several chunks (each segment staged pre-scaled).
+  for (ncclDataType_t dt : {ncclFloat32, ncclBfloat16, ncclInt32})
+    for (bool inplace : {false, true})
+      runHier(h, dt, Op::kPreMulHost, (1u << 20) + 3, inplace, seed + 11);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HierAllReduce,

@@ -84,7 +84,7 @@ struct OpCase {
   std::vector<DevBuf> sendb, recvb;
   std::vector<ncclRedOp_t> ops;
   std::vector<DevBuf> scal;
-  uint64_t scalar = 0;
+  std::vector<uint64_t> scalars;  // PreMulSum: every rank its own (as nccl-tests)
 
   std::string name() const {
     return std::string(kName[(int)k]) + " " + dtInfo(dt).name + " " + (isRed(k) ? opName(op) : "") +
@@ -117,7 +117,8 @@ struct OpCase {
     n = (int)comms.size();
     es = dtInfo(dt).size;
     in.assign(n, HostBuf());
-    scalar = scalarFor(dt, seed);
+    scalars.assign(n, 0);
+    for (int r = 0; r < n; r++) scalars[r] = scalarFor(dt, seed + 7919 * r);
     for (int r = 0; r < n; r++) {
       const size_t sb = (off + n * c * 2 + 1) * es, rb = (off + n * c * 2 + 1) * es;
       sendb.emplace_back(sb);
@@ -129,7 +130,7 @@ struct OpCase {
       ops.push_back(ncclSum);
       if (!isRed(k)) continue;
       if (op == Op::kPreMulHost || op == Op::kPreMulDev) {
-        uint64_t s = scalar;
+        uint64_t s = scalars[r];
         void* sp = &s;
         ncclScalarResidence_t res = ncclScalarHostImmediate;
         if (op == Op::kPreMulDev) {
@@ -208,7 +209,7 @@ struct OpCase {
       std::string bad;
       const std::string who = "rank " + std::to_string(r) + ": ";
       if (isRed(k)) {
-        bad = checkReduction(dt, op, inp, k == K::kReduceScatter ? r * c : 0, got, c, scalar);
+        bad = checkReduction(dt, op, inp, k == K::kReduceScatter ? r * c : 0, got, c, scalars);
         if (bad.empty() && k == K::kAllReduce) {
           if (first.bytes.empty()) first = got;
           if (got.bytes != first.bytes) bad = "differs from the lowest rank's bits";
@@ -308,6 +309,24 @@ TEST_P(HierOps, EveryOperationLargeCount) {
   }
 }
 
+// PreMulSum with a different scalar on every rank (as nccl-tests), several chunks per
+// channel: raw inputs leave pre-scaled by their owner, partials are not scaled again.
+TEST_P(HierOps, PreMulSumPerRankScalarsLargeCount) {
+  const uint64_t seed = mktest::testSeed() + 23;
+  const ncclDataType_t dts[3] = {ncclFloat32, ncclBfloat16, ncclInt32};
+  int i = 0;
+  for (K k : {K::kReduce, K::kReduceScatter, K::kAllReduce}) {
+    for (Op op : {Op::kPreMulHost, Op::kPreMulDev}) {
+      std::vector<OpCase> one;
+      one.push_back(
+          OpCase{k, dts[i % 3], op, 100003, i % 2 == 0, (i * 3) % h.n, i % 3 == 2, seed + i});
+      i++;
+      runCases(h, one);
+      if (HasFailure()) return;
+    }
+  }
+}
+
 TEST_P(HierOps, TwentyBackToBackMixed) {
   const uint64_t seed = mktest::testSeed() + 11;
   std::vector<OpCase> cases;
@@ -331,6 +350,8 @@ TEST_P(HierOps, GraphReplayedFourTimes) {
   cases.push_back(OpCase{K::kAllReduce, ncclFloat32, Op::kMax, 70001, false, 0, 0, seed + 2});
   cases.push_back(OpCase{K::kSendRecv, ncclUint8, Op::kSum, 9999, false, 0, 0, seed + 3});
   cases.push_back(OpCase{K::kBroadcast, ncclFloat64, Op::kSum, 777, true, n - 1, 0, seed + 4});
+  cases.push_back(
+      OpCase{K::kReduceScatter, ncclFloat32, Op::kPreMulDev, 20001, false, 0, 0, seed + 5});
   for (auto& oc : cases) oc.prepare(h.comms);
   std::vector<cudaGraph_t> graphs(n);
   std::vector<cudaGraphExec_t> execs(n);

@@ -1,6 +1,8 @@
 // Host logic of the inter-node paths: topology checks, window areas, segments, and the
-// channel engine's plans, executed by a CPU model of every rank (FIFO channels, int32 sums)
-// and compared with the collectives' definitions.
+// channel engine's plans, executed by a CPU model of every rank (FIFO channels, int32 sums;
+// PreMulSum with a scalar per rank as the kernel does it: kXRawInput sends scaled by the
+// sender, the reducer scales only its own list-0 input) and compared with the collectives'
+// definitions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,6 +153,12 @@ TEST(HierChan, PositionsAndChecks) {
   EXPECT_NE(mk::hierCheckLaunch(l, 0), "");
   l.lanes[1].steps.back().peer = 0;  // to itself
   EXPECT_NE(mk::hierCheckLaunch(l, 0), "");
+  l.lanes[1].steps.pop_back();
+  l.lanes[1].steps[0].flags |= mk::kXRawInput;  // raw-input (PreMulSum) flag on a receive
+  EXPECT_NE(mk::hierCheckLaunch(l, 0), "");
+  l.lanes[1].steps[0].flags = 0;
+  l.lanes[0].steps[1].flags |= mk::kXRawInput;  // ... on a send: fine
+  EXPECT_EQ(mk::hierCheckLaunch(l, 0), "");
 }
 
 // CPU model: every rank's launches in order; a lane step runs once its inputs are queued.
@@ -160,6 +168,7 @@ struct Model {
   std::map<std::pair<int, int>, std::deque<std::vector<uint8_t>>> ch;  // (from, to)
   std::vector<std::vector<mk::XPlanLaunch>> plans;
   std::string err;
+  std::vector<int32_t> scal;  // PreMulSum scalar per rank (empty: plain sum)
 
   int32_t* at(int r, uint64_t a) { return reinterpret_cast<int32_t*>(mem[r].data() + a); }
   bool ready(int r, int from, uint64_t bytes) {
@@ -180,7 +189,17 @@ struct Model {
     switch (s.kind) {
       case mk::kXSend: {
         const uint8_t* p = mem[r].data() + s.p0;
-        ch[{r, s.peer}].push_back(std::vector<uint8_t>(p, p + s.n));
+        std::vector<uint8_t> m(p, p + s.n);
+        if (!scal.empty() && (s.flags & mk::kXRawInput)) {
+          if (s.n % 4) err = "raw-input send of a partial element";
+          for (size_t i = 0; i + 4 <= m.size(); i += 4) {
+            int32_t v;
+            memcpy(&v, m.data() + i, 4);
+            v = (int32_t)((uint32_t)v * (uint32_t)scal[r]);
+            memcpy(m.data() + i, &v, 4);
+          }
+        }
+        ch[{r, s.peer}].push_back(m);
         return true;
       }
       case mk::kXRecv: {
@@ -204,9 +223,11 @@ struct Model {
       std::vector<int32_t> part(s.n, 0);
       for (int p : l.list[k]) {
         std::vector<int32_t> v(s.n);
-        if (p == r && k == 0)
+        if (p == r && k == 0) {
           memcpy(v.data(), at(r, s.p1), s.n * 4);
-        else if (p == r)
+          if (!scal.empty())
+            for (auto& x : v) x = (int32_t)((uint32_t)x * (uint32_t)scal[r]);
+        } else if (p == r)
           v = acc;
         else
           memcpy(v.data(), pop(r, p).data(), s.n * 4);
@@ -254,6 +275,7 @@ struct Case {
   uint64_t count;
   int root;
   bool inplace;
+  bool premul = false;  // PreMulSum, scalar 3 + 2r on rank r
 };
 
 mk::XTopo topoOf(const std::vector<int>& nodes, int me) {
@@ -284,6 +306,8 @@ void runCase(const Case& c) {
   Model m;
   m.n = n;
   m.mem.assign(n, std::vector<uint8_t>(2 * M, 0));
+  if (c.premul)
+    for (int r = 0; r < n; r++) m.scal.push_back(3 + 2 * r);
   std::vector<uint64_t> sendA(n, 0), recvA(n, M);
   // In-place layouts as NCCL defines them.
   const bool rsIn = c.type == CollType::kReduceScatter || c.type == CollType::kScatter;
@@ -310,7 +334,7 @@ void runCase(const Case& c) {
   ASSERT_TRUE(m.run()) << m.err;
   auto sum = [&](uint64_t i) {
     uint32_t s = 0;
-    for (int p = 0; p < n; p++) s += (uint32_t)val(p, i);
+    for (int p = 0; p < n; p++) s += (uint32_t)val(p, i) * (c.premul ? (uint32_t)m.scal[p] : 1u);
     return (int32_t)s;
   };
   for (int r = 0; r < n; r++) {
@@ -360,11 +384,17 @@ TEST(HierChan, PlansComputeEveryCollective) {
       for (uint64_t cnt : {uint64_t(1), uint64_t(7), uint64_t(300)}) {
         for (int root : {0, n - 1}) {
           for (bool inplace : {false, true}) {
-            if (inplace && ty == CollType::kAlltoAll) continue;
-            SCOPED_TRACE(std::string(mk::collName(ty)) + " shape " + std::to_string(sh.size()) +
-                         " nodes, " + std::to_string(n) + " ranks, count " + std::to_string(cnt) +
-                         " root " + std::to_string(root) + (inplace ? " in-place" : ""));
-            runCase(Case{sh, ty, cnt, root, inplace});
+            for (bool premul : {false, true}) {
+              if (inplace && ty == CollType::kAlltoAll) continue;
+              if (premul && ty != CollType::kReduce && ty != CollType::kReduceScatter &&
+                  ty != CollType::kAllReduce)
+                continue;
+              SCOPED_TRACE(std::string(mk::collName(ty)) + " shape " + std::to_string(sh.size()) +
+                           " nodes, " + std::to_string(n) + " ranks, count " + std::to_string(cnt) +
+                           " root " + std::to_string(root) + (inplace ? " in-place" : "") +
+                           (premul ? " PreMulSum" : ""));
+              runCase(Case{sh, ty, cnt, root, inplace, premul});
+            }
           }
         }
       }
