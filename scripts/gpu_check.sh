@@ -12,6 +12,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${MK_BUILD:-$root/build-gpu}" 2>/dev/null && pwd || echo "${MK_BUILD:-$root/build-gpu}")"
 [ -d "$build/src" ] && export LD_LIBRARY_PATH="$build/src:${LD_LIBRARY_PATH:-}"
+[ -f "$build/COMMIT" ] && export MK_BENCH_COMMIT="$(cat "$build/COMMIT")"
 out="$build/gpu_check_out"  # logs and JSON; packed into $OUT (8 files at most) at the end
 mkdir -p "$out"
 stages=("$@")
@@ -57,7 +58,8 @@ for s in "${stages[@]}"; do
     collbench)
       run_stage coll_bench "$build/bench/bench_coll_bench" --out "$out/coll_$(date +%F).json" ;;
     netbench)
-      run_stage net_bench "$build/bench/bench_net_bench" --out "$out/net_$(date +%F).json" ;;
+      run_stage net_bench "$build/bench/bench_net_bench" --out "$out/net_$(date +%F).json" \
+        ${MK_BENCH_COMMIT:+--commit "$MK_BENCH_COMMIT"} ;;
     torch)
       MK_TORCH_LOGDIR="$out/torch-logs" run_stage torch "$root/scripts/run_torch_tests.sh" "$build" ;;
     nccltests)

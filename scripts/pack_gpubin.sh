@@ -14,5 +14,10 @@ for f in tests/mk_gpu_tests tests/mk_comm_worker tests/mk_mp_tests tests/mk_unit
   examples/mkernel_demo plugin/libnccl-net-mkernel.so; do
   [ -f "$src/$f" ] && cp "$src/$f" "$dst/$f"
 done
+# The commit the binaries were built at (benchmarks record it: MK_BENCH_COMMIT).
+root="$(cd "$(dirname "$0")/.." && pwd)"
+c="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
+[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && c="$c-dirty"
+echo "$c" >"$dst/COMMIT"
 find "$dst" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true
 du -sh "$dst"
