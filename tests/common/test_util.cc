@@ -71,6 +71,16 @@ uint64_t testSeed() {
   return seed;
 }
 
+cudaError_t syncMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  cudaError_t e = cudaMemcpy(dst, src, bytes, kind);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(cudaStreamLegacy);
+}
+
+cudaError_t syncMemset(void* dst, int value, size_t bytes) {
+  cudaError_t e = cudaMemset(dst, value, bytes);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(cudaStreamLegacy);
+}
+
 std::string selfDir() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);

@@ -1,6 +1,7 @@
 // Helpers shared by the test binaries.
 #pragma once
 #include <cstdint>
+#include <cuda_runtime.h>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -17,6 +18,12 @@ int countThreads();
 // Seed for random inputs: fresh per run unless MKTEST_SEED is set; printed once.
 uint64_t testSeed();
 
+// cudaMemcpy / cudaMemset followed by a wait for the legacy default stream. cudaMemset, and
+// cudaMemcpy from pageable host memory to the device, may return before the device has
+// the data; the collectives run on non-blocking streams, which do not wait for the legacy
+// stream, so a test must not launch them on data that may still be in flight.
+cudaError_t syncMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t syncMemset(void* dst, int value, size_t bytes);
 // Folder of this test binary (from /proc/self/exe).
 std::string selfDir();
 // Starts this test binary again (fresh CUDA state) running only `gtestFilter`, with this

@@ -61,7 +61,7 @@ void runCopy(const CopyParam& p) {
   for (int r = 0; r < n; r++) {
     if (p.inplace) {
       bufs.emplace_back(std::max(sendElems, recvElems) * es + p.sendOff + 64);
-      ASSERT_EQ(cudaMemset(bufs.back().base, 0xCD, bufs.back().bytes), cudaSuccess);
+      ASSERT_EQ(mktest::syncMemset(bufs.back().base, 0xCD, bufs.back().bytes), cudaSuccess);
       char* b = bufs.back().at(p.sendOff);
       switch (p.coll) {
         case CColl::kAllGather:
@@ -80,7 +80,7 @@ void runCopy(const CopyParam& p) {
       bufs.emplace_back(sendElems * es + p.sendOff + 64);
       sp[r] = bufs.back().at(p.sendOff);
       bufs.emplace_back(recvElems * es + p.recvOff + 64);
-      ASSERT_EQ(cudaMemset(bufs.back().base, 0xCD, bufs.back().bytes), cudaSuccess);
+      ASSERT_EQ(mktest::syncMemset(bufs.back().base, 0xCD, bufs.back().bytes), cudaSuccess);
       rp[r] = bufs.back().at(p.recvOff);
     }
     upload((void*)sp[r], in[r], 0, sendElems);

@@ -77,8 +77,8 @@ void allReduceWorks() {
   const size_t count = 1 << 20;
   DevBuf b0(count * 4), b1(count * 4);
   std::vector<float> h(count, 1.5f);
-  cudaMemcpy(b0.base, h.data(), count * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(b1.base, h.data(), count * 4, cudaMemcpyHostToDevice);
+  mktest::syncMemcpy(b0.base, h.data(), count * 4, cudaMemcpyHostToDevice);
+  mktest::syncMemcpy(b1.base, h.data(), count * 4, cudaMemcpyHostToDevice);
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   ASSERT_EQ(ncclAllReduce(b0.base, b0.base, count, ncclFloat32, ncclSum, p.comms[0], p.streams[0]),
             ncclSuccess);
@@ -86,7 +86,7 @@ void allReduceWorks() {
             ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
   ASSERT_TRUE(streamDone(p.streams[0], 30) && streamDone(p.streams[1], 30));
-  cudaMemcpy(h.data(), b1.base, count * 4, cudaMemcpyDeviceToHost);
+  mktest::syncMemcpy(h.data(), b1.base, count * 4, cudaMemcpyDeviceToHost);
   for (size_t i = 0; i < count; i++) ASSERT_EQ(h[i], 3.0f) << i;
 }
 

@@ -42,15 +42,15 @@ void refill(GraphBufs& g, int n, uint64_t seed) {
   for (int r = 0; r < n; r++) {
     fillRandom(g.arH[r], ncclFloat32, Op::kSum, g.arCount, seed + r);
     upload(g.arIn[r].base, g.arH[r], 0, g.arCount);
-    cudaMemset(g.arOut[r].base, 0xCD, g.arOut[r].bytes);
+    mktest::syncMemset(g.arOut[r].base, 0xCD, g.arOut[r].bytes);
     fillRandom(g.ringH[r], ncclBfloat16, Op::kMax, g.ringCount, seed + 50 + r);
     upload(g.ringBuf[r].base, g.ringH[r], 0, g.ringCount);
     fillRandom(g.agH[r], ncclUint8, Op::kSum, g.agCount, seed + 100 + r);
     upload(g.agIn[r].base, g.agH[r], 0, g.agCount);
-    cudaMemset(g.agOut[r].base, 0xCD, g.agOut[r].bytes);
+    mktest::syncMemset(g.agOut[r].base, 0xCD, g.agOut[r].bytes);
     fillRandom(g.p2pH[r], ncclUint8, Op::kSum, g.p2pBytes, seed + 200 + r);
     upload(g.p2pIn[r].base, g.p2pH[r], 0, g.p2pBytes);
-    cudaMemset(g.p2pOut[r].base, 0xCD, g.p2pOut[r].bytes);
+    mktest::syncMemset(g.p2pOut[r].base, 0xCD, g.p2pOut[r].bytes);
   }
 }
 

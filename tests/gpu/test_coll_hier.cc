@@ -85,7 +85,7 @@ void runHier(HierComms& h, ncclDataType_t dt, Op op, size_t count, bool inplace,
     fillRandom(in[r], dt, op, count, seed + r);
     sendb.emplace_back(bytes);
     recvb.emplace_back(bytes);
-    cudaMemset(recvb[r].base, 0xA5, bytes);  // poison
+    mktest::syncMemset(recvb[r].base, 0xA5, bytes);  // poison
     if (count) upload(sendb[r].base, in[r], 0, count);
   }
   // PreMulSum: every rank its own scalar (as nccl-tests does).

@@ -123,8 +123,8 @@ struct OpCase {
       const size_t sb = (off + n * c * 2 + 1) * es, rb = (off + n * c * 2 + 1) * es;
       sendb.emplace_back(sb);
       recvb.emplace_back(rb);
-      cudaMemset(sendb[r].base, 0x5A, sb);
-      cudaMemset(recvb[r].base, 0xA5, rb);  // poison
+      mktest::syncMemset(sendb[r].base, 0x5A, sb);
+      mktest::syncMemset(recvb[r].base, 0xA5, rb);  // poison
       fillRandom(in[r], dt, op, inElems(r), seed + 977 * r);
       if (inElems(r)) upload(sendPtr(r), in[r], 0, inElems(r));
       ops.push_back(ncclSum);
@@ -135,7 +135,7 @@ struct OpCase {
         ncclScalarResidence_t res = ncclScalarHostImmediate;
         if (op == Op::kPreMulDev) {
           scal.emplace_back(8);
-          cudaMemcpy(scal.back().base, &s, 8, cudaMemcpyHostToDevice);
+          mktest::syncMemcpy(scal.back().base, &s, 8, cudaMemcpyHostToDevice);
           sp = scal.back().base, res = ncclScalarDevice;
         }
         EXPECT_EQ(ncclRedOpCreatePreMulSum(&ops[r], sp, dt, res, comms[r]), ncclSuccess);
@@ -369,7 +369,7 @@ TEST_P(HierOps, GraphReplayedFourTimes) {
   for (int it = 0; it < 4 && !HasFailure(); it++) {
     for (auto& oc : cases)  // poison the outputs that are not also inputs
       for (int r = 0; r < n; r++)
-        if (!oc.inplace) cudaMemset(oc.recvb[r].base, 0xA5 ^ it, oc.recvb[r].bytes);
+        if (!oc.inplace) mktest::syncMemset(oc.recvb[r].base, 0xA5 ^ it, oc.recvb[r].bytes);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (int r = 0; r < n; r++) ASSERT_EQ(cudaGraphLaunch(execs[r], h.streams[r]), cudaSuccess);
     ASSERT_EQ(h.sync(), "") << "replay " << it;

@@ -51,7 +51,7 @@ void runPattern(Clique& c, const std::vector<Msg>& msgs, bool shuffle, uint64_t 
     sendBufs.emplace_back(m.bytes + 64);
     recvBufs.emplace_back(m.bytes + 64);
     upload(sendBufs.back().base, data.back(), 0, m.bytes);
-    ASSERT_EQ(cudaMemset(recvBufs.back().base, 0xCD, m.bytes + 64), cudaSuccess);
+    ASSERT_EQ(mktest::syncMemset(recvBufs.back().base, 0xCD, m.bytes + 64), cudaSuccess);
     perRank[m.from].push_back({true, m.to, sendBufs.back().base, m.bytes});
     perRank[m.to].push_back({false, m.from, recvBufs.back().base, m.bytes});
   }
@@ -200,11 +200,11 @@ void prepareMixed(Clique& c, MixedRun& m, uint64_t seed) {
     m.agSend.emplace_back(m.agCount);
     upload(m.agSend.back().base, m.agIn[r], 0, m.agCount);
     m.agRecv.emplace_back(m.agCount * n);
-    cudaMemset(m.agRecv.back().base, 0xCD, m.agCount * n);
+    mktest::syncMemset(m.agRecv.back().base, 0xCD, m.agCount * n);
     m.p2pSend.emplace_back(m.p2pBytes);
     upload(m.p2pSend.back().base, m.p2pIn[r], 0, m.p2pBytes);
     m.p2pRecv.emplace_back(m.p2pBytes);
-    cudaMemset(m.p2pRecv.back().base, 0xCD, m.p2pBytes);
+    mktest::syncMemset(m.p2pRecv.back().base, 0xCD, m.p2pBytes);
   }
 }
 
@@ -310,7 +310,7 @@ TEST_P(CollGroup, SeveralStreamsPerComm) {
   const size_t cnt = 1024;
   DevBuf acc(4 * cnt * c.n);
   std::vector<int32_t> h(cnt * c.n, 1);
-  ASSERT_EQ(cudaMemcpy(acc.base, h.data(), acc.bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(mktest::syncMemcpy(acc.base, h.data(), acc.bytes, cudaMemcpyHostToDevice), cudaSuccess);
   for (int it = 0; it < 20; it++) {
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
     for (int r = 0; r < c.n; r++) {
@@ -323,7 +323,7 @@ TEST_P(CollGroup, SeveralStreamsPerComm) {
   }
   for (auto s : extra) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   ASSERT_TRUE(syncClique(c, 60, &why)) << why;
-  ASSERT_EQ(cudaMemcpy(h.data(), acc.base, acc.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(mktest::syncMemcpy(h.data(), acc.base, acc.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   uint32_t want = 1;
   for (int it = 0; it < 20; it++) want *= (uint32_t)c.n;
   for (size_t i = 0; i < h.size(); i++) ASSERT_EQ((uint32_t)h[i], want) << "element " << i;
@@ -352,9 +352,9 @@ TEST(CollThreads, OneThreadPerRank) {
       std::vector<int32_t> h(count), in(count);
       for (int it = 0; it < 30 && !failures; it++) {
         for (size_t i = 0; i < count; i++) h[i] = (int32_t)(i * 31 + r * 7 + it);
-        cudaMemcpy(buf.base, h.data(), count * 4, cudaMemcpyHostToDevice);
+        mktest::syncMemcpy(buf.base, h.data(), count * 4, cudaMemcpyHostToDevice);
         for (size_t i = 0; i < count; i++) in[i] = (int32_t)(i ^ (r << 8) ^ it);
-        cudaMemcpy(ringIn.base, in.data(), count * 4, cudaMemcpyHostToDevice);
+        mktest::syncMemcpy(ringIn.base, in.data(), count * 4, cudaMemcpyHostToDevice);
         if (ncclAllReduce(buf.base, buf.base, count, ncclInt32, ncclSum, c.comms[r],
                           c.streams[r]) != ncclSuccess ||
             ncclGroupStart() != ncclSuccess ||
@@ -370,7 +370,7 @@ TEST(CollThreads, OneThreadPerRank) {
           failures++;
           return;
         }
-        cudaMemcpy(h.data(), buf.base, count * 4, cudaMemcpyDeviceToHost);
+        mktest::syncMemcpy(h.data(), buf.base, count * 4, cudaMemcpyDeviceToHost);
         for (size_t i = 0; i < count; i++) {
           int32_t want = 0;
           for (int q = 0; q < n; q++) want += (int32_t)(i * 31 + q * 7 + it);
@@ -380,7 +380,7 @@ TEST(CollThreads, OneThreadPerRank) {
             return;
           }
         }
-        cudaMemcpy(h.data(), ring.base, count * 4, cudaMemcpyDeviceToHost);
+        mktest::syncMemcpy(h.data(), ring.base, count * 4, cudaMemcpyDeviceToHost);
         int prev = (r + n - 1) % n;
         for (size_t i = 0; i < count; i++)
           if (h[i] != (int32_t)(i ^ (prev << 8) ^ it)) {
@@ -419,7 +419,7 @@ TEST(CollP2pApi, AllToAllv) {
       sb.emplace_back(so * 4);
       upload(sb.back().base, in[r], 0, so);
       rb.emplace_back(ro * 4);
-      cudaMemset(rb.back().base, 0xCD, ro * 4);
+      mktest::syncMemset(rb.back().base, 0xCD, ro * 4);
     }
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
     for (int r = 0; r < n; r++)

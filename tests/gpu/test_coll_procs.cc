@@ -362,13 +362,13 @@ std::string load(Ctx& x, Prepared& p, int rep) {
     }
   }
   Mem& out = c.inplace ? p.sendM : p.recvM;
-  if (cudaMemset(out.p, 0xCD, out.bytes) != cudaSuccess) return "cudaMemset failed";
+  if (mktest::syncMemset(out.p, 0xCD, out.bytes) != cudaSuccess) return "cudaMemset failed";
   // In place, Broadcast and Scatter have no input on other ranks than the root: their
   // buffers stay poisoned.
   bool upload1 = !(c.inplace && (c.k == K::kBroadcast || c.k == K::kScatter) && x.me != c.root);
   if (upload1) upload((void*)p.sp, p.in[x.me], 0, p.sendN);
   if (c.op == Op::kPreMulDev &&
-      cudaMemcpy(p.scalarM.p, &p.scalars[x.me], p.es, cudaMemcpyHostToDevice) != cudaSuccess)
+      mktest::syncMemcpy(p.scalarM.p, &p.scalars[x.me], p.es, cudaMemcpyHostToDevice) != cudaSuccess)
     return "scalar upload failed";
   return "";
 }
@@ -535,7 +535,7 @@ void checkIdentical(Ctx& x, const std::string& name, uint64_t mine) {
   Mem s, r;
   std::string e = s.alloc(8, false);
   if (e.empty()) e = r.alloc(8 * x.n, false);
-  if (e.empty() && cudaMemcpy(s.p, &mine, 8, cudaMemcpyHostToDevice) != cudaSuccess)
+  if (e.empty() && mktest::syncMemcpy(s.p, &mine, 8, cudaMemcpyHostToDevice) != cudaSuccess)
     e = "hash upload failed";
   if (e.empty()) {
     ncclResult_t res = ncclAllGather(s.p, r.p, 1, ncclUint64, x.comm, x.stream);
@@ -550,7 +550,7 @@ void checkIdentical(Ctx& x, const std::string& name, uint64_t mine) {
     return;
   }
   std::vector<uint64_t> all(x.n);
-  cudaMemcpy(all.data(), r.p, 8 * x.n, cudaMemcpyDeviceToHost);
+  mktest::syncMemcpy(all.data(), r.p, 8 * x.n, cudaMemcpyDeviceToHost);
   for (int q = 0; q < x.n; q++)
     if (all[q] != mine) {
       report(x, name,

@@ -89,7 +89,7 @@ void runReduction(const RedParam& p) {
       bufs.emplace_back(sendCount * es + sOff + 64);
       sp[r] = bufs.back().at(sOff);
       bufs.emplace_back(recvCount * es + rOff + 64);
-      ASSERT_EQ(cudaMemset(bufs.back().base, 0xCD, bufs.back().bytes), cudaSuccess);
+      ASSERT_EQ(mktest::syncMemset(bufs.back().base, 0xCD, bufs.back().bytes), cudaSuccess);
       rp[r] = bufs.back().at(rOff);
     }
     upload((void*)sp[r], in[r], 0, sendCount);
@@ -115,7 +115,7 @@ void runReduction(const RedParam& p) {
         break;
       case Op::kPreMulDev:
         scalars.emplace_back(16);
-        ASSERT_EQ(cudaMemcpy(scalars.back().base, &scalarOf[r], es, cudaMemcpyHostToDevice),
+        ASSERT_EQ(mktest::syncMemcpy(scalars.back().base, &scalarOf[r], es, cudaMemcpyHostToDevice),
                   cudaSuccess);
         ASSERT_EQ(ncclRedOpCreatePreMulSum(&ops[r], scalars.back().base, p.dt, ncclScalarDevice,
                                            c.comms[r]),

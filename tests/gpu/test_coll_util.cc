@@ -1,4 +1,5 @@
 #include "gpu/test_coll_util.h"
+#include "common/test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -456,7 +457,7 @@ DevBuf::~DevBuf() {
 void upload(void* dst, const HostBuf& h, size_t offElems, size_t count) {
   if (count == 0) return;
   ASSERT_EQ(
-      cudaMemcpy(dst, h.bytes.data() + offElems * h.size, count * h.size, cudaMemcpyHostToDevice),
+      mktest::syncMemcpy(dst, h.bytes.data() + offElems * h.size, count * h.size, cudaMemcpyHostToDevice),
       cudaSuccess);
 }
 
@@ -464,7 +465,7 @@ void download(HostBuf& h, const void* src, size_t count, size_t elemSize) {
   h.size = elemSize;
   h.bytes.resize(count * elemSize);
   if (count == 0) return;
-  ASSERT_EQ(cudaMemcpy(h.bytes.data(), src, count * elemSize, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(mktest::syncMemcpy(h.bytes.data(), src, count * elemSize, cudaMemcpyDeviceToHost), cudaSuccess);
 }
 
 AlgoScope::AlgoScope(const char* algo) {

@@ -1,5 +1,6 @@
 // Helpers of the device communication API tests (see test_devcomm_util.h).
 #include "gpu/test_devcomm_util.h"
+#include "common/test_util.h"
 
 #include <algorithm>
 #include <chrono>
@@ -139,7 +140,7 @@ std::string startPlan(Ranks& r, int rank, const Plan& p, Launch* l) {
   if (res != ncclSuccess) return std::string("netDevView: ") + ncclGetLastError(nullptr);
   auto upload = [&](void** dst, const void* data, size_t bytes) -> std::string {
     DC_CUDA(cudaMalloc(dst, bytes ? bytes : 16));
-    if (bytes) DC_CUDA(cudaMemcpy(*dst, data, bytes, cudaMemcpyHostToDevice));
+    if (bytes) DC_CUDA(mktest::syncMemcpy(*dst, data, bytes, cudaMemcpyHostToDevice));
     return "";
   };
   std::string e;
@@ -149,9 +150,9 @@ std::string startPlan(Ranks& r, int rank, const Plan& p, Launch* l) {
   if (!(e = upload(&l->recvs, p.recvs.data(), p.recvs.size() * sizeof(mk::NetTestOp))).empty())
     return e;
   DC_CUDA(cudaMalloc(&l->out, p.outBytes ? p.outBytes : 16));
-  DC_CUDA(cudaMemset(l->out, kPoison, p.outBytes ? p.outBytes : 16));
+  DC_CUDA(mktest::syncMemset(l->out, kPoison, p.outBytes ? p.outBytes : 16));
   DC_CUDA(cudaMalloc(&l->status, sizeof(int) * p.grid));
-  DC_CUDA(cudaMemset(l->status, 0, sizeof(int) * p.grid));
+  DC_CUDA(mktest::syncMemset(l->status, 0, sizeof(int) * p.grid));
   a.sends = static_cast<const mk::NetTestOp*>(l->sends);
   a.nSends = (int)p.sends.size();
   a.recvs = static_cast<const mk::NetTestOp*>(l->recvs);
@@ -180,11 +181,11 @@ std::string finishPlan(Launch& l, std::vector<uint8_t>* out, std::vector<int>* s
   DC_CUDA(cudaStreamSynchronize(l.stream));
   if (out) {
     out->resize(l.outBytes);
-    if (l.outBytes) DC_CUDA(cudaMemcpy(out->data(), l.out, l.outBytes, cudaMemcpyDeviceToHost));
+    if (l.outBytes) DC_CUDA(mktest::syncMemcpy(out->data(), l.out, l.outBytes, cudaMemcpyDeviceToHost));
   }
   if (status) {
     status->resize(l.grid);
-    DC_CUDA(cudaMemcpy(status->data(), l.status, sizeof(int) * l.grid, cudaMemcpyDeviceToHost));
+    DC_CUDA(mktest::syncMemcpy(status->data(), l.status, sizeof(int) * l.grid, cudaMemcpyDeviceToHost));
   }
   return "";
 }

@@ -168,9 +168,9 @@ TEST(PeerMemAlloc, SizesAccessAndExport) {
     // Usable from this device: write, read back.
     std::vector<uint8_t> in(size), out(size, 0);
     for (size_t i = 0; i < size; i++) in[i] = (uint8_t)(i * 7 + size);
-    ASSERT_EQ(cudaMemcpy(p, in.data(), size, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset((char*)p + size / 2, 0xAB, size - size / 2), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(out.data(), p, size, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(mktest::syncMemcpy(p, in.data(), size, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(mktest::syncMemset((char*)p + size / 2, 0xAB, size - size / 2), cudaSuccess);
+    ASSERT_EQ(mktest::syncMemcpy(out.data(), p, size, cudaMemcpyDeviceToHost), cudaSuccess);
     for (size_t i = 0; i < size; i++)
       ASSERT_EQ(out[i], i < size / 2 ? in[i] : 0xAB) << "byte " << i << " of " << size;
     // Interior pointers are not allocations.

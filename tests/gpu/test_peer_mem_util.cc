@@ -71,8 +71,8 @@ std::string checkPattern(const void* dev, size_t n, uint64_t seed, int rank, siz
   // Device-to-device first: the copy engine of this GPU reads through the peer mapping.
   void* scratch = nullptr;
   PM_CUDA(cudaMalloc(&scratch, n));
-  cudaError_t e = cudaMemcpy(scratch, dev, n, cudaMemcpyDeviceToDevice);
-  if (e == cudaSuccess) e = cudaMemcpy(got.data(), scratch, n, cudaMemcpyDeviceToHost);
+  cudaError_t e = mktest::syncMemcpy(scratch, dev, n, cudaMemcpyDeviceToDevice);
+  if (e == cudaSuccess) e = mktest::syncMemcpy(got.data(), scratch, n, cudaMemcpyDeviceToHost);
   cudaFree(scratch);
   if (e != cudaSuccess) return cudaErr(what, e);
   fillPattern(want.data(), n, seed, rank, offset);
@@ -170,7 +170,7 @@ std::string workspaceCheck(ncclComm* c, uint64_t seed) {
   if (pm->peers[t.localRank] != pm->local) return "peers[localRank] != local";
   if (pm->bytes < (size_t)mk::paramInt(mk::ParamId::WorkspaceBytes)) return "workspace too small";
   std::vector<void*> devTable(t.localRanks);
-  PM_CUDA(cudaMemcpy(devTable.data(), pm->peersDev, sizeof(void*) * t.localRanks,
+  PM_CUDA(mktest::syncMemcpy(devTable.data(), pm->peersDev, sizeof(void*) * t.localRanks,
                      cudaMemcpyDeviceToHost));
   if (devTable != pm->peers) return "peersDev differs from peers";
   for (int l = 0; l < t.localRanks; l++)
@@ -178,11 +178,11 @@ std::string workspaceCheck(ncclComm* c, uint64_t seed) {
   size_t n = pm->bytes;
   {
     std::vector<uint8_t> h(n);
-    PM_CUDA(cudaMemcpy(h.data(), pm->local, n, cudaMemcpyDeviceToHost));
+    PM_CUDA(mktest::syncMemcpy(h.data(), pm->local, n, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n; i++)
       if (h[i] != 0) return "workspace not zero-filled at byte " + std::to_string(i);
     fillPattern(h.data(), n, seed, c->rank, 0);
-    PM_CUDA(cudaMemcpy(pm->local, h.data(), n, cudaMemcpyHostToDevice));
+    PM_CUDA(mktest::syncMemcpy(pm->local, h.data(), n, cudaMemcpyHostToDevice));
   }
   PM_NCCL(mk::bootstrapBarrier(c->bootstrap));
   for (int l = 0; l < t.localRanks; l++) {
@@ -209,7 +209,7 @@ std::string workspaceCheck(ncclComm* c, uint64_t seed) {
   if (e != cudaSuccess) return cudaErr("cudaStreamSynchronize", e);
   PM_NCCL(mk::bootstrapBarrier(c->bootstrap));
   std::vector<uint8_t> h(slot * t.localRanks);
-  PM_CUDA(cudaMemcpy(h.data(), pm->local, h.size(), cudaMemcpyDeviceToHost));
+  PM_CUDA(mktest::syncMemcpy(h.data(), pm->local, h.size(), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < h.size(); i++)
     if (h[i] != (uint8_t)(0x40 + i / slot))
       return "byte " + std::to_string(i) + " written by local rank " + std::to_string(i / slot) +
@@ -254,7 +254,7 @@ std::string registerCheck(ncclComm* c, uint64_t seed) {
   auto fill = [&](void* p, size_t n, uint64_t s) -> std::string {
     std::vector<uint8_t> h(n);
     fillPattern(h.data(), n, s, c->rank, 0);
-    PM_CUDA(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
+    PM_CUDA(mktest::syncMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
     return "";
   };
   auto body = [&]() -> std::string {
