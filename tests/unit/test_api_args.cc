@@ -11,6 +11,7 @@
 #include <nccl_device.h>
 #include <string>
 
+#include "bootstrap/bootstrap.h"
 #include "coll/redop.h"
 #include "core/debug.h"
 #include "core/comm.h"
@@ -283,5 +284,11 @@ TEST(ApiNoGpu, InitFailsCleanlyWithoutAGpu) {
   EXPECT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclUnhandledCudaError);
   EXPECT_EQ(comms[0], nullptr);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  // The failed init never reached the root ncclGetUniqueId started; a one-rank bootstrap
+  // on the same id ends it now (otherwise it waits for its timeout, and tests later in
+  // this process that count live roots would see it).
+  mk::Bootstrap* b = nullptr;
+  ASSERT_EQ(mk::bootstrapInit(&id, 1, 0, 1, nullptr, &b), ncclSuccess);
+  EXPECT_EQ(mk::bootstrapClose(b), ncclSuccess);
 }
 }  // namespace
