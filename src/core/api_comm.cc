@@ -114,8 +114,13 @@ MK_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   __atomic_store_n(comm->abortFlag, 1u, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->bootstrapAbort, 1u, __ATOMIC_RELEASE);
   comm->state.store(CommState::kAborted);
-  netAbort(comm);  // the proxy drops pending work at once
+  // The proxy drops pending work at once. A background job (nonblocking init) may still be
+  // creating comm->net: then abort only after joining it (it sees bootstrapAbort and
+  // returns within the bootstrap/net timeouts), so that nobody reads comm->net while the
+  // job writes it.
+  if (!comm->job.joinable()) netAbort(comm);
   if (comm->job.joinable()) comm->job.join();
+  netAbort(comm);
   collFinalize(comm);  // returns at once: kernels see the abort flag
   commFree(comm);
   return ncclSuccess;
