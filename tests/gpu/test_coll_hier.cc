@@ -17,47 +17,6 @@ using namespace colltest;
 
 namespace {
 
-struct HierComms {
-  int n = 0;
-  std::vector<ncclComm_t> comms;
-  std::vector<cudaStream_t> streams;
-  // Virtual nodes over the socket transport on lo, 1 MiB windows (several chunks for the
-  // large counts), 60 s device timeout; kept for the comms' lifetime.
-  std::unique_ptr<dctest::TestEnv> env;
-  ncclResult_t init(int nodes, int n_) {
-    n = n_;
-    env.reset(new dctest::TestEnv(nodes, 1 << 20));
-    comms.assign(n, nullptr);
-    std::vector<int> devs(n, 0);
-    ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
-    if (r != ncclSuccess) {
-      comms.clear();
-      return r;
-    }
-    streams.resize(n);
-    for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    return ncclSuccess;
-  }
-  ~HierComms() {
-    for (auto s : streams) cudaStreamDestroy(s);
-    for (auto c : comms)
-      if (c) ncclCommDestroy(c);
-  }
-  std::string sync() {
-    for (int r = 0; r < n; r++) {
-      cudaError_t e = cudaStreamSynchronize(streams[r]);
-      if (e != cudaSuccess)
-        return std::string("rank ") + std::to_string(r) + ": " + cudaGetErrorString(e);
-      ncclResult_t ae = ncclSuccess;
-      ncclCommGetAsyncError(comms[r], &ae);
-      if (ae != ncclSuccess)
-        return std::string("rank ") + std::to_string(r) + ": async error " +
-               ncclGetErrorString(ae) + ": " + ncclGetLastError(comms[r]);
-    }
-    return "";
-  }
-};
-
 ncclRedOp_t builtinOp(Op op) {
   switch (op) {
     case Op::kProd:
@@ -73,7 +32,8 @@ ncclRedOp_t builtinOp(Op op) {
   }
 }
 
-void runHier(HierComms& h, ncclDataType_t dt, Op op, size_t count, bool inplace, uint64_t seed) {
+void runHier(dctest::VnodeComms& h, ncclDataType_t dt, Op op, size_t count, bool inplace,
+             uint64_t seed) {
   const int n = h.n;
   const size_t es = dtInfo(dt).size;
   SCOPED_TRACE(std::string(dtInfo(dt).name) + " " + opName(op) + " count " + std::to_string(count) +
@@ -136,7 +96,7 @@ class HierAllReduce : public ::testing::TestWithParam<Shape> {};
 TEST_P(HierAllReduce, DtypesOpsCounts) {
   MKTEST_REQUIRE_GPU();
   const Shape s = GetParam();
-  HierComms h;
+  dctest::VnodeComms h;
   ASSERT_EQ(h.init(s.nodes, s.nodes * s.local), ncclSuccess);
   const uint64_t seed = mktest::testSeed();
   const ncclDataType_t types[] = {ncclFloat32, ncclInt32, ncclBfloat16,

@@ -146,13 +146,15 @@ std::string cudaMsg(const char* what, cudaError_t e) {
 // Uploads iteration it's input and poisons the output (NaN), on an idle stream.
 std::string prepare(Child& c, int it) {
   for (size_t i = 0; i < kCount; i++) c.host[i] = inputValue(c.rank, it, i);
-  cudaError_t e = mktest::syncMemcpy(c.send, c.host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice);
+  cudaError_t e =
+      mktest::syncMemcpy(c.send, c.host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice);
   if (e == cudaSuccess) e = mktest::syncMemset(c.recv, 0xff, kCount * sizeof(float));
   return e == cudaSuccess ? "" : cudaMsg("upload", e);
 }
 
 std::string check(Child& c, int it) {
-  cudaError_t e = mktest::syncMemcpy(c.host.data(), c.recv, kCount * sizeof(float), cudaMemcpyDeviceToHost);
+  cudaError_t e =
+      mktest::syncMemcpy(c.host.data(), c.recv, kCount * sizeof(float), cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) return cudaMsg("download", e);
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < kCount; i++)

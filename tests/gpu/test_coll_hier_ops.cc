@@ -17,41 +17,6 @@ using namespace colltest;
 
 namespace {
 
-struct Comms {
-  int n = 0;
-  std::vector<ncclComm_t> comms;
-  std::vector<cudaStream_t> streams;
-  std::unique_ptr<dctest::TestEnv> env;  // virtual nodes, 1 MiB windows, 60 s device timeout
-  ncclResult_t init(int nodes, int n_) {
-    n = n_;
-    env.reset(new dctest::TestEnv(nodes, 1 << 20));
-    comms.assign(n, nullptr);
-    std::vector<int> devs(n, 0);
-    ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
-    if (r != ncclSuccess) return comms.clear(), r;
-    streams.resize(n);
-    for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    return ncclSuccess;
-  }
-  ~Comms() {
-    for (auto s : streams) cudaStreamDestroy(s);
-    for (auto c : comms)
-      if (c) ncclCommDestroy(c);
-  }
-  std::string sync() {
-    for (int r = 0; r < n; r++) {
-      cudaError_t e = cudaStreamSynchronize(streams[r]);
-      if (e != cudaSuccess) return "rank " + std::to_string(r) + ": " + cudaGetErrorString(e);
-      ncclResult_t ae = ncclSuccess;
-      ncclCommGetAsyncError(comms[r], &ae);
-      if (ae != ncclSuccess)
-        return "rank " + std::to_string(r) + ": async error " + ncclGetErrorString(ae) + ": " +
-               ncclGetLastError(comms[r]);
-    }
-    return "";
-  }
-};
-
 enum class K {
   kAllGather,
   kBroadcast,
@@ -241,7 +206,7 @@ struct OpCase {
 };
 
 // Issues cases as one group each, back to back, then waits once and checks them all.
-void runCases(Comms& h, std::vector<OpCase>& cases) {
+void runCases(dctest::VnodeComms& h, std::vector<OpCase>& cases) {
   for (auto& oc : cases) oc.prepare(h.comms);
   for (auto& oc : cases) {
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
@@ -270,7 +235,7 @@ class HierOps : public ::testing::TestWithParam<Shape> {
     MKTEST_REQUIRE_GPU();
     ASSERT_EQ(h.init(GetParam().nodes, GetParam().ranks), ncclSuccess);
   }
-  Comms h;
+  dctest::VnodeComms h;
 };
 
 TEST_P(HierOps, EveryOperationSmallCounts) {

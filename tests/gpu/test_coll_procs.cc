@@ -367,8 +367,8 @@ std::string load(Ctx& x, Prepared& p, int rep) {
   // buffers stay poisoned.
   bool upload1 = !(c.inplace && (c.k == K::kBroadcast || c.k == K::kScatter) && x.me != c.root);
   if (upload1) upload((void*)p.sp, p.in[x.me], 0, p.sendN);
-  if (c.op == Op::kPreMulDev &&
-      mktest::syncMemcpy(p.scalarM.p, &p.scalars[x.me], p.es, cudaMemcpyHostToDevice) != cudaSuccess)
+  if (c.op == Op::kPreMulDev && mktest::syncMemcpy(p.scalarM.p, &p.scalars[x.me], p.es,
+                                                   cudaMemcpyHostToDevice) != cudaSuccess)
     return "scalar upload failed";
   return "";
 }

@@ -456,16 +456,17 @@ DevBuf::~DevBuf() {
 
 void upload(void* dst, const HostBuf& h, size_t offElems, size_t count) {
   if (count == 0) return;
-  ASSERT_EQ(
-      mktest::syncMemcpy(dst, h.bytes.data() + offElems * h.size, count * h.size, cudaMemcpyHostToDevice),
-      cudaSuccess);
+  ASSERT_EQ(mktest::syncMemcpy(dst, h.bytes.data() + offElems * h.size, count * h.size,
+                               cudaMemcpyHostToDevice),
+            cudaSuccess);
 }
 
 void download(HostBuf& h, const void* src, size_t count, size_t elemSize) {
   h.size = elemSize;
   h.bytes.resize(count * elemSize);
   if (count == 0) return;
-  ASSERT_EQ(mktest::syncMemcpy(h.bytes.data(), src, count * elemSize, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(mktest::syncMemcpy(h.bytes.data(), src, count * elemSize, cudaMemcpyDeviceToHost),
+            cudaSuccess);
 }
 
 AlgoScope::AlgoScope(const char* algo) {

@@ -71,6 +71,40 @@ TestEnv::~TestEnv() {
   for (auto it = vars.rbegin(); it != vars.rend(); ++it) delete *it;
 }
 
+ncclResult_t VnodeComms::init(int nodes, int nRanks) {
+  n = nRanks;
+  env.reset(new TestEnv(nodes, 1 << 20));
+  comms.assign(n, nullptr);
+  std::vector<int> devs(n, 0);
+  ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
+  if (r != ncclSuccess) {
+    comms.clear();
+    return r;
+  }
+  streams.resize(n);
+  for (auto& s : streams) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  return ncclSuccess;
+}
+
+VnodeComms::~VnodeComms() {
+  for (auto s : streams) cudaStreamDestroy(s);
+  for (auto c : comms)
+    if (c) ncclCommDestroy(c);
+}
+
+std::string VnodeComms::sync() {
+  for (int r = 0; r < n; r++) {
+    cudaError_t e = cudaStreamSynchronize(streams[r]);
+    if (e != cudaSuccess) return "rank " + std::to_string(r) + ": " + cudaGetErrorString(e);
+    ncclResult_t ae = ncclSuccess;
+    ncclCommGetAsyncError(comms[r], &ae);
+    if (ae != ncclSuccess)
+      return "rank " + std::to_string(r) + ": async error " + ncclGetErrorString(ae) + ": " +
+             ncclGetLastError(comms[r]);
+  }
+  return "";
+}
+
 std::string makeRanks(int n, Ranks* out) {
   out->n = n;
   out->comms.assign(n, nullptr);
@@ -181,11 +215,13 @@ std::string finishPlan(Launch& l, std::vector<uint8_t>* out, std::vector<int>* s
   DC_CUDA(cudaStreamSynchronize(l.stream));
   if (out) {
     out->resize(l.outBytes);
-    if (l.outBytes) DC_CUDA(mktest::syncMemcpy(out->data(), l.out, l.outBytes, cudaMemcpyDeviceToHost));
+    if (l.outBytes)
+      DC_CUDA(mktest::syncMemcpy(out->data(), l.out, l.outBytes, cudaMemcpyDeviceToHost));
   }
   if (status) {
     status->resize(l.grid);
-    DC_CUDA(mktest::syncMemcpy(status->data(), l.status, sizeof(int) * l.grid, cudaMemcpyDeviceToHost));
+    DC_CUDA(
+        mktest::syncMemcpy(status->data(), l.status, sizeof(int) * l.grid, cudaMemcpyDeviceToHost));
   }
   return "";
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <memory>
 #include <nccl.h>
 #include <string>
 #include <vector>
@@ -33,6 +34,23 @@ struct TestEnv {
   ~TestEnv();
   TestEnv(const TestEnv&) = delete;
   TestEnv& operator=(const TestEnv&) = delete;
+};
+
+// The collectives' view of virtual nodes: n ranks on GPU 0 in `nodes` virtual nodes (one
+// thread drives them all through groups), 1 MiB windows so large counts take several
+// chunks, a non-blocking stream per rank. sync() waits for every stream and reports the
+// first stream or asynchronous error.
+struct VnodeComms {
+  int n = 0;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  std::unique_ptr<TestEnv> env;
+  ncclResult_t init(int nodes, int nRanks);
+  std::string sync();
+  VnodeComms() = default;
+  VnodeComms(const VnodeComms&) = delete;
+  VnodeComms& operator=(const VnodeComms&) = delete;
+  ~VnodeComms();
 };
 
 // n ranks on GPU 0 (ncclCommInitAll with a repeated device). When core/init.cc does not

@@ -171,7 +171,7 @@ std::string workspaceCheck(ncclComm* c, uint64_t seed) {
   if (pm->bytes < (size_t)mk::paramInt(mk::ParamId::WorkspaceBytes)) return "workspace too small";
   std::vector<void*> devTable(t.localRanks);
   PM_CUDA(mktest::syncMemcpy(devTable.data(), pm->peersDev, sizeof(void*) * t.localRanks,
-                     cudaMemcpyDeviceToHost));
+                             cudaMemcpyDeviceToHost));
   if (devTable != pm->peers) return "peersDev differs from peers";
   for (int l = 0; l < t.localRanks; l++)
     if (!pm->peers[l]) return "null peer pointer";
