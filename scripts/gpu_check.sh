@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU-machine script: builds everything, runs the GPU test suites and the
 # benchmarks, copies logs/results to $OUT (when set) and prints a short summary last.
-# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier gemm bench collbench
+# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier procs gemm bench collbench
 #        netbench torch nccltests demo (default: build gpu bench demo torch nccltests). GTEST_FILTER narrows the gpu stage.
 #        MK_BUILD=<dir> uses binaries built elsewhere (scripts/pack_gpubin.sh) with the build
 #        stage left out. Every stage is killed after MK_STAGE_TIMEOUT_<stage> seconds
@@ -47,6 +47,19 @@ for s in "${stages[@]}"; do
     hier)
       # Inter-node paths through virtual nodes (MKERNEL_EMULATE_NODES is set by the tests).
       run_stage hier "$build/tests/mk_gpu_tests" --gtest_filter="*DevComm*:*Hier*" ;;
+    procs)
+      # Ranks as separate processes (CollProcs) under CUDA MPS, started here when none runs.
+      run_stage procs bash -c '
+        export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps-pipe}
+        export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mps-log}
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        started=0
+        if ! echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then
+          nvidia-cuda-mps-control -d && started=1
+        fi
+        "$0" --gtest_filter="*CollProcs*"; rc=$?
+        [ $started = 1 ] && echo quit | nvidia-cuda-mps-control
+        exit $rc' "$build/tests/mk_gpu_tests" ;;
     gemm)
       run_stage gemm "$build/tests/mk_gpu_tests" --gtest_filter="*Gemm*" ;;
     bench)
