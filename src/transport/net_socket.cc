@@ -570,6 +570,10 @@ class SocketNet : public Net {
   ncclResult_t test(void* request, int* done, size_t* sizes) override {
     Request* r = static_cast<Request*>(request);
     Comm* c = r->comm;
+    // The comm's error first, completion second: a request that finished just before the
+    // peer's close made the comm fail (EOF on every connection comes after the last frame)
+    // must still report done, not the error. Reading in the other order raced with that.
+    const bool failed = c->error.load(std::memory_order_acquire) != ncclSuccess;
     bool fin = r->isSend ? r->chunksLeft.load(std::memory_order_acquire) == 0
                          : r->done.load(std::memory_order_acquire);
     *done = 0;
@@ -586,7 +590,7 @@ class SocketNet : public Net {
       *done = 1;
       return ncclSuccess;
     }
-    return checkError(c);
+    return failed ? checkError(c) : ncclSuccess;
   }
 
   ncclResult_t closeSend(void* sendComm) override {
