@@ -10,6 +10,7 @@
 //      AllGather, ReduceScatter, Broadcast, Reduce printed as nccl-tests rows (with #wrong).
 // Results also go to bench/results/coll_<date>_<time>.json with the command line, git commit,
 // device and date. Run with --help for the options.
+#include <algorithm>
 #include <cuda_runtime.h>
 #include <nccl.h>
 

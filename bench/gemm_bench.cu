@@ -7,6 +7,7 @@
 //
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA]
+#include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -16,6 +16,10 @@
 // unless given), the host polls kernels with a deadline, sockets have timeouts, and a
 // watchdog ends the process (naming the phase) if anything else blocks past the bound.
 // The default configuration takes seconds; --full is the larger sweep.
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <utility>
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -30,8 +34,8 @@
 #include <nccl.h>
 
 #include "coll_bench_util.h"
-#include "core/comm.h"
-#include "core/param.h"
+#include "comm/comm.h"
+#include "base/param.h"
 #include "device/net/devcomm.cuh"
 #include "net_bench_util.h"
 #include "transport/net_state.h"
@@ -463,7 +467,7 @@ int main(int argc, char** argv) {
     if (x.comms[i]->topo.node != i / pairs)
       die("rank %d is on node %d, expected %d", i, x.comms[i]->topo.node, i / pairs);
   const bool wired = x.comms[0]->net != nullptr;
-  if (!wired) {  // when core/init.cc does not call netInit (collective: one thread per rank)
+  if (!wired) {  // when api/init.cc does not call netInit (collective: one thread per rank)
     printf("# comm init did not create the inter-node state: calling netInit here\n");
     std::vector<std::thread> th;
     for (int i = 0; i < n; i++)

@@ -5,6 +5,7 @@
 //
 // The plugin carries its own static copy of mkernel's transport code; only the four
 // ncclNetPlugin_vN tables are exported (see plugin/CMakeLists.txt).
+#include <cstdint>
 #include <strings.h>
 
 #include <climits>
@@ -14,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 #include "mkernel/net_plugin/net_plugin.h"
 #include "transport/net.h"
 

@@ -27,7 +27,7 @@ standalone_build() {
   local B=$1 J=${2:-16}
   mkdir -p "$B/obj"
   local NVF="-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I$ROOT/src -I$ROOT -I$ROOT/include -I$ROOT/tests -Xcompiler=-fPIC"
-  local srcs="$(ls fused/gemm/*.cu fused/core/*.cu fused/core/*.cc src/core/debug.cc src/core/cudawrap.cc src/core/param.cc tests/common/test_util.cc)"
+  local srcs="$(ls fused/gemm/*.cu fused/core/*.cu fused/core/*.cc src/base/debug.cc src/base/cudawrap.cc src/base/param.cc tests/common/test_util.cc)"
   srcs="$srcs $(ls tests/gpu/test_gemm*.cu tests/unit/test_gemm_can_implement.cc bench/gemm_bench.cu)"
   echo "$srcs" | tr ' ' '\n' | grep . | xargs -P "$J" -I{} sh -c \
     "nvcc $NVF -x cu -c {} -o $B/obj/\$(echo {} | tr / _).o || exit 255" || return 1

@@ -1,5 +1,7 @@
 #include "fused/core/cost_model.h"
 
+#include <cstdint>
+#include <string>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,8 +11,8 @@
 #include <sstream>
 #include <sys/stat.h>
 
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 #include "fused/gemm/gemm.h"
 
 namespace mk {

@@ -1,8 +1,10 @@
 #include "fused/core/example_gemm_copy.h"
 
+#include <cstdint>
+#include <string>
 #include <algorithm>
 
-#include "core/param.h"
+#include "base/param.h"
 
 #include "fused/core/cost_model.h"
 #include "fused/core/wait.cuh"

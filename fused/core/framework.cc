@@ -1,10 +1,12 @@
 #include "fused/core/framework.h"
 
+#include <cstdint>
+#include <string>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
-#include "core/param.h"
+#include "base/param.h"
 
 namespace mk {
 namespace fused {

@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "core/checks.h"
+#include "base/checks.h"
 #include "fused/core/types.h"
 
 namespace mk {

@@ -4,6 +4,8 @@
 // writes the error record and returns false; the caller unwinds and returns. Never trap:
 // a trap poisons the CUDA context for every other user of the device.
 #pragma once
+
+#include <cstdint>
 #include "fused/core/types.h"
 #include "fused/gemm/ptx.cuh"
 

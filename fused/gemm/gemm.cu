@@ -1,11 +1,14 @@
 // Host side of the GEMM engine: argument checks, tensor maps, variant dispatch.
 #include "fused/gemm/gemm.h"
 
+#include <cstdint>
+#include <cstring>
+#include <string>
 #include <cstdio>
 #include <mutex>
 
-#include "core/checks.h"
-#include "core/cudawrap.h"
+#include "base/checks.h"
+#include "base/cudawrap.h"
 #include "fused/gemm/primitives.cuh"
 
 namespace mk {

@@ -9,6 +9,7 @@
 // cta, cta + nCtas, ... of the schedule; producer and consumers walk the same list, so the
 // producer's loads of the next tile overlap the consumers' epilogue of this one.
 #pragma once
+#include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

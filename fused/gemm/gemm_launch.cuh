@@ -1,7 +1,9 @@
 // The stand-alone GEMM kernel and its launcher, instantiated per (input, output, B layout)
 // in gemm_inst_*.cu so the 12 variants compile in parallel.
 #pragma once
-#include "core/checks.h"
+
+#include <cstdint>
+#include "base/checks.h"
 #include "fused/gemm/gemm_kernel.cuh"
 
 namespace mk {

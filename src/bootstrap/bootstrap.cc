@@ -1,6 +1,8 @@
 // Bootstrap API: unique id, init (root rendezvous + address allgather), split, collectives.
 #include "bootstrap/bootstrap.h"
 
+#include <cstdint>
+#include <string>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -9,9 +11,9 @@
 #include "bootstrap/ifaces.h"
 #include "bootstrap/root.h"
 #include "bootstrap/unique_id.h"
-#include "core/checks.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 namespace mk {
 namespace {

@@ -1,4 +1,11 @@
 // The message layer of a Bootstrap: creation, receiver thread, send, recv, close.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -12,8 +19,8 @@
 #include "bootstrap/ifaces.h"
 #include "bootstrap/root.h"
 #include "bootstrap/unique_id.h"
-#include "core/checks.h"
-#include "core/debug.h"
+#include "base/checks.h"
+#include "base/debug.h"
 
 namespace mk {
 namespace {

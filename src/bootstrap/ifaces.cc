@@ -1,14 +1,17 @@
 #include "bootstrap/ifaces.h"
 
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <ifaddrs.h>
 #include <net/if.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/checks.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 namespace mk {
 

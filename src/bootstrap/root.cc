@@ -1,5 +1,9 @@
 #include "bootstrap/root.h"
 
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
 #include <poll.h>
 #include <pthread.h>
 
@@ -12,9 +16,9 @@
 #include <vector>
 
 #include "bootstrap/proto.h"
-#include "core/checks.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 namespace mk {
 

@@ -1,5 +1,6 @@
 #include "bootstrap/socket.h"
 
+#include <cstdint>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -15,8 +16,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/checks.h"
-#include "core/debug.h"
+#include "base/checks.h"
+#include "base/debug.h"
 
 namespace mk {
 

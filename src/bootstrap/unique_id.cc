@@ -1,5 +1,6 @@
 #include "bootstrap/unique_id.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -7,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/checks.h"
-#include "core/debug.h"
+#include "base/checks.h"
+#include "base/debug.h"
 
 namespace mk {
 namespace {

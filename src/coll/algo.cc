@@ -1,11 +1,12 @@
 #include "coll/algo.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <string>
 
-#include "core/checks.h"
+#include "base/checks.h"
 
 namespace mk {
 

@@ -4,8 +4,8 @@
 
 #include "coll/coll.h"
 #include "coll/redop.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 
 namespace mk {
 

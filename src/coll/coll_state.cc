@@ -2,6 +2,7 @@
 // kernels), fini, and the translation of device error records into async errors.
 #include "coll/coll_state.h"
 
+#include <cstdint>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -10,9 +11,9 @@
 #include <vector>
 
 #include "coll/coll.h"
-#include "core/checks.h"
-#include "core/comm.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "comm/comm.h"
+#include "base/param.h"
 #include "transport/peer_mem.h"
 
 namespace mk {

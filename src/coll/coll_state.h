@@ -2,6 +2,7 @@
 // device-resident channel counters, the host-mapped error record and the events that
 // order the comm's launches and let finalize wait for them.
 #pragma once
+#include <cstdint>
 #include <atomic>
 #include <cuda_runtime.h>
 #include <nccl.h>

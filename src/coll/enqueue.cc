@@ -2,6 +2,8 @@
 // them in three phases (order/fork, kernels, join/record) so that the host never waits for
 // a peer. One thread may drive several comms (nccl-tests): each comm's kernels go to its
 // own stream and run concurrently with the other ranks' kernels, all waiting on the device.
+#include <cstdint>
+#include <utility>
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -14,8 +16,8 @@
 #include "coll/group.h"
 #include "coll/hier.h"
 #include "coll/launch_plan.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 
 namespace mk {
 

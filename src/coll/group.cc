@@ -1,10 +1,13 @@
 #include "coll/group.h"
 
+#include <functional>
+#include <thread>
+#include <vector>
 #include <utility>
 
-#include "core/api.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "api/api.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 
 namespace mk {
 namespace {

@@ -2,14 +2,16 @@
 // arguments. See hier.h for the scheme.
 #include "coll/hier.h"
 
+#include <cstdint>
+#include <vector>
 #include <algorithm>
 #include <string>
 
 #include "coll/coll_state.h"
 #include "coll/launch.h"
 #include "coll/redop.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 
 namespace mk {
 

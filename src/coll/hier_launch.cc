@@ -1,12 +1,13 @@
 // Comm-level side of the channel engine: argument checks, the comm's topology as an XTopo,
 // plans (hier_plan.cc) turned into kernel arguments.
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "coll/hier.h"
 #include "coll/launch.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 
 namespace mk {
 namespace {

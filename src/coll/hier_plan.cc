@@ -1,5 +1,9 @@
 // Pure planning of the channel engine (scheme and rules: hier_xfer.h). Addresses are plain
 // integers here, so every plan can be built and checked on the CPU.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 #include <algorithm>
 #include <map>
 #include <set>

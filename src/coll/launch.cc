@@ -1,4 +1,6 @@
 // Planning of kernel launches: from an NCCL call to ReduceArgs / CopyArgs.
+#include <cstdint>
+#include <vector>
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -7,9 +9,9 @@
 #include "coll/coll_state.h"
 #include "coll/launch_plan.h"
 #include "coll/redop.h"
-#include "core/checks.h"
-#include "core/comm.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "comm/comm.h"
+#include "base/param.h"
 #include "transport/peer_mem.h"
 
 namespace mk {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "coll/coll.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 
 namespace mk {
 namespace {

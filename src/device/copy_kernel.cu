@@ -8,6 +8,8 @@
 // CTA are polled without blocking (warp 0 checks 32 streams at once, the CTA copies the
 // chunks that are ready), so sends and receives between any ranks in any issue order
 // progress as long as their peers' matching streams do: no deadlock for matching pairs.
+#include <cstdint>
+
 #include "device/prims.cuh"
 #include "device/wait.cuh"
 

@@ -1,6 +1,7 @@
 // Device side of the hierarchical AllReduce (scheme: coll/hier.h). One CTA per rank; every
 // transfer and wait goes through devcomm.cuh (bounded, abortable waits; errors recorded in
 // the net layer's record). Simplest correct scheme: one chunk at a time, acknowledged.
+#include <cstdint>
 #include <cuda_runtime.h>
 
 #include "coll/hier.h"

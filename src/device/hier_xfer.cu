@@ -1,6 +1,7 @@
 // Device side of the channel engine (scheme: coll/hier_xfer.h). One CTA per lane; every
 // transfer and wait goes through devcomm.cuh (bounded, abortable, errors recorded); on a
 // failure the lane returns.
+#include <cstdint>
 #include <cuda_runtime.h>
 
 #include "coll/hier.h"

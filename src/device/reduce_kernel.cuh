@@ -15,6 +15,8 @@
 // remote accesses of a rank are writes into, and flag reads of, peers that must still wait
 // for the message, so a rank whose kernels finished is never touched again (safe destroy).
 #pragma once
+
+#include <cstdint>
 #include "device/prims.cuh"
 #include "device/wait.cuh"
 

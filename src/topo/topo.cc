@@ -1,5 +1,8 @@
 #include "topo/topo.h"
 
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <cstdio>
 #include <cstring>
 #include <cuda_runtime.h>
@@ -9,7 +12,7 @@
 #include <mutex>
 #include <unistd.h>
 
-#include "core/checks.h"
+#include "base/checks.h"
 
 namespace mk {
 namespace {

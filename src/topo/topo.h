@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm.h"
+#include "comm/comm.h"
 
 namespace mk {
 

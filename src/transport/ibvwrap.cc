@@ -1,10 +1,11 @@
 #include "transport/ibvwrap.h"
 
+#include <string>
 #include <dlfcn.h>
 
 #include <mutex>
 
-#include "core/checks.h"
+#include "base/checks.h"
 
 namespace mk {
 

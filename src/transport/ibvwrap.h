@@ -5,6 +5,7 @@
 // ibv_reg_mr_iova2 from 1.8) are NULL when the installed library is older.
 // Member names avoid the ibv_* spellings, several of which verbs.h defines as macros.
 #pragma once
+#include <cstdint>
 #include <infiniband/verbs.h>
 #include <nccl.h>
 

@@ -1,5 +1,8 @@
 #include "transport/ipc_socket.h"
 
+#include <cstdint>
+#include <utility>
+#include <vector>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -14,8 +17,8 @@
 #include <thread>
 #include <unistd.h>
 
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 
 namespace mk {
 

@@ -1,13 +1,15 @@
 // Backend selection and the blocking helpers shared by every user of the net interface.
 #include "transport/net.h"
 
+#include <cstdint>
+#include <memory>
 #include <sched.h>
 #include <strings.h>
 
 #include <chrono>
 
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 
 namespace mk {
 

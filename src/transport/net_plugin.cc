@@ -5,6 +5,8 @@
 //   v9:  size_t sizes;  v10: profiler callback in init, per-connection config in connect,
 //   profiler handles in isend/irecv;  v11: a per-communicator context from init() passed
 //   to listen/connect, finalize(ctx) on unload.
+#include <cstdint>
+#include <memory>
 #include <dlfcn.h>
 
 #include <climits>
@@ -13,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/checks.h"
+#include "base/checks.h"
 #include "mkernel/net_plugin/net_plugin.h"
 #include "transport/net.h"
 

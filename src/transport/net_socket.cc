@@ -9,6 +9,12 @@
 // Receives match messages in posting order (a multi-receive of n buffers takes the next
 // n seqs, placing each by tag). Flow control is TCP's: a receiver thread reads a frame's
 // payload only once the matching irecv is posted.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 #include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
@@ -27,8 +33,8 @@
 #include <thread>
 #include <unordered_set>
 
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 #include "transport/net.h"
 #include "bootstrap/ifaces.h"
 #include "bootstrap/socket.h"

@@ -1,5 +1,7 @@
 #include "transport/net_sockutil.h"
 
+#include <atomic>
+#include <cstdint>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,7 +11,7 @@
 
 #include <cstring>
 
-#include "core/checks.h"
+#include "base/checks.h"
 #include "transport/net.h"
 
 namespace mk {

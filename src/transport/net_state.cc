@@ -2,6 +2,7 @@
 // ring, proxy), fini, abort, async errors and the device view. See net_state.h.
 #include "transport/net_state.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -10,8 +11,8 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll/coll_state.h"
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 #include "transport/net.h"
 #include "transport/net_state_impl.h"
 #include "transport/peer_mem.h"

@@ -1,6 +1,6 @@
 // Inter-node state of a communicator (comm->net) and the device view its kernels receive.
 //
-// netInit (called by core/init.cc after peerMemInit, for every comm) builds, when the
+// netInit (called by api/init.cc after peerMemInit, for every comm) builds, when the
 // comm spans several (virtual) nodes:
 //   - a Net backend (MKERNEL_NET; under MKERNEL_EMULATE_NODES with MKERNEL_NET and
 //     NCCL_NET_PLUGIN unset: socket, the test transport);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm.h"
+#include "comm/comm.h"
 #include "transport/net_state.h"
 
 namespace mk {

@@ -1,13 +1,15 @@
 // Memory of the inter-node state: process-wide pools of pinned, device and shareable
 // blocks and of proxy rings. Nothing here is ever freed (see net_state_impl.h: freeing
 // synchronises the device); blocks are recycled by (kind, device, size).
+#include <cstdint>
+#include <utility>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
-#include "core/checks.h"
+#include "base/checks.h"
 #include "transport/net_state_impl.h"
 #include "transport/peer_mem.h"
 #include "transport/proxy_ring.h"

@@ -1,10 +1,13 @@
 // Pure host logic of the inter-node state: window layout, peer routing, the bootstrap
 // all-to-all the proxy connects with, and the text of device-side error records.
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <cstdio>
 
 #include "bootstrap/bootstrap.h"
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 #include "transport/net_state_impl.h"
 #include "transport/proxy_ring.h"
 

@@ -2,15 +2,17 @@
 // is in net_verbs_data.cc; the scheme is described in net_verbs.h).
 #include "transport/net_verbs.h"
 
+#include <cstdint>
+#include <string>
 #include <unistd.h>
 
 #include <climits>
 #include <cstring>
 #include <fstream>
 
-#include "core/checks.h"
-#include "core/cudawrap.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/cudawrap.h"
+#include "base/param.h"
 
 namespace mk {
 

@@ -16,6 +16,7 @@
 // a TCP socket (bootstrap/socket.h) as a non-blocking state machine kept in the handle.
 // GPU buffers: ibv_reg_dmabuf_mr on a dma-buf from cuMemGetHandleForAddressRange, else
 // ibv_reg_mr (works with nvidia-peermem).
+#include <cstdint>
 #include <string>
 #include <unordered_set>
 #include <vector>

@@ -1,4 +1,9 @@
 // Verbs net backend: device discovery, QPs and the data path (scheme in net_verbs.h).
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
 #include <unistd.h>
 
 #include <climits>
@@ -6,8 +11,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 #include "transport/net_verbs.h"
 
 namespace mk {

@@ -1,5 +1,8 @@
 // The per-comm symmetric workspace: allocation, exchange with intra-node peers, teardown.
 #define MK_PEER_MEM_INTERNAL 1
+#include <cstdint>
+#include <utility>
+#include <vector>
 #include <map>
 #include <mutex>
 
@@ -10,10 +13,10 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
-#include "core/checks.h"
-#include "core/comm.h"
-#include "core/cudawrap.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "comm/comm.h"
+#include "base/cudawrap.h"
+#include "base/param.h"
 
 namespace mk {
 namespace {

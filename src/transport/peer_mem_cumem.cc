@@ -1,10 +1,12 @@
 // cuMem (VMM) building blocks of peer memory, and ncclMemAlloc/ncclMemFree.
 #define MK_PEER_MEM_INTERNAL 1
+#include <map>
+#include <vector>
 #include <mutex>
 #include <unistd.h>
 
-#include "core/checks.h"
-#include "core/cudawrap.h"
+#include "base/checks.h"
+#include "base/cudawrap.h"
 #include "transport/peer_mem.h"
 
 namespace mk {

@@ -1,15 +1,19 @@
 // User-buffer registration (ncclCommRegister) and the collective lookup that maps every
 // local peer's registered buffer here.
 #define MK_PEER_MEM_INTERNAL 1
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
 #include <atomic>
 #include <cinttypes>
 #include <cstring>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
-#include "core/checks.h"
-#include "core/comm.h"
-#include "core/cudawrap.h"
+#include "base/checks.h"
+#include "comm/comm.h"
+#include "base/cudawrap.h"
 #include "transport/peer_mem.h"
 
 namespace mk {

@@ -1,6 +1,10 @@
 // Proxy engine (see proxy.h for the protocol).
 #include "transport/proxy.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <sched.h>
 #include <unistd.h>
 
@@ -12,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/checks.h"
+#include "base/checks.h"
 
 namespace mk {
 namespace {

@@ -1,6 +1,7 @@
 // Pins the proxy thread near its GPU (or NIC) with hwloc: the CPUs sysfs lists as local
 // to the PCI device, restricted to those this process may use. A later topology helper
 // (src/topo/) may replace this; until then it is self-contained and best effort.
+#include <cstring>
 #include <hwloc.h>
 #include <hwloc/cudart.h>
 #include <hwloc/linux.h>
@@ -8,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/checks.h"
+#include "base/checks.h"
 #include "transport/proxy.h"
 
 namespace mk {

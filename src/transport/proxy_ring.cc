@@ -1,5 +1,6 @@
 #include "transport/proxy_ring.h"
 
+#include <cstdint>
 #include <cuda_runtime.h>
 #include <sched.h>
 
@@ -8,8 +9,8 @@
 #include <cstring>
 #include <new>
 
-#include "core/checks.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/param.h"
 
 namespace mk {
 

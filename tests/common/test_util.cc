@@ -1,7 +1,10 @@
 #include "common/test_util.h"
 
-#include "core/param.h"
+#include "base/param.h"
 
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -1,6 +1,8 @@
 // Data-movement collectives on ranks sharing GPU 0: Broadcast (and ncclBcast), AllGather,
 // AlltoAll (and ncclAllToAll), Gather, Scatter; in and out of place, counts 0..64M, 1-8
 // ranks, unaligned pointers. Outputs are poisoned first and compared byte for byte.
+#include <algorithm>
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <set>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "gpu/test_coll_util.h"
 
 using namespace colltest;

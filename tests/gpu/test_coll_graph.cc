@@ -2,6 +2,7 @@
 // fresh inputs (the device-resident sequence numbers advance on every replay), interleaved
 // with ordinary calls; 10,000 back-to-back random collectives without leaking memory, file
 // descriptors or threads.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <random>

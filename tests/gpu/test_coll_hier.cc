@@ -2,6 +2,7 @@
 // ranks sharing GPU 0, one thread driving every rank in a group. Every element is checked against
 // a double-precision reference (exact for integers) and every rank's result must be
 // bit-identical to rank 0's.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <cstring>

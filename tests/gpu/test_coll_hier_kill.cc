@@ -14,6 +14,8 @@
 // rank 0 (the victim's node) waits on the victim's P2P signals and fails when ranks 2/3
 // abort (their connections close) or, at the latest, at MKERNEL_TIMEOUT_MS.
 // Processes sharing a GPU without MPS are time-sliced: slow but correct.
+#include <algorithm>
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>

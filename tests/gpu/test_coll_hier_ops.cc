@@ -3,6 +3,7 @@
 // Random inputs, poisoned outputs, every element checked (double-precision reference for
 // reductions, exact for integers, bytes for copies), reductions bit-identical across ranks;
 // 20 back-to-back mixed operations; one CUDA graph replayed several times.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <memory>

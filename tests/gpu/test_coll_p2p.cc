@@ -2,6 +2,7 @@
 // with messages larger than the workspace (flow control), repeated sends to one peer,
 // send to self, mixed collective + point-to-point groups, streams shared between ranks,
 // several streams for one comm, one thread per rank, and ncclAllToAllv.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -17,6 +17,8 @@
 // of place, AllReduce forced to oneshot/twoshot/ring, 200 random back-to-back small
 // collectives checked at the end; 64M-float AllReduce once (N=4); registered (cudaMalloc and
 // ncclMemAlloc) send/receive buffers with AllReduce of 16M+5 and 64M floats (N=4).
+#include <cstdint>
+#include <utility>
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>

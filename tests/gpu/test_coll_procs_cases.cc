@@ -1,4 +1,7 @@
 // Case lists of the multi-process collective tests (see test_coll_procs_cases.h).
+#include <string>
+#include <vector>
+
 #include "gpu/test_coll_procs_cases.h"
 
 namespace procstest {

@@ -3,6 +3,9 @@
 // Outputs are poisoned first; integers are compared exactly, floats against a double
 // reference within the bound of one rounding per reduction step; every rank's AllReduce
 // result must be bit-identical.
+#include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -1,6 +1,11 @@
 #include "gpu/test_coll_util.h"
 #include "common/test_util.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/param.h"
+#include "base/param.h"
 
 namespace colltest {
 

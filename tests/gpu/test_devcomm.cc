@@ -5,6 +5,7 @@
 // signals and every byte is checked; the proxy's byte counters prove which path was taken.
 // Then back-pressure (a 2-slot ring, 4 staging slots), abort while waiting, a timeout
 // naming an absent peer, a killed peer failing fast, bad arguments.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "core/comm.h"
+#include "comm/comm.h"
 #include "gpu/test_devcomm_util.h"
 #include "transport/net_state.h"
 

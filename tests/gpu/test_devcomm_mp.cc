@@ -4,6 +4,7 @@
 // binary running only DevCommChild.Run (exec'd: fork after CUDA initialisation is not
 // allowed). Without CUDA MPS the kernels of different processes are time-sliced: correct,
 // only slower, hence the generous bounds.
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "core/comm.h"
+#include "comm/comm.h"
 #include "gpu/test_devcomm_util.h"
 #include "transport/net_state.h"
 

@@ -2,6 +2,10 @@
 #include "gpu/test_devcomm_util.h"
 #include "common/test_util.h"
 
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -9,8 +13,8 @@
 #include <random>
 #include <thread>
 
-#include "core/comm.h"
-#include "core/param.h"
+#include "comm/comm.h"
+#include "base/param.h"
 #include "transport/net_state.h"
 
 namespace dctest {

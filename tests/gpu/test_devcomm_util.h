@@ -53,7 +53,7 @@ struct VnodeComms {
   ~VnodeComms();
 };
 
-// n ranks on GPU 0 (ncclCommInitAll with a repeated device). When core/init.cc does not
+// n ranks on GPU 0 (ncclCommInitAll with a repeated device). When api/init.cc does not
 // call netInit yet, makeRanks calls it on one thread per rank and the destructor calls
 // netFini before destroying the comms (`wired` says which).
 struct Ranks {

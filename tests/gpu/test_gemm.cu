@@ -2,6 +2,9 @@
 // tails, both B layouts, every input/output type, beta != 0, padded and unaligned leading
 // dimensions, SM budgets and tile orders. Outputs are poisoned (0xFF = NaN) before each run
 // and every element is checked.
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <cublas_v2.h>
 
 #include <algorithm>

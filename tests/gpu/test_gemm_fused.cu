@@ -2,6 +2,10 @@
 // the GEMM and publish tiles, communication CTAs copy each tile to a second buffer as soon
 // as its flag is released. Both outputs are checked element-wise against the fp64
 // reference, over several calls whose sequence numbers grow while the flags are never reset.
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "fused/core/cost_model.h"
 #include "fused/core/example_gemm_copy.h"
 #include "test_gemm_util.cuh"

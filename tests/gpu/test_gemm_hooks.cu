@@ -2,6 +2,10 @@
 // random order by a kernel on another stream, tiles published through per-tile flags and
 // picked up by a watcher kernel on a third stream, sequence numbers across calls without
 // resetting flags, and the bounded wait (timeout and abort leave an error record and return).
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 #include <algorithm>
 #include <chrono>
 #include <numeric>

@@ -2,6 +2,7 @@
 // (1, 2, 4, 8 ranks; virtual nodes), ncclMemAlloc/ncclMemFree, registration and lookup,
 // argument errors, and 100 init/fini cycles without leaks.
 #define MK_PEER_MEM_INTERNAL 1
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,9 +13,9 @@
 
 #include "bootstrap/bootstrap.h"
 #include "common/test_util.h"
-#include "core/comm.h"
-#include "core/cudawrap.h"
-#include "core/param.h"
+#include "comm/comm.h"
+#include "base/cudawrap.h"
+#include "base/param.h"
 #include "transport/peer_mem.h"
 
 namespace pmtest {  // test_peer_mem_util.cc

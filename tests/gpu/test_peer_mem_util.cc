@@ -3,6 +3,7 @@
 // threads, child processes started with exec (a fresh CUDA state), and the checks that
 // the thread and process variants share.
 #define MK_PEER_MEM_INTERNAL 1
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,8 +19,8 @@
 
 #include "bootstrap/bootstrap.h"
 #include "common/test_util.h"
-#include "core/comm.h"
-#include "core/param.h"
+#include "comm/comm.h"
+#include "base/param.h"
 #include "topo/topo.h"
 #include "transport/peer_mem.h"
 

@@ -1,5 +1,8 @@
 #include "mp/mp_util.h"
 
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>

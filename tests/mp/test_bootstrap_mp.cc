@@ -1,6 +1,7 @@
 // Multi-process bootstrap on loopback: the parent makes the id(s) (so the root runs in the
 // parent), children init, allgather, barrier, send/recv, check and close. Fault cases kill one
 // child before, during or after the rendezvous; the survivors must fail within the timeout.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
@@ -17,7 +18,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/unique_id.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "mp/mp_util.h"
 
 using namespace mk;

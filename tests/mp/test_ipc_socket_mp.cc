@@ -1,6 +1,7 @@
 // Unix-domain fd passing between processes (transport/ipc_socket.h): a memfd and a pipe
 // travel from a child to its parent, all-to-all among several processes, and a peer
 // that dies or never shows up gives a bounded error.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include "common/memfd_util.h"

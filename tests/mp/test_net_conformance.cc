@@ -2,6 +2,8 @@
 // through libnccl-net-mkernel.so loaded by our plugin loader with each ABI version
 // (v8..v11): connect/accept, tags, multi-receive, large and zero-byte messages, many
 // outstanding sends (flow control), and peer death.
+#include <cstdint>
+#include <functional>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -14,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/checks.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "mp/test_net_harness.inl"
 #include "transport/net.h"
 

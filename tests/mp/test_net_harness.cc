@@ -3,6 +3,8 @@
 // the bootstrap. A rank that dies makes pending hub operations fail instead of hang.
 #include "mp/test_net_harness.inl"
 
+#include <cstdint>
+#include <functional>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>

@@ -5,6 +5,7 @@
 //   phase 1: 16 messages of 8 MiB, checked byte for byte;
 //   phase 2: an endless stream; the script downs the link; both sides must fail with
 //            ncclRemoteError within the timeout (MKERNEL_NET_TIMEOUT_S) + slack.
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "transport/net.h"
 
 namespace {

@@ -1,6 +1,8 @@
 // Proxy end to end between processes over the socket backend: host-produced commands
 // land their data and then their signal, in order; the ring's done counter follows; bad
 // commands and dead peers become async errors naming the peer.
+#include <cstdint>
+#include <string>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "mp/test_net_harness.inl"
 #include "transport/net.h"
 #include "transport/proxy.h"

@@ -1,5 +1,6 @@
 // Pure host logic of the collectives: workspace layout, CTA budget, algorithm choice,
 // chunking and the cost model (src/coll/algo.h). CPU only.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cstdint>

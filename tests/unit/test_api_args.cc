@@ -13,8 +13,8 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll/redop.h"
-#include "core/debug.h"
-#include "core/comm.h"
+#include "base/debug.h"
+#include "comm/comm.h"
 #include "common/test_util.h"
 #include "mkernel/nccl_extra.h"
 

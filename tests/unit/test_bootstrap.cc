@@ -1,5 +1,7 @@
 // Bootstrap of N ranks as threads of one process: init (one or several roots), allgather,
 // barrier, tagged send/recv, split and shrink-style subsets.
+#include <cstdint>
+#include <utility>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +19,7 @@
 #include "bootstrap/ifaces.h"
 #include "bootstrap/unique_id.h"
 #include "common/test_util.h"
-#include "core/param.h"
+#include "base/param.h"
 
 using namespace mk;
 

@@ -1,5 +1,7 @@
 // Bootstrap under attack and failure: garbage connections to the root and to ranks, ranks that
 // never arrive, aborts, lost peers, argument errors, NCCL_COMM_ID, and leak checks.
+#include <cstdint>
+#include <utility>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,8 +21,8 @@
 #include "bootstrap/proto.h"
 #include "bootstrap/unique_id.h"
 #include "common/test_util.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 using namespace mk;
 

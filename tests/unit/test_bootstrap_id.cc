@@ -1,4 +1,5 @@
 // Unique id encoding (pure) and ncclGetUniqueId's two modes.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,8 +10,8 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/unique_id.h"
 #include "common/test_util.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 using namespace mk;
 

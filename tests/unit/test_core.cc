@@ -1,4 +1,6 @@
 // Config parsing, the parameter table, logging and topology math (pure host code).
+#include <cstring>
+#include <vector>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -8,9 +10,9 @@
 #include <string>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "comm/config.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "topo/topo.h"
 
 namespace {

@@ -1,6 +1,7 @@
 // The shim must export every host function of the nccl.h it was built against (as ncclX
 // and pncclX), or under LD_PRELOAD a missing symbol would bind to the real libnccl with
 // our comm handle. The declared list is parsed from the headers, not written by hand.
+#include <vector>
 #include <dlfcn.h>
 #include <fstream>
 #include <gtest/gtest.h>

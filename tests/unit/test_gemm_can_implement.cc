@@ -1,10 +1,12 @@
 // CPU tests of the GEMM engine's host-side checks and of the fused SM-split cost model:
 // no CUDA call is made, so these run on machines without a GPU.
+#include <cstdint>
+#include <string>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "core/param.h"
+#include "base/param.h"
 #include "fused/core/cost_model.h"
 #include "fused/gemm/gemm.h"
 

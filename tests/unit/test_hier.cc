@@ -3,6 +3,9 @@
 // PreMulSum with a scalar per rank as the kernel does it: kXRawInput sends scaled by the
 // sender, the reducer scales only its own list-0 input) and compared with the collectives'
 // definitions.
+#include <cstdint>
+#include <string>
+#include <utility>
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bootstrap/ifaces.h"
-#include "core/param.h"
+#include "base/param.h"
 
 using namespace mk;
 

@@ -1,5 +1,7 @@
 // Unix-domain fd passing (transport/ipc_socket.h) inside one process: content of a passed
 // memfd, tag matching, bounded timeouts, abort, dropped foreign messages, no fd leaks.
+#include <cstdint>
+#include <vector>
 #include <gtest/gtest.h>
 
 #include "common/memfd_util.h"

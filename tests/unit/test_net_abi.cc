@@ -1,5 +1,6 @@
 // Pins the NCCL net-plugin ABI layouts (LP64): a plugin built against NCCL's headers and
 // a libnccl loading our plugin both depend on these exact offsets.
+#include <memory>
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -7,7 +8,7 @@
 #include <unistd.h>
 #include <string>
 
-#include "core/debug.h"
+#include "base/debug.h"
 #include "mkernel/net_plugin/net_plugin.h"
 #include "transport/net.h"
 

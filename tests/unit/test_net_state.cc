@@ -1,6 +1,8 @@
 // CPU parts of the inter-node state (transport/net_state*.cc): window layout, routing of
 // peers (P2P or proxy, symmetric), the device control block layout, the text of device
 // error records and the bootstrap all-to-all the proxy connects with.
+#include <cstdint>
+#include <utility>
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
@@ -14,7 +16,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "transport/net_state_impl.h"
 
 using namespace mk;

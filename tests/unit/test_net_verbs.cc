@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "transport/ibvwrap.h"
 #include "transport/net.h"
 #include "transport/net_verbs.h"

@@ -1,5 +1,7 @@
 // Proxy command ring with host producers: layout, ordering, wrap-around, several
 // producer threads, back-pressure (bounded wait) and abort.
+#include <cstdint>
+#include <memory>
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -1,4 +1,5 @@
 // Socket layer: address parsing/formatting, exact-size transfers, timeouts, abort, peer loss.
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <unistd.h>
@@ -13,7 +14,7 @@
 
 #include "bootstrap/socket.h"
 #include "common/test_util.h"
-#include "core/debug.h"
+#include "base/debug.h"
 
 using namespace mk;
 

@@ -1,4 +1,6 @@
 // Generic kernels over the device communication API (see devcomm_kernels.h).
+#include <cstdint>
+
 #include "device/net/devcomm.cuh"
 #include "device/net/devcomm_kernels.h"
 

@@ -1,9 +1,9 @@
-#include "core/cudawrap.h"
+#include "base/cudawrap.h"
 
 #include <cuda_runtime.h>
 #include <mutex>
 
-#include "core/checks.h"
+#include "base/checks.h"
 
 namespace mk {
 

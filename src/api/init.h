@@ -3,7 +3,7 @@
 #include <nccl.h>
 #include <vector>
 
-#include "core/comm.h"
+#include "comm/comm.h"
 
 namespace mk {
 

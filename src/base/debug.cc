@@ -1,5 +1,6 @@
-#include "core/debug.h"
+#include "base/debug.h"
 
+#include <cstdint>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <nccl_device.h>
 
-#include "core/api.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "api/api.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 
 namespace {
 ncclResult_t unsupported(const char* api) {

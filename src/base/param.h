@@ -1,4 +1,4 @@
-// Environment parameters, declared once in core/params.def.
+// Environment parameters, declared once in base/params.def.
 #pragma once
 #include <cstdint>
 
@@ -6,7 +6,7 @@ namespace mk {
 
 enum class ParamId : int {
 #define MK_PARAM(id, type, env, def, doc) id,
-#include "core/params.def"
+#include "base/params.def"
 #undef MK_PARAM
   kCount
 };

@@ -1,18 +1,19 @@
-#include "core/param.h"
+#include "base/param.h"
 
+#include <cstdint>
 #include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 
-#include "core/debug.h"
+#include "base/debug.h"
 
 namespace mk {
 namespace {
 
 const ParamInfo kTable[] = {
 #define MK_PARAM(id, type, env, def, doc) {env, #type, def, doc},
-#include "core/params.def"
+#include "base/params.def"
 #undef MK_PARAM
 };
 constexpr int kN = static_cast<int>(ParamId::kCount);

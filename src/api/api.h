@@ -2,6 +2,7 @@
 // ncclX is a weak alias of it, so profilers that interpose ncclX can call pncclX.
 // Everything else in the library is hidden (-fvisibility=hidden and src/mkernel.map).
 #pragma once
+#include <thread>
 #include <nccl.h>
 
 #define MK_EXPORT __attribute__((visibility("default")))
@@ -18,4 +19,4 @@ template <typename F>
 ncclResult_t apiGuard(const char* api, F&& fn);
 }  // namespace mk
 
-#include "core/api_guard.inl"
+#include "api/api_guard.inl"

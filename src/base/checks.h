@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "core/debug.h"
+#include "base/debug.h"
 
 #define MK_TRACE_FAIL(res) MK_INFO(::mk::kAllSubsys, "%s:%d -> %d", __FILE__, __LINE__, (int)(res))
 
@@ -48,7 +48,7 @@
     }                                                                       \
   } while (0)
 
-// Driver API calls go through the entry-point table in core/cudawrap.h.
+// Driver API calls go through the entry-point table in base/cudawrap.h.
 #define CUCHECK(cmd)                                                                         \
   do {                                                                                       \
     CUresult mkCu_ = ::mk::cu.cmd;                                                           \

@@ -1,7 +1,7 @@
 // Process-wide API functions: version, error strings, unique ids, memory.
 #include "bootstrap/bootstrap.h"
-#include "core/api.h"
-#include "core/checks.h"
+#include "api/api.h"
+#include "base/checks.h"
 #include "transport/peer_mem.h"
 
 MK_API(ncclResult_t, ncclGetVersion, int* version) {

@@ -2,9 +2,9 @@
 // (before any CUDA call) and hands them to collEnqueue.
 #include "coll/coll.h"
 #include "coll/redop.h"
-#include "core/api.h"
-#include "core/checks.h"
-#include "core/comm.h"
+#include "api/api.h"
+#include "base/checks.h"
+#include "comm/comm.h"
 #include "mkernel/nccl_extra.h"
 
 namespace {

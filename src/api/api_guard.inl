@@ -2,7 +2,7 @@
 #include <exception>
 #include <new>
 
-#include "core/debug.h"
+#include "base/debug.h"
 
 namespace mk {
 template <typename F>

@@ -1,9 +1,9 @@
-#include "core/comm.h"
+#include "comm/comm.h"
 
 #include <mutex>
 #include <unordered_set>
 
-#include "core/checks.h"
+#include "base/checks.h"
 
 namespace mk {
 namespace {

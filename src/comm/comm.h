@@ -1,5 +1,5 @@
 // The communicator object behind ncclComm_t. Each subsystem keeps its own state
-// behind one pointer here and has init/fini functions called by core/init.cc in a
+// behind one pointer here and has init/fini functions called by api/init.cc in a
 // fixed order (topo -> peer memory -> collectives -> net/proxy), fini in reverse.
 #pragma once
 #include <atomic>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
+#include "comm/config.h"
 
 namespace mk {
 struct Bootstrap;

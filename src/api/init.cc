@@ -1,5 +1,7 @@
-#include "core/init.h"
+#include "api/init.h"
 
+#include <cstdint>
+#include <vector>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -11,9 +13,9 @@
 #include "coll/coll.h"
 #include "coll/group.h"
 #include "coll/redop.h"
-#include "core/checks.h"
-#include "core/cudawrap.h"
-#include "core/param.h"
+#include "base/checks.h"
+#include "base/cudawrap.h"
+#include "base/param.h"
 #include "topo/topo.h"
 #include "transport/net_state.h"
 #include "transport/peer_mem.h"

@@ -1,9 +1,9 @@
-#include "core/config.h"
+#include "comm/config.h"
 
 #include <climits>
 #include <cstddef>
 
-#include "core/checks.h"
+#include "base/checks.h"
 
 namespace mk {
 namespace {

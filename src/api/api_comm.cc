@@ -1,4 +1,5 @@
 // Communicator lifecycle and query API.
+#include <mutex>
 #include <chrono>
 #include <cuda_runtime.h>
 #include <thread>
@@ -6,11 +7,11 @@
 
 #include "coll/coll.h"
 #include "coll/group.h"
-#include "core/api.h"
-#include "core/checks.h"
-#include "core/comm.h"
-#include "core/cudawrap.h"
-#include "core/init.h"
+#include "api/api.h"
+#include "base/checks.h"
+#include "comm/comm.h"
+#include "base/cudawrap.h"
+#include "api/init.h"
 #include "transport/net_state.h"
 #include "transport/peer_mem.h"
 
