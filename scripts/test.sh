@@ -6,9 +6,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
 "$root/scripts/install_deps.sh"
 export PATH="/usr/local/cuda/bin:$PATH"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$(nproc)"
 cd "$build"
 # Socket transport across two network namespaces (skips, saying why, where they cannot be made).
 bash "$root/tests/fault/netns_test.sh" "$build/tests/mk_mp_tests"
-ctest --output-on-failure -j2 --timeout 600
+jobs=$(nproc); [ "$jobs" -gt 4 ] && jobs=4
+ctest --output-on-failure -j"$jobs" --timeout 600
