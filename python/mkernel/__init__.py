@@ -1,0 +1,26 @@
+"""mkernel's fused GEMM + collective calls for PyTorch (ctypes over libmkernel.so).
+
+    LD_PRELOAD=/path/to/libmkernel.so torchrun --nproc-per-node=4 train.py
+
+    import mkernel
+    y = mkernel.gemm_all_reduce(x, w)          # sum_r x_r @ w_r^T on every rank
+    y = mkernel.all_gather_gemm(x_shard, w)    # all_gather(x) @ w^T
+    y = mkernel.gemm_reduce_scatter(x, w)      # reduce_scatter(x_r @ w_r^T)
+
+The communicator is the one of the torch ProcessGroupNCCL of `group` (default: the world group),
+which mkernel created because the process runs with libmkernel preloaded; no second communicator
+is created. libmkernel is $MKERNEL_LIB, else the preloaded copy, else find_library('mkernel').
+"""
+
+from ._lib import MkernelError
+from .fused import all_gather_gemm, gemm_all_reduce, gemm_reduce_scatter
+
+__version__ = "0.1.0"
+__all__ = ["MkernelError", "gemm_all_reduce", "all_gather_gemm", "gemm_reduce_scatter",
+           "library_path"]
+
+
+def library_path():
+  """Path of the libmkernel in use (loads it on first use)."""
+  from ._lib import library
+  return library().path

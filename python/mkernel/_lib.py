@@ -1,0 +1,235 @@
+"""ctypes binding of libmkernel.so: where the library comes from, the C prototypes of the fused
+calls (include/mkernel/fused.h) and the communicator queries, and C errors as exceptions.
+
+No torch here: everything in this module works (and is unit-tested) without it.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+# ncclResult_t (nccl.h; the values are part of NCCL's ABI).
+RESULT_NAMES = {
+    0: "ncclSuccess",
+    1: "ncclUnhandledCudaError",
+    2: "ncclSystemError",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError",
+    7: "ncclInProgress",
+}
+NCCL_SUCCESS = 0
+NCCL_INVALID_ARGUMENT = 4
+NCCL_IN_PROGRESS = 7
+
+# ncclDataType_t values of the types the fused calls take (stable across NCCL versions).
+NCCL_FLOAT16 = 6
+NCCL_FLOAT32 = 7
+NCCL_BFLOAT16 = 9
+
+# include/mkernel/fused.h
+FUSED_CONFIG_MAGIC = 0x6D6B4663  # "mkFc"
+FUSED_CONFIG_VERSION = 1
+LAYOUT_NK = 0
+LAYOUT_KN = 1
+ALGO_AUTO = 0
+ALGO_FUSED = 1
+ALGO_SEQUENTIAL = 2
+
+# The symbol that tells libmkernel from the real libnccl: only mkernel exports it.
+MKERNEL_ONLY_SYMBOL = "ncclGemmAllReduce"
+
+
+class MkernelError(RuntimeError):
+  """A call into libmkernel failed, or libmkernel / its communicator could not be used.
+
+  result: the ncclResult_t (int) when the C library returned one, else None.
+  """
+
+  def __init__(self, message, result=None, api=None):
+    super().__init__(message)
+    self.result = result
+    self.api = api
+
+  @property
+  def result_name(self):
+    return RESULT_NAMES.get(self.result, "ncclResult %r" % (self.result,))
+
+
+class FusedConfig(ctypes.Structure):
+  """ncclFusedConfig_t, field for field (a unit test compares it with the header)."""
+  _fields_ = [
+      ("size", ctypes.c_size_t),
+      ("magic", ctypes.c_uint),
+      ("version", ctypes.c_uint),
+      ("bLayout", ctypes.c_int),
+      ("outType", ctypes.c_int),
+      ("bias", ctypes.c_void_p),
+      ("commSms", ctypes.c_int),
+      ("algo", ctypes.c_int),
+  ]
+
+
+def make_config(b_layout, out_type, bias_ptr, comm_sms, algo):
+  """A filled ncclFusedConfig_t (out_type is always explicit: the header's "default" value is
+  ncclNumTypes, which depends on the nccl.h the library was built with)."""
+  c = FusedConfig()
+  c.size = ctypes.sizeof(FusedConfig)
+  c.magic = FUSED_CONFIG_MAGIC
+  c.version = FUSED_CONFIG_VERSION
+  c.bLayout = b_layout
+  c.outType = out_type
+  c.bias = bias_ptr or None
+  c.commSms = comm_sms
+  c.algo = algo
+  return c
+
+
+# ---------------------------------------------------------------------------------------------
+# Which object holds an address (dladdr), to name libraries in messages and to find the object
+# that defines a symbol of the process's global scope.
+class _DlInfo(ctypes.Structure):
+  _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+              ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _dladdr_fn():
+  for name in (None, "libdl.so.2"):  # glibc < 2.34 keeps dladdr in libdl
+    try:
+      fn = ctypes.CDLL(name).dladdr
+    except (OSError, AttributeError):
+      continue
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    fn.restype = ctypes.c_int
+    return fn
+  return None
+
+
+def object_of_address(addr):
+  """Path of the loaded object containing addr, or '' when unknown."""
+  fn = _dladdr_fn()
+  if not addr or fn is None:
+    return ""
+  info = _DlInfo()
+  if fn(ctypes.c_void_p(addr), ctypes.byref(info)) == 0 or not info.dli_fname:
+    return ""
+  return info.dli_fname.decode(errors="replace")
+
+
+def global_symbol(name):
+  """(address, defining object) of `name` in the process's global scope (what an undefined
+  reference of torch's libraries binds to), or (None, '') when no object defines it."""
+  try:
+    fn = getattr(ctypes.CDLL(None), name)
+  except AttributeError:
+    return None, ""
+  addr = ctypes.cast(fn, ctypes.c_void_p).value
+  return addr, object_of_address(addr)
+
+
+def symbol_address(cdll, name):
+  try:
+    return ctypes.cast(getattr(cdll, name), ctypes.c_void_p).value
+  except AttributeError:
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+class Library:
+  """libmkernel.so with the prototypes set. `how` says where it was found (for messages)."""
+
+  def __init__(self, cdll, path, how):
+    self.cdll = cdll
+    self.path = path
+    self.how = how
+    if symbol_address(cdll, MKERNEL_ONLY_SYMBOL) is None:
+      raise MkernelError("%s (%s) does not export %s: it is not libmkernel (the real libnccl has "
+                         "no fused calls)" % (path, how, MKERNEL_ONLY_SYMBOL))
+    vp, sz, i, cfg = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(FusedConfig)
+    self._proto("ncclGemmAllReduce", [vp, vp, vp, sz, sz, sz, i, cfg, vp, vp])
+    self._proto("ncclAllGatherGemm", [vp, vp, vp, vp, sz, sz, sz, i, cfg, vp, vp])
+    self._proto("ncclGemmReduceScatter", [vp, vp, vp, sz, sz, sz, i, cfg, vp, vp])
+    ip = ctypes.POINTER(ctypes.c_int)
+    for name in ("ncclCommCount", "ncclCommUserRank", "ncclCommCuDevice", "ncclCommGetAsyncError"):
+      self._proto(name, [vp, ip])
+    self._proto("ncclGetErrorString", [i], ctypes.c_char_p)
+    self._proto("ncclGetLastError", [vp], ctypes.c_char_p)
+
+  def _proto(self, name, argtypes, restype=ctypes.c_int):
+    fn = getattr(self.cdll, name)
+    fn.argtypes = argtypes
+    fn.restype = restype
+    setattr(self, name, fn)
+
+  def last_error(self):
+    s = self.ncclGetLastError(None)
+    return s.decode(errors="replace") if s else ""
+
+  def error_string(self, result):
+    s = self.ncclGetErrorString(result)
+    return s.decode(errors="replace") if s else RESULT_NAMES.get(result, str(result))
+
+  def check(self, api, result):
+    """Raises MkernelError (with ncclGetLastError's message) unless result is ncclSuccess."""
+    if result == NCCL_SUCCESS:
+      return
+    msg = self.last_error()
+    raise MkernelError(
+        "%s failed: %s (%d, %s)%s" % (api, RESULT_NAMES.get(result, "ncclResult"), result,
+                                      self.error_string(result), ": " + msg if msg else ""),
+        result=result, api=api)
+
+  def comm_query(self, name, comm):
+    """ncclCommCount / ncclCommUserRank / ncclCommCuDevice / ncclCommGetAsyncError of comm."""
+    v = ctypes.c_int(-1)
+    self.check(name, getattr(self, name)(ctypes.c_void_p(comm), ctypes.byref(v)))
+    return v.value
+
+
+_lock = threading.Lock()
+_cached = None
+
+
+def _open(path, how):
+  try:
+    cdll = ctypes.CDLL(path)
+  except OSError as e:
+    raise MkernelError("cannot load libmkernel from %s (%s): %s" % (path, how, e)) from None
+  return Library(cdll, path, how)
+
+
+def find_library():
+  """Finds libmkernel: $MKERNEL_LIB, else the copy already loaded in the process (the LD_PRELOAD
+  case: found through the global scope's ncclGemmAllReduce), else ctypes.util.find_library."""
+  env = os.environ.get("MKERNEL_LIB")
+  if env:
+    return _open(env, "MKERNEL_LIB")
+  addr, obj = global_symbol(MKERNEL_ONLY_SYMBOL)
+  if addr is not None:
+    # Open that very object: a handle to it resolves every symbol inside libmkernel, whatever
+    # else the global scope holds (a real libnccl loaded before it, for instance).
+    return _open(obj or None, "already loaded in the process (LD_PRELOAD)")
+  found = ctypes.util.find_library("mkernel")
+  if found:
+    return _open(found, "ctypes.util.find_library('mkernel')")
+  raise MkernelError(
+      "libmkernel not found: set MKERNEL_LIB=/path/to/libmkernel.so, or run the process with "
+      "LD_PRELOAD=/path/to/libmkernel.so (needed anyway for torch's communicators to be "
+      "mkernel's), or install it where the dynamic loader finds it")
+
+
+def library():
+  """The process's Library (loaded once)."""
+  global _cached
+  with _lock:
+    if _cached is None:
+      _cached = find_library()
+    return _cached
+
+
+def _reset_for_tests():
+  global _cached
+  with _lock:
+    _cached = None
