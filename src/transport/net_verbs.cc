@@ -220,6 +220,9 @@ ncclResult_t VerbsNet::accept(void* listenComm, void** recvComm) {
     NCCLCHECK(createQps(c));
     NCCLCHECK(allocRecvSide(c));
     NCCLCHECK(connectQps(c));
+    // Receives into GPU memory will need flushes: set the flush QP up now, not on the
+    // first signal.
+    if (c->dev->peermem || c->dev->dmabuf) NCCLCHECK(createFlushQp(c));
     NCCLCHECK(socketSend(&c->sock, &c->local, sizeof(c->local)));
     l->stage = 2;
     c->remoteGot = 0;
@@ -259,7 +262,7 @@ ncclResult_t VerbsNet::regMr(void* comm, void* data, size_t size, int type, void
             type == NCCL_PTR_CUDA ? " (no dma-buf support and no nvidia-peermem?)" : "");
     return ncclSystemError;
   }
-  *mhandle = new Mr{mr};
+  *mhandle = new Mr{mr, type == NCCL_PTR_CUDA};
   return ncclSuccess;
 }
 
@@ -276,7 +279,7 @@ ncclResult_t VerbsNet::regMrDmaBuf(void* comm, void* data, size_t size, int type
     MK_WARN("verbs net: ibv_reg_dmabuf_mr failed: %s", strerror(errno));
     return ncclSystemError;
   }
-  *mhandle = new Mr{mr};
+  *mhandle = new Mr{mr, type == NCCL_PTR_CUDA};
   return ncclSuccess;
 }
 
@@ -287,12 +290,50 @@ ncclResult_t VerbsNet::deregMr(void*, void* mhandle) {
   return ncclSuccess;
 }
 
-ncclResult_t VerbsNet::iflush(void*, int, void**, int*, void**, void** request) {
-  // TODO(net): flush GPU-bound RDMA writes (cuFlushGPUDirectRDMAWrites or an RDMA READ
-  // on a loopback QP) before a signal tells the GPU that data is there.
+// Called after test() reported the receive done (NCCL's order). One READ behind the
+// writes of every receive completed so far (see net_verbs.h); the caller polls the
+// request with test(), so the wait is the caller's to bound and abort.
+ncclResult_t VerbsNet::iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                              void** request) {
+  Comm* c = static_cast<Comm*>(recvComm);
   *request = nullptr;
+  MK_ARGCHECK(c != nullptr && !c->isSend, "verbs net: iflush needs a receive comm");
+  MK_ARGCHECK(n >= 1 && n <= kNetMaxRecvs, "verbs net: iflush of %d buffers", n);
+  MK_ARGCHECK(data != nullptr && sizes != nullptr, "verbs net: iflush without buffers");
+  NCCLCHECK(poll(c));
+  int last = -1;
+  for (int i = n - 1; i >= 0 && last < 0; i--) {
+    Mr* m = mhandles ? static_cast<Mr*>(mhandles[i]) : nullptr;
+    if (sizes[i] > 0 && m && m->gpu) last = i;
+  }
+  if (last < 0) return ncclSuccess;  // host memory: visible once the completion is polled
+  if (c->flushes >= kSlots) {
+    MK_WARN("verbs net: more than %d flushes in flight on one comm (test() them first)", kSlots);
+    return ncclInvalidUsage;
+  }
+  NCCLCHECK(createFlushQp(c));
+  Mr* m = static_cast<Mr*>(mhandles[last]);
+  Request* r = new Request{c, false, -1, 0, 1, 0, true};
+  ibv_sge sge = {(uintptr_t)c->flushBuf, 1, c->flushMr->lkey};
+  ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof(wr));
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = (uintptr_t)data[last];
+  wr.wr.rdma.rkey = m->mr->rkey;
+  wr.wr_id = reinterpret_cast<uint64_t>(r);
+  if (ibv_post_send(c->flushQp, &wr, &bad)) {
+    delete r;
+    return fail(c, std::string("verbs net: posting the flush READ failed: ") + strerror(errno));
+  }
+  c->live.insert(r);
+  c->flushes++;
+  *request = r;
   return ncclSuccess;
 }
+
 ncclResult_t VerbsNet::closeSend(void* c) {
   return destroy(static_cast<Comm*>(c));
 }

@@ -16,6 +16,12 @@
 // a TCP socket (bootstrap/socket.h) as a non-blocking state machine kept in the handle.
 // GPU buffers: ibv_reg_dmabuf_mr on a dma-buf from cuMemGetHandleForAddressRange, else
 // ibv_reg_mr (works with nvidia-peermem).
+// Flush (GPUDirect RDMA, as NCCL does it): a receive's completion says the NIC has
+// written the data, not that the GPU sees it yet. iflush posts a 1-byte RDMA READ of the
+// last received GPU buffer on a QP connected to itself ("flush QP", one per recv comm);
+// PCIe does not let the read's completion pass the NIC's earlier writes to that GPU,
+// so once the read completes every byte received before it is visible to the GPU.
+// Receives into host memory need no flush (iflush returns a NULL request).
 #include <cstdint>
 #include <string>
 #include <unordered_set>
@@ -82,6 +88,7 @@ struct Dev {
 
 struct Mr {
   ibv_mr* mr;
+  bool gpu;  // registered as NCCL_PTR_CUDA: receives into it need a flush
 };
 
 struct Comm;
@@ -92,6 +99,7 @@ struct Request {
   int n;
   int pending;  // completions still expected
   size_t size;  // send
+  bool isFlush = false;
 };
 
 struct Comm {
@@ -116,6 +124,10 @@ struct Comm {
   ibv_mr* sizesMr = nullptr;
   uint64_t recvSeq = 0;
   Request* slots[kSlots] = {};
+  ibv_qp* flushQp = nullptr;     // connected to itself (see the top of this file)
+  uint64_t* flushBuf = nullptr;  // where flush READs land (host memory)
+  ibv_mr* flushMr = nullptr;
+  int flushes = 0;  // flush READs in flight (at most kSlots)
   std::unordered_set<Request*> live;
   ncclResult_t error = ncclSuccess;
   std::string errMsg;
@@ -168,6 +180,7 @@ class VerbsNet : public Net {
   // net_verbs_data.cc
   ncclResult_t createQps(verbs::Comm* c);
   ncclResult_t connectQps(verbs::Comm* c);
+  ncclResult_t createFlushQp(verbs::Comm* c);
   ncclResult_t allocSendSide(verbs::Comm* c);
   ncclResult_t allocRecvSide(verbs::Comm* c);
   ncclResult_t poll(verbs::Comm* c);

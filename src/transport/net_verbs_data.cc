@@ -38,6 +38,64 @@ ibv_mtu mtuOf(uint32_t v) {
   return static_cast<ibv_mtu>(v);
 }
 
+ncclResult_t qpToInit(Dev* d, ibv_qp* qp, int access) {
+  ibv_qp_attr qa;
+  memset(&qa, 0, sizeof(qa));
+  qa.qp_state = IBV_QPS_INIT;
+  qa.pkey_index = 0;
+  qa.port_num = (uint8_t)d->port;
+  qa.qp_access_flags = access;
+  if (ibv.modifyQp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+    MK_WARN("verbs net: QP to INIT failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+// INIT -> RTR -> RTS towards QP `destQpn` at the address in r (the peer's, or our own for
+// the flush QP). One outstanding RDMA READ each way is all the data path uses.
+ncclResult_t qpToRts(Dev* d, ibv_qp* qp, uint32_t localMtu, const QpInfo& r, uint32_t destQpn,
+                     const std::string& peer) {
+  ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = mtuOf(std::min(localMtu, r.mtu));
+  a.dest_qp_num = destQpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = (uint8_t)d->port;
+  if (r.linkLayer == IBV_LINK_LAYER_ETHERNET) {
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = r.gid;
+    a.ah_attr.grh.sgid_index = (uint8_t)d->gidIndex;
+    a.ah_attr.grh.hop_limit = 255;
+  } else {
+    a.ah_attr.dlid = r.lid;
+  }
+  if (ibv.modifyQp(qp, &a,
+                   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
+    MK_WARN("verbs net: QP to RTR failed (peer %s, gid %s): %s", peer.c_str(),
+            gidStr(r.gid).c_str(), strerror(errno));
+    return ncclSystemError;
+  }
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 18;  // ~1 s per try; 7 tries bound how long a dead peer goes unnoticed
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = 0;
+  a.max_rd_atomic = 1;
+  if (ibv.modifyQp(qp, &a,
+                   IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)) {
+    MK_WARN("verbs net: QP to RTS failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
 }  // namespace
 
 ncclResult_t VerbsNet::fail(Comm* c, const std::string& msg) {
@@ -51,7 +109,7 @@ ncclResult_t VerbsNet::fail(Comm* c, const std::string& msg) {
 
 ncclResult_t VerbsNet::createQps(Comm* c) {
   Dev* d = c->dev;
-  int cqe = kQps * kRecvWrs * 2 + 2 * kSlots;
+  int cqe = kQps * kRecvWrs * 2 + 3 * kSlots;  // + kSlots flush READs
   c->cq = ibv.createCq(d->ctx, cqe, nullptr, nullptr, 0);
   if (!c->cq) {
     MK_WARN("verbs net: ibv_create_cq(%d) failed: %s", cqe, strerror(errno));
@@ -72,17 +130,7 @@ ncclResult_t VerbsNet::createQps(Comm* c) {
       MK_WARN("verbs net: ibv_create_qp failed: %s", strerror(errno));
       return ncclSystemError;
     }
-    ibv_qp_attr qa;
-    memset(&qa, 0, sizeof(qa));
-    qa.qp_state = IBV_QPS_INIT;
-    qa.pkey_index = 0;
-    qa.port_num = (uint8_t)d->port;
-    qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-    if (ibv.modifyQp(c->qps[q], &qa,
-                     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
-      MK_WARN("verbs net: QP to INIT failed: %s", strerror(errno));
-      return ncclSystemError;
-    }
+    NCCLCHECK(qpToInit(d, c->qps[q], IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE));
     c->local.qpn[q] = c->qps[q]->qp_num;
   }
   c->local.mtu = d->portAttr.active_mtu;
@@ -130,47 +178,44 @@ ncclResult_t VerbsNet::allocRecvSide(Comm* c) {
 }
 
 ncclResult_t VerbsNet::connectQps(Comm* c) {
+  for (int q = 0; q < kQps; q++)
+    NCCLCHECK(qpToRts(c->dev, c->qps[q], c->local.mtu, c->remote, c->remote.qpn[q], c->peer));
+  return ncclSuccess;
+}
+
+// The flush QP reads from our own GPU buffers: it is connected to itself, so it needs
+// remote-read access, and its completions land on the comm's CQ (poll() counts them).
+ncclResult_t VerbsNet::createFlushQp(Comm* c) {
+  if (c->flushQp) return ncclSuccess;
   Dev* d = c->dev;
-  const QpInfo& r = c->remote;
-  for (int q = 0; q < kQps; q++) {
-    ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = mtuOf(std::min(c->local.mtu, r.mtu));
-    a.dest_qp_num = r.qpn[q];
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.port_num = (uint8_t)d->port;
-    if (r.linkLayer == IBV_LINK_LAYER_ETHERNET) {
-      a.ah_attr.is_global = 1;
-      a.ah_attr.grh.dgid = r.gid;
-      a.ah_attr.grh.sgid_index = (uint8_t)d->gidIndex;
-      a.ah_attr.grh.hop_limit = 255;
-    } else {
-      a.ah_attr.dlid = r.lid;
-    }
-    if (ibv.modifyQp(c->qps[q], &a,
-                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
-      MK_WARN("verbs net: QP to RTR failed (peer %s, gid %s): %s", c->peer.c_str(),
-              gidStr(r.gid).c_str(), strerror(errno));
-      return ncclSystemError;
-    }
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 18;  // ~1 s per try; 7 tries bound how long a dead peer goes unnoticed
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    if (ibv.modifyQp(c->qps[q], &a,
-                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)) {
-      MK_WARN("verbs net: QP to RTS failed: %s", strerror(errno));
+  if (!c->flushBuf) {
+    c->flushBuf = allocRegistered<uint64_t>(d->pd, 1, &c->flushMr, IBV_ACCESS_LOCAL_WRITE);
+    if (!c->flushBuf) {
+      MK_WARN("verbs net: cannot register the flush buffer: %s", strerror(errno));
       return ncclSystemError;
     }
   }
+  ibv_qp_init_attr a;
+  memset(&a, 0, sizeof(a));
+  a.send_cq = a.recv_cq = c->cq;
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = kSlots;
+  a.cap.max_recv_wr = 1;
+  a.cap.max_send_sge = 1;
+  a.cap.max_recv_sge = 1;
+  ibv_qp* qp = ibv.createQp(d->pd, &a);
+  if (!qp) {
+    MK_WARN("verbs net: ibv_create_qp (flush QP) failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  QpInfo self = c->local;
+  ncclResult_t res = qpToInit(d, qp, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE);
+  if (res == ncclSuccess) res = qpToRts(d, qp, self.mtu, self, qp->qp_num, "self (flush QP)");
+  if (res != ncclSuccess) {
+    ibv.destroyQp(qp);
+    return res;
+  }
+  c->flushQp = qp;
   return ncclSuccess;
 }
 
@@ -178,13 +223,16 @@ ncclResult_t VerbsNet::destroy(Comm* c) {
   if (!c) return ncclSuccess;
   for (int q = 0; q < kQps; q++)
     if (c->qps[q]) ibv.destroyQp(c->qps[q]);
+  if (c->flushQp) ibv.destroyQp(c->flushQp);
   if (c->cq) ibv.destroyCq(c->cq);
   if (c->fifoMr) ibv.deregMr(c->fifoMr);
   if (c->ctsMr) ibv.deregMr(c->ctsMr);
   if (c->sizesMr) ibv.deregMr(c->sizesMr);
+  if (c->flushMr) ibv.deregMr(c->flushMr);
   free(c->fifo);
   free(c->cts);
   free(c->sizes);
+  free(c->flushBuf);
   for (Request* r : c->live) delete r;
   socketClose(&c->sock);
   delete c;
@@ -200,6 +248,10 @@ ncclResult_t VerbsNet::poll(Comm* c) {
   if (n < 0) return fail(c, "verbs net: ibv_poll_cq failed (peer " + c->peer + ")");
   for (int i = 0; i < n; i++) {
     const ibv_wc& wc = wcs[i];
+    if (wc.status != IBV_WC_SUCCESS && c->flushQp && wc.qp_num == c->flushQp->qp_num)
+      return fail(c, std::string("verbs net: flush READ of a received GPU buffer failed: '") +
+                         ibv.wcStatusStr(wc.status) + "' (device " + c->dev->name +
+                         "; is the GPU memory readable by the NIC?)");
     if (wc.status != IBV_WC_SUCCESS)
       return fail(c, std::string("verbs net: work completion error '") +
                          ibv.wcStatusStr(wc.status) + "' with peer " + c->peer +
@@ -339,14 +391,16 @@ ncclResult_t VerbsNet::test(void* request, int* done, size_t* sizes) {
   *done = 0;
   NCCLCHECK(poll(c));
   if (r->pending > 0) return ncclSuccess;
-  if (sizes) {
+  if (r->isFlush) {
+    c->flushes--;
+  } else if (sizes) {
     if (r->isSend)
       sizes[0] = r->size;
     else
       for (int i = 0; i < r->n; i++)
         sizes[i] = (size_t)__atomic_load_n(&c->sizes[r->slot * kNetMaxRecvs + i], __ATOMIC_ACQUIRE);
   }
-  if (!r->isSend) c->slots[r->slot] = nullptr;
+  if (!r->isSend && !r->isFlush) c->slots[r->slot] = nullptr;
   c->live.erase(r);
   delete r;
   *done = 1;

@@ -99,6 +99,12 @@ struct PeerState {
   std::unique_ptr<WireHdr[]> sendHdrs, recvHdrs;
   void* sendHdrMh = nullptr;
   void* recvHdrMh = nullptr;
+  // GPU windows: the last data chunk received since the last flush (NULL: none), and
+  // the flush in flight. A flush makes every chunk completed before it visible to the GPU.
+  char* unflushed = nullptr;
+  size_t unflushedLen = 0;
+  void* flushReq = nullptr;
+  std::chrono::steady_clock::time_point flushDeadline;
 };
 
 struct RingTrack {
@@ -146,6 +152,7 @@ class Proxy {
   bool drainRings();
   bool progressSend(PeerState& ps);
   bool progressRecv(PeerState& ps);
+  int flushRecv(PeerState& ps);
   void retire(int ring, uint64_t ticket);
   void run();
   void applySignal(const ProxyWireCmd& c);
@@ -396,21 +403,19 @@ bool Proxy::progressRecv(PeerState& ps) {
         }
         ch.done = true;
         bytesRecv.fetch_add(ch.len, std::memory_order_relaxed);
+        if (cfg.bufType == NCCL_PTR_CUDA && ch.len > 0)
+          ps.unflushed = ch.ptr, ps.unflushedLen = ch.len;
       }
       if (!ready) break;
       const ProxyWireCmd& c = b->hdr->cmds[e];
-      if (c.op != kProxyPut && cfg.bufType == NCCL_PTR_CUDA && c.bytes > 0) {
-        // GPU memory written by the NIC: make it visible before the signal says so.
-        void* data = static_cast<char*>(cfg.recvBuf) + c.dstOff;
-        int size = (int)std::min<uint64_t>(c.bytes, 1u << 30);
-        void* mh = ps.recvMh;
-        void* req = nullptr;
-        if (netFailed(net->iflush(ps.recvComm, 1, &data, &size, &mh, &req), ps.rank, "iflush"))
-          return true;
-        if (req && netFailed(netWaitRequest(net, req, nullptr, netTimeoutMs()), ps.rank, "flush"))
-          return true;
+      if (c.op != kProxyPut) {
+        // Every earlier chunk of this peer (this entry's and earlier puts') must be
+        // visible to the GPU before the signal says so.
+        int flushed = flushRecv(ps);
+        if (flushed < 0) return true;
+        if (flushed == 0) break;
+        applySignal(c);
       }
-      if (c.op != kProxyPut) applySignal(c);
       b->applied++;
       progress = true;
     }
@@ -419,6 +424,40 @@ bool Proxy::progressRecv(PeerState& ps) {
     delete b;
   }
   return progress;
+}
+
+// 1: every chunk received so far is visible (flushed, or nothing needed one); 0: a flush
+// is in flight (polled here, never waited for: the proxy keeps serving other peers and
+// stops on abort); -1: error recorded.
+int Proxy::flushRecv(PeerState& ps) {
+  Net* net = cfg.net;
+  if (!ps.flushReq) {
+    if (!ps.unflushed) return 1;
+    void* data = ps.unflushed;
+    int size = (int)std::min<size_t>(ps.unflushedLen, 1u << 30);
+    void* mh = ps.recvMh;
+    if (netFailed(net->iflush(ps.recvComm, 1, &data, &size, &mh, &ps.flushReq), ps.rank, "iflush"))
+      return -1;
+    ps.unflushed = nullptr;
+    if (!ps.flushReq) return 1;  // the backend has nothing to flush (host-visible data)
+    ps.flushDeadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(netTimeoutMs());
+  }
+  int done = 0;
+  if (netFailed(net->test(ps.flushReq, &done, nullptr), ps.rank, "flush")) {
+    ps.flushReq = nullptr;  // a failed test() frees the request
+    return -1;
+  }
+  if (done) {
+    ps.flushReq = nullptr;
+    return 1;
+  }
+  if (std::chrono::steady_clock::now() > ps.flushDeadline) {
+    setError(
+        ncclSystemError, ps.rank,
+        "flush of received GPU data not complete after " + std::to_string(netTimeoutMs()) + " ms");
+    return -1;
+  }
+  return 0;
 }
 
 void Proxy::run() {
