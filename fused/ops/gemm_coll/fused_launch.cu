@@ -1,0 +1,139 @@
+// Host side of the fused GEMM + collective kernels (fused_kernels.cuh): eligibility, the SM
+// split, parameters and the launch. Instantiated here for bf16/fp16 inputs, both B layouts
+// and every output type.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "base/checks.h"
+#include "base/param.h"
+#include "comm/comm.h"
+#include "fused/core/cost_model.h"
+#include "fused/core/framework.h"
+#include "fused/ops/gemm_coll/clique.h"
+#include "fused/ops/gemm_coll/fused_launchers.cuh"
+#include "fused/ops/gemm_coll/gemm_coll.h"
+#include "fused/ops/gemm_coll/gemm_coll_util.h"
+
+namespace mk {
+namespace fused {
+
+namespace {
+
+using gemm::DType;
+
+// Bytes the comm CTAs move per rank (what the split model weighs against the GEMM).
+double commBytes(const GemmCollCall& c, int n) {
+  const double out = (double)fusedTypeSize(c.cfg.outType);
+  if (c.op == GemmColl::kAllGather) return 2.0 * c.M * c.K * 2;  // read + write of A
+  // Owned share of the tiles: read n fp32 partials, write n (AR) or 1 (RS) outputs.
+  const double share = (double)c.M * c.N / n;
+  return share * (4.0 * n + out * (c.op == GemmColl::kAllReduce ? n : 1));
+}
+
+}  // namespace
+
+ncclResult_t gemmCollFused(const GemmCollCall& c, const rt::WaitCtx& w, bool* ran) {
+  *ran = false;
+  ncclComm* comm = c.comm;
+  const int n = comm->nRanks;
+  const int64_t tilesM = (c.M + gemm::kTileM - 1) / gemm::kTileM;
+  const int64_t tilesN = (c.N + gemm::kTileN - 1) / gemm::kTileN;
+  if (c.op != GemmColl::kAllGather && tilesM * tilesN > kGcMaxTiles) return ncclSuccess;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
+  GcClique* q = nullptr;
+  uint64_t* flags = nullptr;
+  // The clique block is created outside capture only (its zeroing synchronises).
+  if (cap != cudaStreamCaptureStatusNone && !comm->fusedCliqueRef) return ncclSuccess;
+  if (gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
+
+  // SM split from the rank's budget: the model (or the override) picks the comm CTAs.
+  const int budget = rankSmBudget(comm);
+  SplitQuery sq;
+  sq.M = (int)c.M;
+  sq.N = (int)c.N;
+  sq.K = (int)c.K;
+  sq.intraBytes = commBytes(c, n);
+  DeviceRates rates;
+  if (c.cfg.commSms < 0 && MK_PARAM_INT(FusedCommSms) < 0)
+    NCCLCHECK(getDeviceRates(comm->cudaDev, &rates));
+  SplitChoice choice = resolveSplit(sq, rates, budget, c.cfg.commSms);
+  SmSplit split = choice.split;
+  split.count[(int)Role::kInterSend] = 0;
+  split.count[(int)Role::kInterReduce] = 0;
+  if (split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
+  split.count[(int)Role::kCompute] = budget - split.of(Role::kIntraComm);
+  if (split.of(Role::kCompute) <= 0) {
+    MK_WARN("%s: no SM left for the GEMM (budget %d, comm %d)", gemmCollName(c.op), budget,
+            split.of(Role::kIntraComm));
+    return ncclInvalidArgument;
+  }
+
+  GcParams p{};
+  p.split = split;
+  p.w = w;
+  p.q = q;
+  p.flags = flags;
+  p.maxTiles = kGcMaxTiles;
+  p.me = comm->rank;
+  p.n = n;
+  p.kind = (int)c.op;
+  p.outType = (int)gemmType(c.cfg.outType);
+  p.bias = c.op == GemmColl::kAllGather ? nullptr : c.cfg.bias;
+  p.M = (int)c.M;
+  p.N = (int)c.N;
+  p.K = (int)c.K;
+  p.rowsPerRank = (int)(c.M / n);
+
+  ncclResult_t res = ncclSuccess;
+  void* tmp = nullptr;
+  gemm::GemmArgs g;
+  if (c.op == GemmColl::kAllGather) {
+    p.A = c.A;
+    p.G = c.Agathered;
+    if (p.G == nullptr) {
+      CUDACHECK(cudaMallocAsync(&tmp, c.M * c.K * 2, c.stream));
+      p.G = tmp;
+    }
+    g = gemmArgsOf(c, p.G, c.C, c.M);
+    g.hooks.rowReady = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][shard]
+    g.hooks.rowsPerFlag = p.rowsPerRank;
+    g.hooks.rowReadyExpected = 1;
+    g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
+  } else {
+    CUDACHECK(cudaMallocAsync(&tmp, c.M * c.N * sizeof(float), c.stream));
+    p.P = static_cast<float*>(tmp);
+    p.C = c.C;
+    g = gemmArgsOf(c, c.A, p.P, c.M);
+    g.dType = DType::kF32;
+    g.hooks.tileDone = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][tile]
+    g.hooks.tileDoneValue = 1;
+    g.hooks.tileDoneSys = true;
+  }
+  g.hooks.seqBase = &q->calls[p.me];
+  g.hooks.wait = w;
+  g.smBudget = split.of(Role::kCompute);
+  int32_t gridUnused = 0;
+  NCCLCHECKGOTO(gemm::buildParams(g, &p.g, &gridUnused), res, out);
+  MK_INFO(kFused, "%s rank %d M=%zu N=%zu K=%zu fused: compute=%d comm=%d (%s)",
+          gemmCollName(c.op), p.me, c.M, c.N, c.K, split.of(Role::kCompute),
+          split.of(Role::kIntraComm), choice.source);
+  {
+    const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
+    res = c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, c.stream)
+                                  : launchAny<DType::kBF16>(p, kn, c.stream);
+  }
+  if (res == ncclSuccess && c.op == GemmColl::kAllGather)
+    res = addBias(c.C, c.cfg.bias, c.M, c.N, c.cfg.outType, comm->smCount, c.stream);
+  if (res == ncclSuccess) *ran = true;
+out:
+  if (tmp != nullptr) {
+    cudaError_t e = cudaFreeAsync(tmp, c.stream);
+    if (e != cudaSuccess && res == ncclSuccess) res = ncclUnhandledCudaError;
+  }
+  return res;
+}
+
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,78 @@
+// The fused entry points of include/mkernel/fused.h: each checks its call (no CUDA call
+// before every rule passed) and hands it to the GEMM + collective operators.
+#include <nccl.h>
+
+#include "api/api.h"
+#include "base/checks.h"
+#include "coll/group.h"
+#include "comm/comm.h"
+#include "fused/ops/gemm_coll/gemm_coll.h"
+#include "mkernel/fused.h"
+
+namespace {
+ncclResult_t run(mk::fused::GemmCollCall c, const ncclFusedConfig_t* config) {
+  const char* api = mk::fused::gemmCollName(c.op);
+  NCCLCHECK(mk::commCheck(c.comm, api));
+  NCCLCHECK(mk::commCheckReady(c.comm, api));
+  if (mk::groupActive()) {
+    // The GEMM would have to be deferred to ncclGroupEnd together with the caller's
+    // buffers; NCCL has no such contract, so the call is refused rather than half-grouped.
+    MK_WARN("%s: fused calls are not allowed inside ncclGroupStart/ncclGroupEnd", api);
+    return ncclInvalidUsage;
+  }
+  NCCLCHECK(mk::fused::gemmCollCheck(&c, config, c.comm->nRanks, c.comm->rank));
+  return mk::apiGuard(api, [&] { return mk::fused::gemmCollRun(c); });
+}
+}  // namespace
+
+MK_API(ncclResult_t, ncclGemmAllReduce, const void* A, const void* B, void* C, size_t M, size_t N,
+       size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config, ncclComm_t comm,
+       cudaStream_t stream) {
+  mk::fused::GemmCollCall c;
+  c.op = mk::fused::GemmColl::kAllReduce;
+  c.A = A;
+  c.B = B;
+  c.C = C;
+  c.M = M;
+  c.N = N;
+  c.K = K;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  return run(c, config);
+}
+
+MK_API(ncclResult_t, ncclAllGatherGemm, const void* Ashard, const void* B, void* C, void* Agathered,
+       size_t M, size_t N, size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config,
+       ncclComm_t comm, cudaStream_t stream) {
+  mk::fused::GemmCollCall c;
+  c.op = mk::fused::GemmColl::kAllGather;
+  c.A = Ashard;
+  c.B = B;
+  c.C = C;
+  c.Agathered = Agathered;
+  c.M = M;
+  c.N = N;
+  c.K = K;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  return run(c, config);
+}
+
+MK_API(ncclResult_t, ncclGemmReduceScatter, const void* A, const void* B, void* Cshard, size_t M,
+       size_t N, size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config, ncclComm_t comm,
+       cudaStream_t stream) {
+  mk::fused::GemmCollCall c;
+  c.op = mk::fused::GemmColl::kReduceScatter;
+  c.A = A;
+  c.B = B;
+  c.C = Cshard;
+  c.M = M;
+  c.N = N;
+  c.K = K;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  return run(c, config);
+}
