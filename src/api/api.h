@@ -5,18 +5,11 @@
 #include <thread>
 #include <nccl.h>
 
+#include "base/guard.h"  // apiGuard: no C++ exception crosses the C ABI
+
 #define MK_EXPORT __attribute__((visibility("default")))
 
 #define MK_API(ret, func, ...)                                                        \
   extern "C" MK_EXPORT ret p##func(__VA_ARGS__);                                      \
   extern "C" MK_EXPORT __attribute__((weak, alias("p" #func))) ret func(__VA_ARGS__); \
   extern "C" MK_EXPORT ret p##func(__VA_ARGS__)
-
-namespace mk {
-// Keeps C++ exceptions (std::bad_alloc, std::system_error from std::thread) from crossing
-// the C ABI: fn runs inside a try block; an exception becomes ncclSystemError + message.
-template <typename F>
-ncclResult_t apiGuard(const char* api, F&& fn);
-}  // namespace mk
-
-#include "api/api_guard.inl"

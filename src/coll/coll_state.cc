@@ -81,12 +81,6 @@ int globalRankOf(ncclComm* comm, int local) {
 }
 }  // namespace
 
-uint64_t collTimeoutNs() {
-  int64_t ms = MK_PARAM_INT(TimeoutMs);
-  if (ms <= 0 || ms > (int64_t)1e12) return ~0ull >> 1;
-  return (uint64_t)ms * 1000000ull;
-}
-
 CommDev collCommDev(ncclComm* comm) {
   CollState* cs = comm->coll;
   CommDev c{};
@@ -96,7 +90,7 @@ CommDev collCommDev(ncclComm* comm) {
   c.recvCnt = c.sendCnt + (size_t)kMaxLocalRanks * kMaxLanes;
   c.err = cs->errDev;
   c.abortFlag = comm->abortFlagDev;
-  c.timeoutNs = collTimeoutNs();
+  c.timeoutNs = devTimeoutNs();
   c.ws = cs->ws;
   c.me = cs->me;
   c.nLocal = cs->ws.nLocal;
@@ -144,7 +138,7 @@ ncclResult_t collInit(ncclComm* comm) {
           comm->rank, cs->me, cs->ws.nLocal, cs->ws.lanes, cs->ws.slots,
           (unsigned long long)cs->ws.slotBytes, cs->ws.p2pLanes, cs->budget.lo, cs->budget.hi,
           comm->smCount, t.ranksOnMyDevice,
-          cs->interNode ? " - several nodes: collectives are not available yet" : "");
+          cs->interNode ? " - several nodes: inter-node traffic goes through the net layer" : "");
   return ncclSuccess;
 }
 

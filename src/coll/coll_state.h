@@ -52,7 +52,5 @@ struct CollState {
 
 // The CommDev part of the kernel arguments for this comm.
 CommDev collCommDev(ncclComm* comm);
-// MKERNEL_TIMEOUT_MS in nanoseconds (<= 0: practically infinite).
-uint64_t collTimeoutNs();
 
 }  // namespace mk

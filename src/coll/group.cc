@@ -5,8 +5,8 @@
 #include <vector>
 #include <utility>
 
-#include "api/api.h"
 #include "base/checks.h"
+#include "base/guard.h"
 #include "comm/comm.h"
 
 namespace mk {
@@ -68,36 +68,30 @@ ncclResult_t commRunJob(ncclComm* comm, std::function<ncclResult_t()> fn) {
   return joinJob(comm);
 }
 
-}  // namespace mk
-
-using mk::tls;
-
-MK_API(ncclResult_t, ncclGroupStart) {
+void groupStart() {
   tls.depth++;
-  return ncclSuccess;
 }
 
-namespace {
-ncclResult_t groupEndImpl(ncclSimInfo_t* sim) {
+ncclResult_t groupEnd(ncclSimInfo_t* sim) {
   if (tls.depth == 0) {
     MK_WARN("ncclGroupEnd: not in a group (unmatched ncclGroupEnd)");
     return ncclInvalidUsage;
   }
   if (--tls.depth > 0) return ncclSuccess;
-  std::vector<mk::CommJob> jobs = std::move(tls.jobs);
-  std::vector<mk::CollArgs> ops = std::move(tls.ops);
+  std::vector<CommJob> jobs = std::move(tls.jobs);
+  std::vector<CollArgs> ops = std::move(tls.ops);
   tls.jobs.clear();
   tls.ops.clear();
   if (sim) {
     float us = 0;
-    NCCLCHECK(mk::collEstimateGroup(ops, &us));
+    NCCLCHECK(collEstimateGroup(ops, &us));
     sim->estimatedTime = us;
     return ncclSuccess;
   }
   // All comm jobs start before any is waited for: they are ranks of one clique.
   bool anyNonblocking = false;
   for (auto& j : jobs) {
-    mk::startJob(j.comm, std::move(j.fn));
+    startJob(j.comm, std::move(j.fn));
     anyNonblocking |= !j.comm->config.blocking;
   }
   ncclResult_t res = ncclSuccess;
@@ -105,25 +99,15 @@ ncclResult_t groupEndImpl(ncclSimInfo_t* sim) {
     res = jobs.empty() ? ncclSuccess : ncclInProgress;
   } else {
     for (auto& j : jobs) {
-      ncclResult_t r = mk::joinJob(j.comm);
+      ncclResult_t r = joinJob(j.comm);
       if (res == ncclSuccess) res = r;
     }
   }
   if (!ops.empty()) {
-    ncclResult_t r = mk::apiGuard("ncclGroupEnd", [&] { return mk::collLaunchGroup(ops); });
+    ncclResult_t r = apiGuard("ncclGroupEnd", [&] { return collLaunchGroup(ops); });
     if (r != ncclSuccess && (res == ncclSuccess || res == ncclInProgress)) res = r;
   }
   return res;
 }
-}  // namespace
 
-MK_API(ncclResult_t, ncclGroupEnd) {
-  return groupEndImpl(nullptr);
-}
-
-MK_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
-  MK_ARGCHECK(simInfo != nullptr, "ncclGroupSimulateEnd: simInfo is NULL");
-  MK_ARGCHECK(simInfo->magic == 0x74685283u && simInfo->size >= sizeof(ncclSimInfo_t),
-              "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER");
-  return groupEndImpl(simInfo);
-}
+}  // namespace mk

@@ -1,5 +1,6 @@
 // ncclGroupStart/End: per-thread nesting; communicator creation and operations issued
-// inside a group are deferred to the outermost ncclGroupEnd.
+// inside a group are deferred to the outermost ncclGroupEnd. The exported entry points
+// are in src/api/api_group.cc.
 #pragma once
 #include <functional>
 #include <nccl.h>
@@ -9,6 +10,10 @@
 
 namespace mk {
 
+void groupStart();  // ncclGroupStart: one nesting level more on this thread
+// ncclGroupEnd (sim null) or ncclGroupSimulateEnd (sim: fills sim->estimatedTime, runs
+// nothing). The outermost level starts the deferred comm jobs, then launches the ops.
+ncclResult_t groupEnd(ncclSimInfo_t* sim);
 bool groupActive();  // this thread is inside ncclGroupStart/End
 // Comm init/split work to run at group end; each comm's job runs in its own thread, so
 // one thread can create several comms of one clique (ncclCommInitRank per GPU in a group).

@@ -15,8 +15,8 @@
 namespace mk {
 struct Bootstrap;
 struct PeerMem;    // transport/peer_mem.h
-struct CollState;  // coll/coll.h
-struct NetState;   // transport (inter-node), later
+struct CollState;  // coll/coll_state.h
+struct NetState;   // transport/net_state_impl.h (inter-node)
 
 constexpr uint64_t kCommMagic = 0x6d6b65726e656c31ull;  // "mkernel1"
 constexpr uint64_t kCommDead = 0xdeadc0de0badc0deull;

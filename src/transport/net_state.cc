@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
-#include "coll/coll_state.h"
 #include "base/checks.h"
 #include "base/param.h"
 #include "transport/net.h"
@@ -156,7 +155,7 @@ void buildView(ncclComm* comm, NetState* ns) {
 // Deadline values are read when the view is handed out, so that tests changing
 // MKERNEL_TIMEOUT_MS (and paramReset) between launches see the new value.
 void refreshDeadlines(ncclComm* comm, NetDev* d) {
-  d->c.timeoutNs = collTimeoutNs();
+  d->c.timeoutNs = devTimeoutNs();
   int khz = 0;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, comm->cudaDev) != cudaSuccess || khz <= 0)
     khz = 2000000;  // 2 GHz: an upper bound of current GPUs' clocks

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <nccl.h>
 
-#include "coll/launch.h"
+#include "comm/comm_dev.h"
 #include "transport/proxy_ring.h"
 
 struct ncclComm;

@@ -1,6 +1,12 @@
+// Exception barrier: keeps C++ exceptions (std::bad_alloc, std::system_error from
+// std::thread) from crossing the C ABI. fn runs inside a try block; an exception becomes
+// ncclSystemError (ncclInternalError for a non-std one) plus a warning naming `api`.
+// In base so that any layer that runs code on behalf of an exported call (e.g. the
+// collectives' group launch) can guard it without including the API layer.
 #pragma once
 #include <exception>
 #include <new>
+#include <nccl.h>
 
 #include "base/debug.h"
 
