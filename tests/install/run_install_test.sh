@@ -3,11 +3,13 @@
 # consumer against it twice: through find_package(mkernel) and through pkg-config. Then
 # moves the prefix and does both again (the package files must not hard-code the prefix).
 # Usage: run_install_test.sh <build-dir> [nccl include dir of the build] [C compiler]
+#        [CMake generator for the consumer (the build's: a machine may have ninja, no make)]
 # Nothing is compiled in mkernel itself: `cmake --install` copies the build's outputs.
 set -euo pipefail
 build="$(cd "${1:?usage: $0 <build-dir> [nccl-include-dir] [cc]}" && pwd)"
 nccl_inc="${2:-}"
 cc="${3:-${CC:-cc}}"
+gen="${4:-}"
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/mk-install.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
@@ -50,7 +52,7 @@ build_and_run() {  # $1: prefix, $2: tag
   local p="$1" tag="$2" ld="$1/$libdir_rel" out
   # find_package(mkernel)
   out="$tmp/cmake-$tag"
-  cmake -S "$here/consumer" -B "$out" -DCMAKE_C_COMPILER="$cc" -DCMAKE_PREFIX_PATH="$p" \
+  cmake ${gen:+-G "$gen"} -S "$here/consumer" -B "$out" -DCMAKE_C_COMPILER="$cc" -DCMAKE_PREFIX_PATH="$p" \
     -DCMAKE_BUILD_TYPE=Release >"$out.log" 2>&1 || { cat "$out.log"; fail "[$tag] consumer configure (find_package)"; }
   grep -q "mkernel .* from $p/" "$out.log" || { cat "$out.log"; fail "[$tag] find_package found another mkernel"; }
   cmake --build "$out" >>"$out.log" 2>&1 || { cat "$out.log"; fail "[$tag] consumer build (find_package)"; }
