@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds NVIDIA/nccl-tests with mkernel's oversubscription patch, for scripts/run_nccl_tests.sh.
+# Builds NVIDIA/nccl-tests with mkernel's patches, for scripts/run_nccl_tests.sh: 0001
+# (oversubscription, required) and 0002 (gemm_allreduce_perf, allgather_gemm_perf,
+# gemm_reducescatter_perf for include/mkernel/fused.h; built when it applies, else a warning).
 #
 # usage: scripts/prepare_nccl_tests.sh <build-dir> [nccl-tests-source]
 #   nccl-tests-source  a pristine nccl-tests tree (default <repo>/.nccl-tests, git-ignored; see
@@ -8,7 +10,8 @@
 #   <build-dir>/nccl-tests/src        patched copy of the source
 #   <build-dir>/nccl-tests/bin        *_perf binaries
 #   <build-dir>/nccl-tests/nccl_home  include/ + lib/libnccl.so -> the real NCCL it links against
-#   <build-dir>/nccl-tests/env.sh     MK_REAL_NCCL, MK_REAL_NCCL_DIR, NCCL_TESTS_BIN
+#   <build-dir>/nccl-tests/env.sh     MK_REAL_NCCL, MK_REAL_NCCL_DIR, NCCL_TESTS_BIN,
+#                                     NCCL_TESTS_FUSED (1: the fused GEMM binaries were built)
 # nccl-tests links -lnccl: it is linked against the real libnccl (PyTorch's pip package by
 # default) and mkernel takes over at run time through LD_PRELOAD.
 # environment:
@@ -32,6 +35,9 @@ SRC_IN=${2:-$REPO/.nccl-tests}
 SRC_IN=$(cd "$SRC_IN" && pwd)
 PATCH=$REPO/nccl-tests-patches/0001-oversubscribe-gpus.patch
 [[ -f $PATCH ]] || die "patch $PATCH missing"
+FUSED_PATCH=$REPO/nccl-tests-patches/0002-fused-gemm-perf.patch
+FUSED_HDR=$REPO/include/mkernel/fused.h
+FUSED_BINS=(gemm_allreduce allgather_gemm gemm_reducescatter)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC_GENCODE=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}
 JOBS=${JOBS:-$(nproc)}
@@ -131,7 +137,8 @@ ln -sf "$REAL_NCCL" "$H/lib/libnccl.so.2"
 
 # ---- patched copy of the source --------------------------------------------------------------
 STAMP=$( (cd "$SRC_IN" && find . -type f ! -path './build/*' -print0 | sort -z |
-  xargs -0 sha256sum; sha256sum <"$PATCH"; echo "$REAL_NCCL $INC $NVCC_GENCODE") | sha256sum | cut -c1-16)
+  xargs -0 sha256sum; sha256sum <"$PATCH"; cat "$FUSED_PATCH" "$FUSED_HDR" 2>/dev/null | sha256sum
+  echo "$REAL_NCCL $INC $NVCC_GENCODE") | sha256sum | cut -c1-16)
 BIN=$OUT/bin
 if [[ -f $OUT/stamp && $(cat "$OUT/stamp") == "$STAMP" && -x $BIN/all_reduce_perf ]]; then
   echo "prepare_nccl_tests: $BIN is up to date (stamp $STAMP)"
@@ -142,21 +149,38 @@ else
     die "copying $SRC_IN failed"
   (cd "$OUT/src" && patch -p1 --forward --batch <"$PATCH") ||
     die "the patch does not apply to $SRC_IN (see nccl-tests-patches/README.md for the commit)"
+  FUSED=0
+  if [[ ! -f $FUSED_PATCH || ! -f $FUSED_HDR ]]; then
+    echo "prepare_nccl_tests: WARN $FUSED_PATCH or $FUSED_HDR missing: no fused GEMM tests"
+  elif (cd "$OUT/src" && patch -p1 --forward --batch --dry-run <"$FUSED_PATCH" >/dev/null 2>&1); then
+    (cd "$OUT/src" && patch -p1 --forward --batch <"$FUSED_PATCH") || die "$FUSED_PATCH failed"
+    FUSED=1
+  else
+    echo "prepare_nccl_tests: WARN $FUSED_PATCH does not apply to $SRC_IN: building without" \
+      "the fused GEMM tests (${FUSED_BINS[*]/%/_perf})"
+  fi
+  make_extra=()
+  [[ $FUSED == 1 ]] && make_extra=("MKERNEL_HOME=$REPO")
   echo "prepare_nccl_tests: building nccl-tests in $BIN (make -j$JOBS, $NVCC_GENCODE)"
   t0=$SECONDS
   if ! make -C "$OUT/src" -j"$JOBS" MPI=0 CUDA_HOME="$CUDA_HOME" NCCL_HOME="$H" \
-    NVCC_GENCODE="$NVCC_GENCODE" BUILDDIR="$BIN" >"$OUT/build.log" 2>&1; then
+    NVCC_GENCODE="$NVCC_GENCODE" BUILDDIR="$BIN" "${make_extra[@]}" >"$OUT/build.log" 2>&1; then
     tail -n 40 "$OUT/build.log"
     die "nccl-tests build failed (full log: $OUT/build.log)"
   fi
   echo "prepare_nccl_tests: built in $((SECONDS - t0))s"
   echo "$STAMP" >"$OUT/stamp"
+  echo "$FUSED" >"$OUT/fused"
 fi
+FUSED=$(cat "$OUT/fused" 2>/dev/null || echo 0)
 
 missing=()
 for b in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
   [[ -x $BIN/${b}_perf ]] || missing+=("${b}_perf")
 done
+if [[ $FUSED == 1 ]]; then
+  for b in "${FUSED_BINS[@]}"; do [[ -x $BIN/${b}_perf ]] || missing+=("${b}_perf"); done
+fi
 [[ ${#missing[@]} -eq 0 ]] || die "missing binaries in $BIN: ${missing[*]}"
 grep -q ncclTestsMapDevice "$OUT/src/src/common.h" || die "patched source lacks the device wrap"
 
@@ -167,6 +191,8 @@ MK_REAL_NCCL_DIR=$REAL_DIR
 MK_REAL_NCCL_VERSION=$LIB_VERSION
 NCCL_TESTS_HEADER_VERSION=$HDR_VERSION
 NCCL_TESTS_BIN=$BIN
+NCCL_TESTS_FUSED=$FUSED
 NCCL_TESTS_CUDA_HOME=$CUDA_HOME
 EOF
-echo "prepare_nccl_tests: OK - binaries in $BIN, environment in $OUT/env.sh"
+echo "prepare_nccl_tests: OK - binaries in $BIN, environment in $OUT/env.sh (fused GEMM tests:" \
+  "$([[ $FUSED == 1 ]] && echo "${FUSED_BINS[*]/%/_perf}" || echo none))"

@@ -4,6 +4,10 @@
 # and every reduction op, first eagerly and then captured in a CUDA graph (-G 1). Checks every
 # result ("-c 1"), parses "#wrong" per row and "Out of bounds values", prints a summary table.
 # Exit status 0 only if every binary ran, produced rows, and reported 0 wrong values.
+# When prepare_nccl_tests.sh built them (patch 0002), the fused GEMM binaries run too:
+# gemm_allreduce_perf, allgather_gemm_perf, gemm_reducescatter_perf with one rank per thread
+# ("-t N -g 1": fused calls are refused inside the group that -g N uses), half and bfloat16,
+# -c 1 (exact reference check, in place too), NCCL_TESTS_GEMM_N/K (default 2048 here).
 #
 # usage: scripts/run_nccl_tests.sh <build-dir> [binary ...]
 #   needs scripts/prepare_nccl_tests.sh <build-dir> first (binaries in <build-dir>/nccl-tests)
@@ -15,6 +19,8 @@
 #   MK_NT_BUDGET=540           seconds for all runs: later runs get what is left, and are
 #                              reported as FAIL "budget exhausted" once less than 15 s remain
 #   MK_NT_LOGDIR=<build>/nccl-tests/logs
+#   MK_NT_GEMM_SIZES="-b 16M -e 256M -f 4"   sweep of the fused GEMM binaries (sizes map to M)
+#   NCCL_TESTS_GEMM_N/K/M/LAYOUT/ALGO/COMM_SMS  passed through (see nccl-tests-patches/README.md)
 set -u -o pipefail
 
 die() {
@@ -61,6 +67,12 @@ export LD_LIBRARY_PATH=$MK_REAL_NCCL_DIR:${NCCL_TESTS_CUDA_HOME:-/usr/local/cuda
 
 BINARIES=(all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf
   alltoall_perf sendrecv_perf gather_perf scatter_perf)
+FUSED_BINARIES=(gemm_allreduce_perf allgather_gemm_perf gemm_reducescatter_perf)
+[[ ${NCCL_TESTS_FUSED:-0} == 1 ]] && BINARIES+=("${FUSED_BINARIES[@]}")
+GEMM_SIZES=${MK_NT_GEMM_SIZES:--b 16M -e 256M -f 4}
+read -r -a GEMM_SIZE_FLAGS <<<"$GEMM_SIZES"
+export NCCL_TESTS_GEMM_N=${NCCL_TESTS_GEMM_N:-2048} NCCL_TESTS_GEMM_K=${NCCL_TESTS_GEMM_K:-2048}
+is_fused() { [[ " ${FUSED_BINARIES[*]} " == *" $1 "* ]]; }
 [[ $# -gt 0 ]] && BINARIES=("$@")
 for b in "${BINARIES[@]}"; do
   [[ -x $NCCL_TESTS_BIN/$b ]] || die "$NCCL_TESTS_BIN/$b missing (rerun prepare_nccl_tests.sh)"
@@ -143,8 +155,13 @@ for mode in $MODES; do
     cmd=(timeout -k 10 "$limit" env NCCL_TESTS_DEVICE_WRAP=1 "LD_PRELOAD=$LIB"
       "$NCCL_TESTS_BIN/$b" -b 8 -e "$MAXBYTES" -f 4 -g "$NGPUS" -c 1 -d all -o all -G "$mode"
       "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
+    if is_fused "$b"; then
+      cmd=(timeout -k 10 "$limit" env NCCL_TESTS_DEVICE_WRAP=1 "LD_PRELOAD=$LIB"
+        "$NCCL_TESTS_BIN/$b" "${GEMM_SIZE_FLAGS[@]}" -t "$NGPUS" -g 1 -c 1 -d all -G "$mode"
+        "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
+    fi
     echo
-    echo "==== $b -G $mode"
+    echo "==== $b -G $mode$(is_fused "$b" && echo " (N=$NCCL_TESTS_GEMM_N K=$NCCL_TESTS_GEMM_K; algbw column = TFLOP/s per rank)")"
     t0=$SECONDS
     "${cmd[@]}" >"$log" 2>&1
     rc=$?
