@@ -21,7 +21,7 @@ prefix="$tmp/prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
 
 # --- what the prefix holds ---
-lib="$(find "$prefix" -name libmkernel.so -path '*/lib*' | head -1)"
+lib="$(find "$prefix" -name libmkernel.so -path '*/lib*' -print -quit)"
 [ -n "$lib" ] || fail "no libmkernel.so under $prefix"
 libdir="$(dirname "$lib")"
 libdir_rel="${libdir#"$prefix"/}"
@@ -32,8 +32,11 @@ real="$(readlink -f "$lib")"
 [[ "$(basename "$real")" == libmkernel.so.0.* ]] || fail "libmkernel.so resolves to $real"
 plugin="$libdir/libnccl-net-mkernel.so"
 [ -f "$plugin" ] || fail "net plugin not installed at $plugin"
-nm -D --defined-only "$plugin" | grep -q ' ncclNetPlugin_v' || fail "$plugin exports no ncclNetPlugin_vN table"
-nm -D --defined-only "$lib" | grep -q ' ncclGetVersion$' || fail "libmkernel.so does not export ncclGetVersion"
+# (Symbol lists read whole: `nm | grep -q` fails under pipefail when grep exits first.)
+plugin_syms="$(nm -D --defined-only "$plugin")"
+lib_syms="$(nm -D --defined-only "$lib")"
+grep -q ' ncclNetPlugin_v' <<<"$plugin_syms" || fail "$plugin exports no ncclNetPlugin_vN table"
+grep -q ' ncclGetVersion$' <<<"$lib_syms" || fail "libmkernel.so does not export ncclGetVersion"
 # Every public header, byte for byte; and the nccl.h the library was built against.
 (cd "$here/../../include" && find mkernel -type f) | while read -r h; do
   cmp -s "$here/../../include/$h" "$prefix/include/$h" || fail "header $h not installed (or differs)"
