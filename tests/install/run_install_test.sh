@@ -15,7 +15,14 @@ tmp="$(mktemp -d "${TMPDIR:-/tmp}/mk-install.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
-command -v pkg-config >/dev/null || fail "pkg-config is not installed (scripts/install_deps.sh installs it)"
+# pkg-config is installed by scripts/install_deps.sh where a registry answers; on a machine
+# without one (the GPU machines) the pkg-config half is skipped, saying so. CI must have it.
+have_pc=1
+if ! command -v pkg-config >/dev/null; then
+  [ "${CI:-}" = true ] && fail "pkg-config is not installed (scripts/install_deps.sh installs it)"
+  echo "SKIP: pkg-config half (pkg-config not installed)"
+  have_pc=0
+fi
 
 prefix="$tmp/prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
@@ -61,6 +68,10 @@ build_and_run() {  # $1: prefix, $2: tag
   cmake --build "$out" >>"$out.log" 2>&1 || { cat "$out.log"; fail "[$tag] consumer build (find_package)"; }
   "$out/mk_consumer" "$ld" || fail "[$tag] consumer (find_package) failed"
   # pkg-config and a plain compiler
+  if [ "$have_pc" = 0 ]; then
+    echo "[$tag] find_package consumer: ok (pkg-config consumer skipped)"
+    return 0
+  fi
   local cflags libs ver
   cflags="$(PKG_CONFIG_PATH="$ld/pkgconfig" pkg-config --cflags mkernel)" || fail "[$tag] pkg-config --cflags"
   libs="$(PKG_CONFIG_PATH="$ld/pkgconfig" pkg-config --libs mkernel)" || fail "[$tag] pkg-config --libs"
