@@ -146,7 +146,7 @@ def check_result(rep, name, got, x, out_dt, group=None):
 
 def same_on_all_ranks(t, group=None):
   """True when every rank of group holds the same bytes in t."""
-  flat = t.contiguous().view(-1).view(torch.int16 if t.element_size() == 2 else torch.int32)
+  flat = t.contiguous().view(-1).view(torch.uint8)  # NCCL has no 16-bit integer type
   n = dist.get_world_size(group)
   allv = torch.empty(n * flat.numel(), dtype=flat.dtype, device=flat.device)
   dist.all_gather_into_tensor(allv, flat, group=group)
