@@ -22,6 +22,7 @@
 #include "coll_bench_api.h"
 #include "coll_bench_options.h"
 #include "coll_bench_util.h"
+#include "device/rt/ptx.cuh"
 
 using namespace collbench;
 
@@ -50,11 +51,9 @@ __global__ void checkKernel(const float* p, size_t n, size_t chunk, float value,
 // Keeps the stream busy for `ns` nanoseconds (global timer), so work queued behind it is
 // already submitted when it starts.
 __global__ void spinKernel(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
+  const unsigned long long t0 = mk::ptx::globalTimerNs();
+  while (mk::ptx::globalTimerNs() - t0 < ns) {
+  }
 }
 
 void fill(float* p, size_t n, float v, cudaStream_t s) {

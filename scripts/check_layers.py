@@ -58,12 +58,7 @@ SUBMODULES = {"src/device": {"rt"}, "fused/ops": "*"}
 
 # Module edges ignored by the module-cycle check, each with the reason it still exists.
 # The checker warns when an entry no longer matches any include, so that it gets removed.
-ALLOWED_MODULE_EDGES = {
-    # TODO(devlayer, issue 10): fused/gemm includes fused/core/types.h and wait.cuh while
-    # fused/core (cost model, example operator) includes the GEMM engine. It goes away
-    # when the wait moves to src/device/rt and the example to fused/ops/example.
-    ("fused/gemm", "fused/core"): "fused/core <-> fused/gemm (devlayer is moving it)",
-}
+ALLOWED_MODULE_EDGES = {}
 
 # Where inline assembly may live: the device runtime's PTX set (fnmatch patterns).
 ASM_HOME = ("src/device/rt/ptx*", "src/device/rt/*asm*")

@@ -7,7 +7,7 @@
 #include "base/param.h"
 
 #include "fused/core/cost_model.h"
-#include "fused/core/wait.cuh"
+#include "device/rt/wait.cuh"
 #include "fused/gemm/gemm_kernel.cuh"
 
 namespace mk {
@@ -39,10 +39,11 @@ __device__ void copyRole(const GemmCopyParams& p, int32_t idx, int32_t nIdx) {
     gemm::tileCoords(g, t, &mBlk, &nBlk);
     const int32_t slot = mBlk * g.tilesN + nBlk;
     if (threadIdx.x == 0) {
-      okShared = waitGe(g.hooks.tileDone + slot, g.hooks.tileDoneValue, g.hooks.wait, -1, slot);
+      okShared =
+          rt::waitFlag(g.hooks.wait, g.hooks.tileDone + slot, g.hooks.tileDoneValue, slot, false);
     }
     __syncthreads();
-    if (!okShared) return;  // error recorded; the host sees it via fusedCheckError
+    if (!okShared) return;  // error recorded; the host sees it via rt::domainCheck
     const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
     const int32_t rows = min(gemm::kTileM, g.M - m0), cols = min(gemm::kTileN, g.N - n0);
     // Each thread moves bf16 pairs along a row (coalesced); tiles are small enough that
@@ -54,7 +55,7 @@ __device__ void copyRole(const GemmCopyParams& p, int32_t idx, int32_t nIdx) {
     if (p.copyFlags != nullptr) {
       __threadfence();
       __syncthreads();
-      if (threadIdx.x == 0) releaseFlag(p.copyFlags + slot, p.seq, false);
+      if (threadIdx.x == 0) rt::releaseFlag(p.copyFlags + slot, p.seq, false);
     }
     __syncthreads();  // okShared is rewritten next iteration
   }
@@ -92,8 +93,8 @@ bool canImplement(const GemmCopyArgs& a, std::string* why) {
     return fail("example GEMM+copy supports bf16 inputs and output only");
   if (a.gemm.hooks.tileDone != nullptr || a.gemm.hooks.rowReady != nullptr)
     return fail("example GEMM+copy sets the GEMM hooks itself");
-  if (a.copyDst == nullptr || a.tileFlags == nullptr || a.state == nullptr)
-    return fail("copyDst, tileFlags and state must not be null");
+  if (a.copyDst == nullptr || a.tileFlags == nullptr || a.domain == nullptr)
+    return fail("copyDst, tileFlags and domain must not be null");
   if (a.ldCopy != 0 && a.ldCopy < a.gemm.N) return fail("ldCopy must be >= N");
   if (a.seq == 0) return fail("seq must be > 0 (flags start at 0)");
   return true;
@@ -106,7 +107,7 @@ ncclResult_t launch(const GemmCopyArgs& a, cudaStream_t stream, SmSplit* splitOu
     return ncclInvalidArgument;
   }
   DeviceInfo info;
-  NCCLCHECK(getDeviceInfo(a.state->device, &info));
+  NCCLCHECK(getDeviceInfo(a.domain->device, &info));
   const int budget = a.gemm.smBudget > 0 ? std::min(a.gemm.smBudget, info.sms) : info.sms;
 
   SplitQuery q;
@@ -132,7 +133,7 @@ ncclResult_t launch(const GemmCopyArgs& a, cudaStream_t stream, SmSplit* splitOu
   gemm::GemmArgs g = a.gemm;
   g.hooks.tileDone = a.tileFlags;
   g.hooks.tileDoneValue = a.seq;
-  NCCLCHECK(makeWaitCtx(a.state, kOpExampleGemmCopy, &g.hooks.wait, a.timeoutMs));
+  g.hooks.wait = rt::domainCtx(a.domain, rt::kOpExample, a.timeoutMs);
   int32_t gridUnused;
   NCCLCHECK(gemm::buildParams(g, &p.g, &gridUnused));
   p.split = split;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "device/rt/err_host.h"
 #include "fused/core/framework.h"
 #include "fused/gemm/gemm.h"
 
@@ -15,15 +16,15 @@ namespace fused {
 
 // 1. Args
 struct GemmCopyArgs {
-  gemm::GemmArgs gemm;                // bf16 in, bf16 out; its hooks.tileDone* are set by launch()
-  void* copyDst = nullptr;            // [M, N] bf16, receives every tile of D
-  int64_t ldCopy = 0;                 // 0 = N
-  uint64_t* tileFlags = nullptr;      // tilesM*tilesN flags, device memory, never reset
-  uint64_t* copyFlags = nullptr;      // optional: set to seq once a tile is copied
-  uint64_t seq = 0;                   // this call's sequence number (> every earlier call's)
-  int commSms = -1;                   // -1: MKERNEL_FUSED_COMM_SMS or the cost model
-  const FusedState* state = nullptr;  // abort flag + error record
-  int64_t timeoutMs = 0;              // 0: MKERNEL_TIMEOUT_MS
+  gemm::GemmArgs gemm;                 // bf16 in, bf16 out; its hooks.tileDone* are set by launch()
+  void* copyDst = nullptr;             // [M, N] bf16, receives every tile of D
+  int64_t ldCopy = 0;                  // 0 = N
+  uint64_t* tileFlags = nullptr;       // tilesM*tilesN flags, device memory, never reset
+  uint64_t* copyFlags = nullptr;       // optional: set to seq once a tile is copied
+  uint64_t seq = 0;                    // this call's sequence number (> every earlier call's)
+  int commSms = -1;                    // -1: MKERNEL_FUSED_COMM_SMS or the cost model
+  const rt::Domain* domain = nullptr;  // abort flag + error record
+  int64_t timeoutMs = 0;               // 0: MKERNEL_TIMEOUT_MS
 };
 
 // 2. Config: compile-time part (the run-time part is the SmSplit from resolveSplit()).

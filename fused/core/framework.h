@@ -10,7 +10,8 @@
 //   5. kernel(params)           - `split.roleOf(blockIdx.x)` dispatches to one device
 //                                 function per role; roles exchange work through per-tile
 //                                 flags carrying 64-bit sequence numbers (never reset by the
-//                                 host) and wait with fused::waitGe (abort + deadline).
+//                                 host) and wait with the device runtime's bounded waits
+//                                 (device/rt/wait.cuh: abort flag, deadline, error record).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,35 +28,11 @@ struct DeviceInfo {
   int device = 0;
   int sms = 0;
   int smemOptin = 0;
-  int clockKHz = 0;  // peak SM clock, converts MKERNEL_TIMEOUT_MS into clock64() cycles
   int major = 0, minor = 0;
 };
 
 // Read once per device from the runtime (never hard-coded).
 ncclResult_t getDeviceInfo(int device, DeviceInfo* out);
-
-// Host-mapped error record and abort flag of one owner (a communicator, a test).
-struct FusedState {
-  int device = 0;
-  int rank = 0;
-  ErrorRecord* errHost = nullptr;
-  ErrorRecord* errDev = nullptr;
-  uint32_t* abortHost = nullptr;
-  uint32_t* abortDev = nullptr;
-};
-
-ncclResult_t fusedStateCreate(int rank, FusedState** out);
-ncclResult_t fusedStateDestroy(FusedState* st);
-// Raises (or clears) the abort flag; running kernels notice within kPollInterval spins.
-void fusedSetAbort(FusedState* st, bool abort);
-// ncclSuccess when no device error was recorded; otherwise ncclRemoteError (timeout waiting
-// for a peer) or ncclSystemError (abort / local), with `msg` naming rank, peer, op, seq, slot.
-ncclResult_t fusedCheckError(const FusedState* st, std::string* msg);
-// Forgets a consumed error record (the host side of ncclCommGetAsyncError).
-void fusedClearError(FusedState* st);
-
-// Wait context for `op`: deadline = MKERNEL_TIMEOUT_MS (or timeoutMs > 0) x clock rate.
-ncclResult_t makeWaitCtx(const FusedState* st, int32_t op, WaitCtx* out, int64_t timeoutMs = 0);
 
 // Launches `kernel` with split.total() CTAs as a cooperative launch: the runtime refuses a
 // grid that cannot be co-resident instead of letting roles wait on CTAs that never start.

@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "fused/core/types.h"
+#include "device/rt/err.h"
 
 namespace mk {
 namespace gemm {
@@ -49,8 +49,9 @@ struct GemmHooks {
   const int32_t* tileOrder = nullptr;
   int32_t rowBlockOffset = 0;
 
-  // Bounds every flag wait (abort flag, deadline, error record).
-  fused::WaitCtx wait;
+  // Bounds every flag wait (abort flag, deadline, error record): the comm's
+  // (fused/core/fused_comm.h) or a stand-alone domain's (rt::domainCtx).
+  rt::WaitCtx wait{};
 };
 
 struct GemmArgs {

@@ -13,7 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "fused/core/wait.cuh"
+#include "device/rt/wait.cuh"
 #include "fused/gemm/primitives.cuh"
 
 namespace mk {
@@ -73,7 +73,7 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
   const GemmHooks& h = p.hooks;
   const int32_t last = min(p.M, m0 + kTileM) - 1;
   for (int32_t f = m0 / h.rowsPerFlag; f <= last / h.rowsPerFlag; ++f) {
-    if (!fused::waitGe(h.rowReady + f, h.rowReadyExpected, h.wait, -1, f, h.rowReadySys))
+    if (!rt::waitFlag(h.wait, h.rowReady + f, h.rowReadyExpected, f, h.rowReadySys))
       return false;
   }
   // The flags were acquired through the generic proxy; the rows are read by TMA (async
@@ -258,8 +258,8 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayo
       __threadfence();
       ptx::namedBarSync(kBarConsumers, 256);
       if (wg == 0 && tid == 0) {
-        fused::releaseFlag(p.hooks.tileDone + (int64_t)mBlk * p.tilesN + nBlk,
-                           p.hooks.tileDoneValue, p.hooks.tileDoneSys);
+        rt::releaseFlag(p.hooks.tileDone + (int64_t)mBlk * p.tilesN + nBlk,
+                        p.hooks.tileDoneValue, p.hooks.tileDoneSys);
       }
     }
   }

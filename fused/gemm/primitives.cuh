@@ -1,11 +1,12 @@
-// Primitives of the GEMM engine built on ptx.cuh: shared-memory layout of one CTA, wgmma
-// shared-memory descriptors, and the tile scheduler. Device code only (sm_90a).
+// Primitives of the GEMM engine built on the PTX set (device/rt/ptx.cuh): shared-memory
+// layout of one CTA, wgmma shared-memory descriptors, and the tile scheduler. Device code
+// only (sm_90a).
 #pragma once
 #include <cuda.h>
 #include <cstdint>
 
 #include "fused/gemm/gemm.h"
-#include "fused/gemm/ptx.cuh"
+#include "device/rt/ptx.cuh"
 
 namespace mk {
 namespace gemm {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coll/coll.h"
+#include "device/rt/err_host.h"
 #include "base/checks.h"
 #include "comm/comm.h"
 #include "base/param.h"
@@ -19,48 +20,6 @@
 namespace mk {
 
 namespace {
-// Error records live in one host-pinned, mapped block that is never freed: freeing pinned
-// memory synchronises with the whole device, which a destroy or abort must not wait for
-// (another comm's kernel on the GPU may be waiting for a peer). Records are recycled.
-constexpr int kRecordsPerBlock = 1024;
-struct RecordPool {
-  std::mutex mu;
-  std::vector<ErrRecord*> blocks;
-  std::vector<ErrRecord*> free;
-};
-RecordPool& recordPool() {
-  static RecordPool* p = new RecordPool();
-  return *p;
-}
-
-ncclResult_t recordAlloc(ErrRecord** host, ErrRecord** dev) {
-  RecordPool& p = recordPool();
-  std::lock_guard<std::mutex> g(p.mu);
-  if (p.free.empty()) {
-    ErrRecord* b = nullptr;
-    CUDACHECK(cudaHostAlloc((void**)&b, sizeof(ErrRecord) * kRecordsPerBlock,
-                            cudaHostAllocMapped | cudaHostAllocPortable));
-    memset(b, 0, sizeof(ErrRecord) * kRecordsPerBlock);
-    p.blocks.push_back(b);
-    for (int i = kRecordsPerBlock - 1; i >= 0; i--) p.free.push_back(b + i);
-  }
-  ErrRecord* r = p.free.back();
-  void* d = nullptr;
-  CUDACHECK(cudaHostGetDevicePointer(&d, r, 0));
-  p.free.pop_back();
-  memset(r, 0, sizeof(*r));
-  *host = r;
-  *dev = (ErrRecord*)d;
-  return ncclSuccess;
-}
-
-void recordFree(ErrRecord* r) {
-  RecordPool& p = recordPool();
-  std::lock_guard<std::mutex> g(p.mu);
-  memset(r, 0, sizeof(*r));
-  p.free.push_back(r);
-}
-
 struct DeviceGuard {
   int saved = -1;
   explicit DeviceGuard(int dev) {
@@ -72,25 +31,20 @@ struct DeviceGuard {
   }
 };
 
-int globalRankOf(ncclComm* comm, int local) {
-  const Topo& t = comm->topo;
-  if (t.node >= 0 && t.node < (int)t.nodeRanks.size() && local >= 0 &&
-      local < (int)t.nodeRanks[t.node].size())
-    return t.nodeRanks[t.node][local];
-  return local;
-}
 }  // namespace
 
 CommDev collCommDev(ncclComm* comm) {
   CollState* cs = comm->coll;
   CommDev c{};
+  c.w.abortFlag = comm->abortFlagDev;
+  c.w.hdr = (rt::CtlHdr*)cs->devState;
+  c.w.err = cs->errDev;
+  c.w.timeoutNs = rt::timeoutNs();
+  c.w.rank = comm->rank;
+  c.w.op = -1;  // collective kernels name their CollType in every record
   c.peers = comm->peerMem ? (void* const*)comm->peerMem->peersDev : nullptr;
-  c.hdr = (DevStateHdr*)cs->devState;
-  c.sendCnt = (uint64_t*)((char*)cs->devState + sizeof(DevStateHdr));
+  c.sendCnt = (uint64_t*)((char*)cs->devState + sizeof(rt::CtlHdr));
   c.recvCnt = c.sendCnt + (size_t)kMaxLocalRanks * kMaxLanes;
-  c.err = cs->errDev;
-  c.abortFlag = comm->abortFlagDev;
-  c.timeoutNs = devTimeoutNs();
   c.ws = cs->ws;
   c.me = cs->me;
   c.nLocal = cs->ws.nLocal;
@@ -129,7 +83,7 @@ ncclResult_t collInit(ncclComm* comm) {
   CUDACHECK(cudaMallocAsync(&cs->devState, devStateBytes(), cs->internal));
   CUDACHECK(cudaMemsetAsync(cs->devState, 0, devStateBytes(), cs->internal));
   CUDACHECK(cudaStreamSynchronize(cs->internal));
-  NCCLCHECK(recordAlloc(&cs->err, &cs->errDev));
+  NCCLCHECK(rt::recordAlloc(&cs->err, &cs->errDev));
   for (cudaEvent_t* e : {&cs->orderEvent, &cs->doneEvent, &cs->forkEvent, &cs->joinEvent})
     CUDACHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   MK_INFO(kColl | kInit,
@@ -144,40 +98,18 @@ ncclResult_t collInit(ncclComm* comm) {
 
 ncclResult_t collPollAsyncError(ncclComm* comm) {
   CollState* cs = comm->coll;
-  if (cs == nullptr || cs->err == nullptr) return ncclSuccess;
-  if (__atomic_load_n(&cs->err->valid, __ATOMIC_ACQUIRE) == 0) return ncclSuccess;
-  if (cs->errorReported.exchange(true)) return ncclSuccess;
-  ErrRecord e;
-  memcpy(&e, (const void*)cs->err, sizeof(e));
-  const char* op = e.coll == (int)CollType::kSend || e.coll == (int)CollType::kRecv
-                       ? "Send/Recv"
-                       : collName(static_cast<CollType>(e.coll));
-  int peer = e.peer >= 0 ? globalRankOf(comm, e.peer) : -1;
-  char msg[512];
-  ncclResult_t res;
-  if (e.code == kErrTimeout) {
-    res = ncclRemoteError;
-    snprintf(msg, sizeof(msg),
-             "rank %d: %s timed out after %.3f s waiting for rank %d to %s (lane %d, slot %d, "
-             "message %llu, after %llu operations on this comm); rank %d did not join the "
-             "operation or failed (MKERNEL_TIMEOUT_MS=%lld)",
-             comm->rank, op, (double)e.waitedNs * 1e-9, peer,
-             e.waitSend ? "free a workspace slot" : "send its data", e.lane, e.slot,
-             (unsigned long long)e.seq, (unsigned long long)e.opCount, peer,
-             (long long)MK_PARAM_INT(TimeoutMs));
-  } else if (e.code == kErrAbort) {
-    res = ncclSystemError;
-    snprintf(msg, sizeof(msg),
-             "rank %d: %s aborted (ncclCommAbort/revoke) while waiting for rank %d (lane %d, "
-             "message %llu)",
-             comm->rank, op, peer, e.lane, (unsigned long long)e.seq);
-  } else {
-    res = ncclSystemError;
-    snprintf(msg, sizeof(msg), "rank %d: %s failed with device error %u while waiting for rank %d",
-             comm->rank, op, e.code, peer);
+  if (cs == nullptr) return ncclSuccess;
+  const Topo& t = comm->topo;
+  rt::ErrNames names;
+  names.rank = comm->rank;
+  if (t.node >= 0 && t.node < (int)t.nodeRanks.size()) {
+    names.localRanks = t.nodeRanks[t.node].data();
+    names.nLocal = (int)t.nodeRanks[t.node].size();
   }
-  MK_WARN("%s", msg);
-  commSetAsyncError(comm, res, msg);
+  ncclResult_t res;
+  std::string msg;
+  if (rt::poll(cs->err, &cs->errorReported, names, &res, &msg))
+    commSetAsyncError(comm, res, msg.c_str());
   return ncclSuccess;
 }
 
@@ -238,7 +170,7 @@ ncclResult_t collFini(ncclComm* comm) {
             comm->rank);
   } else {
     if (cs->devState) cudaFreeAsync(cs->devState, cs->internal);
-    if (cs->err) recordFree(cs->err);
+    rt::recordFree(cs->err);
   }
   for (cudaEvent_t e : {cs->orderEvent, cs->doneEvent, cs->forkEvent, cs->joinEvent})
     if (e) cudaEventDestroy(e);

@@ -26,9 +26,9 @@ struct CollState {
   // zero-copy (peerMemLookup, a collective exchange, is then safe to call at enqueue: no
   // thread drives two ranks of this comm).
   bool sepProcs = false;
-  void* devState = nullptr;     // DevStateHdr + counters (device memory)
-  ErrRecord* err = nullptr;     // host-pinned, mapped
-  ErrRecord* errDev = nullptr;  // its device pointer
+  void* devState = nullptr;         // comm_dev.h: CtlHdr + counters (device memory)
+  rt::ErrRecord* err = nullptr;     // host-pinned, mapped (rt::recordAlloc)
+  rt::ErrRecord* errDev = nullptr;  // its device pointer
   // Ordering of consecutive launches of this comm on different streams (NCCL serialises a
   // comm's operations): one event is recorded after every launch (lastEvent; lastStream /
   // lastCapture say where): doneEvent outside stream capture (finalize waits for it too),

@@ -10,12 +10,18 @@
 #include <nccl.h>
 
 #include "coll/algo.h"
-#include "comm/comm_dev.h"  // CommDev, ErrRecord, DevStateHdr (kernels' view of the comm)
+#include "comm/comm_dev.h"  // CommDev (kernels' view of the comm)
 
 namespace mk {
 
 constexpr int kCollThreads = 512;  // threads per CTA of every collective kernel
 constexpr int kZcMaxMapped = 32;   // local ranks of the zero-copy path over registered buffers
+
+// Kernels record their CollType as the ErrOp of an error record.
+static_assert(rt::kOpAllReduce == (int)CollType::kAllReduce &&
+                  rt::kOpScatter == (int)CollType::kScatter &&
+                  rt::kOpSend == (int)CollType::kSend && rt::kOpRecv == (int)CollType::kRecv,
+              "rt::ErrOp follows CollType");
 
 // Reductions.
 enum RedKind : int { kRedSum = 0, kRedProd = 1, kRedMax = 2, kRedMin = 3 };

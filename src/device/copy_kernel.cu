@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "device/prims.cuh"
-#include "device/wait.cuh"
+#include "device/ws.cuh"
 
 namespace mk {
 namespace dev {
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   const CommDev& c = a.c;
   const WsLayout& w = c.ws;
   const int tid = threadIdx.x, nt = blockDim.x;
-  if (commFailed(c)) return;
+  if (rt::failed(c.w)) return;
   for (int q = tid; q < c.nLocal; q += nt) sh.ws[q] = c.peers[q];
   const int nMine =
       (int)(a.nStreams > (int)blockIdx.x ? (a.nStreams - blockIdx.x + gridDim.x - 1) / gridDim.x
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   }
   __syncthreads();
 
-  Spin spin;  // meaningful in thread 0 only
+  rt::Spin spin;  // meaningful in thread 0 only
   while (sh.remaining > 0) {
     if (tid < 32) {
       const int base = sh.rr;
@@ -97,9 +97,10 @@ __global__ void __launch_bounds__(kCollThreads, 1)
         int slot = (int)(cnt % w.slots);
         if (dir == kDirSend) {
           ready = cnt < (uint64_t)w.slots ||
-                  ldAcquireSys(consumedFlag(sh.ws[peer], w, c.me, lane, slot)) >= cnt + 1 - w.slots;
+                  ptx::ldAcquireSys(consumedFlag(sh.ws[peer], w, c.me, lane, slot)) >=
+                      cnt + 1 - w.slots;
         } else {
-          ready = ldAcquireSys(readyFlag(sh.ws[c.me], w, peer, lane, slot)) >= cnt + 1;
+          ready = ptx::ldAcquireSys(readyFlag(sh.ws[c.me], w, peer, lane, slot)) >= cnt + 1;
         }
       }
       uint32_t mask = __ballot_sync(0xffffffffu, ready);
@@ -113,19 +114,24 @@ __global__ void __launch_bounds__(kCollThreads, 1)
     const int base = sh.base;
     if (mask == 0) {
       if (tid == 0) {
-        uint32_t code = spin.check(c);
-        if (code != 0) {
-          if (code != kQuit) {
+        const uint32_t code = spin.check(c.w);
+        if (code != rt::kErrNone) {
+          if (code != rt::kErrPeerFailed) {
             // Name the first stream that is still waiting.
             for (int k = 0; k < nMine; k++) {
               if (st[k].op >= (uint32_t)a.nOps) continue;
               uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
               int dir = (s >> 8) & 0xff;
               uint64_t seq = st[k].cnt + 1;
-              recordError(c, code, s >> 16, a.coll, s & 0xff, (int)(st[k].cnt % w.slots),
-                          dir == kDirSend ? 1 : 0,
-                          dir == kDirSend ? (seq > (uint64_t)w.slots ? seq - w.slots : 0) : seq,
-                          spin.waited());
+              const rt::ErrSite site{a.coll,
+                                     (int)(s >> 16),
+                                     (int)(s & 0xff),
+                                     (int)(st[k].cnt % w.slots),
+                                     dir == kDirSend ? rt::kWaitSlot : rt::kWaitData,
+                                     rt::kErrPeerLocal};
+              rt::recordError(c.w, code, site,
+                              dir == kDirSend ? (seq > (uint64_t)w.slots ? seq - w.slots : 0) : seq,
+                              spin.waited());
               break;
             }
           }
@@ -153,11 +159,11 @@ __global__ void __launch_bounds__(kCollThreads, 1)
         copyBytes((char*)op.dst + off, slotData(sh.ws[c.me], w, peer, lane, slot), len, tid, nt);
       __syncthreads();
       if (tid == 0) {
-        fenceAcqRelSys();
+        ptx::fenceAcqRelSys();
         if (dir == kDirSend)
-          stReleaseSys(readyFlag(sh.ws[peer], w, c.me, lane, slot), cnt + 1);
+          ptx::stReleaseSys(readyFlag(sh.ws[peer], w, c.me, lane, slot), cnt + 1);
         else
-          stReleaseSys(consumedFlag(sh.ws[c.me], w, peer, lane, slot), cnt + 1);
+          ptx::stReleaseSys(consumedFlag(sh.ws[c.me], w, peer, lane, slot), cnt + 1);
         st[k].cnt = cnt + 1;
         uint32_t chunk = st[k].chunk + (uint32_t)w.p2pLanes;
         if (chunk >= op.nChunks) {
@@ -170,7 +176,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
       __syncthreads();
     }
     if (tid == 0) {
-      spin = Spin();  // progress: restart the deadline
+      spin = rt::Spin();  // progress: restart the deadline
       sh.rr = base + 32 < nMine ? base + 32 : 0;
     }
     __syncthreads();
@@ -182,7 +188,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
     cnt[peer * kMaxLanes + lane] = st[k].cnt;
   }
   __syncthreads();
-  if (tid == 0) finishCta(c);
+  if (tid == 0) rt::finishCta(c.w);
 }
 
 // One-rank comm: the result of every operation but PreMulSum is the input. A kernel with

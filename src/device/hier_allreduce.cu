@@ -5,12 +5,8 @@
 #include <cuda_runtime.h>
 
 #include "coll/hier.h"
-#include "device/prims.cuh"
-#include "device/ptx.cuh"
-#include "device/wait.cuh"
-#include "transport/net_state.h"
-#include "transport/proxy_ring.cuh"
 #include "device/net/devcomm.cuh"
+#include "device/prims.cuh"
 
 namespace mk {
 namespace dev {

@@ -18,7 +18,7 @@
 
 #include <cstdint>
 #include "device/prims.cuh"
-#include "device/wait.cuh"
+#include "device/ws.cuh"
 
 namespace mk {
 namespace dev {
@@ -64,7 +64,7 @@ static __device__ __noinline__ bool waitPeers(RedShared& sh, const CommDev& c, i
         flag = readyFlag(sh.ws[c.me], w, q, lane, slot);
         target = seq + 1;
       }
-      if (!waitGe(c, flag, target, q, coll, lane, slot, sendSide ? 1 : 0)) {
+      if (!waitPeer(c, flag, target, q, coll, lane, slot, sendSide)) {
         sh.err = 1;
         break;
       }
@@ -81,8 +81,8 @@ static __device__ __noinline__ void releaseSends(RedShared& sh, const CommDev& c
   for (int j = threadIdx.x; j < sh.pn; j += blockDim.x) {
     int q = sh.plist[j];
     uint64_t seq = sh.sendCnt[q];
-    fenceAcqRelSys();
-    stReleaseSys(readyFlag(sh.ws[q], w, c.me, lane, (int)(seq % w.slots)), seq + 1);
+    ptx::fenceAcqRelSys();
+    ptx::stReleaseSys(readyFlag(sh.ws[q], w, c.me, lane, (int)(seq % w.slots)), seq + 1);
     sh.sendCnt[q] = seq + 1;
   }
   __syncthreads();
@@ -94,8 +94,8 @@ static __device__ __noinline__ void releaseRecvs(RedShared& sh, const CommDev& c
   for (int j = threadIdx.x; j < sh.pn; j += blockDim.x) {
     int q = sh.plist[j];
     uint64_t seq = sh.recvCnt[q];
-    fenceAcqRelSys();
-    stReleaseSys(consumedFlag(sh.ws[c.me], w, q, lane, (int)(seq % w.slots)), seq + 1);
+    ptx::fenceAcqRelSys();
+    ptx::stReleaseSys(consumedFlag(sh.ws[c.me], w, q, lane, (int)(seq % w.slots)), seq + 1);
     sh.recvCnt[q] = seq + 1;
   }
   __syncthreads();
@@ -271,24 +271,25 @@ __device__ __forceinline__ bool waitSendFree1(RedShared& sh, const CommDev& c, i
   uint64_t seq = sh.sendCnt[q];
   if (seq < (uint64_t)c.ws.slots) return true;
   int slot = (int)(seq % c.ws.slots);
-  return waitGe(c, consumedFlag(sh.ws[q], c.ws, c.me, lane, slot), seq + 1 - c.ws.slots, q, coll,
-                lane, slot, 1);
+  return waitPeer(c, consumedFlag(sh.ws[q], c.ws, c.me, lane, slot), seq + 1 - c.ws.slots, q, coll,
+                  lane, slot, true);
 }
 __device__ __forceinline__ bool waitRecv1(RedShared& sh, const CommDev& c, int lane, int q,
                                           int coll) {
   uint64_t seq = sh.recvCnt[q];
   int slot = (int)(seq % c.ws.slots);
-  return waitGe(c, readyFlag(sh.ws[c.me], c.ws, q, lane, slot), seq + 1, q, coll, lane, slot, 0);
+  return waitPeer(c, readyFlag(sh.ws[c.me], c.ws, q, lane, slot), seq + 1, q, coll, lane, slot,
+                  false);
 }
 // Caller: thread 0, after the barrier that ends the step's data pass, after one fence.
 __device__ __forceinline__ void postSend1(RedShared& sh, const CommDev& c, int lane, int q) {
   uint64_t seq = sh.sendCnt[q];
-  stReleaseSys(readyFlag(sh.ws[q], c.ws, c.me, lane, (int)(seq % c.ws.slots)), seq + 1);
+  ptx::stReleaseSys(readyFlag(sh.ws[q], c.ws, c.me, lane, (int)(seq % c.ws.slots)), seq + 1);
   sh.sendCnt[q] = seq + 1;
 }
 __device__ __forceinline__ void postRecv1(RedShared& sh, const CommDev& c, int lane, int q) {
   uint64_t seq = sh.recvCnt[q];
-  stReleaseSys(consumedFlag(sh.ws[c.me], c.ws, q, lane, (int)(seq % c.ws.slots)), seq + 1);
+  ptx::stReleaseSys(consumedFlag(sh.ws[c.me], c.ws, q, lane, (int)(seq % c.ws.slots)), seq + 1);
   sh.recvCnt[q] = seq + 1;
 }
 
@@ -325,7 +326,7 @@ __device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const Red
       copyBytes(sh.dsts[0], send + segOff(me) * es, segLen(me) * es, tid, nt);
     __syncthreads();
     if (tid == 0) {
-      fenceAcqRelSys();
+      ptx::fenceAcqRelSys();
       postSend1(sh, c, lane, next);
     }
     // Steps 1..n-1: add my input to the partial from prev; the last step is final.
@@ -351,7 +352,7 @@ __device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const Red
                            last ? cfg : mid, tid, nt);
       __syncthreads();
       if (tid == 0) {
-        fenceAcqRelSys();
+        ptx::fenceAcqRelSys();
         postRecv1(sh, c, lane, prev);
         postSend1(sh, c, lane, next);
       }
@@ -373,7 +374,7 @@ __device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const Red
       copyMulti(sh.dsts, fwd ? 2 : 1, sh.srcs[0], segLen(s) * es, tid, nt);
       __syncthreads();
       if (tid == 0) {
-        fenceAcqRelSys();
+        ptx::fenceAcqRelSys();
         postRecv1(sh, c, lane, prev);
         if (fwd) postSend1(sh, c, lane, next);
       }
@@ -454,14 +455,14 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
   const uint64_t es = sizeof(typename Num<DT>::U);
   ZcSlot* mine = zcSlot(sh.ws[me], c.ws);
   if (tid == 0) {
-    const uint64_t s = ldAcquireSys(&mine->done) + 1;
+    const uint64_t s = ptx::ldAcquireSys(&mine->done) + 1;
     sh.zcSeq = s;
     if (blockIdx.x == 0) {
       *(volatile uint64_t*)&mine->send = (uint64_t)a.send;
       *(volatile uint64_t*)&mine->recv = (uint64_t)a.recv;
       *(volatile uint64_t*)&mine->scalar = sh.scalarBits;
-      fenceAcqRelSys();
-      stReleaseSys(&mine->seq, s);
+      ptx::fenceAcqRelSys();
+      ptx::stReleaseSys(&mine->seq, s);
     }
   }
   __syncthreads();
@@ -474,7 +475,7 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
         continue;
       }
       ZcSlot* p = zcSlot(sh.ws[q], c.ws);
-      if (!waitGe(c, &p->seq, s, q, a.coll, -1, 0, 0)) {
+      if (!waitPeer(c, &p->seq, s, q, a.coll, -1, 0, false)) {
         sh.err = 1;
         break;
       }
@@ -516,14 +517,14 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
   __syncthreads();
   if (tid == 0) {
     __threadfence();
-    if (atomicAdd(&c.hdr->ctaDone, 1u) == gridDim.x - 1) {
-      c.hdr->ctaDone = 0;
-      c.hdr->opCount = c.hdr->opCount + 1;
-      fenceAcqRelSys();
-      stReleaseSys(&mine->done, s);
+    if (atomicAdd(&c.w.hdr->ctaDone, 1u) == gridDim.x - 1) {
+      c.w.hdr->ctaDone = 0;
+      c.w.hdr->opCount = c.w.hdr->opCount + 1;
+      ptx::fenceAcqRelSys();
+      ptx::stReleaseSys(&mine->done, s);
       for (int q = 0; q < n; q++) {
         if (q == me) continue;
-        if (!waitGe(c, &zcSlot(sh.ws[q], c.ws)->done, s, q, a.coll, -1, 1, 1)) return false;
+        if (!waitPeer(c, &zcSlot(sh.ws[q], c.ws)->done, s, q, a.coll, -1, 1, true)) return false;
       }
     }
   }
@@ -536,7 +537,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   __shared__ RedShared sh;
   const CommDev& c = a.c;
   const int tid = threadIdx.x;
-  if (commFailed(c)) return;  // an earlier operation failed: peers are out of step
+  if (rt::failed(c.w)) return;  // an earlier operation failed: peers are out of step
   using U = typename Num<DT>::U;
   for (int q = tid; q < c.nLocal; q += blockDim.x) sh.ws[q] = c.peers[q];
   if (tid == 0) {
@@ -584,7 +585,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
     }
     __syncthreads();
   }
-  if (tid == 0) finishCta(c);
+  if (tid == 0) rt::finishCta(c.w);
 }
 
 // Host-side dispatch over the reduction kind for one dtype.

@@ -13,6 +13,7 @@
 #include "base/checks.h"
 #include "base/param.h"
 #include "transport/net.h"
+#include "device/rt/err_host.h"
 #include "transport/net_state_impl.h"
 #include "transport/peer_mem.h"
 #include "transport/proxy.h"
@@ -122,12 +123,11 @@ void buildView(ncclComm* comm, NetState* ns) {
   char* ctl = static_cast<char*>(ns->ctl.dev);
   NetDev& d = ns->dev;
   d = NetDev{};
-  d.c.peers = comm->peerMem ? (void* const*)comm->peerMem->peersDev : nullptr;
-  d.c.hdr = reinterpret_cast<DevStateHdr*>(ctl + cl.hdrOff);
-  d.c.err = static_cast<ErrRecord*>(ns->err.dev);
-  d.c.abortFlag = comm->abortFlagDev;
-  d.c.me = comm->topo.localRank;
-  d.c.nLocal = comm->topo.localRanks;
+  d.w.abortFlag = comm->abortFlagDev;
+  d.w.hdr = reinterpret_cast<rt::CtlHdr*>(ctl + cl.hdrOff);
+  d.w.err = static_cast<rt::ErrRecord*>(ns->err.dev);
+  d.w.rank = comm->rank;
+  d.w.op = rt::kOpPut;  // every device API call names its own op
   d.ring = ns->ring->deviceView();
   d.rank = comm->rank;
   d.nRanks = comm->nRanks;
@@ -150,18 +150,6 @@ void buildView(ncclComm* comm, NetState* ns) {
   d.stageNext = reinterpret_cast<uint64_t*>(ctl + cl.stageNextOff);
   d.stagePub = reinterpret_cast<uint64_t*>(ctl + cl.stagePubOff);
   d.stageTicket = reinterpret_cast<uint64_t*>(ctl + cl.stageTicketOff);
-}
-
-// Deadline values are read when the view is handed out, so that tests changing
-// MKERNEL_TIMEOUT_MS (and paramReset) between launches see the new value.
-void refreshDeadlines(ncclComm* comm, NetDev* d) {
-  d->c.timeoutNs = devTimeoutNs();
-  int khz = 0;
-  if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, comm->cudaDev) != cudaSuccess || khz <= 0)
-    khz = 2000000;  // 2 GHz: an upper bound of current GPUs' clocks
-  cudaGetLastError();
-  int64_t ms = MK_PARAM_INT(TimeoutMs);
-  d->pushTimeoutCycles = ms <= 0 || ms > (int64_t)1e9 ? ~0ull >> 2 : (uint64_t)ms * (uint64_t)khz;
 }
 
 ncclResult_t startProxy(ncclComm* comm, NetState* ns) {
@@ -289,17 +277,14 @@ ncclResult_t netPollAsyncError(ncclComm* comm) {
   // that then failed to push or wait) adds the operation that noticed.
   if (pr != ncclSuccess && !ns->proxyReported.exchange(true))
     commSetAsyncError(comm, pr, proxyMsg.c_str());
-  const ErrRecord* e = static_cast<const ErrRecord*>(ns->err.host);
-  if (e && __atomic_load_n(&e->valid, __ATOMIC_ACQUIRE) != 0 &&
-      !ns->recordReported.exchange(true)) {
-    ErrRecord rec;
-    memcpy(&rec, (const void*)e, sizeof(rec));
-    ncclResult_t res = ncclSystemError;
-    std::string msg =
-        netDescribeRecord(rec, comm->rank, proxyMsg, (int64_t)MK_PARAM_INT(TimeoutMs), &res);
-    MK_WARN("%s", msg.c_str());
+  rt::ErrNames names;
+  names.rank = comm->rank;
+  names.proxyMsg = proxyMsg.c_str();
+  ncclResult_t res;
+  std::string msg;
+  if (rt::poll(static_cast<const rt::ErrRecord*>(ns->err.host), &ns->recordReported, names, &res,
+               &msg))
     commSetAsyncError(comm, res, msg.c_str());
-  }
   return ncclSuccess;
 }
 
@@ -312,7 +297,9 @@ ncclResult_t netDevView(ncclComm* comm, NetDev* out) {
     return ncclInvalidUsage;
   }
   *out = comm->net->dev;
-  refreshDeadlines(comm, out);
+  // Read at every hand-out, so that a change of MKERNEL_TIMEOUT_MS (tests: paramReset)
+  // applies to the next launch.
+  out->w.timeoutNs = rt::timeoutNs();
   return ncclSuccess;
 }
 

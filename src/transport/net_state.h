@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <nccl.h>
 
-#include "comm/comm_dev.h"
+#include "device/rt/err.h"
 #include "transport/proxy_ring.h"
 
 struct ncclComm;
@@ -33,30 +33,12 @@ namespace mk {
 // writes for remote peers: "set" slots need one writer, "add" slots may have many.
 constexpr uint32_t kNetSignals = 4096;
 
-// ErrRecord fields as the net layer fills them (its own record, not the collectives').
-enum NetOp : int32_t {
-  kNetOpPut = 1,
-  kNetOpPutSignal = 2,
-  kNetOpSignal = 3,
-  kNetOpWaitSignal = 4,
-  kNetOpQuiet = 5
-};
-enum NetWaitKind : int32_t {
-  kNetWaitNone = 0,    // no wait (argument error)
-  kNetWaitSignal = 1,  // a signal slot to reach a value
-  kNetWaitRing = 2,    // a free command slot in the proxy ring (back-pressure)
-  kNetWaitStage = 3,   // a free staging slot (the proxy still sends its previous data)
-  kNetWaitQuiet = 4,   // the proxy to finish every command issued so far
-};
-// ErrRecord.code values beyond the collectives' ErrCode.
-constexpr uint32_t kNetErrProxy = 16;  // the proxy stopped (its error or an abort)
-constexpr uint32_t kNetErrArgs = 17;   // bad peer / offset / size / slot given to the API
-
 // What a kernel needs (passed by value; every pointer is a device pointer).
 struct NetDev {
-  CommDev c;  // abort flag, deadline and error record of the net layer (wait.cuh)
+  // The net layer's own failure domain: the comm's abort flag, its control header and
+  // error record (rt::kOpPut.. records; ring back-pressure is bounded by it too).
+  rt::WaitCtx w;
   ProxyRingView ring;
-  uint64_t pushTimeoutCycles;  // ring back-pressure bound (MKERNEL_TIMEOUT_MS, clock rate)
   int rank, nRanks;
   int localRank, nLocal;
   const int* peerLocal;    // [nRanks] local index of a rank reached by P2P stores, else -1

@@ -49,16 +49,13 @@ void netRingPut(int cudaDev, ProxyRing* r, cudaStream_t s);
 std::vector<int> netProxyPeers(const Topo& topo, int rank, int nRanks, bool p2pOk);
 // [nRanks] local index of every rank reached with P2P stores (-1: through the proxy).
 std::vector<int> netPeerLocal(const Topo& topo, int rank, int nRanks, bool p2pOk);
-// The message (and result code) for a device-side error record of the net layer.
-std::string netDescribeRecord(const ErrRecord& e, int rank, const std::string& proxyMsg,
-                              int64_t timeoutMs, ncclResult_t* res);
 // Out-of-band all-to-all over the comm's bootstrap with one tag (ProxyConfig::alltoall):
 // blocks go to and come from `peers` only.
 ncclResult_t netBootstrapAllToAll(Bootstrap* b, const std::vector<int>& peers, int tag,
                                   const void* sendbuf, void* recvbuf, size_t bytes);
 constexpr int kNetBootstrapTag = 0x4e455430;  // "NET0"
 
-// Device control block layout (one kDevice block): DevStateHdr, stage state, tables.
+// Device control block layout (one kDevice block): rt::CtlHdr, stage state, tables.
 struct NetCtlLayout {
   size_t hdrOff, stageNextOff, stagePubOff, stageTicketOff, peerLocalOff, localWinsOff, bytes;
 };

@@ -85,7 +85,7 @@ NetCtlLayout netCtlLayout(uint32_t stageSlots, int nRanks, int nLocal) {
     off = roundUp(off + bytes, 64);
     return at;
   };
-  l.hdrOff = take(sizeof(DevStateHdr));
+  l.hdrOff = take(sizeof(rt::CtlHdr));
   l.stageNextOff = take(sizeof(uint64_t));
   l.stagePubOff = take(sizeof(uint64_t) * stageSlots);
   l.stageTicketOff = take(sizeof(uint64_t) * stageSlots);
@@ -105,89 +105,6 @@ ncclResult_t netBootstrapAllToAll(Bootstrap* b, const std::vector<int>& peers, i
   for (int p : peers)
     NCCLCHECK(bootstrapRecv(b, p, tag, static_cast<char*>(recvbuf) + (size_t)p * bytes, bytes));
   return ncclSuccess;
-}
-
-namespace {
-const char* opName(int op) {
-  switch (op) {
-    case kNetOpPut:
-      return "put";
-    case kNetOpPutSignal:
-      return "put_signal";
-    case kNetOpSignal:
-      return "signal";
-    case kNetOpWaitSignal:
-      return "wait_signal";
-    case kNetOpQuiet:
-      return "quiet";
-    default:
-      return "device net operation";
-  }
-}
-const char* waitName(int w) {
-  switch (w) {
-    case kNetWaitSignal:
-      return "the signal";
-    case kNetWaitRing:
-      return "a free slot in the proxy command ring";
-    case kNetWaitStage:
-      return "a free staging slot (the proxy was still sending its data)";
-    case kNetWaitQuiet:
-      return "the proxy to complete the commands issued so far";
-    default:
-      return "nothing";
-  }
-}
-}  // namespace
-
-std::string netDescribeRecord(const ErrRecord& e, int rank, const std::string& proxyMsg,
-                              int64_t timeoutMs, ncclResult_t* res) {
-  char m[768];
-  const char* op = opName(e.coll);
-  char who[64];
-  if (e.peer >= 0)
-    snprintf(who, sizeof(who), "rank %d", e.peer);
-  else
-    snprintf(who, sizeof(who), "the peer");
-  if (e.code == kNetErrArgs) {
-    *res = ncclInvalidUsage;
-    if (e.waitSend == kNetWaitNone && e.coll == kNetOpWaitSignal)
-      snprintf(m, sizeof(m), "rank %d: %s: signal slot %d out of range (%u slots)", rank, op,
-               e.slot, kNetSignals);
-    else
-      // Argument records carry dst_offset in seq and the byte count in waitedNs.
-      snprintf(m, sizeof(m),
-               "rank %d: %s to rank %d (CTA %d): bad arguments (peer out of range, dst_offset "
-               "%llu + %llu bytes beyond the window, or signal slot %d >= %u)",
-               rank, op, e.peer, e.lane, (unsigned long long)e.seq, (unsigned long long)e.waitedNs,
-               e.slot, kNetSignals);
-  } else if (e.code == kErrTimeout) {
-    *res = ncclRemoteError;
-    if (e.waitSend == kNetWaitSignal)
-      snprintf(m, sizeof(m),
-               "rank %d: wait_signal (CTA %d) timed out after %.3f s: signal slot %d never "
-               "reached %llu; %s did not send it or failed (MKERNEL_TIMEOUT_MS=%lld)",
-               rank, e.lane, (double)e.waitedNs * 1e-9, e.slot, (unsigned long long)e.seq, who,
-               (long long)timeoutMs);
-    else
-      snprintf(m, sizeof(m),
-               "rank %d: %s to %s (CTA %d) timed out after %.3f s waiting for %s; the proxy or "
-               "the connection to %s is stalled (MKERNEL_TIMEOUT_MS=%lld)",
-               rank, op, who, e.lane, (double)e.waitedNs * 1e-9, waitName(e.waitSend), who,
-               (long long)timeoutMs);
-  } else if (e.code == kErrAbort) {
-    *res = ncclSystemError;
-    snprintf(m, sizeof(m), "rank %d: %s (%s, CTA %d) aborted (ncclCommAbort) while waiting for %s",
-             rank, op, who, e.lane, waitName(e.waitSend));
-  } else if (e.code == kNetErrProxy) {
-    *res = ncclRemoteError;
-    snprintf(m, sizeof(m), "rank %d: %s (%s, CTA %d) failed: the proxy stopped (%s)", rank, op, who,
-             e.lane, proxyMsg.empty() ? "comm aborted" : proxyMsg.c_str());
-  } else {
-    *res = ncclSystemError;
-    snprintf(m, sizeof(m), "rank %d: %s (%s) failed with device error %u", rank, op, who, e.code);
-  }
-  return m;
 }
 
 }  // namespace mk

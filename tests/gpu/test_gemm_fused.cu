@@ -30,8 +30,8 @@ bool sm90(std::string* why) {
 TEST(GemmFused, ExampleGemmCopyRoles) {
   std::string why;
   if (!sm90(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-  mk::fused::FusedState* st = nullptr;
-  ASSERT_EQ(mk::fused::fusedStateCreate(0, &st), ncclSuccess);
+  mk::rt::Domain* st = nullptr;
+  ASSERT_EQ(mk::rt::domainCreate(0, &st), ncclSuccess);
   const uint64_t seed = mktest::testSeed();
   for (BLayout bl : {BLayout::kNK, BLayout::kKN}) {
     Problem p(1500, 2000, 384, bl, DType::kBF16, DType::kBF16);
@@ -60,7 +60,7 @@ TEST(GemmFused, ExampleGemmCopyRoles) {
       a.copyFlags = copyFlags;
       a.seq = seq;
       a.commSms = commSms[seq - 1];
-      a.state = st;
+      a.domain = st;
       a.timeoutMs = 20000;
       std::string why2;
       ASSERT_TRUE(mk::fused::canImplement(a, &why2)) << why2;
@@ -70,7 +70,7 @@ TEST(GemmFused, ExampleGemmCopyRoles) {
       printf("[gemm-fused] seq %llu split compute=%d intra-comm=%d\n", (unsigned long long)seq,
              split.of(mk::fused::Role::kCompute), split.of(mk::fused::Role::kIntraComm));
       std::string msg;
-      ASSERT_EQ(mk::fused::fusedCheckError(st, &msg), ncclSuccess) << msg;
+      ASSERT_EQ(mk::rt::domainCheck(st, &msg), ncclSuccess) << msg;
       EXPECT_EQ(p.check(), "") << "(GEMM output)";
       EXPECT_EQ(p.check(dst), "") << "(copied by the comm role)";
       std::vector<uint64_t> cf(nTiles);
@@ -81,7 +81,7 @@ TEST(GemmFused, ExampleGemmCopyRoles) {
     cudaFree(copyFlags);
     cudaFree(dst);
   }
-  mk::fused::fusedStateDestroy(st);
+  mk::rt::domainDestroy(st);
 }
 
 // Rates measured once per device and cached; a second query comes from the cache.

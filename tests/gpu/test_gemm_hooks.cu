@@ -12,8 +12,8 @@
 #include <random>
 #include <thread>
 
-#include "fused/core/framework.h"
-#include "fused/core/wait.cuh"
+#include "device/rt/err_host.h"
+#include "device/rt/wait.cuh"
 #include "test_gemm_util.cuh"
 
 using namespace gemmtest;
@@ -57,9 +57,7 @@ __global__ void releaseRowsKernel(const uint16_t* src, uint16_t* dst, int64_t ld
     __syncthreads();
     if (threadIdx.x == 0) {
       mk::ptx::stReleaseGpu(flags + f, seq);
-      uint64_t ns;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-      *lastReleaseNs = ns;
+      *lastReleaseNs = mk::ptx::globalTimerNs();
     }
     const long long t0 = clock64();
     while (clock64() - t0 < pauseCycles) {
@@ -71,12 +69,12 @@ __global__ void releaseRowsKernel(const uint16_t* src, uint16_t* dst, int64_t ld
 // Copies every tile of D to `out` as soon as its flag says it is published.
 __global__ void watchTilesKernel(const uint16_t* D, uint16_t* out, int M, int N, int tilesN,
                                  int nTiles, const uint64_t* flags, uint64_t seq,
-                                 mk::fused::WaitCtx wait, int* failed, uint64_t* firstTileNs) {
+                                 mk::rt::WaitCtx wait, int* failed, uint64_t* firstTileNs) {
   __shared__ int ok;
   for (int t = 0; t < nTiles; ++t) {
     if (threadIdx.x == 0) {
-      ok = mk::fused::waitGe(flags + t, seq, wait, -1, t);
-      if (t == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(*firstTileNs));
+      ok = mk::rt::waitFlag(wait, flags + t, seq, t, false);
+      if (t == 0) *firstTileNs = mk::ptx::globalTimerNs();
     }
     __syncthreads();
     if (!ok) {
@@ -101,8 +99,8 @@ TEST(GemmHooks, RowsReadyRandomOrderAndTilePublish) {
   GT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   int clockKHz = 0;
   GT_CUDA(cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, 0));
-  mk::fused::FusedState* st = nullptr;
-  ASSERT_EQ(mk::fused::fusedStateCreate(0, &st), ncclSuccess);
+  mk::rt::Domain* st = nullptr;
+  ASSERT_EQ(mk::rt::domainCreate(0, &st), ncclSuccess);
   const uint64_t seed = mktest::testSeed();
   uint64_t* hostSeq = nullptr;  // pinned source of flag values for the copy-engine releases
   GT_CUDA(cudaMallocHost(&hostSeq, 4 * sizeof(uint64_t)));
@@ -170,8 +168,7 @@ TEST(GemmHooks, RowsReadyRandomOrderAndTilePublish) {
         g.hooks.rowsPerFlag = rowsPerFlag;
         g.hooks.tileDone = tileFlags;
         g.hooks.tileDoneValue = seq;
-        ASSERT_EQ(mk::fused::makeWaitCtx(st, mk::fused::kOpGemm, &g.hooks.wait, 20000),
-                  ncclSuccess);
+        g.hooks.wait = mk::rt::domainCtx(st, mk::rt::kOpGemm, 20000);
         // The releaser goes first (it starts with a ~2 ms delay, so a GEMM running beside it
         // really waits); if this machine serialises the streams it still cannot deadlock.
         if (mode == 0) {
@@ -191,7 +188,7 @@ TEST(GemmHooks, RowsReadyRandomOrderAndTilePublish) {
                                                  (long long)clockKHz * 2 /* ~2 ms */, times);
         }
         ASSERT_EQ(mk::gemm::launch(g, sGemm), ncclSuccess);
-        mk::fused::WaitCtx watchWait = g.hooks.wait;
+        mk::rt::WaitCtx watchWait = g.hooks.wait;
         watchWait.op = 99;  // tells the watcher's record apart from the producer's
         watchTilesKernel<<<1, 256, 0, sWatch>>>(static_cast<uint16_t*>(p.D), D2, p.M, p.N, tilesN,
                                                 nTiles, tileFlags, seq, watchWait, failed,
@@ -203,7 +200,7 @@ TEST(GemmHooks, RowsReadyRandomOrderAndTilePublish) {
         GT_CUDA(cudaMemcpy(rf.data(), rowFlags, nFlags * sizeof(uint64_t), cudaMemcpyDeviceToHost));
         std::string flagsStr;
         for (uint64_t v : rf) flagsStr += std::to_string(v) + " ";
-        ASSERT_EQ(mk::fused::fusedCheckError(st, &msg), ncclSuccess)
+        ASSERT_EQ(mk::rt::domainCheck(st, &msg), ncclSuccess)
             << msg << "; row flags after: " << flagsStr;
         int hFailed = -1;
         GT_CUDA(cudaMemcpy(&hFailed, failed, sizeof(int), cudaMemcpyDeviceToHost));
@@ -236,15 +233,15 @@ TEST(GemmHooks, RowsReadyRandomOrderAndTilePublish) {
       cudaFree(times);
     }
   cudaFreeHost(hostSeq);
-  mk::fused::fusedStateDestroy(st);
+  mk::rt::domainDestroy(st);
 }
 
 // Rows never released: every producer gives up at the deadline, the kernel returns, and the
 // record names op, flag slot and the awaited sequence number. Then the same with abort.
 TEST(GemmHooks, TimeoutAndAbortLeaveErrorRecord) {
   REQUIRE_SM90();
-  mk::fused::FusedState* st = nullptr;
-  ASSERT_EQ(mk::fused::fusedStateCreate(3, &st), ncclSuccess);
+  mk::rt::Domain* st = nullptr;
+  ASSERT_EQ(mk::rt::domainCreate(3, &st), ncclSuccess);
   Problem p(512, 512, 128, BLayout::kNK, DType::kBF16, DType::kBF16);
   p.alloc();
   p.randomize(1);
@@ -256,29 +253,28 @@ TEST(GemmHooks, TimeoutAndAbortLeaveErrorRecord) {
     GemmArgs g = p.args();
     g.hooks.rowReady = flags;
     g.hooks.rowReadyExpected = 7;
-    ASSERT_EQ(mk::fused::makeWaitCtx(st, mk::fused::kOpGemm, &g.hooks.wait, mode == 0 ? 50 : 60000),
-              ncclSuccess);
+    g.hooks.wait = mk::rt::domainCtx(st, mk::rt::kOpGemm, mode == 0 ? 50 : 60000);
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
     if (mode == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      mk::fused::fusedSetAbort(st, true);
+      mk::rt::domainSetAbort(st, true);
     }
     GT_CUDA(cudaDeviceSynchronize());
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_LT(secs, 10.0);
     std::string msg;
-    const ncclResult_t r = mk::fused::fusedCheckError(st, &msg);
+    const ncclResult_t r = mk::rt::domainCheck(st, &msg);
     EXPECT_EQ(r, mode == 0 ? ncclRemoteError : ncclSystemError) << msg;
-    EXPECT_EQ(st->errHost->code, mode == 0 ? mk::fused::kErrTimeout : mk::fused::kErrAbort);
+    EXPECT_EQ(st->errHost->kind, mode == 0 ? mk::rt::kErrTimeout : mk::rt::kErrAbort);
     EXPECT_EQ(st->errHost->rank, 3);
-    EXPECT_EQ(st->errHost->op, mk::fused::kOpGemm);
+    EXPECT_EQ(st->errHost->op, mk::rt::kOpGemm);
     EXPECT_EQ(st->errHost->seq, 7u);
     EXPECT_GE(st->errHost->slot, 0);
     EXPECT_LT(st->errHost->slot, 4);
-    mk::fused::fusedSetAbort(st, false);
-    mk::fused::fusedClearError(st);
+    mk::rt::domainSetAbort(st, false);
+    ASSERT_EQ(mk::rt::domainReset(st), ncclSuccess);
   }
   // The context stays usable: a plain GEMM still runs and is right.
   p.poison();
@@ -287,5 +283,5 @@ TEST(GemmHooks, TimeoutAndAbortLeaveErrorRecord) {
   GT_CUDA(cudaDeviceSynchronize());
   EXPECT_EQ(p.check(), "");
   cudaFree(flags);
-  mk::fused::fusedStateDestroy(st);
+  mk::rt::domainDestroy(st);
 }

@@ -110,8 +110,8 @@ TEST(NetState, PeerRoutingIsSymmetric) {
 TEST(NetState, ControlBlockLayout) {
   NetCtlLayout l = netCtlLayout(16, 8, 4);
   std::vector<std::pair<size_t, size_t>> parts = {
-      {l.hdrOff, sizeof(DevStateHdr)}, {l.stageNextOff, 8},     {l.stagePubOff, 16 * 8},
-      {l.stageTicketOff, 16 * 8},      {l.peerLocalOff, 8 * 4}, {l.localWinsOff, 4 * 8}};
+      {l.hdrOff, sizeof(rt::CtlHdr)}, {l.stageNextOff, 8},     {l.stagePubOff, 16 * 8},
+      {l.stageTicketOff, 16 * 8},     {l.peerLocalOff, 8 * 4}, {l.localWinsOff, 4 * 8}};
   size_t end = 0;
   for (auto& p : parts) {
     EXPECT_EQ(p.first % 64, 0u);
@@ -121,53 +121,7 @@ TEST(NetState, ControlBlockLayout) {
   EXPECT_GE(l.bytes, end);
 }
 
-TEST(NetState, DescribeRecords) {
-  ncclResult_t res = ncclSuccess;
-  ErrRecord e{};
-  e.valid = 1;
-  e.code = kErrTimeout;
-  e.peer = 5;
-  e.coll = kNetOpWaitSignal;
-  e.lane = 2;
-  e.slot = 7;
-  e.waitSend = kNetWaitSignal;
-  e.seq = 42;
-  e.waitedNs = 1500000000ull;
-  std::string m = netDescribeRecord(e, 1, "", 1500, &res);
-  EXPECT_EQ(res, ncclRemoteError);
-  EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("rank 5"), std::string::npos) << m;
-  EXPECT_NE(m.find("slot 7"), std::string::npos) << m;
-  EXPECT_NE(m.find("42"), std::string::npos) << m;
-  EXPECT_NE(m.find("MKERNEL_TIMEOUT_MS=1500"), std::string::npos) << m;
-
-  e.code = kErrTimeout;
-  e.coll = kNetOpPutSignal;
-  e.waitSend = kNetWaitRing;
-  m = netDescribeRecord(e, 1, "", 1500, &res);
-  EXPECT_EQ(res, ncclRemoteError);
-  EXPECT_NE(m.find("proxy command ring"), std::string::npos) << m;
-  EXPECT_NE(m.find("put_signal"), std::string::npos) << m;
-
-  e.code = kErrAbort;
-  m = netDescribeRecord(e, 1, "", 1500, &res);
-  EXPECT_EQ(res, ncclSystemError);
-  EXPECT_NE(m.find("aborted"), std::string::npos) << m;
-
-  e.code = kNetErrProxy;
-  m = netDescribeRecord(e, 1, "proxy rank 1, peer rank 5: receive failed", 1500, &res);
-  EXPECT_EQ(res, ncclRemoteError);
-  EXPECT_NE(m.find("proxy rank 1, peer rank 5"), std::string::npos) << m;
-
-  e.code = kNetErrArgs;
-  e.coll = kNetOpPut;
-  e.waitSend = kNetWaitNone;
-  e.seq = 1000;
-  e.waitedNs = 99;
-  m = netDescribeRecord(e, 1, "", 1500, &res);
-  EXPECT_EQ(res, ncclInvalidUsage);
-  EXPECT_NE(m.find("dst_offset 1000 + 99 bytes"), std::string::npos) << m;
-}
+// The messages of device error records are tested with the poller (test_rt_err.cc).
 
 TEST(NetState, BootstrapAllToAllReachesPeersOnly) {
   const int n = 6, k = 3;

@@ -40,15 +40,10 @@ bool autoFuses(const GemmCollCall& c) {
 }
 }  // namespace
 
-// Interim: the comm's abort flag and deadline bound every wait, but failures are not yet
-// recorded in the comm's error record (hdr/err null) until the fused view of the comm
-// (fused/core) exposes its failure domain.
+// The comm's wait context: its abort flag, failure word, error record (the one
+// ncclCommGetAsyncError reads) and deadline.
 ncclResult_t gemmCollWaitCtx(ncclComm* comm, int32_t op, rt::WaitCtx* out) {
-  CommDev d = collCommDev(comm);
-  *out = rt::WaitCtx{};
-  out->abortFlag = d.abortFlag;
-  out->timeoutNs = d.timeoutNs;
-  out->rank = comm->rank;
+  *out = collCommDev(comm).w;
   out->op = op;
   return ncclSuccess;
 }

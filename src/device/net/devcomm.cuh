@@ -41,8 +41,7 @@
 #pragma once
 #include <cstdint>
 
-#include "device/ptx.cuh"
-#include "device/wait.cuh"
+#include "device/rt/wait.cuh"
 #include "transport/net_state.h"
 #include "transport/proxy_ring.cuh"
 
@@ -67,11 +66,7 @@ struct Block {
   }
 };
 struct Warp {
-  static __device__ __forceinline__ uint32_t rank() {
-    uint32_t l;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
-    return l;
-  }
+  static __device__ __forceinline__ uint32_t rank() { return ptx::laneId(); }
   static __device__ __forceinline__ uint32_t size() { return 32; }
   static __device__ __forceinline__ void sync() { __syncwarp(); }
   static __device__ __forceinline__ bool any(bool p) {
@@ -90,22 +85,6 @@ struct Thread {
   static __device__ __forceinline__ bool any(bool p) { return p; }
   static __device__ __forceinline__ uint64_t bcast(uint64_t v) { return v; }
 };
-
-// ---- memory-model helpers not in ptx.cuh -------------------------------------------------
-__device__ __forceinline__ void redAddReleaseSys(uint64_t* p, uint64_t v) {
-  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint64_t ldAcquireGpu(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void stReleaseGpu(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint64_t ldVolatile64(const uint64_t* p) {
-  return *(const volatile uint64_t*)p;
-}
 
 // ---- internals ---------------------------------------------------------------------------
 namespace detail {
@@ -134,32 +113,35 @@ __device__ __forceinline__ void copy(char* dst, const char* src, uint64_t n) {
   for (uint64_t i = done + t; i < n; i += nt) dst[i] = src[i];
 }
 
-// Records the comm's first error (wait.cuh) and fails. kQuit: someone else recorded it.
-static __device__ __noinline__ bool fail(const NetDev& d, uint32_t code, int peer, int op, int slot,
+// Records the comm's first error (rt/wait.cuh) and fails. kErrPeerFailed: the net layer
+// already failed, its record stands.
+static __device__ __noinline__ bool fail(const NetDev& d, uint32_t kind, int peer, int op, int slot,
                                          int what, uint64_t seq, uint64_t waitedNs) {
-  if (code != kQuit) recordError(d.c, code, peer, op, (int)blockIdx.x, slot, what, seq, waitedNs);
+  if (kind != rt::kErrPeerFailed)
+    rt::recordErrorRaw(d.w.hdr, d.w.err, kind, d.w.rank, op, peer, (int)blockIdx.x, slot, what, 0,
+                       seq, waitedNs);
   return false;
 }
 
-// Bounded-wait step: Spin (abort flag, earlier failure, deadline) plus the proxy's ring
+// Bounded-wait step: rt::Spin (abort flag, earlier failure, deadline) plus the proxy's ring
 // abort, set when the proxy stops on an error or on netAbort: waiting longer is useless.
 struct NetSpin {
-  Spin s;
+  rt::Spin s;
   __device__ __forceinline__ uint32_t check(const NetDev& d) {
-    uint32_t code = s.check(d.c);
-    if (code == 0 && (s.n % kSpinCheck) == 0 && proxyLdVolatile(d.ring.abort) != 0u)
-      code = kNetErrProxy;
-    return code;
+    uint32_t kind = s.check(d.w);
+    if (kind == rt::kErrNone && (s.n % rt::kSpinCheck) == 0 &&
+        ptx::ldVolatile32(d.ring.abort) != 0u)
+      kind = rt::kErrProxy;
+    return kind;
   }
 };
 
-__device__ __forceinline__ bool pushed(const NetDev& d, int r, int peer, int op, uint32_t slot,
-                                       uint64_t seq) {
-  if (r == kPushOk) return true;
-  uint32_t code = kErrTimeout;
-  if (r == kPushAborted) code = ldVolatile32(d.c.abortFlag) ? kErrAbort : kNetErrProxy;
-  if (commFailed(d.c)) code = kQuit;
-  return fail(d, code, peer, op, (int)slot, kNetWaitRing, seq, 0);
+// One command into the proxy ring (a full ring is back-pressure: a bounded wait).
+__device__ __forceinline__ bool push(const NetDev& d, const ProxyCmd& cmd, int op, uint64_t seq) {
+  uint64_t waited = 0;
+  const uint32_t kind = proxyRingPush(d.ring, cmd, d.w, &waited);
+  if (kind == rt::kErrNone) return true;
+  return fail(d, kind, (int)cmd.peer, op, (int)cmd.slot, rt::kWaitRing, seq, waited);
 }
 
 __device__ __forceinline__ bool checkPut(const NetDev& d, int peer, uint64_t dstOff, uint64_t bytes,
@@ -168,7 +150,7 @@ __device__ __forceinline__ bool checkPut(const NetDev& d, int peer, uint64_t dst
             bytes <= d.windowBytes - dstOff && (!sig || slot < d.nSignals);
   if (ok) return true;
   // Argument records carry dst_offset in seq and the byte count in waitedNs.
-  return fail(d, kNetErrArgs, peer, op, (int)slot, kNetWaitNone, dstOff, bytes);
+  return fail(d, rt::kErrArgs, peer, op, (int)slot, rt::kWaitNone, dstOff, bytes);
 }
 
 // Takes staging slot index idx (monotonic) once the command that used the same slot one
@@ -180,15 +162,15 @@ __device__ __forceinline__ bool stageAcquire(const NetDev& d, int peer, int op, 
   if (lap > 0) {
     NetSpin sp;
     // The previous occupant publishes (lap it used + 1) after pushing its command ...
-    while (ldAcquireGpu(d.stagePub + s) < lap) {
-      uint32_t code = sp.check(d);
-      if (code) return fail(d, code, peer, op, -1, kNetWaitStage, i, sp.s.waited());
+    while (ptx::ldAcquireGpu(d.stagePub + s) < lap) {
+      uint32_t kind = sp.check(d);
+      if (kind) return fail(d, kind, peer, op, -1, rt::kWaitStage, i, sp.s.waited());
     }
     // ... with the ring tail read after the push, an upper bound of its ticket + 1.
-    uint64_t need = ldVolatile64(d.stageTicket + s);
+    uint64_t need = ptx::ldVolatile64(d.stageTicket + s);
     while (proxyRingDone(d.ring) < need) {
-      uint32_t code = sp.check(d);
-      if (code) return fail(d, code, peer, op, -1, kNetWaitStage, need, sp.s.waited());
+      uint32_t kind = sp.check(d);
+      if (kind) return fail(d, kind, peer, op, -1, rt::kWaitStage, need, sp.s.waited());
     }
   }
   *idx = i;
@@ -197,8 +179,8 @@ __device__ __forceinline__ bool stageAcquire(const NetDev& d, int peer, int op, 
 
 __device__ __forceinline__ void stagePublish(const NetDev& d, uint64_t idx) {
   uint32_t s = (uint32_t)(idx % d.stageSlots);
-  *(volatile uint64_t*)(d.stageTicket + s) = ldVolatile64(d.ring.tail);
-  stReleaseGpu(d.stagePub + s, idx / d.stageSlots + 1);
+  *(volatile uint64_t*)(d.stageTicket + s) = ptx::ldVolatile64(d.ring.tail);
+  ptx::stReleaseGpu(d.stagePub + s, idx / d.stageSlots + 1);
 }
 
 // The peer's signal word in its P2P window.
@@ -208,15 +190,15 @@ __device__ __forceinline__ uint64_t* localSignal(const NetDev& d, int li, uint32
 
 __device__ __forceinline__ void signalWord(uint64_t* w, uint64_t value, uint32_t op) {
   if (op == kSignalAdd)
-    redAddReleaseSys(w, value);
+    ptx::redAddReleaseSys(w, value);
   else
-    stReleaseSys(w, value);
+    ptx::stReleaseSys(w, value);
 }
 
 template <class G>
 __device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t dstOff,
                           uint64_t bytes, bool sig, uint32_t slot, uint64_t value, uint32_t sigOp) {
-  const int op = sig ? kNetOpPutSignal : kNetOpPut;
+  const int op = sig ? rt::kOpPutSignal : rt::kOpPut;
   const uint64_t off0 = (uint64_t)(src - d.sendBase);
   if (src >= d.sendBase && off0 <= d.sendUser && bytes <= d.sendUser - off0) {
     // Zero-copy: the data is in the registered window already (written by this group or
@@ -224,12 +206,11 @@ __device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t d
     __threadfence_system();
     G::sync();
     bool ok = true;
-    if (G::rank() == 0) {
-      int r = sig ? proxyPutSignal(d.ring, peer, off0, dstOff, bytes, slot, value, sigOp,
-                                   d.pushTimeoutCycles)
-                  : proxyPut(d.ring, peer, off0, dstOff, bytes, d.pushTimeoutCycles);
-      ok = pushed(d, r, peer, op, slot, dstOff);
-    }
+    if (G::rank() == 0)
+      ok = push(d,
+                proxyCmd(sig ? kProxyPutSignal : kProxyPut, sig ? sigOp : 0, peer, off0, dstOff,
+                         bytes, sig ? slot : 0, sig ? value : 0),
+                op, dstOff);
     return !G::any(!ok);
   }
   for (uint64_t off = 0; off < bytes; off += d.stageChunk) {
@@ -246,10 +227,11 @@ __device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t d
     G::sync();
     if (G::rank() == 0) {
       const uint64_t so = (uint64_t)(buf - d.sendBase);
-      int r = sig && last ? proxyPutSignal(d.ring, peer, so, dstOff + off, n, slot, value, sigOp,
-                                           d.pushTimeoutCycles)
-                          : proxyPut(d.ring, peer, so, dstOff + off, n, d.pushTimeoutCycles);
-      ok = pushed(d, r, peer, op, slot, dstOff + off);
+      const bool s = sig && last;
+      ok = push(d,
+                proxyCmd(s ? kProxyPutSignal : kProxyPut, s ? sigOp : 0, peer, so, dstOff + off, n,
+                         s ? slot : 0, s ? value : 0),
+                op, dstOff + off);
       if (ok) stagePublish(d, idx);
     }
     if (G::any(!ok)) return false;
@@ -260,7 +242,7 @@ __device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t d
 template <class G>
 __device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t dstOff,
                         uint64_t bytes, bool sig, uint32_t slot, uint64_t value, uint32_t sigOp) {
-  const int op = sig ? kNetOpPutSignal : kNetOpPut;
+  const int op = sig ? rt::kOpPutSignal : rt::kOpPut;
   bool ok = true;
   if (G::rank() == 0) ok = checkPut(d, peer, dstOff, bytes, sig, slot, op);
   if (G::any(!ok)) return false;
@@ -270,8 +252,7 @@ __device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t ds
     if (bytes > 0) return putRemote<G>(d, src, peer, dstOff, bytes, sig, slot, value, sigOp);
     if (!sig) return true;
     if (G::rank() == 0)
-      ok = pushed(d, proxySignal(d.ring, peer, slot, value, sigOp, d.pushTimeoutCycles), peer, op,
-                  slot, value);
+      ok = push(d, proxyCmd(kProxySignal, sigOp, peer, 0, 0, 0, slot, value), op, value);
     return !G::any(!ok);
   }
   char* dst = static_cast<char*>(d.localWins[li]) + d.localDataOff + dstOff;
@@ -313,13 +294,14 @@ __device__ __forceinline__ bool wait_signal(const NetDev& d, uint32_t slot, uint
   bool ok = true;
   if (G::rank() == 0) {
     if (slot >= d.nSignals) {
-      ok = detail::fail(d, kNetErrArgs, from, kNetOpWaitSignal, (int)slot, kNetWaitNone, value, 0);
+      ok = detail::fail(d, rt::kErrArgs, from, rt::kOpWaitSignal, (int)slot, rt::kWaitNone, value,
+                        0);
     } else {
       detail::NetSpin sp;
-      while (ldAcquireSys(d.sigLocal + slot) + ldAcquireSys(d.sigRemote + slot) < value) {
-        uint32_t code = sp.check(d);
-        if (code) {
-          ok = detail::fail(d, code, from, kNetOpWaitSignal, (int)slot, kNetWaitSignal, value,
+      while (ptx::ldAcquireSys(d.sigLocal + slot) + ptx::ldAcquireSys(d.sigRemote + slot) < value) {
+        uint32_t kind = sp.check(d);
+        if (kind) {
+          ok = detail::fail(d, kind, from, rt::kOpWaitSignal, (int)slot, rt::kWaitSignal, value,
                             sp.s.waited());
           break;
         }
@@ -331,7 +313,7 @@ __device__ __forceinline__ bool wait_signal(const NetDev& d, uint32_t slot, uint
 
 // Current value of my signal slot (no wait).
 __device__ __forceinline__ uint64_t signal_value(const NetDev& d, uint32_t slot) {
-  return ldAcquireSys(d.sigLocal + slot) + ldAcquireSys(d.sigRemote + slot);
+  return ptx::ldAcquireSys(d.sigLocal + slot) + ptx::ldAcquireSys(d.sigRemote + slot);
 }
 
 // Every put issued so far (by any group of this rank) has left its source: staged and
@@ -343,12 +325,12 @@ __device__ __forceinline__ bool quiet(const NetDev& d) {
   G::sync();
   bool ok = true;
   if (G::rank() == 0) {
-    const uint64_t need = ldVolatile64(d.ring.tail);
+    const uint64_t need = ptx::ldVolatile64(d.ring.tail);
     detail::NetSpin sp;
     while (proxyRingDone(d.ring) < need) {
-      uint32_t code = sp.check(d);
-      if (code) {
-        ok = detail::fail(d, code, -1, kNetOpQuiet, -1, kNetWaitQuiet, need, sp.s.waited());
+      uint32_t kind = sp.check(d);
+      if (kind) {
+        ok = detail::fail(d, kind, -1, rt::kOpQuiet, -1, rt::kWaitQuiet, need, sp.s.waited());
         break;
       }
     }

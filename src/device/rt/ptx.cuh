@@ -1,8 +1,15 @@
-// Raw PTX wrappers for the sm_90a GEMM engine and the fused-kernel role framework.
+// The one PTX set of mkernel: every inline-assembly statement of src/ and fused/ lives here
+// (and in wgmma_asm.inc, its generated operand list), one wrapper per instruction, no policy.
+// Collectives, the device communication API, the proxy ring and the fused kernels all call
+// these (namespace mk::ptx); scripts/check_layers.py rejects `asm` anywhere else.
 //
-// Layering: this file only wraps single instructions (no policy); primitives.cuh builds
-// descriptors and the stage ring on top of it; gemm_kernel.cuh is the kernel. Everything
-// here needs sm_90a (wgmma, setmaxnreg) or sm_90 (TMA, mbarrier tx-count).
+// Memory model (DESIGN.md "Synchronisation protocol"): the writer of a cross-GPU or
+// GPU->CPU flag writes the data, fences (fenceAcqRelSys) and releases the flag
+// (stReleaseSys / redAddReleaseSys); the reader acquires it (ldAcquireSys). Flags read only
+// by the same GPU may use the .gpu scope. Data written by TMA (async proxy) and flags
+// written by ordinary stores (generic proxy) need fenceProxyAsync on the side that switches
+// proxies, and a TMA store must be complete (bulkWait<0>, not bulkWaitRead) before its flag
+// is released. wgmma, setmaxnreg and the .shared::cluster TMA forms need sm_90a.
 #pragma once
 #include <cuda.h>
 #include <cstdint>
@@ -10,11 +17,68 @@
 namespace mk {
 namespace ptx {
 
+// ---- memory model: loads, stores, reductions, fences ----------------------------------
+
+__device__ __forceinline__ uint64_t ldAcquireSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t ldAcquireGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void stReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void stReleaseGpu(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void stReleaseSys32(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void redAddReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ldVolatile32(const volatile uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// A plain volatile read (no ordering): counters only this GPU writes, read after a barrier.
+__device__ __forceinline__ uint64_t ldVolatile64(const uint64_t* p) {
+  return *(const volatile uint64_t*)p;
+}
+__device__ __forceinline__ uint32_t ldRelaxedGpu32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fenceAcqRelSys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+// ---- clocks and thread identity ----------------------------------------------------------
+
+// Nanoseconds since an arbitrary origin, the same for every SM of the GPU: the one time
+// base of every device deadline (the SM clock changes with the boost state).
+__device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint32_t laneId() {
+  uint32_t l;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
+}
+
+// ---- shared memory and mbarrier ----------------------------------------------------------
+
 __device__ __forceinline__ uint32_t smemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-
-// ---- mbarrier -------------------------------------------------------------------------
 
 __device__ __forceinline__ void mbarInit(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)), "r"(count));
@@ -54,7 +118,7 @@ __device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// ---- TMA (bulk tensor copies) -----------------------------------------------------------
+// ---- TMA (bulk tensor copies) -------------------------------------------------------------
 
 __device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, uint64_t* bar,
                                           int32_t x, int32_t y) {
@@ -93,7 +157,7 @@ __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// ---- proxy fences -----------------------------------------------------------------------
+// ---- proxy fences -------------------------------------------------------------------------
 
 // Generic-proxy shared-memory writes (st.shared, stmatrix) -> async-proxy readers (TMA store).
 __device__ __forceinline__ void fenceProxyAsyncShared() {
@@ -106,7 +170,7 @@ __device__ __forceinline__ void fenceProxyAsync() {
   asm volatile("fence.proxy.async;" ::: "memory");
 }
 
-// ---- warpgroup register reallocation and named barriers --------------------------------
+// ---- warpgroup register reallocation and named barriers -----------------------------------
 
 template <int N>
 __device__ __forceinline__ void setmaxnregDec() {
@@ -121,7 +185,7 @@ __device__ __forceinline__ void namedBarSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// ---- wgmma ------------------------------------------------------------------------------
+// ---- wgmma --------------------------------------------------------------------------------
 
 __device__ __forceinline__ void wgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -134,7 +198,7 @@ __device__ __forceinline__ void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-#include "fused/gemm/wgmma_asm.inc"
+#include "device/rt/wgmma_asm.inc"
 
 // D(64x256, fp32) (+)= A(64x16, K-major smem) * B(16x256, smem; TRANS_B=1 means N-major).
 // scaleD = 0 overwrites D (first k-slice of a tile), so accumulators need no zeroing.
@@ -157,28 +221,6 @@ __device__ __forceinline__ void wgmmaM64N256K16(float (&d)[128], uint64_t descA,
 __device__ __forceinline__ void fenceAccumulators(float (&d)[128]) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// ---- memory-model loads and stores for flags -------------------------------------------
-
-__device__ __forceinline__ uint64_t ldAcquireGpu(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t ldAcquireSys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void stReleaseGpu(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ void stReleaseSys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t ldVolatileU32(const volatile uint32_t* p) {
-  return *p;
 }
 
 }  // namespace ptx

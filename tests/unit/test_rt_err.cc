@@ -1,0 +1,144 @@
+// The one host poller of device error records (device/rt/err_host.h): the result code and a
+// message naming rank, peer and operation, for records of the collectives, the device
+// communication API and fused operators alike (no GPU needed).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "device/rt/err_host.h"
+
+using namespace mk;
+
+namespace {
+
+bool has(const std::string& m, const char* s) {
+  return m.find(s) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(RtErr, NetRecords) {
+  std::string m;
+  rt::ErrRecord e{};
+  e.valid = 1;
+  e.kind = rt::kErrTimeout;
+  e.rank = 1;
+  e.peer = 5;
+  e.op = rt::kOpWaitSignal;
+  e.lane = 2;
+  e.slot = 7;
+  e.wait = rt::kWaitSignal;
+  e.seq = 42;
+  e.waitedNs = 1500000000ull;
+  rt::ErrNames n;
+  n.rank = 1;
+  n.timeoutMs = 1500;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "rank 1")) << m;
+  EXPECT_TRUE(has(m, "rank 5")) << m;
+  EXPECT_TRUE(has(m, "slot 7")) << m;
+  EXPECT_TRUE(has(m, "42")) << m;
+  EXPECT_TRUE(has(m, "MKERNEL_TIMEOUT_MS=1500")) << m;
+
+  e.op = rt::kOpPutSignal;
+  e.wait = rt::kWaitRing;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "proxy command ring")) << m;
+  EXPECT_TRUE(has(m, "put_signal")) << m;
+
+  e.kind = rt::kErrAbort;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclSystemError);
+  EXPECT_TRUE(has(m, "aborted")) << m;
+
+  e.kind = rt::kErrProxy;
+  n.proxyMsg = "proxy rank 1, peer rank 5: receive failed";
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "proxy rank 1, peer rank 5")) << m;
+
+  e.kind = rt::kErrArgs;
+  e.op = rt::kOpPut;
+  e.wait = rt::kWaitNone;
+  e.seq = 1000;
+  e.waitedNs = 99;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclInvalidUsage);
+  EXPECT_TRUE(has(m, "dst_offset 1000 + 99 bytes")) << m;
+}
+
+// Collective records name peers by local index: the poller maps them to comm ranks.
+TEST(RtErr, CollectiveRecordsNameTheCommRank) {
+  std::string m;
+  rt::ErrRecord e{};
+  e.valid = 1;
+  e.kind = rt::kErrTimeout;
+  e.op = rt::kOpAllReduce;
+  e.peer = 1;  // local index 1 of node {4, 5, 6}: rank 5
+  e.flags = rt::kErrPeerLocal;
+  e.wait = rt::kWaitData;
+  e.seq = 3;
+  e.waitedNs = 2000000000ull;
+  const int node[3] = {4, 5, 6};
+  rt::ErrNames n;
+  n.rank = 4;
+  n.localRanks = node;
+  n.nLocal = 3;
+  n.timeoutMs = 2000;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "rank 4: AllReduce timed out")) << m;
+  EXPECT_TRUE(has(m, "waiting for rank 5 to send its data")) << m;
+  EXPECT_TRUE(has(m, "MKERNEL_TIMEOUT_MS=2000")) << m;
+
+  e.op = rt::kOpRecv;
+  e.wait = rt::kWaitSlot;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "Send/Recv")) << m;
+  EXPECT_TRUE(has(m, "rank 5 to free a workspace slot")) << m;
+}
+
+TEST(RtErr, FusedRecordsNameTheOperator) {
+  std::string m;
+  rt::ErrRecord e{};
+  e.valid = 1;
+  e.kind = rt::kErrTimeout;
+  e.op = rt::kOpExample;
+  e.peer = 1;
+  e.flags = rt::kErrPeerLocal;
+  e.wait = rt::kWaitData;
+  rt::ErrNames n;
+  n.rank = 0;
+  const int node[2] = {0, 1};
+  n.localRanks = node;
+  n.nLocal = 2;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "fused example")) << m;
+  EXPECT_TRUE(has(m, "rank 1")) << m;
+  for (int32_t op = rt::kOpFusedFirst; op < rt::kOpFusedEnd; ++op)
+    EXPECT_STRNE(rt::opName(op), "device operation") << "fused op " << op << " has no name";
+
+  e.kind = rt::kErrOverflow;
+  e.op = rt::kOpMoe;
+  e.seq = 4097;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclInvalidUsage);
+  EXPECT_TRUE(has(m, "MoE")) << m;
+  EXPECT_TRUE(has(m, "4097")) << m;
+}
+
+// poll() reports a record once, and only after the device published it (valid).
+TEST(RtErr, PollReportsOnce) {
+  rt::ErrRecord e{};
+  e.kind = rt::kErrAbort;
+  e.op = rt::kOpBroadcast;
+  e.peer = -1;
+  std::atomic<bool> reported{false};
+  rt::ErrNames n;
+  n.rank = 3;
+  ncclResult_t res = ncclSuccess;
+  std::string m;
+  EXPECT_FALSE(rt::poll(&e, &reported, n, &res, &m)) << "not valid yet";
+  e.valid = 1;
+  ASSERT_TRUE(rt::poll(&e, &reported, n, &res, &m));
+  EXPECT_EQ(res, ncclSystemError);
+  EXPECT_TRUE(has(m, "rank 3: Broadcast aborted")) << m;
+  EXPECT_FALSE(rt::poll(&e, &reported, n, &res, &m)) << "reported twice";
+}
