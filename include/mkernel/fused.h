@@ -49,8 +49,9 @@ typedef enum {
 
 #define NCCL_FUSED_CONFIG_MAGIC 0x6d6b4663u /* "mkFc" */
 #define NCCL_FUSED_CONFIG_VERSION 1u
-/* outType value meaning "the input type" */
-#define NCCL_FUSED_OUT_TYPE_DEFAULT ncclNumTypes
+/* outType value meaning "the input type": fixed, unlike ncclNumTypes, which grew with the
+   fp8 types and would make a caller built against an older nccl.h send a real type */
+#define NCCL_FUSED_OUT_TYPE_DEFAULT ((ncclDataType_t)-1)
 
 typedef struct {
   size_t size;          /* sizeof(ncclFusedConfig_t) of the caller: checked like ncclConfig_t */
