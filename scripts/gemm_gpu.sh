@@ -27,11 +27,11 @@ standalone_build() {
   local B=$1 J=${2:-16}
   mkdir -p "$B/obj"
   local NVF="-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I$ROOT/src -I$ROOT -I$ROOT/include -I$ROOT/tests -Xcompiler=-fPIC"
-  local srcs="$(ls fused/gemm/*.cu fused/core/*.cu fused/core/*.cc src/base/debug.cc src/base/cudawrap.cc src/base/param.cc tests/common/test_util.cc)"
+  local srcs="$(ls fused/gemm/*.cu fused/core/cost_model.cu fused/core/framework.cc src/device/rt/err_host.cc src/base/debug.cc src/base/cudawrap.cc src/base/param.cc tests/common/test_util.cc)"
   srcs="$srcs $(ls tests/gpu/test_gemm*.cu tests/unit/test_gemm_can_implement.cc bench/gemm_bench.cu)"
   echo "$srcs" | tr ' ' '\n' | grep . | xargs -P "$J" -I{} sh -c \
     "nvcc $NVF -x cu -c {} -o $B/obj/\$(echo {} | tr / _).o || exit 255" || return 1
-  local LIB="$B/obj/fused_*.o $B/obj/src_core_*.o"
+  local LIB="$B/obj/fused_*.o $B/obj/src_base_*.o $B/obj/src_device_rt_*.o"
   local LNK="-gencode=arch=compute_90a,code=sm_90a"
   nvcc $LNK -o "$B/gemm_gpu_tests" $LIB $B/obj/tests_gpu_*.o $B/obj/tests_common_test_util.cc.o \
     -lgtest_main -lgtest -lcublas -ldl -lpthread || return 1
@@ -69,21 +69,21 @@ if [ "$MODE" = all ] || [ "$MODE" = sass ] || [ "$MODE" = tests ]; then
       -I$ROOT/src -I$ROOT -I$ROOT/include -Xptxas -v"
   {
     for f in fused/gemm/gemm_inst_bf16_bf16.cu fused/gemm/gemm_inst_f16_f32.cu \
-      fused/core/example_gemm_copy.cu; do
+      fused/ops/example/example.cu; do
       echo "== $f"
       $NV -c "$f" -o /tmp/ptxas_check.o 2>&1 | grep -E "Compiling entry|stack frame|Used|warning|C75"
     done
   } >"$OUT/sass-check.txt" 2>&1
   # SASS: per GEMM kernel, HGMMA count and local-memory instructions (must be 0).
   cuobjdump --dump-sass "$BENCH" >/tmp/gemm.sass 2>&1
-  awk '/Function : /{fn=$3} fn ~ /gemmKernel|gemmCopyKernel/ {
+  awk '/Function : /{fn=$3} fn ~ /gemmKernel|exampleKernel/ {
          if ($0 ~ /HGMMA/) h[fn]++; if ($0 ~ /[^A-Z]LDL|[^A-Z]STL/) l[fn]++;
          if ($0 ~ /USETMAXREG/) r[fn]++; if ($0 ~ /UTMALDG/) t[fn]++; if ($0 ~ /UTMASTG/) s[fn]++ }
        END { for (f in h) printf "%s HGMMA=%d LDL/STL=%d USETMAXREG=%d UTMALDG=%d UTMASTG=%d\n",
              f, h[f], l[f]+0, r[f]+0, t[f]+0, s[f]+0 }' /tmp/gemm.sass >>"$OUT/sass-check.txt"
   grep -m3 -o "HGMMA[.A-Za-z0-9x]*" /tmp/gemm.sass | sort | uniq -c >>"$OUT/sass-check.txt"
   cuobjdump --dump-sass "$GPU_TESTS" 2>/dev/null | awk '/Function : /{fn=$3}
-       fn ~ /gemmCopyKernel/ { if ($0 ~ /HGMMA/) h[fn]++; if ($0 ~ /[^A-Z]LDL|[^A-Z]STL/) l[fn]++ }
+       fn ~ /exampleKernel/ { if ($0 ~ /HGMMA/) h[fn]++; if ($0 ~ /[^A-Z]LDL|[^A-Z]STL/) l[fn]++ }
        END { for (f in h) printf "%s HGMMA=%d LDL/STL=%d\n", f, h[f], l[f]+0 }' \
     >>"$OUT/sass-check.txt"
   note "SASS: kernels=$(grep -c 'HGMMA=' "$OUT/sass-check.txt") with-LDL/STL=$(grep -c 'LDL/STL=[1-9]' "$OUT/sass-check.txt") ptxas-spills=$(grep -c 'bytes spill stores' "$OUT/sass-check.txt" | head -1)/$(grep -c ' 0 bytes spill stores' "$OUT/sass-check.txt")"

@@ -1,12 +1,13 @@
 // The persistent role framework shared by every fused operator (host side).
 //
-// Anatomy of a fused operator (fused/core/example_gemm_copy.* is the reference):
-//   1. Args     - what the caller passes (buffers, shapes, sequence number, SM override).
+// Anatomy of a fused operator (fused/ops/example/ is the reference; fused/README.md):
+//   1. Args     - what the caller passes (buffers, shapes, SM override).
 //   2. Config   - compile-time tile/threads/shared memory, with static_asserts on the
 //                 shared-memory and register budgets; run-time SmSplit from resolveSplit().
 //   3. canImplement(args, &why) - host-only checks, a clear message, no CUDA calls.
-//   4. launch(args, stream)     - builds the kernel params, resolves the split, and calls
-//                                 launchRoles() (cooperative: all CTAs co-resident or error).
+//   4. launch(args, comm, stream) - the comm's view (fused_comm.h), the split, the kernel
+//                                 params; fusedEnqueue() runs launchRoles() (cooperative:
+//                                 all CTAs co-resident or an error) in the comm's order.
 //   5. kernel(params)           - `split.roleOf(blockIdx.x)` dispatches to one device
 //                                 function per role; roles exchange work through per-tile
 //                                 flags carrying 64-bit sequence numbers (never reset by the

@@ -1,6 +1,7 @@
 // Host side of the collectives: argument checks, enqueue, per-comm collective state.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -48,6 +49,11 @@ ncclResult_t collCheckArgs(CollArgs& a, const char* api);
 
 // Runs (or, inside ncclGroupStart/End, records) one operation.
 ncclResult_t collEnqueue(const CollArgs& a);
+// Runs `launch(exec)` as one operation of comm issued on `stream` (a fused operator,
+// fused/core/fused_comm.h): ordered with the comm's other operations, capturable, tracked
+// for finalize, refused once the comm has failed and inside ncclGroupStart/End.
+ncclResult_t collEnqueueFn(ncclComm* comm, cudaStream_t stream, const char* api,
+                           const std::function<ncclResult_t(cudaStream_t)>& launch);
 
 // Per-comm collective state, created after peer memory; fini frees it.
 ncclResult_t collInit(ncclComm* comm);

@@ -1,8 +1,10 @@
-// Enqueue of collectives and groups: plan every operation of every comm first, then issue
-// them in three phases (order/fork, kernels, join/record) so that the host never waits for
-// a peer. One thread may drive several comms (nccl-tests): each comm's kernels go to its
-// own stream and run concurrently with the other ranks' kernels, all waiting on the device.
+// Enqueue of collectives, groups and fused operators: plan every operation of every comm
+// first, then issue them in three phases (order/fork, kernels, join/record) so that the
+// host never waits for a peer. One thread may drive several comms (nccl-tests): each comm's
+// kernels go to its own stream and run concurrently with the other ranks' kernels, all
+// waiting on the device. A fused operator is one more kind of launch (collEnqueueFn).
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <algorithm>
 #include <map>
@@ -37,6 +39,7 @@ struct CommWork {
   std::vector<cudaStream_t> extra;     // other streams of its operations
   std::vector<KernelLaunch> launches;
   std::vector<HierLaunch> hier;  // inter-node launches (coll/hier.h)
+  const std::function<ncclResult_t(cudaStream_t)>* fn = nullptr;  // a fused operator
   cudaStream_t exec = nullptr;
   bool fork = false;
   // Some launch keeps state across calls (device-resident sequence numbers, workspace):
@@ -48,7 +51,7 @@ struct CommWork {
 };
 
 bool noLaunch(const CommWork& w) {
-  return w.launches.empty() && w.hier.empty();
+  return w.launches.empty() && w.hier.empty() && w.fn == nullptr;
 }
 
 bool isLegacy(cudaStream_t s) {
@@ -92,6 +95,8 @@ struct DeviceSwitch {
     if (saved >= 0 && cur != saved) cudaSetDevice(saved);
   }
 };
+
+ncclResult_t issue(std::vector<CommWork>& work);
 
 }  // namespace
 
@@ -141,6 +146,30 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
       if (!empty) w.launches.push_back(std::move(l));
     }
   }
+  return issue(work);
+}
+
+ncclResult_t collEnqueueFn(ncclComm* comm, cudaStream_t stream, const char* api,
+                           const std::function<ncclResult_t(cudaStream_t)>& launch) {
+  NCCLCHECK(commCheck(comm, api));
+  NCCLCHECK(commCheckReady(comm, api));
+  if (groupActive()) {
+    MK_WARN("%s: rank %d: fused operations inside ncclGroupStart/ncclGroupEnd are not supported",
+            api, comm->rank);
+    return ncclInvalidUsage;
+  }
+  std::vector<CommWork> work(1);
+  work[0].comm = comm;
+  work[0].user = stream;
+  work[0].fn = &launch;
+  NCCLCHECK(commUsable(comm, api, work[0]));
+  return issue(work);
+}
+
+namespace {
+
+// Phases A to C of every planned comm of a call or group.
+ncclResult_t issue(std::vector<CommWork>& work) {
   // 2. A rank's kernels must be able to run concurrently with its peers' kernels: the
   //    legacy default stream, or one stream shared by several comms of this group, would
   //    serialise them (deadlock), so those launches go to the comm's internal stream.
@@ -154,7 +183,7 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;
     CUDACHECK(restore.to(w.comm->cudaDev));
-    w.stateful = !w.hier.empty();
+    w.stateful = !w.hier.empty() || w.fn != nullptr;
     for (const KernelLaunch& l : w.launches) w.stateful |= l.kind != KernelLaunch::kMemcpy;
     if (w.stateful) {
       cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -183,6 +212,7 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
     CUDACHECK(restore.to(w.comm->cudaDev));
     for (KernelLaunch& l : w.launches) NCCLCHECK(runLaunch(w.comm, l, w.exec));
     for (HierLaunch& h : w.hier) NCCLCHECK(hierRun(w.comm, h, w.exec));
+    if (w.fn) NCCLCHECK((*w.fn)(w.exec));
   }
   // Phase C: join the user's streams and record completion.
   for (CommWork& w : work) {
@@ -205,6 +235,8 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
   }
   return ncclSuccess;
 }
+
+}  // namespace
 
 ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec) {
   // Operations of one comm run one after the other; different comms run concurrently.

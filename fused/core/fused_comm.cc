@@ -1,0 +1,42 @@
+#include "fused/core/fused_comm.h"
+
+#include <cstdint>
+#include <functional>
+
+#include "base/checks.h"
+#include "coll/coll.h"
+#include "coll/coll_state.h"
+#include "comm/comm.h"
+#include "device/rt/err_host.h"
+
+namespace mk {
+namespace fused {
+
+ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out) {
+  NCCLCHECK(commCheck(comm, "fused operator"));
+  MK_ARGCHECK(op >= rt::kOpFusedFirst && op < rt::kOpFusedEnd,
+              "fusedCommView: %d is not a fused operator", op);
+  MK_ARGCHECK(comm->coll != nullptr, "%s: rank %d: the comm is not initialised", rt::opName(op),
+              comm->rank);
+  FusedComm f{};
+  f.c = collCommDev(comm);
+  f.c.w.op = op;
+  // comm_dev.h: the call counters follow the channel counters in the comm's device state.
+  f.seq = f.c.recvCnt + (size_t)kMaxLocalRanks * kMaxLanes;
+  f.rank = comm->rank;
+  f.nRanks = comm->nRanks;
+  f.cudaDev = comm->cudaDev;
+  f.smBudget = comm->coll->budget.hi;
+  f.hasNet = comm->net != nullptr ? 1 : 0;
+  if (f.hasNet) NCCLCHECK(netDevView(comm, &f.net));
+  *out = f;
+  return ncclSuccess;
+}
+
+ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
+                          const std::function<ncclResult_t(cudaStream_t)>& launch) {
+  return collEnqueueFn(comm, stream, api, launch);
+}
+
+}  // namespace fused
+}  // namespace mk

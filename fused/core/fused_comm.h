@@ -1,0 +1,60 @@
+// The fused operators' view of a communicator, and how they are launched on it.
+//
+// A fused operator (fused/ops/<op>/) runs on an ncclComm like a collective:
+//   - its waits use the comm's wait context (FusedComm::c.w): the comm's abort flag (the
+//     word ncclCommAbort raises and the collectives poll), the comm's sticky failure word
+//     and error record (the one ncclCommGetAsyncError reads), MKERNEL_TIMEOUT_MS;
+//   - it reaches the ranks of its node through the comm's symmetric workspaces and channels
+//     (FusedComm::c: peers, layout, device-resident channel counters; device/chan.cuh) and
+//     the ranks of other nodes through the device communication API (FusedComm::net,
+//     device/net/devcomm.cuh) when the comm spans nodes;
+//   - it numbers its calls with device-resident counters (fused_dev.cuh: callSeq /
+//     finishCall), so calls run back to back and replay in CUDA graphs without the host;
+//   - it sizes its persistent grid from FusedComm::smBudget (SM count / ranks sharing the
+//     GPU, with the collectives' overrides), never from a hard-coded SM count;
+//   - it is launched through fusedEnqueue: the comm's enqueue path (stream order with the
+//     comm's other operations, CUDA graph capture, completion tracked for finalize, refusal
+//     once the comm has failed).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "comm/comm_dev.h"
+#include "device/rt/err.h"
+#include "transport/net_state.h"
+
+struct ncclComm;
+
+namespace mk {
+namespace fused {
+
+// Call counters, one per fused ErrOp (rt::kOpFusedFirst ..).
+constexpr int kSeqSlots = kDevSeqSlots;
+static_assert(rt::kOpFusedEnd - rt::kOpFusedFirst <= kSeqSlots, "a call counter per fused op");
+
+// Passed by value to fused kernels (every pointer is a device pointer).
+struct FusedComm {
+  CommDev c;      // wait context, local workspaces, channel counters (c.w.op: this operator)
+  uint64_t* seq;  // [kSeqSlots] completed calls per operator, device memory, never reset
+  int32_t rank, nRanks;
+  int32_t cudaDev;
+  int32_t smBudget;  // CTAs one launch of this rank may use at once
+  int32_t hasNet;    // the comm spans (virtual) nodes: `net` is valid
+  NetDev net;
+};
+
+// The view of `comm` for operator `op` (an rt::ErrOp of a fused operator). Needs a comm
+// that finished its init; ncclInvalidArgument otherwise.
+ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out);
+
+// Runs `launch(stream)` as one operation of `comm` on the user's `stream`: ordered after the
+// comm's earlier operations (whatever stream they used), capturable, awaited by
+// ncclCommFinalize, refused with the comm's error once it has failed. Refused inside
+// ncclGroupStart/End. `api` names the call in messages.
+ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
+                          const std::function<ncclResult_t(cudaStream_t)>& launch);
+
+}  // namespace fused
+}  // namespace mk
