@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coll/coll.h"
+#include "coll/rendezvous.h"
 #include "device/rt/err_host.h"
 #include "base/checks.h"
 #include "comm/comm.h"
@@ -86,6 +87,7 @@ ncclResult_t collInit(ncclComm* comm) {
   NCCLCHECK(rt::recordAlloc(&cs->err, &cs->errDev));
   for (cudaEvent_t* e : {&cs->orderEvent, &cs->doneEvent, &cs->forkEvent, &cs->joinEvent})
     CUDACHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  NCCLCHECK(rdvJoin(comm, &cs->rdv, &cs->rdvSlot));
   MK_INFO(kColl | kInit,
           "collInit: rank %d local %d/%d: %d lanes x %d slots x %llu bytes per peer (copy "
           "engine %d lanes), %d-%d CTAs per kernel (%d SMs, %d ranks on the GPU)%s",
@@ -160,6 +162,7 @@ ncclResult_t collFini(ncclComm* comm) {
   CollState* cs = comm->coll;
   if (cs == nullptr) return ncclSuccess;
   DeviceGuard dg(comm->cudaDev);
+  rdvLeave(cs->rdv, cs->rdvSlot);  // threads waiting for this rank fail at once
   if (cs->haveDone && !cs->stuck && cudaEventQuery(cs->doneEvent) != cudaSuccess) {
     cudaGetLastError();
     cs->stuck = true;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <atomic>
+#include <memory>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -13,6 +14,8 @@
 struct ncclComm;
 
 namespace mk {
+
+struct RdvClique;
 
 struct CollState {
   WsLayout ws{};
@@ -46,6 +49,10 @@ struct CollState {
   // the other ranks' streams (legacy default stream, or a stream shared by several comms
   // of one group). Created on first use.
   cudaStream_t internal = nullptr;
+  // Host rendezvous with the ranks of this comm that share the GPU in this process
+  // (coll/rendezvous.h); null when there are none.
+  std::shared_ptr<RdvClique> rdv;
+  int rdvSlot = -1;
   std::atomic<bool> errorReported{false};
   bool stuck = false;  // finalize gave up waiting: device memory must not be freed
 };

@@ -18,6 +18,7 @@
 #include "coll/group.h"
 #include "coll/hier.h"
 #include "coll/launch_plan.h"
+#include "coll/rendezvous.h"
 #include "base/checks.h"
 #include "comm/comm.h"
 
@@ -170,6 +171,28 @@ namespace {
 
 // Phases A to C of every planned comm of a call or group.
 ncclResult_t issue(std::vector<CommWork>& work) {
+  // 1b. Ranks of this process on the same GPU driven by other threads: wait (on the host)
+  //     until they have issued their matching calls, so that no kernel of ours spins for a
+  //     thread that may be blocked in a device-wide synchronisation (coll/rendezvous.h).
+  std::vector<RdvWork> rdv;
+  std::string api = "ncclGroupEnd";
+  for (CommWork& w : work) {
+    if (w.comm->coll == nullptr || !w.comm->coll->rdv) continue;
+    RdvWork r;
+    r.comm = w.comm;
+    r.colls = w.colls.size() + (w.fn ? 1 : 0);
+    r.p2p = &w.p2p;
+    r.launches = !noLaunch(w);
+    rdv.push_back(r);
+    if (work.size() > 1) continue;
+    if (w.fn)
+      api = "fused operator";
+    else if (w.colls.empty())
+      api = "ncclSend/ncclRecv";
+    else if (w.colls.size() == 1)
+      api = std::string("nccl") + collName(w.colls[0]->type);
+  }
+  if (!rdv.empty()) NCCLCHECK(rdvArrive(rdv, api.c_str()));
   // 2. A rank's kernels must be able to run concurrently with its peers' kernels: the
   //    legacy default stream, or one stream shared by several comms of this group, would
   //    serialise them (deadlock), so those launches go to the comm's internal stream.
@@ -206,11 +229,20 @@ ncclResult_t issue(std::vector<CommWork>& work) {
     if (w.stateful && cs->haveLast && cs->lastStream != w.exec && cs->lastCapture == w.capture)
       CUDACHECK(cudaStreamWaitEvent(w.exec, cs->lastEvent, 0));
   }
-  // Phase B: the kernels.
+  // Phase B: the kernels, the i-th launch of every comm before any (i+1)-th: streams that
+  // share a hardware queue (more streams than CUDA_DEVICE_MAX_CONNECTIONS) then never hold a
+  // rank's first kernel behind another rank's second, which waits for it.
+  size_t rounds = 0;
+  for (CommWork& w : work) rounds = std::max(rounds, w.launches.size());
+  for (size_t i = 0; i < rounds; i++)
+    for (CommWork& w : work) {
+      if (i >= w.launches.size()) continue;
+      CUDACHECK(restore.to(w.comm->cudaDev));
+      NCCLCHECK(runLaunch(w.comm, w.launches[i], w.exec));
+    }
   for (CommWork& w : work) {
     if (noLaunch(w)) continue;
     CUDACHECK(restore.to(w.comm->cudaDev));
-    for (KernelLaunch& l : w.launches) NCCLCHECK(runLaunch(w.comm, l, w.exec));
     for (HierLaunch& h : w.hier) NCCLCHECK(hierRun(w.comm, h, w.exec));
     if (w.fn) NCCLCHECK((*w.fn)(w.exec));
   }

@@ -1,0 +1,57 @@
+// Host rendezvous of the ranks of one comm that share a GPU inside this process, each driven
+// by its own thread (nccl-tests -t, one thread per rank in frameworks).
+//
+// Why: a rank's kernel spins on the device until its peers' kernels run. When the peers live
+// in this process on the same GPU, their threads share one CUDA context with it, and any
+// device-synchronising call one of them makes before issuing its part (cudaDeviceSynchronize,
+// cudaFree, cudaFreeHost, synchronous cudaMemset/cudaMemcpy, lazy module loading) waits for
+// the spinning kernel, which waits for that thread: a deadlock that only the kernel's
+// MKERNEL_TIMEOUT_MS ends. nccl-tests does exactly that (cudaDeviceSynchronize in its data
+// initialisation and check, with the threads a futex wake-up apart after every barrier).
+// So a call that would launch work depending on such a peer first waits, on the host, until
+// that peer has issued its matching call (NCCL documents that its calls may block until the
+// other threads' ranks arrive). Then every kernel on the GPU has all its in-process peers
+// launched or about to be, and every device-wide synchronisation completes.
+//
+// Matching: collectives (and fused operators) are counted per rank, in call order; sends and
+// receives per (rank, peer) pair, in order, as NCCL matches them. A call posts its counts
+// first and only then waits, so calls of different threads never wait for each other in a
+// cycle. A peer driven by the waiting thread itself (one thread driving several ranks, which
+// must group its calls) is never waited for, nor is a peer no live thread has driven yet
+// once a short grace period has passed (the single-thread patterns that issue ranks one after
+// another). Waits are bounded by MKERNEL_TIMEOUT_MS and end on the comm's abort.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+#include <nccl.h>
+
+#include "coll/coll.h"
+
+namespace mk {
+
+struct RdvClique;
+
+// What one comm of a call or group contributes.
+struct RdvWork {
+  ncclComm* comm = nullptr;
+  uint64_t colls = 0;                          // collectives and fused operators
+  const std::vector<CollArgs>* p2p = nullptr;  // sends and receives (may be null)
+  bool launches = false;                       // the call launches device work for this comm
+};
+
+// collInit: joins the clique of the comm's ranks in this process on its GPU; *out stays null
+// when the rank has no such peer (nothing to wait for, no cost at enqueue).
+ncclResult_t rdvJoin(ncclComm* comm, std::shared_ptr<RdvClique>* out, int* slot);
+// collFini (also after abort): later waits for this rank fail at once instead of timing out.
+void rdvLeave(const std::shared_ptr<RdvClique>& c, int slot);
+// Posts the works' counts, then waits until every in-process peer on the same GPU has issued
+// what the launching works need. On timeout or abort: the comm's async error is set and an
+// error returned (nothing of the call must be launched then).
+ncclResult_t rdvArrive(const std::vector<RdvWork>& works, const char* api);
+// One collective-like operation of comm launched outside collEnqueue (a fused operator that
+// launches its own kernel): call it before the launch, on every rank.
+ncclResult_t rdvArriveOne(ncclComm* comm, const char* api);
+
+}  // namespace mk

@@ -1,0 +1,308 @@
+// The host rendezvous of ranks sharing a GPU in one process (coll/rendezvous.h), on fake comms
+// (no GPU): a call waits for the threads of the other ranks to issue their matching calls,
+// never for a rank the calling thread drives itself, only briefly for ranks no live thread
+// drives, and fails (bounded) when a peer is gone, never comes, or the comm is aborted.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/coll_state.h"
+#include "coll/rendezvous.h"
+#include "comm/comm.h"
+#include "common/test_util.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// n ranks of one comm in this process on "GPU 0", each with the collective state that the
+// rendezvous uses; rank `other` (if >= 0) lives in another process.
+struct FakeComms {
+  std::vector<std::unique_ptr<ncclComm>> c;
+  std::vector<uint32_t> abortWords;
+  explicit FakeComms(int n, int other = -1, uint64_t hash = 0x5eed) : abortWords(n, 0) {
+    for (int r = 0; r < n; r++) {
+      c.emplace_back(new ncclComm());
+      ncclComm* comm = c.back().get();
+      comm->rank = r;
+      comm->nRanks = n;
+      comm->cudaDev = 0;
+      comm->commHash = hash;
+      comm->abortFlag = &abortWords[r];
+      comm->peerInfo.resize(n);
+      for (int q = 0; q < n; q++) {
+        comm->peerInfo[q].hostHash = 1;
+        comm->peerInfo[q].pidHash = q == other ? 3 : 2;
+        comm->peerInfo[q].cudaDev = 0;
+      }
+      comm->coll = new mk::CollState();
+    }
+    for (int r = 0; r < n; r++) {
+      if (r == other) continue;
+      mk::CollState* cs = c[r]->coll;
+      EXPECT_EQ(mk::rdvJoin(c[r].get(), &cs->rdv, &cs->rdvSlot), ncclSuccess);
+    }
+  }
+  ~FakeComms() {
+    for (auto& p : c) {
+      mk::rdvLeave(p->coll->rdv, p->coll->rdvSlot);
+      delete p->coll;
+    }
+  }
+  ncclComm* operator[](int r) { return c[r].get(); }
+};
+
+ncclResult_t coll(ncclComm* comm, uint64_t n = 1) {
+  mk::RdvWork w;
+  w.comm = comm;
+  w.colls = n;
+  w.launches = true;
+  return mk::rdvArrive({w}, "test");
+}
+
+ncclResult_t p2p(ncclComm* comm, const std::vector<mk::CollArgs>& ops) {
+  mk::RdvWork w;
+  w.comm = comm;
+  w.p2p = &ops;
+  w.launches = true;
+  return mk::rdvArrive({w}, "test");
+}
+
+mk::CollArgs sendTo(int peer) {
+  mk::CollArgs a{};
+  a.type = mk::CollType::kSend;
+  a.root = peer;
+  return a;
+}
+mk::CollArgs recvFrom(int peer) {
+  mk::CollArgs a{};
+  a.type = mk::CollType::kRecv;
+  a.root = peer;
+  return a;
+}
+
+// Each of the n threads issues one collective on its own rank at the same time.
+void oneRound(FakeComms& f, int n) {
+  std::vector<std::thread> th;
+  std::vector<ncclResult_t> res(n, ncclInternalError);
+  for (int r = 0; r < n; r++) th.emplace_back([&, r] { res[r] = coll(f[r]); });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; r++) EXPECT_EQ(res[r], ncclSuccess) << r;
+}
+
+TEST(CollRendezvous, WaitsForTheThreadOfTheOtherRank) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  FakeComms f(2);
+  // Both threads own their rank from here on; the worker keeps owning rank 1.
+  std::atomic<int> phase{0};
+  std::atomic<double> t1{-1};
+  std::thread worker([&] {
+    EXPECT_EQ(coll(f[1]), ncclSuccess);
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    EXPECT_EQ(coll(f[1]), ncclSuccess);
+  });
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  while (phase.load() != 1) std::this_thread::yield();
+  auto t0 = Clock::now();
+  phase = 2;
+  EXPECT_EQ(coll(f[0]), ncclSuccess);  // returns only once rank 1 has issued its second call
+  double waited = since(t0);
+  worker.join();
+  EXPECT_GE(waited, 0.35);
+  EXPECT_LT(waited, 5.0);
+}
+
+TEST(CollRendezvous, OneThreadDrivingAllRanksNeverWaitsForItself) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  for (int n : {2, 4}) {
+    FakeComms f(n, -1, 0x100 + n);
+    // A group (all ranks in one call) returns at once.
+    std::vector<mk::RdvWork> ws(n);
+    for (int r = 0; r < n; r++) {
+      ws[r].comm = f[r];
+      ws[r].colls = 1;
+      ws[r].launches = true;
+    }
+    auto t0 = Clock::now();
+    EXPECT_EQ(mk::rdvArrive(ws, "test"), ncclSuccess);
+    EXPECT_LT(since(t0), 0.19);
+    // Ungrouped calls, rank after rank: the ranks are this thread's now, nothing waits.
+    t0 = Clock::now();
+    for (int it = 0; it < 10; it++)
+      for (int r = 0; r < n; r++) EXPECT_EQ(coll(f[r]), ncclSuccess);
+    EXPECT_LT(since(t0), 0.19);
+  }
+}
+
+TEST(CollRendezvous, RanksNoThreadDrivesYetAreWaitedForBriefly) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  FakeComms f(3, -1, 0x200);
+  // Fresh comms, one thread, no group: the first call waits the grace period for the
+  // other ranks, then goes ahead (the old single-thread pattern keeps working).
+  auto t0 = Clock::now();
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  double first = since(t0);
+  EXPECT_GE(first, 0.19);
+  EXPECT_LT(first, 2.0);
+  t0 = Clock::now();
+  EXPECT_EQ(coll(f[1]), ncclSuccess);  // rank 0 is this thread's; rank 2 still nobody's
+  EXPECT_GE(since(t0), 0.19);
+  t0 = Clock::now();
+  EXPECT_EQ(coll(f[2]), ncclSuccess);
+  EXPECT_LT(since(t0), 0.19);
+}
+
+TEST(CollRendezvous, ARankOfADeadThreadIsNotWaitedForUntilTheTimeout) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "10000");
+  FakeComms f(2, -1, 0x300);
+  std::thread worker([&] { EXPECT_EQ(coll(f[1]), ncclSuccess); });
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  worker.join();  // its thread is gone: rank 1 has no driver now
+  auto t0 = Clock::now();
+  EXPECT_EQ(coll(f[0]), ncclSuccess);  // the grace period, not the 10 s timeout
+  EXPECT_LT(since(t0), 2.0);
+}
+
+TEST(CollRendezvous, SendsWaitForTheMatchingReceiveOnly) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const int n = 3;
+  FakeComms f(n, -1, 0x400);
+  oneRound(f, n);  // every thread owns its rank (rank 2's thread stays alive below)
+  std::atomic<bool> stop{false};
+  std::thread idle([&] {  // rank 2's owner thread: alive, never sends or receives
+    EXPECT_EQ(coll(f[2]), ncclSuccess);
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  std::atomic<double> recvAt{-1};
+  auto t0 = Clock::now();
+  std::thread receiver([&] {
+    EXPECT_EQ(coll(f[1]), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    recvAt = since(t0);
+    EXPECT_EQ(p2p(f[1], {recvFrom(0)}), ncclSuccess);
+  });
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  // Rank 0 sends to rank 1 (waits for its receive) and to itself (needs nothing); rank 2
+  // takes no part and is not waited for.
+  EXPECT_EQ(p2p(f[0], {sendTo(1), sendTo(0), recvFrom(0)}), ncclSuccess);
+  double sentAt = since(t0);
+  receiver.join();
+  stop = true;
+  idle.join();
+  EXPECT_GE(sentAt, recvAt.load());
+  EXPECT_LT(sentAt, 5.0);
+}
+
+TEST(CollRendezvous, PeersInOtherProcessesAreNotWaitedFor) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  FakeComms f(2, /*other=*/1, 0x500);
+  EXPECT_EQ(f[0]->coll->rdv, nullptr);  // alone on its GPU in this process: no rendezvous
+  auto t0 = Clock::now();
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  EXPECT_LT(since(t0), 0.1);
+}
+
+TEST(CollRendezvous, FailsWhenThePeerNeverComes) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "300");
+  FakeComms f(2, -1, 0x600);
+  std::atomic<bool> stop{false};
+  std::thread owner([&] {  // owns rank 1 and stays alive without calling again
+    EXPECT_EQ(coll(f[1]), ncclSuccess);
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  auto t0 = Clock::now();
+  EXPECT_EQ(coll(f[0]), ncclRemoteError);
+  EXPECT_GE(since(t0), 0.25);
+  EXPECT_LT(since(t0), 3.0);
+  EXPECT_EQ(f[0]->asyncResult.load(), ncclRemoteError);
+  EXPECT_NE(f[0]->asyncMsg.find("rank 1"), std::string::npos) << f[0]->asyncMsg;
+  stop = true;
+  owner.join();
+}
+
+TEST(CollRendezvous, FailsAtOnceWhenThePeerIsDestroyedOrTheCommAborted) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  {
+    FakeComms f(2, -1, 0x700);
+    std::atomic<bool> stop{false};
+    std::thread owner([&] {
+      EXPECT_EQ(coll(f[1]), ncclSuccess);
+      while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    EXPECT_EQ(coll(f[0]), ncclSuccess);
+    std::thread leaver([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      mk::rdvLeave(f[1]->coll->rdv, f[1]->coll->rdvSlot);
+    });
+    auto t0 = Clock::now();
+    EXPECT_EQ(coll(f[0]), ncclRemoteError);
+    EXPECT_LT(since(t0), 3.0);
+    leaver.join();
+    stop = true;
+    owner.join();
+  }
+  {
+    FakeComms f(2, -1, 0x800);
+    std::atomic<bool> stop{false};
+    std::thread owner([&] {
+      EXPECT_EQ(coll(f[1]), ncclSuccess);
+      while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    EXPECT_EQ(coll(f[0]), ncclSuccess);
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      __atomic_store_n(f[0]->abortFlag, 1u, __ATOMIC_RELEASE);
+    });
+    auto t0 = Clock::now();
+    EXPECT_EQ(coll(f[0]), ncclSystemError);
+    EXPECT_LT(since(t0), 3.0);
+    aborter.join();
+    stop = true;
+    owner.join();
+  }
+}
+
+// Many threads, many rounds of collectives and send/recv rings: a call returns only after
+// every rank it depends on has started its matching call, and counts never get mixed up.
+TEST(CollRendezvous, ManyRoundsManyThreads) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const int n = 8, rounds = 300;
+  FakeComms f(n, -1, 0x900);
+  std::vector<std::atomic<int>> started(n);
+  for (auto& s : started) s = 0;
+  std::vector<std::thread> th;
+  std::vector<std::string> errs(n);
+  for (int r = 0; r < n; r++)
+    th.emplace_back([&, r] {
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      for (int it = 0; it < rounds && errs[r].empty(); it++) {
+        started[r] = it + 1;
+        const bool ring = it % 3 == 2;
+        ncclResult_t res =
+            ring ? p2p(f[r], {sendTo(next), recvFrom(prev)}) : coll(f[r], 1 + it % 2);
+        if (res != ncclSuccess) errs[r] = "round " + std::to_string(it) + " failed";
+        for (int q = 0; q < n && errs[r].empty(); q++) {
+          if (ring && q != next && q != prev) continue;
+          if (started[q].load() < it + 1)
+            errs[r] = "round " + std::to_string(it) + " returned before rank " + std::to_string(q) +
+                      " issued its matching call";
+        }
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; r++) EXPECT_EQ(errs[r], "") << "rank " << r;
+}
+
+}  // namespace
