@@ -9,6 +9,7 @@
 #include <string>
 #include <strings.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mkernel/version.h"
@@ -147,12 +148,15 @@ void logSetThreadDevice(int dev) {
   tlsDevice = dev;
 }
 
-void logMessage(int level, uint64_t subsys, const char* file, int line, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
+namespace {
+
+int64_t monotonicMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void emit(int level, uint64_t subsys, const char* file, int line, const char* msg) {
   LogState& s = state();
   int cur = logLevel();
   std::lock_guard<std::mutex> g(s.mu);
@@ -172,6 +176,39 @@ void logMessage(int level, uint64_t subsys, const char* file, int line, const ch
   else
     fprintf(s.file, "%s:%d:%ld [%s] mkernel %s %s\n", s.host, getpid(), tid, dev, name, msg);
   fflush(s.file);
+}
+
+}  // namespace
+
+void logMessage(int level, uint64_t subsys, const char* file, int line, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  emit(level, subsys, file, line, msg);
+}
+
+void logMessageLimited(LogRateLimit* rl, int64_t intervalMs, int level, uint64_t subsys,
+                       const char* file, int line, const char* fmt, ...) {
+  // One winner per interval, decided by a CAS so that concurrent callers neither both print
+  // nor both stay silent; everyone else only bumps the counter.
+  int64_t now = monotonicMs();
+  int64_t next = rl->nextMs.load(std::memory_order_relaxed);
+  if (now < next || !rl->nextMs.compare_exchange_strong(next, now + intervalMs)) {
+    rl->suppressed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  uint64_t dropped = rl->suppressed.exchange(0, std::memory_order_relaxed);
+  if (dropped > 0 && n >= 0 && (size_t)n < sizeof(msg))
+    snprintf(msg + n, sizeof(msg) - n, " (suppressed %llu similar messages)",
+             (unsigned long long)dropped);
+  emit(level, subsys, file, line, msg);
 }
 
 const char* lastError() {

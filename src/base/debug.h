@@ -2,6 +2,7 @@
 // NCCL_DEBUG (VERSION/WARN/INFO/TRACE), NCCL_DEBUG_SUBSYS (comma list, ^ negates),
 // NCCL_DEBUG_FILE (%h host, %p pid). Lines read "host:pid:tid [dev] mkernel LEVEL msg".
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 namespace mk {
@@ -50,6 +51,18 @@ void setLastError(const char* msg);
 // Prints the version banner once per process (at VERSION level and above).
 void logVersionBanner();
 
+// Memory of one call site of a rate-limited message (a function-local static in the macros).
+struct LogRateLimit {
+  std::atomic<int64_t> nextMs{INT64_MIN};  // CLOCK_MONOTONIC ms before which the site is quiet
+  std::atomic<uint64_t> suppressed{0};     // messages dropped since the last one printed
+};
+// logMessage for a message that can repeat many times a second (a failing accept() in a loop, a
+// flood of bad peers): at most one per intervalMs per LogRateLimit; the next one printed ends
+// with "(suppressed N similar messages)". Suppressed warnings do not update the last error.
+void logMessageLimited(LogRateLimit* rl, int64_t intervalMs, int level, uint64_t subsys,
+                       const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+
 }  // namespace mk
 
 #define MK_WARN(...) \
@@ -63,4 +76,18 @@ void logVersionBanner();
   do {                                                                              \
     if (::mk::logEnabled(::mk::kLogTrace, (subsys)))                                \
       ::mk::logMessage(::mk::kLogTrace, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+// At most one of these per intervalMs per call site (see logMessageLimited).
+#define MK_WARN_RATELIMITED(intervalMs, ...)                                               \
+  do {                                                                                     \
+    static ::mk::LogRateLimit mkRateLimit_;                                                \
+    ::mk::logMessageLimited(&mkRateLimit_, (intervalMs), ::mk::kLogWarn, ::mk::kAllSubsys, \
+                            __FILE__, __LINE__, __VA_ARGS__);                              \
+  } while (0)
+#define MK_INFO_RATELIMITED(subsys, intervalMs, ...)                                           \
+  do {                                                                                         \
+    static ::mk::LogRateLimit mkRateLimit_;                                                    \
+    if (::mk::logEnabled(::mk::kLogInfo, (subsys)))                                            \
+      ::mk::logMessageLimited(&mkRateLimit_, (intervalMs), ::mk::kLogInfo, (subsys), __FILE__, \
+                              __LINE__, __VA_ARGS__);                                          \
   } while (0)

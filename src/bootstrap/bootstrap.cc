@@ -116,6 +116,10 @@ ncclResult_t bootstrapInit(const ncclUniqueId* ids, int nIds, int rank, int nran
     }
   }
 
+  // Where this process made an id (and runs its root), the root now knows what to expect and
+  // refuses any other claim, such as a hello announcing millions of ranks.
+  for (int k = 0; k < nIds; k++) bootstrapRootExpect(dec[k].secret, nranks, nIds, k);
+
   ncclResult_t res = ncclSuccess;
   Bootstrap* b = nullptr;
   SocketAddress next;

@@ -21,6 +21,7 @@
 #include "bootstrap/unique_id.h"
 #include "base/checks.h"
 #include "base/debug.h"
+#include "base/param.h"
 
 namespace mk {
 namespace {
@@ -158,15 +159,35 @@ void rxMain(Bootstrap* b) {
   std::vector<pollfd> pfds;
   int64_t helloTimeout =
       b->timeoutMs < kBootstrapHelloTimeoutMs ? b->timeoutMs : kBootstrapHelloTimeoutMs;
+  // accept() failed (out of fds): the listener is left alone until then, doubling up to 1 s,
+  // rather than failing again at every wake-up while the connection stays queued.
+  int64_t listenPausedUntil = 0, acceptBackoffMs = 10;
+  // The oldest connection still without a hello, when it has been so long enough to be
+  // evicted for a newcomer (conns stay in arrival order); -1 if none.
+  auto evictable = [&](int64_t now) -> int {
+    for (size_t i = 0; i < conns.size(); i++)
+      if (conns[i]->peer < 0)
+        return now - (conns[i]->helloDeadline - helloTimeout) >= kBootstrapEvictAgeMs ? (int)i : -1;
+    return -1;
+  };
+  auto unauthenticated = [&] {
+    int n = 0;
+    for (auto& c : conns) n += c->peer < 0;
+    return n;
+  };
   while (!b->stop.load(std::memory_order_acquire)) {
-    int unauth = 0;
-    for (auto& c : conns) unauth += c->peer < 0;
-    bool pollListen = unauth < kBootstrapMaxPending;
+    int unauth = unauthenticated();
+    int64_t now0 = socketClockMs();
+    bool pollListen =
+        now0 >= listenPausedUntil && (unauth < kBootstrapRankMaxPending || evictable(now0) >= 0);
+    int waitMs = unauth > 0 ? 50 : 1000;
+    if (now0 < listenPausedUntil && listenPausedUntil - now0 < waitMs)
+      waitMs = (int)(listenPausedUntil - now0);
     pfds.clear();
     pfds.push_back({b->wakeFd, POLLIN, 0});
     pfds.push_back({b->listen.fd, (short)(pollListen ? POLLIN : 0), 0});
     for (auto& c : conns) pfds.push_back({c->sock.fd, POLLIN, 0});
-    int rc = poll(pfds.data(), pfds.size(), unauth > 0 ? 50 : 1000);
+    int rc = poll(pfds.data(), pfds.size(), waitMs);
     if (rc < 0 && errno != EINTR) {
       MK_WARN("Bootstrap rank %d: poll failed: %s", b->rank, strerror(errno));
       std::lock_guard<std::mutex> g(b->mu);
@@ -186,8 +207,9 @@ void rxMain(Bootstrap* b) {
       bool ok = pfds[2 + i].revents == 0 || rxStep(b, c);
       if (ok && c->peer < 0 && now >= c->helloDeadline) {
         char peer[kSocketAddrStrLen];
-        MK_INFO(kBootstrap, "Bootstrap rank %d: dropped connection from %s: no hello in time",
-                b->rank, socketAddressToString(&c->sock.addr, peer, sizeof(peer)));
+        MK_INFO_RATELIMITED(kBootstrap, 1000,
+                            "Bootstrap rank %d: dropped connection from %s: no hello in time",
+                            b->rank, socketAddressToString(&c->sock.addr, peer, sizeof(peer)));
         ok = false;
       }
       if (ok)
@@ -196,18 +218,28 @@ void rxMain(Bootstrap* b) {
         socketClose(&c->sock);
     }
     conns.swap(keep);
-    if (pollListen && (pfds[1].revents & POLLIN)) {
-      for (int n = unauth; n < kBootstrapMaxPending; n++) {
-        auto c = std::make_unique<InConn>();
-        bool accepted = false;
-        if (socketTryAccept(&b->listen, &c->sock, &accepted) != ncclSuccess) {
-          poll(nullptr, 0, 10);  // out of fds: give the others time to finish
-          break;
-        }
-        if (!accepted) break;
-        c->helloDeadline = now + helloTimeout;
-        conns.push_back(std::move(c));
+    if (!pollListen || !(pfds[1].revents & POLLIN)) continue;
+    unauth = unauthenticated();
+    for (int k = 0; k < 1024; k++) {
+      if (unauth >= kBootstrapRankMaxPending) {  // full: the oldest silent one makes room
+        int e = evictable(now);
+        if (e < 0) break;
+        socketClose(&conns[e]->sock);
+        conns.erase(conns.begin() + e);
+        unauth--;
       }
+      auto c = std::make_unique<InConn>();
+      bool accepted = false;
+      if (socketTryAccept(&b->listen, &c->sock, &accepted) != ncclSuccess) {
+        listenPausedUntil = now + acceptBackoffMs;
+        acceptBackoffMs = acceptBackoffMs * 2 > 1000 ? 1000 : acceptBackoffMs * 2;
+        break;
+      }
+      if (!accepted) break;
+      acceptBackoffMs = 10;
+      c->helloDeadline = now + helloTimeout;
+      conns.push_back(std::move(c));
+      unauth++;
     }
   }
   for (auto& c : conns) socketClose(&c->sock);
@@ -343,7 +375,7 @@ ncclResult_t bootstrapRecvMsg(Bootstrap* b, int peer, uint32_t kind, uint64_t ta
                               void* data, size_t size, const uint32_t* extraAbort) {
   BootstrapMsgKey key{peer, kind, tag, sub};
   int64_t start = socketClockMs();
-  int64_t deadline = start + b->timeoutMs;
+  int64_t deadline = saturatingAdd(start, b->timeoutMs);
   char name[kSocketAddrStrLen];
   std::unique_lock<std::mutex> lk(b->mu);
   for (;;) {

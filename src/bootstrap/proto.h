@@ -12,9 +12,20 @@ namespace mk {
 constexpr int kBootstrapMaxRanks = 1 << 22;
 constexpr uint64_t kBootstrapMaxMsgBytes = 1ull << 32;
 // A connection must present its hello within this time (slow or silent peers are dropped).
+// That is the bound without pressure; under a flood, eviction (below) is what keeps up.
 constexpr int64_t kBootstrapHelloTimeoutMs = 5000;
-// Connections still saying hello, per listener; more wait in the kernel's accept queue.
-constexpr int kBootstrapMaxPending = 256;
+// Connections still saying hello at the root: at most this many, and at most a quarter of the
+// fd limit (the root lives in a user's process). More wait in the kernel's accept queue.
+constexpr int kBootstrapMaxPending = 4096;
+// ... and at a rank's listener, which only its peers should ever call.
+constexpr int kBootstrapRankMaxPending = 256;
+// When the table is full, the oldest connection that has been silent (or stuck inside its
+// hello) this long is dropped to make room. A real rank sends its hello right after connect,
+// so it is usually complete by the time it is accepted, and never waits this long for it.
+constexpr int64_t kBootstrapEvictAgeMs = 100;
+// Different (nranks, nIds, root index) claims a root keeps apart while it does not know which
+// one is real (only holders of the secret can make claims).
+constexpr int kBootstrapMaxClaims = 16;
 
 enum BootstrapMsgType : uint16_t {
   kRootHello = 1,       // rank -> root of its group: "I am rank r, here is my listen address"

@@ -6,8 +6,14 @@
 #include <utility>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -23,11 +29,19 @@
 namespace mk {
 
 int64_t bootstrapTimeoutMs() {
+  // The parameter's range (params.def) keeps this product far from overflow; saturate anyway.
   int64_t s = MK_PARAM_INT(BootstrapTimeoutS);
-  return (s < 1 ? 1 : s) * 1000;
+  return saturatingMul(s < 1 ? 1 : s, 1000);
 }
 
 namespace {
+
+// What the id's creator expects (bootstrapRootExpect), shared by the registry and the thread.
+struct RootExpect {
+  std::mutex mu;  // serialises setters; the root thread reads `set` first
+  std::atomic<bool> set{false};
+  int nranks = 0, nIds = 0, rootIdx = 0;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Registry: root threads are joinable (a detached thread could still be counted, or run, after
@@ -37,6 +51,7 @@ namespace {
 struct RootEntry {
   uint64_t secret = 0;
   std::thread thread;
+  std::shared_ptr<RootExpect> expect = std::make_shared<RootExpect>();
   bool done = false;    // guarded by Registry::mu
   bool joined = false;  // guarded by joinMu
   std::mutex joinMu;
@@ -66,20 +81,50 @@ void joinEntry(const std::shared_ptr<RootEntry>& e) {
   reg.roots.remove(e);
 }
 
+// Pending connections the root may hold: a quarter of the fd limit (it shares the process with
+// the application), within [16, kBootstrapMaxPending].
+size_t pendingCapacity() {
+  rlimit rl;
+  rlim_t cur = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+  rlim_t cap = cur / 4;
+  if (cap > (rlim_t)kBootstrapMaxPending) cap = kBootstrapMaxPending;
+  return cap < 16 ? 16 : (size_t)cap;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The root thread
 // ---------------------------------------------------------------------------------------------
 struct Pending {
   Socket sock;
-  int64_t deadline = 0;
+  int64_t since = 0;  // accepted at (socketClockMs)
   RootHello hello{};
   SocketWireAddress addr{};
   size_t off = 0;  // bytes of hello + addr received
 };
 
+struct Reg {
+  Socket sock;
+  SocketWireAddress addr{};
+};
+
+// One (nranks, nIds, root index) claim and the ranks that made it. Memory grows with the ranks
+// that arrive (each holds a connection, so the fd limit bounds it), never with the claim.
+struct Claim {
+  int nranks = 0, nIds = 0, rootIdx = 0, first = 0, end = 0;
+  std::map<int, Reg> ranks;
+  bool haveSucc = false;
+  SocketWireAddress succAddr{};
+  bool needSucc() const { return nIds > 1; }
+  bool complete() const { return (int)ranks.size() == end - first && (!needSucc() || haveSucc); }
+  bool matches(const RootHello& h) const {
+    return h.nranks == nranks && h.nIds == nIds && h.rootIdx == rootIdx;
+  }
+};
+
 class Root {
  public:
-  Root(Socket listen, uint64_t secret) : listen_(listen), secret_(secret) {
+  Root(Socket listen, uint64_t secret, std::shared_ptr<RootExpect> expect)
+      : listen_(listen), secret_(secret), expect_(std::move(expect)) {
     char buf[kSocketAddrStrLen];
     socketAddressToString(&listen_.addr, buf, sizeof(buf));
     name_ = buf;
@@ -87,98 +132,118 @@ class Root {
   void run();
 
  private:
+  const char* validatePrefix(const RootHello& h, size_t have) const;
   const char* validate(const RootHello& h) const;
   // Returns false when the connection is to be dropped (*why says why).
   bool step(Pending* p, const char** why);
-  const char* accept(Pending* p);
-  void drop(Pending* p, const char* why) {
+  void admit(Pending* p);
+  void acceptSome(int64_t now);
+  bool evictable(int64_t now) const {
+    return !pending_.empty() && now - pending_.front()->since >= kBootstrapEvictAgeMs;
+  }
+  void drop(Socket* s, const char* why) {
     char peer[kSocketAddrStrLen];
-    MK_INFO(kBootstrap, "Bootstrap root %s: dropped connection from %s: %s", name_.c_str(),
-            socketAddressToString(&p->sock.addr, peer, sizeof(peer)), why);
-    socketClose(&p->sock);
+    // Rate-limited: a flood would otherwise write one line per connection.
+    MK_INFO_RATELIMITED(kBootstrap, 1000, "Bootstrap root %s: dropped connection from %s: %s",
+                        name_.c_str(), socketAddressToString(&s->addr, peer, sizeof(peer)), why);
+    socketClose(s);
   }
-  bool complete() const {
-    return nranks_ > 0 && nHave_ == end_ - first_ && (!needSucc_ || haveSucc_);
-  }
-  void reply();
+  void dropClaim(size_t i, const char* why);
+  void applyExpectation();
+  void reply(Claim& c);
   void cleanup();
 
   Socket listen_;
   uint64_t secret_;
+  std::shared_ptr<RootExpect> expect_;
+  bool expectApplied_ = false;
+  int expNranks_ = 0, expNIds_ = 0, expRootIdx_ = 0;
   std::string name_;
   int64_t timeoutMs_ = 0;
   int64_t deadline_ = 0;
-  // Learned from the first valid hello; all later ones must agree.
-  int nranks_ = -1, nIds_ = 0, rootIdx_ = 0, first_ = 0, end_ = 0;
-  bool needSucc_ = false, haveSucc_ = false;
-  SocketWireAddress succAddr_{};
-  std::vector<Socket> held_;  // per rank of the group: its connection, awaiting the reply
-  std::vector<SocketWireAddress> addrs_;
-  int nHave_ = 0;
-  std::vector<std::unique_ptr<Pending>> pending_;
+  size_t pendingCap_ = 16;
+  int64_t listenPausedUntil_ = 0;  // accept() failed (out of fds): back off until then
+  int64_t acceptBackoffMs_ = 10;
+  std::deque<std::unique_ptr<Pending>> pending_;  // oldest first
+  std::vector<std::unique_ptr<Claim>> claims_;
+  Claim* done_ = nullptr;  // the claim that completed
 };
 
+// Judges the bytes of a hello as they arrive, so that garbage is dropped at its first wrong
+// field rather than when the whole header is in (or at the deadline, if it never is).
+const char* Root::validatePrefix(const RootHello& h, size_t have) const {
+  if (have >= 4 && h.magic != kBootstrapIdMagic) return "bad magic (not an mkernel bootstrap peer)";
+  if (have >= 6 && h.version != kBootstrapProtocolVersion) return "protocol version mismatch";
+  if (have >= 8 && h.type != kRootHello && h.type != kSuccessorHello) return "unknown message type";
+  if (have >= 16 && h.secret != secret_) return "wrong secret (a rank of another job?)";
+  return nullptr;
+}
+
 const char* Root::validate(const RootHello& h) const {
-  if (h.magic != kBootstrapIdMagic) return "bad magic (not an mkernel bootstrap peer)";
-  if (h.version != kBootstrapProtocolVersion) return "protocol version mismatch";
-  if (h.secret != secret_) return "wrong secret (a rank of another job?)";
-  if (h.type != kRootHello && h.type != kSuccessorHello) return "unknown message type";
+  if (const char* why = validatePrefix(h, sizeof(h))) return why;
   if (h.payloadBytes != sizeof(SocketWireAddress)) return "bad payload size";
   if (h.nranks < 1 || h.nranks > kBootstrapMaxRanks) return "nranks out of bounds";
   if (h.nIds < 1 || h.nIds > h.nranks) return "nIds out of bounds";
   if (h.rootIdx < 0 || h.rootIdx >= h.nIds) return "root index out of bounds";
   if (h.rank < 0 || h.rank >= h.nranks) return "rank out of bounds";
-  if (nranks_ > 0 && (h.nranks != nranks_ || h.nIds != nIds_ || h.rootIdx != rootIdx_))
-    return "nranks/nIds/root index differ from earlier ranks";
+  if (expectApplied_ && (h.nranks != expNranks_ || h.nIds != expNIds_ || h.rootIdx != expRootIdx_))
+    return "nranks/nIds/root index differ from what the id's creator expects";
   if (h.type == kRootHello) {
     if (bootstrapRootOfRank(h.rank, h.nranks, h.nIds) != h.rootIdx)
       return "rank does not belong to this root";
-    if (nranks_ > 0 && held_[h.rank - first_].fd >= 0) return "duplicate rank";
   } else {
     int end = bootstrapFirstRankOfRoot(h.rootIdx + 1, h.nranks, h.nIds);
     if (h.nIds < 2 || h.rank != end % h.nranks) return "unexpected successor";
-    if (haveSucc_) return "duplicate successor";
   }
+  for (const auto& c : claims_) {
+    if (!c->matches(h)) continue;
+    if (h.type == kRootHello && c->ranks.count(h.rank)) return "duplicate rank";
+    if (h.type == kSuccessorHello && c->haveSucc) return "duplicate successor";
+    return nullptr;
+  }
+  if (claims_.size() >= (size_t)kBootstrapMaxClaims) return "too many different nranks claims";
   return nullptr;
 }
 
-const char* Root::accept(Pending* p) {
-  SocketAddress addr;
-  if (socketAddressFromWire(&p->addr, &addr) != ncclSuccess) return "bad listen address";
+// Registers a validated hello with its claim (made on first use).
+void Root::admit(Pending* p) {
   const RootHello& h = p->hello;
-  if (nranks_ < 0) {
-    nranks_ = h.nranks;
-    nIds_ = h.nIds;
-    rootIdx_ = h.rootIdx;
-    first_ = bootstrapFirstRankOfRoot(rootIdx_, nranks_, nIds_);
-    end_ = bootstrapFirstRankOfRoot(rootIdx_ + 1, nranks_, nIds_);
-    needSucc_ = nIds_ > 1;
-    held_.resize(end_ - first_);
-    for (Socket& s : held_) socketInit(&s, nullptr, kBootstrapHelloTimeoutMs);
-    addrs_.resize(end_ - first_);
+  Claim* c = nullptr;
+  for (auto& x : claims_)
+    if (x->matches(h)) c = x.get();
+  if (c == nullptr) {
+    claims_.push_back(std::make_unique<Claim>());
+    c = claims_.back().get();
+    c->nranks = h.nranks;
+    c->nIds = h.nIds;
+    c->rootIdx = h.rootIdx;
+    c->first = bootstrapFirstRankOfRoot(h.rootIdx, h.nranks, h.nIds);
+    c->end = bootstrapFirstRankOfRoot(h.rootIdx + 1, h.nranks, h.nIds);
   }
   if (h.type == kRootHello) {
-    held_[h.rank - first_] = p->sock;
-    addrs_[h.rank - first_] = p->addr;
-    nHave_++;
+    Reg& r = c->ranks[h.rank];
+    r.sock = p->sock;
+    r.addr = p->addr;
   } else {
-    succAddr_ = p->addr;
-    haveSucc_ = true;
+    c->succAddr = p->addr;
+    c->haveSucc = true;
     socketClose(&p->sock);
   }
   p->sock.fd = -1;
   // Progress keeps the root alive: it gives up only after a full timeout with no newcomer.
-  deadline_ = socketClockMs() + timeoutMs_;
+  deadline_ = saturatingAdd(socketClockMs(), timeoutMs_);
   MK_TRACE(kBootstrap, "Bootstrap root %s: rank %d/%d registered (%s)", name_.c_str(), h.rank,
            h.nranks, h.type == kRootHello ? "hello" : "successor");
-  return nullptr;
+  if (c->complete()) done_ = c;
 }
 
 bool Root::step(Pending* p, const char** why) {
   bool closed = false;
   const size_t hsz = sizeof(RootHello), asz = sizeof(SocketWireAddress);
   if (p->off < hsz) {
-    if (socketProgressRecv(&p->sock, &p->hello, hsz, &p->off, &closed) != ncclSuccess) {
+    ncclResult_t r = socketProgressRecv(&p->sock, &p->hello, hsz, &p->off, &closed);
+    if ((*why = validatePrefix(p->hello, p->off)) != nullptr) return false;
+    if (r != ncclSuccess) {
       *why = "connection error or closed mid-message";
       return false;
     }
@@ -197,125 +262,213 @@ bool Root::step(Pending* p, const char** why) {
   }
   p->off = hsz + aoff;
   if (aoff < asz) return true;
-  // Re-check: another connection may have fixed nranks or taken the rank meanwhile.
+  SocketAddress addr;
+  if (socketAddressFromWire(&p->addr, &addr) != ncclSuccess) {
+    *why = "bad listen address";
+    return false;
+  }
+  // Re-check: another connection may have taken the rank meanwhile.
   if ((*why = validate(p->hello)) != nullptr) return false;
-  if ((*why = accept(p)) != nullptr) return false;
+  admit(p);
   return true;
 }
 
-void Root::reply() {
-  for (int r = first_; r < end_; r++) {
-    Socket* s = &held_[r - first_];
+void Root::dropClaim(size_t i, const char* why) {
+  Claim& c = *claims_[i];
+  MK_INFO(kBootstrap, "Bootstrap root %s: dropping the claim of %d ranks (%zu of %d arrived): %s",
+          name_.c_str(), c.nranks, c.ranks.size(), c.end - c.first, why);
+  for (auto& kv : c.ranks) socketClose(&kv.second.sock);
+  claims_.erase(claims_.begin() + i);
+}
+
+void Root::applyExpectation() {
+  if (expectApplied_ || !expect_->set.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard<std::mutex> g(expect_->mu);
+    expNranks_ = expect_->nranks;
+    expNIds_ = expect_->nIds;
+    expRootIdx_ = expect_->rootIdx;
+  }
+  expectApplied_ = true;
+  for (size_t i = claims_.size(); i-- > 0;) {
+    Claim& c = *claims_[i];
+    if (c.nranks != expNranks_ || c.nIds != expNIds_ || c.rootIdx != expRootIdx_)
+      dropClaim(i, "not what the id's creator expects");
+  }
+}
+
+// Accepts what the listener has queued, in batches so that the others are served too. Each
+// connection is read at once: a real rank's hello is usually there already.
+void Root::acceptSome(int64_t now) {
+  for (int k = 0; k < 1024 && done_ == nullptr; k++) {
+    if (pending_.size() >= pendingCap_) {
+      if (!evictable(now)) return;
+      drop(&pending_.front()->sock, "evicted: no hello while the root was flooded");
+      pending_.pop_front();
+    }
+    auto p = std::make_unique<Pending>();
+    bool accepted = false;
+    if (socketTryAccept(&listen_, &p->sock, &accepted) != ncclSuccess) {
+      // Out of fds, most likely. A silent connection of ours is the cheapest fd to give back;
+      // otherwise leave the listener alone for a while (doubling, up to 1 s) instead of
+      // failing again at every wake-up.
+      if (evictable(now)) {
+        drop(&pending_.front()->sock, "evicted: out of file descriptors");
+        pending_.pop_front();
+        continue;
+      }
+      listenPausedUntil_ = now + acceptBackoffMs_;
+      acceptBackoffMs_ = acceptBackoffMs_ * 2 > 1000 ? 1000 : acceptBackoffMs_ * 2;
+      return;
+    }
+    if (!accepted) return;
+    acceptBackoffMs_ = 10;
+    p->since = now;
+    const char* why = nullptr;
+    if (!step(p.get(), &why))
+      drop(&p->sock, why);
+    else if (p->sock.fd >= 0)
+      pending_.push_back(std::move(p));
+  }
+}
+
+void Root::reply(Claim& c) {
+  for (auto it = c.ranks.begin(); it != c.ranks.end(); ++it) {
+    int r = it->first;
+    auto nx = std::next(it);
     RootReply rep{};
     rep.magic = kBootstrapIdMagic;
     rep.version = kBootstrapProtocolVersion;
     rep.type = kRootReply;
-    rep.nranks = nranks_;
-    rep.next = (r + 1) % nranks_;
-    rep.nextAddr = r + 1 < end_ ? addrs_[r + 1 - first_] : needSucc_ ? succAddr_ : addrs_[0];
+    rep.nranks = c.nranks;
+    rep.next = (r + 1) % c.nranks;
+    rep.nextAddr = nx != c.ranks.end() ? nx->second.addr
+                   : c.needSucc()      ? c.succAddr
+                                       : c.ranks.begin()->second.addr;
+    Socket* s = &it->second.sock;
+    s->timeoutMs = kBootstrapHelloTimeoutMs;
     if (socketSend(s, &rep, sizeof(rep)) != ncclSuccess)
       MK_INFO(kBootstrap, "Bootstrap root %s: could not answer rank %d", name_.c_str(), r);
     socketClose(s);
   }
-  MK_INFO(kBootstrap, "Bootstrap root %s: served ranks %d..%d of %d", name_.c_str(), first_,
-          end_ - 1, nranks_);
+  MK_INFO(kBootstrap, "Bootstrap root %s: served ranks %d..%d of %d", name_.c_str(), c.first,
+          c.end - 1, c.nranks);
 }
 
 void Root::cleanup() {
   for (auto& p : pending_) socketClose(&p->sock);
   pending_.clear();
-  for (Socket& s : held_) socketClose(&s);
+  for (size_t i = claims_.size(); i-- > 0;) {
+    if (claims_[i].get() != done_)
+      dropClaim(i, done_ ? "another claim completed first" : "the root gave up");
+  }
+  claims_.clear();
   socketClose(&listen_);
 }
 
 void Root::run() {
   timeoutMs_ = bootstrapTimeoutMs();
-  deadline_ = socketClockMs() + timeoutMs_;
+  deadline_ = saturatingAdd(socketClockMs(), timeoutMs_);
+  pendingCap_ = pendingCapacity();
+  const int64_t helloMs =
+      timeoutMs_ < kBootstrapHelloTimeoutMs ? timeoutMs_ : kBootstrapHelloTimeoutMs;
   const char* failure = nullptr;
   std::vector<pollfd> pfds;
-  std::vector<int> heldIdx;
-  while (failure == nullptr && !complete()) {
+  std::vector<std::pair<Claim*, int>> heldIdx;
+  while (failure == nullptr && done_ == nullptr) {
+    applyExpectation();
     int64_t now = socketClockMs();
     if (now >= deadline_) {
       failure = "timed out waiting for ranks";
       break;
     }
     int64_t wait = deadline_ - now < 100 ? deadline_ - now : 100;
-    bool pollListen = pending_.size() < (size_t)kBootstrapMaxPending;
+    // The listener is watched only when a connection could be taken: otherwise its queue
+    // would wake us up at once, again and again.
+    bool pollListen =
+        now >= listenPausedUntil_ && (pending_.size() < pendingCap_ || evictable(now));
+    if (now < listenPausedUntil_) wait = std::min(wait, listenPausedUntil_ - now);
+    if (!pending_.empty()) {
+      int64_t until = pending_.front()->since + (pollListen ? helloMs : kBootstrapEvictAgeMs);
+      wait = std::max<int64_t>(0, std::min(wait, until - now));
+    }
     pfds.clear();
     heldIdx.clear();
     pfds.push_back({listen_.fd, (short)(pollListen ? POLLIN : 0), 0});
-    for (auto& p : pending_) {
-      pfds.push_back({p->sock.fd, POLLIN, 0});
-      if (p->deadline - now < wait) wait = p->deadline - now < 0 ? 0 : p->deadline - now;
-    }
-    for (size_t i = 0; i < held_.size(); i++) {
-      if (held_[i].fd < 0) continue;
-      pfds.push_back({held_[i].fd, POLLIN, 0});
-      heldIdx.push_back((int)i);
-    }
+    for (auto& p : pending_) pfds.push_back({p->sock.fd, POLLIN, 0});
+    for (auto& c : claims_)
+      for (auto& kv : c->ranks) {
+        pfds.push_back({kv.second.sock.fd, POLLIN, 0});
+        heldIdx.push_back({c.get(), kv.first});
+      }
     int rc = poll(pfds.data(), pfds.size(), (int)wait);
     if (rc < 0 && errno != EINTR) {
       failure = "poll failed";
       break;
     }
     now = socketClockMs();
-    // A registered rank never writes again before the reply: readable means it went away.
+    // A registered rank never writes again before the reply: readable means it went away, and
+    // its claim is doomed; its other ranks learn it at once from their closed connections.
     size_t base = 1 + pending_.size();
     for (size_t k = 0; k < heldIdx.size(); k++) {
-      if (pfds[base + k].revents != 0) {
+      if (pfds[base + k].revents == 0) continue;
+      for (size_t i = 0; i < claims_.size(); i++) {
+        if (claims_[i].get() != heldIdx[k].first) continue;
         MK_INFO(kBootstrap,
-                "Bootstrap root %s: rank %d disconnected before the rendezvous "
-                "completed; giving up",
-                name_.c_str(), first_ + heldIdx[k]);
-        failure = "a rank disconnected";
+                "Bootstrap root %s: rank %d disconnected before the rendezvous completed",
+                name_.c_str(), heldIdx[k].second);
+        dropClaim(i, "a rank disconnected");
+        if (claims_.empty()) failure = "a rank disconnected";
+        break;
       }
     }
     if (failure) break;
-    // Walk pending connections; new ones are appended after this loop, so indices hold.
-    size_t n = pending_.size();
-    std::vector<std::unique_ptr<Pending>> keep;
-    for (size_t i = 0; i < n; i++) {
+    // Pending connections, in arrival order (kept: eviction takes the oldest).
+    std::deque<std::unique_ptr<Pending>> keep;
+    for (size_t i = 0; i < pending_.size(); i++) {
       Pending* p = pending_[i].get();
       const char* why = nullptr;
       bool ok = true;
-      if (pfds[1 + i].revents != 0) ok = step(p, &why);
-      if (ok && p->sock.fd >= 0 && now >= p->deadline) {
+      if (pfds[1 + i].revents != 0 && done_ == nullptr) ok = step(p, &why);
+      if (ok && p->sock.fd >= 0 && now - p->since >= helloMs) {
         ok = false;
         why = "no complete hello in time (slow or silent peer)";
       }
       if (!ok)
-        drop(p, why);
+        drop(&p->sock, why);
       else if (p->sock.fd >= 0)
         keep.push_back(std::move(pending_[i]));
     }
     pending_.swap(keep);
-    if (pollListen && (pfds[0].revents & POLLIN)) {
-      while (pending_.size() < (size_t)kBootstrapMaxPending) {
-        auto p = std::make_unique<Pending>();
-        bool accepted = false;
-        if (socketTryAccept(&listen_, &p->sock, &accepted) != ncclSuccess) {
-          // Out of fds, most likely: back off a little and let pending ones finish.
-          poll(nullptr, 0, 10);
-          break;
-        }
-        if (!accepted) break;
-        p->deadline =
-            now + (timeoutMs_ < kBootstrapHelloTimeoutMs ? timeoutMs_ : kBootstrapHelloTimeoutMs);
-        pending_.push_back(std::move(p));
-      }
-    }
+    if (pollListen && (pfds[0].revents & POLLIN) && done_ == nullptr) acceptSome(now);
   }
-  if (failure == nullptr) {
-    reply();
+  if (done_ != nullptr) {
+    reply(*done_);
   } else {
-    MK_INFO(kBootstrap, "Bootstrap root %s: %s (%d of %d ranks of its group arrived)",
-            name_.c_str(), failure, nHave_, nranks_ > 0 ? end_ - first_ : -1);
+    MK_INFO(kBootstrap, "Bootstrap root %s: %s (%zu claims, none complete)", name_.c_str(), failure,
+            claims_.size());
   }
   cleanup();
 }
 
 }  // namespace
+
+void bootstrapRootExpect(uint64_t secret, int nranks, int nIds, int rootIdx) {
+  std::shared_ptr<RootExpect> e;
+  {
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> g(reg.mu);
+    for (auto& r : reg.roots)
+      if (r->secret == secret && !r->done) e = r->expect;
+  }
+  if (!e) return;
+  std::lock_guard<std::mutex> g(e->mu);
+  if (e->set.load()) return;
+  e->nranks = nranks;
+  e->nIds = nIds;
+  e->rootIdx = rootIdx;
+  e->set.store(true, std::memory_order_release);
+}
 
 ncclResult_t bootstrapRootStart(uint64_t secret, const SocketAddress* local, SocketAddress* bound) {
   bootstrapRootsReap();
@@ -331,7 +484,7 @@ ncclResult_t bootstrapRootStart(uint64_t secret, const SocketAddress* local, Soc
   try {
     entry->thread = std::thread([listen, secret, entry] {
       pthread_setname_np(pthread_self(), "mk-boot-root");
-      Root root(listen, secret);
+      Root root(listen, secret, entry->expect);
       root.run();
       Registry& r = registry();
       std::lock_guard<std::mutex> lk(r.mu);

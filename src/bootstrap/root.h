@@ -6,9 +6,15 @@
 //
 // The root trusts nothing it reads: every connection must send a complete, valid hello within
 // kBootstrapHelloTimeoutMs with the right secret and protocol version; anything else is logged
-// at INFO and dropped. It exits once every rank of its group has its answer, when a served rank
-// disconnects early (the rendezvous is doomed: everyone is told at once by the closed
-// connection), or when no new rank has arrived for the bootstrap timeout.
+// at INFO and dropped as soon as a byte of it is wrong. Under a flood the oldest silent
+// connections are evicted (proto.h). Hellos that agree on (nranks, nIds, root index) form a
+// claim; the root allocates per rank that arrives, never from the claimed count, keeps up to
+// kBootstrapMaxClaims claims apart until one completes (a holder of the secret cannot block the
+// real ranks by claiming first), and refuses any other claim once the id's creator has told it
+// what to expect (bootstrapRootExpect). It exits once every rank of a claim has its answer,
+// when a served rank disconnects early and no other claim is left (the rendezvous is doomed:
+// everyone is told at once by the closed connection), or when no new rank has arrived for the
+// bootstrap timeout.
 #pragma once
 #include <cstdint>
 
@@ -23,6 +29,9 @@ int64_t bootstrapTimeoutMs();
 // Starts a root for `secret` listening on `local` (port 0: any free port); *bound receives the
 // address it listens on. The thread is owned by a process-wide registry.
 ncclResult_t bootstrapRootStart(uint64_t secret, const SocketAddress* local, SocketAddress* bound);
+// When this process runs the root for `secret`, tells it what the id's creator expects: a
+// hello claiming anything else is refused. The first call wins; no-op for other processes.
+void bootstrapRootExpect(uint64_t secret, int nranks, int nIds, int rootIdx);
 // When this process runs the root for `secret`, waits (bounded) until it finished and joins it,
 // so that a rank returning from bootstrapInit leaves no root thread behind.
 void bootstrapRootJoin(uint64_t secret);

@@ -18,6 +18,7 @@
 
 #include "base/checks.h"
 #include "base/debug.h"
+#include "base/param.h"
 
 namespace mk {
 
@@ -183,7 +184,8 @@ ncclResult_t socketCheckAbort(const uint32_t* abortFlag, const char* what) {
 namespace {
 
 int64_t deadlineOf(const Socket* s) {
-  return s->timeoutMs > 0 ? socketClockMs() + s->timeoutMs : INT64_MAX;
+  // Saturating: a huge per-call bound must not wrap into a deadline in the past.
+  return s->timeoutMs > 0 ? saturatingAdd(socketClockMs(), s->timeoutMs) : INT64_MAX;
 }
 
 bool isPeerGone(int err) {
@@ -368,7 +370,12 @@ ncclResult_t socketTryAccept(Socket* listener, Socket* out, bool* accepted) {
         err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH || err == EOPNOTSUPP ||
         err == ENETUNREACH)
       return ncclSuccess;
-    MK_WARN("accept() on listening socket failed: %s", strerror(err));
+    // Out of fds (EMFILE/ENFILE) the connection stays queued and the listener stays readable:
+    // a caller that retries would log this many times a second. The caller backs off; the
+    // warning says so at most once a second with a count of the repeats.
+    char name[kSocketAddrStrLen];
+    MK_WARN_RATELIMITED(1000, "accept() on %s failed: %s",
+                        socketAddressToString(&listener->addr, name, sizeof(name)), strerror(err));
     return ncclSystemError;
   }
   setNoDelay(fd);
