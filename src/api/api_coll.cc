@@ -1,6 +1,7 @@
 // The data-movement entry points of the NCCL API: each builds CollArgs, checks them
 // (before any CUDA call) and hands them to collEnqueue.
 #include "coll/coll.h"
+#include "coll/group.h"
 #include "coll/redop.h"
 #include "api/api.h"
 #include "base/checks.h"
@@ -9,8 +10,9 @@
 
 namespace {
 ncclResult_t run(mk::CollArgs a, const char* api) {
-  NCCLCHECK(mk::collCheckArgs(a, api));
-  return mk::apiGuard(api, [&] { return mk::collEnqueue(a); });
+  ncclResult_t res = mk::collCheckArgs(a, api);
+  if (res == ncclSuccess) res = mk::apiGuard(api, [&] { return mk::collEnqueue(a); });
+  return mk::groupRecordError(res);  // inside a group, ncclGroupEnd returns it too
 }
 }  // namespace
 
@@ -91,9 +93,10 @@ MK_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t data
              "ncclRecv");
 }
 
-MK_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcounts[],
-       const size_t sdispls[], void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
-       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+namespace {
+ncclResult_t allToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                       void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   NCCLCHECK(mk::commCheck(comm, "ncclAllToAllv"));
   MK_ARGCHECK(sendcounts && sdispls && recvcounts && rdispls,
               "ncclAllToAllv: count/displacement arrays must not be NULL");
@@ -133,6 +136,14 @@ MK_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcount
   }
   ncclResult_t endRes = ncclGroupEnd();
   return res != ncclSuccess ? res : endRes;
+}
+}  // namespace
+
+MK_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcounts[],
+       const size_t sdispls[], void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return mk::groupRecordError(allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts,
+                                        rdispls, datatype, comm, stream));
 }
 
 MK_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,

@@ -19,23 +19,23 @@ using namespace mk;
 
 MK_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId,
        int rank, ncclConfig_t* config) {
-  return apiGuard("ncclCommInitRankConfig", [&] {
+  return groupRecordError(apiGuard("ncclCommInitRankConfig", [&] {
     return commInitRank(comm, nranks, &commId, 1, rank, config, "ncclCommInitRankConfig");
-  });
+  }));
 }
 
 MK_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId,
        int rank) {
-  return apiGuard("ncclCommInitRank", [&] {
+  return groupRecordError(apiGuard("ncclCommInitRank", [&] {
     return commInitRank(comm, nranks, &commId, 1, rank, nullptr, "ncclCommInitRank");
-  });
+  }));
 }
 
 MK_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
        ncclUniqueId* commIds, ncclConfig_t* config) {
-  return apiGuard("ncclCommInitRankScalable", [&] {
+  return groupRecordError(apiGuard("ncclCommInitRankScalable", [&] {
     return commInitRank(newcomm, nranks, commIds, nId, myrank, config, "ncclCommInitRankScalable");
-  });
+  }));
 }
 
 MK_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
@@ -141,16 +141,17 @@ MK_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 
 MK_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
        ncclConfig_t* config) {
-  NCCLCHECK(commCheck(comm, "ncclCommSplit"));
-  return apiGuard("ncclCommSplit", [&] { return commSplit(comm, color, key, newcomm, config); });
+  NCCLCHECK(groupRecordError(commCheck(comm, "ncclCommSplit")));
+  return groupRecordError(
+      apiGuard("ncclCommSplit", [&] { return commSplit(comm, color, key, newcomm, config); }));
 }
 
 MK_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
        ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  NCCLCHECK(commCheck(comm, "ncclCommShrink"));
-  return apiGuard("ncclCommShrink", [&] {
+  NCCLCHECK(groupRecordError(commCheck(comm, "ncclCommShrink")));
+  return groupRecordError(apiGuard("ncclCommShrink", [&] {
     return commShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-  });
+  }));
 }
 
 MK_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {

@@ -1,6 +1,7 @@
 #include "coll/group.h"
 
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 #include <utility>
@@ -17,7 +18,8 @@ struct CommJob {
 };
 struct GroupState {
   int depth = 0;
-  ncclResult_t error = ncclSuccess;  // first error recorded inside the group
+  ncclResult_t error = ncclSuccess;  // first error of a call inside the group
+  std::string errorMsg;              // its message (later warnings overwrite the last error)
   std::vector<CommJob> jobs;
   std::vector<CollArgs> ops;
 };
@@ -51,6 +53,14 @@ bool groupActive() {
   return tls.depth > 0;
 }
 
+ncclResult_t groupRecordError(ncclResult_t res) {
+  if (res != ncclSuccess && res != ncclInProgress && tls.depth > 0 && tls.error == ncclSuccess) {
+    tls.error = res;
+    tls.errorMsg = lastError();
+  }
+  return res;
+}
+
 ncclResult_t groupAddCommJob(ncclComm* comm, std::function<ncclResult_t()> fn) {
   tls.jobs.push_back({comm, std::move(fn)});
   return ncclSuccess;
@@ -77,11 +87,28 @@ ncclResult_t groupEnd(ncclSimInfo_t* sim) {
     MK_WARN("ncclGroupEnd: not in a group (unmatched ncclGroupEnd)");
     return ncclInvalidUsage;
   }
-  if (--tls.depth > 0) return ncclSuccess;
+  if (--tls.depth > 0) return ncclSuccess;  // as in NCCL: errors surface at the outermost end
   std::vector<CommJob> jobs = std::move(tls.jobs);
   std::vector<CollArgs> ops = std::move(tls.ops);
   tls.jobs.clear();
   tls.ops.clear();
+  ncclResult_t err = tls.error;
+  std::string errMsg = std::move(tls.errorMsg);
+  tls.error = ncclSuccess;
+  tls.errorMsg.clear();
+  if (err != ncclSuccess) {
+    // A call inside the group failed: as NCCL, return its error and run none of the group's
+    // work (the other ranks' parts of it cannot be matched any more). Communicators whose
+    // init was deferred here never start it: they carry the error, to be destroyed.
+    for (auto& j : jobs)
+      commSetAsyncError(j.comm, err, "not initialized: a call in its group failed");
+    MK_WARN(
+        "%s: a call inside the group failed (error %d); %zu operations and %zu communicator "
+        "inits of the group were not run: %s",
+        sim ? "ncclGroupSimulateEnd" : "ncclGroupEnd", (int)err, ops.size(), jobs.size(),
+        errMsg.c_str());
+    return err;
+  }
   if (sim) {
     float us = 0;
     NCCLCHECK(collEstimateGroup(ops, &us));

@@ -15,6 +15,10 @@ void groupStart();  // ncclGroupStart: one nesting level more on this thread
 // nothing). The outermost level starts the deferred comm jobs, then launches the ops.
 ncclResult_t groupEnd(ncclSimInfo_t* sim);
 bool groupActive();  // this thread is inside ncclGroupStart/End
+// Called with the result of every API call that may be deferred to a group: inside a group,
+// the first failure is remembered, and the outermost ncclGroupEnd returns it (and discards the
+// group's work) as NCCL does. Returns res.
+ncclResult_t groupRecordError(ncclResult_t res);
 // Comm init/split work to run at group end; each comm's job runs in its own thread, so
 // one thread can create several comms of one clique (ncclCommInitRank per GPU in a group).
 ncclResult_t groupAddCommJob(ncclComm* comm, std::function<ncclResult_t()> fn);
