@@ -12,8 +12,7 @@ Default: both checks. Exit 0 when clean, 1 with a list of problems otherwise.
       fused/ops/<op> are modules of their own);
   (c) no include pointing up the layer order of LAYERS below;
   (d) inline assembly (`asm`, `asm volatile`, `__asm__`) only in ASM_HOME (the device
-      runtime's PTX files). A warning until the PTX helpers have moved there;
-      --strict-asm makes it a failure.
+      runtime's PTX files): a warning, or a failure with --strict-asm (the ctest passes it).
   Quoted includes that resolve nowhere fail too (a header that does not exist).
 --docs: every path named in README.md and docs/*.md exists: file paths with a slash and a
   source/doc extension (.h .cuh .cc .cu .md .sh ...; {a,b} alternatives and * globs
