@@ -49,6 +49,13 @@ struct GemmHooks {
   const int32_t* tileOrder = nullptr;
   int32_t rowBlockOffset = 0;
 
+  // (4) Device-resident call sequence. When set, every flag value above is relative:
+  //     the producer waits for rowReady >= *seqBase + rowReadyExpected and the epilogue
+  //     publishes *seqBase + tileDoneValue. *seqBase is read once per tile and must not
+  //     change while the kernel runs (the fused operators advance it in their last CTA),
+  //     so a launch captured in a CUDA graph publishes a new value at every replay.
+  const uint64_t* seqBase = nullptr;
+
   // Bounds every flag wait (abort flag, deadline, error record): the comm's
   // (fused/core/fused_comm.h) or a stand-alone domain's (rt::domainCtx).
   rt::WaitCtx wait{};

@@ -72,8 +72,9 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
 __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
   const GemmHooks& h = p.hooks;
   const int32_t last = min(p.M, m0 + kTileM) - 1;
+  const uint64_t expected = h.rowReadyExpected + (h.seqBase != nullptr ? *h.seqBase : 0);
   for (int32_t f = m0 / h.rowsPerFlag; f <= last / h.rowsPerFlag; ++f) {
-    if (!rt::waitFlag(h.wait, h.rowReady + f, h.rowReadyExpected, f, h.rowReadySys))
+    if (!rt::waitFlag(h.wait, h.rowReady + f, expected, f, h.rowReadySys))
       return false;
   }
   // The flags were acquired through the generic proxy; the rows are read by TMA (async
@@ -258,8 +259,9 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayo
       __threadfence();
       ptx::namedBarSync(kBarConsumers, 256);
       if (wg == 0 && tid == 0) {
+        const uint64_t base = p.hooks.seqBase != nullptr ? *p.hooks.seqBase : 0;
         rt::releaseFlag(p.hooks.tileDone + (int64_t)mBlk * p.tilesN + nBlk,
-                        p.hooks.tileDoneValue, p.hooks.tileDoneSys);
+                        base + p.hooks.tileDoneValue, p.hooks.tileDoneSys);
       }
     }
   }

@@ -84,6 +84,8 @@ struct ncclComm {
 
   // Custom reduction ops (ncclRedOpCreatePreMulSum); see coll/redop.h.
   void* redOps = nullptr;
+  // Holds a reference on the fused GEMM + collective clique block (fused/ops/gemm_coll).
+  bool fusedCliqueRef = false;
 
   uint64_t magicEnd = mk::kCommMagic;
 };

@@ -45,10 +45,13 @@ ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags) {
     void* p = nullptr;
     const size_t bytes = blockBytes(comm->nRanks);
     CUDACHECK(cudaMalloc(&p, bytes));
-    // Zeroed before any kernel of any rank can use it: the memset completes before
-    // cudaMemset returns for device memory, and flags start below every sequence number.
-    cudaError_t err = cudaMemset(p, 0, bytes);
-    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    // Zeroed before any kernel of any rank can use it, on a private stream: a device-wide
+    // synchronisation here could wait for a peer's kernel that waits for this thread.
+    cudaStream_t s = nullptr;
+    cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, bytes, s);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+    if (s != nullptr) cudaStreamDestroy(s);
     if (err != cudaSuccess) {
       cudaFree(p);
       MK_WARN("fused clique block: %s", cudaGetErrorString(err));

@@ -33,7 +33,7 @@ double commBytes(const GemmCollCall& c, int n) {
 
 }  // namespace
 
-ncclResult_t gemmCollFused(const GemmCollCall& c, const rt::WaitCtx& w, bool* ran) {
+ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran) {
   *ran = false;
   ncclComm* comm = c.comm;
   const int n = comm->nRanks;
@@ -49,7 +49,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const rt::WaitCtx& w, bool* ra
   if (gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
 
   // SM split from the rank's budget: the model (or the override) picks the comm CTAs.
-  const int budget = rankSmBudget(comm);
+  const int budget = f.smBudget;
   SplitQuery sq;
   sq.M = (int)c.M;
   sq.N = (int)c.N;
@@ -58,7 +58,11 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const rt::WaitCtx& w, bool* ra
   DeviceRates rates;
   if (c.cfg.commSms < 0 && MK_PARAM_INT(FusedCommSms) < 0)
     NCCLCHECK(getDeviceRates(comm->cudaDev, &rates));
+  sq.nRanks = n;
   SplitChoice choice = resolveSplit(sq, rates, budget, c.cfg.commSms);
+  // ncclFusedAuto: the model compares max(GEMM on the rest, comm on its SMs) with GEMM then
+  // comm on all SMs; an override of the split (API or env) means "fuse".
+  if (c.cfg.algo == ncclFusedAuto && !choice.fuse) return ncclSuccess;
   SmSplit split = choice.split;
   split.count[(int)Role::kInterSend] = 0;
   split.count[(int)Role::kInterReduce] = 0;
@@ -72,7 +76,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const rt::WaitCtx& w, bool* ra
 
   GcParams p{};
   p.split = split;
-  p.w = w;
+  p.w = f.c.w;
   p.q = q;
   p.flags = flags;
   p.maxTiles = kGcMaxTiles;
@@ -112,7 +116,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const rt::WaitCtx& w, bool* ra
     g.hooks.tileDoneSys = true;
   }
   g.hooks.seqBase = &q->calls[p.me];
-  g.hooks.wait = w;
+  g.hooks.wait = f.c.w;
   g.smBudget = split.of(Role::kCompute);
   int32_t gridUnused = 0;
   NCCLCHECKGOTO(gemm::buildParams(g, &p.g, &gridUnused), res, out);

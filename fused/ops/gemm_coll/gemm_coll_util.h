@@ -4,7 +4,7 @@
 #include <nccl.h>
 
 #include "comm/comm.h"
-#include "device/rt/err.h"
+#include "fused/core/fused_comm.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 
@@ -28,13 +28,9 @@ inline int rankSmBudget(const ncclComm* comm) {
 // GEMM engine arguments for rows x N of the call's product, A and D given.
 gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t rows);
 
-// The comm's wait context for `op` (its abort flag, error record and deadline), so that
-// ncclCommAbort stops a fused kernel and ncclCommGetAsyncError reports its failures.
-ncclResult_t gemmCollWaitCtx(ncclComm* comm, int32_t op, rt::WaitCtx* out);
-
 // Runs the fused kernel when the comm's layout has one (*ran = true); *ran = false leaves
 // the call to the sequential path.
-ncclResult_t gemmCollFused(const GemmCollCall& c, const rt::WaitCtx& w, bool* ran);
+ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran);
 
 // C[rows, N] += bias[N] in type t (nothing when bias is null).
 ncclResult_t addBias(void* C, const void* bias, size_t rows, size_t N, ncclDataType_t t,

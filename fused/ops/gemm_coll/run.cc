@@ -4,8 +4,9 @@
 
 #include "base/checks.h"
 #include "base/debug.h"
-#include "coll/coll_state.h"
 #include "comm/comm.h"
+#include "fused/core/fused_comm.h"
+#include "fused/ops/gemm_coll/clique.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 
@@ -32,31 +33,21 @@ int32_t errOp(GemmColl op) {
   }
 }
 
-// ncclFusedAuto: fuse where the measured crossover says the overlap pays (bench/
-// fused_bench); below it the fused kernel's extra partial traffic costs more than it hides.
-bool autoFuses(const GemmCollCall& c) {
-  const double flops = 2.0 * c.M * c.N * c.K;
-  return flops >= 2.0 * 2048.0 * 2048.0 * 2048.0;
-}
 }  // namespace
-
-// The comm's wait context: its abort flag, failure word, error record (the one
-// ncclCommGetAsyncError reads) and deadline.
-ncclResult_t gemmCollWaitCtx(ncclComm* comm, int32_t op, rt::WaitCtx* out) {
-  *out = collCommDev(comm).w;
-  out->op = op;
-  return ncclSuccess;
-}
 
 ncclResult_t gemmCollRun(const GemmCollCall& c) {
   DeviceGuard guard(c.comm->cudaDev);
-  const bool wantFused =
-      c.cfg.algo == ncclFusedFused || (c.cfg.algo == ncclFusedAuto && autoFuses(c));
-  if (wantFused) {
-    rt::WaitCtx w;
-    NCCLCHECK(gemmCollWaitCtx(c.comm, errOp(c.op), &w));
+  if (c.cfg.algo != ncclFusedSequential) {
+    // The fused kernel runs as one operation of the comm (stream order with its other
+    // operations, graph capture, finalize, the comm's abort flag and error record).
+    FusedComm f;
+    NCCLCHECK(fusedCommView(c.comm, errOp(c.op), &f));
     bool ran = false;
-    NCCLCHECK(gemmCollFused(c, w, &ran));
+    NCCLCHECK(fusedEnqueue(c.comm, c.stream, gemmCollName(c.op), [&](cudaStream_t s) {
+      GemmCollCall on = c;
+      on.stream = s;
+      return gemmCollFused(on, f, &ran);
+    }));
     if (ran) return ncclSuccess;
     if (c.cfg.algo == ncclFusedFused) {
       static bool said = false;
@@ -65,7 +56,7 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
         MK_INFO(kFused,
                 "%s: no fused kernel for this layout (ranks in several processes or nodes, "
                 "or more than %d tiles); running GEMM then collective",
-                gemmCollName(c.op), 16384);
+                gemmCollName(c.op), kGcMaxTiles);
       }
     }
   }
