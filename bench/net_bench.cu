@@ -64,7 +64,7 @@ namespace {
 // time; t0 = the earliest start.
 __global__ void bwSend(mk::NetDev d, const char* src, int peer, uint64_t bytes, int iters,
                        uint32_t slot, unsigned long long* t0, int* ok) {
-  if (threadIdx.x == 0) atomicMin(t0, (unsigned long long)mk::dev::globalTimerNs());
+  if (threadIdx.x == 0) atomicMin(t0, (unsigned long long)mk::ptx::globalTimerNs());
   uint64_t per = (bytes / gridDim.x + 15) / 16 * 16;
   uint64_t lo = per * blockIdx.x < bytes ? per * blockIdx.x : bytes;
   uint64_t hi = lo + per < bytes ? lo + per : bytes;
@@ -80,7 +80,7 @@ __global__ void bwRecv(mk::NetDev d, uint32_t slot, uint64_t target, int from,
                        unsigned long long* t1, int* ok) {
   bool good = dn::wait_signal(d, slot, target, from);
   if (threadIdx.x == 0) {
-    *t1 = mk::dev::globalTimerNs();
+    *t1 = mk::ptx::globalTimerNs();
     if (!good) *ok = 0;
   }
 }
@@ -93,7 +93,7 @@ __global__ void pingPong(mk::NetDev d, const char* src, int peer, uint64_t bytes
   bool good = true;
   uint64_t t = 0;
   for (int i = 0; i < warm + iters && good; i++) {
-    if (i == warm) t = mk::dev::globalTimerNs();
+    if (i == warm) t = mk::ptx::globalTimerNs();
     if (initiator) {
       good = dn::put_signal(d, src, peer, 0, bytes, slotOut, i + 1) &&
              dn::wait_signal(d, slotIn, i + 1, peer);
@@ -103,7 +103,7 @@ __global__ void pingPong(mk::NetDev d, const char* src, int peer, uint64_t bytes
     }
   }
   if (threadIdx.x == 0) {
-    *ns = mk::dev::globalTimerNs() - t;
+    *ns = mk::ptx::globalTimerNs() - t;
     if (!good) *ok = 0;
   }
 }

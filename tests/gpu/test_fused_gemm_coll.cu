@@ -28,7 +28,9 @@ using mk::gemm::DType;
 DType dtOf(ncclDataType_t t) {
   return t == ncclFloat16 ? DType::kF16 : (t == ncclFloat32 ? DType::kF32 : DType::kBF16);
 }
-size_t esOf(ncclDataType_t t) { return t == ncclFloat32 ? 4 : 2; }
+size_t esOf(ncclDataType_t t) {
+  return t == ncclFloat32 ? 4 : 2;
+}
 
 // ref[m,n] (+)= sum_k A[m,k] B(k,n) and absRef[m,n] (+)= |that product|, in fp64.
 __global__ void refAccumKernel(int M, int N, int K, const void* A, const void* B, int kn, DType ab,
@@ -189,8 +191,9 @@ std::string runCase(const Case& c, uint64_t seed, bool graph = false, int reps =
         refAccumKernel<<<grd, blk>>>(c.M, c.N, c.K, A[r]->p, B[r]->p, kn, dtOf(c.in),
                                      (double*)ref.p, (double*)absRef.p, r > 0);
     }
-    if (c.bias) addBiasRefKernel<<<256, 256>>>(c.M, c.N, bias.p, dtOf(c.out), (double*)ref.p,
-                                               (double*)absRef.p);
+    if (c.bias)
+      addBiasRefKernel<<<256, 256>>>(c.M, c.N, bias.p, dtOf(c.out), (double*)ref.p,
+                                     (double*)absRef.p);
     if (cudaDeviceSynchronize() != cudaSuccess) return "reference failed";
     if (graph) {
       for (int r = 0; r < n; ++r)
@@ -202,7 +205,8 @@ std::string runCase(const Case& c, uint64_t seed, bool graph = false, int reps =
     if (!colltest::syncClique(q, 120, &err)) break;
     // Tolerance: partials rounded to the output type (one unit roundoff each) and summed in
     // it (n-1 more), plus the bias addition; fp32 accumulation inside the GEMM is far below.
-    const double u = c.out == ncclFloat32 ? 1.0 / (1 << 23) : (c.out == ncclFloat16 ? 1.0 / 2048 : 1.0 / 256);
+    const double u =
+        c.out == ncclFloat32 ? 1.0 / (1 << 23) : (c.out == ncclFloat16 ? 1.0 / 2048 : 1.0 / 256);
     const double tol = (c.op == 1 ? 2 : n + 2) * u;
     // fp32 accumulation over K inside the GEMM (cancellation makes it absolute, not relative).
     const double atol = (double)c.K * n / (1 << 24);
@@ -215,15 +219,16 @@ std::string runCase(const Case& c, uint64_t seed, bool graph = false, int reps =
                                 (unsigned long long*)cnt.p + 1);
       cudaMemcpy(h, cnt.p, 16, cudaMemcpyDeviceToHost);
       if (h[0] != 0)
-        err = "rank " + std::to_string(r) + ": " + std::to_string(h[0]) + " wrong elements (first " +
-              std::to_string(h[1]) + ")";
+        err = "rank " + std::to_string(r) + ": " + std::to_string(h[0]) +
+              " wrong elements (first " + std::to_string(h[1]) + ")";
     }
     if (err.empty() && c.op == 0) {  // bit-identical on every rank
       std::vector<uint8_t> h0(rowsC * c.N * eo), h1(h0.size());
       cudaMemcpy(h0.data(), C[0]->p, h0.size(), cudaMemcpyDeviceToHost);
       for (int r = 1; r < n && err.empty(); ++r) {
         cudaMemcpy(h1.data(), C[r]->p, h1.size(), cudaMemcpyDeviceToHost);
-        if (h0 != h1) err = "rank " + std::to_string(r) + " differs from rank 0 (not bit-identical)";
+        if (h0 != h1)
+          err = "rank " + std::to_string(r) + " differs from rank 0 (not bit-identical)";
       }
     }
     if (err.empty() && c.op == 1) {  // the gathered A: every shard in place, bytes exact
@@ -288,17 +293,17 @@ TEST(FusedGemmCollArgs, RefusedAndCommStillWorks) {
   ASSERT_TRUE(q.ok) << q.why;
   Buf a(4096), b(4096), c(4096);
   ncclFusedConfig_t cfg = NCCL_FUSED_CONFIG_INITIALIZER;
-  EXPECT_EQ(ncclGemmAllReduce(a.p, b.p, c.p, 16, 16, 12, ncclBfloat16, &cfg, q.comms[0],
-                              q.streams[0]),
-            ncclInvalidArgument);
+  EXPECT_EQ(
+      ncclGemmAllReduce(a.p, b.p, c.p, 16, 16, 12, ncclBfloat16, &cfg, q.comms[0], q.streams[0]),
+      ncclInvalidArgument);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("multiple of 8"), std::string::npos);
   EXPECT_EQ(ncclGemmReduceScatter(a.p, b.p, c.p, 15, 16, 16, ncclBfloat16, &cfg, q.comms[0],
                                   q.streams[0]),
             ncclInvalidArgument);
   EXPECT_EQ(ncclGroupStart(), ncclSuccess);
-  EXPECT_EQ(ncclGemmAllReduce(a.p, b.p, c.p, 16, 16, 16, ncclBfloat16, &cfg, q.comms[0],
-                              q.streams[0]),
-            ncclInvalidUsage);
+  EXPECT_EQ(
+      ncclGemmAllReduce(a.p, b.p, c.p, 16, 16, 16, ncclBfloat16, &cfg, q.comms[0], q.streams[0]),
+      ncclInvalidUsage);
   ncclGroupEnd();  // may report the refused call: NCCL returns a group's recorded error
   Case ok{0, 2, 64, 64, 64, 0, ncclBfloat16, ncclBfloat16, false, 0};
   EXPECT_EQ(runCase(ok, 5), "");

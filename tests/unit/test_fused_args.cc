@@ -14,7 +14,9 @@ using mk::fused::GemmColl;
 using mk::fused::GemmCollCall;
 
 // Fake, 256-byte aligned addresses far apart: the checks never dereference them.
-const void* addr(uintptr_t i) { return reinterpret_cast<const void*>((i + 1) << 32); }
+const void* addr(uintptr_t i) {
+  return reinterpret_cast<const void*>((i + 1) << 32);
+}
 
 GemmCollCall valid(GemmColl op) {
   GemmCollCall c;
@@ -60,7 +62,8 @@ TEST(FusedArgs, EachRuleNamed) {
     void (*mut)(GemmCollCall&, ncclFusedConfig_t&);
   };
   const Bad bads[] = {
-      {"bf16 or fp16", [](GemmCollCall& c, ncclFusedConfig_t&) { c.inType = ncclFloat32; }},
+      {"ncclBfloat16 or ncclFloat16",
+       [](GemmCollCall& c, ncclFusedConfig_t&) { c.inType = ncclFloat32; }},
       {"positive", [](GemmCollCall& c, ncclFusedConfig_t&) { c.N = 0; }},
       {"below 2^31", [](GemmCollCall& c, ncclFusedConfig_t&) { c.M = size_t(1) << 31; }},
       {"multiple of 8", [](GemmCollCall& c, ncclFusedConfig_t&) { c.K = 60; }},

@@ -13,9 +13,12 @@ namespace fused {
 
 const char* gemmCollName(GemmColl op) {
   switch (op) {
-    case GemmColl::kAllReduce: return "ncclGemmAllReduce";
-    case GemmColl::kAllGather: return "ncclAllGatherGemm";
-    case GemmColl::kReduceScatter: return "ncclGemmReduceScatter";
+    case GemmColl::kAllReduce:
+      return "ncclGemmAllReduce";
+    case GemmColl::kAllGather:
+      return "ncclAllGatherGemm";
+    case GemmColl::kReduceScatter:
+      return "ncclGemmReduceScatter";
   }
   return "ncclGemm?";
 }
@@ -23,15 +26,20 @@ const char* gemmCollName(GemmColl op) {
 size_t fusedTypeSize(ncclDataType_t t) {
   switch (t) {
     case ncclBfloat16:
-    case ncclFloat16: return 2;
-    case ncclFloat32: return 4;
-    default: return 0;
+    case ncclFloat16:
+      return 2;
+    case ncclFloat32:
+      return 4;
+    default:
+      return 0;
   }
 }
 
 namespace {
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 // [a, a+na) and [b, b+nb) share a byte.
 bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
@@ -63,8 +71,8 @@ ncclResult_t checkConfig(const ncclFusedConfig_t* in, ncclDataType_t inType, con
     d.size = sizeof(d);
   }
   MK_ARGCHECK(d.bLayout == ncclFusedLayoutNK || d.bLayout == ncclFusedLayoutKN,
-              "%s: config->bLayout=%d must be ncclFusedLayoutNK (0) or ncclFusedLayoutKN (1)",
-              api, d.bLayout);
+              "%s: config->bLayout=%d must be ncclFusedLayoutNK (0) or ncclFusedLayoutKN (1)", api,
+              d.bLayout);
   MK_ARGCHECK(d.algo == ncclFusedAuto || d.algo == ncclFusedFused || d.algo == ncclFusedSequential,
               "%s: config->algo=%d must be ncclFusedAuto, ncclFusedFused or ncclFusedSequential",
               api, d.algo);
@@ -74,17 +82,17 @@ ncclResult_t checkConfig(const ncclFusedConfig_t* in, ncclDataType_t inType, con
   MK_ARGCHECK(fusedTypeSize(d.outType) != 0,
               "%s: config->outType=%d unsupported: ncclBfloat16, ncclFloat16 or ncclFloat32", api,
               (int)d.outType);
-  MK_ARGCHECK(d.bias == nullptr || (reinterpret_cast<uintptr_t>(d.bias) % fusedTypeSize(d.outType)) == 0,
-              "%s: config->bias must be aligned to its element size (%zu bytes)", api,
-              fusedTypeSize(d.outType));
+  MK_ARGCHECK(
+      d.bias == nullptr || (reinterpret_cast<uintptr_t>(d.bias) % fusedTypeSize(d.outType)) == 0,
+      "%s: config->bias must be aligned to its element size (%zu bytes)", api,
+      fusedTypeSize(d.outType));
   *out = d;
   return ncclSuccess;
 }
 
 }  // namespace
 
-ncclResult_t gemmCollCheck(GemmCollCall* c, const ncclFusedConfig_t* config, int nRanks,
-                           int rank) {
+ncclResult_t gemmCollCheck(GemmCollCall* c, const ncclFusedConfig_t* config, int nRanks, int rank) {
   const char* api = gemmCollName(c->op);
   MK_ARGCHECK(c->inType == ncclBfloat16 || c->inType == ncclFloat16,
               "%s: inType=%d unsupported: inputs must be ncclBfloat16 or ncclFloat16", api,

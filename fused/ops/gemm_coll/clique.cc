@@ -23,7 +23,9 @@ std::map<uint64_t, Entry>& registry() {
   static std::map<uint64_t, Entry> m;
   return m;
 }
-size_t blockBytes(int n) { return sizeof(GcClique) + 2ull * n * kGcMaxTiles * sizeof(uint64_t); }
+size_t blockBytes(int n) {
+  return sizeof(GcClique) + 2ull * n * kGcMaxTiles * sizeof(uint64_t);
+}
 
 // Every rank of the comm lives in this process and on one (virtual) node.
 bool eligible(const ncclComm* comm) {

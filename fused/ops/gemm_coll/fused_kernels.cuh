@@ -38,17 +38,17 @@ struct GcParams {
   gemm::GemmParams g;  // first: holds the 64-byte aligned tensor maps
   SmSplit split;
   rt::WaitCtx w;
-  GcClique* q;        // shared by the local ranks (device memory)
-  uint64_t* flags;    // q's flag arrays, [2][n][maxTiles]
+  GcClique* q;      // shared by the local ranks (device memory)
+  uint64_t* flags;  // q's flag arrays, [2][n][maxTiles]
   int32_t maxTiles;
-  int32_t me, n;      // local index == comm rank (single node, one process)
-  int32_t kind;       // GemmColl
-  int32_t outType;    // gemm::DType of C
-  const void* bias;   // [N] of outType, or null
-  const void* A;      // AllGather: this rank's shard
-  void* C;            // AllReduce/ReduceScatter: this rank's output
-  void* G;            // AllGather: the gathered A [M, K]
-  float* P;           // AllReduce/ReduceScatter: this rank's fp32 partials [M, N]
+  int32_t me, n;     // local index == comm rank (single node, one process)
+  int32_t kind;      // GemmColl
+  int32_t outType;   // gemm::DType of C
+  const void* bias;  // [N] of outType, or null
+  const void* A;     // AllGather: this rank's shard
+  void* C;           // AllReduce/ReduceScatter: this rank's output
+  void* G;           // AllGather: the gathered A [M, K]
+  float* P;          // AllReduce/ReduceScatter: this rank's fp32 partials [M, N]
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
 };
@@ -117,25 +117,66 @@ __device__ __forceinline__ int gcOwner(const GcParams& p, int32_t mBlk, int32_t 
   return (mBlk * p.g.tilesN + nBlk) % p.n;
 }
 
-// Reduces one tile over every rank's partials and stores it (see the file comment).
+// Stores 4 consecutive outputs (8 bytes for 16-bit types, 16 for fp32).
+template <typename T>
+__device__ __forceinline__ void gcStore4(T* dst, float4 v) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(dst) = v;
+  } else {
+    union {
+      T h[4];
+      uint2 u;
+    } o;
+    o.h[0] = gcFromF<T>(v.x);
+    o.h[1] = gcFromF<T>(v.y);
+    o.h[2] = gcFromF<T>(v.z);
+    o.h[3] = gcFromF<T>(v.w);
+    *reinterpret_cast<uint2*>(dst) = o.u;
+  }
+}
+
+// Reduces one tile over every rank's partials and stores it (see the file comment). Each
+// thread takes 4 consecutive columns (16-byte loads when N % 4 == 0, which the host
+// requires for the fused path) and loads every rank's values before adding them in rank
+// order, so the loads overlap while the sum stays the same on every rank.
 template <typename T>
 __device__ void gcReduceTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
                              const float* const* parts, T* const* outs) {
+  constexpr int kBatch = 8;  // ranks loaded before they are added
   const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
   const int32_t rows = min(gemm::kTileM, p.M - m0), cols = min(gemm::kTileN, p.N - n0);
+  const int32_t vecs = cols / 4;  // cols % 4 == 0 (N % 4 == 0)
   const T* bias = static_cast<const T*>(p.bias);
-  for (int32_t e = threadIdx.x; e < rows * cols; e += blockDim.x) {
-    const int32_t r = e / cols, c = e - r * cols;
+  for (int32_t e = threadIdx.x; e < rows * vecs; e += blockDim.x) {
+    const int32_t r = e / vecs, c = (e - r * vecs) * 4;
     const int64_t off = (int64_t)(m0 + r) * p.N + n0 + c;
-    float acc = 0.f;
-    for (int q = 0; q < p.n; ++q) acc += __ldcg(parts[q] + off);
-    if (bias != nullptr) acc += gcToF(bias[n0 + c]);
-    const T v = gcFromF<T>(acc);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int q0 = 0; q0 < p.n; q0 += kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (q0 + j < p.n) v[j] = __ldcg(reinterpret_cast<const float4*>(parts[q0 + j] + off));
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (q0 + j < p.n) {
+          acc.x += v[j].x;
+          acc.y += v[j].y;
+          acc.z += v[j].z;
+          acc.w += v[j].w;
+        }
+      }
+    }
+    if (bias != nullptr) {
+      acc.x += gcToF(bias[n0 + c]);
+      acc.y += gcToF(bias[n0 + c + 1]);
+      acc.z += gcToF(bias[n0 + c + 2]);
+      acc.w += gcToF(bias[n0 + c + 3]);
+    }
     if (p.kind == 0) {
-      for (int q = 0; q < p.n; ++q) outs[q][off] = v;
+      for (int q = 0; q < p.n; ++q) gcStore4<T>(outs[q] + off, acc);
     } else {
       const int32_t row = m0 + r, d = row / p.rowsPerRank;
-      outs[d][(int64_t)(row - d * p.rowsPerRank) * p.N + n0 + c] = v;
+      gcStore4<T>(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0 + c, acc);
     }
   }
 }
@@ -173,7 +214,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx) {
     if (threadIdx.x == 0) {
       for (int q = 0; q < p.n && ok; ++q) {
         if (!rt::waitGe(p.w, gcDone(p, q) + id, seq,
-                        rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0}, rt::kScopeSys))
+                        rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
+                        rt::kScopeSys))
           ok = 0;
       }
     }
@@ -191,7 +233,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx) {
     if (threadIdx.x == 0 && ok) {
       const int32_t owner = gcOwner(p, id / p.g.tilesN, id % p.g.tilesN);
       if (!rt::waitGe(p.w, gcFinal(p, p.me) + id, seq,
-                      rt::ErrSite{p.w.op, owner, (int32_t)blockIdx.x, id, rt::kWaitData, 0}, rt::kScopeSys))
+                      rt::ErrSite{p.w.op, owner, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
+                      rt::kScopeSys))
         ok = 0;
     }
   }
@@ -221,8 +264,8 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
     __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
-      ptx::stReleaseGpu(gcDone(p, p.me) + src, seq);    // rows of shard src are in G
-      ptx::stReleaseSys(gcFinal(p, src) + p.me, seq);   // src's shard was read by me
+      ptx::stReleaseGpu(gcDone(p, p.me) + src, seq);   // rows of shard src are in G
+      ptx::stReleaseSys(gcFinal(p, src) + p.me, seq);  // src's shard was read by me
     }
   }
   // Every rank has read this rank's shard before the kernel (and the caller's use of
@@ -230,7 +273,8 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
   for (int q = idx; q < p.n; q += nIdx) {
     if (threadIdx.x == 0 && ok &&
         !rt::waitGe(p.w, gcFinal(p, p.me) + q, seq,
-                    rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, q, rt::kWaitSlot, 0}, rt::kScopeSys))
+                    rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, q, rt::kWaitSlot, 0},
+                    rt::kScopeSys))
       ok = 0;
   }
   __syncthreads();

@@ -50,7 +50,6 @@ ncclResult_t launchAny(const GcParams& p, bool kn, cudaStream_t s) {
   return kn ? launchReduce<kIn, BLayout::kKN>(p, s) : launchReduce<kIn, BLayout::kNK>(p, s);
 }
 
-
 extern template ncclResult_t launchAny<gemm::DType::kBF16>(const GcParams&, bool, cudaStream_t);
 extern template ncclResult_t launchAny<gemm::DType::kF16>(const GcParams&, bool, cudaStream_t);
 

@@ -23,10 +23,10 @@ const char* gemmCollName(GemmColl op);  // the API name, e.g. "ncclGemmAllReduce
 // One call, as the API received it, plus the resolved config.
 struct GemmCollCall {
   GemmColl op = GemmColl::kAllReduce;
-  const void* A = nullptr;   // GemmAllReduce/ReduceScatter: [M,K]; AllGatherGemm: [M/n,K] shard
-  const void* B = nullptr;   // [N,K] (NK) or [K,N] (KN)
-  void* C = nullptr;         // [M,N]; GemmReduceScatter: the shard [M/n,N]
-  void* Agathered = nullptr; // AllGatherGemm only: optional [M,K]
+  const void* A = nullptr;    // GemmAllReduce/ReduceScatter: [M,K]; AllGatherGemm: [M/n,K] shard
+  const void* B = nullptr;    // [N,K] (NK) or [K,N] (KN)
+  void* C = nullptr;          // [M,N]; GemmReduceScatter: the shard [M/n,N]
+  void* Agathered = nullptr;  // AllGatherGemm only: optional [M,K]
   size_t M = 0, N = 0, K = 0;
   ncclDataType_t inType = ncclBfloat16;
   ncclFusedConfig_t cfg{};  // defaults filled in, outType resolved

@@ -27,9 +27,12 @@ struct DeviceGuard {
 
 int32_t errOp(GemmColl op) {
   switch (op) {
-    case GemmColl::kAllReduce: return rt::kOpGemmAllReduce;
-    case GemmColl::kAllGather: return rt::kOpAllGatherGemm;
-    default: return rt::kOpGemmReduceScatter;
+    case GemmColl::kAllReduce:
+      return rt::kOpGemmAllReduce;
+    case GemmColl::kAllGather:
+      return rt::kOpAllGatherGemm;
+    default:
+      return rt::kOpGemmReduceScatter;
   }
 }
 

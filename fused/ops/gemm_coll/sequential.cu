@@ -20,9 +20,13 @@ namespace fused {
 namespace {
 
 template <typename T>
-__device__ __forceinline__ float toF(T v) { return static_cast<float>(v); }
+__device__ __forceinline__ float toF(T v) {
+  return static_cast<float>(v);
+}
 template <typename T>
-__device__ __forceinline__ T fromF(float v) { return static_cast<T>(v); }
+__device__ __forceinline__ T fromF(float v) {
+  return static_cast<T>(v);
+}
 
 // C[rows, N] += bias[N], one rounding (the bias is added once, to the final result).
 template <typename T>
@@ -44,8 +48,8 @@ ncclResult_t addBias(void* C, const void* bias, size_t rows, size_t N, ncclDataT
   const int blocks = (int)(want < (size_t)smCount * 8 ? want : (size_t)smCount * 8);
   switch (t) {
     case ncclBfloat16:
-      addBiasKernel<<<blocks, threads, 0, stream>>>(static_cast<__nv_bfloat16*>(C),
-                                                    static_cast<const __nv_bfloat16*>(bias), rows, N);
+      addBiasKernel<<<blocks, threads, 0, stream>>>(
+          static_cast<__nv_bfloat16*>(C), static_cast<const __nv_bfloat16*>(bias), rows, N);
       break;
     case ncclFloat16:
       addBiasKernel<<<blocks, threads, 0, stream>>>(static_cast<__half*>(C),
