@@ -42,7 +42,8 @@ typedef enum {
 } ncclFusedLayout_t;
 
 typedef enum {
-  ncclFusedAuto = 0,      /* the cost model picks fused or sequential */
+  ncclFusedAuto = 0,      /* sequential until the fused kernels are measured faster; with
+                             MKERNEL_FUSED_AUTO=1 the cost model picks */
   ncclFusedFused = 1,     /* one persistent kernel: compute and communication CTAs */
   ncclFusedSequential = 2 /* mkernel's GEMM, then mkernel's collective */
 } ncclFusedAlgo_t;
