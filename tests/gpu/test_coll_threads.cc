@@ -565,6 +565,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollThreadRanks, ::testing::Values(2, 3, 4, 8),
                          });
 
 // ---- ncclGemmAllReduce with one thread per rank ----------------------------------------
+// The fused kernel is one operation of the comm (fusedEnqueue), so it takes the same host
+// rendezvous: the *_sync cases synchronise the device at a skew right before the call.
 uint16_t toBf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -686,7 +688,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, CollThreadsFused,
                                            FusedCase{4, ncclFusedFused, ncclBfloat16, false},
                                            FusedCase{2, ncclFusedSequential, ncclFloat32, true},
                                            FusedCase{4, ncclFusedSequential, ncclBfloat16, true},
-                                           FusedCase{4, ncclFusedAuto, ncclFloat32, false}),
+                                           FusedCase{4, ncclFusedAuto, ncclFloat32, false},
+                                           FusedCase{2, ncclFusedFused, ncclBfloat16, true},
+                                           FusedCase{4, ncclFusedFused, ncclFloat32, true},
+                                           FusedCase{8, ncclFusedFused, ncclFloat32, true}),
                          [](const ::testing::TestParamInfo<FusedCase>& i) {
                            const FusedCase& c = i.param;
                            return "n" + std::to_string(c.n) +
@@ -696,14 +701,5 @@ INSTANTIATE_TEST_SUITE_P(Cases, CollThreadsFused,
                                   (c.outType == ncclFloat32 ? "_f32" : "_bf16") +
                                   (c.deviceSync ? "_sync" : "");
                          });
-
-// The fused kernel is launched by fused/ops/gemm_coll without the host rendezvous of
-// coll/rendezvous.h, so a peer thread's device-wide synchronisation can still deadlock it
-// (until the kernels' timeout). Enable once the fused entry calls mk::rdvArriveOne.
-TEST(CollThreadsFusedSync, DISABLED_FusedKernelWithDeviceSync) {
-  MKTEST_REQUIRE_GPU();
-  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
-  runFused(FusedCase{4, ncclFusedFused, ncclFloat32, true});
-}
 
 }  // namespace
