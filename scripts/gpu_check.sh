@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU-machine script: builds everything, runs the GPU test suites and the
 # benchmarks, copies logs/results to $OUT (when set) and prints a short summary last.
-# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier procs gemm bench collbench
+# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier procs gemm fused threads bench collbench fusedbench
 #        netbench torch nccltests demo (default: build gpu bench demo torch nccltests). GTEST_FILTER narrows the gpu stage.
 #        MK_BUILD=<dir> uses binaries built elsewhere (scripts/pack_gpubin.sh) with the build
 #        stage left out. Every stage is killed after MK_STAGE_TIMEOUT_<stage> seconds
@@ -62,6 +62,13 @@ for s in "${stages[@]}"; do
         exit $rc' "$build/tests/mk_gpu_tests" ;;
     gemm)
       run_stage gemm "$build/tests/mk_gpu_tests" --gtest_filter="*Gemm*" ;;
+    fused)
+      # The fused GEMM + collective calls and the operators' framework.
+      run_stage fused "$build/tests/mk_gpu_tests" --gtest_filter="*Fused*:*Gemm*:*CollThreads*" ;;
+    threads)
+      run_stage threads "$build/tests/mk_gpu_tests" --gtest_filter="*CollThread*" ;;
+    fusedbench)
+      run_stage fused_bench "$build/bench/bench_fused_bench" --out "$out/fused_$(date +%F).json" ;;
     bench)
       # Each benchmark writes its JSON (command, commit, device, date) under $out.
       [ -x "$build/bench/bench_gemm_bench" ] && run_stage gemm_bench "$build/bench/bench_gemm_bench" --reps 20 --out "$out/gemm_$(date +%F).json"
