@@ -17,21 +17,12 @@
 namespace mk {
 
 cudaError_t launchReduceKernel(const ReduceArgs& a, int grid, cudaStream_t s) {
-  switch (a.dtype) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclInt32:
-    case ncclUint32:
-    case ncclInt64:
-    case ncclUint64:
+  switch (dtFamily(a.dtype)) {
+    case kFamInt:
       return launchReduceInt(a, grid, s);
-    case ncclFloat32:
-    case ncclFloat64:
+    case kFamFloat:
       return launchReduceFloat(a, grid, s);
-    case ncclFloat16:
-    case ncclBfloat16:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
+    case kFamLowp:
       return launchReduceLowp(a, grid, s);
     default:
       return cudaErrorInvalidValue;

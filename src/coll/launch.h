@@ -26,6 +26,20 @@ static_assert(rt::kOpAllReduce == (int)CollType::kAllReduce &&
 // Reductions.
 enum RedKind : int { kRedSum = 0, kRedProd = 1, kRedMax = 2, kRedMin = 3 };
 
+// The reduction kernels are instantiated in one translation unit per dtype family
+// (src/device/reduce_{int,float,lowp}.cu, compiled in parallel); this routes a dtype there.
+enum DtFamily : int { kFamInt = 0, kFamFloat = 1, kFamLowp = 2, kFamNone = 3 };
+MK_HD constexpr int dtFamily(int dtype) {
+  return dtype == ncclInt8 || dtype == ncclUint8 || dtype == ncclInt32 || dtype == ncclUint32 ||
+                 dtype == ncclInt64 || dtype == ncclUint64
+             ? kFamInt
+         : dtype == ncclFloat32 || dtype == ncclFloat64 ? kFamFloat
+         : dtype == ncclFloat16 || dtype == ncclBfloat16 || dtype == ncclFloat8e4m3 ||
+                 dtype == ncclFloat8e5m2
+             ? kFamLowp
+             : kFamNone;
+}
+
 struct ReduceArgs {
   CommDev c;
   int coll;   // CollType (kAllReduce, kReduce, kReduceScatter)

@@ -98,6 +98,15 @@ __device__ __forceinline__ bool receive(const CommDev& c, const P2pLink& l, uint
                     chanSite(op, peer, lane, l, k, false));
 }
 
+// A flag of local peer `peer` outside the channels (the zero-copy AllReduce's handshake):
+// its data (slotFree false) or the release of something of ours (slotFree true).
+__device__ __forceinline__ bool waitPeer(const CommDev& c, const uint64_t* flag, uint64_t target,
+                                         int peer, int op, int lane, int slot, bool slotFree) {
+  return rt::waitGe(c.w, flag, target,
+                    rt::ErrSite{op, peer, lane, slot, slotFree ? rt::kWaitSlot : rt::kWaitData,
+                                rt::kErrPeerLocal});
+}
+
 // The caller made the slot's data (publish) or its reads (release) precede these with
 // ptx::fenceAcqRelSys() after a barrier of the threads that touched it.
 __device__ __forceinline__ void publish(const P2pLink& l, uint64_t k) {

@@ -10,8 +10,8 @@
 // progress as long as their peers' matching streams do: no deadlock for matching pairs.
 #include <cstdint>
 
+#include "device/chan.cuh"
 #include "device/prims.cuh"
-#include "device/ws.cuh"
 
 namespace mk {
 namespace dev {
@@ -93,15 +93,8 @@ __global__ void __launch_bounds__(kCollThreads, 1)
       if (k < nMine && st[k].op < (uint32_t)a.nOps) {
         uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
         int peer = s >> 16, dir = (s >> 8) & 0xff, lane = s & 0xff;
-        uint64_t cnt = st[k].cnt;
-        int slot = (int)(cnt % w.slots);
-        if (dir == kDirSend) {
-          ready = cnt < (uint64_t)w.slots ||
-                  ptx::ldAcquireSys(consumedFlag(sh.ws[peer], w, c.me, lane, slot)) >=
-                      cnt + 1 - w.slots;
-        } else {
-          ready = ptx::ldAcquireSys(readyFlag(sh.ws[c.me], w, peer, lane, slot)) >= cnt + 1;
-        }
+        ready = dir == kDirSend ? canSend(sendLink(c, sh.ws, peer, lane), st[k].cnt)
+                                : canRecv(recvLink(c, sh.ws, peer, lane), st[k].cnt);
       }
       uint32_t mask = __ballot_sync(0xffffffffu, ready);
       if (tid == 0) {
@@ -120,17 +113,16 @@ __global__ void __launch_bounds__(kCollThreads, 1)
             // Name the first stream that is still waiting.
             for (int k = 0; k < nMine; k++) {
               if (st[k].op >= (uint32_t)a.nOps) continue;
-              uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
-              int dir = (s >> 8) & 0xff;
-              uint64_t seq = st[k].cnt + 1;
-              const rt::ErrSite site{a.coll,
-                                     (int)(s >> 16),
-                                     (int)(s & 0xff),
-                                     (int)(st[k].cnt % w.slots),
-                                     dir == kDirSend ? rt::kWaitSlot : rt::kWaitData,
-                                     rt::kErrPeerLocal};
-              rt::recordError(c.w, code, site,
-                              dir == kDirSend ? (seq > (uint64_t)w.slots ? seq - w.slots : 0) : seq,
+              const uint32_t s = a.streams[blockIdx.x + (uint64_t)k * gridDim.x];
+              const int peer = s >> 16, lane = s & 0xff;
+              const bool send = ((s >> 8) & 0xff) == kDirSend;
+              const uint64_t cnt = st[k].cnt;
+              const P2pLink l =
+                  send ? sendLink(c, sh.ws, peer, lane) : recvLink(c, sh.ws, peer, lane);
+              const uint64_t target = !send                         ? chanReady(cnt)
+                                      : chanNeedsFree(cnt, l.slots) ? chanFree(cnt, l.slots)
+                                                                    : 0;
+              rt::recordError(c.w, code, chanSite(a.coll, peer, lane, l, cnt, send), target,
                               spin.waited());
               break;
             }
@@ -149,21 +141,21 @@ __global__ void __launch_bounds__(kCollThreads, 1)
       const int peer = s >> 16, dir = (s >> 8) & 0xff, lane = s & 0xff;
       const CopyOp& op = a.ops[st[k].op];
       const uint64_t cnt = st[k].cnt;
-      const int slot = (int)(cnt % w.slots);
       const uint64_t off = (uint64_t)st[k].chunk * op.chunkBytes;
       const uint64_t len = umin64(op.chunkBytes, op.bytes - off);
+      const P2pLink l =
+          dir == kDirSend ? sendLink(c, sh.ws, peer, lane) : recvLink(c, sh.ws, peer, lane);
       if (dir == kDirSend)
-        copyBytes(slotData(sh.ws[peer], w, c.me, lane, slot), (const char*)op.src + off, len, tid,
-                  nt);
+        copyBytes(slotData(l, cnt), (const char*)op.src + off, len, tid, nt);
       else
-        copyBytes((char*)op.dst + off, slotData(sh.ws[c.me], w, peer, lane, slot), len, tid, nt);
+        copyBytes((char*)op.dst + off, slotData(l, cnt), len, tid, nt);
       __syncthreads();
       if (tid == 0) {
         ptx::fenceAcqRelSys();
         if (dir == kDirSend)
-          ptx::stReleaseSys(readyFlag(sh.ws[peer], w, c.me, lane, slot), cnt + 1);
+          publish(l, cnt);
         else
-          ptx::stReleaseSys(consumedFlag(sh.ws[c.me], w, peer, lane, slot), cnt + 1);
+          release(l, cnt);
         st[k].cnt = cnt + 1;
         uint32_t chunk = st[k].chunk + (uint32_t)w.p2pLanes;
         if (chunk >= op.nChunks) {

@@ -5,8 +5,9 @@
 #include <cuda_runtime.h>
 
 #include "coll/hier.h"
-#include "device/net/devcomm.cuh"
+#include "device/net/netchan.cuh"
 #include "device/prims.cuh"
+#include "device/redspec.cuh"
 
 namespace mk {
 namespace dev {
@@ -18,16 +19,7 @@ constexpr int kHierThreads = 512;
 
 template <typename A>
 __device__ __forceinline__ A hierComb(int red, A x, A y) {
-  switch (red) {
-    case kRedProd:
-      return combine<kRedProd>(x, y);
-    case kRedMax:
-      return combine<kRedMax>(x, y);
-    case kRedMin:
-      return combine<kRedMin>(x, y);
-    default:
-      return combine<kRedSum>(x, y);
-  }
+  return dispatchRed(red, [&](auto r) { return combine<decltype(r)::kRed>(x, y); });
 }
 
 // Peers rewrite the window between two reads of the same address: bypass L1.
@@ -93,13 +85,13 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
         __syncthreads();
         src = static_cast<const char*>(stage);
       }
-      if (!dn::wait_signal(d, kHierSigAckL + j, s - 1, peer)) return;
-      if (!dn::put_signal(d, src, peer, hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l, s))
+      if (!netAcquire(d, kHierSigAckL + j, s - 1, 1, peer)) return;
+      if (!netPublish(d, src, peer, hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l, s - 1))
         return;
     }
     for (int j = 0; j < nl; j++) {
       if (j == l) continue;
-      if (!dn::wait_signal(d, kHierSigRS + j, s, a.localPeer[j])) return;
+      if (!netReceive(d, kHierSigRS + j, s - 1, a.localPeer[j])) return;
     }
     {
       const char* srcs[kHierMaxLocal];
@@ -125,14 +117,14 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
     for (int b = 0; b < nn; b++) {
       if (b == me) continue;
       const int peer = a.railPeer[b];
-      if (!dn::wait_signal(d, kHierSigAckN + b, s - 1, peer)) return;
-      if (!dn::put_signal(d, part, peer, hierRailOff(a.stride, nl, me), myLen * es,
-                          kHierSigRail + me, s))
+      if (!netAcquire(d, kHierSigAckN + b, s - 1, 1, peer)) return;
+      if (!netPublish(d, part, peer, hierRailOff(a.stride, nl, me), myLen * es, kHierSigRail + me,
+                      s - 1))
         return;
     }
     for (int b = 0; b < nn; b++) {
       if (b == me) continue;
-      if (!dn::wait_signal(d, kHierSigRail + b, s, a.railPeer[b])) return;
+      if (!netReceive(d, kHierSigRail + b, s - 1, a.railPeer[b])) return;
     }
     {
       U* out = reinterpret_cast<U*>(recv + (cb + myOff) * es);
@@ -152,14 +144,14 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
     // 3. All-gather inside the node (peers' acks for chunk s-1 were awaited in step 1).
     for (int j = 0; j < nl; j++) {
       if (j == l) continue;
-      if (!dn::put_signal(d, part, a.localPeer[j], hierAgOff(a.stride, nl, l), myLen * es,
-                          kHierSigAG + l, s))
+      if (!netPublish(d, part, a.localPeer[j], hierAgOff(a.stride, nl, l), myLen * es,
+                      kHierSigAG + l, s - 1))
         return;
     }
     for (int j = 0; j < nl; j++) {
       if (j == l) continue;
       const int peer = a.localPeer[j];
-      if (!dn::wait_signal(d, kHierSigAG + j, s, peer)) return;
+      if (!netReceive(d, kHierSigAG + j, s - 1, peer)) return;
       uint64_t o, len;
       segOf(j, &o, &len);
       const char* src = dn::recv_ptr(d, peer, hierAgOff(a.stride, nl, j));
@@ -171,11 +163,11 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
     // 4. My window areas are free again: acknowledge chunk s to their writers.
     for (int j = 0; j < nl; j++) {
       if (j == l) continue;
-      if (!dn::signal(d, a.localPeer[j], kHierSigAckL + l, s)) return;
+      if (!netRelease(d, a.localPeer[j], kHierSigAckL + l, s - 1)) return;
     }
     for (int b = 0; b < nn; b++) {
       if (b == me) continue;
-      if (!dn::signal(d, a.railPeer[b], kHierSigAckN + me, s)) return;
+      if (!netRelease(d, a.railPeer[b], kHierSigAckN + me, s - 1)) return;
     }
   }
   __syncthreads();
@@ -187,29 +179,13 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
 
 cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
   using namespace dev;
-  const int t = kHierThreads;
-  switch (a.dtype) {
-#define MK_HIER_CASE(DT)                        \
-  case DT:                                      \
-    hierAllReduceKernel<DT><<<1, t, 0, s>>>(a); \
-    break;
-    MK_HIER_CASE(ncclInt8)
-    MK_HIER_CASE(ncclUint8)
-    MK_HIER_CASE(ncclInt32)
-    MK_HIER_CASE(ncclUint32)
-    MK_HIER_CASE(ncclInt64)
-    MK_HIER_CASE(ncclUint64)
-    MK_HIER_CASE(ncclFloat16)
-    MK_HIER_CASE(ncclFloat32)
-    MK_HIER_CASE(ncclFloat64)
-    MK_HIER_CASE(ncclBfloat16)
-    MK_HIER_CASE(ncclFloat8e4m3)
-    MK_HIER_CASE(ncclFloat8e5m2)
-#undef MK_HIER_CASE
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return dispatchDtype(
+      a.dtype,
+      [&](auto dt) {
+        hierAllReduceKernel<decltype(dt)::kDt><<<1, kHierThreads, 0, s>>>(a);
+        return cudaGetLastError();
+      },
+      [] { return cudaErrorInvalidValue; });
 }
 
 }  // namespace mk

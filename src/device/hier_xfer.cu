@@ -6,8 +6,9 @@
 
 #include "coll/hier.h"
 #include "coll/hier_xfer.h"
-#include "device/net/devcomm.cuh"
+#include "device/net/netchan.cuh"
 #include "device/prims.cuh"
+#include "device/redspec.cuh"
 
 namespace mk {
 namespace dev {
@@ -16,6 +17,7 @@ namespace {
 namespace dn = ::mk::dev::net;
 
 constexpr int kXThreads = 512;
+constexpr uint64_t kXSlots = 2;  // slots per channel in the receiver's window (hier_xfer.h)
 
 __device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) {
   return a > b ? a : b;
@@ -43,7 +45,7 @@ __device__ __forceinline__ void setCounter(const HierXArgs& a, uint32_t slot, ui
 template <int DT>
 __device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_t len, uint64_t q,
                           bool scale, uint64_t scalarBits) {
-  if (q > 2 && !dn::wait_signal(a.d, kXSigAck + peer, q - 2, peer)) return false;
+  if (!netAcquire(a.d, kXSigAck + peer, q - 1, kXSlots, peer)) return false;
   if (scale) {
     void* z = dn::send_ptr(a.d, slotOff(a, peer, q));
     scaleMulti<DT>(&z, 1, src, len / sizeof(typename Num<DT>::U), scalarBits, threadIdx.x,
@@ -51,7 +53,7 @@ __device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_
     __syncthreads();
     src = z;
   }
-  return dn::put_signal(a.d, src, peer, slotOff(a, a.me, q), len, kXSigData + a.me, q);
+  return netPublish(a.d, src, peer, slotOff(a, a.me, q), len, kXSigData + a.me, q - 1);
 }
 
 __device__ __forceinline__ bool scales(const HierXArgs& a, const XStep& s) {
@@ -80,11 +82,11 @@ __device__ bool recvStep(const HierXArgs& a, const XStep& s) {
   for (uint64_t k = 0; k < nch; k++) {
     const uint64_t q = base + k + 1;
     const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
-    if (!dn::wait_signal(a.d, kXSigData + s.peer, q, s.peer)) return false;
+    if (!netReceive(a.d, kXSigData + s.peer, q - 1, s.peer)) return false;
     copyBytes(dst + k * a.slotBytes, dn::recv_ptr(a.d, s.peer, slotOff(a, s.peer, q)), len,
               threadIdx.x, blockDim.x);
     __syncthreads();  // every read of the slot is done before the ack frees it
-    if (!dn::signal(a.d, s.peer, kXSigAck + a.me, q)) return false;
+    if (!netRelease(a.d, s.peer, kXSigAck + a.me, q - 1)) return false;
   }
   setCounter(a, kXSigRcvd + s.peer, base + nch);
   return true;
@@ -123,19 +125,7 @@ template <int DT>
 __device__ void reduceN(const HierXArgs& a, const void* const* srcs, int n, const uint64_t* pmScal,
                         void* dst, uint64_t len, const RedCfg& cfg) {
   void* dsts[1] = {dst};
-  switch (a.red) {
-    case kRedProd:
-      reduceRange<DT, kRedProd>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
-      break;
-    case kRedMax:
-      reduceRange<DT, kRedMax>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
-      break;
-    case kRedMin:
-      reduceRange<DT, kRedMin>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
-      break;
-    default:
-      reduceRange<DT, kRedSum>(srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
-  }
+  reduceRangeAny<DT>(a.red, srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
 }
 
 // Waits for chunk k of every channel input of list `li` and points srcs at it (my own entry:
@@ -149,7 +139,7 @@ __device__ bool gatherInputs(const HierXArgs& a, int li, uint64_t k, const void*
       continue;
     }
     const uint64_t q = counter(a, kXSigRcvd + p) + k + 1;
-    if (!dn::wait_signal(a.d, kXSigData + p, q, p)) return false;
+    if (!netReceive(a.d, kXSigData + p, q - 1, p)) return false;
     if (threadIdx.x == 0) srcs[j] = dn::recv_ptr(a.d, p, slotOff(a, p, q));
   }
   __syncthreads();
@@ -160,7 +150,7 @@ __device__ bool ackInputs(const HierXArgs& a, int li, uint64_t k) {
   for (int j = 0; j < a.listLen[li]; j++) {
     const int p = a.list[li][j];
     if (p == a.me) continue;
-    if (!dn::signal(a.d, p, kXSigAck + a.me, counter(a, kXSigRcvd + p) + k + 1)) return false;
+    if (!netRelease(a.d, p, kXSigAck + a.me, counter(a, kXSigRcvd + p) + k)) return false;
   }
   return true;
 }
@@ -198,7 +188,7 @@ __device__ bool reduceStep(const HierXArgs& a, const XStep& s, uint64_t scalarBi
     if (toPeer) {
       // Scratch in the zero-copy source area; its slot was last used by chunk qo - 2,
       // which the peer has consumed (so the proxy has sent it) once ACK >= qo - 2.
-      if (qo > 2 && !dn::wait_signal(a.d, kXSigAck + s.peer, qo - 2, s.peer)) return false;
+      if (!netAcquire(a.d, kXSigAck + s.peer, qo - 1, kXSlots, s.peer)) return false;
       out = dn::send_ptr(a.d, (qo & 1) * a.slotBytes);
     }
     if (!gatherInputs(a, 0, k, mine, srcs)) return false;
@@ -210,7 +200,7 @@ __device__ bool reduceStep(const HierXArgs& a, const XStep& s, uint64_t scalarBi
       __syncthreads();
     }
     if (toPeer &&
-        !dn::put_signal(a.d, out, s.peer, slotOff(a, a.me, qo), len * es, kXSigData + a.me, qo))
+        !netPublish(a.d, out, s.peer, slotOff(a, a.me, qo), len * es, kXSigData + a.me, qo - 1))
       return false;
     if (!ackInputs(a, 0, k) || (l2 && !ackInputs(a, 1, k))) return false;
   }
@@ -268,28 +258,13 @@ __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__
 cudaError_t launchHierX(const HierXArgs& a, cudaStream_t s) {
   using namespace dev;
   if (a.nLanes <= 0) return cudaSuccess;
-  switch (a.dtype) {
-#define MK_HIERX_CASE(DT)                              \
-  case DT:                                             \
-    hierXKernel<DT><<<a.nLanes, kXThreads, 0, s>>>(a); \
-    break;
-    MK_HIERX_CASE(ncclInt8)
-    MK_HIERX_CASE(ncclUint8)
-    MK_HIERX_CASE(ncclInt32)
-    MK_HIERX_CASE(ncclUint32)
-    MK_HIERX_CASE(ncclInt64)
-    MK_HIERX_CASE(ncclUint64)
-    MK_HIERX_CASE(ncclFloat16)
-    MK_HIERX_CASE(ncclFloat32)
-    MK_HIERX_CASE(ncclFloat64)
-    MK_HIERX_CASE(ncclBfloat16)
-    MK_HIERX_CASE(ncclFloat8e4m3)
-    MK_HIERX_CASE(ncclFloat8e5m2)
-#undef MK_HIERX_CASE
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return dispatchDtype(
+      a.dtype,
+      [&](auto dt) {
+        hierXKernel<decltype(dt)::kDt><<<a.nLanes, kXThreads, 0, s>>>(a);
+        return cudaGetLastError();
+      },
+      [] { return cudaErrorInvalidValue; });
 }
 
 }  // namespace mk

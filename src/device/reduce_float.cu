@@ -4,14 +4,7 @@
 namespace mk {
 
 cudaError_t launchReduceFloat(const ReduceArgs& a, int grid, cudaStream_t s) {
-  switch (a.dtype) {
-    case ncclFloat32:
-      return dev::launchReduceDt<ncclFloat32>(a, grid, s);
-    case ncclFloat64:
-      return dev::launchReduceDt<ncclFloat64>(a, grid, s);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::launchReduceFamily<kFamFloat>(a, grid, s);
 }
 
 }  // namespace mk

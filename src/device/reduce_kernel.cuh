@@ -8,17 +8,14 @@
 // all ranks process lanes in the same order, so the protocol cannot deadlock whatever the
 // grid size of each rank (ranks may have different SM budgets).
 //
-// Message protocol on (src -> dst, lane): message k (0-based, counted by both ends in
-// DevState) goes to slot k % slots of dst's workspace. The sender waits for
-// consumed[slot] >= k + 1 - slots, writes the data, then fence + st.release ready = k + 1;
-// the receiver waits for ready >= k + 1, reads, then releases consumed = k + 1. All
-// remote accesses of a rank are writes into, and flag reads of, peers that must still wait
-// for the message, so a rank whose kernels finished is never touched again (safe destroy).
+// Message protocol on (src -> dst, lane): the slot-FIFO channel of device/chan.cuh
+// (acquire, publish, receive, release), counted by both ends in DevState.
 #pragma once
 
 #include <cstdint>
+#include "device/chan.cuh"
 #include "device/prims.cuh"
-#include "device/ws.cuh"
+#include "device/redspec.cuh"
 
 namespace mk {
 namespace dev {
@@ -45,26 +42,13 @@ struct RedShared {
 // of our next message (send side) or published its next message to us (receive side).
 static __device__ __noinline__ bool waitPeers(RedShared& sh, const CommDev& c, int lane,
                                               bool sendSide, int coll) {
-  const WsLayout& w = c.ws;
   if (threadIdx.x < 32) {
     for (int j = threadIdx.x; j < sh.pn; j += 32) {
-      int q = sh.plist[j];
-      const uint64_t* flag;
-      uint64_t target;
-      int slot;
-      if (sendSide) {
-        uint64_t seq = sh.sendCnt[q];
-        if (seq < (uint64_t)w.slots) continue;  // first use of this slot
-        slot = (int)(seq % w.slots);
-        flag = consumedFlag(sh.ws[q], w, c.me, lane, slot);
-        target = seq + 1 - w.slots;
-      } else {
-        uint64_t seq = sh.recvCnt[q];
-        slot = (int)(seq % w.slots);
-        flag = readyFlag(sh.ws[c.me], w, q, lane, slot);
-        target = seq + 1;
-      }
-      if (!waitPeer(c, flag, target, q, coll, lane, slot, sendSide)) {
+      const int q = sh.plist[j];
+      const bool ok = sendSide
+                          ? acquire(c, sendLink(c, sh.ws, q, lane), sh.sendCnt[q], coll, q, lane)
+                          : receive(c, recvLink(c, sh.ws, q, lane), sh.recvCnt[q], coll, q, lane);
+      if (!ok) {
         sh.err = 1;
         break;
       }
@@ -77,35 +61,31 @@ static __device__ __noinline__ bool waitPeers(RedShared& sh, const CommDev& c, i
 // Publishes our next message to every peer of sh.plist (the caller's __syncthreads made
 // the CTA's data writes precede this; fence.acq_rel.sys makes them visible system-wide).
 static __device__ __noinline__ void releaseSends(RedShared& sh, const CommDev& c, int lane) {
-  const WsLayout& w = c.ws;
   for (int j = threadIdx.x; j < sh.pn; j += blockDim.x) {
-    int q = sh.plist[j];
-    uint64_t seq = sh.sendCnt[q];
+    const int q = sh.plist[j];
     ptx::fenceAcqRelSys();
-    ptx::stReleaseSys(readyFlag(sh.ws[q], w, c.me, lane, (int)(seq % w.slots)), seq + 1);
-    sh.sendCnt[q] = seq + 1;
+    publish(sendLink(c, sh.ws, q, lane), sh.sendCnt[q]);
+    sh.sendCnt[q]++;
   }
   __syncthreads();
 }
 
 // Hands the slots of the messages just read from every peer of sh.plist back to them.
 static __device__ __noinline__ void releaseRecvs(RedShared& sh, const CommDev& c, int lane) {
-  const WsLayout& w = c.ws;
   for (int j = threadIdx.x; j < sh.pn; j += blockDim.x) {
-    int q = sh.plist[j];
-    uint64_t seq = sh.recvCnt[q];
+    const int q = sh.plist[j];
     ptx::fenceAcqRelSys();
-    ptx::stReleaseSys(consumedFlag(sh.ws[c.me], w, q, lane, (int)(seq % w.slots)), seq + 1);
-    sh.recvCnt[q] = seq + 1;
+    release(recvLink(c, sh.ws, q, lane), sh.recvCnt[q]);
+    sh.recvCnt[q]++;
   }
   __syncthreads();
 }
 
 __device__ __forceinline__ char* sendSlot(RedShared& sh, const CommDev& c, int lane, int q) {
-  return slotData(sh.ws[q], c.ws, c.me, lane, (int)(sh.sendCnt[q] % c.ws.slots));
+  return slotData(sendLink(c, sh.ws, q, lane), sh.sendCnt[q]);
 }
 __device__ __forceinline__ char* recvSlot(RedShared& sh, const CommDev& c, int lane, int q) {
-  return slotData(sh.ws[c.me], c.ws, q, lane, (int)(sh.recvCnt[q] % c.ws.slots));
+  return slotData(recvLink(c, sh.ws, q, lane), sh.recvCnt[q]);
 }
 
 // plist = {q} (one peer) or every peer but me.
@@ -268,29 +248,20 @@ __device__ bool twoShotLane(RedShared& sh, const ReduceArgs& a, int lane, const 
 // the data pass and a single fence for both of its releases.
 __device__ __forceinline__ bool waitSendFree1(RedShared& sh, const CommDev& c, int lane, int q,
                                               int coll) {
-  uint64_t seq = sh.sendCnt[q];
-  if (seq < (uint64_t)c.ws.slots) return true;
-  int slot = (int)(seq % c.ws.slots);
-  return waitPeer(c, consumedFlag(sh.ws[q], c.ws, c.me, lane, slot), seq + 1 - c.ws.slots, q, coll,
-                  lane, slot, true);
+  return acquire(c, sendLink(c, sh.ws, q, lane), sh.sendCnt[q], coll, q, lane);
 }
 __device__ __forceinline__ bool waitRecv1(RedShared& sh, const CommDev& c, int lane, int q,
                                           int coll) {
-  uint64_t seq = sh.recvCnt[q];
-  int slot = (int)(seq % c.ws.slots);
-  return waitPeer(c, readyFlag(sh.ws[c.me], c.ws, q, lane, slot), seq + 1, q, coll, lane, slot,
-                  false);
+  return receive(c, recvLink(c, sh.ws, q, lane), sh.recvCnt[q], coll, q, lane);
 }
 // Caller: thread 0, after the barrier that ends the step's data pass, after one fence.
 __device__ __forceinline__ void postSend1(RedShared& sh, const CommDev& c, int lane, int q) {
-  uint64_t seq = sh.sendCnt[q];
-  ptx::stReleaseSys(readyFlag(sh.ws[q], c.ws, c.me, lane, (int)(seq % c.ws.slots)), seq + 1);
-  sh.sendCnt[q] = seq + 1;
+  publish(sendLink(c, sh.ws, q, lane), sh.sendCnt[q]);
+  sh.sendCnt[q]++;
 }
 __device__ __forceinline__ void postRecv1(RedShared& sh, const CommDev& c, int lane, int q) {
-  uint64_t seq = sh.recvCnt[q];
-  ptx::stReleaseSys(consumedFlag(sh.ws[c.me], c.ws, q, lane, (int)(seq % c.ws.slots)), seq + 1);
-  sh.recvCnt[q] = seq + 1;
+  release(recvLink(c, sh.ws, q, lane), sh.recvCnt[q]);
+  sh.recvCnt[q]++;
 }
 
 // Round g covers n segments of chunkElems; segment s is reduced along the ring starting
@@ -588,26 +559,22 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   if (tid == 0) rt::finishCta(c.w);
 }
 
-// Host-side dispatch over the reduction kind for one dtype.
-template <int DT>
-cudaError_t launchReduceDt(const ReduceArgs& a, int grid, cudaStream_t s) {
-  switch (a.red) {
-    case kRedSum:
-      reduceKernel<DT, kRedSum><<<grid, kCollThreads, 0, s>>>(a);
-      break;
-    case kRedProd:
-      reduceKernel<DT, kRedProd><<<grid, kCollThreads, 0, s>>>(a);
-      break;
-    case kRedMax:
-      reduceKernel<DT, kRedMax><<<grid, kCollThreads, 0, s>>>(a);
-      break;
-    case kRedMin:
-      reduceKernel<DT, kRedMin><<<grid, kCollThreads, 0, s>>>(a);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+// Host-side dispatch over dtype x reduction kind for the dtypes of family FAM (dtFamily);
+// the other families are instantiated in their own translation units.
+template <int FAM>
+cudaError_t launchReduceFamily(const ReduceArgs& a, int grid, cudaStream_t s) {
+  if (a.red < kRedSum || a.red > kRedMin || dtFamily(a.dtype) != FAM) return cudaErrorInvalidValue;
+  return dispatchDtype(
+      a.dtype,
+      [&](auto dt) {
+        constexpr int DT = decltype(dt)::kDt;
+        if constexpr (dtFamily(DT) == FAM)
+          dispatchRed(a.red, [&](auto r) {
+            reduceKernel<DT, decltype(r)::kRed><<<grid, kCollThreads, 0, s>>>(a);
+          });
+        return cudaGetLastError();
+      },
+      [] { return cudaErrorInvalidValue; });
 }
 
 }  // namespace dev

@@ -5,18 +5,7 @@
 namespace mk {
 
 cudaError_t launchReduceLowp(const ReduceArgs& a, int grid, cudaStream_t s) {
-  switch (a.dtype) {
-    case ncclFloat16:
-      return dev::launchReduceDt<ncclFloat16>(a, grid, s);
-    case ncclBfloat16:
-      return dev::launchReduceDt<ncclBfloat16>(a, grid, s);
-    case ncclFloat8e4m3:
-      return dev::launchReduceDt<ncclFloat8e4m3>(a, grid, s);
-    case ncclFloat8e5m2:
-      return dev::launchReduceDt<ncclFloat8e5m2>(a, grid, s);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::launchReduceFamily<kFamLowp>(a, grid, s);
 }
 
 }  // namespace mk

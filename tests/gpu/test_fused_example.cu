@@ -6,13 +6,11 @@
 // by MKERNEL_TIMEOUT_MS with an error naming the peer and the operator.
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "base/param.h"
 #include "fused/core/cost_model.h"
 #include "fused/ops/example/example.h"
 #include "test_gemm_util.cuh"
@@ -27,21 +25,7 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-bool sm90(std::string* why) {
-  if (!mktest::haveGpu(why)) return false;
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  if (major != 9) {
-    *why = "the GEMM engine needs sm_90";
-    return false;
-  }
-  return true;
-}
-#define REQUIRE_SM90()                                           \
-  do {                                                           \
-    std::string why_;                                            \
-    if (!sm90(&why_)) GTEST_SKIP() << "no usable GPU: " << why_; \
-  } while (0)
+#define REQUIRE_SM90() GEMMTEST_REQUIRE_SM90()
 
 // n ranks on GPU 0 (ncclCommInitAll with a repeated device), a non-blocking stream each.
 struct Ranks {
@@ -71,25 +55,6 @@ bool streamDone(cudaStream_t s, double timeoutS) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
-
-struct EnvScope {
-  std::string name, old;
-  bool had;
-  EnvScope(const char* n, const char* v) : name(n) {
-    const char* o = getenv(n);
-    had = o != nullptr;
-    if (o) old = o;
-    setenv(n, v, 1);
-    mk::paramReset();
-  }
-  ~EnvScope() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-    mk::paramReset();
-  }
-};
 
 // One rank's buffers: its GEMM problem, the received tiles, the operator's flags.
 struct RankBufs {
@@ -246,7 +211,7 @@ TEST(FusedExample, AbortStopsAWaitingKernel) {
 // for and the operator; later calls report the error instead of hanging.
 TEST(FusedExample, TimeoutNamesPeerAndOp) {
   REQUIRE_SM90();
-  EnvScope timeout("MKERNEL_TIMEOUT_MS", "1000");
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "1000");
   Ranks r(2);
   ASSERT_TRUE(r.ok) << ncclGetLastError(nullptr);
   RankBufs b(512, 1024, 256, BLayout::kNK);

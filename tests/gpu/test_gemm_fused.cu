@@ -9,25 +9,9 @@
 
 using namespace gemmtest;
 
-namespace {
-
-bool sm90(std::string* why) {
-  if (!mktest::haveGpu(why)) return false;
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  if (major != 9) {
-    *why = "GEMM engine needs sm_90";
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 // Rates measured once per device and cached; a second query comes from the cache.
 TEST(GemmFused, DeviceRatesMeasuredAndCached) {
-  std::string why;
-  if (!sm90(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  GEMMTEST_REQUIRE_SM90();
   mk::fused::DeviceRates r;
   ASSERT_EQ(mk::fused::getDeviceRates(0, &r), ncclSuccess);
   printf("[gemm-fused] rates: %s", mk::fused::formatRates(r).c_str());

@@ -21,22 +21,7 @@ using mk::gemm::GemmArgs;
 
 namespace {
 
-bool sm90(std::string* why) {
-  if (!mktest::haveGpu(why)) return false;
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  if (major != 9) {
-    *why = "GEMM engine needs sm_90";
-    return false;
-  }
-  return true;
-}
-
-#define REQUIRE_SM90()                                            \
-  do {                                                            \
-    std::string why_;                                             \
-    if (!sm90(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
-  } while (0)
+#define REQUIRE_SM90() GEMMTEST_REQUIRE_SM90()
 
 // Writes the rows of each flag's block (in the given order) from `src` into `dst`, then
 // releases the block's flag with the sequence number; pauses between blocks so the GEMM

@@ -141,6 +141,23 @@ static __global__ void compareKernel(int M, int N, const void* D, int64_t ldd, D
   atomicAdd(&out->refSq, r2);
 }
 
+// The GEMM engine needs an sm_90 device (wgmma, TMA); false with the reason otherwise.
+inline bool engineUsable(std::string* why) {
+  if (!mktest::haveGpu(why)) return false;
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major != 9) {
+    *why = "the GEMM engine needs sm_90";
+    return false;
+  }
+  return true;
+}
+#define GEMMTEST_REQUIRE_SM90()                                                      \
+  do {                                                                               \
+    std::string why_;                                                                \
+    if (!::gemmtest::engineUsable(&why_)) GTEST_SKIP() << "no usable GPU: " << why_; \
+  } while (0)
+
 inline double outRtol(DType t) {
   return t == DType::kBF16 ? 1.0 / 128 : (t == DType::kF16 ? 1.0 / 1024 : 1e-5);
 }

@@ -83,73 +83,54 @@ __device__ void tileReceived(const Params& p, int32_t id, uint64_t seq) {
   if (threadIdx.x == 0) rt::releaseFlag(p.recvFlags + id, seq, false);
 }
 
-// Role: send. Lanes idx, idx + n, ...; on each lane the tiles id = lane, lane + lanes, ...
-// in ascending order, each in slot-sized pieces to the next rank. The receiving rank walks
-// the same sequence, so every wait depends only on earlier messages of the same lane.
-__device__ void sendRole(const Params& p, int32_t idx, int32_t n, CommShared& sh) {
+// Roles send (kSend: own tiles to the next rank) and receive (the previous rank's tiles
+// into recv). Lanes idx, idx + n, ...; on each lane the tiles id = lane, lane + lanes, ...
+// in ascending order, each in slot-sized pieces; the other end walks the same sequence, so
+// every wait depends only on earlier messages of the same lane.
+template <bool kSend>
+__device__ void ringRole(const Params& p, int32_t idx, int32_t n, uint64_t seq, CommShared& sh) {
   const CommDev& c = p.f.c;
+  const int peer = kSend ? p.next : p.prev;
   const uint16_t* D = static_cast<const uint16_t*>(p.g.D);
   const int32_t numTiles = p.g.tilesM * p.g.tilesN;
   for (int32_t lane = idx; lane < p.lanes; lane += n) {
-    const dev::P2pLink link = dev::sendLink(c, c.peers, p.next, lane);
-    uint64_t* cnt = c.sendCnt + p.next * kMaxLanes + lane;
+    const dev::P2pLink link =
+        kSend ? dev::sendLink(c, c.peers, peer, lane) : dev::recvLink(c, c.peers, peer, lane);
+    uint64_t* cnt = (kSend ? c.sendCnt : c.recvCnt) + peer * kMaxLanes + lane;
     if (threadIdx.x == 0) sh.k = *cnt;
     __syncthreads();
     for (int32_t id = lane; id < numTiles; id += p.lanes) {
-      if (!waitTile(p, id, sh)) return;
+      if (kSend && !waitTile(p, id, sh)) return;
       const Tile t(p.g, id);
       for (int64_t e0 = 0; e0 < t.elems(); e0 += pieceElems(p)) {
         const int64_t e1 = min(t.elems(), e0 + pieceElems(p));
-        if (threadIdx.x == 0) sh.ok = dev::acquire(c, link, sh.k, rt::kOpExample, p.next, lane);
+        if (threadIdx.x == 0)
+          sh.ok = kSend ? dev::acquire(c, link, sh.k, rt::kOpExample, peer, lane)
+                        : dev::receive(c, link, sh.k, rt::kOpExample, peer, lane);
         __syncthreads();
         if (!sh.ok) return;
         uint16_t* slot = reinterpret_cast<uint16_t*>(dev::slotData(link, sh.k));
-        for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x)
-          slot[e - e0] = D[t.at(e, p.g.ldd)];
+        for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+          if (kSend)
+            slot[e - e0] = D[t.at(e, p.g.ldd)];
+          else  // peers rewrite slots between two reads of the same address: bypass L1
+            p.recv[t.at(e, p.ldRecv)] = __ldcg(slot + (e - e0));
+        }
         __syncthreads();
         if (threadIdx.x == 0) {
           ptx::fenceAcqRelSys();
-          dev::publish(link, sh.k);
+          if (kSend)
+            dev::publish(link, sh.k);
+          else
+            dev::release(link, sh.k);
           sh.k++;
         }
         __syncthreads();
       }
-      tileRead(p, id);
-    }
-    if (threadIdx.x == 0) *cnt = sh.k;
-    __syncthreads();
-  }
-}
-
-// Role: receive the previous rank's tiles (the mirror of sendRole) into recv.
-__device__ void recvRole(const Params& p, int32_t idx, int32_t n, uint64_t seq, CommShared& sh) {
-  const CommDev& c = p.f.c;
-  const int32_t numTiles = p.g.tilesM * p.g.tilesN;
-  for (int32_t lane = idx; lane < p.lanes; lane += n) {
-    const dev::P2pLink link = dev::recvLink(c, c.peers, p.prev, lane);
-    uint64_t* cnt = c.recvCnt + p.prev * kMaxLanes + lane;
-    if (threadIdx.x == 0) sh.k = *cnt;
-    __syncthreads();
-    for (int32_t id = lane; id < numTiles; id += p.lanes) {
-      const Tile t(p.g, id);
-      for (int64_t e0 = 0; e0 < t.elems(); e0 += pieceElems(p)) {
-        const int64_t e1 = min(t.elems(), e0 + pieceElems(p));
-        if (threadIdx.x == 0) sh.ok = dev::receive(c, link, sh.k, rt::kOpExample, p.prev, lane);
-        __syncthreads();
-        if (!sh.ok) return;
-        // Peers rewrite slots between two reads of the same address: bypass L1.
-        const uint16_t* slot = reinterpret_cast<const uint16_t*>(dev::slotData(link, sh.k));
-        for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x)
-          p.recv[t.at(e, p.ldRecv)] = __ldcg(slot + (e - e0));
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          ptx::fenceAcqRelSys();
-          dev::release(link, sh.k);
-          sh.k++;
-        }
-        __syncthreads();
-      }
-      tileReceived(p, id, seq);
+      if (kSend)
+        tileRead(p, id);
+      else
+        tileReceived(p, id, seq);
     }
     if (threadIdx.x == 0) *cnt = sh.k;
     __syncthreads();
@@ -190,9 +171,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   } else if (role == Role::kIntraComm && p.lanes == 0) {
     selfRole(p, idx, nComm, seq, sh);
   } else if (role == Role::kIntraComm && idx < nSend) {
-    sendRole(p, idx, nSend, sh);
+    ringRole<true>(p, idx, nSend, seq, sh);
   } else if (role == Role::kIntraComm) {
-    recvRole(p, idx - nSend, nComm - nSend, seq, sh);
+    ringRole<false>(p, idx - nSend, nComm - nSend, seq, sh);
   }
   __syncthreads();
   if (threadIdx.x == 0) finishCall(p.f, seq);

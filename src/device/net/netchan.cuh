@@ -1,0 +1,45 @@
+// The slot-FIFO channel protocol of device/chan.cuh over the device communication API
+// (devcomm.cuh), for channels whose ends may be on different nodes: message k lands in the
+// receiver's window with put_signal(..., dataSlot, chanReady(k)); the receiver frees its
+// slot with signal(sender, ackSlot, chanReady(k)). The slot offsets in the window are the
+// caller's (they depend on its window layout); the counting is the protocol's.
+// Every call is made by the whole group G and returns false once the comm failed.
+#pragma once
+#include <cstdint>
+
+#include "device/chan.cuh"
+#include "device/net/devcomm.cuh"
+
+namespace mk {
+namespace dev {
+
+// Sender: wait until the slot of message k is free (the receiver acknowledged message
+// k - slots), `peer` naming the receiver in error records.
+template <class G = net::Block>
+__device__ __forceinline__ bool netAcquire(const NetDev& d, uint32_t ackSlot, uint64_t k,
+                                           uint64_t slots, int peer) {
+  if (!chanNeedsFree(k, slots)) return true;
+  return net::wait_signal<G>(d, ackSlot, chanFree(k, slots), peer);
+}
+// Sender: put message k (bytes of src) at dstOff of the peer's window and publish it.
+template <class G = net::Block>
+__device__ __forceinline__ bool netPublish(const NetDev& d, const void* src, int peer,
+                                           uint64_t dstOff, uint64_t bytes, uint32_t dataSlot,
+                                           uint64_t k) {
+  return net::put_signal<G>(d, src, peer, dstOff, bytes, dataSlot, chanReady(k));
+}
+// Receiver: wait until message k from `peer` has landed.
+template <class G = net::Block>
+__device__ __forceinline__ bool netReceive(const NetDev& d, uint32_t dataSlot, uint64_t k,
+                                           int peer) {
+  return net::wait_signal<G>(d, dataSlot, chanReady(k), peer);
+}
+// Receiver: message k from `peer` is read; its slot may be reused.
+template <class G = net::Block>
+__device__ __forceinline__ bool netRelease(const NetDev& d, int peer, uint32_t ackSlot,
+                                           uint64_t k) {
+  return net::signal<G>(d, peer, ackSlot, chanReady(k));
+}
+
+}  // namespace dev
+}  // namespace mk
