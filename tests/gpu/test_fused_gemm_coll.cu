@@ -153,16 +153,27 @@ std::string runCase(const Case& c, uint64_t seed, bool graph = false, int reps =
         return "begin capture failed";
     }
     std::string e = issue();
-    for (int r = 0; r < n; ++r) {
-      cudaGraph_t g = nullptr;
-      if (cudaStreamEndCapture(q.streams[r], &g) != cudaSuccess || g == nullptr)
-        return "end capture failed: " + e;
+    // End every capture before instantiating anything (instantiation is refused while a
+    // stream of this thread still captures), also when a call failed.
+    std::vector<cudaError_t> ended(n);
+    graphs.assign(n, nullptr);
+    for (int r = 0; r < n; ++r) ended[r] = cudaStreamEndCapture(q.streams[r], &graphs[r]);
+    for (int r = 0; r < n && e.empty(); ++r) {
+      if (ended[r] != cudaSuccess || graphs[r] == nullptr)
+        e = std::string("end capture failed: ") + cudaGetErrorString(ended[r]);
+    }
+    for (int r = 0; r < n && e.empty(); ++r) {
       cudaGraphExec_t x = nullptr;
-      if (cudaGraphInstantiate(&x, g, 0) != cudaSuccess) return "instantiate failed";
-      graphs.push_back(g);
+      cudaError_t ie = cudaGraphInstantiate(&x, graphs[r], 0);
+      if (ie != cudaSuccess) e = std::string("instantiate failed: ") + cudaGetErrorString(ie);
       execs.push_back(x);
     }
-    if (!e.empty()) return e;
+    if (!e.empty()) {
+      for (auto x : execs) if (x) cudaGraphExecDestroy(x);
+      for (auto g : graphs) if (g) cudaGraphDestroy(g);
+      colltest::dropClique(c.n);
+      return e;
+    }
   }
   (void)exec;
   std::string err;
@@ -280,9 +291,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedGemmColl, ::testing::ValuesIn(cases()),
 // Captured once per rank stream, replayed with new inputs.
 TEST(FusedGemmCollGraph, ReplaysWithNewInputs) {
   MKTEST_REQUIRE_GPU();
-  for (int op = 0; op < 3; ++op) {
-    Case c{op, 4, 512, 384, 192, 0, ncclBfloat16, ncclBfloat16, op == 0, 0};
-    EXPECT_EQ(runCase(c, 77 + op, true, 50), "") << name(c);
+  for (int algo : {ncclFusedSequential, ncclFusedFused}) {
+    for (int op = 0; op < 3; ++op) {
+      Case c{op, 4, 512, 384, 192, 0, ncclBfloat16, ncclBfloat16, op == 0, algo};
+      // One eager call first: the fused path sets up its per-comm state outside capture.
+      EXPECT_EQ(runCase(c, 70 + op), "") << name(c) << " (eager)";
+      EXPECT_EQ(runCase(c, 77 + op, true, 50), "") << name(c);
+    }
   }
 }
 
