@@ -45,6 +45,12 @@ struct FusedComm {
   NetDev net;
 };
 
+// The operator's counter of completed calls (device memory). Flags published relative to
+// it (GemmHooks::seqBase) carry the call number, so graph replays publish new values.
+MK_HD inline uint64_t* fusedCallCounter(const FusedComm& f) {
+  return f.seq + (f.c.w.op - rt::kOpFusedFirst);
+}
+
 // The view of `comm` for operator `op` (an rt::ErrOp of a fused operator). Needs a comm
 // that finished its init; ncclInvalidArgument otherwise.
 ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out);

@@ -65,16 +65,13 @@ struct CommShared {
   int ok;
 };
 
-// Waits for tile `id` of this call's GEMM (one thread); the flag goes back to 0 for the next
-// call once the tile has been read (the engine publishes a constant, see launch()).
-__device__ bool waitTile(const Params& p, int32_t id, CommShared& sh) {
-  if (threadIdx.x == 0) sh.ok = rt::waitFlag(p.f.c.w, p.g.hooks.tileDone + id, 1, id, false);
+// Waits for tile `id` of this call's GEMM: its flag carries the call number (seqBase).
+__device__ bool waitTile(const Params& p, int32_t id, uint64_t seq, CommShared& sh) {
+  if (threadIdx.x == 0) sh.ok = rt::waitFlag(p.f.c.w, p.g.hooks.tileDone + id, seq, id, false);
   __syncthreads();
-  return sh.ok != 0;
-}
-__device__ void tileRead(const Params& p, int32_t id) {
-  __syncthreads();
-  if (threadIdx.x == 0) p.g.hooks.tileDone[id] = 0;
+  const bool ok = sh.ok != 0;
+  __syncthreads();  // every thread has read sh.ok before thread 0 writes it again
+  return ok;
 }
 __device__ void tileReceived(const Params& p, int32_t id, uint64_t seq) {
   if (p.recvFlags == nullptr) return;
@@ -100,7 +97,7 @@ __device__ void ringRole(const Params& p, int32_t idx, int32_t n, uint64_t seq, 
     if (threadIdx.x == 0) sh.k = *cnt;
     __syncthreads();
     for (int32_t id = lane; id < numTiles; id += p.lanes) {
-      if (kSend && !waitTile(p, id, sh)) return;
+      if (kSend && !waitTile(p, id, seq, sh)) return;
       const Tile t(p.g, id);
       for (int64_t e0 = 0; e0 < t.elems(); e0 += pieceElems(p)) {
         const int64_t e1 = min(t.elems(), e0 + pieceElems(p));
@@ -127,10 +124,7 @@ __device__ void ringRole(const Params& p, int32_t idx, int32_t n, uint64_t seq, 
         }
         __syncthreads();
       }
-      if (kSend)
-        tileRead(p, id);
-      else
-        tileReceived(p, id, seq);
+      if (!kSend) tileReceived(p, id, seq);
     }
     if (threadIdx.x == 0) *cnt = sh.k;
     __syncthreads();
@@ -142,11 +136,10 @@ __device__ void selfRole(const Params& p, int32_t idx, int32_t n, uint64_t seq, 
   const uint16_t* D = static_cast<const uint16_t*>(p.g.D);
   const int32_t numTiles = p.g.tilesM * p.g.tilesN;
   for (int32_t id = idx; id < numTiles; id += n) {
-    if (!waitTile(p, id, sh)) return;
+    if (!waitTile(p, id, seq, sh)) return;
     const Tile t(p.g, id);
     for (int64_t e = threadIdx.x; e < t.elems(); e += blockDim.x)
       p.recv[t.at(e, p.ldRecv)] = D[t.at(e, p.g.ldd)];
-    tileRead(p, id);
     tileReceived(p, id, seq);
   }
 }
@@ -232,8 +225,9 @@ ncclResult_t launch(const Args& a, ncclComm* comm, cudaStream_t stream, SmSplit*
   Params p{};
   gemm::GemmArgs g = a.gemm;
   g.hooks.tileDone = a.tileFlags;
-  // A constant the comm roles reset after reading: the value cannot depend on the call
-  // (the engine's parameters are fixed at launch, and a CUDA graph replays them).
+  // Tiles are published with the call number (completed calls + 1), read on the device:
+  // flags are never reset and a CUDA graph replay publishes a new value.
+  g.hooks.seqBase = fusedCallCounter(f);
   g.hooks.tileDoneValue = 1;
   g.hooks.wait = f.c.w;
   int32_t gridUnused;

@@ -25,7 +25,8 @@ struct Args {
   gemm::GemmArgs gemm;            // bf16 in, bf16 out; hooks are set by launch()
   void* recv = nullptr;           // [M, N] bf16: gets D of the previous local rank
   int64_t ldRecv = 0;             // 0 = N
-  uint64_t* tileFlags = nullptr;  // tilesM * tilesN flags in device memory, zeroed once
+  uint64_t* tileFlags = nullptr;  // tilesM * tilesN flags in device memory, zeroed once per
+                                  // comm; they hold the number of the last call
   uint64_t* recvFlags = nullptr;  // optional, tilesM * tilesN: the call number (1, 2, ...)
                                   // once that tile of recv is written
   int commSms = -1;               // -1: MKERNEL_FUSED_COMM_SMS or the cost model
