@@ -228,6 +228,14 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   return ncclSuccess;
 }
 
+ncclResult_t preload(const GemmArgs& a) {
+  GemmParams p;
+  int32_t grid = 0;
+  NCCLCHECK(buildParams(a, &p, &grid));
+  if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, 0, nullptr);
+  return dispatchOut<DType::kF16>(a, p, 0, nullptr);
+}
+
 ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   GemmParams p;
   int32_t grid = 0;

@@ -67,7 +67,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   sq.K = (int)c.K;
   sq.intraBytes = commBytes(c, n);
   DeviceRates rates;
-  if (c.cfg.commSms < 0 && MK_PARAM_INT(FusedCommSms) < 0)
+  // Measured rates (a device-wide synchronisation on first use) only where the model's
+  // fuse/sequential verdict is wanted: ncclFusedAuto with MKERNEL_FUSED_AUTO=1.
+  if (c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0 && MK_PARAM_INT(FusedCommSms) < 0)
     NCCLCHECK(getDeviceRates(comm->cudaDev, &rates));
   sq.nRanks = n;
   SplitChoice choice = resolveSplit(sq, rates, budget, c.cfg.commSms);
@@ -113,6 +115,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
 
+  NCCLCHECK(preloadKernels(c));  // the bias kernel runs after the (waiting) fused kernel
   ncclResult_t res = ncclSuccess;
   void* tmp = nullptr;
   gemm::GemmArgs g;

@@ -32,6 +32,9 @@ gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t 
 // the call to the sequential path.
 ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran);
 
+// Loads the GEMM variant and the bias kernel the call uses (see sequential.cu).
+ncclResult_t preloadKernels(const GemmCollCall& c);
+
 // C[rows, N] += bias[N] in type t (nothing when bias is null).
 ncclResult_t addBias(void* C, const void* bias, size_t rows, size_t N, ncclDataType_t t,
                      int smCount, cudaStream_t stream);

@@ -4,6 +4,7 @@
 
 #include "base/checks.h"
 #include "base/debug.h"
+#include "base/param.h"
 #include "comm/comm.h"
 #include "fused/core/fused_comm.h"
 #include "fused/ops/gemm_coll/clique.h"
@@ -40,7 +41,7 @@ int32_t errOp(GemmColl op) {
 
 ncclResult_t gemmCollRun(const GemmCollCall& c) {
   DeviceGuard guard(c.comm->cudaDev);
-  if (c.cfg.algo != ncclFusedSequential) {
+  if (c.cfg.algo == ncclFusedFused || (c.cfg.algo == ncclFusedAuto && MK_PARAM_INT(FusedAuto))) {
     // The fused kernel runs as one operation of the comm (stream order with its other
     // operations, graph capture, finalize, the comm's abort flag and error record).
     FusedComm f;

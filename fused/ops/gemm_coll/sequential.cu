@@ -82,8 +82,26 @@ gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t 
   return g;
 }
 
+// Loads every kernel the call launches before the first launch: a kernel of this rank that
+// waits for a peer (the collective) must not be running while a later kernel of the call is
+// still to be loaded, since loading can wait for the device and the peer may be driven by
+// this very thread.
+ncclResult_t preloadKernels(const GemmCollCall& c) {
+  const void* A = c.A;
+  NCCLCHECK(gemm::preload(gemmArgsOf(c, A, c.C, c.op == GemmColl::kReduceScatter ? c.M / c.comm->nRanks : c.M)));
+  if (c.cfg.bias == nullptr) return ncclSuccess;
+  cudaFuncAttributes attr;
+  switch (c.cfg.outType) {
+    case ncclBfloat16: CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<__nv_bfloat16>)); break;
+    case ncclFloat16: CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<__half>)); break;
+    default: CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<float>)); break;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t gemmCollSequential(const GemmCollCall& c) {
   ncclComm* comm = c.comm;
+  NCCLCHECK(preloadKernels(c));
   const int n = comm->nRanks;
   const size_t in = fusedTypeSize(c.inType), out = fusedTypeSize(c.cfg.outType);
   cudaStream_t s = c.stream;
