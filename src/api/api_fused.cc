@@ -23,56 +23,46 @@ ncclResult_t run(mk::fused::GemmCollCall c, const ncclFusedConfig_t* config) {
   NCCLCHECK(mk::fused::gemmCollCheck(&c, config, c.comm->nRanks, c.comm->rank));
   return mk::apiGuard(api, [&] { return mk::fused::gemmCollRun(c); });
 }
+
+mk::fused::GemmCollCall makeCall(mk::fused::GemmColl op, const void* A, const void* B, void* C,
+                                 void* G, size_t M, size_t N, size_t K, ncclDataType_t inType,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  mk::fused::GemmCollCall c;
+  c.op = op;
+  c.A = A;
+  c.B = B;
+  c.C = C;
+  c.Agathered = G;
+  c.M = M;
+  c.N = N;
+  c.K = K;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  return c;
+}
 }  // namespace
 
 MK_API(ncclResult_t, ncclGemmAllReduce, const void* A, const void* B, void* C, size_t M, size_t N,
        size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config, ncclComm_t comm,
        cudaStream_t stream) {
-  mk::fused::GemmCollCall c;
-  c.op = mk::fused::GemmColl::kAllReduce;
-  c.A = A;
-  c.B = B;
-  c.C = C;
-  c.M = M;
-  c.N = N;
-  c.K = K;
-  c.inType = inType;
-  c.comm = comm;
-  c.stream = stream;
-  return run(c, config);
+  return run(makeCall(mk::fused::GemmColl::kAllReduce, A, B, C, nullptr, M, N, K, inType, comm,
+                      stream),
+             config);
 }
 
 MK_API(ncclResult_t, ncclAllGatherGemm, const void* Ashard, const void* B, void* C, void* Agathered,
        size_t M, size_t N, size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config,
        ncclComm_t comm, cudaStream_t stream) {
-  mk::fused::GemmCollCall c;
-  c.op = mk::fused::GemmColl::kAllGather;
-  c.A = Ashard;
-  c.B = B;
-  c.C = C;
-  c.Agathered = Agathered;
-  c.M = M;
-  c.N = N;
-  c.K = K;
-  c.inType = inType;
-  c.comm = comm;
-  c.stream = stream;
-  return run(c, config);
+  return run(makeCall(mk::fused::GemmColl::kAllGather, Ashard, B, C, Agathered, M, N, K, inType,
+                      comm, stream),
+             config);
 }
 
 MK_API(ncclResult_t, ncclGemmReduceScatter, const void* A, const void* B, void* Cshard, size_t M,
        size_t N, size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config, ncclComm_t comm,
        cudaStream_t stream) {
-  mk::fused::GemmCollCall c;
-  c.op = mk::fused::GemmColl::kReduceScatter;
-  c.A = A;
-  c.B = B;
-  c.C = Cshard;
-  c.M = M;
-  c.N = N;
-  c.K = K;
-  c.inType = inType;
-  c.comm = comm;
-  c.stream = stream;
-  return run(c, config);
+  return run(makeCall(mk::fused::GemmColl::kReduceScatter, A, B, Cshard, nullptr, M, N, K, inType,
+                      comm, stream),
+             config);
 }
