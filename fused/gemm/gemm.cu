@@ -229,9 +229,10 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
 }
 
 ncclResult_t preload(const GemmArgs& a) {
+  // Only the variant (types, B layout) matters: grid 0 loads the kernel and launches nothing,
+  // so no tensor maps are built for it.
   GemmParams p;
-  int32_t grid = 0;
-  NCCLCHECK(buildParams(a, &p, &grid));
+  memset(&p, 0, sizeof(p));
   if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, 0, nullptr);
   return dispatchOut<DType::kF16>(a, p, 0, nullptr);
 }

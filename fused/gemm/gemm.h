@@ -102,9 +102,9 @@ bool canImplement(const GemmArgs& args, std::string* why);
 // ncclInvalidArgument with a logged reason when the arguments are not supported.
 ncclResult_t launch(const GemmArgs& args, cudaStream_t stream);
 
-// Loads the kernel variant `args` selects without launching it. With lazy module loading
-// a kernel is loaded at its first launch, which can block behind a running kernel; a caller
-// whose earlier launches may spin waiting for a peer this thread has yet to launch (ranks
+// Loads the kernel variant `args` selects (abType, dType, bLayout) without launching it. With lazy
+// module loading a kernel is loaded at its first launch, which can block behind a running kernel; a
+// caller whose earlier launches may spin waiting for a peer this thread has yet to launch (ranks
 // sharing a GPU) preloads everything first.
 ncclResult_t preload(const GemmArgs& args);
 

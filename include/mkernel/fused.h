@@ -55,28 +55,28 @@ typedef enum {
 #define NCCL_FUSED_OUT_TYPE_DEFAULT ((ncclDataType_t)-1)
 
 typedef struct {
-  size_t size;          /* sizeof(ncclFusedConfig_t) of the caller: checked like ncclConfig_t */
-  unsigned int magic;   /* NCCL_FUSED_CONFIG_MAGIC */
-  unsigned int version; /* NCCL_FUSED_CONFIG_VERSION */
-  int bLayout;          /* ncclFusedLayout_t */
+  size_t size;            /* sizeof(ncclFusedConfig_t) of the caller: checked like ncclConfig_t */
+  unsigned int magic;     /* NCCL_FUSED_CONFIG_MAGIC */
+  unsigned int version;   /* NCCL_FUSED_CONFIG_VERSION */
+  int bLayout;            /* ncclFusedLayout_t */
   ncclDataType_t outType; /* ncclBfloat16, ncclFloat16, ncclFloat32, or the default */
   const void* bias;       /* optional [N] vector of outType, added once to the final result */
   int commSms;            /* -1: cost model (MKERNEL_FUSED_COMM_SMS); >= 0 forces the split */
   int algo;               /* ncclFusedAlgo_t */
 } ncclFusedConfig_t;
 
-#define NCCL_FUSED_CONFIG_INITIALIZER                                                  \
-  {                                                                                    \
-    sizeof(ncclFusedConfig_t), NCCL_FUSED_CONFIG_MAGIC, NCCL_FUSED_CONFIG_VERSION,     \
-        ncclFusedLayoutNK, NCCL_FUSED_OUT_TYPE_DEFAULT, NULL, -1, ncclFusedAuto        \
+#define NCCL_FUSED_CONFIG_INITIALIZER                                              \
+  {                                                                                \
+    sizeof(ncclFusedConfig_t), NCCL_FUSED_CONFIG_MAGIC, NCCL_FUSED_CONFIG_VERSION, \
+        ncclFusedLayoutNK, NCCL_FUSED_OUT_TYPE_DEFAULT, NULL, -1, ncclFusedAuto    \
   }
 
 /* A NULL config means NCCL_FUSED_CONFIG_INITIALIZER. */
 ncclResult_t ncclGemmAllReduce(const void* A, const void* B, void* C, size_t M, size_t N, size_t K,
                                ncclDataType_t inType, const ncclFusedConfig_t* config,
                                ncclComm_t comm, cudaStream_t stream);
-ncclResult_t pncclGemmAllReduce(const void* A, const void* B, void* C, size_t M, size_t N,
-                                size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config,
+ncclResult_t pncclGemmAllReduce(const void* A, const void* B, void* C, size_t M, size_t N, size_t K,
+                                ncclDataType_t inType, const ncclFusedConfig_t* config,
                                 ncclComm_t comm, cudaStream_t stream);
 
 ncclResult_t ncclAllGatherGemm(const void* Ashard, const void* B, void* C, void* Agathered,
@@ -89,11 +89,10 @@ ncclResult_t pncclAllGatherGemm(const void* Ashard, const void* B, void* C, void
                                 cudaStream_t stream);
 
 ncclResult_t ncclGemmReduceScatter(const void* A, const void* B, void* Cshard, size_t M, size_t N,
-                                   size_t K, ncclDataType_t inType,
-                                   const ncclFusedConfig_t* config, ncclComm_t comm,
-                                   cudaStream_t stream);
-ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, size_t M,
-                                    size_t N, size_t K, ncclDataType_t inType,
+                                   size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config,
+                                   ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, size_t M, size_t N,
+                                    size_t K, ncclDataType_t inType,
                                     const ncclFusedConfig_t* config, ncclComm_t comm,
                                     cudaStream_t stream);
 

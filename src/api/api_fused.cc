@@ -46,9 +46,9 @@ mk::fused::GemmCollCall makeCall(mk::fused::GemmColl op, const void* A, const vo
 MK_API(ncclResult_t, ncclGemmAllReduce, const void* A, const void* B, void* C, size_t M, size_t N,
        size_t K, ncclDataType_t inType, const ncclFusedConfig_t* config, ncclComm_t comm,
        cudaStream_t stream) {
-  return run(makeCall(mk::fused::GemmColl::kAllReduce, A, B, C, nullptr, M, N, K, inType, comm,
-                      stream),
-             config);
+  return run(
+      makeCall(mk::fused::GemmColl::kAllReduce, A, B, C, nullptr, M, N, K, inType, comm, stream),
+      config);
 }
 
 MK_API(ncclResult_t, ncclAllGatherGemm, const void* Ashard, const void* B, void* C, void* Agathered,

@@ -50,4 +50,20 @@ const char* cuErrorString(CUresult r) {
   return "unknown CUDA driver error";
 }
 
+ncclResult_t DeviceGuard::set(int dev) {
+  if (cudaGetDevice(&prev) != cudaSuccess) {
+    cudaGetLastError();
+    prev = -1;
+  }
+  if (prev != dev) {
+    CUDACHECK(cudaSetDevice(dev));
+    changed = true;
+  }
+  return ncclSuccess;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (changed && prev >= 0) cudaSetDevice(prev);
+}
+
 }  // namespace mk

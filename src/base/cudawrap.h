@@ -44,4 +44,16 @@ extern CuFuncs cu;
 ncclResult_t cudaLibInit();
 const char* cuErrorString(CUresult r);
 
+// Makes dev the calling thread's current device; restores the previous one on scope exit.
+// Entry points that may be called from any thread with any device current use it.
+struct DeviceGuard {
+  int prev = -1;
+  bool changed = false;
+  ncclResult_t set(int dev);
+  ~DeviceGuard();
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+};
+
 }  // namespace mk

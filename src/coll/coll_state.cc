@@ -14,25 +14,12 @@
 #include "coll/rendezvous.h"
 #include "device/rt/err_host.h"
 #include "base/checks.h"
+#include "base/cudawrap.h"
 #include "comm/comm.h"
 #include "base/param.h"
 #include "transport/peer_mem.h"
 
 namespace mk {
-
-namespace {
-struct DeviceGuard {
-  int saved = -1;
-  explicit DeviceGuard(int dev) {
-    if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
-    if (dev >= 0) cudaSetDevice(dev);
-  }
-  ~DeviceGuard() {
-    if (saved >= 0) cudaSetDevice(saved);
-  }
-};
-
-}  // namespace
 
 CommDev collCommDev(ncclComm* comm) {
   CollState* cs = comm->coll;
@@ -53,7 +40,8 @@ CommDev collCommDev(ncclComm* comm) {
 }
 
 ncclResult_t collInit(ncclComm* comm) {
-  DeviceGuard dg(comm->cudaDev);
+  DeviceGuard dg;
+  NCCLCHECK(dg.set(comm->cudaDev));
   CollState* cs = new CollState();
   comm->coll = cs;  // collFini releases whatever was built if a later step fails
   const Topo& t = comm->topo;
@@ -118,7 +106,8 @@ ncclResult_t collPollAsyncError(ncclComm* comm) {
 ncclResult_t collFinalize(ncclComm* comm) {
   CollState* cs = comm->coll;
   if (cs == nullptr) return ncclSuccess;
-  DeviceGuard dg(comm->cudaDev);
+  DeviceGuard dg;
+  (void)dg.set(comm->cudaDev);  // best effort: the teardown goes on regardless
   ncclResult_t res = ncclSuccess;
   if (cs->haveDone) {
     using Clock = std::chrono::steady_clock;
@@ -161,7 +150,8 @@ ncclResult_t collFinalize(ncclComm* comm) {
 ncclResult_t collFini(ncclComm* comm) {
   CollState* cs = comm->coll;
   if (cs == nullptr) return ncclSuccess;
-  DeviceGuard dg(comm->cudaDev);
+  DeviceGuard dg;
+  (void)dg.set(comm->cudaDev);  // best effort: the teardown goes on regardless
   rdvLeave(cs->rdv, cs->rdvSlot);  // threads waiting for this rank fail at once
   if (cs->haveDone && !cs->stuck && cudaEventQuery(cs->doneEvent) != cudaSuccess) {
     cudaGetLastError();

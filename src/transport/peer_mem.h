@@ -113,21 +113,13 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
 #include <memory>
 #include <utility>
 
+#include "base/cudawrap.h"
 #include "transport/ipc_socket.h"
 
 namespace mk {
 namespace pm {
 
-// Makes dev the calling thread's current device; restores the previous one on scope exit.
-struct DeviceGuard {
-  int prev = -1;
-  bool changed = false;
-  ncclResult_t set(int dev);
-  ~DeviceGuard();
-  DeviceGuard() = default;
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-};
+using DeviceGuard = ::mk::DeviceGuard;  // base/cudawrap.h
 
 // One range of device memory this process maps: allocated here (cuMem or cudaMalloc),
 // imported from an fd (cuMem), or opened from a CUDA IPC handle.

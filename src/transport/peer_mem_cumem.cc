@@ -12,22 +12,6 @@
 namespace mk {
 namespace pm {
 
-ncclResult_t DeviceGuard::set(int dev) {
-  if (cudaGetDevice(&prev) != cudaSuccess) {
-    cudaGetLastError();
-    prev = -1;
-  }
-  if (prev != dev) {
-    CUDACHECK(cudaSetDevice(dev));
-    changed = true;
-  }
-  return ncclSuccess;
-}
-
-DeviceGuard::~DeviceGuard() {
-  if (changed && prev >= 0) cudaSetDevice(prev);
-}
-
 namespace {
 
 size_t roundUp(size_t v, size_t g) {

@@ -124,7 +124,6 @@ std::string runCase(const Case& c, uint64_t seed, bool graph = false, int reps =
   cfg.bias = c.bias ? bias.p : nullptr;
   cfg.algo = c.algo;
 
-  cudaGraphExec_t exec = nullptr;
   std::vector<cudaGraph_t> graphs;
   auto issue = [&]() -> std::string {
     for (int r = 0; r < n; ++r) {
@@ -169,13 +168,14 @@ std::string runCase(const Case& c, uint64_t seed, bool graph = false, int reps =
       execs.push_back(x);
     }
     if (!e.empty()) {
-      for (auto x : execs) if (x) cudaGraphExecDestroy(x);
-      for (auto g : graphs) if (g) cudaGraphDestroy(g);
+      for (auto x : execs)
+        if (x) cudaGraphExecDestroy(x);
+      for (auto g : graphs)
+        if (g) cudaGraphDestroy(g);
       colltest::dropClique(c.n);
       return e;
     }
   }
-  (void)exec;
   std::string err;
   for (int rep = 0; rep < reps && err.empty(); ++rep) {
     const uint64_t s = seed * 1000 + rep * 17;

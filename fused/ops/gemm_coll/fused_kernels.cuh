@@ -1,7 +1,7 @@
 // The fused GEMM + collective kernels: one persistent cooperative kernel per rank whose
 // CTAs are [compute | intra-node comm] (fused/core/types.h SmSplit).
 //
-// GEMM + AllReduce / ReduceScatter (gcReduceKernel). Compute CTAs run the GEMM engine on
+// GEMM + AllReduce / ReduceScatter (gcKernel with GcReduce). Compute CTAs run the GEMM engine on
 // this rank's A_r B_r, writing fp32 partial tiles P_r and releasing tileDone[me][tile].
 // Every tile has one owner rank (AllReduce: tile % n; ReduceScatter: the rank whose shard
 // holds the tile's first row). The owner's comm CTAs wait for the tile's flag on every rank,
@@ -11,7 +11,7 @@
 // release tileFinal[q][tile] on every rank q. A rank's kernel ends once all its tileFinal
 // flags are set: its C is complete and no owner still reads its partials.
 //
-// AllGather + GEMM (gcGatherKernel). Comm CTAs pull every rank's shard of A into Agathered
+// AllGather + GEMM (gcKernel with GcGather). Comm CTAs pull every rank's shard of A into Agathered
 // (this rank's first) and release rowReady[me][shard]; the engine's producer waits for the
 // shard flags covering a tile before loading it, and starts on this rank's own rows. A
 // puller marks tileFinal[shard owner][me] once it has copied that shard, and every rank
@@ -280,27 +280,20 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
   __syncthreads();
 }
 
-template <class Tr, typename TOut>
-__global__ void __launch_bounds__(gemm::kThreads, 1)
-    gcReduceKernel(const __grid_constant__ GcParams p) {
-  extern __shared__ uint8_t smem[];
-  int32_t idx;
-  switch (p.split.roleOf(blockIdx.x, &idx)) {
-    case Role::kCompute:
-      gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
-      break;
-    case Role::kIntraComm:
-      gcReduceRole<TOut>(p, idx, p.split.of(Role::kIntraComm));
-      break;
-    default:
-      break;
+// The comm roles, as types for gcKernel.
+template <typename TOut>
+struct GcReduce {
+  static __device__ void run(const GcParams& p, int32_t idx, int32_t n) {
+    gcReduceRole<TOut>(p, idx, n);
   }
-  gcFinish(p);
-}
+};
+struct GcGather {
+  static __device__ void run(const GcParams& p, int32_t idx, int32_t n) { gcGatherRole(p, idx, n); }
+};
 
-template <class Tr>
-__global__ void __launch_bounds__(gemm::kThreads, 1)
-    gcGatherKernel(const __grid_constant__ GcParams p) {
+// One persistent kernel per rank: compute CTAs run the engine, comm CTAs run CommRole.
+template <class Tr, class CommRole>
+__global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_constant__ GcParams p) {
   extern __shared__ uint8_t smem[];
   int32_t idx;
   switch (p.split.roleOf(blockIdx.x, &idx)) {
@@ -308,7 +301,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
       gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
       break;
     case Role::kIntraComm:
-      gcGatherRole(p, idx, p.split.of(Role::kIntraComm));
+      CommRole::run(p, idx, p.split.of(Role::kIntraComm));
       break;
     default:
       break;

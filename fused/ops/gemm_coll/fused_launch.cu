@@ -115,7 +115,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
 
-  NCCLCHECK(preloadKernels(c));  // the bias kernel runs after the (waiting) fused kernel
+  // AllGather's bias kernel runs after the (waiting) fused kernel: load it first.
+  if (c.op == GemmColl::kAllGather) NCCLCHECK(preloadBias(c));
   ncclResult_t res = ncclSuccess;
   void* tmp = nullptr;
   gemm::GemmArgs g;
@@ -126,7 +127,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
       CUDACHECK(cudaMallocAsync(&tmp, c.M * c.K * 2, c.stream));
       p.G = tmp;
     }
-    g = gemmArgsOf(c, p.G, c.C, c.M);
+    g = gemmArgsOf(c, p.G, c.C, c.M, f.smBudget);
     g.hooks.rowReady = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][shard]
     g.hooks.rowsPerFlag = p.rowsPerRank;
     g.hooks.rowReadyExpected = 1;
@@ -135,7 +136,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     CUDACHECK(cudaMallocAsync(&tmp, c.M * c.N * sizeof(float), c.stream));
     p.P = static_cast<float*>(tmp);
     p.C = c.C;
-    g = gemmArgsOf(c, c.A, p.P, c.M);
+    g = gemmArgsOf(c, c.A, p.P, c.M, f.smBudget);
     g.dType = DType::kF32;
     g.hooks.tileDone = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][tile]
     g.hooks.tileDoneValue = 1;

@@ -16,14 +16,14 @@ ncclResult_t launchReduce(const GcParams& p, cudaStream_t s) {
   using Tr = gemm::Traits<kIn, DType::kF32, kB>;
   switch ((DType)p.outType) {
     case DType::kBF16:
-      return launchRoles(gcReduceKernel<Tr, __nv_bfloat16>, p.split, gemm::kThreads,
+      return launchRoles(gcKernel<Tr, GcReduce<__nv_bfloat16>>, p.split, gemm::kThreads,
                          gemm::kSmemBytes, s, p);
     case DType::kF16:
-      return launchRoles(gcReduceKernel<Tr, __half>, p.split, gemm::kThreads, gemm::kSmemBytes, s,
-                         p);
+      return launchRoles(gcKernel<Tr, GcReduce<__half>>, p.split, gemm::kThreads, gemm::kSmemBytes,
+                         s, p);
     default:
-      return launchRoles(gcReduceKernel<Tr, float>, p.split, gemm::kThreads, gemm::kSmemBytes, s,
-                         p);
+      return launchRoles(gcKernel<Tr, GcReduce<float>>, p.split, gemm::kThreads, gemm::kSmemBytes,
+                         s, p);
   }
 }
 
@@ -31,13 +31,13 @@ template <DType kIn, BLayout kB>
 ncclResult_t launchGather(const GcParams& p, cudaStream_t s) {
   switch ((DType)p.outType) {
     case DType::kBF16:
-      return launchRoles(gcGatherKernel<gemm::Traits<kIn, DType::kBF16, kB>>, p.split,
+      return launchRoles(gcKernel<gemm::Traits<kIn, DType::kBF16, kB>, GcGather>, p.split,
                          gemm::kThreads, gemm::kSmemBytes, s, p);
     case DType::kF16:
-      return launchRoles(gcGatherKernel<gemm::Traits<kIn, DType::kF16, kB>>, p.split,
+      return launchRoles(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcGather>, p.split,
                          gemm::kThreads, gemm::kSmemBytes, s, p);
     default:
-      return launchRoles(gcGatherKernel<gemm::Traits<kIn, DType::kF32, kB>>, p.split,
+      return launchRoles(gcKernel<gemm::Traits<kIn, DType::kF32, kB>, GcGather>, p.split,
                          gemm::kThreads, gemm::kSmemBytes, s, p);
   }
 }

@@ -47,8 +47,8 @@ size_t fusedTypeSize(ncclDataType_t t);
 ncclResult_t gemmCollRun(const GemmCollCall& call);
 
 // The sequential path: GEMM, then the collective, then the bias (exposed for the tests and
-// benchmarks that compare both paths).
-ncclResult_t gemmCollSequential(const GemmCollCall& call);
+// benchmarks that compare both paths). The GEMM runs on at most smBudget SMs.
+ncclResult_t gemmCollSequential(const GemmCollCall& call, int smBudget);
 
 }  // namespace fused
 }  // namespace mk

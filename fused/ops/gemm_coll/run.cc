@@ -1,8 +1,10 @@
 // Entry of the GEMM + collective operators after the checks: picks the fused kernel or the
 // sequential path and runs it on the comm's device.
+#include <atomic>
 #include <cuda_runtime.h>
 
 #include "base/checks.h"
+#include "base/cudawrap.h"
 #include "base/debug.h"
 #include "base/param.h"
 #include "comm/comm.h"
@@ -15,17 +17,6 @@ namespace mk {
 namespace fused {
 
 namespace {
-struct DeviceGuard {
-  int saved = -1;
-  explicit DeviceGuard(int dev) {
-    if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
-    if (dev >= 0 && dev != saved) cudaSetDevice(dev);
-  }
-  ~DeviceGuard() {
-    if (saved >= 0) cudaSetDevice(saved);
-  }
-};
-
 int32_t errOp(GemmColl op) {
   switch (op) {
     case GemmColl::kAllReduce:
@@ -40,12 +31,14 @@ int32_t errOp(GemmColl op) {
 }  // namespace
 
 ncclResult_t gemmCollRun(const GemmCollCall& c) {
-  DeviceGuard guard(c.comm->cudaDev);
+  DeviceGuard guard;
+  NCCLCHECK(guard.set(c.comm->cudaDev));
+  // The view carries the comm's failure domain and its per-rank SM budget, both paths use it.
+  FusedComm f;
+  NCCLCHECK(fusedCommView(c.comm, errOp(c.op), &f));
   if (c.cfg.algo == ncclFusedFused || (c.cfg.algo == ncclFusedAuto && MK_PARAM_INT(FusedAuto))) {
     // The fused kernel runs as one operation of the comm (stream order with its other
     // operations, graph capture, finalize, the comm's abort flag and error record).
-    FusedComm f;
-    NCCLCHECK(fusedCommView(c.comm, errOp(c.op), &f));
     bool ran = false;
     NCCLCHECK(fusedEnqueue(c.comm, c.stream, gemmCollName(c.op), [&](cudaStream_t s) {
       GemmCollCall on = c;
@@ -53,18 +46,15 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
       return gemmCollFused(on, f, &ran);
     }));
     if (ran) return ncclSuccess;
-    if (c.cfg.algo == ncclFusedFused) {
-      static bool said = false;
-      if (!said) {
-        said = true;
-        MK_INFO(kFused,
-                "%s: no fused kernel for this layout (ranks in several processes or nodes, "
-                "or more than %d tiles); running GEMM then collective",
-                gemmCollName(c.op), kGcMaxTiles);
-      }
+    static std::atomic<bool> said{false};
+    if (c.cfg.algo == ncclFusedFused && !said.exchange(true)) {
+      MK_INFO(kFused,
+              "%s: no fused kernel for this layout (ranks in several processes or nodes, "
+              "N %% 4 != 0 or more than %d tiles); running GEMM then collective",
+              gemmCollName(c.op), kGcMaxTiles);
     }
   }
-  return gemmCollSequential(c);
+  return gemmCollSequential(c, f.smBudget);
 }
 
 }  // namespace fused

@@ -67,7 +67,8 @@ ncclResult_t addBias(void* C, const void* bias, size_t rows, size_t N, ncclDataT
   return ncclSuccess;
 }
 
-gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t rows) {
+gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t rows,
+                          int smBudget) {
   gemm::GemmArgs g;
   g.M = (int32_t)rows;
   g.N = (int32_t)c.N;
@@ -78,30 +79,35 @@ gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t 
   g.abType = gemmType(c.inType);
   g.D = D;
   g.dType = gemmType(c.cfg.outType);
-  g.smBudget = rankSmBudget(c.comm);
+  g.smBudget = smBudget;
   return g;
 }
 
-// Loads every kernel the call launches before the first launch: a kernel of this rank that
-// waits for a peer (the collective) must not be running while a later kernel of the call is
-// still to be loaded, since loading can wait for the device and the peer may be driven by
-// this very thread.
-ncclResult_t preloadKernels(const GemmCollCall& c) {
-  const void* A = c.A;
-  NCCLCHECK(gemm::preload(gemmArgsOf(c, A, c.C, c.op == GemmColl::kReduceScatter ? c.M / c.comm->nRanks : c.M)));
+// A kernel of this rank that waits for a peer (the collective, the fused kernel) must not be
+// running while a later kernel of the same call is still to be loaded: with lazy module
+// loading the load can wait for the device, and the peer may be driven by this very thread.
+// So every kernel a call launches is loaded before its first launch.
+ncclResult_t preloadBias(const GemmCollCall& c) {
   if (c.cfg.bias == nullptr) return ncclSuccess;
   cudaFuncAttributes attr;
   switch (c.cfg.outType) {
-    case ncclBfloat16: CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<__nv_bfloat16>)); break;
-    case ncclFloat16: CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<__half>)); break;
-    default: CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<float>)); break;
+    case ncclBfloat16:
+      CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<__nv_bfloat16>));
+      break;
+    case ncclFloat16:
+      CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<__half>));
+      break;
+    default:
+      CUDACHECK(cudaFuncGetAttributes(&attr, addBiasKernel<float>));
+      break;
   }
   return ncclSuccess;
 }
 
-ncclResult_t gemmCollSequential(const GemmCollCall& c) {
+ncclResult_t gemmCollSequential(const GemmCollCall& c, int smBudget) {
   ncclComm* comm = c.comm;
-  NCCLCHECK(preloadKernels(c));
+  NCCLCHECK(gemm::preload(gemmArgsOf(c, c.A, c.C, c.M, smBudget)));
+  NCCLCHECK(preloadBias(c));
   const int n = comm->nRanks;
   const size_t in = fusedTypeSize(c.inType), out = fusedTypeSize(c.cfg.outType);
   cudaStream_t s = c.stream;
@@ -114,7 +120,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c) {
   coll.stream = s;
   switch (c.op) {
     case GemmColl::kAllReduce: {
-      NCCLCHECK(gemm::launch(gemmArgsOf(c, c.A, c.C, c.M), s));
+      NCCLCHECK(gemm::launch(gemmArgsOf(c, c.A, c.C, c.M, smBudget), s));
       coll.type = CollType::kAllReduce;
       coll.sendbuff = c.C;
       coll.recvbuff = c.C;
@@ -129,7 +135,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c) {
       // The full local product is staged in stream-ordered memory: capturable (a graph
       // memory node) and recycled by the pool between eager calls.
       CUDACHECK(cudaMallocAsync(&tmp, c.M * c.N * out, s));
-      NCCLCHECKGOTO(gemm::launch(gemmArgsOf(c, c.A, tmp, c.M), s), res, fail);
+      NCCLCHECKGOTO(gemm::launch(gemmArgsOf(c, c.A, tmp, c.M, smBudget), s), res, fail);
       coll.type = CollType::kReduceScatter;
       coll.sendbuff = tmp;
       coll.recvbuff = c.C;
@@ -154,7 +160,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c) {
       coll.dtype = c.inType;
       NCCLCHECKGOTO(collCheckArgs(coll, gemmCollName(c.op)), res, fail);
       NCCLCHECKGOTO(collEnqueue(coll), res, fail);
-      NCCLCHECKGOTO(gemm::launch(gemmArgsOf(c, G, c.C, c.M), s), res, fail);
+      NCCLCHECKGOTO(gemm::launch(gemmArgsOf(c, G, c.C, c.M, smBudget), s), res, fail);
       NCCLCHECKGOTO(addBias(c.C, c.cfg.bias, c.M, c.N, c.cfg.outType, comm->smCount, s), res, fail);
       break;
     }
