@@ -36,7 +36,8 @@ struct GemmHooks {
   int32_t rowsPerFlag = 128;
   bool rowReadySys = false;  // system-scope acquire (flags written by a peer GPU/host)
 
-  // (2) Epilogue publishes each finished tile: the tile's stores complete
+  // (2) Epilogue publishes each finished tile (once the next tile's main loop is done, or at
+  //     the end), so the consumers do not stall on their stores: the tile's stores complete
   //     (cp.async.bulk.wait_group 0), then tileDone[mBlk * tilesN + nBlk] = tileDoneValue
   //     with st.release.gpu (or .sys).
   uint64_t* tileDone = nullptr;

@@ -84,7 +84,7 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
 
 template <class Tr>
 __device__ __forceinline__ void gemmProducer(const GemmParams& p, const SmemLayout& sm, int32_t cta,
-                                             int32_t nCtas, volatile uint32_t* ctaAbort) {
+                                             int32_t nCtas, volatile uint32_t* stageAbort) {
   const int32_t numTiles = p.tilesM * p.tilesN;
   int32_t stage = 0;
   uint32_t phase = 0;
@@ -92,14 +92,13 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p, const SmemLayo
     int32_t mBlk, nBlk;
     tileCoords(p, t, &mBlk, &nBlk);
     const int32_t m0 = mBlk * kTileM, n0 = nBlk * kTileN;
-    bool ok = true;
-    if (p.hooks.rowReady != nullptr) {
-      ok = waitRowsReady(p, m0);
-      // Consumers read this after their `full` wait (mbarrier arrive/wait order it).
-      if (!ok) *ctaAbort = 1;
-    }
+    const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
     for (int32_t k = 0; k < p.kTiles; ++k) {
       ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+      // Written per stage before the `full` arrive that publishes it, so both consumer WGs
+      // read the same verdict for a tile (a single CTA-wide word could change between their
+      // reads while the producer runs ahead into the next tile).
+      stageAbort[stage] = ok ? 0u : 1u;
       if (ok) {
         ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
         ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
@@ -198,14 +197,32 @@ __device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)
   }
 }
 
+// Publishes a finished tile (hook 2): its stores complete (wait_group 0, not .read) and
+// ordered before the generic-proxy flag release. Called for the previous tile once the next
+// tile's main loop is done, so the consumers never stall on their own stores' completion.
+__device__ __forceinline__ void publishTile(const GemmParams& p, int32_t id, int32_t wg) {
+  const int32_t tid = threadIdx.x & 127;
+  if (p.useTmaStore && tid == 0) {
+    ptx::bulkWait<0>();
+    ptx::fenceProxyAsync();
+  }
+  __threadfence();
+  ptx::namedBarSync(kBarConsumers, 256);
+  if (wg == 0 && tid == 0) {
+    const uint64_t base = p.hooks.seqBase != nullptr ? *p.hooks.seqBase : 0;
+    rt::releaseFlag(p.hooks.tileDone + id, base + p.hooks.tileDoneValue, p.hooks.tileDoneSys);
+  }
+}
+
 template <class Tr>
 __device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayout& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg,
-                                             const volatile uint32_t* ctaAbort) {
+                                             const volatile uint32_t* stageAbort) {
   const int32_t numTiles = p.tilesM * p.tilesN;
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   float acc[128];
   uint32_t nStores = 0;  // TMA stores issued by this WG (uniform across its threads)
+  int32_t pending = -1;  // tile whose stores are issued but not yet published
   int32_t stage = 0;
   uint32_t phase = 0;
   for (int32_t t = cta; t < numTiles; t += nCtas) {
@@ -213,8 +230,10 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayo
     tileCoords(p, t, &mBlk, &nBlk);
     const int32_t m0 = mBlk * kTileM, n0 = nBlk * kTileN;
     int32_t prev = 0;
+    bool aborted = false;
     for (int32_t k = 0; k < p.kTiles; ++k) {
       ptx::mbarWait(&sm.full[stage], phase);
+      if (k == 0) aborted = stageAbort[stage] != 0;
       const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
       const uint32_t b = ptx::smemAddr(sm.b(stage));
       ptx::fenceAccumulators(acc);
@@ -240,30 +259,19 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayo
     ptx::wgmmaWait<0>();
     ptx::fenceAccumulators(acc);
     if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
-    if (*ctaAbort != 0) break;  // producer gave up (timeout/abort): no epilogue, stop
+    if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
+    if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
     if (p.useTmaStore) {
       epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
     } else {
       epilogueDirect<Tr>(p, acc, wg, m0, n0);
     }
-
-    if (p.hooks.tileDone != nullptr) {
-      // Publish: the tile's global writes must be complete (not just read out of smem:
-      // wait_group 0, not .read) and ordered before the generic-proxy flag release.
-      if (p.useTmaStore && tid == 0) {
-        ptx::bulkWait<0>();
-        ptx::fenceProxyAsync();
-      }
-      __threadfence();
-      ptx::namedBarSync(kBarConsumers, 256);
-      if (wg == 0 && tid == 0) {
-        const uint64_t base = p.hooks.seqBase != nullptr ? *p.hooks.seqBase : 0;
-        rt::releaseFlag(p.hooks.tileDone + (int64_t)mBlk * p.tilesN + nBlk,
-                        base + p.hooks.tileDoneValue, p.hooks.tileDoneSys);
-      }
-    }
+    pending = mBlk * p.tilesN + nBlk;
   }
+  // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
+  // barrier inside publishTile is reached by all 256 consumer threads.
+  if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
   // Shared memory must outlive the last bulk stores reading it.
   if (tid == 0) ptx::bulkWait<0>();
 }
@@ -274,13 +282,13 @@ template <class Tr>
 __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, int32_t cta,
                                         int32_t nCtas) {
   SmemLayout sm(smemRaw);
-  uint32_t* ctaAbort = reinterpret_cast<uint32_t*>(sm.empty + kStages);
+  uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + kStages);  // [kStages]
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarInit(&sm.full[s], 1);
       ptx::mbarInit(&sm.empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
+      stageAbort[s] = 0;
     }
-    *ctaAbort = 0;
     ptx::fenceMbarInit();
     ptx::prefetchTensorMap(&p.tmA);
     ptx::prefetchTensorMap(&p.tmB);
@@ -290,10 +298,10 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
     ptx::setmaxnregDec<kProducerRegs>();
-    if (threadIdx.x == 0) gemmProducer<Tr>(p, sm, cta, nCtas, ctaAbort);
+    if (threadIdx.x == 0) gemmProducer<Tr>(p, sm, cta, nCtas, stageAbort);
   } else {
     ptx::setmaxnregInc<kConsumerRegs>();
-    gemmConsumer<Tr>(p, sm, cta, nCtas, wg - 1, ctaAbort);
+    gemmConsumer<Tr>(p, sm, cta, nCtas, wg - 1, stageAbort);
   }
 }
 

@@ -51,7 +51,8 @@ constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in limit (227 KB)
 static_assert(kSmemBytes <= kMaxSmemPerBlock, "GEMM CTA exceeds the sm_90 shared-memory limit");
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
               "stage buffers must keep 1024-byte alignment for 128B swizzle");
-static_assert(2 * kStages * 8 <= kBarrierBytes, "barrier area too small");
+// full + empty mbarriers, then one abort word per stage (gemm_kernel.cuh)
+static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
 
 // Register budgets (setmaxnreg): 384 threads start at 168; the three WGs must sum <= 504.
 constexpr int kProducerRegs = 40;

@@ -15,10 +15,10 @@ constexpr int kGcMaxLocal = 32;
 constexpr int kGcMaxTiles = 16384;  // tiles of 128x256: e.g. M = 32768 with N = 16384
 
 struct GcSlot {
-  uint64_t seq;    // released (system scope) after the pointers below are written
-  const void* A;   // AllGather: the rank's shard
-  void* C;         // the rank's output
-  const float* P;  // the rank's fp32 partials
+  uint64_t seq;   // released (system scope) after the pointers below are written
+  const void* A;  // AllGather: the rank's shard
+  void* C;        // the rank's output
+  const void* P;  // the rank's partials (output type)
   uint64_t pad[4];
 };
 

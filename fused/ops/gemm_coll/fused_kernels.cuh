@@ -2,11 +2,12 @@
 // CTAs are [compute | intra-node comm] (fused/core/types.h SmSplit).
 //
 // GEMM + AllReduce / ReduceScatter (gcKernel with GcReduce). Compute CTAs run the GEMM engine on
-// this rank's A_r B_r, writing fp32 partial tiles P_r and releasing tileDone[me][tile].
+// this rank's A_r B_r, writing partial tiles P_r in the output type (rounded once, as the
+// sequential path's GEMM output is) and releasing tileDone[me][tile].
 // Every tile has one owner rank (AllReduce: tile % n; ReduceScatter: the rank whose shard
 // holds the tile's first row). The owner's comm CTAs wait for the tile's flag on every rank,
 // sum the n partial tiles in rank order (so every rank gets the same bits, run after run),
-// add the bias, round once to the output type and store the result: into every rank's C
+// add the bias, round to the output type and store the result: into every rank's C
 // (AllReduce) or into the shard of the rank owning each row (ReduceScatter); then they
 // release tileFinal[q][tile] on every rank q. A rank's kernel ends once all its tileFinal
 // flags are set: its C is complete and no owner still reads its partials.
@@ -48,7 +49,7 @@ struct GcParams {
   const void* A;     // AllGather: this rank's shard
   void* C;           // AllReduce/ReduceScatter: this rank's output
   void* G;           // AllGather: the gathered A [M, K]
-  float* P;          // AllReduce/ReduceScatter: this rank's fp32 partials [M, N]
+  void* P;           // AllReduce/ReduceScatter: this rank's partials [M, N] of outType
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
 };
@@ -117,66 +118,82 @@ __device__ __forceinline__ int gcOwner(const GcParams& p, int32_t mBlk, int32_t 
   return (mBlk * p.g.tilesN + nBlk) % p.n;
 }
 
-// Stores 4 consecutive outputs (8 bytes for 16-bit types, 16 for fp32).
+// 16 bytes of T: the unit every comm thread loads and stores.
 template <typename T>
-__device__ __forceinline__ void gcStore4(T* dst, float4 v) {
-  if constexpr (sizeof(T) == 4) {
-    *reinterpret_cast<float4*>(dst) = v;
-  } else {
-    union {
-      T h[4];
-      uint2 u;
-    } o;
-    o.h[0] = gcFromF<T>(v.x);
-    o.h[1] = gcFromF<T>(v.y);
-    o.h[2] = gcFromF<T>(v.z);
-    o.h[3] = gcFromF<T>(v.w);
-    *reinterpret_cast<uint2*>(dst) = o.u;
+struct GcVec {
+  static constexpr int kN = 16 / sizeof(T);
+  __device__ static void add(float (&acc)[kN], const uint4& v) {
+    const T* h = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) acc[j] += gcToF(h[j]);
   }
-}
+  __device__ static uint4 pack(const float (&acc)[kN]) {
+    uint4 v;
+    T* h = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) h[j] = gcFromF<T>(acc[j]);
+    return v;
+  }
+};
 
-// Reduces one tile over every rank's partials and stores it (see the file comment). Each
-// thread takes 4 consecutive columns (16-byte loads when N % 4 == 0, which the host
-// requires for the fused path) and loads every rank's values before adding them in rank
-// order, so the loads overlap while the sum stays the same on every rank.
+// Reduces one tile over every rank's partials (of the output type: the GEMM rounds each
+// rank's product once, as the sequential path's GEMM does) and stores it (see the file
+// comment). Each thread takes 16-byte vectors (the host requires N to be a multiple of one)
+// of kRows rows and loads every rank's vectors of a batch of ranks before adding them in rank
+// order: many loads in flight per thread (one CTA then moves ~4x the bytes of one vector at
+// a time), while the sum stays the same on every rank.
 template <typename T>
-__device__ void gcReduceTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
-                             const float* const* parts, T* const* outs) {
-  constexpr int kBatch = 8;  // ranks loaded before they are added
+__device__ void gcReduceTile(const GcParams& p, int32_t mBlk, int32_t nBlk, const T* const* parts,
+                             T* const* outs) {
+  using V = GcVec<T>;
+  constexpr int kRows = 4;   // vectors per thread in flight per rank
+  constexpr int kBatch = 4;  // ranks loaded before they are added
   const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
   const int32_t rows = min(gemm::kTileM, p.M - m0), cols = min(gemm::kTileN, p.N - n0);
-  const int32_t vecs = cols / 4;  // cols % 4 == 0 (N % 4 == 0)
+  const int32_t vecs = cols / V::kN;  // cols % V::kN == 0 (host rule)
+  const int32_t total = rows * vecs;
   const T* bias = static_cast<const T*>(p.bias);
-  for (int32_t e = threadIdx.x; e < rows * vecs; e += blockDim.x) {
-    const int32_t r = e / vecs, c = (e - r * vecs) * 4;
-    const int64_t off = (int64_t)(m0 + r) * p.N + n0 + c;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int32_t e0 = threadIdx.x; e0 < total; e0 += kRows * blockDim.x) {
+    int64_t off[kRows];
+    int32_t col[kRows];
+    float acc[kRows][V::kN];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const int32_t e = min(e0 + u * (int32_t)blockDim.x, total - 1);  // clamped: loads stay legal
+      const int32_t r = e / vecs;
+      col[u] = n0 + (e - r * vecs) * V::kN;
+      off[u] = (int64_t)(m0 + r) * p.N + col[u];
+#pragma unroll
+      for (int j = 0; j < V::kN; ++j) acc[u][j] = 0.f;
+    }
     for (int q0 = 0; q0 < p.n; q0 += kBatch) {
-      float4 v[kBatch];
+      uint4 v[kBatch][kRows];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
-        if (q0 + j < p.n) v[j] = __ldcg(reinterpret_cast<const float4*>(parts[q0 + j] + off));
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (q0 + j < p.n) {
-          acc.x += v[j].x;
-          acc.y += v[j].y;
-          acc.z += v[j].z;
-          acc.w += v[j].w;
-        }
+        for (int u = 0; u < kRows; ++u)
+          if (q0 + j < p.n)
+            v[j][u] = __ldcg(reinterpret_cast<const uint4*>(parts[q0 + j] + off[u]));
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+        for (int u = 0; u < kRows; ++u)
+          if (q0 + j < p.n) V::add(acc[u], v[j][u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      if (e0 + u * (int32_t)blockDim.x >= total) break;
+      if (bias != nullptr) {
+#pragma unroll
+        for (int j = 0; j < V::kN; ++j) acc[u][j] += gcToF(bias[col[u] + j]);
       }
-    }
-    if (bias != nullptr) {
-      acc.x += gcToF(bias[n0 + c]);
-      acc.y += gcToF(bias[n0 + c + 1]);
-      acc.z += gcToF(bias[n0 + c + 2]);
-      acc.w += gcToF(bias[n0 + c + 3]);
-    }
-    if (p.kind == 0) {
-      for (int q = 0; q < p.n; ++q) gcStore4<T>(outs[q] + off, acc);
-    } else {
-      const int32_t row = m0 + r, d = row / p.rowsPerRank;
-      gcStore4<T>(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0 + c, acc);
+      const uint4 o = V::pack(acc[u]);
+      if (p.kind == 0) {
+        for (int q = 0; q < p.n; ++q) *reinterpret_cast<uint4*>(outs[q] + off[u]) = o;
+      } else {
+        const int32_t row = (int32_t)(off[u] / p.N), d = row / p.rowsPerRank;
+        *reinterpret_cast<uint4*>(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + col[u]) = o;
+      }
     }
   }
 }
@@ -184,7 +201,7 @@ __device__ void gcReduceTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
 // Comm role of GEMM + AllReduce / ReduceScatter: CTA idx of nIdx.
 template <typename T>
 __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx) {
-  __shared__ const float* parts[kGcMaxLocal];
+  __shared__ const T* parts[kGcMaxLocal];
   __shared__ T* outs[kGcMaxLocal];
   __shared__ int ok;
   const uint64_t seq = gcSeq(p);
@@ -196,7 +213,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx) {
         ok = 0;
         break;
       }
-      parts[q] = p.q->slot[q].P;
+      parts[q] = static_cast<const T*>(p.q->slot[q].P);
       outs[q] = static_cast<T*>(p.q->slot[q].C);
     }
   }
@@ -259,7 +276,23 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
     const int4* from = static_cast<const int4*>(p.q->slot[src].A);
     int4* to = reinterpret_cast<int4*>(static_cast<char*>(p.G) + src * shardBytes);
     if (from != to) {
-      for (int64_t i = threadIdx.x; i < shardBytes / 16; i += blockDim.x) to[i] = __ldcg(from + i);
+      // kUnroll loads in flight per thread before their stores (one at a time left a CTA
+      // far below the bandwidth it can pull).
+      constexpr int kUnroll = 8;
+      const int64_t nVec = shardBytes / 16;
+      for (int64_t i0 = threadIdx.x; i0 < nVec; i0 += kUnroll * (int64_t)blockDim.x) {
+        int4 v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t i = i0 + u * (int64_t)blockDim.x;
+          if (i < nVec) v[u] = __ldcg(from + i);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t i = i0 + u * (int64_t)blockDim.x;
+          if (i < nVec) to[i] = v[u];
+        }
+      }
     }
     __threadfence_system();
     __syncthreads();

@@ -27,9 +27,9 @@ using gemm::DType;
 double commBytes(const GemmCollCall& c, int n) {
   const double out = (double)fusedTypeSize(c.cfg.outType);
   if (c.op == GemmColl::kAllGather) return 2.0 * c.M * c.K * 2;  // read + write of A
-  // Owned share of the tiles: read n fp32 partials, write n (AR) or 1 (RS) outputs.
+  // Owned share of the tiles: read n partials (output type), write n (AR) or 1 (RS) outputs.
   const double share = (double)c.M * c.N / n;
-  return share * (4.0 * n + out * (c.op == GemmColl::kAllReduce ? n : 1));
+  return share * out * (n + (c.op == GemmColl::kAllReduce ? n : 1));
 }
 
 // ncclFusedAuto follows the model only once the fused kernels have been measured faster than
@@ -49,8 +49,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const int64_t tilesM = (c.M + gemm::kTileM - 1) / gemm::kTileM;
   const int64_t tilesN = (c.N + gemm::kTileN - 1) / gemm::kTileN;
   if (c.op != GemmColl::kAllGather && tilesM * tilesN > kGcMaxTiles) return ncclSuccess;
-  // The reduce role moves 4 columns at a time (16-byte partial loads, 8/16-byte stores).
-  if (c.op != GemmColl::kAllGather && c.N % 4 != 0) return ncclSuccess;
+  // The reduce role moves 16-byte vectors of the output type (8 or 4 columns).
+  if (c.op != GemmColl::kAllGather && (c.N * fusedTypeSize(c.cfg.outType)) % 16 != 0)
+    return ncclSuccess;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
   GcClique* q = nullptr;
@@ -133,11 +134,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     g.hooks.rowReadyExpected = 1;
     g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
   } else {
-    CUDACHECK(cudaMallocAsync(&tmp, c.M * c.N * sizeof(float), c.stream));
-    p.P = static_cast<float*>(tmp);
+    CUDACHECK(cudaMallocAsync(&tmp, c.M * c.N * fusedTypeSize(c.cfg.outType), c.stream));
+    p.P = tmp;
     p.C = c.C;
-    g = gemmArgsOf(c, c.A, p.P, c.M, f.smBudget);
-    g.dType = DType::kF32;
+    g = gemmArgsOf(c, c.A, p.P, c.M, f.smBudget);            // D of the output type
     g.hooks.tileDone = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][tile]
     g.hooks.tileDoneValue = 1;
     g.hooks.tileDoneSys = true;

@@ -11,19 +11,19 @@ namespace fused {
 using gemm::BLayout;
 using gemm::DType;
 
+// The partials are written in the output type (GcReduce reads what the GEMM stored).
 template <DType kIn, BLayout kB>
 ncclResult_t launchReduce(const GcParams& p, cudaStream_t s) {
-  using Tr = gemm::Traits<kIn, DType::kF32, kB>;
   switch ((DType)p.outType) {
     case DType::kBF16:
-      return launchRoles(gcKernel<Tr, GcReduce<__nv_bfloat16>>, p.split, gemm::kThreads,
-                         gemm::kSmemBytes, s, p);
+      return launchRoles(gcKernel<gemm::Traits<kIn, DType::kBF16, kB>, GcReduce<__nv_bfloat16>>,
+                         p.split, gemm::kThreads, gemm::kSmemBytes, s, p);
     case DType::kF16:
-      return launchRoles(gcKernel<Tr, GcReduce<__half>>, p.split, gemm::kThreads, gemm::kSmemBytes,
-                         s, p);
+      return launchRoles(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcReduce<__half>>, p.split,
+                         gemm::kThreads, gemm::kSmemBytes, s, p);
     default:
-      return launchRoles(gcKernel<Tr, GcReduce<float>>, p.split, gemm::kThreads, gemm::kSmemBytes,
-                         s, p);
+      return launchRoles(gcKernel<gemm::Traits<kIn, DType::kF32, kB>, GcReduce<float>>, p.split,
+                         gemm::kThreads, gemm::kSmemBytes, s, p);
   }
 }
 
