@@ -136,77 +136,159 @@ struct GcVec {
   }
 };
 
-// Reduces one tile over every rank's partials (of the output type: the GEMM rounds each
-// rank's product once, as the sequential path's GEMM does) and stores it (see the file
-// comment). Each thread takes 16-byte vectors (the host requires N to be a multiple of one)
-// of kRows rows and loads every rank's vectors of a batch of ranks before adding them in rank
-// order: many loads in flight per thread (one CTA then moves ~4x the bytes of one vector at
-// a time), while the sum stays the same on every rank.
+// ---- reduce role (GEMM + AllReduce / ReduceScatter) ---------------------------------------
+//
+// Data moves with 1-D bulk copies (TMA, one per tile row and rank): a register copy keeps one
+// CTA at ~12 GB/s on the H200 (measured: 8192x8192x1024 AllReduce, 4 ranks), far too slow for
+// a few SMs to keep up with the GEMM; the copy engine keeps a whole chunk in flight instead.
+// A chunk is `rows` rows of one owned tile: the rows of every rank's partial tile land in
+// shared memory, the CTA sums them in rank order (the same bits on every rank), adds the
+// bias, rounds, and bulk-stores the rows to every rank's C (AllReduce) or to the shard owner
+// (ReduceScatter). Two chunk buffers: the loads of chunk i+1 fly while chunk i is summed.
+
+// Shared-memory plan of the reduce role (dynamic shared memory of the kernel).
+struct GcReducePlan {
+  int32_t rowBytes;  // one tile row of T (kTileN columns)
+  int32_t rows;      // tile rows per chunk
+  int32_t bufBytes;  // n input row blocks + the output row block
+  __device__ GcReducePlan(int32_t n, int32_t elemBytes, int32_t smemBytes) {
+    rowBytes = gemm::kTileN * elemBytes;
+    rows = gemm::kTileM;
+    while (rows > 1 && 2 * (n + 1) * rows * rowBytes > smemBytes) rows >>= 1;
+    bufBytes = (n + 1) * rows * rowBytes;
+  }
+};
+
+// The chunks this CTA handles, in the order the compute CTAs produce their tiles: owned tiles
+// dealt round robin to the comm CTAs, each cut into row chunks. Every thread walks it alike.
+struct GcChunkIt {
+  int32_t t = -1, mine = 0;  // schedule position of the current tile, owned tiles seen
+  int32_t mBlk = 0, nBlk = 0, r0 = 0, rows = 0;
+  bool valid = false;
+  __device__ bool nextTile(const GcParams& p, int32_t idx, int32_t nIdx) {
+    const int32_t numTiles = p.g.tilesM * p.g.tilesN;
+    while (++t < numTiles) {
+      gemm::tileCoords(p.g, t, &mBlk, &nBlk);
+      if (gcOwner(p, mBlk, nBlk) != p.me) continue;
+      if ((mine++ % nIdx) != idx) continue;
+      return true;
+    }
+    return false;
+  }
+  // Advances to the next chunk; `valid` false past the last one.
+  __device__ void next(const GcParams& p, int32_t idx, int32_t nIdx, int32_t chunkRows) {
+    if (valid && r0 + chunkRows < min(gemm::kTileM, p.M - mBlk * gemm::kTileM)) {
+      r0 += chunkRows;
+    } else {
+      valid = nextTile(p, idx, nIdx);
+      r0 = 0;
+    }
+    if (valid) rows = min(chunkRows, min(gemm::kTileM, p.M - mBlk * gemm::kTileM) - r0);
+  }
+  __device__ int32_t tileId(const GcParams& p) const { return mBlk * p.g.tilesN + nBlk; }
+};
+
+// Warp 0 loads chunk `c` (every rank's rows) into buffer `buf`, completing on `bar`. The first
+// chunk of a tile first waits for the tile's done flag on every rank (thread 0). False (error
+// recorded) on timeout/abort; nothing is issued then.
 template <typename T>
-__device__ void gcReduceTile(const GcParams& p, int32_t mBlk, int32_t nBlk, const T* const* parts,
-                             T* const* outs) {
+__device__ bool gcLoadChunk(const GcParams& p, const GcReducePlan& pl, const GcChunkIt& c,
+                            const T* const* parts, uint8_t* buf, uint64_t* bar, uint64_t seq) {
+  const int32_t lane = threadIdx.x & 31;
+  int ok = 1;
+  if (lane == 0 && c.r0 == 0) {
+    const int32_t id = c.tileId(p);
+    for (int q = 0; q < p.n && ok; ++q) {
+      ok = rt::waitGe(p.w, gcDone(p, q) + id, seq,
+                      rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
+                      rt::kScopeSys);
+    }
+  }
+  ok = __shfl_sync(0xffffffffu, ok, 0);
+  if (!ok) return false;
+  const int32_t n0 = c.nBlk * gemm::kTileN;
+  const int32_t bytes = min(gemm::kTileN, p.N - n0) * (int32_t)sizeof(T);
+  if (lane == 0) ptx::mbarArriveExpectTx(bar, (uint32_t)(p.n * c.rows * bytes));
+  __syncwarp();
+  // The flags were acquired through the generic proxy; the partials are read by the copy
+  // engine (async proxy).
+  ptx::fenceProxyAsync();
+  const int64_t row0 = (int64_t)c.mBlk * gemm::kTileM + c.r0;
+  for (int32_t i = lane; i < p.n * c.rows; i += 32) {
+    const int32_t q = i / c.rows, r = i - q * c.rows;
+    ptx::bulkLoad1d(buf + (q * pl.rows + r) * pl.rowBytes, parts[q] + (row0 + r) * p.N + n0,
+                    (uint32_t)bytes, bar);
+  }
+  return true;
+}
+
+// All threads: out rows = bias + sum over ranks (in rank order) of the chunk's input rows.
+template <typename T>
+__device__ void gcSumChunk(const GcParams& p, const GcReducePlan& pl, const GcChunkIt& c,
+                           const uint8_t* buf) {
   using V = GcVec<T>;
-  constexpr int kRows = 4;   // vectors per thread in flight per rank
-  constexpr int kBatch = 4;  // ranks loaded before they are added
-  const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
-  const int32_t rows = min(gemm::kTileM, p.M - m0), cols = min(gemm::kTileN, p.N - n0);
-  const int32_t vecs = cols / V::kN;  // cols % V::kN == 0 (host rule)
-  const int32_t total = rows * vecs;
+  const int32_t n0 = c.nBlk * gemm::kTileN;
+  const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: a whole vector
   const T* bias = static_cast<const T*>(p.bias);
-  for (int32_t e0 = threadIdx.x; e0 < total; e0 += kRows * blockDim.x) {
-    int64_t off[kRows];
-    int32_t col[kRows];
-    float acc[kRows][V::kN];
+  uint8_t* out = const_cast<uint8_t*>(buf) + p.n * pl.rows * pl.rowBytes;
+  for (int32_t e = threadIdx.x; e < c.rows * vecs; e += blockDim.x) {
+    const int32_t r = e / vecs, v = e - r * vecs;
+    const int32_t byte = r * pl.rowBytes + v * 16;
+    float acc[V::kN];
 #pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      const int32_t e = min(e0 + u * (int32_t)blockDim.x, total - 1);  // clamped: loads stay legal
-      const int32_t r = e / vecs;
-      col[u] = n0 + (e - r * vecs) * V::kN;
-      off[u] = (int64_t)(m0 + r) * p.N + col[u];
+    for (int j = 0; j < V::kN; ++j) acc[j] = 0.f;
+    for (int q = 0; q < p.n; ++q)
+      V::add(acc, *reinterpret_cast<const uint4*>(buf + q * pl.rows * pl.rowBytes + byte));
+    if (bias != nullptr) {
 #pragma unroll
-      for (int j = 0; j < V::kN; ++j) acc[u][j] = 0.f;
+      for (int j = 0; j < V::kN; ++j) acc[j] += gcToF(bias[n0 + v * V::kN + j]);
     }
-    for (int q0 = 0; q0 < p.n; q0 += kBatch) {
-      uint4 v[kBatch][kRows];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-#pragma unroll
-        for (int u = 0; u < kRows; ++u)
-          if (q0 + j < p.n)
-            v[j][u] = __ldcg(reinterpret_cast<const uint4*>(parts[q0 + j] + off[u]));
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-#pragma unroll
-        for (int u = 0; u < kRows; ++u)
-          if (q0 + j < p.n) V::add(acc[u], v[j][u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      if (e0 + u * (int32_t)blockDim.x >= total) break;
-      if (bias != nullptr) {
-#pragma unroll
-        for (int j = 0; j < V::kN; ++j) acc[u][j] += gcToF(bias[col[u] + j]);
-      }
-      const uint4 o = V::pack(acc[u]);
-      if (p.kind == 0) {
-        for (int q = 0; q < p.n; ++q) *reinterpret_cast<uint4*>(outs[q] + off[u]) = o;
-      } else {
-        const int32_t row = (int32_t)(off[u] / p.N), d = row / p.rowsPerRank;
-        *reinterpret_cast<uint4*>(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + col[u]) = o;
-      }
-    }
+    *reinterpret_cast<uint4*>(out + byte) = V::pack(acc);
   }
 }
 
-// Comm role of GEMM + AllReduce / ReduceScatter: CTA idx of nIdx.
+// Warp 0 stores the chunk's output rows (one bulk group per lane and chunk).
 template <typename T>
-__device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx) {
+__device__ void gcStoreChunk(const GcParams& p, const GcReducePlan& pl, const GcChunkIt& c,
+                             T* const* outs, const uint8_t* buf) {
+  const int32_t lane = threadIdx.x & 31;
+  const uint8_t* out = buf + p.n * pl.rows * pl.rowBytes;
+  const int32_t n0 = c.nBlk * gemm::kTileN;
+  const uint32_t bytes = (uint32_t)(min(gemm::kTileN, p.N - n0) * (int32_t)sizeof(T));
+  const int32_t row0 = c.mBlk * gemm::kTileM + c.r0;
+  const int32_t dests = p.kind == 0 ? p.n : 1;
+  for (int32_t i = lane; i < dests * c.rows; i += 32) {
+    const int32_t r = i / dests, j = i - r * dests, row = row0 + r;
+    T* dst;
+    if (p.kind == 0) {
+      dst = outs[j] + (int64_t)row * p.N + n0;
+    } else {
+      const int32_t d = row / p.rowsPerRank;
+      dst = outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0;
+    }
+    ptx::bulkStore1d(dst, out + r * pl.rowBytes, bytes);
+  }
+  ptx::bulkCommit();
+}
+
+// Comm role of GEMM + AllReduce / ReduceScatter: CTA idx of nIdx (see the section comment).
+template <typename T>
+__device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8_t* smem) {
   __shared__ const T* parts[kGcMaxLocal];
   __shared__ T* outs[kGcMaxLocal];
   __shared__ int ok;
   const uint64_t seq = gcSeq(p);
+  // 128-byte aligned buffers after two mbarriers.
+  uint8_t* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem) + 127) & ~uintptr_t(127));
+  uint64_t* bar = reinterpret_cast<uint64_t*>(base);
+  uint8_t* bufs = base + 128;
+  const GcReducePlan pl(p.n, (int32_t)sizeof(T), gemm::kSmemBytes - 256);
   if (threadIdx.x == 0) {
     ok = 1;
+    ptx::mbarInit(&bar[0], 1);
+    ptx::mbarInit(&bar[1], 1);
+    ptx::fenceMbarInit();
     if (idx == 0) gcPublish(p, seq);
     for (int q = 0; q < p.n && ok; ++q) {
       if (!gcPeerSlot(p, q, seq)) {
@@ -219,33 +301,61 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx) {
   }
   __syncthreads();
   if (!ok) return;
-  const int32_t numTiles = p.g.tilesM * p.g.tilesN;
-  // Owned tiles in the order the compute CTAs produce them, dealt round robin to the CTAs.
-  int32_t mine = 0;
-  for (int32_t t = 0; t < numTiles; ++t) {
-    int32_t mBlk, nBlk;
-    gemm::tileCoords(p.g, t, &mBlk, &nBlk);
-    if (gcOwner(p, mBlk, nBlk) != p.me) continue;
-    if ((mine++ % nIdx) != idx) continue;
-    const int32_t id = mBlk * p.g.tilesN + nBlk;
-    if (threadIdx.x == 0) {
-      for (int q = 0; q < p.n && ok; ++q) {
-        if (!rt::waitGe(p.w, gcDone(p, q) + id, seq,
-                        rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
-                        rt::kScopeSys))
-          ok = 0;
+  const bool w0 = threadIdx.x < 32;
+  GcChunkIt cur, ahead;  // the chunk summed, the last chunk loaded
+  cur.next(p, idx, nIdx, pl.rows);
+  ahead = cur;
+  if (ahead.valid) {
+    int got = 1;
+    if (w0) got = gcLoadChunk<T>(p, pl, ahead, parts, bufs, &bar[0], seq);
+    if (threadIdx.x == 0 && !got) ok = 0;
+    __syncthreads();
+  }
+  // false once a load failed (error recorded): finish what is in flight, load nothing more
+  bool more = ok != 0;
+  int32_t loaded = ahead.valid && more ? 1 : 0;
+  for (int32_t i = 0; i < loaded; ++i) {
+    // Prefetch chunk i+1 into the other buffer (its previous chunk, i-1, is summed).
+    if (more) {
+      ahead.next(p, idx, nIdx, pl.rows);
+      if (ahead.valid) {
+        int got = 1;
+        if (w0)
+          got = gcLoadChunk<T>(p, pl, ahead, parts, bufs + ((i + 1) & 1) * pl.bufBytes,
+                               &bar[(i + 1) & 1], seq);
+        if (threadIdx.x == 0 && !got) ok = 0;
+        __syncthreads();
+        more = ok != 0;
+        if (more) ++loaded;
       }
     }
+    uint8_t* buf = bufs + (i & 1) * pl.bufBytes;
+    ptx::mbarWait(&bar[i & 1], (uint32_t)((i >> 1) & 1));
+    // The output block of this buffer was last stored by chunk i-2: its reads must be done.
+    if (w0) ptx::bulkWaitRead<1>();
     __syncthreads();
-    if (!ok) return;
-    gcReduceTile<T>(p, mBlk, nBlk, parts, outs);
-    __threadfence_system();
+    gcSumChunk<T>(p, pl, cur, buf);
+    ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int q = 0; q < p.n; ++q) ptx::stReleaseSys(gcFinal(p, q) + id, seq);
-    }
+    if (w0) gcStoreChunk<T>(p, pl, cur, outs, buf);
+    cur.next(p, idx, nIdx, pl.rows);
+  }
+  // Every store complete (not just read) before the flags that announce them.
+  if (w0) {
+    ptx::bulkWait<0>();
+    ptx::fenceProxyAsync();
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (!ok) return;
+  // tileFinal on every rank for each tile this CTA reduced.
+  GcChunkIt t;
+  while (t.nextTile(p, idx, nIdx)) {
+    for (int q = threadIdx.x; q < p.n; q += blockDim.x)
+      ptx::stReleaseSys(gcFinal(p, q) + t.tileId(p), seq);
   }
   // This rank's C is complete, and its partials unread, once every tile's owner finished.
+  const int32_t numTiles = p.g.tilesM * p.g.tilesN;
   for (int32_t id = idx; id < numTiles; id += nIdx) {
     if (threadIdx.x == 0 && ok) {
       const int32_t owner = gcOwner(p, id / p.g.tilesN, id % p.g.tilesN);
@@ -258,49 +368,80 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx) {
   __syncthreads();
 }
 
-// Comm role of AllGather + GEMM: pull shards (own first) into G, release rowReady.
-__device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int32_t nIdx) {
+// ---- gather role (AllGather + GEMM) -----------------------------------------------------------
+//
+// Pulls shards (own first: the engine starts on those rows) into G and releases rowReady.
+// Thread 0 streams each shard through a ring of kGatherBufs shared-memory chunks with bulk
+// copies (load chunk j while chunks j-1, j-2 are still landing and older ones are stored).
+constexpr int kGatherBufs = 4;
+constexpr int32_t kGatherChunk = 48 * 1024;
+static_assert(kGatherBufs * kGatherChunk + 256 <= gemm::kSmemBytes, "gather ring exceeds smem");
+
+__device__ __forceinline__ void gcCopyBulk(uint8_t* to, const uint8_t* from, int64_t bytes,
+                                           uint8_t* ring, uint64_t* bar, uint32_t* uses) {
+  const int64_t nChunks = (bytes + kGatherChunk - 1) / kGatherChunk;
+  auto size = [&](int64_t j) {
+    return (uint32_t)min((int64_t)kGatherChunk, bytes - j * kGatherChunk);
+  };
+  for (int64_t j = 0; j < nChunks + kGatherBufs - 1; ++j) {
+    const int64_t k = j - (kGatherBufs - 1);  // chunk stored this step
+    if (k >= 0) {
+      const int b = (int)(k % kGatherBufs);
+      ptx::mbarWait(&bar[b], uses[b] & 1);
+      ++uses[b];
+      ptx::bulkStore1d(to + k * kGatherChunk, ring + b * kGatherChunk, size(k));
+      ptx::bulkCommit();
+    }
+    if (j < nChunks) {
+      // The buffer's previous chunk (j - kGatherBufs) was stored one or more steps ago.
+      ptx::bulkWaitRead<1>();
+      const int b = (int)(j % kGatherBufs);
+      ptx::mbarArriveExpectTx(&bar[b], size(j));
+      ptx::bulkLoad1d(ring + b * kGatherChunk, from + j * kGatherChunk, size(j), &bar[b]);
+    }
+  }
+  ptx::bulkWait<0>();
+  ptx::fenceProxyAsync();  // the copies' writes -> the generic-proxy flag release
+}
+
+__device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int32_t nIdx,
+                                             uint8_t* smem) {
   __shared__ int ok;
+  __shared__ uint32_t uses[kGatherBufs];  // completed phases per ring buffer
   const uint64_t seq = gcSeq(p);
+  uint8_t* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem) + 127) & ~uintptr_t(127));
+  uint64_t* bar = reinterpret_cast<uint64_t*>(base);
+  uint8_t* ring = base + 128;
   if (threadIdx.x == 0) {
     ok = 1;
+    for (int b = 0; b < kGatherBufs; ++b) {
+      ptx::mbarInit(&bar[b], 1);
+      uses[b] = 0;
+    }
+    ptx::fenceMbarInit();
     if (idx == 0) gcPublish(p, seq);
   }
   __syncthreads();
   const int64_t shardBytes = (int64_t)p.rowsPerRank * p.K * 2;
   for (int j = idx; j < p.n; j += nIdx) {
     const int src = (p.me + j) % p.n;  // own shard first: the engine starts on those rows
-    if (threadIdx.x == 0 && ok && !gcPeerSlot(p, src, seq)) ok = 0;
-    __syncthreads();
-    if (!ok) return;
-    const int4* from = static_cast<const int4*>(p.q->slot[src].A);
-    int4* to = reinterpret_cast<int4*>(static_cast<char*>(p.G) + src * shardBytes);
+    if (threadIdx.x != 0 || !ok) continue;
+    if (!gcPeerSlot(p, src, seq)) {
+      ok = 0;
+      continue;
+    }
+    const uint8_t* from = static_cast<const uint8_t*>(p.q->slot[src].A);
+    uint8_t* to = static_cast<uint8_t*>(p.G) + src * shardBytes;
     if (from != to) {
-      // kUnroll loads in flight per thread before their stores (one at a time left a CTA
-      // far below the bandwidth it can pull).
-      constexpr int kUnroll = 8;
-      const int64_t nVec = shardBytes / 16;
-      for (int64_t i0 = threadIdx.x; i0 < nVec; i0 += kUnroll * (int64_t)blockDim.x) {
-        int4 v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = i0 + u * (int64_t)blockDim.x;
-          if (i < nVec) v[u] = __ldcg(from + i);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = i0 + u * (int64_t)blockDim.x;
-          if (i < nVec) to[i] = v[u];
-        }
-      }
+      ptx::fenceProxyAsync();  // the slot was acquired through the generic proxy
+      gcCopyBulk(to, from, shardBytes, ring, bar, uses);
     }
     __threadfence_system();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      ptx::stReleaseGpu(gcDone(p, p.me) + src, seq);   // rows of shard src are in G
-      ptx::stReleaseSys(gcFinal(p, src) + p.me, seq);  // src's shard was read by me
-    }
+    ptx::stReleaseGpu(gcDone(p, p.me) + src, seq);   // rows of shard src are in G
+    ptx::stReleaseSys(gcFinal(p, src) + p.me, seq);  // src's shard was read by me
   }
+  __syncthreads();
   // Every rank has read this rank's shard before the kernel (and the caller's use of
   // Ashard) ends.
   for (int q = idx; q < p.n; q += nIdx) {
@@ -316,12 +457,14 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
 // The comm roles, as types for gcKernel.
 template <typename TOut>
 struct GcReduce {
-  static __device__ void run(const GcParams& p, int32_t idx, int32_t n) {
-    gcReduceRole<TOut>(p, idx, n);
+  static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
+    gcReduceRole<TOut>(p, idx, n, smem);
   }
 };
 struct GcGather {
-  static __device__ void run(const GcParams& p, int32_t idx, int32_t n) { gcGatherRole(p, idx, n); }
+  static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
+    gcGatherRole(p, idx, n, smem);
+  }
 };
 
 // One persistent kernel per rank: compute CTAs run the engine, comm CTAs run CommRole.
@@ -334,7 +477,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
       gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
       break;
     case Role::kIntraComm:
-      CommRole::run(p, idx, p.split.of(Role::kIntraComm));
+      CommRole::run(p, idx, p.split.of(Role::kIntraComm), smem);
       break;
     default:
       break;

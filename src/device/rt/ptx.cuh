@@ -137,6 +137,25 @@ __device__ __forceinline__ void tmaStore2d(const CUtensorMap* map, const void* s
                : "memory");
 }
 
+// 1-D bulk copies (no tensor map): addresses 16-byte aligned, bytes a multiple of 16.
+// global -> shared, completing `bytes` of transaction count on `bar`.
+__device__ __forceinline__ void bulkLoad1d(void* dst, const void* src, uint32_t bytes,
+                                           uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smemAddr(bar))
+      : "memory");
+}
+
+// shared -> global in the issuing thread's current bulk group (bulkCommit / bulkWait*).
+__device__ __forceinline__ void bulkStore1d(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(smemAddr(src)), "r"(bytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void bulkCommit() {
   asm volatile("cp.async.bulk.commit_group;");
 }
