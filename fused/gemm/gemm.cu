@@ -120,6 +120,38 @@ ncclResult_t encode2d(CUtensorMap* map, DType t, const void* base, uint64_t inne
   return ncclSuccess;
 }
 
+}  // namespace
+
+ncclResult_t encodeRows(CUtensorMap* map, DType t, void* base, uint64_t cols, uint64_t rows,
+                        uint64_t pitchElems, uint32_t boxCols, uint32_t boxRows) {
+  cuuint64_t dims[2] = {cols, rows};
+  cuuint64_t strides[1] = {pitchElems * dtypeSize(t)};
+  cuuint32_t box[2] = {boxCols, boxRows};
+  cuuint32_t estr[2] = {1, 1};
+  CUCHECK(cuTensorMapEncodeTiled(map, tmaType(t), 2, base, dims, strides, box, estr,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return ncclSuccess;
+}
+
+namespace {
+
+// D as [tilesM][tilesN][kTileM][kTileN] (GemmArgs::dTiled), stored with the epilogue's box.
+ncclResult_t encodeTiled(CUtensorMap* map, DType t, void* base, uint64_t tilesM, uint64_t tilesN) {
+  const uint64_t es = dtypeSize(t);
+  cuuint64_t dims[4] = {(cuuint64_t)kTileN, (cuuint64_t)kTileM, tilesN, tilesM};
+  cuuint64_t strides[3] = {kTileN * es, (cuuint64_t)kTileM * kTileN * es,
+                           tilesN * kTileM * kTileN * es};
+  cuuint32_t box[4] = {(cuuint32_t)(128 / es), 64, 1, 1};
+  cuuint32_t estr[4] = {1, 1, 1, 1};
+  CUCHECK(cuTensorMapEncodeTiled(map, tmaType(t), 4, base, dims, strides, box, estr,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return ncclSuccess;
+}
+
 template <DType kIn, DType kOut>
 ncclResult_t dispatchB(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
   return a.bLayout == BLayout::kKN ? launchVariant<kIn, kOut, BLayout::kKN>(p, grid, s)
@@ -167,6 +199,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.beta != 0.0f) {
     if (effLdc(a) < a.N) return fail(why, "ldc=%lld must be >= N=%lld", effLdc(a), a.N);
   }
+  if (a.dTiled && (a.beta != 0.0f || !aligned16(a.D)))
+    return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
   if (a.hooks.rowReady != nullptr && a.hooks.rowsPerFlag <= 0)
@@ -203,7 +237,11 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // the H200 a box clipped at N in the middle of a 16-byte chunk wrote zeros to the rest of
   // that chunk (columns N.. of padded rows; seen with N=1030, ldd=1032, see gemm-notes).
   p.useTmaStore = aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (a.N * es) % 16 == 0;
-  if (p.useTmaStore) {
+  if (a.dTiled) {
+    p.useTmaStore = 1;
+    p.dTiled = 1;
+    NCCLCHECK(encodeTiled(&p.tmD, a.dType, a.D, tilesM(a), tilesN(a)));
+  } else if (p.useTmaStore) {
     NCCLCHECK(encode2d(&p.tmD, a.dType, a.D, a.N, a.M, effLdd(a), 128 / es, 64));
   }
   p.M = a.M;

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -81,6 +82,11 @@ struct GemmArgs {
   int32_t smBudget = 0;
   // Row blocks per raster group (L2 reuse): 0 = automatic.
   int32_t groupM = 0;
+  // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
+  // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles
+  // are left unwritten): a fused operator then moves any row block of a tile with one bulk
+  // copy. Needs beta == 0 and a 16-byte aligned D.
+  bool dTiled = false;
   GemmHooks hooks;
 };
 
@@ -108,6 +114,11 @@ ncclResult_t launch(const GemmArgs& args, cudaStream_t stream);
 // caller whose earlier launches may spin waiting for a peer this thread has yet to launch (ranks
 // sharing a GPU) preloads everything first.
 ncclResult_t preload(const GemmArgs& args);
+
+// A row-major [rows, cols] tensor map (no swizzle; a box of boxCols x boxRows stored densely
+// in shared memory): fused operators' stores into user buffers. TMA clips boxes at the bounds.
+ncclResult_t encodeRows(CUtensorMap* map, DType t, void* base, uint64_t cols, uint64_t rows,
+                        uint64_t pitchElems, uint32_t boxCols, uint32_t boxRows);
 
 // Dynamic shared memory one GEMM CTA needs (fused kernels size their CTAs with it).
 size_t smemBytes();

@@ -173,7 +173,11 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p, const SmemLayou
     ptx::fenceProxyAsyncShared();
     ptx::namedBarSync(1 + wg, 128);
     if (tid == 0) {
-      ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
+      if (p.dTiled) {
+        ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
+      } else {
+        ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
+      }
       ptx::bulkCommit();
     }
   }

@@ -21,6 +21,7 @@ struct GemmParams {
   int32_t tilesM, tilesN, kTiles;
   int32_t groupM;
   int32_t useTmaStore;  // 0: direct st.global epilogue (D not 16-byte aligned)
+  int32_t dTiled;       // tmD is the 4-D tile-by-tile view of D (GemmArgs::dTiled)
   void* D;
   int64_t ldd;
   const void* C;

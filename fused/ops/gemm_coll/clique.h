@@ -4,6 +4,7 @@
 // address space, so a peer's kernel reads these pointers directly.
 #pragma once
 #include <cstdint>
+#include <cuda.h>
 #include <nccl.h>
 
 struct ncclComm;
@@ -14,12 +15,13 @@ namespace fused {
 constexpr int kGcMaxLocal = 32;
 constexpr int kGcMaxTiles = 16384;  // tiles of 128x256: e.g. M = 32768 with N = 16384
 
-struct GcSlot {
-  uint64_t seq;   // released (system scope) after the pointers below are written
+struct alignas(128) GcSlot {
+  uint64_t seq;   // released (system scope) after the fields below are written
   const void* A;  // AllGather: the rank's shard
   void* C;        // the rank's output
-  const void* P;  // the rank's partials (output type)
-  uint64_t pad[4];
+  const void* P;  // the rank's partials (output type, tile by tile)
+  uint64_t pad[12];
+  CUtensorMap cmap;  // the rank's C (AllReduce/ReduceScatter), published by its kernel
 };
 
 struct GcClique {

@@ -37,6 +37,8 @@ namespace fused {
 
 struct GcParams {
   gemm::GemmParams g;  // first: holds the 64-byte aligned tensor maps
+  CUtensorMap cmap;    // AllReduce/ReduceScatter: this rank's C, box kTileN x chunkRows
+  int32_t chunkRows;   // tile rows per reduce chunk (gcChunkRows)
   SmSplit split;
   rt::WaitCtx w;
   GcClique* q;      // shared by the local ranks (device memory)
@@ -49,7 +51,7 @@ struct GcParams {
   const void* A;     // AllGather: this rank's shard
   void* C;           // AllReduce/ReduceScatter: this rank's output
   void* G;           // AllGather: the gathered A [M, K]
-  void* P;           // AllReduce/ReduceScatter: this rank's partials [M, N] of outType
+  void* P;           // AllReduce/ReduceScatter: this rank's partials of outType, tile by tile
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
 };
@@ -138,26 +140,25 @@ struct GcVec {
 
 // ---- reduce role (GEMM + AllReduce / ReduceScatter) ---------------------------------------
 //
-// Data moves with 1-D bulk copies (TMA, one per tile row and rank): a register copy keeps one
-// CTA at ~12 GB/s on the H200 (measured: 8192x8192x1024 AllReduce, 4 ranks), far too slow for
-// a few SMs to keep up with the GEMM; the copy engine keeps a whole chunk in flight instead.
-// A chunk is `rows` rows of one owned tile: the rows of every rank's partial tile land in
-// shared memory, the CTA sums them in rank order (the same bits on every rank), adds the
-// bias, rounds, and bulk-stores the rows to every rank's C (AllReduce) or to the shard owner
-// (ReduceScatter). Two chunk buffers: the loads of chunk i+1 fly while chunk i is summed.
+// Data moves with the copy engine in large operations. The GEMM stores each rank's partials
+// tile by tile ([tilesM][tilesN][128][256], gemm::GemmArgs::dTiled), so a chunk of `rows`
+// rows of one tile is one contiguous block per rank: one bulk load per rank lands it in
+// shared memory, the CTA sums the ranks in rank order (the same bits on every rank), adds the
+// bias and rounds, and one 2-D tensor store per destination writes the rows to every rank's C
+// (AllReduce) or to the shard owners (ReduceScatter; the tensor bounds clip the rows of other
+// shards). Each rank publishes the tensor map of its C in its clique slot. Register copies held
+// a comm CTA at ~12 GB/s and per-row bulk copies (512-byte operations) at ~9 GB/s on the H200
+// (8192x8192x1024 AllReduce, 4 ranks sharing the GPU). Two chunk buffers: the loads of chunk
+// i+1 fly while chunk i is summed.
 
-// Shared-memory plan of the reduce role (dynamic shared memory of the kernel).
-struct GcReducePlan {
-  int32_t rowBytes;  // one tile row of T (kTileN columns)
-  int32_t rows;      // tile rows per chunk
-  int32_t bufBytes;  // n input row blocks + the output row block
-  __device__ GcReducePlan(int32_t n, int32_t elemBytes, int32_t smemBytes) {
-    rowBytes = gemm::kTileN * elemBytes;
-    rows = gemm::kTileM;
-    while (rows > 1 && 2 * (n + 1) * rows * rowBytes > smemBytes) rows >>= 1;
-    bufBytes = (n + 1) * rows * rowBytes;
-  }
-};
+// Tile rows per chunk: two buffers of n input blocks and one output block must fit.
+__host__ __device__ inline int32_t gcChunkRows(int32_t n, int32_t elemBytes, int32_t smemBytes) {
+  const int32_t rowBytes = gemm::kTileN * elemBytes;
+  int32_t rows = gemm::kTileM;
+  while (rows > 1 && 2 * (n + 1) * rows * rowBytes > smemBytes) rows >>= 1;
+  return rows;
+}
+constexpr int32_t kGcReduceSmemReserve = 512;  // mbarriers and the C map staging
 
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles: owned tiles
 // dealt round robin to the comm CTAs, each cut into row chunks. Every thread walks it alike.
@@ -176,69 +177,65 @@ struct GcChunkIt {
     return false;
   }
   // Advances to the next chunk; `valid` false past the last one.
-  __device__ void next(const GcParams& p, int32_t idx, int32_t nIdx, int32_t chunkRows) {
-    if (valid && r0 + chunkRows < min(gemm::kTileM, p.M - mBlk * gemm::kTileM)) {
-      r0 += chunkRows;
+  __device__ void next(const GcParams& p, int32_t idx, int32_t nIdx) {
+    const int32_t tileRows = min(gemm::kTileM, p.M - mBlk * gemm::kTileM);
+    if (valid && r0 + p.chunkRows < tileRows) {
+      r0 += p.chunkRows;
     } else {
       valid = nextTile(p, idx, nIdx);
       r0 = 0;
     }
-    if (valid) rows = min(chunkRows, min(gemm::kTileM, p.M - mBlk * gemm::kTileM) - r0);
+    if (valid) rows = min(p.chunkRows, min(gemm::kTileM, p.M - mBlk * gemm::kTileM) - r0);
   }
   __device__ int32_t tileId(const GcParams& p) const { return mBlk * p.g.tilesN + nBlk; }
 };
 
-// Warp 0 loads chunk `c` (every rank's rows) into buffer `buf`, completing on `bar`. The first
-// chunk of a tile first waits for the tile's done flag on every rank (thread 0). False (error
-// recorded) on timeout/abort; nothing is issued then.
+// Thread 0 loads chunk `c` of every rank's partials into `buf`, completing on `bar`. The first
+// chunk of a tile first waits for the tile's done flag on every rank. False (error recorded)
+// on timeout/abort; nothing is issued then.
 template <typename T>
-__device__ bool gcLoadChunk(const GcParams& p, const GcReducePlan& pl, const GcChunkIt& c,
-                            const T* const* parts, uint8_t* buf, uint64_t* bar, uint64_t seq) {
-  const int32_t lane = threadIdx.x & 31;
-  int ok = 1;
-  if (lane == 0 && c.r0 == 0) {
-    const int32_t id = c.tileId(p);
-    for (int q = 0; q < p.n && ok; ++q) {
-      ok = rt::waitGe(p.w, gcDone(p, q) + id, seq,
+__device__ bool gcLoadChunk(const GcParams& p, const GcChunkIt& c, const T* const* parts,
+                            uint8_t* buf, uint64_t* bar, uint64_t seq) {
+  const int32_t id = c.tileId(p);
+  if (c.r0 == 0) {
+    for (int q = 0; q < p.n; ++q) {
+      if (!rt::waitGe(p.w, gcDone(p, q) + id, seq,
                       rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
-                      rt::kScopeSys);
+                      rt::kScopeSys))
+        return false;
     }
+    // The flags were acquired through the generic proxy; the partials are read by the copy
+    // engine (async proxy).
+    ptx::fenceProxyAsync();
   }
-  ok = __shfl_sync(0xffffffffu, ok, 0);
-  if (!ok) return false;
-  const int32_t n0 = c.nBlk * gemm::kTileN;
-  const int32_t bytes = min(gemm::kTileN, p.N - n0) * (int32_t)sizeof(T);
-  if (lane == 0) ptx::mbarArriveExpectTx(bar, (uint32_t)(p.n * c.rows * bytes));
-  __syncwarp();
-  // The flags were acquired through the generic proxy; the partials are read by the copy
-  // engine (async proxy).
-  ptx::fenceProxyAsync();
-  const int64_t row0 = (int64_t)c.mBlk * gemm::kTileM + c.r0;
-  for (int32_t i = lane; i < p.n * c.rows; i += 32) {
-    const int32_t q = i / c.rows, r = i - q * c.rows;
-    ptx::bulkLoad1d(buf + (q * pl.rows + r) * pl.rowBytes, parts[q] + (row0 + r) * p.N + n0,
-                    (uint32_t)bytes, bar);
-  }
+  const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
+  const uint32_t bytes = (uint32_t)(c.rows * rowBytes);
+  const int64_t at = ((int64_t)id * gemm::kTileM + c.r0) * gemm::kTileN;
+  ptx::mbarArriveExpectTx(bar, bytes * p.n);
+  for (int q = 0; q < p.n; ++q)
+    ptx::bulkLoad1d(buf + q * p.chunkRows * rowBytes, parts[q] + at, bytes, bar);
   return true;
 }
 
 // All threads: out rows = bias + sum over ranks (in rank order) of the chunk's input rows.
+// Columns past N are left as they are (the tensor stores clip them).
 template <typename T>
-__device__ void gcSumChunk(const GcParams& p, const GcReducePlan& pl, const GcChunkIt& c,
-                           const uint8_t* buf) {
+__device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, uint8_t* buf) {
   using V = GcVec<T>;
+  const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
+  const int32_t block = p.chunkRows * rowBytes;
   const int32_t n0 = c.nBlk * gemm::kTileN;
-  const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: a whole vector
+  const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: whole vectors
   const T* bias = static_cast<const T*>(p.bias);
-  uint8_t* out = const_cast<uint8_t*>(buf) + p.n * pl.rows * pl.rowBytes;
+  uint8_t* out = buf + p.n * block;
   for (int32_t e = threadIdx.x; e < c.rows * vecs; e += blockDim.x) {
     const int32_t r = e / vecs, v = e - r * vecs;
-    const int32_t byte = r * pl.rowBytes + v * 16;
+    const int32_t byte = r * rowBytes + v * 16;
     float acc[V::kN];
 #pragma unroll
     for (int j = 0; j < V::kN; ++j) acc[j] = 0.f;
     for (int q = 0; q < p.n; ++q)
-      V::add(acc, *reinterpret_cast<const uint4*>(buf + q * pl.rows * pl.rowBytes + byte));
+      V::add(acc, *reinterpret_cast<const uint4*>(buf + q * block + byte));
     if (bias != nullptr) {
 #pragma unroll
       for (int j = 0; j < V::kN; ++j) acc[j] += gcToF(bias[n0 + v * V::kN + j]);
@@ -247,26 +244,18 @@ __device__ void gcSumChunk(const GcParams& p, const GcReducePlan& pl, const GcCh
   }
 }
 
-// Warp 0 stores the chunk's output rows (one bulk group per lane and chunk).
+// Thread 0 stores the chunk's output rows with one tensor store per destination rank (one
+// bulk group per chunk).
 template <typename T>
-__device__ void gcStoreChunk(const GcParams& p, const GcReducePlan& pl, const GcChunkIt& c,
-                             T* const* outs, const uint8_t* buf) {
-  const int32_t lane = threadIdx.x & 31;
-  const uint8_t* out = buf + p.n * pl.rows * pl.rowBytes;
-  const int32_t n0 = c.nBlk * gemm::kTileN;
-  const uint32_t bytes = (uint32_t)(min(gemm::kTileN, p.N - n0) * (int32_t)sizeof(T));
-  const int32_t row0 = c.mBlk * gemm::kTileM + c.r0;
-  const int32_t dests = p.kind == 0 ? p.n : 1;
-  for (int32_t i = lane; i < dests * c.rows; i += 32) {
-    const int32_t r = i / dests, j = i - r * dests, row = row0 + r;
-    T* dst;
-    if (p.kind == 0) {
-      dst = outs[j] + (int64_t)row * p.N + n0;
-    } else {
-      const int32_t d = row / p.rowsPerRank;
-      dst = outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0;
-    }
-    ptx::bulkStore1d(dst, out + r * pl.rowBytes, bytes);
+__device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* buf) {
+  const uint8_t* out = buf + p.n * p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
+  const int32_t n0 = c.nBlk * gemm::kTileN, row0 = c.mBlk * gemm::kTileM + c.r0;
+  if (p.kind == 0) {
+    for (int q = 0; q < p.n; ++q) ptx::tmaStore2d(&p.q->slot[q].cmap, out, n0, row0);
+  } else {
+    const int32_t last = min(p.n - 1, (row0 + c.rows - 1) / p.rowsPerRank);
+    for (int d = row0 / p.rowsPerRank; d <= last; ++d)
+      ptx::tmaStore2d(&p.q->slot[d].cmap, out, n0, row0 - d * p.rowsPerRank);
   }
   ptx::bulkCommit();
 }
@@ -275,15 +264,22 @@ __device__ void gcStoreChunk(const GcParams& p, const GcReducePlan& pl, const Gc
 template <typename T>
 __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8_t* smem) {
   __shared__ const T* parts[kGcMaxLocal];
-  __shared__ T* outs[kGcMaxLocal];
   __shared__ int ok;
   const uint64_t seq = gcSeq(p);
-  // 128-byte aligned buffers after two mbarriers.
+  // [0, 128): two mbarriers; [128, 256): the C map staging; then the chunk buffers.
   uint8_t* base =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem) + 127) & ~uintptr_t(127));
   uint64_t* bar = reinterpret_cast<uint64_t*>(base);
-  uint8_t* bufs = base + 128;
-  const GcReducePlan pl(p.n, (int32_t)sizeof(T), gemm::kSmemBytes - 256);
+  uint8_t* bufs = base + 256;
+  const int32_t bufBytes = (p.n + 1) * p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
+  if (idx == 0 && threadIdx.x < 32) {
+    // This rank's C map into its slot (tensormap proxy), before the slot's seq announces it.
+    if (threadIdx.x < 8)
+      reinterpret_cast<uint4*>(base + 128)[threadIdx.x] =
+          reinterpret_cast<const uint4*>(&p.cmap)[threadIdx.x];
+    __syncwarp();
+    ptx::tensormapPublish(&p.q->slot[p.me].cmap, base + 128);
+  }
   if (threadIdx.x == 0) {
     ok = 1;
     ptx::mbarInit(&bar[0], 1);
@@ -296,19 +292,17 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
         break;
       }
       parts[q] = static_cast<const T*>(p.q->slot[q].P);
-      outs[q] = static_cast<T*>(p.q->slot[q].C);
+      ptx::fenceTensormapAcquire(&p.q->slot[q].cmap);
     }
   }
   __syncthreads();
   if (!ok) return;
-  const bool w0 = threadIdx.x < 32;
+  const bool t0 = threadIdx.x == 0;
   GcChunkIt cur, ahead;  // the chunk summed, the last chunk loaded
-  cur.next(p, idx, nIdx, pl.rows);
+  cur.next(p, idx, nIdx);
   ahead = cur;
   if (ahead.valid) {
-    int got = 1;
-    if (w0) got = gcLoadChunk<T>(p, pl, ahead, parts, bufs, &bar[0], seq);
-    if (threadIdx.x == 0 && !got) ok = 0;
+    if (t0 && !gcLoadChunk<T>(p, ahead, parts, bufs, &bar[0], seq)) ok = 0;
     __syncthreads();
   }
   // false once a load failed (error recorded): finish what is in flight, load nothing more
@@ -317,31 +311,29 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   for (int32_t i = 0; i < loaded; ++i) {
     // Prefetch chunk i+1 into the other buffer (its previous chunk, i-1, is summed).
     if (more) {
-      ahead.next(p, idx, nIdx, pl.rows);
+      ahead.next(p, idx, nIdx);
       if (ahead.valid) {
-        int got = 1;
-        if (w0)
-          got = gcLoadChunk<T>(p, pl, ahead, parts, bufs + ((i + 1) & 1) * pl.bufBytes,
-                               &bar[(i + 1) & 1], seq);
-        if (threadIdx.x == 0 && !got) ok = 0;
+        if (t0 && !gcLoadChunk<T>(p, ahead, parts, bufs + ((i + 1) & 1) * bufBytes,
+                                  &bar[(i + 1) & 1], seq))
+          ok = 0;
         __syncthreads();
         more = ok != 0;
         if (more) ++loaded;
       }
     }
-    uint8_t* buf = bufs + (i & 1) * pl.bufBytes;
+    uint8_t* buf = bufs + (i & 1) * bufBytes;
     ptx::mbarWait(&bar[i & 1], (uint32_t)((i >> 1) & 1));
     // The output block of this buffer was last stored by chunk i-2: its reads must be done.
-    if (w0) ptx::bulkWaitRead<1>();
+    if (t0) ptx::bulkWaitRead<1>();
     __syncthreads();
-    gcSumChunk<T>(p, pl, cur, buf);
+    gcSumChunk<T>(p, cur, buf);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
-    if (w0) gcStoreChunk<T>(p, pl, cur, outs, buf);
-    cur.next(p, idx, nIdx, pl.rows);
+    if (t0) gcStoreChunk<T>(p, cur, buf);
+    cur.next(p, idx, nIdx);
   }
   // Every store complete (not just read) before the flags that announce them.
-  if (w0) {
+  if (t0) {
     ptx::bulkWait<0>();
     ptx::fenceProxyAsync();
   }

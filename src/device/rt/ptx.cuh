@@ -156,6 +156,33 @@ __device__ __forceinline__ void bulkStore1d(void* dst, const void* src, uint32_t
                : "memory");
 }
 
+// 4-D tensor store (fused partials stored tile by tile, see gemm::GemmArgs::dTiled).
+__device__ __forceinline__ void tmaStore4d(const CUtensorMap* map, const void* src, int32_t x,
+                                           int32_t y, int32_t z, int32_t w) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smemAddr(src)), "r"(x), "r"(y), "r"(z), "r"(w)
+      : "memory");
+}
+
+// Copies a 128-byte tensor map from shared to global memory and releases it to the tensormap
+// proxy at system scope (every thread of the warp executes it: .sync.aligned). A reader
+// acquires it with fenceTensormapAcquire after the flag that announces it.
+__device__ __forceinline__ void tensormapPublish(void* dstGlobal, const void* srcSmem) {
+  asm volatile(
+      "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.sys.sync.aligned"
+      " [%0], [%1], 128;" ::"l"(reinterpret_cast<uint64_t>(dstGlobal)),
+      "r"(smemAddr(srcSmem))
+      : "memory");
+}
+
+__device__ __forceinline__ void fenceTensormapAcquire(const void* mapGlobal) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(
+                   reinterpret_cast<uint64_t>(mapGlobal))
+               : "memory");
+}
+
 __device__ __forceinline__ void bulkCommit() {
   asm volatile("cp.async.bulk.commit_group;");
 }
