@@ -38,7 +38,8 @@ namespace fused {
 struct GcParams {
   gemm::GemmParams g;  // first: holds the 64-byte aligned tensor maps
   CUtensorMap cmap;    // AllReduce/ReduceScatter: this rank's C, box kTileN x chunkRows
-  int32_t chunkRows;   // tile rows per reduce chunk (gcChunkRows)
+  int32_t chunkRows;   // tile rows per reduce chunk (GcReducePlan)
+  int32_t stages;      // reduce chunks in flight (GcReducePlan)
   SmSplit split;
   rt::WaitCtx w;
   GcClique* q;      // shared by the local ranks (device memory)
@@ -151,14 +152,23 @@ struct GcVec {
 // (8192x8192x1024 AllReduce, 4 ranks sharing the GPU). Two chunk buffers: the loads of chunk
 // i+1 fly while chunk i is summed.
 
-// Tile rows per chunk: two buffers of n input blocks and one output block must fit.
-__host__ __device__ inline int32_t gcChunkRows(int32_t n, int32_t elemBytes, int32_t smemBytes) {
-  const int32_t rowBytes = gemm::kTileN * elemBytes;
-  int32_t rows = gemm::kTileM;
-  while (rows > 1 && 2 * (n + 1) * rows * rowBytes > smemBytes) rows >>= 1;
-  return rows;
-}
-constexpr int32_t kGcReduceSmemReserve = 512;  // mbarriers and the C map staging
+// Shared memory of the reduce role: kGcReduceHead bytes of mbarriers (one per stage) and the
+// C map staging, two output blocks (R rows of the result: the tensor stores' source), then a
+// ring of `stages` input stages (R rows of every rank's partial tile). Several stages keep
+// ~150 KB of loads in flight per CTA: with two 64 KB buffers a CTA moved ~20 GB/s.
+constexpr int32_t kGcReduceHead = 256;
+constexpr int32_t kGcMaxStages = 8;
+struct GcReducePlan {
+  int32_t rows = 1, stages = 0;
+  // Largest power-of-two row count that still leaves 4 stages, then as many stages as fit.
+  __host__ __device__ GcReducePlan(int32_t n, int32_t elemBytes, int32_t smemBytes) {
+    const int32_t rowBytes = gemm::kTileN * elemBytes, room = smemBytes - kGcReduceHead - 128;
+    rows = gemm::kTileM;
+    while (rows > 1 && (4 * n + 2) * rows * rowBytes > room) rows >>= 1;
+    stages = (room - 2 * rows * rowBytes) / (n * rows * rowBytes);
+    if (stages > kGcMaxStages) stages = kGcMaxStages;
+  }
+};
 
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles: owned tiles
 // dealt round robin to the comm CTAs, each cut into row chunks. Every thread walks it alike.
@@ -195,7 +205,7 @@ struct GcChunkIt {
 // on timeout/abort; nothing is issued then.
 template <typename T>
 __device__ bool gcLoadChunk(const GcParams& p, const GcChunkIt& c, const T* const* parts,
-                            uint8_t* buf, uint64_t* bar, uint64_t seq) {
+                            uint8_t* in, uint64_t* bar, uint64_t seq) {
   const int32_t id = c.tileId(p);
   if (c.r0 == 0) {
     for (int q = 0; q < p.n; ++q) {
@@ -213,21 +223,20 @@ __device__ bool gcLoadChunk(const GcParams& p, const GcChunkIt& c, const T* cons
   const int64_t at = ((int64_t)id * gemm::kTileM + c.r0) * gemm::kTileN;
   ptx::mbarArriveExpectTx(bar, bytes * p.n);
   for (int q = 0; q < p.n; ++q)
-    ptx::bulkLoad1d(buf + q * p.chunkRows * rowBytes, parts[q] + at, bytes, bar);
+    ptx::bulkLoad1d(in + q * p.chunkRows * rowBytes, parts[q] + at, bytes, bar);
   return true;
 }
 
 // All threads: out rows = bias + sum over ranks (in rank order) of the chunk's input rows.
 // Columns past N are left as they are (the tensor stores clip them).
 template <typename T>
-__device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, uint8_t* buf) {
+__device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* in, uint8_t* out) {
   using V = GcVec<T>;
   const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
   const int32_t block = p.chunkRows * rowBytes;
   const int32_t n0 = c.nBlk * gemm::kTileN;
   const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: whole vectors
   const T* bias = static_cast<const T*>(p.bias);
-  uint8_t* out = buf + p.n * block;
   for (int32_t e = threadIdx.x; e < c.rows * vecs; e += blockDim.x) {
     const int32_t r = e / vecs, v = e - r * vecs;
     const int32_t byte = r * rowBytes + v * 16;
@@ -235,7 +244,7 @@ __device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, uint8_t* buf) 
 #pragma unroll
     for (int j = 0; j < V::kN; ++j) acc[j] = 0.f;
     for (int q = 0; q < p.n; ++q)
-      V::add(acc, *reinterpret_cast<const uint4*>(buf + q * block + byte));
+      V::add(acc, *reinterpret_cast<const uint4*>(in + q * block + byte));
     if (bias != nullptr) {
 #pragma unroll
       for (int j = 0; j < V::kN; ++j) acc[j] += gcToF(bias[n0 + v * V::kN + j]);
@@ -247,8 +256,7 @@ __device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, uint8_t* buf) 
 // Thread 0 stores the chunk's output rows with one tensor store per destination rank (one
 // bulk group per chunk).
 template <typename T>
-__device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* buf) {
-  const uint8_t* out = buf + p.n * p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
+__device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* out) {
   const int32_t n0 = c.nBlk * gemm::kTileN, row0 = c.mBlk * gemm::kTileM + c.r0;
   if (p.kind == 0) {
     for (int q = 0; q < p.n; ++q) ptx::tmaStore2d(&p.q->slot[q].cmap, out, n0, row0);
@@ -266,12 +274,15 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   __shared__ const T* parts[kGcMaxLocal];
   __shared__ int ok;
   const uint64_t seq = gcSeq(p);
-  // [0, 128): two mbarriers; [128, 256): the C map staging; then the chunk buffers.
+  // [0, 128): mbarriers; [128, 256): the C map staging; then two output blocks, then the
+  // input stages (GcReducePlan).
   uint8_t* base =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem) + 127) & ~uintptr_t(127));
   uint64_t* bar = reinterpret_cast<uint64_t*>(base);
-  uint8_t* bufs = base + 256;
-  const int32_t bufBytes = (p.n + 1) * p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
+  const int32_t block = p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
+  uint8_t* outs = base + kGcReduceHead;
+  uint8_t* ins = outs + 2 * block;
+  const int32_t S = p.stages;
   if (idx == 0 && threadIdx.x < 32) {
     // This rank's C map into its slot (tensormap proxy), before the slot's seq announces it.
     if (threadIdx.x < 8)
@@ -282,8 +293,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   }
   if (threadIdx.x == 0) {
     ok = 1;
-    ptx::mbarInit(&bar[0], 1);
-    ptx::mbarInit(&bar[1], 1);
+    for (int s = 0; s < S; ++s) ptx::mbarInit(&bar[s], 1);
     ptx::fenceMbarInit();
     if (idx == 0) gcPublish(p, seq);
     for (int q = 0; q < p.n && ok; ++q) {
@@ -298,38 +308,37 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   __syncthreads();
   if (!ok) return;
   const bool t0 = threadIdx.x == 0;
+  // Chunk j lives in stage j % S (mbarrier phase (j / S) & 1) and output block j & 1.
   GcChunkIt cur, ahead;  // the chunk summed, the last chunk loaded
-  cur.next(p, idx, nIdx);
-  ahead = cur;
-  if (ahead.valid) {
-    if (t0 && !gcLoadChunk<T>(p, ahead, parts, bufs, &bar[0], seq)) ok = 0;
-    __syncthreads();
-  }
-  // false once a load failed (error recorded): finish what is in flight, load nothing more
-  bool more = ok != 0;
-  int32_t loaded = ahead.valid && more ? 1 : 0;
-  for (int32_t i = 0; i < loaded; ++i) {
-    // Prefetch chunk i+1 into the other buffer (its previous chunk, i-1, is summed).
-    if (more) {
-      ahead.next(p, idx, nIdx);
-      if (ahead.valid) {
-        if (t0 && !gcLoadChunk<T>(p, ahead, parts, bufs + ((i + 1) & 1) * bufBytes,
-                                  &bar[(i + 1) & 1], seq))
-          ok = 0;
-        __syncthreads();
-        more = ok != 0;
-        if (more) ++loaded;
-      }
+  int32_t loaded = 0;    // chunks whose loads were issued
+  bool more = true;      // false past the last chunk or after a failed wait (error recorded)
+  // Issues the next chunk's loads into its stage (whose previous chunk has been summed).
+  auto loadNext = [&]() {
+    if (!more) return;
+    ahead.next(p, idx, nIdx);
+    if (!ahead.valid) {
+      more = false;
+      return;
     }
-    uint8_t* buf = bufs + (i & 1) * bufBytes;
-    ptx::mbarWait(&bar[i & 1], (uint32_t)((i >> 1) & 1));
-    // The output block of this buffer was last stored by chunk i-2: its reads must be done.
+    if (t0 &&
+        !gcLoadChunk<T>(p, ahead, parts, ins + (loaded % S) * p.n * block, &bar[loaded % S], seq))
+      ok = 0;
+    __syncthreads();
+    more = ok != 0;
+    if (more) ++loaded;
+  };
+  for (int s = 0; s < S - 1; ++s) loadNext();
+  cur.next(p, idx, nIdx);
+  for (int32_t i = 0; i < loaded; ++i) {
+    loadNext();  // chunk i + S - 1 into the stage chunk i - 1 used
+    ptx::mbarWait(&bar[i % S], (uint32_t)((i / S) & 1));
+    // The output block was last stored by chunk i-2: its reads must be done.
     if (t0) ptx::bulkWaitRead<1>();
     __syncthreads();
-    gcSumChunk<T>(p, cur, buf);
+    gcSumChunk<T>(p, cur, ins + (i % S) * p.n * block, outs + (i & 1) * block);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
-    if (t0) gcStoreChunk<T>(p, cur, buf);
+    if (t0) gcStoreChunk<T>(p, cur, outs + (i & 1) * block);
     cur.next(p, idx, nIdx);
   }
   // Every store complete (not just read) before the flags that announce them.

@@ -52,6 +52,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // The reduce role moves 16-byte vectors of the output type (8 or 4 columns).
   if (c.op != GemmColl::kAllGather && (c.N * fusedTypeSize(c.cfg.outType)) % 16 != 0)
     return ncclSuccess;
+  // The reduce role pipelines its chunks through at least two shared-memory stages.
+  if (c.op != GemmColl::kAllGather &&
+      GcReducePlan(n, (int32_t)fusedTypeSize(c.cfg.outType), gemm::kSmemBytes).stages < 2)
+    return ncclSuccess;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
   GcClique* q = nullptr;
@@ -141,10 +145,12 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
         cudaMallocAsync(&tmp, tilesM * tilesN * gemm::kTileM * gemm::kTileN * outBytes, c.stream));
     p.P = tmp;
     p.C = c.C;
-    p.chunkRows = gcChunkRows(n, (int32_t)outBytes, gemm::kSmemBytes - kGcReduceSmemReserve);
+    const GcReducePlan plan(n, (int32_t)outBytes, gemm::kSmemBytes);
+    p.chunkRows = plan.rows;
+    p.stages = plan.stages;
     NCCLCHECKGOTO(gemm::encodeRows(&p.cmap, gemmType(c.cfg.outType), c.C, c.N,
-                                   c.op == GemmColl::kAllReduce ? c.M : c.M / n, c.N,
-                                   gemm::kTileN, (uint32_t)p.chunkRows),
+                                   c.op == GemmColl::kAllReduce ? c.M : c.M / n, c.N, gemm::kTileN,
+                                   (uint32_t)p.chunkRows),
                   res, out);
     g = gemmArgsOf(c, c.A, p.P, c.M, f.smBudget);  // D of the output type
     g.dTiled = true;
