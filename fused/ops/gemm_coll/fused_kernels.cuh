@@ -153,9 +153,11 @@ struct GcVec {
 // i+1 fly while chunk i is summed.
 
 // Shared memory of the reduce role: kGcReduceHead bytes of mbarriers (one per stage) and the
-// C map staging, two output blocks (R rows of the result: the tensor stores' source), then a
-// ring of `stages` input stages (R rows of every rank's partial tile). Several stages keep
-// ~150 KB of loads in flight per CTA: with two 64 KB buffers a CTA moved ~20 GB/s.
+// C map staging, then a ring of `stages` stages, each R rows of every rank's partial tile and
+// R rows of the result (the tensor stores' source). A stage's output block is rewritten only
+// `stages` chunks after its store was issued, so the wait for that store's reads never stalls
+// behind loads queued after it (the copy engine may serve one CTA's operations in order:
+// with a shared pair of output blocks a comm CTA moved ~16 GB/s).
 constexpr int32_t kGcReduceHead = 256;
 constexpr int32_t kGcMaxStages = 8;
 struct GcReducePlan {
@@ -164,11 +166,41 @@ struct GcReducePlan {
   __host__ __device__ GcReducePlan(int32_t n, int32_t elemBytes, int32_t smemBytes) {
     const int32_t rowBytes = gemm::kTileN * elemBytes, room = smemBytes - kGcReduceHead - 128;
     rows = gemm::kTileM;
-    while (rows > 1 && (4 * n + 2) * rows * rowBytes > room) rows >>= 1;
-    stages = (room - 2 * rows * rowBytes) / (n * rows * rowBytes);
+    while (rows > 1 && 4 * (n + 1) * rows * rowBytes > room) rows >>= 1;
+    stages = room / ((n + 1) * rows * rowBytes);
     if (stages > kGcMaxStages) stages = kGcMaxStages;
   }
 };
+
+// At most `pending` of this thread's bulk groups still reading shared memory.
+__device__ __forceinline__ void gcBulkWaitRead(int32_t pending) {
+  switch (pending) {
+    case 0:
+      ptx::bulkWaitRead<0>();
+      break;
+    case 1:
+      ptx::bulkWaitRead<1>();
+      break;
+    case 2:
+      ptx::bulkWaitRead<2>();
+      break;
+    case 3:
+      ptx::bulkWaitRead<3>();
+      break;
+    case 4:
+      ptx::bulkWaitRead<4>();
+      break;
+    case 5:
+      ptx::bulkWaitRead<5>();
+      break;
+    case 6:
+      ptx::bulkWaitRead<6>();
+      break;
+    default:
+      ptx::bulkWaitRead<7>();
+      break;
+  }
+}
 
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles: owned tiles
 // dealt round robin to the comm CTAs, each cut into row chunks. Every thread walks it alike.
@@ -274,15 +306,14 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   __shared__ const T* parts[kGcMaxLocal];
   __shared__ int ok;
   const uint64_t seq = gcSeq(p);
-  // [0, 128): mbarriers; [128, 256): the C map staging; then two output blocks, then the
-  // input stages (GcReducePlan).
+  // [0, 128): mbarriers; [128, 256): the C map staging; then the stages (GcReducePlan):
+  // stage s = n input blocks, then its output block.
   uint8_t* base =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem) + 127) & ~uintptr_t(127));
   uint64_t* bar = reinterpret_cast<uint64_t*>(base);
   const int32_t block = p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
-  uint8_t* outs = base + kGcReduceHead;
-  uint8_t* ins = outs + 2 * block;
-  const int32_t S = p.stages;
+  uint8_t* stages = base + kGcReduceHead;
+  const int32_t S = p.stages, stageBytes = (p.n + 1) * block;
   if (idx == 0 && threadIdx.x < 32) {
     // This rank's C map into its slot (tensormap proxy), before the slot's seq announces it.
     if (threadIdx.x < 8)
@@ -308,7 +339,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   __syncthreads();
   if (!ok) return;
   const bool t0 = threadIdx.x == 0;
-  // Chunk j lives in stage j % S (mbarrier phase (j / S) & 1) and output block j & 1.
+  // Chunk j lives in stage j % S (mbarrier phase (j / S) & 1).
   GcChunkIt cur, ahead;  // the chunk summed, the last chunk loaded
   int32_t loaded = 0;    // chunks whose loads were issued
   bool more = true;      // false past the last chunk or after a failed wait (error recorded)
@@ -321,7 +352,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
       return;
     }
     if (t0 &&
-        !gcLoadChunk<T>(p, ahead, parts, ins + (loaded % S) * p.n * block, &bar[loaded % S], seq))
+        !gcLoadChunk<T>(p, ahead, parts, stages + (loaded % S) * stageBytes, &bar[loaded % S], seq))
       ok = 0;
     __syncthreads();
     more = ok != 0;
@@ -331,14 +362,16 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   cur.next(p, idx, nIdx);
   for (int32_t i = 0; i < loaded; ++i) {
     loadNext();  // chunk i + S - 1 into the stage chunk i - 1 used
+    uint8_t* st = stages + (i % S) * stageBytes;
     ptx::mbarWait(&bar[i % S], (uint32_t)((i / S) & 1));
-    // The output block was last stored by chunk i-2: its reads must be done.
-    if (t0) ptx::bulkWaitRead<1>();
+    // The stage's output block was last stored by chunk i-S: its reads must be done (one
+    // bulk group per chunk; the S-1 later ones may still be in flight).
+    if (t0) gcBulkWaitRead(S - 1);
     __syncthreads();
-    gcSumChunk<T>(p, cur, ins + (i % S) * p.n * block, outs + (i & 1) * block);
+    gcSumChunk<T>(p, cur, st, st + p.n * block);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
-    if (t0) gcStoreChunk<T>(p, cur, outs + (i & 1) * block);
+    if (t0) gcStoreChunk<T>(p, cur, st + p.n * block);
     cur.next(p, idx, nIdx);
   }
   // Every store complete (not just read) before the flags that announce them.
@@ -373,9 +406,12 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
 //
 // Pulls shards (own first: the engine starts on those rows) into G and releases rowReady.
 // Thread 0 streams each shard through a ring of kGatherBufs shared-memory chunks with bulk
-// copies (load chunk j while chunks j-1, j-2 are still landing and older ones are stored).
-constexpr int kGatherBufs = 4;
-constexpr int32_t kGatherChunk = 48 * 1024;
+// copies, loading kGatherAhead chunks ahead of the one it stores. A buffer is reloaded only
+// once the store that read it was issued behind loads already waited for: the wait for its
+// reads then never stalls behind loads queued after it.
+constexpr int kGatherBufs = 6;
+constexpr int kGatherAhead = kGatherBufs / 2;
+constexpr int32_t kGatherChunk = 32 * 1024;
 static_assert(kGatherBufs * kGatherChunk + 256 <= gemm::kSmemBytes, "gather ring exceeds smem");
 
 __device__ __forceinline__ void gcCopyBulk(uint8_t* to, const uint8_t* from, int64_t bytes,
@@ -384,8 +420,8 @@ __device__ __forceinline__ void gcCopyBulk(uint8_t* to, const uint8_t* from, int
   auto size = [&](int64_t j) {
     return (uint32_t)min((int64_t)kGatherChunk, bytes - j * kGatherChunk);
   };
-  for (int64_t j = 0; j < nChunks + kGatherBufs - 1; ++j) {
-    const int64_t k = j - (kGatherBufs - 1);  // chunk stored this step
+  for (int64_t j = 0; j < nChunks + kGatherAhead; ++j) {
+    const int64_t k = j - kGatherAhead;  // chunk stored this step
     if (k >= 0) {
       const int b = (int)(k % kGatherBufs);
       ptx::mbarWait(&bar[b], uses[b] & 1);
@@ -394,8 +430,9 @@ __device__ __forceinline__ void gcCopyBulk(uint8_t* to, const uint8_t* from, int
       ptx::bulkCommit();
     }
     if (j < nChunks) {
-      // The buffer's previous chunk (j - kGatherBufs) was stored one or more steps ago.
-      ptx::bulkWaitRead<1>();
+      // The buffer's previous chunk, j - kGatherBufs, was stored kGatherBufs - kGatherAhead
+      // groups ago.
+      ptx::bulkWaitRead<kGatherBufs - kGatherAhead>();
       const int b = (int)(j % kGatherBufs);
       ptx::mbarArriveExpectTx(&bar[b], size(j));
       ptx::bulkLoad1d(ring + b * kGatherChunk, from + j * kGatherChunk, size(j), &bar[b]);
