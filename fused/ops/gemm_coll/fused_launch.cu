@@ -85,15 +85,16 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   split.count[(int)Role::kInterSend] = 0;
   split.count[(int)Role::kInterReduce] = 0;
   // Unless the caller forced the split: balance the comm CTAs' bytes against the GEMM's
-  // flops with rough H200 rates for these roles (one reduce/copy CTA moves about 45 GB/s,
-  // inferred from this session's fused timings; the engine does about 6 TFLOP/s per SM):
-  // x = budget * r / (1 + r) with
-  // r = t_comm(1 CTA) / t_gemm(1 SM). The generic model gave 1-2 CTAs where the traffic
-  // needed ~9 (8192x8192x1024 AllReduce, 4 ranks: fused 5.2 ms against 1.4 ms sequential).
+  // flops, x = budget * r / (1 + r) with r = t_comm(1 CTA) / t_gemm(1 SM), from rates measured
+  // on the H200 with 4 ranks sharing the GPU (bench/results/session4-*): one comm CTA moves
+  // ~12-17 GB/s (the bulk loads from HBM bound it; the stand-alone collective moves ~11 GB/s
+  // per SM), the engine does ~6 TFLOP/s per SM. The gather role gives each shard to one CTA,
+  // so more than n CTAs would idle.
   if (choice.source == nullptr || strcmp(choice.source, "model") == 0) {
-    const double tComm = sq.intraBytes / 100e9, tGemm = 2.0 * c.M * c.N * c.K / 6e12;
+    const double tComm = sq.intraBytes / 15e9, tGemm = 2.0 * c.M * c.N * c.K / 6e12;
     const double r = tGemm > 0 ? tComm / tGemm : 1.0;
-    const int want = (int)(budget * r / (1.0 + r) + 0.5);
+    int want = (int)(budget * r / (1.0 + r) + 0.5);
+    if (c.op == GemmColl::kAllGather) want = std::min(want, n);
     split.count[(int)Role::kIntraComm] = std::min(std::max(1, budget / 2), std::max(1, want));
   }
   if (split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
