@@ -7,24 +7,7 @@
 #include <nccl.h>
 #include <vector>
 
-#define CHECK_NCCL(cmd)                                                           \
-  do {                                                                            \
-    ncclResult_t r_ = (cmd);                                                      \
-    if (r_ != ncclSuccess) {                                                      \
-      fprintf(stderr, "demo: %s failed: %s (%s)\n", #cmd, ncclGetErrorString(r_), \
-              ncclGetLastError(nullptr));                                         \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-
-#define CHECK_CUDA(cmd)                                                       \
-  do {                                                                        \
-    cudaError_t e_ = (cmd);                                                   \
-    if (e_ != cudaSuccess) {                                                  \
-      fprintf(stderr, "demo: %s failed: %s\n", #cmd, cudaGetErrorString(e_)); \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
+#include "demo_util.h"
 
 // One thread drives every rank through ncclGroupStart/End (the nccl-tests pattern): a
 // float AllReduce checked element by element against the host sum, then timed.
@@ -36,23 +19,23 @@ static void allReduceDemo(std::vector<ncclComm_t>& comms, const std::vector<int>
     std::vector<std::vector<float>> in(n, std::vector<float>(count));
     for (int r = 0; r < n; r++) {
       for (size_t i = 0; i < count; i++) in[r][i] = (float)((i * 7 + r * 13) % 17) - 8.0f;
-      CHECK_CUDA(cudaSetDevice(devs[r]));
-      CHECK_CUDA(cudaMalloc(&buf[r], count * sizeof(float)));
-      CHECK_CUDA(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));
-      CHECK_CUDA(cudaMemcpy(buf[r], in[r].data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      DEMO_CUDA(cudaSetDevice(devs[r]));
+      DEMO_CUDA(cudaMalloc(&buf[r], count * sizeof(float)));
+      DEMO_CUDA(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));
+      DEMO_CUDA(cudaMemcpy(buf[r], in[r].data(), count * sizeof(float), cudaMemcpyHostToDevice));
     }
     auto issue = [&] {
-      CHECK_NCCL(ncclGroupStart());
+      DEMO_NCCL(ncclGroupStart());
       for (int r = 0; r < n; r++)
-        CHECK_NCCL(ncclAllReduce(buf[r], buf[r], count, ncclFloat, ncclSum, comms[r], st[r]));
-      CHECK_NCCL(ncclGroupEnd());
-      for (int r = 0; r < n; r++) CHECK_CUDA(cudaStreamSynchronize(st[r]));
+        DEMO_NCCL(ncclAllReduce(buf[r], buf[r], count, ncclFloat, ncclSum, comms[r], st[r]));
+      DEMO_NCCL(ncclGroupEnd());
+      for (int r = 0; r < n; r++) DEMO_CUDA(cudaStreamSynchronize(st[r]));
     };
     issue();
     size_t wrong = 0;
     std::vector<float> out(count);
     for (int r = 0; r < n; r++) {
-      CHECK_CUDA(cudaMemcpy(out.data(), buf[r], count * sizeof(float), cudaMemcpyDeviceToHost));
+      DEMO_CUDA(cudaMemcpy(out.data(), buf[r], count * sizeof(float), cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < count; i++) {
         float ref = 0;
         for (int q = 0; q < n; q++) ref += in[q][i];  // small integers: exact in float
@@ -95,19 +78,20 @@ int main(int argc, char** argv) {
   printf("mkernel demo: %d ranks on %d GPU(s)\n", nranks, ndev);
   std::vector<ncclComm_t> comms(nranks);
   auto t0 = std::chrono::steady_clock::now();
-  CHECK_NCCL(ncclCommInitAll(comms.data(), nranks, devs.data()));
+  DEMO_NCCL(ncclCommInitAll(comms.data(), nranks, devs.data()));
   auto t1 = std::chrono::steady_clock::now();
   printf("  ncclCommInitAll: %.1f ms\n",
          std::chrono::duration<double, std::milli>(t1 - t0).count());
   for (int i = 0; i < nranks; i++) {
     int rank, count, dev;
-    CHECK_NCCL(ncclCommUserRank(comms[i], &rank));
-    CHECK_NCCL(ncclCommCount(comms[i], &count));
-    CHECK_NCCL(ncclCommCuDevice(comms[i], &dev));
+    DEMO_NCCL(ncclCommUserRank(comms[i], &rank));
+    DEMO_NCCL(ncclCommCount(comms[i], &count));
+    DEMO_NCCL(ncclCommCuDevice(comms[i], &dev));
     printf("  rank %d/%d on device %d\n", rank, count, dev);
   }
   allReduceDemo(comms, devs);
-  for (auto c : comms) CHECK_NCCL(ncclCommDestroy(c));
+  fusedDemo(comms, devs);
+  for (auto c : comms) DEMO_NCCL(ncclCommDestroy(c));
   printf("mkernel demo: done\n");
   return 0;
 }
