@@ -10,16 +10,20 @@
 // initialisation and check, with the threads a futex wake-up apart after every barrier).
 // So a call that would launch work depending on such a peer first waits, on the host, until
 // that peer has issued its matching call (NCCL documents that its calls may block until the
-// other threads' ranks arrive). Then every kernel on the GPU has all its in-process peers
-// launched or about to be, and every device-wide synchronisation completes.
+// other threads' ranks arrive), and transitively until every rank that the peer's call still
+// waits for has issued its own: the peer launches only when its wait ends, so a kernel
+// depends on the whole chain (a send/recv ring of 4 or more ranks is such a chain). Then
+// every kernel on the GPU has all the in-process kernels it depends on launched or about to
+// be, and every device-wide synchronisation completes.
 //
 // Matching: collectives (and fused operators) are counted per rank, in call order; sends and
-// receives per (rank, peer) pair, in order, as NCCL matches them. A call posts its counts
-// first and only then waits, so calls of different threads never wait for each other in a
-// cycle. A peer driven by the waiting thread itself (one thread driving several ranks, which
-// must group its calls) is never waited for, nor is a peer no live thread has driven yet
-// once a short grace period has passed (the single-thread patterns that issue ranks one after
-// another). Waits are bounded by MKERNEL_TIMEOUT_MS and end on the comm's abort.
+// receives per (rank, peer) pair, in order, as NCCL matches them. A call posts its counts and
+// the call it waits in first and only then waits, all under one process-wide lock, so calls
+// of different threads never wait for each other in a cycle and the chain is read as one
+// snapshot. A peer driven by the waiting thread itself (one thread driving several ranks,
+// which must group its calls) is never waited for, nor is a peer no live thread has driven
+// yet once a short grace period has passed (the single-thread patterns that issue ranks one
+// after another). Waits are bounded by MKERNEL_TIMEOUT_MS and end on the comm's abort.
 #pragma once
 #include <cstddef>
 #include <cstdint>

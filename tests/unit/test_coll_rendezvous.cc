@@ -12,10 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "coll/coll_state.h"
 #include "coll/rendezvous.h"
-#include "comm/comm.h"
 #include "common/test_util.h"
+#include "unit/rdv_fake_comms.h"
 
 namespace {
 
@@ -24,71 +23,11 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// n ranks of one comm in this process on "GPU 0", each with the collective state that the
-// rendezvous uses; rank `other` (if >= 0) lives in another process.
-struct FakeComms {
-  std::vector<std::unique_ptr<ncclComm>> c;
-  std::vector<uint32_t> abortWords;
-  explicit FakeComms(int n, int other = -1, uint64_t hash = 0x5eed) : abortWords(n, 0) {
-    for (int r = 0; r < n; r++) {
-      c.emplace_back(new ncclComm());
-      ncclComm* comm = c.back().get();
-      comm->rank = r;
-      comm->nRanks = n;
-      comm->cudaDev = 0;
-      comm->commHash = hash;
-      comm->abortFlag = &abortWords[r];
-      comm->peerInfo.resize(n);
-      for (int q = 0; q < n; q++) {
-        comm->peerInfo[q].hostHash = 1;
-        comm->peerInfo[q].pidHash = q == other ? 3 : 2;
-        comm->peerInfo[q].cudaDev = 0;
-      }
-      comm->coll = new mk::CollState();
-    }
-    for (int r = 0; r < n; r++) {
-      if (r == other) continue;
-      mk::CollState* cs = c[r]->coll;
-      EXPECT_EQ(mk::rdvJoin(c[r].get(), &cs->rdv, &cs->rdvSlot), ncclSuccess);
-    }
-  }
-  ~FakeComms() {
-    for (auto& p : c) {
-      mk::rdvLeave(p->coll->rdv, p->coll->rdvSlot);
-      delete p->coll;
-    }
-  }
-  ncclComm* operator[](int r) { return c[r].get(); }
-};
-
-ncclResult_t coll(ncclComm* comm, uint64_t n = 1) {
-  mk::RdvWork w;
-  w.comm = comm;
-  w.colls = n;
-  w.launches = true;
-  return mk::rdvArrive({w}, "test");
-}
-
-ncclResult_t p2p(ncclComm* comm, const std::vector<mk::CollArgs>& ops) {
-  mk::RdvWork w;
-  w.comm = comm;
-  w.p2p = &ops;
-  w.launches = true;
-  return mk::rdvArrive({w}, "test");
-}
-
-mk::CollArgs sendTo(int peer) {
-  mk::CollArgs a{};
-  a.type = mk::CollType::kSend;
-  a.root = peer;
-  return a;
-}
-mk::CollArgs recvFrom(int peer) {
-  mk::CollArgs a{};
-  a.type = mk::CollType::kRecv;
-  a.root = peer;
-  return a;
-}
+using rdvtest::coll;
+using rdvtest::FakeComms;
+using rdvtest::p2p;
+using rdvtest::recvFrom;
+using rdvtest::sendTo;
 
 // Each of the n threads issues one collective on its own rank at the same time.
 void oneRound(FakeComms& f, int n) {
