@@ -15,6 +15,11 @@
 #   MK_NT_NGPUS=4              ranks (-g)               MK_NT_MAXBYTES=64M   -e
 #   MK_NT_ITERS="-n 10 -w 2"   iterations / warm-up     MK_NT_TIMEOUT=150    seconds per run
 #   MK_NT_MODES="0 1"          values of -G to run (0: eager, 1: CUDA graph)
+#   MK_NT_THREADS="2x1 4x1 2x2"  instead of -g MK_NT_NGPUS, run each layout TxG: "-t T -g G"
+#                              (T threads of one process, each driving G ranks in a group,
+#                              every rank on the GPU through NCCL_TESTS_DEVICE_WRAP=1; the
+#                              host rendezvous of docs/collectives.md, "One thread per rank").
+#                              Fused binaries run only in layouts with G = 1 (SKIP otherwise).
 #   MK_NT_EXTRA=""             more nccl-tests flags    CUDA_VISIBLE_DEVICES (default 0: one GPU)
 #   MK_NT_BUDGET=540           seconds for all runs: later runs get what is left, and are
 #                              reported as FAIL "budget exhausted" once less than 15 s remain
@@ -56,9 +61,22 @@ ITERS=${MK_NT_ITERS:--n 10 -w 2}
 TIMEOUT=${MK_NT_TIMEOUT:-150}
 BUDGET=${MK_NT_BUDGET:-540}
 MODES=${MK_NT_MODES:-0 1}
+THREADS=${MK_NT_THREADS:-}
 EXTRA=${MK_NT_EXTRA:-}
 LOGDIR=${MK_NT_LOGDIR:-$BUILD/nccl-tests/logs}
 read -r -a ITER_FLAGS <<<"$ITERS"
+# Layouts "TxG" (threads x ranks per thread); without MK_NT_THREADS one thread drives NGPUS.
+LAYOUTS=()
+if [[ -n $THREADS ]]; then
+  for l in $THREADS; do
+    [[ $l =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "MK_NT_THREADS: '$l' is not of the form TxG (e.g. 2x1 4x1 2x2)"
+    LAYOUTS+=("$l")
+  done
+  ((${#LAYOUTS[@]} > 0)) || die "MK_NT_THREADS is set but names no layout"
+else
+  [[ $NGPUS =~ ^[1-9][0-9]*$ ]] || die "MK_NT_NGPUS='$NGPUS' is not a positive number"
+  LAYOUTS=("1x$NGPUS")
+fi
 read -r -a EXTRA_FLAGS <<<"$EXTRA"
 mkdir -p "$LOGDIR" || die "cannot create $LOGDIR"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
@@ -138,30 +156,45 @@ EOF
 
 echo "run_nccl_tests: LD_PRELOAD=$LIB"
 echo "run_nccl_tests: binaries $NCCL_TESTS_BIN (real NCCL ${MK_REAL_NCCL:-?} v${MK_REAL_NCCL_VERSION:-?} only satisfies the link)"
-echo "run_nccl_tests: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES NCCL_TESTS_DEVICE_WRAP=1 -g $NGPUS -b 8 -e $MAXBYTES -f 4 -c 1 -d all -o all $ITERS $EXTRA"
-declare -a S_BIN S_MODE S_RES S_ROWS S_WRONG S_OOB S_AVG S_TOP S_TIME S_NOTE
+echo "run_nccl_tests: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES NCCL_TESTS_DEVICE_WRAP=1 layouts (-t x -g) ${LAYOUTS[*]} -b 8 -e $MAXBYTES -f 4 -c 1 -d all -o all $ITERS $EXTRA"
+declare -a S_BIN S_LAYOUT S_MODE S_RES S_ROWS S_WRONG S_OOB S_AVG S_TOP S_TIME S_NOTE
 T_START=$SECONDS
-for mode in $MODES; do
+for layout in "${LAYOUTS[@]}"; do
+ NT=${layout%x*} NG=${layout#*x}
+ for mode in $MODES; do
   for b in "${BINARIES[@]}"; do
-    log=$LOGDIR/${b}_G${mode}.log
+    # Without MK_NT_THREADS the log names stay as they were (one layout).
+    tag=""
+    [[ -n $THREADS ]] && tag="_t${NT}g${NG}"
+    log=$LOGDIR/${b}${tag}_G${mode}.log
     left=$((BUDGET - (SECONDS - T_START)))
+    if is_fused "$b" && [[ -n $THREADS ]] && ((NG > 1)); then
+      # nccl-tests wraps a thread's G ranks in ncclGroupStart/End, where fused calls are refused.
+      echo "SKIP $b -t $NT -g $NG -G $mode: fused calls are not allowed inside a group (-g > 1)"
+      S_BIN+=("$b") S_LAYOUT+=("$layout") S_MODE+=("$mode") S_RES+=(SKIP) S_ROWS+=(-)
+      S_WRONG+=(-) S_OOB+=(-) S_AVG+=(-) S_TOP+=(-) S_TIME+=(0) S_NOTE+=("fused: -g > 1")
+      continue
+    fi
     if ((left < 15)); then
-      echo "FAIL $b -G $mode: not run, the ${BUDGET}s budget is exhausted (MK_NT_BUDGET)"
-      S_BIN+=("$b") S_MODE+=("$mode") S_RES+=(FAIL) S_ROWS+=(-) S_WRONG+=(-) S_OOB+=(-)
-      S_AVG+=(-) S_TOP+=(-) S_TIME+=(0) S_NOTE+=("not run: budget exhausted")
+      echo "FAIL $b -t $NT -g $NG -G $mode: not run, the ${BUDGET}s budget is exhausted (MK_NT_BUDGET)"
+      S_BIN+=("$b") S_LAYOUT+=("$layout") S_MODE+=("$mode") S_RES+=(FAIL) S_ROWS+=(-)
+      S_WRONG+=(-) S_OOB+=(-) S_AVG+=(-) S_TOP+=(-) S_TIME+=(0) S_NOTE+=("not run: budget exhausted")
       continue
     fi
     limit=$((left < TIMEOUT ? left : TIMEOUT))
     cmd=(timeout -k 10 "$limit" env NCCL_TESTS_DEVICE_WRAP=1 "LD_PRELOAD=$LIB"
-      "$NCCL_TESTS_BIN/$b" -b 8 -e "$MAXBYTES" -f 4 -g "$NGPUS" -c 1 -d all -o all -G "$mode"
-      "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
+      "$NCCL_TESTS_BIN/$b" -b 8 -e "$MAXBYTES" -f 4 -t "$NT" -g "$NG" -c 1 -d all -o all
+      -G "$mode" "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
     if is_fused "$b"; then
+      # One rank per thread: without MK_NT_THREADS, NGPUS threads (see the header).
+      ft=$NT
+      [[ -z $THREADS ]] && ft=$NG
       cmd=(timeout -k 10 "$limit" env NCCL_TESTS_DEVICE_WRAP=1 "LD_PRELOAD=$LIB"
-        "$NCCL_TESTS_BIN/$b" "${GEMM_SIZE_FLAGS[@]}" -t "$NGPUS" -g 1 -c 1 -d all -G "$mode"
+        "$NCCL_TESTS_BIN/$b" "${GEMM_SIZE_FLAGS[@]}" -t "$ft" -g 1 -c 1 -d all -G "$mode"
         "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
     fi
     echo
-    echo "==== $b -G $mode$(is_fused "$b" && echo " (N=$NCCL_TESTS_GEMM_N K=$NCCL_TESTS_GEMM_K; algbw column = TFLOP/s per rank)")"
+    echo "==== $b -t $NT -g $NG -G $mode$(is_fused "$b" && echo " (N=$NCCL_TESTS_GEMM_N K=$NCCL_TESTS_GEMM_K; algbw column = TFLOP/s per rank)")"
     t0=$SECONDS
     "${cmd[@]}" >"$log" 2>&1
     rc=$?
@@ -190,24 +223,30 @@ for mode in $MODES; do
       tail -n 25 "$log"
       echo "----"
     fi
-    echo "$res $b -G $mode (${dt}s): rows=$rows wrong_rows=$wrong oob=$oob avg_busbw=$avg ${note}"
-    S_BIN+=("$b") S_MODE+=("$mode") S_RES+=("$res") S_ROWS+=("$rows") S_WRONG+=("$wrong")
-    S_OOB+=("$oob") S_AVG+=("$avg") S_TOP+=("$top") S_TIME+=("$dt") S_NOTE+=("$note")
+    echo "$res $b -t $NT -g $NG -G $mode (${dt}s): rows=$rows wrong_rows=$wrong oob=$oob avg_busbw=$avg ${note}"
+    S_BIN+=("$b") S_LAYOUT+=("$layout") S_MODE+=("$mode") S_RES+=("$res") S_ROWS+=("$rows")
+    S_WRONG+=("$wrong") S_OOB+=("$oob") S_AVG+=("$avg") S_TOP+=("$top") S_TIME+=("$dt")
+    S_NOTE+=("$note")
   done
+ done
 done
 
-npass=0 nfail=0
+npass=0 nfail=0 nskip=0
 echo
-echo "==== nccl-tests under mkernel: -g $NGPUS on CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, -d all -o all, -e $MAXBYTES, $((SECONDS - T_START))s total, logs in $LOGDIR"
-printf "%-20s %-6s %-5s %5s %7s %5s %10s %18s %6s  %s\n" binary mode result rows wrong oob \
-  "avg busbw" "busbw@max size" time note
+echo "==== nccl-tests under mkernel: layouts (-t x -g) ${LAYOUTS[*]} on CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, -d all -o all, -e $MAXBYTES, $((SECONDS - T_START))s total, logs in $LOGDIR"
+printf "%-20s %-6s %-6s %-5s %5s %7s %5s %10s %18s %6s  %s\n" binary -t.x.-g mode result rows \
+  wrong oob "avg busbw" "busbw@max size" time note
 for i in "${!S_BIN[@]}"; do
   mode=eager
   [[ ${S_MODE[$i]} != 0 ]] && mode=graph
-  printf "%-20s %-6s %-5s %5s %7s %5s %10s %18s %5ss  %s\n" "${S_BIN[$i]}" "$mode" "${S_RES[$i]}" \
-    "${S_ROWS[$i]}" "${S_WRONG[$i]}" "${S_OOB[$i]}" "${S_AVG[$i]}" "${S_TOP[$i]}" "${S_TIME[$i]}" \
-    "${S_NOTE[$i]}"
-  if [[ ${S_RES[$i]} == PASS ]]; then npass=$((npass + 1)); else nfail=$((nfail + 1)); fi
+  printf "%-20s %-6s %-6s %-5s %5s %7s %5s %10s %18s %5ss  %s\n" "${S_BIN[$i]}" "${S_LAYOUT[$i]}" \
+    "$mode" "${S_RES[$i]}" "${S_ROWS[$i]}" "${S_WRONG[$i]}" "${S_OOB[$i]}" "${S_AVG[$i]}" \
+    "${S_TOP[$i]}" "${S_TIME[$i]}" "${S_NOTE[$i]}"
+  case ${S_RES[$i]} in
+    PASS) npass=$((npass + 1)) ;;
+    SKIP) nskip=$((nskip + 1)) ;;
+    *) nfail=$((nfail + 1)) ;;
+  esac
 done
-echo "NCCL-TESTS: $npass passed, $nfail failed (wrong = rows whose #wrong is not 0; busbw in GB/s)"
+echo "NCCL-TESTS: $npass passed, $nfail failed, $nskip skipped (wrong = rows whose #wrong is not 0; busbw in GB/s)"
 [[ $nfail == 0 && $npass -gt 0 ]]
