@@ -186,7 +186,9 @@ def load(raw):
             t.problem(bench, side, rnd, "benchmark reported: %s" % fl)
         EXTRACT[bench](t, side, rnd, d)
     for (bench, side, rnd), info in runs.items():
-        if "json" not in info:
+        if info.get("rc") == -1:
+            t.problem(bench, side, rnd, "not run: the script's deadline (MK_CMP_DEADLINE) came first")
+        elif "json" not in info:
             t.problem(bench, side, rnd, "no JSON (exit code %s)" % info.get("rc", "?"))
         elif info.get("rc", 0) != 0:
             t.problem(bench, side, rnd, "exit code %s" % info["rc"])

@@ -22,8 +22,9 @@
 # (build-cmp), MK_CMP_BUILD_TIMEOUT (420 s for both builds), MK_CMP_COLL_ARGS,
 # MK_CMP_GEMM_ARGS, MK_CMP_NET_ARGS (benchmark options, defaults below), MK_CMP_TIMEOUT_COLL,
 # MK_CMP_TIMEOUT_GEMM, MK_CMP_TIMEOUT_NET (seconds per run), MK_CMP_FLAG_FACTOR and
-# MK_CMP_FLAG_FLOOR (bench_compare.py --factor/--floor). NCCL_HOME is honoured by both trees'
-# header lookup.
+# MK_CMP_FLAG_FLOOR (bench_compare.py --factor/--floor), MK_CMP_DEADLINE (560: seconds after
+# the start by which runs are cut short or skipped, so the table is written inside a 10-minute
+# device call). NCCL_HOME is honoured by both trees' header lookup.
 set -uo pipefail
 
 usage() {
@@ -129,6 +130,9 @@ esac
 
 work="$after/$bname/cmp-work"  # raw JSON and logs, packed into OUTDIR/raw.tgz at the end
 t_start=$(date +%s)
+# Runs are cut (timeout shortened, then skipped) so the whole script ends by this time and
+# the table is still written: a device call ends at 10 minutes.
+deadline=$((t_start + ${MK_CMP_DEADLINE:-560}))
 
 show() { printf '+'; printf ' %q' "$@"; printf '\n'; }
 # run LOG CMD...: prints the command; runs it (unless --dry-run) with output to LOG.
@@ -248,8 +252,15 @@ one_run() {
     net) read -r -a args <<<"$net_args"; args+=(--commit "$commit"); to=$timeout_net ;;
   esac
   local json="$work/${b}_${side}_r${r}.json" log="$work/run_${b}_${side}_r${r}.log"
-  local t0 rc
+  local t0 rc left
   t0=$(date +%s)
+  left=$((deadline - t0 - 15))  # 15 s kept for the table and the tarball
+  if [ $dry = 0 ] && [ $left -lt 20 ]; then
+    printf '%s\t%s\t%s\t%s\t%s\n' "$b" "$side" "$r" -1 0 >>"$work/runs.tsv"
+    echo "bench_compare: $b $side round $r: skipped (MK_CMP_DEADLINE reached)"
+    return 0
+  fi
+  [ $dry = 0 ] && [ "$to" -gt $left ] && to=$left
   # coll_bench reads its commit from MK_BENCH_COMMIT (git would name the enclosing checkout).
   (cd "$work" 2>/dev/null || cd /tmp || exit 1
    run "$log" env MK_BENCH_COMMIT="$commit" timeout -k 10 "$to" \
