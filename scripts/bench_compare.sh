@@ -24,7 +24,8 @@
 # MK_CMP_TIMEOUT_GEMM, MK_CMP_TIMEOUT_NET (seconds per run), MK_CMP_FLAG_FACTOR and
 # MK_CMP_FLAG_FLOOR (bench_compare.py --factor/--floor), MK_CMP_DEADLINE (560: seconds after
 # the start by which runs are cut short or skipped, so the table is written inside a 10-minute
-# device call). NCCL_HOME is honoured by both trees' header lookup.
+# device call), MK_CMP_BEFORE_INCLUDES (standard headers pre-included in BEFORE's build, see
+# below; "" for none). NCCL_HOME is honoured by both trees' header lookup.
 set -uo pipefail
 
 usage() {
