@@ -363,11 +363,17 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   for (int32_t i = 0; i < loaded; ++i) {
     loadNext();  // chunk i + S - 1 into the stage chunk i - 1 used
     uint8_t* st = stages + (i % S) * stageBytes;
-    ptx::mbarWait(&bar[i % S], (uint32_t)((i / S) & 1));
-    // The stage's output block was last stored by chunk i-S: its reads must be done (one
-    // bulk group per chunk; the S-1 later ones may still be in flight).
-    if (t0) gcBulkWaitRead(S - 1);
+    // Thread 0 alone spins on the stage's mbarrier (384 spinning threads would compete with
+    // the copy engine's writes for shared memory); the others then pass its completed phase
+    // once, which makes the landed data visible to them.
+    if (t0) {
+      ptx::mbarWait(&bar[i % S], (uint32_t)((i / S) & 1));
+      // The stage's output block was last stored by chunk i-S: its reads must be done (one
+      // bulk group per chunk; the S-1 later ones may still be in flight).
+      gcBulkWaitRead(S - 1);
+    }
     __syncthreads();
+    ptx::mbarWait(&bar[i % S], (uint32_t)((i / S) & 1));
     gcSumChunk<T>(p, cur, st, st + p.n * block);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
