@@ -7,7 +7,9 @@
 //      ncclGroupStart/End (mkernel only: the real NCCL refuses two ranks on one GPU):
 //      busbw of a 256 MiB float AllReduce against the HBM bound derived from the measured
 //      cudaMemcpy D2D bandwidth (see printBoundModel), and a sweep 8 B .. 256 MiB of AllReduce,
-//      AllGather, ReduceScatter, Broadcast, Reduce printed as nccl-tests rows (with #wrong).
+//      AllGather, ReduceScatter, Broadcast, Reduce printed as nccl-tests rows (with #wrong);
+//      --reg 1/2 registers the buffers (ncclCommRegister / windows) as nccl-tests -R does,
+//      and the JSON counts the launches that took the zero-copy paths.
 // Results also go to bench/results/coll_<date>_<time>.json with the command line, git commit,
 // device and date. Run with --help for the options.
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include "coll_bench_api.h"
 #include "coll_bench_options.h"
 #include "coll_bench_util.h"
+#include "coll/zc_plan.h"
 #include "device/rt/ptx.cuh"
 
 using namespace collbench;
@@ -261,7 +264,16 @@ struct Shared {
   unsigned long long* bad = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
   std::vector<cudaEvent_t> joins;
+  int reg = 0;                                 // Options::reg: buffers from ncclMemAlloc when > 0
+  std::vector<void*> sendReg, recvReg;         // ncclCommRegister handles (reg 1)
+  std::vector<ncclWindow_t> sendWin, recvWin;  // windows (reg 2)
 };
+
+const char* regName(int reg) {
+  return reg == 2   ? "windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC)"
+         : reg == 1 ? "registered (ncclCommRegister)"
+                    : "cudaMalloc, not registered";
+}
 
 struct Row {
   std::string coll;
@@ -384,12 +396,38 @@ bool setupShared(Shared& sh, const NcclApi& api, const Options& o, std::string* 
   sh.send.resize(sh.n);
   sh.recv.resize(sh.n);
   sh.joins.resize(sh.n);
+  sh.reg = o.reg;
   for (int r = 0; r < sh.n; ++r) {
     CB_CUDA(cudaStreamCreateWithFlags(&sh.streams[r], cudaStreamNonBlocking));
-    CB_CUDA(cudaMalloc(&sh.send[r], sh.capacity));
-    CB_CUDA(cudaMalloc(&sh.recv[r], sh.capacity));
+    if (sh.reg > 0) {  // mkernel only (the shared part never runs the real NCCL)
+      CB_NCCL(api, ncclMemAlloc(reinterpret_cast<void**>(&sh.send[r]), sh.capacity));
+      CB_NCCL(api, ncclMemAlloc(reinterpret_cast<void**>(&sh.recv[r]), sh.capacity));
+    } else {
+      CB_CUDA(cudaMalloc(&sh.send[r], sh.capacity));
+      CB_CUDA(cudaMalloc(&sh.recv[r], sh.capacity));
+    }
     CB_CUDA(cudaEventCreateWithFlags(&sh.joins[r], cudaEventDisableTiming));
     fill(sh.send[r], sh.capacity / sizeof(float), float(r + 1), sh.streams[r]);
+  }
+  // Registration as nccl-tests -R does it: every rank in one group (windows are collective).
+  sh.sendReg.assign(sh.n, nullptr);
+  sh.recvReg.assign(sh.n, nullptr);
+  sh.sendWin.assign(sh.n, nullptr);
+  sh.recvWin.assign(sh.n, nullptr);
+  if (sh.reg > 0) {
+    CB_NCCL(api, ncclGroupStart());
+    for (int r = 0; r < sh.n; ++r) {
+      if (sh.reg == 1) {
+        CB_NCCL(api, ncclCommRegister(sh.comms[r], sh.send[r], sh.capacity, &sh.sendReg[r]));
+        CB_NCCL(api, ncclCommRegister(sh.comms[r], sh.recv[r], sh.capacity, &sh.recvReg[r]));
+      } else {
+        CB_NCCL(api, ncclCommWindowRegister(sh.comms[r], sh.send[r], sh.capacity, &sh.sendWin[r],
+                                            NCCL_WIN_COLL_SYMMETRIC));
+        CB_NCCL(api, ncclCommWindowRegister(sh.comms[r], sh.recv[r], sh.capacity, &sh.recvWin[r],
+                                            NCCL_WIN_COLL_SYMMETRIC));
+      }
+    }
+    CB_NCCL(api, ncclGroupEnd());
   }
   CB_CUDA(cudaMalloc(&sh.bad, sizeof(*sh.bad)));
   CB_CUDA(cudaEventCreate(&sh.start));
@@ -399,10 +437,21 @@ bool setupShared(Shared& sh, const NcclApi& api, const Options& o, std::string* 
 }
 
 void teardownShared(Shared& sh) {
+  for (int r = 0; r < sh.n; ++r) {
+    if (sh.sendWin[r]) CB_NCCL(*sh.api, ncclCommWindowDeregister(sh.comms[r], sh.sendWin[r]));
+    if (sh.recvWin[r]) CB_NCCL(*sh.api, ncclCommWindowDeregister(sh.comms[r], sh.recvWin[r]));
+    if (sh.sendReg[r]) CB_NCCL(*sh.api, ncclCommDeregister(sh.comms[r], sh.sendReg[r]));
+    if (sh.recvReg[r]) CB_NCCL(*sh.api, ncclCommDeregister(sh.comms[r], sh.recvReg[r]));
+  }
   for (int r = 0; r < sh.n; ++r) CB_NCCL(*sh.api, sh.api->commDestroy(sh.comms[r]));
   for (int r = 0; r < sh.n; ++r) {
-    cudaFree(sh.send[r]);
-    cudaFree(sh.recv[r]);
+    if (sh.reg > 0) {
+      ncclMemFree(sh.send[r]);
+      ncclMemFree(sh.recv[r]);
+    } else {
+      cudaFree(sh.send[r]);
+      cudaFree(sh.recv[r]);
+    }
     cudaStreamDestroy(sh.streams[r]);
     cudaEventDestroy(sh.joins[r]);
   }
@@ -607,8 +656,8 @@ int main(int argc, char** argv) {
     setPhase("(b) 256 MiB AllReduce vs HBM bound");
     printf(
         "#\n# (b) %d ranks sharing GPU %d (mkernel; one thread, ncclGroupStart/End), float "
-        "AllReduce of %zu bytes\n",
-        sh.n, o.device, o.bigBytes);
+        "AllReduce of %zu bytes; buffers: %s\n",
+        sh.n, o.device, o.bigBytes, regName(sh.reg));
     printBoundModel(sh.n);
     bound = measureBound(sh, o);
     printf("#   cudaMemcpy D2D: %.1f GB/s read+written (%.1f GB/s copied)\n", bound.copyRW / 1e9,
@@ -642,7 +691,8 @@ int main(int argc, char** argv) {
         continue;
       }
       std::string title = std::string(kCollNames[c]) + ", " + std::to_string(sh.n) +
-                          " ranks sharing GPU " + std::to_string(o.device) + " (mkernel)";
+                          " ranks sharing GPU " + std::to_string(o.device) + " (mkernel; " +
+                          regName(sh.reg) + ")";
       printRowHeader(title.c_str());
       for (size_t bytes = o.minBytes; bytes <= o.maxBytes; bytes *= o.stepFactor) {
         static std::string phase;
@@ -692,6 +742,14 @@ int main(int argc, char** argv) {
   if (o.shared || o.sweep) {
     j.beginObject("shared_gpu");
     j.integer("ranks", o.ranks).boolean("setup_ok", sharedOk).str("setup_error", sharedErr);
+    j.integer("reg", o.reg).str("buffers", regName(o.reg));
+    // Launches planned zero-copy (coll/zc_plan.h), per collective, over the whole run.
+    j.beginObject("zero_copy_launches");
+    for (mk::CollType t :
+         {mk::CollType::kAllReduce, mk::CollType::kAllGather, mk::CollType::kReduceScatter,
+          mk::CollType::kBroadcast, mk::CollType::kReduce})
+      j.integer(mk::collName(t), static_cast<long long>(mk::zcTakenCount(t)));
+    j.endObject();
     if (sharedOk && o.shared) {
       j.integer("allreduce_bytes", static_cast<long long>(o.bigBytes));
       j.num("memcpy_d2d_rw_GBps", bound.copyRW / 1e9);

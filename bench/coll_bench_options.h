@@ -23,6 +23,7 @@ struct Options {
   std::string colls = "allreduce,allgather,reducescatter,broadcast,reduce";
   std::string out;
   int timeoutS = 1200;
+  int reg = 0;  // (b) buffers: 0 cudaMalloc, 1 ncclMemAlloc + ncclCommRegister, 2 + windows
   bool single = true, shared = true, sweep = true;
 };
 
@@ -41,6 +42,9 @@ inline void usage(const char* argv0) {
       "  --colls LIST        sweep collectives (default allreduce,allgather,reducescatter,\n"
       "                      broadcast,reduce)\n"
       "  --skip LIST         any of single,shared,sweep\n"
+      "  --reg R             (b) buffers as nccl-tests -R: 0 cudaMalloc (default), 1 ncclMemAlloc\n"
+      "                      + ncclCommRegister, 2 ncclMemAlloc + ncclCommWindowRegister\n"
+      "                      (NCCL_WIN_COLL_SYMMETRIC); rows then use the zero-copy paths\n"
       "  --out FILE          JSON output (default <source>/bench/results/coll_<date>_<time>.json)\n"
       "  --timeout S         watchdog for the whole run (default 1200)\n",
       argv0);
@@ -117,6 +121,12 @@ inline bool parseArgs(int argc, char** argv, Options* o) {
       o->out = next();
     } else if (a == "--timeout") {
       o->timeoutS = atoi(next());
+    } else if (a == "--reg") {
+      o->reg = atoi(next());
+      if (o->reg < 0 || o->reg > 2) {
+        fprintf(stderr, "coll_bench: --reg must be 0, 1 or 2\n");
+        exit(2);
+      }
     } else {
       fprintf(stderr, "coll_bench: unknown option %s\n", a.c_str());
       usage(argv[0]);

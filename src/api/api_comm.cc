@@ -204,18 +204,3 @@ MK_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   MK_ARGCHECK(handle != nullptr, "ncclCommDeregister: handle is NULL");
   return peerMemDeregister(comm, handle);
 }
-
-MK_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
-       ncclWindow_t* win, int winFlags) {
-  NCCLCHECK(commCheck(comm, "ncclCommWindowRegister"));
-  MK_WARN(
-      "ncclCommWindowRegister: mkernel does not provide NCCL symmetric memory windows "
-      "(use ncclCommRegister for zero-copy buffers)");
-  return ncclInvalidUsage;
-}
-
-MK_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
-  NCCLCHECK(commCheck(comm, "ncclCommWindowDeregister"));
-  MK_WARN("ncclCommWindowDeregister: mkernel does not provide NCCL symmetric memory windows");
-  return ncclInvalidUsage;
-}

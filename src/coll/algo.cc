@@ -199,7 +199,7 @@ uint64_t chunkElemsFor(uint64_t total, size_t esize, int lanes, uint64_t slotByt
 ReducePlan planReduce(CollType type, Algo algo, uint64_t count, size_t esize, int n,
                       const WsLayout& ws) {
   ReducePlan p{};
-  p.algo = type == CollType::kAllReduce ? algo : Algo::kDirect;
+  p.algo = type == CollType::kAllReduce || algo == Algo::kZeroCopy ? algo : Algo::kDirect;
   uint64_t align = esize >= 16 ? 1 : 16 / esize;
   if (count == 0) return p;
   switch (type) {
@@ -225,11 +225,17 @@ ReducePlan planReduce(CollType type, Algo algo, uint64_t count, size_t esize, in
       }
       break;
     case CollType::kReduceScatter:
+    case CollType::kReduce:
+      if (p.algo == Algo::kZeroCopy) {  // one pass over my block (RS) or everything (root)
+        p.segElems = p.chunkElems = count;
+        p.nChunks = 1;
+        break;
+      }
       p.segElems = count;
       p.chunkElems = chunkElemsFor(count, esize, ws.lanes, ws.slotBytes);
       p.nChunks = divUp(count, p.chunkElems);
       break;
-    default:  // kReduce
+    default:  // not a reduction: planned as Reduce
       p.segElems = count;
       p.chunkElems = chunkElemsFor(count, esize, ws.lanes, ws.slotBytes);
       p.nChunks = divUp(count, p.chunkElems);

@@ -9,6 +9,7 @@
 #include "coll/coll_state.h"
 #include "coll/launch_plan.h"
 #include "coll/redop.h"
+#include "coll/zc_plan.h"
 #include "base/checks.h"
 #include "comm/comm.h"
 #include "base/param.h"
@@ -148,34 +149,6 @@ ncclResult_t buildCopy(ncclComm* comm, CollType coll, const std::vector<Xfer>& x
   return ncclSuccess;
 }
 
-// Ranks in separate processes: the zero-copy AllReduce works over registered buffers
-// mapped into every peer. The decision is the same on every rank (sizes, topology and
-// parameters are), and peerMemLookup agrees on the result; fills *s/*r (by local index)
-// only when both buffers of every local rank are mapped here.
-ncclResult_t mapRegistered(ncclComm* comm, const CollArgs& a, std::vector<void*>* s,
-                           std::vector<void*>* r) {
-  CollState* cs = comm->coll;
-  const uint64_t bytes = (uint64_t)a.count * dtypeSize(a.dtype);
-  const Algo forced = collForcedAlgo();
-  if (!cs->sepProcs || cs->ws.nLocal > kZcMaxMapped || bytes < kRegZeroCopyMinBytes ||
-      (forced != Algo::kAuto && forced != Algo::kZeroCopy))
-    return ncclSuccess;
-  bool okS = false, okR = false;
-  NCCLCHECK(peerMemLookup(comm, a.sendbuff, bytes, &okS, s));
-  if (!okS) {
-    s->clear();
-    return ncclSuccess;
-  }
-  // Looked up even when in place: the number of exchanges must not depend on a rank-local
-  // property (a cache hit costs one small allgather).
-  NCCLCHECK(peerMemLookup(comm, a.recvbuff, bytes, &okR, r));
-  if (!okR) {
-    s->clear();
-    r->clear();
-  }
-  return ncclSuccess;
-}
-
 ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out, bool* empty) {
   CollState* cs = comm->coll;
   const char* api = collName(a.type);
@@ -188,15 +161,17 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   MK_ARGCHECK(!needRecv || (uintptr_t)a.recvbuff % es == 0,
               "nccl%s: recvbuff %p is not aligned to its %zu-byte elements", api, a.recvbuff, es);
   Algo algo = Algo::kDirect;
+  // One process, one GPU: the AllReduce reads and writes the peers' buffers directly,
+  // registered or not (the model decides); otherwise registered buffers and windows.
   if (a.type == CollType::kAllReduce)
     algo = allReduceAlgo(a.count * es, n, collForcedAlgo(), cs->zeroCopy);
-  std::vector<void*> zcS, zcR;
-  if (a.type == CollType::kAllReduce && algo != Algo::kZeroCopy)
-    NCCLCHECK(mapRegistered(comm, a, &zcS, &zcR));
-  if (!zcS.empty()) algo = Algo::kZeroCopy;
+  ZcPlan zc;
+  if (algo != Algo::kZeroCopy) NCCLCHECK(zcPlan(comm, a, &zc));
+  if (zc.on) algo = Algo::kZeroCopy;
   ReducePlan p = planReduce(a.type, algo, a.count, es, n, cs->ws);
   *empty = p.nChunks == 0;
   if (*empty) return ncclSuccess;
+  if (p.algo == Algo::kZeroCopy) zcCount(a.type);
   ReduceArgs& r = out->red;
   r = ReduceArgs{};
   r.c = collCommDev(comm);
@@ -211,11 +186,7 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   r.nChunks = p.nChunks;
   r.lanes = p.lanes;
   r.root = a.type == CollType::kReduce ? localOf(comm, a.root) : -1;
-  r.zcMapped = zcS.empty() ? 0 : 1;
-  for (size_t q = 0; q < zcS.size(); q++) {
-    r.zcSend[q] = reinterpret_cast<uint64_t>(zcS[q]);
-    r.zcRecv[q] = reinterpret_cast<uint64_t>(zcR[q]);
-  }
+  r.zc = zc.bufs;  // kZcRaw unless zcPlan found the buffers (the AllReduce of one process)
   switch (info.builtin) {
     case ncclSum:
       r.red = kRedSum;
@@ -244,14 +215,19 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   out->kind = KernelLaunch::kReduce;
   out->coll = a.type;
   out->grid = ctaGrid(cs->budget, p.lanes);
-  if (p.algo == Algo::kZeroCopy)  // one CTA per 256 KiB of my segment, within the budget
-    out->grid =
-        ctaGrid(cs->budget, (int)std::min<uint64_t>(1 << 20, p.segElems * es / (256 << 10) + 1));
+  if (p.algo == Algo::kZeroCopy) {  // one CTA per 256 KiB of my share, within the budget
+    // Reduce: the root reduces everything, the others only take part in the handshake.
+    uint64_t mine = a.type != CollType::kReduce ? p.segElems * es
+                    : comm->rank == a.root      ? a.count * es
+                                                : 0;
+    out->grid = ctaGrid(cs->budget, (int)std::min<uint64_t>(1 << 20, mine / (256 << 10) + 1));
+  }
   MK_INFO(kColl,
-          "nccl%s: rank %d count %zu dtype %d op %d root %d algo %s chunk %llu x %llu lanes %d "
-          "grid %d",
+          "nccl%s: rank %d count %zu dtype %d op %d root %d algo %s%s chunk %llu x %llu lanes "
+          "%d grid %d",
           api, comm->rank, a.count, (int)a.dtype, (int)a.op, a.root, algoName(p.algo),
-          (unsigned long long)p.chunkElems, (unsigned long long)p.nChunks, p.lanes, out->grid);
+          p.algo == Algo::kZeroCopy ? zcModeName(r.zc.mode) : "", (unsigned long long)p.chunkElems,
+          (unsigned long long)p.nChunks, p.lanes, out->grid);
   return ncclSuccess;
 }
 
@@ -274,6 +250,33 @@ static bool planOneRank(const CollArgs& a, const CtaBudget& budget, KernelLaunch
   return true;
 }
 
+// A copy collective on registered buffers or windows (coll/zc_plan.h): one kernel that
+// copies between this rank's and its peers' buffers, no staging.
+static void planZcCopy(ncclComm* comm, const CollArgs& a, const ZcPlan& zc, KernelLaunch* out) {
+  CollState* cs = comm->coll;
+  const int n = cs->ws.nLocal;
+  const uint64_t B = (uint64_t)a.count * dtypeSize(a.dtype);
+  const bool rooted = a.type != CollType::kAllGather && a.type != CollType::kAlltoAll;
+  ZcCopyArgs& z = out->zc;
+  z = ZcCopyArgs{};
+  z.c = collCommDev(comm);
+  z.coll = (int)a.type;
+  z.root = rooted ? localOf(comm, a.root) : -1;
+  z.bytes = B;
+  z.send = a.sendbuff;
+  z.recv = a.recvbuff;
+  z.zc = zc.bufs;
+  // Bytes this rank copies: all n blocks (AllGather, AlltoAll, the root), or none.
+  const uint64_t mine = !rooted || comm->rank == a.root ? (uint64_t)n * B : 0;
+  out->kind = KernelLaunch::kZcCopy;
+  out->coll = a.type;
+  out->grid = ctaGrid(cs->budget, (int)std::min<uint64_t>(1 << 20, mine / (256 << 10) + 1));
+  zcCount(a.type);
+  MK_INFO(kColl, "nccl%s: rank %d count %zu bytes %llu root %d algo zerocopy%s grid %d",
+          collName(a.type), comm->rank, a.count, (unsigned long long)B, a.root,
+          zcModeName(zc.bufs.mode), out->grid);
+}
+
 ncclResult_t planColl(ncclComm* comm, const CollArgs& a, KernelLaunch* out, bool* empty) {
   if (comm->nRanks == 1 && planOneRank(a, comm->coll->budget, out, empty)) return ncclSuccess;
   if (a.type == CollType::kAllReduce || a.type == CollType::kReduce ||
@@ -281,6 +284,15 @@ ncclResult_t planColl(ncclComm* comm, const CollArgs& a, KernelLaunch* out, bool
     return planReduction(comm, a, out, empty);
   const int n = comm->nRanks, me = comm->rank;
   const uint64_t B = (uint64_t)a.count * dtypeSize(a.dtype);
+  if (B > 0) {
+    ZcPlan zc;
+    NCCLCHECK(zcPlan(comm, a, &zc));
+    if (zc.on) {
+      planZcCopy(comm, a, zc, out);
+      *empty = false;
+      return ncclSuccess;
+    }
+  }
   const char* sb = (const char*)a.sendbuff;
   char* rb = (char*)a.recvbuff;
   std::vector<Xfer> x;
@@ -420,6 +432,9 @@ ncclResult_t runLaunch(ncclComm* comm, KernelLaunch& l, cudaStream_t s) {
       break;
     case KernelLaunch::kMemcpy:
       err = launchOneRankCopy(l.mcDst, l.mcSrc, l.mcBytes, l.grid, s);
+      break;
+    case KernelLaunch::kZcCopy:
+      err = launchZcCopy(l.zc, l.grid, s);
       break;
   }
   if (tmp) cudaFreeAsync(tmp, s);

@@ -40,6 +40,22 @@ MK_HD constexpr int dtFamily(int dtype) {
              : kFamNone;
 }
 
+// How a zero-copy kernel finds its peers' buffers (coll/zc_plan.h decides, device/zc.cuh
+// resolves): kZcRaw: the pointers the in-process peers publish in their ZcSlot (one
+// process, one GPU); kZcMapped: send/recv below hold every local rank's buffer mapped here
+// (the registered-buffer exchange); kZcWindow: send/recv hold every local rank's window
+// base mapped here, and each peer publishes its window key and offset.
+enum ZcMode : int { kZcRaw = 0, kZcMapped = 1, kZcWindow = 2 };
+struct ZcBufs {
+  int mode;  // ZcMode
+  int pad;
+  // kZcWindow: this rank's window key (id + 1; 0: the buffer is not used remotely) and its
+  // offset in the window; every peer's key must be the same.
+  uint64_t sendKey, sendOff, recvKey, recvOff;
+  uint64_t send[kZcMaxMapped];  // by local index
+  uint64_t recv[kZcMaxMapped];
+};
+
 struct ReduceArgs {
   CommDev c;
   int coll;   // CollType (kAllReduce, kReduce, kReduceScatter)
@@ -59,12 +75,25 @@ struct ReduceArgs {
   int scalarOnDevice;  // the scalar is read from scalarPtr at run time
   const void* scalarPtr;
   uint64_t scalarBits;  // host-immediate scalar (dtype-sized bytes)
-  // Zero-copy over registered buffers of other processes: every local rank's send/recv
-  // buffer mapped in this process (peerMemLookup), by local index; 0: pointers come from
-  // the peers' handshake slots (same process).
-  int zcMapped;
-  uint64_t zcSend[kZcMaxMapped];
-  uint64_t zcRecv[kZcMaxMapped];
+  // Zero-copy (algo kZeroCopy): where the peers' buffers are. AllReduce: rank q reduces
+  // segment q into every output; ReduceScatter: rank q reduces its own block; Reduce: the
+  // root reduces everything (only the send buffers are significant on every rank).
+  ZcBufs zc;
+};
+
+// Zero-copy copies (Broadcast, AllGather, AlltoAll, Gather, Scatter; coll/zc_plan.h): each
+// rank copies straight between its own and its peers' buffers after a handshake through
+// the ZcSlot of every workspace (comm/workspace.h). AllGather and AlltoAll: every rank pulls
+// into its own receive buffer; Gather: the root pulls; Broadcast and Scatter: the root
+// pushes into the peers' receive buffers.
+struct ZcCopyArgs {
+  CommDev c;
+  int coll;        // CollType
+  int root;        // local index of the root (rooted collectives), -1 otherwise
+  uint64_t bytes;  // count * element size: one block
+  const void* send;
+  void* recv;
+  ZcBufs zc;
 };
 
 // Copies (Broadcast, AllGather, AlltoAll, Gather, Scatter, Send/Recv): a list of
@@ -109,5 +138,6 @@ cudaError_t launchReduceLowp(const ReduceArgs& a, int grid, cudaStream_t s);
 cudaError_t launchOneRankCopy(void* dst, const void* src, uint64_t bytes, int grid, cudaStream_t s);
 cudaError_t launchCopySmall(const CopyArgsSmall& a, int grid, size_t smem, cudaStream_t s);
 cudaError_t launchCopyLarge(const CopyArgsLarge& a, int grid, size_t smem, cudaStream_t s);
+cudaError_t launchZcCopy(const ZcCopyArgs& a, int grid, cudaStream_t s);
 
 }  // namespace mk

@@ -16,9 +16,10 @@ namespace mk {
 struct KernelLaunch {
   // kMemcpy: a one-rank comm, where every operation but a PreMulSum is a copy from the
   // send to the receive buffer (one small kernel).
-  enum Kind { kReduce, kCopySmall, kCopyLarge, kMemcpy } kind = kReduce;
+  enum Kind { kReduce, kCopySmall, kCopyLarge, kMemcpy, kZcCopy } kind = kReduce;
   CollType coll = CollType::kAllReduce;
   ReduceArgs red{};
+  ZcCopyArgs zc{};
   std::unique_ptr<CopyArgsSmall> small;
   std::unique_ptr<CopyArgsLarge> large;
   const void* mcSrc = nullptr;  // kMemcpy

@@ -32,15 +32,19 @@ struct WsLayout {
   uint64_t zcOff;       // ZcSlot of the zero-copy AllReduce (kWsZcBytes, written by the owner)
   uint64_t totalBytes;  // bytes of the workspace the layout uses
 };
-// Zero-copy AllReduce handshake block of one rank (in its workspace, read by its peers):
+// Zero-copy handshake block of one rank (in its workspace, read by its peers; device/zc.cuh):
 // the owner publishes its buffer pointers and the call's sequence number, and `done` once
-// its segment is written everywhere. Separate 128-byte lines: polled by different ranks.
+// its part is finished. Separate 128-byte lines: polled by different ranks.
 struct ZcSlot {
   uint64_t seq;     // call number whose pointers are below
   uint64_t send;    // const void*, valid in every in-process peer
   uint64_t recv;    // void*
   uint64_t scalar;  // PreMulSum: this rank's scalar (element bits)
-  uint64_t pad0[12];
+  // Buffers in windows: the window's key (its id + 1, the same on every rank; 0: none) and
+  // the buffer's offset in this rank's window. Peers add the offset to their mapping of
+  // this rank's window, so the ranks' offsets may differ (in place, NCCL_WIN_DEFAULT).
+  uint64_t sendKey, sendOff, recvKey, recvOff;
+  uint64_t pad0[8];
   uint64_t done;  // last call whose segment this rank finished
   uint64_t pad1[15];
 };

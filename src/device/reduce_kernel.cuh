@@ -1,4 +1,5 @@
-// Reduction collectives: AllReduce (one-shot, two-shot, ring), Reduce, ReduceScatter.
+// Reduction collectives: AllReduce (one-shot, two-shot, ring, zero-copy), Reduce and
+// ReduceScatter (direct, zero-copy).
 //
 // Execution model (docs/collectives.md): the work of an operation is cut into chunks (or
 // ring rounds); chunk i belongs to lane i % lanes. A lane is an in-order instruction
@@ -16,6 +17,7 @@
 #include "device/chan.cuh"
 #include "device/prims.cuh"
 #include "device/redspec.cuh"
+#include "device/zc.cuh"
 
 namespace mk {
 namespace dev {
@@ -355,24 +357,20 @@ __device__ bool ringLane(RedShared& sh, const ReduceArgs& a, int lane, const Red
   return true;
 }
 
-// ---- zero-copy AllReduce (every rank in this process, on this GPU) ----------------------
-// Rank q reduces segment q of every rank's input (in rank order: one owner per element, so
-// all ranks get the same bits) and writes it into every rank's output. Handshake through
-// the ZcSlot of each workspace: pointers + seq at the start, `done` at the end; a rank's
-// kernel ends only when every peer is done, so its output is complete and nobody reads its
-// input any more. The call number is my `done` + 1: `done` is written by my last CTA, after
-// all my CTAs have read it.
-__device__ __forceinline__ ZcSlot* zcSlot(void* ws, const WsLayout& w) {
-  return reinterpret_cast<ZcSlot*>((char*)ws + w.zcOff);
-}
+// ---- zero-copy reductions (registered buffers, windows, or one process on one GPU) -------
+// AllReduce: rank q reduces segment q of every rank's input (in rank order: one owner per
+// element, so all ranks get the same bits) and writes it into every rank's output.
+// ReduceScatter: rank q reduces block q of every input into its own output. Reduce: the
+// root reduces every input into its output (only the send buffers are significant on every
+// rank, so only the root knows where the result goes). Handshake: device/zc.cuh.
 
-// dsts[*][i] = reduction of srcs[0..n)[i], all n <= MAXS sources loaded before any is used
-// (n 16-byte loads in flight per thread: this loop is bound by HBM latency, not compute).
-// Needs every pointer 16-byte aligned; handles whole packs only and returns how many
-// elements it did.
+// dsts[0..nd)[i] = reduction of srcs[0..n)[i], all n <= MAXS sources loaded before any is
+// used (n 16-byte loads in flight per thread: this loop is bound by HBM latency, not
+// compute). Needs every pointer 16-byte aligned; handles whole packs only and returns how
+// many elements it did.
 template <int DT, int RED, int MAXS>
 __device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const* dsts,
-                                            const uint64_t* pmScal, int n, uint64_t cnt,
+                                            const uint64_t* pmScal, int n, int nd, uint64_t cnt,
                                             const RedCfg& cfg, int tid, int nt) {
   using N = Num<DT>;
   using U = typename N::U;
@@ -390,7 +388,7 @@ __device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const
   for (int k = 0; k < MAXS; k++) {
     sp[k] = k < n ? (const uint4*)srcs[k] : nullptr;
     sc[k] = pm && k < n ? N::toAcc((U)pmScal[k]) : Acc(1);
-    dp[k] = k < n ? (uint4*)dsts[k] : nullptr;
+    dp[k] = k < nd ? (uint4*)dsts[k] : nullptr;
   }
   const uint64_t np = cnt / P;
   for (uint64_t i = tid; i < np; i += nt) {
@@ -414,28 +412,18 @@ __device__ __forceinline__ uint64_t zcPacks(const void* const* srcs, void* const
     }
 #pragma unroll
     for (int k = 0; k < MAXS; k++)
-      if (k < n) dp[k][i] = o.v;
+      if (k < nd) dp[k][i] = o.v;
   }
   return np * P;
 }
 
 template <int DT, int RED>
-__device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedCfg& cfg) {
+__device__ bool zeroCopyReduce(RedShared& sh, const ReduceArgs& a, const RedCfg& cfg) {
   const CommDev& c = a.c;
   const int n = c.nLocal, me = c.me, tid = threadIdx.x, nt = blockDim.x;
   const uint64_t es = sizeof(typename Num<DT>::U);
-  ZcSlot* mine = zcSlot(sh.ws[me], c.ws);
-  if (tid == 0) {
-    const uint64_t s = ptx::ldAcquireSys(&mine->done) + 1;
-    sh.zcSeq = s;
-    if (blockIdx.x == 0) {
-      *(volatile uint64_t*)&mine->send = (uint64_t)a.send;
-      *(volatile uint64_t*)&mine->recv = (uint64_t)a.recv;
-      *(volatile uint64_t*)&mine->scalar = sh.scalarBits;
-      ptx::fenceAcqRelSys();
-      ptx::stReleaseSys(&mine->seq, s);
-    }
-  }
+  const CollType coll = static_cast<CollType>(a.coll);
+  if (tid == 0) sh.zcSeq = zcArrive(c, a.zc, a.send, a.recv, sh.scalarBits);
   __syncthreads();
   const uint64_t s = sh.zcSeq;
   if (tid < 32) {
@@ -445,60 +433,60 @@ __device__ bool zeroCopyAllReduce(RedShared& sh, const ReduceArgs& a, const RedC
         sh.dsts[q] = a.recv;
         continue;
       }
-      ZcSlot* p = zcSlot(sh.ws[q], c.ws);
-      if (!waitPeer(c, &p->seq, s, q, a.coll, -1, 0, false)) {
+      const void* ps = nullptr;
+      void* pr = nullptr;
+      if (!zcWaitArrived(c, q, s, a.coll) || !zcPeerBufs(c, a.zc, q, a.coll, &ps, &pr)) {
         sh.err = 1;
         break;
       }
-      // Other processes' pointers mean nothing here: those come mapped, in the arguments.
-      sh.srcs[q] =
-          a.zcMapped ? (const void*)a.zcSend[q] : (const void*)*(volatile uint64_t*)&p->send;
-      sh.dsts[q] = a.zcMapped ? (void*)a.zcRecv[q] : (void*)*(volatile uint64_t*)&p->recv;
-      sh.pmScal[q] = *(volatile uint64_t*)&p->scalar;
+      sh.srcs[q] = ps;
+      sh.dsts[q] = pr;
+      sh.pmScal[q] = *(const volatile uint64_t*)&zcSlot(sh.ws[q], c.ws)->scalar;
     }
   }
   __syncthreads();
   if (sh.err) return false;
-  // My segment, cut in per-CTA ranges of whole 16-byte packs.
-  const uint64_t S = a.segElems, N = a.count, P = es < 16 ? 16 / es : 1;
-  const uint64_t off = umin64(S * me, N), len = umin64(S, N - off);
+  // My share: source offset, length and destinations.
+  const uint64_t S = a.segElems, N = a.count;
+  uint64_t srcOff = 0, len = 0;
+  int nd = 1;
+  if (coll == CollType::kAllReduce) {
+    srcOff = umin64(S * me, N);
+    len = umin64(S, N - srcOff);
+    nd = n;
+  } else if (coll == CollType::kReduceScatter) {
+    srcOff = N * me;  // N: elements per rank
+    len = N;
+  } else if (me == a.root) {  // Reduce
+    len = N;
+  }
+  if (tid == 0 && nd == 1) sh.dsts[0] = a.recv;  // ReduceScatter, Reduce: my own output
+  __syncthreads();
+  // Per-CTA ranges of whole 16-byte packs.
+  const uint64_t P = es < 16 ? 16 / es : 1;
   uint64_t per = (len + gridDim.x - 1) / gridDim.x;
   per = (per + P - 1) / P * P;
   const uint64_t b0 = umin64(per * blockIdx.x, len), cnt = umin64(per, len - b0);
+  const uint64_t dstOff = coll == CollType::kAllReduce ? srcOff : 0;
   if (cnt > 0) {
-    for (int q = tid; q < n; q += nt) {
-      sh.srcs[q] = (const char*)sh.srcs[q] + (off + b0) * es;
-      sh.dsts[q] = (char*)sh.dsts[q] + (off + b0) * es;
-    }
+    for (int q = tid; q < n; q += nt) sh.srcs[q] = (const char*)sh.srcs[q] + (srcOff + b0) * es;
+    for (int q = tid; q < nd; q += nt) sh.dsts[q] = (char*)sh.dsts[q] + (dstOff + b0) * es;
     __syncthreads();
     bool vec = n <= 8;
-    for (int q = 0; q < n && vec; q++) vec = aligned16(sh.srcs[q]) && aligned16(sh.dsts[q]);
+    for (int q = 0; q < n && vec; q++) vec = aligned16(sh.srcs[q]);
+    for (int q = 0; q < nd && vec; q++) vec = aligned16(sh.dsts[q]);
     uint64_t done = 0;
-    if (vec) done = zcPacks<DT, RED, 8>(sh.srcs, sh.dsts, sh.pmScal, n, cnt, cfg, tid, nt);
+    if (vec) done = zcPacks<DT, RED, 8>(sh.srcs, sh.dsts, sh.pmScal, n, nd, cnt, cfg, tid, nt);
     if (done < cnt) {
       __syncthreads();
-      for (int q = tid; q < n; q += nt) {
-        sh.srcs[q] = (const char*)sh.srcs[q] + done * es;
-        sh.dsts[q] = (char*)sh.dsts[q] + done * es;
-      }
+      for (int q = tid; q < n; q += nt) sh.srcs[q] = (const char*)sh.srcs[q] + done * es;
+      for (int q = tid; q < nd; q += nt) sh.dsts[q] = (char*)sh.dsts[q] + done * es;
       __syncthreads();
-      reduceRange<DT, RED>(sh.srcs, n, sh.pmScal, sh.dsts, n, cnt - done, cfg, tid, nt);
+      reduceRange<DT, RED>(sh.srcs, n, sh.pmScal, sh.dsts, nd, cnt - done, cfg, tid, nt);
     }
   }
   __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    if (atomicAdd(&c.w.hdr->ctaDone, 1u) == gridDim.x - 1) {
-      c.w.hdr->ctaDone = 0;
-      c.w.hdr->opCount = c.w.hdr->opCount + 1;
-      ptx::fenceAcqRelSys();
-      ptx::stReleaseSys(&mine->done, s);
-      for (int q = 0; q < n; q++) {
-        if (q == me) continue;
-        if (!waitPeer(c, &zcSlot(sh.ws[q], c.ws)->done, s, q, a.coll, -1, 1, true)) return false;
-      }
-    }
-  }
+  if (tid == 0) return zcFinish(c, s, a.coll);
   return true;
 }
 
@@ -528,7 +516,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   RedCfg cfg{sh.scalarBits, a.premul, a.postDiv};
   const CollType coll = static_cast<CollType>(a.coll);
   if (a.algo == (int)Algo::kZeroCopy) {  // counts its CTAs itself (the last one waits)
-    zeroCopyAllReduce<DT, RED>(sh, a, cfg);
+    zeroCopyReduce<DT, RED>(sh, a, cfg);
     return;
   }
   for (int lane = blockIdx.x; lane < a.lanes; lane += gridDim.x) {

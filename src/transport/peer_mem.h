@@ -189,6 +189,32 @@ struct LookupEntry {
   std::vector<ImportKey> imports;
 };
 
+// A window (ncclCommWindowRegister, transport/peer_mem_win.h): a registration of its own
+// plus every local peer's window mapped here, looked up once at registration.
+struct Window {
+  uint64_t magic = 0;  // kWindowMagic while registered
+  ncclComm* comm = nullptr;
+  uint64_t id = 0;  // window registrations of the comm before this one (same on every rank)
+  uintptr_t base = 0;
+  size_t size = 0;
+  int flags = 0;           // this rank's NCCL_WIN_* flags
+  bool symmetric = false;  // every rank asked for NCCL_WIN_COLL_SYMMETRIC
+  bool mapped = false;     // peers[] valid: every local rank mapped every local peer's window
+  size_t minSize = 0;      // smallest window of the local ranks
+  RegRecord* reg = nullptr;
+  std::vector<void*> peers;        // [localRanks] each local rank's window base, valid here
+  std::vector<ImportKey> imports;  // references this window holds on regImports
+};
+constexpr uint64_t kWindowMagic = 0x6d6b77696e646f77ull;  // "mkwindow"
+
+// peer_mem_reg.cc, for peer_mem_win.cc: the registration covering [p, p + bytes) (or null);
+// one more reference on every peer import of the lookup-cache entry of (ptr, bytes) (keys
+// returned); one reference less on each of keys (unmapping at zero).
+RegRecord* findRegistration(PeerMem::Impl* im, uintptr_t p, size_t bytes);
+void refLookupImports(PeerMem::Impl* im, const void* ptr, size_t bytes,
+                      std::vector<ImportKey>* keys);
+ncclResult_t unrefImports(PeerMem::Impl* im, const std::vector<ImportKey>& keys);
+
 }  // namespace pm
 
 struct PeerMem::Impl {
@@ -209,10 +235,17 @@ struct PeerMem::Impl {
   std::map<std::pair<uintptr_t, size_t>, pm::LookupEntry> lookupCache;
   std::map<pm::ImportKey, pm::PeerImport> regImports;
   uint64_t lookupSeq = 0;  // exchanges done (identical on every rank)
+
+  std::vector<std::unique_ptr<pm::Window>> windows;  // registration order
+  uint64_t windowSeq = 0;  // window registrations made (identical on every rank)
 };
 
-// peer_mem_reg.cc: releases every registration, cached lookup and imported peer buffer.
+// peer_mem_reg.cc: releases every window, registration, cached lookup and imported peer
+// buffer.
 ncclResult_t peerMemRegFini(PeerMem::Impl* im);
+// peer_mem_win.cc: forgets every window (their registrations and imports are released by
+// peerMemRegFini right after).
+void peerMemWinFini(PeerMem::Impl* im);
 
 // IPC socket tags.
 constexpr uint32_t kIpcTagWorkspace = 1;

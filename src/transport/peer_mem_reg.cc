@@ -168,14 +168,6 @@ ncclResult_t freeRecord(pm::RegRecord* r) {
   return ncclSuccess;
 }
 
-pm::RegRecord* findCovering(PeerMem::Impl* im, uintptr_t p, size_t bytes) {
-  for (auto& kv : im->regs) {
-    pm::RegRecord* r = kv.first;
-    if (p >= r->buff && p + bytes <= r->buff + r->size) return r;
-  }
-  return nullptr;
-}
-
 // Maps peer l's registered buffer (info) here, or reuses an earlier import of it.
 // For cuMem buffers the fd message is always consumed (the sender always sends).
 ncclResult_t importPeer(ncclComm* comm, PeerMem::Impl* im, int l, const LookupInfo& info,
@@ -222,6 +214,40 @@ ncclResult_t importPeer(ncclComm* comm, PeerMem::Impl* im, int l, const LookupIn
 }
 
 }  // namespace
+
+namespace pm {
+
+RegRecord* findRegistration(PeerMem::Impl* im, uintptr_t p, size_t bytes) {
+  for (auto& kv : im->regs) {
+    RegRecord* r = kv.first;
+    if (p >= r->buff && p + bytes <= r->buff + r->size) return r;
+  }
+  return nullptr;
+}
+
+void refLookupImports(PeerMem::Impl* im, const void* ptr, size_t bytes,
+                      std::vector<ImportKey>* keys) {
+  keys->clear();
+  auto it = im->lookupCache.find({reinterpret_cast<uintptr_t>(ptr), bytes});
+  if (it == im->lookupCache.end()) return;
+  for (const ImportKey& k : it->second.imports) {
+    auto imp = im->regImports.find(k);
+    if (imp == im->regImports.end()) continue;
+    imp->second.refs++;
+    keys->push_back(k);
+  }
+}
+
+ncclResult_t unrefImports(PeerMem::Impl* im, const std::vector<ImportKey>& keys) {
+  ncclResult_t res = ncclSuccess;
+  for (const ImportKey& k : keys) {
+    ncclResult_t r = unrefImport(im, k);
+    if (r != ncclSuccess && res == ncclSuccess) res = r;
+  }
+  return res;
+}
+
+}  // namespace pm
 
 ncclResult_t peerMemRegister(ncclComm* comm, void* buff, size_t size, void** handle) {
   NCCLCHECK(checkComm(comm, "ncclCommRegister"));
@@ -278,7 +304,7 @@ ncclResult_t peerMemLookup(ncclComm* comm, const void* ptr, size_t bytes, bool* 
   NCCLCHECK(guard.set(comm->cudaDev));
 
   // 1. Everyone publishes its buffer.
-  pm::RegRecord* reg = (ptr != nullptr && bytes > 0) ? findCovering(im, p, bytes) : nullptr;
+  pm::RegRecord* reg = (ptr != nullptr && bytes > 0) ? pm::findRegistration(im, p, bytes) : nullptr;
   std::vector<LookupInfo> info(comm->nRanks);
   LookupInfo& mine = info[comm->rank];
   memset(&mine, 0, sizeof(mine));
@@ -418,6 +444,7 @@ ncclResult_t peerMemRegFini(PeerMem::Impl* im) {
   auto keep = [&](ncclResult_t r) {
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   };
+  peerMemWinFini(im);
   im->lookupCache.clear();
   for (auto& kv : im->regImports) keep(pm::mapRelease(&kv.second.map));
   im->regImports.clear();

@@ -16,7 +16,9 @@
 // Gather, Scatter, Send/Recv ring) at counts 0/1/7/1023/1M+3 with rotating dtypes, in and out
 // of place, AllReduce forced to oneshot/twoshot/ring, 200 random back-to-back small
 // collectives checked at the end; 64M-float AllReduce once (N=4); registered (cudaMalloc and
-// ncclMemAlloc) send/receive buffers with AllReduce of 16M+5 and 64M floats (N=4).
+// ncclMemAlloc) send/receive buffers with AllReduce of 16M+5 and 64M floats and every other
+// collective from 4 MiB (N=4); windows with every collective, in and out of place (N=4).
+// Cases marked zc fail when the zero-copy path did not run (coll/zc_plan.h counters).
 #include <cstdint>
 #include <utility>
 #include <gtest/gtest.h>
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "coll/zc_plan.h"
 #include "common/test_util.h"
 #include "gpu/test_coll_procs_cases.h"
 #include "gpu/test_coll_util.h"
@@ -138,6 +141,7 @@ struct Prepared {
   const void* sp = nullptr;
   void* rp = nullptr;
   std::vector<void*> handles;  // ncclCommRegister handles
+  std::vector<ncclWindow_t> windows;
 };
 
 bool needInput(const Case& c, int q, int me, int n) {
@@ -153,7 +157,7 @@ std::string allocate(Ctx& x, Prepared& p) {
   p.es = dtInfo(c.dt).size;
   p.sendN = sendElems(c, x.n);
   p.recvN = recvElems(c, x.n);
-  const bool nccl = c.reg == kRegMemAlloc;
+  const bool nccl = c.reg == kRegMemAlloc || c.reg == kRegWindow;
   const size_t B = c.count * p.es;
   std::string e;
   if (c.inplace) {
@@ -185,7 +189,17 @@ std::string allocate(Ctx& x, Prepared& p) {
     e = p.scalarM.alloc(16, false);
     if (!e.empty()) return e;
   }
-  if (c.reg != kNoReg) {
+  if (c.reg == kRegWindow) {
+    for (Mem* m : {&p.sendM, &p.recvM}) {
+      if (!m->p) continue;
+      ncclWindow_t w = nullptr;
+      ncclResult_t r = ncclCommWindowRegister(x.comm, m->p, m->bytes, &w, NCCL_WIN_COLL_SYMMETRIC);
+      if (r != ncclSuccess || w == nullptr)
+        return std::string("ncclCommWindowRegister failed: ") + ncclGetErrorString(r) + ": " +
+               ncclGetLastError(x.comm);
+      p.windows.push_back(w);
+    }
+  } else if (c.reg != kNoReg) {
     for (Mem* m : {&p.sendM, &p.recvM}) {
       if (!m->p) continue;
       void* h = nullptr;
@@ -368,7 +382,36 @@ std::string releaseRegs(Ctx& x, Prepared& p) {
       e = std::string("ncclCommDeregister failed: ") + ncclGetErrorString(r);
   }
   p.handles.clear();
+  for (ncclWindow_t w : p.windows) {
+    ncclResult_t r = ncclCommWindowDeregister(x.comm, w);
+    if (r != ncclSuccess && e.empty())
+      e = std::string("ncclCommWindowDeregister failed: ") + ncclGetErrorString(r);
+  }
+  p.windows.clear();
   return e;
+}
+
+mk::CollType collTypeOf(K k) {
+  switch (k) {
+    case K::kAllReduce:
+      return mk::CollType::kAllReduce;
+    case K::kReduce:
+      return mk::CollType::kReduce;
+    case K::kReduceScatter:
+      return mk::CollType::kReduceScatter;
+    case K::kAllGather:
+      return mk::CollType::kAllGather;
+    case K::kBroadcast:
+      return mk::CollType::kBroadcast;
+    case K::kAlltoAll:
+      return mk::CollType::kAlltoAll;
+    case K::kGather:
+      return mk::CollType::kGather;
+    case K::kScatter:
+      return mk::CollType::kScatter;
+    default:
+      return mk::CollType::kSend;
+  }
 }
 
 uint64_t fnv(const HostBuf& h, size_t bytes) {
@@ -434,11 +477,14 @@ void runOne(Ctx& x, const Case& c, int idx) {
   for (int rep = 0; rep < c.reps && e.empty(); rep++) {
     e = load(x, p, rep);
     if (!e.empty()) break;
+    const uint64_t zc0 = mk::zcTakenCount(collTypeOf(c.k));
     ncclResult_t r = issue(x, p);
     if (r != ncclSuccess) {
       e = std::string("call failed: ") + ncclGetErrorString(r) + ": " + ncclGetLastError(x.comm);
       break;
     }
+    if (c.zc && mk::zcTakenCount(collTypeOf(c.k)) == zc0)
+      report(x, p.name, "the zero-copy path was not taken");
     e = waitDone(x, timeoutFor(p));
     if (!e.empty()) break;
     HostBuf got;
@@ -453,7 +499,7 @@ void runOne(Ctx& x, const Case& c, int idx) {
     report(x, p.name, e);
     return;
   }
-  if (!p.handles.empty()) {
+  if (!p.handles.empty() || !p.windows.empty()) {
     // Peers may still read these buffers until everyone is done; nobody frees a buffer
     // that another rank still has mapped.
     e = barrier(x);
@@ -558,8 +604,11 @@ int childMain(const char* spec) {
     return 1;
   }
   const std::string pl = plan;
-  std::vector<Case> cases = pl == "main" ? mainPlan(x.n) : pl == "huge" ? hugePlan() : regPlan();
-  if (pl != "main" && pl != "huge" && pl != "reg") {
+  std::vector<Case> cases = pl == "main"   ? mainPlan(x.n)
+                            : pl == "huge" ? hugePlan()
+                            : pl == "win"  ? winPlan()
+                                           : regPlan();
+  if (pl != "main" && pl != "huge" && pl != "reg" && pl != "win") {
     fprintf(stderr, "%s unknown plan\n", who.c_str());
     x.failures++;
     cases.clear();
@@ -655,6 +704,14 @@ TEST(CollProcs, AllReduce64MFourProcs) {
 TEST(CollProcs, RegisteredBuffersFourProcs) {
   MKTEST_REQUIRE_GPU();
   EXPECT_EQ(runProcs("reg", 4), "");
+}
+
+// Windows (ncclCommWindowRegister): every peer's window mapped once at registration (cuMem
+// fds), then every collective zero-copy with the ranks' window offsets exchanged on the
+// device, in and out of place; each child checks that the zero-copy path ran.
+TEST(CollProcs, WindowsFourProcs) {
+  MKTEST_REQUIRE_GPU();
+  EXPECT_EQ(runProcs("win", 4), "");
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ std::string caseName(const Case& c) {
   if (c.algo) s += std::string("_") + c.algo;
   if (c.reg == kRegCudaMalloc) s += "_regCudaMalloc";
   if (c.reg == kRegMemAlloc) s += "_regMemAlloc";
+  if (c.reg == kRegWindow) s += "_window";
   if (c.reps > 1) s += "_x" + std::to_string(c.reps);
   return s;
 }
@@ -120,7 +121,38 @@ std::vector<Case> regPlan() {
       {K::kAllReduce, ncclFloat32, Op::kSum, k16M5, false, 0, nullptr, kRegMemAlloc, 1},
       {K::kAllReduce, ncclFloat32, Op::kPreMulHost, k16M5, false, 0, nullptr, kRegMemAlloc, 1},
       {K::kAllReduce, ncclBfloat16, Op::kAvg, kM3 * 5, true, 0, nullptr, kRegCudaMalloc, 1},
+      // The other collectives over the registered path (4 MiB up: one lookup per call).
+      {K::kReduceScatter, ncclFloat32, Op::kSum, kM3, false, 0, nullptr, kRegMemAlloc, 2, true},
+      {K::kReduce, ncclFloat32, Op::kMax, k16M5 / 4 * 2, false, 2, nullptr, kRegMemAlloc, 1, true},
+      {K::kAllGather, ncclFloat32, Op::kSum, kM3, false, 0, nullptr, kRegCudaMalloc, 2, true},
+      {K::kBroadcast, ncclInt8, Op::kSum, k16M5, false, 1, nullptr, kRegMemAlloc, 1, true},
+      {K::kAlltoAll, ncclFloat32, Op::kSum, kM3, false, 0, nullptr, kRegMemAlloc, 1, true},
+      {K::kGather, ncclFloat32, Op::kSum, kM3, false, 3, nullptr, kRegCudaMalloc, 1, true},
+      {K::kScatter, ncclFloat32, Op::kSum, kM3, false, 2, nullptr, kRegMemAlloc, 1, true},
   };
+}
+
+std::vector<Case> winPlan() {
+  std::vector<Case> v;
+  const size_t big = 300007;  // floats: 1.2 MB per block, above the zero-copy threshold
+  int k = 0;
+  for (K kind : {K::kAllReduce, K::kReduce, K::kReduceScatter, K::kAllGather, K::kBroadcast,
+                 K::kAlltoAll, K::kGather, K::kScatter}) {
+    // Out of place and in place (in place the buffers sit at rank-dependent offsets of the
+    // windows; AlltoAll in place stages).
+    v.push_back({kind, ncclFloat32, Op::kSum, big, false, k++ % 4, nullptr, kRegWindow, 2, true});
+    v.push_back({kind, ncclBfloat16, Op::kMin, big + 1, true, k++ % 4, nullptr, kRegWindow, 1,
+                 kind != K::kAlltoAll});
+    // Small, forced: the handshake alone dominates.
+    v.push_back({kind, ncclInt32, Op::kSum, 1023, false, k++ % 4, "zerocopy", kRegWindow, 2, true});
+  }
+  v.push_back(
+      {K::kAllReduce, ncclFloat16, Op::kPreMulHost, kM3, false, 0, nullptr, kRegWindow, 1, true});
+  v.push_back({K::kReduceScatter, ncclFloat8e4m3, Op::kPreMulDev, 4099, false, 0, "zerocopy",
+               kRegWindow, 1, true});
+  v.push_back(
+      {K::kAllReduce, ncclInt64, Op::kProd, 4099, true, 0, "zerocopy", kRegWindow, 1, true});
+  return v;
 }
 
 }  // namespace procstest

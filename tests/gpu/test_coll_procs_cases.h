@@ -32,7 +32,9 @@ inline const K kRed[3] = {K::kAllReduce, K::kReduce, K::kReduceScatter};
 inline const K kCopy[6] = {K::kAllGather, K::kBroadcast, K::kAlltoAll,
                            K::kGather,    K::kScatter,   K::kSendRecv};
 
-enum Reg { kNoReg = 0, kRegCudaMalloc = 1, kRegMemAlloc = 2 };
+// kRegWindow: ncclMemAlloc buffers registered as windows (ncclCommWindowRegister,
+// NCCL_WIN_COLL_SYMMETRIC: collective, every rank registers its send then its receive buffer).
+enum Reg { kNoReg = 0, kRegCudaMalloc = 1, kRegMemAlloc = 2, kRegWindow = 3 };
 
 struct Case {
   K k;
@@ -44,6 +46,7 @@ struct Case {
   const char* algo = nullptr;  // MKERNEL_ALGO for the call (AllReduce), nullptr: automatic
   Reg reg = kNoReg;            // buffers registered with ncclCommRegister (and how allocated)
   int reps = 1;                // calls on the same buffers (fresh inputs each time)
+  bool zc = false;             // every call must take the zero-copy path (coll/zc_plan.h)
 };
 
 const char* kindName(K k);
@@ -56,5 +59,6 @@ int rankIndex(int n);                    // position of n in kRankCounts (rotate
 std::vector<Case> mainPlan(int n);       // the cases of one N
 std::vector<Case> hugePlan();            // 64M floats once (N=4)
 std::vector<Case> regPlan();             // registered buffers (zero-copy across processes)
+std::vector<Case> winPlan();             // windows: every collective zero-copy (N=4)
 
 }  // namespace procstest
