@@ -2,7 +2,8 @@
 # The one GPU-machine script: builds everything, runs the GPU test suites and the
 # benchmarks, copies logs/results to $OUT (when set) and prints a short summary last.
 # Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier procs gemm fused threads bench collbench fusedbench
-#        netbench torch nccltests demo (default: build gpu bench demo torch nccltests). GTEST_FILTER narrows the gpu stage.
+#        netbench torch nccltests demo window nccltestsreg collbenchreg (default: build gpu bench demo torch nccltests).
+#        GTEST_FILTER narrows the gpu stage.
 #        MK_BUILD=<dir> uses binaries built elsewhere (scripts/pack_gpubin.sh) with the build
 #        stage left out. Every stage is killed after MK_STAGE_TIMEOUT_<stage> seconds
 #        (default MK_STAGE_TIMEOUT, 590), so one hang cannot eat a device call.
@@ -86,6 +87,15 @@ for s in "${stages[@]}"; do
       MK_NT_LOGDIR="$out/nccl-tests-logs" run_stage nccltests bash -c "'$root/scripts/prepare_nccl_tests.sh' '$build' && '$root/scripts/run_nccl_tests.sh' '$build'" ;;
     demo)
       run_stage demo "$build/examples/mkernel_demo" 4 ;;
+    window)
+      # Windows and zero-copy collectives, 4 ranks of one process (the procs stage runs
+      # CollProcs.WindowsFourProcs under MPS).
+      run_stage window "$build/tests/mk_gpu_tests" --gtest_filter="CollWindow.*" ;;
+    nccltestsreg)
+      # nccl-tests -R 1 then -R 2, half the stage's time each.
+      MK_NT_BUDGET=${MK_NT_BUDGET:-280} MK_NT_LOGDIR="$out/nccl-tests-reg-logs" run_stage nccltestsreg bash -c "'$root/scripts/prepare_nccl_tests.sh' '$build' && '$root/scripts/run_nccl_tests_reg.sh' '$build'" ;;
+    collbenchreg)
+      run_stage coll_bench_reg2 "$build/bench/bench_coll_bench" --reg 2 --skip single --out "$out/coll_reg2_$(date +%F).json" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
