@@ -136,9 +136,8 @@ INSTANTIATE_TEST_SUITE_P(FusedMatrix, FusedMatrixOneThread, ::testing::ValuesIn(
                          });
 
 // ---- graphs ------------------------------------------------------------------------------
-// One capture per rank stream, 50 replays with new inputs, every output checked after each.
-// Fused: one eager call first (the clique block is set up outside capture; captured without
-// it, the call records the sequential path, which the auto cases cover).
+// One capture per rank stream (after one eager run: runDriven), 50 replays with new inputs,
+// every output checked after each.
 TEST_F(FusedMatrixGraph, ReplaysWithNewInputs) {
   MKTEST_REQUIRE_GPU();
   const uint64_t seed = mktest::testSeed() ^ 0x51ed27;
@@ -148,7 +147,6 @@ TEST_F(FusedMatrixGraph, ReplaysWithNewInputs) {
         const ncclDataType_t in = n % 2 ? ncclFloat16 : ncclBfloat16;
         const ncclDataType_t out = op == 1 ? ncclFloat32 : ncclBfloat16;
         Case c{op, n, 40 * n, 136, 72, (op + n) % 2, in, out, op != 1, algo};
-        if (algo == ncclFusedFused) ASSERT_EQ(runOnClique(c, seed + 1), "") << name(c) << " eager";
         ASSERT_EQ(runOnClique(c, seed + n * 10 + op, true, 50), "") << name(c) << " graph";
       }
     }
@@ -248,12 +246,12 @@ TEST(FusedMatrixAbort, AbortWhilePeerNeverComes) {
   EXPECT_EQ(runOnClique(ok, seed + 1), "") << "the GPU must stay usable";
 }
 
-// The same with MKERNEL_TIMEOUT_MS=1500 and no abort: the waiting rank records an error that
+// The same with MKERNEL_TIMEOUT_MS=1000 and no abort: the waiting rank records an error that
 // names rank 1 (ncclCommGetAsyncError, ncclGetLastError), its kernel leaves, and
 // ncclCommAbort from another thread then returns within 5 s.
 TEST(FusedMatrixAbort, TimeoutNamesAbsentPeer) {
   MKTEST_REQUIRE_GPU();
-  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "1500");
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "1000");
   const uint64_t seed = mktest::testSeed() ^ 0xab1;
   for (auto& v : kAbsentOps) {
     Case c{v[0], 2, 256, 256, 128, 1, ncclFloat16, ncclFloat16, true, v[1]};
@@ -271,10 +269,10 @@ TEST(FusedMatrixAbort, TimeoutNamesAbsentPeer) {
     }
     const double after = since(t0);
     EXPECT_EQ(async, ncclRemoteError) << "after " << after << " s";
-    EXPECT_GT(after, 1.4) << "the deadline is MKERNEL_TIMEOUT_MS";
+    EXPECT_GT(after, 0.9) << "the deadline is MKERNEL_TIMEOUT_MS";
     const std::string msg = ncclGetLastError(pr.comms[0]);
     EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("MKERNEL_TIMEOUT_MS=1500"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("MKERNEL_TIMEOUT_MS=1000"), std::string::npos) << msg;
     printf("[FusedMatrixAbort] %s: error after %.2f s: %s\n", name(c).c_str(), after, msg.c_str());
     const bool idle = streamIdle(pr.streams[0], 5);
     EXPECT_TRUE(idle) << "the kernel must leave after the timeout";

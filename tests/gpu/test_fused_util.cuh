@@ -380,8 +380,9 @@ inline std::string waitRanks(const std::vector<ncclComm_t>& comms,
 
 // Runs p on the ranks that this one thread drives (comms[r] != nullptr; each rank's call
 // issued in turn, no group: fused calls are refused inside groups), `reps` times with fresh
-// inputs; with `graph`, the calls are captured once (one graph per rank stream) and the
-// graphs replayed. Every output is checked after every run, then `extra` (if any) runs.
+// inputs; with `graph`, after one eager run, the calls are captured once (one graph per rank
+// stream) and the graphs replayed. Every output is checked after every run, then `extra` (if any)
+// runs.
 // "" or what went wrong.
 inline std::string runDriven(Problem& p, const std::vector<ncclComm_t>& comms,
                              const std::vector<cudaStream_t>& streams, uint64_t seed,
@@ -408,12 +409,18 @@ inline std::string runDriven(Problem& p, const std::vector<ncclComm_t>& comms,
       if (g) cudaGraphDestroy(g);
   };
   if (graph) {
+    // One checked eager run first: it loads every kernel the call launches (lazy module
+    // loading may synchronise the device, which capture forbids) and sets up the fused
+    // path's per-comm state outside capture (captured without it, ncclFusedFused records
+    // the sequential path).
+    std::string e = runDriven(p, comms, streams, seed ^ 0xea9e7, false, 1, extra);
+    if (!e.empty()) return "eager run before the capture: " + e;
     // The calls read the buffers at replay time: one capture serves every replay.
     for (int r = 0; r < n; ++r)
       if (comms[r] &&
           cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal) != cudaSuccess)
         return "begin capture failed";
-    std::string e = issue();
+    e = issue();
     // Every capture ends before anything is instantiated (instantiation is refused while a
     // stream of this thread still captures), also when a call failed.
     std::vector<cudaError_t> ended(n);
