@@ -1,14 +1,15 @@
 // Socket (TCP) net backend: always available, the fallback and the test transport.
 //
-// A send/recv comm pair is MKERNEL_SOCKET_NCONNS TCP connections, each served by its own
-// helper thread on both sides, so isend/irecv only queue work and return. Message m is
-// cut into chunks; chunk i travels on connection (m + i) % nconns behind a small frame
-// header {seq, total, offset, len, tag}. Because each connection carries frames in seq
-// order and the receiver looks a message up by seq, large messages stripe over all
-// connections while small ones spread round-robin, and nothing needs a control channel.
-// Receives match messages in posting order (a multi-receive of n buffers takes the next
-// n seqs, placing each by tag). Flow control is TCP's: a receiver thread reads a frame's
-// payload only once the matching irecv is posted.
+// A send/recv comm pair is MKERNEL_SOCKET_NCONNS TCP connections. Connection 0 carries
+// every message of up to 128 KiB and is written and read by the caller's own isend/irecv/
+// test calls (non-blocking), so small messages never wait for a helper thread to be
+// scheduled; larger messages are cut into chunks striped over connections 1..n-1, each
+// served by its own helper thread on both sides (net_socket_impl.h, net_socket_io.cc).
+// Every frame carries {seq, total, offset, len, tag}; because each connection carries
+// frames in seq order and the receiver looks a message up by seq, nothing needs a control
+// channel. Receives match messages in posting order (a multi-receive of n buffers takes
+// the next n seqs, placing each by tag). Flow control is TCP's: a frame's payload is read
+// only once the matching irecv is posted.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -17,40 +18,38 @@
 #include <vector>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
-#include <unordered_set>
 
 #include "base/checks.h"
 #include "base/param.h"
 #include "transport/net.h"
 #include "bootstrap/ifaces.h"
 #include "bootstrap/socket.h"
+#include "transport/net_socket_impl.h"
 #include "transport/net_sockutil.h"
 
 namespace mk {
 namespace {
 
+using sock::Comm;
+using sock::Conn;
+using sock::kMaxConns;
+using sock::Request;
+using sock::Task;
+
 constexpr uint64_t kHandleMagic = 0x316b636f732d6b6dull;  // "mk-sock1"
 constexpr uint64_t kHelloMagic = 0x6f6c6c65682d6b6dull;   // "mk-hello"
-constexpr uint32_t kFrameMagic = 0x4d4b4652u;
-constexpr int kMaxConns = 16;
-constexpr int kMaxRequests = 1024;  // outstanding per comm; beyond, isend/irecv say "busy"
-constexpr size_t kMinChunk = 128 << 10;
-constexpr size_t kMaxChunk = 4 << 20;
-
 struct SockHandle {
   uint64_t magic;
   SocketWireAddress addr;  // byte-order independent: the handle crosses hosts
@@ -62,89 +61,15 @@ struct Hello {
   uint64_t nonce;  // groups the connections of one connect() at the acceptor
   uint32_t index;
   uint32_t nconns;
+  uint32_t flags;  // kHelloInline: connection 0 is the inline connection
+  uint32_t reserved;
 };
-
-struct Frame {
-  uint64_t seq;
-  uint64_t total;
-  uint64_t offset;
-  uint64_t len;
-  int32_t tag;
-  uint32_t magic;
-};
-
-// Both sides derive the chunking from (total, nconns) alone.
-size_t chunkBytes(size_t total, int nconns) {
-  size_t c = (total + nconns - 1) / nconns;
-  c = (c + 4095) & ~(size_t)4095;
-  if (c < kMinChunk) c = kMinChunk;
-  if (c > kMaxChunk) c = kMaxChunk;
-  return c;
-}
-uint64_t numChunks(size_t total, int nconns) {
-  if (total == 0) return 1;
-  size_t c = chunkBytes(total, nconns);
-  return (total + c - 1) / c;
-}
-
-struct Comm;
-
-struct Request {
-  Comm* comm = nullptr;
-  bool isSend = false;
-  // send
-  std::atomic<uint64_t> chunksLeft{0};
-  size_t size = 0;
-  // recv (fields guarded by comm->mu, except done)
-  int n = 0;
-  uint64_t baseSeq = 0;
-  void* data[kNetMaxRecvs] = {};
-  size_t cap[kNetMaxRecvs] = {};
-  int tags[kNetMaxRecvs] = {};
-  size_t got[kNetMaxRecvs] = {};
-  bool used[kNetMaxRecvs] = {};
-  int bound[kNetMaxRecvs] = {};  // message j of this request -> buffer index, -1 unbound
-  uint64_t msgChunksLeft[kNetMaxRecvs] = {};
-  int msgsLeft = 0;
-  std::atomic<bool> done{false};
-};
-
-struct Task {
-  Request* req;
-  uint64_t seq;
-  size_t total, offset, len;
-  int tag;
-  const char* ptr;
-};
-
-struct Conn {
-  int fd = -1;
-  std::thread thread;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Task> queue;  // send side
-};
-
-struct Comm {
-  bool isSend = false;
-  std::string peer;
-  int nconns = 0;
-  Conn conns[kMaxConns];
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<int> error{ncclSuccess};
-  std::string errMsg;
-  bool errWarned = false;       // a quiet error (peer closed) is logged when first reported
-  int eofs = 0;                 // recv: connections that reached a clean EOF
-  uint64_t nextSeq = 0;         // send: next message; recv: seqs covered by posted irecvs
-  std::deque<Request*> posted;  // recv: requests with messages still to land
-  std::unordered_set<Request*> live;
-};
+constexpr uint32_t kHelloInline = 1;
 
 struct Pending {
   int nconns = 0;
   int have = 0;
+  uint32_t flags = 0;
   int fds[kMaxConns];
 };
 
@@ -159,151 +84,6 @@ struct Mr {
   size_t size;
 };
 
-// quiet: the peer closed between messages, which is how every comm ends; it becomes a
-// warning only if a request is still waiting (checkError).
-void setError(Comm* c, ncclResult_t res, const std::string& msg, bool quiet = false) {
-  std::lock_guard<std::mutex> lk(c->mu);
-  if (c->error.load() != ncclSuccess) return;
-  c->errMsg = msg;
-  c->error.store(res);
-  c->errWarned = !quiet;
-  if (!quiet) MK_WARN("%s", msg.c_str());
-  c->cv.notify_all();
-}
-
-std::string ioWhy(NetIo io, int err) {
-  if (io == NetIo::kClosed)
-    return err ? std::string("connection reset (") + strerror(err) + ")"
-               : std::string("connection closed (peer process exited or closed its comm)");
-  return strerror(err);
-}
-
-void sendThread(Comm* c, Conn* conn) {
-  std::vector<char> small(sizeof(Frame) + 4096);
-  for (;;) {
-    Task t;
-    {
-      std::unique_lock<std::mutex> lk(conn->mu);
-      conn->cv.wait(lk, [&] { return c->stop.load() || !conn->queue.empty(); });
-      if (c->stop.load()) return;
-      t = conn->queue.front();
-      conn->queue.pop_front();
-    }
-    if (c->error.load() != ncclSuccess) continue;  // the comm is dead; test() reports it
-    Frame f = {t.seq, t.total, t.offset, t.len, t.tag, kFrameMagic};
-    int err = 0;
-    NetIo io;
-    if (t.len <= 4096) {  // one segment for small messages (TCP_NODELAY is on)
-      memcpy(small.data(), &f, sizeof(f));
-      if (t.len) memcpy(small.data() + sizeof(f), t.ptr, t.len);
-      io = netSendAll(conn->fd, small.data(), sizeof(f) + t.len, &c->stop, &err);
-    } else {
-      io = netSendAll(conn->fd, &f, sizeof(f), &c->stop, &err);
-      if (io == NetIo::kOk) io = netSendAll(conn->fd, t.ptr, t.len, &c->stop, &err);
-    }
-    if (io == NetIo::kAborted) return;
-    if (io != NetIo::kOk) {
-      setError(c, ncclRemoteError,
-               "socket net: send to peer " + c->peer + " failed: " + ioWhy(io, err));
-      continue;
-    }
-    t.req->chunksLeft.fetch_sub(1, std::memory_order_release);
-  }
-}
-
-void recvThread(Comm* c, Conn* conn) {
-  for (;;) {
-    Frame f;
-    int err = 0;
-    NetIo io = netRecvAll(conn->fd, &f, sizeof(f), &c->stop, &err);
-    if (io == NetIo::kAborted) return;
-    if (io == NetIo::kClosed && err == 0) {
-      // Clean EOF between frames: the sender closed this connection, after every frame it
-      // sent on it was consumed here. Other connections may still carry frames, so the
-      // comm is finished only when all of them are; requests still pending then can
-      // never complete.
-      bool all;
-      {
-        std::lock_guard<std::mutex> lk(c->mu);
-        all = ++c->eofs == c->nconns;
-      }
-      if (all)
-        setError(c, ncclRemoteError,
-                 "socket net: peer " + c->peer +
-                     " closed the connection (peer process exited or closed its comm)",
-                 /*quiet=*/true);
-      return;
-    }
-    if (io != NetIo::kOk) {
-      setError(c, ncclRemoteError,
-               "socket net: receive from peer " + c->peer + " failed: " + ioWhy(io, err));
-      return;
-    }
-    if (f.magic != kFrameMagic || f.offset + f.len > f.total || f.len > kMaxChunk) {
-      setError(c, ncclSystemError, "socket net: corrupt frame from peer " + c->peer);
-      return;
-    }
-    Request* req = nullptr;
-    int j = 0, buf = 0;
-    {
-      std::unique_lock<std::mutex> lk(c->mu);
-      c->cv.wait(lk, [&] { return c->stop.load() || f.seq < c->nextSeq; });
-      if (c->stop.load()) return;
-      for (Request* r : c->posted) {
-        if (f.seq >= r->baseSeq && f.seq < r->baseSeq + (uint64_t)r->n) req = r;
-      }
-      if (req == nullptr) {
-        lk.unlock();
-        setError(c, ncclInternalError, "socket net: no receive for message from " + c->peer);
-        return;
-      }
-      j = (int)(f.seq - req->baseSeq);
-      if (req->bound[j] < 0) {
-        int pick = -1;
-        for (int i = 0; i < req->n && pick < 0; i++)
-          if (!req->used[i] && req->tags[i] == f.tag) pick = i;
-        std::string bad;
-        if (pick < 0) {
-          bad = "socket net: message with tag " + std::to_string(f.tag) + " from " + c->peer +
-                " matches no posted receive buffer";
-        } else if (f.total > req->cap[pick]) {
-          bad = "socket net: message of " + std::to_string(f.total) + " bytes from " + c->peer +
-                " exceeds the receive buffer (" + std::to_string(req->cap[pick]) + " bytes)";
-        }
-        if (!bad.empty()) {
-          lk.unlock();
-          setError(c, ncclInvalidUsage, bad);
-          return;
-        }
-        req->bound[j] = pick;
-        req->used[pick] = true;
-        req->got[pick] = f.total;
-        req->msgChunksLeft[j] = numChunks(f.total, c->nconns);
-      }
-      buf = req->bound[j];
-    }
-    if (f.len) {
-      io = netRecvAll(conn->fd, static_cast<char*>(req->data[buf]) + f.offset, f.len, &c->stop,
-                      &err);
-      if (io == NetIo::kAborted) return;
-      if (io != NetIo::kOk) {
-        setError(c, ncclRemoteError,
-                 "socket net: receive from peer " + c->peer + " failed: " + ioWhy(io, err));
-        return;
-      }
-    }
-    std::lock_guard<std::mutex> lk(c->mu);
-    if (--req->msgChunksLeft[j] == 0 && --req->msgsLeft == 0) {
-      for (auto it = c->posted.begin(); it != c->posted.end(); ++it)
-        if (*it == req) {
-          c->posted.erase(it);
-          break;
-        }
-      req->done.store(true, std::memory_order_release);
-    }
-  }
-}
-
 ncclResult_t connectOne(const SocketAddress& addr, int* outFd) {
   Socket sock;
   socketInit(&sock, nullptr, netTimeoutMs());
@@ -314,10 +94,12 @@ ncclResult_t connectOne(const SocketAddress& addr, int* outFd) {
   return netTuneSocket(sock.fd);
 }
 
+// Helper threads for the striped connections; the inline connection is the caller's.
 void startThreads(Comm* c) {
-  for (int i = 0; i < c->nconns; i++) {
+  for (int i = c->inlineConn ? 1 : 0; i < c->nconns; i++) {
     Conn* conn = &c->conns[i];
-    conn->thread = c->isSend ? std::thread(sendThread, c, conn) : std::thread(recvThread, c, conn);
+    conn->thread =
+        c->isSend ? std::thread(sock::sendThread, c, conn) : std::thread(sock::recvThread, c, conn);
   }
 }
 
@@ -410,6 +192,7 @@ class SocketNet : public Net {
     c->isSend = true;
     c->peer = socketAddressToString(&addr, str, sizeof(str));
     c->nconns = n;
+    c->inlineConn = MK_PARAM_INT(SocketInline) != 0;
     static std::atomic<uint64_t> counter{0};
     std::random_device rd;
     uint64_t nonce = ((uint64_t)rd() << 32) ^ rd() ^ (counter.fetch_add(1) << 48) ^ getpid();
@@ -419,7 +202,8 @@ class SocketNet : public Net {
         destroyComm(c);
         return res;
       }
-      Hello hello = {kHelloMagic, nonce, (uint32_t)i, (uint32_t)n};
+      Hello hello = {
+          kHelloMagic, nonce, (uint32_t)i, (uint32_t)n, c->inlineConn ? kHelloInline : 0u, 0};
       int err = 0;
       if (netSendAll(c->conns[i].fd, &hello, sizeof(hello), nullptr, &err) != NetIo::kOk) {
         MK_WARN("socket net: handshake with %s failed: %s", c->peer.c_str(), strerror(err));
@@ -468,6 +252,7 @@ class SocketNet : public Net {
       Pending& p = l->groups[hello.nonce];
       if (p.nconns == 0) {
         p.nconns = (int)hello.nconns;
+        p.flags = hello.flags;
         for (int k = 0; k < kMaxConns; k++) p.fds[k] = -1;
       }
       if (p.fds[hello.index] >= 0)
@@ -479,6 +264,7 @@ class SocketNet : public Net {
         Comm* c = new Comm();
         c->isSend = false;
         c->nconns = p.nconns;
+        c->inlineConn = (p.flags & kHelloInline) != 0;
         for (int k = 0; k < p.nconns; k++) c->conns[k].fd = p.fds[k];
         SocketAddress pa;
         socklen_t pl = sizeof(pa);
@@ -517,26 +303,38 @@ class SocketNet : public Net {
     Comm* c = static_cast<Comm*>(sendComm);
     *request = nullptr;
     NCCLCHECK(checkError(c));
-    std::lock_guard<std::mutex> lk(c->mu);
-    if (c->live.size() >= (size_t)kMaxRequests) return ncclSuccess;  // busy: retry later
-    Request* r = new Request();
-    r->comm = c;
-    r->isSend = true;
-    r->size = size;
-    uint64_t seq = c->nextSeq++;
-    uint64_t nch = numChunks(size, c->nconns);
-    size_t cb = chunkBytes(size, c->nconns);
-    r->chunksLeft.store(nch);
-    for (uint64_t i = 0; i < nch; i++) {
-      size_t off = (size_t)i * cb;
-      size_t len = size == 0 ? 0 : std::min(cb, size - off);
-      Conn* conn = &c->conns[(seq + i) % c->nconns];
-      std::lock_guard<std::mutex> ck(conn->mu);
-      conn->queue.push_back(Task{r, seq, size, off, len, tag, static_cast<char*>(data) + off});
-      conn->cv.notify_one();
+    {
+      std::lock_guard<std::mutex> io(c->ioMu);  // inline frames queue in seq order
+      std::lock_guard<std::mutex> lk(c->mu);
+      if (c->live.size() >= (size_t)sock::kMaxRequests) return ncclSuccess;  // busy: retry
+      Request* r = new Request();
+      r->comm = c;
+      r->isSend = true;
+      r->size = size;
+      uint64_t seq = c->nextSeq++;
+      uint64_t nch = sock::numChunks(size, c->dataConns());
+      size_t cb = sock::chunkBytes(size, c->dataConns());
+      r->chunksLeft.store(nch);
+      const bool inl = c->inlineConn && (size <= sock::kInlineMax || c->nconns == 1);
+      // Helper connections: 1..n-1 next to an inline connection, else all of them.
+      const int first = c->inlineConn ? 1 : 0;
+      for (uint64_t i = 0; i < nch; i++) {
+        size_t off = (size_t)i * cb;
+        size_t len = size == 0 ? 0 : std::min(cb, size - off);
+        Task t{r, seq, size, off, len, tag, static_cast<char*>(data) + off};
+        if (inl) {
+          c->txq.push_back(t);
+          continue;
+        }
+        Conn* conn = &c->conns[first + (seq + i) % (uint64_t)(c->nconns - first)];
+        std::lock_guard<std::mutex> ck(conn->mu);
+        conn->queue.push_back(t);
+        conn->cv.notify_one();
+      }
+      c->live.insert(r);
+      *request = r;
     }
-    c->live.insert(r);
-    *request = r;
+    sock::progressInline(c);
     return ncclSuccess;
   }
 
@@ -547,8 +345,8 @@ class SocketNet : public Net {
     MK_ARGCHECK(n >= 1 && n <= kNetMaxRecvs, "socket net: irecv of %d buffers (1..%d)", n,
                 kNetMaxRecvs);
     NCCLCHECK(checkError(c));
-    std::lock_guard<std::mutex> lk(c->mu);
-    if (c->live.size() >= (size_t)kMaxRequests) return ncclSuccess;
+    std::unique_lock<std::mutex> lk(c->mu);
+    if (c->live.size() >= (size_t)sock::kMaxRequests) return ncclSuccess;
     Request* r = new Request();
     r->comm = c;
     r->n = n;
@@ -565,6 +363,8 @@ class SocketNet : public Net {
     c->live.insert(r);
     c->cv.notify_all();
     *request = r;
+    lk.unlock();
+    sock::progressInline(c);  // a frame waiting for this receive may land now
     return ncclSuccess;
   }
 
@@ -576,6 +376,7 @@ class SocketNet : public Net {
   ncclResult_t test(void* request, int* done, size_t* sizes) override {
     Request* r = static_cast<Request*>(request);
     Comm* c = r->comm;
+    sock::progressInline(c);
     // The comm's error first, completion second: a request that finished just before the
     // peer's close made the comm fail (EOF on every connection comes after the last frame)
     // must still report done, not the error. Reading in the other order raced with that.

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 #include <sched.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +19,8 @@
 #include <thread>
 
 #include "base/checks.h"
+#include "base/param.h"
+#include "transport/proxy_stats.h"
 
 namespace mk {
 namespace {
@@ -27,9 +31,15 @@ constexpr int kTagData = 0x6d6b02;
 constexpr size_t kProxyChunk = 16u << 20;  // data messages are cut here (same on both sides)
 constexpr int kMaxInflight = 8;            // batches in flight per peer and direction
 constexpr uint32_t kHdrMagic = 0x6d6b4844u;
+// Small puts ride in the header message (after the commands, 8-byte aligned each), when
+// both windows are host memory: one message per batch instead of two, and on backends
+// with a header round (verbs) one round trip less.
+constexpr size_t kInlineCap = 4096;        // inline bytes per batch
+constexpr uint32_t kWireInline = 1u << 8;  // ProxyWireCmd::op flag: data follows inline
+constexpr uint32_t kPeerInfoMagic = 0x6d6b5049u;
 
 struct ProxyWireCmd {
-  uint32_t op;
+  uint32_t op;  // ProxyOp | kWireInline
   uint32_t sigOp;
   uint64_t dstOff;
   uint64_t bytes;
@@ -42,16 +52,28 @@ struct WireHdr {
   uint32_t count;
   uint64_t batchSeq;
   ProxyWireCmd cmds[kProxyMaxBatch];
+  char inl[kInlineCap];  // sender's assembly area; on the wire the data follows cmds[count)
 };
 
 size_t hdrBytes(uint32_t count) {
   return offsetof(WireHdr, cmds) + count * sizeof(ProxyWireCmd);
 }
+uint64_t inlineSpan(uint64_t bytes) {
+  return (bytes + 7) & ~(uint64_t)7;
+}
+
+// What each proxy tells its peers next to the backend's handle (out-of-band all-to-all).
+struct PeerInfo {
+  uint32_t magic;
+  uint32_t recvHost;  // its receive window is host memory: inline data can be copied there
+};
+constexpr size_t kOobBlock = kNetHandleSize + sizeof(PeerInfo);
 
 struct Pending {
   ProxyCmd cmd;
   int ring;
   uint64_t ticket;
+  uint64_t seenNs;  // when the proxy took it from its ring
 };
 
 struct Chunk {
@@ -69,6 +91,8 @@ struct SendBatch {
   bool hdrPosted = false, hdrDone = false;
   std::vector<Chunk> chunks;
   size_t nextPost = 0;
+  uint64_t postedNs = 0;  // header handed to the backend
+  size_t msgBytes = 0;    // header message: commands and inline data
 };
 
 struct RecvBatch {
@@ -80,6 +104,9 @@ struct RecvBatch {
   size_t firstChunk[kProxyMaxBatch + 1] =
       {};  // chunks of entry i: [firstChunk[i], firstChunk[i+1])
   uint32_t applied = 0;
+  uint64_t hdrNs = 0;                    // header received
+  uint32_t inlOff[kProxyMaxBatch] = {};  // inline entries: offset of their data in the message
+  uint32_t inlCopied = 0;                // entries below this had their inline data copied
 };
 
 struct PeerState {
@@ -105,6 +132,7 @@ struct PeerState {
   size_t unflushedLen = 0;
   void* flushReq = nullptr;
   std::chrono::steady_clock::time_point flushDeadline;
+  bool inlineOk = false;  // small puts to this peer travel inside the header
 };
 
 struct RingTrack {
@@ -128,6 +156,8 @@ class Proxy {
   std::atomic<int> errCode{ncclSuccess};
   std::string errMsg;
   std::atomic<uint64_t> cmds{0}, batches{0}, bytesSent{0}, bytesRecv{0}, signalsApplied{0};
+  ProxyTimes times;     // written by the proxy thread only; read after it stopped
+  uint64_t loopNs = 0;  // start of the current loop iteration
 
   void setError(ncclResult_t res, int peerRank, const std::string& what) {
     std::lock_guard<std::mutex> lk(errMu);
@@ -155,6 +185,7 @@ class Proxy {
   int flushRecv(PeerState& ps);
   void retire(int ring, uint64_t ticket);
   void run();
+  bool busy() const;
   void applySignal(const ProxyWireCmd& c);
 };
 
@@ -197,7 +228,7 @@ bool Proxy::drainRings() {
         setError(ncclInvalidUsage, -1, m);
         return true;
       }
-      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket});
+      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket, loopNs});
       cmds.fetch_add(1, std::memory_order_relaxed);
     }
     any |= n > 0;
@@ -215,6 +246,7 @@ bool Proxy::progressSend(PeerState& ps) {
     b->hdr->magic = kHdrMagic;
     b->hdr->batchSeq = ps.sendSeq++;
     uint32_t n = 0;
+    size_t inl = 0;
     while (!ps.queued.empty() && n < kProxyMaxBatch) {
       Pending pd = ps.queued.front();
       ps.queued.pop_front();
@@ -222,6 +254,17 @@ bool Proxy::progressSend(PeerState& ps) {
       ProxyWireCmd& w = b->hdr->cmds[n];
       w = ProxyWireCmd{c.op,   c.sigOp, c.dstOff, c.op == kProxySignal ? 0 : c.bytes,
                        c.slot, c.value};
+      if (ps.inlineOk && w.bytes > 0 && inl + inlineSpan(w.bytes) <= kInlineCap) {
+        // The GPU made the source visible before it published the command (fence, then
+        // the release of its valid word, which drainRings acquired).
+        memcpy(b->hdr->inl + inl, static_cast<char*>(cfg.sendBuf) + c.srcOff, w.bytes);
+        inl += inlineSpan(w.bytes);
+        w.op |= kWireInline;
+        bytesSent.fetch_add(w.bytes, std::memory_order_relaxed);
+        b->cmds.push_back(pd);
+        n++;
+        continue;
+      }
       for (uint64_t off = 0; off < w.bytes; off += kProxyChunk) {
         size_t len = (size_t)std::min<uint64_t>(kProxyChunk, w.bytes - off);
         b->chunks.push_back(Chunk{static_cast<char*>(cfg.sendBuf) + c.srcOff + off, len, (int)n});
@@ -230,6 +273,9 @@ bool Proxy::progressSend(PeerState& ps) {
       n++;
     }
     b->hdr->count = n;
+    // On the wire the inline data follows the last command.
+    if (inl) memmove(reinterpret_cast<char*>(b->hdr) + hdrBytes(n), b->hdr->inl, inl);
+    b->msgBytes = hdrBytes(n) + inl;
     ps.sendq.push_back(b);
     batches.fetch_add(1, std::memory_order_relaxed);
     progress = true;
@@ -237,12 +283,13 @@ bool Proxy::progressSend(PeerState& ps) {
   // Post in order: batch k+1 only after every message of batch k is posted.
   for (SendBatch* b : ps.sendq) {
     if (!b->hdrPosted) {
-      if (netFailed(net->isend(ps.sendComm, b->hdr, hdrBytes(b->hdr->count), kTagHdr, ps.sendHdrMh,
-                               &b->hdrReq),
+      if (netFailed(net->isend(ps.sendComm, b->hdr, b->msgBytes, kTagHdr, ps.sendHdrMh, &b->hdrReq),
                     ps.rank, "isend(header)"))
         return true;
       if (!b->hdrReq) return progress;  // backend busy
       b->hdrPosted = true;
+      b->postedNs = proxyNowNs();
+      for (const Pending& pd : b->cmds) times.cmdToPost.add(b->postedNs - pd.seenNs);
       progress = true;
     }
     while (b->nextPost < b->chunks.size()) {
@@ -278,6 +325,7 @@ bool Proxy::progressSend(PeerState& ps) {
         (!b->chunks.empty() && !b->chunks.back().done))
       break;
     for (const Pending& pd : b->cmds) retire(pd.ring, pd.ticket);
+    times.postToSent.add(proxyNowNs() - b->postedNs);
     ps.sendq.pop_front();
     delete b;
   }
@@ -330,35 +378,49 @@ bool Proxy::progressRecv(PeerState& ps) {
       if (netFailed(net->test(b->hdrReq, &done, &got), ps.rank, "receive")) return true;
       if (!done) break;  // later batches wait for this header anyway
       b->hdrDone = true;
+      b->hdrNs = proxyNowNs();
       progress = true;
       const WireHdr& h = *b->hdr;
       if (got < offsetof(WireHdr, cmds) || h.magic != kHdrMagic || h.count > kProxyMaxBatch ||
-          got != hdrBytes(h.count) || h.batchSeq != ps.recvSeq) {
+          got < hdrBytes(h.count) || h.batchSeq != ps.recvSeq) {
         setError(ncclSystemError, ps.rank, "corrupt proxy header");
         return true;
       }
       ps.recvSeq++;
+      uint64_t inl = 0;
       for (uint32_t i = 0; i < h.count; i++) {
         const ProxyWireCmd& c = h.cmds[i];
+        const uint32_t op = c.op & ~kWireInline;
+        const bool inLine = (c.op & kWireInline) != 0;
         b->firstChunk[i] = b->chunks.size();
-        bool bad = c.op < kProxyPut || c.op > kProxySignal;
-        if (c.op != kProxySignal)
+        bool bad = op < kProxyPut || op > kProxySignal || (inLine && op == kProxySignal);
+        if (op != kProxySignal)
           bad |= c.bytes > cfg.recvBytes || c.dstOff > cfg.recvBytes - c.bytes;
-        if (c.op != kProxyPut) bad |= c.slot >= cfg.nSignals;
+        if (op != kProxyPut) bad |= c.slot >= cfg.nSignals;
+        if (inLine && !bad) {
+          bad = cfg.bufType != NCCL_PTR_HOST || c.bytes > kInlineCap ||
+                hdrBytes(h.count) + inl + inlineSpan(c.bytes) > got;
+          b->inlOff[i] = (uint32_t)(hdrBytes(h.count) + inl);
+          inl += inlineSpan(c.bytes);
+        }
         if (bad) {
           char m[200];
           snprintf(m, sizeof(m),
                    "peer sent an out-of-range command (op %u, dst_off %llu, bytes %llu, slot "
                    "%llu; window %zu, %zu signals)",
-                   c.op, (unsigned long long)c.dstOff, (unsigned long long)c.bytes,
+                   op, (unsigned long long)c.dstOff, (unsigned long long)c.bytes,
                    (unsigned long long)c.slot, cfg.recvBytes, cfg.nSignals);
           setError(ncclInvalidUsage, ps.rank, m);
           return true;
         }
-        for (uint64_t off = 0; off < c.bytes && c.op != kProxySignal; off += kProxyChunk) {
+        for (uint64_t off = 0; off < c.bytes && op != kProxySignal && !inLine; off += kProxyChunk) {
           size_t len = (size_t)std::min<uint64_t>(kProxyChunk, c.bytes - off);
           b->chunks.push_back(Chunk{static_cast<char*>(cfg.recvBuf) + c.dstOff + off, len, (int)i});
         }
+      }
+      if (got != hdrBytes(h.count) + inl) {
+        setError(ncclSystemError, ps.rank, "corrupt proxy header (inline data size)");
+        return true;
       }
       b->firstChunk[h.count] = b->chunks.size();
     }
@@ -408,7 +470,13 @@ bool Proxy::progressRecv(PeerState& ps) {
       }
       if (!ready) break;
       const ProxyWireCmd& c = b->hdr->cmds[e];
-      if (c.op != kProxyPut) {
+      if ((c.op & kWireInline) && b->inlCopied <= e) {
+        memcpy(static_cast<char*>(cfg.recvBuf) + c.dstOff,
+               reinterpret_cast<const char*>(b->hdr) + b->inlOff[e], c.bytes);
+        b->inlCopied = e + 1;
+        bytesRecv.fetch_add(c.bytes, std::memory_order_relaxed);
+      }
+      if ((c.op & ~kWireInline) != kProxyPut) {
         // Every earlier chunk of this peer (this entry's and earlier puts') must be
         // visible to the GPU before the signal says so.
         int flushed = flushRecv(ps);
@@ -420,6 +488,7 @@ bool Proxy::progressRecv(PeerState& ps) {
       progress = true;
     }
     if (b->applied < b->hdr->count) break;
+    times.hdrToApplied.add(proxyNowNs() - b->hdrNs);
     ps.recvq.pop_front();
     delete b;
   }
@@ -460,10 +529,53 @@ int Proxy::flushRecv(PeerState& ps) {
   return 0;
 }
 
+// Work in flight that the proxy must keep polling for: commands not yet sent, batches not
+// yet complete, received headers whose data or signals are pending, a flush. Header
+// receives posted for batches that have not arrived do not count.
+bool Proxy::busy() const {
+  for (const PeerState& ps : peers) {
+    if (!ps.queued.empty() || !ps.sendq.empty() || ps.flushReq) return true;
+    if (!ps.recvq.empty() && ps.recvq.front()->hdrDone) return true;
+  }
+  return false;
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // keeps the poll loop a loop
+#endif
+}
+
+// Polling policy. Nothing can wake the proxy (GPU threads write the ring, peers write the
+// sockets), so it polls, and how it waits between polls decides the latency of messages:
+//  - right after progress, a few tight polls;
+//  - then, for MKERNEL_PROXY_SPIN_US after the last progress, sched_yield between polls:
+//    free on a CPU nobody else wants (and it does not let an idle virtual CPU halt, which
+//    can take long to undo), while the rank's other threads get the CPU when they want it;
+//  - then sleeps: 2 us while work is in flight (a large transfer on helper threads), else an
+//    eighth of the time since the last progress (1 us .. MKERNEL_PROXY_SLEEP_US), at most
+//    ~12% added to any wait. Not a longer spin: a thread that keeps the CPU busy loses its
+//    claim on it under contention (another busy thread on its CPU, a loaded host) and then
+//    waits whole time slices after each yield, milliseconds per message, while a thread
+//    that wakes from a short sleep preempts at once. Yields that took over 100 us (another
+//    thread held the CPU for its slice) are counted in the statistics.
+// The timer slack is cut to 1 us so that a sleep lasts what it asks (Linux adds 50 us by
+// default, and a slack inherited from the environment can be milliseconds).
 void Proxy::run() {
   if (cfg.pinThread) proxyPinThread(cfg.cudaDev, props.pciPath);
-  int idle = 0;
-  while (!stop.load(std::memory_order_relaxed)) {
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  const uint64_t spinNs = (uint64_t)MK_PARAM_INT(ProxySpinUs) * 1000;
+  const uint64_t maxSleepNs = (uint64_t)MK_PARAM_INT(ProxySleepUs) * 1000;
+  constexpr uint64_t kSlowYieldNs = 100000;
+  uint64_t lastActive = proxyNowNs(), prev = lastActive;
+  bool slept = false;
+  for (uint32_t polls = 0; !stop.load(std::memory_order_relaxed);) {
+    loopNs = proxyNowNs();
+    times.loop(loopNs - prev, slept);
+    prev = loopNs;
+    slept = false;
     bool progress = drainRings();
     for (PeerState& ps : peers) {
       if (errCode.load() != ncclSuccess) break;
@@ -473,12 +585,27 @@ void Proxy::run() {
     }
     if (errCode.load() != ncclSuccess) break;
     if (progress) {
-      idle = 0;
-    } else if (++idle > 2000) {
-      usleep(50);  // long idle: stop burning a core, keep wake-up latency low
-    } else if (idle > 100) {
-      sched_yield();
+      lastActive = loopNs;
+      polls = 0;
+      continue;
     }
+    if (++polls < 64) {
+      cpuRelax();
+      continue;
+    }
+    const uint64_t idleNs = loopNs - lastActive;
+    if (idleNs < spinNs) {
+      sched_yield();
+      times.yields++;
+      if (proxyNowNs() - loopNs > kSlowYieldNs) times.slowYields++;
+      continue;
+    }
+    const uint64_t sleepNs =
+        busy() ? 2000 : std::max<uint64_t>(1000, std::min<uint64_t>(idleNs / 8, maxSleepNs));
+    struct timespec ts = {0, (long)sleepNs};
+    nanosleep(&ts, nullptr);
+    times.sleeps++;
+    slept = true;
   }
 }
 
@@ -511,13 +638,21 @@ ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
   for (ProxyRing* r : cfg.rings) p->rings.push_back(RingTrack{r, r->done(), {}});
   // Listen once per peer, exchange handles, then connect and accept everything in one
   // loop (connect/accept never block on the peer, so no pairwise ordering is needed).
-  sendH.assign((size_t)cfg.nranks * kNetHandleSize, 0);
-  recvH.assign((size_t)cfg.nranks * kNetHandleSize, 0);
-  for (PeerState& ps : p->peers)
-    NCCLCHECKGOTO(net->listen(cfg.netDev, &sendH[(size_t)ps.rank * kNetHandleSize], &ps.listenComm),
-                  res, fail);
+  sendH.assign((size_t)cfg.nranks * kOobBlock, 0);
+  recvH.assign((size_t)cfg.nranks * kOobBlock, 0);
+  for (PeerState& ps : p->peers) {
+    char* blk = &sendH[(size_t)ps.rank * kOobBlock];
+    NCCLCHECKGOTO(net->listen(cfg.netDev, blk, &ps.listenComm), res, fail);
+    const PeerInfo info = {kPeerInfoMagic, cfg.bufType == NCCL_PTR_HOST ? 1u : 0u};
+    memcpy(blk + kNetHandleSize, &info, sizeof(info));
+  }
   if (!p->peers.empty())
-    NCCLCHECKGOTO(cfg.alltoall(sendH.data(), recvH.data(), kNetHandleSize), res, fail);
+    NCCLCHECKGOTO(cfg.alltoall(sendH.data(), recvH.data(), kOobBlock), res, fail);
+  for (PeerState& ps : p->peers) {
+    PeerInfo info;
+    memcpy(&info, &recvH[(size_t)ps.rank * kOobBlock + kNetHandleSize], sizeof(info));
+    ps.inlineOk = cfg.bufType == NCCL_PTR_HOST && info.magic == kPeerInfoMagic && info.recvHost;
+  }
   deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::chrono::steady_clock::now().time_since_epoch())
                  .count() +
@@ -526,9 +661,8 @@ ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
     bool all = true;
     for (PeerState& ps : p->peers) {
       if (!ps.sendComm)
-        NCCLCHECKGOTO(
-            net->connect(cfg.netDev, &recvH[(size_t)ps.rank * kNetHandleSize], &ps.sendComm), res,
-            fail);
+        NCCLCHECKGOTO(net->connect(cfg.netDev, &recvH[(size_t)ps.rank * kOobBlock], &ps.sendComm),
+                      res, fail);
       if (!ps.recvComm) NCCLCHECKGOTO(net->accept(ps.listenComm, &ps.recvComm), res, fail);
       all &= ps.sendComm && ps.recvComm;
     }
@@ -574,7 +708,10 @@ fail:
 ncclResult_t proxyDestroy(Proxy* p) {
   if (!p) return ncclSuccess;
   p->stop.store(true);
-  if (p->thread.joinable()) p->thread.join();
+  if (p->thread.joinable()) {
+    p->thread.join();
+    proxyReportTimes(p->cfg.rank, p->times, p->cmds.load(), p->batches.load());
+  }
   Net* net = p->cfg.net;
   for (PeerState& ps : p->peers) {
     for (SendBatch* b : ps.sendq) delete b;

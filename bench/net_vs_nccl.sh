@@ -1,0 +1,393 @@
+#!/usr/bin/env bash
+# mkernel's inter-node path with one process per rank, against the real NCCL run the same
+# way, on one GPU (issue 11, part 1). Every rank is its own process (bench_net_procs_bench
+# forks them; each loads the library under test with dlopen), all on GPU 0 under CUDA MPS:
+#   mkernel  MKERNEL_EMULATE_NODES=2 (virtual nodes, socket backend on lo):
+#            2 nodes x 1 process, 2 nodes x 2 processes
+#   NCCL     the real libnccl.so.2 (PyTorch's nvidia-nccl package), every process its own
+#            "host" (NCCL_HOSTID), NCCL_NET=Socket, NCCL_SOCKET_IFNAME=lo: 2 hosts x 1, and
+#            4 hosts x 1 as the comparison for 2 x 2 (NCCL refuses two ranks of one host on
+#            one GPU, so its 4 ranks all talk over sockets)
+# sendrecv and AllReduce (float sum), 8 B .. 64 KiB (latency) and 8 .. 256 MiB (bandwidth),
+# each size checked element by element once, then timed as nccl-tests does. Then, as a
+# diagnostic, the 2 x 1 latency sweep again with each process bound to one CPU (what
+# `mpirun --bind-to core` does with two ranks), for both libraries, and once more for
+# mkernel with the socket backend's helper-thread path (MKERNEL_SOCKET_INLINE=0).
+# Targets: latency <= 1.0x NCCL's up to 64 KiB, bus bandwidth >= 1.0x from 8 MiB.
+#
+# usage: bench/net_vs_nccl.sh <build-dir> <out-dir> [--dry-run] [--quick] [--no-bound]
+#   <build-dir>  a build with -DMK_BUILD_BENCH=ON: src/libmkernel.so and
+#                bench/bench_net_procs_bench (cmake --build <dir> --target mkernel bench_net_procs_bench)
+#   <out-dir>    gets net_vs_nccl.json, net_vs_nccl.md, runs/*.json and logs/*.log
+#   --dry-run    print the environment and commands, run nothing (works without a GPU)
+#   --quick      fewer sizes and iterations (a smoke test, ~1 minute)
+#   --no-bound   skip the one-CPU-per-process diagnostic
+# environment: MK_REAL_NCCL=/path/libnccl.so.2 (default: <build>/nccl-tests/env.sh, then
+#   python3 -c 'import nvidia.nccl'), MK_NVN_BUDGET=450 (seconds for all runs; later runs are
+#   skipped, and reported, once less than 30 s remain), CUDA_VISIBLE_DEVICES (default 0).
+# Exit status: 0 every run passed its checks and every target is met; 3 runs passed but a
+# target is missed; 1 a run failed (its log and the reason are printed); 2 usage/setup error.
+set -u -o pipefail
+
+die() {
+  echo "net_vs_nccl: ERROR: $*" >&2
+  exit 2
+}
+say() { echo "net_vs_nccl: $*" >&2; }
+
+[[ $# -ge 2 ]] || die "usage: $0 <build-dir> <out-dir> [--dry-run] [--quick] [--no-bound]"
+BUILD_IN=$1
+OUT_IN=$2
+shift 2
+DRY=0 QUICK=0 BOUND=1
+for a in "$@"; do
+  case $a in
+    --dry-run) DRY=1 ;;
+    --quick) QUICK=1 ;;
+    --no-bound) BOUND=0 ;;
+    *) die "unknown option $a" ;;
+  esac
+done
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -d $BUILD_IN ]]; then BUILD=$(cd "$BUILD_IN" && pwd); else BUILD=$BUILD_IN; fi
+mkdir -p "$OUT_IN/runs" "$OUT_IN/logs" || die "cannot create $OUT_IN"
+OUT=$(cd "$OUT_IN" && pwd)
+LIB=$BUILD/src/libmkernel.so
+DRIVER=$BUILD/bench/bench_net_procs_bench
+BUDGET=${MK_NVN_BUDGET:-450}
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+command -v python3 >/dev/null || die "python3 not found"
+command -v timeout >/dev/null || die "'timeout' not found"
+
+check_file() {  # path, what, how to get it
+  [[ -e $1 ]] && return 0
+  if [[ $DRY == 1 ]]; then say "WARN (dry run) $2 not found at $1: $3"; return 0; fi
+  die "$2 not found at $1: $3"
+}
+check_file "$LIB" "libmkernel.so" "build it: cmake --build $BUILD --target mkernel"
+check_file "$DRIVER" "the driver" "configure with -DMK_BUILD_BENCH=ON and build: cmake --build $BUILD --target bench_net_procs_bench"
+
+# ---- the real NCCL --------------------------------------------------------------------------
+find_nccl() {
+  if [[ -n ${MK_REAL_NCCL:-} ]]; then echo "$MK_REAL_NCCL"; return; fi
+  if [[ -f $BUILD/nccl-tests/env.sh ]]; then
+    local v
+    v=$(sed -n 's/^MK_REAL_NCCL=//p' "$BUILD/nccl-tests/env.sh" | head -1)
+    [[ -n $v && -f $v ]] && { echo "$v"; return; }
+  fi
+  env -u LD_PRELOAD python3 - <<'EOF'
+import glob, os, sys
+try:
+    import nvidia.nccl as m
+    dirs = list(getattr(m, "__path__", []))
+    if getattr(m, "__file__", None):
+        dirs.append(os.path.dirname(m.__file__))
+    for d in dirs:
+        for f in sorted(glob.glob(os.path.join(d, "lib", "libnccl.so*"))):
+            print(os.path.realpath(f))
+            sys.exit(0)
+except Exception:
+    pass
+sys.exit(1)
+EOF
+}
+NCCL=$(find_nccl) || NCCL=""
+if [[ -z $NCCL || ! -f $NCCL ]]; then
+  if [[ $DRY == 1 ]]; then
+    say "WARN (dry run) no real libnccl.so found (set MK_REAL_NCCL, or pip install nvidia-nccl-cu12)"
+    NCCL=${NCCL:-/path/to/nvidia/nccl/lib/libnccl.so.2}
+  else
+    die "no real libnccl.so found: set MK_REAL_NCCL=/path/libnccl.so.2 (python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' names the package; the library is in its lib/)"
+  fi
+fi
+NCCL_VERSION=unknown
+if [[ $DRY == 0 ]]; then
+  NCCL_VERSION=$(env -u LD_PRELOAD python3 -c "
+import ctypes, sys
+v = ctypes.c_int(0)
+ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
+print(v.value)" "$NCCL" 2>/dev/null) || NCCL_VERSION=unknown
+  [[ $NCCL_VERSION == 228* ]] || say "WARN the real NCCL at $NCCL is version $NCCL_VERSION, not 2.28.x (the issue's figures are 2.28.9)"
+fi
+
+# ---- CUDA MPS: every process of a run must reach the same daemon -----------------------------
+MPS_STARTED=0
+stop_mps() {
+  if [[ $MPS_STARTED == 1 ]]; then
+    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 && say "MPS daemon stopped"
+    MPS_STARTED=0
+  fi
+}
+trap stop_mps EXIT
+trap 'stop_mps; exit 130' INT TERM
+if [[ $DRY == 0 ]]; then
+  command -v nvidia-cuda-mps-control >/dev/null || die "nvidia-cuda-mps-control not found: processes on one GPU need MPS to run their kernels concurrently"
+  if [[ -n ${CUDA_MPS_PIPE_DIRECTORY:-} ]] && echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then
+    say "using the running MPS daemon (CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY)"
+  elif [[ -z ${CUDA_MPS_PIPE_DIRECTORY:-} ]] && echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then
+    say "using the running MPS daemon (default pipe directory)"
+  else
+    MPS_DIR=$(mktemp -d /tmp/mk-nvn-mps.XXXXXX) || die "mktemp failed"
+    export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || die "could not start the MPS daemon (log: $CUDA_MPS_LOG_DIRECTORY)"
+    MPS_STARTED=1
+    say "started an MPS daemon (CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY)"
+  fi
+fi
+
+# ---- sizes -----------------------------------------------------------------------------------
+if [[ $QUICK == 1 ]]; then
+  LAT="8,4096,65536" BW="8M,64M" LIT=50 BIT=4
+else
+  LAT="8,64,512,4096,32768,65536" BW="8M,32M,128M,256M" LIT=200 BIT=10
+fi
+
+COMMON_ENV=(NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0)
+MK_ENV=(MKERNEL_EMULATE_NODES=2 MKERNEL_TIMEOUT_MS=60000 MKERNEL_PROXY_STATS=1)
+NC_ENV=(NCCL_NET=Socket NCCL_IB_DISABLE=1)
+# Variables that would change what is measured; unset for every run.
+CLEAN=(-u LD_PRELOAD -u NCCL_HOSTID -u NCCL_NET -u MKERNEL_NET -u NCCL_NET_PLUGIN -u MKERNEL_SOCKET_NCONNS
+  -u MKERNEL_SOCKET_INLINE)
+
+# Two CPUs this process may use, for the bound diagnostic.
+CPUS=$(python3 -c "import os; c=sorted(os.sched_getaffinity(0)); print(','.join(map(str, c[:2])) if len(c) >= 2 else '')")
+
+# System facts that decide what a polling proxy costs: how long a 50 us sleep really lasts
+# (a tick-based timer or a large inherited timer slack turns it into milliseconds), what a
+# sched_yield costs, the CPU quota and its throttling (read again after the runs).
+sysinfo() {
+  python3 - <<'PYEOF'
+import json, os, platform, statistics, time
+d = {"kernel": platform.release(), "cpus_allowed": len(os.sched_getaffinity(0)),
+     "loadavg": open("/proc/loadavg").read().split()[:3]}
+def rd(p):
+    try:
+        return open(p).read().strip()
+    except Exception:
+        return None
+d["timerslack_ns"] = rd("/proc/self/timerslack_ns")
+d["clocksource"] = rd("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+d["cgroup_cpu_max"] = rd("/sys/fs/cgroup/cpu.max")
+st = rd("/sys/fs/cgroup/cpu.stat") or ""
+d["cgroup_cpu_stat"] = dict(l.split() for l in st.splitlines() if len(l.split()) == 2)
+xs = []
+for _ in range(400):
+    t = time.perf_counter(); time.sleep(50e-6); xs.append((time.perf_counter() - t) * 1e6)
+d["sleep50us_median_us"] = round(statistics.median(xs), 1)
+d["sleep50us_p90_us"] = round(sorted(xs)[int(len(xs) * 0.9)], 1)
+t = time.perf_counter()
+for _ in range(20000):
+    os.sched_yield()
+d["sched_yield_us"] = round((time.perf_counter() - t) / 20000 * 1e6, 3)
+print(json.dumps(d))
+PYEOF
+}
+if [[ $DRY == 0 ]]; then
+  sysinfo >"$OUT/system_before.json" 2>/dev/null || echo '{}' >"$OUT/system_before.json"
+  say "system: $(cat "$OUT/system_before.json")"
+fi
+
+T0=$SECONDS
+FAILED=()
+RUNS=()
+EXTRA_ENV=()
+# run <name> <label> <nprocs> <ranks/node> <lib> <kind: mk|nccl> [extra driver args...]
+run() {
+  local name=$1 label=$2 np=$3 rpn=$4 lib=$5 kind=$6
+  shift 6
+  local left=$((BUDGET - (SECONDS - T0)))
+  local json=$OUT/runs/$name.json log=$OUT/logs/$name.log
+  local envs=("${COMMON_ENV[@]}")
+  local args=(--lib "$lib" --nprocs "$np" --ranks-per-node "$rpn" --label "$label"
+    --lat-sizes "$LAT" --bw-sizes "$BW" --lat-iters "$LIT" --bw-iters "$BIT" --out "$json")
+  envs+=("${EXTRA_ENV[@]+"${EXTRA_ENV[@]}"}")
+  if [[ $kind == mk ]]; then
+    envs+=("${MK_ENV[@]}")
+  else
+    envs+=("${NC_ENV[@]}")
+    args+=(--rank-env "NCCL_HOSTID=mkbench-host-%r")
+  fi
+  args+=("$@")
+  local tmo=$((left - 10))
+  ((tmo > 240)) && tmo=240
+  args+=(--timeout-s "$((tmo > 30 ? tmo - 20 : 10))")
+  local cmd=(env "${CLEAN[@]}" "${envs[@]}" timeout -k 5 "$tmo" "$DRIVER" "${args[@]}")
+  if [[ $DRY == 1 ]]; then
+    printf '%q ' "${cmd[@]}"
+    echo
+    return 0
+  fi
+  if ((left < 30)); then
+    say "SKIP $name ($label): only ${left}s of the ${BUDGET}s budget left"
+    FAILED+=("$name: skipped, budget exhausted")
+    return 1
+  fi
+  rm -f "$json"
+  say "run $name: $label"
+  printf '%q ' "${cmd[@]}" >"$log"
+  echo >>"$log"
+  local t=$SECONDS
+  "${cmd[@]}" >>"$log" 2>&1
+  local rc=$?
+  say "  $name: rc=$rc in $((SECONDS - t))s (log $log)"
+  if [[ $rc != 0 ]]; then
+    local why
+    why=$(grep -E "net_procs_bench:|NCCL WARN|MK WARN|\[mkernel\].*WARN|error" "$log" | head -n 6)
+    [[ $rc == 124 || $rc == 137 ]] && why="killed after ${tmo}s (timeout)
+$why"
+    say "  FAILED $name:"
+    echo "$why" | sed 's/^/      /' >&2
+    FAILED+=("$name: rc=$rc: $(echo "$why" | head -n 1)")
+  fi
+  RUNS+=("$name")
+  return $rc
+}
+
+[[ $DRY == 1 ]] && {
+  echo "# MPS: started by this script in a temp dir (CUDA_MPS_PIPE_DIRECTORY/CUDA_MPS_LOG_DIRECTORY) unless one runs"
+  echo "# real NCCL: $NCCL"
+}
+run mk_2x1 "mkernel 2 nodes x 1 process" 2 1 "$LIB" mk --pingpong
+run nccl_2x1 "NCCL 2 hosts x 1 process (socket)" 2 1 "$NCCL" nccl --pingpong
+run mk_2x2 "mkernel 2 nodes x 2 processes" 4 2 "$LIB" mk
+run nccl_4x1 "NCCL 4 hosts x 1 process (socket; comparison for 2 x 2)" 4 1 "$NCCL" nccl
+if [[ $BOUND == 1 ]]; then
+  if [[ -z $CPUS ]]; then
+    say "SKIP the bound diagnostic: fewer than 2 CPUs allowed"
+  else
+    BW_SAVE=$BW
+    BW=""
+    run mk_2x1_bound "mkernel 2 nodes x 1, each process on one CPU ($CPUS)" 2 1 "$LIB" mk --bind-cpus "$CPUS"
+    run nccl_2x1_bound "NCCL 2 hosts x 1, each process on one CPU ($CPUS)" 2 1 "$NCCL" nccl --bind-cpus "$CPUS"
+    BW=$BW_SAVE
+  fi
+fi
+# The socket backend's former path (helper threads on every connection), for comparison.
+BW_SAVE=$BW
+BW=""
+EXTRA_ENV=(MKERNEL_SOCKET_INLINE=0)
+run mk_2x1_helpers "mkernel 2 nodes x 1, MKERNEL_SOCKET_INLINE=0 (socket helper threads)" 2 1 "$LIB" mk
+EXTRA_ENV=()
+BW=$BW_SAVE
+[[ $DRY == 1 ]] && exit 0
+stop_mps
+sysinfo >"$OUT/system_after.json" 2>/dev/null || echo '{}' >"$OUT/system_after.json"
+
+# ---- report ----------------------------------------------------------------------------------
+COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
+git -C "$REPO" diff --quiet HEAD -- src 2>/dev/null || COMMIT="$COMMIT+dirty"
+DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES%%,*}" 2>/dev/null | head -1)
+CMDLINE="$0 $BUILD_IN $OUT_IN $*"
+python3 - "$OUT" "$COMMIT" "${DEVICE:-unknown}" "$CMDLINE" "$NCCL" "$NCCL_VERSION" "${FAILED[@]+"${FAILED[@]}"}" <<'EOF'
+import datetime, glob, json, os, re, sys
+out, commit, device, cmdline, ncclpath, nver = sys.argv[1:7]
+failed = sys.argv[7:]
+runs = {}
+for f in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
+    try:
+        runs[os.path.basename(f)[:-5]] = json.load(open(f))
+    except Exception as e:
+        failed.append("%s: unreadable JSON (%s)" % (f, e))
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except Exception:
+        return {}
+sys_before, sys_after = load("system_before.json"), load("system_after.json")
+stats = {}
+for f in sorted(glob.glob(os.path.join(out, "logs", "mk_*.log"))):
+    lines = [l.strip() for l in open(f, errors="replace") if "[mkernel] proxy rank" in l]
+    if lines:
+        stats[os.path.basename(f)[:-4]] = lines[:16]
+
+def table(r):
+    return {(x["op"], x["bytes"]): x for x in r.get("results", [])}
+
+pairs = [("2 nodes x 1", "mk_2x1", "nccl_2x1"), ("2 nodes x 2", "mk_2x2", "nccl_4x1"),
+         ("2 x 1, one CPU per process (diagnostic, no target)", "mk_2x1_bound", "nccl_2x1_bound"),
+         ("2 x 1, mkernel with MKERNEL_SOCKET_INLINE=0 (diagnostic, no target)", "mk_2x1_helpers",
+          "nccl_2x1")]
+md = ["# mkernel vs NCCL, one process per rank on one GPU (MPS)", "",
+      "- command: `%s`" % cmdline, "- commit: %s" % commit, "- device: %s" % device,
+      "- date: %s" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+      "- real NCCL: %s (version %s), NCCL_NET=Socket, NCCL_SOCKET_IFNAME=lo, one NCCL_HOSTID per process" % (ncclpath, nver),
+      "- mkernel: MKERNEL_EMULATE_NODES=2, socket backend on lo",
+      "- targets: latency (time) <= 1.0x NCCL up to 64 KiB; busbw >= 1.0x NCCL from 8 MiB", ""]
+for k in ("mk_2x1", "nccl_2x1"):
+    if k in runs and runs[k].get("pingpong_us"):
+        md.append("- GPU flag ping-pong between the two processes (%s run): %.2f us per round trip "
+                  "(microseconds: MPS runs their kernels concurrently; milliseconds: time-sliced)"
+                  % (k, runs[k]["pingpong_us"]))
+if sys_before:
+    thr = ""
+    b, a = sys_before.get("cgroup_cpu_stat", {}), sys_after.get("cgroup_cpu_stat", {})
+    if "nr_throttled" in b and "nr_throttled" in a:
+        thr = ", CPU quota throttling during the runs: %d periods, %.1f ms" % (
+            int(a["nr_throttled"]) - int(b["nr_throttled"]),
+            (int(a.get("throttled_usec", 0)) - int(b.get("throttled_usec", 0))) / 1000.0)
+    md.append("- system: kernel %s, %s CPUs allowed, load %s, a 50 us sleep takes %s us (median; "
+              "p90 %s), sched_yield %s us, timer slack %s ns, cgroup cpu.max %s%s" % (
+                  sys_before.get("kernel"), sys_before.get("cpus_allowed"),
+                  "/".join(sys_before.get("loadavg", [])), sys_before.get("sleep50us_median_us"),
+                  sys_before.get("sleep50us_p90_us"), sys_before.get("sched_yield_us"),
+                  sys_before.get("timerslack_ns"), sys_before.get("cgroup_cpu_max"), thr))
+md.append("")
+comparisons, missed = [], []
+for title, mk, nc in pairs:
+    target = "diagnostic" not in title
+    if mk not in runs or nc not in runs:
+        if target or mk in runs or nc in runs:
+            md += ["## %s" % title, "", "missing run(s) (failed or skipped): %s" %
+                   ", ".join(x for x in (mk, nc) if x not in runs), ""]
+        continue
+    a, b = table(runs[mk]), table(runs[nc])
+    md += ["## %s" % title, "", "| op | bytes | mkernel us | NCCL us | time ratio | mkernel busbw GB/s | NCCL busbw GB/s | busbw ratio | target |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for key in sorted(a, key=lambda k: (k[0], k[1])):
+        if key not in b:
+            continue
+        x, y = a[key], b[key]
+        tr = x["time_us"] / y["time_us"] if y["time_us"] > 0 else float("nan")
+        br = x["busbw_gbs"] / y["busbw_gbs"] if y["busbw_gbs"] > 0 else float("nan")
+        verdict = ""
+        if target and key[1] <= 65536:
+            ok = tr <= 1.0
+            verdict = "latency %s" % ("met" if ok else "MISSED")
+        elif target and key[1] >= 8 << 20:
+            ok = br >= 1.0
+            verdict = "bandwidth %s" % ("met" if ok else "MISSED")
+        else:
+            ok = True
+        if not ok:
+            missed.append("%s %s %d B: %s" % (title, key[0], key[1], verdict))
+        comparisons.append(dict(layout=title, op=key[0], bytes=key[1], mkernel=x, nccl=y,
+                                time_ratio=tr, busbw_ratio=br, verdict=verdict))
+        md.append("| %s | %d | %.1f | %.1f | %.2f | %.3f | %.3f | %.2f | %s |" % (
+            key[0], key[1], x["time_us"], y["time_us"], tr, x["busbw_gbs"], y["busbw_gbs"], br, verdict))
+    md.append("")
+if stats:
+    md += ["## mkernel proxy statistics (MKERNEL_PROXY_STATS=1, first lines per run)", "", "```"]
+    for k, v in stats.items():
+        md += ["%s:" % k] + ["  " + l for l in v]
+    md += ["```", ""]
+md += ["## Verdict", ""]
+md += ["- FAILED: " + f for f in failed] or []
+md += ["- target missed: " + m for m in missed]
+if not failed and not missed:
+    md.append("- every run passed its checks; every target met")
+elif not failed:
+    md.append("- every run passed its checks (0 wrong elements)")
+doc = dict(command=cmdline, commit=commit, device=device,
+           date=datetime.datetime.now(datetime.timezone.utc).isoformat(), real_nccl=ncclpath,
+           real_nccl_version=nver, runs=runs, comparisons=comparisons, failed=failed,
+           targets_missed=missed, proxy_stats=stats, system_before=sys_before,
+           system_after=sys_after)
+json.dump(doc, open(os.path.join(out, "net_vs_nccl.json"), "w"), indent=1)
+open(os.path.join(out, "net_vs_nccl.md"), "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+sys.exit(1 if failed else (3 if missed else 0))
+EOF
+rc=$?
+say "wrote $OUT/net_vs_nccl.md and $OUT/net_vs_nccl.json (rc=$rc; $((SECONDS - T0))s)"
+exit $rc

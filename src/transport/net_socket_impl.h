@@ -1,0 +1,147 @@
+// Internals of the socket net backend (net_socket.cc: the Net interface; net_socket_io.cc:
+// moving frames). Not part of any other layer's interface.
+//
+// A send/recv comm pair is nconns TCP connections. Connection 0 is the *inline* connection:
+// it has no helper thread; whoever calls isend/irecv/test on the comm (the proxy thread)
+// writes and reads it with non-blocking calls. Every message of up to kInlineMax bytes
+// travels on it, so a small message costs the sender one sendmsg() and the receiver one or
+// two recv()s in threads that are running anyway: no helper thread has to be woken and
+// scheduled (which, on a CPU held by a spinning thread, e.g. a rank bound to one core,
+// takes up to a scheduler slice per hop). Larger messages are cut into chunks striped over
+// connections 1..nconns-1, each served by a helper thread on both sides (with nconns == 1
+// everything goes inline). Each connection carries whole frames {seq, total, offset, len,
+// tag} in seq order; the receiver looks a frame's message up by seq, so which connection a
+// frame took does not matter to it.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include <nccl.h>
+
+#include "transport/net.h"
+
+namespace mk {
+namespace sock {
+
+constexpr uint32_t kFrameMagic = 0x4d4b4652u;
+constexpr int kMaxConns = 16;
+constexpr int kMaxRequests = 1024;  // outstanding per comm; beyond, isend/irecv say "busy"
+constexpr size_t kMinChunk = 128 << 10;
+constexpr size_t kMaxChunk = 4 << 20;
+// Messages up to this size are one frame on the inline connection.
+constexpr size_t kInlineMax = kMinChunk;
+// Frames the inline connection reads per progress call (the caller has other work).
+constexpr int kInlineFramesPerCall = 64;
+
+struct Frame {
+  uint64_t seq;
+  uint64_t total;
+  uint64_t offset;
+  uint64_t len;
+  int32_t tag;
+  uint32_t magic;
+};
+
+// Both sides derive the chunking from (total, data connections) alone: one chunk up to
+// kInlineMax, else chunks striped over the helper connections.
+size_t chunkBytes(size_t total, int dataConns);
+uint64_t numChunks(size_t total, int dataConns);
+
+struct Comm;
+
+struct Request {
+  Comm* comm = nullptr;
+  bool isSend = false;
+  // send
+  std::atomic<uint64_t> chunksLeft{0};
+  size_t size = 0;
+  // recv (fields guarded by comm->mu, except done)
+  int n = 0;
+  uint64_t baseSeq = 0;
+  void* data[kNetMaxRecvs] = {};
+  size_t cap[kNetMaxRecvs] = {};
+  int tags[kNetMaxRecvs] = {};
+  size_t got[kNetMaxRecvs] = {};
+  bool used[kNetMaxRecvs] = {};
+  int bound[kNetMaxRecvs] = {};  // message j of this request -> buffer index, -1 unbound
+  uint64_t msgChunksLeft[kNetMaxRecvs] = {};
+  int msgsLeft = 0;
+  std::atomic<bool> done{false};
+};
+
+struct Task {
+  Request* req;
+  uint64_t seq;
+  size_t total, offset, len;
+  int tag;
+  const char* ptr;
+  size_t sent = 0;  // inline connection: bytes of frame header + payload written so far
+};
+
+struct Conn {
+  int fd = -1;
+  std::thread thread;  // helper (connections 1..nconns-1)
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;  // send side of a helper connection
+};
+
+// Receive state of the inline connection between progress calls.
+struct InlineRx {
+  Frame f{};
+  size_t hdrGot = 0;
+  bool bound = false;  // f matched to (req, j, buf)
+  Request* req = nullptr;
+  int j = 0, buf = 0;
+  size_t payGot = 0;
+  bool closed = false;  // clean EOF seen (counted in eofs)
+};
+
+struct Comm {
+  bool isSend = false;
+  std::string peer;
+  int nconns = 0;
+  // Connection 0 is the inline connection (MKERNEL_SOCKET_INLINE=1, the connector's choice,
+  // told to the acceptor in the handshake); else every connection has helper threads and
+  // every message is striped over all of them.
+  bool inlineConn = true;
+  int dataConns() const { return inlineConn && nconns > 1 ? nconns - 1 : nconns; }
+  Conn conns[kMaxConns];
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> error{ncclSuccess};
+  std::string errMsg;
+  bool errWarned = false;       // a quiet error (peer closed) is logged when first reported
+  int eofs = 0;                 // recv: connections that reached a clean EOF
+  uint64_t nextSeq = 0;         // send: next message; recv: seqs covered by posted irecvs
+  std::deque<Request*> posted;  // recv: requests with messages still to land
+  std::unordered_set<Request*> live;
+  // Inline connection (lock order: ioMu, then mu). txq: frames not fully written yet.
+  std::mutex ioMu;
+  std::deque<Task> txq;
+  InlineRx rx;
+};
+
+// quiet: the peer closed between messages, which is how every comm ends; it becomes a
+// warning only if a request is still waiting (checkError in net_socket.cc).
+void setError(Comm* c, ncclResult_t res, const std::string& msg, bool quiet = false);
+
+// Helper threads of connections 1..nconns-1.
+void sendThread(Comm* c, Conn* conn);
+void recvThread(Comm* c, Conn* conn);
+
+// Moves what it can on the inline connection without blocking: writes queued frames (send
+// comm) or reads arrived frames into posted receives (recv comm). Errors go to the comm.
+// Returns at once when another thread is progressing the same comm.
+void progressInline(Comm* c);
+
+}  // namespace sock
+}  // namespace mk
