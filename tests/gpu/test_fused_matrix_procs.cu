@@ -197,11 +197,8 @@ constexpr double kIterS = kKillTimeoutMs / 1000.0 + 10;  // a healthy iteration
 constexpr double kAbortS = 5;
 
 Case killCase(int it, int n) {
-  return Case{it % 3,       n,
-              64 * n,       256,
-              256,          it % 2,
-              ncclBfloat16, ncclBfloat16,
-              it % 2 == 1,  it % 2 ? ncclFusedFused : ncclFusedAuto};
+  const int algo = it % 2 ? ncclFusedFused : ncclFusedAuto;
+  return Case{it % 3, n, 64 * n, 256, 256, it % 2, ncclBfloat16, ncclBfloat16, it % 2 == 1, algo};
 }
 
 bool streamIdle(cudaStream_t s, double boundS) {

@@ -380,10 +380,9 @@ inline std::string waitRanks(const std::vector<ncclComm_t>& comms,
 
 // Runs p on the ranks that this one thread drives (comms[r] != nullptr; each rank's call
 // issued in turn, no group: fused calls are refused inside groups), `reps` times with fresh
-// inputs; with `graph`, after one eager run, the calls are captured once (one graph per rank
-// stream) and the graphs replayed. Every output is checked after every run, then `extra` (if any)
-// runs.
-// "" or what went wrong.
+// inputs; with `graph`, after one eager run, the calls are captured once (one graph per
+// rank stream) and the graphs replayed. Every output is checked after every run, then
+// `extra` (if any) runs. "" or what went wrong.
 inline std::string runDriven(Problem& p, const std::vector<ncclComm_t>& comms,
                              const std::vector<cudaStream_t>& streams, uint64_t seed,
                              bool graph = false, int reps = 1,
