@@ -35,7 +35,8 @@ struct GemmHooks {
   const uint64_t* rowReady = nullptr;
   uint64_t rowReadyExpected = 0;
   int32_t rowsPerFlag = 128;
-  bool rowReadySys = false;  // system-scope acquire (flags written by a peer GPU/host)
+  bool rowReadySys = false;     // system-scope acquire (flags written by a peer GPU/host)
+  bool rowReadyIsPeer = false;  // flag f is written for rank f (a timeout then names it)
 
   // (2) Epilogue publishes each finished tile (once the next tile's main loop is done, or at
   //     the end), so the consumers do not stall on their stores: the tile's stores complete

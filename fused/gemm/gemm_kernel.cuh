@@ -74,7 +74,9 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
   const int32_t last = min(p.M, m0 + kTileM) - 1;
   const uint64_t expected = h.rowReadyExpected + (h.seqBase != nullptr ? *h.seqBase : 0);
   for (int32_t f = m0 / h.rowsPerFlag; f <= last / h.rowsPerFlag; ++f) {
-    if (!rt::waitFlag(h.wait, h.rowReady + f, expected, f, h.rowReadySys)) return false;
+    if (!rt::waitFlag(h.wait, h.rowReady + f, expected, f, h.rowReadySys,
+                      h.rowReadyIsPeer ? f : -1))
+      return false;
   }
   // The flags were acquired through the generic proxy; the rows are read by TMA (async
   // proxy), which is ordered after the acquire only through this fence.

@@ -137,6 +137,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     g = gemmArgsOf(c, p.G, c.C, c.M, f.smBudget);
     g.hooks.rowReady = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][shard]
     g.hooks.rowsPerFlag = p.rowsPerRank;
+    g.hooks.rowReadyIsPeer = true;  // shard f is rank f's
     g.hooks.rowReadyExpected = 1;
     g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
   } else {

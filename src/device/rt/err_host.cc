@@ -136,7 +136,12 @@ std::string awaited(const ErrRecord& e, const std::string& who) {
     case kWaitQuiet:
       return "the proxy to complete the commands issued so far";
     case kWaitFlag:
-      snprintf(b, sizeof(b), "flag %d to reach %llu", e.slot, (unsigned long long)e.seq);
+      if (e.peer >= 0) {  // a flag this rank sets for data of `who` (e.g. its rows of A)
+        snprintf(b, sizeof(b), "flag %d (data of %s) to reach %llu", e.slot, who.c_str(),
+                 (unsigned long long)e.seq);
+      } else {
+        snprintf(b, sizeof(b), "flag %d to reach %llu", e.slot, (unsigned long long)e.seq);
+      }
       return b;
     default:
       return "nothing";
@@ -161,7 +166,7 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
       std::string blame = who + " did not join the operation or failed";
       if (e.wait == kWaitRing || e.wait == kWaitStage || e.wait == kWaitQuiet)
         blame = "the proxy or the connection to " + who + " is stalled";
-      else if (e.wait == kWaitFlag)
+      else if (e.wait == kWaitFlag && e.peer < 0)
         blame = "a role of this rank stopped before publishing it";
       snprintf(m, sizeof(m),
                "rank %d: %s timed out after %.3f s waiting for %s (%s %d, slot %d, value %llu, "

@@ -126,8 +126,8 @@ __device__ __forceinline__ bool waitGe(const WaitCtx& w, const uint64_t* flag, u
 // w.op and the flag index. `sys`: the flag is written by another GPU or the host. Waiters
 // sleep 32 ns per spin, leaving issue slots to the roles they wait for.
 __device__ __forceinline__ bool waitFlag(const WaitCtx& w, const uint64_t* flag, uint64_t target,
-                                         int32_t index, bool sys) {
-  return waitGe(w, flag, target, ErrSite{w.op, -1, -1, index, kWaitFlag, 0},
+                                         int32_t index, bool sys, int32_t peer = -1) {
+  return waitGe(w, flag, target, ErrSite{w.op, peer, -1, index, kWaitFlag, 0},
                 sys ? kScopeSys : kScopeGpu, 32);
 }
 
