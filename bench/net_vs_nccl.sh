@@ -169,8 +169,15 @@ def rd(p):
 d["timerslack_ns"] = rd("/proc/self/timerslack_ns")
 d["clocksource"] = rd("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 d["cgroup_cpu_max"] = rd("/sys/fs/cgroup/cpu.max")
-st = rd("/sys/fs/cgroup/cpu.stat") or ""
-d["cgroup_cpu_stat"] = dict(l.split() for l in st.splitlines() if len(l.split()) == 2)
+st = rd("/sys/fs/cgroup/cpu.stat")
+if d["cgroup_cpu_max"] is None:  # cgroup v1
+    q, per = rd("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), rd("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    if q is not None:
+        d["cgroup_cpu_max"] = "%s %s" % ("max" if q == "-1" else q, per)
+    st = rd("/sys/fs/cgroup/cpu/cpu.stat")
+d["cgroup_cpu_stat"] = dict(l.split() for l in (st or "").splitlines() if len(l.split()) == 2)
+if "throttled_time" in d["cgroup_cpu_stat"]:  # v1: ns
+    d["cgroup_cpu_stat"]["throttled_usec"] = str(int(d["cgroup_cpu_stat"]["throttled_time"]) // 1000)
 xs = []
 for _ in range(400):
     t = time.perf_counter(); time.sleep(50e-6); xs.append((time.perf_counter() - t) * 1e6)
@@ -315,10 +322,18 @@ md = ["# mkernel vs NCCL, one process per rank on one GPU (MPS)", "",
       "- mkernel: MKERNEL_EMULATE_NODES=2, socket backend on lo",
       "- targets: latency (time) <= 1.0x NCCL up to 64 KiB; busbw >= 1.0x NCCL from 8 MiB", ""]
 for k in ("mk_2x1", "nccl_2x1"):
-    if k in runs and runs[k].get("pingpong_us"):
+    pp = runs.get(k, {}).get("pingpong_us")
+    if pp is None or pp == 0:
+        continue
+    if pp == -1:
+        md.append("- GPU flag ping-pong between the two processes (%s run): TIMED OUT: their "
+                  "kernels did not run concurrently (is MPS in effect?)" % k)
+    elif pp == -2:
+        md.append("- GPU flag ping-pong (%s run): skipped, CUDA IPC refused" % k)
+    else:
         md.append("- GPU flag ping-pong between the two processes (%s run): %.2f us per round trip "
                   "(microseconds: MPS runs their kernels concurrently; milliseconds: time-sliced)"
-                  % (k, runs[k]["pingpong_us"]))
+                  % (k, pp))
 if sys_before:
     thr = ""
     b, a = sys_before.get("cgroup_cpu_stat", {}), sys_after.get("cgroup_cpu_stat", {})
