@@ -5,8 +5,10 @@
 // cudaFreeHost), a random skew apart. Before the host rendezvous of coll/rendezvous.h a rank's
 // kernel could spin for a peer whose thread sat in such a device-wide synchronisation, which
 // waited for that kernel: the deadlock nccl-tests -t 2 -g 1 showed (here ended after
-// MKERNEL_TIMEOUT_MS=20 s by the kernels' timeout, so the tests fail instead of hanging).
-// Every wait of the test is bounded; on failure the comms are revoked and aborted.
+// MKERNEL_TIMEOUT_MS=20 s by the kernels' timeout, so the tests fail instead of hanging). The
+// send/recv patterns (ring, pairs, all-to-all) check that the rendezvous follows chains of
+// waiting peers (a ring of 4 or more threads deadlocked when only direct peers were waited
+// for). Every wait of the test is bounded; on failure the comms are revoked and aborted.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -86,12 +88,30 @@ class Team {
       step_ = std::move(step);
       done_ = 0;
       for (auto& e : errs_) e.clear();
+      broken_ = false;
+      barrierIn_ = 0;
       gen_++;
     }
     cv_.notify_all();
     std::string err = collect(timeoutS);
     if (!err.empty()) ok = false;
     return err;
+  }
+
+  // Inside a step: every worker meets here. False when a worker ended its step with an error
+  // (it will not come) or the others did not come within timeoutS.
+  bool barrier(double timeoutS = kStepTimeoutS) {
+    std::unique_lock<std::mutex> lk(mu_);
+    const uint64_t g = barrierGen_;
+    if (++barrierIn_ == n) {
+      barrierIn_ = 0;
+      barrierGen_++;
+      barrierCv_.notify_all();
+      return !broken_;
+    }
+    barrierCv_.wait_for(lk, std::chrono::duration<double>(timeoutS),
+                        [&] { return barrierGen_ != g || broken_; });
+    return barrierGen_ != g && !broken_;
   }
 
   const int n;
@@ -128,10 +148,12 @@ class Team {
   void report(int r, std::string err) {
     {
       std::lock_guard<std::mutex> g(mu_);
+      if (!err.empty()) broken_ = true;  // it will not come to a barrier of this step
       errs_[r] = std::move(err);
       done_++;
     }
     doneCv_.notify_all();
+    barrierCv_.notify_all();
   }
 
   bool waitDone(double timeoutS) {
@@ -160,11 +182,11 @@ class Team {
 
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::condition_variable cv_, doneCv_;
+  std::condition_variable cv_, doneCv_, barrierCv_;
   Step step_;
-  uint64_t gen_ = 0;
-  int done_ = 0;
-  bool stop_ = false, stuck_ = false;
+  uint64_t gen_ = 0, barrierGen_ = 0;
+  int done_ = 0, barrierIn_ = 0;
+  bool stop_ = false, stuck_ = false, broken_ = false;
   std::vector<std::string> errs_;
 };
 
@@ -223,7 +245,9 @@ enum class K {
   kAlltoAll,
   kGather,
   kScatter,
-  kSendRecv
+  kSendRecv,       // ring: send to r+1, receive from r-1 (a chain through every rank)
+  kSendRecvPairs,  // exchange with r^1 (with itself when r^1 is not a rank)
+  kSendRecvAll     // every rank sends a block to every rank, each in its own order
 };
 struct Coll {
   K k;
@@ -247,6 +271,8 @@ const Coll kColls[] = {
     {K::kGather, nullptr, ncclFloat32, Op::kSum, "Gather"},
     {K::kScatter, nullptr, ncclFloat32, Op::kSum, "Scatter"},
     {K::kSendRecv, nullptr, ncclFloat32, Op::kSum, "SendRecvRing"},
+    {K::kSendRecvPairs, nullptr, ncclFloat32, Op::kSum, "SendRecvPairs"},
+    {K::kSendRecvAll, nullptr, ncclFloat32, Op::kSum, "SendRecvAll"},
 };
 
 ncclRedOp_t redOf(Op op) {
@@ -255,11 +281,18 @@ ncclRedOp_t redOf(Op op) {
 int rootOf(K k, int n) {
   return k == K::kBroadcast ? 1 % n : n - 1;
 }
+int partnerOf(int r, int n) {
+  return (r ^ 1) < n ? r ^ 1 : r;
+}
 size_t inElems(K k, size_t count, int n) {
-  return k == K::kReduceScatter || k == K::kAlltoAll || k == K::kScatter ? n * count : count;
+  return k == K::kReduceScatter || k == K::kAlltoAll || k == K::kScatter || k == K::kSendRecvAll
+             ? n * count
+             : count;
 }
 size_t outElems(K k, size_t count, int n) {
-  return k == K::kAllGather || k == K::kAlltoAll || k == K::kGather ? n * count : count;
+  return k == K::kAllGather || k == K::kAlltoAll || k == K::kGather || k == K::kSendRecvAll
+             ? n * count
+             : count;
 }
 
 // Issues rank r's part of one operation (no group around it).
@@ -283,10 +316,24 @@ ncclResult_t issue(K k, ncclDataType_t dt, Op op, const void* s, void* d, size_t
       return ncclGather(s, d, count, dt, root, comm, st);
     case K::kScatter:
       return ncclScatter(s, d, count, dt, root, comm, st);
-    case K::kSendRecv: {  // a ring: always grouped (send and receive would block each other)
+    case K::kSendRecv:       // point-to-point: always grouped (sends and receives would block
+    case K::kSendRecvPairs:  // each other)
+    case K::kSendRecvAll: {
+      const size_t B = count * dtInfo(dt).size;
       ncclResult_t a = ncclGroupStart();
-      if (a == ncclSuccess) a = ncclSend(s, count, dt, (r + 1) % n, comm, st);
-      if (a == ncclSuccess) a = ncclRecv(d, count, dt, (r + n - 1) % n, comm, st);
+      if (k == K::kSendRecv) {
+        if (a == ncclSuccess) a = ncclSend(s, count, dt, (r + 1) % n, comm, st);
+        if (a == ncclSuccess) a = ncclRecv(d, count, dt, (r + n - 1) % n, comm, st);
+      } else if (k == K::kSendRecvPairs) {
+        if (a == ncclSuccess) a = ncclSend(s, count, dt, partnerOf(r, n), comm, st);
+        if (a == ncclSuccess) a = ncclRecv(d, count, dt, partnerOf(r, n), comm, st);
+      } else {
+        for (int i = 0; i < n && a == ncclSuccess; i++) {
+          const int q = (r + i) % n;  // every rank in another order: matching is per pair
+          a = ncclSend((const char*)s + q * B, count, dt, q, comm, st);
+          if (a == ncclSuccess) a = ncclRecv((char*)d + q * B, count, dt, q, comm, st);
+        }
+      }
       ncclResult_t b = ncclGroupEnd();
       return a != ncclSuccess ? a : b;
     }
@@ -316,12 +363,15 @@ std::string check(K k, ncclDataType_t dt, Op op, size_t count, int n, int r,
       return checkBytes(got, 0, in[root], r * B, B, "scatter");
     case K::kSendRecv:
       return checkBytes(got, 0, in[(r + n - 1) % n], 0, B, "received");
+    case K::kSendRecvPairs:
+      return checkBytes(got, 0, in[partnerOf(r, n)], 0, B, "received");
     case K::kAllGather:
     case K::kAlltoAll:
+    case K::kSendRecvAll:
     case K::kGather:
       if (k == K::kGather && r != root) return "";
       for (int q = 0; q < n && e.empty(); q++)
-        e = checkBytes(got, q * B, in[q], k == K::kAlltoAll ? r * B : 0, B,
+        e = checkBytes(got, q * B, in[q], k == K::kAlltoAll || k == K::kSendRecvAll ? r * B : 0, B,
                        ("block of rank " + std::to_string(q)).c_str());
       return e;
   }
@@ -421,15 +471,19 @@ TEST_P(CollThreadRanks, EveryCollective) {
 }
 
 // Several operations per thread in one ncclGroupStart/End (two AllReduces, AllGather,
-// ReduceScatter, Broadcast, a send/recv ring); odd ranks issue the collectives one call at a
-// time and group only the ring. The matching is by order, so both styles meet.
+// ReduceScatter, Broadcast, send/recv pairs, all-to-all and ring); the other half of the ranks
+// issue them one call at a time (each send/recv pattern grouped on its own). The matching is
+// by order, so both styles meet; no rank synchronises the device between its calls (a rank's
+// call then depends on a grouping peer, whose kernels launch after its later calls).
 TEST_P(CollThreadRanks, GroupsOfSeveralOperations) {
   const int n = GetParam();
   Team team(n);
   ASSERT_TRUE(team.ok) << team.why;
   const uint64_t seed = mktest::testSeed() ^ 0x6a09e667f3bcc908ull;
-  const K ks[] = {K::kAllReduce,     K::kAllGather, K::kAllReduce,
-                  K::kReduceScatter, K::kBroadcast, K::kSendRecv};
+  // The send/recv patterns last: a group runs its collectives first, then one kernel for all
+  // its sends and receives, so a rank issuing one call at a time must keep that order.
+  const K ks[] = {K::kAllReduce, K::kAllGather,     K::kAllReduce,   K::kReduceScatter,
+                  K::kBroadcast, K::kSendRecvPairs, K::kSendRecvAll, K::kSendRecv};
   const int nk = (int)(sizeof(ks) / sizeof(ks[0]));
   int idx = 0;
   for (size_t count : {(size_t)1, (size_t)4097, (size_t)(1u << 20) + 3}) {
@@ -470,8 +524,16 @@ TEST_P(CollThreadRanks, GroupsOfSeveralOperations) {
 }
 
 // nccl-tests -t in miniature, many short rounds: device-wide synchronisations at a random skew
-// before every call, AllReduce + Broadcast + a send/recv ring per round, every 4th round
-// captured into a CUDA graph per thread (thread-local capture) and launched, as -G 1 does.
+// before every call, AllReduce + Broadcast + a send/recv ring (pairs on odd rounds) per round,
+// on some ranks all in one group. Every 4th round is captured into a CUDA graph per thread and
+// launched, as -G 1 does, alternately in thread-local and global capture mode. A device-wide
+// synchronisation in one thread while another thread's stream on the same device is capturing
+// is refused by CUDA whatever the capture mode ("operation not permitted when stream is
+// capturing"), so, like nccl-tests, the threads capture between barriers: nobody synchronises
+// the device during a capture, nobody instantiates during another thread's global capture,
+// and every graph is instantiated before the first one is launched. Global mode also proves
+// that mkernel's enqueue makes no capture-unsafe call (cudaMalloc, a synchronisation, an
+// event query) while any thread captures.
 TEST_P(CollThreadRanks, DeviceSyncBetweenCalls) {
   const int n = GetParam();
   Team team(n);
@@ -488,9 +550,12 @@ TEST_P(CollThreadRanks, DeviceSyncBetweenCalls) {
   std::string err = team.run([&](int r) -> std::string {
     cudaStream_t s = team.streams[r];
     ncclComm_t comm = team.comms[r];
+    const std::string me = "rank " + std::to_string(r);
     std::vector<float> h(count), got(count);
-    for (int it = 0; it < 40; it++) {
+    for (int it = 0; it < 48; it++) {
       const int root = it % n;
+      const bool pairs = it % 2 == 1;
+      const int from = pairs ? partnerOf(r, n) : (r + n - 1) % n;
       auto val = [&](int q, size_t i) {
         return (float)((seed + it * 131 + q * 977 + i * 7) % 1000);
       };
@@ -502,32 +567,53 @@ TEST_P(CollThreadRanks, DeviceSyncBetweenCalls) {
         ce = cudaMemcpyAsync(rs[r].base, h.data(), count * 4, cudaMemcpyHostToDevice, s);
       if (ce == cudaSuccess) ce = cudaMemsetAsync(rr[r].base, 0xA5, count * 4, s);
       if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
-      if (ce != cudaSuccess) return "rank " + std::to_string(r) + ": " + cudaGetErrorString(ce);
+      if (ce != cudaSuccess) return me + ": " + cudaGetErrorString(ce);
       std::string e = skewAndSync(r, seed + it, it + r, 1500);
       if (!e.empty()) return e;
       const bool graph = it % 4 == 3;
+      const bool global = it % 8 == 7;
+      const char* mode = global ? "global capture" : "thread-local capture";
+      const std::string tag =
+          " (round " + std::to_string(it) + (graph ? ", " : "") + (graph ? mode : "") + ")";
       cudaGraph_t g = nullptr;
       cudaGraphExec_t ge = nullptr;
-      if (graph && cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
-        return "rank " + std::to_string(r) + ": cudaStreamBeginCapture failed";
-      ncclResult_t res = ncclAllReduce(a[r].base, a[r].base, count, ncclFloat32, ncclSum, comm, s);
+      if (graph) {
+        if (!team.barrier()) return me + ": a peer failed before the capture" + tag;
+        ce = cudaStreamBeginCapture(
+            s, global ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal);
+        if (ce != cudaSuccess) return me + ": cudaStreamBeginCapture: " + cudaGetErrorString(ce);
+      }
+      const bool grouped = (it + r) % 3 == 0;
+      ncclResult_t res = grouped ? ncclGroupStart() : ncclSuccess;
+      if (res == ncclSuccess)
+        res = ncclAllReduce(a[r].base, a[r].base, count, ncclFloat32, ncclSum, comm, s);
       if (res == ncclSuccess)
         res = ncclBroadcast(bc[r].base, bc[r].base, count, ncclFloat32, root, comm, s);
       if (res == ncclSuccess)
-        res = issue(K::kSendRecv, ncclFloat32, Op::kSum, rs[r].base, rr[r].base, count, r, n, comm,
-                    s);
+        res = issue(pairs ? K::kSendRecvPairs : K::kSendRecv, ncclFloat32, Op::kSum, rs[r].base,
+                    rr[r].base, count, r, n, comm, s);
+      if (grouped) {
+        ncclResult_t ge2 = ncclGroupEnd();
+        if (res == ncclSuccess) res = ge2;
+      }
       if (graph) {
         ce = cudaStreamEndCapture(s, &g);
-        if (ce == cudaSuccess) ce = cudaGraphInstantiate(&ge, g, 0);
-        if (ce == cudaSuccess) ce = cudaGraphLaunch(ge, s);
-        if (ce != cudaSuccess)
-          return "rank " + std::to_string(r) + ": graph: " + cudaGetErrorString(ce);
+        bool met = team.barrier();  // every capture has ended
+        if (met && ce == cudaSuccess && res == ncclSuccess) ce = cudaGraphInstantiate(&ge, g, 0);
+        met = met && team.barrier();  // every graph is instantiated
+        if (met && ce == cudaSuccess && res == ncclSuccess) ce = cudaGraphLaunch(ge, s);
+        if (!met || ce != cudaSuccess) {
+          if (ge) cudaGraphExecDestroy(ge);
+          if (g) cudaGraphDestroy(g);
+          return me + ": graph: " + (met ? cudaGetErrorString(ce) : "a peer failed") + tag +
+                 (res == ncclSuccess ? "" : "; " + nccl(r, "round", res));
+        }
       }
       e = nccl(r, "round", res);
       if (e.empty()) e = waitStream(r, comm, s);
       if (ge) cudaGraphExecDestroy(ge);
       if (g) cudaGraphDestroy(g);
-      if (!e.empty()) return e + " (round " + std::to_string(it) + ")";
+      if (!e.empty()) return e + tag;
       struct Want {
         void* p;
         std::function<float(size_t)> f;
@@ -541,17 +627,16 @@ TEST_P(CollThreadRanks, DeviceSyncBetweenCalls) {
            },
            "AllReduce"},
           {bc[r].base, [&](size_t i) { return val(root, i); }, "Broadcast"},
-          {rr[r].base, [&](size_t i) { return val((r + n - 1) % n, i); }, "Recv"},
+          {rr[r].base, [&](size_t i) { return val(from, i); }, pairs ? "Recv (pairs)" : "Recv"},
       };
       for (const Want& w : wants) {
         if (cudaMemcpyAsync(got.data(), w.p, count * 4, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
             cudaStreamSynchronize(s) != cudaSuccess)
-          return "rank " + std::to_string(r) + ": download failed";
+          return me + ": download failed";
         for (size_t i = 0; i < count; i++)
           if (got[i] != w.f(i))
-            return "rank " + std::to_string(r) + " round " + std::to_string(it) + ": " + w.what +
-                   " element " + std::to_string(i) + " is " + std::to_string(got[i]) +
-                   ", expected " + std::to_string(w.f(i));
+            return me + tag + ": " + w.what + " element " + std::to_string(i) + " is " +
+                   std::to_string(got[i]) + ", expected " + std::to_string(w.f(i));
       }
     }
     return "";
@@ -559,7 +644,7 @@ TEST_P(CollThreadRanks, DeviceSyncBetweenCalls) {
   ASSERT_EQ(err, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CollThreadRanks, ::testing::Values(2, 3, 4, 8),
+INSTANTIATE_TEST_SUITE_P(Ranks, CollThreadRanks, ::testing::Values(2, 3, 4, 5, 6, 8),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "n" + std::to_string(i.param);
                          });
