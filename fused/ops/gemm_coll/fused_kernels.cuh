@@ -286,16 +286,29 @@ __device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, const uint8_t*
 }
 
 // Thread 0 stores the chunk's output rows with one tensor store per destination rank (one
-// bulk group per chunk).
+// bulk group per chunk). A ReduceScatter chunk that spans two shards goes row by row with 1-D
+// bulk copies instead: a box there would start at a negative row of the second shard (the
+// H200 raised an illegal instruction) and could not stop at the shard's edge.
 template <typename T>
-__device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* out) {
+__device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* out,
+                             T* const* outs) {
   const int32_t n0 = c.nBlk * gemm::kTileN, row0 = c.mBlk * gemm::kTileM + c.r0;
   if (p.kind == 0) {
     for (int q = 0; q < p.n; ++q) ptx::tmaStore2d(&p.q->slot[q].cmap, out, n0, row0);
   } else {
-    const int32_t last = min(p.n - 1, (row0 + c.rows - 1) / p.rowsPerRank);
-    for (int d = row0 / p.rowsPerRank; d <= last; ++d)
-      ptx::tmaStore2d(&p.q->slot[d].cmap, out, n0, row0 - d * p.rowsPerRank);
+    const int32_t d0 = min(p.n - 1, row0 / p.rowsPerRank);
+    const int32_t d1 = min(p.n - 1, (row0 + c.rows - 1) / p.rowsPerRank);
+    if (d0 == d1) {
+      ptx::tmaStore2d(&p.q->slot[d0].cmap, out, n0, row0 - d0 * p.rowsPerRank);
+    } else {
+      const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
+      const uint32_t bytes = (uint32_t)(min(gemm::kTileN, p.N - n0) * (int32_t)sizeof(T));
+      for (int32_t r = 0; r < c.rows; ++r) {
+        const int32_t row = row0 + r, d = min(p.n - 1, row / p.rowsPerRank);
+        ptx::bulkStore1d(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0,
+                         out + r * rowBytes, bytes);
+      }
+    }
   }
   ptx::bulkCommit();
 }
@@ -304,6 +317,7 @@ __device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_
 template <typename T>
 __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8_t* smem) {
   __shared__ const T* parts[kGcMaxLocal];
+  __shared__ T* outs[kGcMaxLocal];
   __shared__ int ok;
   const uint64_t seq = gcSeq(p);
   // [0, 128): mbarriers; [128, 256): the C map staging; then the stages (GcReducePlan):
@@ -333,6 +347,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
         break;
       }
       parts[q] = static_cast<const T*>(p.q->slot[q].P);
+      outs[q] = static_cast<T*>(p.q->slot[q].C);
       ptx::fenceTensormapAcquire(&p.q->slot[q].cmap);
     }
   }
@@ -377,7 +392,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     gcSumChunk<T>(p, cur, st, st + p.n * block);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
-    if (t0) gcStoreChunk<T>(p, cur, st + p.n * block);
+    if (t0) gcStoreChunk<T>(p, cur, st + p.n * block, outs);
     cur.next(p, idx, nIdx);
   }
   // Every store complete (not just read) before the flags that announce them.
