@@ -458,6 +458,15 @@ TEST_P(CollThreadRanks, EveryCollective) {
         e = nccl(r, c.name, res);
         if (e.empty()) e = waitStream(r, team.comms[r], team.streams[r]);
         if (e.empty()) e = b.fetch(r, team.streams[r]);
+        // A rank's kernel may finish before a peer has launched its part (a Gather sender, a
+        // pair whose sends fit the slots), and that peer may still be between the rendezvous
+        // and its launch. cudaFree / cudaFreeHost / cudaMalloc in this thread would then wait
+        // for the peer's partner kernel while holding the lock the peer's launch needs (the
+        // known NCCL hazard of freeing memory while collectives are being scheduled:
+        // EveryCollective/n6,n8 timed out on "rank q did not join" and rank q then finished
+        // cleanly). The rendezvous only covers syncs before a call, so the test, like a correct
+        // NCCL program, lets every rank's stream finish before anyone synchronises again.
+        if (e.empty() && !team.barrier()) e = "rank " + std::to_string(r) + ": a peer failed";
         if (e.empty()) e = skewAndSync(r, seed + caseIdx + 1, caseIdx + r + 1, 500);
         return e;
       });
@@ -638,6 +647,10 @@ TEST_P(CollThreadRanks, DeviceSyncBetweenCalls) {
             return me + tag + ": " + w.what + " element " + std::to_string(i) + " is " +
                    std::to_string(got[i]) + ", expected " + std::to_string(w.f(i));
       }
+      // The next round synchronises the device before its calls: only once every rank's
+      // round is done (a peer may still be between the rendezvous and its launch, see
+      // EveryCollective). The skew before the next calls is what this test is about.
+      if (!team.barrier()) return me + ": a peer failed after round " + std::to_string(it);
     }
     return "";
   });
