@@ -18,21 +18,6 @@ using namespace colltest;
 
 namespace {
 
-ncclRedOp_t builtinOp(Op op) {
-  switch (op) {
-    case Op::kProd:
-      return ncclProd;
-    case Op::kMax:
-      return ncclMax;
-    case Op::kMin:
-      return ncclMin;
-    case Op::kAvg:
-      return ncclAvg;
-    default:
-      return ncclSum;
-  }
-}
-
 void runHier(dctest::VnodeComms& h, ncclDataType_t dt, Op op, size_t count, bool inplace,
              uint64_t seed) {
   const int n = h.n;

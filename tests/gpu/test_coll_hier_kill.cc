@@ -36,10 +36,14 @@
 
 #include "common/test_util.h"
 #include "gpu/test_devcomm_util.h"
+#include "gpu/test_proc_util.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using gputest::hexToId;
+using gputest::idToHex;
+using gputest::monoNs;
 
 constexpr int kNodes = 2, kRanks = 4, kVictim = 1;
 constexpr size_t kCount = 4u << 20;  // floats per AllReduce: 13 chunks of the 4 MiB window
@@ -57,57 +61,12 @@ constexpr int kParentS = 55;  // the whole test, children included
 double secs(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
-// steady_clock is CLOCK_MONOTONIC on Linux: one clock for every process of the machine, so
-// the victim's kill time can be compared with the survivors' times.
-int64_t monoNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
 Clock::time_point fromMonoNs(int64_t ns) {
   return Clock::time_point(
       std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
 }
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-std::string idToHex(const ncclUniqueId& id) {
-  std::string hex;
-  for (size_t i = 0; i < sizeof(id.internal); i++) {
-    char b[3];
-    snprintf(b, sizeof(b), "%02x", (unsigned char)id.internal[i]);
-    hex += b;
-  }
-  return hex;
-}
-bool hexToId(const char* hex, ncclUniqueId* id) {
-  if (!hex || strlen(hex) != 2 * sizeof(id->internal)) return false;
-  for (size_t i = 0; i < sizeof(id->internal); i++) {
-    unsigned v = 0;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return false;
-    id->internal[i] = (char)v;
-  }
-  return true;
-}
-
-// Kill time published by the victim: written to a temporary name, then renamed, so a
-// reader sees the whole number or nothing.
-void writeKillTime(const std::string& path, int64_t ns) {
-  std::string tmp = path + ".tmp";
-  FILE* f = fopen(tmp.c_str(), "w");
-  if (!f) return;
-  fprintf(f, "%lld\n", (long long)ns);
-  fclose(f);
-  rename(tmp.c_str(), path.c_str());
-}
-bool readKillTime(const std::string& path, int64_t* ns) {
-  FILE* f = fopen(path.c_str(), "r");
-  if (!f) return false;
-  long long v = 0;
-  bool ok = fscanf(f, "%lld", &v) == 1;
-  fclose(f);
-  if (ok) *ns = v;
-  return ok;
 }
 
 // Input of rank r in iteration it: small integers, so every sum is exact in float and a
@@ -246,7 +205,7 @@ std::string victimMain(Child& c) {
   // Let the kernel get going, so the survivors are inside the same AllReduce.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   c.log("iteration %d enqueued; killing myself with SIGKILL", kItersBeforeKill);
-  writeKillTime(c.killFile, monoNs());
+  gputest::writeNumber(c.killFile, monoNs());
   fflush(stdout);
   fflush(stderr);
   kill(getpid(), SIGKILL);
@@ -273,7 +232,7 @@ std::string survivorMain(Child& c) {
     }
     // Poll in short slices: the deadline moves to kill + kDetectS once the kill is known.
     for (;;) {
-      if (!killed) killed = readKillTime(c.killFile, &killNs);
+      if (!killed) killed = gputest::readNumber(c.killFile, &killNs);
       Clock::time_point deadline =
           killed ? fromMonoNs(killNs) + seconds(kDetectS) : enq + seconds(kIterS);
       Clock::time_point slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(50));
@@ -301,7 +260,7 @@ std::string survivorMain(Child& c) {
     if (errIter == -2) break;
   }
   const Clock::time_point tErr = Clock::now();
-  if (!killed) killed = readKillTime(c.killFile, &killNs);
+  if (!killed) killed = gputest::readNumber(c.killFile, &killNs);
   std::vector<std::string> fails;
   const double afterKill = killed ? secs(tErr - fromMonoNs(killNs)) : -1;
   if (errIter == -2) {

@@ -43,6 +43,7 @@
 #include "common/test_util.h"
 #include "gpu/test_coll_procs_cases.h"
 #include "gpu/test_coll_util.h"
+#include "gpu/test_proc_util.h"
 
 using namespace colltest;
 using namespace procstest;
@@ -568,12 +569,8 @@ void runRandom(Ctx& x, int count) {
 int childMain(const char* spec) {
   char plan[32] = {};
   Ctx x;
-  unsigned long long seed = 0;
-  if (sscanf(spec, "%31s %d %d %llu", plan, &x.n, &x.me, &seed) != 4) {
-    fprintf(stderr, "[CollProcs] bad MKTEST_CP_CHILD: %s\n", spec);
+  if (!gputest::parseChildSpec(spec, "[CollProcs] bad MKTEST_CP_CHILD", plan, &x.n, &x.me, &x.seed))
     return 1;
-  }
-  x.seed = seed;
   const char* hex = getenv("MKTEST_CP_ID");
   ncclUniqueId id;
   if (!hex || strlen(hex) != 2 * sizeof(id.internal)) {

@@ -266,6 +266,21 @@ const char* opName(Op op) {
   return "?";
 }
 
+ncclRedOp_t builtinOp(Op op) {
+  switch (op) {
+    case Op::kProd:
+      return ncclProd;
+    case Op::kMax:
+      return ncclMax;
+    case Op::kMin:
+      return ncclMin;
+    case Op::kAvg:
+      return ncclAvg;
+    default:
+      return ncclSum;
+  }
+}
+
 uint64_t HostBuf::get(size_t i) const {
   uint64_t v = 0;
   memcpy(&v, bytes.data() + i * size, size);

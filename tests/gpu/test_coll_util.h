@@ -50,6 +50,8 @@ int64_t signExtend(uint64_t bits, size_t size);
 enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulDev, kPreMulHost };
 const char* opName(Op op);
 extern const Op kAllOps[7];
+// The built-in NCCL operation of op (ncclSum for kSum and the PreMulSum kinds).
+ncclRedOp_t builtinOp(Op op);
 
 // Host buffer of raw elements.
 struct HostBuf {

@@ -211,21 +211,6 @@ uint64_t nameSeed(const std::string& name, int rep) {
   return h;
 }
 
-ncclRedOp_t builtinOp(Op op) {
-  switch (op) {
-    case Op::kProd:
-      return ncclProd;
-    case Op::kMax:
-      return ncclMax;
-    case Op::kMin:
-      return ncclMin;
-    case Op::kAvg:
-      return ncclAvg;
-    default:
-      return ncclSum;
-  }
-}
-
 // The buffers of one case on rank r (inside its send/receive areas, at the case's offset).
 struct Ptrs {
   const void* s = nullptr;

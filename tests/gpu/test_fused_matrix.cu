@@ -28,17 +28,16 @@
 
 #include "common/test_util.h"
 #include "gpu/test_coll_util.h"
+#include "gpu/test_devcomm_util.h"
 #include "gpu/test_fused_util.cuh"
+#include "gpu/test_proc_util.h"
 
 namespace {
 
 using fusedtest::Case;
 using fusedtest::Problem;
 using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using gputest::since;
 
 // A hang ends after 20 s on the device (the kernels' deadline) instead of 5 minutes.
 class MatrixEnv : public ::testing::Test {
@@ -190,16 +189,6 @@ struct Pair {
   }
 };
 
-bool streamIdle(cudaStream_t s, double timeoutS) {
-  const auto t0 = Clock::now();
-  for (;;) {
-    const cudaError_t e = cudaStreamQuery(s);
-    if (e != cudaErrorNotReady) return true;  // done, or failed: nothing runs any more
-    if (since(t0) > timeoutS) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
 // ncclCommAbort of comm from another thread; its duration in seconds.
 double abortFromAnotherThread(ncclComm_t comm, ncclResult_t* res) {
   double took = -1;
@@ -215,19 +204,32 @@ double abortFromAnotherThread(ncclComm_t comm, ncclResult_t* res) {
 const int kAbsentOps[][2] = {{0, ncclFusedFused}, {0, ncclFusedAuto},  {1, ncclFusedFused},
                              {1, ncclFusedAuto},  {2, ncclFusedFused}, {2, ncclFusedAuto}};
 
+// Runs body(c, pr, p) for each (op, algo) of kAbsentOps on `shape`: c, a fresh pair, c's
+// inputs filled from seed. Stops at the first fatal failure (the caller then returns).
+template <class Body>
+void forEachAbsentOp(const Case& shape, uint64_t seed, Body body) {
+  for (auto& v : kAbsentOps) {
+    Case c = shape;
+    c.op = v[0];
+    c.algo = v[1];
+    SCOPED_TRACE(name(c));
+    Pair pr;
+    ASSERT_TRUE(pr.ok) << ncclGetLastError(nullptr);
+    std::unique_ptr<Problem> p(new Problem(c));
+    ASSERT_EQ(p->fill(seed), "");
+    body(c, pr, p);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // Rank 1 never calls; rank 0's call (fused kernel, or GEMM then the collective) waits for it
 // on the device until another thread aborts rank 0's comm: the abort returns within 5 s and
 // the kernel leaves.
 TEST(FusedMatrixAbort, AbortWhilePeerNeverComes) {
   MKTEST_REQUIRE_GPU();
   const uint64_t seed = mktest::testSeed() ^ 0xab0;
-  for (auto& v : kAbsentOps) {
-    Case c{v[0], 2, 256, 256, 128, 0, ncclBfloat16, ncclBfloat16, false, v[1]};
-    SCOPED_TRACE(name(c));
-    Pair pr;
-    ASSERT_TRUE(pr.ok) << ncclGetLastError(nullptr);
-    std::unique_ptr<Problem> p(new Problem(c));
-    ASSERT_EQ(p->fill(seed), "");
+  const Case shape{0, 2, 256, 256, 128, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto};
+  forEachAbsentOp(shape, seed, [&](const Case&, Pair& pr, std::unique_ptr<Problem>& p) {
     ASSERT_EQ(p->call(0, pr.comms[0], pr.streams[0]), ncclSuccess) << ncclGetLastError(nullptr);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ASSERT_EQ(cudaStreamQuery(pr.streams[0]), cudaErrorNotReady)
@@ -237,10 +239,11 @@ TEST(FusedMatrixAbort, AbortWhilePeerNeverComes) {
     pr.comms[0] = nullptr;
     EXPECT_EQ(res, ncclSuccess);
     EXPECT_LT(took, 5.0) << "ncclCommAbort took " << took << " s";
-    const bool idle = streamIdle(pr.streams[0], 5);
+    const bool idle = dctest::streamDone(pr.streams[0], 5);
     EXPECT_TRUE(idle) << "the kernel must leave within 5 s of the abort";
     if (!idle) (void)p.release();  // never free buffers a running kernel may touch
-  }
+  });
+  if (HasFatalFailure()) return;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
   Case ok{0, 2, 128, 128, 64, 0, ncclBfloat16, ncclFloat32, true, ncclFusedFused};
   EXPECT_EQ(runOnClique(ok, seed + 1), "") << "the GPU must stay usable";
@@ -253,20 +256,12 @@ TEST(FusedMatrixAbort, TimeoutNamesAbsentPeer) {
   MKTEST_REQUIRE_GPU();
   mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "1000");
   const uint64_t seed = mktest::testSeed() ^ 0xab1;
-  for (auto& v : kAbsentOps) {
-    Case c{v[0], 2, 256, 256, 128, 1, ncclFloat16, ncclFloat16, true, v[1]};
-    SCOPED_TRACE(name(c));
-    Pair pr;
-    ASSERT_TRUE(pr.ok) << ncclGetLastError(nullptr);
-    std::unique_ptr<Problem> p(new Problem(c));
-    ASSERT_EQ(p->fill(seed), "");
+  const Case shape{0, 2, 256, 256, 128, 1, ncclFloat16, ncclFloat16, true, ncclFusedAuto};
+  forEachAbsentOp(shape, seed, [&](const Case& c, Pair& pr, std::unique_ptr<Problem>& p) {
     const auto t0 = Clock::now();
     ASSERT_EQ(p->call(0, pr.comms[0], pr.streams[0]), ncclSuccess) << ncclGetLastError(nullptr);
     ncclResult_t async = ncclSuccess;
-    while ((async == ncclSuccess || async == ncclInProgress) && since(t0) < 30) {
-      ASSERT_EQ(ncclCommGetAsyncError(pr.comms[0], &async), ncclSuccess);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    ASSERT_EQ(gputest::pollAsyncError(pr.comms[0], t0, 30, &async), ncclSuccess);
     const double after = since(t0);
     EXPECT_EQ(async, ncclRemoteError) << "after " << after << " s";
     EXPECT_GT(after, 0.9) << "the deadline is MKERNEL_TIMEOUT_MS";
@@ -274,7 +269,7 @@ TEST(FusedMatrixAbort, TimeoutNamesAbsentPeer) {
     EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
     EXPECT_NE(msg.find("MKERNEL_TIMEOUT_MS=1000"), std::string::npos) << msg;
     printf("[FusedMatrixAbort] %s: error after %.2f s: %s\n", name(c).c_str(), after, msg.c_str());
-    const bool idle = streamIdle(pr.streams[0], 5);
+    const bool idle = dctest::streamDone(pr.streams[0], 5);
     EXPECT_TRUE(idle) << "the kernel must leave after the timeout";
     ncclResult_t res = ncclInternalError;
     const double took = abortFromAnotherThread(pr.comms[0], &res);
@@ -282,7 +277,8 @@ TEST(FusedMatrixAbort, TimeoutNamesAbsentPeer) {
     EXPECT_EQ(res, ncclSuccess);
     EXPECT_LT(took, 5.0);
     if (!idle) (void)p.release();
-  }
+  });
+  if (HasFatalFailure()) return;
   Case ok{2, 2, 128, 128, 64, 1, ncclFloat16, ncclFloat32, true, ncclFusedFused};
   EXPECT_EQ(runOnClique(ok, seed + 1), "") << "the GPU must stay usable";
 }

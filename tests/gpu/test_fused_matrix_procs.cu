@@ -38,58 +38,20 @@
 #include "common/test_util.h"
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_fused_util.cuh"
+#include "gpu/test_proc_util.h"
 
 namespace {
 
 using fusedtest::Case;
 using fusedtest::Problem;
 using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-int64_t monoNs() {  // CLOCK_MONOTONIC: one clock for every process of the machine
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
-std::string idToHex(const ncclUniqueId& id) {
-  std::string hex;
-  for (size_t i = 0; i < sizeof(id.internal); i++) {
-    char b[3];
-    snprintf(b, sizeof(b), "%02x", (unsigned char)id.internal[i]);
-    hex += b;
-  }
-  return hex;
-}
-bool hexToId(const char* hex, ncclUniqueId* id) {
-  if (!hex || strlen(hex) != 2 * sizeof(id->internal)) return false;
-  for (size_t i = 0; i < sizeof(id->internal); i++) {
-    unsigned v = 0;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return false;
-    id->internal[i] = (char)v;
-  }
-  return true;
-}
-
-// A number in a file, written under a temporary name and renamed (readers see all or nothing).
-void writeNumber(const std::string& path, int64_t v) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = fopen(tmp.c_str(), "w");
-  if (!f) return;
-  fprintf(f, "%lld\n", (long long)v);
-  fclose(f);
-  rename(tmp.c_str(), path.c_str());
-}
-bool readNumber(const std::string& path, int64_t* v) {
-  FILE* f = fopen(path.c_str(), "r");
-  if (!f) return false;
-  long long x = 0;
-  const bool ok = fscanf(f, "%lld", &x) == 1;
-  fclose(f);
-  if (ok) *v = x;
-  return ok;
-}
+using dctest::streamDone;
+using gputest::hexToId;
+using gputest::idToHex;
+using gputest::monoNs;
+using gputest::readNumber;
+using gputest::since;
+using gputest::writeNumber;
 
 // ---- one child: one rank ----------------------------------------------------------------
 struct Ctx {
@@ -201,15 +163,6 @@ Case killCase(int it, int n) {
   return Case{it % 3, n, 64 * n, 256, 256, it % 2, ncclBfloat16, ncclBfloat16, it % 2 == 1, algo};
 }
 
-bool streamIdle(cudaStream_t s, double boundS) {
-  const auto t0 = Clock::now();
-  for (;;) {
-    if (cudaStreamQuery(s) != cudaErrorNotReady) return true;
-    if (since(t0) > boundS) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
 [[noreturn]] void quickExit(int code) {  // no CUDA teardown behind a kernel that may not end
   fflush(stdout);
   fflush(stderr);
@@ -311,7 +264,7 @@ int survivorMain(Ctx& x, const std::string& dir) {
   x.comms[x.me] = nullptr;
   if (ar != ncclSuccess) x.fail("abort", std::string("returned ") + ncclGetErrorString(ar));
   if (abortS > kAbortS) x.fail("abort", "took " + std::to_string(abortS) + " s");
-  const bool idle = streamIdle(x.stream, kAbortS);
+  const bool idle = streamDone(x.stream, kAbortS);
   fprintf(stderr,
           "%s SUMMARY survivor: error %s at iteration %d, %.2f s after the kill; abort %.3f s; "
           "kernels left: %s; message: %s\n",
@@ -342,12 +295,9 @@ int survivorMain(Ctx& x, const std::string& dir) {
 int childMain(const char* spec) {
   char plan[32] = {};
   Ctx x;
-  unsigned long long seed = 0;
-  if (sscanf(spec, "%31s %d %d %llu", plan, &x.n, &x.me, &seed) != 4) {
-    fprintf(stderr, "[FusedMatrixProcs] bad MKTEST_FM_CHILD: %s\n", spec);
+  if (!gputest::parseChildSpec(spec, "[FusedMatrixProcs] bad MKTEST_FM_CHILD", plan, &x.n, &x.me,
+                               &x.seed))
     return 1;
-  }
-  x.seed = seed;
   ncclUniqueId id;
   if (!hexToId(getenv("MKTEST_FM_ID"), &id)) {
     fprintf(stderr, "[FusedMatrixProcs] bad MKTEST_FM_ID\n");

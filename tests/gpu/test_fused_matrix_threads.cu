@@ -31,16 +31,14 @@
 
 #include "common/test_util.h"
 #include "gpu/test_fused_util.cuh"
+#include "gpu/test_proc_util.h"
 
 namespace {
 
 using fusedtest::Case;
 using fusedtest::Problem;
 using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using gputest::since;
 
 // n rank threads on GPU 0. Thread r creates rank r, then runs every step the test thread
 // posts with run(); it destroys its comm when the team ends (the test thread aborts the comms
@@ -346,10 +344,7 @@ TEST(FusedMatrixThreadPerRankAbort, PeerThreadNeverCalls) {
     });
     ASSERT_EQ(err, "");
     ncclResult_t async = ncclSuccess;
-    while ((async == ncclSuccess || async == ncclInProgress) && since(t0) < 30) {
-      ASSERT_EQ(ncclCommGetAsyncError(t.comms[0], &async), ncclSuccess);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    ASSERT_EQ(gputest::pollAsyncError(t.comms[0], t0, 30, &async), ncclSuccess);
     const double after = since(t0);
     EXPECT_NE(async, ncclSuccess) << "no error " << after << " s after the call";
     EXPECT_LT(after, 12.0) << "MKERNEL_TIMEOUT_MS=1000 bounds the wait";

@@ -16,6 +16,7 @@
 
 #include "base/debug.h"
 #include "base/param.h"
+#include "mp/proxy_rank.h"
 #include "mp/test_net_harness.inl"
 #include "transport/net.h"
 #include "transport/proxy.h"
@@ -30,13 +31,7 @@ uint8_t pat(int from, uint64_t cmd, size_t i) {
   return (uint8_t)(from * 97 + cmd * 13 + i * 7 + (i >> 9));
 }
 
-struct Rank {
-  std::unique_ptr<mk::Net> net;
-  std::unique_ptr<mk::ProxyRing> ring;
-  std::vector<uint8_t> sendBuf, recvBuf;
-  std::vector<uint64_t> signals;
-  mk::Proxy* proxy = nullptr;
-
+struct Rank : mknet::ProxyRank {
   ncclResult_t init(const Ctx& ctx, std::vector<int> peers, size_t window) {
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     setenv("MKERNEL_SOCKET_NCONNS", "2", 1);
@@ -50,27 +45,9 @@ struct Rank {
     sendBuf.assign(window, 0);
     recvBuf.assign(window, 0xee);
     signals.assign(kSignals, 0);
-    mk::ProxyConfig cfg;
-    cfg.rank = ctx.rank;
-    cfg.nranks = ctx.nranks;
-    cfg.peers = peers;
-    cfg.net = net.get();
-    cfg.rings = {ring.get()};
-    cfg.sendBuf = sendBuf.data();
-    cfg.sendBytes = sendBuf.size();
-    cfg.recvBuf = recvBuf.data();
-    cfg.recvBytes = recvBuf.size();
-    cfg.signals = signals.data();
-    cfg.nSignals = signals.size();
-    cfg.alltoall = [ctx](const void* s, void* d, size_t b) {
-      return mknet::hubAllToAll(ctx, s, d, b);
-    };
-    return mk::proxyCreate(cfg, &proxy);
+    return mk::proxyCreate(config(ctx, peers), &proxy);
   }
   uint64_t sig(int slot) { return __atomic_load_n(&signals[slot], __ATOMIC_ACQUIRE); }
-  ~Rank() {
-    if (proxy) mk::proxyDestroy(proxy);
-  }
 };
 
 // Both ranks send kCmds put_signal commands to each other at once. Command i writes its

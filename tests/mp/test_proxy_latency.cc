@@ -22,6 +22,7 @@
 #include "base/checks.h"
 #include "base/debug.h"
 #include "base/param.h"
+#include "mp/proxy_rank.h"
 #include "mp/test_net_harness.inl"
 #include "transport/net.h"
 #include "transport/proxy.h"
@@ -31,13 +32,7 @@ namespace {
 using mknet::Ctx;
 using Clock = std::chrono::steady_clock;
 
-struct PingRank {
-  std::unique_ptr<mk::Net> net;
-  std::unique_ptr<mk::ProxyRing> ring;
-  std::vector<uint8_t> sendBuf, recvBuf;
-  std::vector<uint64_t> signals;
-  mk::Proxy* proxy = nullptr;
-
+struct PingRank : mknet::ProxyRank {
   ncclResult_t init(const Ctx& ctx) {
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     setenv("MKERNEL_NET_TIMEOUT_S", "10", 1);
@@ -49,22 +44,8 @@ struct PingRank {
     sendBuf.assign(1 << 16, 0);
     recvBuf.assign(1 << 16, 0);
     signals.assign(4, 0);
-    mk::ProxyConfig cfg;
-    cfg.rank = ctx.rank;
-    cfg.nranks = ctx.nranks;
-    cfg.peers = {1 - ctx.rank};
-    cfg.net = net.get();
-    cfg.rings = {ring.get()};
-    cfg.sendBuf = sendBuf.data();
-    cfg.sendBytes = sendBuf.size();
-    cfg.recvBuf = recvBuf.data();
-    cfg.recvBytes = recvBuf.size();
-    cfg.signals = signals.data();
-    cfg.nSignals = signals.size();
+    mk::ProxyConfig cfg = config(ctx, {1 - ctx.rank});
     cfg.pinThread = false;  // keep the process's CPU binding, as a bound job would
-    cfg.alltoall = [ctx](const void* s, void* d, size_t b) {
-      return mknet::hubAllToAll(ctx, s, d, b);
-    };
     return mk::proxyCreate(cfg, &proxy);
   }
   // Spins (yielding) until signal `slot` >= v; false after the deadline or a proxy error.
@@ -76,9 +57,6 @@ struct PingRank {
         return false;
     }
     return true;
-  }
-  ~PingRank() {
-    if (proxy) mk::proxyDestroy(proxy);
   }
 };
 

@@ -9,27 +9,11 @@
 #include "base/debug.h"
 #include "coll/redop.h"
 #include "comm/comm.h"
+#include "unit/fake_comm.h"
 
 namespace {
 
-// A comm that never touched a GPU: its operations pass the argument checks, and launching
-// them would fail (no collective state), so a test sees whether a group ran its work.
-struct FakeComm {
-  ncclComm* c;
-  FakeComm(int rank, int nranks) {
-    c = new ncclComm();
-    c->rank = rank;
-    c->nRanks = nranks;
-    c->state.store(mk::CommState::kReady);
-    mk::redOpTableInit(c);
-    mk::commRegister(c);
-  }
-  ~FakeComm() {
-    mk::commUnregister(c);
-    mk::redOpFreeAll(c);
-    delete c;
-  }
-};
+using unittest::FakeComm;
 
 void* const kBuf = reinterpret_cast<void*>(0x1000);  // never dereferenced
 

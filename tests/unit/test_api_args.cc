@@ -17,26 +17,11 @@
 #include "comm/comm.h"
 #include "common/test_util.h"
 #include "mkernel/nccl_extra.h"
+#include "unit/fake_comm.h"
 
 namespace {
 
-// A comm object that never touched a GPU: enough for host-side checks.
-struct FakeComm {
-  ncclComm* c;
-  FakeComm(int rank, int nranks) {
-    c = new ncclComm();
-    c->rank = rank;
-    c->nRanks = nranks;
-    c->state.store(mk::CommState::kReady);
-    mk::redOpTableInit(c);
-    mk::commRegister(c);
-  }
-  ~FakeComm() {
-    mk::commUnregister(c);
-    mk::redOpFreeAll(c);
-    delete c;
-  }
-};
+using unittest::FakeComm;
 
 void expectErr(ncclResult_t expected, std::function<ncclResult_t()> call, const char* what) {
   mk::setLastError("");

@@ -13,26 +13,11 @@
 #include "coll/redop.h"
 #include "coll/zc_plan.h"
 #include "comm/comm.h"
+#include "unit/fake_comm.h"
 
 namespace {
 
-// A comm object that never touched a GPU (no peer memory).
-struct FakeComm {
-  ncclComm* c;
-  FakeComm(int rank, int nranks) {
-    c = new ncclComm();
-    c->rank = rank;
-    c->nRanks = nranks;
-    c->state.store(mk::CommState::kReady);
-    mk::redOpTableInit(c);
-    mk::commRegister(c);
-  }
-  ~FakeComm() {
-    mk::commUnregister(c);
-    mk::redOpFreeAll(c);
-    delete c;
-  }
-};
+using unittest::FakeComm;
 
 void expectErr(ncclResult_t expected, const std::function<ncclResult_t()>& call, const char* what,
                const char* needle = nullptr) {
