@@ -55,19 +55,19 @@ struct FakeComms {
   }
 };
 
-inline mk::CollArgs sendTo(int peer) {
+// One element sent to / received from peer.
+inline mk::CollArgs p2pOp(mk::CollType type, int peer) {
   mk::CollArgs a{};
-  a.type = mk::CollType::kSend;
+  a.type = type;
   a.root = peer;
   a.count = 1;
   return a;
 }
+inline mk::CollArgs sendTo(int peer) {
+  return p2pOp(mk::CollType::kSend, peer);
+}
 inline mk::CollArgs recvFrom(int peer) {
-  mk::CollArgs a{};
-  a.type = mk::CollType::kRecv;
-  a.root = peer;
-  a.count = 1;
-  return a;
+  return p2pOp(mk::CollType::kRecv, peer);
 }
 
 // One comm's part of a call: n collectives and the point-to-point operations.
