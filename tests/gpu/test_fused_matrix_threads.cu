@@ -32,6 +32,7 @@
 #include "common/test_util.h"
 #include "gpu/test_fused_util.cuh"
 #include "gpu/test_proc_util.h"
+#include "gpu/test_thread_team.h"
 
 namespace {
 
@@ -40,136 +41,8 @@ using fusedtest::Problem;
 using Clock = std::chrono::steady_clock;
 using gputest::since;
 
-// n rank threads on GPU 0. Thread r creates rank r, then runs every step the test thread
-// posts with run(); it destroys its comm when the team ends (the test thread aborts the comms
-// instead after a failure). Streams are made by the test thread, consecutively, so up to 8 of
-// them use distinct hardware queues.
-class RankThreads {
- public:
-  using Step = std::function<std::string(int)>;
-  explicit RankThreads(int n) : n(n), comms(n, nullptr), streams(n, nullptr), errs_(n) {
-    cudaSetDevice(0);
-    for (auto& s : streams)
-      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        why = "cudaStreamCreateWithFlags failed";
-        return;
-      }
-    ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess) {
-      why = std::string("ncclGetUniqueId: ") + ncclGetLastError(nullptr);
-      return;
-    }
-    pending_ = n;
-    for (int r = 0; r < n; ++r) threads_.emplace_back([this, r, id] { loop(r, id); });
-    why = gather(120);
-    ok = why.empty();
-  }
-  ~RankThreads() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (stuck_) {  // a thread never came back: leak it and its comm rather than hang
-      for (auto& t : threads_) t.detach();
-      return;
-    }
-    for (auto& t : threads_) t.join();
-    for (ncclComm_t c : comms)
-      if (c) ncclCommAbort(c);
-    for (cudaStream_t s : streams)
-      if (s) cudaStreamDestroy(s);
-  }
-  // step(r) on every rank thread; "" or the failures. A thread not back in time gets the
-  // comms revoked (device and host waits end), then is given up on.
-  std::string run(const Step& step, double timeoutS = 90) {
-    if (!ok) return "rank threads unusable: " + why;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      step_ = step;
-      pending_ = n;
-      for (auto& e : errs_) e.clear();
-      ++gen_;
-    }
-    cv_.notify_all();
-    const std::string err = gather(timeoutS);
-    if (!err.empty()) ok = false;
-    return err;
-  }
-  // Forget a comm the test aborted itself.
-  void forget(int r) { comms[r] = nullptr; }
-
-  const int n;
-  std::vector<ncclComm_t> comms;
-  std::vector<cudaStream_t> streams;
-  bool ok = false;
-  std::string why;
-
- private:
-  void loop(int r, ncclUniqueId id) {
-    cudaSetDevice(0);
-    const ncclResult_t res = ncclCommInitRank(&comms[r], n, id, r);
-    finish(r, res == ncclSuccess ? ""
-                                 : "rank " + std::to_string(r) + ": ncclCommInitRank: " +
-                                       ncclGetErrorString(res) + ": " + ncclGetLastError(nullptr));
-    uint64_t seen = 0;
-    for (;;) {
-      Step step;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || gen_ != seen; });
-        if (stop_) break;
-        seen = gen_;
-        step = step_;
-      }
-      finish(r, step(r));
-    }
-    std::lock_guard<std::mutex> g(mu_);
-    if (ok && comms[r] != nullptr) {
-      ncclCommDestroy(comms[r]);  // by its own thread, as frameworks do
-      comms[r] = nullptr;
-    }
-  }
-  void finish(int r, std::string err) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      errs_[r] = std::move(err);
-      --pending_;
-    }
-    doneCv_.notify_all();
-  }
-  bool wait(double timeoutS) {
-    std::unique_lock<std::mutex> lk(mu_);
-    return doneCv_.wait_for(lk, std::chrono::duration<double>(timeoutS),
-                            [&] { return pending_ == 0; });
-  }
-  std::string gather(double timeoutS) {
-    std::string err;
-    if (!wait(timeoutS)) {
-      err = "rank threads not back after " + std::to_string((int)timeoutS) +
-            " s (deadlock); revoking the comms. ";
-      for (ncclComm_t c : comms)
-        if (c) ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
-      if (!wait(60)) {
-        stuck_ = true;
-        return err + "still stuck after the revoke";
-      }
-    }
-    std::lock_guard<std::mutex> g(mu_);
-    for (int r = 0; r < n; ++r)
-      if (!errs_[r].empty()) err += errs_[r] + "; ";
-    return err;
-  }
-
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::condition_variable cv_, doneCv_;
-  Step step_;
-  uint64_t gen_ = 0;
-  int pending_ = 0;
-  bool stop_ = false, stuck_ = false;
-  std::vector<std::string> errs_;
-};
+// One thread per rank (gpu/test_thread_team.h).
+using RankThreads = gputest::Team;
 
 // Polls rank r's stream and async error, bounded.
 std::string waitRank(int r, ncclComm_t comm, cudaStream_t s, double timeoutS = 60) {
