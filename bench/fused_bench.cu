@@ -16,10 +16,11 @@
 //     Shapes: GEMM+AllReduce and GEMM+ReduceScatter M x 8192 x 8192; AllGather+GEMM M = K,
 //     N = M/16 (mKernel's benchmark); plus K (AR, RS) or N (AG) sharded by 8. Default M in
 //     {2048, 8192, 32768}; --full: every power of two 2048..32768 and more sharded shapes.
-// TODO (b) of issue 12: 2 processes as 2 nodes (MKERNEL_EMULATE_NODES=2) against cuBLAS + the
-//     real NCCL over sockets (NCCL_HOSTID per process, NCCL_NET=Socket, NCCL_SOCKET_IFNAME=lo);
-//     not written yet. The split chosen and the cost model's prediction are not exposed by the
-//     public API yet either (fields "split" and "model" are null in the JSON).
+// (b) of issue 12 (2 processes as 2 nodes against cuBLAS + the real NCCL over sockets) is
+//     bench/fused_procs_bench.cu, run by bench/fused_vs_nccl.sh; the shapes are shared
+//     (fused_shapes.cuh). The split chosen and the cost model's prediction are not exposed by
+//     the public API (fields "split" and "model" are null in the JSON here; mode (b) takes
+//     the split from the library's NCCL_DEBUG_SUBSYS=FUSED log).
 //
 //   bench_fused_bench [--ranks 4] [--reps 10] [--warmup 2] [--ops ar,ag,rs] [--full]
 //                     [--shapes ar:4096x8192x8192,ag:...] [--out FILE] [--timeout 900]
@@ -45,10 +46,12 @@
 #include <vector>
 
 #include "coll_bench_util.h"
+#include "fused_shapes.cuh"
 #include "fused/gemm/gemm.h"
 #include "mkernel/fused.h"
 
 using collbench::Json;
+using namespace fusedbench;  // NOLINT: the shared shape list, operators and fill
 
 namespace {
 
@@ -72,18 +75,9 @@ namespace {
             std::to_string(__LINE__));                                                       \
   } while (0)
 
-enum Op { kAR = 0, kAG = 1, kRS = 2 };
-const char* kOpNames[3] = {"gemm_allreduce", "allgather_gemm", "gemm_reducescatter"};
-const char* kOpShort[3] = {"ar", "ag", "rs"};
 enum Variant { kFused, kSeq, kAuto, kCublasColl, kGemmEngine, kGemmCublas, kColl, kNumVariants };
 const char* kVarNames[kNumVariants] = {"fused",       "sequential",  "auto", "cublas+coll",
                                        "gemm_engine", "gemm_cublas", "coll"};
-
-struct Shape {
-  Op op;
-  size_t M, N, K;
-  std::string tag;  // "" or "sharded"
-};
 
 struct Options {
   int ranks = 4, device = 0, reps = 10, warmup = 2, timeoutS = 0;  // 0: 900, --full 2400
@@ -92,17 +86,6 @@ struct Options {
 };
 
 // ---- device helpers ---------------------------------------------------------------------------
-__global__ void fillKernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    p[i] = __float2bfloat16((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
-  }
-}
-
 // out[0] = max |a - b| (NaN counts as 1e30), out[1] = max |b|, over n elements. The caller
 // reports out[0] / out[1]: rounding differences between summation orders are relative to the
 // largest partial sums, not to each element (non-negative floats compare as ints).
@@ -225,13 +208,6 @@ struct Bench {
   std::vector<cudaEvent_t> starts;
   RankPool* pool = nullptr;
 };
-
-size_t rowsA(const Shape& s, int n) {
-  return s.op == kAG ? s.M / n : s.M;
-}
-size_t rowsC(const Shape& s, int n) {
-  return s.op == kRS ? s.M / n : s.M;
-}
 
 void setupShape(Bench& b, const Shape& s, int r, int sets) {
   Rank& k = b.ranks[r];
@@ -444,39 +420,6 @@ double compareWithSequential(Bench& b, const Shape& s, Variant v) {
 }
 
 // ---- shapes, results, output ------------------------------------------------------------------
-std::vector<Shape> defaultShapes(const Options& o) {
-  std::vector<size_t> Ms = o.full ? std::vector<size_t>{2048, 4096, 8192, 16384, 32768}
-                                  : std::vector<size_t>{2048, 8192, 32768};
-  std::vector<size_t> sharded = o.full ? Ms : std::vector<size_t>{8192, 32768};
-  std::vector<Shape> v;
-  for (size_t M : Ms) v.push_back({kAR, M, 8192, 8192, ""});
-  for (size_t M : sharded) v.push_back({kAR, M, 8192, 1024, "K/8"});
-  for (size_t M : Ms) v.push_back({kAG, M, M / 16, M, ""});
-  for (size_t M : sharded) v.push_back({kAG, M, 1024, 8192, "N/8"});
-  for (size_t M : Ms) v.push_back({kRS, M, 8192, 8192, ""});
-  for (size_t M : sharded) v.push_back({kRS, M, 8192, 1024, "K/8"});
-  return v;
-}
-
-bool parseShapes(const std::string& list, std::vector<Shape>* out) {
-  size_t p = 0;
-  while (p < list.size()) {
-    size_t q = list.find(',', p);
-    std::string item = list.substr(p, q == std::string::npos ? std::string::npos : q - p);
-    char op[8] = {0};
-    unsigned long long M, N, K;
-    if (sscanf(item.c_str(), "%2[a-z]:%llux%llux%llu", op, &M, &N, &K) != 4) return false;
-    int o = -1;
-    for (int i = 0; i < 3; ++i)
-      if (!strcmp(op, kOpShort[i])) o = i;
-    if (o < 0 || M == 0 || N == 0 || K == 0) return false;
-    out->push_back({(Op)o, (size_t)M, (size_t)N, (size_t)K, "custom"});
-    if (q == std::string::npos) break;
-    p = q + 1;
-  }
-  return !out->empty();
-}
-
 struct Result {
   Shape s;
   bool ran = false;
@@ -486,10 +429,6 @@ struct Result {
   double hidden = NAN;
   int sets = 0;
 };
-
-double tflops(const Shape& s, double ms) {
-  return 2.0 * s.M * (double)s.N * s.K / (ms * 1e-3) / 1e12;
-}
 
 void usage(const char* argv0) {
   printf(
@@ -690,9 +629,7 @@ int main(int argc, char** argv) {
     if (!parseShapes(o.shapes, &shapes))
       fatal("--shapes: expected op:MxNxK[,...] with op ar|ag|rs");
   } else {
-    for (const Shape& s : defaultShapes(o))
-      if (("," + o.ops + ",").find(std::string(",") + kOpShort[s.op] + ",") != std::string::npos)
-        shapes.push_back(s);
+    shapes = filterOps(defaultShapes(o.full), o.ops);
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {

@@ -17,7 +17,6 @@
 //       [--out file.json] [--timeout-s 240]
 // Exit status 0 only if every rank finished and every check passed; a failure prints
 // which rank, which phase and why.
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,26 +24,13 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-#include <dlfcn.h>
-#include <nccl.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include "procs_harness.h"
+
+using namespace procs;  // NOLINT: the process harness (barrier, fail, api, ...)
 
 namespace {
 
-constexpr int kMaxRanks = 16;
 constexpr int kMaxResults = 64;
-
-double nowSec() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // ---- shared state (MAP_SHARED | MAP_ANONYMOUS, created before fork) -----------------------
 struct Result {
@@ -55,139 +41,13 @@ struct Result {
   double issueUs[kMaxRanks];  // per rank: host time to issue one call
   int wrong[kMaxRanks];       // elements that failed the check
 };
+// The benchmark's part of the shared memory (after the harness's Control block).
 struct Shared {
-  ncclUniqueId id;
-  volatile int idReady;
-  volatile int abort;
-  volatile unsigned barrierCount, barrierGen;
-  char phase[kMaxRanks][96];
-  char error[kMaxRanks][512];
   int nResults;
   Result results[kMaxResults];
   double pingUs;
-  char version[64];
 };
-Shared* g = nullptr;
-int gRank = -1, gN = 0;
-double gTimeoutS = 240;
-double gStart = 0;
-
-void setPhase(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void setPhase(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g->phase[gRank], sizeof(g->phase[gRank]), fmt, ap);
-  va_end(ap);
-}
-
-[[noreturn]] void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-[[noreturn]] void fail(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g->error[gRank], sizeof(g->error[gRank]), fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "net_procs_bench: rank %d: %s (phase: %s)\n", gRank, g->error[gRank],
-          g->phase[gRank]);
-  g->abort = 1;
-  _exit(3);
-}
-
-bool expired() {
-  return nowSec() - gStart > gTimeoutS;
-}
-
-void barrier() {
-  unsigned gen = __atomic_load_n(&g->barrierGen, __ATOMIC_ACQUIRE);
-  if (__atomic_add_fetch(&g->barrierCount, 1u, __ATOMIC_ACQ_REL) == (unsigned)gN) {
-    __atomic_store_n(&g->barrierCount, 0u, __ATOMIC_RELAXED);
-    __atomic_store_n(&g->barrierGen, gen + 1, __ATOMIC_RELEASE);
-    return;
-  }
-  while (__atomic_load_n(&g->barrierGen, __ATOMIC_ACQUIRE) == gen) {
-    if (g->abort) fail("another rank failed");
-    if (expired()) fail("barrier timed out");
-    sched_yield();
-  }
-}
-
-#define CK(call)                                                          \
-  do {                                                                    \
-    cudaError_t e_ = (call);                                              \
-    if (e_ != cudaSuccess) fail("%s: %s", #call, cudaGetErrorString(e_)); \
-  } while (0)
-
-// ---- the library under test ------------------------------------------------------------
-struct Api {
-  decltype(&ncclGetVersion) getVersion;
-  decltype(&ncclGetUniqueId) getUniqueId;
-  decltype(&ncclCommInitRank) commInitRank;
-  decltype(&ncclCommDestroy) commDestroy;
-  decltype(&ncclCommAbort) commAbort;
-  decltype(&ncclCommGetAsyncError) getAsyncError;
-  decltype(&ncclGetErrorString) getErrorString;
-  decltype(&ncclGetLastError) getLastError;
-  decltype(&ncclAllReduce) allReduce;
-  decltype(&ncclSend) send;
-  decltype(&ncclRecv) recv;
-  decltype(&ncclGroupStart) groupStart;
-  decltype(&ncclGroupEnd) groupEnd;
-} api;
-
-void loadApi(const char* path) {
-  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) fail("dlopen(%s): %s", path, dlerror());
-  auto sym = [&](const char* name) {
-    void* p = dlsym(h, name);
-    if (!p) fail("%s has no symbol %s", path, name);
-    return p;
-  };
-#define SYM(field, name) api.field = reinterpret_cast<decltype(api.field)>(sym(name))
-  SYM(getVersion, "ncclGetVersion");
-  SYM(getUniqueId, "ncclGetUniqueId");
-  SYM(commInitRank, "ncclCommInitRank");
-  SYM(commDestroy, "ncclCommDestroy");
-  SYM(commAbort, "ncclCommAbort");
-  SYM(getAsyncError, "ncclCommGetAsyncError");
-  SYM(getErrorString, "ncclGetErrorString");
-  SYM(getLastError, "ncclGetLastError");
-  SYM(allReduce, "ncclAllReduce");
-  SYM(send, "ncclSend");
-  SYM(recv, "ncclRecv");
-  SYM(groupStart, "ncclGroupStart");
-  SYM(groupEnd, "ncclGroupEnd");
-#undef SYM
-}
-
-#define NK(call)                                                                     \
-  do {                                                                               \
-    ncclResult_t r_ = (call);                                                        \
-    if (r_ != ncclSuccess && r_ != ncclInProgress)                                   \
-      fail("%s: %s (%s)", #call, api.getErrorString(r_), api.getLastError(nullptr)); \
-  } while (0)
-
-// Waits for the stream as nccl-tests does: poll, check the comm's async error, yield.
-void waitStream(cudaStream_t s, ncclComm_t comm) {
-  for (int spin = 0;; spin++) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) fail("cudaStreamQuery: %s", cudaGetErrorString(e));
-    if ((spin & 255) == 0) {
-      ncclResult_t ae = ncclSuccess;
-      NK(api.getAsyncError(comm, &ae));
-      if (ae != ncclSuccess && ae != ncclInProgress)
-        fail("async error %s: %s", api.getErrorString(ae), api.getLastError(comm));
-      if (g->abort) {
-        api.commAbort(comm);
-        fail("another rank failed");
-      }
-      if (expired()) {
-        api.commAbort(comm);
-        fail("operation not complete after the %.0f s budget", gTimeoutS);
-      }
-    }
-    sched_yield();
-  }
-}
+Shared* gs = nullptr;
 
 struct Bufs {
   float* send = nullptr;
@@ -299,10 +159,10 @@ void pingPong(PingShared* ps) {
     pingKernel<<<1, 1>>>(flags, gRank, iters, 20ull * 1000 * 1000 * 1000, out);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    if (gRank == 0) g->pingUs = *out == ~0ull ? -1 : (double)*out / 1000.0 / iters;
+    if (gRank == 0) gs->pingUs = *out == ~0ull ? -1 : (double)*out / 1000.0 / iters;
     CK(cudaFreeHost(out));
   }
-  if (gRank == 0 && ps->failed) g->pingUs = -2;
+  if (gRank == 0 && ps->failed) gs->pingUs = -2;
   barrier();
   if (gRank == 1 && flags) CK(cudaIpcCloseMemHandle(flags));
   if (gRank == 0) CK(cudaFree(flags));
@@ -321,53 +181,15 @@ struct Opts {
   bool pingpong = false;
 };
 
-std::string subst(const std::string& v, int rank, int node) {
-  std::string o;
-  for (size_t i = 0; i < v.size(); i++) {
-    if (v[i] == '%' && i + 1 < v.size() && (v[i + 1] == 'r' || v[i + 1] == 'n')) {
-      o += std::to_string(v[i + 1] == 'r' ? rank : node);
-      i++;
-    } else {
-      o += v[i];
-    }
-  }
-  return o;
-}
-
 void rankMain(const Opts& o, PingShared* ps) {
-  const int node = gRank / o.ranksPerNode;
-  for (const std::string& kv : o.rankEnv) {
-    size_t eq = kv.find('=');
-    setenv(kv.substr(0, eq).c_str(), subst(kv.substr(eq + 1), gRank, node).c_str(), 1);
-  }
-  if (!o.bindCpus.empty()) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(o.bindCpus[gRank % o.bindCpus.size()], &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0)
-      fail("cannot bind to CPU %d", o.bindCpus[gRank % o.bindCpus.size()]);
-  }
+  setupRank(o.rankEnv, o.ranksPerNode, o.bindCpus);
   setPhase("loading %s", o.lib.c_str());
   loadApi(o.lib.c_str());
   setPhase("CUDA initialisation on device 0");
   CK(cudaSetDevice(0));
   CK(cudaFree(nullptr));
   if (o.pingpong) pingPong(ps);
-  setPhase("ncclGetUniqueId / ncclCommInitRank");
-  if (gRank == 0) {
-    int v = 0;
-    NK(api.getVersion(&v));
-    snprintf(g->version, sizeof(g->version), "%d", v);
-    NK(api.getUniqueId(&g->id));
-    __atomic_store_n(&g->idReady, 1, __ATOMIC_RELEASE);
-  }
-  while (!__atomic_load_n(&g->idReady, __ATOMIC_ACQUIRE)) {
-    if (g->abort) fail("another rank failed");
-    if (expired()) fail("no unique id from rank 0");
-    usleep(1000);
-  }
-  ncclComm_t comm = nullptr;
-  NK(api.commInitRank(&comm, gN, g->id, gRank));
+  ncclComm_t comm = initComm();
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   uint64_t maxBytes = 0;
@@ -386,12 +208,12 @@ void rankMain(const Opts& o, PingShared* ps) {
       const int iters = bw ? o.bwIters : o.latIters;
       const size_t count = (size_t)((bytes + 3) / 4);
       setPhase("%s %llu bytes: check", op.c_str(), (unsigned long long)bytes);
-      Result& r = g->results[slot];
+      Result& r = gs->results[slot];
       if (gRank == 0) {
         snprintf(r.op, sizeof(r.op), "%s", op.c_str());
         r.bytes = count * 4;
         r.iters = iters;
-        g->nResults = slot + 1;
+        gs->nResults = slot + 1;
       }
       r.wrong[gRank] = checkOnce(op, bufs, count, comm, s, (uint32_t)(slot * 7919 + 1));
       setPhase("%s %llu bytes: warm-up", op.c_str(), (unsigned long long)bytes);
@@ -417,30 +239,6 @@ void rankMain(const Opts& o, PingShared* ps) {
   NK(api.commDestroy(comm));
   CK(cudaStreamDestroy(s));
   setPhase("done");
-}
-
-std::vector<uint64_t> parseList(const char* s) {
-  std::vector<uint64_t> v;
-  for (const char* p = s; *p;) {
-    char* end = nullptr;
-    uint64_t x = strtoull(p, &end, 10);
-    if (end == p) break;
-    if (*end == 'K' || *end == 'k') x <<= 10, end++;
-    if (*end == 'M' || *end == 'm') x <<= 20, end++;
-    v.push_back(x);
-    p = *end == ',' ? end + 1 : end;
-  }
-  return v;
-}
-
-std::string jsonEsc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if ((unsigned char)c < 0x20) continue;
-    o += c;
-  }
-  return o;
 }
 
 [[noreturn]] void usage(const char* why) {
@@ -512,73 +310,20 @@ int main(int argc, char** argv) {
   if ((o.latSizes.size() + o.bwSizes.size()) * o.ops.size() > (size_t)kMaxResults)
     usage("too many sizes");
 
-  void* mem = mmap(nullptr, sizeof(Shared) + sizeof(PingShared), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) usage("mmap failed");
-  memset(mem, 0, sizeof(Shared) + sizeof(PingShared));
-  g = static_cast<Shared*>(mem);
-  PingShared* ps = reinterpret_cast<PingShared*>(g + 1);
-  gN = o.nprocs;
-  gTimeoutS = timeoutS;
-  gStart = nowSec();
-  fflush(stdout);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < o.nprocs; r++) {
-    pid_t pid = fork();
-    if (pid < 0) usage("fork failed");
-    if (pid == 0) {
-      gRank = r;
-      rankMain(o, ps);
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
-  // Parent: wait for every rank, bounded; a rank that fails or hangs ends the run.
-  std::vector<int> status(o.nprocs, -1);
-  int left = o.nprocs;
-  bool killed = false;
-  while (left > 0) {
-    for (int r = 0; r < o.nprocs; r++) {
-      if (status[r] != -1) continue;
-      int st = 0;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
-        status[r] = st;
-        left--;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) g->abort = 1;
-      }
-    }
-    if (left && !killed && nowSec() - gStart > timeoutS + 30) {
-      fprintf(stderr, "net_procs_bench: ranks still running after %.0f s; killing them\n",
-              timeoutS + 30);
-      for (int r = 0; r < o.nprocs; r++)
-        if (status[r] == -1) {
-          fprintf(stderr, "net_procs_bench:   rank %d was in phase: %s\n", r, g->phase[r]);
-          kill(pids[r], SIGKILL);
-        }
-      killed = true;
-    }
-    usleep(20000);
-  }
-  bool ok = true;
-  for (int r = 0; r < o.nprocs; r++) {
-    const int st = status[r];
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
-    ok = false;
-    if (WIFSIGNALED(st))
-      fprintf(stderr, "net_procs_bench: rank %d died of signal %d in phase: %s\n", r, WTERMSIG(st),
-              g->phase[r]);
-    else
-      fprintf(stderr, "net_procs_bench: rank %d exited with %d in phase: %s%s%s\n", r,
-              WEXITSTATUS(st), g->phase[r], g->error[r][0] ? ": " : "", g->error[r]);
-  }
+  gTool = "net_procs_bench";
+  void* mem = mapShared(sizeof(Shared) + sizeof(PingShared));
+  if (mem == nullptr) usage("mmap failed");
+  gs = static_cast<Shared*>(mem);
+  PingShared* ps = reinterpret_cast<PingShared*>(gs + 1);
+  bool ok = runRanks(o.nprocs, timeoutS, [&] { rankMain(o, ps); });
   // Report (what completed, even after a failure).
   printf("# %s: %d processes, library %s (version %s)\n", o.label.c_str(), o.nprocs, o.lib.c_str(),
          g->version);
   if (o.pingpong)
-    printf("# GPU flag ping-pong between ranks 0 and 1: %.2f us per round trip%s\n", g->pingUs,
-           g->pingUs == -1   ? " (timed out: kernels of the processes did not run concurrently)"
-           : g->pingUs == -2 ? " (skipped: CUDA IPC refused)"
-                             : "");
+    printf("# GPU flag ping-pong between ranks 0 and 1: %.2f us per round trip%s\n", gs->pingUs,
+           gs->pingUs == -1   ? " (timed out: kernels of the processes did not run concurrently)"
+           : gs->pingUs == -2 ? " (skipped: CUDA IPC refused)"
+                              : "");
   printf("# %-9s %12s %6s %12s %12s %12s %10s %10s %6s\n", "op", "bytes", "iters", "time_us",
          "max_us", "issue_us", "algbw", "busbw", "wrong");
   std::string json = "{\"label\": \"" + jsonEsc(o.label) + "\", \"command\": \"" + jsonEsc(cmd) +
@@ -586,11 +331,11 @@ int main(int argc, char** argv) {
                      "\", \"nprocs\": " + std::to_string(o.nprocs) +
                      ", \"ranks_per_node\": " + std::to_string(o.ranksPerNode) +
                      ", \"ok\": " + (ok ? "true" : "false") +
-                     ", \"pingpong_us\": " + std::to_string(o.pingpong ? g->pingUs : 0) +
+                     ", \"pingpong_us\": " + std::to_string(o.pingpong ? gs->pingUs : 0) +
                      ", \"results\": [";
   int totalWrong = 0;
-  for (int i = 0; i < g->nResults; i++) {
-    const Result& r = g->results[i];
+  for (int i = 0; i < gs->nResults; i++) {
+    const Result& r = gs->results[i];
     double sum = 0, mx = 0, issue = 0;
     int wrong = 0, have = 0;
     for (int k = 0; k < o.nprocs; k++) {

@@ -29,11 +29,10 @@
 # target is missed; 1 a run failed (its log and the reason are printed); 2 usage/setup error.
 set -u -o pipefail
 
-die() {
-  echo "net_vs_nccl: ERROR: $*" >&2
-  exit 2
-}
-say() { echo "net_vs_nccl: $*" >&2; }
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH_TOOL=net_vs_nccl
+# shellcheck source=bench/bench_common.sh
+source "$REPO/bench/bench_common.sh"
 
 [[ $# -ge 2 ]] || die "usage: $0 <build-dir> <out-dir> [--dry-run] [--quick] [--no-bound]"
 BUILD_IN=$1
@@ -48,7 +47,6 @@ for a in "$@"; do
     *) die "unknown option $a" ;;
   esac
 done
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [[ -d $BUILD_IN ]]; then BUILD=$(cd "$BUILD_IN" && pwd); else BUILD=$BUILD_IN; fi
 mkdir -p "$OUT_IN/runs" "$OUT_IN/logs" || die "cannot create $OUT_IN"
 OUT=$(cd "$OUT_IN" && pwd)
@@ -59,82 +57,11 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 command -v python3 >/dev/null || die "python3 not found"
 command -v timeout >/dev/null || die "'timeout' not found"
 
-check_file() {  # path, what, how to get it
-  [[ -e $1 ]] && return 0
-  if [[ $DRY == 1 ]]; then say "WARN (dry run) $2 not found at $1: $3"; return 0; fi
-  die "$2 not found at $1: $3"
-}
 check_file "$LIB" "libmkernel.so" "build it: cmake --build $BUILD --target mkernel"
 check_file "$DRIVER" "the driver" "configure with -DMK_BUILD_BENCH=ON and build: cmake --build $BUILD --target bench_net_procs_bench"
 
-# ---- the real NCCL --------------------------------------------------------------------------
-find_nccl() {
-  if [[ -n ${MK_REAL_NCCL:-} ]]; then echo "$MK_REAL_NCCL"; return; fi
-  if [[ -f $BUILD/nccl-tests/env.sh ]]; then
-    local v
-    v=$(sed -n 's/^MK_REAL_NCCL=//p' "$BUILD/nccl-tests/env.sh" | head -1)
-    [[ -n $v && -f $v ]] && { echo "$v"; return; }
-  fi
-  env -u LD_PRELOAD python3 - <<'EOF'
-import glob, os, sys
-try:
-    import nvidia.nccl as m
-    dirs = list(getattr(m, "__path__", []))
-    if getattr(m, "__file__", None):
-        dirs.append(os.path.dirname(m.__file__))
-    for d in dirs:
-        for f in sorted(glob.glob(os.path.join(d, "lib", "libnccl.so*"))):
-            print(os.path.realpath(f))
-            sys.exit(0)
-except Exception:
-    pass
-sys.exit(1)
-EOF
-}
-NCCL=$(find_nccl) || NCCL=""
-if [[ -z $NCCL || ! -f $NCCL ]]; then
-  if [[ $DRY == 1 ]]; then
-    say "WARN (dry run) no real libnccl.so found (set MK_REAL_NCCL, or pip install nvidia-nccl-cu12)"
-    NCCL=${NCCL:-/path/to/nvidia/nccl/lib/libnccl.so.2}
-  else
-    die "no real libnccl.so found: set MK_REAL_NCCL=/path/libnccl.so.2 (python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' names the package; the library is in its lib/)"
-  fi
-fi
-NCCL_VERSION=unknown
-if [[ $DRY == 0 ]]; then
-  NCCL_VERSION=$(env -u LD_PRELOAD python3 -c "
-import ctypes, sys
-v = ctypes.c_int(0)
-ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
-print(v.value)" "$NCCL" 2>/dev/null) || NCCL_VERSION=unknown
-  [[ $NCCL_VERSION == 228* ]] || say "WARN the real NCCL at $NCCL is version $NCCL_VERSION, not 2.28.x (the issue's figures are 2.28.9)"
-fi
-
-# ---- CUDA MPS: every process of a run must reach the same daemon -----------------------------
-MPS_STARTED=0
-stop_mps() {
-  if [[ $MPS_STARTED == 1 ]]; then
-    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 && say "MPS daemon stopped"
-    MPS_STARTED=0
-  fi
-}
-trap stop_mps EXIT
-trap 'stop_mps; exit 130' INT TERM
-if [[ $DRY == 0 ]]; then
-  command -v nvidia-cuda-mps-control >/dev/null || die "nvidia-cuda-mps-control not found: processes on one GPU need MPS to run their kernels concurrently"
-  if [[ -n ${CUDA_MPS_PIPE_DIRECTORY:-} ]] && echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then
-    say "using the running MPS daemon (CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY)"
-  elif [[ -z ${CUDA_MPS_PIPE_DIRECTORY:-} ]] && echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then
-    say "using the running MPS daemon (default pipe directory)"
-  else
-    MPS_DIR=$(mktemp -d /tmp/mk-nvn-mps.XXXXXX) || die "mktemp failed"
-    export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d || die "could not start the MPS daemon (log: $CUDA_MPS_LOG_DIRECTORY)"
-    MPS_STARTED=1
-    say "started an MPS daemon (CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY)"
-  fi
-fi
+find_real_nccl
+start_mps
 
 # ---- sizes -----------------------------------------------------------------------------------
 if [[ $QUICK == 1 ]]; then
@@ -244,6 +171,7 @@ run() {
     [[ $rc == 124 || $rc == 137 ]] && why="killed after ${tmo}s (timeout)
 $why"
     say "  FAILED $name:"
+    # shellcheck disable=SC2001  # indent every line
     echo "$why" | sed 's/^/      /' >&2
     FAILED+=("$name: rc=$rc: $(echo "$why" | head -n 1)")
   fi
@@ -282,9 +210,8 @@ stop_mps
 sysinfo >"$OUT/system_after.json" 2>/dev/null || echo '{}' >"$OUT/system_after.json"
 
 # ---- report ----------------------------------------------------------------------------------
-COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
-git -C "$REPO" diff --quiet HEAD -- src 2>/dev/null || COMMIT="$COMMIT+dirty"
-DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES%%,*}" 2>/dev/null | head -1)
+COMMIT=$(bench_commit "$REPO")
+DEVICE=$(bench_device)
 CMDLINE="$0 $BUILD_IN $OUT_IN $*"
 python3 - "$OUT" "$COMMIT" "${DEVICE:-unknown}" "$CMDLINE" "$NCCL" "$NCCL_VERSION" "${FAILED[@]+"${FAILED[@]}"}" <<'EOF'
 import datetime, glob, json, os, re, sys
