@@ -22,8 +22,7 @@ MKLINE = re.compile(r"^\S*?:(\d+):\d+ \[[^\]]*\] mkernel INFO (.*)$")
 SPLIT = re.compile(r"(\w+) rank (\d+) M=(\d+) N=(\d+) K=(\d+) fused: compute=(\d+) comm=(\d+) "
                    r"\(([^)]*)\)")
 FALLBACK = "no fused kernel for this layout"
-# Not emitted by the library today (the split query's tFusedUs / tSequentialUs stay inside);
-# recognised if a later version logs "predicted fused X us sequential Y us".
+# The fused kernel's launch logs the cost model's verdict times after the split (fused_launch.cu).
 MODEL = re.compile(r"predicted fused ([\d.]+) us,? sequential ([\d.]+) us")
 RATES = "fused cost model: measured rates"
 

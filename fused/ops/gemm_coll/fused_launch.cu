@@ -164,8 +164,13 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   g.hooks.wait = f.c.w;
   g.smBudget = split.of(Role::kCompute);
   NCCLCHECKGOTO(gemm::buildParams(g, &p.g, &gridUnused), res, out);
-  MK_INFO(kFused, "%s rank %d M=%zu N=%zu K=%zu fused: compute=%d comm=%d (%s)", gemmCollName(c.op),
-          p.me, c.M, c.N, c.K, split.of(Role::kCompute), split.of(Role::kIntraComm), choice.source);
+  // The model's times are those of the fuse/sequential verdict (fused/core/cost_model.h);
+  // the split above may have been rebalanced with the measured per-CTA rate.
+  MK_INFO(kFused,
+          "%s rank %d M=%zu N=%zu K=%zu fused: compute=%d comm=%d (%s); predicted fused %.1f us "
+          "sequential %.1f us",
+          gemmCollName(c.op), p.me, c.M, c.N, c.K, split.of(Role::kCompute),
+          split.of(Role::kIntraComm), choice.source, choice.tFusedUs, choice.tSequentialUs);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
     res = c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, c.stream)
