@@ -39,7 +39,8 @@ struct GemmHooks {
   bool rowReadyIsPeer = false;  // flag f is written for rank f (a timeout then names it)
 
   // (2) Epilogue publishes each finished tile (once the next tile's main loop is done, or at
-  //     the end), so the consumers do not stall on their stores: the tile's stores complete
+  //     the end; rowReady flags must therefore not depend on tileDone flags), so the
+  //     consumers do not stall on their stores: the tile's stores complete
   //     (cp.async.bulk.wait_group 0), then tileDone[mBlk * tilesN + nBlk] = tileDoneValue
   //     with st.release.gpu (or .sys).
   uint64_t* tileDone = nullptr;
@@ -85,8 +86,8 @@ struct GemmArgs {
   int32_t groupM = 0;
   // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
   // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles
-  // are left unwritten): a fused operator then moves any row block of a tile with one bulk
-  // copy. Needs beta == 0 and a 16-byte aligned D.
+  // hold unspecified values): a fused operator then moves any row block of a tile with one
+  // bulk copy. Needs beta == 0 and a 16-byte aligned D.
   bool dTiled = false;
   GemmHooks hooks;
 };

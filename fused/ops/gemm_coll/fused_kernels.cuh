@@ -149,8 +149,10 @@ struct GcVec {
 // (AllReduce) or to the shard owners (ReduceScatter; the tensor bounds clip the rows of other
 // shards). Each rank publishes the tensor map of its C in its clique slot. Register copies held
 // a comm CTA at ~12 GB/s and per-row bulk copies (512-byte operations) at ~9 GB/s on the H200
-// (8192x8192x1024 AllReduce, 4 ranks sharing the GPU). Two chunk buffers: the loads of chunk
-// i+1 fly while chunk i is summed.
+// (8192x8192x1024 AllReduce, 4 ranks sharing the GPU); so does this path (12-17 GB/s), which
+// is the per-SM rate of the stand-alone collective too. A ring of S stages: the loads of
+// chunks i+1 .. i+S-1 fly while chunk i is summed (a chunk that starts a tile first waits for
+// that tile's flags, which can hold back the sum of chunks already landed).
 
 // Shared memory of the reduce role: kGcReduceHead bytes of mbarriers (one per stage) and the
 // C map staging, then a ring of `stages` stages, each R rows of every rank's partial tile and
@@ -351,13 +353,17 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
       ptx::fenceTensormapAcquire(&p.q->slot[q].cmap);
     }
   }
-  __syncthreads();
-  if (!ok) return;
+  // Every decision below that thread 0 alone can make is taken collectively, through the
+  // barrier's own reduction (__syncthreads_and of thread 0's verdict): a shared flag read after
+  // a barrier could already hold thread 0's next verdict, leaving threads with different
+  // control flow (different barrier counts) on an error path.
   const bool t0 = threadIdx.x == 0;
+  if (!__syncthreads_and(t0 ? ok : 1)) return;
   // Chunk j lives in stage j % S (mbarrier phase (j / S) & 1).
   GcChunkIt cur, ahead;  // the chunk summed, the last chunk loaded
   int32_t loaded = 0;    // chunks whose loads were issued
-  bool more = true;      // false past the last chunk or after a failed wait (error recorded)
+  bool more = true;      // false past the last chunk or after a failed wait
+  bool failed = false;   // a wait failed (error recorded): finish what is in flight, no flags
   // Issues the next chunk's loads into its stage (whose previous chunk has been summed).
   auto loadNext = [&]() {
     if (!more) return;
@@ -366,12 +372,16 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
       more = false;
       return;
     }
-    if (t0 &&
-        !gcLoadChunk<T>(p, ahead, parts, stages + (loaded % S) * stageBytes, &bar[loaded % S], seq))
-      ok = 0;
-    __syncthreads();
-    more = ok != 0;
-    if (more) ++loaded;
+    int got = 1;
+    if (t0)
+      got = gcLoadChunk<T>(p, ahead, parts, stages + (loaded % S) * stageBytes, &bar[loaded % S],
+                           seq);
+    more = __syncthreads_and(t0 ? got : 1) != 0;
+    if (more) {
+      ++loaded;
+    } else {
+      failed = true;
+    }
   };
   for (int s = 0; s < S - 1; ++s) loadNext();
   cur.next(p, idx, nIdx);
@@ -402,7 +412,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   }
   __threadfence_system();
   __syncthreads();
-  if (!ok) return;
+  if (failed) return;
   // tileFinal on every rank for each tile this CTA reduced.
   GcChunkIt t;
   while (t.nextTile(p, idx, nIdx)) {
@@ -411,14 +421,12 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   }
   // This rank's C is complete, and its partials unread, once every tile's owner finished.
   const int32_t numTiles = p.g.tilesM * p.g.tilesN;
-  for (int32_t id = idx; id < numTiles; id += nIdx) {
-    if (threadIdx.x == 0 && ok) {
-      const int32_t owner = gcOwner(p, id / p.g.tilesN, id % p.g.tilesN);
-      if (!rt::waitGe(p.w, gcFinal(p, p.me) + id, seq,
-                      rt::ErrSite{p.w.op, owner, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
-                      rt::kScopeSys))
-        ok = 0;
-    }
+  for (int32_t id = idx; id < numTiles && t0; id += nIdx) {
+    const int32_t owner = gcOwner(p, id / p.g.tilesN, id % p.g.tilesN);
+    if (!rt::waitGe(p.w, gcFinal(p, p.me) + id, seq,
+                    rt::ErrSite{p.w.op, owner, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
+                    rt::kScopeSys))
+      break;
   }
   __syncthreads();
 }
