@@ -151,7 +151,7 @@ ncclResult_t collFini(ncclComm* comm) {
   CollState* cs = comm->coll;
   if (cs == nullptr) return ncclSuccess;
   DeviceGuard dg;
-  (void)dg.set(comm->cudaDev);  // best effort: the teardown goes on regardless
+  (void)dg.set(comm->cudaDev);     // best effort: the teardown goes on regardless
   rdvLeave(cs->rdv, cs->rdvSlot);  // threads waiting for this rank fail at once
   if (cs->haveDone && !cs->stuck && cudaEventQuery(cs->doneEvent) != cudaSuccess) {
     cudaGetLastError();
