@@ -124,3 +124,46 @@ bench_commit() { # repo
 bench_device() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES%%,*}" 2>/dev/null | head -1
 }
+
+# run_logged <name> <label> <json> <log> <seconds left> <kill after s> <failure grep> <cmd...>
+# One driver run of a benchmark script: prints the command under DRY=1; skips (and records in
+# FAILED) when under 30 s of the budget is left; otherwise runs it with its output in <log>
+# and, on failure, records the log lines matching <failure grep> in FAILED. Returns its rc;
+# RAN_LOGGED is 1 when the command did run.
+run_logged() {
+  local name=$1 label=$2 json=$3 log=$4 left=$5 kill=$6 pat=$7
+  shift 7
+  # shellcheck disable=SC2034  # read by the caller
+  RAN_LOGGED=0
+  if [[ $DRY == 1 ]]; then
+    printf '%q ' "$@"
+    echo
+    return 0
+  fi
+  if ((left < 30)); then
+    say "SKIP $name ($label): only ${left}s of the ${BUDGET}s budget left"
+    FAILED+=("$name: skipped, budget exhausted")
+    return 1
+  fi
+  rm -f "$json"
+  say "run $name: $label"
+  printf '%q ' "$@" >"$log"
+  echo >>"$log"
+  local t=$SECONDS
+  # shellcheck disable=SC2034  # read by the caller
+  RAN_LOGGED=1
+  "$@" >>"$log" 2>&1
+  local rc=$?
+  say "  $name: rc=$rc in $((SECONDS - t))s (log $log)"
+  if [[ $rc != 0 ]]; then
+    local why
+    why=$(grep -E "$pat" "$log" | head -n 6)
+    [[ $rc == 124 || $rc == 137 ]] && why="killed after ${kill}s (timeout)
+$why"
+    say "  FAILED $name:"
+    # shellcheck disable=SC2001  # indent every line
+    echo "$why" | sed 's/^/      /' >&2
+    FAILED+=("$name: rc=$rc: $(echo "$why" | head -n 1)")
+  fi
+  return $rc
+}

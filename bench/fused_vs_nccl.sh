@@ -93,37 +93,11 @@ run() {
   fi
   # No new shape after `mine` s; the ranks give up 90 s later (one shape of the full list takes
   # well under a minute), the process is killed 30 s after that.
-  args+=(--budget-s "$((mine > 40 ? mine - 30 : 10))" --timeout-s "$((mine + 60))")
+  local stop=$((mine > 40 ? mine - 30 : 10))
+  args+=(--budget-s "$stop" --timeout-s "$((mine + 60))")
   local cmd=(env "${CLEAN[@]}" "${envs[@]}" timeout -k 5 "$((mine + 100))" "$DRIVER" "${args[@]}")
-  if [[ $DRY == 1 ]]; then
-    printf '%q ' "${cmd[@]}"
-    echo
-    return 0
-  fi
-  if ((left < 30)); then
-    say "SKIP $name ($label): only ${left}s of the ${BUDGET}s budget left"
-    FAILED+=("$name: skipped, budget exhausted")
-    return 1
-  fi
-  rm -f "$json"
-  say "run $name: $label (no new shape after $((mine > 40 ? mine - 30 : 10))s)"
-  printf '%q ' "${cmd[@]}" >"$log"
-  echo >>"$log"
-  local t=$SECONDS
-  "${cmd[@]}" >>"$log" 2>&1
-  local rc=$?
-  say "  $name: rc=$rc in $((SECONDS - t))s (log $log)"
-  if [[ $rc != 0 ]]; then
-    local why
-    why=$(grep -E "fused_procs_bench: rank|fused_procs_bench: [0-9]+ elements|NCCL WARN|mkernel WARN|error" "$log" | head -n 6)
-    [[ $rc == 124 || $rc == 137 ]] && why="killed after $((mine + 100))s (timeout)
-$why"
-    say "  FAILED $name:"
-    # shellcheck disable=SC2001  # indent every line
-    echo "$why" | sed 's/^/      /' >&2
-    FAILED+=("$name: rc=$rc: $(echo "$why" | head -n 1)")
-  fi
-  return $rc
+  run_logged "$name" "$label (no new shape after ${stop}s)" "$json" "$log" "$left" \
+    "$((mine + 100))" 'fused_procs_bench: rank|fused_procs_bench: [0-9]+ elements|NCCL WARN|mkernel WARN|error' "${cmd[@]}"
 }
 
 [[ $DRY == 1 ]] && {

@@ -147,35 +147,10 @@ run() {
   ((tmo > 240)) && tmo=240
   args+=(--timeout-s "$((tmo > 30 ? tmo - 20 : 10))")
   local cmd=(env "${CLEAN[@]}" "${envs[@]}" timeout -k 5 "$tmo" "$DRIVER" "${args[@]}")
-  if [[ $DRY == 1 ]]; then
-    printf '%q ' "${cmd[@]}"
-    echo
-    return 0
-  fi
-  if ((left < 30)); then
-    say "SKIP $name ($label): only ${left}s of the ${BUDGET}s budget left"
-    FAILED+=("$name: skipped, budget exhausted")
-    return 1
-  fi
-  rm -f "$json"
-  say "run $name: $label"
-  printf '%q ' "${cmd[@]}" >"$log"
-  echo >>"$log"
-  local t=$SECONDS
-  "${cmd[@]}" >>"$log" 2>&1
-  local rc=$?
-  say "  $name: rc=$rc in $((SECONDS - t))s (log $log)"
-  if [[ $rc != 0 ]]; then
-    local why
-    why=$(grep -E "net_procs_bench:|NCCL WARN|MK WARN|\[mkernel\].*WARN|error" "$log" | head -n 6)
-    [[ $rc == 124 || $rc == 137 ]] && why="killed after ${tmo}s (timeout)
-$why"
-    say "  FAILED $name:"
-    # shellcheck disable=SC2001  # indent every line
-    echo "$why" | sed 's/^/      /' >&2
-    FAILED+=("$name: rc=$rc: $(echo "$why" | head -n 1)")
-  fi
-  RUNS+=("$name")
+  local rc=0
+  run_logged "$name" "$label" "$json" "$log" "$left" "$tmo" \
+    'net_procs_bench:|NCCL WARN|MK WARN|\[mkernel\].*WARN|error' "${cmd[@]}" || rc=$?
+  ((RAN_LOGGED)) && RUNS+=("$name")
   return $rc
 }
 
