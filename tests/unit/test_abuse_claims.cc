@@ -21,56 +21,20 @@
 #include "bootstrap/root.h"
 #include "bootstrap/unique_id.h"
 #include "common/test_util.h"
+#include "unit/bootstrap_raw.h"
 
 using namespace mk;
+using bstest::closedWithin;
+using bstest::Hello;
+using bstest::rawSend;
+using bstest::validHello;
 using mktest::ScopedEnv;
 
 namespace {
 
-struct Hello {
-  RootHello h;
-  SocketWireAddress a;
-};
-
-Hello helloFor(uint64_t secret, int rank, int nranks) {
-  Hello m;
-  memset(&m, 0, sizeof(m));
-  m.h.magic = kBootstrapIdMagic;
-  m.h.version = kBootstrapProtocolVersion;
-  m.h.type = kRootHello;
-  m.h.secret = secret;
-  m.h.rank = rank;
-  m.h.nranks = nranks;
-  m.h.nIds = 1;
-  m.h.rootIdx = 0;
-  m.h.payloadBytes = sizeof(SocketWireAddress);
-  SocketAddress a;
-  socketAddressFromString("127.0.0.1:9", &a);
-  socketAddressToWire(&a, &m.a);
-  return m;
-}
-
+// A connection that has sent hello h to the root.
 Socket sendHello(const SocketAddress& to, const Hello& h) {
-  Socket s;
-  socketInit(&s, nullptr, 3000);
-  EXPECT_EQ(socketConnect(&s, &to), ncclSuccess);
-  EXPECT_EQ(socketSend(&s, &h, sizeof(h)), ncclSuccess);
-  return s;
-}
-
-// True when the other side closes (EOF or reset) within ms.
-bool closedWithin(Socket* s, int ms) {
-  int64_t deadline = socketClockMs() + ms;
-  for (;;) {
-    pollfd p{s->fd, POLLIN, 0};
-    int64_t left = deadline - socketClockMs();
-    if (left <= 0) return false;
-    if (poll(&p, 1, (int)left) > 0) {
-      char c[64];
-      ssize_t r = recv(s->fd, c, sizeof(c), MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN)) return true;
-    }
-  }
+  return rawSend(to, &h, sizeof(h));
 }
 
 // Bytes of heap in use, mmapped blocks included (the old root's tables were mmapped).
@@ -106,8 +70,8 @@ TEST(AbuseClaims, HugeNranksClaimCostsNothingAndRealRanksComplete) {
   ASSERT_EQ(bootstrapIdDecode(&id, &d), ncclSuccess);
   const int64_t before = heapBytes();
   // The fake arrives first, before anyone has told the root what to expect.
-  Socket fake = sendHello(d.root, helloFor(d.secret, 5, kBootstrapMaxRanks));
-  Socket fake2 = sendHello(d.root, helloFor(d.secret, 0, kBootstrapMaxRanks - 1));
+  Socket fake = sendHello(d.root, validHello(d.secret, 5, kBootstrapMaxRanks));
+  Socket fake2 = sendHello(d.root, validHello(d.secret, 0, kBootstrapMaxRanks - 1));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the root has read them
   const int64_t grown = heapBytes() - before;
   printf("[claims] heap growth after two hellos claiming ~2^22 ranks: %lld bytes\n",
@@ -134,7 +98,7 @@ TEST(AbuseClaims, CreatorsExpectationRefusesOtherClaims) {
   std::thread r0([&] { ok0 = runRanks(id, 0, 1, n); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   for (int claim : {kBootstrapMaxRanks, n + 1, n - 1}) {
-    Socket fake = sendHello(d.root, helloFor(d.secret, 1, claim));
+    Socket fake = sendHello(d.root, validHello(d.secret, 1, claim));
     EXPECT_TRUE(closedWithin(&fake, 1000)) << "a claim of " << claim << " ranks was kept";
     socketClose(&fake);
   }
@@ -162,7 +126,7 @@ TEST(AbuseClaims, CommIdRootKnowsNranksFromTheStart) {
   std::atomic<int> ok0{-1};
   std::thread r0([&] { ok0 = runRanks(id, 0, 1, n); });  // starts the root
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  Socket fake = sendHello(d.root, helloFor(d.secret, 1, kBootstrapMaxRanks));
+  Socket fake = sendHello(d.root, validHello(d.secret, 1, kBootstrapMaxRanks));
   EXPECT_TRUE(closedWithin(&fake, 1000));
   socketClose(&fake);
   EXPECT_EQ(runRanks(id, 1, 1, n), 1);
