@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/test_proc_util.h"
 #include "common/test_util.h"
 #include "base/param.h"
 #include "gpu/test_coll_util.h"
@@ -17,10 +18,9 @@ using namespace colltest;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using gputest::Clock;
+using gputest::since;
+using gputest::streamCompleted;
 
 struct Pair {
   ncclComm_t comms[2] = {nullptr, nullptr};
@@ -39,17 +39,6 @@ struct Pair {
       if (s) cudaStreamDestroy(s);
   }
 };
-
-// Waits for a stream with a bound; true when it completed without error.
-bool streamDone(cudaStream_t s, double timeoutS) {
-  auto t0 = Clock::now();
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotReady || since(t0) > timeoutS) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 // Sets an environment parameter for the scope (and re-reads parameters).
 struct EnvScope {
@@ -85,7 +74,7 @@ void allReduceWorks() {
   ASSERT_EQ(ncclAllReduce(b1.base, b1.base, count, ncclFloat32, ncclSum, p.comms[1], p.streams[1]),
             ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
-  ASSERT_TRUE(streamDone(p.streams[0], 30) && streamDone(p.streams[1], 30));
+  ASSERT_TRUE(streamCompleted(p.streams[0], 30) && streamCompleted(p.streams[1], 30));
   mktest::syncMemcpy(h.data(), b1.base, count * 4, cudaMemcpyDeviceToHost);
   for (size_t i = 0; i < count; i++) ASSERT_EQ(h[i], 3.0f) << i;
 }
@@ -115,7 +104,7 @@ TEST(CollFault, AbortWhileWaitingForAbsentPeer) {
     p.comms[0] = nullptr;
     EXPECT_EQ(res, ncclSuccess);
     EXPECT_LT(took, 5.0) << "ncclCommAbort must return promptly";
-    EXPECT_TRUE(streamDone(p.streams[0], 5)) << "the kernel must leave after the abort";
+    EXPECT_TRUE(streamCompleted(p.streams[0], 5)) << "the kernel must leave after the abort";
     EXPECT_EQ(ncclCommAbort(p.comms[1]), ncclSuccess);
     p.comms[1] = nullptr;
   }
@@ -156,7 +145,7 @@ TEST(CollFault, TimeoutNamesThePeer) {
     EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
     EXPECT_NE(msg.find(k.opName), std::string::npos) << msg;
     EXPECT_NE(msg.find("timed out"), std::string::npos) << msg;
-    EXPECT_TRUE(streamDone(p.streams[0], 5)) << "the kernel must leave after the timeout";
+    EXPECT_TRUE(streamCompleted(p.streams[0], 5)) << "the kernel must leave after the timeout";
     // The comm is unusable now: later calls report the error instead of hanging.
     EXPECT_NE(
         ncclAllReduce(buf.base, buf.base, count, ncclFloat32, ncclSum, p.comms[0], p.streams[0]),

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/test_proc_util.h"
 #include "fused/core/cost_model.h"
 #include "fused/ops/example/example.h"
 #include "test_gemm_util.cuh"
@@ -20,10 +21,9 @@ namespace ex = mk::fused::example;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using gputest::Clock;
+using gputest::since;
+using gputest::streamCompleted;
 
 #define REQUIRE_SM90() GEMMTEST_REQUIRE_SM90()
 
@@ -45,16 +45,6 @@ struct Ranks {
       if (s) cudaStreamDestroy(s);
   }
 };
-
-bool streamDone(cudaStream_t s, double timeoutS) {
-  auto t0 = Clock::now();
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotReady || since(t0) > timeoutS) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 // One rank's buffers: its GEMM problem, the received tiles, the operator's flags.
 struct RankBufs {
@@ -130,7 +120,7 @@ TEST(FusedExample, RingOverTheNodeOnAComm) {
           });
         for (auto& t : th) t.join();
         for (int i = 0; i < n; ++i) ASSERT_EQ(res[i], ncclSuccess) << "rank " << i;
-        for (int i = 0; i < n; ++i) ASSERT_TRUE(streamDone(r.streams[i], 60)) << "rank " << i;
+        for (int i = 0; i < n; ++i) ASSERT_TRUE(streamCompleted(r.streams[i], 60)) << "rank " << i;
         for (int i = 0; i < n; ++i) {
           ncclResult_t async = ncclInternalError;
           ASSERT_EQ(ncclCommGetAsyncError(r.comms[i], &async), ncclSuccess);
@@ -178,7 +168,7 @@ TEST(FusedExample, AbortStopsAWaitingKernel) {
     stopper.join();
     EXPECT_EQ(res, ncclSuccess);
     EXPECT_LT(took, 5.0);
-    EXPECT_TRUE(streamDone(r.streams[0], 5)) << "the kernel must leave after the abort";
+    EXPECT_TRUE(streamCompleted(r.streams[0], 5)) << "the kernel must leave after the abort";
     if (revoke) {
       ncclResult_t async = ncclSuccess;
       ASSERT_EQ(ncclCommGetAsyncError(r.comms[0], &async), ncclSuccess);
@@ -202,7 +192,7 @@ TEST(FusedExample, AbortStopsAWaitingKernel) {
   b.p.reference();
   GT_CUDA(cudaDeviceSynchronize());
   ASSERT_EQ(ex::launch(b.args(2), r.comms[0], r.streams[0]), ncclSuccess);
-  ASSERT_TRUE(streamDone(r.streams[0], 30));
+  ASSERT_TRUE(streamCompleted(r.streams[0], 30));
   EXPECT_EQ(b.p.check(), "");
   EXPECT_EQ(b.p.check(b.recv), "");
 }
@@ -232,7 +222,7 @@ TEST(FusedExample, TimeoutNamesPeerAndOp) {
   EXPECT_NE(msg.find("fused example"), std::string::npos) << msg;
   EXPECT_NE(msg.find("timed out"), std::string::npos) << msg;
   EXPECT_NE(msg.find("MKERNEL_TIMEOUT_MS=1000"), std::string::npos) << msg;
-  EXPECT_TRUE(streamDone(r.streams[0], 5)) << "the kernel must leave after the timeout";
+  EXPECT_TRUE(streamCompleted(r.streams[0], 5)) << "the kernel must leave after the timeout";
   EXPECT_NE(ex::launch(b.args(2), r.comms[0], r.streams[0]), ncclSuccess)
       << "a failed comm refuses new operations";
 }

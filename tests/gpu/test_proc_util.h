@@ -1,7 +1,8 @@
 // Helpers of the GPU tests that run ranks as processes (this binary re-spawned, one rank per
 // child: test_coll_procs.cc, test_coll_hier_kill.cc, test_fused_matrix_procs.cu) and of the
-// fused matrix tests that time their waits.
+// tests that time their waits (fused matrix, fault and abort tests).
 #pragma once
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -18,6 +19,18 @@ using Clock = std::chrono::steady_clock;
 inline double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+// Polls a stream with a bound: true when its work completed without error, false on an error
+// or when timeoutS passes first.
+inline bool streamCompleted(cudaStream_t s, double timeoutS) {
+  const auto t0 = Clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady || since(t0) > timeoutS) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // steady_clock is CLOCK_MONOTONIC on Linux: one clock for every process of the machine, so
 // times taken in different processes (a victim's kill, a survivor's error) compare.
 inline int64_t monoNs() {
