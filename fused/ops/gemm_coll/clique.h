@@ -3,6 +3,7 @@
 // device-resident call counters, and the tile flag arrays. Ranks of one process share an
 // address space, so a peer's kernel reads these pointers directly.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cuda.h>
 #include <nccl.h>
@@ -15,14 +16,16 @@ namespace fused {
 constexpr int kGcMaxLocal = 32;
 constexpr int kGcMaxTiles = 16384;  // tiles of 128x256: e.g. M = 32768 with N = 16384
 
-struct alignas(128) GcSlot {
+struct GcSlot {
   uint64_t seq;   // released (system scope) after the fields below are written
   const void* A;  // AllGather: the rank's shard
   void* C;        // the rank's output
   const void* P;  // the rank's partials (output type, tile by tile)
-  uint64_t pad[12];
-  CUtensorMap cmap;  // the rank's C (AllReduce/ReduceScatter), published by its kernel
+  // The rank's C (AllReduce/ReduceScatter), published by its kernel; 128-byte aligned for
+  // tensormap.cp_fenceproxy.
+  alignas(128) CUtensorMap cmap;
 };
+static_assert(sizeof(GcSlot) == 256 && offsetof(GcSlot, cmap) == 128, "GcSlot layout");
 
 struct GcClique {
   GcSlot slot[kGcMaxLocal];
