@@ -6,7 +6,9 @@
 // best are reported. Writes JSON (command, commit, device, date) and prints a table.
 //
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
-//                    [--out bench/results/gemm.json] [--commit SHA]
+//                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
+// --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
+// 1 = deep load ring, 2 = wide epilogue staging), interleaved with the rest.
 #include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -85,6 +87,7 @@ std::string nowIso() {
 int main(int argc, char** argv) {
   int reps = 40;
   bool kn = false;
+  bool pipes = false;
   std::string out = "", commit = "unknown";
   std::vector<Shape> shapes = {{8192, 8192, 8192},  {4096, 4096, 4096},  {16384, 8192, 8192},
                                {8192, 28672, 8192}, {8192, 8192, 28672}, {2048, 8192, 8192},
@@ -99,6 +102,8 @@ int main(int argc, char** argv) {
       kn = std::string(argv[++i]) == "kn", cmd += std::string(" ") + argv[i];
     else if (a == "--out" && i + 1 < argc)
       out = argv[++i], cmd += std::string(" ") + argv[i];
+    else if (a == "--pipelines")
+      pipes = true;
     else if (a == "--commit" && i + 1 < argc)
       commit = argv[++i], cmd += std::string(" ") + argv[i];
     else if (a == "--shapes" && i + 1 < argc) {
@@ -137,7 +142,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     Shape s;
-    double eng, eng16, h0, best, maxdiff;
+    double eng, eng16, h0, best, maxdiff, deep, wide;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -184,7 +189,7 @@ int main(int argc, char** argv) {
       CKB(cublasLtMatmul(lt, op, &one, B[s], la, A[s], lb, &zero, dst, lc, dst, lc,
                          &heur[algo].algo, ws, wsBytes, stream));
     };
-    auto runEngine = [&](int budget, void* dst) {
+    auto runEngine = [&](int budget, void* dst, int pipeline = 0) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -195,6 +200,7 @@ int main(int argc, char** argv) {
       g.bLayout = kn ? mk::gemm::BLayout::kKN : mk::gemm::BLayout::kNK;
       g.D = dst;
       g.smBudget = budget;
+      g.pipeline = pipeline;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -236,12 +242,16 @@ int main(int argc, char** argv) {
       runEngine(0, D);
       runCublas(0, Dref);
     }
-    std::vector<float> tE, tE16, tH0, tBest;
+    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
       tE16.push_back(timeOne([&] { runEngine(sms - 16, D); }));
       if (bestAlgo != 0) tBest.push_back(timeOne([&] { runCublas(bestAlgo, Dref); }));
+      if (pipes) {
+        tDeep.push_back(timeOne([&] { runEngine(0, D, 1); }));
+        tWide.push_back(timeOne([&] { runEngine(0, D, 2); }));
+      }
     }
     const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
@@ -252,6 +262,8 @@ int main(int argc, char** argv) {
     row.h0 = tf(median(tH0));
     row.best = bestAlgo != 0 ? std::max(row.h0, tf(median(tBest))) : row.h0;
     row.maxdiff = hmax;
+    row.deep = tf(median(tDeep));
+    row.wide = tf(median(tWide));
     row.nAlgos = nAlgos;
     rows.push_back(row);
     printf(
@@ -259,6 +271,9 @@ int main(int argc, char** argv) {
         "(of %d)  ratio %.3f  maxreldiff %.2e  sets %d\n",
         sh.M, sh.N, sh.K, row.eng, sms - 16, row.eng16, row.h0, row.best, nAlgos,
         row.eng / row.best, hmax, sets);
+    if (pipes)
+      printf("  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)\n",
+             sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best);
     fflush(stdout);
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
@@ -319,9 +334,10 @@ int main(int argc, char** argv) {
             "    {\"M\": %d, \"N\": %d, \"K\": %d, \"engine_tflops\": %.2f, "
             "\"engine_sms_minus_16_tflops\": %.2f, \"cublas_h0_tflops\": %.2f, "
             "\"cublas_best_tflops\": %.2f, \"cublas_candidates\": %d, \"ratio\": %.4f, "
-            "\"max_rel_diff_vs_cublas\": %.3e}%s\n",
+            "\"max_rel_diff_vs_cublas\": %.3e, \"engine_deep_tflops\": %.2f, "
+            "\"engine_wide_tflops\": %.2f}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            i + 1 < rows.size() ? "," : "");
+            r.deep, r.wide, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

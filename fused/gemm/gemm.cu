@@ -203,6 +203,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
+  if (a.pipeline < 0 || a.pipeline > 2)
+    return fail(why, "pipeline=%lld must be 0 (automatic), 1 (deep) or 2 (wide)", a.pipeline);
+  if (a.pipeline == 2 && a.dType == DType::kF32)
+    return fail(why, "pipeline 2 (wide epilogue staging) needs a 16-bit output type");
   if (a.hooks.rowReady != nullptr && a.hooks.rowsPerFlag <= 0)
     return fail(why, "hooks.rowsPerFlag=%lld must be positive", a.hooks.rowsPerFlag);
   return true;
@@ -251,6 +255,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.tilesN = tilesN(a);
   p.kTiles = (a.K + kTileK - 1) / kTileK;
   p.groupM = a.groupM > 0 ? a.groupM : 8;
+  p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;

@@ -84,6 +84,10 @@ struct GemmArgs {
   int32_t smBudget = 0;
   // Row blocks per raster group (L2 reuse): 0 = automatic.
   int32_t groupM = 0;
+  // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (the wide
+  // epilogue for 16-bit outputs with K <= kWideMaxK), 1 = deep load ring, 2 = wide epilogue
+  // staging (16-bit outputs only). Fused operators' compute roles always run the deep ring.
+  int32_t pipeline = 0;
   // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
   // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles
   // hold unspecified values): a fused operator then moves any row block of a tile with one
@@ -96,6 +100,8 @@ struct GemmArgs {
 constexpr int kTileM = 128;
 constexpr int kTileN = 256;
 constexpr int kTileK = 64;
+// Largest K for which pipeline 0 picks the wide epilogue staging.
+constexpr int kWideMaxK = 4096;
 
 inline int32_t tilesM(const GemmArgs& a) {
   return (a.M + kTileM - 1) / kTileM;

@@ -2,10 +2,10 @@
 // units and by fused operators, which call gemmCta() from their compute role.
 //
 // One CTA = 3 warpgroups: WG0 is the producer (one thread issues every TMA load into a
-// kStages ring of 48 KB stages, completed on `full` mbarriers), WG1/WG2 are consumers
+// Pipe::kStages ring of 48 KB stages, completed on `full` mbarriers), WG1/WG2 are consumers
 // (each owns 64 rows of the 128x256 tile, wgmma m64n256k16 into 128 fp32 registers per
 // thread, releases stages on `empty` mbarriers) and run the epilogue: registers ->
-// 128B-swizzled staging -> TMA store, double-buffered per WG. The CTA walks tiles
+// 128B-swizzled staging -> TMA store, through Pipe::kStoreBufs boxes per WG. The CTA walks tiles
 // cta, cta + nCtas, ... of the schedule; producer and consumers walk the same list, so the
 // producer's loads of the next tile overlap the consumers' epilogue of this one.
 #pragma once
@@ -19,14 +19,20 @@
 namespace mk {
 namespace gemm {
 
-template <DType kIn, DType kOut, BLayout kB>
+template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe>
 struct Traits {
+  using Pipe = PipeT;
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr int kOutBytes = kOut == DType::kF32 ? 4 : 2;
   static constexpr int kBoxCols = 128 / kOutBytes;  // one 128-byte swizzle row per box row
   static constexpr int kChunks = kTileN / kBoxCols;
   static constexpr DType kOutType = kOut;
+  // Chunks written between two barriers of the epilogue: all of them when the staging holds
+  // a whole half-tile (the previous tile's stores are long done reading it), else one.
+  static constexpr int kGroup = Pipe::kStoreBufs >= kChunks ? kChunks : 1;
+  static_assert(Pipe::kStoreBufs >= 2 * kGroup || kGroup == kChunks,
+                "partial staging must hold two groups (double buffering)");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -85,7 +91,8 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
 }
 
 template <class Tr>
-__device__ __forceinline__ void gemmProducer(const GemmParams& p, const SmemLayout& sm, int32_t cta,
+__device__ __forceinline__ void gemmProducer(const GemmParams& p,
+                                             const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, volatile uint32_t* stageAbort) {
   const int32_t numTiles = p.tilesM * p.tilesN;
   int32_t stage = 0;
@@ -116,7 +123,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p, const SmemLayo
         // Aborting: complete the phase without data so consumers drain this tile and stop.
         ptx::mbarArrive(&sm.full[stage]);
       }
-      if (++stage == kStages) {
+      if (++stage == Tr::Pipe::kStages) {
         stage = 0;
         phase ^= 1;
       }
@@ -128,46 +135,53 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p, const SmemLayo
 // ---- consumer: main loop + epilogue ---------------------------------------------------------
 
 template <class Tr>
-__device__ __forceinline__ void epilogueTma(const GemmParams& p, const SmemLayout& sm,
+__device__ __forceinline__ void epilogueTma(const GemmParams& p,
+                                            const SmemLayout<typename Tr::Pipe>& sm,
                                             float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
                                             uint32_t& nStores) {
-  constexpr int kEC = Tr::kBoxCols;
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  uint8_t* stg = sm.staging + wg * 2 * kStoreBoxBytes;
+  uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
   const int32_t rowBase = m0 + 64 * wg;
   if (rowBase >= p.M) return;  // the whole half-tile is past M (uniform over the WG)
   const bool useBeta = p.beta != 0.0f;
 #pragma unroll
-  for (int c = 0; c < Tr::kChunks; ++c) {
-    if (n0 + c * kEC >= p.N) break;  // uniform: later chunks are past N too
-    // Buffers alternate per store issued (not per chunk: a tile clipped at N issues an odd
-    // number), so the store that last read this buffer is always the second most recent.
-    uint8_t* buf = stg + (nStores & 1) * kStoreBoxBytes;
-    ++nStores;
-    if (tid == 0) ptx::bulkWaitRead<1>();
+  for (int c0 = 0; c0 < Tr::kChunks; c0 += kGroup) {
+    if (n0 + c0 * kEC >= p.N) break;  // uniform: later chunks are past N too
+    const int valid = min(kGroup, (p.N - n0 - c0 * kEC + kEC - 1) / kEC);
+    // Buffers rotate per store issued (not per chunk: a tile clipped at N issues fewer), one
+    // bulk group per store, so the stores that last read this group's buffers are all but
+    // the kBufs - kGroup most recent ones.
+    if (tid == 0) ptx::bulkWaitRead<kBufs - kGroup>();
     ptx::namedBarSync(1 + wg, 128);
 #pragma unroll
-    for (int j = 0; j < kEC / 8; ++j) {
-      const int ib = (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
+    for (int g = 0; g < kGroup; ++g) {
+      const int c = c0 + g;
+      if (g >= valid) break;
+      uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int32_t r = warp * 16 + (lane >> 2) + 8 * h;
-        const int32_t cc = 8 * j + 2 * (lane & 3);
-        float v0 = p.alpha * acc[ib + 2 * h], v1 = p.alpha * acc[ib + 2 * h + 1];
-        if (useBeta) {
-          const int32_t gm = rowBase + r, gn = n0 + c * kEC + cc;
-          if (gm < p.M) {
-            const int64_t idx = (int64_t)gm * p.ldc + gn;
-            if (gn < p.N) v0 += p.beta * loadOut<Tr::kOutType>(p.C, idx);
-            if (gn + 1 < p.N) v1 += p.beta * loadOut<Tr::kOutType>(p.C, idx + 1);
+      for (int j = 0; j < kEC / 8; ++j) {
+        const int ib = (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int32_t r = warp * 16 + (lane >> 2) + 8 * h;
+          const int32_t cc = 8 * j + 2 * (lane & 3);
+          float v0 = p.alpha * acc[ib + 2 * h], v1 = p.alpha * acc[ib + 2 * h + 1];
+          if (useBeta) {
+            const int32_t gm = rowBase + r, gn = n0 + c * kEC + cc;
+            if (gm < p.M) {
+              const int64_t idx = (int64_t)gm * p.ldc + gn;
+              if (gn < p.N) v0 += p.beta * loadOut<Tr::kOutType>(p.C, idx);
+              if (gn + 1 < p.N) v1 += p.beta * loadOut<Tr::kOutType>(p.C, idx + 1);
+            }
           }
-        }
-        const uint32_t byte = cc * Tr::kOutBytes;
-        uint8_t* dst = buf + r * 128 + ((((byte >> 4) ^ (r & 7))) << 4) + (byte & 15);
-        if constexpr (Tr::kOutBytes == 4) {
-          *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-        } else {
-          *reinterpret_cast<uint32_t*>(dst) = pack2<Tr::kOutType>(v0, v1);
+          const uint32_t byte = cc * Tr::kOutBytes;
+          uint8_t* dst = buf + r * 128 + ((((byte >> 4) ^ (r & 7))) << 4) + (byte & 15);
+          if constexpr (Tr::kOutBytes == 4) {
+            *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+          } else {
+            *reinterpret_cast<uint32_t*>(dst) = pack2<Tr::kOutType>(v0, v1);
+          }
         }
       }
     }
@@ -175,13 +189,18 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p, const SmemLayou
     ptx::fenceProxyAsyncShared();
     ptx::namedBarSync(1 + wg, 128);
     if (tid == 0) {
-      if (p.dTiled) {
-        ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
-      } else {
-        ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
+      for (int g = 0; g < valid; ++g) {
+        const int c = c0 + g;
+        uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
+        if (p.dTiled) {
+          ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
+        } else {
+          ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
+        }
+        ptx::bulkCommit();
       }
-      ptx::bulkCommit();
     }
+    nStores += valid;
   }
 }
 
@@ -221,7 +240,8 @@ __device__ __forceinline__ void publishTile(const GemmParams& p, int32_t id, int
 }
 
 template <class Tr>
-__device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayout& sm, int32_t cta,
+__device__ __forceinline__ void gemmConsumer(const GemmParams& p,
+                                             const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg,
                                              const volatile uint32_t* stageAbort) {
   const int32_t numTiles = p.tilesM * p.tilesN;
@@ -257,7 +277,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayo
       ptx::fenceAccumulators(acc);
       if (k > 0 && lane == 0) ptx::mbarArrive(&sm.empty[prev]);
       prev = stage;
-      if (++stage == kStages) {
+      if (++stage == Tr::Pipe::kStages) {
         stage = 0;
         phase ^= 1;
       }
@@ -282,15 +302,16 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p, const SmemLayo
   if (tid == 0) ptx::bulkWait<0>();
 }
 
-// One GEMM CTA: CTA `cta` of `nCtas` persistent CTAs. Needs kThreads threads, kSmemBytes of
+// One GEMM CTA: CTA `cta` of `nCtas` persistent CTAs. Needs kThreads threads, Pipe::kSmemBytes of
 // dynamic shared memory and a kernel declared __launch_bounds__(kThreads, 1) (setmaxnreg).
 template <class Tr>
 __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, int32_t cta,
                                         int32_t nCtas) {
-  SmemLayout sm(smemRaw);
-  uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + kStages);  // [kStages]
+  using Pipe = typename Tr::Pipe;
+  SmemLayout<Pipe> sm(smemRaw);
+  uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + Pipe::kStages);  // [kStages]
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < Pipe::kStages; ++s) {
       ptx::mbarInit(&sm.full[s], 1);
       ptx::mbarInit(&sm.empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
       stageAbort[s] = 0;

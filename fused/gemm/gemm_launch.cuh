@@ -15,16 +15,27 @@ __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant_
   gemmCta<Tr>(p, smem, blockIdx.x, gridDim.x);
 }
 
-template <DType kIn, DType kOut, BLayout kB>
-ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
-  using Tr = Traits<kIn, kOut, kB>;
+template <class Tr>
+ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = gemmKernel<Tr>;
   // Per-function attribute; cheap to set again, and no static state across devices.
-  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 Tr::Pipe::kSmemBytes));
   if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
   CUDACHECK(cudaGetLastError());
   return ncclSuccess;
+}
+
+template <DType kIn, DType kOut, BLayout kB>
+ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  if constexpr (kOut != DType::kF32) {
+    // preload() (grid 0) loads both pipelines: either may run later.
+    if (p.wide || grid <= 0)
+      NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, WidePipe>>(p, grid, stream)));
+    if (p.wide) return ncclSuccess;
+  }
+  return launchPipe<Traits<kIn, kOut, kB, DeepPipe>>(p, grid, stream);
 }
 
 #define MK_GEMM_INSTANTIATE(IN, OUT)                                                               \

@@ -22,6 +22,7 @@ struct GemmParams {
   int32_t groupM;
   int32_t useTmaStore;  // 0: direct st.global epilogue (D not 16-byte aligned)
   int32_t dTiled;       // tmD is the 4-D tile-by-tile view of D (GemmArgs::dTiled)
+  int32_t wide;         // run WidePipe (GemmArgs::pipeline, resolved by buildParams)
   void* D;
   int64_t ldd;
   const void* C;
@@ -36,24 +37,46 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* params, int32_t* grid
 
 // ---- configuration -----------------------------------------------------------------------
 
-constexpr int kStages = 4;
 constexpr int kConsumerWGs = 2;
 constexpr int kThreads = 128 * (1 + kConsumerWGs);
 constexpr int kStageBytesA = kTileM * kTileK * 2;  // 16 KB
 constexpr int kStageBytesB = kTileN * kTileK * 2;  // 32 KB
 constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-// Epilogue staging: per consumer WG two 64-row x 128-byte boxes (double-buffered TMA store).
+// Epilogue staging unit: one 64-row x 128-byte box (the TMA store's box).
 constexpr int kStoreBoxBytes = 64 * 128;
-constexpr int kStagingBytes = kConsumerWGs * 2 * kStoreBoxBytes;
 constexpr int kBarrierBytes = 256;
-// +1024: the dynamic smem base is only 16-byte aligned; SW128 tiles need 1024.
-constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
 constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in limit (227 KB)
-static_assert(kSmemBytes <= kMaxSmemPerBlock, "GEMM CTA exceeds the sm_90 shared-memory limit");
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
               "stage buffers must keep 1024-byte alignment for 128B swizzle");
-// full + empty mbarriers, then one abort word per stage (gemm_kernel.cuh)
-static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
+
+// How shared memory is split between the load ring and the epilogue's store staging. The two
+// compete for the same 227 KB, and which one matters depends on K:
+//  - DeepPipe: 4 load stages, 2 store boxes per consumer WG. With many k-steps per tile the
+//    deep ring keeps the tensor cores fed; the epilogue (once per long tile) may wait for its
+//    own box stores.
+//  - WidePipe: 3 load stages, a whole half-tile of boxes per consumer WG (16-bit outputs: 4).
+//    With few k-steps the epilogue is a large share of a tile, and with 2 boxes every third
+//    box waits for a TMA store issued just before to finish reading shared memory: measured
+//    0.70-0.81x cuBLAS at K = 512-1024 on the H200. With a box per chunk the epilogue writes
+//    all of them after one barrier and never waits for the stores of its own tile.
+template <int Stages, int StoreBufs>
+struct PipeCfg {
+  static constexpr int kStages = Stages;
+  static constexpr int kStoreBufs = StoreBufs;  // per consumer WG
+  static constexpr int kStagingBytes = kConsumerWGs * StoreBufs * kStoreBoxBytes;
+  // +1024: the dynamic smem base is only 16-byte aligned; SW128 tiles need 1024.
+  static constexpr int kSmemBytes = Stages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= kMaxSmemPerBlock, "GEMM CTA exceeds the sm_90 shared-memory limit");
+  // full + empty mbarriers, then one abort word per stage (gemm_kernel.cuh)
+  static_assert(2 * Stages * 8 + Stages * 4 <= kBarrierBytes, "barrier area too small");
+  static_assert(StoreBufs >= 2, "the epilogue double-buffers at least");
+};
+using DeepPipe = PipeCfg<4, 2>;
+using WidePipe = PipeCfg<3, 4>;
+// Shared memory a GEMM CTA is launched with, whichever pipeline it runs (fused kernels size
+// their CTAs with it).
+constexpr int kSmemBytes =
+    DeepPipe::kSmemBytes > WidePipe::kSmemBytes ? DeepPipe::kSmemBytes : WidePipe::kSmemBytes;
 
 // Register budgets (setmaxnreg): 384 threads start at 168; the three WGs must sum <= 504.
 constexpr int kProducerRegs = 40;
@@ -63,6 +86,7 @@ static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg need
 
 // Addresses are computed from the stage index rather than kept in arrays: a run-time index
 // into a register array would put it in local memory.
+template <class Pipe>
 struct SmemLayout {
   uint8_t* base;     // 1024-byte aligned
   uint8_t* staging;  // [wg][buf][64 rows][128 B]
@@ -70,9 +94,9 @@ struct SmemLayout {
   uint64_t* empty;
   __device__ explicit SmemLayout(uint8_t* raw) {
     base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-    staging = base + kStages * kStageBytes;
-    full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);
-    empty = full + kStages;
+    staging = base + Pipe::kStages * kStageBytes;
+    full = reinterpret_cast<uint64_t*>(staging + Pipe::kStagingBytes);
+    empty = full + Pipe::kStages;
   }
   __device__ uint8_t* a(int32_t s) const { return base + s * kStageBytes; }
   __device__ uint8_t* b(int32_t s) const { return base + s * kStageBytes + kStageBytesA; }

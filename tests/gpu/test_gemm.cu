@@ -3,6 +3,7 @@
 // dimensions, SM budgets and tile orders. Outputs are poisoned (0xFF = NaN) before each run
 // and every element is checked.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 #include <cublas_v2.h>
@@ -37,13 +38,16 @@ bool sm90(std::string* why) {
     if (!sm90(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
   } while (0)
 
-// Runs one problem through the engine and checks it; returns "" on success.
-std::string runAndCheck(Problem& p, uint64_t seed, const GemmArgs* override = nullptr) {
+// Runs one problem through the engine (its args, then `edit`) and checks it; returns "" on
+// success.
+std::string runAndCheck(Problem& p, uint64_t seed,
+                        const std::function<void(GemmArgs&)>& edit = nullptr) {
   p.alloc();
   p.randomize(seed);
   p.poison();
   p.reference();
-  GemmArgs g = override ? *override : p.args();
+  GemmArgs g = p.args();
+  if (edit) edit(g);
   ncclResult_t r = mk::gemm::launch(g, 0);
   if (r != ncclSuccess) return "launch failed: " + std::to_string((int)r);
   cudaError_t e = cudaDeviceSynchronize();
@@ -226,6 +230,32 @@ TEST(GemmCorrectness, BudgetsAndTileOrders) {
     EXPECT_EQ(p.check(), "");
   }
   cudaFree(dOrder);
+}
+
+// Both shared-memory splits forced (GemmArgs::pipeline): the wide epilogue writes a whole
+// half-tile of boxes per barrier, so tiles clipped at N (fewer boxes), SM budgets that give a
+// CTA several tiles (the box rotation carries across tiles) and beta all go through it.
+TEST(GemmCorrectness, BothPipelines) {
+  REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  const int shapes[][3] = {{300, 300, 136}, {513, 1100, 1024}, {256, 2048, 4160}, {129, 72, 64}};
+  int n = 0;
+  for (auto& s : shapes)
+    for (DType dt : {DType::kBF16, DType::kF16})
+      for (BLayout bl : kLayouts)
+        for (int pipeline : {1, 2})
+          for (int budget : {0, 3}) {
+            Problem p(s[0], s[1], s[2], bl, DType::kBF16, dt);
+            p.beta = (n % 3 == 0) ? 0.5f : 0.0f;
+            SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline) + " budget " +
+                         std::to_string(budget));
+            EXPECT_EQ(runAndCheck(p, seed + (++n),
+                                  [&](GemmArgs& g) {
+                                    g.pipeline = pipeline;
+                                    g.smBudget = budget;
+                                  }),
+                      "");
+          }
 }
 
 // Large shapes against cuBLAS (same inputs, fp32 accumulation both) and the fp64 reference.

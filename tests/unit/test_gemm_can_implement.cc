@@ -101,6 +101,13 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
   a.hooks.rowsPerFlag = 0;
   expectReject(a, "rowsPerFlag");
+  a = good();
+  a.pipeline = 3;
+  expectReject(a, "pipeline=3");
+  a = good();
+  a.pipeline = 2;
+  a.dType = DType::kF32;
+  expectReject(a, "16-bit output");
 }
 
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {

@@ -4,9 +4,8 @@
 // GEMM + AllReduce / ReduceScatter (gcKernel with GcReduce). Compute CTAs run the GEMM engine on
 // this rank's A_r B_r, writing partial tiles P_r in the output type (rounded once, as the
 // sequential path's GEMM output is) and releasing tileDone[me][tile].
-// Every tile has one owner rank (AllReduce: tile % n; ReduceScatter: the rank whose shard
-// holds the tile's first row). The owner's comm CTAs wait for the tile's flag on every rank,
-// sum the n partial tiles in rank order (so every rank gets the same bits, run after run),
+// Every tile has one owner rank (tile % n). The owner's comm CTAs wait for the tile's flag on every
+// rank, sum the n partial tiles in rank order (so every rank gets the same bits, run after run),
 // add the bias, round to the output type and store the result: into every rank's C
 // (AllReduce) or into the shard of the rank owning each row (ReduceScatter); then they
 // release tileFinal[q][tile] on every rank q. A rank's kernel ends once all its tileFinal
@@ -115,9 +114,12 @@ __device__ __forceinline__ void gcFinish(const GcParams& p) {
   }
 }
 
-// Owner of tile (mBlk, nBlk).
+// Owner of tile (mBlk, nBlk): round robin over the schedule's tiles for AllReduce and
+// ReduceScatter alike. The GEMMs produce tiles in the same order on every rank, so every
+// rank's comm CTAs have work from the first tiles on (owners by shard would leave the last
+// rank's CTAs idle until the GEMMs reach its rows); a ReduceScatter owner stores into the
+// shard owner's C.
 __device__ __forceinline__ int gcOwner(const GcParams& p, int32_t mBlk, int32_t nBlk) {
-  if (p.kind == 2) return min(p.n - 1, (mBlk * gemm::kTileM) / p.rowsPerRank);
   return (mBlk * p.g.tilesN + nBlk) % p.n;
 }
 
@@ -151,8 +153,8 @@ struct GcVec {
 // a comm CTA at ~12 GB/s and per-row bulk copies (512-byte operations) at ~9 GB/s on the H200
 // (8192x8192x1024 AllReduce, 4 ranks sharing the GPU); so does this path (12-17 GB/s), which
 // is the per-SM rate of the stand-alone collective too. A ring of S stages: the loads of
-// chunks i+1 .. i+S-1 fly while chunk i is summed (a chunk that starts a tile first waits for
-// that tile's flags, which can hold back the sum of chunks already landed).
+// chunks i+1 .. i+S-1 fly while chunk i is summed; a chunk that starts a tile is loaded ahead
+// only once that tile's flags are set, so landed chunks never wait behind a future tile.
 
 // Shared memory of the reduce role: kGcReduceHead bytes of mbarriers (one per stage) and the
 // C map staging, then a ring of `stages` stages, each R rows of every rank's partial tile and
@@ -233,6 +235,14 @@ struct GcChunkIt {
   }
   __device__ int32_t tileId(const GcParams& p) const { return mBlk * p.g.tilesN + nBlk; }
 };
+
+// Whether every rank has published tile `id` of this call (no wait).
+template <typename T>
+__device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint64_t seq) {
+  for (int q = 0; q < p.n; ++q)
+    if (ptx::ldAcquireSys(gcDone(p, q) + id) < seq) return false;
+  return true;
+}
 
 // Thread 0 loads chunk `c` of every rank's partials into `buf`, completing on `bar`. The first
 // chunk of a tile first waits for the tile's done flag on every rank. False (error recorded)
@@ -364,29 +374,47 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   int32_t loaded = 0;    // chunks whose loads were issued
   bool more = true;      // false past the last chunk or after a failed wait
   bool failed = false;   // a wait failed (error recorded): finish what is in flight, no flags
-  // Issues the next chunk's loads into its stage (whose previous chunk has been summed).
-  auto loadNext = [&]() {
-    if (!more) return;
-    ahead.next(p, idx, nIdx);
-    if (!ahead.valid) {
+  // Issues the next chunk's loads into its stage (whose previous chunk has been summed). A
+  // chunk that starts a tile needs the tile's flags on every rank: `block` waits for them
+  // (bounded); otherwise nothing is issued while they are unset, so chunks that have already
+  // landed are summed instead of waiting behind a tile the GEMMs have yet to finish.
+  auto load = [&](bool block) {
+    if (!more) return false;
+    GcChunkIt cand = ahead;
+    cand.next(p, idx, nIdx);
+    if (!cand.valid) {
       more = false;
-      return;
+      return false;
     }
-    int got = 1;
-    if (t0)
-      got = gcLoadChunk<T>(p, ahead, parts, stages + (loaded % S) * stageBytes, &bar[loaded % S],
-                           seq);
-    more = __syncthreads_and(t0 ? got : 1) != 0;
-    if (more) {
-      ++loaded;
-    } else {
+    int verdict = 1;  // thread 0's: 1 issued, 0 not ready, -1 failed (recorded)
+    if (t0) {
+      if (!block && cand.r0 == 0 && !gcTileReady<T>(p, cand.tileId(p), seq)) {
+        verdict = 0;
+      } else {
+        verdict = gcLoadChunk<T>(p, cand, parts, stages + (loaded % S) * stageBytes,
+                                 &bar[loaded % S], seq)
+                      ? 1
+                      : -1;
+      }
+    }
+    if (!__syncthreads_or(t0 && verdict != 0)) return false;  // not ready yet
+    if (!__syncthreads_and(t0 ? verdict == 1 : 1)) {
+      more = false;
       failed = true;
+      return false;
     }
+    ahead = cand;
+    ++loaded;
+    return true;
   };
-  for (int s = 0; s < S - 1; ++s) loadNext();
   cur.next(p, idx, nIdx);
-  for (int32_t i = 0; i < loaded; ++i) {
-    loadNext();  // chunk i + S - 1 into the stage chunk i - 1 used
+  for (int32_t i = 0;; ++i) {
+    while (loaded <= i && load(true)) {
+    }
+    if (loaded <= i) break;  // past the last chunk, or a failed wait
+    // Chunks up to i + S - 1 fit (chunk i - 1's stage is free); take those already published.
+    while (loaded < i + S && load(false)) {
+    }
     uint8_t* st = stages + (i % S) * stageBytes;
     // Thread 0 alone spins on the stage's mbarrier (384 spinning threads would compete with
     // the copy engine's writes for shared memory); the others then pass its completed phase
