@@ -120,6 +120,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.N = (int)c.N;
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
+  p.trace = MK_PARAM_INT(FusedTrace) != 0 ? 1 : 0;
 
   // AllGather's bias kernel runs after the (waiting) fused kernel: load it first.
   if (c.op == GemmColl::kAllGather) NCCLCHECK(preloadBias(c));
