@@ -54,43 +54,10 @@ struct GcParams {
   void* P;           // AllReduce/ReduceScatter: this rank's partials of outType, tile by tile
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
-  int32_t trace;        // MKERNEL_FUSED_TRACE: the last CTA prints the roles' finish times
+  // MKERNEL_FUSED_TRACE: [CTA][start, end] %globaltimer stamps in mapped host memory, read by
+  // a host function queued after the kernel (fused_launch.cu); null when off.
+  uint64_t* trace;
 };
-
-// MKERNEL_FUSED_TRACE: per CTA of the latest traced call of each local rank, when it started
-// and finished (%globaltimer ns). Grids wider than kGcTraceCtas are traced in part.
-constexpr int kGcTraceCtas = 1024;
-static __device__ uint64_t gcTraceNs[kGcMaxLocal][kGcTraceCtas][2];
-
-// The last CTA's report: how long the compute CTAs ran (first, mean, last to finish) next to
-// the comm CTAs, from the first CTA's start. Fusing hides communication when the comm CTAs
-// finish close to the last compute CTA.
-__device__ __noinline__ void gcTraceReport(const GcParams& p) {
-  const int32_t ctas = min((int32_t)gridDim.x, kGcTraceCtas);
-  const int32_t nCompute = p.split.of(Role::kCompute);
-  // Written by the other CTAs before their arrival on ctaDone, which this CTA saw last.
-  __threadfence();
-  const volatile uint64_t(*tr)[2] = gcTraceNs[p.me];
-  uint64_t t0 = ~0ull, cFirst = ~0ull, cLast = 0, mLast = 0;
-  double cSum = 0;
-  for (int32_t b = 0; b < ctas; ++b) t0 = min(t0, (uint64_t)tr[b][0]);
-  for (int32_t b = 0; b < ctas; ++b) {
-    int32_t idx;
-    const uint64_t end = tr[b][1] - t0;
-    if (p.split.roleOf(b, &idx) == Role::kCompute) {
-      cFirst = min(cFirst, end);
-      cLast = max(cLast, end);
-      cSum += (double)end;
-    } else {
-      mLast = max(mLast, end);
-    }
-  }
-  printf("[mkernel fused trace] rank %d kind %d M=%d N=%d K=%d: compute %d CTAs done at %.1f / "
-         "%.1f / %.1f us (first/mean/last), comm %d CTAs done at %.1f us\n",
-         p.me, p.kind, p.M, p.N, p.K, nCompute, cFirst * 1e-3, cSum / max(1, nCompute) * 1e-3,
-         cLast * 1e-3, (int)gridDim.x - nCompute, mLast * 1e-3);
-}
-
 
 __device__ __forceinline__ uint64_t* gcDone(const GcParams& p, int q) {
   return p.flags + (int64_t)q * p.maxTiles;
@@ -140,11 +107,10 @@ __device__ __forceinline__ bool gcPeerSlot(const GcParams& p, int q, uint64_t se
 __device__ __forceinline__ void gcFinish(const GcParams& p) {
   __syncthreads();
   if (threadIdx.x != 0) return;
-  if (p.trace && blockIdx.x < kGcTraceCtas) gcTraceNs[p.me][blockIdx.x][1] = ptx::globalTimerNs();
+  if (p.trace != nullptr) p.trace[2 * blockIdx.x + 1] = ptx::globalTimerNs();
   __threadfence();
   const uint32_t prev = atomicAdd(&p.q->ctaDone[p.me], 1u);
   if (prev == gridDim.x - 1) {
-    if (p.trace) gcTraceReport(p);
     p.q->ctaDone[p.me] = 0;
     __threadfence();
     p.q->calls[p.me] = p.q->calls[p.me] + 1;
@@ -604,8 +570,7 @@ struct GcGather {
 template <class Tr, class CommRole>
 __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_constant__ GcParams p) {
   extern __shared__ uint8_t smem[];
-  if (p.trace && threadIdx.x == 0 && blockIdx.x < kGcTraceCtas)
-    gcTraceNs[p.me][blockIdx.x][0] = ptx::globalTimerNs();
+  if (p.trace != nullptr && threadIdx.x == 0) p.trace[2 * blockIdx.x] = ptx::globalTimerNs();
   int32_t idx;
   switch (p.split.roleOf(blockIdx.x, &idx)) {
     case Role::kCompute:

@@ -2,9 +2,13 @@
 // split, parameters and the launch. Instantiated here for bf16/fp16 inputs, both B layouts
 // and every output type.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "base/checks.h"
 #include "base/param.h"
@@ -38,6 +42,77 @@ double commBytes(const GemmCollCall& c, int n) {
 // decide (for measuring it).
 bool autoMayFuse() {
   return MK_PARAM_INT(FusedAuto) != 0;
+}
+
+// ---- MKERNEL_FUSED_TRACE ---------------------------------------------------------------------
+// The kernel stamps each CTA's start and end (%globaltimer) into mapped host memory; a host
+// function queued behind it prints when the compute CTAs and the comm CTAs finished. Host
+// functions may not call CUDA, so stamp buffers go back to a pool instead of being freed.
+constexpr int kTraceMaxCtas = 4096;
+
+struct TracePool {
+  std::mutex mu;
+  std::vector<uint64_t*> free;
+};
+TracePool& tracePool() {
+  static TracePool* pool = new TracePool;  // outlives host functions still queued at exit
+  return *pool;
+}
+
+struct TraceCall {
+  uint64_t* stamps;  // [grid][start, end]
+  SmSplit split;
+  int grid, rank;
+  const char* op;
+  size_t M, N, K;
+};
+
+void CUDART_CB tracePrint(void* arg) {
+  std::unique_ptr<TraceCall> t(static_cast<TraceCall*>(arg));
+  const volatile uint64_t* st = t->stamps;
+  uint64_t t0 = ~0ull, cFirst = ~0ull, cLast = 0, mLast = 0;
+  double cSum = 0;
+  int nCompute = 0;
+  for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[2 * b]);
+  for (int b = 0; b < t->grid; ++b) {
+    int32_t idx;
+    const uint64_t end = st[2 * b + 1] - t0;
+    if (t->split.roleOf(b, &idx) == Role::kCompute) {
+      cFirst = std::min(cFirst, end);
+      cLast = std::max(cLast, end);
+      cSum += (double)end;
+      ++nCompute;
+    } else {
+      mLast = std::max(mLast, end);
+    }
+  }
+  fprintf(stderr,
+          "[mkernel fused trace] %s rank %d M=%zu N=%zu K=%zu: %d compute CTAs done at %.1f / %.1f "
+          "/ %.1f us (first/mean/last), %d comm CTAs done at %.1f us\n",
+          t->op, t->rank, t->M, t->N, t->K, nCompute, cFirst * 1e-3,
+          cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, t->grid - nCompute, mLast * 1e-3);
+  std::lock_guard<std::mutex> lock(tracePool().mu);
+  tracePool().free.push_back(t->stamps);
+}
+
+// Queues the stamps' buffer for this launch (outside capture only); null when tracing is off,
+// the grid is wider than a buffer, or the call is being captured.
+uint64_t* traceBegin(int grid, bool capturing) {
+  if (MK_PARAM_INT(FusedTrace) == 0 || capturing || grid > kTraceMaxCtas) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(tracePool().mu);
+    if (!tracePool().free.empty()) {
+      uint64_t* b = tracePool().free.back();
+      tracePool().free.pop_back();
+      return b;
+    }
+  }
+  void* h = nullptr;
+  if (cudaHostAlloc(&h, kTraceMaxCtas * 2 * sizeof(uint64_t), cudaHostAllocMapped) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return static_cast<uint64_t*>(h);
 }
 
 }  // namespace
@@ -120,7 +195,6 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.N = (int)c.N;
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
-  p.trace = MK_PARAM_INT(FusedTrace) != 0 ? 1 : 0;
 
   // AllGather's bias kernel runs after the (waiting) fused kernel: load it first.
   if (c.op == GemmColl::kAllGather) NCCLCHECK(preloadBias(c));
@@ -172,10 +246,20 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
           "sequential %.1f us",
           gemmCollName(c.op), p.me, c.M, c.N, c.K, split.of(Role::kCompute),
           split.of(Role::kIntraComm), choice.source, choice.tFusedUs, choice.tSequentialUs);
+  p.trace = traceBegin(split.total(), cap != cudaStreamCaptureStatusNone);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
     res = c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, c.stream)
                                   : launchAny<DType::kBF16>(p, kn, c.stream);
+  }
+  if (p.trace != nullptr) {
+    TraceCall* t =
+        new TraceCall{p.trace, split, split.total(), p.me, gemmCollName(c.op), c.M, c.N, c.K};
+    if (res != ncclSuccess || cudaLaunchHostFunc(c.stream, tracePrint, t) != cudaSuccess) {
+      std::lock_guard<std::mutex> lock(tracePool().mu);
+      tracePool().free.push_back(p.trace);
+      delete t;
+    }
   }
   if (res == ncclSuccess && c.op == GemmColl::kAllGather)
     res = addBias(c.C, c.cfg.bias, c.M, c.N, c.cfg.outType, comm->smCount, c.stream);
