@@ -245,7 +245,9 @@ TEST(GemmCorrectness, BothPipelines) {
       for (BLayout bl : kLayouts)
         for (int pipeline : {1, 2})
           for (int budget : {0, 3}) {
-            Problem p(s[0], s[1], s[2], bl, DType::kBF16, dt);
+            // B[K,N] needs 16-byte rows: pad ldb when N is not a multiple of 8.
+            const int64_t padB = bl == BLayout::kKN ? (8 - s[1] % 8) % 8 : 0;
+            Problem p(s[0], s[1], s[2], bl, DType::kBF16, dt, 0, padB, 0);
             p.beta = (n % 3 == 0) ? 0.5f : 0.0f;
             SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline) + " budget " +
                          std::to_string(budget));

@@ -57,6 +57,9 @@ struct GcParams {
   // MKERNEL_FUSED_TRACE: [CTA][start, end] %globaltimer stamps in mapped host memory, read by
   // a host function queued after the kernel (fused_launch.cu); null when off.
   uint64_t* trace;
+  // MKERNEL_FUSED_DEBUG (diagnosis of the reduce role's rate; results are wrong when set):
+  // bit 0 skips the stores, bit 1 the loads, bit 2 the sums.
+  int32_t debug;
 };
 
 __device__ __forceinline__ uint64_t* gcDone(const GcParams& p, int q) {
@@ -269,6 +272,10 @@ __device__ bool gcLoadChunk(const GcParams& p, const GcChunkIt& c, const T* cons
   const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
   const uint32_t bytes = (uint32_t)(c.rows * rowBytes);
   const int64_t at = ((int64_t)id * gemm::kTileM + c.r0) * gemm::kTileN;
+  if (p.debug & 2) {
+    ptx::mbarArrive(bar);
+    return true;
+  }
   ptx::mbarArriveExpectTx(bar, bytes * p.n);
   for (int q = 0; q < p.n; ++q)
     ptx::bulkLoad1d(in + q * p.chunkRows * rowBytes, parts[q] + at, bytes, bar);
@@ -431,10 +438,11 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     }
     __syncthreads();
     ptx::mbarWait(&bar[i % S], (uint32_t)((i / S) & 1));
-    gcSumChunk<T>(p, cur, st, st + p.n * block);
+    if (!(p.debug & 4)) gcSumChunk<T>(p, cur, st, st + p.n * block);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
-    if (t0) gcStoreChunk<T>(p, cur, st + p.n * block, outs);
+    if (t0 && !(p.debug & 1)) gcStoreChunk<T>(p, cur, st + p.n * block, outs);
+    if (t0 && (p.debug & 1)) ptx::bulkCommit();  // an empty group keeps the read-wait count
     cur.next(p, idx, nIdx);
   }
   // Every store complete (not just read) before the flags that announce them.

@@ -246,6 +246,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
           "sequential %.1f us",
           gemmCollName(c.op), p.me, c.M, c.N, c.K, split.of(Role::kCompute),
           split.of(Role::kIntraComm), choice.source, choice.tFusedUs, choice.tSequentialUs);
+  p.debug = (int32_t)MK_PARAM_INT(FusedDebug);
   p.trace = traceBegin(split.total(), cap != cudaStreamCaptureStatusNone);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
