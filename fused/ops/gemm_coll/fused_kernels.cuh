@@ -54,11 +54,13 @@ struct GcParams {
   void* P;           // AllReduce/ReduceScatter: this rank's partials of outType, tile by tile
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
-  // MKERNEL_FUSED_TRACE: [CTA][start, end] %globaltimer stamps in mapped host memory, read by
+  // MKERNEL_FUSED_TRACE: [CTA][start, main loop done (comm CTAs), end] %globaltimer stamps in
+  // mapped host memory, read by
   // a host function queued after the kernel (fused_launch.cu); null when off.
   uint64_t* trace;
   // MKERNEL_FUSED_DEBUG (diagnosis of the reduce role's rate; results are wrong when set):
-  // bit 0 skips the stores, bit 1 the loads, bit 2 the sums.
+  // bit 0 skips the stores, bit 1 the loads, bit 2 the sums; bit 3 reads the tile flags at GPU
+  // scope (enough when every rank runs on this GPU).
   int32_t debug;
 };
 
@@ -110,7 +112,7 @@ __device__ __forceinline__ bool gcPeerSlot(const GcParams& p, int q, uint64_t se
 __device__ __forceinline__ void gcFinish(const GcParams& p) {
   __syncthreads();
   if (threadIdx.x != 0) return;
-  if (p.trace != nullptr) p.trace[2 * blockIdx.x + 1] = ptx::globalTimerNs();
+  if (p.trace != nullptr) p.trace[3 * blockIdx.x + 2] = ptx::globalTimerNs();
   __threadfence();
   const uint32_t prev = atomicAdd(&p.q->ctaDone[p.me], 1u);
   if (prev == gridDim.x - 1) {
@@ -246,7 +248,9 @@ struct GcChunkIt {
 template <typename T>
 __device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint64_t seq) {
   for (int q = 0; q < p.n; ++q)
-    if (ptx::ldAcquireSys(gcDone(p, q) + id) < seq) return false;
+    if (((p.debug & 8) ? ptx::ldAcquireGpu(gcDone(p, q) + id)
+                       : ptx::ldAcquireSys(gcDone(p, q) + id)) < seq)
+      return false;
   return true;
 }
 
@@ -261,7 +265,7 @@ __device__ bool gcLoadChunk(const GcParams& p, const GcChunkIt& c, const T* cons
     for (int q = 0; q < p.n; ++q) {
       if (!rt::waitGe(p.w, gcDone(p, q) + id, seq,
                       rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
-                      rt::kScopeSys))
+                      (p.debug & 8) ? rt::kScopeGpu : rt::kScopeSys))
         return false;
     }
     // The flags were acquired through the generic proxy; the partials are read by the copy
@@ -444,6 +448,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     if (t0 && (p.debug & 1)) ptx::bulkCommit();  // an empty group keeps the read-wait count
     cur.next(p, idx, nIdx);
   }
+  if (p.trace != nullptr && t0) p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
   // Every store complete (not just read) before the flags that announce them.
   if (t0) {
     ptx::bulkWait<0>();
@@ -579,7 +584,7 @@ struct GcGather {
 template <class Tr, class CommRole>
 __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_constant__ GcParams p) {
   extern __shared__ uint8_t smem[];
-  if (p.trace != nullptr && threadIdx.x == 0) p.trace[2 * blockIdx.x] = ptx::globalTimerNs();
+  if (p.trace != nullptr && threadIdx.x == 0) p.trace[3 * blockIdx.x] = ptx::globalTimerNs();
   int32_t idx;
   switch (p.split.roleOf(blockIdx.x, &idx)) {
     case Role::kCompute:

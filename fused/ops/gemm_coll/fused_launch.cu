@@ -60,7 +60,7 @@ TracePool& tracePool() {
 }
 
 struct TraceCall {
-  uint64_t* stamps;  // [grid][start, end]
+  uint64_t* stamps;  // [grid][start, main loop done (reduce CTAs), end]
   SmSplit split;
   int grid, rank;
   const char* op;
@@ -70,13 +70,13 @@ struct TraceCall {
 void CUDART_CB tracePrint(void* arg) {
   std::unique_ptr<TraceCall> t(static_cast<TraceCall*>(arg));
   const volatile uint64_t* st = t->stamps;
-  uint64_t t0 = ~0ull, cFirst = ~0ull, cLast = 0, mLast = 0;
+  uint64_t t0 = ~0ull, cFirst = ~0ull, cLast = 0, mLast = 0, loopLast = 0;
   double cSum = 0;
   int nCompute = 0;
-  for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[2 * b]);
+  for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[3 * b]);
   for (int b = 0; b < t->grid; ++b) {
     int32_t idx;
-    const uint64_t end = st[2 * b + 1] - t0;
+    const uint64_t end = st[3 * b + 2] - t0;
     if (t->split.roleOf(b, &idx) == Role::kCompute) {
       cFirst = std::min(cFirst, end);
       cLast = std::max(cLast, end);
@@ -84,13 +84,16 @@ void CUDART_CB tracePrint(void* arg) {
       ++nCompute;
     } else {
       mLast = std::max(mLast, end);
+      if (st[3 * b + 1] != 0) loopLast = std::max(loopLast, st[3 * b + 1] - t0);
     }
   }
   fprintf(stderr,
           "[mkernel fused trace] %s rank %d M=%zu N=%zu K=%zu: %d compute CTAs done at %.1f / %.1f "
-          "/ %.1f us (first/mean/last), %d comm CTAs done at %.1f us\n",
+          "/ %.1f us (first/mean/last), %d comm CTAs done at %.1f us (main loops %.1f us)\n",
           t->op, t->rank, t->M, t->N, t->K, nCompute, cFirst * 1e-3,
-          cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, t->grid - nCompute, mLast * 1e-3);
+          cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, t->grid - nCompute, mLast * 1e-3,
+          loopLast * 1e-3);
+  memset(t->stamps, 0, kTraceMaxCtas * 3 * sizeof(uint64_t));  // host memory: no CUDA call
   std::lock_guard<std::mutex> lock(tracePool().mu);
   tracePool().free.push_back(t->stamps);
 }
@@ -108,7 +111,7 @@ uint64_t* traceBegin(int grid, bool capturing) {
     }
   }
   void* h = nullptr;
-  if (cudaHostAlloc(&h, kTraceMaxCtas * 2 * sizeof(uint64_t), cudaHostAllocMapped) != cudaSuccess) {
+  if (cudaHostAlloc(&h, kTraceMaxCtas * 3 * sizeof(uint64_t), cudaHostAllocMapped) != cudaSuccess) {
     (void)cudaGetLastError();
     return nullptr;
   }
