@@ -41,18 +41,26 @@ double since(Clock::time_point t) {
 using gputest::kStepTimeoutS;
 using gputest::Team;
 
-// Polls the stream and the comm's async error until done or the deadline.
+// Polls the stream and the comm's async error until done or the deadline. The async error
+// is read once more after the stream is done: a kernel that gives up (MKERNEL_TIMEOUT_MS)
+// records its error and ends its stream within microseconds, so a poll only while the stream
+// runs usually missed it and the output was then reported as wrong data (still poison).
 std::string waitStream(int r, ncclComm_t comm, cudaStream_t s, double timeoutS = kStepTimeoutS) {
   auto t0 = Clock::now();
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return "";
-    if (e != cudaErrorNotReady)
-      return "rank " + std::to_string(r) + ": CUDA error " + cudaGetErrorString(e);
+  auto asyncError = [&]() -> std::string {
     ncclResult_t a = ncclSuccess;
     if (ncclCommGetAsyncError(comm, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress)
       return "rank " + std::to_string(r) + ": async error " + ncclGetErrorString(a) + ": " +
              ncclGetLastError(nullptr);
+    return "";
+  };
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return asyncError();
+    if (e != cudaErrorNotReady)
+      return "rank " + std::to_string(r) + ": CUDA error " + cudaGetErrorString(e);
+    std::string a = asyncError();
+    if (!a.empty()) return a;
     if (since(t0) > timeoutS)
       return "rank " + std::to_string(r) + ": operation not done after " +
              std::to_string((int)timeoutS) + " s (deadlock)";
@@ -67,10 +75,12 @@ std::string nccl(int r, const char* what, ncclResult_t res) {
 }
 
 // What nccl-tests does between calls (data init and check): a skew of up to maxUs, then a
-// device-wide synchronisation of one of the kinds that wait for every kernel on the GPU.
-std::string skewAndSync(int r, uint64_t seed, int kind, int maxUs) {
+// device-wide synchronisation of one of the kinds that wait for every kernel on the GPU
+// (none when sync is false: the skew alone).
+std::string skewAndSync(int r, uint64_t seed, int kind, int maxUs, bool sync = true) {
   std::mt19937_64 rng(seed * 1000003 + r);
   std::this_thread::sleep_for(std::chrono::microseconds(rng() % (maxUs + 1)));
+  if (!sync) return "";
   cudaError_t e = cudaSuccess;
   if (kind % 3 == 0) {
     e = cudaDeviceSynchronize();
@@ -293,9 +303,21 @@ TEST_P(CollThreadRanks, EveryCollective) {
       const int caseIdx = idx++;
       SCOPED_TRACE(std::string(c.name) + " count " + sizeName(count) + " n " + std::to_string(n));
       OpBufs b(c.k, c.dt, c.op, count, n, seed + 104729ull * caseIdx);
+      // Ranks that form independent parts (pairs, and a rank paired with itself, from 3
+      // ranks on) do not wait for each other in the rendezvous, so a thread's synchronisation
+      // before its call can fall between a peer pair's rendezvous and its launch: cudaFree /
+      // cudaFreeHost / cudaMalloc then wait for the pair's first kernel while blocking the
+      // second launch, until that kernel gives up after MKERNEL_TIMEOUT_MS (NCCL has the same
+      // hazard). EveryCollective/n5 showed it as SendRecvPairs count 1 output left at the
+      // poison value (the timeout was missed, see waitStream). Those patterns synchronise
+      // before a barrier; the skew before the call stays.
+      const bool parts = c.k == K::kSendRecvPairs && n > 2;
       std::string err = team.run([&](int r) -> std::string {
         std::string e = b.stage(r, team.streams[r]);
-        if (e.empty()) e = skewAndSync(r, seed + caseIdx, caseIdx + r, 2000);
+        if (e.empty() && parts) e = skewAndSync(r, seed + caseIdx, caseIdx + r, 0);
+        if (e.empty() && parts && !team.barrier())
+          e = "rank " + std::to_string(r) + ": a peer failed before the call";
+        if (e.empty()) e = skewAndSync(r, seed + caseIdx, caseIdx + r, 2000, !parts);
         if (!e.empty()) return e;
         const bool grouped = (r + caseIdx) % 2 == 0;
         ncclResult_t res = grouped ? ncclGroupStart() : ncclSuccess;
@@ -512,6 +534,37 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollThreadRanks, ::testing::Values(2, 3, 4, 5, 6
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "n" + std::to_string(i.param);
                          });
+
+// A kernel that gives up waiting must fail the wait, not pass it with the output left at the
+// poison value: rank 0 receives from rank 1, which never sends (its thread issues nothing, so
+// after the rendezvous' grace period rank 0 launches alone). The receive kernel is the only
+// CTA waiting, so it records the timeout and ends its stream within microseconds; a wait that
+// read the async error only while the stream ran missed it (how a device timeout of
+// EveryCollective looked like lost data).
+TEST(CollThreadWait, DeviceTimeoutFailsTheWait) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "1500");
+  Team team(2);
+  ASSERT_TRUE(team.ok) << team.why;
+  DevBuf recv(16);
+  const auto t0 = Clock::now();
+  std::string err = team.run([&](int r) -> std::string {
+    if (r != 0) return "";
+    cudaStream_t s = team.streams[0];
+    cudaError_t ce = cudaMemsetAsync(recv.base, 0xA5, recv.bytes, s);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess) return std::string("stage: ") + cudaGetErrorString(ce);
+    ncclResult_t res = ncclGroupStart();
+    if (res == ncclSuccess) res = ncclRecv(recv.base, 1, ncclFloat32, 1, team.comms[0], s);
+    ncclResult_t g = ncclGroupEnd();
+    if (res == ncclSuccess) res = g;
+    if (res != ncclSuccess) return "call failed on the host: " + nccl(0, "ncclRecv", res);
+    const std::string e = waitStream(0, team.comms[0], s, 30);
+    return e.empty() ? "wait passed" : "timeout reported: " + e;
+  });
+  EXPECT_NE(err.find("timeout reported: rank 0: async error"), std::string::npos) << err;
+  EXPECT_LT(since(t0), 25.0) << "the kernel's own timeout should have ended the wait";
+}
 
 // ---- ncclGemmAllReduce with one thread per rank ----------------------------------------
 // The fused kernel is one operation of the comm (fusedEnqueue), so it takes the same host
