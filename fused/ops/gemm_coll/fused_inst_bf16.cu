@@ -3,6 +3,6 @@
 
 namespace mk {
 namespace fused {
-template ncclResult_t launchAny<gemm::DType::kBF16>(const GcParams&, bool, cudaStream_t);
+template ncclResult_t launchAny<gemm::DType::kBF16>(const GcParams&, bool, cudaStream_t, bool);
 }  // namespace fused
 }  // namespace mk

@@ -120,6 +120,17 @@ uint64_t* traceBegin(int grid, bool capturing) {
 
 }  // namespace
 
+ncclResult_t gemmCollPreload(const GemmCollCall& c) {
+  GcParams p{};  // the variant depends on the operation and the types only
+  p.kind = (int)c.op;
+  p.outType = (int)gemmType(c.cfg.outType);
+  const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
+  NCCLCHECK(c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, nullptr, true)
+                                    : launchAny<DType::kBF16>(p, kn, nullptr, true));
+  if (c.op == GemmColl::kAllGather) NCCLCHECK(preloadBias(c));
+  return ncclSuccess;
+}
+
 ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran) {
   *ran = false;
   ncclComm* comm = c.comm;
@@ -253,8 +264,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.trace = traceBegin(split.total(), cap != cudaStreamCaptureStatusNone);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
-    res = c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, c.stream)
-                                  : launchAny<DType::kBF16>(p, kn, c.stream);
+    res = c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, c.stream, false)
+                                  : launchAny<DType::kBF16>(p, kn, c.stream, false);
   }
   if (p.trace != nullptr) {
     TraceCall* t =

@@ -23,6 +23,12 @@ gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t 
 // Runs the fused kernel when the comm's layout has one (*ran = true); *ran = false leaves
 // the call to the sequential path.
 ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran);
+// Loads the fused kernel (and bias kernel) `c` would launch. Called before the call's host
+// rendezvous: with lazy module loading, a first launch can block behind running kernels, and
+// the peers' kernels of this very call, launched by faster threads, spin until this rank's
+// kernel runs (the suspected cause of one 20 s timeout of 8 thread-per-rank AllGatherGemm
+// calls on the H200: the waiting ranks named a rank whose kernel never started).
+ncclResult_t gemmCollPreload(const GemmCollCall& c);
 
 // Loads the bias kernel of the call's output type (nothing without a bias) before any kernel
 // of the call is launched: see sequential.cu.

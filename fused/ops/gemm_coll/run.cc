@@ -40,6 +40,7 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
     // The fused kernel runs as one operation of the comm (stream order with its other
     // operations, graph capture, finalize, the comm's abort flag and error record).
     bool ran = false;
+    NCCLCHECK(gemmCollPreload(c));
     NCCLCHECK(fusedEnqueue(c.comm, c.stream, gemmCollName(c.op), [&](cudaStream_t s) {
       GemmCollCall on = c;
       on.stream = s;
