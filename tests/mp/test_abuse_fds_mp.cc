@@ -53,16 +53,20 @@ TEST(AbuseFdsChild, DISABLED_Root) {
   logLevel();  // opens NCCL_DEBUG_FILE now, while an fd is still to be had
   ncclUniqueId id;
   ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
-  {
-    std::ofstream f(dir + "/id.tmp");
-    f << hexEncode(&id, sizeof(id));
-  }
-  ASSERT_EQ(rename((dir + "/id.tmp").c_str(), (dir + "/id").c_str()), 0);
+  // The id is published only once every fd is taken (its file was opened before), so the
+  // rank's connection always meets a root that cannot accept it: publishing first let a fast
+  // machine (16 cores) accept the connection before the fds ran out, and nothing was logged.
+  const int idFd = open((dir + "/id.tmp").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(idFd, 0);
   std::vector<int> held;
   for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) held.push_back(fd);
   ASSERT_EQ(errno, EMFILE);
+  const std::string hex = hexEncode(&id, sizeof(id));
+  ASSERT_EQ(write(idFd, hex.data(), hex.size()), (ssize_t)hex.size());
+  ASSERT_EQ(rename((dir + "/id.tmp").c_str(), (dir + "/id").c_str()), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(kExhaustedMs));
   for (int fd : held) close(fd);
+  close(idFd);
   EXPECT_EQ(rankRun(id, 0, 2), ncclSuccess);
 }
 
