@@ -9,6 +9,9 @@
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging), interleaved with the rest.
+// --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
+// G groups of M/G rows each with its own B [N,K] (tile-aligned starts), the same FLOPs as the
+// shape, interleaved with the rest.
 #include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -88,6 +91,7 @@ int main(int argc, char** argv) {
   int reps = 40;
   bool kn = false;
   bool pipes = false;
+  int groups = 0;
   std::string out = "", commit = "unknown";
   std::vector<Shape> shapes = {{8192, 8192, 8192},  {4096, 4096, 4096},  {16384, 8192, 8192},
                                {8192, 28672, 8192}, {8192, 8192, 28672}, {2048, 8192, 8192},
@@ -104,6 +108,8 @@ int main(int argc, char** argv) {
       out = argv[++i], cmd += std::string(" ") + argv[i];
     else if (a == "--pipelines")
       pipes = true;
+    else if (a == "--groups" && i + 1 < argc)
+      groups = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
     else if (a == "--commit" && i + 1 < argc)
       commit = argv[++i], cmd += std::string(" ") + argv[i];
     else if (a == "--shapes" && i + 1 < argc) {
@@ -142,7 +148,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     Shape s;
-    double eng, eng16, h0, best, maxdiff, deep, wide;
+    double eng, eng16, h0, best, maxdiff, deep, wide, grouped;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -242,7 +248,40 @@ int main(int argc, char** argv) {
       runEngine(0, D);
       runCublas(0, Dref);
     }
-    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide;
+    // Grouped: G groups of M/G rows, starts on 128-row boundaries, B as [G][N][K].
+    const int G = groups > 0 && kn == false ? groups : 0;
+    const int gRows = G > 0 ? sh.M / G : 0;
+    const int gSpan = (gRows + 127) / 128 * 128;
+    void *Bg = nullptr, *Dg = nullptr, *Ag = nullptr;
+    int32_t* gMeta = nullptr;  // [starts G][counts G]
+    if (G > 0) {
+      CK(cudaMalloc(&Ag, (size_t)G * gSpan * sh.K * 2));
+      CK(cudaMalloc(&Bg, (size_t)G * sh.N * sh.K * 2));
+      CK(cudaMalloc(&Dg, (size_t)G * gSpan * sh.N * 2));
+      fillKernel<<<2048, 256, 0, stream>>>((__nv_bfloat16*)Ag, (size_t)G * gSpan * sh.K, 77);
+      fillKernel<<<2048, 256, 0, stream>>>((__nv_bfloat16*)Bg, (size_t)G * sh.N * sh.K, 78);
+      std::vector<int32_t> meta(2 * G);
+      for (int g = 0; g < G; ++g) meta[g] = g * gSpan, meta[G + g] = gRows;
+      CK(cudaMalloc(&gMeta, meta.size() * sizeof(int32_t)));
+      CK(cudaMemcpy(gMeta, meta.data(), meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    auto runGrouped = [&]() {
+      mk::gemm::GemmArgs g;
+      g.M = G * gSpan;
+      g.N = sh.N;
+      g.K = sh.K;
+      g.A = Ag;
+      g.B = Bg;
+      g.D = Dg;
+      g.groups.num = G;
+      g.groups.rowStart = gMeta;
+      g.groups.rowCount = gMeta + G;
+      if (mk::gemm::launch(g, stream) != ncclSuccess) {
+        fprintf(stderr, "grouped engine launch failed\n");
+        exit(1);
+      }
+    };
+    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
@@ -252,6 +291,7 @@ int main(int argc, char** argv) {
         tDeep.push_back(timeOne([&] { runEngine(0, D, 1); }));
         tWide.push_back(timeOne([&] { runEngine(0, D, 2); }));
       }
+      if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
     }
     const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
@@ -264,6 +304,9 @@ int main(int argc, char** argv) {
     row.maxdiff = hmax;
     row.deep = tf(median(tDeep));
     row.wide = tf(median(tWide));
+    // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
+    const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
+    row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
     row.nAlgos = nAlgos;
     rows.push_back(row);
     printf(
@@ -271,6 +314,11 @@ int main(int argc, char** argv) {
         "(of %d)  ratio %.3f  maxreldiff %.2e  sets %d\n",
         sh.M, sh.N, sh.K, row.eng, sms - 16, row.eng16, row.h0, row.best, nAlgos,
         row.eng / row.best, hmax, sets);
+    if (G > 0)
+      printf(
+          "  %5d x %5d x %5d: grouped %d x %d rows %6.1f TFLOP/s (%.3f of the plain engine, "
+          "%.3f of cuBLAS best)\n",
+          sh.M, sh.N, sh.K, G, gRows, row.grouped, row.grouped / row.eng, row.grouped / row.best);
     if (pipes)
       printf("  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)\n",
              sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best);
@@ -286,6 +334,10 @@ int main(int argc, char** argv) {
     }
     cudaFree(D);
     cudaFree(Dref);
+    cudaFree(Ag);
+    cudaFree(Bg);
+    cudaFree(Dg);
+    cudaFree(gMeta);
   }
 
   double lg = 0, minRatio = 1e9, lgH0 = 0;
@@ -335,9 +387,9 @@ int main(int argc, char** argv) {
             "\"engine_sms_minus_16_tflops\": %.2f, \"cublas_h0_tflops\": %.2f, "
             "\"cublas_best_tflops\": %.2f, \"cublas_candidates\": %d, \"ratio\": %.4f, "
             "\"max_rel_diff_vs_cublas\": %.3e, \"engine_deep_tflops\": %.2f, "
-            "\"engine_wide_tflops\": %.2f}%s\n",
+            "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            r.deep, r.wide, i + 1 < rows.size() ? "," : "");
+            r.deep, r.wide, r.grouped, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

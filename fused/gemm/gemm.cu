@@ -120,6 +120,28 @@ ncclResult_t encode2d(CUtensorMap* map, DType t, const void* base, uint64_t inne
   return ncclSuccess;
 }
 
+// B of a grouped GEMM: [groups][outer][inner], each group pitched like a 2-D B and groups
+// strideElems apart; the box is one group's 2-D box.
+ncclResult_t encode3d(CUtensorMap* map, DType t, const void* base, uint64_t inner, uint64_t outer,
+                      uint64_t groups, uint64_t pitchElems, uint64_t strideElems, uint32_t boxInner,
+                      uint32_t boxOuter) {
+  cuuint64_t dims[3] = {inner, outer, groups};
+  cuuint64_t strides[2] = {pitchElems * dtypeSize(t), strideElems * dtypeSize(t)};
+  cuuint32_t box[3] = {boxInner, boxOuter, 1};
+  cuuint32_t estr[3] = {1, 1, 1};
+  CUCHECK(cuTensorMapEncodeTiled(map, tmaType(t), 3, const_cast<void*>(base), dims, strides, box,
+                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return ncclSuccess;
+}
+
+// Elements between two groups' B (GemmGroups::strideB, 0 = packed).
+int64_t effStrideB(const GemmArgs& a) {
+  if (a.groups.strideB != 0) return a.groups.strideB;
+  return (a.bLayout == BLayout::kKN ? (int64_t)a.K : (int64_t)a.N) * effLdb(a);
+}
+
 }  // namespace
 
 ncclResult_t encodeRows(CUtensorMap* map, DType t, void* base, uint64_t cols, uint64_t rows,
@@ -209,6 +231,25 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "pipeline 2 (wide epilogue staging) needs a 16-bit output type");
   if (a.hooks.rowReady != nullptr && a.hooks.rowsPerFlag <= 0)
     return fail(why, "hooks.rowsPerFlag=%lld must be positive", a.hooks.rowsPerFlag);
+  if (a.groups.num != 0) {
+    const GemmGroups& g = a.groups;
+    if (g.num < 0 || g.num > kMaxGroups)
+      return fail(why, "groups.num=%lld must be in 1..%lld", g.num, kMaxGroups);
+    if (g.rowStart == nullptr || g.rowCount == nullptr)
+      return fail(why, "a grouped GEMM needs groups.rowStart and groups.rowCount (device arrays)");
+    if (a.hooks.rowReady != nullptr || a.hooks.tileDone != nullptr ||
+        a.hooks.tileOrder != nullptr || a.hooks.rowBlockOffset != 0 || a.dTiled)
+      return fail(why, "a grouped GEMM takes no fused-operator hooks and no tile-by-tile D");
+    if (a.pipeline == 2)
+      return fail(why, "a grouped GEMM runs the deep pipeline (pipeline 0 or 1, not 2)");
+    const int64_t rows = a.bLayout == BLayout::kKN ? a.K : a.N;
+    const int64_t stride = effStrideB(a);
+    if (stride < rows * effLdb(a) || stride % 8 != 0)
+      return fail(why,
+                  "groups.strideB=%lld must be >= one group's B (%lld elements) and a multiple of "
+                  "8 (16-byte aligned groups)",
+                  stride, rows * effLdb(a));
+  }
   return true;
 }
 
@@ -231,7 +272,13 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   GemmParams& p = *out;
   memset(&p, 0, sizeof(p));
   NCCLCHECK(encode2d(&p.tmA, a.abType, a.A, a.K, a.M, effLda(a), kTileK, kTileM));
-  if (a.bLayout == BLayout::kKN) {
+  const uint64_t ng = (uint64_t)a.groups.num;
+  if (ng > 0 && a.bLayout == BLayout::kKN) {
+    NCCLCHECK(encode3d(&p.tmB, a.abType, a.B, a.N, a.K, ng, effLdb(a), effStrideB(a), 64, kTileK));
+  } else if (ng > 0) {
+    NCCLCHECK(
+        encode3d(&p.tmB, a.abType, a.B, a.K, a.N, ng, effLdb(a), effStrideB(a), kTileK, kTileN));
+  } else if (a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.N, a.K, effLdb(a), 64, kTileK));
   } else {
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, kTileN));
@@ -255,7 +302,11 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.tilesN = tilesN(a);
   p.kTiles = (a.K + kTileK - 1) / kTileK;
   p.groupM = a.groupM > 0 ? a.groupM : 8;
-  p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
+  p.grpNum = a.groups.num;
+  p.grpStart = a.groups.rowStart;
+  p.grpCount = a.groups.rowCount;
+  p.wide = p.grpNum == 0 &&
+           (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;
@@ -265,7 +316,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.hooks = a.hooks;
   p.hooks.rowBlockOffset = ((a.hooks.rowBlockOffset % p.tilesM) + p.tilesM) % p.tilesM;
 
-  const int64_t tiles = (int64_t)p.tilesM * p.tilesN;
+  // Grouped: the tile count is known only on the device; every group adds at most one
+  // partial row block to the tilesM that M holds.
+  const int64_t tiles = (int64_t)(p.tilesM + p.grpNum) * p.tilesN;
   int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *gridOut = (int32_t)(tiles < budget ? tiles : budget);
   return ncclSuccess;
@@ -276,6 +329,7 @@ ncclResult_t preload(const GemmArgs& a) {
   // so no tensor maps are built for it.
   GemmParams p;
   memset(&p, 0, sizeof(p));
+  p.grpNum = a.groups.num;
   if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, 0, nullptr);
   return dispatchOut<DType::kF16>(a, p, 0, nullptr);
 }

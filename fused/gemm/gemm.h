@@ -65,6 +65,22 @@ struct GemmHooks {
   rt::WaitCtx wait{};
 };
 
+// Grouped GEMM (MoE experts): group g multiplies rows [rowStart[g], rowStart[g] + rowCount[g])
+// of A by its own B_g into the same rows of D. Starts and counts live in device memory and are
+// read by the kernel (no host synchronisation: a dispatch kernel may have written them just
+// before, in stream order). Every group's rows start on a tile boundary (rowStart[g] %
+// kTileM == 0), and a group's last tile is computed and stored whole: rows from rowStart[g] +
+// rowCount[g] up to the next multiple of kTileM are written with unspecified values, so the
+// caller's packed layout leaves them as padding (no other group may start before it).
+// B is [groups][N][K] (kNK) or [groups][K][N] (kKN), each group ldb-pitched, groups strideB
+// elements apart (0 = N * ldb or K * ldb).
+struct GemmGroups {
+  int32_t num = 0;                    // groups; 0 = an ordinary GEMM
+  const int32_t* rowStart = nullptr;  // [num], device
+  const int32_t* rowCount = nullptr;  // [num], device; negative counts count as 0
+  int64_t strideB = 0;
+};
+
 struct GemmArgs {
   int32_t M = 0, N = 0, K = 0;
   const void* A = nullptr;
@@ -94,6 +110,7 @@ struct GemmArgs {
   // bulk copy. Needs beta == 0 and a 16-byte aligned D.
   bool dTiled = false;
   GemmHooks hooks;
+  GemmGroups groups;
 };
 
 // Tile shape of the engine (see docs/gemm-notes.md for why 128x256x64).
@@ -102,6 +119,8 @@ constexpr int kTileN = 256;
 constexpr int kTileK = 64;
 // Largest K for which pipeline 0 picks the wide epilogue staging.
 constexpr int kWideMaxK = 4096;
+// Most groups of a grouped GEMM (their tile prefix sums live in shared memory).
+constexpr int kMaxGroups = 256;
 
 inline int32_t tilesM(const GemmArgs& a) {
   return (a.M + kTileM - 1) / kTileM;

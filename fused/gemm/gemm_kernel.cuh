@@ -28,6 +28,7 @@ struct Traits {
   static constexpr int kBoxCols = 128 / kOutBytes;  // one 128-byte swizzle row per box row
   static constexpr int kChunks = kTileN / kBoxCols;
   static constexpr DType kOutType = kOut;
+  static constexpr bool kGrouped = Pipe::kGroupInts > 0;  // GemmArgs::groups
   // Chunks written between two barriers of the epilogue: all of them when the staging holds
   // a whole half-tile (the previous tile's stores are long done reading it), else one.
   static constexpr int kGroup = Pipe::kStoreBufs >= kChunks ? kChunks : 1;
@@ -90,17 +91,62 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
   return true;
 }
 
+// ---- the schedule both roles walk ----------------------------------------------------------
+
+template <class Tr>
+__device__ __forceinline__ int32_t numTilesOf(const GemmParams& p,
+                                              const SmemLayout<typename Tr::Pipe>& sm) {
+  if constexpr (Tr::kGrouped) return sm.grp[p.grpNum] * p.tilesN;
+  return p.tilesM * p.tilesN;
+}
+
+// Tile t: its group (0 unless grouped), first row and column, and row block (m0 / kTileM:
+// group starts are tile-aligned).
+template <class Tr>
+__device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typename Tr::Pipe>& sm,
+                                       int32_t t, int32_t* group, int32_t* m0, int32_t* n0,
+                                       int32_t* mBlk, int32_t* nBlk) {
+  if constexpr (Tr::kGrouped) {
+    groupTile(p, sm.grp, t, group, m0, nBlk);
+    *mBlk = *m0 / kTileM;
+  } else {
+    tileCoords(p, t, mBlk, nBlk);
+    *group = 0;
+    *m0 = *mBlk * kTileM;
+  }
+  *n0 = *nBlk * kTileN;
+}
+
+// B's box for k-step k of column block n0 (of group g when grouped: B is then 3-D).
+template <class Tr>
+__device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
+                                      int32_t n0, int32_t g) {
+  if constexpr (Tr::kTransB) {
+#pragma unroll
+    for (int j = 0; j < kTileN / 64; ++j) {
+      if constexpr (Tr::kGrouped) {
+        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK, g);
+      } else {
+        ptx::tmaLoad2d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK);
+      }
+    }
+  } else if constexpr (Tr::kGrouped) {
+    ptx::tmaLoad3d(dst, &p.tmB, bar, k * kTileK, n0, g);
+  } else {
+    ptx::tmaLoad2d(dst, &p.tmB, bar, k * kTileK, n0);
+  }
+}
+
 template <class Tr>
 __device__ __forceinline__ void gemmProducer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, volatile uint32_t* stageAbort) {
-  const int32_t numTiles = p.tilesM * p.tilesN;
+  const int32_t numTiles = numTilesOf<Tr>(p, sm);
   int32_t stage = 0;
   uint32_t phase = 0;
   for (int32_t t = cta; t < numTiles; t += nCtas) {
-    int32_t mBlk, nBlk;
-    tileCoords(p, t, &mBlk, &nBlk);
-    const int32_t m0 = mBlk * kTileM, n0 = nBlk * kTileN;
+    int32_t g, m0, n0, mBlk, nBlk;
+    tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
     for (int32_t k = 0; k < p.kTiles; ++k) {
       ptx::mbarWait(&sm.empty[stage], phase ^ 1);
@@ -111,14 +157,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
       if (ok) {
         ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
         ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
-        if constexpr (Tr::kTransB) {
-#pragma unroll
-          for (int j = 0; j < kTileN / 64; ++j)
-            ptx::tmaLoad2d(sm.b(stage) + j * (kTileK * 128), &p.tmB, &sm.full[stage], n0 + 64 * j,
-                           k * kTileK);
-        } else {
-          ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, n0);
-        }
+        loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
       } else {
         // Aborting: complete the phase without data so consumers drain this tile and stop.
         ptx::mbarArrive(&sm.full[stage]);
@@ -244,7 +283,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg,
                                              const volatile uint32_t* stageAbort) {
-  const int32_t numTiles = p.tilesM * p.tilesN;
+  const int32_t numTiles = numTilesOf<Tr>(p, sm);
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   float acc[128];
   uint32_t nStores = 0;  // TMA stores issued by this WG (uniform across its threads)
@@ -252,9 +291,8 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   int32_t stage = 0;
   uint32_t phase = 0;
   for (int32_t t = cta; t < numTiles; t += nCtas) {
-    int32_t mBlk, nBlk;
-    tileCoords(p, t, &mBlk, &nBlk);
-    const int32_t m0 = mBlk * kTileM, n0 = nBlk * kTileN;
+    int32_t g, m0, n0, mBlk, nBlk;
+    tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     int32_t prev = 0;
     bool aborted = false;
     for (int32_t k = 0; k < p.kTiles; ++k) {
@@ -321,6 +359,9 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
     ptx::prefetchTensorMap(&p.tmB);
     if (p.useTmaStore) ptx::prefetchTensorMap(&p.tmD);
   }
+  // Both roles walk the groups' tiles from the same prefix sums (no host synchronisation:
+  // the counts are read here, after whatever wrote them earlier in stream order).
+  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
   __syncthreads();
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {

@@ -29,6 +29,7 @@ ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) 
 
 template <DType kIn, DType kOut, BLayout kB>
 ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  if (p.grpNum > 0) return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   if constexpr (kOut != DType::kF32) {
     // preload() (grid 0) loads both pipelines: either may run later.
     if (p.wide || grid <= 0)

@@ -23,6 +23,9 @@ struct GemmParams {
   int32_t useTmaStore;  // 0: direct st.global epilogue (D not 16-byte aligned)
   int32_t dTiled;       // tmD is the 4-D tile-by-tile view of D (GemmArgs::dTiled)
   int32_t wide;         // run WidePipe (GemmArgs::pipeline, resolved by buildParams)
+  int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
+  const int32_t* grpStart;
+  const int32_t* grpCount;
   void* D;
   int64_t ldd;
   const void* C;
@@ -59,13 +62,16 @@ static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
 //    box waits for a TMA store issued just before to finish reading shared memory: measured
 //    0.70-0.81x cuBLAS at K = 512-1024 on the H200. With a box per chunk the epilogue writes
 //    all of them after one barrier and never waits for the stores of its own tile.
-template <int Stages, int StoreBufs>
+// GroupInts: shared ints for a grouped GEMM's tile prefix sums (0: not grouped).
+template <int Stages, int StoreBufs, int GroupInts = 0>
 struct PipeCfg {
   static constexpr int kStages = Stages;
   static constexpr int kStoreBufs = StoreBufs;  // per consumer WG
+  static constexpr int kGroupInts = GroupInts;
   static constexpr int kStagingBytes = kConsumerWGs * StoreBufs * kStoreBoxBytes;
   // +1024: the dynamic smem base is only 16-byte aligned; SW128 tiles need 1024.
-  static constexpr int kSmemBytes = Stages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes =
+      Stages * kStageBytes + kStagingBytes + kBarrierBytes + 4 * GroupInts + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "GEMM CTA exceeds the sm_90 shared-memory limit");
   // full + empty mbarriers, then one abort word per stage (gemm_kernel.cuh)
   static_assert(2 * Stages * 8 + Stages * 4 <= kBarrierBytes, "barrier area too small");
@@ -73,10 +79,13 @@ struct PipeCfg {
 };
 using DeepPipe = PipeCfg<4, 2>;
 using WidePipe = PipeCfg<3, 4>;
+// Grouped GEMMs: the deep ring plus the groups' tile prefix sums ([kMaxGroups + 1] ints).
+using GroupPipe = PipeCfg<4, 2, kMaxGroups + 1>;
 // Shared memory a GEMM CTA is launched with, whichever pipeline it runs (fused kernels size
 // their CTAs with it).
 constexpr int kSmemBytes =
     DeepPipe::kSmemBytes > WidePipe::kSmemBytes ? DeepPipe::kSmemBytes : WidePipe::kSmemBytes;
+static_assert(GroupPipe::kSmemBytes <= kMaxSmemPerBlock, "grouped GEMM CTA exceeds shared memory");
 
 // Register budgets (setmaxnreg): 384 threads start at 168; the three WGs must sum <= 504.
 constexpr int kProducerRegs = 40;
@@ -92,11 +101,13 @@ struct SmemLayout {
   uint8_t* staging;  // [wg][buf][64 rows][128 B]
   uint64_t* full;
   uint64_t* empty;
+  int32_t* grp;  // [Pipe::kGroupInts]: tiles of groups 0..g-1 at [g] (grouped GEMMs)
   __device__ explicit SmemLayout(uint8_t* raw) {
     base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     staging = base + Pipe::kStages * kStageBytes;
     full = reinterpret_cast<uint64_t*>(staging + Pipe::kStagingBytes);
     empty = full + Pipe::kStages;
+    grp = reinterpret_cast<int32_t*>(staging + Pipe::kStagingBytes + kBarrierBytes);
   }
   __device__ uint8_t* a(int32_t s) const { return base + s * kStageBytes; }
   __device__ uint8_t* b(int32_t s) const { return base + s * kStageBytes + kStageBytesA; }
@@ -126,6 +137,18 @@ __device__ __forceinline__ uint64_t descMNMajor(uint32_t saddr) {
 
 // ---- tile scheduler ----------------------------------------------------------------------
 
+// The grouped raster alone: tile t of a tilesM x tilesN grid, groups of groupM row blocks.
+__device__ __forceinline__ void rasterCoords(int32_t tilesM, int32_t tilesN, int32_t groupM,
+                                             int32_t t, int32_t* mBlk, int32_t* nBlk) {
+  const int32_t perGroup = groupM * tilesN;
+  const int32_t group = t / perGroup;
+  const int32_t first = group * groupM;
+  const int32_t size = min(groupM, tilesM - first);
+  const int32_t r = t - group * perGroup;
+  *mBlk = first + r % size;
+  *nBlk = r / size;
+}
+
 // Maps the i-th tile of the persistent schedule to (mBlk, nBlk). Grouped raster: groups of
 // groupM row blocks are walked column by column, so CTAs running at the same time share a
 // few A row blocks and a band of B columns in L2. Caller order (tileOrder) or a row-block
@@ -138,18 +161,54 @@ __device__ __forceinline__ void tileCoords(const GemmParams& p, int32_t t, int32
     *nBlk = id - *mBlk * p.tilesN;
     return;
   }
-  const int32_t perGroup = p.groupM * p.tilesN;
-  const int32_t group = t / perGroup;
-  const int32_t first = group * p.groupM;
-  const int32_t size = min(p.groupM, p.tilesM - first);
-  const int32_t r = t - group * perGroup;
-  int32_t m = first + r % size;
-  *nBlk = r / size;
-  if (p.hooks.rowBlockOffset != 0) {
-    m += p.hooks.rowBlockOffset;
-    m %= p.tilesM;
+  rasterCoords(p.tilesM, p.tilesN, p.groupM, t, mBlk, nBlk);
+  if (p.hooks.rowBlockOffset != 0) *mBlk = (*mBlk + p.hooks.rowBlockOffset) % p.tilesM;
+}
+
+// ---- grouped GEMM schedule ----------------------------------------------------------------
+//
+// The row tiles of all groups form one virtual column of prefix[num] row blocks (group g owns
+// blocks prefix[g] .. prefix[g+1]-1), walked with the grouped raster like an ordinary GEMM, so
+// consecutive tiles share a group's B and a few A row blocks.
+
+// Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory).
+// The caller synchronises the CTA before anyone reads it.
+__device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix) {
+  if (threadIdx.x >= 32) return;
+  const int32_t lane = threadIdx.x;
+  int32_t carry = 0;
+  if (lane == 0) prefix[0] = 0;
+  for (int32_t base = 0; base < p.grpNum; base += 32) {
+    const int32_t g = base + lane;
+    const int32_t c = g < p.grpNum ? __ldg(p.grpCount + g) : 0;
+    int32_t v = c > 0 ? (c + kTileM - 1) / kTileM : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {  // inclusive scan over the warp
+      const int32_t u = __shfl_up_sync(0xffffffffu, v, d);
+      if (lane >= d) v += u;
+    }
+    if (g < p.grpNum) prefix[g + 1] = carry + v;
+    carry += __shfl_sync(0xffffffffu, v, 31);
   }
-  *mBlk = m;
+}
+
+// Tile t of a grouped GEMM: its group, first row (in A and D) and column block. The caller
+// walks t < prefix[num] * tilesN.
+__device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* prefix, int32_t t,
+                                          int32_t* group, int32_t* m0, int32_t* nBlk) {
+  int32_t vBlk;
+  rasterCoords(prefix[p.grpNum], p.tilesN, p.groupM, t, &vBlk, nBlk);
+  int32_t lo = 0, hi = p.grpNum - 1;  // the last group whose first block is <= vBlk
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) >> 1;
+    if (prefix[mid] <= vBlk) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  *group = lo;
+  *m0 = __ldg(p.grpStart + lo) + (vBlk - prefix[lo]) * kTileM;
 }
 
 }  // namespace gemm

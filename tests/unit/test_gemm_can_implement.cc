@@ -108,6 +108,25 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.pipeline = 2;
   a.dType = DType::kF32;
   expectReject(a, "16-bit output");
+  // Grouped GEMMs.
+  const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
+  a = good();
+  a.groups.num = 3;
+  expectReject(a, "rowStart and groups.rowCount");
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  EXPECT_TRUE(mk::gemm::canImplement(a, nullptr));
+  a.groups.num = 257;
+  expectReject(a, "groups.num=257");
+  a.groups.num = 3;
+  a.hooks.tileOrder = dev;
+  expectReject(a, "no fused-operator hooks");
+  a.hooks.tileOrder = nullptr;
+  a.pipeline = 2;
+  expectReject(a, "deep pipeline");
+  a.pipeline = 0;
+  a.groups.strideB = 8;
+  expectReject(a, "groups.strideB=8");
 }
 
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {

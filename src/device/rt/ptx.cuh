@@ -129,6 +129,16 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, uin
       : "memory");
 }
 
+// A box of a 3-D tensor (grouped GEMM: B as [groups][rows][cols], z = the group).
+__device__ __forceinline__ void tmaLoad3d(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                          int32_t x, int32_t y, int32_t z) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddr(bar)), "r"(x), "r"(y), "r"(z)
+      : "memory");
+}
+
 __device__ __forceinline__ void tmaStore2d(const CUtensorMap* map, const void* src, int32_t x,
                                            int32_t y) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(

@@ -1,0 +1,176 @@
+// Grouped GEMM of the engine (GemmArgs::groups, the MoE experts' GEMM): group g multiplies its
+// rows of A by its own B_g, with starts and counts in device memory. Random group sizes
+// (empty, single rows, several tiles, one hot group), gaps between groups that must stay
+// untouched, both B layouts, 16-bit and fp32 outputs, beta, SM budgets. Every valid row is
+// compared with an fp64 reference; D is poisoned first.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_gemm_util.cuh"
+
+using namespace gemmtest;
+using mk::gemm::GemmArgs;
+
+namespace {
+
+// Rows marked 0 (outside every group and its last tile) must still hold the poison bytes.
+__global__ void guardKernel(const uint8_t* D, int64_t rowBytes, const uint8_t* mark, int64_t rows,
+                            unsigned long long* touched) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * rowBytes;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / rowBytes;
+    if (mark[r] == 0 && D[i] != 0xFF) atomicAdd(touched, 1ull);
+  }
+}
+
+struct GroupedCase {
+  int groups, N, K;
+  BLayout bl;
+  DType dt;
+  float beta;
+  int budget;
+  bool hot;  // one group takes most rows
+};
+
+std::string runGrouped(const GroupedCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t tm = mk::gemm::kTileM;
+  std::vector<int32_t> start(c.groups), count(c.groups);
+  std::vector<uint8_t> mark;  // per row: 0 guard, 1 valid, 2 padding of a group's last tile
+  int64_t cur = 0;
+  for (int g = 0; g < c.groups; ++g) {
+    if (rng() % 3 == 0) {  // a guard tile before this group
+      mark.insert(mark.end(), tm, 0);
+      cur += tm;
+    }
+    int n = (int)(rng() % 5 == 0 ? 0 : 1 + rng() % 300);
+    if (c.hot && g == 1) n = 1000 + (int)(rng() % 200);
+    start[g] = (int32_t)cur;
+    count[g] = n;
+    const int64_t span = (n + tm - 1) / tm * tm;
+    for (int64_t r = 0; r < span; ++r) mark.push_back(r < n ? 1 : 2);
+    cur += span;
+  }
+  mark.insert(mark.end(), tm, 0);  // trailing guard
+  cur += tm;
+  const int M = (int)cur, N = c.N, K = c.K, G = c.groups;
+  const int64_t lda = K, ldb = c.bl == BLayout::kKN ? N : K, ldd = N;
+  const int64_t bRows = c.bl == BLayout::kKN ? K : N;
+  const size_t esD = c.dt == DType::kF32 ? 4 : 2;
+
+  void *A = nullptr, *B = nullptr, *C = nullptr, *D = nullptr;
+  int32_t *dStart = nullptr, *dCount = nullptr;
+  uint8_t* dMark = nullptr;
+  double* ref = nullptr;
+  CmpResult* cmp = nullptr;
+  unsigned long long* touched = nullptr;
+  std::string err;
+  auto ck = [&](cudaError_t e, const char* what) {
+    if (e != cudaSuccess && err.empty()) err = std::string(what) + ": " + cudaGetErrorString(e);
+    return e == cudaSuccess;
+  };
+  if (ck(cudaMalloc(&A, (size_t)M * lda * 2), "A") &&
+      ck(cudaMalloc(&B, (size_t)G * bRows * ldb * 2), "B") &&
+      ck(cudaMalloc(&C, (size_t)M * ldd * esD), "C") &&
+      ck(cudaMalloc(&D, (size_t)M * ldd * esD), "D") &&
+      ck(cudaMalloc(&dStart, G * sizeof(int32_t)), "start") &&
+      ck(cudaMalloc(&dCount, G * sizeof(int32_t)), "count") &&
+      ck(cudaMalloc(&dMark, mark.size()), "mark") &&
+      ck(cudaMalloc(&ref, (size_t)(300 + 1200) * N * sizeof(double)), "ref") &&
+      ck(cudaMalloc(&cmp, sizeof(CmpResult)), "cmp") &&
+      ck(cudaMalloc(&touched, sizeof(unsigned long long)), "touched")) {
+    fillRandom(A, M, K, lda, DType::kBF16, seed * 4 + 1);
+    fillRandom(B, (int64_t)G * bRows, c.bl == BLayout::kKN ? N : K, ldb, DType::kBF16,
+               seed * 4 + 2);
+    fillRandom(C, M, N, ldd, c.dt, seed * 4 + 3);
+    cudaMemset(D, 0xFF, (size_t)M * ldd * esD);
+    cudaMemcpy(dStart, start.data(), G * sizeof(int32_t), cudaMemcpyHostToDevice);
+    cudaMemcpy(dCount, count.data(), G * sizeof(int32_t), cudaMemcpyHostToDevice);
+    cudaMemcpy(dMark, mark.data(), mark.size(), cudaMemcpyHostToDevice);
+    GemmArgs g;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.B = B;
+    g.bLayout = c.bl;
+    g.abType = DType::kBF16;
+    g.D = D;
+    g.dType = c.dt;
+    g.beta = c.beta;
+    g.C = c.beta != 0.0f ? C : nullptr;
+    g.smBudget = c.budget;
+    g.groups.num = G;
+    g.groups.rowStart = dStart;
+    g.groups.rowCount = dCount;
+    const ncclResult_t r = mk::gemm::launch(g, 0);
+    if (r != ncclSuccess) err = "launch failed: " + std::to_string((int)r);
+    if (err.empty()) ck(cudaDeviceSynchronize(), "grouped GEMM");
+  }
+  // Every group's valid rows against its own reference.
+  for (int gi = 0; gi < G && err.empty(); ++gi) {
+    if (count[gi] == 0) continue;
+    const char* a = static_cast<const char*>(A) + (size_t)start[gi] * lda * 2;
+    const char* b = static_cast<const char*>(B) + (size_t)gi * bRows * ldb * 2;
+    const char* cc = static_cast<const char*>(C) + (size_t)start[gi] * ldd * esD;
+    const char* d = static_cast<const char*>(D) + (size_t)start[gi] * ldd * esD;
+    dim3 grid((N + 15) / 16, (count[gi] + 15) / 16), block(16, 16);
+    refKernel<<<grid, block>>>(count[gi], N, K, a, lda, b, ldb, c.bl, DType::kBF16, cc, ldd, c.dt,
+                               1.0f, c.beta, ref);
+    CmpResult init = {0, ~0ull, 0, 0, 0};
+    cudaMemcpy(cmp, &init, sizeof(init), cudaMemcpyHostToDevice);
+    const double atol = 2e-5 * std::sqrt((double)K) + (c.dt == DType::kF32 ? 0 : 1e-3);
+    compareKernel<<<256, 256>>>(count[gi], N, d, ldd, c.dt, ref, outRtol(c.dt), atol, cmp);
+    CmpResult res;
+    if (!ck(cudaMemcpy(&res, cmp, sizeof(res), cudaMemcpyDeviceToHost), "compare")) break;
+    if (res.bad != 0)
+      err = "group " + std::to_string(gi) + " (start " + std::to_string(start[gi]) + ", " +
+            std::to_string(count[gi]) + " rows): " + std::to_string(res.bad) +
+            " bad elements, first at row " + std::to_string(res.firstBad / N);
+  }
+  if (err.empty()) {
+    cudaMemset(touched, 0, sizeof(unsigned long long));
+    guardKernel<<<256, 256>>>(static_cast<const uint8_t*>(D), ldd * (int64_t)esD, dMark, M,
+                              touched);
+    unsigned long long t = 0;
+    if (ck(cudaMemcpy(&t, touched, sizeof(t), cudaMemcpyDeviceToHost), "guard") && t != 0)
+      err = std::to_string(t) + " bytes written outside the groups' tiles";
+  }
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+  cudaFree(D);
+  cudaFree(dStart);
+  cudaFree(dCount);
+  cudaFree(dMark);
+  cudaFree(ref);
+  cudaFree(cmp);
+  cudaFree(touched);
+  return err;
+}
+
+}  // namespace
+
+TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  const GroupedCase cases[] = {
+      {1, 264, 136, BLayout::kNK, DType::kBF16, 0.0f, 0, false},
+      {5, 72, 64, BLayout::kNK, DType::kBF16, 0.0f, 0, false},
+      {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false},
+      {17, 264, 264, BLayout::kNK, DType::kF32, 0.0f, 0, true},
+      {17, 136, 200, BLayout::kKN, DType::kF16, 0.5f, 3, true},
+      {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false},
+  };
+  int i = 0;
+  for (const GroupedCase& c : cases) {
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + std::to_string(c.groups) +
+                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                 (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " out " +
+                 mk::gemm::dtypeName(c.dt));
+    EXPECT_EQ(runGrouped(c, seed + 7919 * (++i)), "");
+  }
+}
