@@ -11,7 +11,7 @@
 // 1 = deep load ring, 2 = wide epilogue staging), interleaved with the rest.
 // --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
 // G groups of M/G rows each with its own B [N,K] (tile-aligned starts), the same FLOPs as the
-// shape, interleaved with the rest.
+// shape, interleaved with the rest (B as [N,K] only: ignored with --layout kn).
 #include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
