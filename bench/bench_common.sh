@@ -24,6 +24,22 @@ check_file() { # path, what, how to get it
 
 # ---- the real NCCL --------------------------------------------------------------------------
 # MK_REAL_NCCL, else <build>/nccl-tests/env.sh's MK_REAL_NCCL, else the nvidia-nccl package.
+# The driver scripts' common start: BUILD and OUT as absolute paths (OUT/runs, OUT/logs made),
+# LIB and DRIVER (bench_<driver> of BUILD) checked, the tools they call present, GPU 0 unless
+# CUDA_VISIBLE_DEVICES says otherwise. Args: build dir, output dir, driver target name.
+bench_setup() {
+  if [[ -d $1 ]]; then BUILD=$(cd "$1" && pwd); else BUILD=$1; fi
+  mkdir -p "$2/runs" "$2/logs" || die "cannot create $2"
+  OUT=$(cd "$2" && pwd)
+  LIB=$BUILD/src/libmkernel.so
+  DRIVER=$BUILD/bench/$3
+  export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+  command -v python3 >/dev/null || die "python3 not found"
+  command -v timeout >/dev/null || die "'timeout' not found"
+  check_file "$LIB" "libmkernel.so" "build it: cmake --build $BUILD --target mkernel"
+  check_file "$DRIVER" "the driver" "configure with -DMK_BUILD_BENCH=ON and build: cmake --build $BUILD --target $3"
+}
+
 find_nccl_path() {
   if [[ -n ${MK_REAL_NCCL:-} ]]; then
     echo "$MK_REAL_NCCL"

@@ -47,17 +47,8 @@ for a in "$@"; do
     *) die "unknown option $a" ;;
   esac
 done
-if [[ -d $BUILD_IN ]]; then BUILD=$(cd "$BUILD_IN" && pwd); else BUILD=$BUILD_IN; fi
-mkdir -p "$OUT_IN/runs" "$OUT_IN/logs" || die "cannot create $OUT_IN"
-OUT=$(cd "$OUT_IN" && pwd)
-LIB=$BUILD/src/libmkernel.so
-DRIVER=$BUILD/bench/bench_fused_procs_bench
+bench_setup "$BUILD_IN" "$OUT_IN" bench_fused_procs_bench
 BUDGET=${MK_FVN_BUDGET:-420}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-command -v python3 >/dev/null || die "python3 not found"
-command -v timeout >/dev/null || die "'timeout' not found"
-check_file "$LIB" "libmkernel.so" "build it: cmake --build $BUILD --target mkernel"
-check_file "$DRIVER" "the driver" "configure with -DMK_BUILD_BENCH=ON and build: cmake --build $BUILD --target bench_fused_procs_bench"
 find_real_nccl
 start_mps
 

@@ -137,14 +137,13 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const int n = comm->nRanks;
   const int64_t tilesM = (c.M + gemm::kTileM - 1) / gemm::kTileM;
   const int64_t tilesN = (c.N + gemm::kTileN - 1) / gemm::kTileN;
+  const size_t outBytes = fusedTypeSize(c.cfg.outType);
+  const GcReducePlan plan(n, (int32_t)outBytes, gemm::kSmemBytes);
   if (c.op != GemmColl::kAllGather && tilesM * tilesN > kGcMaxTiles) return ncclSuccess;
   // The reduce role moves 16-byte vectors of the output type (8 or 4 columns).
-  if (c.op != GemmColl::kAllGather && (c.N * fusedTypeSize(c.cfg.outType)) % 16 != 0)
-    return ncclSuccess;
+  if (c.op != GemmColl::kAllGather && (c.N * outBytes) % 16 != 0) return ncclSuccess;
   // The reduce role pipelines its chunks through at least two shared-memory stages.
-  if (c.op != GemmColl::kAllGather &&
-      GcReducePlan(n, (int32_t)fusedTypeSize(c.cfg.outType), gemm::kSmemBytes).stages < 2)
-    return ncclSuccess;
+  if (c.op != GemmColl::kAllGather && plan.stages < 2) return ncclSuccess;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
   GcClique* q = nullptr;
@@ -210,8 +209,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
 
-  // AllGather's bias kernel runs after the (waiting) fused kernel: load it first.
-  if (c.op == GemmColl::kAllGather) NCCLCHECK(preloadBias(c));
+  // AllGather's bias kernel runs after the (waiting) fused kernel: gemmCollPreload (run.cc,
+  // before the rendezvous) has loaded it.
   ncclResult_t res = ncclSuccess;
   void* tmp = nullptr;
   int32_t gridUnused = 0;
@@ -231,12 +230,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
   } else {
     // Partials tile by tile (one bulk copy per rank moves a row block of a tile).
-    const size_t outBytes = fusedTypeSize(c.cfg.outType);
     CUDACHECK(
         cudaMallocAsync(&tmp, tilesM * tilesN * gemm::kTileM * gemm::kTileN * outBytes, c.stream));
     p.P = tmp;
     p.C = c.C;
-    const GcReducePlan plan(n, (int32_t)outBytes, gemm::kSmemBytes);
     p.chunkRows = plan.rows;
     p.stages = plan.stages;
     NCCLCHECKGOTO(gemm::encodeRows(&p.cmap, gemmType(c.cfg.outType), c.C, c.N,

@@ -21,7 +21,7 @@ inline gemm::DType gemmType(ncclDataType_t t) {
 gemm::GemmArgs gemmArgsOf(const GemmCollCall& c, const void* A, void* D, size_t rows, int smBudget);
 
 // Runs the fused kernel when the comm's layout has one (*ran = true); *ran = false leaves
-// the call to the sequential path.
+// the call to the sequential path. The caller has run gemmCollPreload for `c` first.
 ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran);
 // Loads the fused kernel (and bias kernel) `c` would launch. Called before the call's host
 // rendezvous: with lazy module loading, a first launch can block behind running kernels, and
