@@ -336,7 +336,10 @@ std::string cyclesCheck(ncclComm* c, int cycles, bool measure) {
   if (measure) {
     int fds1 = mktest::countOpenFds();
     PM_CUDA(cudaMemGetInfo(&free1, &total));
-    if (fds1 != fds0)
+    // A leak per cycle would show as >= `cycles` fds. A couple may come and go meanwhile
+    // without a leak: this test's bootstrap root thread still accepting or closing sockets,
+    // CUDA opening a handle lazily (seen once on the H200: 183 -> 184).
+    if (fds1 > fds0 + 2)
       err = "open fds " + std::to_string(fds0) + " -> " + std::to_string(fds1) + " after cycles";
     // A leak of one 2 MiB workspace per cycle would be >= 200 MiB.
     if (free1 + (64u << 20) < free0)
