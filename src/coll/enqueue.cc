@@ -193,6 +193,14 @@ ncclResult_t issue(std::vector<CommWork>& work) {
       api = std::string("nccl") + collName(w.colls[0]->type);
   }
   if (!rdv.empty()) NCCLCHECK(rdvArrive(rdv, api.c_str()));
+  // Peers must not wait for launches that an error below skips.
+  struct LaunchMark {
+    const std::vector<RdvWork>& rdv;
+    bool done = false;
+    ~LaunchMark() {
+      if (!done && !rdv.empty()) rdvLaunched(rdv, false);
+    }
+  } mark{rdv};
   // 2. A rank's kernels must be able to run concurrently with its peers' kernels: the
   //    legacy default stream, or one stream shared by several comms of this group, would
   //    serialise them (deadlock), so those launches go to the comm's internal stream.
@@ -246,6 +254,10 @@ ncclResult_t issue(std::vector<CommWork>& work) {
     for (HierLaunch& h : w.hier) NCCLCHECK(hierRun(w.comm, h, w.exec));
     if (w.fn) NCCLCHECK((*w.fn)(w.exec));
   }
+  // Phase B': the joins below wait for our kernels; queue them only behind the in-process
+  // peers' matching kernels (coll/rendezvous.h, rdvLaunched).
+  if (!rdv.empty()) rdvLaunched(rdv, true);
+  mark.done = true;
   // Phase C: join the user's streams and record completion.
   for (CommWork& w : work) {
     if (noLaunch(w)) continue;

@@ -56,6 +56,7 @@ struct Slot {
   std::atomic<uint64_t> owner{0};  // id of the thread that last issued on this rank (0: none)
   // Guarded by boardMu:
   Counts posted;                  // everything this rank has issued
+  Counts launched;                // of which its thread has launched (rdvLaunched)
   Counts before;                  // what it had issued before the call it waits in
   const Call* waiting = nullptr;  // that call (null: not waiting)
   // Its call that failed in the rendezvous (timeout, abort, a peer gone): the operations in
@@ -266,6 +267,22 @@ ncclResult_t fail(ncclComm* comm, ncclResult_t res, const std::string& msg) {
   return res;
 }
 
+// What the call that `slot` issued last (between its `before` and `posted` counts) needs
+// from the other slots of c. The i-th send from p to q matches q's i-th receive from p, as
+// NCCL matches them: the last operation per peer and direction says how far that peer must
+// have come.
+void depsOf(RdvClique* c, int slot, bool colls, std::vector<Dep>* deps) {
+  const Slot& s = c->slots[slot];
+  for (int q = 0; q < c->n; q++) {
+    if (q == slot) continue;
+    if (colls) deps->push_back({c, q, slot, kDepColl, s.posted.colls});
+    if (s.posted.sent[q] > s.before.sent[q])
+      deps->push_back({c, q, slot, kDepSendTo, s.posted.sent[q]});
+    if (s.posted.recvd[q] > s.before.recvd[q])
+      deps->push_back({c, q, slot, kDepRecvFrom, s.posted.recvd[q]});
+  }
+}
+
 // Posts what the works issue (under the board lock) and returns the call's dependencies.
 void post(const std::vector<RdvWork>& works, Call* call, std::vector<ncclComm*>* launching) {
   const uint64_t me = call->thread;
@@ -294,16 +311,7 @@ void post(const std::vector<RdvWork>& works, Call* call, std::vector<ncclComm*>*
     }
     if (!w.launches) continue;
     launching->push_back(w.comm);
-    // The i-th send from p to q matches q's i-th receive from p, as NCCL matches them: the
-    // last operation per peer and direction says how far that peer must have come.
-    for (int q = 0; q < c->n; q++) {
-      if (q == slot) continue;
-      if (w.colls > 0) call->deps.push_back({c, q, slot, kDepColl, s.posted.colls});
-      if (s.posted.sent[q] > s.before.sent[q])
-        call->deps.push_back({c, q, slot, kDepSendTo, s.posted.sent[q]});
-      if (s.posted.recvd[q] > s.before.recvd[q])
-        call->deps.push_back({c, q, slot, kDepRecvFrom, s.posted.recvd[q]});
-    }
+    depsOf(c, slot, w.colls > 0, &call->deps);
   }
 }
 
@@ -343,7 +351,7 @@ ncclResult_t rdvJoin(ncclComm* comm, std::shared_ptr<RdvClique>* out, int* slot)
       for (int s = 0; s < c->n; s++) c->slotOf[ranks[s]] = s;
       c->slots.reset(new Slot[c->n]);
       for (int s = 0; s < c->n; s++)
-        for (Counts* k : {&c->slots[s].posted, &c->slots[s].before}) {
+        for (Counts* k : {&c->slots[s].posted, &c->slots[s].before, &c->slots[s].launched}) {
           k->sent.assign(c->n, 0);
           k->recvd.assign(c->n, 0);
         }
@@ -454,6 +462,61 @@ ncclResult_t rdvArrive(const std::vector<RdvWork>& works, const char* api) {
   boardCv().notify_all();
   lk.unlock();
   return res == ncclSuccess ? ncclSuccess : fail(comm, res, msg);
+}
+
+namespace {
+// Whether a peer's matching operation (dependency d of a call of thread `me`) still has to be
+// launched by a thread that will launch it without anything from `me`: it was issued (a
+// call that rdvArrive let through for an unissued operation did so because that operation
+// needs `me` first), its rank lives, its call did not fail, and its thread is not waiting
+// here for `me`.
+bool launchPending(const Dep& d, uint64_t me) {
+  const Slot& s = d.c->slots[d.q];
+  if (countOf(s.launched, d) >= d.v || countOf(s.posted, d) < d.v) return false;
+  if (s.state.load(std::memory_order_acquire) == kLeft) return false;
+  if (s.failed && countOf(s.failLo, d) < d.v && d.v <= countOf(s.failHi, d)) return false;
+  const uint64_t owner = s.owner.load(std::memory_order_acquire);
+  if (owner == 0 || owner == me) return false;
+  return !waitsForMe(owner, me);
+}
+}  // namespace
+
+void rdvLaunched(const std::vector<RdvWork>& works, bool wait) {
+  const uint64_t me = threadId();
+  std::vector<Dep> deps;
+  std::vector<ncclComm*> comms;
+  std::unique_lock<std::mutex> lk(boardMu());
+  for (const RdvWork& w : works) {
+    CollState* cs = w.comm->coll;
+    if (cs == nullptr || !cs->rdv) continue;
+    Slot& s = cs->rdv->slots[cs->rdvSlot];
+    s.launched = s.posted;
+    if (!w.launches || !wait) continue;
+    depsOf(cs->rdv.get(), cs->rdvSlot, w.colls > 0, &deps);
+    comms.push_back(w.comm);
+  }
+  boardCv().notify_all();
+  if (deps.empty()) return;
+  const int64_t ms = MK_PARAM_INT(TimeoutMs);
+  const auto t0 = Clock::now();
+  for (;;) {
+    bool pending = false;
+    for (const Dep& d : deps) pending = pending || launchPending(d, me);
+    if (!pending) return;
+    for (ncclComm* c : comms)
+      if (c->abortFlag && __atomic_load_n(c->abortFlag, __ATOMIC_ACQUIRE) != 0) return;
+    const auto now = Clock::now();
+    // The kernels are launched: a peer that never launches is reported by their device
+    // timeouts, with the peer and the operation named; here the call just stops waiting.
+    if (ms > 0 && now - t0 >= std::chrono::milliseconds(ms)) return;
+    if (now - t0 < kSpin) {
+      lk.unlock();
+      std::this_thread::yield();
+      lk.lock();
+      continue;
+    }
+    boardCv().wait_for(lk, std::chrono::milliseconds(2));
+  }
 }
 
 ncclResult_t rdvArriveOne(ncclComm* comm, const char* api) {

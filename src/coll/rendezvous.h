@@ -54,6 +54,20 @@ void rdvLeave(const std::shared_ptr<RdvClique>& c, int slot);
 // what the launching works need. On timeout or abort: the comm's async error is set and an
 // error returned (nothing of the call must be launched then).
 ncclResult_t rdvArrive(const std::vector<RdvWork>& works, const char* api);
+// After the launches of a call that rdvArrive let through (on every exit path, `wait` false
+// on errors): marks them launched and, with `wait`, waits until the in-process peers it
+// depends on have launched their matching operations, before the caller puts anything
+// behind its kernels. Why: a GPU feeds the streams of a process through a few hardware
+// queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default), in submission order. A command that
+// depends on our spinning kernel (the GEMM after an AllGather, a stream join, an event wait)
+// holds its queue until that kernel ends; a peer's kernel submitted later to the same queue
+// then never starts, and our kernel waits for it: a deadlock that only the device timeout
+// ends (FusedMatrixThreadPerRank.EveryCall/n8, 3 runs in 7 on the H200). Once every matching
+// kernel is submitted, such commands queue behind them. Bounded by MKERNEL_TIMEOUT_MS and
+// the comms' abort flags; never an error (the kernels' own timeouts name a peer that never
+// launches). Calls with several launch rounds per rank still submit round i + 1 before
+// their peers' round i (coll/enqueue.cc, phase B).
+void rdvLaunched(const std::vector<RdvWork>& works, bool wait);
 // One collective-like operation of comm launched outside collEnqueue (a fused operator that
 // launches its own kernel): call it before the launch, on every rank.
 ncclResult_t rdvArriveOne(ncclComm* comm, const char* api);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -242,6 +243,91 @@ TEST(CollRendezvous, ManyRoundsManyThreads) {
     });
   for (auto& t : th) t.join();
   for (int r = 0; r < n; r++) EXPECT_EQ(errs[r], "") << "rank " << r;
+}
+
+// rdvLaunched: once a call's kernels are launched, the caller waits until its in-process peers
+// have launched their matching kernels (what follows in its stream may hold a hardware queue
+// that a peer's kernel is submitted to). Every round, each thread marks "launched" right
+// before rdvLaunched; after it returns, every peer of the round must have marked it.
+TEST(CollRendezvous, LaunchedReturnsOnlyAfterEveryMatchingLaunch) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const int n = 8, rounds = 200;
+  FakeComms f(n, -1, 0xa00);
+  std::vector<std::atomic<int>> launched(n);
+  for (auto& s : launched) s = 0;
+  std::vector<std::thread> th;
+  std::vector<std::string> errs(n);
+  for (int r = 0; r < n; r++)
+    th.emplace_back([&, r] {
+      std::mt19937 rng(1234 + r);
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      for (int it = 0; it < rounds && errs[r].empty(); it++) {
+        const bool ring = it % 3 == 2;
+        const std::vector<mk::CollArgs> ops{sendTo(next), recvFrom(prev)};
+        const mk::RdvWork w = rdvtest::work(f[r], ring ? 0 : 1, ring ? &ops : nullptr);
+        if (mk::rdvArrive({w}, "test") != ncclSuccess) {
+          errs[r] = "round " + std::to_string(it) + " failed";
+          break;
+        }
+        // A launch that takes a while on some threads (a first launch loads the module).
+        if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+        launched[r] = it + 1;
+        mk::rdvLaunched({w}, true);
+        for (int q = 0; q < n && errs[r].empty(); q++) {
+          if (ring && q != next && q != prev) continue;
+          if (launched[q].load() < it + 1)
+            errs[r] = "round " + std::to_string(it) + ": returned before rank " +
+                      std::to_string(q) + " launched its matching call";
+        }
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; r++) EXPECT_EQ(errs[r], "") << "rank " << r;
+}
+
+// A peer that issued its call but never gets to launch it: the wait ends at the timeout, with
+// no error (the kernels' device timeouts report the peer); the comm's abort ends it at once.
+TEST(CollRendezvous, LaunchedWaitIsBoundedAndAbortable) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "400");
+  FakeComms f(2, -1, 0xb00);
+  std::atomic<int> phase{0};
+  std::thread owner([&] {  // issues its call, never marks it launched, stays alive
+    EXPECT_EQ(coll(f[1]), ncclSuccess);
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  while (phase.load() != 1) std::this_thread::yield();
+  auto t0 = Clock::now();
+  mk::rdvLaunched({rdvtest::work(f[0], 1, nullptr)}, true);
+  EXPECT_GE(since(t0), 0.35);
+  EXPECT_LT(since(t0), 3.0);
+  EXPECT_EQ(f[0]->asyncResult.load(), ncclSuccess);
+  f.abortAll();
+  t0 = Clock::now();
+  mk::rdvLaunched({rdvtest::work(f[0], 1, nullptr)}, true);
+  EXPECT_LT(since(t0), 0.2);
+  phase = 2;
+  owner.join();
+}
+
+// One thread driving every rank (a group, or ranks issued one after another) never waits for
+// its own launches, nor for a peer that has not issued its call.
+TEST(CollRendezvous, LaunchedNeverWaitsForItselfOrForUnissuedCalls) {
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  FakeComms f(3, -1, 0xc00);
+  auto t0 = Clock::now();
+  for (int r = 0; r < 3; r++) {
+    EXPECT_EQ(coll(f[r]), ncclSuccess);
+    mk::rdvLaunched({rdvtest::work(f[r], 1, nullptr)}, true);
+  }
+  EXPECT_LT(since(t0), 1.0);
+  // Rank 0 goes first into round 2; ranks 1 and 2 are owned by this thread and have not
+  // issued it: nothing to wait for.
+  EXPECT_EQ(coll(f[0]), ncclSuccess);
+  t0 = Clock::now();
+  mk::rdvLaunched({rdvtest::work(f[0], 1, nullptr)}, true);
+  EXPECT_LT(since(t0), 0.2);
 }
 
 }  // namespace
