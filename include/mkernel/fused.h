@@ -96,6 +96,76 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
                                     const ncclFusedConfig_t* config, ncclComm_t comm,
                                     cudaStream_t stream);
 
+/* ---- MoE expert parallelism ------------------------------------------------------------
+ *
+ *   ncclMoeDispatchGemm   every rank holds T tokens x [T,H], their routing topkIdx [T,k]
+ *                         (expert ids in [0,E), -1 = unused slot) and topkWeights [T,k] (fp32),
+ *                         all in device memory, and the weights of its E/nranks local experts
+ *                         w1 [E/n][N][H] (ncclFusedLayoutNK) or [E/n][H][N] (KN). Each routed
+ *                         slot's token row travels to the rank owning the slot's expert (only
+ *                         there); every rank gets, for each local expert, the rows routed to it
+ *                         packed in recv->xRecv and multiplied by the expert's w1 in recv->y.
+ *
+ * Packed layout (recv): local expert e owns rows [expertOffset[e], expertOffset[e] +
+ * expertCount[e]); offsets are multiples of 128 (NCCL_MOE_ROW_ALIGN) and the rows up to the
+ * next offset are padding (their y rows are unspecified, their rowSource entries -1).
+ * expertOffset[E/n] is the number of rows the layout spans. Inside an expert, rows of source
+ * rank 0 come first, then rank 1's, ...; inside a source, in slot order (token, then k).
+ * rowSource[3*i..3*i+2] = (source rank, token, slot j) and rowWeight[i] = topkWeights[t][j] of
+ * the source: what a combine needs to send results back. Counts and offsets are exchanged on
+ * the device: no host synchronisation, calls run back to back and can be captured (after one
+ * eager call on the comm).
+ *
+ * maxRows bounds the rows a rank may receive (padding included). A rank whose layout would
+ * exceed it receives nothing (counts 0) and its comm reports ncclInvalidUsage through
+ * ncclCommGetAsyncError, naming the operation and the row count; nothing is dropped silently.
+ *
+ * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; outType bf16/fp16/fp32;
+ * E % nranks == 0, 1 <= E <= 1024, 1 <= k <= 16; H % 8 == 0 (and N % 8 == 0 for the KN
+ * layout); 16-byte aligned x, w1, xRecv, y; every pointer of recv non-NULL except rowSource
+ * and rowWeight. This version runs when every rank of the comm lives in one process on one
+ * GPU (threads, or one thread per group of ranks); other layouts return ncclInvalidUsage.
+ */
+#define NCCL_MOE_ROW_ALIGN 128
+#define NCCL_MOE_MAX_EXPERTS 1024
+#define NCCL_MOE_MAX_TOPK 16
+#define NCCL_MOE_CONFIG_MAGIC 0x6d6b4d63u /* "mkMc" */
+#define NCCL_MOE_CONFIG_VERSION 1u
+typedef struct {
+  size_t size;            /* sizeof(ncclMoeConfig_t) of the caller */
+  unsigned int magic;     /* NCCL_MOE_CONFIG_MAGIC */
+  unsigned int version;   /* NCCL_MOE_CONFIG_VERSION */
+  int wLayout;            /* ncclFusedLayout_t of w1 */
+  ncclDataType_t outType; /* ncclBfloat16, ncclFloat16, ncclFloat32, or the default (inType) */
+  int commSms;            /* -1: automatic; >= 1 forces the CTAs of the dispatch */
+  int algo;               /* ncclFusedAlgo_t: only the sequential path exists (dispatch kernel,
+                             then mkernel's grouped GEMM); ncclFusedFused runs it too */
+} ncclMoeConfig_t;
+#define NCCL_MOE_CONFIG_INITIALIZER                                                             \
+  {                                                                                             \
+    sizeof(ncclMoeConfig_t), NCCL_MOE_CONFIG_MAGIC, NCCL_MOE_CONFIG_VERSION, ncclFusedLayoutNK, \
+        NCCL_FUSED_OUT_TYPE_DEFAULT, -1, ncclFusedAuto                                          \
+  }
+typedef struct {
+  void* xRecv;       /* [maxRows, H] inType: the received token rows, packed */
+  void* y;           /* [maxRows, N] outType: xRecv rows times their expert's w1 */
+  int* expertCount;  /* [E/n] rows of each local expert */
+  int* expertOffset; /* [E/n + 1] first row of each local expert; last: rows spanned */
+  int* rowSource;    /* [maxRows, 3] (source rank, token, slot) per row, or NULL */
+  float* rowWeight;  /* [maxRows] the routing weight of each row, or NULL */
+  size_t maxRows;    /* capacity of xRecv, y, rowSource, rowWeight in rows */
+} ncclMoeRecv_t;
+ncclResult_t ncclMoeDispatchGemm(const void* x, const int* topkIdx, const float* topkWeights,
+                                 const void* w1, const ncclMoeRecv_t* recv, size_t tokens,
+                                 size_t hidden, size_t n, int experts, int topk,
+                                 ncclDataType_t inType, const ncclMoeConfig_t* config,
+                                 ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float* topkWeights,
+                                  const void* w1, const ncclMoeRecv_t* recv, size_t tokens,
+                                  size_t hidden, size_t n, int experts, int topk,
+                                  ncclDataType_t inType, const ncclMoeConfig_t* config,
+                                  ncclComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include "coll/group.h"
 #include "comm/comm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
+#include "fused/ops/moe/moe.h"
 #include "mkernel/fused.h"
 
 namespace {
@@ -65,4 +66,34 @@ MK_API(ncclResult_t, ncclGemmReduceScatter, const void* A, const void* B, void* 
   return run(makeCall(mk::fused::GemmColl::kReduceScatter, A, B, Cshard, nullptr, M, N, K, inType,
                       comm, stream),
              config);
+}
+
+MK_API(ncclResult_t, ncclMoeDispatchGemm, const void* x, const int* topkIdx,
+       const float* topkWeights, const void* w1, const ncclMoeRecv_t* recv, size_t tokens,
+       size_t hidden, size_t n, int experts, int topk, ncclDataType_t inType,
+       const ncclMoeConfig_t* config, ncclComm_t comm, cudaStream_t stream) {
+  const char* api = "ncclMoeDispatchGemm";
+  NCCLCHECK(mk::commCheck(comm, api));
+  NCCLCHECK(mk::commCheckReady(comm, api));
+  if (mk::groupActive()) {
+    MK_WARN("%s: fused calls are not allowed inside ncclGroupStart/ncclGroupEnd", api);
+    return ncclInvalidUsage;
+  }
+  MK_ARGCHECK(recv != nullptr, "%s: recv must not be NULL", api);
+  mk::fused::MoeCall c;
+  c.x = x;
+  c.topkIdx = topkIdx;
+  c.topkWeights = topkWeights;
+  c.w1 = w1;
+  c.recv = *recv;
+  c.T = tokens;
+  c.H = hidden;
+  c.N = n;
+  c.E = experts;
+  c.k = topk;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  NCCLCHECK(mk::fused::moeCheck(&c, config, comm->nRanks));
+  return mk::apiGuard(api, [&] { return mk::fused::moeRun(c); });
 }

@@ -11,7 +11,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/unique_id.h"
 #include "coll/coll.h"
-#include "fused/ops/gemm_coll/clique.h"
+#include "fused/core/clique_block.h"
 #include "coll/group.h"
 #include "coll/redop.h"
 #include "base/checks.h"
@@ -101,7 +101,7 @@ ncclResult_t commFree(ncclComm* comm) {
   commUnregister(comm);
   ncclResult_t res = ncclSuccess, r;
   if (comm->cudaDev >= 0) cudaSetDevice(comm->cudaDev);
-  mk::fused::gcCliqueRelease(comm);
+  mk::fused::cliqueBlocksRelease(comm);
   if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = netFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;

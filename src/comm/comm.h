@@ -85,7 +85,7 @@ struct ncclComm {
   // Custom reduction ops (ncclRedOpCreatePreMulSum); see coll/redop.h.
   void* redOps = nullptr;
   // Holds a reference on the fused GEMM + collective clique block (fused/ops/gemm_coll).
-  bool fusedCliqueRef = false;
+  uint32_t fusedCliqueRefs = 0;  // fused clique blocks held, one bit per fused::CliqueTag
 
   uint64_t magicEnd = mk::kCommMagic;
 };

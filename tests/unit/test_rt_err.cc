@@ -120,8 +120,22 @@ TEST(RtErr, FusedRecordsNameTheOperator) {
   e.op = rt::kOpMoe;
   e.seq = 4097;
   EXPECT_EQ(rt::describe(e, n, &m), ncclInvalidUsage);
-  EXPECT_TRUE(has(m, "MoE")) << m;
+  EXPECT_TRUE(has(m, "MoeDispatchGemm")) << m;
   EXPECT_TRUE(has(m, "4097")) << m;
+  // A receiver's own bound (no peer): the rows needed and the bound.
+  e.peer = -1;
+  e.flags = 0;
+  e.waitedNs = 4096;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclInvalidUsage);
+  EXPECT_TRUE(has(m, "4097 rows")) << m;
+  EXPECT_TRUE(has(m, "4096 rows")) << m;
+  // The dispatch's bad expert id: the slot and the id.
+  e.kind = rt::kErrArgs;
+  e.seq = 17;
+  e.waitedNs = (uint64_t)(uint32_t)-5;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclInvalidUsage);
+  EXPECT_TRUE(has(m, "slot 17")) << m;
+  EXPECT_TRUE(has(m, "-5")) << m;
 }
 
 // poll() reports a record once, and only after the device published it (valid).

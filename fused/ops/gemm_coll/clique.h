@@ -39,8 +39,6 @@ struct GcClique {
 // (ncclInvalidUsage, no message) when the comm's ranks are not all in this process on one
 // node: the caller then uses the sequential path.
 ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags);
-// Drops comm's reference (at comm destruction); the block is freed with the last one.
-void gcCliqueRelease(ncclComm* comm);
 
 }  // namespace fused
 }  // namespace mk

@@ -14,6 +14,7 @@
 #include "base/param.h"
 #include "comm/comm.h"
 #include "fused/core/cost_model.h"
+#include "fused/core/clique_block.h"
 #include "fused/core/framework.h"
 #include "fused/ops/gemm_coll/clique.h"
 #include "fused/ops/gemm_coll/fused_launchers.cuh"
@@ -149,7 +150,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   GcClique* q = nullptr;
   uint64_t* flags = nullptr;
   // The clique block is created outside capture only (its zeroing synchronises).
-  if (cap != cudaStreamCaptureStatusNone && !comm->fusedCliqueRef) return ncclSuccess;
+  if (cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
+    return ncclSuccess;
   if (gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
 
   // SM split from the rank's budget: the model (or the override) picks the comm CTAs.

@@ -104,7 +104,7 @@ const char* opName(int32_t op) {
     case kOpGemmReduceScatter:
       return "GemmReduceScatter";
     case kOpMoe:
-      return "MoE";
+      return "MoeDispatchGemm";
     case kOpRingAttention:
       return "RingAttention";
     default:
@@ -190,7 +190,13 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
       break;
     case kErrArgs:
       res = ncclInvalidUsage;
-      if (e.wait == kWaitNone && e.op == kOpWaitSignal)
+      if (e.op == kOpMoe)
+        // The dispatch's bad expert id: the routing slot in seq, the id in waitedNs.
+        snprintf(m, sizeof(m),
+                 "rank %d: %s: topkIdx slot %llu holds expert id %d, outside [0, experts) and not "
+                 "-1 (the slot was not sent)",
+                 n.rank, op, (unsigned long long)e.seq, (int)(int32_t)e.waitedNs);
+      else if (e.wait == kWaitNone && e.op == kOpWaitSignal)
         snprintf(m, sizeof(m), "rank %d: %s: signal slot %d out of range", n.rank, op, e.slot);
       else
         // Argument records carry dst_offset in seq and the byte count in waitedNs.
@@ -202,9 +208,16 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
       break;
     case kErrOverflow:
       res = ncclInvalidUsage;
-      snprintf(m, sizeof(m),
-               "rank %d: %s: %llu items from %s exceed the bound the caller gave (slot %d)", n.rank,
-               op, (unsigned long long)e.seq, who.c_str(), e.slot);
+      if (e.peer < 0)
+        // A receiver's own bound: the rows needed in seq, the bound in waitedNs.
+        snprintf(m, sizeof(m),
+                 "rank %d: %s: %llu rows (padding included) would arrive, more than the bound "
+                 "of %llu rows the caller gave; nothing was received",
+                 n.rank, op, (unsigned long long)e.seq, (unsigned long long)e.waitedNs);
+      else
+        snprintf(m, sizeof(m),
+                 "rank %d: %s: %llu items from %s exceed the bound the caller gave (slot %d)",
+                 n.rank, op, (unsigned long long)e.seq, who.c_str(), e.slot);
       break;
     case kErrPeerFailed:
       res = ncclRemoteError;
