@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/checks.h"
+#include "fused/core/config_check.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 
 namespace mk {
@@ -56,17 +57,10 @@ ncclResult_t checkConfig(const ncclFusedConfig_t* in, ncclDataType_t inType, con
                          ncclFusedConfig_t* out) {
   ncclFusedConfig_t d = NCCL_FUSED_CONFIG_INITIALIZER;
   if (in != nullptr) {
-    MK_ARGCHECK(in->size >= kConfigV1Size,
-                "%s: config->size=%zu is smaller than the first version of ncclFusedConfig_t "
-                "(%zu bytes): initialise it with NCCL_FUSED_CONFIG_INITIALIZER",
-                api, in->size, kConfigV1Size);
-    MK_ARGCHECK(in->magic == NCCL_FUSED_CONFIG_MAGIC,
-                "%s: config->magic=0x%x is not NCCL_FUSED_CONFIG_MAGIC: initialise the config "
-                "with NCCL_FUSED_CONFIG_INITIALIZER",
-                api, in->magic);
-    MK_ARGCHECK(in->version >= 1 && in->version <= NCCL_FUSED_CONFIG_VERSION,
-                "%s: config->version=%u unknown (this library knows versions 1..%u)", api,
-                in->version, NCCL_FUSED_CONFIG_VERSION);
+    NCCLCHECK(checkConfigHeader(in->size, in->magic, in->version,
+                                {kConfigV1Size, NCCL_FUSED_CONFIG_MAGIC, NCCL_FUSED_CONFIG_VERSION,
+                                 "ncclFusedConfig_t", "NCCL_FUSED_CONFIG_INITIALIZER"},
+                                api));
     memcpy(&d, in, kConfigV1Size);
     d.size = sizeof(d);
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/checks.h"
+#include "fused/core/config_check.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/moe/moe.h"
@@ -26,17 +27,10 @@ constexpr size_t kMoeConfigV1Size = offsetof(ncclMoeConfig_t, algo) + sizeof(int
 ncclResult_t checkConfig(const ncclMoeConfig_t* in, ncclDataType_t inType, ncclMoeConfig_t* out) {
   ncclMoeConfig_t d = NCCL_MOE_CONFIG_INITIALIZER;
   if (in != nullptr) {
-    MK_ARGCHECK(in->size >= kMoeConfigV1Size,
-                "%s: config->size=%zu is smaller than the first version of ncclMoeConfig_t (%zu "
-                "bytes): initialise it with NCCL_MOE_CONFIG_INITIALIZER",
-                kApi, in->size, kMoeConfigV1Size);
-    MK_ARGCHECK(in->magic == NCCL_MOE_CONFIG_MAGIC,
-                "%s: config->magic=0x%x is not NCCL_MOE_CONFIG_MAGIC: initialise the config with "
-                "NCCL_MOE_CONFIG_INITIALIZER",
-                kApi, in->magic);
-    MK_ARGCHECK(in->version >= 1 && in->version <= NCCL_MOE_CONFIG_VERSION,
-                "%s: config->version=%u unknown (this library knows versions 1..%u)", kApi,
-                in->version, NCCL_MOE_CONFIG_VERSION);
+    NCCLCHECK(checkConfigHeader(in->size, in->magic, in->version,
+                                {kMoeConfigV1Size, NCCL_MOE_CONFIG_MAGIC, NCCL_MOE_CONFIG_VERSION,
+                                 "ncclMoeConfig_t", "NCCL_MOE_CONFIG_INITIALIZER"},
+                                kApi));
     memcpy(&d, in, kMoeConfigV1Size);
     d.size = sizeof(d);
   }
