@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "coll_bench_api.h"
+#include "bench_args.h"
 #include "coll_bench_options.h"
 #include "coll_bench_util.h"
 #include "coll/zc_plan.h"
@@ -576,8 +577,7 @@ int main(int argc, char** argv) {
   armWatchdog(o.timeoutS);
   setvbuf(stdout, nullptr, _IOLBF, 0);
 
-  std::string cmd;
-  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  const std::string cmd = benchargs::commandLine(argc, argv);
   const std::string srcDir = dirName(__FILE__);  // .../bench
   std::string commit = runCommand("git -C '" + srcDir + "' rev-parse HEAD 2>/dev/null");
   if (commit.empty()) commit = "unknown";
@@ -677,12 +677,7 @@ int main(int argc, char** argv) {
     if (bound.measured.wrong) failures.push_back("(b) big AllReduce produced wrong values");
   }
   if (sharedOk && o.sweep) {
-    size_t pos = 0;
-    std::string list = o.colls + ",";
-    while ((pos = list.find(',')) != std::string::npos) {
-      std::string name = list.substr(0, pos);
-      list.erase(0, pos + 1);
-      if (name.empty()) continue;
+    for (const std::string& name : benchargs::splitList(o.colls)) {
       int c = -1;
       for (int k = 0; k < 5; ++k)
         if (name == kCollNames[k]) c = k;

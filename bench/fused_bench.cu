@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "coll_bench_util.h"
+#include "bench_args.h"
 #include "fused_shapes.cuh"
 #include "fused/gemm/gemm.h"
 #include "mkernel/fused.h"
@@ -611,8 +612,7 @@ int main(int argc, char** argv) {
   if (!parseArgs(argc, argv, &o)) return 2;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   collbench::armWatchdog(o.timeoutS);
-  std::string cmd;
-  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  const std::string cmd = benchargs::commandLine(argc, argv);
   const std::string srcDir = collbench::dirName(__FILE__);
   std::string commit = collbench::runCommand("git -C '" + srcDir + "' rev-parse HEAD 2>/dev/null");
   bool dirty =

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "coll_bench_util.h"
+#include "bench_args.h"
 #include "fused_shapes.cuh"
 #include "mkernel/fused.h"
 #include "procs_harness.h"
@@ -476,8 +477,7 @@ std::string report(const Opts& o, const std::vector<Shape>& shapes, const std::s
 
 int main(int argc, char** argv) {
   Opts o;
-  std::string cmd;
-  for (int i = 0; i < argc; i++) cmd += (i ? " " : "") + std::string(argv[i]);
+  const std::string cmd = benchargs::commandLine(argc, argv);
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto val = [&]() -> const char* {
@@ -492,9 +492,7 @@ int main(int argc, char** argv) {
       o.ranksPerNode = atoi(val());
     else if (a == "--variants") {
       o.variants.clear();
-      std::string l = std::string(val()) + ",";
-      for (size_t p = 0, q; (q = l.find(',', p)) != std::string::npos; p = q + 1) {
-        const std::string name = l.substr(p, q - p);
+      for (const std::string& name : benchargs::splitList(val())) {
         int v = -1;
         for (int k = 0; k < kMaxVariants; k++)
           if (name == kVarNames[k]) v = k;

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "fused/gemm/gemm.h"
 
 #define CK(x)                                                                            \
@@ -116,13 +117,9 @@ int main(int argc, char** argv) {
       shapes.clear();
       std::string s = argv[++i];
       cmd += " " + s;
-      size_t p = 0;
-      while (p < s.size()) {
+      for (const std::string& item : benchargs::splitList(s)) {
         Shape sh;
-        if (sscanf(s.c_str() + p, "%dx%dx%d", &sh.M, &sh.N, &sh.K) == 3) shapes.push_back(sh);
-        p = s.find(',', p);
-        if (p == std::string::npos) break;
-        ++p;
+        if (sscanf(item.c_str(), "%dx%dx%d", &sh.M, &sh.N, &sh.K) == 3) shapes.push_back(sh);
       }
     }
   }

@@ -33,6 +33,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "bench_args.h"
 #include "coll_bench_util.h"
 #include "comm/comm.h"
 #include "base/param.h"
@@ -292,18 +293,14 @@ void setDefault(const char* name, const std::string& value) {
 
 std::vector<size_t> parseSizes(const std::string& s) {
   std::vector<size_t> v;
-  for (size_t p = 0; p < s.size();) {
-    size_t q = s.find(',', p);
-    if (q == std::string::npos) q = s.size();
+  for (const std::string& item : benchargs::splitList(s)) {
     char* end = nullptr;
-    std::string item = s.substr(p, q - p);
     unsigned long long x = strtoull(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0') {
+    if (*end != '\0') {
       fprintf(stderr, "bad size '%s' in '%s'\n", item.c_str(), s.c_str());
       exit(2);
     }
     v.push_back((size_t)x);
-    p = q + 1;
   }
   return v;
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "procs_harness.h"
+#include "bench_args.h"
 
 using namespace procs;  // NOLINT: the process harness (barrier, fail, api, ...)
 
@@ -252,8 +253,7 @@ void rankMain(const Opts& o, PingShared* ps) {
 int main(int argc, char** argv) {
   Opts o;
   double timeoutS = 240;
-  std::string cmd;
-  for (int i = 0; i < argc; i++) cmd += (i ? " " : "") + std::string(argv[i]);
+  const std::string cmd = benchargs::commandLine(argc, argv);
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto val = [&]() -> const char* {
@@ -267,14 +267,7 @@ int main(int argc, char** argv) {
     else if (a == "--ranks-per-node")
       o.ranksPerNode = atoi(val());
     else if (a == "--ops") {
-      o.ops.clear();
-      std::string l = val();
-      for (size_t p = 0; p <= l.size();) {
-        size_t q = l.find(',', p);
-        if (q == std::string::npos) q = l.size();
-        if (q > p) o.ops.push_back(l.substr(p, q - p));
-        p = q + 1;
-      }
+      o.ops = benchargs::splitList(val());
     } else if (a == "--lat-sizes")
       o.latSizes = parseList(val());
     else if (a == "--bw-sizes")

@@ -1,0 +1,29 @@
+// Command-line helpers shared by the benchmarks: the command as typed (recorded with every
+// result) and comma-separated option lists.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace benchargs {
+
+// argv joined with spaces.
+inline std::string commandLine(int argc, char** argv) {
+  std::string cmd;
+  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  return cmd;
+}
+
+// "a,b,,c" -> {"a", "b", "c"}: the items of a comma list, empty ones dropped.
+inline std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t p = 0; p <= s.size();) {
+    size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    if (q > p) out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+
+}  // namespace benchargs
