@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/test_util.h"
+#include "gpu/test_devcomm_util.h"
 #include "gpu/test_fused_util.cuh"
 #include "gpu/test_proc_util.h"
 #include "gpu/test_thread_team.h"
@@ -39,18 +40,11 @@ namespace {
 using fusedtest::Case;
 using fusedtest::Problem;
 using Clock = std::chrono::steady_clock;
+using fusedtest::waitRank;
 using gputest::since;
 
 // One thread per rank (gpu/test_thread_team.h).
 using RankThreads = gputest::Team;
-
-// Polls rank r's stream and async error, bounded.
-std::string waitRank(int r, ncclComm_t comm, cudaStream_t s, double timeoutS = 60) {
-  const std::vector<ncclComm_t> c{comm};
-  const std::vector<cudaStream_t> st{s};
-  const std::string e = fusedtest::waitRanks(c, st, timeoutS);
-  return e.empty() ? "" : "rank " + std::to_string(r) + ": " + e;
-}
 
 std::string callError(int r, ncclComm_t comm, ncclResult_t res) {
   if (res == ncclSuccess) return "";
@@ -227,11 +221,7 @@ TEST(FusedMatrixThreadPerRankAbort, PeerThreadNeverCalls) {
         "[FusedMatrixThreadPerRankAbort] %s: call returned %s after %.2f s, error after %.2f s: "
         "%s\n",
         name(c).c_str(), ncclGetErrorString(res), took, after, msg.c_str());
-    bool idle = false;
-    for (auto w0 = Clock::now(); !idle && since(w0) < 5;) {
-      idle = cudaStreamQuery(t.streams[0]) != cudaErrorNotReady;
-      if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const bool idle = dctest::streamDone(t.streams[0], 5);
     EXPECT_TRUE(idle) << "rank 0's kernels must leave after the error";
     for (int r = 0; r < 2; ++r) {
       const auto a0 = Clock::now();

@@ -378,6 +378,12 @@ inline std::string waitRanks(const std::vector<ncclComm_t>& comms,
   return "";
 }
 
+// waitRanks for one rank (a thread that drives only rank r), its failure named by rank.
+inline std::string waitRank(int r, ncclComm_t comm, cudaStream_t s, double timeoutS = 60) {
+  const std::string e = waitRanks({comm}, {s}, timeoutS);
+  return e.empty() ? "" : "rank " + std::to_string(r) + ": " + e;
+}
+
 // Runs p on the ranks that this one thread drives (comms[r] != nullptr; each rank's call
 // issued in turn, no group: fused calls are refused inside groups), `reps` times with fresh
 // inputs; with `graph`, after one eager run, the calls are captured once (one graph per

@@ -8,13 +8,11 @@
 // through ncclCommGetAsyncError, nothing received), and the argument rules.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -23,6 +21,7 @@
 #include <nccl.h>
 
 #include "common/test_util.h"
+#include "gpu/test_fused_util.cuh"
 #include "gpu/test_thread_team.h"
 #include "mkernel/fused.h"
 
@@ -297,24 +296,7 @@ class MoeProblem {
   std::vector<size_t> need_;
 };
 
-// Waits for rank r's stream, bounded, polling its comm's async error.
-std::string waitRank(int r, ncclComm_t comm, cudaStream_t s, double timeoutS = 60) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    const cudaError_t q = cudaStreamQuery(s);
-    ncclResult_t a = ncclSuccess;
-    ncclCommGetAsyncError(comm, &a);
-    if (a != ncclSuccess && a != ncclInProgress)
-      return "rank " + std::to_string(r) + ": async error " + ncclGetErrorString(a) + ": " +
-             ncclGetLastError(comm);
-    if (q == cudaSuccess) return "";
-    if (q != cudaErrorNotReady) return "rank " + std::to_string(r) + ": " + cudaGetErrorString(q);
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeoutS)
-      return "rank " + std::to_string(r) + ": stream not done after " + std::to_string(timeoutS) +
-             " s";
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
+using fusedtest::waitRank;
 
 std::string runOnce(gputest::Team& t, MoeProblem& p) {
   std::string err = t.run([&](int r) -> std::string {
