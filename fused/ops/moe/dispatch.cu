@@ -281,6 +281,7 @@ __global__ void __launch_bounds__(kMoeThreads, 1)
     const uint32_t prev = atomicAdd(&p.q->ctaDone[me], 1u);
     sh.last = prev == gridDim.x - 1;
     if (sh.last) {
+      __threadfence();  // acquire side of the other CTAs' fence + count: their writes are seen
       p.q->ctaDone[me] = 0;
       if (sh.ok) {
         for (int d = 0; d < n; ++d) ptx::stReleaseSys(&p.q->done[d][me], seq);
@@ -301,10 +302,6 @@ __global__ void __launch_bounds__(kMoeThreads, 1)
     }
     finishCall(p.f, seq);
   }
-}
-
-size_t moeCliqueBytes() {
-  return sizeof(MoeClique);
 }
 
 }  // namespace
@@ -339,7 +336,7 @@ ncclResult_t moeRun(const MoeCall& c) {
     return ncclInvalidUsage;
   }
   void* block = nullptr;
-  NCCLCHECK(cliqueBlockGet(comm, kCliqueMoe, moeCliqueBytes(), &block));
+  NCCLCHECK(cliqueBlockGet(comm, kCliqueMoe, sizeof(MoeClique), &block));
 
   MoeParams p{};
   p.f = f;
