@@ -315,6 +315,21 @@ void post(const std::vector<RdvWork>& works, Call* call, std::vector<ncclComm*>*
   }
 }
 
+// Every dependency is on a rank this thread drives itself (none inside a failed call, none on
+// a destroyed rank): one thread driving all ranks in a group, as nccl-tests -g N and the
+// benchmarks do. evaluate() lets such a call through too; this answers without registering a
+// waiting call and walking closures, on the host path of every small grouped collective.
+bool ownDeps(const Call& call) {
+  for (const Dep& d : call.deps) {
+    const Slot& s = d.c->slots[d.q];
+    if (s.owner.load(std::memory_order_relaxed) != call.thread) return false;
+    if (s.failed && countOf(s.failLo, d) < d.v && d.v <= countOf(s.failHi, d)) return false;
+    if (countOf(s.posted, d) < d.v && s.state.load(std::memory_order_acquire) == kLeft)
+      return false;  // destroyed before issuing: evaluate() names it
+  }
+  return true;
+}
+
 }  // namespace
 
 ncclResult_t rdvJoin(ncclComm* comm, std::shared_ptr<RdvClique>* out, int* slot) {
@@ -383,7 +398,7 @@ ncclResult_t rdvArrive(const std::vector<RdvWork>& works, const char* api) {
   std::vector<ncclComm*> launching;
   std::unique_lock<std::mutex> lk(boardMu());
   post(works, &call, &launching);
-  if (call.deps.empty()) {
+  if (call.deps.empty() || ownDeps(call)) {
     boardCv().notify_all();
     return ncclSuccess;
   }
