@@ -12,7 +12,12 @@ namespace mk {
 namespace fused {
 
 // One block per operator family.
-enum CliqueTag : int { kCliqueGemmColl = 0, kCliqueMoe = 1, kCliqueTags = 2 };
+enum CliqueTag : int {
+  kCliqueGemmColl = 0,
+  kCliqueMoe = 1,
+  kCliqueMoeCombine = 2,
+  kCliqueTags = 3
+};
 
 // Whether comm's ranks are all in this process, on one GPU and one (virtual) node, at most
 // `maxLocal` of them.

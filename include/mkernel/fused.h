@@ -166,6 +166,49 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
                                   ncclDataType_t inType, const ncclMoeConfig_t* config,
                                   ncclComm_t comm, cudaStream_t stream);
 
+/* ncclMoeDispatchFfnCombine: the whole MoE layer. Every rank holds T tokens x [T,H], their
+ * routing topkIdx/topkWeights [T,k] as for ncclMoeDispatchGemm, and its E/nranks local
+ * experts' weights: w1 [E/n][2I][H] (NK; gate rows [0,I), then up rows [I,2I)) or [E/n][H][2I]
+ * (KN; gate columns first), and w2 [E/n][H][I] (NK) or [E/n][I][H] (KN). Each routed slot's
+ * row travels to its expert's owner (only there), which computes
+ *     expert_e(x) = (silu(x W1gate_e^T) * (x W1up_e^T)) W2_e^T
+ * and the result travels back: rank r gets y [T,H] (outType) with
+ *     y[t] = sum over the slots j of token t with an expert id of topkWeights[t][j] * expert(x_t).
+ * Precision: the GEMMs accumulate in fp32; the GEMM1 output (buf->h) and the SwiGLU product
+ * (buf->act) are stored in inType, the expert outputs (buf->out) in fp32; the combine adds the
+ * slots in slot order in fp32 and rounds once to outType. A token whose slots are all -1 gets
+ * zeros. The buffers (ncclMoeFfnBuffers_t) are the rows this rank receives, in the packed
+ * layout of ncclMoeRecv_t (expertCount, expertOffset as there); peers read buf->out of the
+ * ranks that hold their tokens' experts, so keep the buffers alive and unchanged until every
+ * rank's call has completed. maxRows, overflow (reported, the overflowing rank receives
+ * nothing and its sources get zeros for those slots), bad expert ids, no host
+ * synchronisation, capture after one eager call and the layouts that run: as for
+ * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1 and I % 8 == 0; topkWeights,
+ * w2, y and every buffer non-NULL; w2, y, h, act, out 16-byte aligned. The sequential path
+ * runs: dispatch kernel, grouped GEMM1, SwiGLU kernel, grouped GEMM2, combine kernel.
+ */
+typedef struct {
+  void* xRecv;       /* [maxRows, H] inType: the received token rows, packed */
+  void* h;           /* [maxRows, 2I] inType: GEMM1 output (gate | up) */
+  void* act;         /* [maxRows, I] inType: silu(gate) * up */
+  float* out;        /* [maxRows, H] fp32: the experts' outputs, read by the combine */
+  int* expertCount;  /* [E/n] rows of each local expert */
+  int* expertOffset; /* [E/n + 1] first row of each local expert; last: rows spanned */
+  size_t maxRows;    /* capacity of xRecv, h, act and out in rows */
+} ncclMoeFfnBuffers_t;
+ncclResult_t ncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const float* topkWeights,
+                                       const void* w1, const void* w2, void* y,
+                                       const ncclMoeFfnBuffers_t* buf, size_t tokens, size_t hidden,
+                                       size_t inter, int experts, int topk, ncclDataType_t inType,
+                                       const ncclMoeConfig_t* config, ncclComm_t comm,
+                                       cudaStream_t stream);
+ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const float* topkWeights,
+                                        const void* w1, const void* w2, void* y,
+                                        const ncclMoeFfnBuffers_t* buf, size_t tokens,
+                                        size_t hidden, size_t inter, int experts, int topk,
+                                        ncclDataType_t inType, const ncclMoeConfig_t* config,
+                                        ncclComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -97,3 +97,47 @@ MK_API(ncclResult_t, ncclMoeDispatchGemm, const void* x, const int* topkIdx,
   NCCLCHECK(mk::fused::moeCheck(&c, config, comm->nRanks));
   return mk::apiGuard(api, [&] { return mk::fused::moeRun(c); });
 }
+
+MK_API(ncclResult_t, ncclMoeDispatchFfnCombine, const void* x, const int* topkIdx,
+       const float* topkWeights, const void* w1, const void* w2, void* y,
+       const ncclMoeFfnBuffers_t* buf, size_t tokens, size_t hidden, size_t inter, int experts,
+       int topk, ncclDataType_t inType, const ncclMoeConfig_t* config, ncclComm_t comm,
+       cudaStream_t stream) {
+  const char* api = "ncclMoeDispatchFfnCombine";
+  NCCLCHECK(mk::commCheck(comm, api));
+  NCCLCHECK(mk::commCheckReady(comm, api));
+  if (mk::groupActive()) {
+    MK_WARN("%s: fused calls are not allowed inside ncclGroupStart/ncclGroupEnd", api);
+    return ncclInvalidUsage;
+  }
+  MK_ARGCHECK(buf != nullptr, "%s: buf must not be NULL", api);
+  MK_ARGCHECK(inter < (size_t(1) << 30), "%s: inter=%zu must be below 2^30", api, inter);
+  mk::fused::MoeCall c;
+  c.ffn = true;
+  c.x = x;
+  c.topkIdx = topkIdx;
+  c.topkWeights = topkWeights;
+  c.w1 = w1;
+  c.w2 = w2;
+  c.yOut = y;
+  c.buf = *buf;
+  // The dispatch and GEMM1 see the buffers as a recv layout whose y is GEMM1's output.
+  c.recv.xRecv = buf->xRecv;
+  c.recv.y = buf->h;
+  c.recv.expertCount = buf->expertCount;
+  c.recv.expertOffset = buf->expertOffset;
+  c.recv.rowSource = nullptr;
+  c.recv.rowWeight = nullptr;
+  c.recv.maxRows = buf->maxRows;
+  c.T = tokens;
+  c.H = hidden;
+  c.I = inter;
+  c.N = 2 * inter;
+  c.E = experts;
+  c.k = topk;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  NCCLCHECK(mk::fused::moeCheck(&c, config, comm->nRanks));
+  return mk::apiGuard(api, [&] { return mk::fused::moeRun(c); });
+}

@@ -1,5 +1,6 @@
-// Host-only argument checks of ncclMoeDispatchGemm: every rule of include/mkernel/fused.h,
-// before any CUDA call, so a refused call changes nothing and the message names the rule.
+// Host-only argument checks of ncclMoeDispatchGemm and ncclMoeDispatchFfnCombine: every rule of
+// include/mkernel/fused.h, before any CUDA call, so a refused call changes nothing and the message
+// names the rule.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,8 +16,6 @@ namespace fused {
 
 namespace {
 
-constexpr const char* kApi = "ncclMoeDispatchGemm";
-
 bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
@@ -24,7 +23,8 @@ bool aligned16(const void* p) {
 // Version 1 ends after `algo`; fields a later header adds keep their defaults here.
 constexpr size_t kMoeConfigV1Size = offsetof(ncclMoeConfig_t, algo) + sizeof(int);
 
-ncclResult_t checkConfig(const ncclMoeConfig_t* in, ncclDataType_t inType, ncclMoeConfig_t* out) {
+ncclResult_t checkConfig(const ncclMoeConfig_t* in, ncclDataType_t inType, const char* kApi,
+                         ncclMoeConfig_t* out) {
   ncclMoeConfig_t d = NCCL_MOE_CONFIG_INITIALIZER;
   if (in != nullptr) {
     NCCLCHECK(checkConfigHeader(in->size, in->magic, in->version,
@@ -53,10 +53,15 @@ ncclResult_t checkConfig(const ncclMoeConfig_t* in, ncclDataType_t inType, ncclM
 }  // namespace
 
 ncclResult_t moeCheck(MoeCall* c, const ncclMoeConfig_t* config, int nRanks) {
+  const char* kApi = moeApi(*c);
+  // The whole layer's packed rows are its buffers (GEMM1 writes h).
+  const char* rx = c->ffn ? "buf->xRecv" : "recv->xRecv";
+  const char* ry = c->ffn ? "buf->h" : "recv->y";
+  const char* rb = c->ffn ? "buf" : "recv";
   MK_ARGCHECK(c->inType == ncclBfloat16 || c->inType == ncclFloat16,
               "%s: inType=%d unsupported: tokens and weights must be ncclBfloat16 or ncclFloat16",
               kApi, (int)c->inType);
-  NCCLCHECK(checkConfig(config, c->inType, &c->cfg));
+  NCCLCHECK(checkConfig(config, c->inType, kApi, &c->cfg));
   MK_ARGCHECK(nRanks > 0, "%s: communicator has no ranks", kApi);
   MK_ARGCHECK(c->E >= 1 && c->E <= NCCL_MOE_MAX_EXPERTS,
               "%s: experts=%d must be in 1..%d (NCCL_MOE_MAX_EXPERTS)", kApi, c->E,
@@ -79,26 +84,37 @@ ncclResult_t moeCheck(MoeCall* c, const ncclMoeConfig_t* config, int nRanks) {
               "%s: n=%zu must be a multiple of 8 with w1 as [E/n][H][N] (16-byte rows)", kApi,
               c->N);
   const ncclMoeRecv_t& r = c->recv;
-  MK_ARGCHECK(r.maxRows > 0 && r.maxRows < kMaxDim, "%s: recv->maxRows=%zu must be in 1..2^31-1",
-              kApi, r.maxRows);
+  MK_ARGCHECK(r.maxRows > 0 && r.maxRows < kMaxDim, "%s: %s->maxRows=%zu must be in 1..2^31-1",
+              kApi, rb, r.maxRows);
   MK_ARGCHECK(c->T == 0 || (c->x != nullptr && c->topkIdx != nullptr),
               "%s: x and topkIdx must not be NULL", kApi);
   MK_ARGCHECK(c->w1 != nullptr && r.xRecv != nullptr && r.y != nullptr &&
                   r.expertCount != nullptr && r.expertOffset != nullptr,
-              "%s: w1, recv->xRecv, recv->y, recv->expertCount and recv->expertOffset must not be "
-              "NULL",
-              kApi);
+              "%s: w1, %s, %s, %s->expertCount and %s->expertOffset must not be NULL", kApi, rx, ry,
+              rb, rb);
   MK_ARGCHECK(r.rowWeight == nullptr || c->T == 0 || c->topkWeights != nullptr,
               "%s: recv->rowWeight needs topkWeights", kApi);
   MK_ARGCHECK(aligned16(c->x) && aligned16(c->w1) && aligned16(r.xRecv) && aligned16(r.y),
-              "%s: x, w1, recv->xRecv and recv->y must be 16-byte aligned", kApi);
+              "%s: x, w1, %s and %s must be 16-byte aligned", kApi, rx, ry);
   MK_ARGCHECK((reinterpret_cast<uintptr_t>(c->topkIdx) & 3u) == 0 &&
                   (reinterpret_cast<uintptr_t>(c->topkWeights) & 3u) == 0 &&
                   (reinterpret_cast<uintptr_t>(r.expertCount) & 3u) == 0 &&
                   (reinterpret_cast<uintptr_t>(r.expertOffset) & 3u) == 0 &&
                   (reinterpret_cast<uintptr_t>(r.rowSource) & 3u) == 0 &&
                   (reinterpret_cast<uintptr_t>(r.rowWeight) & 3u) == 0,
-              "%s: topkIdx, topkWeights and the recv arrays must be 4-byte aligned", kApi);
+              "%s: topkIdx, topkWeights and the %s arrays must be 4-byte aligned", kApi, rb);
+  if (!c->ffn) return ncclSuccess;
+  const ncclMoeFfnBuffers_t& b = c->buf;
+  MK_ARGCHECK(c->I >= 1 && c->I < kMaxDim / 2 && c->I % 8 == 0,
+              "%s: inter=%zu must be a positive multiple of 8 (16-byte rows of buf->act and of "
+              "w2) below 2^30",
+              kApi, c->I);
+  MK_ARGCHECK(c->w2 != nullptr && c->yOut != nullptr && b.act != nullptr && b.out != nullptr,
+              "%s: w2, y, buf->act and buf->out must not be NULL", kApi);
+  MK_ARGCHECK(c->T == 0 || c->topkWeights != nullptr,
+              "%s: topkWeights must not be NULL (the combine weighs every slot)", kApi);
+  MK_ARGCHECK(aligned16(c->w2) && aligned16(c->yOut) && aligned16(b.act) && aligned16(b.out),
+              "%s: w2, y, buf->act and buf->out must be 16-byte aligned", kApi);
   return ncclSuccess;
 }
 

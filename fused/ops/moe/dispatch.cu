@@ -306,33 +306,58 @@ __global__ void __launch_bounds__(kMoeThreads, 1)
 
 }  // namespace
 
-ncclResult_t moeRun(const MoeCall& c) {
+ncclResult_t moeEligible(const MoeCall& c) {
+  if (cliqueEligible(c.comm, kMoeMaxLocal)) return ncclSuccess;
+  MK_WARN(
+      "%s: rank %d: this version runs only when every rank of the comm lives in this process on "
+      "one GPU (at most %d ranks); this comm spans processes, GPUs or nodes",
+      moeApi(c), c.comm->rank, kMoeMaxLocal);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t moeGemm(const MoeCall& c, const void* a, const void* w, size_t N, size_t K, void* d,
+                     ncclDataType_t dType, gemm::GemmArgs* out) {
+  FusedComm f;  // for the rank's SM budget
+  NCCLCHECK(fusedCommView(c.comm, rt::kOpMoe, &f));
+  gemm::GemmArgs g;
+  g.M = (int32_t)c.recv.maxRows;
+  g.N = (int32_t)N;
+  g.K = (int32_t)K;
+  g.A = a;
+  g.B = w;
+  g.bLayout = c.cfg.wLayout == ncclFusedLayoutKN ? gemm::BLayout::kKN : gemm::BLayout::kNK;
+  g.abType = gemmType(c.inType);
+  g.D = d;
+  g.dType = gemmType(dType);
+  g.smBudget = f.smBudget;
+  g.groups.num = c.E / c.comm->nRanks;
+  g.groups.rowStart = c.recv.expertOffset;
+  g.groups.rowCount = c.recv.expertCount;
+  g.groups.strideB = (int64_t)N * (int64_t)K;
+  std::string why;
+  if (!gemm::canImplement(g, &why)) {
+    MK_WARN("%s: the experts' GEMM (N=%zu, K=%zu) cannot run: %s", moeApi(c), N, K, why.c_str());
+    return ncclInvalidArgument;
+  }
+  // Loaded before the first launch: a lazy load can wait for the device, where a peer's
+  // dispatch kernel may wait for this thread.
+  NCCLCHECK(gemm::preload(g));
+  *out = g;
+  return ncclSuccess;
+}
+
+ncclResult_t moeDispatch(const MoeCall& c, int32_t** slotRow) {
   ncclComm* comm = c.comm;
-  DeviceGuard guard;
-  NCCLCHECK(guard.set(comm->cudaDev));
-  if (!cliqueEligible(comm, kMoeMaxLocal)) {
-    MK_WARN(
-        "ncclMoeDispatchGemm: rank %d: this version runs only when every rank of the comm lives "
-        "in this process on one GPU (at most %d ranks); this comm spans processes, GPUs or nodes",
-        comm->rank, kMoeMaxLocal);
-    return ncclInvalidUsage;
-  }
-  if (c.cfg.algo == ncclFusedFused) {
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true))
-      MK_INFO(kFused,
-              "ncclMoeDispatchGemm: no fused dispatch + GEMM kernel yet; running the dispatch "
-              "kernel, then the grouped GEMM");
-  }
+  *slotRow = nullptr;
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &f));
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
   if (cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueMoe)) {
     MK_WARN(
-        "ncclMoeDispatchGemm: rank %d: the first call on a comm allocates its shared state and "
-        "cannot be captured: make one call outside the capture first",
-        comm->rank);
+        "%s: rank %d: the first call on a comm allocates its shared state and cannot be "
+        "captured: make one call outside the capture first",
+        moeApi(c), comm->rank);
     return ncclInvalidUsage;
   }
   void* block = nullptr;
@@ -356,55 +381,52 @@ ncclResult_t moeRun(const MoeCall& c) {
   grid = (int)std::max<int64_t>(1, std::min<int64_t>(grid, (slots + kMoeWarps - 1) / kMoeWarps));
   grid = std::min(grid, std::max(1, f.smBudget));
   const size_t smem = 3 * (size_t)c.E * sizeof(int32_t);
-
-  gemm::GemmArgs g;
-  g.M = (int32_t)c.recv.maxRows;
-  g.N = (int32_t)c.N;
-  g.K = (int32_t)c.H;
-  g.A = c.recv.xRecv;
-  g.B = c.w1;
-  g.bLayout = c.cfg.wLayout == ncclFusedLayoutKN ? gemm::BLayout::kKN : gemm::BLayout::kNK;
-  g.abType = gemmType(c.inType);
-  g.D = c.recv.y;
-  g.dType = gemmType(c.cfg.outType);
-  g.smBudget = f.smBudget;
-  g.groups.num = p.s.expertsPerRank;
-  g.groups.rowStart = c.recv.expertOffset;
-  g.groups.rowCount = c.recv.expertCount;
-  g.groups.strideB = (int64_t)c.N * (int64_t)c.H;
-  std::string why;
-  if (!gemm::canImplement(g, &why)) {
-    MK_WARN("ncclMoeDispatchGemm: the experts' GEMM cannot run: %s", why.c_str());
-    return ncclInvalidArgument;
-  }
-  // Every kernel of the call is loaded before the first launch (a lazy load can wait for the
-  // device, where a peer's dispatch kernel may wait for this thread).
-  NCCLCHECK(gemm::preload(g));
   cudaFuncAttributes attr;
-  CUDACHECK(cudaFuncGetAttributes(&attr, moeDispatchKernel));
+  CUDACHECK(cudaFuncGetAttributes(&attr, moeDispatchKernel));  // loads it now (see moeGemm)
   // The slot rows of this call: stream-ordered scratch (a memory node under capture).
-  void* scratch = nullptr;
-  if (slots > 0) CUDACHECK(cudaMallocAsync(&scratch, (size_t)slots * sizeof(int32_t), c.stream));
-  p.slotRow = static_cast<int32_t*>(scratch);
-  ncclResult_t res =
-      fusedEnqueue(comm, c.stream, "ncclMoeDispatchGemm", [&](cudaStream_t s) -> ncclResult_t {
-        moeDispatchKernel<<<grid, kMoeThreads, smem, s>>>(p);
-        CUDACHECK(cudaGetLastError());
-        return ncclSuccess;
-      });
+  if (slots > 0)
+    CUDACHECK(cudaMallocAsync((void**)slotRow, (size_t)slots * sizeof(int32_t), c.stream));
+  p.slotRow = *slotRow;
+  return fusedEnqueue(comm, c.stream, moeApi(c), [&](cudaStream_t s) -> ncclResult_t {
+    moeDispatchKernel<<<grid, kMoeThreads, smem, s>>>(p);
+    CUDACHECK(cudaGetLastError());
+    return ncclSuccess;
+  });
+}
+
+// Stream-ordered release of a call's scratch, keeping the first error.
+ncclResult_t moeFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res, const char* api) {
+  if (scratch == nullptr) return res;
+  const cudaError_t e = cudaFreeAsync(scratch, s);
+  if (e != cudaSuccess && res == ncclSuccess) {
+    MK_WARN("%s: cudaFreeAsync: %s", api, cudaGetErrorString(e));
+    return ncclUnhandledCudaError;
+  }
+  return res;
+}
+
+ncclResult_t moeRun(const MoeCall& c) {
+  DeviceGuard guard;
+  NCCLCHECK(guard.set(c.comm->cudaDev));
+  NCCLCHECK(moeEligible(c));
+  if (c.ffn) return moeFfnRun(c);
+  if (c.cfg.algo == ncclFusedFused) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      MK_INFO(kFused,
+              "ncclMoeDispatchGemm: no fused dispatch + GEMM kernel yet; running the dispatch "
+              "kernel, then the grouped GEMM");
+  }
+  gemm::GemmArgs g;
+  NCCLCHECK(moeGemm(c, c.recv.xRecv, c.w1, c.N, c.H, c.recv.y, c.cfg.outType, &g));
+  int32_t* slotRow = nullptr;
+  ncclResult_t res = moeDispatch(c, &slotRow);
   // The GEMM waits for this rank's dispatch kernel, which spins until its peers' run: it is
   // queued only now, after the enqueue has seen every in-process peer's dispatch launched
   // (coll/rendezvous.h, rdvLaunched), so it cannot hold a hardware queue a peer's dispatch
   // kernel still has to pass.
   if (res == ncclSuccess) res = gemm::launch(g, c.stream);
-  if (scratch != nullptr) {
-    const cudaError_t e = cudaFreeAsync(scratch, c.stream);
-    if (e != cudaSuccess && res == ncclSuccess) {
-      MK_WARN("ncclMoeDispatchGemm: cudaFreeAsync: %s", cudaGetErrorString(e));
-      res = ncclUnhandledCudaError;
-    }
-  }
-  return res;
+  return moeFreeScratch(slotRow, c.stream, res, moeApi(c));
 }
 
 }  // namespace fused

@@ -1,13 +1,15 @@
-// MoE operators (include/mkernel/fused.h): ncclMoeDispatchGemm. One call = one MoeCall,
-// checked on the host (moeCheck: every rule before any CUDA call), then run as the dispatch
-// kernel (routing counts exchanged on the device, token rows pushed into the owners' packed
-// layouts) followed by mkernel's grouped GEMM, both on the caller's stream.
+// MoE operators (include/mkernel/fused.h): ncclMoeDispatchGemm and ncclMoeDispatchFfnCombine.
+// One call = one MoeCall, checked on the host (moeCheck: every rule before any CUDA call),
+// then run on the caller's stream: the dispatch kernel (routing counts exchanged on the
+// device, token rows pushed into the owners' packed layouts), mkernel's grouped GEMM, and for
+// the whole layer SwiGLU, the second grouped GEMM and the combine kernel (ffn.cu).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "fused/gemm/gemm.h"
 #include "mkernel/fused.h"
 
 struct ncclComm;
@@ -27,7 +29,18 @@ struct MoeCall {
   ncclMoeConfig_t cfg{};  // defaults filled in, outType resolved
   ncclComm* comm = nullptr;
   cudaStream_t stream = nullptr;
+  // ncclMoeDispatchFfnCombine: recv is derived from buf (xRecv, y = buf.h, counts, offsets)
+  // and N = 2 * I.
+  bool ffn = false;
+  const void* w2 = nullptr;  // [E/n][H][I] (NK) or [E/n][I][H] (KN)
+  void* yOut = nullptr;      // [T, H] cfg.outType
+  size_t I = 0;
+  ncclMoeFfnBuffers_t buf{};
 };
+
+inline const char* moeApi(const MoeCall& c) {
+  return c.ffn ? "ncclMoeDispatchFfnCombine" : "ncclMoeDispatchGemm";
+}
 
 // Copies `config` (nullptr = defaults) into call->cfg after checking it, then checks shapes,
 // types, pointers and alignment. Needs no CUDA call. ncclInvalidArgument with a message.
@@ -36,6 +49,22 @@ ncclResult_t moeCheck(MoeCall* call, const ncclMoeConfig_t* config, int nRanks);
 // Runs a checked call on call->comm (stream-ordered; no host synchronisation). Layouts other
 // than "every rank in this process on one GPU" return ncclInvalidUsage with a message.
 ncclResult_t moeRun(const MoeCall& call);
+
+// Pieces of a run, shared by both operators (dispatch.cu). moeDispatch launches the dispatch
+// kernel through fusedEnqueue; *slotRow (stream-ordered scratch, [T * k], freed by the caller
+// with cudaFreeAsync on call.stream) keeps each routed slot's row at its destination.
+ncclResult_t moeEligible(const MoeCall& call);
+ncclResult_t moeDispatch(const MoeCall& call, int32_t** slotRow);
+// The experts' grouped GEMM over the packed rows: a [maxRows, K] (inType) times w [E/n] ->
+// d [maxRows, N] (dType), groups from the call's counts and offsets.
+// Checked (canImplement) and its kernel preloaded.
+ncclResult_t moeGemm(const MoeCall& call, const void* a, const void* w, size_t N, size_t K, void* d,
+                     ncclDataType_t dType, gemm::GemmArgs* out);
+// cudaFreeAsync(scratch) on s (nothing for NULL); returns res, or the free's error if res
+// was a success.
+ncclResult_t moeFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res, const char* api);
+// ncclMoeDispatchFfnCombine after the checks (ffn.cu).
+ncclResult_t moeFfnRun(const MoeCall& call);
 
 }  // namespace fused
 }  // namespace mk

@@ -51,9 +51,10 @@ enum ErrOp : int32_t {
   kOpGemmReduceScatter = 36,
   kOpMoe = 37,
   kOpRingAttention = 38,
+  kOpMoeCombine = 39,
 };
 constexpr int32_t kOpFusedFirst = kOpGemm;
-constexpr int32_t kOpFusedEnd = kOpRingAttention + 1;
+constexpr int32_t kOpFusedEnd = kOpMoeCombine + 1;
 
 // What the failing wait was waiting for.
 enum ErrWait : int32_t {

@@ -104,7 +104,9 @@ const char* opName(int32_t op) {
     case kOpGemmReduceScatter:
       return "GemmReduceScatter";
     case kOpMoe:
-      return "MoeDispatchGemm";
+      return "MoE dispatch (MoeDispatchGemm, MoeDispatchFfnCombine)";
+    case kOpMoeCombine:
+      return "MoE combine (MoeDispatchFfnCombine)";
     case kOpRingAttention:
       return "RingAttention";
     default:
