@@ -11,16 +11,22 @@
 #include "mkernel/fused.h"
 
 namespace {
-ncclResult_t run(mk::fused::GemmCollCall c, const ncclFusedConfig_t* config) {
-  const char* api = mk::fused::gemmCollName(c.op);
-  NCCLCHECK(mk::commCheck(c.comm, api));
-  NCCLCHECK(mk::commCheckReady(c.comm, api));
+// What every fused entry checks first: a usable comm, and no open group.
+ncclResult_t enter(ncclComm_t comm, const char* api) {
+  NCCLCHECK(mk::commCheck(comm, api));
+  NCCLCHECK(mk::commCheckReady(comm, api));
   if (mk::groupActive()) {
     // The GEMM would have to be deferred to ncclGroupEnd together with the caller's
     // buffers; NCCL has no such contract, so the call is refused rather than half-grouped.
     MK_WARN("%s: fused calls are not allowed inside ncclGroupStart/ncclGroupEnd", api);
     return ncclInvalidUsage;
   }
+  return ncclSuccess;
+}
+
+ncclResult_t run(mk::fused::GemmCollCall c, const ncclFusedConfig_t* config) {
+  const char* api = mk::fused::gemmCollName(c.op);
+  NCCLCHECK(enter(c.comm, api));
   NCCLCHECK(mk::fused::gemmCollCheck(&c, config, c.comm->nRanks, c.comm->rank));
   return mk::apiGuard(api, [&] { return mk::fused::gemmCollRun(c); });
 }
@@ -73,12 +79,7 @@ MK_API(ncclResult_t, ncclMoeDispatchGemm, const void* x, const int* topkIdx,
        size_t hidden, size_t n, int experts, int topk, ncclDataType_t inType,
        const ncclMoeConfig_t* config, ncclComm_t comm, cudaStream_t stream) {
   const char* api = "ncclMoeDispatchGemm";
-  NCCLCHECK(mk::commCheck(comm, api));
-  NCCLCHECK(mk::commCheckReady(comm, api));
-  if (mk::groupActive()) {
-    MK_WARN("%s: fused calls are not allowed inside ncclGroupStart/ncclGroupEnd", api);
-    return ncclInvalidUsage;
-  }
+  NCCLCHECK(enter(comm, api));
   MK_ARGCHECK(recv != nullptr, "%s: recv must not be NULL", api);
   mk::fused::MoeCall c;
   c.x = x;
@@ -104,12 +105,7 @@ MK_API(ncclResult_t, ncclMoeDispatchFfnCombine, const void* x, const int* topkId
        int topk, ncclDataType_t inType, const ncclMoeConfig_t* config, ncclComm_t comm,
        cudaStream_t stream) {
   const char* api = "ncclMoeDispatchFfnCombine";
-  NCCLCHECK(mk::commCheck(comm, api));
-  NCCLCHECK(mk::commCheckReady(comm, api));
-  if (mk::groupActive()) {
-    MK_WARN("%s: fused calls are not allowed inside ncclGroupStart/ncclGroupEnd", api);
-    return ncclInvalidUsage;
-  }
+  NCCLCHECK(enter(comm, api));
   MK_ARGCHECK(buf != nullptr, "%s: buf must not be NULL", api);
   MK_ARGCHECK(inter < (size_t(1) << 30), "%s: inter=%zu must be below 2^30", api, inter);
   mk::fused::MoeCall c;
