@@ -5,7 +5,8 @@
 // row, every received token row (exact), -1 sources on padding rows, and every element of y
 // against a double-precision product of the same bf16/fp16 inputs. Outputs are poisoned
 // first. Also: graph capture replayed with new routing, a receiver's bound exceeded (reported
-// through ncclCommGetAsyncError, nothing received), and the argument rules.
+// through ncclCommGetAsyncError, nothing received), ncclCommAbort while a peer never comes,
+// and the argument rules.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,8 @@
 #include <random>
 #include <string>
 #include <vector>
+#include <chrono>
+#include <thread>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,6 +25,7 @@
 
 #include "common/test_util.h"
 #include "gpu/test_fused_util.cuh"
+#include "gpu/test_proc_util.h"
 #include "gpu/test_thread_team.h"
 #include "mkernel/fused.h"
 
@@ -426,6 +430,54 @@ TEST(MoeDispatchOverflow, ReportedNeverDropped) {
   EXPECT_EQ(cnt[1], 0);
   EXPECT_EQ(p.check(0), "");
   EXPECT_EQ(p.check(2), "");
+}
+
+// Rank 0 calls, rank 1 never does: rank 0's dispatch kernel waits on the device for rank 1's
+// counts until ncclCommAbort from another thread ends it (within 5 s, long before
+// MKERNEL_TIMEOUT_MS), and the GPU stays usable: a new pair of ranks then dispatches and
+// checks out.
+TEST(MoeDispatchAbort, PeerNeverComes) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "120000");
+  MoeCase c{2, 2, 2, 64, 64, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 50};
+  {
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    int devs[2] = {0, 0};
+    ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    MoeProblem p(c);
+    ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab0, true, 0), "");
+    ASSERT_EQ(p.call(0, comms[0], s), ncclSuccess) << ncclGetLastError(comms[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the dispatch should wait for rank 1";
+    double took = -1;
+    ncclResult_t res = ncclInternalError;
+    std::thread aborter([&] {
+      const auto t0 = gputest::Clock::now();
+      res = ncclCommAbort(comms[0]);
+      took = gputest::since(t0);
+    });
+    aborter.join();
+    EXPECT_EQ(res, ncclSuccess);
+    EXPECT_LT(took, 5.0) << "ncclCommAbort must return promptly";
+    EXPECT_TRUE(gputest::streamCompleted(s, 5)) << "the dispatch kernel must leave after the abort";
+    EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
+  gputest::Team t(2);
+  ASSERT_TRUE(t.ok) << t.why;
+  MoeProblem p(c);
+  ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab1, true, 0), "");
+  const std::string err = t.run([&](int r) -> std::string {
+    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
+    if (res != ncclSuccess) return "call failed: " + std::string(ncclGetErrorString(res));
+    return waitRank(r, t.comms[r], t.streams[r]);
+  });
+  ASSERT_EQ(err, "");
+  EXPECT_EQ(p.check(0), "");
+  EXPECT_EQ(p.check(1), "");
 }
 
 // Every rule of the header is checked before any CUDA call (ncclInvalidArgument).

@@ -242,6 +242,14 @@ __global__ void __launch_bounds__(kMoeThreads, 1)
   int32_t* dstRow = dyn + p.s.experts;
   int32_t* seen = dyn + 2 * p.s.experts;
   const int me = p.f.rank, n = p.s.nRanks;
+  // Empty layout until step 3 writes the real one: when the call fails early (abort, a peer's
+  // timeout), the grouped GEMM queued behind this kernel must find no rows rather than the
+  // previous call's counts or uninitialised memory (which could ask for billions of tiles).
+  if (blockIdx.x == 0)
+    for (int le = threadIdx.x; le <= p.s.expertsPerRank; le += blockDim.x) {
+      p.recv.expertOffset[le] = 0;
+      if (le < p.s.expertsPerRank) p.recv.expertCount[le] = 0;
+    }
   if (threadIdx.x == 0) {
     sh.seq = callSeq(p.f);
     sh.ok = !rt::failed(p.f.c.w);
