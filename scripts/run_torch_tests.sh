@@ -7,7 +7,8 @@
 # usage: scripts/run_torch_tests.sh <build-dir> [test ...]
 #   tests: ld_bindings collectives p2p ddp cuda_graph comm_init comm_init_scalable
 #          comm_init_nonblocking comm_init_register_hook comm_init_lazy
-#          fused_gemm fused_gemm_vnodes (python/mkernel; 2 virtual nodes)   (default: all)
+#          fused_gemm fused_gemm_vnodes (python/mkernel; 2 virtual nodes)
+#          fused_moe (python/mkernel MoE calls)                            (default: all)
 # environment:
 #   MK_TORCH_NPROC=4        ranks per test            MK_TORCH_TIMEOUT=300  seconds per test
 #   MK_TORCH_BUDGET=540     seconds for all tests: later tests get what is left, and are
@@ -123,6 +124,7 @@ TESTS=(
   "comm_init_lazy|test_comm_init.py|MK_TORCH_EAGER=0 MK_TORCH_VARIANT=lazy_init"
   "fused_gemm|test_fused_gemm.py|"
   "fused_gemm_vnodes|test_fused_gemm.py|MKERNEL_EMULATE_NODES=2 MK_TORCH_VARIANT=vnodes_2x2"
+  "fused_moe|test_moe.py|"
 )
 SELECTED=("$@")
 selected() {

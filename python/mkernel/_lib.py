@@ -37,6 +37,14 @@ LAYOUT_KN = 1
 ALGO_AUTO = 0
 ALGO_FUSED = 1
 ALGO_SEQUENTIAL = 2
+MOE_CONFIG_MAGIC = 0x6D6B4D63  # "mkMc"
+MOE_CONFIG_VERSION = 1
+MOE_ROW_ALIGN = 128  # NCCL_MOE_ROW_ALIGN: the packed layout's expert offsets are multiples of it
+MOE_MAX_EXPERTS = 1024
+MOE_MAX_TOPK = 16
+MOE_MAX_LOCAL_EXPERTS = 256  # not in the header: the grouped GEMM's group limit, checked in C too
+# The MoE calls came later than the fused GEMM ones: a libmkernel without them still loads.
+MOE_APIS = ("ncclMoeDispatchGemm", "ncclMoeDispatchFfnCombine")
 
 # The symbol that tells libmkernel from the real libnccl: only mkernel exports it.
 MKERNEL_ONLY_SYMBOL = "ncclGemmAllReduce"
@@ -82,6 +90,75 @@ def make_config(b_layout, out_type, bias_ptr, comm_sms, algo):
   c.bLayout = b_layout
   c.outType = out_type
   c.bias = bias_ptr or None
+  c.commSms = comm_sms
+  c.algo = algo
+  return c
+
+
+class MoeConfig(ctypes.Structure):
+  """ncclMoeConfig_t, field for field."""
+  _fields_ = [
+      ("size", ctypes.c_size_t),
+      ("magic", ctypes.c_uint),
+      ("version", ctypes.c_uint),
+      ("wLayout", ctypes.c_int),
+      ("outType", ctypes.c_int),
+      ("commSms", ctypes.c_int),
+      ("algo", ctypes.c_int),
+  ]
+
+
+class MoeRecv(ctypes.Structure):
+  """ncclMoeRecv_t: where ncclMoeDispatchGemm puts the rows this rank receives."""
+  _fields_ = [
+      ("xRecv", ctypes.c_void_p),
+      ("y", ctypes.c_void_p),
+      ("expertCount", ctypes.c_void_p),
+      ("expertOffset", ctypes.c_void_p),
+      ("rowSource", ctypes.c_void_p),
+      ("rowWeight", ctypes.c_void_p),
+      ("maxRows", ctypes.c_size_t),
+  ]
+
+
+class MoeFfnBuffers(ctypes.Structure):
+  """ncclMoeFfnBuffers_t: the received rows of ncclMoeDispatchFfnCombine and their products."""
+  _fields_ = [
+      ("xRecv", ctypes.c_void_p),
+      ("h", ctypes.c_void_p),
+      ("act", ctypes.c_void_p),
+      ("out", ctypes.c_void_p),
+      ("expertCount", ctypes.c_void_p),
+      ("expertOffset", ctypes.c_void_p),
+      ("maxRows", ctypes.c_size_t),
+  ]
+
+
+# Argument types of the MoE calls, in the header's order (a unit test compares them with it).
+_vp, _sz, _i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+MOE_PROTOS = {
+    # x, topkIdx, topkWeights, w1, recv, tokens, hidden, n, experts, topk, inType, config,
+    # comm, stream
+    "ncclMoeDispatchGemm": [
+        _vp, _vp, _vp, _vp, ctypes.POINTER(MoeRecv), _sz, _sz, _sz, _i, _i, _i,
+        ctypes.POINTER(MoeConfig), _vp, _vp
+    ],
+    # x, topkIdx, topkWeights, w1, w2, y, buf, tokens, hidden, inter, experts, topk, inType,
+    # config, comm, stream
+    "ncclMoeDispatchFfnCombine": [
+        _vp, _vp, _vp, _vp, _vp, _vp, ctypes.POINTER(MoeFfnBuffers), _sz, _sz, _sz, _i, _i, _i,
+        ctypes.POINTER(MoeConfig), _vp, _vp
+    ],
+}
+
+
+def make_moe_config(w_layout, out_type, comm_sms, algo):
+  c = MoeConfig()
+  c.size = ctypes.sizeof(MoeConfig)
+  c.magic = MOE_CONFIG_MAGIC
+  c.version = MOE_CONFIG_VERSION
+  c.wLayout = w_layout
+  c.outType = out_type
   c.commSms = comm_sms
   c.algo = algo
   return c
@@ -151,6 +228,9 @@ class Library:
     self._proto("ncclGemmAllReduce", [vp, vp, vp, sz, sz, sz, i, cfg, vp, vp])
     self._proto("ncclAllGatherGemm", [vp, vp, vp, vp, sz, sz, sz, i, cfg, vp, vp])
     self._proto("ncclGemmReduceScatter", [vp, vp, vp, sz, sz, sz, i, cfg, vp, vp])
+    if all(symbol_address(cdll, n) is not None for n in MOE_APIS):
+      for name, argtypes in MOE_PROTOS.items():
+        self._proto(name, argtypes)
     ip = ctypes.POINTER(ctypes.c_int)
     for name in ("ncclCommCount", "ncclCommUserRank", "ncclCommCuDevice", "ncclCommGetAsyncError"):
       self._proto(name, [vp, ip])
@@ -162,6 +242,14 @@ class Library:
     fn.argtypes = argtypes
     fn.restype = restype
     setattr(self, name, fn)
+
+  def require(self, api):
+    """The C function `api`; MkernelError when this libmkernel predates it."""
+    fn = getattr(self, api, None)
+    if fn is None:
+      raise MkernelError("%s (%s) does not export %s: it was built before that call existed; "
+                         "rebuild libmkernel" % (self.path, self.how, api), api=api)
+    return fn
 
   def last_error(self):
     s = self.ncclGetLastError(None)
