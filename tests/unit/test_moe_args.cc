@@ -1,6 +1,6 @@
-// Argument rules of ncclMoeDispatchGemm (include/mkernel/fused.h), checked on the CPU by
-// moeCheck: every refusal names its rule, valid calls pass, and the config's defaults are
-// resolved (outType = inType).
+// Argument rules of ncclMoeDispatchGemm and ncclMoeDispatchFfnCombine (include/mkernel/fused.h),
+// checked on the CPU by moeCheck: every refusal names its rule, valid calls pass, and the
+// config's defaults are resolved (outType = inType).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -115,6 +115,118 @@ TEST(MoeArgs, EveryRuleRefusedWithItsMessage) {
     EXPECT_NE(got.find(r.what), std::string::npos) << r.what << ": " << got;
     EXPECT_NE(got.find("ncclMoeDispatchGemm"), std::string::npos) << got;
   }
+}
+
+// ncclMoeDispatchFfnCombine as its API entry (src/api/api_fused.cc) hands it to moeCheck: the
+// dispatch and GEMM1 see buf as a recv layout whose y is buf->h, without rowSource/rowWeight,
+// and N = 2 * inter.
+void deriveRecv(MoeCall& c) {
+  c.recv = ncclMoeRecv_t{c.buf.xRecv, c.buf.h, c.buf.expertCount, c.buf.expertOffset,
+                         nullptr,     nullptr, c.buf.maxRows};
+  c.N = 2 * c.I;
+}
+
+// p moved by `bytes` (to break an alignment rule).
+template <typename T>
+T* shift(T* p, int bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(p) + bytes);
+}
+
+MoeCall validFfn() {
+  MoeCall c = valid();
+  c.ffn = true;
+  c.w2 = addr(11);
+  c.yOut = addr(12);
+  c.I = 64;
+  c.buf = ncclMoeFfnBuffers_t{addr(13),     addr(14),     addr(15), addr<float>(16),
+                              addr<int>(7), addr<int>(8), 4096};
+  deriveRecv(c);
+  return c;
+}
+
+TEST(MoeArgs, FfnValidCallsPass) {
+  MoeCall c = validFfn();
+  ASSERT_EQ(mk::fused::moeCheck(&c, nullptr, 4), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(c.cfg.outType, ncclBfloat16);
+  c = validFfn();
+  c.inType = ncclFloat16;
+  ncclMoeConfig_t cfg = NCCL_MOE_CONFIG_INITIALIZER;
+  cfg.outType = ncclFloat32;
+  cfg.wLayout = ncclFusedLayoutKN;
+  ASSERT_EQ(mk::fused::moeCheck(&c, &cfg, 4), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(c.cfg.outType, ncclFloat32);
+  MoeCall none = validFfn();  // a rank without tokens takes part in the exchange and combine
+  none.T = 0;
+  none.x = nullptr;
+  none.topkIdx = nullptr;
+  none.topkWeights = nullptr;
+  EXPECT_EQ(check(none), "");
+  for (size_t inter : {size_t(8), size_t(24), (size_t(1) << 30) - 8}) {
+    MoeCall i = validFfn();
+    i.I = inter;
+    deriveRecv(i);
+    EXPECT_EQ(check(i), "") << "inter=" << inter;
+  }
+}
+
+TEST(MoeArgs, FfnEveryRuleRefusedWithItsMessage) {
+  struct Rule {
+    const char* what;
+    std::function<void(MoeCall&, ncclMoeConfig_t&)> breakIt;
+  };
+  const std::vector<Rule> rules = {
+      {"inter=36", [](MoeCall& c, ncclMoeConfig_t&) { c.I = 36; }},
+      {"inter=12",
+       [](MoeCall& c, ncclMoeConfig_t& f) {
+         f.wLayout = ncclFusedLayoutKN;  // N = 24 passes the KN rule: inter's own rule refuses
+         c.I = 12;
+       }},
+      {"w2, y, buf->act and buf->out must not be NULL",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.w2 = nullptr; }},
+      {"w2, y, buf->act and buf->out must not be NULL",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.yOut = nullptr; }},
+      {"w2, y, buf->act and buf->out must not be NULL",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.buf.act = nullptr; }},
+      {"w2, y, buf->act and buf->out must not be NULL",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.buf.out = nullptr; }},
+      {"topkWeights must not be NULL",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.topkWeights = nullptr; }},
+      {"w2, y, buf->act and buf->out must be 16-byte aligned",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.w2 = shift(c.w2, 8); }},
+      {"w2, y, buf->act and buf->out must be 16-byte aligned",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.yOut = shift(c.yOut, 8); }},
+      {"w2, y, buf->act and buf->out must be 16-byte aligned",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.buf.act = shift(c.buf.act, 2); }},
+      {"w2, y, buf->act and buf->out must be 16-byte aligned",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.buf.out = shift(c.buf.out, 4); }},
+      // The rules shared with ncclMoeDispatchGemm name the buffers by their ffn names.
+      {"buf->h", [](MoeCall& c, ncclMoeConfig_t&) { c.buf.h = nullptr; }},
+      {"buf->xRecv", [](MoeCall& c, ncclMoeConfig_t&) { c.buf.xRecv = nullptr; }},
+      {"buf->expertCount", [](MoeCall& c, ncclMoeConfig_t&) { c.buf.expertCount = nullptr; }},
+      {"buf->xRecv and buf->h must be 16-byte aligned",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.buf.h = shift(c.buf.h, 8); }},
+      {"the buf arrays must be 4-byte aligned",
+       [](MoeCall& c, ncclMoeConfig_t&) { c.buf.expertOffset = shift(c.buf.expertOffset, 2); }},
+      {"buf->maxRows=0", [](MoeCall& c, ncclMoeConfig_t&) { c.buf.maxRows = 0; }},
+      {"experts=18 must be a multiple of nranks", [](MoeCall& c, ncclMoeConfig_t&) { c.E = 18; }},
+  };
+  for (const Rule& r : rules) {
+    MoeCall c = validFfn();
+    ncclMoeConfig_t cfg = NCCL_MOE_CONFIG_INITIALIZER;
+    r.breakIt(c, cfg);
+    deriveRecv(c);
+    const std::string got = check(c, &cfg);
+    EXPECT_NE(got.find(r.what), std::string::npos) << r.what << ": " << got;
+    EXPECT_NE(got.find("ncclMoeDispatchFfnCombine"), std::string::npos) << got;
+    EXPECT_EQ(got.find("recv"), std::string::npos) << "names the other API's buffers: " << got;
+  }
+  // inter = 0 makes N = 0: refused by the shared size rule before inter's own (its message
+  // names n, the GEMM1 width).
+  MoeCall zero = validFfn();
+  zero.I = 0;
+  deriveRecv(zero);
+  const std::string got = check(zero);
+  EXPECT_NE(got.find("ncclMoeDispatchFfnCombine"), std::string::npos) << got;
 }
 
 }  // namespace
