@@ -34,8 +34,9 @@ ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out) {
 }
 
 ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
-                          const std::function<ncclResult_t(cudaStream_t)>& launch) {
-  return collEnqueueFn(comm, stream, api, launch);
+                          const std::function<ncclResult_t(cudaStream_t)>& launch,
+                          bool continuation) {
+  return collEnqueueFn(comm, stream, api, launch, continuation);
 }
 
 }  // namespace fused

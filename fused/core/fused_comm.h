@@ -58,9 +58,12 @@ ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out);
 // Runs `launch(stream)` as one operation of `comm` on the user's `stream`: ordered after the
 // comm's earlier operations (whatever stream they used), capturable, awaited by
 // ncclCommFinalize, refused with the comm's error once it has failed. Refused inside
-// ncclGroupStart/End. `api` names the call in messages.
+// ncclGroupStart/End. `api` names the call in messages. `continuation`: a later kernel of a
+// call already under way (coll/coll.h, collEnqueueFn), launched despite an error the call's
+// earlier kernel reported, so that its peers do not wait for it in vain.
 ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
-                          const std::function<ncclResult_t(cudaStream_t)>& launch);
+                          const std::function<ncclResult_t(cudaStream_t)>& launch,
+                          bool continuation = false);
 
 }  // namespace fused
 }  // namespace mk

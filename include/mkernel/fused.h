@@ -177,15 +177,17 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * Precision: the GEMMs accumulate in fp32; the GEMM1 output (buf->h) and the SwiGLU product
  * (buf->act) are stored in inType, the expert outputs (buf->out) in fp32; the combine adds the
  * slots in slot order in fp32 and rounds once to outType. A token whose slots are all -1 gets
- * zeros. The buffers (ncclMoeFfnBuffers_t) are the rows this rank receives, in the packed
- * layout of ncclMoeRecv_t (expertCount, expertOffset as there); peers read buf->out of the
- * ranks that hold their tokens' experts, so keep the buffers alive and unchanged until every
- * rank's call has completed. maxRows, overflow (reported, the overflowing rank receives
- * nothing and its sources get zeros for those slots), bad expert ids, no host
- * synchronisation, capture after one eager call and the layouts that run: as for
- * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1 and I % 8 == 0; topkWeights,
- * w2, y and every buffer non-NULL; w2, y, h, act, out 16-byte aligned. The sequential path
- * runs: dispatch kernel, grouped GEMM1, SwiGLU kernel, grouped GEMM2, combine kernel.
+ * zeros. On a rank whose call reports an error (its bound exceeded, a bad expert id in its
+ * topkIdx), y is unspecified; the other ranks' y are complete. The buffers (ncclMoeFfnBuffers_t)
+ * are the rows this rank receives, in the packed layout of ncclMoeRecv_t (expertCount, expertOffset
+ * as there); peers read buf->out of the ranks that hold their tokens' experts, so keep the buffers
+ * alive and unchanged until every rank's call has completed. maxRows, overflow (reported, the
+ * overflowing rank receives nothing and its sources get zeros for those slots), bad expert ids, no
+ * host synchronisation, capture after one eager call and the layouts that run: as for
+ * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1 and I % 8 == 0; topkWeights and y
+ * non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
+ * aligned. The sequential path runs: dispatch kernel, grouped GEMM1, SwiGLU kernel, grouped
+ * GEMM2, combine kernel.
  */
 typedef struct {
   void* xRecv;       /* [maxRows, H] inType: the received token rows, packed */

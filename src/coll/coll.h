@@ -52,8 +52,12 @@ ncclResult_t collEnqueue(const CollArgs& a);
 // Runs `launch(exec)` as one operation of comm issued on `stream` (a fused operator,
 // fused/core/fused_comm.h): ordered with the comm's other operations, capturable, tracked
 // for finalize, refused once the comm has failed and inside ncclGroupStart/End.
+// `continuation`: a later kernel of a call whose first kernel was already enqueued (the MoE
+// combine after its dispatch): run even if that first kernel has since reported an error, so
+// that the peers waiting for this rank's part of the call are not left to time out.
 ncclResult_t collEnqueueFn(ncclComm* comm, cudaStream_t stream, const char* api,
-                           const std::function<ncclResult_t(cudaStream_t)>& launch);
+                           const std::function<ncclResult_t(cudaStream_t)>& launch,
+                           bool continuation = false);
 
 // Per-comm collective state, created after peer memory; fini frees it.
 ncclResult_t collInit(ncclComm* comm);

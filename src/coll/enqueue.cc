@@ -59,13 +59,15 @@ bool isLegacy(cudaStream_t s) {
   return s == nullptr || s == cudaStreamLegacy;
 }
 
-ncclResult_t commUsable(ncclComm* comm, const char* api, const CommWork& w) {
+ncclResult_t commUsable(ncclComm* comm, const char* api, const CommWork& w,
+                        bool continuation = false) {
   CollState* cs = comm->coll;
   if (cs == nullptr) {
     MK_WARN("%s: rank %d: collective state is not initialised", api, comm->rank);
     return ncclInvalidUsage;
   }
   NCCLCHECK(collPollAsyncError(comm));
+  if (continuation) return ncclSuccess;
   int ar = comm->asyncResult.load();
   if (ar != ncclSuccess && ar != ncclInProgress) {
     std::string msg;
@@ -151,9 +153,10 @@ ncclResult_t collLaunchGroup(std::vector<CollArgs>& ops) {
 }
 
 ncclResult_t collEnqueueFn(ncclComm* comm, cudaStream_t stream, const char* api,
-                           const std::function<ncclResult_t(cudaStream_t)>& launch) {
+                           const std::function<ncclResult_t(cudaStream_t)>& launch,
+                           bool continuation) {
   NCCLCHECK(commCheck(comm, api));
-  NCCLCHECK(commCheckReady(comm, api));
+  if (!continuation) NCCLCHECK(commCheckReady(comm, api));
   if (groupActive()) {
     MK_WARN("%s: rank %d: fused operations inside ncclGroupStart/ncclGroupEnd are not supported",
             api, comm->rank);
@@ -163,7 +166,7 @@ ncclResult_t collEnqueueFn(ncclComm* comm, cudaStream_t stream, const char* api,
   work[0].comm = comm;
   work[0].user = stream;
   work[0].fn = &launch;
-  NCCLCHECK(commUsable(comm, api, work[0]));
+  NCCLCHECK(commUsable(comm, api, work[0], continuation));
   return issue(work);
 }
 

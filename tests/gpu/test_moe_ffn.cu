@@ -632,7 +632,7 @@ TEST(MoeFfnArgs, RulesRefusedWithAMessage) {
   refused(a, "inter=36");
   a.inter = size_t(1) << 30;
   refused(a, "below 2^30");
-  const std::string nulls = "w2, y, buf->act and buf->out must not be NULL";
+  const std::string nulls = "buf->act and buf->out must not be NULL";
   a = ok;
   a.w2 = nullptr;
   refused(a, nulls);

@@ -160,6 +160,7 @@ TEST(MoeArgs, FfnValidCallsPass) {
   none.x = nullptr;
   none.topkIdx = nullptr;
   none.topkWeights = nullptr;
+  none.yOut = nullptr;  // no token, no output row
   EXPECT_EQ(check(none), "");
   for (size_t inter : {size_t(8), size_t(24), (size_t(1) << 30) - 8}) {
     MoeCall i = validFfn();
@@ -181,13 +182,13 @@ TEST(MoeArgs, FfnEveryRuleRefusedWithItsMessage) {
          f.wLayout = ncclFusedLayoutKN;  // N = 24 passes the KN rule: inter's own rule refuses
          c.I = 12;
        }},
-      {"w2, y, buf->act and buf->out must not be NULL",
+      {"buf->act and buf->out must not be NULL",
        [](MoeCall& c, ncclMoeConfig_t&) { c.w2 = nullptr; }},
-      {"w2, y, buf->act and buf->out must not be NULL",
+      {"buf->act and buf->out must not be NULL",
        [](MoeCall& c, ncclMoeConfig_t&) { c.yOut = nullptr; }},
-      {"w2, y, buf->act and buf->out must not be NULL",
+      {"buf->act and buf->out must not be NULL",
        [](MoeCall& c, ncclMoeConfig_t&) { c.buf.act = nullptr; }},
-      {"w2, y, buf->act and buf->out must not be NULL",
+      {"buf->act and buf->out must not be NULL",
        [](MoeCall& c, ncclMoeConfig_t&) { c.buf.out = nullptr; }},
       {"topkWeights must not be NULL",
        [](MoeCall& c, ncclMoeConfig_t&) { c.topkWeights = nullptr; }},

@@ -74,6 +74,13 @@ ncclResult_t moeCheck(MoeCall* c, const ncclMoeConfig_t* config, int nRanks) {
   MK_ARGCHECK(c->k >= 1 && c->k <= NCCL_MOE_MAX_TOPK, "%s: topk=%d must be in 1..%d", kApi, c->k,
               NCCL_MOE_MAX_TOPK);
   const size_t kMaxDim = size_t(1) << 31;
+  // The layer's inter size first: n = 2 * inter would be blamed for it below.
+  if (c->ffn) {
+    MK_ARGCHECK(c->I >= 1 && c->I < kMaxDim / 2 && c->I % 8 == 0,
+                "%s: inter=%zu must be a positive multiple of 8 (16-byte rows of buf->act and of "
+                "w2) below 2^30",
+                kApi, c->I);
+  }
   MK_ARGCHECK(c->H > 0 && c->N > 0 && c->H < kMaxDim && c->N < kMaxDim,
               "%s: hidden=%zu and n=%zu must be positive and below 2^31", kApi, c->H, c->N);
   MK_ARGCHECK(c->T < kMaxDim / (size_t)c->k, "%s: tokens*topk=%zu*%d must be below 2^31", kApi,
@@ -105,12 +112,9 @@ ncclResult_t moeCheck(MoeCall* c, const ncclMoeConfig_t* config, int nRanks) {
               "%s: topkIdx, topkWeights and the %s arrays must be 4-byte aligned", kApi, rb);
   if (!c->ffn) return ncclSuccess;
   const ncclMoeFfnBuffers_t& b = c->buf;
-  MK_ARGCHECK(c->I >= 1 && c->I < kMaxDim / 2 && c->I % 8 == 0,
-              "%s: inter=%zu must be a positive multiple of 8 (16-byte rows of buf->act and of "
-              "w2) below 2^30",
-              kApi, c->I);
-  MK_ARGCHECK(c->w2 != nullptr && c->yOut != nullptr && b.act != nullptr && b.out != nullptr,
-              "%s: w2, y, buf->act and buf->out must not be NULL", kApi);
+  MK_ARGCHECK(
+      c->w2 != nullptr && (c->yOut != nullptr || c->T == 0) && b.act != nullptr && b.out != nullptr,
+      "%s: w2, y (unless tokens is 0), buf->act and buf->out must not be NULL", kApi);
   MK_ARGCHECK(c->T == 0 || c->topkWeights != nullptr,
               "%s: topkWeights must not be NULL (the combine weighs every slot)", kApi);
   MK_ARGCHECK(aligned16(c->w2) && aligned16(c->yOut) && aligned16(b.act) && aligned16(b.out),

@@ -314,11 +314,16 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
     }
   }
   if (res == ncclSuccess) res = gemm::launch(g2, c.stream);
+  // A continuation: the dispatch may already have reported an overflow or a bad id on this
+  // rank, and the peers' combines still wait for this rank's slot.
   if (res == ncclSuccess)
-    res = fusedEnqueue(comm, c.stream, api, [&](cudaStream_t s) -> ncclResult_t {
-      CUDACHECK(launchCombine(c.cfg.outType, cp, combineGrid, s));
-      return ncclSuccess;
-    });
+    res = fusedEnqueue(
+        comm, c.stream, api,
+        [&](cudaStream_t s) -> ncclResult_t {
+          CUDACHECK(launchCombine(c.cfg.outType, cp, combineGrid, s));
+          return ncclSuccess;
+        },
+        true);
   return moeFreeScratch(slotRow, c.stream, res, api);
 }
 
