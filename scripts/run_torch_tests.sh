@@ -8,7 +8,8 @@
 #   tests: ld_bindings collectives p2p ddp cuda_graph comm_init comm_init_scalable
 #          comm_init_nonblocking comm_init_register_hook comm_init_lazy
 #          fused_gemm fused_gemm_vnodes (python/mkernel; 2 virtual nodes)
-#          fused_moe (python/mkernel MoE calls)                            (default: all)
+#          fused_moe (python/mkernel MoE calls; only when named: the MoE calls do not run
+#          on ranks in separate processes yet)                (default: all but fused_moe)
 # environment:
 #   MK_TORCH_NPROC=4        ranks per test            MK_TORCH_TIMEOUT=300  seconds per test
 #   MK_TORCH_BUDGET=540     seconds for all tests: later tests get what is left, and are
@@ -127,8 +128,10 @@ TESTS=(
   "fused_moe|test_moe.py|"
 )
 SELECTED=("$@")
+# Run only when named: the C calls behind them refuse this layout (processes) for now.
+OPT_IN=" fused_moe "
 selected() {
-  [[ ${#SELECTED[@]} -eq 0 ]] && return 0
+  [[ ${#SELECTED[@]} -eq 0 && $OPT_IN != *" $1 "* ]] && return 0
   local s
   for s in "${SELECTED[@]}"; do [[ $s == "$1" ]] && return 0; done
   return 1
