@@ -74,6 +74,28 @@ MK_API(ncclResult_t, ncclGemmReduceScatter, const void* A, const void* B, void* 
              config);
 }
 
+namespace {
+// The fields both MoE calls share; checked (moeCheck) and run.
+ncclResult_t moeRunChecked(mk::fused::MoeCall& c, const void* x, const int* topkIdx,
+                           const float* topkWeights, const void* w1, size_t tokens, size_t hidden,
+                           int experts, int topk, ncclDataType_t inType,
+                           const ncclMoeConfig_t* config, ncclComm_t comm, cudaStream_t stream) {
+  c.x = x;
+  c.topkIdx = topkIdx;
+  c.topkWeights = topkWeights;
+  c.w1 = w1;
+  c.T = tokens;
+  c.H = hidden;
+  c.E = experts;
+  c.k = topk;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  NCCLCHECK(mk::fused::moeCheck(&c, config, comm->nRanks));
+  return mk::apiGuard(mk::fused::moeApi(c), [&] { return mk::fused::moeRun(c); });
+}
+}  // namespace
+
 MK_API(ncclResult_t, ncclMoeDispatchGemm, const void* x, const int* topkIdx,
        const float* topkWeights, const void* w1, const ncclMoeRecv_t* recv, size_t tokens,
        size_t hidden, size_t n, int experts, int topk, ncclDataType_t inType,
@@ -82,21 +104,10 @@ MK_API(ncclResult_t, ncclMoeDispatchGemm, const void* x, const int* topkIdx,
   NCCLCHECK(enter(comm, api));
   MK_ARGCHECK(recv != nullptr, "%s: recv must not be NULL", api);
   mk::fused::MoeCall c;
-  c.x = x;
-  c.topkIdx = topkIdx;
-  c.topkWeights = topkWeights;
-  c.w1 = w1;
   c.recv = *recv;
-  c.T = tokens;
-  c.H = hidden;
   c.N = n;
-  c.E = experts;
-  c.k = topk;
-  c.inType = inType;
-  c.comm = comm;
-  c.stream = stream;
-  NCCLCHECK(mk::fused::moeCheck(&c, config, comm->nRanks));
-  return mk::apiGuard(api, [&] { return mk::fused::moeRun(c); });
+  return moeRunChecked(c, x, topkIdx, topkWeights, w1, tokens, hidden, experts, topk, inType,
+                       config, comm, stream);
 }
 
 MK_API(ncclResult_t, ncclMoeDispatchFfnCombine, const void* x, const int* topkIdx,
@@ -110,10 +121,6 @@ MK_API(ncclResult_t, ncclMoeDispatchFfnCombine, const void* x, const int* topkId
   MK_ARGCHECK(inter < (size_t(1) << 30), "%s: inter=%zu must be below 2^30", api, inter);
   mk::fused::MoeCall c;
   c.ffn = true;
-  c.x = x;
-  c.topkIdx = topkIdx;
-  c.topkWeights = topkWeights;
-  c.w1 = w1;
   c.w2 = w2;
   c.yOut = y;
   c.buf = *buf;
@@ -125,15 +132,8 @@ MK_API(ncclResult_t, ncclMoeDispatchFfnCombine, const void* x, const int* topkId
   c.recv.rowSource = nullptr;
   c.recv.rowWeight = nullptr;
   c.recv.maxRows = buf->maxRows;
-  c.T = tokens;
-  c.H = hidden;
   c.I = inter;
   c.N = 2 * inter;
-  c.E = experts;
-  c.k = topk;
-  c.inType = inType;
-  c.comm = comm;
-  c.stream = stream;
-  NCCLCHECK(mk::fused::moeCheck(&c, config, comm->nRanks));
-  return mk::apiGuard(api, [&] { return mk::fused::moeRun(c); });
+  return moeRunChecked(c, x, topkIdx, topkWeights, w1, tokens, hidden, experts, topk, inType,
+                       config, comm, stream);
 }
