@@ -80,6 +80,20 @@ ncclResult_t cliqueBlockGet(ncclComm* comm, CliqueTag tag, size_t bytes, void** 
   return ncclSuccess;
 }
 
+ncclResult_t cliqueBlockForCall(ncclComm* comm, CliqueTag tag, size_t bytes, cudaStream_t stream,
+                                const char* api, void** out) {
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CUDACHECK(cudaStreamIsCapturing(stream, &cap));
+  if (cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, tag)) {
+    MK_WARN(
+        "%s: rank %d: the first call on a comm allocates its shared state and cannot be "
+        "captured: make one call outside the capture first",
+        api, comm->rank);
+    return ncclInvalidUsage;
+  }
+  return cliqueBlockGet(comm, tag, bytes, out);
+}
+
 void cliqueBlocksRelease(ncclComm* comm) {
   if (comm->fusedCliqueRefs == 0) return;
   std::lock_guard<std::mutex> lock(gMutex);

@@ -4,6 +4,7 @@
 // entries directly (one address space).
 #pragma once
 #include <cstddef>
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 struct ncclComm;
@@ -29,6 +30,11 @@ bool cliqueEligible(const ncclComm* comm, int maxLocal);
 ncclResult_t cliqueBlockGet(ncclComm* comm, CliqueTag tag, size_t bytes, void** out);
 // Whether comm already holds block `tag` (a captured call can use it).
 bool cliqueBlockHeld(const ncclComm* comm, CliqueTag tag);
+// cliqueBlockGet for a call issued on `stream`: while the stream is being captured, only a
+// block comm already holds (creating one allocates and synchronises); otherwise
+// ncclInvalidUsage with a message naming `api`.
+ncclResult_t cliqueBlockForCall(ncclComm* comm, CliqueTag tag, size_t bytes, cudaStream_t stream,
+                                const char* api, void** out);
 // Drops every block reference of comm (at comm destruction); a block is freed with its last.
 void cliqueBlocksRelease(ncclComm* comm);
 

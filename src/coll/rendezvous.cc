@@ -106,6 +106,11 @@ uint64_t countOf(const Counts& k, const Dep& d) {
   return 0;
 }
 
+// Dependency d falls into a call of its slot that failed in the rendezvous: never launched.
+bool inFailedCall(const Slot& s, const Dep& d) {
+  return s.failed && countOf(s.failLo, d) < d.v && d.v <= countOf(s.failHi, d);
+}
+
 // One thread's pending call: what its launches wait for.
 struct Call {
   uint64_t thread = 0;
@@ -163,7 +168,7 @@ bool closureOf(const Call* start, Closure* out, Verdict* bad) {
         out->unissued.emplace_back(call, &d);
         continue;
       }
-      if (s.failed && countOf(s.failLo, d) < d.v && d.v <= countOf(s.failHi, d)) {
+      if (inFailedCall(s, d)) {
         *bad = missing(call == start, d, false, true);
         return false;
       }
@@ -323,7 +328,7 @@ bool ownDeps(const Call& call) {
   for (const Dep& d : call.deps) {
     const Slot& s = d.c->slots[d.q];
     if (s.owner.load(std::memory_order_relaxed) != call.thread) return false;
-    if (s.failed && countOf(s.failLo, d) < d.v && d.v <= countOf(s.failHi, d)) return false;
+    if (inFailedCall(s, d)) return false;
     if (countOf(s.posted, d) < d.v && s.state.load(std::memory_order_acquire) == kLeft)
       return false;  // destroyed before issuing: evaluate() names it
   }
@@ -489,7 +494,7 @@ bool launchPending(const Dep& d, uint64_t me) {
   const Slot& s = d.c->slots[d.q];
   if (countOf(s.launched, d) >= d.v || countOf(s.posted, d) < d.v) return false;
   if (s.state.load(std::memory_order_acquire) == kLeft) return false;
-  if (s.failed && countOf(s.failLo, d) < d.v && d.v <= countOf(s.failHi, d)) return false;
+  if (inFailedCall(s, d)) return false;
   const uint64_t owner = s.owner.load(std::memory_order_acquire);
   if (owner == 0 || owner == me) return false;
   return !waitsForMe(owner, me);

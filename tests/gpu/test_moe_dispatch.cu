@@ -26,10 +26,15 @@
 #include "common/test_util.h"
 #include "gpu/test_fused_util.cuh"
 #include "gpu/test_proc_util.h"
+#include "gpu/test_moe_util.h"
 #include "gpu/test_thread_team.h"
 #include "mkernel/fused.h"
 
 namespace {
+
+using moetest::fromBits;
+using moetest::outValue;
+using moetest::toBits;
 
 enum Routing { kUniform, kHotExpert, kSomeEmpty };
 
@@ -47,47 +52,6 @@ std::string caseName(const MoeCase& c) {
          (c.in == ncclBfloat16 ? "_bf16" : "_f16") + "_out" + std::to_string((int)c.out) +
          (c.layout == ncclFusedLayoutKN ? "_KN" : "_NK") + "_r" + std::to_string((int)c.routing);
 }
-
-size_t typeSize(ncclDataType_t t) {
-  return t == ncclFloat32 ? 4 : 2;
-}
-uint16_t toBits(float v, ncclDataType_t t) {
-  uint16_t b;
-  if (t == ncclBfloat16) {
-    __nv_bfloat16 h = __float2bfloat16_rn(v);
-    memcpy(&b, &h, 2);
-  } else {
-    __half h = __float2half_rn(v);
-    memcpy(&b, &h, 2);
-  }
-  return b;
-}
-float fromBits(uint16_t b, ncclDataType_t t) {
-  if (t == ncclBfloat16) {
-    __nv_bfloat16 h;
-    memcpy(&h, &b, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  memcpy(&h, &b, 2);
-  return __half2float(h);
-}
-float outValue(const std::vector<uint8_t>& y, size_t i, ncclDataType_t t) {
-  if (t == ncclFloat32) {
-    float v;
-    memcpy(&v, y.data() + i * 4, 4);
-    return v;
-  }
-  uint16_t b;
-  memcpy(&b, y.data() + i * 2, 2);
-  return fromBits(b, t);
-}
-
-#define MOE_CUDA(x)                                                                \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) return std::string(#x) + ": " + cudaGetErrorString(e_); \
-  } while (0)
 
 // One rank's inputs and outputs (host copies of what the inputs hold) and device buffers.
 struct RankData {
@@ -196,7 +160,7 @@ class MoeProblem {
     std::vector<int32_t> cnt(epr), off(epr + 1), src(d.maxRows * 3);
     std::vector<float> rw(d.maxRows);
     std::vector<uint16_t> xr(d.maxRows * c_.H);
-    std::vector<uint8_t> y(d.maxRows * c_.N * typeSize(c_.out));
+    std::vector<uint8_t> y(d.maxRows * c_.N * fusedtest::esOf(c_.out));
     MOE_CUDA(cudaMemcpy(cnt.data(), d.dcnt, epr * 4, cudaMemcpyDeviceToHost));
     MOE_CUDA(cudaMemcpy(off.data(), d.doff, (epr + 1) * 4, cudaMemcpyDeviceToHost));
     MOE_CUDA(cudaMemcpy(src.data(), d.dsrc, src.size() * 4, cudaMemcpyDeviceToHost));
@@ -262,7 +226,7 @@ class MoeProblem {
         }
       d.maxRows = rows;
       MOE_CUDA(cudaMalloc(&d.dxr, rows * c_.H * 2));
-      MOE_CUDA(cudaMalloc(&d.dy, rows * c_.N * typeSize(c_.out)));
+      MOE_CUDA(cudaMalloc(&d.dy, rows * c_.N * fusedtest::esOf(c_.out)));
       MOE_CUDA(cudaMalloc(&d.dsrc, rows * 3 * 4));
       MOE_CUDA(cudaMalloc(&d.drw, rows * 4));
     }
@@ -286,7 +250,7 @@ class MoeProblem {
     MOE_CUDA(cudaMemcpy(d.dwts, d.wts.data(), d.wts.size() * 4, cudaMemcpyHostToDevice));
     // Poison every output.
     MOE_CUDA(cudaMemset(d.dxr, 0xa5, rows * c_.H * 2));
-    MOE_CUDA(cudaMemset(d.dy, 0xa5, rows * c_.N * typeSize(c_.out)));
+    MOE_CUDA(cudaMemset(d.dy, 0xa5, rows * c_.N * fusedtest::esOf(c_.out)));
     MOE_CUDA(cudaMemset(d.dsrc, 0x5a, rows * 3 * 4));
     MOE_CUDA(cudaMemset(d.drw, 0x5a, rows * 4));
     MOE_CUDA(cudaMemset(d.dcnt, 0x5a, epr * 4));

@@ -35,6 +35,7 @@
 
 #include "common/test_util.h"
 #include "gpu/test_fused_util.cuh"
+#include "gpu/test_moe_util.h"
 #include "gpu/test_thread_team.h"
 #include "mkernel/fused.h"
 
@@ -42,6 +43,10 @@ namespace {
 
 using fusedtest::esOf;
 using fusedtest::waitRank;
+using moetest::fromBits;
+using moetest::outValue;
+using moetest::roundTo;
+using moetest::toBits;
 
 enum Routing { kUniform, kHotExpert, kSomeEmpty };
 
@@ -59,47 +64,6 @@ std::string caseName(const FfnCase& c) {
          "_to_" + fusedtest::typeName(c.out) + (c.layout == ncclFusedLayoutKN ? "_KN" : "_NK") +
          "_r" + std::to_string((int)c.routing);
 }
-
-uint16_t toBits(float v, ncclDataType_t t) {
-  uint16_t b;
-  if (t == ncclBfloat16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    memcpy(&b, &h, 2);
-  } else {
-    const __half h = __float2half_rn(v);
-    memcpy(&b, &h, 2);
-  }
-  return b;
-}
-float fromBits(uint16_t b, ncclDataType_t t) {
-  if (t == ncclBfloat16) {
-    __nv_bfloat16 h;
-    memcpy(&h, &b, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  memcpy(&h, &b, 2);
-  return __half2float(h);
-}
-float roundTo(double v, ncclDataType_t t) {
-  return fromBits(toBits((float)v, t), t);
-}
-double outAt(const std::vector<uint8_t>& y, size_t i, ncclDataType_t t) {
-  if (t == ncclFloat32) {
-    float v;
-    memcpy(&v, y.data() + i * 4, 4);
-    return v;
-  }
-  uint16_t b;
-  memcpy(&b, y.data() + i * 2, 2);
-  return fromBits(b, t);
-}
-
-#define FFN_CUDA(x)                                                                \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) return std::string(#x) + ": " + cudaGetErrorString(e_); \
-  } while (0)
 
 struct Dev {
   void* p = nullptr;
@@ -256,9 +220,9 @@ class FfnProblem {
     std::vector<int32_t> cnt(epr), off(epr + 1);
     const size_t yBytes = (size_t)d.T * H * esOf(c_.out);
     std::vector<uint8_t> y(yBytes + kSlack);
-    FFN_CUDA(cudaMemcpy(cnt.data(), d.dcnt.p, epr * 4, cudaMemcpyDeviceToHost));
-    FFN_CUDA(cudaMemcpy(off.data(), d.doff.p, (epr + 1) * 4, cudaMemcpyDeviceToHost));
-    FFN_CUDA(cudaMemcpy(y.data(), d.dy.p, y.size(), cudaMemcpyDeviceToHost));
+    MOE_CUDA(cudaMemcpy(cnt.data(), d.dcnt.p, epr * 4, cudaMemcpyDeviceToHost));
+    MOE_CUDA(cudaMemcpy(off.data(), d.doff.p, (epr + 1) * 4, cudaMemcpyDeviceToHost));
+    MOE_CUDA(cudaMemcpy(y.data(), d.dy.p, y.size(), cudaMemcpyDeviceToHost));
     const std::string who = "rank " + std::to_string(r) + ": ";
     const bool lost = r == lostOwner;
     int64_t row = 0;
@@ -301,7 +265,7 @@ class FfnProblem {
         }
       }
       for (int c = 0; c < H; ++c) {
-        const double got = outAt(y, (size_t)t * H + c, c_.out);
+        const double got = outValue(y, (size_t)t * H + c, c_.out);
         const double tol = rIn * absRef[c] + uOut * std::fabs(ref[c]) + (absRef[c] > 0 ? atol : 0);
         if (!(std::fabs(got - ref[c]) <= tol))
           return who + "y[" + std::to_string(t) + "][" + std::to_string(c) +
@@ -346,38 +310,38 @@ class FfnProblem {
     const int H = c_.H, I = c_.I, epr = c_.epr;
     const size_t yBytes = (size_t)d.T * H * esOf(c_.out) + kSlack;
     if (reshape) {
-      FFN_CUDA(d.dx.alloc(d.x.size() * 2));
-      FFN_CUDA(d.didx.alloc(d.idx.size() * 4));
-      FFN_CUDA(d.dwts.alloc(d.idx.size() * 4));
-      FFN_CUDA(d.dw1.alloc(d.w1.size() * 2));
-      FFN_CUDA(d.dw2.alloc(d.w2.size() * 2));
-      FFN_CUDA(d.dy.alloc(yBytes));
-      FFN_CUDA(d.dcnt.alloc(epr * 4));
-      FFN_CUDA(d.doff.alloc((epr + 1) * 4));
+      MOE_CUDA(d.dx.alloc(d.x.size() * 2));
+      MOE_CUDA(d.didx.alloc(d.idx.size() * 4));
+      MOE_CUDA(d.dwts.alloc(d.idx.size() * 4));
+      MOE_CUDA(d.dw1.alloc(d.w1.size() * 2));
+      MOE_CUDA(d.dw2.alloc(d.w2.size() * 2));
+      MOE_CUDA(d.dy.alloc(yBytes));
+      MOE_CUDA(d.dcnt.alloc(epr * 4));
+      MOE_CUDA(d.doff.alloc((epr + 1) * 4));
     }
     if (reshape || rows != d.maxRows) {
       d.maxRows = rows;
-      FFN_CUDA(d.dxr.alloc(rows * H * 2));
-      FFN_CUDA(d.dh.alloc(rows * 2 * I * 2));
-      FFN_CUDA(d.dact.alloc(rows * I * 2));
-      FFN_CUDA(d.dout.alloc(rows * H * 4));
+      MOE_CUDA(d.dxr.alloc(rows * H * 2));
+      MOE_CUDA(d.dh.alloc(rows * 2 * I * 2));
+      MOE_CUDA(d.dact.alloc(rows * I * 2));
+      MOE_CUDA(d.dout.alloc(rows * H * 4));
     }
     auto h2d = [](void* dst, const void* src, size_t bytes) {
       return bytes ? mktest::syncMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) : cudaSuccess;
     };
-    FFN_CUDA(h2d(d.dx.p, d.x.data(), d.x.size() * 2));
-    FFN_CUDA(h2d(d.didx.p, d.idx.data(), d.idx.size() * 4));
-    FFN_CUDA(h2d(d.dwts.p, d.wts.data(), d.wts.size() * 4));
-    FFN_CUDA(h2d(d.dw1.p, d.w1.data(), d.w1.size() * 2));
-    FFN_CUDA(h2d(d.dw2.p, d.w2.data(), d.w2.size() * 2));
+    MOE_CUDA(h2d(d.dx.p, d.x.data(), d.x.size() * 2));
+    MOE_CUDA(h2d(d.didx.p, d.idx.data(), d.idx.size() * 4));
+    MOE_CUDA(h2d(d.dwts.p, d.wts.data(), d.wts.size() * 4));
+    MOE_CUDA(h2d(d.dw1.p, d.w1.data(), d.w1.size() * 2));
+    MOE_CUDA(h2d(d.dw2.p, d.w2.data(), d.w2.size() * 2));
     // 0xff bytes: NaN in bf16, fp16 and fp32.
-    FFN_CUDA(mktest::syncMemset(d.dy.p, 0xff, yBytes));
-    FFN_CUDA(mktest::syncMemset(d.dxr.p, 0xff, rows * H * 2));
-    FFN_CUDA(mktest::syncMemset(d.dh.p, 0xff, rows * 2 * I * 2));
-    FFN_CUDA(mktest::syncMemset(d.dact.p, 0xff, rows * I * 2));
-    FFN_CUDA(mktest::syncMemset(d.dout.p, 0xff, rows * H * 4));
-    FFN_CUDA(mktest::syncMemset(d.dcnt.p, 0x5a, epr * 4));
-    FFN_CUDA(mktest::syncMemset(d.doff.p, 0x5a, (epr + 1) * 4));
+    MOE_CUDA(mktest::syncMemset(d.dy.p, 0xff, yBytes));
+    MOE_CUDA(mktest::syncMemset(d.dxr.p, 0xff, rows * H * 2));
+    MOE_CUDA(mktest::syncMemset(d.dh.p, 0xff, rows * 2 * I * 2));
+    MOE_CUDA(mktest::syncMemset(d.dact.p, 0xff, rows * I * 2));
+    MOE_CUDA(mktest::syncMemset(d.dout.p, 0xff, rows * H * 4));
+    MOE_CUDA(mktest::syncMemset(d.dcnt.p, 0x5a, epr * 4));
+    MOE_CUDA(mktest::syncMemset(d.doff.p, 0x5a, (epr + 1) * 4));
     return "";
   }
 
@@ -487,12 +451,12 @@ TEST(MoeFfnGraph, ReplaysWithNewRouting) {
   std::vector<cudaGraphExec_t> execs(n, nullptr);
   std::string err = t.run([&](int r) -> std::string {
     cudaGraph_t g = nullptr;
-    FFN_CUDA(cudaStreamBeginCapture(t.streams[r], cudaStreamCaptureModeThreadLocal));
+    MOE_CUDA(cudaStreamBeginCapture(t.streams[r], cudaStreamCaptureModeThreadLocal));
     const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
     const cudaError_t ce = cudaStreamEndCapture(t.streams[r], &g);
     if (res != ncclSuccess) return "capture: " + std::string(ncclGetLastError(t.comms[r]));
-    FFN_CUDA(ce);
-    FFN_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
+    MOE_CUDA(ce);
+    MOE_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
     cudaGraphDestroy(g);
     return "";
   });
@@ -504,7 +468,7 @@ TEST(MoeFfnGraph, ReplaysWithNewRouting) {
     err = p.draw(rng(), again);
     if (err.empty())
       err = t.run([&](int r) -> std::string {
-        FFN_CUDA(cudaGraphLaunch(execs[r], t.streams[r]));
+        MOE_CUDA(cudaGraphLaunch(execs[r], t.streams[r]));
         return waitRank(r, t.comms[r], t.streams[r]);
       });
     if (err.empty()) err = t.run([&](int r) { return p.check(r); });

@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 
 #include "device/rt/wait.cuh"
+#include "fused/core/elem.cuh"
 #include "fused/core/types.h"
 #include "fused/gemm/gemm_kernel.cuh"
 #include "fused/ops/gemm_coll/clique.h"
@@ -69,21 +70,6 @@ __device__ __forceinline__ uint64_t* gcDone(const GcParams& p, int q) {
 }
 __device__ __forceinline__ uint64_t* gcFinal(const GcParams& p, int q) {
   return p.flags + (int64_t)(p.n + q) * p.maxTiles;
-}
-
-template <typename T>
-__device__ __forceinline__ T gcFromF(float v) {
-  if constexpr (sizeof(T) == 4) {
-    return v;
-  } else if constexpr (std::is_same<T, __half>::value) {
-    return __float2half_rn(v);
-  } else {
-    return __float2bfloat16_rn(v);
-  }
-}
-template <typename T>
-__device__ __forceinline__ float gcToF(T v) {
-  return static_cast<float>(v);
 }
 
 // This call's sequence number: calls completed by this rank + 1. Read before any CTA can
@@ -140,13 +126,13 @@ struct GcVec {
   __device__ static void add(float (&acc)[kN], const uint4& v) {
     const T* h = reinterpret_cast<const T*>(&v);
 #pragma unroll
-    for (int j = 0; j < kN; ++j) acc[j] += gcToF(h[j]);
+    for (int j = 0; j < kN; ++j) acc[j] += toF(h[j]);
   }
   __device__ static uint4 pack(const float (&acc)[kN]) {
     uint4 v;
     T* h = reinterpret_cast<T*>(&v);
 #pragma unroll
-    for (int j = 0; j < kN; ++j) h[j] = gcFromF<T>(acc[j]);
+    for (int j = 0; j < kN; ++j) h[j] = fromF<T>(acc[j]);
     return v;
   }
 };
@@ -305,7 +291,7 @@ __device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, const uint8_t*
       V::add(acc, *reinterpret_cast<const uint4*>(in + q * block + byte));
     if (bias != nullptr) {
 #pragma unroll
-      for (int j = 0; j < V::kN; ++j) acc[j] += gcToF(bias[n0 + v * V::kN + j]);
+      for (int j = 0; j < V::kN; ++j) acc[j] += toF(bias[n0 + v * V::kN + j]);
     }
     *reinterpret_cast<uint4*>(out + byte) = V::pack(acc);
   }

@@ -10,6 +10,7 @@
 #include "base/checks.h"
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "fused/core/elem.cuh"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
@@ -18,15 +19,6 @@ namespace mk {
 namespace fused {
 
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float toF(T v) {
-  return static_cast<float>(v);
-}
-template <typename T>
-__device__ __forceinline__ T fromF(float v) {
-  return static_cast<T>(v);
-}
 
 // C[rows, N] += bias[N], one rounding (the bias is added once, to the final result).
 template <typename T>

@@ -323,6 +323,12 @@ ncclResult_t moeEligible(const MoeCall& c) {
   return ncclInvalidUsage;
 }
 
+int moeCommGrid(const MoeCall& c, int smBudget, int64_t units, int unitsPerCta) {
+  const int64_t want = c.cfg.commSms > 0 ? c.cfg.commSms : smBudget;
+  const int64_t work = (units + unitsPerCta - 1) / unitsPerCta;
+  return (int)std::min<int64_t>(std::max<int64_t>(1, std::min(want, work)), std::max(1, smBudget));
+}
+
 ncclResult_t moeGemm(const MoeCall& c, const void* a, const void* w, size_t N, size_t K, void* d,
                      ncclDataType_t dType, gemm::GemmArgs* out) {
   FusedComm f;  // for the rank's SM budget
@@ -359,17 +365,8 @@ ncclResult_t moeDispatch(const MoeCall& c, int32_t** slotRow) {
   *slotRow = nullptr;
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &f));
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
-  if (cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueMoe)) {
-    MK_WARN(
-        "%s: rank %d: the first call on a comm allocates its shared state and cannot be "
-        "captured: make one call outside the capture first",
-        moeApi(c), comm->rank);
-    return ncclInvalidUsage;
-  }
   void* block = nullptr;
-  NCCLCHECK(cliqueBlockGet(comm, kCliqueMoe, sizeof(MoeClique), &block));
+  NCCLCHECK(cliqueBlockForCall(comm, kCliqueMoe, sizeof(MoeClique), c.stream, moeApi(c), &block));
 
   MoeParams p{};
   p.f = f;
@@ -385,9 +382,7 @@ ncclResult_t moeDispatch(const MoeCall& c, int32_t** slotRow) {
   p.s.nRanks = comm->nRanks;
   p.s.expertsPerRank = c.E / comm->nRanks;
   const int64_t slots = (int64_t)c.T * c.k;
-  int grid = c.cfg.commSms > 0 ? c.cfg.commSms : f.smBudget;
-  grid = (int)std::max<int64_t>(1, std::min<int64_t>(grid, (slots + kMoeWarps - 1) / kMoeWarps));
-  grid = std::min(grid, std::max(1, f.smBudget));
+  const int grid = moeCommGrid(c, f.smBudget, slots, kMoeWarps);
   const size_t smem = 3 * (size_t)c.E * sizeof(int32_t);
   cudaFuncAttributes attr;
   CUDACHECK(cudaFuncGetAttributes(&attr, moeDispatchKernel));  // loads it now (see moeGemm)

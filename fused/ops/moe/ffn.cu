@@ -25,6 +25,7 @@
 #include "comm/comm.h"
 #include "device/rt/wait.cuh"
 #include "fused/core/clique_block.h"
+#include "fused/core/elem.cuh"
 #include "fused/core/fused_comm.h"
 #include "fused/core/fused_dev.cuh"
 #include "fused/ops/gemm_coll/gemm_coll.h"
@@ -54,31 +55,6 @@ template <typename T>
 struct Vec8 {
   T v[8];
 };
-
-template <typename T>
-__device__ __forceinline__ float toF(T x);
-template <>
-__device__ __forceinline__ float toF<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ __forceinline__ float toF<__half>(__half x) {
-  return __half2float(x);
-}
-template <typename T>
-__device__ __forceinline__ T fromF(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromF<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half fromF<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ float fromF<float>(float x) {
-  return x;
-}
 
 struct SwigluParams {
   const void* h;        // [maxRows, 2I]
@@ -254,17 +230,9 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
   }
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpMoeCombine, &f));
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
-  if (cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueMoeCombine)) {
-    MK_WARN(
-        "%s: rank %d: the first call on a comm allocates its shared state and cannot be "
-        "captured: make one call outside the capture first",
-        api, comm->rank);
-    return ncclInvalidUsage;
-  }
   void* block = nullptr;
-  NCCLCHECK(cliqueBlockGet(comm, kCliqueMoeCombine, sizeof(CombineClique), &block));
+  NCCLCHECK(
+      cliqueBlockForCall(comm, kCliqueMoeCombine, sizeof(CombineClique), c.stream, api, &block));
   gemm::GemmArgs g1, g2;
   NCCLCHECK(moeGemm(c, c.buf.xRecv, c.w1, 2 * c.I, c.H, c.buf.h, c.inType, &g1));
   NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
@@ -292,11 +260,7 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
   cp.expertsPerRank = c.E / comm->nRanks;
   cp.experts = c.E;
   cp.nRanks = comm->nRanks;
-  // Persistent-style waits: every rank's grid must fit beside its peers' (the SM budget).
-  int combineGrid = c.cfg.commSms > 0 ? c.cfg.commSms : f.smBudget;
-  combineGrid = (int)std::max<int64_t>(
-      1, std::min<int64_t>(combineGrid, ((int64_t)c.T + kFfnWarps - 1) / kFfnWarps));
-  combineGrid = std::min(combineGrid, std::max(1, f.smBudget));
+  const int combineGrid = moeCommGrid(c, f.smBudget, (int64_t)c.T, kFfnWarps);
 
   int32_t* slotRow = nullptr;
   ncclResult_t res = moeDispatch(c, &slotRow);

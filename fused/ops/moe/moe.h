@@ -57,6 +57,10 @@ ncclResult_t moeEligible(const MoeCall& call);
 ncclResult_t moeDispatch(const MoeCall& call, int32_t** slotRow);
 // The experts' grouped GEMM over the packed rows: a [maxRows, K] (inType) times w [E/n] ->
 // d [maxRows, N] (dType), groups from the call's counts and offsets.
+// CTAs of a MoE kernel that waits for its peers (dispatch, combine): config->commSms or the
+// rank's SM budget, no more than `units` of work need (unitsPerCta each), at least 1, and
+// never above the budget, so that every rank's grid is resident beside its peers'.
+int moeCommGrid(const MoeCall& call, int smBudget, int64_t units, int unitsPerCta);
 // Checked (canImplement) and its kernel preloaded.
 ncclResult_t moeGemm(const MoeCall& call, const void* a, const void* w, size_t N, size_t K, void* d,
                      ncclDataType_t dType, gemm::GemmArgs* out);
