@@ -45,6 +45,13 @@ MOE_MAX_TOPK = 16
 MOE_MAX_LOCAL_EXPERTS = 256  # not in the header: the grouped GEMM's group limit, checked in C too
 # The MoE calls came later than the fused GEMM ones: a libmkernel without them still loads.
 MOE_APIS = ("ncclMoeDispatchGemm", "ncclMoeDispatchFfnCombine")
+RING_ATTN_CONFIG_MAGIC = 0x6D6B5261  # "mkRa"
+RING_ATTN_CONFIG_VERSION = 1
+RING_ATTN_CONTIGUOUS = 0  # ncclRingAttnLayout_t
+RING_ATTN_ZIGZAG = 1
+RING_ATTN_HEAD_DIMS = (64, 128, 256)
+# Later still: a libmkernel without it still loads (ring_attention then says to rebuild).
+ATTN_APIS = ("ncclRingAttention",)
 
 # The symbol that tells libmkernel from the real libnccl: only mkernel exports it.
 MKERNEL_ONLY_SYMBOL = "ncclGemmAllReduce"
@@ -164,6 +171,43 @@ def make_moe_config(w_layout, out_type, comm_sms, algo):
   return c
 
 
+class RingAttnConfig(ctypes.Structure):
+  """ncclRingAttnConfig_t, field for field."""
+  _fields_ = [
+      ("size", ctypes.c_size_t),
+      ("magic", ctypes.c_uint),
+      ("version", ctypes.c_uint),
+      ("causal", ctypes.c_int),
+      ("scale", ctypes.c_float),
+      ("seqLayout", ctypes.c_int),
+      ("commSms", ctypes.c_int),
+      ("algo", ctypes.c_int),
+  ]
+
+
+# q, k, v, out, lse (float*), batch, seqLocal, hq, hkv, headDim, inType, config, comm, stream
+ATTN_PROTOS = {
+    "ncclRingAttention": [
+        _vp, _vp, _vp, _vp, _vp, _sz, _sz, _i, _i, _i, _i, ctypes.POINTER(RingAttnConfig), _vp,
+        _vp
+    ],
+}
+
+
+def make_ring_attn_config(causal, scale, seq_layout, comm_sms, algo):
+  """scale <= 0 (the initializer's 0.0f) lets the library use 1/sqrt(headDim)."""
+  c = RingAttnConfig()
+  c.size = ctypes.sizeof(RingAttnConfig)
+  c.magic = RING_ATTN_CONFIG_MAGIC
+  c.version = RING_ATTN_CONFIG_VERSION
+  c.causal = 1 if causal else 0
+  c.scale = scale
+  c.seqLayout = seq_layout
+  c.commSms = comm_sms
+  c.algo = algo
+  return c
+
+
 # ---------------------------------------------------------------------------------------------
 # Which object holds an address (dladdr), to name libraries in messages and to find the object
 # that defines a symbol of the process's global scope.
@@ -230,6 +274,9 @@ class Library:
     self._proto("ncclGemmReduceScatter", [vp, vp, vp, sz, sz, sz, i, cfg, vp, vp])
     if all(symbol_address(cdll, n) is not None for n in MOE_APIS):
       for name, argtypes in MOE_PROTOS.items():
+        self._proto(name, argtypes)
+    for name, argtypes in ATTN_PROTOS.items():
+      if symbol_address(cdll, name) is not None:
         self._proto(name, argtypes)
     ip = ctypes.POINTER(ctypes.c_int)
     for name in ("ncclCommCount", "ncclCommUserRank", "ncclCommCuDevice", "ncclCommGetAsyncError"):
