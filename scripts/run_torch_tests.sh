@@ -8,6 +8,7 @@
 #   tests: ld_bindings collectives p2p ddp cuda_graph comm_init comm_init_scalable
 #          comm_init_nonblocking comm_init_register_hook comm_init_lazy
 #          fused_gemm fused_gemm_vnodes (python/mkernel; 2 virtual nodes)
+#          ring_attention ring_attention_vnodes (python/mkernel ring_attention; 2 virtual nodes)
 #          fused_moe (python/mkernel MoE calls; only when named: the MoE calls do not run
 #          on ranks in separate processes yet)                (default: all but fused_moe)
 # environment:
@@ -125,6 +126,8 @@ TESTS=(
   "comm_init_lazy|test_comm_init.py|MK_TORCH_EAGER=0 MK_TORCH_VARIANT=lazy_init"
   "fused_gemm|test_fused_gemm.py|"
   "fused_gemm_vnodes|test_fused_gemm.py|MKERNEL_EMULATE_NODES=2 MK_TORCH_VARIANT=vnodes_2x2"
+  "ring_attention|test_ring_attention.py|"
+  "ring_attention_vnodes|test_ring_attention.py|MKERNEL_EMULATE_NODES=2 MK_TORCH_VARIANT=vnodes_2x2"
   "fused_moe|test_moe.py|"
 )
 SELECTED=("$@")
