@@ -211,6 +211,80 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
                                         ncclDataType_t inType, const ncclMoeConfig_t* config,
                                         ncclComm_t comm, cudaStream_t stream);
 
+/* ---- Ring attention (context parallelism) ----------------------------------------------
+ *
+ *   ncclRingAttention   every rank holds a slice of seqLocal positions of a sequence of
+ *                       nranks * seqLocal positions: q [batch, seqLocal, hq, headDim] and
+ *                       k, v [batch, seqLocal, hkv, headDim] (row-major, contiguous; inType
+ *                       bf16 or fp16). Rank r gets, for each of its queries, the attention
+ *                       over the keys and values of the whole sequence (every rank's slice):
+ *                           out[b, s, h] = sum_j softmax_j(scale * q[b,s,h] . k[b,j,h/g]) v[b,j,h/g]
+ *                       with g = hq / hkv (grouped-query attention: query head h reads key/value
+ *                       head h / g), j over the whole sequence or, with causal, over the
+ *                       positions j <= the query's position.
+ *
+ * Outputs: out [batch, seqLocal, hq, headDim] (inType) and, unless lse is NULL, lse [batch, hq,
+ * seqLocal] (fp32): the natural log of each query row's softmax denominator,
+ * log(sum_j exp(scale * q . k_j)) over the keys it attends to (what a merge or a backward pass
+ * needs). A row that attends to no key (none exists only when the caller masks everything,
+ * which causal attention never does) gets zeros and lse = -inf.
+ *
+ * Layout of the sequence across ranks (config->seqLayout):
+ *   ncclRingAttnContiguous  rank r holds positions [r*seqLocal, (r+1)*seqLocal);
+ *   ncclRingAttnZigzag      seqLocal is even, C = seqLocal/2: rank r holds chunk r (positions
+ *                           [r*C, (r+1)*C)) in its first C rows and chunk 2n-1-r in its last C
+ *                           rows, so that causal work is the same on every rank.
+ * The position decides the causal mask; without causal the layout changes nothing.
+ *
+ * Precision: both products accumulate in fp32, the probabilities are rounded to inType before
+ * the second product (as flash attention does), the softmax runs in fp32 (exp2 with the scale
+ * folded in), out is rounded once. config->scale <= 0 means 1/sqrt(headDim).
+ *
+ * Algorithms: the sequential path gathers k and v with mkernel's AllGather (any layout of the
+ * ranks: threads, processes, nodes) into stream-ordered scratch (2 * nranks * batch * seqLocal
+ * * hkv * headDim elements, freed at the end of the call), then runs mkernel's attention kernel
+ * (TMA, wgmma, producer/consumer warpgroups) over the gathered sequence. ncclFusedAuto and
+ * ncclFusedFused run it until the fused ring kernel exists.
+ *
+ * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; headDim 64, 128 or 256; hq, hkv >= 1
+ * and hq % hkv == 0; batch, seqLocal >= 1; zigzag: seqLocal even; q, k, v, out 16-byte
+ * aligned, lse 4-byte aligned; out does not overlap q, k or v; every element count below 2^31
+ * and nranks * seqLocal below 2^31. Capturable; never synchronises the host. The sequential
+ * path runs on communicators of at most 512 ranks (ncclInvalidUsage above).
+ */
+typedef enum {
+  ncclRingAttnContiguous = 0, /* rank r holds positions [r*S, (r+1)*S) */
+  ncclRingAttnZigzag = 1      /* rank r holds chunks r and 2n-1-r of 2n chunks */
+} ncclRingAttnLayout_t;
+
+#define NCCL_RING_ATTN_CONFIG_MAGIC 0x6d6b5261u /* "mkRa" */
+#define NCCL_RING_ATTN_CONFIG_VERSION 1u
+typedef struct {
+  size_t size;          /* sizeof(ncclRingAttnConfig_t) of the caller */
+  unsigned int magic;   /* NCCL_RING_ATTN_CONFIG_MAGIC */
+  unsigned int version; /* NCCL_RING_ATTN_CONFIG_VERSION */
+  int causal;           /* 0: every key; 1: keys at positions <= the query's */
+  float scale;          /* softmax scale; <= 0: 1/sqrt(headDim) */
+  int seqLayout;        /* ncclRingAttnLayout_t */
+  int commSms;          /* -1: automatic; >= 1 forces the communication CTAs (fused path) */
+  int algo;             /* ncclFusedAlgo_t */
+} ncclRingAttnConfig_t;
+#define NCCL_RING_ATTN_CONFIG_INITIALIZER                                                     \
+  {                                                                                           \
+    sizeof(ncclRingAttnConfig_t), NCCL_RING_ATTN_CONFIG_MAGIC, NCCL_RING_ATTN_CONFIG_VERSION, \
+        0, 0.0f, ncclRingAttnContiguous, -1, ncclFusedAuto                                    \
+  }
+
+/* A NULL config means NCCL_RING_ATTN_CONFIG_INITIALIZER. */
+ncclResult_t ncclRingAttention(const void* q, const void* k, const void* v, void* out, float* lse,
+                               size_t batch, size_t seqLocal, int hq, int hkv, int headDim,
+                               ncclDataType_t inType, const ncclRingAttnConfig_t* config,
+                               ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclRingAttention(const void* q, const void* k, const void* v, void* out, float* lse,
+                                size_t batch, size_t seqLocal, int hq, int hkv, int headDim,
+                                ncclDataType_t inType, const ncclRingAttnConfig_t* config,
+                                ncclComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

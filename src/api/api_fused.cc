@@ -8,6 +8,7 @@
 #include "comm/comm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/moe/moe.h"
+#include "fused/ops/ring_attn/ring_attn.h"
 #include "mkernel/fused.h"
 
 namespace {
@@ -136,4 +137,28 @@ MK_API(ncclResult_t, ncclMoeDispatchFfnCombine, const void* x, const int* topkId
   c.N = 2 * inter;
   return moeRunChecked(c, x, topkIdx, topkWeights, w1, tokens, hidden, experts, topk, inType,
                        config, comm, stream);
+}
+
+MK_API(ncclResult_t, ncclRingAttention, const void* q, const void* k, const void* v, void* out,
+       float* lse, size_t batch, size_t seqLocal, int hq, int hkv, int headDim,
+       ncclDataType_t inType, const ncclRingAttnConfig_t* config, ncclComm_t comm,
+       cudaStream_t stream) {
+  const char* api = "ncclRingAttention";
+  NCCLCHECK(enter(comm, api));
+  mk::fused::RingAttnCall c;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  c.out = out;
+  c.lse = lse;
+  c.B = batch;
+  c.S = seqLocal;
+  c.Hq = hq;
+  c.Hkv = hkv;
+  c.D = headDim;
+  c.inType = inType;
+  c.comm = comm;
+  c.stream = stream;
+  NCCLCHECK(mk::fused::ringAttnCheck(&c, config, comm->nRanks));
+  return mk::apiGuard(api, [&] { return mk::fused::ringAttnRun(c); });
 }

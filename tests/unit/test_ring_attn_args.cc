@@ -153,6 +153,7 @@ TEST(RingAttnArgs, EveryRuleRefusedWithItsMessage) {
       {"config->seqLayout", [](RingAttnCall&, Cfg& f, int&) { f.seqLayout = 2; }},
       {"config->algo", [](RingAttnCall&, Cfg& f, int&) { f.algo = 3; }},
       {"config->commSms", [](RingAttnCall&, Cfg& f, int&) { f.commSms = -2; }},
+      {"config->commSms", [](RingAttnCall&, Cfg& f, int&) { f.commSms = 0; }},
       {"inType", [](RingAttnCall& c, Cfg&, int&) { c.inType = ncclFloat32; }},
       {"inType", [](RingAttnCall& c, Cfg&, int&) { c.inType = ncclInt8; }},
       {"no ranks", [](RingAttnCall&, Cfg&, int& n) { n = 0; }},

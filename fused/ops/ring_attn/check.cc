@@ -70,8 +70,8 @@ ncclResult_t checkConfig(const ncclRingAttnConfig_t* in, ncclRingAttnConfig_t* o
   MK_ARGCHECK(d.algo == ncclFusedAuto || d.algo == ncclFusedFused || d.algo == ncclFusedSequential,
               "%s: config->algo=%d must be ncclFusedAuto, ncclFusedFused or ncclFusedSequential",
               kApi, d.algo);
-  MK_ARGCHECK(d.commSms >= -1, "%s: config->commSms=%d must be -1 (automatic) or >= 0", kApi,
-              d.commSms);
+  MK_ARGCHECK(d.commSms == -1 || d.commSms >= 1,
+              "%s: config->commSms=%d must be -1 (automatic) or >= 1", kApi, d.commSms);
   *out = d;
   return ncclSuccess;
 }

@@ -1,0 +1,87 @@
+// Hopper (sm_90a) flash-attention forward engine: the compute core of ncclRingAttention.
+// Internal API (namespace mk::attn); the public entry point lives in include/mkernel/fused.h.
+//
+//   q   [B, S, Hq, D]            the queries of one rank's slice of the sequence
+//   k,v [nSrc][B, S, Hkv, D]     the keys/values of nSrc slices (source j at k + j * srcStride
+//                                elements), each slice S positions long
+//   out [B, S, Hq, D]            inType; lse [B, Hq, S] fp32 natural log (optional)
+//
+// Every slice holds the positions of one rank of a sequence split over nRanks ranks
+// (SeqMap): contiguous, or zigzag (two chunks per rank). The causal mask compares positions,
+// so the kernel is the same for one rank (nSrc = 1, nRanks = 1) and for the gathered
+// sequence of a ring (nSrc = nRanks). Accumulation fp32, P rounded to the input type before
+// P.V, exp2 with the scale folded in.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "comm/workspace.h"  // MK_HD
+#include "device/rt/err.h"
+#include "fused/gemm/gemm.h"
+
+namespace mk {
+namespace attn {
+
+using gemm::DType;
+
+// Most slices one call reads (sources of a ring: one per rank).
+constexpr int kMaxSrc = 512;
+
+// Global position of row s (0 <= s < S) of rank r's slice. chunks = 1: rank r holds
+// [r*S, (r+1)*S); chunks = 2 (zigzag, S even, C = S/2): rows [0,C) are chunk r, rows [C,S)
+// chunk 2n-1-r. Host and device.
+struct SeqMap {
+  int32_t S = 0;
+  int32_t chunks = 1;
+  int32_t nRanks = 1;
+  MK_HD int64_t pos(int32_t rank, int32_t s) const {
+    if (chunks == 1) return (int64_t)rank * S + s;
+    const int32_t c = S / 2;
+    return s < c ? (int64_t)rank * c + s : (int64_t)(2 * nRanks - 1 - rank) * c + (s - c);
+  }
+  // Smallest and largest position of rows [s0, s1) of rank r (s0 < s1 <= S).
+  MK_HD void range(int32_t rank, int32_t s0, int32_t s1, int64_t* lo, int64_t* hi) const {
+    if (chunks == 1 || s1 <= S / 2 || s0 >= S / 2) {
+      *lo = pos(rank, s0);
+      *hi = pos(rank, s1 - 1);
+      return;
+    }
+    const int64_t a0 = pos(rank, s0), a1 = pos(rank, S / 2 - 1);
+    const int64_t b0 = pos(rank, S / 2), b1 = pos(rank, s1 - 1);
+    *lo = a0 < b0 ? a0 : b0;
+    *hi = a1 > b1 ? a1 : b1;
+  }
+};
+
+struct AttnArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;  // nullptr: not written
+  int32_t B = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
+  DType in = DType::kBF16;
+  float scale = 0.0f;  // <= 0: 1/sqrt(D)
+  bool causal = false;
+  SeqMap seq;                      // S must equal seq.S
+  int32_t qRank = 0;               // rank whose slice q (and out, lse) is
+  int32_t nSrc = 1;                // slices in k/v
+  int64_t srcStride = 0;           // elements between sources; 0 = B*S*Hkv*D
+  int32_t srcRank[kMaxSrc] = {0};  // rank of source j (its positions); read in order j = 0..
+  int32_t smBudget = 0;            // persistent CTAs: 0 = every SM of the device
+};
+
+// Host-only check (no CUDA call): false with the rule broken when the engine cannot run it.
+bool canImplement(const AttnArgs& args, std::string* why);
+
+// Checks (canImplement + device limits), then launches on `stream`; ncclInvalidArgument with
+// a logged reason when the arguments are not supported.
+ncclResult_t launch(const AttnArgs& args, cudaStream_t stream);
+
+// Loads the kernel `args` selects without launching it (see gemm::preload).
+ncclResult_t preload(const AttnArgs& args);
+
+}  // namespace attn
+}  // namespace mk

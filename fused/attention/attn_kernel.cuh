@@ -1,0 +1,384 @@
+// The flash-attention forward CTA (sm_90a), persistent and warp-specialised like the GEMM
+// engine (fused/gemm/gemm_kernel.cuh):
+//
+//   WG0 (producer): one thread loads, per tile, the tile's Q block once ([128 rows][D], as
+//       D/64 boxes of 128-byte swizzled rows) and then every visible K/V block of every
+//       source into a kStages ring (K and V completing on their own mbarriers, so S = Q.K^T
+//       starts before V has landed).
+//   WG1, WG2 (consumers): 64 query rows each. S = Q.K^T with wgmma SS (K-major K), online
+//       softmax on S's accumulators (scale folded into exp2; the row max and the running sum
+//       per row, the sum kept per thread and reduced across the quad only at the end), P
+//       rounded to the input type in registers in the A-fragment layout, O += P.V with wgmma
+//       RS (V is MN-major: [kv rows][D], D contiguous). Epilogue: O / l straight to global
+//       memory, lse = ln(sum exp) per row.
+//
+// Both roles walk the same tiles and the same visible K/V blocks (kvVisible), so the ring's
+// phases stay in step without any other handshake. Masking compares global positions
+// (SeqMap), which makes one kernel serve one rank, contiguous rings and zigzag rings.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "device/rt/ptx.cuh"
+#include "device/rt/ptx_ext.cuh"
+#include "fused/attention/attn.h"
+#include "fused/gemm/primitives.cuh"
+
+namespace mk {
+namespace attn {
+
+// ---- configuration -----------------------------------------------------------------------
+
+template <int kD, bool kF16In>
+struct Cfg {
+  static constexpr int D = kD;
+  static constexpr bool kF16 = kF16In;
+  static constexpr int kBM = 128;                   // query rows per tile (2 consumer WGs x 64)
+  static constexpr int kBN = kD <= 128 ? 128 : 64;  // key rows per K/V block
+  static constexpr int kStages = 2;
+  static constexpr int kSub = kD / 64;  // 64-column (128-byte) sub-tiles of a row
+  static constexpr int kQBytes = kBM * kD * 2;
+  static constexpr int kKBytes = kBN * kD * 2;  // one K (or V) block
+  static constexpr int kStageBytes = 2 * kKBytes;
+  static constexpr int kBarrierBytes = 128;
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
+  static constexpr int kThreads = 384;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kD == 64 || kD == 128 || kD == 256, "head dims 64, 128, 256");
+  static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
+  static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
+  static_assert((2 + 3 * kStages) * 8 <= kBarrierBytes, "barrier area too small");
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 504, "register budget exceeded");
+  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) fp32/b32 per thread, plus addresses.
+  static_assert(kD / 2 + kBN / 2 + kBN / 4 <= 200, "consumer fragments exceed the budget");
+};
+
+// Kernel parameters: one __grid_constant__ struct so the tensor maps stay in param space.
+struct AttnParams {
+  CUtensorMap tmQ;  // [B][S][Hq][D], box {64, 1, 128, 1}
+  CUtensorMap tmK;  // [nSrc][B][S][Hkv][D], box {64, 1, kBN, 1, 1}
+  CUtensorMap tmV;
+  void* out;
+  float* lse;
+  int32_t B, S, Hq, Hkv, group;  // group = Hq / Hkv
+  int32_t mBlocks, numTiles;
+  float scaleLog2;  // scale * log2(e)
+  int32_t causal;
+  SeqMap seq;
+  int32_t qRank, nSrc;
+  int32_t srcRank[kMaxSrc];
+};
+
+template <class C>
+struct Smem {
+  uint8_t* q;
+  uint8_t* kv;
+  uint64_t* qFull;
+  uint64_t* qEmpty;
+  uint64_t* kFull;  // [kStages]
+  uint64_t* vFull;
+  uint64_t* empty;
+  __device__ explicit Smem(uint8_t* raw) {
+    q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    kv = q + C::kQBytes;
+    qFull = reinterpret_cast<uint64_t*>(kv + C::kStages * C::kStageBytes);
+    qEmpty = qFull + 1;
+    kFull = qFull + 2;
+    vFull = kFull + C::kStages;
+    empty = vFull + C::kStages;
+  }
+  __device__ uint8_t* k(int s) const { return kv + s * C::kStageBytes; }
+  __device__ uint8_t* v(int s) const { return kv + s * C::kStageBytes + C::kKBytes; }
+};
+
+// ---- the schedule both roles walk -----------------------------------------------------------
+
+struct Tile {
+  int32_t b, h, m0;
+  int64_t qLo, qHi;  // positions of the tile's valid rows
+};
+
+// Causal tiles are walked heaviest first (the last row blocks of a contiguous slice attend to
+// the most keys), so the persistent CTAs' static schedule ends with short tiles.
+__device__ __forceinline__ Tile tileAt(const AttnParams& p, int32_t t) {
+  const int32_t bh = p.B * p.Hq;
+  int32_t mb = t / bh;
+  if (p.causal) mb = p.mBlocks - 1 - mb;
+  Tile x;
+  x.b = (t % bh) / p.Hq;
+  x.h = t % p.Hq;
+  x.m0 = mb * 128;
+  p.seq.range(p.qRank, x.m0, min(x.m0 + 128, p.S), &x.qLo, &x.qHi);
+  return x;
+}
+
+// Key block [n0, n0 + kBN) of source j against a tile: 0 = invisible (every key after every
+// query), 1 = visible without masks, 2 = needs the element mask (causal overlap, or rows past
+// the slice's end).
+template <int kBN>
+__device__ __forceinline__ int kvVisible(const AttnParams& p, const Tile& x, int32_t j,
+                                         int32_t n0) {
+  const int32_t n1 = min(n0 + kBN, p.S);
+  const bool tail = n0 + kBN > p.S;
+  if (!p.causal) return tail ? 2 : 1;
+  int64_t kLo, kHi;
+  p.seq.range(p.srcRank[j], n0, n1, &kLo, &kHi);
+  if (kLo > x.qHi) return 0;
+  return (tail || kHi > x.qLo) ? 2 : 1;
+}
+
+// ---- producer -----------------------------------------------------------------------------
+
+template <class C>
+__device__ __forceinline__ void loadBlock(const CUtensorMap* map, uint8_t* dst, uint64_t* bar,
+                                          int32_t head, int32_t row, int32_t b, int32_t src) {
+#pragma unroll
+  for (int c = 0; c < C::kSub; ++c) {
+    ptx::tmaLoad5d(dst + c * (C::kBN * 128), map, bar, 64 * c, head, row, b, src);
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
+                                         int32_t nCtas) {
+  int32_t stage = 0;
+  uint32_t phase = 0, qPhase = 0;
+  for (int32_t t = cta; t < p.numTiles; t += nCtas) {
+    const Tile x = tileAt(p, t);
+    const int32_t kvh = x.h / p.group;
+    ptx::mbarWait(sm.qEmpty, qPhase ^ 1);
+    ptx::mbarArriveExpectTx(sm.qFull, C::kQBytes);
+#pragma unroll
+    for (int c = 0; c < C::kSub; ++c) {
+      ptx::tmaLoad4d(sm.q + c * (C::kBM * 128), &p.tmQ, sm.qFull, 64 * c, x.h, x.m0, x.b);
+    }
+    qPhase ^= 1;
+    for (int32_t j = 0; j < p.nSrc; ++j) {
+      for (int32_t n0 = 0; n0 < p.S; n0 += C::kBN) {
+        if (kvVisible<C::kBN>(p, x, j, n0) == 0) continue;
+        ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+        ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
+        loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, n0, x.b, j);
+        ptx::mbarArriveExpectTx(&sm.vFull[stage], C::kKBytes);
+        loadBlock<C>(&p.tmV, sm.v(stage), &sm.vFull[stage], kvh, n0, x.b, j);
+        if (++stage == C::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  }
+}
+
+// ---- consumer -----------------------------------------------------------------------------
+
+template <bool kF16>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (kF16) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// Max (or sum) over the 4 lanes of a quad: the threads holding one row of a fragment.
+__device__ __forceinline__ float quadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Fragment coordinates of accumulator i (m64nNk16, fp32): row (0: lane/4, 1: lane/4 + 8 of the
+// warp's 16) and column.
+__device__ __forceinline__ int fragRow(int i) {
+  return (i >> 1) & 1;
+}
+__device__ __forceinline__ int fragCol(int i, int lane) {
+  return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+}
+
+// Online softmax of one block: masks, scales, updates the row max m and running sums l
+// (per thread), rescales O and returns P (rounded) in the A-fragment layout of P.V.
+template <class C>
+__device__ __forceinline__ void softmaxBlock(const AttnParams& p, float (&s)[C::kBN / 2],
+                                             float (&o)[C::D / 2], float (&m)[2], float (&l)[2],
+                                             uint32_t (&pa)[C::kBN / 16][4], int mask, int32_t src,
+                                             int32_t n0, const int64_t (&qpos)[2], int lane) {
+  constexpr int kS = C::kBN / 2;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+    float v = s[i] * p.scaleLog2;
+    if (mask) {
+      const int32_t col = n0 + fragCol(i, lane);
+      if (col >= p.S || (p.causal && p.seq.pos(src, col) > qpos[fragRow(i)])) v = -INFINITY;
+    }
+    s[i] = v;
+    mx[fragRow(i)] = fmaxf(mx[fragRow(i)], v);
+  }
+  float alpha[2], base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float mNew = fmaxf(m[r], quadMax(mx[r]));
+    // A row with no visible key yet keeps m = -inf; subtracting 0 then gives exp2(-inf) = 0
+    // instead of NaN.
+    base[r] = mNew == -INFINITY ? 0.0f : mNew;
+    alpha[r] = ptx::exp2Approx(m[r] - base[r]);
+    m[r] = mNew;
+    l[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int i = 0; i < C::D / 2; ++i) o[i] *= alpha[fragRow(i)];
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+    const float e = ptx::exp2Approx(s[i] - base[fragRow(i)]);
+    s[i] = e;
+    l[fragRow(i)] += e;
+  }
+  // Columns 16kk..16kk+15 of S's fragment are exactly the A fragment of k-slice kk.
+#pragma unroll
+  for (int kk = 0; kk < C::kBN / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      pa[kk][r] = pack2<C::kF16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void epilogue(const AttnParams& p, const Tile& x, int32_t wg,
+                                         float (&o)[C::D / 2], const float (&m)[2],
+                                         const float (&l)[2]) {
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quadSum(l[r]);
+    const int32_t row = x.m0 + 64 * wg + 16 * warp + (lane >> 2) + 8 * r;
+    if (row >= p.S) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    using T = typename std::conditional<C::kF16, __half, __nv_bfloat16>::type;
+    T* dst = static_cast<T*>(p.out) + (((int64_t)x.b * p.S + row) * p.Hq + x.h) * C::D;
+#pragma unroll
+    for (int i = 0; i < C::D / 2; i += 2) {
+      if (fragRow(i) != r) continue;
+      *reinterpret_cast<uint32_t*>(dst + fragCol(i, lane)) =
+          pack2<C::kF16>(o[i] * inv, o[i + 1] * inv);
+    }
+    if (p.lse != nullptr && (lane & 3) == 0) {
+      const float v = sum > 0.0f ? (m[r] + __log2f(sum)) * kLn2 : -INFINITY;
+      p.lse[((int64_t)x.b * p.Hq + x.h) * p.S + row] = v;
+    }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
+                                         int32_t nCtas, int32_t wg) {
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  int32_t stage = 0;
+  uint32_t phase = 0, qPhase = 0;
+  for (int32_t t = cta; t < p.numTiles; t += nCtas) {
+    const Tile x = tileAt(p, t);
+    int64_t qpos[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int32_t row = min(x.m0 + 64 * wg + 16 * warp + (lane >> 2) + 8 * r, p.S - 1);
+      qpos[r] = p.seq.pos(p.qRank, row);
+    }
+    float o[C::D / 2];
+#pragma unroll
+    for (int i = 0; i < C::D / 2; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    ptx::mbarWait(sm.qFull, qPhase);
+    qPhase ^= 1;
+    const uint32_t qBase = ptx::smemAddr(sm.q) + wg * (64 * 128);
+    for (int32_t j = 0; j < p.nSrc; ++j) {
+      const int32_t src = p.srcRank[j];
+      for (int32_t n0 = 0; n0 < p.S; n0 += C::kBN) {
+        const int vis = kvVisible<C::kBN>(p, x, j, n0);
+        if (vis == 0) continue;
+        float s[C::kBN / 2];
+        ptx::mbarWait(&sm.kFull[stage], phase);
+        const uint32_t kBase = ptx::smemAddr(sm.k(stage));
+        ptx::fenceRegs(s);
+        ptx::wgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < C::D / 16; ++kk) {
+          // K-major operands: sub-tile kk/4 of 64 columns, then 32 bytes per k16 slice.
+          const uint32_t off = (kk & 3) * 32;
+          const uint64_t da = gemm::descKMajor(qBase + (kk >> 2) * (C::kBM * 128) + off);
+          const uint64_t db = gemm::descKMajor(kBase + (kk >> 2) * (C::kBN * 128) + off);
+          ptx::wgmmaSS<C::kBN, C::kF16, 0>(s, da, db, kk > 0 ? 1 : 0);
+        }
+        ptx::wgmmaCommit();
+        ptx::wgmmaWait<0>();
+        ptx::fenceRegs(s);
+        uint32_t pa[C::kBN / 16][4];
+        softmaxBlock<C>(p, s, o, m, l, pa, vis == 2, src, n0, qpos, lane);
+        ptx::mbarWait(&sm.vFull[stage], phase);
+        const uint32_t vBase = ptx::smemAddr(sm.v(stage));
+        ptx::fenceRegs(o);
+        ptx::wgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < C::kBN / 16; ++kk) {
+          // V is MN-major: 64-column blocks kBN rows tall (LBO), 8-row groups 1024 B apart.
+          const uint64_t db = gemm::makeDesc(vBase + kk * 2048, C::kBN * 128, 1024);
+          ptx::wgmmaRS<C::D, C::kF16, 1>(o, pa[kk], db, 1);
+        }
+        ptx::wgmmaCommit();
+        ptx::wgmmaWait<0>();
+        ptx::fenceRegs(o);
+        if (lane == 0) ptx::mbarArrive(&sm.empty[stage]);
+        if (++stage == C::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    // Q is no longer read: the producer may load the next tile's while this epilogue runs.
+    if (lane == 0) ptx::mbarArrive(sm.qEmpty);
+    epilogue<C>(p, x, wg, o, m, l);
+  }
+}
+
+// One attention CTA: needs C::kThreads threads, C::kSmemBytes of dynamic shared memory and a
+// kernel declared __launch_bounds__(C::kThreads, 1) (setmaxnreg).
+template <class C>
+__device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, int32_t cta,
+                                        int32_t nCtas) {
+  Smem<C> sm(smemRaw);
+  if (threadIdx.x == 0) {
+    ptx::mbarInit(sm.qFull, 1);
+    ptx::mbarInit(sm.qEmpty, 8);  // one arrive per consumer warp
+    for (int s = 0; s < C::kStages; ++s) {
+      ptx::mbarInit(&sm.kFull[s], 1);
+      ptx::mbarInit(&sm.vFull[s], 1);
+      ptx::mbarInit(&sm.empty[s], 8);
+    }
+    ptx::fenceMbarInit();
+    ptx::prefetchTensorMap(&p.tmQ);
+    ptx::prefetchTensorMap(&p.tmK);
+    ptx::prefetchTensorMap(&p.tmV);
+  }
+  __syncthreads();
+  const int32_t wg = threadIdx.x / 128;
+  if (wg == 0) {
+    ptx::setmaxnregDec<C::kProducerRegs>();
+    if (threadIdx.x == 0) producer<C>(p, sm, cta, nCtas);
+  } else {
+    ptx::setmaxnregInc<C::kConsumerRegs>();
+    consumer<C>(p, sm, cta, nCtas, wg - 1);
+  }
+}
+
+}  // namespace attn
+}  // namespace mk

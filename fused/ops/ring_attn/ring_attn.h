@@ -1,0 +1,41 @@
+// ncclRingAttention (include/mkernel/fused.h): one call = one RingAttnCall, checked on the
+// host (ringAttnCheck: every rule before any CUDA call), then run on the caller's stream.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "mkernel/fused.h"
+
+struct ncclComm;
+
+namespace mk {
+namespace fused {
+
+struct RingAttnCall {
+  const void* q = nullptr;  // [B, S, Hq, D] inType
+  const void* k = nullptr;  // [B, S, Hkv, D]
+  const void* v = nullptr;  // [B, S, Hkv, D]
+  void* out = nullptr;      // [B, S, Hq, D] inType
+  float* lse = nullptr;     // [B, Hq, S] or nullptr
+  size_t B = 0, S = 0;
+  int Hq = 0, Hkv = 0, D = 0;
+  ncclDataType_t inType = ncclBfloat16;
+  ncclRingAttnConfig_t cfg{};  // defaults filled in; cfg.scale resolved (> 0)
+  ncclComm* comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+// Copies `config` (nullptr = NCCL_RING_ATTN_CONFIG_INITIALIZER) into call->cfg after checking
+// it (size, magic, version, causal 0/1, seqLayout, algo, commSms -1 or >= 1, finite scale),
+// resolves the scale, then checks every rule of fused.h (types, head dim, heads, sizes, zigzag
+// parity, alignment, overlap, 2^31 bounds with nRanks). Needs no CUDA call; ncclInvalidArgument
+// with a message naming the rule (ncclGetLastError).
+ncclResult_t ringAttnCheck(RingAttnCall* call, const ncclRingAttnConfig_t* config, int nRanks);
+
+// Runs a checked call on call->comm (stream-ordered, no host synchronisation).
+ncclResult_t ringAttnRun(const RingAttnCall& call);
+
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,103 @@
+// ncclRingAttention's run path. Sequential algorithm: k and v of every rank gathered with
+// mkernel's AllGather into stream-ordered scratch (capturable: a graph memory node), then one
+// attention kernel over the whole sequence; the causal mask follows the positions of the
+// slices (SeqMap), so contiguous and zigzag layouts need no reordering of the gathered data.
+// Works for every layout of the ranks the collectives serve (threads, processes, nodes).
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "base/checks.h"
+#include "coll/coll.h"
+#include "comm/comm.h"
+#include "fused/attention/attn.h"
+#include "fused/ops/ring_attn/ring_attn.h"
+
+namespace mk {
+namespace fused {
+
+namespace {
+
+constexpr const char* kApi = "ncclRingAttention";
+
+attn::AttnArgs attnArgsOf(const RingAttnCall& c, int nRanks, int rank) {
+  attn::AttnArgs a;
+  a.q = c.q;
+  a.k = c.k;
+  a.v = c.v;
+  a.out = c.out;
+  a.lse = c.lse;
+  a.B = (int32_t)c.B;
+  a.S = (int32_t)c.S;
+  a.Hq = c.Hq;
+  a.Hkv = c.Hkv;
+  a.D = c.D;
+  a.in = c.inType == ncclFloat16 ? attn::DType::kF16 : attn::DType::kBF16;
+  a.scale = c.cfg.scale;
+  a.causal = c.cfg.causal != 0;
+  a.seq.S = (int32_t)c.S;
+  a.seq.chunks = c.cfg.seqLayout == ncclRingAttnZigzag ? 2 : 1;
+  a.seq.nRanks = nRanks;
+  a.qRank = rank;
+  a.nSrc = 1;
+  a.srcRank[0] = rank;
+  return a;
+}
+
+ncclResult_t gather(const RingAttnCall& c, const void* send, void* recv, size_t count) {
+  CollArgs coll{};
+  coll.type = CollType::kAllGather;
+  coll.sendbuff = send;
+  coll.recvbuff = recv;
+  coll.count = count;
+  coll.dtype = c.inType;
+  coll.op = ncclSum;
+  coll.root = -1;
+  coll.comm = c.comm;
+  coll.stream = c.stream;
+  NCCLCHECK(collCheckArgs(coll, kApi));
+  return collEnqueue(coll);
+}
+
+}  // namespace
+
+ncclResult_t ringAttnRun(const RingAttnCall& c) {
+  ncclComm* comm = c.comm;
+  const int n = comm->nRanks;
+  attn::AttnArgs a = attnArgsOf(c, n, comm->rank);
+  if (n == 1) return attn::launch(a, c.stream);
+  if (n > attn::kMaxSrc) {
+    MK_WARN("%s: %d ranks exceed the attention kernel's %d sources", kApi, n, attn::kMaxSrc);
+    return ncclInvalidUsage;
+  }
+  // Loaded before the gathers are enqueued: a lazy load at the kernel's first launch can wait
+  // behind peers' collectives that themselves wait for this rank.
+  NCCLCHECK(attn::preload(a));
+  const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;
+  const size_t bytes = slice * 2;  // bf16/fp16
+  void* scratch = nullptr;
+  CUDACHECK(cudaMallocAsync(&scratch, 2 * n * bytes, c.stream));
+  ncclResult_t res = ncclSuccess;
+  char* kAll = static_cast<char*>(scratch);
+  char* vAll = kAll + n * bytes;
+  NCCLCHECKGOTO(gather(c, c.k, kAll, slice), res, done);
+  NCCLCHECKGOTO(gather(c, c.v, vAll, slice), res, done);
+  a.k = kAll;
+  a.v = vAll;
+  a.nSrc = n;
+  a.srcStride = (int64_t)slice;
+  for (int j = 0; j < n; ++j) a.srcRank[j] = j;
+  NCCLCHECKGOTO(attn::launch(a, c.stream), res, done);
+done:
+  // Stream-ordered: released after the kernel, even when an enqueue above failed (the earlier
+  // work on the stream may still read the scratch).
+  const cudaError_t fe = cudaFreeAsync(scratch, c.stream);
+  if (res == ncclSuccess && fe != cudaSuccess) {
+    MK_WARN("%s: cudaFreeAsync of the gather scratch failed: %s", kApi, cudaGetErrorString(fe));
+    res = ncclUnhandledCudaError;
+  }
+  return res;
+}
+
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,113 @@
+// PTX forms beyond ptx.cuh's, first needed by the attention engine (fused/attention/): wgmma
+// shapes other than the GEMM engine's m64n256k16, the A-from-registers form, 4-D and 5-D TMA
+// loads, ex2. Part of the PTX set: one wrapper per instruction form, no policy.
+//   wgmmaSS<N>: D(64xN, fp32) (+)= A(64x16, K-major smem) * B(16xN, smem descriptor)
+//   wgmmaRS<N>: the same with A in registers: four b32 per thread, each two 16-bit values,
+//               laid out like the m64nNk16 fp32 accumulator fragment of 16 columns (so a
+//               softmax computed on S's accumulators feeds P.V without a shuffle).
+// kTransB = 1: B is MN-major (N contiguous), allowed for 16-bit types only.
+#pragma once
+#include <cstdint>
+
+#include "device/rt/ptx.cuh"
+
+namespace mk {
+namespace ptx {
+
+template <int N, bool kF16, int kTransB>
+__device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint64_t descB,
+                                        int scaleD) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmmaSS: shape not generated");
+  if constexpr (N == 256) {
+    wgmmaM64N256K16<kF16, kTransB>(d, descA, descB, scaleD);
+  } else if constexpr (N == 128) {
+    if constexpr (kF16) {
+      asm volatile(MK_WGMMA_SS_N128_ASM("f16")
+                   : MK_WGMMA_OUTS_128(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    } else {
+      asm volatile(MK_WGMMA_SS_N128_ASM("bf16")
+                   : MK_WGMMA_OUTS_128(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    }
+  } else {
+    if constexpr (kF16) {
+      asm volatile(MK_WGMMA_SS_N64_ASM("f16")
+                   : MK_WGMMA_OUTS_64(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    } else {
+      asm volatile(MK_WGMMA_SS_N64_ASM("bf16")
+                   : MK_WGMMA_OUTS_64(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    }
+  }
+}
+
+template <int N, bool kF16, int kTransB>
+__device__ __forceinline__ void wgmmaRS(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t descB,
+                                        int scaleD) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmmaRS: shape not generated");
+#define MK_RS_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(scaleD), "n"(kTransB)
+  if constexpr (N == 256) {
+    if constexpr (kF16) {
+      asm volatile(MK_WGMMA_RS_N256_ASM("f16") : MK_WGMMA_N256_OUTS(d) : MK_RS_IN);
+    } else {
+      asm volatile(MK_WGMMA_RS_N256_ASM("bf16") : MK_WGMMA_N256_OUTS(d) : MK_RS_IN);
+    }
+  } else if constexpr (N == 128) {
+    if constexpr (kF16) {
+      asm volatile(MK_WGMMA_RS_N128_ASM("f16") : MK_WGMMA_OUTS_128(d) : MK_RS_IN);
+    } else {
+      asm volatile(MK_WGMMA_RS_N128_ASM("bf16") : MK_WGMMA_OUTS_128(d) : MK_RS_IN);
+    }
+  } else {
+    if constexpr (kF16) {
+      asm volatile(MK_WGMMA_RS_N64_ASM("f16") : MK_WGMMA_OUTS_64(d) : MK_RS_IN);
+    } else {
+      asm volatile(MK_WGMMA_RS_N64_ASM("bf16") : MK_WGMMA_OUTS_64(d) : MK_RS_IN);
+    }
+  }
+#undef MK_RS_IN
+}
+
+// Boxes of 4-D and 5-D tensors (attention: [B][S][H][D] and [src][B][S][H][D]); coordinates
+// innermost first, out-of-range parts zero-filled.
+__device__ __forceinline__ void tmaLoad4d(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                          int32_t x, int32_t y, int32_t z, int32_t w) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddr(bar)), "r"(x), "r"(y), "r"(z), "r"(w)
+      : "memory");
+}
+__device__ __forceinline__ void tmaLoad5d(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                          int32_t x, int32_t y, int32_t z, int32_t w, int32_t v) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddr(bar)), "r"(x), "r"(y), "r"(z), "r"(w),
+      "r"(v)
+      : "memory");
+}
+
+// fenceAccumulators for any fragment size (see ptx.cuh).
+template <int R>
+__device__ __forceinline__ void fenceRegs(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int R>
+__device__ __forceinline__ void fenceRegs(uint32_t (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+// ex2.approx: 2^x in one MUFU op (the softmax's exponential; -inf gives +0).
+__device__ __forceinline__ float exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace ptx
+}  // namespace mk
