@@ -105,8 +105,8 @@ def plan(q, k, v, nranks, causal=False, scale=None, layout="contiguous", algo="a
   sc = _scale_value(scale)
   lay = layout_value(layout)
   algo_v = _plan._enum(OP, "algo", algo, _plan.ALGOS)
-  if not _is_int(comm_sms) or comm_sms < -1:
-    raise _err("comm_sms=%r; expected -1 (automatic) or an int >= 0", comm_sms)
+  if not _is_int(comm_sms) or not (comm_sms == -1 or comm_sms >= 1):
+    raise _err("comm_sms=%r; expected -1 (automatic) or an int >= 1", comm_sms)
   if not _is_int(nranks) or nranks < 1:
     raise _err("the group has %r ranks", nranks)
   if lay == _lib.RING_ATTN_ZIGZAG and S % 2:

@@ -36,7 +36,7 @@ def ring_attention(q, k, v, causal=False, scale=None, layout="contiguous", group
   causal: keys at global positions <= the query's only. scale: softmax scale, default
   1/sqrt(D). layout: 'contiguous' or 'zigzag' (every rank must pass the same). algo: 'auto',
   'fused' (the ring kernel) or 'sequential' (all-gather of k and v, then the attention
-  kernel). comm_sms: -1 (automatic) or the CTAs that communicate (fused path).
+  kernel). comm_sms: -1 (automatic) or >= 1, the CTAs that communicate (fused path).
 
   out: a [B, S_local, Hq, D] tensor of q's dtype to write into (else allocated). lse: a
   [B, Hq, S_local] float32 tensor to write the log-sum-exp into (else allocated when

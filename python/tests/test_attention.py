@@ -47,9 +47,9 @@ class AttnPlanTest(unittest.TestCase):
     self.assertEqual((p.out_shape, p.lse_shape), ((2, 96, 8, 128), (2, 8, 96)))
     q, k, v = qkv(B=1, S=130, Hq=4, Hkv=4, D=64, dt=F16)
     p = _attention.plan(q, k, v, 3, causal=True, scale=0.25, layout="contiguous",
-                        algo="sequential", comm_sms=0)
+                        algo="sequential", comm_sms=1)
     self.assertEqual((p.in_type, p.causal, p.scale, p.algo, p.comm_sms),
-                     (_lib.NCCL_FLOAT16, True, 0.25, _lib.ALGO_SEQUENTIAL, 0))
+                     (_lib.NCCL_FLOAT16, True, 0.25, _lib.ALGO_SEQUENTIAL, 1))
     for D in (64, 128, 256):
       _attention.plan(*qkv(D=D), 1, layout="zigzag", algo="fused", comm_sms=8, causal=1)
     p = _attention.plan(*qkv(Hq=16, Hkv=16), 8, layout=1, algo=2, scale=2)
@@ -110,8 +110,9 @@ class AttnPlanTest(unittest.TestCase):
     self.expect(ValueError, "layout=2", q, k, v, 1, layout=2)
     self.expect(ValueError, "algo='ring'; expected one of auto, fused, sequential", q, k, v, 1,
                 algo="ring")
-    self.expect(ValueError, "comm_sms=-2; expected -1 \\(automatic\\) or an int >= 0", q, k, v, 1,
+    self.expect(ValueError, "comm_sms=-2; expected -1 \\(automatic\\) or an int >= 1", q, k, v, 1,
                 comm_sms=-2)
+    self.expect(ValueError, "comm_sms=0; expected -1", q, k, v, 1, comm_sms=0)
     self.expect(ValueError, "comm_sms=1.5", q, k, v, 1, comm_sms=1.5)
     self.expect(ValueError, "the group has 0 ranks", q, k, v, 0)
 
