@@ -55,6 +55,21 @@ struct SeqMap {
   }
 };
 
+// Visibility of key rows [n0, n0 + bn) of rank kRank's slice (S rows) to query rows whose
+// positions lie in [qLo, qHi]: 0 = no key visible to any query (every key after every query:
+// the block is skipped), 1 = every pair visible (no mask), 2 = the element mask is needed
+// (causal overlap, or key rows past the slice's end). Producer and consumers of the kernel
+// walk the blocks with it, so both skip the same ones. Host and device.
+MK_HD inline int kvVisible(const SeqMap& seq, bool causal, int64_t qLo, int64_t qHi, int32_t kRank,
+                           int32_t n0, int32_t bn) {
+  const bool tail = n0 + bn > seq.S;
+  if (!causal) return tail ? 2 : 1;
+  int64_t kLo, kHi;
+  seq.range(kRank, n0, n0 + bn < seq.S ? n0 + bn : seq.S, &kLo, &kHi);
+  if (kLo > qHi) return 0;
+  return (tail || kHi > qLo) ? 2 : 1;
+}
+
 struct AttnArgs {
   const void* q = nullptr;
   const void* k = nullptr;

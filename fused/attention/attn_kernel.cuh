@@ -116,19 +116,10 @@ __device__ __forceinline__ Tile tileAt(const AttnParams& p, int32_t t) {
   return x;
 }
 
-// Key block [n0, n0 + kBN) of source j against a tile: 0 = invisible (every key after every
-// query), 1 = visible without masks, 2 = needs the element mask (causal overlap, or rows past
-// the slice's end).
 template <int kBN>
 __device__ __forceinline__ int kvVisible(const AttnParams& p, const Tile& x, int32_t j,
                                          int32_t n0) {
-  const int32_t n1 = min(n0 + kBN, p.S);
-  const bool tail = n0 + kBN > p.S;
-  if (!p.causal) return tail ? 2 : 1;
-  int64_t kLo, kHi;
-  p.seq.range(p.srcRank[j], n0, n1, &kLo, &kHi);
-  if (kLo > x.qHi) return 0;
-  return (tail || kHi > x.qLo) ? 2 : 1;
+  return attn::kvVisible(p.seq, p.causal != 0, x.qLo, x.qHi, p.srcRank[j], n0, kBN);
 }
 
 // ---- producer -----------------------------------------------------------------------------
