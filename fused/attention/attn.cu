@@ -8,13 +8,14 @@
 
 #include "base/checks.h"
 #include "base/cudawrap.h"
+#include "base/param.h"
 #include "fused/attention/attn_kernel.cuh"
 
 namespace mk {
 namespace attn {
 
 template <int kD, bool kF16>
-ncclResult_t launchVariant(const AttnParams& p, int32_t grid, cudaStream_t stream);
+ncclResult_t launchVariant(const AttnParams& p, bool overlap, int32_t grid, cudaStream_t stream);
 
 namespace {
 
@@ -62,20 +63,25 @@ ncclResult_t encodeRows(CUtensorMap* map, DType t, const void* base, int rank, c
 }
 
 template <bool kF16>
-ncclResult_t dispatchD(int D, const AttnParams& p, int32_t grid, cudaStream_t s) {
+ncclResult_t dispatchD(int D, const AttnParams& p, bool ov, int32_t grid, cudaStream_t s) {
   switch (D) {
     case 64:
-      return launchVariant<64, kF16>(p, grid, s);
+      return launchVariant<64, kF16>(p, ov, grid, s);
     case 128:
-      return launchVariant<128, kF16>(p, grid, s);
+      return launchVariant<128, kF16>(p, ov, grid, s);
     default:
-      return launchVariant<256, kF16>(p, grid, s);
+      return launchVariant<256, kF16>(p, ov, grid, s);
   }
 }
 
+bool overlapOf(const AttnArgs& a) {
+  const int64_t s = a.schedule >= 0 ? a.schedule : MK_PARAM_INT(AttnSchedule);
+  return s != 0;
+}
+
 ncclResult_t dispatch(const AttnArgs& a, const AttnParams& p, int32_t grid, cudaStream_t s) {
-  if (a.in == DType::kF16) return dispatchD<true>(a.D, p, grid, s);
-  return dispatchD<false>(a.D, p, grid, s);
+  if (a.in == DType::kF16) return dispatchD<true>(a.D, p, overlapOf(a), grid, s);
+  return dispatchD<false>(a.D, p, overlapOf(a), grid, s);
 }
 
 size_t smemFor(int D) {
@@ -125,6 +131,9 @@ bool canImplement(const AttnArgs& a, std::string* why) {
   if (stride < (int64_t)a.B * a.S * a.Hkv * a.D || stride % 8 != 0)
     return fail(why, "srcStride=%lld must cover a slice and be a multiple of 8", stride);
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
+  if (a.schedule < -1 || a.schedule > 1)
+    return fail(why, "schedule=%lld must be -1 (parameter), 0 (plain) or 1 (overlapped)",
+                a.schedule);
   return true;
 }
 

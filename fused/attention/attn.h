@@ -86,6 +86,7 @@ struct AttnArgs {
   int64_t srcStride = 0;           // elements between sources; 0 = B*S*Hkv*D
   int32_t srcRank[kMaxSrc] = {0};  // rank of source j (its positions); read in order j = 0..
   int32_t smBudget = 0;            // persistent CTAs: 0 = every SM of the device
+  int32_t schedule = -1;           // -1: MKERNEL_ATTN_SCHEDULE; 0: plain; 1: overlapped (FA3)
 };
 
 // Host-only check (no CUDA call): false with the rule broken when the engine cannot run it.

@@ -32,10 +32,13 @@ namespace attn {
 
 // ---- configuration -----------------------------------------------------------------------
 
-template <int kD, bool kF16In>
+// kOverlapIn: FlashAttention-3's schedule (intra-WG pipelining of S and P.V, ping-pong of the
+// two consumer WGs); false: one block at a time (the reference schedule, kept to compare).
+template <int kD, bool kF16In, bool kOverlapIn = true>
 struct Cfg {
   static constexpr int D = kD;
   static constexpr bool kF16 = kF16In;
+  static constexpr bool kOverlap = kOverlapIn;
   static constexpr int kBM = 128;                   // query rows per tile (2 consumer WGs x 64)
   static constexpr int kBN = kD <= 128 ? 128 : 64;  // key rows per K/V block
   static constexpr int kStages = 2;
@@ -53,8 +56,10 @@ struct Cfg {
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
   static_assert((2 + 3 * kStages) * 8 <= kBarrierBytes, "barrier area too small");
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 504, "register budget exceeded");
-  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) fp32/b32 per thread, plus addresses.
-  static_assert(kD / 2 + kBN / 2 + kBN / 4 <= 200, "consumer fragments exceed the budget");
+  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4, twice when overlapped) per thread,
+  // plus addresses.
+  static_assert(kD / 2 + kBN / 2 + (kOverlap ? 2 : 1) * kBN / 4 <= 200,
+                "consumer fragments exceed the budget");
 };
 
 // Kernel parameters: one __grid_constant__ struct so the tensor maps stay in param space.
@@ -122,6 +127,24 @@ __device__ __forceinline__ int kvVisible(const AttnParams& p, const Tile& x, int
   return attn::kvVisible(p.seq, p.causal != 0, x.qLo, x.qHi, p.srcRank[j], n0, kBN);
 }
 
+// The walk over the visible K/V blocks of a tile, source by source. Start from
+// BlockCursor{0, -kBN}; next() moves to the next visible block (false at the end).
+struct BlockCursor {
+  int32_t j, n0, vis;
+  template <int kBN>
+  __device__ __forceinline__ bool next(const AttnParams& p, const Tile& x) {
+    while (true) {
+      n0 += kBN;
+      if (n0 >= p.S) {
+        n0 = 0;
+        if (++j >= p.nSrc) return false;
+      }
+      vis = kvVisible<kBN>(p, x, j, n0);
+      if (vis != 0) return true;
+    }
+  }
+};
+
 // ---- producer -----------------------------------------------------------------------------
 
 template <class C>
@@ -148,18 +171,16 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
       ptx::tmaLoad4d(sm.q + c * (C::kBM * 128), &p.tmQ, sm.qFull, 64 * c, x.h, x.m0, x.b);
     }
     qPhase ^= 1;
-    for (int32_t j = 0; j < p.nSrc; ++j) {
-      for (int32_t n0 = 0; n0 < p.S; n0 += C::kBN) {
-        if (kvVisible<C::kBN>(p, x, j, n0) == 0) continue;
-        ptx::mbarWait(&sm.empty[stage], phase ^ 1);
-        ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
-        loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, n0, x.b, j);
-        ptx::mbarArriveExpectTx(&sm.vFull[stage], C::kKBytes);
-        loadBlock<C>(&p.tmV, sm.v(stage), &sm.vFull[stage], kvh, n0, x.b, j);
-        if (++stage == C::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+    BlockCursor c{0, -C::kBN, 0};
+    while (c.next<C::kBN>(p, x)) {
+      ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+      ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
+      loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, c.n0, x.b, c.j);
+      ptx::mbarArriveExpectTx(&sm.vFull[stage], C::kKBytes);
+      loadBlock<C>(&p.tmV, sm.v(stage), &sm.vFull[stage], kvh, c.n0, x.b, c.j);
+      if (++stage == C::kStages) {
+        stage = 0;
+        phase ^= 1;
       }
     }
   }
@@ -197,13 +218,15 @@ __device__ __forceinline__ int fragCol(int i, int lane) {
   return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
 }
 
-// Online softmax of one block: masks, scales, updates the row max m and running sums l
-// (per thread), rescales O and returns P (rounded) in the A-fragment layout of P.V.
+// Online softmax of one block: masks and scales S, updates the row max m and running sums l
+// (per thread), writes P (rounded) in the A-fragment layout of P.V and returns in alpha the
+// factor O must be rescaled by (the caller applies it once no wgmma still writes O).
 template <class C>
-__device__ __forceinline__ void softmaxBlock(const AttnParams& p, float (&s)[C::kBN / 2],
-                                             float (&o)[C::D / 2], float (&m)[2], float (&l)[2],
-                                             uint32_t (&pa)[C::kBN / 16][4], int mask, int32_t src,
-                                             int32_t n0, const int64_t (&qpos)[2], int lane) {
+__device__ __forceinline__ void softmaxScores(const AttnParams& p, float (&s)[C::kBN / 2],
+                                              float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                              uint32_t (&pa)[C::kBN / 16][4], bool mask,
+                                              int32_t src, int32_t n0, const int64_t (&qpos)[2],
+                                              int lane) {
   constexpr int kS = C::kBN / 2;
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -216,7 +239,7 @@ __device__ __forceinline__ void softmaxBlock(const AttnParams& p, float (&s)[C::
     s[i] = v;
     mx[fragRow(i)] = fmaxf(mx[fragRow(i)], v);
   }
-  float alpha[2], base[2];
+  float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float mNew = fmaxf(m[r], quadMax(mx[r]));
@@ -227,8 +250,6 @@ __device__ __forceinline__ void softmaxBlock(const AttnParams& p, float (&s)[C::
     m[r] = mNew;
     l[r] *= alpha[r];
   }
-#pragma unroll
-  for (int i = 0; i < C::D / 2; ++i) o[i] *= alpha[fragRow(i)];
 #pragma unroll
   for (int i = 0; i < kS; ++i) {
     const float e = ptx::exp2Approx(s[i] - base[fragRow(i)]);
@@ -241,6 +262,37 @@ __device__ __forceinline__ void softmaxBlock(const AttnParams& p, float (&s)[C::
 #pragma unroll
     for (int r = 0; r < 4; ++r)
       pa[kk][r] = pack2<C::kF16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void rescale(float (&o)[C::D / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < C::D / 2; ++i) o[i] *= alpha[fragRow(i)];
+}
+
+// S = Q.K^T for the WG's 64 rows (issued, not committed). K-major operands: sub-tile kk/4 of
+// 64 columns, then 32 bytes per k16 slice.
+template <class C>
+__device__ __forceinline__ void issueS(float (&s)[C::kBN / 2], uint32_t qBase, uint32_t kBase) {
+#pragma unroll
+  for (int kk = 0; kk < C::D / 16; ++kk) {
+    const uint32_t off = (kk & 3) * 32;
+    const uint64_t da = gemm::descKMajor(qBase + (kk >> 2) * (C::kBM * 128) + off);
+    const uint64_t db = gemm::descKMajor(kBase + (kk >> 2) * (C::kBN * 128) + off);
+    ptx::wgmmaSS<C::kBN, C::kF16, 0>(s, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// O += P.V (issued, not committed). V is MN-major: 64-column blocks kBN rows tall (LBO),
+// 8-row groups 1024 B apart, 16 rows (2048 B) per k16 slice.
+template <class C>
+__device__ __forceinline__ void issuePV(float (&o)[C::D / 2], uint32_t (&pa)[C::kBN / 16][4],
+                                        uint32_t vBase) {
+#pragma unroll
+  for (int kk = 0; kk < C::kBN / 16; ++kk) {
+    const uint64_t db = gemm::makeDesc(vBase + kk * 2048, C::kBN * 128, 1024);
+    ptx::wgmmaRS<C::D, C::kF16, 1>(o, pa[kk], db, 1);
   }
 }
 
@@ -271,12 +323,28 @@ __device__ __forceinline__ void epilogue(const AttnParams& p, const Tile& x, int
   }
 }
 
+// Ring position helper: stage index and phase advance together.
+template <class C>
+__device__ __forceinline__ void advance(int32_t& stage, uint32_t& phase) {
+  if (++stage == C::kStages) {
+    stage = 0;
+    phase ^= 1;
+  }
+}
+
+// Named barriers of the two consumer WGs' ping-pong (id 0 is __syncthreads).
+constexpr int kBarTurn0 = 1;
+
 template <class C>
 __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
                                          int32_t nCtas, int32_t wg) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   int32_t stage = 0;
   uint32_t phase = 0, qPhase = 0;
+  // Ping-pong: a WG issues its wgmmas only on its turn, then hands the turn over, so one WG's
+  // softmax runs while the other's products occupy the tensor cores. WG1 gives WG0 the first
+  // turn; WG0 takes the last hand-over back after the loop (every arrive is matched).
+  if (C::kOverlap && wg == 1) ptx::namedBarArrive(kBarTurn0, 256);
   for (int32_t t = cta; t < p.numTiles; t += nCtas) {
     const Tile x = tileAt(p, t);
     int64_t qpos[2];
@@ -288,57 +356,96 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
     float o[C::D / 2];
 #pragma unroll
     for (int i = 0; i < C::D / 2; ++i) o[i] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float s[C::kBN / 2];
+    uint32_t pa[C::kBN / 16][4];
     ptx::mbarWait(sm.qFull, qPhase);
     qPhase ^= 1;
     const uint32_t qBase = ptx::smemAddr(sm.q) + wg * (64 * 128);
-    for (int32_t j = 0; j < p.nSrc; ++j) {
-      const int32_t src = p.srcRank[j];
-      for (int32_t n0 = 0; n0 < p.S; n0 += C::kBN) {
-        const int vis = kvVisible<C::kBN>(p, x, j, n0);
-        if (vis == 0) continue;
-        float s[C::kBN / 2];
+    BlockCursor cur{0, -C::kBN, 0};
+    if constexpr (!C::kOverlap) {
+      // Plain order: S, softmax, P.V, one block at a time.
+      while (cur.next<C::kBN>(p, x)) {
         ptx::mbarWait(&sm.kFull[stage], phase);
-        const uint32_t kBase = ptx::smemAddr(sm.k(stage));
         ptx::fenceRegs(s);
         ptx::wgmmaFence();
-#pragma unroll
-        for (int kk = 0; kk < C::D / 16; ++kk) {
-          // K-major operands: sub-tile kk/4 of 64 columns, then 32 bytes per k16 slice.
-          const uint32_t off = (kk & 3) * 32;
-          const uint64_t da = gemm::descKMajor(qBase + (kk >> 2) * (C::kBM * 128) + off);
-          const uint64_t db = gemm::descKMajor(kBase + (kk >> 2) * (C::kBN * 128) + off);
-          ptx::wgmmaSS<C::kBN, C::kF16, 0>(s, da, db, kk > 0 ? 1 : 0);
-        }
+        issueS<C>(s, qBase, ptx::smemAddr(sm.k(stage)));
         ptx::wgmmaCommit();
         ptx::wgmmaWait<0>();
         ptx::fenceRegs(s);
-        uint32_t pa[C::kBN / 16][4];
-        softmaxBlock<C>(p, s, o, m, l, pa, vis == 2, src, n0, qpos, lane);
+        softmaxScores<C>(p, s, m, l, alpha, pa, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos, lane);
+        rescale<C>(o, alpha);
         ptx::mbarWait(&sm.vFull[stage], phase);
-        const uint32_t vBase = ptx::smemAddr(sm.v(stage));
         ptx::fenceRegs(o);
         ptx::wgmmaFence();
-#pragma unroll
-        for (int kk = 0; kk < C::kBN / 16; ++kk) {
-          // V is MN-major: 64-column blocks kBN rows tall (LBO), 8-row groups 1024 B apart.
-          const uint64_t db = gemm::makeDesc(vBase + kk * 2048, C::kBN * 128, 1024);
-          ptx::wgmmaRS<C::D, C::kF16, 1>(o, pa[kk], db, 1);
-        }
+        issuePV<C>(o, pa, ptx::smemAddr(sm.v(stage)));
         ptx::wgmmaCommit();
         ptx::wgmmaWait<0>();
         ptx::fenceRegs(o);
         if (lane == 0) ptx::mbarArrive(&sm.empty[stage]);
-        if (++stage == C::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+        advance<C>(stage, phase);
       }
+    } else if (cur.next<C::kBN>(p, x)) {
+      // Overlapped order (FlashAttention-3's intra-warpgroup pipelining): S of block i and
+      // P.V of block i-1 are in flight together, and block i's softmax runs while P.V of
+      // block i-1 still occupies the tensor cores; O is rescaled once that P.V is done.
+      ptx::mbarWait(&sm.kFull[stage], phase);
+      ptx::fenceRegs(s);
+      ptx::wgmmaFence();
+      issueS<C>(s, qBase, ptx::smemAddr(sm.k(stage)));
+      ptx::wgmmaCommit();
+      ptx::wgmmaWait<0>();
+      ptx::fenceRegs(s);
+      softmaxScores<C>(p, s, m, l, alpha, pa, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos,
+                       lane);  // O is still 0: no rescale
+      int32_t prev = stage;
+      uint32_t prevPhase = phase;
+      advance<C>(stage, phase);
+      while (true) {
+        BlockCursor nxt = cur;
+        if (!nxt.next<C::kBN>(p, x)) break;
+        uint32_t pn[C::kBN / 16][4];
+        ptx::namedBarSync(kBarTurn0 + wg, 256);
+        ptx::mbarWait(&sm.kFull[stage], phase);
+        ptx::fenceRegs(s);
+        ptx::fenceRegs(o);
+        ptx::wgmmaFence();
+        issueS<C>(s, qBase, ptx::smemAddr(sm.k(stage)));
+        ptx::wgmmaCommit();
+        ptx::mbarWait(&sm.vFull[prev], prevPhase);
+        issuePV<C>(o, pa, ptx::smemAddr(sm.v(prev)));
+        ptx::wgmmaCommit();
+        ptx::namedBarArrive(kBarTurn0 + (1 - wg), 256);
+        ptx::wgmmaWait<1>();  // S done (groups complete in order); P.V may still run
+        ptx::fenceRegs(s);
+        softmaxScores<C>(p, s, m, l, alpha, pn, nxt.vis == 2, p.srcRank[nxt.j], nxt.n0, qpos, lane);
+        ptx::wgmmaWait<0>();
+        ptx::fenceRegs(o);
+        if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+        rescale<C>(o, alpha);
+#pragma unroll
+        for (int kk = 0; kk < C::kBN / 16; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) pa[kk][r] = pn[kk][r];
+        prev = stage;
+        prevPhase = phase;
+        advance<C>(stage, phase);
+        cur = nxt;
+      }
+      ptx::mbarWait(&sm.vFull[prev], prevPhase);
+      ptx::fenceRegs(o);
+      ptx::wgmmaFence();
+      issuePV<C>(o, pa, ptx::smemAddr(sm.v(prev)));
+      ptx::wgmmaCommit();
+      ptx::wgmmaWait<0>();
+      ptx::fenceRegs(o);
+      if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
     }
     // Q is no longer read: the producer may load the next tile's while this epilogue runs.
     if (lane == 0) ptx::mbarArrive(sm.qEmpty);
     epilogue<C>(p, x, wg, o, m, l);
   }
+  if (C::kOverlap && wg == 0) ptx::namedBarSync(kBarTurn0, 256);
 }
 
 // One attention CTA: needs C::kThreads threads, C::kSmemBytes of dynamic shared memory and a

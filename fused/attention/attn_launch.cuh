@@ -16,9 +16,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) attnKernel(const __grid_consta
 }
 
 // grid <= 0: only loads the kernel (preload).
-template <int kD, bool kF16>
-ncclResult_t launchVariant(const AttnParams& p, int32_t grid, cudaStream_t stream) {
-  using C = Cfg<kD, kF16>;
+template <class C>
+ncclResult_t launchCfg(const AttnParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = attnKernel<C>;
   CUDACHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
@@ -28,9 +27,15 @@ ncclResult_t launchVariant(const AttnParams& p, int32_t grid, cudaStream_t strea
   return ncclSuccess;
 }
 
-#define MK_ATTN_INSTANTIATE(D)                                                             \
-  template ncclResult_t launchVariant<D, false>(const AttnParams&, int32_t, cudaStream_t); \
-  template ncclResult_t launchVariant<D, true>(const AttnParams&, int32_t, cudaStream_t);
+template <int kD, bool kF16>
+ncclResult_t launchVariant(const AttnParams& p, bool overlap, int32_t grid, cudaStream_t stream) {
+  if (overlap) return launchCfg<Cfg<kD, kF16, true>>(p, grid, stream);
+  return launchCfg<Cfg<kD, kF16, false>>(p, grid, stream);
+}
+
+#define MK_ATTN_INSTANTIATE(D)                                                                   \
+  template ncclResult_t launchVariant<D, false>(const AttnParams&, bool, int32_t, cudaStream_t); \
+  template ncclResult_t launchVariant<D, true>(const AttnParams&, bool, int32_t, cudaStream_t);
 
 }  // namespace attn
 }  // namespace mk

@@ -90,6 +90,12 @@ __device__ __forceinline__ void tmaLoad5d(void* dst, const CUtensorMap* map, uin
       : "memory");
 }
 
+// Arrives on named barrier `id` without waiting (the waiting side runs bar.sync with the same
+// thread count): hands a turn to another warpgroup.
+__device__ __forceinline__ void namedBarArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // fenceAccumulators for any fragment size (see ptx.cuh).
 template <int R>
 __device__ __forceinline__ void fenceRegs(float (&d)[R]) {
