@@ -39,9 +39,11 @@ struct Cfg {
   static constexpr int D = kD;
   static constexpr bool kF16 = kF16In;
   static constexpr bool kOverlap = kOverlapIn;
-  static constexpr int kBM = 128;                   // query rows per tile (2 consumer WGs x 64)
-  static constexpr int kBN = kD <= 128 ? 128 : 64;  // key rows per K/V block
-  static constexpr int kStages = 2;
+  static constexpr int kBM = 128;  // query rows per tile (2 consumer WGs x 64)
+  static constexpr int kBN =
+      kD <= 128 ? 128 : 64;  // key rows per K/V block  // 3 stages where they fit (head dims 64,
+                             // 128); K and V of a stage are freed separately.
+  static constexpr int kStages = kD <= 128 ? 3 : 2;
   static constexpr int kSub = kD / 64;  // 64-column (128-byte) sub-tiles of a row
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kKBytes = kBN * kD * 2;  // one K (or V) block
@@ -54,12 +56,11 @@ struct Cfg {
   static_assert(kD == 64 || kD == 128 || kD == 256, "head dims 64, 128, 256");
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
-  static_assert((2 + 3 * kStages) * 8 <= kBarrierBytes, "barrier area too small");
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 504, "register budget exceeded");
-  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4, twice when overlapped) per thread,
-  // plus addresses.
-  static_assert(kD / 2 + kBN / 2 + (kOverlap ? 2 : 1) * kBN / 4 <= 200,
-                "consumer fragments exceed the budget");
+  static_assert((2 + 4 * kStages) * 8 <= kBarrierBytes, "barrier area too small");
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 504,
+                "register budget exceeded");  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4)
+                                              // per thread, plus addresses.
+  static_assert(kD / 2 + kBN / 2 + kBN / 4 <= 200, "consumer fragments exceed the budget");
 };
 
 // Kernel parameters: one __grid_constant__ struct so the tensor maps stay in param space.
@@ -86,7 +87,8 @@ struct Smem {
   uint64_t* qEmpty;
   uint64_t* kFull;  // [kStages]
   uint64_t* vFull;
-  uint64_t* empty;
+  uint64_t* kEmpty;  // K of a stage is free once S is computed, V once P.V is
+  uint64_t* vEmpty;
   __device__ explicit Smem(uint8_t* raw) {
     q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     kv = q + C::kQBytes;
@@ -94,7 +96,8 @@ struct Smem {
     qEmpty = qFull + 1;
     kFull = qFull + 2;
     vFull = kFull + C::kStages;
-    empty = vFull + C::kStages;
+    kEmpty = vFull + C::kStages;
+    vEmpty = kEmpty + C::kStages;
   }
   __device__ uint8_t* k(int s) const { return kv + s * C::kStageBytes; }
   __device__ uint8_t* v(int s) const { return kv + s * C::kStageBytes + C::kKBytes; }
@@ -173,9 +176,10 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
     qPhase ^= 1;
     BlockCursor c{0, -C::kBN, 0};
     while (c.next<C::kBN>(p, x)) {
-      ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+      ptx::mbarWait(&sm.kEmpty[stage], phase ^ 1);
       ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
       loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, c.n0, x.b, c.j);
+      ptx::mbarWait(&sm.vEmpty[stage], phase ^ 1);
       ptx::mbarArriveExpectTx(&sm.vFull[stage], C::kKBytes);
       loadBlock<C>(&p.tmV, sm.v(stage), &sm.vFull[stage], kvh, c.n0, x.b, c.j);
       if (++stage == C::kStages) {
@@ -219,14 +223,14 @@ __device__ __forceinline__ int fragCol(int i, int lane) {
 }
 
 // Online softmax of one block: masks and scales S, updates the row max m and running sums l
-// (per thread), writes P (rounded) in the A-fragment layout of P.V and returns in alpha the
-// factor O must be rescaled by (the caller applies it once no wgmma still writes O).
+// (per thread), leaves P (fp32) in s and returns in alpha the factor O must be rescaled by.
+// The caller rescales O and packs P (packP) only once no wgmma still reads or writes them:
+// an A register of an in-flight wgmma must not be redefined (ptxas would serialise).
 template <class C>
 __device__ __forceinline__ void softmaxScores(const AttnParams& p, float (&s)[C::kBN / 2],
                                               float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                              uint32_t (&pa)[C::kBN / 16][4], bool mask,
-                                              int32_t src, int32_t n0, const int64_t (&qpos)[2],
-                                              int lane) {
+                                              bool mask, int32_t src, int32_t n0,
+                                              const int64_t (&qpos)[2], int lane) {
   constexpr int kS = C::kBN / 2;
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -256,7 +260,13 @@ __device__ __forceinline__ void softmaxScores(const AttnParams& p, float (&s)[C:
     s[i] = e;
     l[fragRow(i)] += e;
   }
-  // Columns 16kk..16kk+15 of S's fragment are exactly the A fragment of k-slice kk.
+}
+
+// P rounded to the input type in the A-fragment layout of P.V: columns 16kk..16kk+15 of S's
+// accumulator fragment are exactly the A fragment of k-slice kk.
+template <class C>
+__device__ __forceinline__ void packP(const float (&s)[C::kBN / 2],
+                                      uint32_t (&pa)[C::kBN / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < C::kBN / 16; ++kk) {
 #pragma unroll
@@ -373,8 +383,10 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
         ptx::wgmmaCommit();
         ptx::wgmmaWait<0>();
         ptx::fenceRegs(s);
-        softmaxScores<C>(p, s, m, l, alpha, pa, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos, lane);
+        if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
+        softmaxScores<C>(p, s, m, l, alpha, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos, lane);
         rescale<C>(o, alpha);
+        packP<C>(s, pa);
         ptx::mbarWait(&sm.vFull[stage], phase);
         ptx::fenceRegs(o);
         ptx::wgmmaFence();
@@ -382,7 +394,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
         ptx::wgmmaCommit();
         ptx::wgmmaWait<0>();
         ptx::fenceRegs(o);
-        if (lane == 0) ptx::mbarArrive(&sm.empty[stage]);
+        if (lane == 0) ptx::mbarArrive(&sm.vEmpty[stage]);
         advance<C>(stage, phase);
       }
     } else if (cur.next<C::kBN>(p, x)) {
@@ -396,15 +408,15 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
       ptx::wgmmaCommit();
       ptx::wgmmaWait<0>();
       ptx::fenceRegs(s);
-      softmaxScores<C>(p, s, m, l, alpha, pa, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos,
-                       lane);  // O is still 0: no rescale
+      if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
+      softmaxScores<C>(p, s, m, l, alpha, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos, lane);
+      packP<C>(s, pa);  // O is still 0: no rescale
       int32_t prev = stage;
       uint32_t prevPhase = phase;
       advance<C>(stage, phase);
       while (true) {
         BlockCursor nxt = cur;
         if (!nxt.next<C::kBN>(p, x)) break;
-        uint32_t pn[C::kBN / 16][4];
         ptx::namedBarSync(kBarTurn0 + wg, 256);
         ptx::mbarWait(&sm.kFull[stage], phase);
         ptx::fenceRegs(s);
@@ -413,20 +425,19 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
         issueS<C>(s, qBase, ptx::smemAddr(sm.k(stage)));
         ptx::wgmmaCommit();
         ptx::mbarWait(&sm.vFull[prev], prevPhase);
+        ptx::wgmmaFence();
         issuePV<C>(o, pa, ptx::smemAddr(sm.v(prev)));
         ptx::wgmmaCommit();
         ptx::namedBarArrive(kBarTurn0 + (1 - wg), 256);
         ptx::wgmmaWait<1>();  // S done (groups complete in order); P.V may still run
         ptx::fenceRegs(s);
-        softmaxScores<C>(p, s, m, l, alpha, pn, nxt.vis == 2, p.srcRank[nxt.j], nxt.n0, qpos, lane);
+        if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
+        softmaxScores<C>(p, s, m, l, alpha, nxt.vis == 2, p.srcRank[nxt.j], nxt.n0, qpos, lane);
         ptx::wgmmaWait<0>();
         ptx::fenceRegs(o);
-        if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+        if (lane == 0) ptx::mbarArrive(&sm.vEmpty[prev]);
         rescale<C>(o, alpha);
-#pragma unroll
-        for (int kk = 0; kk < C::kBN / 16; ++kk)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) pa[kk][r] = pn[kk][r];
+        packP<C>(s, pa);
         prev = stage;
         prevPhase = phase;
         advance<C>(stage, phase);
@@ -439,7 +450,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
       ptx::wgmmaCommit();
       ptx::wgmmaWait<0>();
       ptx::fenceRegs(o);
-      if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+      if (lane == 0) ptx::mbarArrive(&sm.vEmpty[prev]);
     }
     // Q is no longer read: the producer may load the next tile's while this epilogue runs.
     if (lane == 0) ptx::mbarArrive(sm.qEmpty);
@@ -460,7 +471,8 @@ __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, i
     for (int s = 0; s < C::kStages; ++s) {
       ptx::mbarInit(&sm.kFull[s], 1);
       ptx::mbarInit(&sm.vFull[s], 1);
-      ptx::mbarInit(&sm.empty[s], 8);
+      ptx::mbarInit(&sm.kEmpty[s], 8);  // one arrive per consumer warp
+      ptx::mbarInit(&sm.vEmpty[s], 8);
     }
     ptx::fenceMbarInit();
     ptx::prefetchTensorMap(&p.tmQ);
