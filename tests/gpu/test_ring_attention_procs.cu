@@ -1,0 +1,231 @@
+// ncclRingAttention (include/mkernel/fused.h) with ranks that are PROCESSES sharing GPU 0 and
+// with comms over virtual nodes; every element of out and lse of every rank against the host
+// reference of test_attn_ref.h (threads, one rank, graphs, abort: test_ring_attention.cu).
+//   RingAttnProcs.EveryElement/n2|n4  this binary re-spawned once per rank (only
+//       RingAttnProcsChild.Run, which skips elsewhere; fork after CUDA initialisation is not
+//       allowed), ncclCommInitRank from a unique id the parent hands over. Each process
+//       regenerates every rank's inputs from the shared seed, so it computes its own rank's
+//       reference, and checks its own outputs. Without CUDA MPS the processes' kernels are
+//       time-sliced: correct, only slower (the AllGather's waits are bounded by 20 s).
+//   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
+//       socket backend on loopback), one thread issuing every rank's call in turn.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "common/test_util.h"
+#include "gpu/test_attn_ref.h"
+#include "gpu/test_devcomm_util.h"
+#include "gpu/test_fused_util.cuh"
+#include "gpu/test_proc_util.h"
+
+namespace {
+
+using attntest::Problem;
+using attntest::Shape;
+using attntest::Stats;
+using gputest::Clock;
+using gputest::since;
+
+// The cases of a comm of n ranks (the same list in every process): causal or not, both
+// layouts, GQA 1/4/8, head dims 64/128, both types, lse NULL once, seqLocal not a tile
+// multiple but one.
+std::vector<Shape> casesFor(int n) {
+  std::vector<Shape> cs;
+  struct Row {
+    bool causal;
+    int layout, g, D, S;
+    ncclDataType_t in;
+    bool lse;
+  };
+  const Row rows[] = {
+      {true, ncclRingAttnZigzag, 4, 128, 150, ncclBfloat16, true},
+      {false, ncclRingAttnContiguous, 1, 64, 77, ncclFloat16, true},
+      {true, ncclRingAttnContiguous, 8, 64, 128, ncclFloat16, true},
+      {false, ncclRingAttnZigzag, 4, 128, 94, ncclBfloat16, false},
+      {true, ncclRingAttnZigzag, 1, 64, 66, ncclFloat16, true},
+  };
+  int i = 0;
+  for (const Row& w : rows) {
+    Shape c;
+    c.n = n;
+    c.causal = w.causal;
+    c.layout = w.layout;
+    c.Hkv = 2;
+    c.Hq = w.g * c.Hkv;
+    c.D = w.D;
+    c.S = w.S;
+    c.B = 1 + i % 2;
+    c.in = w.in;
+    c.lse = w.lse;
+    c.algo = i++ % 3;
+    attntest::shrink(&c, 1.2e9);
+    cs.push_back(c);
+  }
+  return cs;
+}
+
+// ---- processes: one child, one rank -------------------------------------------------------
+int childMain(const char* spec) {
+  char plan[32] = {};
+  int n = 0, me = 0;
+  uint64_t seed = 0;
+  if (!gputest::parseChildSpec(spec, "[RingAttnProcs] bad MKTEST_RA_CHILD", plan, &n, &me, &seed))
+    return 1;
+  const std::string who =
+      "[RingAttnProcs n=" + std::to_string(n) + " rank " + std::to_string(me) + "]";
+  ncclUniqueId id;
+  if (!gputest::hexToId(getenv("MKTEST_RA_ID"), &id)) {
+    fprintf(stderr, "%s bad MKTEST_RA_ID\n", who.c_str());
+    return 1;
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaSetDevice(0) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    fprintf(stderr, "%s cudaSetDevice/cudaStreamCreate failed\n", who.c_str());
+    return 1;
+  }
+  ncclComm_t comm = nullptr;
+  const ncclResult_t ir = ncclCommInitRank(&comm, n, id, me);
+  if (ir != ncclSuccess) {
+    fprintf(stderr, "%s ncclCommInitRank: %s: %s\n", who.c_str(), ncclGetErrorString(ir),
+            ncclGetLastError(nullptr));
+    return 1;
+  }
+  const auto t0 = Clock::now();
+  int failures = 0, done = 0;
+  bool broken = false;
+  const std::vector<Shape> cases = casesFor(n);
+  for (size_t i = 0; i < cases.size() && !broken; ++i) {
+    Problem p(cases[i], me);
+    std::string e = p.draw(seed + i);
+    if (e.empty()) {
+      const ncclResult_t r = p.call(me, comm, stream);
+      if (r != ncclSuccess)
+        e = std::string("ncclRingAttention returned ") + ncclGetErrorString(r) + ": " +
+            ncclGetLastError(comm);
+    }
+    if (e.empty()) e = fusedtest::waitRank(me, comm, stream, 120);
+    Stats st;
+    if (e.empty()) e = p.check(me, &st);
+    done++;
+    if (e.empty()) {
+      fprintf(stderr, "%s %s: %s\n", who.c_str(), attntest::name(cases[i]).c_str(),
+              st.str().c_str());
+      continue;
+    }
+    fprintf(stderr, "%s FAIL %s: %s\n", who.c_str(), attntest::name(cases[i]).c_str(), e.c_str());
+    failures++;
+    broken = true;        // the ranks no longer agree on the call sequence
+    ncclCommAbort(comm);  // before p's buffers are freed: a kernel may wait for a peer
+    comm = nullptr;
+  }
+  if (!broken) {  // nobody tears down while a peer may still finish its last call
+    colltest::DevBuf b(16);
+    std::string e;
+    if (ncclAllReduce(b.base, b.base, 1, ncclInt32, ncclSum, comm, stream) != ncclSuccess)
+      e = ncclGetLastError(comm);
+    if (e.empty()) e = fusedtest::waitRank(me, comm, stream, 60);
+    if (!e.empty()) {
+      fprintf(stderr, "%s FAIL final barrier: %s\n", who.c_str(), e.c_str());
+      failures++;
+      broken = true;
+    }
+  }
+  if (comm) broken ? ncclCommAbort(comm) : ncclCommDestroy(comm);
+  cudaStreamDestroy(stream);
+  fprintf(stderr, "%s %d of %zu cases run, %d failed, %.1f s\n", who.c_str(), done, cases.size(),
+          failures, since(t0));
+  return failures;
+}
+
+TEST(RingAttnProcsChild, Run) {
+  const char* spec = getenv("MKTEST_RA_CHILD");
+  if (!spec) GTEST_SKIP() << "helper of the RingAttnProcs tests (runs only in their children)";
+  EXPECT_EQ(childMain(spec), 0) << "the failing case is named above";
+}
+
+class RingAttnProcs : public ::testing::TestWithParam<int> {};
+
+TEST_P(RingAttnProcs, EveryElement) {
+  MKTEST_REQUIRE_GPU();
+  const int n = GetParam();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");  // children inherit it
+  mktest::ScopedEnv boot("MKERNEL_BOOTSTRAP_TIMEOUT_S", "60");
+  const unsigned long long seed = mktest::testSeed() ^ (0x9b0cull * n);
+  printf("[RingAttnProcs] seed %llu (MKTEST_SEED=%llu repeats it)\n", seed,
+         (unsigned long long)mktest::testSeed());
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+  const auto t0 = Clock::now();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    char spec[160];
+    snprintf(spec, sizeof(spec), "MKTEST_RA_CHILD=cases %d %d %llu", n, r, seed);
+    pids.push_back(mktest::spawnSelf("RingAttnProcsChild.Run",
+                                     {spec, "MKTEST_RA_ID=" + gputest::idToHex(id)}));
+  }
+  for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
+  const std::string err = mktest::waitChildren(pids, 240);
+  mk::bootstrapRootsWait(5000);
+  printf("[RingAttnProcs] %d processes: %.1f s\n", n, since(t0));
+  EXPECT_EQ(err, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::Values(2, 4),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "n" + std::to_string(i.param);
+                         });
+
+// ---- virtual nodes --------------------------------------------------------------------------
+// 4 ranks on GPU 0 over 2 virtual nodes (ncclCommInitAll); aborted after a failure.
+TEST(RingAttnVnodes, TwoByTwo) {
+  MKTEST_REQUIRE_GPU();
+  const int n = 4;
+  const uint64_t seed = mktest::testSeed() ^ 0x2b2a;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // 1 MiB windows (several chunks per gather); a hang ends after 20 s on the device.
+  dctest::TestEnv env(2, 1 << 20, 0, 20000);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  std::vector<cudaStream_t> streams(n, nullptr);
+  std::vector<int> devs(n, 0);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess)
+      << ncclGetLastError(nullptr);
+  cudaSetDevice(0);
+  for (auto& s : streams)
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  std::string err;
+  for (const Shape& c : casesFor(n)) {
+    Problem p(c);
+    err = p.draw(seed + c.S);
+    for (int r = 0; r < n && err.empty(); ++r) {
+      const ncclResult_t res = p.call(r, comms[r], streams[r]);
+      if (res != ncclSuccess)
+        err = "rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
+              ncclGetLastError(comms[r]);
+    }
+    if (err.empty()) err = fusedtest::waitRanks(comms, streams, 120);
+    Stats st;
+    for (int r = 0; r < n && err.empty(); ++r) err = p.check(r, &st);
+    if (!err.empty()) {
+      err = attntest::name(c) + ": " + err;
+      for (auto& cm : comms) ncclCommAbort(cm);  // before p's buffers go: kernels may wait
+      comms.assign(n, nullptr);
+      break;
+    }
+    printf("[RingAttnVnodes] %s: %s\n", attntest::name(c).c_str(), st.str().c_str());
+  }
+  for (auto cm : comms)
+    if (cm) ncclCommDestroy(cm);
+  for (auto s : streams) cudaStreamDestroy(s);
+  EXPECT_EQ(err, "");
+}
+
+}  // namespace
