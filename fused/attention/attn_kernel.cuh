@@ -342,6 +342,39 @@ __device__ __forceinline__ void advance(int32_t& stage, uint32_t& phase) {
   }
 }
 
+// One block's S in the one-at-a-time order: waited for, K released, softmax applied (P left
+// in s, the factor for O in alpha).
+template <class C>
+__device__ __forceinline__ void blockS(const AttnParams& p, const Smem<C>& sm, int32_t stage,
+                                       uint32_t phase, uint32_t qBase, float (&s)[C::kBN / 2],
+                                       float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                       const BlockCursor& cur, const int64_t (&qpos)[2], int lane) {
+  ptx::mbarWait(&sm.kFull[stage], phase);
+  ptx::fenceRegs(s);
+  ptx::wgmmaFence();
+  issueS<C>(s, qBase, ptx::smemAddr(sm.k(stage)));
+  ptx::wgmmaCommit();
+  ptx::wgmmaWait<0>();
+  ptx::fenceRegs(s);
+  if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
+  softmaxScores<C>(p, s, m, l, alpha, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos, lane);
+}
+
+// One block's O += P.V (P packed in pa), waited for, V released.
+template <class C>
+__device__ __forceinline__ void blockPV(const Smem<C>& sm, int32_t stage, uint32_t phase,
+                                        float (&o)[C::D / 2], uint32_t (&pa)[C::kBN / 16][4],
+                                        int lane) {
+  ptx::mbarWait(&sm.vFull[stage], phase);
+  ptx::fenceRegs(o);
+  ptx::wgmmaFence();
+  issuePV<C>(o, pa, ptx::smemAddr(sm.v(stage)));
+  ptx::wgmmaCommit();
+  ptx::wgmmaWait<0>();
+  ptx::fenceRegs(o);
+  if (lane == 0) ptx::mbarArrive(&sm.vEmpty[stage]);
+}
+
 // Named barriers of the two consumer WGs' ping-pong (id 0 is __syncthreads).
 constexpr int kBarTurn0 = 1;
 
@@ -376,40 +409,17 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
     if constexpr (!C::kOverlap) {
       // Plain order: S, softmax, P.V, one block at a time.
       while (cur.next<C::kBN>(p, x)) {
-        ptx::mbarWait(&sm.kFull[stage], phase);
-        ptx::fenceRegs(s);
-        ptx::wgmmaFence();
-        issueS<C>(s, qBase, ptx::smemAddr(sm.k(stage)));
-        ptx::wgmmaCommit();
-        ptx::wgmmaWait<0>();
-        ptx::fenceRegs(s);
-        if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
-        softmaxScores<C>(p, s, m, l, alpha, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos, lane);
+        blockS<C>(p, sm, stage, phase, qBase, s, m, l, alpha, cur, qpos, lane);
         rescale<C>(o, alpha);
         packP<C>(s, pa);
-        ptx::mbarWait(&sm.vFull[stage], phase);
-        ptx::fenceRegs(o);
-        ptx::wgmmaFence();
-        issuePV<C>(o, pa, ptx::smemAddr(sm.v(stage)));
-        ptx::wgmmaCommit();
-        ptx::wgmmaWait<0>();
-        ptx::fenceRegs(o);
-        if (lane == 0) ptx::mbarArrive(&sm.vEmpty[stage]);
+        blockPV<C>(sm, stage, phase, o, pa, lane);
         advance<C>(stage, phase);
       }
     } else if (cur.next<C::kBN>(p, x)) {
       // Overlapped order (FlashAttention-3's intra-warpgroup pipelining): S of block i and
       // P.V of block i-1 are in flight together, and block i's softmax runs while P.V of
       // block i-1 still occupies the tensor cores; O is rescaled once that P.V is done.
-      ptx::mbarWait(&sm.kFull[stage], phase);
-      ptx::fenceRegs(s);
-      ptx::wgmmaFence();
-      issueS<C>(s, qBase, ptx::smemAddr(sm.k(stage)));
-      ptx::wgmmaCommit();
-      ptx::wgmmaWait<0>();
-      ptx::fenceRegs(s);
-      if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
-      softmaxScores<C>(p, s, m, l, alpha, cur.vis == 2, p.srcRank[cur.j], cur.n0, qpos, lane);
+      blockS<C>(p, sm, stage, phase, qBase, s, m, l, alpha, cur, qpos, lane);
       packP<C>(s, pa);  // O is still 0: no rescale
       int32_t prev = stage;
       uint32_t prevPhase = phase;
@@ -443,14 +453,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
         advance<C>(stage, phase);
         cur = nxt;
       }
-      ptx::mbarWait(&sm.vFull[prev], prevPhase);
-      ptx::fenceRegs(o);
-      ptx::wgmmaFence();
-      issuePV<C>(o, pa, ptx::smemAddr(sm.v(prev)));
-      ptx::wgmmaCommit();
-      ptx::wgmmaWait<0>();
-      ptx::fenceRegs(o);
-      if (lane == 0) ptx::mbarArrive(&sm.vEmpty[prev]);
+      blockPV<C>(sm, prev, prevPhase, o, pa, lane);
     }
     // Q is no longer read: the producer may load the next tile's while this epilogue runs.
     if (lane == 0) ptx::mbarArrive(sm.qEmpty);

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "base/checks.h"
+#include "fused/core/can_implement.h"
 #include "base/cudawrap.h"
 #include "fused/gemm/primitives.cuh"
 
@@ -39,17 +40,9 @@ size_t smemBytes() {
 
 namespace {
 
+using fused::aligned16;
 bool fail(std::string* why, const char* fmt, long long a = 0, long long b = 0) {
-  if (why != nullptr) {
-    char buf[256];
-    snprintf(buf, sizeof(buf), fmt, a, b);
-    *why = buf;
-  }
-  return false;
-}
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+  return fused::refuse(why, fmt, a, b);
 }
 
 int64_t effLda(const GemmArgs& a) {

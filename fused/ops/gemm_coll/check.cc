@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/checks.h"
+#include "fused/core/can_implement.h"
 #include "fused/core/config_check.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 
@@ -37,10 +38,6 @@ size_t fusedTypeSize(ncclDataType_t t) {
 }
 
 namespace {
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
 
 // [a, a+na) and [b, b+nb) share a byte.
 bool overlaps(const void* a, size_t na, const void* b, size_t nb) {

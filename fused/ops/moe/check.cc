@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/checks.h"
+#include "fused/core/can_implement.h"
 #include "fused/core/config_check.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
@@ -15,10 +16,6 @@ namespace mk {
 namespace fused {
 
 namespace {
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
 
 // Version 1 ends after `algo`; fields a later header adds keep their defaults here.
 constexpr size_t kMoeConfigV1Size = offsetof(ncclMoeConfig_t, algo) + sizeof(int);
