@@ -7,7 +7,7 @@
 #include <string>
 
 #include "base/checks.h"
-#include "fused/core/can_implement.h"
+#include "base/can_implement.h"
 #include "base/cudawrap.h"
 #include "base/param.h"
 #include "fused/attention/attn_kernel.cuh"
@@ -20,9 +20,9 @@ ncclResult_t launchVariant(const AttnParams& p, bool overlap, int32_t grid, cuda
 
 namespace {
 
-using fused::aligned16;
+using mk::aligned16;
 bool fail(std::string* why, const char* fmt, long long a = 0, long long b = 0) {
-  return fused::refuse(why, fmt, a, b);
+  return mk::refuse(why, fmt, a, b);
 }
 
 int64_t srcStrideOf(const AttnArgs& a) {

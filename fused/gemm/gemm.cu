@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "base/checks.h"
-#include "fused/core/can_implement.h"
+#include "base/can_implement.h"
 #include "base/cudawrap.h"
 #include "fused/gemm/primitives.cuh"
 
@@ -40,9 +40,9 @@ size_t smemBytes() {
 
 namespace {
 
-using fused::aligned16;
+using mk::aligned16;
 bool fail(std::string* why, const char* fmt, long long a = 0, long long b = 0) {
-  return fused::refuse(why, fmt, a, b);
+  return mk::refuse(why, fmt, a, b);
 }
 
 int64_t effLda(const GemmArgs& a) {

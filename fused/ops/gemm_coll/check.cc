@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "base/checks.h"
-#include "fused/core/can_implement.h"
+#include "base/can_implement.h"
 #include "fused/core/config_check.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 

@@ -6,7 +6,6 @@
 #include <string>
 
 namespace mk {
-namespace fused {
 
 // Returns false and, when `why` is not null, the message (printf format, up to two integer
 // arguments). `why` names the rule; the caller decides how to log it.
@@ -24,5 +23,4 @@ inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
-}  // namespace fused
 }  // namespace mk
