@@ -67,11 +67,6 @@ ncclResult_t dispatchD(int D, const AttnParams& p, bool ov, int32_t grid, cudaSt
   }
 }
 
-bool overlapOf(const AttnArgs& a) {
-  const int64_t s = a.schedule >= 0 ? a.schedule : MK_PARAM_INT(AttnSchedule);
-  return s != 0;
-}
-
 ncclResult_t dispatch(const AttnArgs& a, const AttnParams& p, int32_t grid, cudaStream_t s) {
   if (a.in == DType::kF16) return dispatchD<true>(a.D, p, overlapOf(a), grid, s);
   return dispatchD<false>(a.D, p, overlapOf(a), grid, s);
@@ -89,6 +84,15 @@ size_t smemFor(int D) {
 }
 
 }  // namespace
+
+bool overlapOf(const AttnArgs& a) {
+  const int64_t s = a.schedule >= 0 ? a.schedule : MK_PARAM_INT(AttnSchedule);
+  return s != 0;
+}
+
+size_t smemBytes(int D) {
+  return smemFor(D);
+}
 
 bool canImplement(const AttnArgs& a, std::string* why) {
   if (a.in != DType::kBF16 && a.in != DType::kF16)
@@ -129,8 +133,6 @@ bool canImplement(const AttnArgs& a, std::string* why) {
                 a.schedule);
   return true;
 }
-
-namespace {
 
 ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   std::string why;
@@ -181,12 +183,11 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   p->qRank = a.qRank;
   p->nSrc = a.nSrc;
   for (int j = 0; j < a.nSrc; ++j) p->srcRank[j] = a.srcRank[j];
+  p->hooks = a.hooks;
   const int32_t budget = a.smBudget > 0 && a.smBudget < sms ? a.smBudget : sms;
   *grid = (int32_t)(tiles < budget ? tiles : budget);
   return ncclSuccess;
 }
-
-}  // namespace
 
 ncclResult_t preload(const AttnArgs& a) {
   AttnParams p;

@@ -70,6 +70,15 @@ MK_HD inline int kvVisible(const SeqMap& seq, bool causal, int64_t qLo, int64_t 
   return (tail || kHi > qLo) ? 2 : 1;
 }
 
+// Fused ring kernel: source j's blocks are loaded only once ready[j] >= 1 (written on this GPU
+// by the kernel's communication CTAs), waited for with `wait` (bounded, abortable; a failed
+// wait records the comm's error and the kernel goes on with whatever the buffer holds: its
+// result is then unspecified, and the comm reports the failure).
+struct AttnHooks {
+  const uint64_t* ready = nullptr;  // [nSrc] or nullptr: every source is in place already
+  rt::WaitCtx wait{};
+};
+
 struct AttnArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -87,6 +96,7 @@ struct AttnArgs {
   int32_t srcRank[kMaxSrc] = {0};  // rank of source j (its positions); read in order j = 0..
   int32_t smBudget = 0;            // persistent CTAs: 0 = every SM of the device
   int32_t schedule = -1;           // -1: MKERNEL_ATTN_SCHEDULE; 0: plain; 1: overlapped (FA3)
+  AttnHooks hooks;
 };
 
 // Host-only check (no CUDA call): false with the rule broken when the engine cannot run it.
@@ -98,6 +108,9 @@ ncclResult_t launch(const AttnArgs& args, cudaStream_t stream);
 
 // Loads the kernel `args` selects without launching it (see gemm::preload).
 ncclResult_t preload(const AttnArgs& args);
+
+// Dynamic shared memory of one attention CTA for head dim D (fused kernels size theirs with it).
+size_t smemBytes(int D);
 
 }  // namespace attn
 }  // namespace mk

@@ -24,6 +24,7 @@
 
 #include "device/rt/ptx.cuh"
 #include "device/rt/ptx_ext.cuh"
+#include "device/rt/wait.cuh"
 #include "fused/attention/attn.h"
 #include "fused/gemm/primitives.cuh"
 
@@ -51,8 +52,8 @@ struct Cfg {
   static constexpr int kBarrierBytes = 128;
   static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
   static constexpr int kThreads = 384;
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kProducerRegs = 40;  // the producer runs bounded waits (fused ring)
+  static constexpr int kConsumerRegs = 232;
   static_assert(kD == 64 || kD == 128 || kD == 256, "head dims 64, 128, 256");
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
@@ -76,8 +77,16 @@ struct AttnParams {
   int32_t causal;
   SeqMap seq;
   int32_t qRank, nSrc;
+  AttnHooks hooks;
   int32_t srcRank[kMaxSrc];
 };
+
+// Checks `args` (canImplement + device limits) and fills the kernel params; `grid` is the
+// persistent CTA count (min(tiles, SM budget)). Used by launch() and by the fused ring kernel.
+ncclResult_t buildParams(const AttnArgs& args, AttnParams* params, int32_t* grid);
+
+// Whether the schedule of `args` is the overlapped one (AttnArgs::schedule or the parameter).
+bool overlapOf(const AttnArgs& args);
 
 template <class C>
 struct Smem {
@@ -175,7 +184,16 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
     }
     qPhase ^= 1;
     BlockCursor c{0, -C::kBN, 0};
+    int32_t waited = -1;  // the last source whose ready flag this tile has seen
     while (c.next<C::kBN>(p, x)) {
+      if (p.hooks.ready != nullptr && c.j != waited) {
+        // On failure the comm has recorded its error; going on keeps the consumers' ring in
+        // step (later waits of a failed comm return at once), the result is unspecified.
+        rt::waitFlag(p.hooks.wait, p.hooks.ready + c.j, 1, c.j, false, p.srcRank[c.j]);
+        // The slice was written through the generic proxy; TMA reads it (async proxy).
+        ptx::fenceProxyAsync();
+        waited = c.j;
+      }
       ptx::mbarWait(&sm.kEmpty[stage], phase ^ 1);
       ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
       loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, c.n0, x.b, c.j);

@@ -17,7 +17,8 @@ enum CliqueTag : int {
   kCliqueGemmColl = 0,
   kCliqueMoe = 1,
   kCliqueMoeCombine = 2,
-  kCliqueTags = 3
+  kCliqueRingAttn = 3,
+  kCliqueTags = 4
 };
 
 // Whether comm's ranks are all in this process, on one GPU and one (virtual) node, at most

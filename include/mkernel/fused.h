@@ -218,7 +218,7 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
  *                       k, v [batch, seqLocal, hkv, headDim] (row-major, contiguous; inType
  *                       bf16 or fp16). Rank r gets, for each of its queries, the attention
  *                       over the keys and values of the whole sequence (every rank's slice):
- *                           out[b, s, h] = sum_j softmax_j(scale * q[b,s,h] . k[b,j,h/g]) v[b,j,h/g]
+ *                       out[b,s,h] = sum_j softmax_j(scale * q[b,s,h] . k[b,j,h/g]) v[b,j,h/g]
  *                       with g = hq / hkv (grouped-query attention: query head h reads key/value
  *                       head h / g), j over the whole sequence or, with causal, over the
  *                       positions j <= the query's position.
@@ -243,8 +243,12 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
  * Algorithms: the sequential path gathers k and v with mkernel's AllGather (any layout of the
  * ranks: threads, processes, nodes) into stream-ordered scratch (2 * nranks * batch * seqLocal
  * * hkv * headDim elements, freed at the end of the call), then runs mkernel's attention kernel
- * (TMA, wgmma, producer/consumer warpgroups) over the gathered sequence. ncclFusedAuto and
- * ncclFusedFused run it until the fused ring kernel exists.
+ * (TMA, wgmma, producer/consumer warpgroups) over the gathered sequence; ncclFusedAuto runs it.
+ * ncclFusedFused runs one persistent kernel per rank when every rank of the comm lives in this
+ * process on one GPU (at most 32; otherwise the sequential path): its communication CTAs copy
+ * the peers' k/v slices in ring order (this rank's, then rank-1's, ...) while its attention CTAs
+ * already run on the slices in place; same scratch, same results. In both, the call completes
+ * only after every peer has read this rank's k and v.
  *
  * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; headDim 64, 128 or 256; hq, hkv >= 1
  * and hq % hkv == 0; batch, seqLocal >= 1; zigzag: seqLocal even; q, k, v, out 16-byte

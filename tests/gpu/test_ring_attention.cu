@@ -252,6 +252,8 @@ TEST_P(RingAttnGraph, Replays) {
   c.causal = true;
   c.layout = n == 1 ? ncclRingAttnContiguous : ncclRingAttnZigzag;
   c.in = n == 1 ? ncclFloat16 : ncclBfloat16;
+  // n = 4: the fused ring kernel (its clique block exists after the eager call)
+  c.algo = n == 4 ? ncclFusedFused : ncclFusedAuto;
   Problem p(c);
   ASSERT_EQ(p.draw(seed), "");
   Stats st;
@@ -285,14 +287,19 @@ TEST_P(RingAttnGraph, Replays) {
   report(c, st);
 }
 
-INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnGraph, ::testing::Values(1, 3),
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnGraph, ::testing::Values(1, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "n" + std::to_string(i.param);
                          });
 
 // ---- a peer that never comes ----------------------------------------------------------------
-Shape abortShape() {
+// Both paths wait for the missing peer: the sequential one in its AllGather, the fused one in
+// its communication CTAs (the peer's clique slot) and attention producer (ready flags).
+class RingAttnAbort : public ::testing::TestWithParam<int> {};
+
+Shape abortShape(int algo) {
   Shape c;
+  c.algo = algo;
   c.n = 2;
   c.S = 256;
   c.D = 128;
@@ -308,11 +315,11 @@ Shape abortShape() {
 // and the stream drains; the GPU then runs a checked call on a fresh comm. The call runs on
 // its own thread: if it waits on the host for rank 1 (the in-process rendezvous), the abort
 // must end that wait too.
-TEST(RingAttnAbort, AbortEndsTheWait) {
+TEST_P(RingAttnAbort, AbortEndsTheWait) {
   MKTEST_REQUIRE_GPU();
   const uint64_t seed = mktest::testSeed() ^ 0xab07;
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const Shape c = abortShape();
+  const Shape c = abortShape(GetParam());
   {
     mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "120000");
     ncclComm_t comms[2] = {nullptr, nullptr};
@@ -374,12 +381,12 @@ TEST(RingAttnAbort, AbortEndsTheWait) {
 // Rank 0 of a pair of thread ranks calls, rank 1's thread never does: the deadline
 // (MKERNEL_TIMEOUT_MS = 2 s) ends the wait, on the host or on the device; the call returns,
 // the stream drains within 10 s, and ncclCommGetAsyncError reports an error naming rank 1.
-TEST(RingAttnAbort, DeadlineReportsTheMissingPeer) {
+TEST_P(RingAttnAbort, DeadlineReportsTheMissingPeer) {
   MKTEST_REQUIRE_GPU();
   mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "2000");
   const uint64_t seed = mktest::testSeed() ^ 0xdead;
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const Shape c = abortShape();
+  const Shape c = abortShape(GetParam());
   gputest::Team t(2);
   ASSERT_TRUE(t.ok) << t.why;
   Problem p(c);
@@ -422,6 +429,12 @@ TEST(RingAttnAbort, DeadlineReportsTheMissingPeer) {
   EXPECT_NE(async, ncclInProgress);
   EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
 }
+
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnAbort,
+                         ::testing::Values((int)ncclFusedSequential, (int)ncclFusedFused),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return i.param == ncclFusedFused ? "fused" : "sequential";
+                         });
 
 // ---- argument rules reach the API -------------------------------------------------------------
 // Two rules refused before any CUDA work (ncclInvalidArgument, a message naming the rule; the

@@ -3,6 +3,7 @@
 // attention kernel over the whole sequence; the causal mask follows the positions of the
 // slices (SeqMap), so contiguous and zigzag layouts need no reordering of the gathered data.
 // Works for every layout of the ranks the collectives serve (threads, processes, nodes).
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -12,15 +13,16 @@
 #include "comm/comm.h"
 #include "fused/attention/attn.h"
 #include "fused/ops/ring_attn/ring_attn.h"
+#include "fused/ops/ring_attn/ring_attn_util.h"
 
 namespace mk {
 namespace fused {
 
 namespace {
-
 constexpr const char* kApi = "ncclRingAttention";
+}  // namespace
 
-attn::AttnArgs attnArgsOf(const RingAttnCall& c, int nRanks, int rank) {
+attn::AttnArgs ringAttnArgs(const RingAttnCall& c, int nRanks, int rank) {
   attn::AttnArgs a;
   a.q = c.q;
   a.k = c.k;
@@ -44,6 +46,17 @@ attn::AttnArgs attnArgsOf(const RingAttnCall& c, int nRanks, int rank) {
   return a;
 }
 
+ncclResult_t ringAttnFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res) {
+  const cudaError_t fe = cudaFreeAsync(scratch, s);
+  if (res == ncclSuccess && fe != cudaSuccess) {
+    MK_WARN("%s: cudaFreeAsync of the scratch failed: %s", kApi, cudaGetErrorString(fe));
+    res = ncclUnhandledCudaError;
+  }
+  return res;
+}
+
+namespace {
+
 ncclResult_t gather(const RingAttnCall& c, const void* send, void* recv, size_t count) {
   CollArgs coll{};
   coll.type = CollType::kAllGather;
@@ -64,8 +77,18 @@ ncclResult_t gather(const RingAttnCall& c, const void* send, void* recv, size_t 
 ncclResult_t ringAttnRun(const RingAttnCall& c) {
   ncclComm* comm = c.comm;
   const int n = comm->nRanks;
-  attn::AttnArgs a = attnArgsOf(c, n, comm->rank);
+  attn::AttnArgs a = ringAttnArgs(c, n, comm->rank);
   if (n == 1) return attn::launch(a, c.stream);
+  // ncclFusedAuto runs the sequential path until the fused kernel is measured faster.
+  if (c.cfg.algo == ncclFusedFused) {
+    if (ringAttnFusedEligible(c)) return ringAttnFused(c);
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      MK_INFO(kFused,
+              "%s: the fused ring kernel runs when every rank lives in this process on one GPU "
+              "(at most %d); running the sequential path",
+              kApi, kRingMaxLocal);
+  }
   if (n > attn::kMaxSrc) {
     MK_WARN("%s: %d ranks exceed the attention kernel's %d sources", kApi, n, attn::kMaxSrc);
     return ncclInvalidUsage;
@@ -89,14 +112,7 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
   for (int j = 0; j < n; ++j) a.srcRank[j] = j;
   NCCLCHECKGOTO(attn::launch(a, c.stream), res, done);
 done:
-  // Stream-ordered: released after the kernel, even when an enqueue above failed (the earlier
-  // work on the stream may still read the scratch).
-  const cudaError_t fe = cudaFreeAsync(scratch, c.stream);
-  if (res == ncclSuccess && fe != cudaSuccess) {
-    MK_WARN("%s: cudaFreeAsync of the gather scratch failed: %s", kApi, cudaGetErrorString(fe));
-    res = ncclUnhandledCudaError;
-  }
-  return res;
+  return ringAttnFreeScratch(scratch, c.stream, res);
 }
 
 }  // namespace fused

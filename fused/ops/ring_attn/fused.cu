@@ -1,0 +1,119 @@
+// ncclRingAttention's fused path (config->algo = ncclFusedFused) for ranks that share one
+// process and one GPU: one persistent kernel per rank (fused_kernel.cuh) whose
+// communication CTAs copy the peers' k/v slices into a stream-ordered gather buffer in ring
+// order while its attention CTAs run on the sources already in place.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "base/checks.h"
+#include "comm/comm.h"
+#include "fused/core/clique_block.h"
+#include "fused/core/fused_comm.h"
+#include "fused/ops/ring_attn/fused_kernel.cuh"
+#include "fused/ops/ring_attn/ring_attn.h"
+#include "fused/ops/ring_attn/ring_attn_util.h"
+
+namespace mk {
+namespace fused {
+
+MK_RING_ATTN_INSTANTIATE(extern, 64)
+MK_RING_ATTN_INSTANTIATE(extern, 128)
+MK_RING_ATTN_INSTANTIATE(extern, 256)
+
+namespace {
+
+constexpr const char* kApi = "ncclRingAttention";
+
+ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t grid, size_t smem,
+                       cudaStream_t s) {
+  switch (D) {
+    case 64:
+      return f16 ? ringAttnLaunch<64, true>(p, ov, grid, smem, s)
+                 : ringAttnLaunch<64, false>(p, ov, grid, smem, s);
+    case 128:
+      return f16 ? ringAttnLaunch<128, true>(p, ov, grid, smem, s)
+                 : ringAttnLaunch<128, false>(p, ov, grid, smem, s);
+    default:
+      return f16 ? ringAttnLaunch<256, true>(p, ov, grid, smem, s)
+                 : ringAttnLaunch<256, false>(p, ov, grid, smem, s);
+  }
+}
+
+}  // namespace
+
+bool ringAttnFusedEligible(const RingAttnCall& c) {
+  return c.comm->nRanks > 1 && c.comm->nRanks <= attn::kMaxSrc &&
+         cliqueEligible(c.comm, kRingMaxLocal);
+}
+
+ncclResult_t ringAttnFused(const RingAttnCall& c) {
+  ncclComm* comm = c.comm;
+  const int n = comm->nRanks, me = comm->rank;
+  FusedComm f;
+  NCCLCHECK(fusedCommView(comm, rt::kOpRingAttention, &f));
+  void* block = nullptr;
+  NCCLCHECK(cliqueBlockForCall(comm, kCliqueRingAttn, sizeof(RingClique), c.stream, kApi, &block));
+
+  // SM split inside the rank's budget: a few copy CTAs (HBM-bound), the rest attention.
+  const int32_t budget = std::max(1, f.smBudget);
+  int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
+  comm0 = std::min(comm0, budget - 1);
+  if (comm0 < 1) {
+    MK_WARN("%s: rank %d may use %d SM(s): the fused kernel needs 2 (use ncclFusedSequential)",
+            kApi, me, budget);
+    return ncclInvalidUsage;
+  }
+
+  attn::AttnArgs a = ringAttnArgs(c, n, me);
+  const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;
+  const int64_t sliceBytes = (int64_t)slice * 2;
+  a.nSrc = n;
+  a.srcStride = (int64_t)slice;
+  for (int i = 0; i < n; ++i) a.srcRank[i] = (me - i + n) % n;
+  a.smBudget = budget - comm0;
+  a.hooks.wait = f.c.w;
+
+  const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t));
+  const size_t bytes = 2 * (size_t)n * sliceBytes + counters;
+  void* scratch = nullptr;
+  CUDACHECK(cudaMallocAsync(&scratch, bytes, c.stream));
+  ncclResult_t res = ncclSuccess;
+  RingParams rp{};
+  int32_t computeGrid = 0;
+  rp.kAll = static_cast<char*>(scratch);
+  rp.vAll = rp.kAll + n * sliceBytes;
+  rp.ready = reinterpret_cast<uint64_t*>(rp.vAll + n * sliceBytes);
+  rp.chunkDone = reinterpret_cast<uint32_t*>(rp.ready + n);
+  a.k = rp.kAll;
+  a.v = rp.vAll;
+  a.hooks.ready = rp.ready;
+  NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
+  rp.f = f;
+  rp.q = static_cast<RingClique*>(block);
+  rp.k = c.k;
+  rp.v = c.v;
+  rp.sliceBytes = sliceBytes;
+  rp.chunks = (int32_t)((sliceBytes + kRingChunkBytes - 1) / kRingChunkBytes);
+  rp.split.count[static_cast<int>(Role::kCompute)] = computeGrid;
+  rp.split.count[static_cast<int>(Role::kIntraComm)] = comm0;
+  {
+    const bool ov = attn::overlapOf(a);
+    const bool f16 = c.inType == ncclFloat16;
+    const size_t smem = attn::smemBytes(c.D);
+    // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
+    // this rank).
+    NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);
+    CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
+    NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, kApi,
+                               [&](cudaStream_t s) {
+                                 return launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s);
+                               }),
+                  res, done);
+  }
+done:
+  return ringAttnFreeScratch(scratch, c.stream, res);
+}
+
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,165 @@
+// The fused ring-attention kernel: one persistent kernel per rank whose communication CTAs
+// bring the other ranks' k/v slices into this rank's gather buffer, source by source in ring
+// order (this rank, then rank-1, rank-2, ...), while its attention CTAs (the engine's
+// attnCta, fused/attention/) already run on the sources in place: the engine's producer waits
+// for each source's ready flag before loading its blocks. For ranks that share one process
+// and one GPU (the clique): a rank reads its peers' k and v directly, after they publish
+// them in the clique block.
+#pragma once
+#include <cstdint>
+
+#include "base/checks.h"
+#include "device/rt/wait.cuh"
+#include "fused/attention/attn_kernel.cuh"
+#include "fused/core/fused_dev.cuh"
+#include "fused/core/types.h"
+#include "fused/ops/ring_attn/ring_attn_util.h"
+
+namespace mk {
+namespace fused {
+
+// Bytes one communication CTA copies per unit of work (the units of a source are spread over
+// the CTAs; the last one done releases the source's flag).
+constexpr int64_t kRingChunkBytes = 64 << 10;
+
+struct RingSlot {
+  uint64_t seq;   // released (system scope) once k and v below are this call's
+  const void* k;  // this call's slices of the rank
+  const void* v;
+  uint64_t readDone;  // peers that finished copying this rank's slices, summed over calls
+  uint64_t pad[4];
+};
+struct RingClique {
+  RingSlot slot[kRingMaxLocal];
+};
+
+struct RingParams {
+  attn::AttnParams a;  // k/v maps over kAll/vAll; hooks.ready = ready
+  FusedComm f;
+  RingClique* q;
+  const void* k;  // this rank's slices
+  const void* v;
+  char* kAll;  // [n][slice] in ring order: index i holds the slice of rank (rank - i) mod n
+  char* vAll;
+  uint32_t* chunkDone;  // [n] units done per source, zeroed before the kernel
+  uint64_t* ready;      // [n] 1 once source i is in place, zeroed before the kernel
+  int64_t sliceBytes;   // a multiple of 16
+  int32_t chunks;       // units per slice (k or v)
+  SmSplit split;        // [compute | intra comm]
+};
+
+// 16-byte copies by the whole CTA (bytes a multiple of 16, both ends 16-byte aligned).
+__device__ __forceinline__ void copyCta(char* dst, const char* src, int64_t bytes) {
+  const int4* s = reinterpret_cast<const int4*>(src);
+  int4* d = reinterpret_cast<int4*>(dst);
+  for (int64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) d[i] = s[i];
+}
+
+__device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, int32_t nComm,
+                                             uint64_t seq) {
+  __shared__ const char* src;
+  __shared__ int ok;
+  const int32_t n = p.f.nRanks, me = p.f.rank, op = p.f.c.w.op;
+  if (threadIdx.x == 0) {
+    ok = 1;
+    if (idx == 0) {
+      RingSlot& s = p.q->slot[me];
+      s.k = p.k;
+      s.v = p.v;
+      __threadfence_system();
+      ptx::stReleaseSys(&s.seq, seq);
+    }
+  }
+  const int64_t units = (int64_t)n * 2 * p.chunks;
+  int32_t cur = -1;
+  for (int64_t u = idx; u < units; u += nComm) {
+    const int32_t i = (int32_t)(u / (2 * p.chunks));
+    const int32_t kv = (int32_t)((u / p.chunks) & 1);
+    const int64_t c = u % p.chunks;
+    const int32_t s = (me - i + n) % n;
+    if (threadIdx.x == 0) {
+      if (i != cur && ok &&
+          !rt::waitGe(p.f.c.w, &p.q->slot[s].seq, seq,
+                      rt::ErrSite{op, s, idx, -1, rt::kWaitData, 0}, rt::kScopeSys))
+        ok = 0;
+      // Written by the peer's kernel: read after the acquire above.
+      const RingSlot& q = p.q->slot[s];
+      src = ok ? static_cast<const char*>(kv ? *(const void* const volatile*)&q.v
+                                             : *(const void* const volatile*)&q.k)
+               : nullptr;
+    }
+    cur = i;
+    __syncthreads();
+    if (!ok) break;  // the comm failed (recorded): the attention CTAs' waits fail too
+    const int64_t off = c * kRingChunkBytes;
+    const int64_t len = min(kRingChunkBytes, p.sliceBytes - off);
+    copyCta((kv ? p.vAll : p.kAll) + i * p.sliceBytes + off, src + off, len);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(&p.chunkDone[i], 1u) == 2u * p.chunks - 1) {
+        rt::releaseFlag(&p.ready[i], 1, false);
+        // This rank no longer reads rank s's slices.
+        if (i > 0) atomicAdd(reinterpret_cast<unsigned long long*>(&p.q->slot[s].readDone), 1ull);
+      }
+    }
+  }
+  // The call completes only once every peer has copied this rank's slices: the caller may
+  // then overwrite k and v.
+  if (idx == 0 && threadIdx.x == 0 && ok && n > 1) {
+    rt::waitGe(p.f.c.w, &p.q->slot[me].readDone, seq * (uint64_t)(n - 1),
+               rt::ErrSite{op, -1, idx, -1, rt::kWaitData, 0}, rt::kScopeGpu);
+  }
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    ringAttnKernel(const __grid_constant__ RingParams p) {
+  extern __shared__ uint8_t smem[];
+  __shared__ uint64_t seqSh;
+  if (threadIdx.x == 0) seqSh = callSeq(p.f);
+  __syncthreads();
+  const uint64_t seq = seqSh;
+  int32_t idx;
+  switch (p.split.roleOf(blockIdx.x, &idx)) {
+    case Role::kCompute:
+      attn::attnCta<C>(p.a, smem, idx, p.split.of(Role::kCompute));
+      break;
+    case Role::kIntraComm:
+      ringCommRole(p, idx, p.split.of(Role::kIntraComm), seq);
+      break;
+    default:
+      break;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) finishCall(p.f, seq);
+}
+
+// grid <= 0: only loads the kernel.
+template <class C>
+ncclResult_t launchRing(const RingParams& p, int32_t grid, size_t smem, cudaStream_t s) {
+  auto kernel = ringAttnKernel<C>;
+  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  if (grid <= 0) return ncclSuccess;
+  kernel<<<grid, C::kThreads, smem, s>>>(p);
+  CUDACHECK(cudaGetLastError());
+  return ncclSuccess;
+}
+
+// Instantiated per head dim in fused_inst_d*.cu (both input types, both schedules).
+template <int kD, bool kF16>
+ncclResult_t ringAttnLaunch(const RingParams& p, bool overlap, int32_t grid, size_t smem,
+                            cudaStream_t s) {
+  if (overlap) return launchRing<attn::Cfg<kD, kF16, true>>(p, grid, smem, s);
+  return launchRing<attn::Cfg<kD, kF16, false>>(p, grid, smem, s);
+}
+
+#define MK_RING_ATTN_LAUNCH(EXTERN, D, F16)                                                     \
+  EXTERN template ncclResult_t ringAttnLaunch<D, F16>(const RingParams&, bool, int32_t, size_t, \
+                                                      cudaStream_t);
+#define MK_RING_ATTN_INSTANTIATE(EXTERN, D) \
+  MK_RING_ATTN_LAUNCH(EXTERN, D, false)     \
+  MK_RING_ATTN_LAUNCH(EXTERN, D, true)
+
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,28 @@
+// What the sequential and the fused paths of ncclRingAttention share (run.cc).
+#pragma once
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "fused/attention/attn.h"
+#include "fused/ops/ring_attn/ring_attn.h"
+
+namespace mk {
+namespace fused {
+
+// Most ranks of the clique the fused kernel serves (its handshake slots).
+constexpr int kRingMaxLocal = 32;
+
+// The engine's arguments for call c on rank `rank` of n: q, out, lse, shapes, type, scale,
+// causal, the sequence layout; one source (the rank's own k and v).
+attn::AttnArgs ringAttnArgs(const RingAttnCall& c, int nRanks, int rank);
+
+// cudaFreeAsync(scratch) on s (stream-ordered: after the kernels that read it, even when an
+// enqueue failed); returns res, or the free's error if res was a success.
+ncclResult_t ringAttnFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res);
+
+// The fused path (fused.cu): ranks of one process on one GPU, 2..kMaxSrc of them.
+bool ringAttnFusedEligible(const RingAttnCall& c);
+ncclResult_t ringAttnFused(const RingAttnCall& c);
+
+}  // namespace fused
+}  // namespace mk
