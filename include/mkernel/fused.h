@@ -273,10 +273,10 @@ typedef struct {
   int commSms;          /* -1: automatic; >= 1 forces the communication CTAs (fused path) */
   int algo;             /* ncclFusedAlgo_t */
 } ncclRingAttnConfig_t;
-#define NCCL_RING_ATTN_CONFIG_INITIALIZER                                                     \
-  {                                                                                           \
-    sizeof(ncclRingAttnConfig_t), NCCL_RING_ATTN_CONFIG_MAGIC, NCCL_RING_ATTN_CONFIG_VERSION, \
-        0, 0.0f, ncclRingAttnContiguous, -1, ncclFusedAuto                                    \
+#define NCCL_RING_ATTN_CONFIG_INITIALIZER                                                        \
+  {                                                                                              \
+    sizeof(ncclRingAttnConfig_t), NCCL_RING_ATTN_CONFIG_MAGIC, NCCL_RING_ATTN_CONFIG_VERSION, 0, \
+        0.0f, ncclRingAttnContiguous, -1, ncclFusedAuto                                          \
   }
 
 /* A NULL config means NCCL_RING_ATTN_CONFIG_INITIALIZER. */
