@@ -42,9 +42,16 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
 
 }  // namespace
 
+// The same verdict on every rank: the layout, the GPU's SM count (every rank's kernel needs
+// 2 SMs at least, one CTA per SM), and whether the clique block exists when the call is being
+// captured (creating it would allocate).
 bool ringAttnFusedEligible(const RingAttnCall& c) {
-  return c.comm->nRanks > 1 && c.comm->nRanks <= attn::kMaxSrc &&
-         cliqueEligible(c.comm, kRingMaxLocal);
+  const int n = c.comm->nRanks;
+  if (n < 2 || n > attn::kMaxSrc || !cliqueEligible(c.comm, kRingMaxLocal)) return false;
+  if (c.comm->smCount / n < 2) return false;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(c.stream, &st) != cudaSuccess) return false;
+  return st == cudaStreamCaptureStatusNone || cliqueBlockHeld(c.comm, kCliqueRingAttn);
 }
 
 ncclResult_t ringAttnFused(const RingAttnCall& c) {
@@ -55,15 +62,13 @@ ncclResult_t ringAttnFused(const RingAttnCall& c) {
   void* block = nullptr;
   NCCLCHECK(cliqueBlockForCall(comm, kCliqueRingAttn, sizeof(RingClique), c.stream, kApi, &block));
 
-  // SM split inside the rank's budget: a few copy CTAs (HBM-bound), the rest attention.
-  const int32_t budget = std::max(1, f.smBudget);
+  // SM split inside the rank's budget: a few copy CTAs (HBM-bound), the rest attention. Every
+  // CTA takes a whole SM, and every rank's kernel must be resident at once (each waits for
+  // its peers'): never more than the GPU's share of this rank, whatever budget overrides
+  // (maxCTAs, MKERNEL_MAX_CTAS) say.
+  const int32_t budget = std::max(2, std::min(std::max(1, f.smBudget), comm->smCount / n));
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   comm0 = std::min(comm0, budget - 1);
-  if (comm0 < 1) {
-    MK_WARN("%s: rank %d may use %d SM(s): the fused kernel needs 2 (use ncclFusedSequential)",
-            kApi, me, budget);
-    return ncclInvalidUsage;
-  }
 
   attn::AttnArgs a = ringAttnArgs(c, n, me);
   const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;

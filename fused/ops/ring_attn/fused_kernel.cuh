@@ -45,14 +45,24 @@ struct RingParams {
   uint64_t* ready;      // [n] 1 once source i is in place, zeroed before the kernel
   int64_t sliceBytes;   // a multiple of 16
   int32_t chunks;       // units per slice (k or v)
-  SmSplit split;        // [compute | intra comm]
+  SmSplit split;        // CTA counts; the copy CTAs come first in the grid (below)
 };
 
-// 16-byte copies by the whole CTA (bytes a multiple of 16, both ends 16-byte aligned).
+// 16-byte copies by the whole CTA (bytes a multiple of 16, both ends 16-byte aligned), four
+// loads in flight per thread before their stores.
 __device__ __forceinline__ void copyCta(char* dst, const char* src, int64_t bytes) {
   const int4* s = reinterpret_cast<const int4*>(src);
   int4* d = reinterpret_cast<int4*>(dst);
-  for (int64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) d[i] = s[i];
+  const int64_t n = bytes / 16, step = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + 3 * step < n; i += 4 * step) {
+    int4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = s[i + u * step];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) d[i + u * step] = v[u];
+  }
+  for (; i < n; i += step) d[i] = s[i];
 }
 
 __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, int32_t nComm,
@@ -98,6 +108,8 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
     if (threadIdx.x == 0) {
       __threadfence();
       if (atomicAdd(&p.chunkDone[i], 1u) == 2u * p.chunks - 1) {
+        // Acquire side of the other CTAs' fence + count: their copies are ordered before the flag.
+        __threadfence();
         rt::releaseFlag(&p.ready[i], 1, false);
         // This rank no longer reads rank s's slices.
         if (i > 0) atomicAdd(reinterpret_cast<unsigned long long*>(&p.q->slot[s].readDone), 1ull);
@@ -120,16 +132,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if (threadIdx.x == 0) seqSh = callSeq(p.f);
   __syncthreads();
   const uint64_t seq = seqSh;
-  int32_t idx;
-  switch (p.split.roleOf(blockIdx.x, &idx)) {
-    case Role::kCompute:
-      attn::attnCta<C>(p.a, smem, idx, p.split.of(Role::kCompute));
-      break;
-    case Role::kIntraComm:
-      ringCommRole(p, idx, p.split.of(Role::kIntraComm), seq);
-      break;
-    default:
-      break;
+  // Copy CTAs first: everything waits for them (the slot publish, every source but this
+  // rank's), so they take the first SMs when fewer are free than the grid has CTAs.
+  const int32_t nComm = p.split.of(Role::kIntraComm);
+  if ((int32_t)blockIdx.x < nComm) {
+    ringCommRole(p, blockIdx.x, nComm, seq);
+  } else {
+    attn::attnCta<C>(p.a, smem, blockIdx.x - nComm, p.split.of(Role::kCompute));
   }
   __syncthreads();
   if (threadIdx.x == 0) finishCall(p.f, seq);
