@@ -123,8 +123,15 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; outType bf16/fp16/fp32;
  * E % nranks == 0, 1 <= E <= 1024, 1 <= k <= 16; H % 8 == 0 (and N % 8 == 0 for the KN
  * layout); 16-byte aligned x, w1, xRecv, y; every pointer of recv non-NULL except rowSource
- * and rowWeight. This version runs when every rank of the comm lives in one process on one
- * GPU (threads, or one thread per group of ranks); other layouts return ncclInvalidUsage.
+ * and rowWeight.
+ *
+ * Paths. When every rank of the comm lives in this process on one GPU (threads, or one thread
+ * per group of ranks; at most 32), one dispatch kernel pushes each row straight into its
+ * destination's layout. Every other layout (processes, several GPUs, (virtual) nodes) runs the
+ * AllToAll path: counts, rows and (for the whole layer) the experts' outputs travel with
+ * mkernel's AllToAll in per-pair buffers of maxRows rows (scratch: about 2 * nranks * maxRows
+ * rows of H elements, and as many fp32 rows for the layer's return), so there every rank must
+ * pass the same maxRows. Both paths give the same outputs.
  */
 #define NCCL_MOE_ROW_ALIGN 128
 #define NCCL_MOE_MAX_EXPERTS 1024

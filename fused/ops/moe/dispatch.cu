@@ -314,15 +314,6 @@ __global__ void __launch_bounds__(kMoeThreads, 1)
 
 }  // namespace
 
-ncclResult_t moeEligible(const MoeCall& c) {
-  if (cliqueEligible(c.comm, kMoeMaxLocal)) return ncclSuccess;
-  MK_WARN(
-      "%s: rank %d: this version runs only when every rank of the comm lives in this process on "
-      "one GPU (at most %d ranks); this comm spans processes, GPUs or nodes",
-      moeApi(c), c.comm->rank, kMoeMaxLocal);
-  return ncclInvalidUsage;
-}
-
 int moeCommGrid(const MoeCall& c, int smBudget, int64_t units, int unitsPerCta) {
   const int64_t want = c.cfg.commSms > 0 ? c.cfg.commSms : smBudget;
   const int64_t work = (units + unitsPerCta - 1) / unitsPerCta;
@@ -411,7 +402,7 @@ ncclResult_t moeFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res, con
 ncclResult_t moeRun(const MoeCall& c) {
   DeviceGuard guard;
   NCCLCHECK(guard.set(c.comm->cudaDev));
-  NCCLCHECK(moeEligible(c));
+  if (!cliqueEligible(c.comm, kMoeMaxLocal)) return moeA2aRun(c);
   if (c.ffn) return moeFfnRun(c);
   if (c.cfg.algo == ncclFusedFused) {
     static std::atomic<bool> said{false};

@@ -36,7 +36,7 @@ namespace fused {
 
 namespace {
 
-constexpr int kCombineMaxLocal = 32;  // as the dispatch's clique (moeEligible)
+constexpr int kCombineMaxLocal = 32;  // as the dispatch's clique (kMoeMaxLocal)
 constexpr int kFfnThreads = 256;
 constexpr int kFfnWarps = kFfnThreads / 32;
 
@@ -217,6 +217,33 @@ ncclResult_t preloadFfnKernels(ncclDataType_t inType, ncclDataType_t outType) {
 
 }  // namespace
 
+ncclResult_t moeSwiglu(const MoeCall& c, int smBudget) {
+  SwigluParams sp;
+  sp.h = c.buf.h;
+  sp.act = c.buf.act;
+  sp.span = c.buf.expertOffset + c.E / c.comm->nRanks;
+  sp.inter = (int64_t)c.I;
+  // Not persistent and never waiting: any grid is safe; the rank's share of the SMs suffices
+  // for an elementwise pass.
+  const int grid = std::max(1, smBudget) * 4;
+  const cudaError_t e = c.inType == ncclBfloat16 ? launchSwiglu<__nv_bfloat16>(sp, grid, c.stream)
+                                                 : launchSwiglu<__half>(sp, grid, c.stream);
+  if (e != cudaSuccess) {
+    MK_WARN("%s: SwiGLU launch: %s", moeApi(c), cudaGetErrorString(e));
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t moeSwigluPreload(const MoeCall& c) {
+  cudaFuncAttributes a;
+  if (c.inType == ncclBfloat16)
+    CUDACHECK(cudaFuncGetAttributes(&a, moeSwigluKernel<__nv_bfloat16>));
+  else
+    CUDACHECK(cudaFuncGetAttributes(&a, moeSwigluKernel<__half>));
+  return ncclSuccess;
+}
+
 ncclResult_t moeFfnRun(const MoeCall& c) {
   ncclComm* comm = c.comm;
   const char* api = moeApi(c);
@@ -237,15 +264,6 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
   NCCLCHECK(moeGemm(c, c.buf.xRecv, c.w1, 2 * c.I, c.H, c.buf.h, c.inType, &g1));
   NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
   NCCLCHECK(preloadFfnKernels(c.inType, c.cfg.outType));
-
-  SwigluParams sp;
-  sp.h = c.buf.h;
-  sp.act = c.buf.act;
-  sp.span = c.buf.expertOffset + c.E / comm->nRanks;
-  sp.inter = (int64_t)c.I;
-  // Not persistent and never waiting: any grid is safe; the rank's share of the SMs suffices
-  // for an elementwise pass.
-  const int swigluGrid = std::max(1, f.smBudget) * 4;
 
   CombineParams cp{};
   cp.f = f;
@@ -268,15 +286,7 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
   // Queued behind the dispatch kernel only after every in-process peer launched its own
   // (moeDispatch returns after the rendezvous' launch wait), as in moeRun.
   if (res == ncclSuccess) res = gemm::launch(g1, c.stream);
-  if (res == ncclSuccess) {
-    const cudaError_t e = c.inType == ncclBfloat16
-                              ? launchSwiglu<__nv_bfloat16>(sp, swigluGrid, c.stream)
-                              : launchSwiglu<__half>(sp, swigluGrid, c.stream);
-    if (e != cudaSuccess) {
-      MK_WARN("%s: SwiGLU launch: %s", api, cudaGetErrorString(e));
-      res = ncclUnhandledCudaError;
-    }
-  }
+  if (res == ncclSuccess) res = moeSwiglu(c, f.smBudget);
   if (res == ncclSuccess) res = gemm::launch(g2, c.stream);
   // A continuation: the dispatch may already have reported an overflow or a bad id on this
   // rank, and the peers' combines still wait for this rank's slot.

@@ -46,14 +46,13 @@ inline const char* moeApi(const MoeCall& c) {
 // types, pointers and alignment. Needs no CUDA call. ncclInvalidArgument with a message.
 ncclResult_t moeCheck(MoeCall* call, const ncclMoeConfig_t* config, int nRanks);
 
-// Runs a checked call on call->comm (stream-ordered; no host synchronisation). Layouts other
-// than "every rank in this process on one GPU" return ncclInvalidUsage with a message.
+// Runs a checked call on call->comm (stream-ordered; no host synchronisation): the clique
+// kernels when every rank lives in this process on one GPU, the AllToAll path otherwise.
 ncclResult_t moeRun(const MoeCall& call);
 
 // Pieces of a run, shared by both operators (dispatch.cu). moeDispatch launches the dispatch
 // kernel through fusedEnqueue; *slotRow (stream-ordered scratch, [T * k], freed by the caller
 // with cudaFreeAsync on call.stream) keeps each routed slot's row at its destination.
-ncclResult_t moeEligible(const MoeCall& call);
 ncclResult_t moeDispatch(const MoeCall& call, int32_t** slotRow);
 // The experts' grouped GEMM over the packed rows: a [maxRows, K] (inType) times w [E/n] ->
 // d [maxRows, N] (dType), groups from the call's counts and offsets.
@@ -69,6 +68,12 @@ ncclResult_t moeGemm(const MoeCall& call, const void* a, const void* w, size_t N
 ncclResult_t moeFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res, const char* api);
 // ncclMoeDispatchFfnCombine after the checks (ffn.cu).
 ncclResult_t moeFfnRun(const MoeCall& call);
+// The SwiGLU pass over the rows the call's layout spans (buf.h -> buf.act), and its preload.
+ncclResult_t moeSwiglu(const MoeCall& call, int smBudget);
+ncclResult_t moeSwigluPreload(const MoeCall& call);
+// Both calls on every layout other than the clique (a2a.cu): counts, rows and the experts'
+// outputs travel with mkernel's AllToAll in per-pair buffers of maxRows rows.
+ncclResult_t moeA2aRun(const MoeCall& call);
 
 }  // namespace fused
 }  // namespace mk

@@ -1,0 +1,453 @@
+// The MoE calls on every layout other than the clique (ranks in separate processes, on
+// several GPUs, on (virtual) nodes): the routing counts and the token rows travel with
+// mkernel's own AllToAll, in per-pair buffers of maxRows rows, so nothing needs the host to
+// know a count (no synchronisation, capturable). Then the same packed layout, grouped GEMM,
+// and for the whole layer SwiGLU, GEMM2, a return AllToAll of the expert outputs (fp32) and
+// the weighted combine in slot order: the results equal the clique path's.
+//
+//   pack (1 CTA)    counts per (destination, local expert), each routed slot's row in its
+//                   destination's pair buffer (local expert, then slot order); a pair whose
+//                   rows exceed maxRows sends nothing and is flagged (the receiver would
+//                   overflow anyway); the first bad expert id
+//   rows            token rows and their (token, slot, weight) into the pair buffers
+//   AllToAll x3     counts, rows, metadata
+//   unpack          every CTA derives the packed layout from the received counts; rows,
+//                   rowSource and rowWeight into recv; counts and offsets (0 on overflow)
+//   [ffn] return    expert outputs back into the pair positions (zeros on overflow),
+//                   AllToAll, then y[t] = sum_j w[t][j] * out(slot j)
+// Errors (a bad id, an overflow) are recorded by the last kernel of the call only: a comm that
+// has failed leaves its later collectives at once, and its peers would time out.
+#include <algorithm>
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "base/checks.h"
+#include "coll/coll.h"
+#include "comm/comm.h"
+#include "device/rt/wait.cuh"
+#include "fused/core/elem.cuh"
+#include "fused/core/fused_comm.h"
+#include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_coll/gemm_coll_util.h"
+#include "fused/ops/moe/moe.h"
+#include "fused/ops/moe/moe_layout.h"
+
+namespace mk {
+namespace fused {
+
+namespace {
+
+constexpr int kA2aThreads = 256;
+constexpr int kA2aWarps = kA2aThreads / 32;
+constexpr int kA2aMaxLocalExperts = gemm::kMaxGroups;
+
+struct A2aParams {
+  FusedComm f;  // error record (rt::recordError) of the comm
+  const uint8_t* x;
+  const int32_t* topkIdx;
+  const float* topkWeights;
+  ncclMoeRecv_t recv;
+  int32_t* slotPos;  // [T*k] row of the slot in its destination's pair buffer, -1: not sent
+  int32_t* sendCnt;  // [n][epr + 1] rows per local expert; [epr]: 1 = the pair overflowed
+  const int32_t* recvCnt;
+  unsigned long long* badSlot;  // first bad slot + 1 (~0: none)
+  uint8_t* sendRows;            // [n][P][rowBytes]
+  const uint8_t* recvRows;
+  int4* sendMeta;  // [n][P] (token, slot, weight bits, 0)
+  const int4* recvMeta;
+  float* retSend;  // [n][P][H] fp32 (ffn)
+  const float* retRecv;
+  const float* out;  // [maxRows, H] fp32: the experts' outputs (ffn)
+  void* y;           // [T, H] outType (ffn)
+  int64_t rowBytes, pairRows, hidden;
+  int32_t report;  // this kernel records the call's errors (the last one of the call)
+  MoeShape s;
+};
+
+__device__ __forceinline__ rt::ErrSite a2aSite(const A2aParams& p) {
+  return rt::ErrSite{p.f.c.w.op, -1, (int32_t)blockIdx.x, -1, rt::kWaitNone, 0};
+}
+
+// One CTA: counts, flags and each slot's pair row. Warp 0 walks the slots in order, 32 at a
+// time (lanes with the same expert rank themselves by lane), as the clique dispatch does.
+__global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams p) {
+  extern __shared__ int32_t sh[];  // cnt[E], seen[E], base[E]
+  const MoeShape& s = p.s;
+  const int n = s.nRanks, epr = s.expertsPerRank;
+  int32_t* cnt = sh;
+  int32_t* seen = sh + s.experts;
+  int32_t* base = sh + 2 * s.experts;
+  for (int e = threadIdx.x; e < s.experts; e += blockDim.x) cnt[e] = seen[e] = 0;
+  __syncthreads();
+  const int64_t slots = (int64_t)s.tokens * s.topk;
+  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) {
+    const int32_t e = p.topkIdx[i];
+    if (e == -1) continue;
+    if (e < 0 || e >= s.experts) {
+      atomicMin(p.badSlot, (unsigned long long)i + 1);
+      continue;
+    }
+    atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  // Per destination: rows of each local expert start after the previous ones'.
+  for (int d = threadIdx.x; d < n; d += blockDim.x) {
+    int64_t row = 0;
+    for (int le = 0; le < epr; ++le) {
+      base[d * epr + le] = (int32_t)row;
+      row += cnt[d * epr + le];
+      p.sendCnt[d * (epr + 1) + le] = cnt[d * epr + le];
+    }
+    const bool ovf = row > p.pairRows;
+    p.sendCnt[d * (epr + 1) + epr] = ovf ? 1 : 0;
+    if (ovf)
+      for (int le = 0; le < epr; ++le) p.sendCnt[d * (epr + 1) + le] = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  for (int64_t b = 0; b < slots; b += 32) {
+    const int64_t i = b + lane;
+    int32_t e = i < slots ? p.topkIdx[i] : -1;
+    if (e < 0 || e >= s.experts) e = -1;
+    const uint32_t same = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(same & ((1u << lane) - 1));
+    int32_t row = -1;
+    if (e >= 0 && p.sendCnt[(e / epr) * (epr + 1) + epr] == 0) row = base[e] + seen[e] + rank;
+    __syncwarp();
+    if (e >= 0 && rank == 0) seen[e] += __popc(same);
+    __syncwarp();
+    if (i < slots) p.slotPos[i] = row;
+  }
+}
+
+// One warp per slot: the token row and its metadata into the destination's pair buffer.
+__global__ void __launch_bounds__(kA2aThreads) moeA2aRowsKernel(const A2aParams p) {
+  const MoeShape& s = p.s;
+  const int lane = threadIdx.x & 31;
+  const int64_t slots = (int64_t)s.tokens * s.topk;
+  const int64_t vecs = p.rowBytes / 16;
+  for (int64_t i = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); i < slots;
+       i += (int64_t)gridDim.x * kA2aWarps) {
+    const int32_t row = p.slotPos[i];
+    if (row < 0) continue;
+    const int d = p.topkIdx[i] / s.expertsPerRank;
+    const int64_t t = i / s.topk;
+    const int64_t at = (int64_t)d * p.pairRows + row;
+    const int4* from = reinterpret_cast<const int4*>(p.x + t * p.rowBytes);
+    int4* to = reinterpret_cast<int4*>(p.sendRows + at * p.rowBytes);
+    for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
+    if (lane == 0)
+      p.sendMeta[at] =
+          make_int4((int32_t)t, (int32_t)(i - t * s.topk), __float_as_int(p.topkWeights[i]), 0);
+  }
+}
+
+// The receiving layout from the received counts (every CTA derives it): start/count per local
+// expert, the first packed row of each source's rows of each expert, and the overflow verdict.
+struct RecvLayout {
+  int32_t start[kA2aMaxLocalExperts + 1];
+  int32_t count[kA2aMaxLocalExperts];
+  int64_t span;
+  int ovf;
+};
+
+__device__ void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* srcRow, int32_t* recv) {
+  const MoeShape& s = p.s;
+  const int n = s.nRanks, epr = s.expertsPerRank;
+  if (threadIdx.x == 0) {
+    int ovf = 0;
+    for (int src = 0; src < n; ++src) {
+      ovf |= p.recvCnt[src * (epr + 1) + epr] != 0;
+      for (int le = 0; le < epr; ++le) recv[src * epr + le] = p.recvCnt[src * (epr + 1) + le];
+    }
+    L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);
+    L.start[epr] = (int32_t)L.span;
+    L.ovf = ovf || L.span > (int64_t)p.recv.maxRows;
+  }
+  __syncthreads();
+}
+
+// The local expert of row pr of source src's pair buffer (its rows are laid out expert after
+// expert, by the received counts) and the packed row it maps to; -1 past src's rows.
+__device__ __forceinline__ int64_t pairRowTarget(const A2aParams& p, const int32_t* srcRow, int src,
+                                                 int64_t pr) {
+  const int epr = p.s.expertsPerRank;
+  int64_t off = 0;
+  for (int le = 0; le < epr; ++le) {
+    const int32_t c = p.recvCnt[src * (epr + 1) + le];
+    if (pr < off + c) return srcRow[src * epr + le] + (pr - off);
+    off += c;
+  }
+  return -1;
+}
+
+__device__ void reportErrors(const A2aParams& p, bool ovf, int64_t span) {
+  const unsigned long long bad = *(volatile unsigned long long*)p.badSlot;
+  if (bad != ~0ull)
+    rt::recordError(p.f.c.w, rt::kErrArgs, a2aSite(p), bad - 1,
+                    (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
+  if (ovf)
+    rt::recordError(p.f.c.w, rt::kErrOverflow, a2aSite(p), (uint64_t)span,
+                    (uint64_t)p.recv.maxRows);
+}
+
+// Rows, rowSource and rowWeight into the packed layout; CTA 0 writes counts and offsets.
+__global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParams p) {
+  extern __shared__ int32_t dyn[];  // srcRow[n*epr], recv[n*epr]
+  __shared__ RecvLayout L;
+  const MoeShape& s = p.s;
+  const int n = s.nRanks, epr = s.expertsPerRank;
+  int32_t* srcRow = dyn;
+  recvLayout(p, L, srcRow, dyn + n * epr);
+  if (blockIdx.x == 0) {
+    for (int le = threadIdx.x; le <= epr; le += blockDim.x) {
+      p.recv.expertOffset[le] = L.ovf ? 0 : L.start[le];
+      if (le < epr) p.recv.expertCount[le] = L.ovf ? 0 : L.count[le];
+    }
+    if (!L.ovf && p.recv.rowSource != nullptr)
+      for (int le = 0; le < epr; ++le)
+        for (int64_t r = L.start[le] + L.count[le] + threadIdx.x; r < L.start[le + 1];
+             r += blockDim.x)
+          for (int c = 0; c < 3; ++c) p.recv.rowSource[r * 3 + c] = -1;
+    if (p.report && threadIdx.x == 0) reportErrors(p, L.ovf, L.span);
+  }
+  if (L.ovf) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t vecs = p.rowBytes / 16;
+  // One warp per pair row in use: (src, le, i) walked as src-major blocks of pair rows.
+  for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
+       w += (int64_t)gridDim.x * kA2aWarps) {
+    const int src = (int)(w / p.pairRows);
+    const int64_t row = pairRowTarget(p, srcRow, src, w - (int64_t)src * p.pairRows);
+    if (row < 0) continue;  // past src's rows
+    const int4* from = reinterpret_cast<const int4*>(p.recvRows + w * p.rowBytes);
+    int4* to = reinterpret_cast<int4*>(static_cast<uint8_t*>(p.recv.xRecv) + row * p.rowBytes);
+    for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
+    if (lane == 0) {
+      const int4 m = p.recvMeta[w];
+      if (p.recv.rowSource != nullptr) {
+        p.recv.rowSource[row * 3 + 0] = src;
+        p.recv.rowSource[row * 3 + 1] = m.x;
+        p.recv.rowSource[row * 3 + 2] = m.y;
+      }
+      if (p.recv.rowWeight != nullptr) p.recv.rowWeight[row] = __int_as_float(m.z);
+    }
+  }
+}
+
+// The experts' outputs back into the pair positions they came from (zeros on overflow).
+__global__ void __launch_bounds__(kA2aThreads) moeA2aReturnKernel(const A2aParams p) {
+  extern __shared__ int32_t dyn[];
+  __shared__ RecvLayout L;
+  const MoeShape& s = p.s;
+  const int n = s.nRanks, epr = s.expertsPerRank;
+  int32_t* srcRow = dyn;
+  recvLayout(p, L, srcRow, dyn + n * epr);
+  const int lane = threadIdx.x & 31;
+  const int64_t vecs = p.hidden / 4;
+  for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
+       w += (int64_t)gridDim.x * kA2aWarps) {
+    const int src = (int)(w / p.pairRows);
+    const int64_t row = pairRowTarget(p, srcRow, src, w - (int64_t)src * p.pairRows);
+    if (row < 0) continue;
+    float4* to = reinterpret_cast<float4*>(p.retSend + w * p.hidden);
+    if (L.ovf) {
+      for (int64_t v = lane; v < vecs; v += 32) to[v] = make_float4(0.f, 0.f, 0.f, 0.f);
+      continue;
+    }
+    const float4* from = reinterpret_cast<const float4*>(p.out + row * p.hidden);
+    for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
+  }
+}
+
+// y[t] = sum over the token's slots, in slot order, of w * the returned output (fp32, one
+// rounding); one warp per token. The last kernel of the layer: it records the call's errors.
+template <typename O>
+__global__ void __launch_bounds__(kA2aThreads) moeA2aCombineKernel(const A2aParams p) {
+  extern __shared__ int32_t dyn[];
+  __shared__ RecvLayout L;
+  const MoeShape& s = p.s;
+  recvLayout(p, L, dyn, dyn + s.nRanks * s.expertsPerRank);
+  if (blockIdx.x == 0 && threadIdx.x == 0) reportErrors(p, L.ovf, L.span);
+  const int lane = threadIdx.x & 31;
+  const int64_t vecs = p.hidden / 4;
+  O* y = static_cast<O*>(p.y);
+  for (int64_t t = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); t < s.tokens;
+       t += (int64_t)gridDim.x * kA2aWarps) {
+    for (int64_t v = lane; v < vecs; v += 32) {
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int j = 0; j < s.topk; ++j) {
+        const int64_t i = t * s.topk + j;
+        const int32_t row = p.slotPos[i];
+        if (row < 0) continue;
+        const int d = p.topkIdx[i] / s.expertsPerRank;
+        const float w = p.topkWeights[i];
+        const float4 x = reinterpret_cast<const float4*>(
+            p.retRecv + ((int64_t)d * p.pairRows + row) * p.hidden)[v];
+        acc.x += w * x.x;
+        acc.y += w * x.y;
+        acc.z += w * x.z;
+        acc.w += w * x.w;
+      }
+      O* yr = y + t * p.hidden + v * 4;
+      yr[0] = fromF<O>(acc.x);
+      yr[1] = fromF<O>(acc.y);
+      yr[2] = fromF<O>(acc.z);
+      yr[3] = fromF<O>(acc.w);
+    }
+  }
+}
+
+ncclResult_t alltoall(const MoeCall& c, const void* send, void* recv, size_t count,
+                      ncclDataType_t t) {
+  CollArgs a{};
+  a.type = CollType::kAlltoAll;
+  a.sendbuff = send;
+  a.recvbuff = recv;
+  a.count = count;
+  a.dtype = t;
+  a.op = ncclSum;
+  a.root = -1;
+  a.comm = c.comm;
+  a.stream = c.stream;
+  NCCLCHECK(collCheckArgs(a, moeApi(c)));
+  return collEnqueue(a);
+}
+
+ncclResult_t preloadA2a(ncclDataType_t outType) {
+  cudaFuncAttributes a;
+  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aPackKernel));
+  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aRowsKernel));
+  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aUnpackKernel));
+  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aReturnKernel));
+  if (outType == ncclBfloat16)
+    CUDACHECK(cudaFuncGetAttributes(&a, moeA2aCombineKernel<__nv_bfloat16>));
+  else if (outType == ncclFloat16)
+    CUDACHECK(cudaFuncGetAttributes(&a, moeA2aCombineKernel<__half>));
+  else
+    CUDACHECK(cudaFuncGetAttributes(&a, moeA2aCombineKernel<float>));
+  return ncclSuccess;
+}
+
+size_t align256(size_t b) {
+  return (b + 255) & ~size_t(255);
+}
+
+ncclResult_t launchCombine(const MoeCall& c, const A2aParams& p, int grid, size_t smem) {
+  switch (c.cfg.outType) {
+    case ncclBfloat16:
+      moeA2aCombineKernel<__nv_bfloat16><<<grid, kA2aThreads, smem, c.stream>>>(p);
+      break;
+    case ncclFloat16:
+      moeA2aCombineKernel<__half><<<grid, kA2aThreads, smem, c.stream>>>(p);
+      break;
+    default:
+      moeA2aCombineKernel<float><<<grid, kA2aThreads, smem, c.stream>>>(p);
+      break;
+  }
+  CUDACHECK(cudaGetLastError());
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t moeA2aRun(const MoeCall& c) {
+  ncclComm* comm = c.comm;
+  const int n = comm->nRanks, epr = c.E / n;
+  const ncclMoeRecv_t& r = c.recv;
+  A2aParams p{};
+  NCCLCHECK(fusedCommView(comm, c.ffn ? rt::kOpMoeCombine : rt::kOpMoe, &p.f));
+  p.x = static_cast<const uint8_t*>(c.x);
+  p.topkIdx = c.topkIdx;
+  p.topkWeights = c.topkWeights;
+  p.recv = r;
+  p.rowBytes = (int64_t)c.H * (int64_t)fusedTypeSize(c.inType);
+  p.pairRows = (int64_t)r.maxRows;
+  p.hidden = (int64_t)c.H;
+  p.s.tokens = (int32_t)c.T;
+  p.s.topk = c.k;
+  p.s.experts = c.E;
+  p.s.nRanks = n;
+  p.s.expertsPerRank = epr;
+  p.report = c.ffn ? 0 : 1;
+
+  // Every kernel loaded before the first launch: a lazy load can wait behind running kernels,
+  // and peers' collectives (ranks of this process on emulated nodes) wait for this rank's.
+  gemm::GemmArgs g1, g2;
+  NCCLCHECK(moeGemm(c, r.xRecv, c.w1, c.N, c.H, r.y, c.ffn ? c.inType : c.cfg.outType, &g1));
+  if (c.ffn) NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
+  if (c.ffn) NCCLCHECK(moeSwigluPreload(c));
+  NCCLCHECK(preloadA2a(c.cfg.outType));
+
+  // Scratch, stream-ordered (graph memory nodes under capture).
+  const size_t slots = c.T * (size_t)c.k;
+  const size_t pairBytes = (size_t)p.pairRows * p.rowBytes;
+  const size_t metaBytes = (size_t)p.pairRows * sizeof(int4);
+  const size_t retBytes = c.ffn ? (size_t)p.pairRows * c.H * sizeof(float) : 0;
+  const size_t cntBytes = (size_t)n * (epr + 1) * sizeof(int32_t);
+  size_t off[9];
+  size_t total = 0;
+  const size_t sizes[9] = {align256(slots * sizeof(int32_t) + 1),
+                           align256(cntBytes),
+                           align256(cntBytes),
+                           256,
+                           align256(n * pairBytes),
+                           align256(n * pairBytes),
+                           align256(n * metaBytes),
+                           align256(n * metaBytes),
+                           align256(2 * n * retBytes)};
+  for (int i = 0; i < 9; ++i) {
+    off[i] = total;
+    total += sizes[i];
+  }
+  uint8_t* base = nullptr;
+  CUDACHECK(cudaMallocAsync(reinterpret_cast<void**>(&base), total, c.stream));
+  ncclResult_t res = ncclSuccess;
+  p.slotPos = reinterpret_cast<int32_t*>(base + off[0]);
+  p.sendCnt = reinterpret_cast<int32_t*>(base + off[1]);
+  p.recvCnt = reinterpret_cast<const int32_t*>(base + off[2]);
+  p.badSlot = reinterpret_cast<unsigned long long*>(base + off[3]);
+  p.sendRows = base + off[4];
+  p.recvRows = base + off[5];
+  p.sendMeta = reinterpret_cast<int4*>(base + off[6]);
+  p.recvMeta = reinterpret_cast<const int4*>(base + off[7]);
+  p.retSend = reinterpret_cast<float*>(base + off[8]);
+  p.retRecv = p.retSend + (size_t)n * p.pairRows * c.H;
+  p.out = c.buf.out;
+  p.y = c.yOut;
+  const size_t packSmem = 3 * (size_t)c.E * sizeof(int32_t);
+  const size_t layoutSmem = 2 * (size_t)n * epr * sizeof(int32_t);
+  const int grid = std::max(1, std::min<int>(4 * std::max(1, p.f.smBudget), 65535));
+  {
+    CUDACHECKGOTO(cudaMemsetAsync(p.badSlot, 0xff, sizeof(unsigned long long), c.stream), res,
+                  done);
+    moeA2aPackKernel<<<1, kA2aThreads, packSmem, c.stream>>>(p);
+    CUDACHECKGOTO(cudaGetLastError(), res, done);
+    if (slots > 0) {
+      moeA2aRowsKernel<<<grid, kA2aThreads, 0, c.stream>>>(p);
+      CUDACHECKGOTO(cudaGetLastError(), res, done);
+    }
+    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, epr + 1, ncclInt32), res, done);
+    NCCLCHECKGOTO(alltoall(c, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType), res, done);
+    NCCLCHECKGOTO(alltoall(c, p.sendMeta, (void*)p.recvMeta, metaBytes / 4, ncclInt32), res, done);
+    moeA2aUnpackKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
+    CUDACHECKGOTO(cudaGetLastError(), res, done);
+    NCCLCHECKGOTO(gemm::launch(g1, c.stream), res, done);
+    if (c.ffn) {
+      NCCLCHECKGOTO(moeSwiglu(c, p.f.smBudget), res, done);
+      NCCLCHECKGOTO(gemm::launch(g2, c.stream), res, done);
+      moeA2aReturnKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
+      CUDACHECKGOTO(cudaGetLastError(), res, done);
+      NCCLCHECKGOTO(alltoall(c, p.retSend, (void*)p.retRecv, retBytes / 4, ncclFloat32), res, done);
+      NCCLCHECKGOTO(launchCombine(c, p, grid, layoutSmem), res, done);
+    }
+  }
+done:
+  return moeFreeScratch(base, c.stream, res, moeApi(c));
+}
+
+}  // namespace fused
+}  // namespace mk
