@@ -13,7 +13,10 @@ of stacked torch.nn.Linear weights) or [E/n, H, N] ('kn'), and for moe_ffn w2 [E
 or [E/n, I, H] ('kn'). E = (E/n) * group size.
 
 max_rows bounds the rows (padding included) a rank may receive; mkernel.moe_max_rows gives a
-bound that never overflows. A rank whose rows would exceed it receives nothing and its
+bound that never overflows. When the group's ranks do not all share one process and GPU (torchrun
+processes, several GPUs, nodes), the library's AllToAll path sizes its per-pair buffers with
+max_rows: every rank must then pass the same max_rows (e.g. moe_max_rows of the largest token
+count). A rank whose rows would exceed it receives nothing and its
 communicator reports ncclInvalidUsage through ncclCommGetAsyncError (torch's watchdog then
 aborts the process group); so is an expert id outside [-1, E).
 """
