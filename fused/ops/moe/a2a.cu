@@ -42,6 +42,8 @@ namespace {
 constexpr int kA2aThreads = 256;
 constexpr int kA2aWarps = kA2aThreads / 32;
 constexpr int kA2aMaxLocalExperts = gemm::kMaxGroups;
+// ErrRecord::slot of the "maxRows differs" record (err_host.cc names the peer and both bounds).
+constexpr int32_t kSlotMaxRows = -2;
 
 struct A2aParams {
   FusedComm f;  // error record (rt::recordError) of the comm
@@ -50,7 +52,9 @@ struct A2aParams {
   const float* topkWeights;
   ncclMoeRecv_t recv;
   int32_t* slotPos;  // [T*k] row of the slot in its destination's pair buffer, -1: not sent
-  int32_t* sendCnt;  // [n][epr + 1] rows per local expert; [epr]: 1 = the pair overflowed
+  // [n][epr + 2] rows per local expert; [epr]: 1 = the pair overflowed; [epr + 1]: the
+  // sender's maxRows (pair buffers are maxRows rows: every rank must pass the same)
+  int32_t* sendCnt;
   const int32_t* recvCnt;
   unsigned long long* badSlot;  // first bad slot + 1 (~0: none)
   uint8_t* sendRows;            // [n][P][rowBytes]
@@ -98,12 +102,13 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
     for (int le = 0; le < epr; ++le) {
       base[d * epr + le] = (int32_t)row;
       row += cnt[d * epr + le];
-      p.sendCnt[d * (epr + 1) + le] = cnt[d * epr + le];
+      p.sendCnt[d * (epr + 2) + le] = cnt[d * epr + le];
     }
     const bool ovf = row > p.pairRows;
-    p.sendCnt[d * (epr + 1) + epr] = ovf ? 1 : 0;
+    p.sendCnt[d * (epr + 2) + epr] = ovf ? 1 : 0;
+    p.sendCnt[d * (epr + 2) + epr + 1] = (int32_t)p.pairRows;
     if (ovf)
-      for (int le = 0; le < epr; ++le) p.sendCnt[d * (epr + 1) + le] = 0;
+      for (int le = 0; le < epr; ++le) p.sendCnt[d * (epr + 2) + le] = 0;
   }
   __syncthreads();
   if (threadIdx.x >= 32) return;
@@ -115,7 +120,7 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
     const uint32_t same = __match_any_sync(0xffffffffu, e);
     const int rank = __popc(same & ((1u << lane) - 1));
     int32_t row = -1;
-    if (e >= 0 && p.sendCnt[(e / epr) * (epr + 1) + epr] == 0) row = base[e] + seen[e] + rank;
+    if (e >= 0 && p.sendCnt[(e / epr) * (epr + 2) + epr] == 0) row = base[e] + seen[e] + rank;
     __syncwarp();
     if (e >= 0 && rank == 0) seen[e] += __popc(same);
     __syncwarp();
@@ -151,7 +156,8 @@ struct RecvLayout {
   int32_t start[kA2aMaxLocalExperts + 1];
   int32_t count[kA2aMaxLocalExperts];
   int64_t span;
-  int ovf;
+  int ovf;       // nothing is received: an overflow, or a sender's maxRows differs
+  int otherMax;  // the first source whose maxRows differs from this rank's (-1: none)
 };
 
 __device__ void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* srcRow, int32_t* recv) {
@@ -159,13 +165,16 @@ __device__ void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* srcRow, i
   const int n = s.nRanks, epr = s.expertsPerRank;
   if (threadIdx.x == 0) {
     int ovf = 0;
+    L.otherMax = -1;
     for (int src = 0; src < n; ++src) {
-      ovf |= p.recvCnt[src * (epr + 1) + epr] != 0;
-      for (int le = 0; le < epr; ++le) recv[src * epr + le] = p.recvCnt[src * (epr + 1) + le];
+      ovf |= p.recvCnt[src * (epr + 2) + epr] != 0;
+      if (L.otherMax < 0 && p.recvCnt[src * (epr + 2) + epr + 1] != (int32_t)p.pairRows)
+        L.otherMax = src;
+      for (int le = 0; le < epr; ++le) recv[src * epr + le] = p.recvCnt[src * (epr + 2) + le];
     }
     L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);
     L.start[epr] = (int32_t)L.span;
-    L.ovf = ovf || L.span > (int64_t)p.recv.maxRows;
+    L.ovf = ovf || L.span > (int64_t)p.recv.maxRows || L.otherMax >= 0;
   }
   __syncthreads();
 }
@@ -177,21 +186,31 @@ __device__ __forceinline__ int64_t pairRowTarget(const A2aParams& p, const int32
   const int epr = p.s.expertsPerRank;
   int64_t off = 0;
   for (int le = 0; le < epr; ++le) {
-    const int32_t c = p.recvCnt[src * (epr + 1) + le];
+    const int32_t c = p.recvCnt[src * (epr + 2) + le];
     if (pr < off + c) return srcRow[src * epr + le] + (pr - off);
     off += c;
   }
   return -1;
 }
 
-__device__ void reportErrors(const A2aParams& p, bool ovf, int64_t span) {
+// The call's errors, first recorded first (what the comm reports): a bad expert id of this
+// rank's routing, a peer's maxRows that differs from this rank's, this rank's overflow.
+__device__ void reportErrors(const A2aParams& p, const RecvLayout& L) {
   const unsigned long long bad = *(volatile unsigned long long*)p.badSlot;
   if (bad != ~0ull)
     rt::recordError(p.f.c.w, rt::kErrArgs, a2aSite(p), bad - 1,
                     (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
-  if (ovf)
-    rt::recordError(p.f.c.w, rt::kErrOverflow, a2aSite(p), (uint64_t)span,
+  const int epr = p.s.expertsPerRank;
+  if (L.otherMax >= 0) {
+    const int32_t theirs = p.recvCnt[L.otherMax * (epr + 2) + epr + 1];
+    rt::recordError(
+        p.f.c.w, rt::kErrArgs,
+        rt::ErrSite{p.f.c.w.op, L.otherMax, (int32_t)blockIdx.x, kSlotMaxRows, rt::kWaitNone, 0},
+        (uint64_t)(uint32_t)theirs, (uint64_t)p.recv.maxRows);
+  } else if (L.ovf) {
+    rt::recordError(p.f.c.w, rt::kErrOverflow, a2aSite(p), (uint64_t)L.span,
                     (uint64_t)p.recv.maxRows);
+  }
 }
 
 // Rows, rowSource and rowWeight into the packed layout; CTA 0 writes counts and offsets.
@@ -212,7 +231,7 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParam
         for (int64_t r = L.start[le] + L.count[le] + threadIdx.x; r < L.start[le + 1];
              r += blockDim.x)
           for (int c = 0; c < 3; ++c) p.recv.rowSource[r * 3 + c] = -1;
-    if (p.report && threadIdx.x == 0) reportErrors(p, L.ovf, L.span);
+    if (p.report && threadIdx.x == 0) reportErrors(p, L);
   }
   if (L.ovf) return;
   const int lane = threadIdx.x & 31;
@@ -271,7 +290,7 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aCombineKernel(const A2aPara
   __shared__ RecvLayout L;
   const MoeShape& s = p.s;
   recvLayout(p, L, dyn, dyn + s.nRanks * s.expertsPerRank);
-  if (blockIdx.x == 0 && threadIdx.x == 0) reportErrors(p, L.ovf, L.span);
+  if (blockIdx.x == 0 && threadIdx.x == 0) reportErrors(p, L);
   const int lane = threadIdx.x & 31;
   const int64_t vecs = p.hidden / 4;
   O* y = static_cast<O*>(p.y);
@@ -359,7 +378,8 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   const int n = comm->nRanks, epr = c.E / n;
   const ncclMoeRecv_t& r = c.recv;
   A2aParams p{};
-  NCCLCHECK(fusedCommView(comm, c.ffn ? rt::kOpMoeCombine : rt::kOpMoe, &p.f));
+  // Errors are the dispatch's (bad id, bound) on both calls, as on the clique path.
+  NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &p.f));
   p.x = static_cast<const uint8_t*>(c.x);
   p.topkIdx = c.topkIdx;
   p.topkWeights = c.topkWeights;
@@ -387,7 +407,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   const size_t pairBytes = (size_t)p.pairRows * p.rowBytes;
   const size_t metaBytes = (size_t)p.pairRows * sizeof(int4);
   const size_t retBytes = c.ffn ? (size_t)p.pairRows * c.H * sizeof(float) : 0;
-  const size_t cntBytes = (size_t)n * (epr + 1) * sizeof(int32_t);
+  const size_t cntBytes = (size_t)n * (epr + 2) * sizeof(int32_t);
   size_t off[9];
   size_t total = 0;
   const size_t sizes[9] = {align256(slots * sizeof(int32_t) + 1),
@@ -430,7 +450,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
       moeA2aRowsKernel<<<grid, kA2aThreads, 0, c.stream>>>(p);
       CUDACHECKGOTO(cudaGetLastError(), res, done);
     }
-    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, epr + 1, ncclInt32), res, done);
+    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, epr + 2, ncclInt32), res, done);
     NCCLCHECKGOTO(alltoall(c, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType), res, done);
     NCCLCHECKGOTO(alltoall(c, p.sendMeta, (void*)p.recvMeta, metaBytes / 4, ncclInt32), res, done);
     moeA2aUnpackKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);

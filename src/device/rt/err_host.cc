@@ -192,7 +192,13 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
       break;
     case kErrArgs:
       res = ncclInvalidUsage;
-      if (e.op == kOpMoe)
+      if (e.op == kOpMoe && e.slot == -2)
+        // The AllToAll path's pair buffers: a peer's maxRows in seq, this rank's in waitedNs.
+        snprintf(m, sizeof(m),
+                 "rank %d: %s: rank %d passed maxRows=%llu and this rank %llu; ranks in separate "
+                 "processes or on several GPUs must pass the same maxRows (nothing was received)",
+                 n.rank, op, e.peer, (unsigned long long)e.seq, (unsigned long long)e.waitedNs);
+      else if (e.op == kOpMoe)
         // The dispatch's bad expert id: the routing slot in seq, the id in waitedNs.
         snprintf(m, sizeof(m),
                  "rank %d: %s: topkIdx slot %llu holds expert id %d, outside [0, experts) and not "
