@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU-machine script: builds everything, runs the GPU test suites and the
 # benchmarks, copies logs/results to $OUT (when set) and prints a short summary last.
-# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier procs gemm fused threads bench collbench fusedbench
+# Usage: scripts/gpu_check.sh [stage ...]   stages: build unit gpu hier procs gemm fused threads attn moe bench collbench fusedbench
 #        netbench torch nccltests demo window nccltestsreg collbenchreg (default: build gpu bench demo torch nccltests).
 #        GTEST_FILTER narrows the gpu stage.
 #        MK_BUILD=<dir> uses binaries built elsewhere (scripts/pack_gpubin.sh) with the build
@@ -68,6 +68,18 @@ for s in "${stages[@]}"; do
       run_stage fused "$build/tests/mk_gpu_tests" --gtest_filter="*Fused*:*Gemm*:*CollThreads*" ;;
     threads)
       run_stage threads "$build/tests/mk_gpu_tests" --gtest_filter="*CollThread*" ;;
+    attn)
+      # Ring attention: the plain schedule first (isolates faults of the overlapped one), then
+      # every RingAttn test (the single-rank ones run both schedules themselves), then the
+      # single-GPU benchmark against torch's SDPA backends.
+      MKERNEL_ATTN_SCHEDULE=0 run_stage attn_plain "$build/tests/mk_gpu_tests" \
+        --gtest_filter="*RingAttnSingle.*:*RingAttnThreads.*"
+      run_stage attn "$build/tests/mk_gpu_tests" --gtest_filter="*RingAttn*"
+      run_stage attn_bench python3 "$root/bench/attn_bench.py" single --lib "$build/src/libmkernel.so" \
+        --out "$out" ;;
+    moe)
+      # MoE on every layout: threads (clique kernels), processes and virtual nodes (AllToAll path).
+      run_stage moe "$build/tests/mk_gpu_tests" --gtest_filter="Moe*:*Moe*" ;;
     fusedbench)
       run_stage fused_bench "$build/bench/bench_fused_bench" --out "$out/fused_$(date +%F).json" ;;
     bench)
