@@ -107,8 +107,6 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
     const bool ovf = row > p.pairRows;
     p.sendCnt[d * (epr + 2) + epr] = ovf ? 1 : 0;
     p.sendCnt[d * (epr + 2) + epr + 1] = (int32_t)p.pairRows;
-    if (ovf)
-      for (int le = 0; le < epr; ++le) p.sendCnt[d * (epr + 2) + le] = 0;
   }
   __syncthreads();
   if (threadIdx.x >= 32) return;
@@ -146,7 +144,8 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aRowsKernel(const A2aParams 
     for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
     if (lane == 0)
       p.sendMeta[at] =
-          make_int4((int32_t)t, (int32_t)(i - t * s.topk), __float_as_int(p.topkWeights[i]), 0);
+          make_int4((int32_t)t, (int32_t)(i - t * s.topk),
+                    p.topkWeights != nullptr ? __float_as_int(p.topkWeights[i]) : 0, 0);
   }
 }
 
@@ -160,33 +159,42 @@ struct RecvLayout {
   int otherMax;  // the first source whose maxRows differs from this rank's (-1: none)
 };
 
+// recvCnt is set to -1 before the counts' AllToAll: a message that never arrived (the comm
+// failed on the way) reads as invalid, and the rank then receives nothing rather than laying
+// out leftover memory.
 __device__ void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* srcRow, int32_t* recv) {
   const MoeShape& s = p.s;
   const int n = s.nRanks, epr = s.expertsPerRank;
   if (threadIdx.x == 0) {
-    int ovf = 0;
+    int ovf = 0, invalid = 0;
     L.otherMax = -1;
     for (int src = 0; src < n; ++src) {
-      ovf |= p.recvCnt[src * (epr + 2) + epr] != 0;
-      if (L.otherMax < 0 && p.recvCnt[src * (epr + 2) + epr + 1] != (int32_t)p.pairRows)
-        L.otherMax = src;
-      for (int le = 0; le < epr; ++le) recv[src * epr + le] = p.recvCnt[src * (epr + 2) + le];
+      const int32_t* m = p.recvCnt + src * (epr + 2);
+      invalid |= m[epr] != 0 && m[epr] != 1;
+      ovf |= m[epr] == 1;
+      if (L.otherMax < 0 && !invalid && m[epr + 1] != (int32_t)p.pairRows) L.otherMax = src;
+      for (int le = 0; le < epr; ++le) {
+        invalid |= m[le] < 0;
+        recv[src * epr + le] = m[le] < 0 ? 0 : m[le];
+      }
     }
     L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);
     L.start[epr] = (int32_t)L.span;
-    L.ovf = ovf || L.span > (int64_t)p.recv.maxRows || L.otherMax >= 0;
+    if (invalid) L.otherMax = -1;  // the comm has failed already: that error stands
+    L.ovf = invalid || ovf || L.span > (int64_t)p.recv.maxRows || L.otherMax >= 0;
   }
   __syncthreads();
 }
 
 // The local expert of row pr of source src's pair buffer (its rows are laid out expert after
-// expert, by the received counts) and the packed row it maps to; -1 past src's rows.
-__device__ __forceinline__ int64_t pairRowTarget(const A2aParams& p, const int32_t* srcRow, int src,
-                                                 int64_t pr) {
+// expert, by the received counts, `recv` in shared memory) and the packed row it maps to; -1
+// past src's rows.
+__device__ __forceinline__ int64_t pairRowTarget(const A2aParams& p, const int32_t* srcRow,
+                                                 const int32_t* recv, int src, int64_t pr) {
   const int epr = p.s.expertsPerRank;
   int64_t off = 0;
   for (int le = 0; le < epr; ++le) {
-    const int32_t c = p.recvCnt[src * (epr + 2) + le];
+    const int32_t c = recv[src * epr + le];
     if (pr < off + c) return srcRow[src * epr + le] + (pr - off);
     off += c;
   }
@@ -240,7 +248,7 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParam
   for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
        w += (int64_t)gridDim.x * kA2aWarps) {
     const int src = (int)(w / p.pairRows);
-    const int64_t row = pairRowTarget(p, srcRow, src, w - (int64_t)src * p.pairRows);
+    const int64_t row = pairRowTarget(p, srcRow, dyn + n * epr, src, w - (int64_t)src * p.pairRows);
     if (row < 0) continue;  // past src's rows
     const int4* from = reinterpret_cast<const int4*>(p.recvRows + w * p.rowBytes);
     int4* to = reinterpret_cast<int4*>(static_cast<uint8_t*>(p.recv.xRecv) + row * p.rowBytes);
@@ -270,13 +278,14 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aReturnKernel(const A2aParam
   for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
        w += (int64_t)gridDim.x * kA2aWarps) {
     const int src = (int)(w / p.pairRows);
-    const int64_t row = pairRowTarget(p, srcRow, src, w - (int64_t)src * p.pairRows);
-    if (row < 0) continue;
     float4* to = reinterpret_cast<float4*>(p.retSend + w * p.hidden);
     if (L.ovf) {
+      // Nothing was received: every slot sent here gets zeros (the layout may be invalid).
       for (int64_t v = lane; v < vecs; v += 32) to[v] = make_float4(0.f, 0.f, 0.f, 0.f);
       continue;
     }
+    const int64_t row = pairRowTarget(p, srcRow, dyn + n * epr, src, w - (int64_t)src * p.pairRows);
+    if (row < 0) continue;
     const float4* from = reinterpret_cast<const float4*>(p.out + row * p.hidden);
     for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
   }
@@ -450,6 +459,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
       moeA2aRowsKernel<<<grid, kA2aThreads, 0, c.stream>>>(p);
       CUDACHECKGOTO(cudaGetLastError(), res, done);
     }
+    CUDACHECKGOTO(cudaMemsetAsync((void*)p.recvCnt, 0xff, cntBytes, c.stream), res, done);
     NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, epr + 2, ncclInt32), res, done);
     NCCLCHECKGOTO(alltoall(c, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType), res, done);
     NCCLCHECKGOTO(alltoall(c, p.sendMeta, (void*)p.recvMeta, metaBytes / 4, ncclInt32), res, done);
