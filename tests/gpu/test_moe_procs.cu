@@ -204,7 +204,8 @@ std::string runCases(Driver& d, uint64_t seed, const std::function<void(std::str
     const size_t any = anyRouting(n, c.maxT, c.k, c.epr);
     const int slack = i++ == 0 ? -1 : (int)(rng() % 200);
     MoeProblem a(c), b(c);
-    bool fresh = true;  // new tokens and weights, or only new routing
+    b.noWeights = i == 2;  // NULL topkWeights and rowWeight (the review's crash case)
+    bool fresh = true;     // new tokens and weights, or only new routing
     auto drawA = [&](uint64_t sd, size_t rows) { return a.draw(sd, fresh, 0, -1, rows); };
     auto drawB = [&](uint64_t sd, size_t rows) { return b.draw(sd, true, 0, -1, rows); };
     e = drawShared<MoeProblem>(a, n, any, rng(), slack, drawA);
