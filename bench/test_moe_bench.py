@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""CPU check of bench/moe_bench.py and bench/moe_bench_ref.py (no GPU needed):
+
+    python3 bench/test_moe_bench.py [-v]      (or: python3 bench/moe_bench.py --selftest)
+
+Without torch: argument parsing, shape lists, FLOP formulas, max_rows, the memory estimate, the
+report and the exit status. With torch (CPU): the torch reference layer of n ranks (threads
+exchanging through a stand-in of all_to_all_single that checks the split sizes) against a direct
+per-token computation, in fp32 (tight) and bf16 (the benchmark's tolerances), with -1 slots,
+tokens without experts, repeated experts in a token and a rank without tokens; the dispatch
+half's rows against every rank's routing in mkernel's packed order; and the comparison catching
+a dropped slot and swapped gate/up halves.
+"""
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+import moe_bench as mb  # noqa: E402
+import moe_bench_ref as ref  # noqa: E402
+
+try:
+  import torch
+except ImportError:
+  torch = None
+
+
+def parse(*argv):
+  return mb.parse_args(list(argv))
+
+
+def bench_tol():
+  """The benchmark's default tolerances (relative L2 overall, per token)."""
+  a = parse("ffn")
+  return a.tol, a.token_tol
+
+
+class ArgsTest(unittest.TestCase):
+
+  def refused(self, *argv):
+    with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+      parse(*argv)
+    return err.getvalue()
+
+  def test_defaults(self):
+    a = parse("ffn")
+    self.assertEqual((a.mode, a.nproc, a.algo_list, a.max_rows, a.routing, a.dtype),
+                     ("ffn", 4, ["auto", "sequential"], "tight", "uniform", "bf16"))
+    self.assertEqual(a.shape_list, mb.DEFAULT_SHAPES)
+    self.assertEqual(parse("dispatch", "--nproc", "1").nproc, 1)
+
+  def test_shapes(self):
+    a = parse("dispatch", "--shapes", "7168:2048:64:8:4096,2048:1408:64:6:512")
+    self.assertEqual(a.shape_list, [(7168, 2048, 64, 8, 4096), (2048, 1408, 64, 6, 512)])
+    a = parse("ffn", "--experts", "8,64", "--topk", "2,8")
+    self.assertEqual(len(a.shape_list), 4)
+    self.assertEqual(a.shape_list[0], (4096, 2048, 8, 2, 4096))
+    self.assertEqual(a.shape_list[-1], (4096, 2048, 64, 8, 4096))
+    a = parse("ffn", "--preset", "wide")
+    self.assertEqual(len(a.shape_list), 2 * 3 * 3 * 3)
+    a = parse("ffn", "--preset", "wide", "--hidden", "7168")
+    self.assertEqual({s[0] for s in a.shape_list}, {7168})
+    self.assertEqual(parse("ffn", "--max-rows", "1.25").max_rows, 1.25)
+    self.assertEqual(parse("ffn", "--max-rows", "bound").max_rows, "bound")
+
+  def test_refusals(self):
+    self.assertIn("H:I:E:k:T", self.refused("ffn", "--shapes", "4096:2048:8:2"))
+    self.assertIn("positive", self.refused("ffn", "--tokens", "0"))
+    self.assertIn("multiples of 8", self.refused("ffn", "--shapes", "4100:2048:8:2:512"))
+    self.assertIn("factor >= 1", self.refused("ffn", "--max-rows", "0.5"))
+    self.assertIn("auto, fused, sequential", self.refused("ffn", "--algos", "auto,fast"))
+    self.refused("ffn", "--nproc", "0")
+    self.refused("ring")
+    self.refused("ffn", "--mem-frac", "1.5")
+
+  def test_missing_library_is_a_setup_error(self):
+    r = subprocess.run([sys.executable, os.path.join(HERE, "moe_bench.py"), "ffn", "--lib",
+                        "/nonexistent/libmkernel.so"], capture_output=True, text=True,
+                       timeout=60)
+    self.assertEqual(r.returncode, 2, r.stderr)
+    self.assertIn("not found", r.stderr)
+
+
+class ArithmeticTest(unittest.TestCase):
+
+  def test_flops(self):
+    T, k, H, I = 4096, 8, 7168, 2048
+    self.assertEqual(ref.ffn_flops(T, k, H, I), 6 * T * k * H * I)  # 2TkH(2I) + 2TkIH
+    self.assertEqual(ref.ffn_flops(512, 2, 4096, 2048), 2 * 512 * 2 * 4096 * 4096 +
+                     2 * 512 * 2 * 2048 * 4096)
+    self.assertEqual(ref.dispatch_flops(T, k, H, 2 * I), 2 * T * k * H * 2 * I)
+
+  def test_tight_rows(self):
+    import random
+    rnd = random.Random(3)
+    for _ in range(200):
+      n, L = rnd.choice([1, 2, 4, 8]), rnd.randint(1, 8)
+      counts = [rnd.choice([0, 1, 127, 128, 129, rnd.randint(0, 5000)]) for _ in range(n * L)]
+      want = 128
+      for r in range(n):
+        want = max(want, sum(-(-c // 128) * 128 for c in counts[r * L:(r + 1) * L]))
+      self.assertEqual(ref.tight_rows(counts, n), want)
+    self.assertEqual(ref.tight_rows([0, 0, 0, 0], 2), 128)
+    self.assertEqual(ref.tight_rows([129, 1, 300, 0], 2), 384)
+
+  def test_max_rows_policies(self):
+    from mkernel import moe_max_rows  # the package's bound (pure Python)
+    for T, k, L, n in ((4096, 8, 16, 4), (512, 2, 1, 1), (1000, 6, 3, 2)):
+      self.assertEqual(ref.choose_max_rows("bound", 256, T, k, L, n), moe_max_rows(T, k, L, n))
+      self.assertEqual(ref.choose_max_rows("tight", 256, T, k, L, n), 256)
+      self.assertEqual(ref.choose_max_rows(1.5, 256, T, k, L, n), 384)
+      self.assertEqual(ref.choose_max_rows(1.0, 1280, T, k, L, n), 1280)
+
+  def test_shape_problem(self):
+    self.assertEqual(ref.shape_problem((4096, 2048, 8, 2, 512), 4), "")
+    self.assertIn("multiple of 3", ref.shape_problem((4096, 2048, 8, 2, 512), 3))
+    self.assertIn("per rank", ref.shape_problem((4096, 2048, 512, 2, 512), 1))
+    self.assertIn("k=17", ref.shape_problem((4096, 2048, 64, 17, 512), 1))
+    self.assertIn("k=8", ref.shape_problem((4096, 2048, 4, 8, 512), 1))
+
+  def test_path_and_seeds(self):
+    self.assertEqual(ref.mkernel_path([("h", 0, 11)]), "clique")
+    self.assertEqual(ref.mkernel_path([("h", 0, 11)] * 4), "clique")
+    self.assertEqual(ref.mkernel_path([("h", 0, 11), ("h", 0, 12)]), "alltoall")
+    self.assertEqual(ref.seed_of(1, 2, 3), ref.seed_of(1, 2, 3))
+    self.assertEqual(len({ref.seed_of(1, r, j) for r in range(64) for j in (1, 2)}), 128)
+
+  def test_memory_estimate(self):
+    # The AllToAll path's pair buffers: 2 n max_rows (H esize + 16) + ffn 2 n max_rows H 4.
+    need, scratch = ref.mem_estimate("ffn", "alltoall", 4, 1024, 4096, 2048, 2, 512, 2, 2)
+    self.assertGreaterEqual(scratch, 2 * 4 * 1024 * (4096 * 2 + 16) + 2 * 4 * 1024 * 4096 * 4)
+    _, clique = ref.mem_estimate("ffn", "clique", 1, 1024, 4096, 2048, 2, 512, 2, 2)
+    self.assertLess(clique, 2**20)
+    _, d = ref.mem_estimate("dispatch", "alltoall", 4, 1024, 4096, 2048, 2, 512, 2, 2)
+    self.assertLess(d, scratch)
+    # The default shapes fit 4 ranks on one 141 GB GPU with --mem-frac 0.8 (eager variants).
+    room = 0.8 * 139.8 * 2**30 / 4
+    for H, I, E, k, T in mb.DEFAULT_SHAPES:
+      L = E // 4
+      rows = 4 * ref.pad_rows(T * k // E + T * k // E // 8) * L // 4  # ~ uniform routing
+      n, s = ref.mem_estimate("ffn", "alltoall", 4, rows, H, I, k, T, L, 2)
+      self.assertLess(n + s, room, (H, I, E, k, T))
+
+
+def row(variants, ratio=1.2, ok=True, spot_ok=True, **kw):
+  c = dict(rel_l2=0.004, worst_token=0.01, max_abs=0.01, finite=True, ok=ok)
+  r = dict(H=4096, I=2048, E=8, k=2, T=512, L=2, N=4096, max_rows=1280, tight_rows=1280,
+           flops_per_rank=1e12, variants=variants, checks={"mkernel_auto": c},
+           spot={"torch": dict(c, ok=spot_ok)}, ratios={"mkernel_auto": ratio},
+           target_variant="mkernel_auto", target_met=ratio >= 1.0)
+  r.update(kw)
+  return r
+
+
+class ReportTest(unittest.TestCase):
+  META = dict(mode="ffn", command="moe_bench.py ffn", commit="abc", device="H200", nranks=4,
+              ranks_per_gpu=4, date="2025-01-01", torch="2.8", cuda="12.8", nccl_version="2.27",
+              nccl_provider="mkernel, preloaded", library="/x/libmkernel.so", mkernel_error=None,
+              mkernel_path="alltoall", torch_gemm="torch._grouped_mm",
+              config=dict(max_rows="tight", routing="uniform", dtype="bf16"))
+  V = {"mkernel_auto": dict(ms=2.0, tflops=100.0), "torch": dict(ms=2.4, tflops=83.0),
+       "mkernel_auto_graph": {"error": "CUDA graph: boom"}}
+
+  def test_markdown_and_status(self):
+    rows = [row(self.V), dict(H=7168, I=2048, E=6, k=2, T=512, skipped="E=6 is not a multiple")]
+    md = mb.markdown(self.META, rows)
+    self.assertIn("| H=4096 I=2048 E=8 k=2 T=512 | 1280 | 2.000 (100) | 2.400 (83) | n/a | auto "
+                  "1.20 | 0.004 ok | 0.004 ok |", md)
+    self.assertIn("skipped: E=6", md)
+    self.assertIn("AllToAll path", md)
+    self.assertIn("host synchronisation", md)
+    self.assertIn("mkernel_auto_graph: CUDA graph: boom", md)
+    self.assertIn("mkernel/torch: auto 1.200", mb.shape_line(rows[0]))
+    # The graph variant's error counts as a failed mkernel variant when the library loaded.
+    self.assertEqual(mb.exit_status(rows, True)[0], 1)
+    self.assertEqual(mb.exit_status(rows, False)[0], 0)
+    ok = dict(self.V)
+    del ok["mkernel_auto_graph"]
+    self.assertEqual(mb.exit_status([row(ok)], True)[0], 0)
+    self.assertEqual(mb.exit_status([row(ok, ratio=0.9)], True)[0], 3)
+    self.assertEqual(mb.exit_status([row(ok, ratio=0.9, ok=False)], True)[0], 1)
+    self.assertEqual(mb.exit_status([row(ok, spot_ok=False)], True)[0], 1)
+
+
+# ---------------------------------------------------------------------------------------------
+class Threads:
+  """n ranks as threads; a2a(rank) stands in for dist.all_to_all_single and refuses output split
+  sizes that differ from what the peers send (as NCCL would fail or misplace rows)."""
+
+  def __init__(self, n):
+    self.n, self.box = n, [None] * n
+    self.barrier = threading.Barrier(n, timeout=120)
+
+  def a2a(self, rank):
+
+    def exchange(out, inp, out_sizes, in_sizes):
+      n = self.n
+      in_sizes = in_sizes if in_sizes is not None else [inp.shape[0] // n] * n
+      out_sizes = out_sizes if out_sizes is not None else [out.shape[0] // n] * n
+      self.box[rank] = torch.split(inp, list(in_sizes))
+      self.barrier.wait()
+      got = [self.box[s][rank] for s in range(n)]
+      self.barrier.wait()
+      if [g.shape[0] for g in got] != list(out_sizes) or sum(out_sizes) != out.shape[0]:
+        raise AssertionError("rank %d expects %s rows, peers send %s" % (
+            rank, list(out_sizes), [g.shape[0] for g in got]))
+      out.copy_(torch.cat(got))
+
+    return exchange
+
+  def run(self, fn):
+    res, errs = [None] * self.n, []
+
+    def body(r):
+      try:
+        res[r] = fn(r, self.a2a(r))
+      except Exception as e:  # noqa: BLE001
+        errs.append(e)
+        self.barrier.abort()
+
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(self.n)]
+    for t in ts:
+      t.start()
+    for t in ts:
+      t.join()
+    if errs:
+      raise errs[0]
+    return res
+
+
+def problem(n, L, k, H, I, dtype, seed, T=40):
+  """Every rank's tokens and routing: -1 slots, a token without experts, repeated experts in a
+  token, rank 1 without tokens; weights drawn per global expert."""
+  E, g = n * L, torch.Generator()
+  g.manual_seed(seed)
+  xs, idxs, wtss = [], [], []
+  for r in range(n):
+    Tr = 0 if r == 1 else T + 3 * r
+    x = torch.randn((Tr, H), generator=g).to(dtype)
+    idx = torch.randint(0, E, (Tr, k), generator=g)
+    idx[torch.rand((Tr, k), generator=g) < 0.2] = -1
+    if Tr:
+      idx[Tr // 2] = -1
+      idx[0, :] = idx[0, 0].clamp(min=0)  # one expert in every slot
+    wts = torch.softmax(torch.randn((Tr, k), generator=g), dim=1)
+    xs.append(x)
+    idxs.append(idx.to(torch.int32))
+    wtss.append(wts)
+  weights = [ref.expert_weights(seed, e, H, I, dtype, "cpu") for e in range(E)]
+  return xs, idxs, wtss, weights
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class TorchReferenceTest(unittest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    torch.set_num_threads(1)
+
+  def layer(self, n, L, k, H, I, dtype, seed, gemm=None):
+    xs, idxs, wtss, weights = problem(n, L, k, H, I, dtype, seed)
+    gemm = gemm or ref.gemm_loop
+
+    def rank_fn(r, a2a):
+      w1 = torch.stack([weights[r * L + e][0] for e in range(L)])
+      w2 = torch.stack([weights[r * L + e][1] for e in range(L)])
+      return ref.torch_moe_ffn(xs[r], idxs[r], wtss[r], w1, w2, n, a2a, gemm)
+
+    ys = Threads(n).run(rank_fn)
+    direct = [ref.direct_moe_ffn(xs[r], idxs[r], wtss[r], lambda e: weights[e],
+                                 list(range(xs[r].shape[0]))) for r in range(n)]
+    return ys, direct, (xs, idxs, wtss, weights)
+
+  def test_ffn_fp32_exact_movement(self):
+    for n, L, k in ((1, 3, 2), (2, 2, 4), (4, 1, 3), (4, 3, 8)):
+      ys, direct, _ = self.layer(n, L, k, 64, 32, torch.float32, seed=n * 100 + L * 10 + k)
+      for r in range(n):
+        self.assertEqual(ys[r].dtype, torch.float32)
+        c = ref.compare(ys[r], direct[r])
+        self.assertTrue(ref.judge(c, 1e-5, 1e-5), (n, L, k, r, c))
+
+  def test_ffn_bf16_within_bench_tolerance(self):
+    ys, direct, (xs, idxs, _, _) = self.layer(4, 2, 4, 256, 128, torch.bfloat16, seed=7)
+    for r in range(4):
+      self.assertEqual(ys[r].dtype, torch.bfloat16)
+      c = ref.compare(ys[r], direct[r])
+      self.assertTrue(ref.judge(c, *bench_tol()), c)
+      none = (idxs[r] < 0).all(dim=1)  # tokens without experts: exact zeros
+      self.assertTrue(bool((ys[r][none] == 0).all()))
+
+  def test_compare_catches_wrong_layers(self):
+    """A dropped slot and swapped gate/up halves fail the benchmark's check."""
+    n, L, k, H, I = 2, 4, 8, 256, 128
+    ys, direct, (xs, idxs, wtss, weights) = self.layer(n, L, k, H, I, torch.bfloat16, seed=11)
+    x, idx, w = xs[0], idxs[0].clone(), wtss[0]
+    t = 3
+    j = int(torch.where(idx[t] >= 0, w[t], torch.full_like(w[t], 9.0)).argmin())
+    idx[t, j] = -1  # the smallest-weight slot of one token left out
+    dropped = ref.direct_moe_ffn(x, idx, w, lambda e: weights[e], list(range(x.shape[0])))
+    c = ref.compare(ys[0], dropped)
+    self.assertFalse(ref.judge(c, *bench_tol()), c)
+    self.assertTrue(ref.judge(ref.compare(ys[0], direct[0]), *bench_tol()))
+
+    def swapped(e):
+      w1, w2 = weights[e]
+      return torch.cat([w1[I:], w1[:I]]), w2
+
+    c = ref.compare(ys[0], ref.direct_moe_ffn(x, idxs[0], w, swapped, list(range(x.shape[0]))))
+    self.assertFalse(ref.judge(c, *bench_tol()), c)
+    bad = ys[0].clone()
+    bad[0, 0] = float("nan")
+    self.assertFalse(ref.judge(ref.compare(bad, direct[0]), *bench_tol()))
+
+  def test_dispatch_rows_in_mkernel_order(self):
+    n, L, k, H, N = 4, 3, 4, 32, 48
+    xs, idxs, _, _ = problem(n, L, k, H, N // 2, torch.float32, seed=5)
+    g = torch.Generator()
+    g.manual_seed(9)
+    w1s = [torch.randn((L, N, H), generator=g) for _ in range(n)]
+    out = Threads(n).run(lambda r, a2a: ref.torch_dispatch(xs[r], idxs[r], w1s[r], n, a2a,
+                                                           ref.gemm_loop))
+    for r in range(n):
+      xe, y, per = out[r]
+      want, counts = [], []
+      for e in range(L):  # packed layout: expert, then source rank, token, slot
+        rows = [xs[s][t] for s in range(n) for t, j in (idxs[s] == r * L + e).nonzero().tolist()]
+        counts.append(len(rows))
+        want += rows
+      self.assertEqual(per, counts)
+      self.assertTrue(torch.equal(xe, torch.stack(want) if want else xe[:0]))
+      s = 0
+      for e, c in enumerate(per):
+        self.assertTrue(torch.allclose(y[s:s + c], xe[s:s + c] @ w1s[r][e].t(), rtol=1e-5,
+                                       atol=1e-5))
+        s += c
+
+  def test_wrong_split_sizes_are_refused(self):
+
+    def rank_fn(r, a2a):
+      out = torch.empty((3, 2))
+      a2a(out, torch.ones((4, 2)), [1, 2], [2, 2])  # rank 0 and 1 each send 2 rows to each
+
+    with self.assertRaises(Exception):
+      Threads(2).run(rank_fn)
+
+  def test_grouped_mm_matches_loop(self):
+    if not hasattr(torch, "_grouped_mm"):
+      self.skipTest("torch %s has no torch._grouped_mm" % torch.__version__)
+    a = torch.randn((40, 64)).to(torch.bfloat16)
+    w = torch.randn((3, 32, 64)).to(torch.bfloat16)
+    per, offs = [8, 0, 32], torch.tensor([8, 8, 40], dtype=torch.int32)
+    try:
+      got = ref.gemm_grouped(a, w, per, offs)
+    except RuntimeError as e:
+      self.skipTest("torch._grouped_mm on CPU: %s" % e)
+    self.assertTrue(ref.judge(ref.compare(got, ref.gemm_loop(a, w, per, offs)), 0.01, 0.02))
+
+
+if __name__ == "__main__":
+  unittest.main()
