@@ -33,6 +33,7 @@
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/moe.h"
 #include "fused/ops/moe/moe_layout.h"
+#include "fused/ops/moe/moe_rank.cuh"
 
 namespace mk {
 namespace fused {
@@ -110,20 +111,9 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
   }
   __syncthreads();
   if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
-  for (int64_t b = 0; b < slots; b += 32) {
-    const int64_t i = b + lane;
-    int32_t e = i < slots ? p.topkIdx[i] : -1;
-    if (e < 0 || e >= s.experts) e = -1;
-    const uint32_t same = __match_any_sync(0xffffffffu, e);
-    const int rank = __popc(same & ((1u << lane) - 1));
-    int32_t row = -1;
-    if (e >= 0 && p.sendCnt[(e / epr) * (epr + 2) + epr] == 0) row = base[e] + seen[e] + rank;
-    __syncwarp();
-    if (e >= 0 && rank == 0) seen[e] += __popc(same);
-    __syncwarp();
-    if (i < slots) p.slotPos[i] = row;
-  }
+  moeRankSlots(p.topkIdx, slots, s.experts, seen, p.slotPos, [&](int32_t e, int32_t k) {
+    return p.sendCnt[(e / epr) * (epr + 2) + epr] == 0 ? base[e] + k : -1;
+  });
 }
 
 // One warp per slot: the token row and its metadata into the destination's pair buffer.

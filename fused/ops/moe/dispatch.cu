@@ -37,6 +37,7 @@
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/moe.h"
 #include "fused/ops/moe/moe_layout.h"
+#include "fused/ops/moe/moe_rank.cuh"
 
 namespace mk {
 namespace fused {
@@ -161,26 +162,12 @@ __device__ void moeLayout(const MoeParams& p, MoeShared& sh, int32_t* tot, int32
 __device__ void moeSlotRows(const MoeParams& p, const MoeShared& sh, const int32_t* dstRow,
                             int32_t* seen) {
   const MoeShape& s = p.s;
-  const int lane = threadIdx.x & 31;
-  for (int e = lane; e < s.experts; e += 32) seen[e] = 0;
+  for (int e = threadIdx.x & 31; e < s.experts; e += 32) seen[e] = 0;
   __syncwarp();
   const int64_t slots = (int64_t)s.tokens * s.topk;
-  for (int64_t base = 0; base < slots; base += 32) {
-    const int64_t i = base + lane;
-    int32_t e = i < slots ? p.topkIdx[i] : -1;
-    if (e < 0 || e >= s.experts) e = -1;
-    const uint32_t same = __match_any_sync(0xffffffffu, e);
-    const int rank = __popc(same & ((1u << lane) - 1));
-    int32_t row = -1;
-    if (e >= 0) {
-      row = dstRow[e] + seen[e] + rank;
-      if (sh.ovf[e / s.expertsPerRank]) row = -1;
-    }
-    __syncwarp();
-    if (e >= 0 && rank == 0) seen[e] += __popc(same);
-    __syncwarp();
-    if (i < slots) p.slotRow[i] = row;
-  }
+  moeRankSlots(p.topkIdx, slots, s.experts, seen, p.slotRow, [&](int32_t e, int32_t k) {
+    return sh.ovf[e / s.expertsPerRank] ? -1 : dstRow[e] + k;
+  });
 }
 
 // 3b. CTA 0: this rank's outputs: counts, offsets (last entry: rows spanned), -1 sources on
