@@ -39,15 +39,14 @@ reason is recorded. --mps starts an MPS daemon for ring mode unless one answers.
 
 import argparse
 import datetime
-import json
 import math
 import os
-import shlex
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+import bench_py_util as bpu
+from bench_py_util import commit, log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -99,15 +98,6 @@ def parse_args(argv):
 # ---------------------------------------------------------------------------------------------
 # Launcher: LD_PRELOAD, MPS and torchrun, before torch or CUDA is touched
 # ---------------------------------------------------------------------------------------------
-def mps_answers(env):
-  try:
-    r = subprocess.run(["nvidia-cuda-mps-control"], input="get_server_list\n", env=env,
-                       capture_output=True, text=True, timeout=20)
-    return r.returncode == 0
-  except (OSError, subprocess.TimeoutExpired):
-    return False
-
-
 def launch(a, argv):
   env = dict(os.environ, **{CHILD: "1"})
   if a.lib:
@@ -117,31 +107,12 @@ def launch(a, argv):
                "mkernel)" % a.lib)
     env["LD_PRELOAD"] = lib
     env.setdefault("MK_ATTN_BENCH_LIB", lib)
-  started = None
-  if a.mode == "ring" and a.mps and not mps_answers(env):
-    d = tempfile.mkdtemp(prefix="mk-attn-bench-mps.")
-    env["CUDA_MPS_PIPE_DIRECTORY"], env["CUDA_MPS_LOG_DIRECTORY"] = d + "/pipe", d + "/log"
-    os.makedirs(d + "/pipe")
-    os.makedirs(d + "/log")
-    if subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env).returncode != 0:
-      sys.exit("attn_bench: could not start the MPS daemon (log %s/log)" % d)
-    started = env
-    print("attn_bench: started an MPS daemon (CUDA_MPS_PIPE_DIRECTORY=%s/pipe)" % d, flush=True)
-  me = [os.path.abspath(__file__)] + argv
-  if a.mode == "ring":
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node=%d" % a.nproc] + me
-  else:
-    cmd = [sys.executable] + me
-    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(29500 + os.getpid() % 1000))
-  print("attn_bench: %s" % " ".join(shlex.quote(c) for c in cmd), flush=True)
   try:
-    return subprocess.run(cmd, env=env).returncode
-  finally:
-    if started is not None:
-      subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=started, text=True)
-      print("attn_bench: stopped the MPS daemon", flush=True)
+    ring = a.mode == "ring"
+    return bpu.launch("attn_bench", __file__, argv, env, ring, a.nproc if ring else 1,
+                      ring and a.mps, nproc_flag="--nproc-per-node")
+  except bpu.LaunchError as e:
+    sys.exit("attn_bench: %s" % e)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,25 +125,6 @@ try:
   import torch.nn.functional as F
 except ImportError as e:  # the launcher and --help work without torch
   import_error = e
-
-
-def log(msg):
-  print(msg, flush=True)
-
-
-def commit():
-  if os.environ.get("MK_BENCH_COMMIT"):
-    return os.environ["MK_BENCH_COMMIT"]
-  snap = os.path.join(REPO, "COMMIT_SNAP")
-  if os.path.isfile(snap):
-    with open(snap) as f:
-      return f.readline().strip() + " (COMMIT_SNAP)"
-  try:
-    c = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
-                       timeout=20)
-    return c.stdout.strip() or "unknown"
-  except (OSError, subprocess.TimeoutExpired):
-    return "unknown"
 
 
 def flops(B, H, S, D, causal):
@@ -623,7 +575,7 @@ def worker(a, argv):
   if bench.rank == 0:
     now = datetime.datetime.now(datetime.timezone.utc)
     meta = dict(tool="attn_bench", mode=a.mode, nranks=bench.world,
-                command=" ".join(shlex.quote(x) for x in [sys.argv[0]] + argv),
+                command=bpu.command_line(argv),
                 commit=commit(), device=torch.cuda.get_device_name(bench.device),
                 date=now.isoformat(timespec="seconds"), torch=torch.__version__,
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
@@ -634,15 +586,7 @@ def worker(a, argv):
                                                    "warmup", "target_ms", "backend_list", "tol")})
     if a.mode == "ring":
       meta["config"].update(layout=a.layout, algos=a.algos)
-    os.makedirs(a.out, exist_ok=True)
-    base = os.path.join(a.out, "attn_bench_%s_%s" % (a.mode, now.strftime("%Y%m%d-%H%M%S")))
-    with open(base + ".json", "w") as f:
-      json.dump(dict(meta, results=rows), f, indent=1)
-    md = markdown(meta, rows)
-    with open(base + ".md", "w") as f:
-      f.write(md)
-    log("\n" + md)
-    log("attn_bench: wrote %s.json and .md" % base)
+    bpu.write_results("attn_bench", a.out, a.mode, now, meta, rows, markdown(meta, rows))
     bad = [r for r in rows if r.get("check") and not r["check"]["ok"]]
     missed = [r for r in rows if r.get("target_met") is False]
     rc = 1 if bad else (3 if missed else 0)

@@ -60,16 +60,16 @@ import argparse
 import datetime
 import gc
 import itertools
-import json
 import math
 import os
-import shlex
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+import bench_py_util as bpu
+from bench_py_util import commit, log
 
 from moe_bench_ref import (PATH_NOTE, choose_max_rows, compare, direct_moe_ffn, dispatch_flops,
                            expert_weights, ffn_flops, gemm_grouped, gemm_loop, generator, judge,
@@ -180,15 +180,6 @@ def shape_list(a):
 # ---------------------------------------------------------------------------------------------
 # Launcher: LD_PRELOAD, MPS and torchrun, before torch or CUDA is touched
 # ---------------------------------------------------------------------------------------------
-def mps_answers(env):
-  try:
-    r = subprocess.run(["nvidia-cuda-mps-control"], input="get_server_list\n", env=env,
-                       capture_output=True, text=True, timeout=20)
-    return r.returncode == 0
-  except (OSError, subprocess.TimeoutExpired):
-    return False
-
-
 def launch(a, argv):
   env = dict(os.environ, **{CHILD: "1"})
   if a.lib:
@@ -198,32 +189,11 @@ def launch(a, argv):
             a.lib, file=sys.stderr)
       return 2
     env["LD_PRELOAD"] = lib
-  started = None
-  if a.nproc > 1 and a.mps and not mps_answers(env):
-    d = tempfile.mkdtemp(prefix="mk-moe-bench-mps.")
-    env["CUDA_MPS_PIPE_DIRECTORY"], env["CUDA_MPS_LOG_DIRECTORY"] = d + "/pipe", d + "/log"
-    os.makedirs(d + "/pipe")
-    os.makedirs(d + "/log")
-    if subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env).returncode != 0:
-      print("moe_bench: could not start the MPS daemon (log %s/log)" % d, file=sys.stderr)
-      return 2
-    started = env
-    print("moe_bench: started an MPS daemon (CUDA_MPS_PIPE_DIRECTORY=%s/pipe)" % d, flush=True)
-  me = [os.path.abspath(__file__)] + argv
-  if a.nproc > 1:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node=%d" % a.nproc] + me
-  else:
-    cmd = [sys.executable] + me
-    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(29500 + os.getpid() % 1000))
-  print("moe_bench: %s" % " ".join(shlex.quote(x) for x in cmd), flush=True)
   try:
-    return subprocess.run(cmd, env=env).returncode
-  finally:
-    if started is not None:
-      subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=started, text=True)
-      print("moe_bench: stopped the MPS daemon", flush=True)
+    return bpu.launch("moe_bench", __file__, argv, env, a.nproc > 1, a.nproc, a.mps)
+  except bpu.LaunchError as e:
+    print("moe_bench: %s" % e, file=sys.stderr)
+    return 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,27 +211,8 @@ class SetupError(Exception):
   pass
 
 
-def log(msg):
-  print(msg, flush=True)
-
-
 def first_line(e):
   return "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-
-
-def commit():
-  if os.environ.get("MK_BENCH_COMMIT"):
-    return os.environ["MK_BENCH_COMMIT"]
-  snap = os.path.join(REPO, "COMMIT_SNAP")
-  if os.path.isfile(snap):
-    with open(snap) as f:
-      return f.readline().strip() + " (COMMIT_SNAP)"
-  try:
-    c = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
-                       timeout=20)
-    return c.stdout.strip() or "unknown"
-  except (OSError, subprocess.TimeoutExpired):
-    return "unknown"
 
 
 class Bench:
@@ -683,7 +634,7 @@ def worker(a, argv):
       nv = "unknown (%s)" % first_line(e)
     meta = dict(tool="moe_bench", mode=a.mode, nranks=bench.world,
                 ranks_per_gpu=bench.ranks_per_gpu,
-                command=" ".join(shlex.quote(x) for x in [sys.argv[0]] + argv),
+                command=bpu.command_line(argv),
                 commit=commit(), device=torch.cuda.get_device_name(bench.device),
                 date=now.isoformat(timespec="seconds"), torch=torch.__version__,
                 cuda=torch.version.cuda, nccl_version=nv,
@@ -697,15 +648,7 @@ def worker(a, argv):
                             warmup=a.warmup, target_ms=a.target_ms, tol=a.tol,
                             token_tol=a.token_tol, spot=a.spot, seed=a.seed,
                             mem_frac=a.mem_frac))
-    os.makedirs(a.out, exist_ok=True)
-    base = os.path.join(a.out, "moe_bench_%s_%s" % (a.mode, now.strftime("%Y%m%d-%H%M%S")))
-    with open(base + ".json", "w") as f:
-      json.dump(dict(meta, results=rows), f, indent=1)
-    md = markdown(meta, rows)
-    with open(base + ".md", "w") as f:
-      f.write(md)
-    log("\n" + md)
-    log("moe_bench: wrote %s.json and .md" % base)
+    bpu.write_results("moe_bench", a.out, a.mode, now, meta, rows, markdown(meta, rows))
     rc, nbad, nfail, nmiss = exit_status(rows, bench.mk is not None)
     log("moe_bench: %d shape(s), %d failed check(s), %d failed mkernel variant(s), %d target(s) "
         "missed" % (len(rows), nbad, nfail, nmiss))

@@ -480,3 +480,74 @@ def nccl_binding_check(report, name="no_call_reaches_real_libnccl", require=("nc
     return False
   report.ok(name, detail)
   return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Harness pieces the fused-call tests (test_fused_gemm, test_moe, test_ring_attention) share
+# ---------------------------------------------------------------------------------------------
+def run_tests(ctx, fns):
+  """Runs each test function under ctx.report; rank 0 logs how long each took."""
+  for fn in fns:
+    t0 = time.time()
+    ctx.report.run(fn.__name__, fn, ctx)
+    if ctx.rank == 0:
+      log("[%s] %s done in %.1fs" % (ctx.test, fn.__name__, time.time() - t0))
+
+
+def skip_without_cuda(ctx, name):
+  """True (after reporting a skip) in the CPU self-check, where mkernel itself cannot run."""
+  if ctx.device.type != "cuda":
+    ctx.report.skip(name, "no CUDA device (CPU self-check)")
+    return True
+  return False
+
+
+def pair_group(ctx):
+  """(group, first rank) of this rank's pair {0,1}, {2,3}, ...; None, after a skip of
+  'subgroups', when the world size is not even. Every rank creates every pair's group, as
+  new_group requires."""
+  if ctx.world < 2 or ctx.world % 2:
+    ctx.report.skip("subgroups", "needs an even world size")
+    return None
+  groups = [dist.new_group(ranks=[r, r + 1]) for r in range(0, ctx.world, 2)]
+  first = ctx.rank - ctx.rank % 2
+  return groups[first // 2], first
+
+
+def expect_raises(rep, name, exc, text, fn):
+  """Passes when fn raises exc with `text` in its message."""
+  try:
+    fn()
+  except exc as e:
+    rep.check(name, text in str(e), "%s: %s" % (type(e).__name__, e))
+    return
+  except Exception as e:  # noqa: BLE001
+    rep.fail(name, "raised %s instead of %s: %s" % (type(e).__name__, exc.__name__, e))
+    return
+  rep.fail(name, "no exception")
+
+
+class Shifted:
+  """A tensor seen 2 bytes further: the Python checks pass it, only the C library's own
+  alignment checks stand in the way."""
+
+  def __init__(self, t):
+    self.t = t
+
+  def __getattr__(self, k):
+    return getattr(self.t, k)
+
+  def data_ptr(self):
+    return self.t.data_ptr() + 2
+
+
+def world_comm(ctx):
+  """(library, communicator of the world group) as mkernel's own calls get them."""
+  from mkernel import _lib, _torch
+  lib = _lib.library()
+  return lib, _torch.comm_of_group(lib, dist.group.WORLD, ctx.rank, ctx.world, ctx.device)
+
+
+def check_preloaded_library(rep, lib):
+  rep.check("library_is_the_preloaded_one", "LD_PRELOAD" in lib.how or "MKERNEL_LIB" in lib.how,
+            "%s (%s)" % (lib.path, lib.how))

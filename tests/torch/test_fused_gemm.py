@@ -20,16 +20,17 @@ after which the communicator still works); no NCCL symbol bound to the real libn
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
-from mk_common import Ctx, EPS, compare, log, make_input, nccl_binding_check, poison_like
+from mk_common import (EPS, Ctx, Shifted, check_preloaded_library, compare, expect_raises, log,
+                       make_input, nccl_binding_check, pair_group, poison_like, run_tests,
+                       world_comm)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import mkernel  # noqa: E402  (the package of this source tree)
-from mkernel import _lib, _plan  # noqa: E402
+from mkernel import _plan  # noqa: E402
 
 OPS = {"ar": mkernel.gemm_all_reduce, "ag": mkernel.all_gather_gemm,
        "rs": mkernel.gemm_reduce_scatter}
@@ -218,12 +219,10 @@ def test_back_to_back(ctx):
 
 def test_subgroups(ctx):
   rep = ctx.report
-  if ctx.world < 2 or ctx.world % 2:
-    rep.skip("subgroups", "needs an even world size")
+  pair = pair_group(ctx)
+  if pair is None:
     return
-  groups = [dist.new_group(ranks=[r, r + 1]) for r in range(0, ctx.world, 2)]
-  mine = ctx.rank - ctx.rank % 2  # first rank of this rank's pair
-  group = groups[mine // 2]
+  group, mine = pair  # mine: the first rank of this rank's pair
   for op in ("ar", "ag", "rs"):
     x = Inputs(ctx, ("sub", op, mine), op, 256, 192, 256, torch.bfloat16, "nk", torch.bfloat16,
                True, ranks=[mine, mine + 1])
@@ -263,15 +262,7 @@ def test_errors(ctx):
   b = torch.zeros(64, 64, dtype=torch.bfloat16, device=ctx.device)
 
   def raises(name, exc, text, fn):
-    try:
-      fn()
-    except exc as e:
-      rep.check(name, text in str(e), "%s: %s" % (type(e).__name__, e))
-      return
-    except Exception as e:  # noqa: BLE001
-      rep.fail(name, "raised %s instead of %s: %s" % (type(e).__name__, exc.__name__, e))
-      return
-    rep.fail(name, "no exception")
+    expect_raises(rep, name, exc, text, fn)
 
   raises("errors/cpu_tensor", ValueError, "CUDA tensors",
          lambda: mkernel.gemm_all_reduce(a.cpu(), b.cpu()))
@@ -282,23 +273,8 @@ def test_errors(ctx):
   raises("errors/gloo_group", mkernel.MkernelError, "CUDA backend",
          lambda: mkernel.gemm_all_reduce(a, b, group=gloo))
 
-  class Shifted:
-    """a, seen 2 bytes further: only the C library's own checks stand in the way."""
-
-    def __init__(self, t):
-      self.t = t
-
-    def __getattr__(self, k):
-      return getattr(self.t, k)
-
-    def data_ptr(self):
-      return self.t.data_ptr() + 2
-
-  lib = _lib.library()
-  g, rank, size = dist.group.WORLD, ctx.rank, ctx.world
-  from mkernel import _torch
-  comm = _torch.comm_of_group(lib, g, rank, size, ctx.device)
-  p = _plan.plan("gemm_all_reduce", a, b, size)
+  lib, comm = world_comm(ctx)
+  p = _plan.plan("gemm_all_reduce", a, b, ctx.world)
   out = torch.empty(64, 64, dtype=torch.bfloat16, device=ctx.device)
   stream = torch.cuda.current_stream().cuda_stream
   raises("errors/refused_by_c_library_with_message", mkernel.MkernelError, "16-byte aligned",
@@ -308,8 +284,7 @@ def test_errors(ctx):
   res = mkernel.gemm_all_reduce(x.a, x.b)
   torch.cuda.synchronize()
   check_result(rep, "errors/comm_usable_after_refused_call", res, x, torch.bfloat16)
-  rep.check("library_is_the_preloaded_one", "LD_PRELOAD" in lib.how or "MKERNEL_LIB" in lib.how,
-            "%s (%s)" % (lib.path, lib.how))
+  check_preloaded_library(rep, lib)
 
 
 def main():
@@ -318,12 +293,8 @@ def main():
   rep = ctx.report
   if ctx.rank == 0:
     log("[%s] MKERNEL_EMULATE_NODES=%s" % (ctx.test, os.environ.get("MKERNEL_EMULATE_NODES", "")))
-  for fn in (test_cases, test_in_place_gather_and_side_stream, test_back_to_back,
-             test_subgroups, test_cuda_graph, test_errors):
-    t0 = time.time()
-    rep.run(fn.__name__, fn, ctx)
-    if ctx.rank == 0:
-      log("[%s] %s done in %.1fs" % (ctx.test, fn.__name__, time.time() - t0))
+  run_tests(ctx, (test_cases, test_in_place_gather_and_side_stream, test_back_to_back,
+                  test_subgroups, test_cuda_graph, test_errors))
   rep.run("no_call_reaches_real_libnccl", nccl_binding_check, rep, require=("ncclAllReduce",))
   ctx.finish()
 

@@ -30,17 +30,18 @@ weight|drop_slot makes the stand-in wrong on rank 2, to see the checks catch it.
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from mk_common import Ctx, compare, log, make_input, nccl_binding_check, poison_like, seed_of
+from mk_common import (Ctx, Shifted, check_preloaded_library, compare, expect_raises, log,
+                       make_input, nccl_binding_check, pair_group, poison_like, run_tests, seed_of,
+                       skip_without_cuda, world_comm)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import mkernel  # noqa: E402  (the package of this source tree)
-from mkernel import _lib, _moe, _torch  # noqa: E402
+from mkernel import _lib, _moe  # noqa: E402
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # One step between neighbouring values, relative (2 * unit roundoff).
@@ -373,12 +374,11 @@ def test_back_to_back(ctx):
 
 def test_subgroups(ctx):
   rep = ctx.report
-  if ctx.world < 2 or ctx.world % 2:
-    rep.skip("subgroups", "needs an even world size")
+  pair = pair_group(ctx)
+  if pair is None:
     return
-  groups = [dist.new_group(ranks=[r, r + 1]) for r in range(0, ctx.world, 2)]
-  first = ctx.rank - ctx.rank % 2
-  kw = dict(group=groups[first // 2], granks=[first, first + 1])
+  group, first = pair
+  kw = dict(group=group, granks=[first, first + 1])
   c = Case(ctx, ("sub_d", first), *DISPATCH_CASES[0], ffn=False, **kw)
   check_dispatch(rep, "subgroup_pairs/dispatch", c, run_dispatch(c))
   c = Case(ctx, ("sub_f", first), *FFN_CASES[0], ffn=True, **kw)
@@ -389,8 +389,7 @@ def test_subgroups(ctx):
 
 def test_cuda_graph(ctx):
   rep = ctx.report
-  if ctx.device.type != "cuda":
-    rep.skip("cuda_graph", "no CUDA device (CPU self-check)")
+  if skip_without_cuda(ctx, "cuda_graph"):
     return
   shape = (160, 128, 64, 2, 4, "bf16", "nk", None, "uniform", "auto", None)
   cs = [Case(ctx, ("graph", i), *shape, ffn=True) for i in range(4)]
@@ -424,21 +423,12 @@ def test_cuda_graph(ctx):
 
 def test_errors(ctx):
   rep = ctx.report
-  if ctx.device.type != "cuda":
-    rep.skip("errors", "no CUDA device (CPU self-check)")
+  if skip_without_cuda(ctx, "errors"):
     return
   c = Case(ctx, "errors", 64, 64, 32, 1, 2, "bf16", "nk", None, "uniform", "auto", None, True)
 
   def raises(name, exc, text, fn):
-    try:
-      fn()
-    except exc as e:
-      rep.check(name, text in str(e), "%s: %s" % (type(e).__name__, e))
-      return
-    except Exception as e:  # noqa: BLE001
-      rep.fail(name, "raised %s instead of %s: %s" % (type(e).__name__, exc.__name__, e))
-      return
-    rep.fail(name, "no exception")
+    expect_raises(rep, name, exc, text, fn)
 
   raises("errors/cpu_tensor", ValueError, "CUDA tensors",
          lambda: mkernel.moe_ffn(c.dx.cpu(), c.didx, c.dwts, c.dw1, c.dw2, max_rows=256))
@@ -450,20 +440,7 @@ def test_errors(ctx):
   raises("errors/gloo_group", mkernel.MkernelError, "CUDA backend",
          lambda: mkernel.moe_ffn(c.dx, c.didx, c.dwts, c.dw1, c.dw2, max_rows=256, group=gloo))
 
-  class Shifted:
-    """w1 seen 2 bytes further: only the C library's own checks stand in the way."""
-
-    def __init__(self, t):
-      self.t = t
-
-    def __getattr__(self, k):
-      return getattr(self.t, k)
-
-    def data_ptr(self):
-      return self.t.data_ptr() + 2
-
-  lib = _lib.library()
-  comm = _torch.comm_of_group(lib, dist.group.WORLD, ctx.rank, ctx.world, ctx.device)
+  lib, comm = world_comm(ctx)
   p = _moe.plan("moe_dispatch_gemm", c.dx, c.didx, c.dwts, c.dw1, ctx.world, 256)
   res = mkernel.MoeDispatchResult(*[
       torch.empty(s[0], dtype=getattr(torch, s[1]), device=ctx.device)
@@ -476,8 +453,7 @@ def test_errors(ctx):
   y = mkernel.moe_ffn(c.dx, c.didx, c.dwts, c.dw1, c.dw2, max_rows=c.max_rows)
   torch.cuda.synchronize()
   check_ffn(rep, "errors/comm_usable_after_refused_call", c, y)
-  rep.check("library_is_the_preloaded_one", "LD_PRELOAD" in lib.how or "MKERNEL_LIB" in lib.how,
-            "%s (%s)" % (lib.path, lib.how))
+  check_preloaded_library(rep, lib)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,14 +545,9 @@ def main():
   if ctx.device.type != "cuda":
     CALLS.update(dispatch=emu_dispatch, ffn=emu_ffn, buffers=lambda *a, **k: None)
     log("[test_moe] CPU self-check: stand-ins of the MoE calls (checks the test, not mkernel)")
-  t0 = time.time()
   if rep.run("probe", test_probe, ctx):
-    for fn in (test_dispatch, test_ffn, test_back_to_back, test_subgroups, test_cuda_graph,
-               test_errors):
-      t0 = time.time()
-      rep.run(fn.__name__, fn, ctx)
-      if ctx.rank == 0:
-        log("[%s] %s done in %.1fs" % (ctx.test, fn.__name__, time.time() - t0))
+    run_tests(ctx, (test_dispatch, test_ffn, test_back_to_back, test_subgroups, test_cuda_graph,
+                    test_errors))
   rep.run("no_call_reaches_real_libnccl", nccl_binding_check, rep)
   ctx.finish()
 

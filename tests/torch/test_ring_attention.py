@@ -32,16 +32,17 @@ checks catch it.
 import math
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
-from mk_common import EPS, Ctx, compare, log, make_input, nccl_binding_check, poison_like
+from mk_common import (EPS, Ctx, Shifted, check_preloaded_library, compare, expect_raises, log,
+                       make_input, nccl_binding_check, pair_group, poison_like, run_tests,
+                       skip_without_cuda, world_comm)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import mkernel  # noqa: E402  (the package of this source tree)
-from mkernel import _attention, _lib, _torch  # noqa: E402
+from mkernel import _attention  # noqa: E402
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CALLS = {"ring": mkernel.ring_attention}
@@ -231,13 +232,12 @@ def test_back_to_back(ctx):
 
 def test_subgroups(ctx):
   rep = ctx.report
-  if ctx.world < 2 or ctx.world % 2:
-    rep.skip("subgroups", "needs an even world size")
+  pair = pair_group(ctx)
+  if pair is None:
     return
-  groups = [dist.new_group(ranks=[r, r + 1]) for r in range(0, ctx.world, 2)]
-  first = ctx.rank - ctx.rank % 2
+  group, first = pair
   for i in (2, 13):  # the sequence of each pair is its own: positions 0 .. 2*S-1
-    case = Case(ctx, ("sub", first, i), CASES[i], group=groups[first // 2],
+    case = Case(ctx, ("sub", first, i), CASES[i], group=group,
                 granks=[first, first + 1])
     out, lse = case.call(return_lse=True)
     torch.cuda.synchronize()
@@ -246,8 +246,7 @@ def test_subgroups(ctx):
 
 def test_cuda_graph(ctx):
   rep = ctx.report
-  if ctx.device.type != "cuda":
-    rep.skip("cuda_graph", "no CUDA device (CPU self-check)")
+  if skip_without_cuda(ctx, "cuda_graph"):
     return
   c = dict(CASES[11], algo="auto")
   cases = [Case(ctx, ("graph", i), c) for i in range(3)]
@@ -277,22 +276,13 @@ def test_cuda_graph(ctx):
 
 def test_errors(ctx):
   rep = ctx.report
-  if ctx.device.type != "cuda":
-    rep.skip("errors", "no CUDA device (CPU self-check)")
+  if skip_without_cuda(ctx, "errors"):
     return
   case = Case(ctx, "errors", CASES[1])
   q, k, v = (case.local[x] for x in "qkv")
 
   def raises(name, exc, text, fn):
-    try:
-      fn()
-    except exc as e:
-      rep.check(name, text in str(e), "%s: %s" % (type(e).__name__, e))
-      return
-    except Exception as e:  # noqa: BLE001
-      rep.fail(name, "raised %s instead of %s: %s" % (type(e).__name__, exc.__name__, e))
-      return
-    rep.fail(name, "no exception")
+    expect_raises(rep, name, exc, text, fn)
 
   ra = mkernel.ring_attention
   raises("errors/cpu_tensor", ValueError, "CUDA tensors", lambda: ra(q.cpu(), k, v))
@@ -310,20 +300,7 @@ def test_errors(ctx):
   raises("errors/gloo_group", mkernel.MkernelError, "CUDA backend",
          lambda: ra(q, k, v, group=gloo))
 
-  class Shifted:
-    """q seen 2 bytes further: only the C library's own checks stand in the way."""
-
-    def __init__(self, t):
-      self.t = t
-
-    def __getattr__(self, a):
-      return getattr(self.t, a)
-
-    def data_ptr(self):
-      return self.t.data_ptr() + 2
-
-  lib = _lib.library()
-  comm = _torch.comm_of_group(lib, dist.group.WORLD, ctx.rank, ctx.world, ctx.device)
+  lib, comm = world_comm(ctx)
   p = _attention.plan(q, k, v, ctx.world)
   out = torch.empty_like(q)
   stream = torch.cuda.current_stream().cuda_stream
@@ -332,8 +309,7 @@ def test_errors(ctx):
   out, lse = case.call(return_lse=True)
   torch.cuda.synchronize()
   check(rep, "errors/comm_usable_after_refused_call", case, out, lse)
-  rep.check("library_is_the_preloaded_one", "LD_PRELOAD" in lib.how or "MKERNEL_LIB" in lib.how,
-            "%s (%s)" % (lib.path, lib.how))
+  check_preloaded_library(rep, lib)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,11 +383,8 @@ def main():
     log("[test_ring_attention] CPU self-check: a stand-in of the call (checks the test, not "
         "mkernel)")
   if rep.run("probe", test_probe, ctx):
-    for fn in (test_cases, test_back_to_back, test_subgroups, test_cuda_graph, test_errors):
-      t0 = time.time()
-      rep.run(fn.__name__, fn, ctx)
-      if ctx.rank == 0:
-        log("[%s] %s done in %.1fs" % (ctx.test, fn.__name__, time.time() - t0))
+    run_tests(ctx, (test_cases, test_back_to_back, test_subgroups, test_cuda_graph,
+                    test_errors))
   rep.run("no_call_reaches_real_libnccl", nccl_binding_check, rep)
   ctx.finish()
 

@@ -1,0 +1,94 @@
+"""Launcher and report helpers shared by the Python benchmarks (attn_bench.py, moe_bench.py).
+
+Pure Python: the launcher runs before torch or CUDA is touched, and without torch at all."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+class LaunchError(Exception):
+  pass
+
+
+def log(msg):
+  print(msg, flush=True)
+
+
+def commit():
+  """MK_BENCH_COMMIT, else the repository's COMMIT_SNAP, else git's HEAD, else 'unknown'."""
+  if os.environ.get("MK_BENCH_COMMIT"):
+    return os.environ["MK_BENCH_COMMIT"]
+  snap = os.path.join(REPO, "COMMIT_SNAP")
+  if os.path.isfile(snap):
+    with open(snap) as f:
+      return f.readline().strip() + " (COMMIT_SNAP)"
+  try:
+    c = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
+                       timeout=20)
+    return c.stdout.strip() or "unknown"
+  except (OSError, subprocess.TimeoutExpired):
+    return "unknown"
+
+
+def mps_answers(env):
+  try:
+    r = subprocess.run(["nvidia-cuda-mps-control"], input="get_server_list\n", env=env,
+                       capture_output=True, text=True, timeout=20)
+    return r.returncode == 0
+  except (OSError, subprocess.TimeoutExpired):
+    return False
+
+
+def launch(tool, script, argv, env, distributed, nproc, mps, nproc_flag="--nproc_per_node"):
+  """Runs `script argv` as the worker(s): under torchrun with nproc ranks when distributed, else
+  as one rank-0 process; with mps, an MPS daemon is started first unless one answers, and
+  stopped after. env: the workers' environment. Returns their exit status; LaunchError when
+  the daemon does not start."""
+  started = None
+  if distributed and mps and not mps_answers(env):
+    d = tempfile.mkdtemp(prefix="mk-%s-mps." % tool.replace("_", "-"))
+    env["CUDA_MPS_PIPE_DIRECTORY"], env["CUDA_MPS_LOG_DIRECTORY"] = d + "/pipe", d + "/log"
+    os.makedirs(d + "/pipe")
+    os.makedirs(d + "/log")
+    if subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env).returncode != 0:
+      raise LaunchError("could not start the MPS daemon (log %s/log)" % d)
+    started = env
+    log("%s: started an MPS daemon (CUDA_MPS_PIPE_DIRECTORY=%s/pipe)" % (tool, d))
+  me = [os.path.abspath(script)] + argv
+  if distributed:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "%s=%d" % (nproc_flag, nproc)] + me
+  else:
+    cmd = [sys.executable] + me
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(29500 + os.getpid() % 1000))
+  log("%s: %s" % (tool, " ".join(shlex.quote(x) for x in cmd)))
+  try:
+    return subprocess.run(cmd, env=env).returncode
+  finally:
+    if started is not None:
+      subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=started, text=True)
+      log("%s: stopped the MPS daemon" % tool)
+
+
+def command_line(argv):
+  return " ".join(shlex.quote(x) for x in [sys.argv[0]] + argv)
+
+
+def write_results(tool, out_dir, mode, now, meta, rows, md):
+  """<out_dir>/<tool>_<mode>_<date>.json (meta and rows) and .md; prints the markdown."""
+  os.makedirs(out_dir, exist_ok=True)
+  base = os.path.join(out_dir, "%s_%s_%s" % (tool, mode, now.strftime("%Y%m%d-%H%M%S")))
+  with open(base + ".json", "w") as f:
+    json.dump(dict(meta, results=rows), f, indent=1)
+  with open(base + ".md", "w") as f:
+    f.write(md)
+  log("\n" + md)
+  log("%s: wrote %s.json and .md" % (tool, base))
