@@ -141,17 +141,14 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
     return ncclInvalidArgument;
   }
   NCCLCHECK(cudaLibInit());
-  int dev, major, minor, sms, smem;
-  CUDACHECK(cudaGetDevice(&dev));
-  CUDACHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDACHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  CUDACHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDACHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  MK_ARGCHECK(major == 9 && minor == 0,
-              "attention engine needs an sm_90 (Hopper) device; this one is sm_%d%d", major, minor);
-  MK_ARGCHECK((size_t)smem >= smemFor(a.D),
+  gemm::DeviceLimits lim;
+  NCCLCHECK(gemm::deviceLimits(&lim));
+  MK_ARGCHECK(lim.major == 9 && lim.minor == 0,
+              "attention engine needs an sm_90 (Hopper) device; this one is sm_%d%d", lim.major,
+              lim.minor);
+  MK_ARGCHECK((size_t)lim.smemOptin >= smemFor(a.D),
               "attention engine needs %zu bytes of shared memory per block; the device allows %d",
-              smemFor(a.D), smem);
+              smemFor(a.D), lim.smemOptin);
 
   memset(p, 0, sizeof(*p));
   const uint64_t es = 2;
@@ -184,7 +181,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   p->nSrc = a.nSrc;
   for (int j = 0; j < a.nSrc; ++j) p->srcRank[j] = a.srcRank[j];
   p->hooks = a.hooks;
-  const int32_t budget = a.smBudget > 0 && a.smBudget < sms ? a.smBudget : sms;
+  const int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *grid = (int32_t)(tiles < budget ? tiles : budget);
   return ncclSuccess;
 }

@@ -39,5 +39,32 @@ ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
   return collEnqueueFn(comm, stream, api, launch, continuation);
 }
 
+ncclResult_t fusedFreeScratch(void* scratch, cudaStream_t stream, ncclResult_t res,
+                              const char* api) {
+  if (scratch == nullptr) return res;
+  const cudaError_t e = cudaFreeAsync(scratch, stream);
+  if (e != cudaSuccess && res == ncclSuccess) {
+    MK_WARN("%s: cudaFreeAsync of the call's scratch: %s", api, cudaGetErrorString(e));
+    return ncclUnhandledCudaError;
+  }
+  return res;
+}
+
+ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, const void* send,
+                             void* recv, size_t count, ncclDataType_t dtype, const char* api) {
+  CollArgs a{};
+  a.type = static_cast<CollType>(collType);
+  a.sendbuff = send;
+  a.recvbuff = recv;
+  a.count = count;
+  a.dtype = dtype;
+  a.op = ncclSum;
+  a.root = -1;
+  a.comm = comm;
+  a.stream = stream;
+  NCCLCHECK(collCheckArgs(a, api));
+  return collEnqueue(a);
+}
+
 }  // namespace fused
 }  // namespace mk

@@ -65,5 +65,17 @@ ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
                           const std::function<ncclResult_t(cudaStream_t)>& launch,
                           bool continuation = false);
 
+// cudaFreeAsync(scratch) on `stream` (nothing for NULL): stream-ordered, so after the call's
+// kernels even when one of its enqueues failed. Returns res, or the free's error (named with
+// `api`) if res was a success.
+ncclResult_t fusedFreeScratch(void* scratch, cudaStream_t stream, ncclResult_t res,
+                              const char* api);
+
+// One of mkernel's collectives (no reduction: AllGather, AlltoAll, ...) as a step of a fused
+// operator's sequential path on `stream`: checked like the public call (messages name `api`),
+// then enqueued with the comm's other operations.
+ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, const void* send,
+                             void* recv, size_t count, ncclDataType_t dtype, const char* api);
+
 }  // namespace fused
 }  // namespace mk

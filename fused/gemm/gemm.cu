@@ -58,34 +58,6 @@ int64_t effLdc(const GemmArgs& a) {
   return a.ldc ? a.ldc : effLdd(a);
 }
 
-struct DeviceLimits {
-  int sms = 0, major = 0, minor = 0, smemOptin = 0;
-};
-
-ncclResult_t deviceLimits(DeviceLimits* out) {
-  static std::mutex mu;
-  static DeviceLimits cache[64];
-  static bool have[64] = {};
-  int dev;
-  CUDACHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev < 64 && have[dev]) {
-    *out = cache[dev];
-    return ncclSuccess;
-  }
-  DeviceLimits l;
-  CUDACHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDACHECK(cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDACHECK(cudaDeviceGetAttribute(&l.minor, cudaDevAttrComputeCapabilityMinor, dev));
-  CUDACHECK(cudaDeviceGetAttribute(&l.smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (dev < 64) {
-    cache[dev] = l;
-    have[dev] = true;
-  }
-  *out = l;
-  return ncclSuccess;
-}
-
 CUtensorMapDataType tmaType(DType t) {
   switch (t) {
     case DType::kBF16:
@@ -136,6 +108,30 @@ int64_t effStrideB(const GemmArgs& a) {
 }
 
 }  // namespace
+
+ncclResult_t deviceLimits(DeviceLimits* out) {
+  static std::mutex mu;
+  static DeviceLimits cache[64];
+  static bool have[64] = {};
+  int dev;
+  CUDACHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < 64 && have[dev]) {
+    *out = cache[dev];
+    return ncclSuccess;
+  }
+  DeviceLimits l;
+  CUDACHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDACHECK(cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDACHECK(cudaDeviceGetAttribute(&l.minor, cudaDevAttrComputeCapabilityMinor, dev));
+  CUDACHECK(cudaDeviceGetAttribute(&l.smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (dev < 64) {
+    cache[dev] = l;
+    have[dev] = true;
+  }
+  *out = l;
+  return ncclSuccess;
+}
 
 ncclResult_t encodeRows(CUtensorMap* map, DType t, void* base, uint64_t cols, uint64_t rows,
                         uint64_t pitchElems, uint32_t boxCols, uint32_t boxRows) {

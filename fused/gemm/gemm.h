@@ -147,6 +147,12 @@ ncclResult_t preload(const GemmArgs& args);
 ncclResult_t encodeRows(CUtensorMap* map, DType t, void* base, uint64_t cols, uint64_t rows,
                         uint64_t pitchElems, uint32_t boxCols, uint32_t boxRows);
 
+// What the engines check before a launch, read once per device and cached (GEMM, attention).
+struct DeviceLimits {
+  int sms = 0, major = 0, minor = 0, smemOptin = 0;
+};
+ncclResult_t deviceLimits(DeviceLimits* out);
+
 // Dynamic shared memory one GEMM CTA needs (fused kernels size their CTAs with it).
 size_t smemBytes();
 

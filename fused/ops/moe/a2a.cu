@@ -87,15 +87,7 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
   for (int e = threadIdx.x; e < s.experts; e += blockDim.x) cnt[e] = seen[e] = 0;
   __syncthreads();
   const int64_t slots = (int64_t)s.tokens * s.topk;
-  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) {
-    const int32_t e = p.topkIdx[i];
-    if (e == -1) continue;
-    if (e < 0 || e >= s.experts) {
-      atomicMin(p.badSlot, (unsigned long long)i + 1);
-      continue;
-    }
-    atomicAdd(&cnt[e], 1);
-  }
+  moeCountSlots(p.topkIdx, slots, s.experts, cnt, p.badSlot);
   __syncthreads();
   // Per destination: rows of each local expert start after the previous ones'.
   for (int d = threadIdx.x; d < n; d += blockDim.x) {
@@ -321,18 +313,8 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aCombineKernel(const A2aPara
 
 ncclResult_t alltoall(const MoeCall& c, const void* send, void* recv, size_t count,
                       ncclDataType_t t) {
-  CollArgs a{};
-  a.type = CollType::kAlltoAll;
-  a.sendbuff = send;
-  a.recvbuff = recv;
-  a.count = count;
-  a.dtype = t;
-  a.op = ncclSum;
-  a.root = -1;
-  a.comm = c.comm;
-  a.stream = c.stream;
-  NCCLCHECK(collCheckArgs(a, moeApi(c)));
-  return collEnqueue(a);
+  return fusedCollective(c.comm, c.stream, (int)CollType::kAlltoAll, send, recv, count, t,
+                         moeApi(c));
 }
 
 ncclResult_t preloadA2a(ncclDataType_t outType) {
@@ -466,7 +448,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
     }
   }
 done:
-  return moeFreeScratch(base, c.stream, res, moeApi(c));
+  return fusedFreeScratch(base, c.stream, res, moeApi(c));
 }
 
 }  // namespace fused

@@ -103,17 +103,7 @@ __device__ void moeCountAndPublish(const MoeParams& p, MoeShared& sh, int32_t* h
   if (threadIdx.x == 0) p.q->badSlot[me] = ~0ull;
   __syncthreads();
   const int64_t slots = (int64_t)s.tokens * s.topk;
-  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) {
-    const int32_t e = p.topkIdx[i];
-    if (e == -1) continue;
-    if (e < 0 || e >= s.experts) {
-      // The slot counts as unused on every rank (the exchange stays consistent); the first
-      // bad slot is reported at the end of the call.
-      atomicMin(&p.q->badSlot[me], (unsigned long long)i + 1);
-      continue;
-    }
-    atomicAdd(&hist[e], 1);
-  }
+  moeCountSlots(p.topkIdx, slots, s.experts, hist, &p.q->badSlot[me]);
   __syncthreads();
   for (int e = threadIdx.x; e < s.experts; e += blockDim.x) p.q->counts[me][e] = hist[e];
   __syncthreads();
@@ -375,17 +365,6 @@ ncclResult_t moeDispatch(const MoeCall& c, int32_t** slotRow) {
   });
 }
 
-// Stream-ordered release of a call's scratch, keeping the first error.
-ncclResult_t moeFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res, const char* api) {
-  if (scratch == nullptr) return res;
-  const cudaError_t e = cudaFreeAsync(scratch, s);
-  if (e != cudaSuccess && res == ncclSuccess) {
-    MK_WARN("%s: cudaFreeAsync: %s", api, cudaGetErrorString(e));
-    return ncclUnhandledCudaError;
-  }
-  return res;
-}
-
 ncclResult_t moeRun(const MoeCall& c) {
   DeviceGuard guard;
   NCCLCHECK(guard.set(c.comm->cudaDev));
@@ -407,7 +386,7 @@ ncclResult_t moeRun(const MoeCall& c) {
   // (coll/rendezvous.h, rdvLaunched), so it cannot hold a hardware queue a peer's dispatch
   // kernel still has to pass.
   if (res == ncclSuccess) res = gemm::launch(g, c.stream);
-  return moeFreeScratch(slotRow, c.stream, res, moeApi(c));
+  return fusedFreeScratch(slotRow, c.stream, res, moeApi(c));
 }
 
 }  // namespace fused

@@ -298,7 +298,7 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
           return ncclSuccess;
         },
         true);
-  return moeFreeScratch(slotRow, c.stream, res, api);
+  return fusedFreeScratch(slotRow, c.stream, res, api);
 }
 
 }  // namespace fused

@@ -63,9 +63,6 @@ int moeCommGrid(const MoeCall& call, int smBudget, int64_t units, int unitsPerCt
 // Checked (canImplement) and its kernel preloaded.
 ncclResult_t moeGemm(const MoeCall& call, const void* a, const void* w, size_t N, size_t K, void* d,
                      ncclDataType_t dType, gemm::GemmArgs* out);
-// cudaFreeAsync(scratch) on s (nothing for NULL); returns res, or the free's error if res
-// was a success.
-ncclResult_t moeFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res, const char* api);
 // ncclMoeDispatchFfnCombine after the checks (ffn.cu).
 ncclResult_t moeFfnRun(const MoeCall& call);
 // The SwiGLU pass over the rows the call's layout spans (buf.h -> buf.act), and its preload.

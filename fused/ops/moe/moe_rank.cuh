@@ -28,5 +28,23 @@ __device__ __forceinline__ void moeRankSlots(const int32_t* topkIdx, int64_t slo
   }
 }
 
+// The CTA's histogram of routed slots per expert: hist[e] += slots with id e (hist zeroed and
+// the CTA synchronised by the caller). A bad id (not -1, outside [0, experts)) counts as an
+// unused slot on every rank, so the exchange stays consistent; the first one is kept in
+// *badSlot as slot + 1 (atomicMin; the caller presets ~0) and reported at the end of the call.
+__device__ __forceinline__ void moeCountSlots(const int32_t* topkIdx, int64_t slots,
+                                              int32_t experts, int32_t* hist,
+                                              unsigned long long* badSlot) {
+  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) {
+    const int32_t e = topkIdx[i];
+    if (e == -1) continue;
+    if (e < 0 || e >= experts) {
+      atomicMin(badSlot, (unsigned long long)i + 1);
+      continue;
+    }
+    atomicAdd(&hist[e], 1);
+  }
+}
+
 }  // namespace fused
 }  // namespace mk

@@ -117,7 +117,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c) {
                   res, done);
   }
 done:
-  return ringAttnFreeScratch(scratch, c.stream, res);
+  return fusedFreeScratch(scratch, c.stream, res, kApi);
 }
 
 }  // namespace fused

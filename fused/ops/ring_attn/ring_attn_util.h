@@ -16,10 +16,6 @@ constexpr int kRingMaxLocal = 32;
 // causal, the sequence layout; one source (the rank's own k and v).
 attn::AttnArgs ringAttnArgs(const RingAttnCall& c, int nRanks, int rank);
 
-// cudaFreeAsync(scratch) on s (stream-ordered: after the kernels that read it, even when an
-// enqueue failed); returns res, or the free's error if res was a success.
-ncclResult_t ringAttnFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res);
-
 // The fused path (fused.cu): ranks of one process on one GPU, 2..kMaxSrc of them.
 bool ringAttnFusedEligible(const RingAttnCall& c);
 ncclResult_t ringAttnFused(const RingAttnCall& c);

@@ -12,6 +12,7 @@
 #include "coll/coll.h"
 #include "comm/comm.h"
 #include "fused/attention/attn.h"
+#include "fused/core/fused_comm.h"
 #include "fused/ops/ring_attn/ring_attn.h"
 #include "fused/ops/ring_attn/ring_attn_util.h"
 
@@ -46,33 +47,10 @@ attn::AttnArgs ringAttnArgs(const RingAttnCall& c, int nRanks, int rank) {
   return a;
 }
 
-ncclResult_t ringAttnFreeScratch(void* scratch, cudaStream_t s, ncclResult_t res) {
-  const cudaError_t fe = cudaFreeAsync(scratch, s);
-  if (res == ncclSuccess && fe != cudaSuccess) {
-    MK_WARN("%s: cudaFreeAsync of the scratch failed: %s", kApi, cudaGetErrorString(fe));
-    res = ncclUnhandledCudaError;
-  }
-  return res;
+static ncclResult_t gather(const RingAttnCall& c, const void* send, void* recv, size_t count) {
+  return fusedCollective(c.comm, c.stream, (int)CollType::kAllGather, send, recv, count, c.inType,
+                         kApi);
 }
-
-namespace {
-
-ncclResult_t gather(const RingAttnCall& c, const void* send, void* recv, size_t count) {
-  CollArgs coll{};
-  coll.type = CollType::kAllGather;
-  coll.sendbuff = send;
-  coll.recvbuff = recv;
-  coll.count = count;
-  coll.dtype = c.inType;
-  coll.op = ncclSum;
-  coll.root = -1;
-  coll.comm = c.comm;
-  coll.stream = c.stream;
-  NCCLCHECK(collCheckArgs(coll, kApi));
-  return collEnqueue(coll);
-}
-
-}  // namespace
 
 ncclResult_t ringAttnRun(const RingAttnCall& c) {
   ncclComm* comm = c.comm;
@@ -112,7 +90,7 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
   for (int j = 0; j < n; ++j) a.srcRank[j] = j;
   NCCLCHECKGOTO(attn::launch(a, c.stream), res, done);
 done:
-  return ringAttnFreeScratch(scratch, c.stream, res);
+  return fusedFreeScratch(scratch, c.stream, res, kApi);
 }
 
 }  // namespace fused
