@@ -130,20 +130,24 @@ __device__ void combineRows(const CombineParams& p) {
       }
     }
     O* yr = static_cast<O*>(p.y) + t * p.hidden;
-    for (int64_t v = lane; v < vecs; v += 32) {
+    // Every lane walks the same number of rounds: the shuffles below need the whole warp,
+    // and a row narrower than 32 float4s leaves some lanes without a column.
+    for (int64_t v0 = 0; v0 < vecs; v0 += 32) {
+      const int64_t v = v0 + lane;
+      const bool mine = v < vecs;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int j = 0; j < p.topk; ++j) {
         const float* s = reinterpret_cast<const float*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), j));
         const float wj = __shfl_sync(0xffffffffu, w, j);
-        if (s == nullptr) continue;
+        if (s == nullptr || !mine) continue;
         const float4 x = reinterpret_cast<const float4*>(s)[v];
         acc.x += wj * x.x;
         acc.y += wj * x.y;
         acc.z += wj * x.z;
         acc.w += wj * x.w;
       }
-      storeOut4(yr + v * 4, acc);
+      if (mine) storeOut4(yr + v * 4, acc);
     }
   }
 }

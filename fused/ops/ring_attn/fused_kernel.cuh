@@ -119,8 +119,17 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
   // The call completes only once every peer has copied this rank's slices: the caller may
   // then overwrite k and v.
   if (idx == 0 && threadIdx.x == 0 && ok && n > 1) {
-    rt::waitGe(p.f.c.w, &p.q->slot[me].readDone, seq * (uint64_t)(n - 1),
-               rt::ErrSite{op, -1, idx, -1, rt::kWaitData, 0}, rt::kScopeGpu);
+    // First every peer's slot of this call, so that a peer that never came is the one a
+    // timeout names (the summed count below cannot say whose read is missing).
+    for (int32_t q = 1; q < n && ok; ++q) {
+      const int32_t s = (me + q) % n;
+      if (!rt::waitGe(p.f.c.w, &p.q->slot[s].seq, seq,
+                      rt::ErrSite{op, s, idx, -1, rt::kWaitData, 0}, rt::kScopeSys))
+        ok = 0;
+    }
+    if (ok)
+      rt::waitGe(p.f.c.w, &p.q->slot[me].readDone, seq * (uint64_t)(n - 1),
+                 rt::ErrSite{op, -1, idx, -1, rt::kWaitData, 0}, rt::kScopeGpu);
   }
 }
 
