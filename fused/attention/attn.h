@@ -41,6 +41,17 @@ struct SeqMap {
     const int32_t c = S / 2;
     return s < c ? (int64_t)rank * c + s : (int64_t)(2 * nRanks - 1 - rank) * c + (s - c);
   }
+  // How many rows of rank r's slice have a position <= q. Positions grow with the row in
+  // both layouts (zigzag's second chunk lies after its first), so those rows are a prefix of
+  // the slice: the causal mask of a key block is one bound per query row.
+  MK_HD int64_t prefixUpTo(int32_t rank, int64_t q) const {
+    if (chunks == 1) return clampRows(q - (int64_t)rank * S + 1, S);
+    const int32_t c = S / 2;
+    const int64_t first = clampRows(q - (int64_t)rank * c + 1, c);
+    if (first < c) return first;
+    return c + clampRows(q - (int64_t)(2 * nRanks - 1 - rank) * c + 1, S - c);
+  }
+  MK_HD static int64_t clampRows(int64_t v, int64_t hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
   // Smallest and largest position of rows [s0, s1) of rank r (s0 < s1 <= S).
   MK_HD void range(int32_t rank, int32_t s0, int32_t s1, int64_t* lo, int64_t* hi) const {
     if (chunks == 1 || s1 <= S / 2 || s0 >= S / 2) {

@@ -240,8 +240,11 @@ __device__ __forceinline__ int fragCol(int i, int lane) {
   return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
 }
 
-// Online softmax of one block: masks and scales S, updates the row max m and running sums l
-// (per thread), leaves P (fp32) in s and returns in alpha the factor O must be rescaled by.
+// Online softmax of one block: masks S, updates the row max m and running sums l (per
+// thread, both in the exp2 domain: scale * log2(e) folded into one FFMA per element), leaves
+// P (fp32) in s and returns in alpha the factor O must be rescaled by. The mask is a branch
+// around its own loop, not a test per element: per-element branches spread the unmasked
+// loop over several instruction-cache lines, and fetching them stalled every warp (ncu).
 // The caller rescales O and packs P (packP) only once no wgmma still reads or writes them:
 // an A register of an in-flight wgmma must not be redefined (ptxas would serialise).
 template <class C>
@@ -251,20 +254,37 @@ __device__ __forceinline__ void softmaxScores(const AttnParams& p, float (&s)[C:
                                               const int64_t (&qpos)[2], int lane) {
   constexpr int kS = C::kBN / 2;
   float mx[2] = {-INFINITY, -INFINITY};
+  if (C::D <= 128 && !mask) {
 #pragma unroll
-  for (int i = 0; i < kS; ++i) {
-    float v = s[i] * p.scaleLog2;
-    if (mask) {
-      const int32_t col = n0 + fragCol(i, lane);
-      if (col >= p.S || (p.causal && p.seq.pos(src, col) > qpos[fragRow(i)])) v = -INFINITY;
+    for (int i = 0; i < kS; ++i) mx[fragRow(i)] = fmaxf(mx[fragRow(i)], s[i]);
+  } else if (C::D <= 128) {
+    const int32_t end = min(n0 + C::kBN, p.S);
+    int32_t lim[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      lim[r] = p.causal ? (int32_t)min((int64_t)end, p.seq.prefixUpTo(src, qpos[r])) : end;
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      if (n0 + fragCol(i, lane) >= lim[fragRow(i)]) s[i] = -INFINITY;
+      mx[fragRow(i)] = fmaxf(mx[fragRow(i)], s[i]);
     }
-    s[i] = v;
-    mx[fragRow(i)] = fmaxf(mx[fragRow(i)], v);
+  } else {
+    // Head dim 256 (O alone takes 128 registers): a second loop, or a bound per row computed
+    // up front, pushes the overlapped schedule into spills, so one loop tests per element.
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      if (mask) {
+        const int32_t col = n0 + fragCol(i, lane);
+        if (col >= p.S || (p.causal && p.seq.pos(src, col) > qpos[fragRow(i)])) s[i] = -INFINITY;
+      }
+      mx[fragRow(i)] = fmaxf(mx[fragRow(i)], s[i]);
+    }
   }
   float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float mNew = fmaxf(m[r], quadMax(mx[r]));
+    // The scale is positive (checked on the host), so max(s) * scale = max(s * scale).
+    const float mNew = fmaxf(m[r], quadMax(mx[r]) * p.scaleLog2);
     // A row with no visible key yet keeps m = -inf; subtracting 0 then gives exp2(-inf) = 0
     // instead of NaN.
     base[r] = mNew == -INFINITY ? 0.0f : mNew;
@@ -274,7 +294,7 @@ __device__ __forceinline__ void softmaxScores(const AttnParams& p, float (&s)[C:
   }
 #pragma unroll
   for (int i = 0; i < kS; ++i) {
-    const float e = ptx::exp2Approx(s[i] - base[fragRow(i)]);
+    const float e = ptx::exp2Approx(fmaf(s[i], p.scaleLog2, -base[fragRow(i)]));
     s[i] = e;
     l[fragRow(i)] += e;
   }

@@ -70,6 +70,28 @@ TEST(AttnSchedule, RangeIsTheBruteForceMinMax) {
   }
 }
 
+// The kernel's causal mask is one bound per query row (prefixUpTo): the rows of a slice with
+// position <= q must be exactly its first prefixUpTo(r, q) rows, for every q including ones
+// before and after the whole sequence.
+TEST(AttnSchedule, VisibleKeysAreThePrefixCounted) {
+  std::mt19937 rng(std::random_device{}());
+  for (int it = 0; it < 600; ++it) {
+    const int chunks = 1 + rng() % 2;
+    const int n = 1 + rng() % 8;
+    const int S = chunks * (1 + rng() % 200);
+    const SeqMap m = makeSeq(S, chunks, n);
+    const int r = rng() % n;
+    const int64_t q = (int64_t)(rng() % (n * S + 20)) - 10;
+    const int64_t pre = m.prefixUpTo(r, q);
+    ASSERT_GE(pre, 0);
+    ASSERT_LE(pre, S);
+    for (int s = 0; s < S; ++s)
+      ASSERT_EQ(m.pos(r, s) <= q, s < pre)
+          << "S " << S << " chunks " << chunks << " n " << n << " rank " << r << " q " << q
+          << " row " << s << " prefix " << pre;
+  }
+}
+
 // kvVisible must never skip a block holding a visible pair, and must ask for the mask whenever
 // some pair of the block is masked (or a key row lies past the slice).
 TEST(AttnSchedule, BlockVerdictMatchesEveryPair) {
