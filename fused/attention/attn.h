@@ -81,6 +81,15 @@ MK_HD inline int kvVisible(const SeqMap& seq, bool causal, int64_t qLo, int64_t 
   return (tail || kHi > qLo) ? 2 : 1;
 }
 
+// Tile of persistent CTA `cta` (of nCtas) in round k. Causal tiles come heaviest first, so a
+// plain stride (k * nCtas + cta) gives CTA 0 the heaviest tile of every round and the last
+// CTA the lightest: a spread that grows with the rounds. `snake` reverses every other round,
+// so the spread of one round is paid back in the next. Every tile of [k * nCtas, (k + 1) *
+// nCtas) belongs to exactly one CTA either way; a CTA stops at its first tile >= numTiles.
+MK_HD inline int32_t tileOfRound(int32_t k, int32_t cta, int32_t nCtas, bool snake) {
+  return k * nCtas + ((snake && (k & 1)) ? nCtas - 1 - cta : cta);
+}
+
 // Fused ring kernel: source j's blocks are loaded only once ready[j] >= 1 (written on this GPU
 // by the kernel's communication CTAs), waited for with `wait` (bounded, abortable; a failed
 // wait records the comm's error and the kernel goes on with whatever the buffer holds: its

@@ -173,7 +173,9 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
                                          int32_t nCtas) {
   int32_t stage = 0;
   uint32_t phase = 0, qPhase = 0;
-  for (int32_t t = cta; t < p.numTiles; t += nCtas) {
+  for (int32_t k = 0;; ++k) {
+    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0);
+    if (t >= p.numTiles) break;
     const Tile x = tileAt(p, t);
     const int32_t kvh = x.h / p.group;
     ptx::mbarWait(sm.qEmpty, qPhase ^ 1);
@@ -426,7 +428,9 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
   // softmax runs while the other's products occupy the tensor cores. WG1 gives WG0 the first
   // turn; WG0 takes the last hand-over back after the loop (every arrive is matched).
   if (C::kOverlap && wg == 1) ptx::namedBarArrive(kBarTurn0, 256);
-  for (int32_t t = cta; t < p.numTiles; t += nCtas) {
+  for (int32_t k = 0;; ++k) {
+    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0);
+    if (t >= p.numTiles) break;
     const Tile x = tileAt(p, t);
     int64_t qpos[2];
 #pragma unroll

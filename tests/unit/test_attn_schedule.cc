@@ -92,6 +92,37 @@ TEST(AttnSchedule, VisibleKeysAreThePrefixCounted) {
   }
 }
 
+// The persistent CTAs' tile walk (producer and consumers both loop "for k: t =
+// tileOfRound(k, ...); stop at t >= numTiles"): every tile exactly once, in either order; and
+// with causal costs (descending in t) the snake's busiest CTA carries no more than the plain
+// stride's.
+TEST(AttnSchedule, TileWalkCoversEveryTileOnce) {
+  std::mt19937 rng(std::random_device{}());
+  for (int it = 0; it < 400; ++it) {
+    const int32_t nCtas = 1 + rng() % 140;
+    const int32_t numTiles = 1 + rng() % 3000;
+    int64_t worst[2] = {0, 0};
+    for (int snake = 0; snake < 2; ++snake) {
+      std::vector<int> hits(numTiles, 0);
+      for (int32_t cta = 0; cta < nCtas; ++cta) {
+        int64_t load = 0;
+        for (int32_t k = 0;; ++k) {
+          const int32_t t = mk::attn::tileOfRound(k, cta, nCtas, snake != 0);
+          if (t >= numTiles) break;
+          ASSERT_GE(t, 0);
+          ++hits[t];
+          load += numTiles - t;  // causal: tile t (heaviest first) costs numTiles - t
+        }
+        worst[snake] = std::max(worst[snake], load);
+      }
+      for (int32_t t = 0; t < numTiles; ++t)
+        ASSERT_EQ(hits[t], 1) << "tile " << t << " of " << numTiles << ", " << nCtas
+                              << " CTAs, snake " << snake;
+    }
+    EXPECT_LE(worst[1], worst[0]) << numTiles << " tiles, " << nCtas << " CTAs";
+  }
+}
+
 // kvVisible must never skip a block holding a visible pair, and must ask for the mask whenever
 // some pair of the block is masked (or a key row lies past the slice).
 TEST(AttnSchedule, BlockVerdictMatchesEveryPair) {
