@@ -176,6 +176,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   const float scale = a.scale > 0.0f ? a.scale : 1.0f / std::sqrt((float)a.D);
   p->scaleLog2 = scale * 1.4426950408889634f;
   p->causal = a.causal ? 1 : 0;
+  p->tileOrder = (int32_t)MK_PARAM_INT(AttnTileOrder);
   p->seq = a.seq;
   p->qRank = a.qRank;
   p->nSrc = a.nSrc;

@@ -75,6 +75,7 @@ struct AttnParams {
   int32_t mBlocks, numTiles;
   float scaleLog2;  // scale * log2(e)
   int32_t causal;
+  int32_t tileOrder;  // MKERNEL_ATTN_TILE_ORDER
   SeqMap seq;
   int32_t qRank, nSrc;
   AttnHooks hooks;
@@ -120,14 +121,18 @@ struct Tile {
 };
 
 // Causal tiles are walked heaviest first (the last row blocks of a contiguous slice attend to
-// the most keys), so the persistent CTAs' static schedule ends with short tiles.
+// the most keys), so the persistent CTAs' static schedule ends with short tiles. Non-causal
+// tiles all cost the same; with tileOrder 1 they go head by head, so the CTAs of one round
+// share a head's K and V in L2 instead of streaming every head's.
 __device__ __forceinline__ Tile tileAt(const AttnParams& p, int32_t t) {
   const int32_t bh = p.B * p.Hq;
-  int32_t mb = t / bh;
+  const bool headMajor = !p.causal && p.tileOrder != 0;
+  int32_t mb = headMajor ? t % p.mBlocks : t / bh;
+  const int32_t hb = headMajor ? t / p.mBlocks : t % bh;  // b * Hq + h
   if (p.causal) mb = p.mBlocks - 1 - mb;
   Tile x;
-  x.b = (t % bh) / p.Hq;
-  x.h = t % p.Hq;
+  x.b = hb / p.Hq;
+  x.h = hb % p.Hq;
   x.m0 = mb * 128;
   p.seq.range(p.qRank, x.m0, min(x.m0 + 128, p.S), &x.qLo, &x.qHi);
   return x;
@@ -174,7 +179,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
   int32_t stage = 0;
   uint32_t phase = 0, qPhase = 0;
   for (int32_t k = 0;; ++k) {
-    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0);
+    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
     const Tile x = tileAt(p, t);
     const int32_t kvh = x.h / p.group;
@@ -429,7 +434,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
   // turn; WG0 takes the last hand-over back after the loop (every arrive is matched).
   if (C::kOverlap && wg == 1) ptx::namedBarArrive(kBarTurn0, 256);
   for (int32_t k = 0;; ++k) {
-    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0);
+    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
     const Tile x = tileAt(p, t);
     int64_t qpos[2];
