@@ -100,6 +100,8 @@ bool canImplement(const AttnArgs& a, std::string* why) {
   if (a.D != 64 && a.D != 128 && a.D != 256)
     return fail(why, "head dim %lld unsupported: 64, 128 or 256", a.D);
   if (a.B < 1 || a.S < 1) return fail(why, "batch=%lld and seq=%lld must be >= 1", a.B, a.S);
+  // The softmax folds the scale into its max: a positive finite scale keeps that exact.
+  if (!std::isfinite(a.scale)) return fail(why, "scale must be finite (<= 0 selects 1/sqrt(D))");
   if (a.Hq < 1 || a.Hkv < 1 || a.Hq % a.Hkv != 0)
     return fail(why, "heads: hq=%lld must be a positive multiple of hkv=%lld", a.Hq, a.Hkv);
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr)
@@ -170,8 +172,9 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   p->group = a.Hq / a.Hkv;
   p->mBlocks = (a.S + 127) / 128;
   const int64_t tiles = (int64_t)p->mBlocks * a.B * a.Hq;
-  MK_ARGCHECK(tiles < (int64_t(1) << 31), "attention: %lld tiles exceed the schedule's range",
-              (long long)tiles);
+  // Room above the last tile for the CTAs' last stride (tileOfRound stays within int32).
+  MK_ARGCHECK(tiles < (int64_t(1) << 31) - (int64_t(1) << 16),
+              "attention: %lld tiles exceed the schedule's range", (long long)tiles);
   p->numTiles = (int32_t)tiles;
   const float scale = a.scale > 0.0f ? a.scale : 1.0f / std::sqrt((float)a.D);
   p->scaleLog2 = scale * 1.4426950408889634f;

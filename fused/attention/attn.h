@@ -81,6 +81,19 @@ MK_HD inline int kvVisible(const SeqMap& seq, bool causal, int64_t qLo, int64_t 
   return (tail || kHi > qLo) ? 2 : 1;
 }
 
+// Tile t's head (hb = b * Hq + h, of bh = B * Hq) and row block. Causal tiles come heaviest
+// first (the last row blocks of a contiguous slice attend to the most keys), row block by row
+// block over all heads, so that every round of the persistent CTAs holds tiles of similar
+// cost. Non-causal tiles all cost the same; with headMajor they go head by head, so the CTAs
+// of one round share a head's K and V in L2 instead of streaming every head's.
+MK_HD inline void tileCoords(int32_t t, int32_t bh, int32_t mBlocks, bool causal, bool headMajor,
+                             int32_t* hb, int32_t* mb) {
+  const bool byHead = headMajor && !causal;
+  *hb = byHead ? t / mBlocks : t % bh;
+  *mb = byHead ? t % mBlocks : t / bh;
+  if (causal) *mb = mBlocks - 1 - *mb;
+}
+
 // Tile of persistent CTA `cta` (of nCtas) in round k. Causal tiles come heaviest first, so a
 // plain stride (k * nCtas + cta) gives CTA 0 the heaviest tile of every round and the last
 // CTA the lightest: a spread that grows with the rounds. `snake` reverses every other round,

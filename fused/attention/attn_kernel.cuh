@@ -120,16 +120,9 @@ struct Tile {
   int64_t qLo, qHi;  // positions of the tile's valid rows
 };
 
-// Causal tiles are walked heaviest first (the last row blocks of a contiguous slice attend to
-// the most keys), so the persistent CTAs' static schedule ends with short tiles. Non-causal
-// tiles all cost the same; with tileOrder 1 they go head by head, so the CTAs of one round
-// share a head's K and V in L2 instead of streaming every head's.
 __device__ __forceinline__ Tile tileAt(const AttnParams& p, int32_t t) {
-  const int32_t bh = p.B * p.Hq;
-  const bool headMajor = !p.causal && p.tileOrder != 0;
-  int32_t mb = headMajor ? t % p.mBlocks : t / bh;
-  const int32_t hb = headMajor ? t / p.mBlocks : t % bh;  // b * Hq + h
-  if (p.causal) mb = p.mBlocks - 1 - mb;
+  int32_t hb, mb;
+  tileCoords(t, p.B * p.Hq, p.mBlocks, p.causal != 0, p.tileOrder != 0, &hb, &mb);
   Tile x;
   x.b = hb / p.Hq;
   x.h = hb % p.Hq;

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   const CommDev& c = a.c;
   const WsLayout& w = c.ws;
   const int tid = threadIdx.x, nt = blockDim.x;
-  if (rt::failed(c.w)) return;
+  if (rt::ctaFailed(c.w)) return;
   for (int q = tid; q < c.nLocal; q += nt) sh.ws[q] = c.peers[q];
   const int nMine =
       (int)(a.nStreams > (int)blockIdx.x ? (a.nStreams - blockIdx.x + gridDim.x - 1) / gridDim.x

@@ -496,7 +496,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   __shared__ RedShared sh;
   const CommDev& c = a.c;
   const int tid = threadIdx.x;
-  if (rt::failed(c.w)) return;  // an earlier operation failed: peers are out of step
+  if (rt::ctaFailed(c.w)) return;  // an earlier operation failed: peers are out of step
   using U = typename Num<DT>::U;
   for (int q = tid; q < c.nLocal; q += blockDim.x) sh.ws[q] = c.peers[q];
   if (tid == 0) {

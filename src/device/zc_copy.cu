@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   __shared__ ZcCopyShared sh;
   const CommDev& c = a.c;
   const int n = c.nLocal, me = c.me, tid = threadIdx.x, nt = blockDim.x;
-  if (rt::failed(c.w)) return;  // an earlier operation failed: peers are out of step
+  if (rt::ctaFailed(c.w)) return;  // an earlier operation failed: peers are out of step
   if (tid == 0) {
     sh.err = 0;
     sh.np = 0;

@@ -123,6 +123,30 @@ TEST(AttnSchedule, TileWalkCoversEveryTileOnce) {
   }
 }
 
+// tileCoords maps the tiles one to one onto (head, row block) in every order, and causal
+// tiles come heaviest (highest row block) first.
+TEST(AttnSchedule, TileCoordsAreABijection) {
+  for (int bh : {1, 3, 16, 40})
+    for (int mBlocks : {1, 2, 7, 64})
+      for (int causal = 0; causal < 2; ++causal)
+        for (int headMajor = 0; headMajor < 2; ++headMajor) {
+          std::vector<int> seen(bh * mBlocks, 0);
+          int lastMb = mBlocks;
+          for (int t = 0; t < bh * mBlocks; ++t) {
+            int32_t hb, mb;
+            mk::attn::tileCoords(t, bh, mBlocks, causal != 0, headMajor != 0, &hb, &mb);
+            ASSERT_TRUE(hb >= 0 && hb < bh && mb >= 0 && mb < mBlocks)
+                << "t " << t << " -> " << hb << "," << mb;
+            ++seen[hb * mBlocks + mb];
+            if (causal) {
+              ASSERT_LE(mb, lastMb) << "causal tiles must not get heavier, t " << t;
+              lastMb = mb;
+            }
+          }
+          for (int v : seen) ASSERT_EQ(v, 1) << bh << " heads, " << mBlocks << " row blocks";
+        }
+}
+
 // kvVisible must never skip a block holding a visible pair, and must ask for the mask whenever
 // some pair of the block is masked (or a key row lies past the slice).
 TEST(AttnSchedule, BlockVerdictMatchesEveryPair) {

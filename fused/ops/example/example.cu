@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   extern __shared__ uint8_t smem[];
   __shared__ CommShared sh;
   __shared__ uint64_t seq;
-  if (rt::failed(p.f.c.w)) return;  // an earlier operation failed: peers are out of step
+  if (rt::ctaFailed(p.f.c.w)) return;  // an earlier operation failed: peers are out of step
   if (threadIdx.x == 0) seq = callSeq(p.f);
   __syncthreads();
   int32_t idx;
