@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "common/test_util.h"
 #include "fused/attention/attn.h"
 
 namespace {
@@ -50,7 +51,7 @@ TEST(AttnSchedule, PositionsCoverTheSequenceOnce) {
 }
 
 TEST(AttnSchedule, RangeIsTheBruteForceMinMax) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937_64 rng(mktest::testSeed());  // MKTEST_SEED repeats a failure
   for (int it = 0; it < 2000; ++it) {
     const int chunks = 1 + rng() % 2;
     const int n = 1 + rng() % 8;
@@ -74,7 +75,7 @@ TEST(AttnSchedule, RangeIsTheBruteForceMinMax) {
 // position <= q must be exactly its first prefixUpTo(r, q) rows, for every q including ones
 // before and after the whole sequence.
 TEST(AttnSchedule, VisibleKeysAreThePrefixCounted) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937_64 rng(mktest::testSeed());  // MKTEST_SEED repeats a failure
   for (int it = 0; it < 600; ++it) {
     const int chunks = 1 + rng() % 2;
     const int n = 1 + rng() % 8;
@@ -97,7 +98,7 @@ TEST(AttnSchedule, VisibleKeysAreThePrefixCounted) {
 // with causal costs (descending in t) the snake's busiest CTA carries no more than the plain
 // stride's.
 TEST(AttnSchedule, TileWalkCoversEveryTileOnce) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937_64 rng(mktest::testSeed());  // MKTEST_SEED repeats a failure
   for (int it = 0; it < 400; ++it) {
     const int32_t nCtas = 1 + rng() % 140;
     const int32_t numTiles = 1 + rng() % 3000;
@@ -150,7 +151,7 @@ TEST(AttnSchedule, TileCoordsAreABijection) {
 // kvVisible must never skip a block holding a visible pair, and must ask for the mask whenever
 // some pair of the block is masked (or a key row lies past the slice).
 TEST(AttnSchedule, BlockVerdictMatchesEveryPair) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937_64 rng(mktest::testSeed());  // MKTEST_SEED repeats a failure
   int skipped = 0, unmasked = 0, masked = 0;
   for (int it = 0; it < 300; ++it) {
     const int chunks = 1 + rng() % 2;
@@ -195,7 +196,7 @@ TEST(AttnSchedule, BlockVerdictMatchesEveryPair) {
 // The consumers' recurrence per row: m = max(m, block max) with m = -inf guarded (base 0),
 // l = l * 2^(m_old - base) + sum 2^(s - base), o likewise; out = o / l, lse = (m + log2 l) ln 2.
 TEST(AttnSchedule, OnlineSoftmaxMatchesDirect) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937_64 rng(mktest::testSeed());  // MKTEST_SEED repeats a failure
   std::normal_distribution<double> nd(0.0, 3.0);
   for (int it = 0; it < 200; ++it) {
     const int keys = 1 + rng() % 700, bn = 64 << (rng() % 2);
