@@ -92,3 +92,29 @@ def write_results(tool, out_dir, mode, now, meta, rows, md):
     f.write(md)
   log("\n" + md)
   log("%s: wrote %s.json and .md" % (tool, base))
+
+
+def init_rank(dtype_name):
+  """A torchrun worker's setup: (rank, world, device, dtype); the local GPU made current and
+  the nccl process group created. torch is imported here, so the launcher never needs it."""
+  import datetime
+  import torch
+  import torch.distributed as dist
+  rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+  local = int(os.environ.get("LOCAL_RANK", rank))
+  device = torch.device("cuda", local % torch.cuda.device_count())
+  torch.cuda.set_device(device)
+  dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(seconds=300))
+  dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+  return rank, world, device, dtype
+
+
+def import_mkernel(describe):
+  """(mkernel module, None, library path), or (None, describe(exception), None): the torch
+  side of a benchmark still runs without mkernel."""
+  sys.path.insert(0, os.path.join(REPO, "python"))
+  try:
+    import mkernel
+    return mkernel, None, mkernel.library_path()
+  except Exception as e:  # noqa: BLE001 - recorded, torch still runs
+    return None, describe(e), None

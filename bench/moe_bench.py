@@ -220,23 +220,10 @@ class Bench:
 
   def __init__(self, a):
     self.a = a
-    self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", self.rank))
     if torch.cuda.device_count() < 1:
       raise SetupError("no CUDA device visible")
-    self.device = torch.device("cuda", local % torch.cuda.device_count())
-    torch.cuda.set_device(self.device)
-    dist.init_process_group("nccl", device_id=self.device,
-                            timeout=datetime.timedelta(seconds=300))
-    self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
-    sys.path.insert(0, os.path.join(REPO, "python"))
-    self.mk, self.mk_error, self.lib_path = None, None, None
-    try:
-      import mkernel
-      self.lib_path = mkernel.library_path()
-      self.mk = mkernel
-    except Exception as e:  # noqa: BLE001 - recorded, torch still runs
-      self.mk_error = first_line(e)
+    self.rank, self.world, self.device, self.dtype = bpu.init_rank(a.dtype)
+    self.mk, self.mk_error, self.lib_path = bpu.import_mkernel(first_line)
     peers = [None] * self.world
     dist.all_gather_object(peers, (socket.gethostname(), self.device.index, os.getpid()))
     mine = peers[self.rank][:2]

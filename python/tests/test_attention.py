@@ -242,27 +242,12 @@ class ZigzagTorchTest(unittest.TestCase):
 
 
 # ---------------------------------------------------------------------------------------------
-class FakeAttnLib:
-  """Records ncclRingAttention's arguments (the config as a dict); returns `result`."""
-
-  path, how = "fake", "test"
-
-  def __init__(self, result=0, message=""):
-    self.calls, self.result, self.message = [], result, message
+class FakeAttnLib(tm.StandInLib):
+  """Records ncclRingAttention's arguments (the config as a dict)."""
 
   def ncclRingAttention(self, *args):
-    self.calls.append([{f: getattr(a, f) for f, _ in a._fields_}
-                       if isinstance(a, ctypes.Structure) else a for a in args])
+    self.calls.append([tm.plain_arg(a) for a in args])
     return self.result
-
-  require = _lib.Library.require
-  check = _lib.Library.check
-
-  def last_error(self):
-    return self.message
-
-  def error_string(self, r):
-    return "stand-in string"
 
 
 class AttnInvokeTest(unittest.TestCase):

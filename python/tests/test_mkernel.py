@@ -193,23 +193,14 @@ class PlanTest(unittest.TestCase):
 
 
 # ---------------------------------------------------------------------------------------------
-class FakeLib:
-  """Records the C calls; returns `result` and reports `message` as ncclGetLastError."""
+class StandInLib:
+  """In place of the loaded library: every call returns `result`, ncclGetLastError `message`;
+  subclasses record their calls in `calls`."""
+
+  path, how = "fake", "test"
 
   def __init__(self, result=0, message=""):
     self.calls, self.result, self.message = [], result, message
-    for name in _plan.C_API.values():
-      setattr(self, name, self._recorder(name))
-
-  def _recorder(self, name):
-
-    def fn(*args):
-      cfg = args[-3]
-      self.calls.append((name, args[:-3], {f: getattr(cfg, f) for f, _ in cfg._fields_},
-                         args[-2:]))
-      return self.result
-
-    return fn
 
   def last_error(self):
     return self.message
@@ -217,7 +208,32 @@ class FakeLib:
   def error_string(self, r):
     return "stand-in string"
 
+  require = _lib.Library.require
   check = _lib.Library.check
+
+
+def plain_arg(a):
+  """A recorded C argument: a ctypes struct as a dict of its fields, anything else as is."""
+  if isinstance(a, ctypes.Structure):
+    return {f: getattr(a, f) for f, _ in a._fields_}
+  return a
+
+
+class FakeLib(StandInLib):
+  """Records the C calls (name, leading args, the config's fields, the comm and stream)."""
+
+  def __init__(self, result=0, message=""):
+    super().__init__(result, message)
+    for name in _plan.C_API.values():
+      setattr(self, name, self._recorder(name))
+
+  def _recorder(self, name):
+
+    def fn(*args):
+      self.calls.append((name, args[:-3], plain_arg(args[-3]), args[-2:]))
+      return self.result
+
+    return fn
 
 
 class InvokeTest(unittest.TestCase):

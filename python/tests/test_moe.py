@@ -215,36 +215,21 @@ class MoePlanTest(unittest.TestCase):
 
 
 # ---------------------------------------------------------------------------------------------
-class FakeMoeLib:
-  """Records the MoE C calls (with the structs' fields); returns `result`."""
-
-  path, how = "fake", "test"
+class FakeMoeLib(tm.StandInLib):
+  """Records the MoE C calls (with the structs' fields)."""
 
   def __init__(self, result=0, message=""):
-    self.calls, self.result, self.message = [], result, message
+    super().__init__(result, message)
     for name in _lib.MOE_APIS:
       setattr(self, name, self._recorder(name))
 
   def _recorder(self, name):
 
-    def fields(s):
-      return {f: getattr(s, f) for f, _ in s._fields_}
-
     def fn(*args):
-      self.calls.append((name, [fields(a) if isinstance(a, ctypes.Structure) else a
-                                for a in args]))
+      self.calls.append((name, [tm.plain_arg(a) for a in args]))
       return self.result
 
     return fn
-
-  require = _lib.Library.require
-  check = _lib.Library.check
-
-  def last_error(self):
-    return self.message
-
-  def error_string(self, r):
-    return "stand-in string"
 
 
 class MoeInvokeTest(unittest.TestCase):

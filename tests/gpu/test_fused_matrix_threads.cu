@@ -37,6 +37,7 @@
 
 namespace {
 
+using fusedtest::callError;
 using fusedtest::Case;
 using fusedtest::Problem;
 using Clock = std::chrono::steady_clock;
@@ -45,12 +46,6 @@ using gputest::since;
 
 // One thread per rank (gpu/test_thread_team.h).
 using RankThreads = gputest::Team;
-
-std::string callError(int r, ncclComm_t comm, ncclResult_t res) {
-  if (res == ncclSuccess) return "";
-  return "rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
-         ncclGetLastError(comm);
-}
 
 // What nccl-tests does between calls: a random skew, then a device-wide synchronisation.
 std::string skewAndSync(int r, uint64_t seed) {

@@ -384,6 +384,19 @@ inline std::string waitRank(int r, ncclComm_t comm, cudaStream_t s, double timeo
   return e.empty() ? "" : "rank " + std::to_string(r) + ": " + e;
 }
 
+// "" for ncclSuccess, otherwise what rank r's call returned and the comm's last error.
+inline std::string callError(int r, ncclComm_t comm, ncclResult_t res) {
+  if (res == ncclSuccess) return "";
+  return "rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
+         ncclGetLastError(comm);
+}
+
+// Rank r's call (`res`, already issued on s), then the bounded wait for its stream.
+inline std::string callAndWaitRank(int r, ncclComm_t comm, cudaStream_t s, ncclResult_t res) {
+  const std::string e = callError(r, comm, res);
+  return e.empty() ? waitRank(r, comm, s) : e;
+}
+
 // Runs p on the ranks that this one thread drives (comms[r] != nullptr; each rank's call
 // issued in turn, no group: fused calls are refused inside groups), `reps` times with fresh
 // inputs; with `graph`, after one eager run, the calls are captured once (one graph per
@@ -398,10 +411,8 @@ inline std::string runDriven(Problem& p, const std::vector<ncclComm_t>& comms,
   auto issue = [&]() -> std::string {
     for (int r = 0; r < n; ++r) {
       if (!comms[r]) continue;
-      const ncclResult_t res = p.call(r, comms[r], streams[r]);
-      if (res != ncclSuccess)
-        return "rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
-               ncclGetLastError(comms[r]);
+      const std::string e = callError(r, comms[r], p.call(r, comms[r], streams[r]));
+      if (!e.empty()) return e;
     }
     return "";
   };

@@ -37,12 +37,9 @@ using namespace moetest;  // the problem classes (MoeCase, MoeProblem, ...)
 using fusedtest::waitRank;
 
 std::string runOnce(gputest::Team& t, MoeProblem& p) {
-  std::string err = t.run([&](int r) -> std::string {
-    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
-    if (res != ncclSuccess)
-      return "rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
-             ncclGetLastError(t.comms[r]);
-    return waitRank(r, t.comms[r], t.streams[r]);
+  std::string err = t.run([&](int r) {
+    return fusedtest::callAndWaitRank(r, t.comms[r], t.streams[r],
+                                      p.call(r, t.comms[r], t.streams[r]));
   });
   for (int r = 0; r < t.n && err.empty(); ++r) err = p.check(r);
   return err;

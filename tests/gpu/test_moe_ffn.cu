@@ -59,11 +59,8 @@ std::string drain(cudaStream_t s, double timeoutS = 60) {
 }
 
 std::string callAndWait(gputest::Team& t, FfnProblem& p, int r) {
-  const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
-  if (res != ncclSuccess)
-    return "rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
-           ncclGetLastError(t.comms[r]);
-  return waitRank(r, t.comms[r], t.streams[r]);
+  return fusedtest::callAndWaitRank(r, t.comms[r], t.streams[r],
+                                    p.call(r, t.comms[r], t.streams[r]));
 }
 
 // One call per rank thread, then every rank checked (in parallel, one rank per thread).

@@ -149,10 +149,7 @@ class ProcDriver : public Driver {
 
 template <class P>
 std::string enqueue(Driver& d, int r, P& p) {
-  const ncclResult_t res = p.call(r, d.comm(r), d.stream(r));
-  if (res == ncclSuccess) return "";
-  return "rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
-         ncclGetLastError(d.comm(r));
+  return fusedtest::callError(r, d.comm(r), p.call(r, d.comm(r), d.stream(r)));
 }
 
 // Every problem called back to back on each rank's stream, one wait, a barrier, every

@@ -173,10 +173,9 @@ TEST(RingAttnSingleLong, LongSlice) {
 // ---- ranks that are threads ---------------------------------------------------------------
 // One call per rank thread, then every rank checked.
 std::string runTeam(gputest::Team& t, Problem& p, Stats* st) {
-  std::string err = t.run([&](int r) -> std::string {
-    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
-    if (res != ncclSuccess) return failed(r, t.comms[r], res);
-    return waitRank(r, t.comms[r], t.streams[r]);
+  std::string err = t.run([&](int r) {
+    return fusedtest::callAndWaitRank(r, t.comms[r], t.streams[r],
+                                      p.call(r, t.comms[r], t.streams[r]));
   });
   for (int r = 0; r < t.n && err.empty(); ++r) err = p.check(r, st);
   return err;

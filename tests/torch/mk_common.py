@@ -551,3 +551,21 @@ def world_comm(ctx):
 def check_preloaded_library(rep, lib):
   rep.check("library_is_the_preloaded_one", "LD_PRELOAD" in lib.how or "MKERNEL_LIB" in lib.how,
             "%s (%s)" % (lib.path, lib.how))
+
+
+def probe_layout(ctx, name, call):
+  """(ok, result): `call` (one small operator call) must run in this layout on every rank;
+  reported as `name`, and agreed on by all ranks so that none goes on to checks a peer skips."""
+  import mkernel
+  result = None
+  try:
+    result = call()
+  except mkernel.MkernelError as e:
+    ctx.report.fail(name, str(e))
+    ok = torch.zeros(1, device=ctx.device)
+  else:
+    torch.cuda.synchronize()
+    ctx.report.ok(name, "")
+    ok = torch.ones(1, device=ctx.device)
+  dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+  return float(ok) == 1, result

@@ -36,8 +36,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from mk_common import (Ctx, Shifted, check_preloaded_library, compare, expect_raises, log,
-                       make_input, nccl_binding_check, pair_group, poison_like, run_tests, seed_of,
-                       skip_without_cuda, world_comm)
+                       make_input, nccl_binding_check, pair_group, poison_like, probe_layout,
+                       run_tests, seed_of, skip_without_cuda, world_comm)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import mkernel  # noqa: E402  (the package of this source tree)
@@ -310,19 +310,10 @@ def run_ffn(c, out=None, buffers=None):
 def test_probe(ctx):
   """One small call: this layout (processes, GPUs) must be one the library runs."""
   c = Case(ctx, "probe", 32, 64, 64, 1, 2, "bf16", "nk", None, "uniform", "auto", None, False)
-  try:
-    res = run_dispatch(c)
-  except mkernel.MkernelError as e:
-    ctx.report.fail("moe_runs_in_this_layout", str(e))
-    ok = torch.zeros(1, device=ctx.device)
-  else:
-    torch.cuda.synchronize()
-    ctx.report.ok("moe_runs_in_this_layout", "")
-    ok = torch.ones(1, device=ctx.device)
-  dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-  if float(ok) == 1:
+  ok, res = probe_layout(ctx, "moe_runs_in_this_layout", lambda: run_dispatch(c))
+  if ok:
     check_dispatch(ctx.report, "probe", c, res)
-  return float(ok) == 1
+  return ok
 
 
 def test_dispatch(ctx):

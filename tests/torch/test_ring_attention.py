@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 
 from mk_common import (EPS, Ctx, Shifted, check_preloaded_library, compare, expect_raises, log,
-                       make_input, nccl_binding_check, pair_group, poison_like, run_tests,
-                       skip_without_cuda, world_comm)
+                       make_input, nccl_binding_check, pair_group, poison_like, probe_layout,
+                       run_tests, skip_without_cuda, world_comm)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import mkernel  # noqa: E402  (the package of this source tree)
@@ -189,19 +189,11 @@ def poisoned(case):
 def test_probe(ctx):
   """One small call: this layout (processes, GPUs) must be one the library runs."""
   case = Case(ctx, "probe", CASES[0])
-  try:
-    out, lse = case.call(return_lse=True)
-  except mkernel.MkernelError as e:
-    ctx.report.fail("ring_attention_runs_in_this_layout", str(e))
-    ok = torch.zeros(1, device=ctx.device)
-  else:
-    torch.cuda.synchronize()
-    ctx.report.ok("ring_attention_runs_in_this_layout", "")
-    ok = torch.ones(1, device=ctx.device)
-  dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-  if float(ok) == 1:
-    check(ctx.report, "probe", case, out, lse)
-  return float(ok) == 1
+  ok, res = probe_layout(ctx, "ring_attention_runs_in_this_layout",
+                         lambda: case.call(return_lse=True))
+  if ok:
+    check(ctx.report, "probe", case, *res)
+  return ok
 
 
 def test_cases(ctx):
