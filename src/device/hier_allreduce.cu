@@ -17,22 +17,10 @@ namespace dn = ::mk::dev::net;
 
 constexpr int kHierThreads = 512;
 
-template <typename A>
-__device__ __forceinline__ A hierComb(int red, A x, A y) {
-  return dispatchRed(red, [&](auto r) { return combine<decltype(r)::kRed>(x, y); });
-}
-
-// Peers rewrite the window between two reads of the same address: bypass L1.
-template <typename U>
-__device__ __forceinline__ U ldU(const void* p) {
-  return *(const volatile U*)p;
-}
-
 template <int DT>
 __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) {
   using N = Num<DT>;
   using U = typename N::U;
-  using Acc = typename N::Acc;
   const NetDev& d = a.d;
   const uint64_t es = sizeof(U);
   const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
@@ -48,7 +36,6 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
   __syncthreads();
   const uint64_t seq0 = seq0s;
   const U scalU = scal;
-  const Acc sc = N::toAcc(scalU);
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
 
@@ -94,21 +81,17 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
       if (!netReceive(d, kHierSigRS + j, s - 1, a.localPeer[j])) return;
     }
     {
-      const char* srcs[kHierMaxLocal];
-      for (int j = 0; j < nl; j++)
+      // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1);
+      // the others arrive pre-scaled and take 1 (exact).
+      const void* srcs[kHierMaxLocal];
+      uint64_t pm[kHierMaxLocal];
+      for (int j = 0; j < nl; j++) {
         srcs[j] = j == l ? send + (cb + myOff) * es
                          : dn::recv_ptr(d, a.localPeer[j], hierRsOff(a.stride, nl, j));
-      // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1).
-      U* out = reinterpret_cast<U*>(recv + (cb + myOff) * es);
-      for (uint64_t i = tid; i < myLen; i += nt) {
-        Acc acc = 0;
-        for (int j = 0; j < nl; j++) {
-          Acc v = N::toAcc(ldU<U>(srcs[j] + i * es));
-          if (a.premul && j == l) v = premul1<DT>(v, sc);
-          acc = j == 0 ? v : hierComb(a.red, acc, v);
-        }
-        out[i] = N::fromAcc(acc);
+        pm[j] = j == l ? (uint64_t)scalU : oneBits<DT>();
       }
+      void* out[1] = {recv + (cb + myOff) * es};
+      reduceRangeAny<DT>(a.red, srcs, nl, pm, out, 1, myLen, RedCfg{0, a.premul, 0}, tid, nt);
     }
     __syncthreads();
 
@@ -127,17 +110,11 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
       if (!netReceive(d, kHierSigRail + b, s - 1, a.railPeer[b])) return;
     }
     {
-      U* out = reinterpret_cast<U*>(recv + (cb + myOff) * es);
-      for (uint64_t i = tid; i < myLen; i += nt) {
-        Acc acc = 0;
-        for (int b = 0; b < nn; b++) {
-          const char* p =
-              b == me ? part : dn::recv_ptr(d, a.railPeer[b], hierRailOff(a.stride, nl, b));
-          Acc v = N::toAcc(ldU<U>(p + i * es));
-          acc = b == 0 ? v : hierComb(a.red, acc, v);
-        }
-        out[i] = a.postDiv ? N::divide(acc, a.postDiv) : N::fromAcc(acc);
-      }
+      const void* srcs[kHierMaxNodes];
+      for (int b = 0; b < nn; b++)
+        srcs[b] = b == me ? part : dn::recv_ptr(d, a.railPeer[b], hierRailOff(a.stride, nl, b));
+      void* out[1] = {recv + (cb + myOff) * es};
+      reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, myLen, RedCfg{0, 0, a.postDiv}, tid, nt);
     }
     __syncthreads();
 
@@ -154,9 +131,8 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
       if (!netReceive(d, kHierSigAG + j, s - 1, peer)) return;
       uint64_t o, len;
       segOf(j, &o, &len);
-      const char* src = dn::recv_ptr(d, peer, hierAgOff(a.stride, nl, j));
-      U* out = reinterpret_cast<U*>(recv + (cb + o) * es);
-      for (uint64_t i = tid; i < len; i += nt) out[i] = ldU<U>(src + i * es);
+      copyBytes(recv + (cb + o) * es, dn::recv_ptr(d, peer, hierAgOff(a.stride, nl, j)), len * es,
+                tid, nt);
     }
     __syncthreads();
 
