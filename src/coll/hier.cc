@@ -38,7 +38,7 @@ bool hierEvenNodes(int nNodes, const int* nodeSizes) {
 
 uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize) {
   if (nLocal < 1 || nNodes < 1 || esize == 0) return 0;
-  uint64_t s = windowBytes / (uint64_t)(2 * nLocal + nNodes);
+  uint64_t s = windowBytes / (kHierBanks * (uint64_t)(2 * nLocal + nNodes));
   s &= ~(uint64_t)255;
   return s < esize ? 0 : s;
 }

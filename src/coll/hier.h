@@ -18,7 +18,11 @@
 //   3. it puts the result to every local peer (area AG, slot kHierSigAG + sender), which
 //      copy it into their recvbuff;
 //   4. it acknowledges chunk s to every rank that wrote into its window (slots kHierSigAckL
-//      / kHierSigAckN); nobody writes chunk s+1 into a window before its owner's ack >= s.
+//      / kHierSigAckN).
+// Every area has kHierBanks banks; chunk s uses bank s % kHierBanks, and nobody writes chunk
+// s into a window before its owner's ack >= s - kHierBanks. With one bank a writer waited for
+// the ack of the chunk just sent: every chunk, and every small call, paid a second one-way
+// trip (the ack) before the next could leave.
 #pragma once
 #include <cstdint>
 #include <nccl.h>
@@ -36,6 +40,7 @@ namespace mk {
 
 constexpr int kHierMaxLocal = 32;
 constexpr int kHierMaxNodes = 128;
+constexpr uint64_t kHierBanks = 2;
 // Signal slots of the hierarchical collectives (a private range of kNetSignals).
 constexpr uint32_t kHierSigBase = 2048;
 constexpr uint32_t kHierSigSeq = kHierSigBase;  // my own sequence word (only I write it)
@@ -78,8 +83,8 @@ std::string hierTopoProblem(int nNodes, const int* nodeSizes);
 // ranks, within the hierarchical AllReduce's limits.
 bool hierEvenNodes(int nNodes, const int* nodeSizes);
 // Bytes of one segment area (the AllReduce gets the first half of the net window; the
-// channel engine the second): windowBytes split in 2*nLocal + nNodes areas, rounded down to
-// 256; 0 when smaller than one element.
+// channel engine the second): windowBytes split in kHierBanks * (2*nLocal + nNodes) areas,
+// rounded down to 256; 0 when smaller than one element.
 uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize);
 // Segment j of a chunk of n elements (nLocal segments, 16-byte multiples where possible).
 void hierSegment(uint64_t n, int nLocal, size_t esize, int j, uint64_t* off, uint64_t* len);
@@ -93,6 +98,10 @@ MK_HD inline uint64_t hierAgOff(uint64_t stride, int nLocal, int i) {
 }
 MK_HD inline uint64_t hierRailOff(uint64_t stride, int nLocal, int b) {
   return stride * (uint64_t)(2 * nLocal + b);
+}
+// Start of the bank of chunk s (add it to the offsets above).
+MK_HD inline uint64_t hierBankOff(uint64_t stride, int nLocal, int nNodes, uint64_t s) {
+  return stride * (uint64_t)(2 * nLocal + nNodes) * (s % kHierBanks);
 }
 
 // ---- comm-level --------------------------------------------------------------------------

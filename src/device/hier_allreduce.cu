@@ -1,6 +1,7 @@
 // Device side of the hierarchical AllReduce (scheme: coll/hier.h). One CTA per rank; every
 // transfer and wait goes through devcomm.cuh (bounded, abortable waits; errors recorded in
-// the net layer's record). Simplest correct scheme: one chunk at a time, acknowledged.
+// the net layer's record). Chunks alternate between kHierBanks window banks, so a chunk
+// leaves while its predecessor is still being acknowledged.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
       *len = e - o;
     };
     segOf(l, &myOff, &myLen);
+    const uint64_t bank = hierBankOff(a.stride, nl, nn, s);
 
     // 1. Reduce-scatter inside the node. PreMulSum: every rank has its own scalar, so a
     // segment leaves pre-scaled by its owner (round(x * mine), as premul1), staged in my
@@ -72,8 +74,9 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
         __syncthreads();
         src = static_cast<const char*>(stage);
       }
-      if (!netAcquire(d, kHierSigAckL + j, s - 1, 1, peer)) return;
-      if (!netPublish(d, src, peer, hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l, s - 1))
+      if (!netAcquire(d, kHierSigAckL + j, s - 1, kHierBanks, peer)) return;
+      if (!netPublish(d, src, peer, bank + hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l,
+                      s - 1))
         return;
     }
     for (int j = 0; j < nl; j++) {
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
       uint64_t pm[kHierMaxLocal];
       for (int j = 0; j < nl; j++) {
         srcs[j] = j == l ? send + (cb + myOff) * es
-                         : dn::recv_ptr(d, a.localPeer[j], hierRsOff(a.stride, nl, j));
+                         : dn::recv_ptr(d, a.localPeer[j], bank + hierRsOff(a.stride, nl, j));
         pm[j] = j == l ? (uint64_t)scalU : oneBits<DT>();
       }
       void* out[1] = {recv + (cb + myOff) * es};
@@ -100,9 +103,9 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
     for (int b = 0; b < nn; b++) {
       if (b == me) continue;
       const int peer = a.railPeer[b];
-      if (!netAcquire(d, kHierSigAckN + b, s - 1, 1, peer)) return;
-      if (!netPublish(d, part, peer, hierRailOff(a.stride, nl, me), myLen * es, kHierSigRail + me,
-                      s - 1))
+      if (!netAcquire(d, kHierSigAckN + b, s - 1, kHierBanks, peer)) return;
+      if (!netPublish(d, part, peer, bank + hierRailOff(a.stride, nl, me), myLen * es,
+                      kHierSigRail + me, s - 1))
         return;
     }
     for (int b = 0; b < nn; b++) {
@@ -112,16 +115,18 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
     {
       const void* srcs[kHierMaxNodes];
       for (int b = 0; b < nn; b++)
-        srcs[b] = b == me ? part : dn::recv_ptr(d, a.railPeer[b], hierRailOff(a.stride, nl, b));
+        srcs[b] =
+            b == me ? part : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, nl, b));
       void* out[1] = {recv + (cb + myOff) * es};
       reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, myLen, RedCfg{0, 0, a.postDiv}, tid, nt);
     }
     __syncthreads();
 
-    // 3. All-gather inside the node (peers' acks for chunk s-1 were awaited in step 1).
+    // 3. All-gather inside the node (the acks that free this bank of the peers' AG areas
+    // were awaited in step 1).
     for (int j = 0; j < nl; j++) {
       if (j == l) continue;
-      if (!netPublish(d, part, a.localPeer[j], hierAgOff(a.stride, nl, l), myLen * es,
+      if (!netPublish(d, part, a.localPeer[j], bank + hierAgOff(a.stride, nl, l), myLen * es,
                       kHierSigAG + l, s - 1))
         return;
     }
@@ -131,8 +136,8 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
       if (!netReceive(d, kHierSigAG + j, s - 1, peer)) return;
       uint64_t o, len;
       segOf(j, &o, &len);
-      copyBytes(recv + (cb + o) * es, dn::recv_ptr(d, peer, hierAgOff(a.stride, nl, j)), len * es,
-                tid, nt);
+      copyBytes(recv + (cb + o) * es, dn::recv_ptr(d, peer, bank + hierAgOff(a.stride, nl, j)),
+                len * es, tid, nt);
     }
     __syncthreads();
 

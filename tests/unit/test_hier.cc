@@ -57,7 +57,11 @@ TEST(HierStride, FitsWindow) {
         uint64_t s = mk::hierStride(w, nl, nn, es);
         ASSERT_GT(s, 0u);
         EXPECT_EQ(s % 256, 0u);
-        EXPECT_LE(mk::hierRailOff(s, nl, nn - 1) + s, w);
+        // Banks side by side, the last one inside the window.
+        const uint64_t last = mk::hierBankOff(s, nl, nn, mk::kHierBanks - 1);
+        EXPECT_EQ(mk::hierBankOff(s, nl, nn, mk::kHierBanks), 0u);
+        EXPECT_EQ(mk::hierBankOff(s, nl, nn, 1), mk::hierRailOff(s, nl, nn - 1) + s);
+        EXPECT_LE(last + mk::hierRailOff(s, nl, nn - 1) + s, w);
         EXPECT_LE(mk::hierAgOff(s, nl, nl - 1) + s, mk::hierRailOff(s, nl, 0));
         EXPECT_LE(mk::hierRsOff(s, nl, nl - 1) + s, mk::hierAgOff(s, nl, 0));
       }
