@@ -80,7 +80,7 @@ def parse_args(argv):
   s.add_argument("--torch-layouts", default="bshd,bhsd", help="SDPA input layouts")
   s.add_argument("--eager", action="store_true", help="no CUDA graphs: time eager calls")
   r = sub.add_parser("ring", parents=[common], help="n ranks: ring attention vs torch")
-  r.add_argument("--nproc", type=int, default=4)
+  r.add_argument("--nproc", "--ranks", dest="nproc", type=int, default=4)
   r.add_argument("--mps", action="store_true", help="start an MPS daemon unless one answers")
   r.add_argument("--layout", default="zigzag", choices=("zigzag", "contiguous"))
   r.add_argument("--algos", default="auto,fused,sequential")

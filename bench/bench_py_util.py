@@ -46,6 +46,18 @@ def mps_answers(env):
     return False
 
 
+def worker_argv(argv):
+  """argv with --nproc spelled --ranks (see launch)."""
+  out = []
+  for x in argv:
+    if x == "--nproc":
+      x = "--ranks"
+    elif x.startswith("--nproc="):
+      x = "--ranks=" + x[len("--nproc="):]
+    out.append(x)
+  return out
+
+
 def launch(tool, script, argv, env, distributed, nproc, mps, nproc_flag="--nproc_per_node"):
   """Runs `script argv` as the worker(s): under torchrun with nproc ranks when distributed, else
   as one rank-0 process; with mps, an MPS daemon is started first unless one answers, and
@@ -61,7 +73,10 @@ def launch(tool, script, argv, env, distributed, nproc, mps, nproc_flag="--nproc
       raise LaunchError("could not start the MPS daemon (log %s/log)" % d)
     started = env
     log("%s: started an MPS daemon (CUDA_MPS_PIPE_DIRECTORY=%s/pipe)" % (tool, d))
-  me = [os.path.abspath(script)] + argv
+  # torchrun parses every option of the worker's command line too, abbreviations included:
+  # "--nproc" is then an ambiguous prefix of its --nproc-per-node / --nproc_per_node (torch
+  # 2.11). The workers take the same count as --ranks.
+  me = [os.path.abspath(script)] + worker_argv(argv)
   if distributed:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "%s=%d" % (nproc_flag, nproc)] + me

@@ -126,7 +126,7 @@ def parse_args(argv):
   c = common.add_argument
   c("--lib", help="libmkernel.so to preload (default: the one already preloaded)")
   c("--out", default=os.path.join(HERE, "results"), help="results directory")
-  c("--nproc", type=int, default=4, help="ranks (1: one process, no torchrun)")
+  c("--nproc", "--ranks", dest="nproc", type=int, default=4, help="ranks (1: one process, no torchrun)")
   c("--mps", action="store_true", help="start an MPS daemon unless one answers")
   c("--preset", default="default", choices=("default", "wide"))
   c("--shapes", type=parse_shapes, help="H:I:E:k:T,... (T: tokens per rank); replaces --preset")

@@ -57,6 +57,16 @@ class ArgsTest(unittest.TestCase):
     self.assertEqual(a.shape_list, mb.DEFAULT_SHAPES)
     self.assertEqual(parse("dispatch", "--nproc", "1").nproc, 1)
 
+  def test_worker_command_line(self):
+    # torchrun rejects "--nproc" as an ambiguous prefix of its own options: the launcher
+    # hands the workers --ranks, which they must read as the same count.
+    import bench_py_util as bpu
+    argv = bpu.worker_argv(["ffn", "--nproc", "2", "--mps", "--nproc=3"])
+    self.assertEqual(argv, ["ffn", "--ranks", "2", "--mps", "--ranks=3"])
+    self.assertNotIn("--nproc", " ".join(argv))
+    self.assertEqual(parse(*argv[:3]).nproc, 2)
+    self.assertEqual(parse("ffn", argv[4]).nproc, 3)
+
   def test_shapes(self):
     a = parse("dispatch", "--shapes", "7168:2048:64:8:4096,2048:1408:64:6:512")
     self.assertEqual(a.shape_list, [(7168, 2048, 64, 8, 4096), (2048, 1408, 64, 6, 512)])
