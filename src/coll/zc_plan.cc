@@ -115,8 +115,17 @@ ncclResult_t zcPlan(ncclComm* comm, const CollArgs& a, ZcPlan* out) {
     }
   }
   // 3. Separate processes: map the registered buffers (collective: the same lookups on
-  //    every rank, send before receive; the result is agreed).
+  //    every rank, send before receive; the result is agreed). The lookup is a host barrier
+  //    (a bootstrap allgather) per buffer and call, so it is entered only when this rank's
+  //    own remote buffers are registered: a local decision that agrees across ranks under
+  //    NCCL's rule, like steps 1 and 2. Unregistered buffers (framework scratch, nccl-tests
+  //    without -R) stage at once; before, each such call of 4 MiB or more paid the barrier
+  //    to learn that nobody could map them. A rank that breaks the rule blocks in the
+  //    lookup while its peers stage: both end in a timeout error, never wrong data.
   if (!cs->sepProcs || (!force && rm.msgBytes < kRegZeroCopyMinBytes)) return ncclSuccess;
+  if ((rm.send && !peerMemIsRegistered(comm, a.sendbuff, rm.sendBytes)) ||
+      (rm.recv && !peerMemIsRegistered(comm, a.recvbuff, rm.recvBytes)))
+    return ncclSuccess;
   bool ok = true;
   std::vector<void*> sp, rp;
   if (rm.send) NCCLCHECK(peerMemLookup(comm, a.sendbuff, rm.sendBytes, &ok, &sp));

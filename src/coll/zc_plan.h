@@ -10,14 +10,14 @@
 //  2. one process, one GPU (kZcRaw, CollState::zeroCopy): each remote buffer lies in a
 //     registration or a window of this rank; the kernels exchange raw pointers;
 //  3. ranks in separate processes (kZcMapped, CollState::sepProcs), from
-//     kRegZeroCopyMinBytes up: peerMemLookup of each remote buffer (a collective exchange
-//     per buffer and call, ncclCommRegister buffers).
+//     kRegZeroCopyMinBytes up, when this rank's remote buffers are ncclCommRegister'ed:
+//     peerMemLookup of each of them (a collective exchange per buffer and call).
 // Sizes: from kZeroCopyMinBytes (1, 2) or kRegZeroCopyMinBytes (3) up, any size with
 // MKERNEL_ALGO=zerocopy; never with MKERNEL_REG_ZERO_COPY=0 (step 2 also needs
 // MKERNEL_ZERO_COPY), with another forced algorithm, across (virtual) nodes, with
 // more than kZcMaxMapped local ranks, for an in-place AlltoAll or for send/receive.
-// Steps 1 and 2 are local decisions: they agree across ranks when the ranks follow NCCL's
-// rule (every rank's buffers registered, or none). When they do not, the ranks take
+// Whether to try each step is a local decision: they agree across ranks when the ranks follow
+// NCCL's rule (every rank's buffers registered, or none). When they do not, the ranks take
 // different paths and the operation fails (a peer in another window: a protocol error at
 // once; a peer on the staging path: a timeout after MKERNEL_TIMEOUT_MS), naming the peer:
 // an error, never wrong data.
