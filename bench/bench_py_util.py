@@ -58,6 +58,36 @@ def worker_argv(argv):
   return out
 
 
+# Where the workers leave their exit status for the launcher (see worker_status).
+STATUS_ENV = "MK_BENCH_STATUS_FILE"
+
+
+def worker_status(rank, rc):
+  """The exit status a worker returns. Under launch() (distributed) rank 0 writes rc to the
+  launcher's status file and every worker exits 0: torchrun turns any non-zero exit into a
+  "ChildFailedError" with tracebacks and exit 1, which would lose "3: targets missed" and
+  read as a crash. Without the file (a plain run) rc itself."""
+  path = os.environ.get(STATUS_ENV)
+  if not path:
+    return rc
+  if rank == 0:
+    with open(path, "w") as f:
+      f.write("%d\n" % rc)
+  return 0
+
+
+def read_status(path, launcher_rc):
+  """The workers' status from `path` when the launcher succeeded and rank 0 wrote one; else
+  the launcher's own (a worker that crashed, or no file)."""
+  if launcher_rc != 0:
+    return launcher_rc
+  try:
+    with open(path) as f:
+      return int(f.read().strip())
+  except (OSError, ValueError):
+    return launcher_rc
+
+
 def launch(tool, script, argv, env, distributed, nproc, mps, nproc_flag="--nproc_per_node"):
   """Runs `script argv` as the worker(s): under torchrun with nproc ranks when distributed, else
   as one rank-0 process; with mps, an MPS daemon is started first unless one answers, and
@@ -77,17 +107,24 @@ def launch(tool, script, argv, env, distributed, nproc, mps, nproc_flag="--nproc
   # "--nproc" is then an ambiguous prefix of its --nproc-per-node / --nproc_per_node (torch
   # 2.11). The workers take the same count as --ranks.
   me = [os.path.abspath(script)] + worker_argv(argv)
+  status = None
   if distributed:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "%s=%d" % (nproc_flag, nproc)] + me
+    fd, status = tempfile.mkstemp(prefix="mk-%s-status." % tool.replace("_", "-"))
+    os.close(fd)
+    env[STATUS_ENV] = status
   else:
     cmd = [sys.executable] + me
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(29500 + os.getpid() % 1000))
   log("%s: %s" % (tool, " ".join(shlex.quote(x) for x in cmd)))
   try:
-    return subprocess.run(cmd, env=env).returncode
+    rc = subprocess.run(cmd, env=env).returncode
+    return read_status(status, rc) if status else rc
   finally:
+    if status:
+      os.unlink(status)
     if started is not None:
       subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=started, text=True)
       log("%s: stopped the MPS daemon" % tool)

@@ -642,7 +642,7 @@ def worker(a, argv):
   t = torch.tensor([rc], device=bench.device)
   dist.broadcast(t, 0)
   dist.destroy_process_group()
-  return int(t.item())
+  return bpu.worker_status(bench.rank, int(t.item()))
 
 
 def main():

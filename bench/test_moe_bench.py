@@ -67,6 +67,29 @@ class ArgsTest(unittest.TestCase):
     self.assertEqual(parse(*argv[:3]).nproc, 2)
     self.assertEqual(parse("ffn", argv[4]).nproc, 3)
 
+  def test_worker_status_reaches_the_launcher(self):
+    # Under torchrun a worker's own exit 3 ("targets missed") would come back as 1 with a
+    # ChildFailedError: rank 0 writes it to the launcher's file and the workers exit 0.
+    import tempfile
+    import bench_py_util as bpu
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    old = os.environ.get(bpu.STATUS_ENV)
+    os.environ[bpu.STATUS_ENV] = path
+    try:
+      self.assertEqual(bpu.worker_status(1, 3), 0)
+      self.assertEqual(bpu.read_status(path, 0), 0)  # rank 1 writes nothing: empty file
+      self.assertEqual(bpu.worker_status(0, 3), 0)
+      self.assertEqual(bpu.read_status(path, 0), 3)
+      self.assertEqual(bpu.read_status(path, 1), 1)  # a crashed worker wins
+    finally:
+      if old is None:
+        del os.environ[bpu.STATUS_ENV]
+      else:
+        os.environ[bpu.STATUS_ENV] = old
+      os.unlink(path)
+    self.assertEqual(bpu.worker_status(0, 3), 3)  # no launcher: the status itself
+
   def test_shapes(self):
     a = parse("dispatch", "--shapes", "7168:2048:64:8:4096,2048:1408:64:6:512")
     self.assertEqual(a.shape_list, [(7168, 2048, 64, 8, 4096), (2048, 1408, 64, 6, 512)])
