@@ -1,7 +1,9 @@
 // Device side of the hierarchical AllReduce (scheme: coll/hier.h). One CTA per rank; every
 // transfer and wait goes through devcomm.cuh (bounded, abortable waits; errors recorded in
-// the net layer's record). Chunks alternate between kHierBanks window banks, so a chunk
-// leaves while its predecessor is still being acknowledged.
+// the net layer's record). Chunks alternate between kHierBanks window banks, and the CTA
+// works one chunk ahead: it reduces chunk k+1 inside the node and puts it on the rail before
+// it waits for chunk k's rail partials, so the wire carries chunk k+1 while chunk k is
+// reduced and gathered (one CTA does both in turn; in order, the wire idled meanwhile).
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -18,141 +20,182 @@ namespace dn = ::mk::dev::net;
 
 constexpr int kHierThreads = 512;
 
+// Chunk k of the call: its sequence number, elements, my segment and window bank.
+struct HierChunk {
+  uint64_t s;      // sequence number (device-resident base + k + 1)
+  uint64_t cb, n;  // first element, elements
+  uint64_t myOff, myLen;
+  uint64_t bank;  // window offset of its bank
+  int nl;
+  uint64_t es;
+  // Segment of local index j (same arithmetic as hierSegment on the host).
+  __device__ void seg(int j, uint64_t* off, uint64_t* len) const {
+    uint64_t g = (n + (uint64_t)nl - 1) / (uint64_t)nl;
+    const uint64_t q = es < 16 ? 16 / es : 1;
+    g = (g + q - 1) / q * q;
+    const uint64_t o = g * (uint64_t)j < n ? g * (uint64_t)j : n;
+    const uint64_t e = o + g < n ? o + g : n;
+    *off = o;
+    *len = e - o;
+  }
+};
+
+__device__ HierChunk hierChunk(const HierArgs& a, uint64_t seq0, uint64_t k, uint64_t es) {
+  HierChunk c;
+  c.s = seq0 + k + 1;
+  c.cb = k * a.chunkElems;
+  c.n = a.count - c.cb < a.chunkElems ? a.count - c.cb : a.chunkElems;
+  c.nl = a.nLocal;
+  c.es = es;
+  c.seg(a.local, &c.myOff, &c.myLen);
+  c.bank = hierBankOff(a.stride, a.nLocal, a.nNodes, c.s);
+  return c;
+}
+
+// Steps 1 and the first half of 2 for chunk c: reduce-scatter inside the node into my
+// segment of recvbuff (the node partial), then put the partial on the rail.
 template <int DT>
-__global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) {
-  using N = Num<DT>;
-  using U = typename N::U;
+__device__ bool hierFront(const HierArgs& a, const HierChunk& c, typename Num<DT>::U scal) {
   const NetDev& d = a.d;
-  const uint64_t es = sizeof(U);
   const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
   const int tid = threadIdx.x, nt = blockDim.x;
+  const uint64_t es = c.es;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  // PreMulSum: every rank has its own scalar, so a segment leaves pre-scaled by its owner
+  // (round(x * mine), as premul1), staged in my recvbuff's segment j of this chunk (free
+  // until step 3 fills it; in place it is the input segment itself, which is sent only
+  // here); the reducer then takes it as is.
+  for (int j = 0; j < nl; j++) {
+    if (j == l) continue;
+    const int peer = a.localPeer[j];
+    uint64_t o, len;
+    c.seg(j, &o, &len);
+    const char* src = send + (c.cb + o) * es;
+    if (a.premul) {
+      void* stage = recv + (c.cb + o) * es;
+      scaleMulti<DT>(&stage, 1, src, len, (uint64_t)scal, tid, nt);
+      __syncthreads();
+      src = static_cast<const char*>(stage);
+    }
+    if (!netAcquire(d, kHierSigAckL + j, c.s - 1, kHierBanks, peer)) return false;
+    if (!netPublish(d, src, peer, c.bank + hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l,
+                    c.s - 1))
+      return false;
+  }
+  for (int j = 0; j < nl; j++) {
+    if (j == l) continue;
+    if (!netReceive(d, kHierSigRS + j, c.s - 1, a.localPeer[j])) return false;
+  }
+  {
+    // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1);
+    // the others arrive pre-scaled and take 1 (exact).
+    const void* srcs[kHierMaxLocal];
+    uint64_t pm[kHierMaxLocal];
+    for (int j = 0; j < nl; j++) {
+      srcs[j] = j == l ? send + (c.cb + c.myOff) * es
+                       : dn::recv_ptr(d, a.localPeer[j], c.bank + hierRsOff(a.stride, nl, j));
+      pm[j] = j == l ? (uint64_t)scal : oneBits<DT>();
+    }
+    void* out[1] = {recv + (c.cb + c.myOff) * es};
+    reduceRangeAny<DT>(a.red, srcs, nl, pm, out, 1, c.myLen, RedCfg{0, a.premul, 0}, tid, nt);
+  }
+  __syncthreads();
+  // The partial leaves through staging (it is not in the zero-copy area), so recvbuff may be
+  // rewritten once the put returns.
+  const char* part = recv + (c.cb + c.myOff) * es;
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    const int peer = a.railPeer[b];
+    if (!netAcquire(d, kHierSigAckN + b, c.s - 1, kHierBanks, peer)) return false;
+    if (!netPublish(d, part, peer, c.bank + hierRailOff(a.stride, nl, me), c.myLen * es,
+                    kHierSigRail + me, c.s - 1))
+      return false;
+  }
+  return true;
+}
+
+// The rest of chunk c: combine the rail partials in node order, all-gather inside the node,
+// acknowledge the chunk to every rank that wrote into my window.
+template <int DT>
+__device__ bool hierBack(const HierArgs& a, const HierChunk& c) {
+  const NetDev& d = a.d;
+  const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const uint64_t es = c.es;
+  char* recv = static_cast<char*>(a.recv);
+  char* part = recv + (c.cb + c.myOff) * es;
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    if (!netReceive(d, kHierSigRail + b, c.s - 1, a.railPeer[b])) return false;
+  }
+  {
+    // Every rail member combines the same partials in the same order: the same bits.
+    const void* srcs[kHierMaxNodes];
+    for (int b = 0; b < nn; b++)
+      srcs[b] =
+          b == me ? part : dn::recv_ptr(d, a.railPeer[b], c.bank + hierRailOff(a.stride, nl, b));
+    void* out[1] = {part};
+    reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, c.myLen, RedCfg{0, 0, a.postDiv}, tid, nt);
+  }
+  __syncthreads();
+  // 3. All-gather inside the node (the acks that free this bank of the peers' AG areas were
+  // awaited in hierFront).
+  for (int j = 0; j < nl; j++) {
+    if (j == l) continue;
+    if (!netPublish(d, part, a.localPeer[j], c.bank + hierAgOff(a.stride, nl, l), c.myLen * es,
+                    kHierSigAG + l, c.s - 1))
+      return false;
+  }
+  for (int j = 0; j < nl; j++) {
+    if (j == l) continue;
+    const int peer = a.localPeer[j];
+    if (!netReceive(d, kHierSigAG + j, c.s - 1, peer)) return false;
+    uint64_t o, len;
+    c.seg(j, &o, &len);
+    copyBytes(recv + (c.cb + o) * es, dn::recv_ptr(d, peer, c.bank + hierAgOff(a.stride, nl, j)),
+              len * es, tid, nt);
+  }
+  __syncthreads();
+  // 4. My window areas of this bank are free again: acknowledge chunk s to their writers.
+  for (int j = 0; j < nl; j++) {
+    if (j == l) continue;
+    if (!netRelease(d, a.localPeer[j], kHierSigAckL + l, c.s - 1)) return false;
+  }
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    if (!netRelease(d, a.railPeer[b], kHierSigAckN + me, c.s - 1)) return false;
+  }
+  return true;
+}
+
+// Order of one rank: front(0), then front(k+1) before back(k). Every wait is for a stage
+// that each peer reaches earlier in the same order: front(k) waits for the acks of back(k-2)
+// and for the peers' front(k); back(k) for the rail peers' front(k) and the local peers'
+// AG publish of back(k), which follows their front(k+1), which needs only my front(k+1)
+// and back(k-1): both done before my back(k).
+template <int DT>
+__global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) {
+  using U = typename Num<DT>::U;
+  const uint64_t es = sizeof(U);
   __shared__ uint64_t seq0s;
-  __shared__ U scal;
-  if (tid == 0) {
-    seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
-    U s = 0;
-    if (a.premul) s = a.scalarOnDevice ? *(const U*)a.scalarPtr : (U)a.scalarBits;
-    scal = s;
+  __shared__ U scals;
+  if (threadIdx.x == 0) {
+    seq0s = *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq);
+    U v = 0;
+    if (a.premul) v = a.scalarOnDevice ? *(const U*)a.scalarPtr : (U)a.scalarBits;
+    scals = v;
   }
   __syncthreads();
   const uint64_t seq0 = seq0s;
-  const U scalU = scal;
-  const char* send = static_cast<const char*>(a.send);
-  char* recv = static_cast<char*>(a.recv);
-
+  const U scal = scals;
+  if (a.nChunks > 0 && !hierFront<DT>(a, hierChunk(a, seq0, 0, es), scal)) return;
   for (uint64_t k = 0; k < a.nChunks; k++) {
-    const uint64_t s = seq0 + k + 1;
-    const uint64_t cb = k * a.chunkElems;
-    const uint64_t n = a.count - cb < a.chunkElems ? a.count - cb : a.chunkElems;
-    uint64_t myOff, myLen;
-    // Segment of local index j (same arithmetic as hierSegment on the host).
-    auto segOf = [&](int j, uint64_t* off, uint64_t* len) {
-      uint64_t seg = (n + (uint64_t)nl - 1) / (uint64_t)nl;
-      const uint64_t q = es < 16 ? 16 / es : 1;
-      seg = (seg + q - 1) / q * q;
-      uint64_t o = seg * (uint64_t)j < n ? seg * (uint64_t)j : n;
-      uint64_t e = o + seg < n ? o + seg : n;
-      *off = o;
-      *len = e - o;
-    };
-    segOf(l, &myOff, &myLen);
-    const uint64_t bank = hierBankOff(a.stride, nl, nn, s);
-
-    // 1. Reduce-scatter inside the node. PreMulSum: every rank has its own scalar, so a
-    // segment leaves pre-scaled by its owner (round(x * mine), as premul1), staged in my
-    // recvbuff's segment j of this chunk (free until step 3 fills it; in place it is the
-    // input segment itself, which is sent only here); the reducer then takes it as is.
-    for (int j = 0; j < nl; j++) {
-      if (j == l) continue;
-      const int peer = a.localPeer[j];
-      uint64_t o, len;
-      segOf(j, &o, &len);
-      const char* src = send + (cb + o) * es;
-      if (a.premul) {
-        void* stage = recv + (cb + o) * es;
-        scaleMulti<DT>(&stage, 1, src, len, (uint64_t)scalU, tid, nt);
-        __syncthreads();
-        src = static_cast<const char*>(stage);
-      }
-      if (!netAcquire(d, kHierSigAckL + j, s - 1, kHierBanks, peer)) return;
-      if (!netPublish(d, src, peer, bank + hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l,
-                      s - 1))
-        return;
-    }
-    for (int j = 0; j < nl; j++) {
-      if (j == l) continue;
-      if (!netReceive(d, kHierSigRS + j, s - 1, a.localPeer[j])) return;
-    }
-    {
-      // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1);
-      // the others arrive pre-scaled and take 1 (exact).
-      const void* srcs[kHierMaxLocal];
-      uint64_t pm[kHierMaxLocal];
-      for (int j = 0; j < nl; j++) {
-        srcs[j] = j == l ? send + (cb + myOff) * es
-                         : dn::recv_ptr(d, a.localPeer[j], bank + hierRsOff(a.stride, nl, j));
-        pm[j] = j == l ? (uint64_t)scalU : oneBits<DT>();
-      }
-      void* out[1] = {recv + (cb + myOff) * es};
-      reduceRangeAny<DT>(a.red, srcs, nl, pm, out, 1, myLen, RedCfg{0, a.premul, 0}, tid, nt);
-    }
-    __syncthreads();
-
-    // 2. Rail exchange of the node partials; combine them in node order.
-    const char* part = recv + (cb + myOff) * es;
-    for (int b = 0; b < nn; b++) {
-      if (b == me) continue;
-      const int peer = a.railPeer[b];
-      if (!netAcquire(d, kHierSigAckN + b, s - 1, kHierBanks, peer)) return;
-      if (!netPublish(d, part, peer, bank + hierRailOff(a.stride, nl, me), myLen * es,
-                      kHierSigRail + me, s - 1))
-        return;
-    }
-    for (int b = 0; b < nn; b++) {
-      if (b == me) continue;
-      if (!netReceive(d, kHierSigRail + b, s - 1, a.railPeer[b])) return;
-    }
-    {
-      const void* srcs[kHierMaxNodes];
-      for (int b = 0; b < nn; b++)
-        srcs[b] =
-            b == me ? part : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, nl, b));
-      void* out[1] = {recv + (cb + myOff) * es};
-      reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, myLen, RedCfg{0, 0, a.postDiv}, tid, nt);
-    }
-    __syncthreads();
-
-    // 3. All-gather inside the node (the acks that free this bank of the peers' AG areas
-    // were awaited in step 1).
-    for (int j = 0; j < nl; j++) {
-      if (j == l) continue;
-      if (!netPublish(d, part, a.localPeer[j], bank + hierAgOff(a.stride, nl, l), myLen * es,
-                      kHierSigAG + l, s - 1))
-        return;
-    }
-    for (int j = 0; j < nl; j++) {
-      if (j == l) continue;
-      const int peer = a.localPeer[j];
-      if (!netReceive(d, kHierSigAG + j, s - 1, peer)) return;
-      uint64_t o, len;
-      segOf(j, &o, &len);
-      copyBytes(recv + (cb + o) * es, dn::recv_ptr(d, peer, bank + hierAgOff(a.stride, nl, j)),
-                len * es, tid, nt);
-    }
-    __syncthreads();
-
-    // 4. My window areas are free again: acknowledge chunk s to their writers.
-    for (int j = 0; j < nl; j++) {
-      if (j == l) continue;
-      if (!netRelease(d, a.localPeer[j], kHierSigAckL + l, s - 1)) return;
-    }
-    for (int b = 0; b < nn; b++) {
-      if (b == me) continue;
-      if (!netRelease(d, a.railPeer[b], kHierSigAckN + me, s - 1)) return;
-    }
+    if (k + 1 < a.nChunks && !hierFront<DT>(a, hierChunk(a, seq0, k + 1, es), scal)) return;
+    if (!hierBack<DT>(a, hierChunk(a, seq0, k, es))) return;
   }
   __syncthreads();
-  if (tid == 0) *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
+  if (threadIdx.x == 0) *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
 }
 
 }  // namespace
