@@ -50,8 +50,9 @@ ncclResult_t fusedFreeScratch(void* scratch, cudaStream_t stream, ncclResult_t r
   return res;
 }
 
-ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, const void* send,
-                             void* recv, size_t count, ncclDataType_t dtype, const char* api) {
+namespace {
+CollArgs collOf(ncclComm* comm, cudaStream_t stream, int collType, const void* send, void* recv,
+                size_t count, ncclDataType_t dtype) {
   CollArgs a{};
   a.type = static_cast<CollType>(collType);
   a.sendbuff = send;
@@ -62,7 +63,28 @@ ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, 
   a.root = -1;
   a.comm = comm;
   a.stream = stream;
+  return a;
+}
+}  // namespace
+
+ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, const void* send,
+                             void* recv, size_t count, ncclDataType_t dtype, const char* api) {
+  CollArgs a = collOf(comm, stream, collType, send, recv, count, dtype);
   NCCLCHECK(collCheckArgs(a, api));
+  return collEnqueue(a);
+}
+
+ncclResult_t fusedAlltoAllSized(ncclComm* comm, cudaStream_t stream, const void* send, void* recv,
+                                size_t count, ncclDataType_t dtype, const FusedUnits& u,
+                                const char* api) {
+  MK_ARGCHECK(u.send != nullptr && u.recv != nullptr && u.unitBytes > 0,
+              "%s: a sized AlltoAll needs both unit arrays and a unit size", api);
+  CollArgs a = collOf(comm, stream, (int)CollType::kAlltoAll, send, recv, count, dtype);
+  NCCLCHECK(collCheckArgs(a, api));
+  a.sendUnits = u.send;
+  a.recvUnits = u.recv;
+  a.unitStride = u.stride;
+  a.unitBytes = u.unitBytes;
   return collEnqueue(a);
 }
 

@@ -39,6 +39,16 @@ struct CollArgs {
   // The reduction, resolved by collCheckArgs at call time: a PreMulSum destroyed right after
   // the call (even inside a group, before ncclGroupEnd) must still apply.
   RedOpInfo red{};
+  // Device-sized AlltoAll (mkernel's fused operators, never the NCCL API): the block for rank
+  // q moves max(0, units[q * unitStride]) * unitBytes bytes, at most count * size, read when
+  // the kernel runs, so a block's size need not be known to the host. sendUnits sizes the
+  // blocks this rank sends, recvUnits those it receives: recvUnits[q] must equal rank q's
+  // sendUnits[me] (both ends cut the same chunks). Paths that cannot size on the device move
+  // whole blocks: the same bytes where the units say, the rest unspecified.
+  const int32_t* sendUnits = nullptr;
+  const int32_t* recvUnits = nullptr;
+  uint32_t unitStride = 0;
+  uint64_t unitBytes = 0;
 };
 
 size_t dtypeSize(ncclDataType_t t);  // 0 for an invalid type

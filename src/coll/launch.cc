@@ -74,8 +74,23 @@ void fillCopy(ncclComm* comm, CollType coll, const std::vector<CopyOp>& ops,
   std::copy(streams.begin(), streams.end(), a->streams);
 }
 
+// The device-sized blocks of AlltoAll `a` (CollArgs::sendUnits), for the copy kernel.
+void copyUnits(ncclComm* comm, const CollArgs& a, CopyUnits* u) {
+  *u = CopyUnits{};
+  if (a.type != CollType::kAlltoAll || a.sendUnits == nullptr || a.recvUnits == nullptr) return;
+  u->units[0] = a.sendUnits;
+  u->units[1] = a.recvUnits;
+  u->unitBytes = a.unitBytes;
+  u->stride = a.unitStride;
+  u->meRank = (int16_t)comm->rank;
+  for (int q = 0; q < comm->nRanks; q++) {
+    const int l = localOf(comm, q);
+    if (l >= 0 && l < kMaxLocalRanks) u->rankOf[l] = (int16_t)q;
+  }
+}
+
 ncclResult_t buildCopy(ncclComm* comm, CollType coll, const std::vector<Xfer>& xf,
-                       KernelLaunch* out, bool* empty) {
+                       KernelLaunch* out, bool* empty, const CollArgs* sized = nullptr) {
   CollState* cs = comm->coll;
   const WsLayout& ws = cs->ws;
   std::vector<CopyOp> ops;
@@ -141,10 +156,12 @@ ncclResult_t buildCopy(ncclComm* comm, CollType coll, const std::vector<Xfer>& x
     out->kind = KernelLaunch::kCopySmall;
     out->small.reset(new CopyArgsSmall());
     fillCopy(comm, coll, ops, streams, out->small.get());
+    if (sized) copyUnits(comm, *sized, &out->small->u);
   } else {
     out->kind = KernelLaunch::kCopyLarge;
     out->large.reset(new CopyArgsLarge());
     fillCopy(comm, coll, ops, streams, out->large.get());
+    if (sized) copyUnits(comm, *sized, &out->large->u);
   }
   return ncclSuccess;
 }
@@ -355,7 +372,7 @@ ncclResult_t planColl(ncclComm* comm, const CollArgs& a, KernelLaunch* out, bool
       MK_WARN("planColl: unexpected operation %s", collName(a.type));
       return ncclInternalError;
   }
-  NCCLCHECK(buildCopy(comm, a.type, x, out, empty));
+  NCCLCHECK(buildCopy(comm, a.type, x, out, empty, &a));
   if (!*empty)
     MK_INFO(kColl, "nccl%s: rank %d count %zu bytes %llu root %d grid %d", collName(a.type),
             comm->rank, a.count, (unsigned long long)B, a.root, out->grid);

@@ -31,12 +31,29 @@ struct CopyShared {
   int err;
 };
 
+// Bytes and chunks op moves: as planned, or, for a device-sized AlltoAll (CopyUnits), the
+// units its block holds now (at most the planned bytes). Both ends read equal units (the
+// caller's contract), so they cut the same chunks and their channel counters stay paired.
+template <typename Args>
+__device__ __forceinline__ uint64_t opBytes(const Args& a, const CopyOp& op) {
+  const int32_t* u = a.u.units[op.dir == kDirRecv ? 1 : 0];
+  if (u == nullptr) return op.bytes;
+  const int rank = op.dir == kDirLocal ? a.u.meRank : a.u.rankOf[op.peer];
+  const int32_t n = *(const volatile int32_t*)(u + (uint64_t)rank * a.u.stride);
+  return n <= 0 ? 0 : umin64(op.bytes, (uint64_t)n * a.u.unitBytes);
+}
+template <typename Args>
+__device__ __forceinline__ uint32_t opChunks(const Args& a, const CopyOp& op) {
+  if (a.u.units[0] == nullptr) return op.nChunks;
+  return (uint32_t)((opBytes(a, op) + op.chunkBytes - 1) / op.chunkBytes);
+}
+
 template <typename Args>
 __device__ __forceinline__ uint32_t nextOp(const Args& a, uint32_t from, int peer, int dir,
                                            int lane) {
   for (uint32_t o = from; o < (uint32_t)a.nOps; o++) {
     const CopyOp& op = a.ops[o];
-    if (op.peer == peer && op.dir == dir && op.nChunks > (uint32_t)lane) return o;
+    if (op.peer == peer && op.dir == dir && opChunks(a, op) > (uint32_t)lane) return o;
   }
   return (uint32_t)a.nOps;
 }
@@ -75,11 +92,12 @@ __global__ void __launch_bounds__(kCollThreads, 1)
   for (int o = 0; o < a.nOps; o++) {
     const CopyOp& op = a.ops[o];
     if (op.dir != kDirLocal) continue;
-    uint64_t share = (op.bytes + gridDim.x - 1) / gridDim.x;
+    const uint64_t bytes = opBytes(a, op);
+    uint64_t share = (bytes + gridDim.x - 1) / gridDim.x;
     share = (share + 15) / 16 * 16;
     uint64_t b0 = share * blockIdx.x;
-    if (b0 >= op.bytes) continue;
-    uint64_t len = umin64(share, op.bytes - b0);
+    if (b0 >= bytes) continue;
+    uint64_t len = umin64(share, bytes - b0);
     copyBytes((char*)op.dst + b0, (const char*)op.src + b0, len, tid, nt);
   }
   __syncthreads();
@@ -142,7 +160,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
       const CopyOp& op = a.ops[st[k].op];
       const uint64_t cnt = st[k].cnt;
       const uint64_t off = (uint64_t)st[k].chunk * op.chunkBytes;
-      const uint64_t len = umin64(op.chunkBytes, op.bytes - off);
+      const uint64_t len = umin64(op.chunkBytes, opBytes(a, op) - off);
       const P2pLink l =
           dir == kDirSend ? sendLink(c, sh.ws, peer, lane) : recvLink(c, sh.ws, peer, lane);
       if (dir == kDirSend)
@@ -158,7 +176,7 @@ __global__ void __launch_bounds__(kCollThreads, 1)
           release(l, cnt);
         st[k].cnt = cnt + 1;
         uint32_t chunk = st[k].chunk + (uint32_t)w.p2pLanes;
-        if (chunk >= op.nChunks) {
+        if (chunk >= opChunks(a, op)) {
           st[k].op = nextOp(a, st[k].op + 1, peer, dir, lane);
           chunk = lane;
           if (st[k].op >= (uint32_t)a.nOps) sh.remaining--;

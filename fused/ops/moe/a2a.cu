@@ -46,6 +46,14 @@ constexpr int kA2aMaxLocalExperts = gemm::kMaxGroups;
 // ErrRecord::slot of the "maxRows differs" record (err_host.cc names the peer and both bounds).
 constexpr int32_t kSlotMaxRows = -2;
 
+// Ints per pair in the count messages (A2aParams::sendCnt) and the index of the pair's rows.
+__host__ __device__ constexpr int cntStride(int epr) {
+  return epr + 3;
+}
+__host__ __device__ constexpr int cntRows(int epr) {
+  return epr + 2;
+}
+
 struct A2aParams {
   FusedComm f;  // error record (rt::recordError) of the comm
   const uint8_t* x;
@@ -53,8 +61,10 @@ struct A2aParams {
   const float* topkWeights;
   ncclMoeRecv_t recv;
   int32_t* slotPos;  // [T*k] row of the slot in its destination's pair buffer, -1: not sent
-  // [n][epr + 2] rows per local expert; [epr]: 1 = the pair overflowed; [epr + 1]: the
-  // sender's maxRows (pair buffers are maxRows rows: every rank must pass the same)
+  // [n][epr + 3] rows per local expert; [epr]: 1 = the pair overflowed; [epr + 1]: the
+  // sender's maxRows (pair buffers are maxRows rows: every rank must pass the same); [epr + 2]:
+  // the rows the pair carries (0 on overflow), which sizes the row, metadata and return
+  // AllToAlls on the device (fusedAlltoAllSized)
   int32_t* sendCnt;
   const int32_t* recvCnt;
   unsigned long long* badSlot;  // first bad slot + 1 (~0: none)
@@ -95,16 +105,17 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
     for (int le = 0; le < epr; ++le) {
       base[d * epr + le] = (int32_t)row;
       row += cnt[d * epr + le];
-      p.sendCnt[d * (epr + 2) + le] = cnt[d * epr + le];
+      p.sendCnt[d * cntStride(epr) + le] = cnt[d * epr + le];
     }
     const bool ovf = row > p.pairRows;
-    p.sendCnt[d * (epr + 2) + epr] = ovf ? 1 : 0;
-    p.sendCnt[d * (epr + 2) + epr + 1] = (int32_t)p.pairRows;
+    p.sendCnt[d * cntStride(epr) + epr] = ovf ? 1 : 0;
+    p.sendCnt[d * cntStride(epr) + epr + 1] = (int32_t)p.pairRows;
+    p.sendCnt[d * cntStride(epr) + cntRows(epr)] = ovf ? 0 : (int32_t)row;
   }
   __syncthreads();
   if (threadIdx.x >= 32) return;
   moeRankSlots(p.topkIdx, slots, s.experts, seen, p.slotPos, [&](int32_t e, int32_t k) {
-    return p.sendCnt[(e / epr) * (epr + 2) + epr] == 0 ? base[e] + k : -1;
+    return p.sendCnt[(e / epr) * cntStride(epr) + epr] == 0 ? base[e] + k : -1;
   });
 }
 
@@ -151,14 +162,18 @@ __device__ void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* srcRow, i
     int ovf = 0, invalid = 0;
     L.otherMax = -1;
     for (int src = 0; src < n; ++src) {
-      const int32_t* m = p.recvCnt + src * (epr + 2);
+      const int32_t* m = p.recvCnt + src * cntStride(epr);
       invalid |= m[epr] != 0 && m[epr] != 1;
       ovf |= m[epr] == 1;
       if (L.otherMax < 0 && !invalid && m[epr + 1] != (int32_t)p.pairRows) L.otherMax = src;
+      int64_t rows = 0;
       for (int le = 0; le < epr; ++le) {
         invalid |= m[le] < 0;
         recv[src * epr + le] = m[le] < 0 ? 0 : m[le];
+        rows += m[le];
       }
+      // The sized AllToAlls moved m[cntRows] rows: a layout of more would read what never came.
+      invalid |= m[epr] == 0 && m[cntRows(epr)] != rows;
     }
     L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);
     L.start[epr] = (int32_t)L.span;
@@ -192,7 +207,7 @@ __device__ void reportErrors(const A2aParams& p, const RecvLayout& L) {
                     (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
   const int epr = p.s.expertsPerRank;
   if (L.otherMax >= 0) {
-    const int32_t theirs = p.recvCnt[L.otherMax * (epr + 2) + epr + 1];
+    const int32_t theirs = p.recvCnt[L.otherMax * cntStride(epr) + epr + 1];
     rt::recordError(
         p.f.c.w, rt::kErrArgs,
         rt::ErrSite{p.f.c.w.op, L.otherMax, (int32_t)blockIdx.x, kSlotMaxRows, rt::kWaitNone, 0},
@@ -317,6 +332,18 @@ ncclResult_t alltoall(const MoeCall& c, const void* send, void* recv, size_t cou
                          moeApi(c));
 }
 
+// An AlltoAll of pair buffers that moves only each pair's rows (the counts' cntRows entry,
+// known on the device once the counts' AllToAll has run): `back` for the return trip, whose
+// blocks are the rows this rank received.
+ncclResult_t alltoallRows(const MoeCall& c, const A2aParams& p, const void* send, void* recv,
+                          size_t count, ncclDataType_t t, uint64_t rowBytes, bool back) {
+  const int epr = p.s.expertsPerRank;
+  const int32_t* sent = p.sendCnt + cntRows(epr);
+  const int32_t* got = p.recvCnt + cntRows(epr);
+  const FusedUnits u{back ? got : sent, back ? sent : got, (uint32_t)cntStride(epr), rowBytes};
+  return fusedAlltoAllSized(c.comm, c.stream, send, recv, count, t, u, moeApi(c));
+}
+
 ncclResult_t preloadA2a(ncclDataType_t outType) {
   cudaFuncAttributes a;
   CUDACHECK(cudaFuncGetAttributes(&a, moeA2aPackKernel));
@@ -388,7 +415,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   const size_t pairBytes = (size_t)p.pairRows * p.rowBytes;
   const size_t metaBytes = (size_t)p.pairRows * sizeof(int4);
   const size_t retBytes = c.ffn ? (size_t)p.pairRows * c.H * sizeof(float) : 0;
-  const size_t cntBytes = (size_t)n * (epr + 2) * sizeof(int32_t);
+  const size_t cntBytes = (size_t)n * cntStride(epr) * sizeof(int32_t);
   size_t off[9];
   size_t total = 0;
   const size_t sizes[9] = {align256(slots * sizeof(int32_t) + 1),
@@ -432,9 +459,13 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
       CUDACHECKGOTO(cudaGetLastError(), res, done);
     }
     CUDACHECKGOTO(cudaMemsetAsync((void*)p.recvCnt, 0xff, cntBytes, c.stream), res, done);
-    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, epr + 2, ncclInt32), res, done);
-    NCCLCHECKGOTO(alltoall(c, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType), res, done);
-    NCCLCHECKGOTO(alltoall(c, p.sendMeta, (void*)p.recvMeta, metaBytes / 4, ncclInt32), res, done);
+    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, cntStride(epr), ncclInt32), res, done);
+    NCCLCHECKGOTO(alltoallRows(c, p, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType,
+                               p.rowBytes, false),
+                  res, done);
+    NCCLCHECKGOTO(alltoallRows(c, p, p.sendMeta, (void*)p.recvMeta, metaBytes / 4, ncclInt32,
+                               sizeof(int4), false),
+                  res, done);
     moeA2aUnpackKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
     CUDACHECKGOTO(cudaGetLastError(), res, done);
     NCCLCHECKGOTO(gemm::launch(g1, c.stream), res, done);
@@ -443,7 +474,9 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
       NCCLCHECKGOTO(gemm::launch(g2, c.stream), res, done);
       moeA2aReturnKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
       CUDACHECKGOTO(cudaGetLastError(), res, done);
-      NCCLCHECKGOTO(alltoall(c, p.retSend, (void*)p.retRecv, retBytes / 4, ncclFloat32), res, done);
+      NCCLCHECKGOTO(alltoallRows(c, p, p.retSend, (void*)p.retRecv, retBytes / 4, ncclFloat32,
+                                 (uint64_t)c.H * sizeof(float), true),
+                    res, done);
       NCCLCHECKGOTO(launchCombine(c, p, grid, layoutSmem), res, done);
     }
   }
