@@ -3,6 +3,9 @@
 
   python3 bench/attn_bench.py single --lib build/src/libmkernel.so [options]
   python3 bench/attn_bench.py ring --lib build/src/libmkernel.so --mps --nproc 4 [options]
+  python3 bench/attn_bench.py ring --lib build/src/libmkernel.so --mps --nproc 2 --nodes 2
+      (2 processes as 2 virtual nodes against torch on the real NCCL, every rank its own host
+      over sockets: two runs, see bench/README.md "--nodes")
 
 single  one process, one GPU: mkernel.ring_attention on a 1-rank group (the attention kernel
         alone) against torch.nn.functional.scaled_dot_product_attention with each backend
@@ -85,7 +88,21 @@ def parse_args(argv):
   r.add_argument("--layout", default="zigzag", choices=("zigzag", "contiguous"))
   r.add_argument("--algos", default="auto,fused,sequential")
   r.add_argument("--no-single-rank", action="store_true", help="skip the 1-rank kernel run")
+  r.add_argument("--nodes", type=int, default=1,
+                 help="N >= 2: the ranks as N (virtual) nodes, against torch on the real NCCL "
+                 "with every rank its own host over sockets (two runs; see bench/README.md)")
+  r.add_argument("--side", choices=bpu.SIDES, help=argparse.SUPPRESS)  # set by the launcher
+  r.add_argument("--side-out", help=argparse.SUPPRESS)
+  r.add_argument("--torch-from", help=argparse.SUPPRESS)
   a = ap.parse_args(argv)
+  if a.mode == "ring":
+    why = "--nproc %d: at least 1" % a.nproc if a.nproc < 1 else ""
+    why = why or bpu.nodes_problem(a.nproc, a.nodes) or bpu.side_problem(
+        a.side, a.nodes, a.side_out, a.torch_from)
+    if why:
+      r.error(why)
+  else:
+    a.nodes, a.side = 1, None
   a.kv_heads = a.kv_heads or a.heads
   default = "4096,8192,16384,32768" if a.mode == "single" else "16384,32768,65536,131072"
   a.seq_list = [int(s) for s in (a.seqs or default).split(",")]
@@ -109,6 +126,10 @@ def launch(a, argv):
     env.setdefault("MK_ATTN_BENCH_LIB", lib)
   try:
     ring = a.mode == "ring"
+    if ring and a.nodes > 1:
+      return bpu.launch_nodes("attn_bench", __file__, argv, env, a.nproc, a.nodes, a.mps,
+                              nproc_flag="--nproc-per-node",
+                              torch_timeout=a.budget + bpu.SIDE_TIMEOUT_MARGIN_S)
     return bpu.launch("attn_bench", __file__, argv, env, ring, a.nproc if ring else 1,
                       ring and a.mps, nproc_flag="--nproc-per-node")
   except bpu.LaunchError as e:
@@ -138,8 +159,13 @@ class Bench:
   def __init__(self, a):
     self.a = a
     self.rank, self.world, self.device, self.dtype = bpu.init_rank(a.dtype)
-    self.mk, self.mk_error, self.lib_path = bpu.import_mkernel(
-        lambda e: "%s: %s" % (type(e).__name__, e))
+    if a.side == "torch":  # torch's own NCCL: libmkernel stays out of this process
+      self.mk, self.mk_error, self.lib_path = None, "not loaded on the torch side", None
+      sys.path.insert(0, os.path.join(REPO, "python"))  # mk_positions: pure Python
+    else:
+      self.mk, self.mk_error, self.lib_path = bpu.import_mkernel(
+          lambda e: "%s: %s" % (type(e).__name__, e))
+    self.facts = None  # --nodes: bpu.side_facts, gathered once the shapes ran
     self.sdpa_ctx = self._sdpa_contexts()
     self.t0 = time.time()
 
@@ -368,7 +394,7 @@ def run_ring(bench):
   B, H, Hkv = a.batch, a.heads, a.kv_heads
   algos = [x for x in a.algos.split(",") if x]
   solo = None
-  if not a.no_single_rank and n > 1:
+  if not a.no_single_rank and n > 1 and a.side != "torch":
     solo = dist.new_group(ranks=[0])
   rows = []
   for D in a.dims:
@@ -392,13 +418,14 @@ def run_ring(bench):
         chunks = [(cuts[i], cuts[i + 1], mine[cuts[i + 1] - 1] + 1) for i in range(len(cuts) - 1)]
         fns, errors = {}, {}
         out = torch.empty_like(q)
-        for al in algos:
+        for al in algos if a.side != "torch" else []:
           if mk is None:
             errors["mkernel_" + al] = bench.mk_error
             continue
           fns["mkernel_" + al] = (lambda al=al: mk.ring_attention(
               q, k, v, causal=causal, layout=a.layout, algo=al, out=out))
-        for b in [None] + a.backend_list:
+        # The mkernel side of --nodes runs torch only as the check's reference (untimed).
+        for b in [None] + (a.backend_list if a.side != "mkernel" else []):
           name = "torch_" + (b or "default")
           if b is not None and b not in bench.sdpa_ctx:
             errors[name] = "backend not in this torch"
@@ -419,6 +446,8 @@ def run_ring(bench):
           d = (avail[mk_names[0]]().float() - avail[torch_names[0]]().float()).abs().max()
           dist.all_reduce(d, op=dist.ReduceOp.MAX)
           check = dict(against=torch_names[0], max_abs_diff=float(d), ok=float(d) <= a.tol)
+        if a.side == "mkernel":
+          avail = {x: fn for x, fn in avail.items() if not x.startswith("torch")}
         res = measure(bench, avail, True)
         f = flops(B, H, T, D, causal)
         if solo is not None and mk is not None:
@@ -464,6 +493,19 @@ def single_rank(bench, solo, B, T, H, Hkv, D, causal):
 
 
 def ring_row(T, D, causal, B, H, Hkv, f, res, check):
+  row = dict(S=T, D=D, causal=causal, B=B, H=H, Hkv=Hkv, flops=f, variants=res, check=check)
+  return set_ratios(row)
+
+
+def torch_variants(a):
+  return ["torch_" + (b or "default") for b in [None] + a.backend_list]
+
+
+def set_ratios(row):
+  """Ratios of auto against the fastest torch path, mkernel sequential and the 1-rank kernel,
+  and the targets; again after --nodes brought the torch side's timings in."""
+  res = row["variants"]
+
   def tf(x):
     return res.get(x, {}).get("tflops")
 
@@ -479,9 +521,13 @@ def ring_row(T, D, causal, B, H, Hkv, f, res, check):
     if tf("kernel_1rank"):
       ratios["auto_vs_kernel_1rank"] = auto / tf("kernel_1rank")
   goals = {"auto_vs_torch": 1.2, "auto_vs_sequential": 1.0, "auto_vs_kernel_1rank": 0.9}
-  return dict(S=T, D=D, causal=causal, B=B, H=H, Hkv=Hkv, flops=f, variants=res, best_torch=best,
-              ratios=ratios, check=check,
-              target_met=all(ratios[x] >= goals[x] for x in ratios) if ratios else None)
+  row.update(best_torch=best, ratios=ratios,
+             target_met=all(ratios[x] >= goals[x] for x in ratios) if ratios else None)
+  return row
+
+
+def row_key(r):
+  return (r["S"], r["D"], bool(r["causal"]))
 
 
 def ring_line(r):
@@ -500,7 +546,8 @@ def markdown(meta, rows):
        "- command: `%s`" % meta["command"], "- commit: %s" % meta["commit"],
        "- device: %s (%d rank(s))" % (meta["device"], meta["nranks"]), "- date: %s" % meta["date"],
        "- torch %s, CUDA %s, cuDNN %s" % (meta["torch"], meta["cuda"], meta["cudnn"]),
-       "- libmkernel: %s" % (meta["library"] or "not usable: %s" % meta["mkernel_error"]), ""]
+       "- libmkernel: %s" % (meta["library"] or "not usable: %s" % meta["mkernel_error"])
+       ] + meta.get("nodes_header", []) + [""]
   names = []
   for r in rows:
     for x in r.get("variants", {}):
@@ -548,6 +595,52 @@ def markdown(meta, rows):
   return "\n".join(L) + "\n"
 
 
+def report(bench, a, argv, rows):
+  """Rank 0: the results written (the torch side of --nodes: its file for the mkernel side);
+  returns the exit status."""
+  now = datetime.datetime.now(datetime.timezone.utc)
+  meta = dict(tool="attn_bench", mode=a.mode, nranks=bench.world,
+              command=bpu.command_line(argv),
+              commit=commit(), device=torch.cuda.get_device_name(bench.device),
+              date=now.isoformat(timespec="seconds"), torch=torch.__version__,
+              cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+              library=bench.lib_path, mkernel_error=bench.mk_error,
+              preload=os.environ.get("LD_PRELOAD", ""), mps=os.environ.get(
+                  "CUDA_MPS_PIPE_DIRECTORY", ""),
+              config={x: getattr(a, x) for x in ("batch", "heads", "kv_heads", "dtype", "reps",
+                                                 "warmup", "target_ms", "backend_list", "tol")})
+  if a.mode == "ring":
+    meta["config"].update(layout=a.layout, algos=a.algos)
+  if a.side == "torch":
+    meta["side_facts"] = bench.facts
+    bpu.write_torch_side(a.side_out, meta, rows)
+    bad = any(x == "torch_default" and "error" in m for r in rows
+              for x, m in r.get("variants", {}).items())
+    return 1 if bad or any(bench.facts["libmkernel_mapped"]) else 0
+  missing = 0
+  if a.side == "mkernel":
+    tmeta, trows, why = bpu.load_torch_side(a.torch_from)
+    missing = bpu.merge_torch_rows(rows, trows, row_key, lambda x: x.startswith("torch"),
+                                   torch_variants(a), why)
+    for r in rows:
+      if "variants" in r:
+        set_ratios(r)
+    meta["nodes"] = dict(count=a.nodes, mkernel_side=bench.facts,
+                         torch_side=dict(tmeta, reason=why) if why else tmeta)
+    meta["nodes_header"] = bpu.nodes_header(a.nodes, bench.world, tmeta, bench.facts, why)
+    for r in rows:
+      if "variants" in r:
+        log(ring_line(r))
+  bpu.write_results("attn_bench", a.out, a.mode, now, meta, rows, markdown(meta, rows))
+  bad = [r for r in rows if r.get("check") and not r["check"]["ok"]]
+  missed = [r for r in rows if r.get("target_met") is False]
+  rc = 1 if bad or missing else (3 if missed else 0)
+  log("attn_bench: %d shape(s), %d mismatch(es), %d target(s) missed%s" % (
+      len(rows), len(bad), len(missed),
+      ", %d without torch timings (torch side)" % missing if a.side else ""))
+  return rc
+
+
 def worker(a, argv):
   if import_error is not None:
     sys.exit("attn_bench: torch is needed: %s" % import_error)
@@ -559,27 +652,9 @@ def worker(a, argv):
         bench.lib_path or "NOT USABLE (%s)" % bench.mk_error))
     log("SDPA backends: %s" % (", ".join(sorted(bench.sdpa_ctx)) or "none selectable"))
   rows = run_single(bench) if a.mode == "single" else run_ring(bench)
-  rc = 0
-  if bench.rank == 0:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    meta = dict(tool="attn_bench", mode=a.mode, nranks=bench.world,
-                command=bpu.command_line(argv),
-                commit=commit(), device=torch.cuda.get_device_name(bench.device),
-                date=now.isoformat(timespec="seconds"), torch=torch.__version__,
-                cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                library=bench.lib_path, mkernel_error=bench.mk_error,
-                preload=os.environ.get("LD_PRELOAD", ""), mps=os.environ.get(
-                    "CUDA_MPS_PIPE_DIRECTORY", ""),
-                config={x: getattr(a, x) for x in ("batch", "heads", "kv_heads", "dtype", "reps",
-                                                   "warmup", "target_ms", "backend_list", "tol")})
-    if a.mode == "ring":
-      meta["config"].update(layout=a.layout, algos=a.algos)
-    bpu.write_results("attn_bench", a.out, a.mode, now, meta, rows, markdown(meta, rows))
-    bad = [r for r in rows if r.get("check") and not r["check"]["ok"]]
-    missed = [r for r in rows if r.get("target_met") is False]
-    rc = 1 if bad else (3 if missed else 0)
-    log("attn_bench: %d shape(s), %d mismatch(es), %d target(s) missed" % (
-        len(rows), len(bad), len(missed)))
+  if a.side:  # every rank: it gathers (after the runs: libmkernel never got mapped)
+    bench.facts = bpu.side_facts(a.side, a.nodes)
+  rc = report(bench, a, argv, rows) if bench.rank == 0 else 0
   t = torch.tensor([rc], device=bench.device)
   dist.broadcast(t, 0)
   dist.destroy_process_group()

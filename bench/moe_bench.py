@@ -4,6 +4,9 @@
   python3 bench/moe_bench.py ffn --lib build/src/libmkernel.so --mps --nproc 4 [options]
   python3 bench/moe_bench.py dispatch --lib build/src/libmkernel.so --mps --nproc 4 [options]
   python3 bench/moe_bench.py ffn --lib build/src/libmkernel.so --nproc 1      (1-rank group)
+  python3 bench/moe_bench.py ffn --lib build/src/libmkernel.so --mps --nproc 2 --nodes 2
+            (2 processes as 2 virtual nodes against torch on the real NCCL, every rank its own
+            host over sockets: two runs, see bench/README.md "--nodes")
   python3 bench/moe_bench.py --selftest       (CPU: runs bench/test_moe_bench.py)
 
 ffn       the whole layer. mkernel.moe_ffn (each --algos, default auto and sequential; plus a
@@ -148,6 +151,12 @@ def parse_args(argv):
   c("--spot", type=int, default=8, help="ffn: tokens per rank checked against a direct sum")
   c("--mem-frac", type=float, default=0.8, help="share of GPU memory the ranks may plan for")
   c("--seed", type=int, default=1)
+  c("--nodes", type=int, default=1,
+    help="N >= 2: the ranks as N (virtual) nodes, against torch on the real NCCL with every rank "
+    "its own host over sockets (two runs; see bench/README.md)")
+  c("--side", choices=bpu.SIDES, help=argparse.SUPPRESS)  # set by the launcher of --nodes
+  c("--side-out", help=argparse.SUPPRESS)
+  c("--torch-from", help=argparse.SUPPRESS)
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                epilog="Options go after the mode: moe_bench.py ffn --help")
@@ -157,6 +166,10 @@ def parse_args(argv):
   a = ap.parse_args(argv)
   if a.nproc < 1 or a.reps < 1 or a.warmup < 1 or a.spot < 0 or not 0 < a.mem_frac <= 1:
     ap.error("--nproc, --reps, --warmup >= 1, --spot >= 0, 0 < --mem-frac <= 1")
+  why = bpu.nodes_problem(a.nproc, a.nodes) or bpu.side_problem(a.side, a.nodes, a.side_out,
+                                                                a.torch_from)
+  if why:
+    ap.error(why)
   a.algo_list = [x for x in a.algos.split(",") if x]
   if not a.algo_list or set(a.algo_list) - {"auto", "fused", "sequential"}:
     ap.error("--algos %r: a comma list of auto, fused, sequential" % a.algos)
@@ -190,6 +203,9 @@ def launch(a, argv):
       return 2
     env["LD_PRELOAD"] = lib
   try:
+    if a.nodes > 1:
+      return bpu.launch_nodes("moe_bench", __file__, argv, env, a.nproc, a.nodes, a.mps,
+                              torch_timeout=a.budget + bpu.SIDE_TIMEOUT_MARGIN_S)
     return bpu.launch("moe_bench", __file__, argv, env, a.nproc > 1, a.nproc, a.mps)
   except bpu.LaunchError as e:
     print("moe_bench: %s" % e, file=sys.stderr)
@@ -223,7 +239,11 @@ class Bench:
     if torch.cuda.device_count() < 1:
       raise SetupError("no CUDA device visible")
     self.rank, self.world, self.device, self.dtype = bpu.init_rank(a.dtype)
-    self.mk, self.mk_error, self.lib_path = bpu.import_mkernel(first_line)
+    if a.side == "torch":  # torch's own NCCL: libmkernel stays out of this process
+      self.mk, self.mk_error, self.lib_path = None, "not loaded on the torch side", None
+    else:
+      self.mk, self.mk_error, self.lib_path = bpu.import_mkernel(first_line)
+    self.facts = None  # --nodes: bpu.side_facts, gathered once the shapes ran
     peers = [None] * self.world
     dist.all_gather_object(peers, (socket.gethostname(), self.device.index, os.getpid()))
     mine = peers[self.rank][:2]
@@ -406,7 +426,7 @@ def run_shape(bench, no, shape, mode):
     fns["torch"] = lambda: torch_moe_ffn(x, idx, wts, w1, w2, n, bench.a2a, bench.gemm)
   else:
     fns["torch"] = lambda: torch_dispatch(x, idx, w1, n, bench.a2a, bench.gemm)
-  mk_names = ["mkernel_" + al for al in a.algo_list]
+  mk_names = [] if a.side == "torch" else ["mkernel_" + al for al in a.algo_list]
   if mk is None:
     errors.update({m: bench.mk_error for m in mk_names})
   elif ffn:
@@ -444,6 +464,8 @@ def run_shape(bench, no, shape, mode):
   ref = direct = None
   first = next((m for m in mk_names if m in avail), None)
   graph_of = {first + "_graph": first} if graph and first else {}
+  if a.side == "mkernel":  # torch's timing comes from the torch side (the real NCCL)
+    avail.pop("torch", None)
   results, gerr = measure(bench, avail, graph_of)
   errors.update(gerr)
   for r in results.values():
@@ -451,15 +473,29 @@ def run_shape(bench, no, shape, mode):
     r["tflops_gpu"] = r["tflops"] * bench.ranks_per_gpu
   for name, err in errors.items():
     results[name] = {"error": err}
-  t_ms = results.get("torch", {}).get("ms")
-  ratios = {m: t_ms / r["ms"] for m, r in results.items()
-            if m.startswith("mkernel") and "ms" in r and t_ms}
-  goal = "mkernel_auto" if "mkernel_auto" in ratios else first
-  row.update(variants=results, checks=checks, spot=spot, ratios=ratios, target_variant=goal,
-             target_met=None if goal not in ratios else ratios[goal] >= 1.0)
+  row.update(variants=results, checks=checks, spot=spot)
+  set_ratios(row)
   torch.cuda.synchronize()
   dist.barrier()  # peers may still read this rank's buffers until every rank is here
   return row
+
+
+def set_ratios(row):
+  """mkernel/torch = torch ms / mkernel ms per mkernel variant, and the target (auto, else the
+  first algo, >= 1.0); again after --nodes brought the torch side's timings in."""
+  v = row["variants"]
+  t_ms = v.get("torch", {}).get("ms")
+  ratios = {m: t_ms / r["ms"] for m, r in v.items()
+            if m.startswith("mkernel") and "ms" in r and t_ms}
+  first = next((m for m in v if m.startswith("mkernel") and not m.endswith("_graph") and
+                "ms" in v[m]), None)
+  goal = "mkernel_auto" if "mkernel_auto" in ratios else first
+  row.update(ratios=ratios, target_variant=goal,
+             target_met=None if goal not in ratios else ratios[goal] >= 1.0)
+
+
+def row_key(r):
+  return tuple(r[x] for x in "HIEkT")
 
 
 def verdict(bench, c):
@@ -536,7 +572,8 @@ def markdown(meta, rows):
        "split sizes of the row exchange: a host synchronisation per call, part of torch's "
        "time), rows through all_to_all_single, expert GEMMs: %s" % meta["torch_gemm"],
        "- max_rows: %s; routing %s; %s" % (meta["config"]["max_rows"], meta["config"]["routing"],
-                                           meta["config"]["dtype"]), ""]
+                                           meta["config"]["dtype"])] + meta.get(
+                                               "nodes_header", []) + [""]
   names = []
   for r in rows:
     for x in r.get("variants", {}):
@@ -585,6 +622,57 @@ def exit_status(rows, mk_usable):
   return (1 if bad or failed else 3 if missed else 0), len(bad), len(failed), len(missed)
 
 
+def report(bench, a, argv, rows):
+  """Rank 0: the results written (the torch side of --nodes: its file for the mkernel side);
+  returns the exit status."""
+  now = datetime.datetime.now(datetime.timezone.utc)
+  pre = os.environ.get("LD_PRELOAD", "")
+  try:
+    nv = ".".join(str(x) for x in torch.cuda.nccl.version())
+  except Exception as e:  # noqa: BLE001
+    nv = "unknown (%s)" % first_line(e)
+  meta = dict(tool="moe_bench", mode=a.mode, nranks=bench.world,
+              ranks_per_gpu=bench.ranks_per_gpu,
+              command=bpu.command_line(argv),
+              commit=commit(), device=torch.cuda.get_device_name(bench.device),
+              date=now.isoformat(timespec="seconds"), torch=torch.__version__,
+              cuda=torch.version.cuda, nccl_version=nv,
+              nccl_provider="mkernel, preloaded" if "mkernel" in pre else "torch's own NCCL",
+              library=bench.lib_path, mkernel_error=bench.mk_error, preload=pre,
+              mps=os.environ.get("CUDA_MPS_PIPE_DIRECTORY", ""), mkernel_path=bench.path,
+              mkernel_path_note=PATH_NOTE[bench.path], torch_gemm=bench.gemm_note,
+              torch_host_sync="routing counts copied to the host once per call (split sizes)",
+              config=dict(max_rows=str(a.max_rows), routing=a.routing, dtype=a.dtype,
+                          algos=a.algo_list, graph=not a.no_graph, reps=a.reps,
+                          warmup=a.warmup, target_ms=a.target_ms, tol=a.tol,
+                          token_tol=a.token_tol, spot=a.spot, seed=a.seed,
+                          mem_frac=a.mem_frac))
+  if a.side == "torch":
+    meta["side_facts"] = bench.facts
+    bpu.write_torch_side(a.side_out, meta, rows)
+    bad = [r for r in rows for x, m in r.get("variants", {}).items() if "error" in m] + [
+        r for r in rows for c in r.get("spot", {}).values() if not c["ok"]]
+    return 1 if bad or any(bench.facts["libmkernel_mapped"]) else 0
+  missing = 0
+  if a.side == "mkernel":
+    tmeta, trows, why = bpu.load_torch_side(a.torch_from)
+    missing = bpu.merge_torch_rows(rows, trows, row_key, lambda x: x == "torch", ["torch"], why)
+    for r in rows:
+      if "variants" in r:
+        set_ratios(r)
+    meta["nodes"] = dict(count=a.nodes, mkernel_side=bench.facts,
+                         torch_side=dict(tmeta, reason=why) if why else tmeta)
+    meta["nodes_header"] = bpu.nodes_header(a.nodes, bench.world, tmeta, bench.facts, why)
+    for r in rows:
+      log(shape_line(r))
+  bpu.write_results("moe_bench", a.out, a.mode, now, meta, rows, markdown(meta, rows))
+  rc, nbad, nfail, nmiss = exit_status(rows, bench.mk is not None)
+  log("moe_bench: %d shape(s), %d failed check(s), %d failed mkernel variant(s), %d target(s) "
+      "missed%s" % (len(rows), nbad, nfail, nmiss,
+                    ", %d without torch timings (torch side)" % missing if a.side else ""))
+  return 1 if missing else rc
+
+
 def worker(a, argv):
   if import_error is not None:
     print("moe_bench: torch is needed: %s" % import_error, file=sys.stderr)
@@ -611,34 +699,9 @@ def worker(a, argv):
       log(shape_line(rows[-1]))
     gc.collect()
     torch.cuda.empty_cache()
-  rc = 0
-  if bench.rank == 0:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    pre = os.environ.get("LD_PRELOAD", "")
-    try:
-      nv = ".".join(str(x) for x in torch.cuda.nccl.version())
-    except Exception as e:  # noqa: BLE001
-      nv = "unknown (%s)" % first_line(e)
-    meta = dict(tool="moe_bench", mode=a.mode, nranks=bench.world,
-                ranks_per_gpu=bench.ranks_per_gpu,
-                command=bpu.command_line(argv),
-                commit=commit(), device=torch.cuda.get_device_name(bench.device),
-                date=now.isoformat(timespec="seconds"), torch=torch.__version__,
-                cuda=torch.version.cuda, nccl_version=nv,
-                nccl_provider="mkernel, preloaded" if "mkernel" in pre else "torch's own NCCL",
-                library=bench.lib_path, mkernel_error=bench.mk_error, preload=pre,
-                mps=os.environ.get("CUDA_MPS_PIPE_DIRECTORY", ""), mkernel_path=bench.path,
-                mkernel_path_note=PATH_NOTE[bench.path], torch_gemm=bench.gemm_note,
-                torch_host_sync="routing counts copied to the host once per call (split sizes)",
-                config=dict(max_rows=str(a.max_rows), routing=a.routing, dtype=a.dtype,
-                            algos=a.algo_list, graph=not a.no_graph, reps=a.reps,
-                            warmup=a.warmup, target_ms=a.target_ms, tol=a.tol,
-                            token_tol=a.token_tol, spot=a.spot, seed=a.seed,
-                            mem_frac=a.mem_frac))
-    bpu.write_results("moe_bench", a.out, a.mode, now, meta, rows, markdown(meta, rows))
-    rc, nbad, nfail, nmiss = exit_status(rows, bench.mk is not None)
-    log("moe_bench: %d shape(s), %d failed check(s), %d failed mkernel variant(s), %d target(s) "
-        "missed" % (len(rows), nbad, nfail, nmiss))
+  if a.side:  # every rank: it gathers (after the runs: libmkernel never got mapped)
+    bench.facts = bpu.side_facts(a.side, a.nodes)
+  rc = report(bench, a, argv, rows) if bench.rank == 0 else 0
   t = torch.tensor([rc], device=bench.device)
   dist.broadcast(t, 0)
   dist.destroy_process_group()

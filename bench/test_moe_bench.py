@@ -14,6 +14,7 @@ a dropped slot and swapped gate/up halves.
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -221,6 +222,346 @@ class ReportTest(unittest.TestCase):
     self.assertEqual(mb.exit_status([row(ok, ratio=0.9)], True)[0], 3)
     self.assertEqual(mb.exit_status([row(ok, ratio=0.9, ok=False)], True)[0], 1)
     self.assertEqual(mb.exit_status([row(ok, spot_ok=False)], True)[0], 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# --nodes N: the launcher's two sides (bench_py_util), shared with attn_bench.py
+# ---------------------------------------------------------------------------------------------
+import bench_py_util as bpu  # noqa: E402
+
+
+class NodesArgsTest(unittest.TestCase):
+
+  def refused(self, *argv):
+    with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+      parse(*argv)
+    return err.getvalue()
+
+  def test_nodes_option(self):
+    a = parse("ffn")
+    self.assertEqual((a.nodes, a.side, a.side_out, a.torch_from), (1, None, None, None))
+    self.assertEqual(parse("dispatch", "--nproc", "4", "--nodes", "2").nodes, 2)
+    self.assertEqual(parse("ffn", "--nproc", "2", "--nodes", "2").nodes, 2)
+    self.assertIn("not a multiple", self.refused("ffn", "--nproc", "3", "--nodes", "2"))
+    self.assertIn("not a multiple", self.refused("ffn", "--nproc", "1", "--nodes", "2"))
+    self.assertIn("at least 1", self.refused("ffn", "--nodes", "0"))
+    # The internal options only as the launcher sets them.
+    self.assertIn("only with --nodes", self.refused("ffn", "--side", "torch", "--side-out", "f"))
+    self.assertIn("--side-out", self.refused("ffn", "--nproc", "2", "--nodes", "2", "--side",
+                                             "torch"))
+    self.assertIn("--torch-from", self.refused("ffn", "--nproc", "2", "--nodes", "2", "--side",
+                                               "mkernel"))
+    self.assertIn("need --side", self.refused("ffn", "--torch-from", "f"))
+    a = parse(*bpu.side_argv(["ffn", "--nproc", "2", "--nodes", "2"], "torch", "/tmp/x"))
+    self.assertEqual((a.side, a.side_out), ("torch", "/tmp/x"))
+    a = parse(*bpu.side_argv(["ffn", "--nproc", "2", "--nodes", "2"], "mkernel", "/tmp/x"))
+    self.assertEqual((a.side, a.torch_from), ("mkernel", "/tmp/x"))
+
+  def test_nodes_problem(self):
+    for nproc, nodes, ok in ((2, 2, True), (4, 2, True), (8, 4, True), (4, 1, True),
+                             (3, 1, True), (3, 2, False), (1, 2, False), (6, 4, False),
+                             (4, 0, False)):
+      self.assertEqual(bpu.nodes_problem(nproc, nodes) == "", ok, (nproc, nodes))
+
+
+class SideEnvTest(unittest.TestCase):
+  BASE = dict(PATH="/usr/bin", LD_PRELOAD="/b/src/libmkernel.so", MKERNEL_LIB="/b/libmkernel.so",
+              MKERNEL_TIMEOUT_MS="60000", MKERNEL_EMULATE_NODES="4", NCCL_HOSTID="stale",
+              NCCL_NET="IB", NCCL_NET_PLUGIN="x", MK_ATTN_BENCH_LIB="/b/src/libmkernel.so",
+              CUDA_MPS_PIPE_DIRECTORY="/tmp/mps/pipe", MK_MOE_BENCH_CHILD="1",
+              NCCL_DEBUG="WARN")
+
+  def test_torch_side(self):
+    base = dict(self.BASE)
+    env = bpu.side_env(base, "torch", 2)
+    self.assertEqual(base, self.BASE)  # the caller's dict is left alone
+    for k in ("LD_PRELOAD", "MKERNEL_LIB", "MKERNEL_TIMEOUT_MS", "MKERNEL_EMULATE_NODES",
+              "NCCL_HOSTID", "NCCL_NET_PLUGIN", "MK_ATTN_BENCH_LIB"):
+      self.assertNotIn(k, env)
+    self.assertFalse([v for v in env.values() if "mkernel" in v.lower()], env)
+    # Any preload goes (one under another name, a copy or a symlink of libmkernel included).
+    self.assertNotIn("LD_PRELOAD", bpu.side_env(dict(base, LD_PRELOAD="/x/libshim.so"), "torch", 2))
+    self.assertEqual({k: env[k] for k in bpu.TORCH_SIDE_NCCL},
+                     dict(NCCL_NET="Socket", NCCL_SOCKET_IFNAME="lo", NCCL_IB_DISABLE="1",
+                          NCCL_NVLS_ENABLE="0"))
+    self.assertEqual(env[bpu.HOSTID_PREFIX_ENV], bpu.HOSTID_PREFIX)
+    for k in ("PATH", "CUDA_MPS_PIPE_DIRECTORY", "MK_MOE_BENCH_CHILD", "NCCL_DEBUG"):
+      self.assertEqual(env[k], self.BASE[k])
+
+  def test_mkernel_side(self):
+    env = bpu.side_env(dict(self.BASE), "mkernel", 2)
+    self.assertEqual(env["LD_PRELOAD"], self.BASE["LD_PRELOAD"])
+    self.assertEqual(env["MKERNEL_EMULATE_NODES"], "2")
+    self.assertEqual(env["MKERNEL_TIMEOUT_MS"], "60000")  # the caller's mkernel settings stay
+    self.assertEqual(env["NCCL_SOCKET_IFNAME"], "lo")
+    for k in ("NCCL_HOSTID", "NCCL_NET", "NCCL_NET_PLUGIN", bpu.HOSTID_PREFIX_ENV):
+      self.assertNotIn(k, env)
+    with self.assertRaises(ValueError):
+      bpu.side_env({}, "both", 2)
+
+  def test_hostid_per_rank(self):
+    ids = []
+    for r in range(4):
+      env = bpu.side_env(dict(self.BASE), "torch", 2)
+      env["RANK"] = str(r)
+      self.assertEqual(bpu.apply_hostid(env), bpu.hostid(bpu.HOSTID_PREFIX, r))
+      ids.append(env["NCCL_HOSTID"])
+    self.assertEqual(len(set(ids)), 4)
+    self.assertEqual(ids[3], "mkbench-host-3")
+    # Every other mode: no prefix, NCCL_HOSTID untouched.
+    env = bpu.side_env(dict(self.BASE), "mkernel", 2)
+    env["RANK"] = "1"
+    self.assertIsNone(bpu.apply_hostid(env))
+    self.assertNotIn("NCCL_HOSTID", env)
+    env = dict(RANK="0", NCCL_HOSTID="mine")
+    self.assertIsNone(bpu.apply_hostid(env))
+    self.assertEqual(env["NCCL_HOSTID"], "mine")
+
+  def test_mkernel_mapped(self):
+    line = "7f00-7f10 r-xp 00000000 08:01 123 %s"
+    self.assertTrue(bpu.mkernel_mapped(line % "/w/build-gpu/src/libmkernel.so"))
+    self.assertTrue(bpu.mkernel_mapped("\n".join([line % "/usr/lib/libc.so.6",
+                                                   line % "/x/libmkernel.so.0"])))
+    self.assertFalse(bpu.mkernel_mapped(line % "/site-packages/nvidia/nccl/lib/libnccl.so.2"))
+    self.assertFalse(bpu.mkernel_mapped(line % "/w/mkernel/python/libc.so"))  # a directory name
+    self.assertFalse(bpu.mkernel_mapped("7f00-7f10 rw-p 00000000 00:00 0"))  # anonymous
+    self.assertIn(bpu.mkernel_mapped(), (True, False, None))  # this process: readable or not
+
+
+class SideFilesTest(unittest.TestCase):
+
+  def tmp(self, text=None):
+    import tempfile
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    self.addCleanup(os.unlink, path)
+    if text is not None:
+      with open(path, "w") as f:
+        f.write(text)
+    return path
+
+  def test_outcome(self):
+    good = '{"meta": {"side_facts": {"nccl_version": "2.27.3"}}, "rows": [{"H": 1}]}'
+    d = bpu.torch_side_outcome(good, 0)
+    self.assertEqual((d["status"], d["rows"], "note" in d), (0, [{"H": 1}], False))
+    self.assertIn("status 1", bpu.torch_side_outcome(good, 1)["note"])
+    for text in ("", "{", '{"meta": {}}', "[1]"):
+      d = bpu.torch_side_outcome(text, 1)
+      self.assertIn("wrote no results", d["failed"])
+      self.assertIn("status 1", d["failed"])
+    d = bpu.torch_side_outcome("", 124, "killed after 270 s")
+    self.assertIn("killed after 270 s", d["failed"])
+
+  def test_load(self):
+    meta, rows, why = bpu.load_torch_side(self.tmp(json.dumps(bpu.torch_side_outcome(
+        '{"meta": {"a": 1}, "rows": [{"H": 2}]}', 1))))
+    self.assertEqual((meta["a"], meta["status"], rows, why), (1, 1, [{"H": 2}], None))
+    self.assertIn("status 1", meta["note"])
+    _, rows, why = bpu.load_torch_side(self.tmp(json.dumps(bpu.torch_side_outcome("", 1))))
+    self.assertEqual(rows, [])
+    self.assertIn("wrote no results", why)
+    self.assertIn("unreadable", bpu.load_torch_side(self.tmp(""))[2])
+    self.assertIn("unreadable", bpu.load_torch_side("/nonexistent/side.json")[2])
+
+  def test_combine_status(self):
+    self.assertEqual(bpu.combine_status(0, 0), 0)
+    self.assertEqual(bpu.combine_status(0, 3), 3)
+    self.assertEqual(bpu.combine_status(1, 0), 1)
+    self.assertEqual(bpu.combine_status(124, 3), 1)
+    self.assertEqual(bpu.combine_status(1, 2), 2)
+    self.assertEqual(bpu.combine_status(0, 1), 1)
+
+
+def moe_row(variants, **kw):
+  r = dict(H=4096, I=2048, E=8, k=2, T=512, L=4, N=4096, max_rows=1280, tight_rows=1280,
+           flops_per_rank=1e12, variants=variants, checks={}, spot={})
+  r.update(kw)
+  return r
+
+
+class MergeTest(unittest.TestCase):
+  MK = {"mkernel_auto": dict(ms=2.0, tflops=500.0), "mkernel_sequential": dict(ms=2.5,
+                                                                              tflops=400.0)}
+
+  def mk_rows(self):
+    return [moe_row(dict(self.MK)), moe_row(dict(self.MK), T=4096),
+            moe_row({}, E=6, skipped="E=6 is not a multiple of 4 ranks"),
+            moe_row(dict(self.MK), H=7168)]
+
+  def test_merge_by_shape(self):
+    rows = self.mk_rows()
+    rows[0]["variants"]["torch"] = dict(ms=1.0)  # a local torch timing would be dropped
+    torch_rows = [moe_row({"torch": dict(ms=3.0, tflops=333.0, reps=[3.0])}, T=4096,
+                          spot={"torch": dict(ok=True)}),
+                  moe_row({"torch": dict(ms=2.4, tflops=417.0)}),  # other order: by key
+                  moe_row({}, E=6, skipped="E=6 is not a multiple of 4 ranks"),
+                  moe_row({}, H=7168, skipped="budget exhausted")]
+    missing = bpu.merge_torch_rows(rows, torch_rows, mb.row_key, lambda x: x == "torch",
+                                   ["torch"])
+    self.assertEqual(missing, 1)
+    self.assertEqual(rows[0]["variants"]["torch"]["ms"], 2.4)
+    self.assertEqual(rows[0]["variants"]["torch"]["side"], "torch")
+    self.assertEqual(rows[1]["variants"]["torch"]["ms"], 3.0)
+    self.assertEqual(rows[1]["torch_side_spot"], {"torch": dict(ok=True)})
+    self.assertEqual(rows[2]["variants"], {})  # a skipped shape is left alone
+    self.assertIn("budget exhausted", rows[3]["variants"]["torch"]["error"])
+    for r in rows:
+      if "skipped" not in r:
+        mb.set_ratios(r)
+    self.assertAlmostEqual(rows[0]["ratios"]["mkernel_auto"], 1.2)
+    self.assertAlmostEqual(rows[1]["ratios"]["mkernel_sequential"], 1.2)
+    self.assertEqual((rows[0]["target_variant"], rows[0]["target_met"]), ("mkernel_auto", True))
+    self.assertEqual(rows[3]["ratios"], {})
+    self.assertIsNone(rows[3]["target_met"])
+    self.assertEqual(rows[3]["target_variant"], "mkernel_auto")
+
+  def test_failed_torch_side(self):
+    rows = self.mk_rows()
+    missing = bpu.merge_torch_rows(rows, [], mb.row_key, lambda x: x == "torch", ["torch"],
+                                   "torch side exited with status 1 and wrote no results")
+    self.assertEqual(missing, 3)
+    for r in (rows[0], rows[1], rows[3]):
+      self.assertIn("status 1", r["variants"]["torch"]["error"])
+      mb.set_ratios(r)
+      self.assertIsNone(r["target_met"])
+    md = mb.markdown(dict(ReportTest.META, nodes_header=bpu.nodes_header(
+        2, 4, {}, FACTS, "torch side exited with status 1 and wrote no results")),
+        [r for r in rows if "skipped" not in r])
+    self.assertIn("NO TORCH TIMINGS: torch side exited with status 1", md)
+    self.assertIn("| H=4096 I=2048 E=8 k=2 T=512 | 1280 | 2.000 (500) | 2.500 (400) | n/a | n/a |",
+                  md)
+    self.assertIn("- torch: torch side (real NCCL): torch side exited with status 1", md)
+    # Nothing failed on the mkernel side: the status comes from the missing torch columns.
+    self.assertEqual(mb.exit_status(rows, True)[0], 0)
+
+  def test_header(self):
+    tmeta = dict(side_facts=dict(nccl_version="2.27.3", hostids=["mkbench-host-0",
+                                                                 "mkbench-host-1"],
+                                 libmkernel_mapped=[False, False]), status=0)
+    lines = bpu.nodes_header(2, 2, tmeta, FACTS, None)
+    text = "\n".join(lines)
+    self.assertIn("2 (virtual) nodes of 1 rank(s)", text)
+    self.assertIn("MKERNEL_EMULATE_NODES=2", text)
+    self.assertIn("torch columns: torch on its own NCCL 2.27.3", text)
+    self.assertIn("mkbench-host-0, mkbench-host-1", text)
+    self.assertNotIn("NOT THE REAL", text)
+    tmeta["side_facts"]["libmkernel_mapped"] = [False, True]
+    self.assertIn("NOT THE REAL NCCL", "\n".join(bpu.nodes_header(2, 2, tmeta, FACTS, None)))
+
+
+FACTS = dict(side="mkernel", nodes=2, nccl_version="2.28.3", hostids=["", ""],
+             libmkernel_mapped=[True, True],
+             env=dict(LD_PRELOAD="/b/src/libmkernel.so", MKERNEL_EMULATE_NODES="2"))
+
+
+class LaunchNodesTest(unittest.TestCase):
+  """launch_nodes with a stand-in for torchrun: what each side gets, and the status."""
+
+  def run_nodes(self, torch_behaviour, mkernel_rc=0):
+    calls = []
+
+    def fake(tool, script, argv, env, distributed, nproc, nproc_flag, timeout=None):
+      calls.append(dict(argv=list(argv), env=dict(env), nproc=nproc, timeout=timeout))
+      if "--side-out" in argv:
+        path = argv[argv.index("--side-out") + 1]
+        if torch_behaviour == "ok":
+          with open(path, "w") as f:
+            json.dump(dict(meta=dict(side_facts={}), rows=[{"H": 1}]), f)
+          return 0, None
+        if torch_behaviour == "timeout":
+          return 124, "killed after 270 s"
+        return 1, None
+      path = argv[argv.index("--torch-from") + 1]
+      calls[-1]["torch_side"] = bpu.load_torch_side(path)
+      calls[-1]["path"] = path
+      return mkernel_rc, None
+
+    real = bpu.run_workers
+    bpu.run_workers = fake
+    try:
+      with contextlib.redirect_stdout(io.StringIO()):
+        rc = bpu.launch_nodes("moe_bench", "moe_bench.py", ["ffn", "--nproc", "2", "--nodes",
+                                                             "2"],
+                              dict(SideEnvTest.BASE), 2, 2, False, torch_timeout=270)
+    finally:
+      bpu.run_workers = real
+    return rc, calls
+
+  def test_sides(self):
+    rc, (t, m) = self.run_nodes("ok")
+    self.assertEqual(rc, 0)
+    self.assertEqual(t["argv"][:5], ["ffn", "--nproc", "2", "--nodes", "2"])
+    self.assertEqual(t["argv"][5:8], ["--side", "torch", "--side-out"])
+    self.assertEqual(m["argv"][5:8], ["--side", "mkernel", "--torch-from"])
+    self.assertEqual(t["argv"][-1], m["argv"][-1])  # the file the torch side wrote
+    self.assertNotIn("LD_PRELOAD", t["env"])
+    self.assertEqual(t["env"]["NCCL_NET"], "Socket")
+    self.assertEqual(t["env"][bpu.HOSTID_PREFIX_ENV], bpu.HOSTID_PREFIX)
+    self.assertEqual(t["timeout"], 270)
+    self.assertEqual(m["env"]["LD_PRELOAD"], SideEnvTest.BASE["LD_PRELOAD"])
+    self.assertEqual(m["env"]["MKERNEL_EMULATE_NODES"], "2")
+    self.assertNotIn(bpu.HOSTID_PREFIX_ENV, m["env"])
+    self.assertIsNone(m["timeout"])
+    meta, rows, why = m["torch_side"]
+    self.assertEqual((rows, why, meta["status"]), ([{"H": 1}], None, 0))
+    self.assertFalse(os.path.exists(m["path"]))  # removed after
+
+  def test_failed_torch_side_still_runs_mkernel(self):
+    for behaviour, what in (("crash", "status 1"), ("timeout", "killed after 270 s")):
+      for mrc, want in ((0, 1), (3, 1), (2, 2)):
+        rc, calls = self.run_nodes(behaviour, mrc)
+        self.assertEqual(len(calls), 2)
+        self.assertEqual(rc, want, (behaviour, mrc))
+        _, rows, why = calls[1]["torch_side"]
+        self.assertEqual(rows, [])
+        self.assertIn(what, why)
+
+  def test_default_launch_unchanged(self):
+    seen = []
+
+    def fake(tool, script, argv, env, distributed, nproc, nproc_flag, timeout=None):
+      seen.append((list(argv), dict(env), distributed, nproc, nproc_flag, timeout))
+      return 3, None
+
+    real = bpu.run_workers
+    bpu.run_workers = fake
+    try:
+      rc = bpu.launch("moe_bench", "moe_bench.py", ["ffn", "--nproc", "4"],
+                      dict(SideEnvTest.BASE), True, 4, False)
+    finally:
+      bpu.run_workers = real
+    self.assertEqual(rc, 3)
+    argv, env, distributed, nproc, flag, timeout = seen[0]
+    self.assertEqual((argv, env, distributed, nproc, flag, timeout),
+                     (["ffn", "--nproc", "4"], SideEnvTest.BASE, True, 4, "--nproc_per_node",
+                      None))
+
+  def test_run_bounded_kills_the_group(self):
+    import tempfile
+    import time
+    fd, pidfile = tempfile.mkstemp()
+    os.close(fd)
+    self.addCleanup(os.unlink, pidfile)
+    code = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "open(%r, 'w').write(str(p.pid))\n"
+            "time.sleep(60)\n" % pidfile)
+    t0 = time.time()
+    rc, note = bpu.run_bounded([sys.executable, "-c", code], dict(os.environ), 2)
+    self.assertEqual(rc, 124)
+    self.assertIn("killed after 2 s", note)
+    self.assertLess(time.time() - t0, 30)
+    with open(pidfile) as f:
+      child = int(f.read())
+    time.sleep(0.5)
+    try:
+      with open("/proc/%d/status" % child) as f:
+        state = [x for x in f.read().splitlines() if x.startswith("State:")][0]
+      self.assertIn("Z", state)  # killed, not yet reaped by its new parent
+    except FileNotFoundError:
+      pass
+    self.assertEqual(bpu.run_bounded([sys.executable, "-c", "import sys; sys.exit(3)"],
+                                     dict(os.environ), 30), (3, None))
 
 
 # ---------------------------------------------------------------------------------------------
