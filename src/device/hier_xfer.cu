@@ -56,6 +56,22 @@ __device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_
   return netPublish(a.d, src, peer, slotOff(a, a.me, q), len, kXSigData + a.me, q - 1);
 }
 
+// Bytes step s moves: its n, or for a step of a device-sized AlltoAll (kXSized) what its
+// units say now (at most n); both ends of a channel read equal units.
+// Only byte-typed launches carry sized steps (collectives without a reduction run as
+// ncclUint8, hier_launch.cc), so the reduction kernels, some of them at their register limit,
+// do not carry the code.
+template <int DT>
+__device__ __forceinline__ uint64_t stepBytes(const HierXArgs& a, const XStep& s) {
+  if (DT != ncclUint8 || !(s.flags & kXSized)) return s.n;
+  // Two fixed loads, not an index into the parameter array: a computed index into kernel
+  // parameters moves them to local memory (spills across the whole kernel).
+  const int32_t* u = s.kind == kXRecv ? a.units[1] : a.units[0];
+  const int rank = s.kind == kXCopy ? a.me : s.peer;
+  const int32_t n = *(const volatile int32_t*)(u + (uint64_t)rank * a.unitStride);
+  return n <= 0 ? 0 : umin64(s.n, (uint64_t)n * a.unitBytes);
+}
+
 __device__ __forceinline__ bool scales(const HierXArgs& a, const XStep& s) {
   return a.premul && (s.flags & kXRawInput);
 }
@@ -63,10 +79,11 @@ __device__ __forceinline__ bool scales(const HierXArgs& a, const XStep& s) {
 template <int DT>
 __device__ bool sendStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits) {
   const uint64_t base = counter(a, kXSigSent + s.peer);
-  const uint64_t nch = hierChunks(s.n, a.slotBytes);
+  const uint64_t bytes = stepBytes<DT>(a, s);
+  const uint64_t nch = hierChunks(bytes, a.slotBytes);
   const char* src = reinterpret_cast<const char*>(s.p0);
   for (uint64_t k = 0; k < nch; k++) {
-    const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
+    const uint64_t len = umin64(a.slotBytes, bytes - k * a.slotBytes);
     if (!sendChunk<DT>(a, s.peer, src + k * a.slotBytes, len, base + k + 1, scales(a, s),
                        scalarBits))
       return false;
@@ -75,13 +92,15 @@ __device__ bool sendStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits
   return true;
 }
 
+template <int DT>
 __device__ bool recvStep(const HierXArgs& a, const XStep& s) {
   const uint64_t base = counter(a, kXSigRcvd + s.peer);
-  const uint64_t nch = hierChunks(s.n, a.slotBytes);
+  const uint64_t bytes = stepBytes<DT>(a, s);
+  const uint64_t nch = hierChunks(bytes, a.slotBytes);
   char* dst = reinterpret_cast<char*>(s.p0);
   for (uint64_t k = 0; k < nch; k++) {
     const uint64_t q = base + k + 1;
-    const uint64_t len = umin64(a.slotBytes, s.n - k * a.slotBytes);
+    const uint64_t len = umin64(a.slotBytes, bytes - k * a.slotBytes);
     if (!netReceive(a.d, kXSigData + s.peer, q - 1, s.peer)) return false;
     copyBytes(dst + k * a.slotBytes, dn::recv_ptr(a.d, s.peer, slotOff(a, s.peer, q)), len,
               threadIdx.x, blockDim.x);
@@ -239,11 +258,11 @@ __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__
         ok = sendStep<DT>(a, s, scal);
         break;
       case kXRecv:
-        ok = recvStep(a, s);
+        ok = recvStep<DT>(a, s);
         break;
       case kXCopy:
-        copyBytes(reinterpret_cast<void*>(s.p1), reinterpret_cast<const void*>(s.p0), s.n,
-                  threadIdx.x, blockDim.x);
+        copyBytes(reinterpret_cast<void*>(s.p1), reinterpret_cast<const void*>(s.p0),
+                  stepBytes<DT>(a, s), threadIdx.x, blockDim.x);
         break;
       default:
         ok = reduceStep<DT>(a, s, scal);
