@@ -619,15 +619,8 @@ def report(bench, a, argv, rows):
     return 1 if bad or any(bench.facts["libmkernel_mapped"]) else 0
   missing = 0
   if a.side == "mkernel":
-    tmeta, trows, why = bpu.load_torch_side(a.torch_from)
-    missing = bpu.merge_torch_rows(rows, trows, row_key, lambda x: x.startswith("torch"),
-                                   torch_variants(a), why)
-    for r in rows:
-      if "variants" in r:
-        set_ratios(r)
-    meta["nodes"] = dict(count=a.nodes, mkernel_side=bench.facts,
-                         torch_side=dict(tmeta, reason=why) if why else tmeta)
-    meta["nodes_header"] = bpu.nodes_header(a.nodes, bench.world, tmeta, bench.facts, why)
+    missing = bpu.apply_torch_side(a, bench, rows, meta, row_key,
+                                   lambda x: x.startswith("torch"), torch_variants(a), set_ratios)
     for r in rows:
       if "variants" in r:
         log(ring_line(r))

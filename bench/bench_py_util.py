@@ -366,6 +366,21 @@ def write_torch_side(path, meta, rows):
   log("torch side: wrote %d row(s) to %s" % (len(rows), path))
 
 
+def apply_torch_side(a, bench, rows, meta, row_key, is_torch, torch_names, set_ratios):
+  """The mkernel side of --nodes: the torch columns of `rows` from the torch side's file
+  (a.torch_from), the ratios recomputed, both sides' facts in `meta`. Returns how many rows
+  lack torch timings."""
+  tmeta, trows, why = load_torch_side(a.torch_from)
+  missing = merge_torch_rows(rows, trows, row_key, is_torch, torch_names, why)
+  for r in rows:
+    if "variants" in r:
+      set_ratios(r)
+  meta["nodes"] = dict(count=a.nodes, mkernel_side=bench.facts,
+                       torch_side=dict(tmeta, reason=why) if why else tmeta)
+  meta["nodes_header"] = nodes_header(a.nodes, bench.world, tmeta, bench.facts, why)
+  return missing
+
+
 def nodes_header(nodes, nranks, torch_meta, mk_facts, reason):
   """Markdown lines naming which side is which."""
   t = torch_meta.get("side_facts", {})
