@@ -20,6 +20,19 @@
 #                              every rank on the GPU through NCCL_TESTS_DEVICE_WRAP=1; the
 #                              host rendezvous of docs/collectives.md, "One thread per rank").
 #                              Fused binaries run only in layouts with G = 1 (SKIP otherwise).
+#   MK_NT_PROCS="4"            process layouts: each value P runs every binary as P MPI
+#                              processes of one rank each ("mpirun -np P <bin> -t 1 -g 1"), all
+#                              on GPU 0 (NCCL_TESTS_DEVICE_WRAP=1), under CUDA MPS. Needs the MPI
+#                              build (prepare_nccl_tests.sh --mpi, or MK_NT_MPI=1) and Open MPI's
+#                              mpirun. Only these layouts run unless MK_NT_THREADS is set too.
+#   MK_NT_MPS=1                with MK_NT_PROCS: use the MPS daemon that answers, else start one
+#                              for the run (temp pipe/log dirs) and stop it at exit; 0: leave MPS
+#                              alone (processes then time-slice the GPU: ms per wait)
+#   MK_NT_MPIRUN_FLAGS         replaces the transport flags given to mpirun (default for Open MPI
+#                              4: "--mca pml ob1 --mca btl self,vader --mca
+#                              btl_vader_single_copy_mechanism none"; 5: "... btl self,sm")
+#   MK_NT_DRY_RUN=1            print every command (mpirun included) and run nothing; works
+#                              without a GPU, a built library or nccl-tests (missing ones warn)
 #   MK_NT_EXTRA=""             more nccl-tests flags    CUDA_VISIBLE_DEVICES (default 0: one GPU)
 #   MK_NT_BUDGET=540           seconds for all runs: later runs get what is left, and are
 #                              reported as FAIL "budget exhausted" once less than 15 s remain
@@ -33,22 +46,42 @@ die() {
   exit 2
 }
 
+DRY=${MK_NT_DRY_RUN:-0}
+[[ $DRY == 0 || $DRY == 1 ]] || die "MK_NT_DRY_RUN='$DRY' must be 0 or 1"
+# A missing prerequisite stops a real run; a dry run only warns and prints the commands.
+need() {
+  if [[ $DRY == 1 ]]; then
+    echo "run_nccl_tests: WARN (dry run) $*" >&2
+  else
+    die "$@"
+  fi
+}
+
 [[ $# -ge 1 ]] || die "usage: $0 <build-dir> [binary ...]"
 [[ -d $1 ]] || die "build directory '$1' does not exist"
 BUILD=$(cd "$1" && pwd)
 shift
 LIB=$BUILD/src/libmkernel.so
-[[ -f $LIB ]] || die "$LIB not found: build the library first (cmake --build $BUILD)"
-LIB=$(realpath "$LIB")
-missing=$(ldd "$LIB" 2>/dev/null | grep "not found")
-[[ -z $missing ]] || die "$LIB has unresolved dependencies:
+if [[ ! -f $LIB ]]; then
+  need "$LIB not found: build the library first (cmake --build $BUILD)"
+else
+  LIB=$(realpath "$LIB")
+  missing=$(ldd "$LIB" 2>/dev/null | grep "not found")
+  [[ -z $missing ]] || need "$LIB has unresolved dependencies:
 $missing"
-preload_err=$(LD_PRELOAD=$LIB /bin/true 2>&1)
-[[ $preload_err != *"cannot be preloaded"* ]] || die "LD_PRELOAD=$LIB does not load: $preload_err"
+  preload_err=$(LD_PRELOAD=$LIB /bin/true 2>&1)
+  [[ $preload_err != *"cannot be preloaded"* ]] || need "LD_PRELOAD=$LIB does not load: $preload_err"
+fi
 ENVF=$BUILD/nccl-tests/env.sh
-[[ -f $ENVF ]] || die "$ENVF not found: run scripts/prepare_nccl_tests.sh $BUILD first"
-# shellcheck source=/dev/null
-source "$ENVF"
+if [[ -f $ENVF ]]; then
+  # shellcheck source=/dev/null
+  source "$ENVF"
+else
+  need "$ENVF not found: run scripts/prepare_nccl_tests.sh $BUILD first"
+  MK_REAL_NCCL_DIR=${MK_REAL_NCCL_DIR:-$BUILD/nccl-tests/nccl_home/lib}
+  NCCL_TESTS_BIN=$BUILD/nccl-tests/bin NCCL_TESTS_BIN_MPI=$BUILD/nccl-tests/bin-mpi
+  NCCL_TESTS_MPIRUN=$(command -v mpirun 2>/dev/null || echo mpirun)
+fi
 for v in MK_REAL_NCCL_DIR NCCL_TESTS_BIN; do
   [[ -n ${!v:-} ]] || die "$ENVF does not set $v: rerun scripts/prepare_nccl_tests.sh"
 done
@@ -62,18 +95,26 @@ TIMEOUT=${MK_NT_TIMEOUT:-150}
 BUDGET=${MK_NT_BUDGET:-540}
 MODES=${MK_NT_MODES:-0 1}
 THREADS=${MK_NT_THREADS:-}
+PROCS=${MK_NT_PROCS:-}
+USE_MPS=${MK_NT_MPS:-1}
 EXTRA=${MK_NT_EXTRA:-}
 LOGDIR=${MK_NT_LOGDIR:-$BUILD/nccl-tests/logs}
 read -r -a ITER_FLAGS <<<"$ITERS"
-# Layouts "TxG" (threads x ranks per thread); without MK_NT_THREADS one thread drives NGPUS.
+# Layouts "TxG" (threads x ranks per thread) and "npP" (P processes); without MK_NT_THREADS
+# and MK_NT_PROCS one thread drives NGPUS.
 LAYOUTS=()
+for p in $PROCS; do
+  [[ $p =~ ^[1-9][0-9]*$ ]] || die "MK_NT_PROCS: '$p' is not a process count (e.g. 4 or \"2 4\")"
+  LAYOUTS+=("np$p")
+done
+[[ -z ${PROCS// /} || ${#LAYOUTS[@]} -gt 0 ]] || die "MK_NT_PROCS is set but names no process count"
 if [[ -n $THREADS ]]; then
   for l in $THREADS; do
     [[ $l =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "MK_NT_THREADS: '$l' is not of the form TxG (e.g. 2x1 4x1 2x2)"
     LAYOUTS+=("$l")
   done
   ((${#LAYOUTS[@]} > 0)) || die "MK_NT_THREADS is set but names no layout"
-else
+elif [[ -z $PROCS ]]; then
   [[ $NGPUS =~ ^[1-9][0-9]*$ ]] || die "MK_NT_NGPUS='$NGPUS' is not a positive number"
   LAYOUTS=("1x$NGPUS")
 fi
@@ -93,8 +134,108 @@ export NCCL_TESTS_GEMM_N=${NCCL_TESTS_GEMM_N:-2048} NCCL_TESTS_GEMM_K=${NCCL_TES
 is_fused() { [[ " ${FUSED_BINARIES[*]} " == *" $1 "* ]]; }
 [[ $# -gt 0 ]] && BINARIES=("$@")
 for b in "${BINARIES[@]}"; do
-  [[ -x $NCCL_TESTS_BIN/$b ]] || die "$NCCL_TESTS_BIN/$b missing (rerun prepare_nccl_tests.sh)"
+  [[ -x $NCCL_TESTS_BIN/$b ]] || need "$NCCL_TESTS_BIN/$b missing (rerun prepare_nccl_tests.sh)"
 done
+
+# ---- process layouts: mpirun, MPS, leftovers -------------------------------------------------
+HAS_PROCS=0
+[[ -n $PROCS ]] && HAS_PROCS=1
+MPIRUN=${NCCL_TESTS_MPIRUN:-}
+MPI_FLAGS=()
+if [[ $HAS_PROCS == 1 ]]; then
+  [[ $USE_MPS == 0 || $USE_MPS == 1 ]] || die "MK_NT_MPS='$USE_MPS' must be 0 or 1"
+  [[ -n ${NCCL_TESTS_BIN_MPI:-} ]] ||
+    need "MK_NT_PROCS needs the MPI build: run MK_NT_MPI=1 scripts/prepare_nccl_tests.sh $BUILD"
+  NCCL_TESTS_BIN_MPI=${NCCL_TESTS_BIN_MPI:-$BUILD/nccl-tests/bin-mpi}
+  for b in "${BINARIES[@]}"; do
+    [[ -x $NCCL_TESTS_BIN_MPI/$b ]] || need "$NCCL_TESTS_BIN_MPI/$b missing (rerun MK_NT_MPI=1 prepare_nccl_tests.sh)"
+  done
+  [[ -n $MPIRUN ]] || MPIRUN=$(command -v mpirun 2>/dev/null)
+  [[ -n $MPIRUN && -x $MPIRUN ]] || need "mpirun not found (env.sh: NCCL_TESTS_MPIRUN='${NCCL_TESTS_MPIRUN:-}')"
+  MPIRUN=${MPIRUN:-mpirun}
+  mpi_version=$("$MPIRUN" --version 2>/dev/null | head -n 1)
+  # The ranks only exchange the unique id and small results through MPI: shared memory is
+  # enough, and it keeps UCX/verbs from probing NICs. No CMA single copy: containers often
+  # forbid the ptrace it needs.
+  if [[ -n ${MK_NT_MPIRUN_FLAGS+x} ]]; then
+    read -r -a MPI_FLAGS <<<"$MK_NT_MPIRUN_FLAGS"
+  elif [[ $mpi_version =~ Open\ MPI\)\ 4\. || $DRY == 1 && -z $mpi_version ]]; then
+    MPI_FLAGS=(--mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+  elif [[ $mpi_version =~ Open\ MPI\)\ [5-9]\. ]]; then
+    MPI_FLAGS=(--mca pml ob1 --mca btl self,sm --mca btl_sm_single_copy_mechanism none)
+  else
+    need "MK_NT_PROCS needs Open MPI's mpirun; $MPIRUN says '${mpi_version:-nothing}' (set MK_NT_MPIRUN_FLAGS to try anyway)"
+  fi
+  [[ -n ${NCCL_TESTS_MPI_LIBDIR:-} ]] && LD_LIBRARY_PATH=$NCCL_TESTS_MPI_LIBDIR:$LD_LIBRARY_PATH
+fi
+
+# Every process of a run carries MK_NT_RUN_ID=<tag>: a timeout kills mpirun, and ranks that
+# outlive it (stuck in a CUDA call, or ignoring SIGTERM) are found by that tag and killed by PID.
+reap_run() {
+  python3 - "$1" <<'EOF'
+import os, signal, sys
+tag = ("MK_NT_RUN_ID=" + sys.argv[1]).encode()
+left = []
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) == os.getpid():
+        continue
+    try:
+        with open("/proc/%s/environ" % p, "rb") as f:
+            if tag in f.read().split(b"\0"):
+                left.append(int(p))
+    except OSError:
+        pass
+for p in left:
+    try:
+        os.kill(p, signal.SIGKILL)
+    except OSError:
+        pass
+if left:
+    print("run_nccl_tests: killed %d leftover rank process(es): %s" % (len(left), " ".join(map(str, left))))
+EOF
+}
+
+MPS_STARTED=0 MPS_DIR="" CUR_RUN=""
+mps_ctl() { echo "$1" | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1; }
+cleanup() {
+  [[ -n $CUR_RUN ]] && reap_run "$CUR_RUN"
+  CUR_RUN=""
+  if [[ $MPS_STARTED == 1 ]]; then
+    mps_ctl quit && echo "run_nccl_tests: MPS daemon stopped"
+    MPS_STARTED=0
+    rm -rf "$MPS_DIR"
+  fi
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+# Processes sharing a GPU without MPS time-slice it: every cross-process wait costs a slice.
+if [[ $HAS_PROCS == 1 && $USE_MPS == 1 && $DRY == 0 ]]; then
+  command -v nvidia-cuda-mps-control >/dev/null 2>&1 ||
+    die "nvidia-cuda-mps-control not found: MK_NT_PROCS needs MPS (or MK_NT_MPS=0 to run time-sliced)"
+  if mps_ctl get_server_list; then
+    echo "run_nccl_tests: using the running MPS daemon (CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-default})"
+  else
+    MPS_DIR=$(mktemp -d /tmp/mk-nt-mps.XXXXXX) || die "mktemp failed"
+    export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    timeout 30 nvidia-cuda-mps-control -d ||
+      die "could not start the MPS daemon (log: $CUDA_MPS_LOG_DIRECTORY)"
+    MPS_STARTED=1
+    echo "run_nccl_tests: started an MPS daemon (CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY)"
+  fi
+fi
+# What the ranks of mpirun get (-x): mpirun itself runs without the preload.
+mpi_env_flags() { # run tag
+  local v
+  MPI_X=(-x "LD_PRELOAD=$LIB" -x NCCL_TESTS_DEVICE_WRAP=1 -x "MK_NT_RUN_ID=$1" -x LD_LIBRARY_PATH
+    -x CUDA_VISIBLE_DEVICES)
+  for v in $(compgen -e); do
+    case $v in
+      NCCL_TESTS_DEVICE_WRAP | MK_NT_RUN_ID) ;;
+      MKERNEL_* | NCCL_* | CUDA_MPS_* | CUDA_MODULE_LOADING | CUDA_LAUNCH_BLOCKING) MPI_X+=(-x "$v") ;;
+    esac
+  done
+}
 
 # Parses one nccl-tests log: data rows, rows with #wrong != 0, "Out of bounds values", the
 # average bus bandwidth and the best busbw of the largest size. Prints one line:
@@ -156,48 +297,73 @@ EOF
 
 echo "run_nccl_tests: LD_PRELOAD=$LIB"
 echo "run_nccl_tests: binaries $NCCL_TESTS_BIN (real NCCL ${MK_REAL_NCCL:-?} v${MK_REAL_NCCL_VERSION:-?} only satisfies the link)"
-echo "run_nccl_tests: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES NCCL_TESTS_DEVICE_WRAP=1 layouts (-t x -g) ${LAYOUTS[*]} -b 8 -e $MAXBYTES -f 4 -c 1 -d all -o all $ITERS $EXTRA"
+echo "run_nccl_tests: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES NCCL_TESTS_DEVICE_WRAP=1 layouts (TxG: -t T -g G in one process; npP: mpirun -np P, -t 1 -g 1) ${LAYOUTS[*]} -b 8 -e $MAXBYTES -f 4 -c 1 -d all -o all $ITERS $EXTRA"
+[[ $HAS_PROCS == 1 ]] && echo "run_nccl_tests: MPI binaries $NCCL_TESTS_BIN_MPI, $MPIRUN (${mpi_version:-version unknown}), MPS $([[ $USE_MPS == 1 ]] && echo on || echo "left alone (MK_NT_MPS=0)")"
 declare -a S_BIN S_LAYOUT S_MODE S_RES S_ROWS S_WRONG S_OOB S_AVG S_TOP S_TIME S_NOTE
 T_START=$SECONDS
 for layout in "${LAYOUTS[@]}"; do
- NT=${layout%x*} NG=${layout#*x}
+ if [[ $layout == np* ]]; then
+   NP=${layout#np} NT=1 NG=1
+   desc="-np $NP -t 1 -g 1" tag="_np$NP"
+ else
+   NP=0 NT=${layout%x*} NG=${layout#*x}
+   # Without MK_NT_THREADS the log names stay as they were (one layout).
+   desc="-t $NT -g $NG" tag=""
+   [[ -n $THREADS ]] && tag="_t${NT}g${NG}"
+ fi
  for mode in $MODES; do
   for b in "${BINARIES[@]}"; do
-    # Without MK_NT_THREADS the log names stay as they were (one layout).
-    tag=""
-    [[ -n $THREADS ]] && tag="_t${NT}g${NG}"
     log=$LOGDIR/${b}${tag}_G${mode}.log
     left=$((BUDGET - (SECONDS - T_START)))
     if is_fused "$b" && [[ -n $THREADS ]] && ((NG > 1)); then
       # nccl-tests wraps a thread's G ranks in ncclGroupStart/End, where fused calls are refused.
-      echo "SKIP $b -t $NT -g $NG -G $mode: fused calls are not allowed inside a group (-g > 1)"
+      echo "SKIP $b $desc -G $mode: fused calls are not allowed inside a group (-g > 1)"
       S_BIN+=("$b") S_LAYOUT+=("$layout") S_MODE+=("$mode") S_RES+=(SKIP) S_ROWS+=(-)
       S_WRONG+=(-) S_OOB+=(-) S_AVG+=(-) S_TOP+=(-) S_TIME+=(0) S_NOTE+=("fused: -g > 1")
       continue
     fi
     if ((left < 15)); then
-      echo "FAIL $b -t $NT -g $NG -G $mode: not run, the ${BUDGET}s budget is exhausted (MK_NT_BUDGET)"
+      echo "FAIL $b $desc -G $mode: not run, the ${BUDGET}s budget is exhausted (MK_NT_BUDGET)"
       S_BIN+=("$b") S_LAYOUT+=("$layout") S_MODE+=("$mode") S_RES+=(FAIL) S_ROWS+=(-)
       S_WRONG+=(-) S_OOB+=(-) S_AVG+=(-) S_TOP+=(-) S_TIME+=(0) S_NOTE+=("not run: budget exhausted")
       continue
     fi
     limit=$((left < TIMEOUT ? left : TIMEOUT))
-    cmd=(timeout -k 10 "$limit" env NCCL_TESTS_DEVICE_WRAP=1 "LD_PRELOAD=$LIB"
-      "$NCCL_TESTS_BIN/$b" -b 8 -e "$MAXBYTES" -f 4 -t "$NT" -g "$NG" -c 1 -d all -o all
-      -G "$mode" "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
+    args=(-b 8 -e "$MAXBYTES" -f 4 -t "$NT" -g "$NG" -c 1 -d all -o all -G "$mode"
+      "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
     if is_fused "$b"; then
-      # One rank per thread: without MK_NT_THREADS, NGPUS threads (see the header).
+      # One rank per thread or process: without MK_NT_THREADS, NGPUS threads (see the header).
       ft=$NT
-      [[ -z $THREADS ]] && ft=$NG
+      [[ -z $THREADS && $NP == 0 ]] && ft=$NG
+      args=("${GEMM_SIZE_FLAGS[@]}" -t "$ft" -g 1 -c 1 -d all -G "$mode" "${ITER_FLAGS[@]}"
+        "${EXTRA_FLAGS[@]}")
+    fi
+    run_id=""
+    if ((NP > 0)); then
+      run_id="nt$$.$b.np$NP.G$mode"
+      mpi_env_flags "$run_id"
+      cmd=(timeout -k 10 "$limit" env -u LD_PRELOAD "$MPIRUN" -np "$NP" --allow-run-as-root
+        --oversubscribe --bind-to none "${MPI_FLAGS[@]}" "${MPI_X[@]}" "$NCCL_TESTS_BIN_MPI/$b"
+        "${args[@]}")
+    else
       cmd=(timeout -k 10 "$limit" env NCCL_TESTS_DEVICE_WRAP=1 "LD_PRELOAD=$LIB"
-        "$NCCL_TESTS_BIN/$b" "${GEMM_SIZE_FLAGS[@]}" -t "$ft" -g 1 -c 1 -d all -G "$mode"
-        "${ITER_FLAGS[@]}" "${EXTRA_FLAGS[@]}")
+        "$NCCL_TESTS_BIN/$b" "${args[@]}")
     fi
     echo
-    echo "==== $b -t $NT -g $NG -G $mode$(is_fused "$b" && echo " (N=$NCCL_TESTS_GEMM_N K=$NCCL_TESTS_GEMM_K; algbw column = TFLOP/s per rank)")"
+    echo "==== $b $desc -G $mode$(is_fused "$b" && echo " (N=$NCCL_TESTS_GEMM_N K=$NCCL_TESTS_GEMM_K; algbw column = TFLOP/s per rank)")"
+    if [[ $DRY == 1 ]]; then
+      printf '%q ' "${cmd[@]}"
+      printf '>%q 2>&1\n' "$log"
+      S_BIN+=("$b") S_LAYOUT+=("$layout") S_MODE+=("$mode") S_RES+=(DRY) S_ROWS+=(-)
+      S_WRONG+=(-) S_OOB+=(-) S_AVG+=(-) S_TOP+=(-) S_TIME+=(0) S_NOTE+=("dry run")
+      continue
+    fi
     t0=$SECONDS
+    CUR_RUN=$run_id
     "${cmd[@]}" >"$log" 2>&1
     rc=$?
+    [[ -n $run_id ]] && reap_run "$run_id" | tee -a "$log"
+    CUR_RUN=""
     dt=$((SECONDS - t0))
     IFS='|' read -r rows wrong oob avg top failure firstw <<<"$(parse_log "$log" "$b")"
     res=PASS note=""
@@ -223,7 +389,7 @@ for layout in "${LAYOUTS[@]}"; do
       tail -n 25 "$log"
       echo "----"
     fi
-    echo "$res $b -t $NT -g $NG -G $mode (${dt}s): rows=$rows wrong_rows=$wrong oob=$oob avg_busbw=$avg ${note}"
+    echo "$res $b $desc -G $mode (${dt}s): rows=$rows wrong_rows=$wrong oob=$oob avg_busbw=$avg ${note}"
     S_BIN+=("$b") S_LAYOUT+=("$layout") S_MODE+=("$mode") S_RES+=("$res") S_ROWS+=("$rows")
     S_WRONG+=("$wrong") S_OOB+=("$oob") S_AVG+=("$avg") S_TOP+=("$top") S_TIME+=("$dt")
     S_NOTE+=("$note")
@@ -233,8 +399,8 @@ done
 
 npass=0 nfail=0 nskip=0
 echo
-echo "==== nccl-tests under mkernel: layouts (-t x -g) ${LAYOUTS[*]} on CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, -d all -o all, -e $MAXBYTES, $((SECONDS - T_START))s total, logs in $LOGDIR"
-printf "%-20s %-6s %-6s %-5s %5s %7s %5s %10s %18s %6s  %s\n" binary -t.x.-g mode result rows \
+echo "==== nccl-tests under mkernel: layouts ${LAYOUTS[*]} on CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, -d all -o all, -e $MAXBYTES, $((SECONDS - T_START))s total, logs in $LOGDIR"
+printf "%-20s %-6s %-6s %-5s %5s %7s %5s %10s %18s %6s  %s\n" binary layout mode result rows \
   wrong oob "avg busbw" "busbw@max size" time note
 for i in "${!S_BIN[@]}"; do
   mode=eager
@@ -244,9 +410,10 @@ for i in "${!S_BIN[@]}"; do
     "${S_TOP[$i]}" "${S_TIME[$i]}" "${S_NOTE[$i]}"
   case ${S_RES[$i]} in
     PASS) npass=$((npass + 1)) ;;
-    SKIP) nskip=$((nskip + 1)) ;;
+    SKIP | DRY) nskip=$((nskip + 1)) ;;
     *) nfail=$((nfail + 1)) ;;
   esac
 done
 echo "NCCL-TESTS: $npass passed, $nfail failed, $nskip skipped (wrong = rows whose #wrong is not 0; busbw in GB/s)"
+[[ $DRY == 1 ]] && exit 0
 [[ $nfail == 0 && $npass -gt 0 ]]

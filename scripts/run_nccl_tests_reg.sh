@@ -2,9 +2,12 @@
 # nccl-tests with registered buffers (docs/collectives.md, "Zero-copy: registered buffers and
 # windows"): scripts/run_nccl_tests.sh once with "-R 1" (ncclCommRegister) and once with
 # "-R 2" (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC), each with its own log folder,
-# then one line per run. nccl-tests is built without MPI here (prepare_nccl_tests.sh), so
-# the ranks are 4 communicators of one process (-g 4, or the MK_NT_THREADS layouts) on one
-# GPU; every other MK_NT_* variable passes through (MK_NT_EXTRA is added after -R).
+# then one line per run. By default the ranks are 4 communicators of one process (-g 4, or the
+# MK_NT_THREADS layouts) on one GPU; with MK_NT_PROCS="4" they are 4 MPI processes of one rank
+# each on GPU 0 under MPS (needs MK_NT_MPI=1 scripts/prepare_nccl_tests.sh <build-dir>):
+#   MK_NT_PROCS=4 scripts/run_nccl_tests_reg.sh <build-dir>
+# Every other MK_NT_* variable passes through (MK_NT_EXTRA is added after -R; MK_NT_DRY_RUN=1
+# prints the commands, mpirun included, and runs nothing).
 # With NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL the logs name the path of every
 # collective ("algo zerocopy (window)", "(raw)" or "(mapped)").
 #
