@@ -30,7 +30,8 @@
 #                              alone (processes then time-slice the GPU: ms per wait)
 #   MK_NT_MPIRUN_FLAGS         replaces the transport flags given to mpirun (default for Open MPI
 #                              4: "--mca pml ob1 --mca btl self,vader --mca
-#                              btl_vader_single_copy_mechanism none"; 5: "... btl self,sm")
+#                              btl_vader_single_copy_mechanism none"; 5: "--mca pml ob1 --mca
+#                              btl self,sm")
 #   MK_NT_DRY_RUN=1            print every command (mpirun included) and run nothing; works
 #                              without a GPU, a built library or nccl-tests (missing ones warn)
 #   MK_NT_EXTRA=""             more nccl-tests flags    CUDA_VISIBLE_DEVICES (default 0: one GPU)
@@ -160,9 +161,9 @@ if [[ $HAS_PROCS == 1 ]]; then
   if [[ -n ${MK_NT_MPIRUN_FLAGS+x} ]]; then
     read -r -a MPI_FLAGS <<<"$MK_NT_MPIRUN_FLAGS"
   elif [[ $mpi_version =~ Open\ MPI\)\ 4\. || $DRY == 1 && -z $mpi_version ]]; then
-    MPI_FLAGS=(--mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+    MPI_FLAGS=(--mca pml ob1 --mca btl "self,vader" --mca btl_vader_single_copy_mechanism none)
   elif [[ $mpi_version =~ Open\ MPI\)\ [5-9]\. ]]; then
-    MPI_FLAGS=(--mca pml ob1 --mca btl self,sm --mca btl_sm_single_copy_mechanism none)
+    MPI_FLAGS=(--mca pml ob1 --mca btl "self,sm")
   else
     need "MK_NT_PROCS needs Open MPI's mpirun; $MPIRUN says '${mpi_version:-nothing}' (set MK_NT_MPIRUN_FLAGS to try anyway)"
   fi
