@@ -79,8 +79,9 @@ struct XLane {
   uint8_t interleave;
 };
 
-// Kernel arguments (by value, __grid_constant__; well under the 32 KiB parameter limit).
-struct HierXArgs {
+// Kernel arguments (by value, __grid_constant__; well under the 32 KiB parameter limit): the
+// fields before the steps.
+struct HierXHead {
   NetDev d;
   uint64_t areaBase;   // window offset of the channel areas
   uint64_t areaBytes;  // one sender's area in a window
@@ -98,9 +99,18 @@ struct HierXArgs {
   XLane lanes[kXMaxLanes];
   int16_t listLen[2];
   int16_t list[2][kXMaxRanks];
-  XStep steps[kXMaxSteps];
 };
+template <int MaxSteps>
+struct HierXArgsT : HierXHead {
+  XStep steps[MaxSteps];
+};
+// What the planner fills (hier_launch.cc).
+using HierXArgs = HierXArgsT<kXMaxSteps>;
 static_assert(sizeof(HierXArgs) < 32000, "kernel parameter limit");
+// A byte-typed launch of at most kXSmallSteps steps (send/recv, an AlltoAll of up to 15
+// peers) passes this copy instead: the full one is 22 KB of parameters on every launch.
+constexpr int kXSmallSteps = 32;
+using HierXArgsSmall = HierXArgsT<kXSmallSteps>;
 
 // ---- pure host planning (unit-tested) ----------------------------------------------------
 struct XTopo {

@@ -1,6 +1,7 @@
 // Device side of the channel engine (scheme: coll/hier_xfer.h). One CTA per lane; every
 // transfer and wait goes through devcomm.cuh (bounded, abortable, errors recorded); on a
 // failure the lane returns.
+#include <algorithm>
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -23,15 +24,18 @@ __device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) {
   return a > b ? a : b;
 }
 
-__device__ __forceinline__ uint64_t slotOff(const HierXArgs& a, int sender, uint64_t q) {
+template <class A>
+__device__ __forceinline__ uint64_t slotOff(const A& a, int sender, uint64_t q) {
   return a.areaBase + (uint64_t)sender * a.areaBytes + (q & 1) * a.slotBytes;
 }
 // The rank's private chunk counters: written only by the lane owning the channel, read
 // after a barrier (or in a later kernel).
-__device__ __forceinline__ uint64_t counter(const HierXArgs& a, uint32_t slot) {
+template <class A>
+__device__ __forceinline__ uint64_t counter(const A& a, uint32_t slot) {
   return *(volatile uint64_t*)(a.d.sigLocal + slot);
 }
-__device__ __forceinline__ void setCounter(const HierXArgs& a, uint32_t slot, uint64_t v) {
+template <class A>
+__device__ __forceinline__ void setCounter(const A& a, uint32_t slot, uint64_t v) {
   __syncthreads();
   if (threadIdx.x == 0) *(volatile uint64_t*)(a.d.sigLocal + slot) = v;
   __syncthreads();
@@ -42,8 +46,8 @@ __device__ __forceinline__ void setCounter(const HierXArgs& a, uint32_t slot, ui
 // premul1) into the channel's zero-copy scratch slot, at the send_ptr offset of the window
 // slot it lands in (past the reduce-to-peer scratch at [0, 2 * slotBytes)). That scratch was
 // last used by chunk q - 2, which the peer has consumed (so it has left) once ACK >= q - 2.
-template <int DT>
-__device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_t len, uint64_t q,
+template <int DT, class A>
+__device__ bool sendChunk(const A& a, int peer, const void* src, uint64_t len, uint64_t q,
                           bool scale, uint64_t scalarBits) {
   if (!netAcquire(a.d, kXSigAck + peer, q - 1, kXSlots, peer)) return false;
   if (scale) {
@@ -61,8 +65,8 @@ __device__ bool sendChunk(const HierXArgs& a, int peer, const void* src, uint64_
 // Only byte-typed launches carry sized steps (collectives without a reduction run as
 // ncclUint8, hier_launch.cc), so the reduction kernels, some of them at their register limit,
 // do not carry the code.
-template <int DT>
-__device__ __forceinline__ uint64_t stepBytes(const HierXArgs& a, const XStep& s) {
+template <int DT, class A>
+__device__ __forceinline__ uint64_t stepBytes(const A& a, const XStep& s) {
   if (DT != ncclUint8 || !(s.flags & kXSized)) return s.n;
   // Two fixed loads, not an index into the parameter array: a computed index into kernel
   // parameters moves them to local memory (spills across the whole kernel).
@@ -72,12 +76,13 @@ __device__ __forceinline__ uint64_t stepBytes(const HierXArgs& a, const XStep& s
   return n <= 0 ? 0 : umin64(s.n, (uint64_t)n * a.unitBytes);
 }
 
-__device__ __forceinline__ bool scales(const HierXArgs& a, const XStep& s) {
+template <class A>
+__device__ __forceinline__ bool scales(const A& a, const XStep& s) {
   return a.premul && (s.flags & kXRawInput);
 }
 
-template <int DT>
-__device__ bool sendStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits) {
+template <int DT, class A>
+__device__ bool sendStep(const A& a, const XStep& s, uint64_t scalarBits) {
   const uint64_t base = counter(a, kXSigSent + s.peer);
   const uint64_t bytes = stepBytes<DT>(a, s);
   const uint64_t nch = hierChunks(bytes, a.slotBytes);
@@ -92,8 +97,8 @@ __device__ bool sendStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits
   return true;
 }
 
-template <int DT>
-__device__ bool recvStep(const HierXArgs& a, const XStep& s) {
+template <int DT, class A>
+__device__ bool recvStep(const A& a, const XStep& s) {
   const uint64_t base = counter(a, kXSigRcvd + s.peer);
   const uint64_t bytes = stepBytes<DT>(a, s);
   const uint64_t nch = hierChunks(bytes, a.slotBytes);
@@ -112,8 +117,8 @@ __device__ bool recvStep(const HierXArgs& a, const XStep& s) {
 }
 
 // Interleaved sends: position p of every stream before position p + 1 (see hier_xfer.h).
-template <int DT>
-__device__ bool sendInterleaved(const HierXArgs& a, const XLane& ln, uint64_t scalarBits) {
+template <int DT, class A>
+__device__ bool sendInterleaved(const A& a, const XLane& ln, uint64_t scalarBits) {
   uint64_t maxPos = 0;
   for (int i = ln.first; i < ln.first + ln.count; i++)
     maxPos = umax64(maxPos, a.steps[i].pos0 + hierChunks(a.steps[i].n, a.slotBytes));
@@ -140,8 +145,8 @@ __device__ bool sendInterleaved(const HierXArgs& a, const XLane& ln, uint64_t sc
 }
 
 // pmScal[k]: PreMulSum scalar bits of source k (used only when cfg.premul).
-template <int DT>
-__device__ void reduceN(const HierXArgs& a, const void* const* srcs, int n, const uint64_t* pmScal,
+template <int DT, class A>
+__device__ void reduceN(const A& a, const void* const* srcs, int n, const uint64_t* pmScal,
                         void* dst, uint64_t len, const RedCfg& cfg) {
   void* dsts[1] = {dst};
   reduceRangeAny<DT>(a.red, srcs, n, pmScal, dsts, 1, len, cfg, threadIdx.x, blockDim.x);
@@ -149,8 +154,8 @@ __device__ void reduceN(const HierXArgs& a, const void* const* srcs, int n, cons
 
 // Waits for chunk k of every channel input of list `li` and points srcs at it (my own entry:
 // `mine`). Thread 0 fills the table; the API's waits end with a barrier.
-__device__ bool gatherInputs(const HierXArgs& a, int li, uint64_t k, const void* mine,
-                             const void** srcs) {
+template <class A>
+__device__ bool gatherInputs(const A& a, int li, uint64_t k, const void* mine, const void** srcs) {
   for (int j = 0; j < a.listLen[li]; j++) {
     const int p = a.list[li][j];
     if (p == a.me) {
@@ -165,7 +170,8 @@ __device__ bool gatherInputs(const HierXArgs& a, int li, uint64_t k, const void*
   return true;
 }
 
-__device__ bool ackInputs(const HierXArgs& a, int li, uint64_t k) {
+template <class A>
+__device__ bool ackInputs(const A& a, int li, uint64_t k) {
   for (int j = 0; j < a.listLen[li]; j++) {
     const int p = a.list[li][j];
     if (p == a.me) continue;
@@ -174,15 +180,16 @@ __device__ bool ackInputs(const HierXArgs& a, int li, uint64_t k) {
   return true;
 }
 
-__device__ void advanceInputs(const HierXArgs& a, int li, uint64_t nch) {
+template <class A>
+__device__ void advanceInputs(const A& a, int li, uint64_t nch) {
   for (int j = 0; j < a.listLen[li]; j++) {
     const int p = a.list[li][j];
     if (p != a.me) setCounter(a, kXSigRcvd + p, counter(a, kXSigRcvd + p) + nch);
   }
 }
 
-template <int DT>
-__device__ bool reduceStep(const HierXArgs& a, const XStep& s, uint64_t scalarBits) {
+template <int DT, class A>
+__device__ bool reduceStep(const A& a, const XStep& s, uint64_t scalarBits) {
   __shared__ const void* srcs[kXMaxRanks];
   // PreMulSum: list 0 holds raw inputs; the peers' arrive pre-scaled (sendChunk), so only
   // my own entry takes my scalar (same rounding). List 1 (partials) is never scaled.
@@ -233,8 +240,8 @@ __device__ bool reduceStep(const HierXArgs& a, const XStep& s, uint64_t scalarBi
   return true;
 }
 
-template <int DT>
-__global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__ HierXArgs a) {
+template <int DT, class A>
+__global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__ A a) {
   const XLane& ln = a.lanes[blockIdx.x];
   __shared__ uint64_t scal;
   if (threadIdx.x == 0) {
@@ -280,7 +287,17 @@ cudaError_t launchHierX(const HierXArgs& a, cudaStream_t s) {
   return dispatchDtype(
       a.dtype,
       [&](auto dt) {
-        hierXKernel<decltype(dt)::kDt><<<a.nLanes, kXThreads, 0, s>>>(a);
+        constexpr int DT = decltype(dt)::kDt;
+        if constexpr (DT == ncclUint8) {
+          if (a.nSteps <= kXSmallSteps) {
+            HierXArgsSmall sm;
+            static_cast<HierXHead&>(sm) = a;
+            std::copy(a.steps, a.steps + a.nSteps, sm.steps);
+            hierXKernel<DT, HierXArgsSmall><<<a.nLanes, kXThreads, 0, s>>>(sm);
+            return cudaGetLastError();
+          }
+        }
+        hierXKernel<DT, HierXArgs><<<a.nLanes, kXThreads, 0, s>>>(a);
         return cudaGetLastError();
       },
       [] { return cudaErrorInvalidValue; });
