@@ -75,16 +75,13 @@ ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, 
 }
 
 ncclResult_t fusedAlltoAllSized(ncclComm* comm, cudaStream_t stream, const void* send, void* recv,
-                                size_t count, ncclDataType_t dtype, const FusedUnits& u,
+                                size_t count, ncclDataType_t dtype, const SizedUnits& u,
                                 const char* api) {
-  MK_ARGCHECK(u.send != nullptr && u.recv != nullptr && u.unitBytes > 0,
+  MK_ARGCHECK(u.on() && u.unitBytes > 0,
               "%s: a sized AlltoAll needs both unit arrays and a unit size", api);
   CollArgs a = collOf(comm, stream, (int)CollType::kAlltoAll, send, recv, count, dtype);
   NCCLCHECK(collCheckArgs(a, api));
-  a.sendUnits = u.send;
-  a.recvUnits = u.recv;
-  a.unitStride = u.stride;
-  a.unitBytes = u.unitBytes;
+  a.sized = u;
   return collEnqueue(a);
 }
 

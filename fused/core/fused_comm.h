@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "coll/coll.h"  // SizedUnits
 #include "comm/comm_dev.h"
 #include "device/rt/err.h"
 #include "transport/net_state.h"
@@ -77,18 +78,10 @@ ncclResult_t fusedFreeScratch(void* scratch, cudaStream_t stream, ncclResult_t r
 ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, const void* send,
                              void* recv, size_t count, ncclDataType_t dtype, const char* api);
 
-// Sizes of the blocks of a device-sized AlltoAll (coll/coll.h, CollArgs::sendUnits): block q
-// holds units[q * stride] units of unitBytes, read on the device when the transfer runs.
-struct FusedUnits {
-  const int32_t* send;  // the blocks this rank sends
-  const int32_t* recv;  // the blocks it receives: recv[q] equals rank q's send[me]
-  uint32_t stride;
-  uint64_t unitBytes;
-};
 // An AlltoAll of blocks of at most count elements that moves only what `u` says where the
 // path can (the copy engine inside a node); elsewhere whole blocks.
 ncclResult_t fusedAlltoAllSized(ncclComm* comm, cudaStream_t stream, const void* send, void* recv,
-                                size_t count, ncclDataType_t dtype, const FusedUnits& u,
+                                size_t count, ncclDataType_t dtype, const SizedUnits& u,
                                 const char* api);
 
 }  // namespace fused

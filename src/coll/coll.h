@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include "coll/redop.h"
+#include "comm/workspace.h"  // MK_HD
 
 struct ncclComm;
 
@@ -26,6 +27,28 @@ enum class CollType : int {
 };
 const char* collName(CollType t);
 
+// Device-sized AlltoAll: the block for rank q moves max(0, units[q * stride]) * unitBytes
+// bytes, at most its planned size, read when the kernel runs, so its size need not be known
+// to the host. units[0] sizes the blocks this rank sends (and its copy to itself), units[1]
+// those it receives: rank p's units[1][q] must equal rank q's units[0][p] (both ends cut the
+// same chunks). Paths that cannot size on the device move whole blocks: the same bytes where
+// the units say, the rest unspecified.
+struct SizedUnits {
+  const int32_t* units[2] = {nullptr, nullptr};
+  uint64_t unitBytes = 0;
+  uint32_t stride = 0;
+  MK_HD bool on() const { return units[0] != nullptr && units[1] != nullptr; }
+  // Bytes of rank's block (recv: a block this rank receives), at most planned. The counts are
+  // written by earlier kernels of the stream and stay fixed while this one runs. The select,
+  // not an index, keeps kernel parameters out of local memory.
+  MK_HD uint64_t bytes(bool recv, int rank, uint64_t planned) const {
+    const int32_t n = (recv ? units[1] : units[0])[(uint64_t)rank * stride];
+    if (n <= 0) return 0;
+    const uint64_t b = (uint64_t)n * unitBytes;
+    return b < planned ? b : planned;
+  }
+};
+
 struct CollArgs {
   CollType type;
   const void* sendbuff;
@@ -39,16 +62,7 @@ struct CollArgs {
   // The reduction, resolved by collCheckArgs at call time: a PreMulSum destroyed right after
   // the call (even inside a group, before ncclGroupEnd) must still apply.
   RedOpInfo red{};
-  // Device-sized AlltoAll (mkernel's fused operators, never the NCCL API): the block for rank
-  // q moves max(0, units[q * unitStride]) * unitBytes bytes, at most count * size, read when
-  // the kernel runs, so a block's size need not be known to the host. sendUnits sizes the
-  // blocks this rank sends, recvUnits those it receives: recvUnits[q] must equal rank q's
-  // sendUnits[me] (both ends cut the same chunks). Paths that cannot size on the device move
-  // whole blocks: the same bytes where the units say, the rest unspecified.
-  const int32_t* sendUnits = nullptr;
-  const int32_t* recvUnits = nullptr;
-  uint32_t unitStride = 0;
-  uint64_t unitBytes = 0;
+  SizedUnits sized{};  // AlltoAll of mkernel's fused operators only (never the NCCL API)
 };
 
 size_t dtypeSize(ncclDataType_t t);  // 0 for an invalid type

@@ -83,13 +83,10 @@ ncclResult_t toArgs(ncclComm* comm, XPlanLaunch& pl, ncclDataType_t dt, const Re
   return ncclSuccess;
 }
 
-// Device-sized AlltoAll (CollArgs::sendUnits): its transfers (the plain lanes of the direct
-// plan: sends, receives, the copy to myself) read their sizes on the device.
+// Device-sized AlltoAll (CollArgs::sized): its transfers (the plain lanes of the direct plan:
+// sends, receives, the copy to myself) read their sizes on the device.
 void sizeSteps(const CollArgs& a, HierXArgs* x) {
-  x->units[0] = a.sendUnits;
-  x->units[1] = a.recvUnits;
-  x->unitBytes = a.unitBytes;
-  x->unitStride = a.unitStride;
+  x->sized = a.sized;
   for (int li = 0; li < x->nLanes; li++) {
     if (x->lanes[li].interleave) continue;  // positions were planned from the whole sizes
     for (int i = x->lanes[li].first; i < x->lanes[li].first + x->lanes[li].count; i++) {
@@ -123,8 +120,7 @@ ncclResult_t hierPlanXColl(ncclComm* comm, const CollArgs& a, std::vector<HierLa
     out->emplace_back();
     NCCLCHECK(
         toArgs(comm, pl, red ? a.dtype : ncclUint8, red ? &a.red : nullptr, api, &out->back()));
-    if (a.type == CollType::kAlltoAll && a.sendUnits != nullptr && a.recvUnits != nullptr)
-      sizeSteps(a, &out->back().x);
+    if (a.type == CollType::kAlltoAll && a.sized.on()) sizeSteps(a, &out->back().x);
   }
   MK_INFO(kColl, "nccl%s: rank %d across %d nodes (%s): count %zu, %zu launches", api, comm->rank,
           comm->topo.nNodes, commXTopo(comm).even ? "rail-aligned" : "flat", a.count, plan.size());

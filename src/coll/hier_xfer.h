@@ -59,7 +59,7 @@ enum XFlag : uint8_t {
   kXLastOfStream = 2,
   kXRawInput = 4,  // send: raw input of a list-0 reduction (PreMulSum pre-scales it)
   kXSized = 8,     // send / recv / copy of a device-sized AlltoAll: n is the most it moves
-                   // (HierXArgs::units)
+                   // (HierXHead::sized)
 };
 
 // One step (by value in the kernel arguments).
@@ -90,12 +90,7 @@ struct HierXHead {
   uint64_t scalarBits;
   int dtype, red, postDiv, premul, scalarOnDevice;
   int me, nRanks, nLanes, nSteps;
-  // Device-sized AlltoAll (CollArgs::sendUnits): a kXSized step moves max(0,
-  // units[dir][peer * unitStride]) * unitBytes bytes, at most its n (dir 0: sends and the
-  // copy to myself, 1: receives); both ends read equal units, so they cut the same chunks.
-  const int32_t* units[2];
-  uint64_t unitBytes;
-  uint32_t unitStride;
+  SizedUnits sized;  // device-sized AlltoAll: the sizes of its kXSized steps
   XLane lanes[kXMaxLanes];
   int16_t listLen[2];
   int16_t list[2][kXMaxRanks];

@@ -63,30 +63,28 @@ struct Xfer {
   uint64_t bytes;
 };
 
+// The device-sized blocks of AlltoAll `a` (CollArgs::sized), for the copy kernel.
+void copyUnits(ncclComm* comm, const CollArgs& a, CopyUnits* u) {
+  *u = CopyUnits{};
+  if (a.type != CollType::kAlltoAll || !a.sized.on()) return;
+  u->s = a.sized;
+  u->meRank = (int16_t)comm->rank;
+  for (int q = 0; q < comm->nRanks; q++) {
+    const int l = localOf(comm, q);
+    if (l >= 0 && l < kMaxLocalRanks) u->rankOf[l] = (int16_t)q;
+  }
+}
+
 template <typename Args>
 void fillCopy(ncclComm* comm, CollType coll, const std::vector<CopyOp>& ops,
-              const std::vector<uint32_t>& streams, Args* a) {
+              const std::vector<uint32_t>& streams, const CollArgs* sized, Args* a) {
   a->c = collCommDev(comm);
   a->coll = (int)coll;
   a->nOps = (int)ops.size();
   a->nStreams = (int)streams.size();
   std::copy(ops.begin(), ops.end(), a->ops);
   std::copy(streams.begin(), streams.end(), a->streams);
-}
-
-// The device-sized blocks of AlltoAll `a` (CollArgs::sendUnits), for the copy kernel.
-void copyUnits(ncclComm* comm, const CollArgs& a, CopyUnits* u) {
-  *u = CopyUnits{};
-  if (a.type != CollType::kAlltoAll || a.sendUnits == nullptr || a.recvUnits == nullptr) return;
-  u->units[0] = a.sendUnits;
-  u->units[1] = a.recvUnits;
-  u->unitBytes = a.unitBytes;
-  u->stride = a.unitStride;
-  u->meRank = (int16_t)comm->rank;
-  for (int q = 0; q < comm->nRanks; q++) {
-    const int l = localOf(comm, q);
-    if (l >= 0 && l < kMaxLocalRanks) u->rankOf[l] = (int16_t)q;
-  }
+  if (sized) copyUnits(comm, *sized, &a->u);
 }
 
 ncclResult_t buildCopy(ncclComm* comm, CollType coll, const std::vector<Xfer>& xf,
@@ -155,13 +153,11 @@ ncclResult_t buildCopy(ncclComm* comm, CollType coll, const std::vector<Xfer>& x
   if ((int)ops.size() <= kCopySmallOps && (int)streams.size() <= kCopySmallStreams) {
     out->kind = KernelLaunch::kCopySmall;
     out->small.reset(new CopyArgsSmall());
-    fillCopy(comm, coll, ops, streams, out->small.get());
-    if (sized) copyUnits(comm, *sized, &out->small->u);
+    fillCopy(comm, coll, ops, streams, sized, out->small.get());
   } else {
     out->kind = KernelLaunch::kCopyLarge;
     out->large.reset(new CopyArgsLarge());
-    fillCopy(comm, coll, ops, streams, out->large.get());
-    if (sized) copyUnits(comm, *sized, &out->large->u);
+    fillCopy(comm, coll, ops, streams, sized, out->large.get());
   }
   return ncclSuccess;
 }

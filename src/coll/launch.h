@@ -114,12 +114,10 @@ inline uint32_t packStream(int peer, int dir, int lane) {
   return ((uint32_t)peer << 16) | ((uint32_t)dir << 8) | (uint32_t)lane;
 }
 
-// Device-sized blocks of an AlltoAll (CollArgs::sendUnits): units[0] sizes the sends and the
-// local copy, units[1] the receives; null: every op moves its planned bytes.
+// Device-sized blocks of an AlltoAll (CollArgs::sized; off: every op moves its planned bytes),
+// with the ranks the copy kernel's local indices stand for.
 struct CopyUnits {
-  const int32_t* units[2];
-  uint64_t unitBytes;
-  uint32_t stride;
+  SizedUnits s;
   int16_t meRank;                  // my rank (the local copy's block)
   int16_t rankOf[kMaxLocalRanks];  // rank of each local index
 };

@@ -36,15 +36,13 @@ struct CopyShared {
 // caller's contract), so they cut the same chunks and their channel counters stay paired.
 template <typename Args>
 __device__ __forceinline__ uint64_t opBytes(const Args& a, const CopyOp& op) {
-  const int32_t* u = a.u.units[op.dir == kDirRecv ? 1 : 0];
-  if (u == nullptr) return op.bytes;
+  if (!a.u.s.on()) return op.bytes;
   const int rank = op.dir == kDirLocal ? a.u.meRank : a.u.rankOf[op.peer];
-  const int32_t n = *(const volatile int32_t*)(u + (uint64_t)rank * a.u.stride);
-  return n <= 0 ? 0 : umin64(op.bytes, (uint64_t)n * a.u.unitBytes);
+  return a.u.s.bytes(op.dir == kDirRecv, rank, op.bytes);
 }
 template <typename Args>
 __device__ __forceinline__ uint32_t opChunks(const Args& a, const CopyOp& op) {
-  if (a.u.units[0] == nullptr) return op.nChunks;
+  if (!a.u.s.on()) return op.nChunks;
   return (uint32_t)((opBytes(a, op) + op.chunkBytes - 1) / op.chunkBytes);
 }
 

@@ -68,12 +68,7 @@ __device__ bool sendChunk(const A& a, int peer, const void* src, uint64_t len, u
 template <int DT, class A>
 __device__ __forceinline__ uint64_t stepBytes(const A& a, const XStep& s) {
   if (DT != ncclUint8 || !(s.flags & kXSized)) return s.n;
-  // Two fixed loads, not an index into the parameter array: a computed index into kernel
-  // parameters moves them to local memory (spills across the whole kernel).
-  const int32_t* u = s.kind == kXRecv ? a.units[1] : a.units[0];
-  const int rank = s.kind == kXCopy ? a.me : s.peer;
-  const int32_t n = *(const volatile int32_t*)(u + (uint64_t)rank * a.unitStride);
-  return n <= 0 ? 0 : umin64(s.n, (uint64_t)n * a.unitBytes);
+  return a.sized.bytes(s.kind == kXRecv, s.kind == kXCopy ? a.me : s.peer, s.n);
 }
 
 template <class A>

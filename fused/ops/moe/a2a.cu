@@ -340,7 +340,11 @@ ncclResult_t alltoallRows(const MoeCall& c, const A2aParams& p, const void* send
   const int epr = p.s.expertsPerRank;
   const int32_t* sent = p.sendCnt + cntRows(epr);
   const int32_t* got = p.recvCnt + cntRows(epr);
-  const FusedUnits u{back ? got : sent, back ? sent : got, (uint32_t)cntStride(epr), rowBytes};
+  SizedUnits u;
+  u.units[0] = back ? got : sent;
+  u.units[1] = back ? sent : got;
+  u.unitBytes = rowBytes;
+  u.stride = (uint32_t)cntStride(epr);
   return fusedAlltoAllSized(c.comm, c.stream, send, recv, count, t, u, moeApi(c));
 }
 

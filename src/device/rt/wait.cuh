@@ -65,8 +65,6 @@ __device__ __forceinline__ bool failed(const WaitCtx& w) {
   return w.hdr != nullptr && ptx::ldRelaxedGpu32(&w.hdr->failed) != 0u;
 }
 
-// Spin state of one waiting thread. Optional back-off: __nanosleep from sleepNs, doubling
-// up to maxSleepNs (waiters polling across PCIe must not slow down what they wait for).
 // The same verdict for every thread of the CTA (thread 0 reads the flag): a kernel that
 // leaves at its start when the domain failed must not lose only some of its warps, which the
 // others would then wait for at the first barrier. Every thread of the CTA must call it.
@@ -74,6 +72,8 @@ __device__ __forceinline__ bool ctaFailed(const WaitCtx& w) {
   return __syncthreads_or(threadIdx.x == 0 && failed(w)) != 0;
 }
 
+// Spin state of one waiting thread. Optional back-off: __nanosleep from sleepNs, doubling
+// up to maxSleepNs (waiters polling across PCIe must not slow down what they wait for).
 struct Spin {
   uint64_t t0 = 0;
   uint32_t n = 0;
