@@ -645,13 +645,8 @@ def worker(a, argv):
         bench.lib_path or "NOT USABLE (%s)" % bench.mk_error))
     log("SDPA backends: %s" % (", ".join(sorted(bench.sdpa_ctx)) or "none selectable"))
   rows = run_single(bench) if a.mode == "single" else run_ring(bench)
-  if a.side:  # every rank: it gathers (after the runs: libmkernel never got mapped)
-    bench.facts = bpu.side_facts(a.side, a.nodes)
-  rc = report(bench, a, argv, rows) if bench.rank == 0 else 0
-  t = torch.tensor([rc], device=bench.device)
-  dist.broadcast(t, 0)
-  dist.destroy_process_group()
-  return bpu.worker_status(bench.rank, int(t.item()))
+  # (The sides' facts are gathered after the runs: libmkernel never got mapped by then.)
+  return bpu.finish_worker(bench, a, lambda: report(bench, a, argv, rows))
 
 
 def main():

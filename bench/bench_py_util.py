@@ -460,6 +460,20 @@ def write_results(tool, out_dir, mode, now, meta, rows, md):
   log("%s: wrote %s.json and .md" % (tool, base))
 
 
+def finish_worker(bench, a, report):
+  """A worker's end: the sides' facts (--nodes; every rank, it gathers), rank 0's report (its
+  exit status) shared with every rank, the process group closed, and the status for the
+  launcher (worker_status)."""
+  import torch
+  import torch.distributed as dist
+  if a.side:
+    bench.facts = side_facts(a.side, a.nodes)
+  t = torch.tensor([report() if bench.rank == 0 else 0], device=bench.device)
+  dist.broadcast(t, 0)
+  dist.destroy_process_group()
+  return worker_status(bench.rank, int(t.item()))
+
+
 def init_rank(dtype_name):
   """A torchrun worker's setup: (rank, world, device, dtype); the local GPU made current and
   the nccl process group created. torch is imported here, so the launcher never needs it."""
