@@ -651,10 +651,7 @@ def worker(a, argv):
 
 def main():
   argv = sys.argv[1:]
-  a = parse_args(argv)
-  if os.environ.get(CHILD) != "1" and "RANK" not in os.environ:
-    return launch(a, argv)
-  return worker(a, argv)
+  return bpu.dispatch(argv, parse_args, launch, worker, CHILD)
 
 
 if __name__ == "__main__":

@@ -460,6 +460,15 @@ def write_results(tool, out_dir, mode, now, meta, rows, md):
   log("%s: wrote %s.json and .md" % (tool, base))
 
 
+def dispatch(argv, parse_args, launch, worker, child):
+  """A bench's entry: the launcher in the user's process, the worker under torchrun (RANK set)
+  or when the launcher runs it as its one rank (env `child` = 1)."""
+  a = parse_args(argv)
+  if os.environ.get(child) != "1" and "RANK" not in os.environ:
+    return launch(a, argv)
+  return worker(a, argv)
+
+
 def finish_worker(bench, a, report):
   """A worker's end: the sides' facts (--nodes; every rank, it gathers), rank 0's report (its
   exit status) shared with every rank, the process group closed, and the status for the

@@ -702,10 +702,7 @@ def main():
   if argv[:1] == ["--selftest"]:
     return subprocess.run([sys.executable, os.path.join(HERE, "test_moe_bench.py")] +
                           argv[1:]).returncode
-  a = parse_args(argv)
-  if os.environ.get(CHILD) != "1" and "RANK" not in os.environ:
-    return launch(a, argv)
-  return worker(a, argv)
+  return bpu.dispatch(argv, parse_args, launch, worker, CHILD)
 
 
 if __name__ == "__main__":
