@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "base/checks.h"
+#include "base/scratch.h"
 #include "coll/coll.h"
 #include "coll/coll_state.h"
 #include "comm/comm.h"
@@ -42,10 +43,10 @@ ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
 ncclResult_t fusedFreeScratch(void* scratch, cudaStream_t stream, ncclResult_t res,
                               const char* api) {
   if (scratch == nullptr) return res;
-  const cudaError_t e = cudaFreeAsync(scratch, stream);
-  if (e != cudaSuccess && res == ncclSuccess) {
-    MK_WARN("%s: cudaFreeAsync of the call's scratch: %s", api, cudaGetErrorString(e));
-    return ncclUnhandledCudaError;
+  const ncclResult_t e = scratchFree(scratch, stream);
+  if (e != ncclSuccess && res == ncclSuccess) {
+    MK_WARN("%s: freeing the call's scratch failed", api);
+    return e;
   }
   return res;
 }

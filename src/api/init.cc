@@ -17,6 +17,7 @@
 #include "base/checks.h"
 #include "base/cudawrap.h"
 #include "base/param.h"
+#include "base/scratch.h"
 #include "topo/topo.h"
 #include "transport/net_state.h"
 #include "transport/peer_mem.h"
@@ -110,6 +111,8 @@ ncclResult_t commFree(ncclComm* comm) {
   comm->bootstrap = nullptr;
   redOpFreeAll(comm);
   if (comm->abortFlagPinned) cudaFreeHost(comm->abortFlag);
+  // Unused scratch goes back to the driver with the comm; live comms' calls regrow it.
+  if (comm->cudaDev >= 0) scratchTrim(comm->cudaDev);
   comm->magic = comm->magicEnd = kCommDead;
   delete comm;
   return res;

@@ -13,6 +13,7 @@
 #include "base/checks.h"
 #include "comm/comm.h"
 #include "base/param.h"
+#include "base/scratch.h"
 #include "transport/peer_mem.h"
 
 namespace mk {
@@ -428,7 +429,7 @@ ncclResult_t runLaunch(ncclComm* comm, KernelLaunch& l, cudaStream_t s) {
   cudaError_t err = cudaSuccess;
   void* tmp = nullptr;
   if (l.stageBytes > 0) {
-    CUDACHECK(cudaMallocAsync(&tmp, l.stageBytes, s));
+    NCCLCHECK(scratchAlloc(&tmp, l.stageBytes, s));
     CUDACHECK(cudaMemcpyAsync(tmp, l.stageBase, l.stageBytes, cudaMemcpyDeviceToDevice, s));
     if (l.small) rebase(l.small.get(), l.stageBase, l.stageBytes, (const char*)tmp);
     if (l.large) rebase(l.large.get(), l.stageBase, l.stageBytes, (const char*)tmp);
@@ -450,7 +451,7 @@ ncclResult_t runLaunch(ncclComm* comm, KernelLaunch& l, cudaStream_t s) {
       err = launchZcCopy(l.zc, l.grid, s);
       break;
   }
-  if (tmp) cudaFreeAsync(tmp, s);
+  if (tmp) (void)scratchFree(tmp, s);
   if (err != cudaSuccess) {
     MK_WARN("nccl%s: rank %d: kernel launch failed: %s", collName(l.coll), comm->rank,
             cudaGetErrorString(err));

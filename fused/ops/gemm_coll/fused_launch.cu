@@ -12,7 +12,9 @@
 
 #include "base/checks.h"
 #include "base/param.h"
+#include "base/scratch.h"
 #include "comm/comm.h"
+#include "fused/core/fused_comm.h"
 #include "fused/core/cost_model.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/framework.h"
@@ -221,7 +223,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     p.A = c.A;
     p.G = c.Agathered;
     if (p.G == nullptr) {
-      CUDACHECK(cudaMallocAsync(&tmp, c.M * c.K * 2, c.stream));
+      NCCLCHECK(scratchAlloc(&tmp, c.M * c.K * 2, c.stream));
       p.G = tmp;
     }
     g = gemmArgsOf(c, p.G, c.C, c.M, f.smBudget);
@@ -232,8 +234,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
   } else {
     // Partials tile by tile (one bulk copy per rank moves a row block of a tile).
-    CUDACHECK(
-        cudaMallocAsync(&tmp, tilesM * tilesN * gemm::kTileM * gemm::kTileN * outBytes, c.stream));
+    NCCLCHECK(
+        scratchAlloc(&tmp, tilesM * tilesN * gemm::kTileM * gemm::kTileN * outBytes, c.stream));
     p.P = tmp;
     p.C = c.C;
     p.chunkRows = plan.rows;
@@ -279,11 +281,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     res = addBias(c.C, c.cfg.bias, c.M, c.N, c.cfg.outType, comm->smCount, c.stream);
   if (res == ncclSuccess) *ran = true;
 out:
-  if (tmp != nullptr) {
-    cudaError_t e = cudaFreeAsync(tmp, c.stream);
-    if (e != cudaSuccess && res == ncclSuccess) res = ncclUnhandledCudaError;
-  }
-  return res;
+  return fusedFreeScratch(tmp, c.stream, res, gemmCollName(c.op));
 }
 
 }  // namespace fused

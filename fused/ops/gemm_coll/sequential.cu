@@ -8,8 +8,10 @@
 #include <cuda_fp16.h>
 
 #include "base/checks.h"
+#include "base/scratch.h"
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "fused/core/fused_comm.h"
 #include "fused/core/elem.cuh"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
@@ -126,7 +128,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c, int smBudget) {
     case GemmColl::kReduceScatter: {
       // The full local product is staged in stream-ordered memory: capturable (a graph
       // memory node) and recycled by the pool between eager calls.
-      CUDACHECK(cudaMallocAsync(&tmp, c.M * c.N * out, s));
+      NCCLCHECK(scratchAlloc(&tmp, c.M * c.N * out, s));
       NCCLCHECKGOTO(gemm::launch(gemmArgsOf(c, c.A, tmp, c.M, smBudget), s), res, fail);
       coll.type = CollType::kReduceScatter;
       coll.sendbuff = tmp;
@@ -142,7 +144,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c, int smBudget) {
     case GemmColl::kAllGather: {
       void* G = c.Agathered;
       if (G == nullptr) {
-        CUDACHECK(cudaMallocAsync(&tmp, c.M * c.K * in, s));
+        NCCLCHECK(scratchAlloc(&tmp, c.M * c.K * in, s));
         G = tmp;
       }
       coll.type = CollType::kAllGather;
@@ -158,14 +160,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c, int smBudget) {
     }
   }
 fail:
-  if (tmp != nullptr) {
-    cudaError_t e = cudaFreeAsync(tmp, s);
-    if (e != cudaSuccess && res == ncclSuccess) {
-      MK_WARN("%s: cudaFreeAsync: %s", gemmCollName(c.op), cudaGetErrorString(e));
-      res = ncclUnhandledCudaError;
-    }
-  }
-  return res;
+  return fusedFreeScratch(tmp, s, res, gemmCollName(c.op));
 }
 
 }  // namespace fused

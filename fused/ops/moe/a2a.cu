@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "base/checks.h"
+#include "base/scratch.h"
 #include "coll/coll.h"
 #include "comm/comm.h"
 #include "device/rt/wait.cuh"
@@ -436,7 +437,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
     total += sizes[i];
   }
   uint8_t* base = nullptr;
-  CUDACHECK(cudaMallocAsync(reinterpret_cast<void**>(&base), total, c.stream));
+  NCCLCHECK(scratchAlloc(reinterpret_cast<void**>(&base), total, c.stream));
   ncclResult_t res = ncclSuccess;
   p.slotPos = reinterpret_cast<int32_t*>(base + off[0]);
   p.sendCnt = reinterpret_cast<int32_t*>(base + off[1]);

@@ -27,6 +27,7 @@
 #include "base/checks.h"
 #include "base/cudawrap.h"
 #include "base/debug.h"
+#include "base/scratch.h"
 #include "comm/comm.h"
 #include "device/rt/wait.cuh"
 #include "fused/core/clique_block.h"
@@ -356,7 +357,7 @@ ncclResult_t moeDispatch(const MoeCall& c, int32_t** slotRow) {
   CUDACHECK(cudaFuncGetAttributes(&attr, moeDispatchKernel));  // loads it now (see moeGemm)
   // The slot rows of this call: stream-ordered scratch (a memory node under capture).
   if (slots > 0)
-    CUDACHECK(cudaMallocAsync((void**)slotRow, (size_t)slots * sizeof(int32_t), c.stream));
+    NCCLCHECK(scratchAlloc((void**)slotRow, (size_t)slots * sizeof(int32_t), c.stream));
   p.slotRow = *slotRow;
   return fusedEnqueue(comm, c.stream, moeApi(c), [&](cudaStream_t s) -> ncclResult_t {
     moeDispatchKernel<<<grid, kMoeThreads, smem, s>>>(p);

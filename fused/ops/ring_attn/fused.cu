@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "base/checks.h"
+#include "base/scratch.h"
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
@@ -82,7 +83,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c) {
   const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t));
   const size_t bytes = 2 * (size_t)n * sliceBytes + counters;
   void* scratch = nullptr;
-  CUDACHECK(cudaMallocAsync(&scratch, bytes, c.stream));
+  NCCLCHECK(scratchAlloc(&scratch, bytes, c.stream));
   ncclResult_t res = ncclSuccess;
   RingParams rp{};
   int32_t computeGrid = 0;

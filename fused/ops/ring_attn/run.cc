@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "base/checks.h"
+#include "base/scratch.h"
 #include "coll/coll.h"
 #include "comm/comm.h"
 #include "fused/attention/attn.h"
@@ -77,7 +78,7 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
   const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;
   const size_t bytes = slice * 2;  // bf16/fp16
   void* scratch = nullptr;
-  CUDACHECK(cudaMallocAsync(&scratch, 2 * n * bytes, c.stream));
+  NCCLCHECK(scratchAlloc(&scratch, 2 * n * bytes, c.stream));
   ncclResult_t res = ncclSuccess;
   char* kAll = static_cast<char*>(scratch);
   char* vAll = kAll + n * bytes;
