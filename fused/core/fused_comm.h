@@ -66,7 +66,7 @@ ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,
                           const std::function<ncclResult_t(cudaStream_t)>& launch,
                           bool continuation = false);
 
-// cudaFreeAsync(scratch) on `stream` (nothing for NULL): stream-ordered, so after the call's
+// scratchFree(scratch) on `stream` (nothing for NULL): stream-ordered, so after the call's
 // kernels even when one of its enqueues failed. Returns res, or the free's error (named with
 // `api`) if res was a success.
 ncclResult_t fusedFreeScratch(void* scratch, cudaStream_t stream, ncclResult_t res,

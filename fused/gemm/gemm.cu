@@ -52,7 +52,7 @@ int64_t effLdb(const GemmArgs& a) {
   return a.ldb ? a.ldb : (a.bLayout == BLayout::kKN ? a.N : a.K);
 }
 int64_t effLdd(const GemmArgs& a) {
-  return a.ldd ? a.ldd : a.N;
+  return a.ldd ? a.ldd : outCols(a);
 }
 int64_t effLdc(const GemmArgs& a) {
   return a.ldc ? a.ldc : effLdd(a);
@@ -206,9 +206,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.bLayout == BLayout::kNK && (ldb < a.K || ldb % 8 != 0))
     return fail(why, "B[N,K]: ldb=%lld must be >= K=%lld and a multiple of 8 (16-byte rows)", ldb,
                 a.K);
-  if (ldd < a.N) return fail(why, "ldd=%lld must be >= N=%lld", ldd, a.N);
+  if (ldd < outCols(a)) return fail(why, "ldd=%lld must be >= D's width %lld", ldd, outCols(a));
   if (a.beta != 0.0f) {
-    if (effLdc(a) < a.N) return fail(why, "ldc=%lld must be >= N=%lld", effLdc(a), a.N);
+    if (effLdc(a) < outCols(a))
+      return fail(why, "ldc=%lld must be >= D's width %lld", effLdc(a), outCols(a));
   }
   if (a.dTiled && (a.beta != 0.0f || !aligned16(a.D)))
     return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
@@ -220,6 +221,15 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "pipeline 2 (wide epilogue staging) needs a 16-bit output type");
   if (a.hooks.rowReady != nullptr && a.hooks.rowsPerFlag <= 0)
     return fail(why, "hooks.rowsPerFlag=%lld must be positive", a.hooks.rowsPerFlag);
+  if (a.swiglu) {
+    if (a.groups.num == 0) return fail(why, "the SwiGLU epilogue runs in grouped GEMMs only");
+    if (a.bLayout != BLayout::kNK)
+      return fail(why, "the SwiGLU epilogue needs B in the [N,K] layout (gate rows, then up)");
+    if (a.N % 16 != 0)
+      return fail(why, "the SwiGLU epilogue needs N=%lld (2 x the output width) %% 16 == 0", a.N);
+    if (a.dType == DType::kF32) return fail(why, "the SwiGLU epilogue stores a 16-bit D");
+    if (a.beta != 0.0f) return fail(why, "the SwiGLU epilogue takes no C (beta must be 0)");
+  }
   if (a.groups.num != 0) {
     const GemmGroups& g = a.groups;
     if (g.num < 0 || g.num > kMaxGroups)
@@ -265,8 +275,10 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   if (ng > 0 && a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode3d(&p.tmB, a.abType, a.B, a.N, a.K, ng, effLdb(a), effStrideB(a), 64, kTileK));
   } else if (ng > 0) {
+    // The SwiGLU epilogue loads gate and up rows as two boxes of half a tile each.
+    const uint32_t boxN = a.swiglu ? kTileN / 2 : kTileN;
     NCCLCHECK(
-        encode3d(&p.tmB, a.abType, a.B, a.K, a.N, ng, effLdb(a), effStrideB(a), kTileK, kTileN));
+        encode3d(&p.tmB, a.abType, a.B, a.K, a.N, ng, effLdb(a), effStrideB(a), kTileK, boxN));
   } else if (a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.N, a.K, effLdb(a), 64, kTileK));
   } else {
@@ -276,16 +288,17 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // TMA stores need 16-byte aligned rows, and N itself must end on a 16-byte boundary: on
   // the H200 a box clipped at N in the middle of a 16-byte chunk wrote zeros to the rest of
   // that chunk (columns N.. of padded rows; seen with N=1030, ldd=1032, see gemm-notes).
-  p.useTmaStore = aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (a.N * es) % 16 == 0;
+  p.useTmaStore = aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (outCols(a) * es) % 16 == 0;
   if (a.dTiled) {
     p.useTmaStore = 1;
     p.dTiled = 1;
     NCCLCHECK(encodeTiled(&p.tmD, a.dType, a.D, tilesM(a), tilesN(a)));
   } else if (p.useTmaStore) {
-    NCCLCHECK(encode2d(&p.tmD, a.dType, a.D, a.N, a.M, effLdd(a), 128 / es, 64));
+    NCCLCHECK(encode2d(&p.tmD, a.dType, a.D, outCols(a), a.M, effLdd(a), 128 / es, 64));
   }
   p.M = a.M;
-  p.N = a.N;
+  p.N = outCols(a);  // with swiglu also the up rows' offset in B
+  p.swiglu = a.swiglu ? 1 : 0;
   p.K = a.K;
   p.tilesM = tilesM(a);
   p.tilesN = tilesN(a);
@@ -319,6 +332,7 @@ ncclResult_t preload(const GemmArgs& a) {
   GemmParams p;
   memset(&p, 0, sizeof(p));
   p.grpNum = a.groups.num;
+  p.swiglu = a.swiglu ? 1 : 0;
   if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, 0, nullptr);
   return dispatchOut<DType::kF16>(a, p, 0, nullptr);
 }

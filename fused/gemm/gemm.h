@@ -109,6 +109,13 @@ struct GemmArgs {
   // hold unspecified values): a fused operator then moves any row block of a tile with one
   // bulk copy. Needs beta == 0 and a 16-byte aligned D.
   bool dTiled = false;
+  // SwiGLU epilogue (the MoE experts' first GEMM, B [N, K] with N = 2 * I: gate rows, then up
+  // rows): D is [M, N / 2] with D[m, j] = silu(alpha * P[m, j]) * (alpha * P[m, N/2 + j]) for
+  // the product P = A·B, computed from the fp32 accumulators and rounded once (ldd >= N / 2,
+  // 0 = N / 2). Each tile pairs 128 gate columns with the 128 up columns they gate, so the
+  // 2I-wide product never reaches memory. Grouped GEMMs with B in the kNK layout, N % 16 == 0,
+  // 16-bit D, beta == 0, no hooks.
+  bool swiglu = false;
   GemmHooks hooks;
   GemmGroups groups;
 };
@@ -125,8 +132,13 @@ constexpr int kMaxGroups = 256;
 inline int32_t tilesM(const GemmArgs& a) {
   return (a.M + kTileM - 1) / kTileM;
 }
+// Columns of D: N, or N / 2 with the SwiGLU epilogue (a tile then stores kTileN / 2 of them).
+inline int32_t outCols(const GemmArgs& a) {
+  return a.swiglu ? a.N / 2 : a.N;
+}
 inline int32_t tilesN(const GemmArgs& a) {
-  return (a.N + kTileN - 1) / kTileN;
+  const int32_t w = a.swiglu ? kTileN / 2 : kTileN;
+  return (outCols(a) + w - 1) / w;
 }
 
 // Host-only check (no CUDA call): false with a reason when the engine cannot run `args`.

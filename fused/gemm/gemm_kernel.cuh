@@ -19,14 +19,19 @@
 namespace mk {
 namespace gemm {
 
-template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe>
+template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe, bool Gated = false>
 struct Traits {
   using Pipe = PipeT;
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr int kOutBytes = kOut == DType::kF32 ? 4 : 2;
   static constexpr int kBoxCols = 128 / kOutBytes;  // one 128-byte swizzle row per box row
-  static constexpr int kChunks = kTileN / kBoxCols;
+  // SwiGLU epilogue (GemmArgs::swiglu): a tile's 256 accumulator columns are 128 gate and
+  // the 128 up columns they gate; it stores 128 output columns from 64 accumulators a thread.
+  static constexpr bool kGated = Gated;
+  static constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;
+  static constexpr int kAccOut = kGated ? 64 : 128;
+  static constexpr int kChunks = kOutCols / kBoxCols;
   static constexpr DType kOutType = kOut;
   static constexpr bool kGrouped = Pipe::kGroupInts > 0;  // GemmArgs::groups
   // Chunks written between two barriers of the epilogue: all of them when the staging holds
@@ -34,6 +39,8 @@ struct Traits {
   static constexpr int kGroup = Pipe::kStoreBufs >= kChunks ? kChunks : 1;
   static_assert(Pipe::kStoreBufs >= 2 * kGroup || kGroup == kChunks,
                 "partial staging must hold two groups (double buffering)");
+  static_assert(!kGated || (kB == BLayout::kNK && kOut != DType::kF32),
+                "the SwiGLU epilogue loads gate and up rows of B[N,K] and stores 16-bit D");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -114,14 +121,28 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
     *group = 0;
     *m0 = *mBlk * kTileM;
   }
-  *n0 = *nBlk * kTileN;
+  *n0 = *nBlk * Tr::kOutCols;  // gated: D's first column, also gate's row in B (up: p.N on)
 }
 
 // B's box for k-step k of column block n0 (of group g when grouped: B is then 3-D).
 template <class Tr>
 __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
                                       int32_t n0, int32_t g) {
-  if constexpr (Tr::kTransB) {
+  if constexpr (Tr::kGated) {
+    // Two 128-row boxes (tmB's box is 128 rows here): gate rows n0.., then up rows p.N + n0..
+    // 16 KB further, the same bytes and swizzle as one 256-row box. Rows past a group's N
+    // are zero-filled by TMA (their output columns are past D's N and never stored).
+    constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = n0 + h * p.N;
+      if constexpr (Tr::kGrouped) {
+        ptx::tmaLoad3d(dst + h * kHalfBytes, &p.tmB, bar, k * kTileK, row, g);
+      } else {
+        ptx::tmaLoad2d(dst + h * kHalfBytes, &p.tmB, bar, k * kTileK, row);
+      }
+    }
+  } else if constexpr (Tr::kTransB) {
 #pragma unroll
     for (int j = 0; j < kTileN / 64; ++j) {
       if constexpr (Tr::kGrouped) {
@@ -184,6 +205,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
   const int32_t rowBase = m0 + 64 * wg;
   if (rowBase >= p.M) return;  // the whole half-tile is past M (uniform over the WG)
   const bool useBeta = p.beta != 0.0f;
+  const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
   for (int c0 = 0; c0 < Tr::kChunks; c0 += kGroup) {
     if (n0 + c0 * kEC >= p.N) break;  // uniform: later chunks are past N too
@@ -205,7 +227,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
         for (int h = 0; h < 2; ++h) {
           const int32_t r = warp * 16 + (lane >> 2) + 8 * h;
           const int32_t cc = 8 * j + 2 * (lane & 3);
-          float v0 = p.alpha * acc[ib + 2 * h], v1 = p.alpha * acc[ib + 2 * h + 1];
+          float v0 = alpha * acc[ib + 2 * h], v1 = alpha * acc[ib + 2 * h + 1];
           if (useBeta) {
             const int32_t gm = rowBase + r, gn = n0 + c * kEC + cc;
             if (gm < p.M) {
@@ -249,15 +271,28 @@ template <class Tr>
 __device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128], int32_t wg,
                                                int32_t m0, int32_t n0) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
-  for (int i = 0; i < 128; ++i) {
+  for (int i = 0; i < Tr::kAccOut; ++i) {
     const int32_t gm = m0 + 64 * wg + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
     const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
     if (gm < p.M && gn < p.N) {
-      float v = p.alpha * acc[i];
+      float v = alpha * acc[i];
       if (p.beta != 0.0f) v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
       storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, v);
     }
+  }
+}
+
+// SwiGLU of a gated tile (Traits::kGated), in place: in the m64n256 fragment a thread's
+// accumulator i < 64 and i + 64 are the same row, columns c and c + 128, i.e. gate column c
+// and the up column it gates. silu(g) = g / (1 + e^-g) (e^-g = inf for very negative g gives
+// -0, the limit), computed in fp32 before the one rounding to D's type.
+__device__ __forceinline__ void swigluAcc(float alpha, float (&acc)[128]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const float g = alpha * acc[i], u = alpha * acc[i + 64];
+    acc[i] = g / (1.0f + __expf(-g)) * u;
   }
 }
 
@@ -326,6 +361,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
+    if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
     if (p.useTmaStore) {
       epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
     } else {

@@ -29,7 +29,14 @@ ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) 
 
 template <DType kIn, DType kOut, BLayout kB>
 ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
-  if (p.grpNum > 0) return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
+  if (p.grpNum > 0) {
+    if constexpr (kB == BLayout::kNK && kOut != DType::kF32) {
+      if (p.swiglu) return launchPipe<Traits<kIn, kOut, kB, GroupPipe, true>>(p, grid, stream);
+    } else if (p.swiglu) {
+      return ncclInvalidArgument;  // canImplement refuses these; nothing was instantiated
+    }
+    return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
+  }
   if constexpr (kOut != DType::kF32) {
     // preload() (grid 0) loads both pipelines: either may run later.
     if (p.wide || grid <= 0)

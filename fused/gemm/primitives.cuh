@@ -24,6 +24,7 @@ struct GemmParams {
   int32_t dTiled;       // tmD is the 4-D tile-by-tile view of D (GemmArgs::dTiled)
   int32_t wide;         // run WidePipe (GemmArgs::pipeline, resolved by buildParams)
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
+  int32_t swiglu;       // GemmArgs::swiglu: N is D's width (I), tmB's box 128 rows, up rows at N
   const int32_t* grpStart;
   const int32_t* grpCount;
   void* D;

@@ -181,8 +181,10 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  *     expert_e(x) = (silu(x W1gate_e^T) * (x W1up_e^T)) W2_e^T
  * and the result travels back: rank r gets y [T,H] (outType) with
  *     y[t] = sum over the slots j of token t with an expert id of topkWeights[t][j] * expert(x_t).
- * Precision: the GEMMs accumulate in fp32; the GEMM1 output (buf->h) and the SwiGLU product
- * (buf->act) are stored in inType, the expert outputs (buf->out) in fp32; the combine adds the
+ * Precision: the GEMMs accumulate in fp32. With w1 in the NK layout GEMM1 applies SwiGLU to its
+ * fp32 accumulators and stores only the product (buf->act, inType; buf->h is not written);
+ * with KN (or MKERNEL_MOE_SWIGLU_EPILOGUE=0) it stores buf->h in inType and a SwiGLU kernel
+ * computes buf->act from it. The expert outputs (buf->out) are fp32; the combine adds the
  * slots in slot order in fp32 and rounds once to outType. A token whose slots are all -1 gets
  * zeros. On a rank whose call reports an error (its bound exceeded, a bad expert id in its
  * topkIdx), y is unspecified; the other ranks' y are complete. The buffers (ncclMoeFfnBuffers_t)
@@ -193,8 +195,8 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * host synchronisation, capture after one eager call and the layouts that run: as for
  * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1 and I % 8 == 0; topkWeights and y
  * non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
- * aligned. The sequential path runs: dispatch kernel, grouped GEMM1, SwiGLU kernel, grouped
- * GEMM2, combine kernel.
+ * aligned. The sequential path runs: dispatch kernel, grouped GEMM1 (SwiGLU in its epilogue,
+ * or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel.
  */
 typedef struct {
   void* xRecv;       /* [maxRows, H] inType: the received token rows, packed */

@@ -15,7 +15,7 @@ namespace {
 struct Pools {
   std::mutex mu;
   std::vector<cudaMemPool_t> pool;  // per device; null: not made yet
-  std::vector<bool> failed;         // per device: no pool possible, use the default one
+  std::vector<bool> unsupported;    // per device: no pool possible, the default one serves
 };
 
 Pools& pools() {
@@ -23,65 +23,99 @@ Pools& pools() {
   return *p;
 }
 
-uint64_t keepBytes() {
+// Pool creation and trimming are not stream operations; another thread's capture in global
+// mode would refuse them (and be broken by them) unless this thread is in relaxed mode.
+struct RelaxedCapture {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+};
+
+uint64_t keepBytes(int dev) {
   const int64_t mb = MK_PARAM_INT(ScratchKeepMb);
-  return mb < 0 ? UINT64_MAX : (uint64_t)mb << 20;
+  if (mb >= 0) return (uint64_t)mb << 20;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return (uint64_t)prop.totalGlobalMem / 4;
 }
 
-// The pool of dev, made on first use; null when the device cannot have one (then the
-// default pool serves, as before). Not made while s is capturing: pool creation is not a
-// stream operation and is best kept out of a capture.
-cudaMemPool_t poolOf(int dev, cudaStream_t s) {
-  Pools& ps = pools();
-  std::lock_guard<std::mutex> lock(ps.mu);
-  if (dev < 0) return nullptr;
-  if ((size_t)dev >= ps.pool.size()) {
-    ps.pool.resize(dev + 1, nullptr);
-    ps.failed.resize(dev + 1, false);
-  }
-  if (ps.pool[dev] != nullptr || ps.failed[dev]) return ps.pool[dev];
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  int supported = 0;
+cudaMemPool_t makePool(int dev) {
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = dev;
   cudaMemPool_t pool = nullptr;
-  uint64_t keep = keepBytes();
-  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess ||
-      !supported || cudaMemPoolCreate(&pool, &props) != cudaSuccess) {
+  RelaxedCapture relaxed;
+  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) {
     cudaGetLastError();
-    ps.failed[dev] = true;
-    MK_INFO(kAlloc, "scratch: no memory pool on GPU %d; using the device's default pool", dev);
     return nullptr;
   }
-  if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+  uint64_t keep = keepBytes(dev);
+  // No reuse that makes an allocation wait for another stream's pending free: ranks of one
+  // process on one GPU allocate on their own streams, and a rank's free follows a kernel
+  // that waits for its peers, which may be the very rank whose allocation would wait.
+  int no = 0;
+  if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess ||
+      cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no) !=
+          cudaSuccess) {
     cudaGetLastError();
-    MK_WARN("scratch: cannot set the pool's release threshold on GPU %d", dev);
+    MK_WARN("scratch: cannot configure the memory pool of GPU %d", dev);
   }
-  ps.pool[dev] = pool;
-  MK_INFO(kAlloc, "scratch: memory pool on GPU %d keeps %s", dev,
-          keep == UINT64_MAX ? "all it grows to" : "MKERNEL_SCRATCH_KEEP_MB");
+  MK_INFO(kAlloc, "scratch: memory pool on GPU %d keeps up to %llu MiB across synchronisations",
+          dev, (unsigned long long)(keep >> 20));
   return pool;
+}
+
+// The pool of dev, made on first use; null when the device cannot have one (then the
+// default pool serves, as before) or while a creation failed (tried again next call).
+cudaMemPool_t poolOf(int dev) {
+  Pools& ps = pools();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  if (dev < 0) return nullptr;
+  if ((size_t)dev >= ps.pool.size()) {
+    ps.pool.resize(dev + 1, nullptr);
+    ps.unsupported.resize(dev + 1, false);
+  }
+  if (ps.pool[dev] != nullptr || ps.unsupported[dev]) return ps.pool[dev];
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, dev) == cudaSuccess &&
+      !supported) {
+    ps.unsupported[dev] = true;
+    MK_INFO(kAlloc, "scratch: GPU %d has no memory pools; using cudaMallocAsync", dev);
+    return nullptr;
+  }
+  cudaGetLastError();
+  ps.pool[dev] = makePool(dev);
+  return ps.pool[dev];
+}
+
+cudaMemPool_t existingPool(int dev) {
+  Pools& ps = pools();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  return dev >= 0 && (size_t)dev < ps.pool.size() ? ps.pool[dev] : nullptr;
 }
 
 }  // namespace
 
-ncclResult_t scratchAlloc(void** p, size_t bytes, cudaStream_t s) {
+ncclResult_t scratchAlloc(void** p, size_t bytes, int dev, cudaStream_t s) {
   *p = nullptr;
   if (bytes == 0) return ncclSuccess;
-  int dev = -1;
-  CUDACHECK(cudaGetDevice(&dev));
-  cudaMemPool_t pool = poolOf(dev, s);
-  if (pool != nullptr) {
-    CUDACHECK(cudaMallocFromPoolAsync(p, bytes, pool, s));
-  } else {
+  cudaMemPool_t pool = poolOf(dev);
+  if (pool == nullptr) {
     CUDACHECK(cudaMallocAsync(p, bytes, s));
+    return ncclSuccess;
   }
+  cudaError_t e = cudaMallocFromPoolAsync(p, bytes, pool, s);
+  if (e == cudaErrorMemoryAllocation) {
+    // What the pool keeps may be what is missing: give it back and try once more.
+    cudaGetLastError();
+    scratchTrim(dev);
+    e = cudaMallocFromPoolAsync(p, bytes, pool, s);
+  }
+  CUDACHECK(e);
   return ncclSuccess;
 }
 
@@ -92,18 +126,17 @@ ncclResult_t scratchFree(void* p, cudaStream_t s) {
 }
 
 void scratchTrim(int dev) {
-  Pools& ps = pools();
-  std::lock_guard<std::mutex> lock(ps.mu);
-  if (dev < 0 || (size_t)dev >= ps.pool.size() || ps.pool[dev] == nullptr) return;
-  if (cudaMemPoolTrimTo(ps.pool[dev], 0) != cudaSuccess) cudaGetLastError();
+  cudaMemPool_t pool = existingPool(dev);  // trimmed outside the lock: unmapping takes time
+  if (pool == nullptr) return;
+  RelaxedCapture relaxed;
+  if (cudaMemPoolTrimTo(pool, 0) != cudaSuccess) cudaGetLastError();
 }
 
 size_t scratchReserved(int dev) {
-  Pools& ps = pools();
-  std::lock_guard<std::mutex> lock(ps.mu);
-  if (dev < 0 || (size_t)dev >= ps.pool.size() || ps.pool[dev] == nullptr) return 0;
+  cudaMemPool_t pool = existingPool(dev);
   uint64_t v = 0;
-  if (cudaMemPoolGetAttribute(ps.pool[dev], cudaMemPoolAttrReservedMemCurrent, &v) != cudaSuccess) {
+  if (pool == nullptr) return 0;
+  if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &v) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }

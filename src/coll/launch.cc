@@ -429,8 +429,15 @@ ncclResult_t runLaunch(ncclComm* comm, KernelLaunch& l, cudaStream_t s) {
   cudaError_t err = cudaSuccess;
   void* tmp = nullptr;
   if (l.stageBytes > 0) {
-    NCCLCHECK(scratchAlloc(&tmp, l.stageBytes, s));
-    CUDACHECK(cudaMemcpyAsync(tmp, l.stageBase, l.stageBytes, cudaMemcpyDeviceToDevice, s));
+    NCCLCHECK(scratchAlloc(&tmp, l.stageBytes, comm->cudaDev, s));
+    const cudaError_t ce =
+        cudaMemcpyAsync(tmp, l.stageBase, l.stageBytes, cudaMemcpyDeviceToDevice, s);
+    if (ce != cudaSuccess) {
+      MK_WARN("nccl%s: rank %d: staging copy failed: %s", collName(l.coll), comm->rank,
+              cudaGetErrorString(ce));
+      (void)scratchFree(tmp, s);
+      return ncclUnhandledCudaError;
+    }
     if (l.small) rebase(l.small.get(), l.stageBase, l.stageBytes, (const char*)tmp);
     if (l.large) rebase(l.large.get(), l.stageBase, l.stageBytes, (const char*)tmp);
   }
@@ -451,13 +458,13 @@ ncclResult_t runLaunch(ncclComm* comm, KernelLaunch& l, cudaStream_t s) {
       err = launchZcCopy(l.zc, l.grid, s);
       break;
   }
-  if (tmp) (void)scratchFree(tmp, s);
+  const ncclResult_t freed = tmp ? scratchFree(tmp, s) : ncclSuccess;
   if (err != cudaSuccess) {
     MK_WARN("nccl%s: rank %d: kernel launch failed: %s", collName(l.coll), comm->rank,
             cudaGetErrorString(err));
     return ncclUnhandledCudaError;
   }
-  return ncclSuccess;
+  return freed;
 }
 
 }  // namespace mk

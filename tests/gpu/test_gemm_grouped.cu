@@ -1,8 +1,9 @@
 // Grouped GEMM of the engine (GemmArgs::groups, the MoE experts' GEMM): group g multiplies its
 // rows of A by its own B_g, with starts and counts in device memory. Random group sizes
 // (empty, single rows, several tiles, one hot group), gaps between groups that must stay
-// untouched, both B layouts, 16-bit and fp32 outputs, beta, SM budgets. Every valid row is
-// compared with an fp64 reference; D is poisoned first.
+// untouched, both B layouts, 16-bit and fp32 outputs, beta, SM budgets, and the SwiGLU
+// epilogue (D = silu(gate) * up of the product's two halves). Every valid row is compared
+// with an fp64 reference; D is poisoned first.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -32,8 +33,20 @@ struct GroupedCase {
   DType dt;
   float beta;
   int budget;
-  bool hot;  // one group takes most rows
+  bool hot;             // one group takes most rows
+  bool swiglu = false;  // GemmArgs::swiglu: D [M, N/2]
 };
+
+// ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
+__global__ void swigluRefKernel(int64_t rows, int N, const double* ref, double* act) {
+  const int half = N / 2;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * half;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / half, j = i - r * half;
+    const double g = ref[r * N + j], u = ref[r * N + half + j];
+    act[i] = g / (1.0 + exp(-g)) * u;
+  }
+}
 
 std::string runGrouped(const GroupedCase& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -57,7 +70,8 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
   mark.insert(mark.end(), tm, 0);  // trailing guard
   cur += tm;
   const int M = (int)cur, N = c.N, K = c.K, G = c.groups;
-  const int64_t lda = K, ldb = c.bl == BLayout::kKN ? N : K, ldd = N;
+  const int W = c.swiglu ? N / 2 : N;  // D's width
+  const int64_t lda = K, ldb = c.bl == BLayout::kKN ? N : K, ldd = W;
   const int64_t bRows = c.bl == BLayout::kKN ? K : N;
   const size_t esD = c.dt == DType::kF32 ? 4 : 2;
 
@@ -79,13 +93,13 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
       ck(cudaMalloc(&dStart, G * sizeof(int32_t)), "start") &&
       ck(cudaMalloc(&dCount, G * sizeof(int32_t)), "count") &&
       ck(cudaMalloc(&dMark, mark.size()), "mark") &&
-      ck(cudaMalloc(&ref, (size_t)(300 + 1200) * N * sizeof(double)), "ref") &&
+      ck(cudaMalloc(&ref, (size_t)(300 + 1200) * (N + W) * sizeof(double)), "ref") &&
       ck(cudaMalloc(&cmp, sizeof(CmpResult)), "cmp") &&
       ck(cudaMalloc(&touched, sizeof(unsigned long long)), "touched")) {
     fillRandom(A, M, K, lda, DType::kBF16, seed * 4 + 1);
     fillRandom(B, (int64_t)G * bRows, c.bl == BLayout::kKN ? N : K, ldb, DType::kBF16,
                seed * 4 + 2);
-    fillRandom(C, M, N, ldd, c.dt, seed * 4 + 3);
+    fillRandom(C, M, W, ldd, c.dt, seed * 4 + 3);
     cudaMemset(D, 0xFF, (size_t)M * ldd * esD);
     cudaMemcpy(dStart, start.data(), G * sizeof(int32_t), cudaMemcpyHostToDevice);
     cudaMemcpy(dCount, count.data(), G * sizeof(int32_t), cudaMemcpyHostToDevice);
@@ -106,6 +120,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.groups.num = G;
     g.groups.rowStart = dStart;
     g.groups.rowCount = dCount;
+    g.swiglu = c.swiglu;
     const ncclResult_t r = mk::gemm::launch(g, 0);
     if (r != ncclSuccess) err = "launch failed: " + std::to_string((int)r);
     if (err.empty()) ck(cudaDeviceSynchronize(), "grouped GEMM");
@@ -122,14 +137,24 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
                                1.0f, c.beta, ref);
     CmpResult init = {0, ~0ull, 0, 0, 0};
     cudaMemcpy(cmp, &init, sizeof(init), cudaMemcpyHostToDevice);
-    const double atol = 2e-5 * std::sqrt((double)K) + (c.dt == DType::kF32 ? 0 : 1e-3);
-    compareKernel<<<256, 256>>>(count[gi], N, d, ldd, c.dt, ref, outRtol(c.dt), atol, cmp);
+    // A product's fp32 accumulation error is ~2e-5 sqrt(K); SwiGLU scales it by about |gate|
+    // + |up| (both below ~sqrt(K) for these inputs).
+    const double accTol = 2e-5 * std::sqrt((double)K);
+    const double atol =
+        (c.swiglu ? accTol * 3 * std::sqrt((double)K) : accTol) + (c.dt == DType::kF32 ? 0 : 1e-3);
+    const double* want = ref;
+    if (c.swiglu) {
+      double* act = ref + (size_t)count[gi] * N;
+      swigluRefKernel<<<256, 256>>>(count[gi], N, ref, act);
+      want = act;
+    }
+    compareKernel<<<256, 256>>>(count[gi], W, d, ldd, c.dt, want, outRtol(c.dt), atol, cmp);
     CmpResult res;
     if (!ck(cudaMemcpy(&res, cmp, sizeof(res), cudaMemcpyDeviceToHost), "compare")) break;
     if (res.bad != 0)
       err = "group " + std::to_string(gi) + " (start " + std::to_string(start[gi]) + ", " +
             std::to_string(count[gi]) + " rows): " + std::to_string(res.bad) +
-            " bad elements, first at row " + std::to_string(res.firstBad / N);
+            " bad elements, first at row " + std::to_string(res.firstBad / W);
   }
   if (err.empty()) {
     cudaMemset(touched, 0, sizeof(unsigned long long));
@@ -164,13 +189,20 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {17, 264, 264, BLayout::kNK, DType::kF32, 0.0f, 0, true},
       {17, 136, 200, BLayout::kKN, DType::kF16, 0.5f, 3, true},
       {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false},
+      // SwiGLU epilogue: D [M, N/2]. I = N/2 a tile multiple, with a column tail (I = 200:
+      // the second tile's gate rows run into up rows, its columns past I are never stored),
+      // a small I below one tile, fp16 out, SM budgets, a hot group.
+      {3, 512, 256, BLayout::kNK, DType::kBF16, 0.0f, 0, false, true},
+      {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 5, true, true},
+      {5, 48, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, true},
+      {17, 272, 264, BLayout::kNK, DType::kF16, 0.0f, 3, true, true},
   };
   int i = 0;
   for (const GroupedCase& c : cases) {
     SCOPED_TRACE("case " + std::to_string(i) + ": " + std::to_string(c.groups) +
                  " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                  (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " out " +
-                 mk::gemm::dtypeName(c.dt));
+                 mk::gemm::dtypeName(c.dt) + (c.swiglu ? " swiglu" : ""));
     EXPECT_EQ(runGrouped(c, seed + 7919 * (++i)), "");
   }
 }

@@ -3,8 +3,9 @@
 // experts left empty, -1 slots, tokens with every slot -1), token counts that are not tile
 // multiples, poisons every output and buffer with NaN, and checks every rank's counts and
 // offsets and EVERY element of its y against a host reference (test_moe_util.h), independently of
-// the library: per routed slot, h = x W1^T in fp64 rounded to inType (the implementation
-// stores h in inType), act = silu(gate) * up in fp32 from the rounded h, rounded to inType,
+// the library: per routed slot, h = x W1^T in fp64, rounded to inType where the implementation
+// stores h (w1 [K,N]; with [N,K] GEMM1 applies SwiGLU to its fp32 accumulators), act =
+// silu(gate) * up in fp32 from that h, rounded to inType,
 // out = act W2^T in fp64, and y[t] = sum_j w[t][j] out_j. Also: graph capture replayed with new
 // routing and inputs, a receiver's bound exceeded and a bad expert id (both reported through
 // ncclCommGetAsyncError while the peers complete with correct results), and the API's

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "base/param.h"
 #include "common/test_util.h"
 #include "gpu/test_fused_util.cuh"
 #include "mkernel/fused.h"
@@ -542,11 +543,14 @@ class FfnProblem {
     const int H = c_.H, I = c_.I;
     std::vector<float> h(2 * I);
     std::vector<double> act(I);
+    // With w1 in the NK layout GEMM1 applies SwiGLU to its fp32 accumulators (no rounded h;
+    // MKERNEL_MOE_SWIGLU_EPILOGUE), otherwise a SwiGLU kernel reads h stored in inType.
+    const bool roundH = c_.layout != ncclFusedLayoutNK || MK_PARAM_INT(MoeSwigluEpilogue) == 0;
     for (int n = 0; n < 2 * I; ++n) {
       const double* w = &o.w1f[((size_t)le * 2 * I + n) * H];
       double s = 0;
       for (int k = 0; k < H; ++k) s += x[k] * w[k];
-      h[n] = roundTo(s, c_.in);
+      h[n] = roundH ? roundTo(s, c_.in) : (float)s;
     }
     for (int i = 0; i < I; ++i) {
       const float g = h[i];

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <string>
 #include <vector>
 
 #include "base/scratch.h"
@@ -33,7 +34,7 @@ TEST(ScratchPool, KeptAcrossSyncThenTrimmed) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   void* p = nullptr;
-  ASSERT_EQ(mk::scratchAlloc(&p, kBytes, s), ncclSuccess);
+  ASSERT_EQ(mk::scratchAlloc(&p, kBytes, dev, s), ncclSuccess);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(fillAndCheck(p, kBytes, 0x5a, s), "");
   ASSERT_EQ(mk::scratchFree(p, s), ncclSuccess);
@@ -42,14 +43,15 @@ TEST(ScratchPool, KeptAcrossSyncThenTrimmed) {
   EXPECT_GE(mk::scratchReserved(dev), kBytes);
   // Served again from what the pool kept, and usable.
   void* q = nullptr;
-  ASSERT_EQ(mk::scratchAlloc(&q, kBytes, s), ncclSuccess);
+  ASSERT_EQ(mk::scratchAlloc(&q, kBytes, dev, s), ncclSuccess);
   EXPECT_EQ(fillAndCheck(q, kBytes, 0xa5, s), "");
   ASSERT_EQ(mk::scratchFree(q, s), ncclSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   mk::scratchTrim(dev);
-  EXPECT_EQ(mk::scratchReserved(dev), 0u);
+  // Whatever earlier tests of this binary still hold may stay; this test's 256 MiB may not.
+  EXPECT_LT(mk::scratchReserved(dev), kBytes);
   void* none = &dev;
-  EXPECT_EQ(mk::scratchAlloc(&none, 0, s), ncclSuccess);
+  EXPECT_EQ(mk::scratchAlloc(&none, 0, dev, s), ncclSuccess);
   EXPECT_EQ(none, nullptr);
   EXPECT_EQ(mk::scratchFree(nullptr, s), ncclSuccess);
   cudaStreamDestroy(s);
@@ -57,11 +59,13 @@ TEST(ScratchPool, KeptAcrossSyncThenTrimmed) {
 
 TEST(ScratchPool, CapturedAllocationIsPartOfTheGraph) {
   MKTEST_REQUIRE_GPU();
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   // The pool exists before the capture (made by an eager call, as in every real use).
   void* warm = nullptr;
-  ASSERT_EQ(mk::scratchAlloc(&warm, 1 << 20, s), ncclSuccess);
+  ASSERT_EQ(mk::scratchAlloc(&warm, 1 << 20, dev, s), ncclSuccess);
   ASSERT_EQ(mk::scratchFree(warm, s), ncclSuccess);
   unsigned char* out = nullptr;
   ASSERT_EQ(cudaMalloc(&out, 1 << 20), cudaSuccess);
@@ -71,7 +75,7 @@ TEST(ScratchPool, CapturedAllocationIsPartOfTheGraph) {
   cudaGraphExec_t x = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   void* p = nullptr;
-  const ncclResult_t a = mk::scratchAlloc(&p, 1 << 20, s);
+  const ncclResult_t a = mk::scratchAlloc(&p, 1 << 20, dev, s);
   if (a == ncclSuccess) {
     cudaMemsetAsync(p, 0x3c, 1 << 20, s);
     cudaMemcpyAsync(out, p, 1 << 20, cudaMemcpyDeviceToDevice, s);

@@ -129,6 +129,43 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   expectReject(a, "groups.strideB=8");
 }
 
+// The SwiGLU epilogue (GemmArgs::swiglu): D is [M, N/2]; its rules, each with its message.
+TEST(GemmCanImplement, SwigluEpilogueRules) {
+  const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
+  GemmArgs a = good();
+  a.N = 4096;
+  a.swiglu = true;
+  expectReject(a, "grouped GEMMs only");
+  a.groups.num = 4;
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  std::string why;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  EXPECT_EQ(mk::gemm::outCols(a), 2048);
+  EXPECT_EQ(mk::gemm::tilesN(a), 16);  // 128 output columns a tile
+  a.ldd = 2048;                        // D's width, not N
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a.ldd = 2047;
+  expectReject(a, "ldd=2047");
+  a.ldd = 0;
+  a.bLayout = BLayout::kKN;
+  expectReject(a, "[N,K] layout");
+  a.bLayout = BLayout::kNK;
+  a.N = 4104;  // output width 2052: not a multiple of 8
+  expectReject(a, "% 16 == 0");
+  a.N = 4096;
+  a.dType = DType::kF32;
+  expectReject(a, "16-bit D");
+  a.dType = DType::kF16;
+  a.beta = 1.0f;
+  expectReject(a, "beta must be 0");
+  a.beta = 0.0f;
+  a.N = 208;  // I = 104 is not a tile multiple: tails
+  a.groups.strideB = 0;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  EXPECT_EQ(mk::gemm::tilesN(a), 1);
+}
+
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {
   mk::fused::DeviceRates r;
   r.sms = 132;

@@ -223,7 +223,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     p.A = c.A;
     p.G = c.Agathered;
     if (p.G == nullptr) {
-      NCCLCHECK(scratchAlloc(&tmp, c.M * c.K * 2, c.stream));
+      NCCLCHECK(scratchAlloc(&tmp, c.M * c.K * 2, c.comm->cudaDev, c.stream));
       p.G = tmp;
     }
     g = gemmArgsOf(c, p.G, c.C, c.M, f.smBudget);
@@ -234,8 +234,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
   } else {
     // Partials tile by tile (one bulk copy per rank moves a row block of a tile).
-    NCCLCHECK(
-        scratchAlloc(&tmp, tilesM * tilesN * gemm::kTileM * gemm::kTileN * outBytes, c.stream));
+    NCCLCHECK(scratchAlloc(&tmp, tilesM * tilesN * gemm::kTileM * gemm::kTileN * outBytes,
+                           c.comm->cudaDev, c.stream));
     p.P = tmp;
     p.C = c.C;
     p.chunkRows = plan.rows;

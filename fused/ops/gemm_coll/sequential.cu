@@ -128,7 +128,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c, int smBudget) {
     case GemmColl::kReduceScatter: {
       // The full local product is staged in stream-ordered memory: capturable (a graph
       // memory node) and recycled by the pool between eager calls.
-      NCCLCHECK(scratchAlloc(&tmp, c.M * c.N * out, s));
+      NCCLCHECK(scratchAlloc(&tmp, c.M * c.N * out, comm->cudaDev, s));
       NCCLCHECKGOTO(gemm::launch(gemmArgsOf(c, c.A, tmp, c.M, smBudget), s), res, fail);
       coll.type = CollType::kReduceScatter;
       coll.sendbuff = tmp;
@@ -144,7 +144,7 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c, int smBudget) {
     case GemmColl::kAllGather: {
       void* G = c.Agathered;
       if (G == nullptr) {
-        NCCLCHECK(scratchAlloc(&tmp, c.M * c.K * in, s));
+        NCCLCHECK(scratchAlloc(&tmp, c.M * c.K * in, comm->cudaDev, s));
         G = tmp;
       }
       coll.type = CollType::kAllGather;

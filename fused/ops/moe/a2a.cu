@@ -410,9 +410,11 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   // Every kernel loaded before the first launch: a lazy load can wait behind running kernels,
   // and peers' collectives (ranks of this process on emulated nodes) wait for this rank's.
   gemm::GemmArgs g1, g2;
-  NCCLCHECK(moeGemm(c, r.xRecv, c.w1, c.N, c.H, r.y, c.ffn ? c.inType : c.cfg.outType, &g1));
+  const bool actInGemm = moeSwigluInGemm(c);
+  NCCLCHECK(moeGemm(c, r.xRecv, c.w1, c.N, c.H, actInGemm ? c.buf.act : r.y,
+                    c.ffn ? c.inType : c.cfg.outType, &g1, actInGemm));
   if (c.ffn) NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
-  if (c.ffn) NCCLCHECK(moeSwigluPreload(c));
+  if (c.ffn && !actInGemm) NCCLCHECK(moeSwigluPreload(c));
   NCCLCHECK(preloadA2a(c.cfg.outType));
 
   // Scratch, stream-ordered (graph memory nodes under capture).
@@ -437,7 +439,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
     total += sizes[i];
   }
   uint8_t* base = nullptr;
-  NCCLCHECK(scratchAlloc(reinterpret_cast<void**>(&base), total, c.stream));
+  NCCLCHECK(scratchAlloc(reinterpret_cast<void**>(&base), total, comm->cudaDev, c.stream));
   ncclResult_t res = ncclSuccess;
   p.slotPos = reinterpret_cast<int32_t*>(base + off[0]);
   p.sendCnt = reinterpret_cast<int32_t*>(base + off[1]);
@@ -475,7 +477,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
     CUDACHECKGOTO(cudaGetLastError(), res, done);
     NCCLCHECKGOTO(gemm::launch(g1, c.stream), res, done);
     if (c.ffn) {
-      NCCLCHECKGOTO(moeSwiglu(c, p.f.smBudget), res, done);
+      if (!actInGemm) NCCLCHECKGOTO(moeSwiglu(c, p.f.smBudget), res, done);
       NCCLCHECKGOTO(gemm::launch(g2, c.stream), res, done);
       moeA2aReturnKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
       CUDACHECKGOTO(cudaGetLastError(), res, done);

@@ -27,6 +27,7 @@
 #include "base/checks.h"
 #include "base/cudawrap.h"
 #include "base/debug.h"
+#include "base/param.h"
 #include "base/scratch.h"
 #include "comm/comm.h"
 #include "device/rt/wait.cuh"
@@ -298,8 +299,12 @@ int moeCommGrid(const MoeCall& c, int smBudget, int64_t units, int unitsPerCta) 
   return (int)std::min<int64_t>(std::max<int64_t>(1, std::min(want, work)), std::max(1, smBudget));
 }
 
+bool moeSwigluInGemm(const MoeCall& c) {
+  return c.ffn && c.cfg.wLayout == ncclFusedLayoutNK && MK_PARAM_INT(MoeSwigluEpilogue) != 0;
+}
+
 ncclResult_t moeGemm(const MoeCall& c, const void* a, const void* w, size_t N, size_t K, void* d,
-                     ncclDataType_t dType, gemm::GemmArgs* out) {
+                     ncclDataType_t dType, gemm::GemmArgs* out, bool swiglu) {
   FusedComm f;  // for the rank's SM budget
   NCCLCHECK(fusedCommView(c.comm, rt::kOpMoe, &f));
   gemm::GemmArgs g;
@@ -317,6 +322,7 @@ ncclResult_t moeGemm(const MoeCall& c, const void* a, const void* w, size_t N, s
   g.groups.rowStart = c.recv.expertOffset;
   g.groups.rowCount = c.recv.expertCount;
   g.groups.strideB = (int64_t)N * (int64_t)K;
+  g.swiglu = swiglu;
   std::string why;
   if (!gemm::canImplement(g, &why)) {
     MK_WARN("%s: the experts' GEMM (N=%zu, K=%zu) cannot run: %s", moeApi(c), N, K, why.c_str());
@@ -357,7 +363,8 @@ ncclResult_t moeDispatch(const MoeCall& c, int32_t** slotRow) {
   CUDACHECK(cudaFuncGetAttributes(&attr, moeDispatchKernel));  // loads it now (see moeGemm)
   // The slot rows of this call: stream-ordered scratch (a memory node under capture).
   if (slots > 0)
-    NCCLCHECK(scratchAlloc((void**)slotRow, (size_t)slots * sizeof(int32_t), c.stream));
+    NCCLCHECK(
+        scratchAlloc((void**)slotRow, (size_t)slots * sizeof(int32_t), c.comm->cudaDev, c.stream));
   p.slotRow = *slotRow;
   return fusedEnqueue(comm, c.stream, moeApi(c), [&](cudaStream_t s) -> ncclResult_t {
     moeDispatchKernel<<<grid, kMoeThreads, smem, s>>>(p);

@@ -265,7 +265,9 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
   NCCLCHECK(
       cliqueBlockForCall(comm, kCliqueMoeCombine, sizeof(CombineClique), c.stream, api, &block));
   gemm::GemmArgs g1, g2;
-  NCCLCHECK(moeGemm(c, c.buf.xRecv, c.w1, 2 * c.I, c.H, c.buf.h, c.inType, &g1));
+  const bool actInGemm = moeSwigluInGemm(c);
+  NCCLCHECK(moeGemm(c, c.buf.xRecv, c.w1, 2 * c.I, c.H, actInGemm ? c.buf.act : c.buf.h, c.inType,
+                    &g1, actInGemm));
   NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
   NCCLCHECK(preloadFfnKernels(c.inType, c.cfg.outType));
 
@@ -290,7 +292,7 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
   // Queued behind the dispatch kernel only after every in-process peer launched its own
   // (moeDispatch returns after the rendezvous' launch wait), as in moeRun.
   if (res == ncclSuccess) res = gemm::launch(g1, c.stream);
-  if (res == ncclSuccess) res = moeSwiglu(c, f.smBudget);
+  if (res == ncclSuccess && !actInGemm) res = moeSwiglu(c, f.smBudget);
   if (res == ncclSuccess) res = gemm::launch(g2, c.stream);
   // A continuation: the dispatch may already have reported an overflow or a bad id on this
   // rank, and the peers' combines still wait for this rank's slot.

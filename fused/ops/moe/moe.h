@@ -52,17 +52,21 @@ ncclResult_t moeRun(const MoeCall& call);
 
 // Pieces of a run, shared by both operators (dispatch.cu). moeDispatch launches the dispatch
 // kernel through fusedEnqueue; *slotRow (stream-ordered scratch, [T * k], freed by the caller
-// with cudaFreeAsync on call.stream) keeps each routed slot's row at its destination.
+// with fusedFreeScratch on call.stream) keeps each routed slot's row at its destination.
 ncclResult_t moeDispatch(const MoeCall& call, int32_t** slotRow);
-// The experts' grouped GEMM over the packed rows: a [maxRows, K] (inType) times w [E/n] ->
-// d [maxRows, N] (dType), groups from the call's counts and offsets.
 // CTAs of a MoE kernel that waits for its peers (dispatch, combine): config->commSms or the
 // rank's SM budget, no more than `units` of work need (unitsPerCta each), at least 1, and
 // never above the budget, so that every rank's grid is resident beside its peers'.
 int moeCommGrid(const MoeCall& call, int smBudget, int64_t units, int unitsPerCta);
-// Checked (canImplement) and its kernel preloaded.
+// The experts' grouped GEMM over the packed rows: a [maxRows, K] (inType) times w [E/n] ->
+// d [maxRows, N] (dType), groups from the call's counts and offsets; with swiglu, d is
+// [maxRows, N / 2]: silu(gate) * up from the epilogue (gemm::GemmArgs::swiglu). Checked
+// (canImplement) and its kernel preloaded.
 ncclResult_t moeGemm(const MoeCall& call, const void* a, const void* w, size_t N, size_t K, void* d,
-                     ncclDataType_t dType, gemm::GemmArgs* out);
+                     ncclDataType_t dType, gemm::GemmArgs* out, bool swiglu = false);
+// Whether the layer's GEMM1 applies SwiGLU in its epilogue (w1 in the [N,K] layout and
+// MKERNEL_MOE_SWIGLU_EPILOGUE=1): then buf.h is not written and no SwiGLU kernel runs.
+bool moeSwigluInGemm(const MoeCall& call);
 // ncclMoeDispatchFfnCombine after the checks (ffn.cu).
 ncclResult_t moeFfnRun(const MoeCall& call);
 // The SwiGLU pass over the rows the call's layout spans (buf.h -> buf.act), and its preload.

@@ -83,7 +83,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c) {
   const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t));
   const size_t bytes = 2 * (size_t)n * sliceBytes + counters;
   void* scratch = nullptr;
-  NCCLCHECK(scratchAlloc(&scratch, bytes, c.stream));
+  NCCLCHECK(scratchAlloc(&scratch, bytes, c.comm->cudaDev, c.stream));
   ncclResult_t res = ncclSuccess;
   RingParams rp{};
   int32_t computeGrid = 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "base/checks.h"
+#include "base/cudawrap.h"
 #include "base/scratch.h"
 #include "coll/coll.h"
 #include "comm/comm.h"
@@ -55,6 +56,9 @@ static ncclResult_t gather(const RingAttnCall& c, const void* send, void* recv, 
 
 ncclResult_t ringAttnRun(const RingAttnCall& c) {
   ncclComm* comm = c.comm;
+  // Kernels and scratch on the comm's GPU whatever device the calling thread has current.
+  DeviceGuard guard;
+  NCCLCHECK(guard.set(comm->cudaDev));
   const int n = comm->nRanks;
   attn::AttnArgs a = ringAttnArgs(c, n, comm->rank);
   if (n == 1) return attn::launch(a, c.stream);
@@ -78,7 +82,7 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
   const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;
   const size_t bytes = slice * 2;  // bf16/fp16
   void* scratch = nullptr;
-  NCCLCHECK(scratchAlloc(&scratch, 2 * n * bytes, c.stream));
+  NCCLCHECK(scratchAlloc(&scratch, 2 * n * bytes, comm->cudaDev, c.stream));
   ncclResult_t res = ncclSuccess;
   char* kAll = static_cast<char*>(scratch);
   char* vAll = kAll + n * bytes;
