@@ -90,7 +90,7 @@ struct GemmArgs {
   BLayout bLayout = BLayout::kNK;
   DType abType = DType::kBF16;
   void* D = nullptr;
-  int64_t ldd = 0;  // 0 = N
+  int64_t ldd = 0;  // 0 = D's width (N, or N / 2 with swiglu)
   DType dType = DType::kBF16;
   const void* C = nullptr;  // nullptr with beta != 0 means C = D
   int64_t ldc = 0;          // 0 = ldd

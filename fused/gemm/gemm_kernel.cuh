@@ -130,8 +130,9 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
                                       int32_t n0, int32_t g) {
   if constexpr (Tr::kGated) {
     // Two 128-row boxes (tmB's box is 128 rows here): gate rows n0.., then up rows p.N + n0..
-    // 16 KB further, the same bytes and swizzle as one 256-row box. Rows past a group's N
-    // are zero-filled by TMA (their output columns are past D's N and never stored).
+    // 16 KB further, the same bytes and swizzle as one 256-row box. In the last column tile
+    // gate rows past p.N are up rows and up rows past 2 * p.N are TMA's zeros: either only
+    // feeds output columns past D's width, which are never stored.
     constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -33,7 +33,9 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     if constexpr (kB == BLayout::kNK && kOut != DType::kF32) {
       if (p.swiglu) return launchPipe<Traits<kIn, kOut, kB, GroupPipe, true>>(p, grid, stream);
     } else if (p.swiglu) {
-      return ncclInvalidArgument;  // canImplement refuses these; nothing was instantiated
+      // canImplement refuses these (preload does not call it); nothing was instantiated.
+      MK_WARN("GEMM: the SwiGLU epilogue needs B [N,K] and a 16-bit D");
+      return ncclInvalidArgument;
     }
     return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   }

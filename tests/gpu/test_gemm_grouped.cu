@@ -35,6 +35,8 @@ struct GroupedCase {
   int budget;
   bool hot;             // one group takes most rows
   bool swiglu = false;  // GemmArgs::swiglu: D [M, N/2]
+  float alpha = 1.0f;
+  int padD = 0;  // ldd = D's width + padD (odd: the direct-store epilogue); pads stay poisoned
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -71,7 +73,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
   cur += tm;
   const int M = (int)cur, N = c.N, K = c.K, G = c.groups;
   const int W = c.swiglu ? N / 2 : N;  // D's width
-  const int64_t lda = K, ldb = c.bl == BLayout::kKN ? N : K, ldd = W;
+  const int64_t lda = K, ldb = c.bl == BLayout::kKN ? N : K, ldd = W + c.padD;
   const int64_t bRows = c.bl == BLayout::kKN ? K : N;
   const size_t esD = c.dt == DType::kF32 ? 4 : 2;
 
@@ -121,6 +123,8 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.groups.rowStart = dStart;
     g.groups.rowCount = dCount;
     g.swiglu = c.swiglu;
+    g.alpha = c.alpha;
+    g.ldd = ldd;
     const ncclResult_t r = mk::gemm::launch(g, 0);
     if (r != ncclSuccess) err = "launch failed: " + std::to_string((int)r);
     if (err.empty()) ck(cudaDeviceSynchronize(), "grouped GEMM");
@@ -134,7 +138,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     const char* d = static_cast<const char*>(D) + (size_t)start[gi] * ldd * esD;
     dim3 grid((N + 15) / 16, (count[gi] + 15) / 16), block(16, 16);
     refKernel<<<grid, block>>>(count[gi], N, K, a, lda, b, ldb, c.bl, DType::kBF16, cc, ldd, c.dt,
-                               1.0f, c.beta, ref);
+                               c.alpha, c.beta, ref);
     CmpResult init = {0, ~0ull, 0, 0, 0};
     cudaMemcpy(cmp, &init, sizeof(init), cudaMemcpyHostToDevice);
     // A product's fp32 accumulation error is ~2e-5 sqrt(K); SwiGLU scales it by about |gate|
@@ -155,6 +159,9 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
       err = "group " + std::to_string(gi) + " (start " + std::to_string(start[gi]) + ", " +
             std::to_string(count[gi]) + " rows): " + std::to_string(res.bad) +
             " bad elements, first at row " + std::to_string(res.firstBad / W);
+    else if (res.padTouched != 0)
+      err = "group " + std::to_string(gi) + ": " + std::to_string(res.padTouched) +
+            " elements written past D's width";
   }
   if (err.empty()) {
     cudaMemset(touched, 0, sizeof(unsigned long long));
@@ -196,6 +203,9 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 5, true, true},
       {5, 48, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, true},
       {17, 272, 264, BLayout::kNK, DType::kF16, 0.0f, 3, true, true},
+      // alpha applied once, before silu; padded rows (TMA store) and odd ldd (direct stores).
+      {4, 384, 128, BLayout::kNK, DType::kBF16, 0.0f, 0, false, true, 0.5f, 8},
+      {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1},
   };
   int i = 0;
   for (const GroupedCase& c : cases) {
