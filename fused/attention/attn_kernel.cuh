@@ -166,45 +166,64 @@ __device__ __forceinline__ void loadBlock(const CUtensorMap* map, uint8_t* dst, 
   }
 }
 
+// The producer's K/V ring: one visible block (K, then V, each on its own stage barriers).
+template <class C>
+struct KvRing {
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  int32_t waited = -1;  // the last source whose ready flag the current tile has seen
+
+  __device__ __forceinline__ void load(const AttnParams& p, const Smem<C>& sm, const Tile& x,
+                                       const BlockCursor& c) {
+    const int32_t kvh = x.h / p.group;
+    if (p.hooks.ready != nullptr && c.j != waited) {
+      // On failure the comm has recorded its error; going on keeps the consumers' ring in
+      // step (later waits of a failed comm return at once), the result is unspecified.
+      rt::waitFlag(p.hooks.wait, p.hooks.ready + c.j, 1, c.j, false, p.srcRank[c.j]);
+      // The slice was written through the generic proxy; TMA reads it (async proxy).
+      ptx::fenceProxyAsync();
+      waited = c.j;
+    }
+    ptx::mbarWait(&sm.kEmpty[stage], phase ^ 1);
+    ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
+    loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, c.n0, x.b, c.j);
+    ptx::mbarWait(&sm.vEmpty[stage], phase ^ 1);
+    ptx::mbarArriveExpectTx(&sm.vFull[stage], C::kKBytes);
+    loadBlock<C>(&p.tmV, sm.v(stage), &sm.vFull[stage], kvh, c.n0, x.b, c.j);
+    if (++stage == C::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
 template <class C>
 __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
                                          int32_t nCtas) {
-  int32_t stage = 0;
-  uint32_t phase = 0, qPhase = 0;
+  // A tile's first kStages - 1 blocks go into the ring before its Q: their stages are freed
+  // by the previous tile's last blocks while the consumers still hold the one Q buffer, so
+  // the ring keeps flowing across the tile boundary instead of draining behind the Q load.
+  // No more than kStages - 1: every stage they wait for is then freed by blocks of earlier
+  // tiles, which the consumers finish without this tile's Q. The ring order is unchanged.
+  constexpr int kAhead = C::kStages - 1;
+  KvRing<C> ring;
+  uint32_t qPhase = 0;
   for (int32_t k = 0;; ++k) {
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
     const Tile x = tileAt(p, t);
-    const int32_t kvh = x.h / p.group;
+    BlockCursor c{0, -C::kBN, 0};
+    ring.waited = -1;
+    bool more = true;
+    for (int i = 0; i < kAhead && (more = c.next<C::kBN>(p, x)); ++i) ring.load(p, sm, x, c);
     ptx::mbarWait(sm.qEmpty, qPhase ^ 1);
     ptx::mbarArriveExpectTx(sm.qFull, C::kQBytes);
 #pragma unroll
-    for (int c = 0; c < C::kSub; ++c) {
-      ptx::tmaLoad4d(sm.q + c * (C::kBM * 128), &p.tmQ, sm.qFull, 64 * c, x.h, x.m0, x.b);
+    for (int s = 0; s < C::kSub; ++s) {
+      ptx::tmaLoad4d(sm.q + s * (C::kBM * 128), &p.tmQ, sm.qFull, 64 * s, x.h, x.m0, x.b);
     }
     qPhase ^= 1;
-    BlockCursor c{0, -C::kBN, 0};
-    int32_t waited = -1;  // the last source whose ready flag this tile has seen
-    while (c.next<C::kBN>(p, x)) {
-      if (p.hooks.ready != nullptr && c.j != waited) {
-        // On failure the comm has recorded its error; going on keeps the consumers' ring in
-        // step (later waits of a failed comm return at once), the result is unspecified.
-        rt::waitFlag(p.hooks.wait, p.hooks.ready + c.j, 1, c.j, false, p.srcRank[c.j]);
-        // The slice was written through the generic proxy; TMA reads it (async proxy).
-        ptx::fenceProxyAsync();
-        waited = c.j;
-      }
-      ptx::mbarWait(&sm.kEmpty[stage], phase ^ 1);
-      ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
-      loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, c.n0, x.b, c.j);
-      ptx::mbarWait(&sm.vEmpty[stage], phase ^ 1);
-      ptx::mbarArriveExpectTx(&sm.vFull[stage], C::kKBytes);
-      loadBlock<C>(&p.tmV, sm.v(stage), &sm.vFull[stage], kvh, c.n0, x.b, c.j);
-      if (++stage == C::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
+    while (more && c.next<C::kBN>(p, x)) ring.load(p, sm, x, c);
   }
 }
 
