@@ -99,15 +99,21 @@ __device__ __forceinline__ void setOne(RedShared& sh, int q) {
   }
   __syncthreads();
 }
-__device__ __forceinline__ void setOthers(RedShared& sh, const CommDev& c) {
+// Every peer but me for which keep(q) holds (the two-shot passes skip peers whose segment has
+// no data in this chunk).
+template <class Keep>
+__device__ __forceinline__ void setOthersIf(RedShared& sh, const CommDev& c, Keep keep) {
   __syncthreads();
   if (threadIdx.x == 0) {
     int pn = 0;
     for (int q = 0; q < c.nLocal; q++)
-      if (q != c.me) sh.plist[pn++] = (int16_t)q;
+      if (q != c.me && keep(q)) sh.plist[pn++] = (int16_t)q;
     sh.pn = pn;
   }
   __syncthreads();
+}
+__device__ __forceinline__ void setOthers(RedShared& sh, const CommDev& c) {
+  setOthersIf(sh, c, [](int) { return true; });
 }
 
 // ---- one-shot AllReduce and Reduce -------------------------------------------------------
@@ -179,14 +185,7 @@ __device__ bool twoShotLane(RedShared& sh, const ReduceArgs& a, int lane, const 
   for (uint64_t ch = lane; ch < a.nChunks; ch += c.ws.lanes) {
     const uint64_t cOff = ch * CE;
     // 1. My part of every other segment's chunk to its owner.
-    __syncthreads();
-    if (tid == 0) {
-      int pn = 0;
-      for (int q = 0; q < n; q++)
-        if (q != me && lenOf(q, cOff) > 0) sh.plist[pn++] = (int16_t)q;
-      sh.pn = pn;
-    }
-    __syncthreads();
+    setOthersIf(sh, c, [&](int q) { return lenOf(q, cOff) > 0; });
     if (!waitPeers(sh, c, lane, true, a.coll)) return false;
     for (int j = tid; j < sh.pn; j += nt) sh.dsts[j] = sendSlot(sh, c, lane, sh.plist[j]);
     __syncthreads();
@@ -223,14 +222,7 @@ __device__ bool twoShotLane(RedShared& sh, const ReduceArgs& a, int lane, const 
     }
     if (scatterOnly) continue;
     // 3. Every other segment's reduced chunk from its owner.
-    __syncthreads();
-    if (tid == 0) {
-      int pn = 0;
-      for (int q = 0; q < n; q++)
-        if (q != me && lenOf(q, cOff) > 0) sh.plist[pn++] = (int16_t)q;
-      sh.pn = pn;
-    }
-    __syncthreads();
+    setOthersIf(sh, c, [&](int q) { return lenOf(q, cOff) > 0; });
     if (!waitPeers(sh, c, lane, false, a.coll)) return false;
     for (int j = tid; j < sh.pn; j += nt) sh.srcs[j] = recvSlot(sh, c, lane, sh.plist[j]);
     __syncthreads();
