@@ -400,27 +400,28 @@ std::string hierCheckLaunch(const XPlanLaunch& l, int me) {
   int reducersToPeer = 0;
   for (size_t li = 0; li < l.lanes.size(); li++) {
     bool toPeer = false;
+    // Every collective across nodes passes here: the message prefix is built only on failure.
+    auto at = [li]() { return "lane " + std::to_string(li) + ": "; };
     for (const XStep& s : l.lanes[li].steps) {
-      const std::string at = "lane " + std::to_string(li) + ": ";
       if (l.lanes[li].interleave && s.kind != kXSend)
-        return at + "interleaved lane with a non-send";
-      if ((s.flags & kXRawInput) && s.kind != kXSend) return at + "raw-input flag on a non-send";
+        return at() + "interleaved lane with a non-send";
+      if ((s.flags & kXRawInput) && s.kind != kXSend) return at() + "raw-input flag on a non-send";
       if ((s.kind == kXSend || s.kind == kXRecv) && (s.peer < 0 || s.peer == me))
-        return at + "send/recv with itself";
+        return at() + "send/recv with itself";
       bool ok = true;
       if (s.kind == kXSend) ok = claim(sendLane, s.peer, li);
       if (s.kind == kXRecv) ok = claim(recvLane, s.peer, li);
       if (s.kind == kXReduce) {
-        if (s.peer >= 0 && (s.flags & kXHasL2)) return at + "two-level reduce sent to a peer";
+        if (s.peer >= 0 && (s.flags & kXHasL2)) return at() + "two-level reduce sent to a peer";
         if (s.peer >= 0) ok = claim(sendLane, s.peer, li), toPeer = true;
         for (int k = 0; k < 2 && ok; k++) {
           if (k == 1 && !(s.flags & kXHasL2)) break;
-          if (l.list[k].empty()) return at + "reduce with an empty list";
+          if (l.list[k].empty()) return at() + "reduce with an empty list";
           for (int p : l.list[k])
             if (p != me) ok = ok && claim(recvLane, p, li);
         }
       }
-      if (!ok) return at + "channel with peer " + std::to_string(s.peer) + " used by two lanes";
+      if (!ok) return at() + "channel with peer " + std::to_string(s.peer) + " used by two lanes";
     }
     reducersToPeer += toPeer;
   }
