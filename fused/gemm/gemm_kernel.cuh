@@ -221,6 +221,25 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
       const int c = c0 + g;
       if (g >= valid) break;
       uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
+      if constexpr (Tr::kOutBytes == 2) {
+        if (!useBeta) {
+          // stmatrix: one instruction stores a lane's pairs of two 8-column groups, both row
+          // halves (matrix q = lane / 8: group j + q / 2, rows 8 * (q % 2) of the warp's 16),
+          // a quarter of the st.shared count: the consumers' tensor cores idle through this.
+          const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
+#pragma unroll
+          for (int j = 0; j < kEC / 8; j += 2) {
+            const int ib = (c * kEC / 8 + j) * 4;  // accumulators of groups j and j + 1
+            const int chunk = j + (q >> 1);        // this lane's row address: its 16-byte chunk
+            ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 0], alpha * acc[ib + 1]),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 2], alpha * acc[ib + 3]),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 4], alpha * acc[ib + 5]),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 6], alpha * acc[ib + 7]));
+          }
+          continue;
+        }
+      }
 #pragma unroll
       for (int j = 0; j < kEC / 8; ++j) {
         const int ib = (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group

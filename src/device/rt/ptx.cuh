@@ -213,6 +213,16 @@ __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// Four 8x8 b16 matrices from the warp's registers to shared memory: register q of every lane
+// holds its two elements of matrix q in the mma accumulator layout (row lane / 4, columns
+// 2 * (lane % 4) + {0, 1}), and lane 8q + r gives the address of row r of matrix q (16 bytes).
+__device__ __forceinline__ void stmatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                           uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // ---- proxy fences -------------------------------------------------------------------------
 
 // Generic-proxy shared-memory writes (st.shared, stmatrix) -> async-proxy readers (TMA store).
