@@ -6,13 +6,17 @@
 // the weighted combine in slot order: the results equal the clique path's.
 //
 //   pack (1 CTA)    counts per (destination, local expert), each routed slot's row in its
-//                   destination's pair buffer (local expert, then slot order); a pair whose
-//                   rows exceed maxRows sends nothing and is flagged (the receiver would
-//                   overflow anyway); the first bad expert id
-//   rows            token rows and their (token, slot, weight) into the pair buffers
-//   AllToAll x3     counts, rows, metadata
-//   unpack          every CTA derives the packed layout from the received counts; rows,
-//                   rowSource and rowWeight into recv; counts and offsets (0 on overflow)
+//                   destination's expert-major pair layout (local expert, then slot order; the
+//                   return trip's positions); a pair whose rows exceed maxRows sends nothing
+//                   and is flagged (the receiver would overflow anyway); the first bad
+//                   expert id; and one token row per (token, destination): a token whose
+//                   slots name several experts of one rank travels there once
+//   rows            token rows, each with the k entries (pair row, token, slot, weight) of
+//                   its slots on that destination, into the pair buffers
+//   AllToAll x3     counts, token rows, metadata
+//   unpack          every CTA derives the packed layout from the received counts; each token
+//                   row into the recv rows of its slots, rowSource and rowWeight; counts and
+//                   offsets (0 on overflow)
 //   [ffn] return    expert outputs back into the pair positions (zeros on overflow),
 //                   AllToAll, then y[t] = sum_j w[t][j] * out(slot j)
 // Errors (a bad id, an overflow) are recorded by the last kernel of the call only: a comm that
@@ -44,15 +48,20 @@ namespace {
 constexpr int kA2aThreads = 256;
 constexpr int kA2aWarps = kA2aThreads / 32;
 constexpr int kA2aMaxLocalExperts = gemm::kMaxGroups;
+static_assert(NCCL_MOE_MAX_TOPK <= 32, "the rows kernel gives each slot of a token a lane");
 // ErrRecord::slot of the "maxRows differs" record (err_host.cc names the peer and both bounds).
 constexpr int32_t kSlotMaxRows = -2;
 
-// Ints per pair in the count messages (A2aParams::sendCnt) and the index of the pair's rows.
+// Ints per pair in the count messages (A2aParams::sendCnt), the index of the pair's rows (one
+// per slot: the return trip) and of its token rows (one per token: the dispatch).
 __host__ __device__ constexpr int cntStride(int epr) {
-  return epr + 3;
+  return epr + 4;
 }
 __host__ __device__ constexpr int cntRows(int epr) {
   return epr + 2;
+}
+__host__ __device__ constexpr int cntToks(int epr) {
+  return epr + 3;
 }
 
 struct A2aParams {
@@ -61,19 +70,22 @@ struct A2aParams {
   const int32_t* topkIdx;
   const float* topkWeights;
   ncclMoeRecv_t recv;
-  int32_t* slotPos;  // [T*k] row of the slot in its destination's pair buffer, -1: not sent
-  // [n][epr + 3] rows per local expert; [epr]: 1 = the pair overflowed; [epr + 1]: the
+  int32_t* slotPos;  // [T*k] row of the slot in its destination's pair layout, -1: not sent
+  // [T*k] the token row of the slot's token in its destination's pair buffer, set on the
+  // token's first slot for that destination only (-1 elsewhere)
+  int32_t* slotTok;
+  // [n][epr + 4] rows per local expert; [epr]: 1 = the pair overflowed; [epr + 1]: the
   // sender's maxRows (pair buffers are maxRows rows: every rank must pass the same); [epr + 2]:
-  // the rows the pair carries (0 on overflow), which sizes the row, metadata and return
-  // AllToAlls on the device (fusedAlltoAllSized)
+  // the rows (slots) the pair carries (0 on overflow), which sizes the return AllToAll on the
+  // device (fusedAlltoAllSized); [epr + 3]: its token rows (<= rows), sizing the dispatch's
   int32_t* sendCnt;
   const int32_t* recvCnt;
   unsigned long long* badSlot;  // first bad slot + 1 (~0: none)
-  uint8_t* sendRows;            // [n][P][rowBytes]
+  uint8_t* sendRows;            // [n][P][rowBytes] token rows
   const uint8_t* recvRows;
-  int4* sendMeta;  // [n][P] (token, slot, weight bits, 0)
-  const int4* recvMeta;
-  float* retSend;  // [n][P][H] fp32 (ffn)
+  int4* sendMeta;  // [n][P][k] per token row: (pair row, token, slot, weight bits), pair row -1
+  const int4* recvMeta;  //  after the token's last slot on that destination
+  float* retSend;        // [n][P][H] fp32 (ffn)
   const float* retRecv;
   const float* out;  // [maxRows, H] fp32: the experts' outputs (ffn)
   void* y;           // [T, H] outType (ffn)
@@ -89,13 +101,15 @@ __device__ __forceinline__ rt::ErrSite a2aSite(const A2aParams& p) {
 // One CTA: counts, flags and each slot's pair row. Warp 0 walks the slots in order, 32 at a
 // time (lanes with the same expert rank themselves by lane), as the clique dispatch does.
 __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams p) {
-  extern __shared__ int32_t sh[];  // cnt[E], seen[E], base[E]
+  extern __shared__ int32_t sh[];  // cnt[E], seen[E], base[E], tokCnt[n]
   const MoeShape& s = p.s;
   const int n = s.nRanks, epr = s.expertsPerRank;
   int32_t* cnt = sh;
   int32_t* seen = sh + s.experts;
   int32_t* base = sh + 2 * s.experts;
+  int32_t* tokCnt = sh + 3 * s.experts;
   for (int e = threadIdx.x; e < s.experts; e += blockDim.x) cnt[e] = seen[e] = 0;
+  for (int d = threadIdx.x; d < n; d += blockDim.x) tokCnt[d] = 0;
   __syncthreads();
   const int64_t slots = (int64_t)s.tokens * s.topk;
   moeCountSlots(p.topkIdx, slots, s.experts, cnt, p.badSlot);
@@ -118,28 +132,58 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
   moeRankSlots(p.topkIdx, slots, s.experts, seen, p.slotPos, [&](int32_t e, int32_t k) {
     return p.sendCnt[(e / epr) * cntStride(epr) + epr] == 0 ? base[e] + k : -1;
   });
+  __syncwarp();
+  // One token row per (token, destination), taken by the token's first slot sent there. The
+  // rows' order inside a pair buffer does not matter (each carries its slots' pair rows), so
+  // an atomic counter serves.
+  for (int64_t t = threadIdx.x; t < s.tokens; t += 32) {
+    for (int j = 0; j < s.topk; ++j) {
+      const int64_t i = t * s.topk + j;
+      int32_t tr = -1;
+      if (p.slotPos[i] >= 0) {
+        const int d = p.topkIdx[i] / epr;
+        bool first = true;
+        for (int jj = 0; jj < j && first; ++jj) {
+          const int64_t ii = t * s.topk + jj;
+          first = !(p.slotPos[ii] >= 0 && p.topkIdx[ii] / epr == d);
+        }
+        if (first) tr = atomicAdd(&tokCnt[d], 1);
+      }
+      p.slotTok[i] = tr;
+    }
+  }
+  __syncwarp();
+  for (int d = threadIdx.x; d < n; d += 32)
+    p.sendCnt[d * cntStride(epr) + cntToks(epr)] = tokCnt[d];
 }
 
-// One warp per slot: the token row and its metadata into the destination's pair buffer.
+// One warp per (token, destination) (the slot holding its token row): the token row, and one
+// metadata entry per slot of the token on that destination, into the pair buffer.
 __global__ void __launch_bounds__(kA2aThreads) moeA2aRowsKernel(const A2aParams p) {
   const MoeShape& s = p.s;
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, epr = s.expertsPerRank;
   const int64_t slots = (int64_t)s.tokens * s.topk;
   const int64_t vecs = p.rowBytes / 16;
   for (int64_t i = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); i < slots;
        i += (int64_t)gridDim.x * kA2aWarps) {
-    const int32_t row = p.slotPos[i];
-    if (row < 0) continue;
-    const int d = p.topkIdx[i] / s.expertsPerRank;
+    const int32_t tr = p.slotTok[i];
+    if (tr < 0) continue;  // not sent, or not its token's first slot on that destination
+    const int d = p.topkIdx[i] / epr;
     const int64_t t = i / s.topk;
-    const int64_t at = (int64_t)d * p.pairRows + row;
+    const int64_t at = (int64_t)d * p.pairRows + tr;
     const int4* from = reinterpret_cast<const int4*>(p.x + t * p.rowBytes);
     int4* to = reinterpret_cast<int4*>(p.sendRows + at * p.rowBytes);
     for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
-    if (lane == 0)
-      p.sendMeta[at] =
-          make_int4((int32_t)t, (int32_t)(i - t * s.topk),
-                    p.topkWeights != nullptr ? __float_as_int(p.topkWeights[i]) : 0, 0);
+    // Lane jj: slot jj of the token (k <= 32). Entries in slot order, then -1.
+    const int64_t ii = t * s.topk + lane;
+    const bool mine = lane < s.topk && p.slotPos[ii] >= 0 && p.topkIdx[ii] / epr == d;
+    const uint32_t all = __ballot_sync(0xffffffffu, mine);
+    int4* meta = p.sendMeta + at * s.topk;
+    if (mine)
+      meta[__popc(all & ((1u << lane) - 1))] =
+          make_int4(p.slotPos[ii], (int32_t)t, lane,
+                    p.topkWeights != nullptr ? __float_as_int(p.topkWeights[ii]) : 0);
+    if (lane >= __popc(all) && lane < s.topk) meta[lane] = make_int4(-1, 0, 0, 0);
   }
 }
 
@@ -173,8 +217,10 @@ __device__ void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* srcRow, i
         recv[src * epr + le] = m[le] < 0 ? 0 : m[le];
         rows += m[le];
       }
-      // The sized AllToAlls moved m[cntRows] rows: a layout of more would read what never came.
+      // The sized AllToAlls moved m[cntToks] token rows here and move m[cntRows] rows back:
+      // a layout of more would read what never came.
       invalid |= m[epr] == 0 && m[cntRows(epr)] != rows;
+      invalid |= m[epr] == 0 && (m[cntToks(epr)] < (rows > 0 ? 1 : 0) || m[cntToks(epr)] > rows);
     }
     L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);
     L.start[epr] = (int32_t)L.span;
@@ -242,23 +288,28 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParam
   if (L.ovf) return;
   const int lane = threadIdx.x & 31;
   const int64_t vecs = p.rowBytes / 16;
-  // One warp per pair row in use: (src, le, i) walked as src-major blocks of pair rows.
+  // One warp per token row received: (src, token row) walked as src-major blocks; the row goes
+  // to the packed row of every slot its metadata lists.
   for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
        w += (int64_t)gridDim.x * kA2aWarps) {
     const int src = (int)(w / p.pairRows);
-    const int64_t row = pairRowTarget(p, srcRow, dyn + n * epr, src, w - (int64_t)src * p.pairRows);
-    if (row < 0) continue;  // past src's rows
+    if (w - (int64_t)src * p.pairRows >= p.recvCnt[src * cntStride(epr) + cntToks(epr)]) continue;
     const int4* from = reinterpret_cast<const int4*>(p.recvRows + w * p.rowBytes);
-    int4* to = reinterpret_cast<int4*>(static_cast<uint8_t*>(p.recv.xRecv) + row * p.rowBytes);
-    for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
-    if (lane == 0) {
-      const int4 m = p.recvMeta[w];
-      if (p.recv.rowSource != nullptr) {
-        p.recv.rowSource[row * 3 + 0] = src;
-        p.recv.rowSource[row * 3 + 1] = m.x;
-        p.recv.rowSource[row * 3 + 2] = m.y;
+    for (int m = 0; m < s.topk; ++m) {
+      const int4 e = p.recvMeta[w * s.topk + m];
+      if (e.x < 0) break;
+      const int64_t row = pairRowTarget(p, srcRow, dyn + n * epr, src, e.x);
+      if (row < 0) continue;  // past src's rows (never for a consistent sender)
+      int4* to = reinterpret_cast<int4*>(static_cast<uint8_t*>(p.recv.xRecv) + row * p.rowBytes);
+      for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
+      if (lane == 0) {
+        if (p.recv.rowSource != nullptr) {
+          p.recv.rowSource[row * 3 + 0] = src;
+          p.recv.rowSource[row * 3 + 1] = e.y;
+          p.recv.rowSource[row * 3 + 2] = e.z;
+        }
+        if (p.recv.rowWeight != nullptr) p.recv.rowWeight[row] = __int_as_float(e.w);
       }
-      if (p.recv.rowWeight != nullptr) p.recv.rowWeight[row] = __int_as_float(m.z);
     }
   }
 }
@@ -333,14 +384,15 @@ ncclResult_t alltoall(const MoeCall& c, const void* send, void* recv, size_t cou
                          moeApi(c));
 }
 
-// An AlltoAll of pair buffers that moves only each pair's rows (the counts' cntRows entry,
-// known on the device once the counts' AllToAll has run): `back` for the return trip, whose
-// blocks are the rows this rank received.
+// An AlltoAll of pair buffers that moves only each pair's rows (the counts' entry `which`:
+// cntToks for the dispatch's token rows, cntRows for the slots' rows of the return trip, known
+// on the device once the counts' AllToAll has run): `back` for the return trip, whose blocks
+// are the rows this rank received.
 ncclResult_t alltoallRows(const MoeCall& c, const A2aParams& p, const void* send, void* recv,
-                          size_t count, ncclDataType_t t, uint64_t rowBytes, bool back) {
+                          size_t count, ncclDataType_t t, uint64_t rowBytes, int which, bool back) {
   const int epr = p.s.expertsPerRank;
-  const int32_t* sent = p.sendCnt + cntRows(epr);
-  const int32_t* got = p.recvCnt + cntRows(epr);
+  const int32_t* sent = p.sendCnt + which;
+  const int32_t* got = p.recvCnt + which;
   SizedUnits u;
   u.units[0] = back ? got : sent;
   u.units[1] = back ? sent : got;
@@ -420,21 +472,22 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   // Scratch, stream-ordered (graph memory nodes under capture).
   const size_t slots = c.T * (size_t)c.k;
   const size_t pairBytes = (size_t)p.pairRows * p.rowBytes;
-  const size_t metaBytes = (size_t)p.pairRows * sizeof(int4);
+  const size_t metaBytes = (size_t)p.pairRows * c.k * sizeof(int4);  // k entries a token row
   const size_t retBytes = c.ffn ? (size_t)p.pairRows * c.H * sizeof(float) : 0;
   const size_t cntBytes = (size_t)n * cntStride(epr) * sizeof(int32_t);
-  size_t off[9];
+  size_t off[10];
   size_t total = 0;
-  const size_t sizes[9] = {align256(slots * sizeof(int32_t) + 1),
-                           align256(cntBytes),
-                           align256(cntBytes),
-                           256,
-                           align256(n * pairBytes),
-                           align256(n * pairBytes),
-                           align256(n * metaBytes),
-                           align256(n * metaBytes),
-                           align256(2 * n * retBytes)};
-  for (int i = 0; i < 9; ++i) {
+  const size_t sizes[10] = {align256(slots * sizeof(int32_t) + 1),
+                            align256(cntBytes),
+                            align256(cntBytes),
+                            256,
+                            align256(n * pairBytes),
+                            align256(n * pairBytes),
+                            align256(n * metaBytes),
+                            align256(n * metaBytes),
+                            align256(2 * n * retBytes),
+                            align256(slots * sizeof(int32_t) + 1)};
+  for (int i = 0; i < 10; ++i) {
     off[i] = total;
     total += sizes[i];
   }
@@ -451,9 +504,10 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   p.recvMeta = reinterpret_cast<const int4*>(base + off[7]);
   p.retSend = reinterpret_cast<float*>(base + off[8]);
   p.retRecv = p.retSend + (size_t)n * p.pairRows * c.H;
+  p.slotTok = reinterpret_cast<int32_t*>(base + off[9]);
   p.out = c.buf.out;
   p.y = c.yOut;
-  const size_t packSmem = 3 * (size_t)c.E * sizeof(int32_t);
+  const size_t packSmem = (3 * (size_t)c.E + n) * sizeof(int32_t);
   const size_t layoutSmem = 2 * (size_t)n * epr * sizeof(int32_t);
   const int grid = std::max(1, std::min<int>(4 * std::max(1, p.f.smBudget), 65535));
   {
@@ -468,10 +522,10 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
     CUDACHECKGOTO(cudaMemsetAsync((void*)p.recvCnt, 0xff, cntBytes, c.stream), res, done);
     NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, cntStride(epr), ncclInt32), res, done);
     NCCLCHECKGOTO(alltoallRows(c, p, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType,
-                               p.rowBytes, false),
+                               p.rowBytes, cntToks(epr), false),
                   res, done);
     NCCLCHECKGOTO(alltoallRows(c, p, p.sendMeta, (void*)p.recvMeta, metaBytes / 4, ncclInt32,
-                               sizeof(int4), false),
+                               c.k * sizeof(int4), cntToks(epr), false),
                   res, done);
     moeA2aUnpackKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
     CUDACHECKGOTO(cudaGetLastError(), res, done);
@@ -482,7 +536,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
       moeA2aReturnKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
       CUDACHECKGOTO(cudaGetLastError(), res, done);
       NCCLCHECKGOTO(alltoallRows(c, p, p.retSend, (void*)p.retRecv, retBytes / 4, ncclFloat32,
-                                 (uint64_t)c.H * sizeof(float), true),
+                                 (uint64_t)c.H * sizeof(float), cntRows(epr), true),
                     res, done);
       NCCLCHECKGOTO(launchCombine(c, p, grid, layoutSmem), res, done);
     }
