@@ -10,7 +10,8 @@
 //       rank. Per case of each call: two problems called back to back on the stream (no host
 //       wait between), then the first again with new routing in the same buffers. Routing
 //       uniform, one hot expert, odd experts empty, -1 slots (FFN: tokens with every slot -1, a
-//       rank without tokens), T not a multiple of 128, E/n 1..4, k 1..4, bf16/fp16 in, every
+//       rank without tokens; every slot of a token on one rank), T not a multiple of 128,
+//       E/n 1..4, k 1..4, 8 and 16, bf16/fp16 in, every
 //       out type, NK and KN weights. Every rank passes the same maxRows (the AllToAll path needs
 //       it, fused.h): the first case a bound any routing fits, the others the largest need plus
 //       random slack, the third call of each case exactly the largest need.
@@ -63,14 +64,17 @@ std::vector<MoeCase> dispatchCases(int n) {
   return {{n, 1, 3, 64, 128, kBf, kBf, kNK, kUniform, 200},
           {n, 2, 1, 136, 200, kF16, kF32, kKN, kHotExpert, 300},
           {n, 3, 4, 64, 136, kBf, kF16, kNK, kSomeEmpty, 150},
-          {n, 4, 2, 136, 128, kF16, kF16, kKN, kHotExpert, 250}};
+          {n, 4, 2, 136, 128, kF16, kF16, kKN, kHotExpert, 250},
+          // Every token's slots on one rank (sent once with k entries); the largest k.
+          {n, 2, 16, 64, 128, kBf, kBf, kNK, kOneRank, 90}};
 }
 std::vector<FfnCase> ffnCases(int n) {
   // n, E/n, k, H, I, in, out, weights' layout, routing, fewest and most tokens of a rank
   return {{n, 1, 2, 64, 32, kBf, kBf, kNK, kUniform, 37, 300},
           {n, 2, 4, 128, 64, kF16, kF32, kKN, kHotExpert, 37, 300},
           {n, 3, 1, 64, 32, kF16, kBf, kNK, kSomeEmpty, 1, 200},
-          {n, 4, 3, 64, 64, kBf, kF16, kKN, kHotExpert, 37, 260}};
+          {n, 4, 3, 64, 64, kBf, kF16, kKN, kHotExpert, 37, 260},
+          {n, 3, 8, 64, 32, kBf, kBf, kNK, kOneRank, 37, 120}};
 }
 // A bound every routing of the case fits: every slot of every rank on one expert + padding.
 size_t anyRouting(int n, int maxT, int k, int epr) {

@@ -77,7 +77,9 @@ inline float outValue(const std::vector<uint8_t>& y, size_t i, ncclDataType_t t)
 
 using fusedtest::esOf;
 
-enum Routing { kUniform, kHotExpert, kSomeEmpty };
+// kOneRank: all of a token's slots name experts of one rank (random per token; experts may
+// repeat): the AllToAll path then sends the token once with k slots' metadata.
+enum Routing { kUniform, kHotExpert, kSomeEmpty, kOneRank };
 
 struct MoeCase {
   int n, epr, k, H, N;
@@ -146,7 +148,8 @@ class MoeProblem {
       d.idx.assign((size_t)d.T * c_.k, -1);
       d.wts.resize(d.idx.size());
       const int hot = (int)(rng() % E);
-      for (int t = 0; t < d.T; ++t)
+      for (int t = 0; t < d.T; ++t) {
+        const int owner = c_.routing == kOneRank ? (int)(rng() % c_.n) : 0;
         for (int j = 0; j < c_.k; ++j) {
           int e = -1;
           const uint64_t roll = rng() % 16;
@@ -156,12 +159,15 @@ class MoeProblem {
             e = hot;
           } else if (c_.routing == kSomeEmpty) {
             e = (int)(rng() % E) & ~1;  // odd experts stay empty
+          } else if (c_.routing == kOneRank) {
+            e = owner * c_.epr + (int)(rng() % c_.epr);
           } else {
             e = (int)(rng() % E);
           }
           d.idx[(size_t)t * c_.k + j] = e;
           d.wts[(size_t)t * c_.k + j] = u(rng);
         }
+      }
     }
     // Expected layout of every destination.
     expect_.assign(c_.n, {});
@@ -411,6 +417,7 @@ class FfnProblem {
       const int hot = (int)(rng() % E);
       for (int t = 0; t < d.T; ++t) {
         const bool none = rng() % 10 == 0;  // every slot -1: y[t] must be exactly 0
+        const int owner = c_.routing == kOneRank ? (int)(rng() % c_.n) : 0;
         for (int j = 0; j < k; ++j) {
           int e = -1;
           const uint64_t roll = rng() % 16;
@@ -419,6 +426,8 @@ class FfnProblem {
               e = hot;
             else if (c_.routing == kSomeEmpty)
               e = (int)(rng() % E) & ~1;  // odd experts stay empty
+            else if (c_.routing == kOneRank)
+              e = owner * c_.epr + (int)(rng() % c_.epr);
             else
               e = (int)(rng() % E);
           }

@@ -77,15 +77,18 @@ struct A2aParams {
   // [n][epr + 4] rows per local expert; [epr]: 1 = the pair overflowed; [epr + 1]: the
   // sender's maxRows (pair buffers are maxRows rows: every rank must pass the same); [epr + 2]:
   // the rows (slots) the pair carries (0 on overflow), which sizes the return AllToAll on the
-  // device (fusedAlltoAllSized); [epr + 3]: its token rows (<= rows), sizing the dispatch's
+  // device (fusedAlltoAllSized); [epr + 3]: its token rows (<= rows), which size the row and
+  // metadata AllToAlls
   int32_t* sendCnt;
   const int32_t* recvCnt;
   unsigned long long* badSlot;  // first bad slot + 1 (~0: none)
   uint8_t* sendRows;            // [n][P][rowBytes] token rows
   const uint8_t* recvRows;
-  int4* sendMeta;  // [n][P][k] per token row: (pair row, token, slot, weight bits), pair row -1
-  const int4* recvMeta;  //  after the token's last slot on that destination
-  float* retSend;        // [n][P][H] fp32 (ffn)
+  // [n][P][k] per token row: (pair row, token, slot, weight bits) of each of its slots on that
+  // destination in slot order, then pair row -1
+  int4* sendMeta;
+  const int4* recvMeta;
+  float* retSend;  // [n][P][H] fp32 (ffn)
   const float* retRecv;
   const float* out;  // [maxRows, H] fp32: the experts' outputs (ffn)
   void* y;           // [T, H] outType (ffn)
@@ -128,32 +131,28 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams 
     p.sendCnt[d * cntStride(epr) + cntRows(epr)] = ovf ? 0 : (int32_t)row;
   }
   __syncthreads();
-  if (threadIdx.x >= 32) return;
-  moeRankSlots(p.topkIdx, slots, s.experts, seen, p.slotPos, [&](int32_t e, int32_t k) {
-    return p.sendCnt[(e / epr) * cntStride(epr) + epr] == 0 ? base[e] + k : -1;
-  });
-  __syncwarp();
+  if (threadIdx.x < 32) {
+    moeRankSlots(p.topkIdx, slots, s.experts, seen, p.slotPos, [&](int32_t e, int32_t k) {
+      return p.sendCnt[(e / epr) * cntStride(epr) + epr] == 0 ? base[e] + k : -1;
+    });
+  }
+  __syncthreads();  // slotPos (global) complete and visible to the whole CTA
   // One token row per (token, destination), taken by the token's first slot sent there. The
   // rows' order inside a pair buffer does not matter (each carries its slots' pair rows), so
-  // an atomic counter serves.
-  for (int64_t t = threadIdx.x; t < s.tokens; t += 32) {
+  // an atomic counter serves, and every thread takes tokens.
+  for (int64_t t = threadIdx.x; t < s.tokens; t += blockDim.x) {
+    int dest[NCCL_MOE_MAX_TOPK];  // each slot's destination, -1: not sent
     for (int j = 0; j < s.topk; ++j) {
       const int64_t i = t * s.topk + j;
-      int32_t tr = -1;
-      if (p.slotPos[i] >= 0) {
-        const int d = p.topkIdx[i] / epr;
-        bool first = true;
-        for (int jj = 0; jj < j && first; ++jj) {
-          const int64_t ii = t * s.topk + jj;
-          first = !(p.slotPos[ii] >= 0 && p.topkIdx[ii] / epr == d);
-        }
-        if (first) tr = atomicAdd(&tokCnt[d], 1);
-      }
-      p.slotTok[i] = tr;
+      const int d = p.slotPos[i] >= 0 ? p.topkIdx[i] / epr : -1;
+      dest[j] = d;
+      bool first = d >= 0;
+      for (int jj = 0; jj < j && first; ++jj) first = dest[jj] != d;
+      p.slotTok[i] = first ? atomicAdd(&tokCnt[d], 1) : -1;
     }
   }
-  __syncwarp();
-  for (int d = threadIdx.x; d < n; d += 32)
+  __syncthreads();
+  for (int d = threadIdx.x; d < n; d += blockDim.x)
     p.sendCnt[d * cntStride(epr) + cntToks(epr)] = tokCnt[d];
 }
 
