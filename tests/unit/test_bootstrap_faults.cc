@@ -337,5 +337,12 @@ TEST(BootstrapFaults, InitCloseCyclesLeaveNoFdsOrThreads) {
   }
   EXPECT_EQ(bootstrapRootsWait(0), 0);  // joined by the ranks, not left to linger
   EXPECT_EQ(mktest::countOpenFds(), fds0);
-  EXPECT_EQ(mktest::countThreads(), threads0);
+  // A joined thread's /proc/self/task entry can outlive pthread_join by a moment on a loaded
+  // machine (seen once in CI on 2 busy cores: 2 threads for 1); a leaked thread stays.
+  int threads = mktest::countThreads();
+  for (int i = 0; i < 200 && threads != threads0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    threads = mktest::countThreads();
+  }
+  EXPECT_EQ(threads, threads0);
 }
