@@ -10,6 +10,7 @@
 #include "base/checks.h"
 #include "base/can_implement.h"
 #include "base/cudawrap.h"
+#include "base/param.h"
 #include "fused/gemm/primitives.cuh"
 
 namespace mk {
@@ -315,6 +316,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.ldc = effLdc(a);
   p.alpha = a.alpha;
   p.beta = a.beta;
+  p.skew = (int32_t)MK_PARAM_INT(GemmSkew);
   p.hooks = a.hooks;
   p.hooks.rowBlockOffset = ((a.hooks.rowBlockOffset % p.tilesM) + p.tilesM) % p.tilesM;
 

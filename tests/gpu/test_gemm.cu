@@ -260,6 +260,31 @@ TEST(GemmCorrectness, BothPipelines) {
           }
 }
 
+// MKERNEL_GEMM_SKEW (the second consumer WG starts k-steps after the first): every skew up to
+// past the pipeline depth (clamped), with fewer k-steps than the skew, tails, both pipelines,
+// budgets that give CTAs several tiles or none beyond the grid. No hang, every element right.
+TEST(GemmCorrectness, ConsumerSkew) {
+  REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  const int shapes[][3] = {{300, 520, 64}, {513, 1100, 1024}, {129, 72, 136}, {1024, 2048, 256}};
+  int n = 0;
+  for (const char* skew : {"1", "2", "3", "9"})
+    for (auto& s : shapes)
+      for (int pipeline : {1, 2})
+        for (int budget : {0, 5}) {
+          mktest::ScopedEnv env("MKERNEL_GEMM_SKEW", skew);
+          Problem p(s[0], s[1], s[2], BLayout::kNK, DType::kBF16, DType::kBF16, 0, 0, 0);
+          SCOPED_TRACE(p.name() + " skew " + skew + " pipeline " + std::to_string(pipeline) +
+                       " budget " + std::to_string(budget));
+          EXPECT_EQ(runAndCheck(p, seed + (++n),
+                                [&](GemmArgs& g) {
+                                  g.pipeline = pipeline;
+                                  g.smBudget = budget;
+                                }),
+                    "");
+        }
+}
+
 // Large shapes against cuBLAS (same inputs, fp32 accumulation both) and the fp64 reference.
 TEST(GemmCorrectness, LargeVsCublas) {
   REQUIRE_SM90();
