@@ -1,10 +1,10 @@
 // The flash-attention forward CTA (sm_90a), persistent and warp-specialised like the GEMM
 // engine (fused/gemm/gemm_kernel.cuh):
 //
-//   WG0 (producer): one thread loads, per tile, the tile's Q block once ([128 rows][D], as
-//       D/64 boxes of 128-byte swizzled rows) and then every visible K/V block of every
-//       source into a kStages ring (K and V completing on their own mbarriers, so S = Q.K^T
-//       starts before V has landed).
+//   WG0 (producer): one thread loads, per tile, the tile's first kStages - 1 visible K/V blocks,
+//       the tile's Q block once ([128 rows][D], as D/64 boxes of 128-byte swizzled rows) and
+//       then its other visible K/V blocks of every source into a kStages ring (K and V
+//       completing on their own mbarriers, so S = Q.K^T starts before V has landed).
 //   WG1, WG2 (consumers): 64 query rows each. S = Q.K^T with wgmma SS (K-major K), online
 //       softmax on S's accumulators (scale folded into exp2; the row max and the running sum
 //       per row, the sum kept per thread and reduced across the quad only at the end), P
@@ -203,8 +203,9 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
   // A tile's first kStages - 1 blocks go into the ring before its Q: their stages are freed
   // by the previous tile's last blocks while the consumers still hold the one Q buffer, so
   // the ring keeps flowing across the tile boundary instead of draining behind the Q load.
-  // No more than kStages - 1: every stage they wait for is then freed by blocks of earlier
-  // tiles, which the consumers finish without this tile's Q. The ring order is unchanged.
+  // kStages - 1 fills the ring (any number up to kStages cannot deadlock: the stages they
+  // wait for are freed by blocks of earlier tiles, which need nothing of this tile). The ring
+  // order is unchanged.
   constexpr int kAhead = C::kStages - 1;
   KvRing<C> ring;
   uint32_t qPhase = 0;
@@ -214,8 +215,17 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
     const Tile x = tileAt(p, t);
     BlockCursor c{0, -C::kBN, 0};
     ring.waited = -1;
-    bool more = true;
-    for (int i = 0; i < kAhead && (more = c.next<C::kBN>(p, x)); ++i) ring.load(p, sm, x, c);
+    bool more = true, pending = false;
+    for (int i = 0; i < kAhead; ++i) {
+      if (!(more = c.next<C::kBN>(p, x))) break;
+      // A later source whose ready flag this tile has not seen (the fused ring) may still be
+      // on its way: its block waits until after Q, so the blocks already here are not held up.
+      if (i > 0 && p.hooks.ready != nullptr && c.j != ring.waited) {
+        pending = true;
+        break;
+      }
+      ring.load(p, sm, x, c);
+    }
     ptx::mbarWait(sm.qEmpty, qPhase ^ 1);
     ptx::mbarArriveExpectTx(sm.qFull, C::kQBytes);
 #pragma unroll
@@ -223,6 +233,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
       ptx::tmaLoad4d(sm.q + s * (C::kBM * 128), &p.tmQ, sm.qFull, 64 * s, x.h, x.m0, x.b);
     }
     qPhase ^= 1;
+    if (pending) ring.load(p, sm, x, c);
     while (more && c.next<C::kBN>(p, x)) ring.load(p, sm, x, c);
   }
 }
