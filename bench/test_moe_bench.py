@@ -44,12 +44,16 @@ def bench_tol():
   return a.tol, a.token_tol
 
 
-class ArgsTest(unittest.TestCase):
+class ParseCase(unittest.TestCase):
+  """refused(*argv): the parser's error text for argv, which must make it exit."""
 
   def refused(self, *argv):
     with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
       parse(*argv)
     return err.getvalue()
+
+
+class ArgsTest(ParseCase):
 
   def test_defaults(self):
     a = parse("ffn")
@@ -230,12 +234,7 @@ class ReportTest(unittest.TestCase):
 import bench_py_util as bpu  # noqa: E402
 
 
-class NodesArgsTest(unittest.TestCase):
-
-  def refused(self, *argv):
-    with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
-      parse(*argv)
-    return err.getvalue()
+class NodesArgsTest(ParseCase):
 
   def test_nodes_option(self):
     a = parse("ffn")

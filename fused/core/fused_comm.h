@@ -79,7 +79,8 @@ ncclResult_t fusedCollective(ncclComm* comm, cudaStream_t stream, int collType, 
                              void* recv, size_t count, ncclDataType_t dtype, const char* api);
 
 // An AlltoAll of blocks of at most count elements that moves only what `u` says where the
-// path can (the copy engine inside a node); elsewhere whole blocks.
+// path can (the copy engine inside a node, the channel engine across nodes); elsewhere (zero-
+// copy on registered memory, one rank) whole blocks.
 ncclResult_t fusedAlltoAllSized(ncclComm* comm, cudaStream_t stream, const void* send, void* recv,
                                 size_t count, ncclDataType_t dtype, const SizedUnits& u,
                                 const char* api);
