@@ -43,16 +43,6 @@ uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize) 
   return s < esize ? 0 : s;
 }
 
-void hierSegment(uint64_t n, int nLocal, size_t esize, int j, uint64_t* off, uint64_t* len) {
-  uint64_t seg = (n + (uint64_t)nLocal - 1) / (uint64_t)nLocal;
-  const uint64_t q = esize < 16 ? 16 / esize : 1;  // elements per 16 bytes
-  seg = (seg + q - 1) / q * q;
-  uint64_t o = std::min(n, seg * (uint64_t)j);
-  uint64_t e = std::min(n, o + seg);
-  *off = o;
-  *len = e - o;
-}
-
 namespace {
 
 std::vector<int> nodeSizes(ncclComm* comm) {

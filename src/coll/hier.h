@@ -86,8 +86,18 @@ bool hierEvenNodes(int nNodes, const int* nodeSizes);
 // channel engine the second): windowBytes split in kHierBanks * (2*nLocal + nNodes) areas,
 // rounded down to 256; 0 when smaller than one element.
 uint64_t hierStride(uint64_t windowBytes, int nLocal, int nNodes, size_t esize);
-// Segment j of a chunk of n elements (nLocal segments, 16-byte multiples where possible).
-void hierSegment(uint64_t n, int nLocal, size_t esize, int j, uint64_t* off, uint64_t* len);
+// Segment j of a chunk of n elements (nLocal segments, 16-byte multiples where possible): the
+// planner and the hierarchical AllReduce kernel cut chunks with this one rule.
+MK_HD inline void hierSegment(uint64_t n, int nLocal, size_t esize, int j, uint64_t* off,
+                              uint64_t* len) {
+  uint64_t seg = (n + (uint64_t)nLocal - 1) / (uint64_t)nLocal;
+  const uint64_t q = esize < 16 ? 16 / esize : 1;  // elements per 16 bytes
+  seg = (seg + q - 1) / q * q;
+  const uint64_t o = seg * (uint64_t)j < n ? seg * (uint64_t)j : n;
+  const uint64_t e = o + seg < n ? o + seg : n;
+  *off = o;
+  *len = e - o;
+}
 // Window offsets of the areas (sender index i).
 MK_HD inline uint64_t hierRsOff(uint64_t stride, int nLocal, int i) {
   (void)nLocal;

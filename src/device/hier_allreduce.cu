@@ -28,15 +28,9 @@ struct HierChunk {
   uint64_t bank;  // window offset of its bank
   int nl;
   uint64_t es;
-  // Segment of local index j (same arithmetic as hierSegment on the host).
+  // Segment of local index j (the planner's rule).
   __device__ void seg(int j, uint64_t* off, uint64_t* len) const {
-    uint64_t g = (n + (uint64_t)nl - 1) / (uint64_t)nl;
-    const uint64_t q = es < 16 ? 16 / es : 1;
-    g = (g + q - 1) / q * q;
-    const uint64_t o = g * (uint64_t)j < n ? g * (uint64_t)j : n;
-    const uint64_t e = o + g < n ? o + g : n;
-    *off = o;
-    *len = e - o;
+    hierSegment(n, nl, es, j, off, len);
   }
 };
 
