@@ -7,8 +7,11 @@
 //
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
+//                    [--clusters] [--groups G]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging), interleaved with the rest.
+// --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
+// half by each CTA of a cluster and multicast to both), with --pipelines in each split too.
 // --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
 // G groups of M/G rows each with its own B [N,K] (tile-aligned starts), the same FLOPs as the
 // shape, interleaved with the rest (B as [N,K] only: ignored with --layout kn).
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
   int reps = 40;
   bool kn = false;
   bool pipes = false;
+  bool pairs = false;
   int groups = 0;
   std::string out = "", commit = "unknown";
   std::vector<Shape> shapes = {{8192, 8192, 8192},  {4096, 4096, 4096},  {16384, 8192, 8192},
@@ -109,6 +113,8 @@ int main(int argc, char** argv) {
       out = argv[++i], cmd += std::string(" ") + argv[i];
     else if (a == "--pipelines")
       pipes = true;
+    else if (a == "--clusters")
+      pairs = true;
     else if (a == "--groups" && i + 1 < argc)
       groups = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
     else if (a == "--commit" && i + 1 < argc)
@@ -145,7 +151,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     Shape s;
-    double eng, eng16, h0, best, maxdiff, deep, wide, grouped;
+    double eng, eng16, h0, best, maxdiff, deep, wide, grouped, pair, deepPair, widePair;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -192,7 +198,7 @@ int main(int argc, char** argv) {
       CKB(cublasLtMatmul(lt, op, &one, B[s], la, A[s], lb, &zero, dst, lc, dst, lc,
                          &heur[algo].algo, ws, wsBytes, stream));
     };
-    auto runEngine = [&](int budget, void* dst, int pipeline = 0) {
+    auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -204,6 +210,7 @@ int main(int argc, char** argv) {
       g.D = dst;
       g.smBudget = budget;
       g.pipeline = pipeline;
+      g.cluster = cluster;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -278,7 +285,7 @@ int main(int argc, char** argv) {
         exit(1);
       }
     };
-    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp;
+    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tPair, tDeepPair, tWidePair;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
@@ -287,6 +294,13 @@ int main(int argc, char** argv) {
       if (pipes) {
         tDeep.push_back(timeOne([&] { runEngine(0, D, 1); }));
         tWide.push_back(timeOne([&] { runEngine(0, D, 2); }));
+      }
+      if (pairs) {
+        tPair.push_back(timeOne([&] { runEngine(0, D, 0, 2); }));
+        if (pipes) {
+          tDeepPair.push_back(timeOne([&] { runEngine(0, D, 1, 2); }));
+          tWidePair.push_back(timeOne([&] { runEngine(0, D, 2, 2); }));
+        }
       }
       if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
     }
@@ -301,6 +315,9 @@ int main(int argc, char** argv) {
     row.maxdiff = hmax;
     row.deep = tf(median(tDeep));
     row.wide = tf(median(tWide));
+    row.pair = tf(median(tPair));
+    row.deepPair = tf(median(tDeepPair));
+    row.widePair = tf(median(tWidePair));
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -319,6 +336,12 @@ int main(int argc, char** argv) {
     if (pipes)
       printf("  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)\n",
              sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best);
+    if (pairs)
+      printf(
+          "  %5d x %5d x %5d: CTA pairs %6.1f (%.3f of best; unpaired %.3f)  deep %6.1f  wide "
+          "%6.1f\n",
+          sh.M, sh.N, sh.K, row.pair, row.pair / row.best, row.eng / row.best, row.deepPair,
+          row.widePair);
     fflush(stdout);
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
@@ -384,9 +407,12 @@ int main(int argc, char** argv) {
             "\"engine_sms_minus_16_tflops\": %.2f, \"cublas_h0_tflops\": %.2f, "
             "\"cublas_best_tflops\": %.2f, \"cublas_candidates\": %d, \"ratio\": %.4f, "
             "\"max_rel_diff_vs_cublas\": %.3e, \"engine_deep_tflops\": %.2f, "
-            "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f}%s\n",
+            "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f, "
+            "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
+            "\"engine_pairs_wide_tflops\": %.2f}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            r.deep, r.wide, r.grouped, i + 1 < rows.size() ? "," : "");
+            r.deep, r.wide, r.grouped, r.pair, r.deepPair, r.widePair,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -108,6 +108,21 @@ int64_t effStrideB(const GemmArgs& a) {
   return (a.bLayout == BLayout::kKN ? (int64_t)a.K : (int64_t)a.N) * effLdb(a);
 }
 
+// Whether a call may run as CTA pairs (GemmArgs::cluster): only the plain tile walk of the
+// stand-alone kernel pairs up, and only the 16-bit-output variants are built paired.
+bool pairsAllowed(const GemmArgs& a) {
+  const GemmHooks& h = a.hooks;
+  return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
+         h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
+         h.rowBlockOffset == 0 && (a.smBudget == 0 || a.smBudget >= 2);
+}
+
+// GemmArgs::cluster resolved (1 or 2); 0 takes MKERNEL_GEMM_CLUSTER where pairs are allowed.
+int32_t resolvedCluster(const GemmArgs& a) {
+  if (a.cluster != 0) return a.cluster;
+  return MK_PARAM_INT(GemmCluster) == 2 && pairsAllowed(a) ? 2 : 1;
+}
+
 }  // namespace
 
 ncclResult_t deviceLimits(DeviceLimits* out) {
@@ -218,6 +233,13 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
   if (a.pipeline < 0 || a.pipeline > 2)
     return fail(why, "pipeline=%lld must be 0 (automatic), 1 (deep) or 2 (wide)", a.pipeline);
+  if (a.cluster < 0 || a.cluster > 2)
+    return fail(why, "cluster=%lld must be 0 (MKERNEL_GEMM_CLUSTER), 1 or 2 (CTA pairs)",
+                a.cluster);
+  if (a.cluster == 2 && !pairsAllowed(a))
+    return fail(why,
+                "cluster=2 (CTA pairs) needs a 16-bit D, no groups, no SwiGLU, no tile-by-tile D, "
+                "no fused-operator hooks and smBudget 0 or >= 2");
   if (a.pipeline == 2 && a.dType == DType::kF32)
     return fail(why, "pipeline 2 (wide epilogue staging) needs a 16-bit output type");
   if (a.hooks.rowReady != nullptr && a.hooks.rowsPerFlag <= 0)
@@ -283,7 +305,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   } else if (a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.N, a.K, effLdb(a), 64, kTileK));
   } else {
-    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, kTileN));
+    // A CTA of a pair loads half of the tile's B rows (gemm_kernel.cuh loadB).
+    const uint32_t boxN = resolvedCluster(a) == 2 ? kTileN / 2 : kTileN;
+    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
   }
   const size_t es = dtypeSize(a.dType);
   // TMA stores need 16-byte aligned rows, and N itself must end on a 16-byte boundary: on
@@ -317,6 +341,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.alpha = a.alpha;
   p.beta = a.beta;
   p.skew = (int32_t)MK_PARAM_INT(GemmSkew);
+  p.cluster = resolvedCluster(a);
   p.hooks = a.hooks;
   p.hooks.rowBlockOffset = ((a.hooks.rowBlockOffset % p.tilesM) + p.tilesM) % p.tilesM;
 
@@ -325,6 +350,10 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   const int64_t tiles = (int64_t)(p.tilesM + p.grpNum) * p.tilesN;
   int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *gridOut = (int32_t)(tiles < budget ? tiles : budget);
+  if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
+    const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
+    *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);
+  }
   return ncclSuccess;
 }
 
@@ -335,6 +364,7 @@ ncclResult_t preload(const GemmArgs& a) {
   memset(&p, 0, sizeof(p));
   p.grpNum = a.groups.num;
   p.swiglu = a.swiglu ? 1 : 0;
+  p.cluster = resolvedCluster(a);
   if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, 0, nullptr);
   return dispatchOut<DType::kF16>(a, p, 0, nullptr);
 }

@@ -104,6 +104,11 @@ struct GemmArgs {
   // epilogue for 16-bit outputs with K <= kWideMaxK), 1 = deep load ring, 2 = wide epilogue
   // staging (16-bit outputs only). Fused operators' compute roles always run the deep ring.
   int32_t pipeline = 0;
+  // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
+  // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
+  // tile and multicasts it to both, so each reads half its B bytes from L2. Pairs need a 16-bit
+  // D, no groups, no hooks, no tile-by-tile D, no SwiGLU, smBudget 0 or >= 2.
+  int32_t cluster = 0;
   // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
   // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles
   // hold unspecified values): a fused operator then moves any row block of a tile with one

@@ -8,6 +8,12 @@
 // 128B-swizzled staging -> TMA store, through Pipe::kStoreBufs boxes per WG. The CTA walks tiles
 // cta, cta + nCtas, ... of the schedule; producer and consumers walk the same list, so the
 // producer's loads of the next tile overlap the consumers' epilogue of this one.
+//
+// CTA pairs (Traits::kCluster == 2, a cluster of 2 along M): the pair walks pair positions
+// (row blocks 2*pm and 2*pm + 1 of one column block, one per CTA) with the same k-steps. Each
+// producer loads its own A and half of the common B tile, multicast into both CTAs' stage, so
+// a stage's `full` barrier still counts 48 KB; a stage is reloaded only once the consumers of
+// both CTAs released it (each consumer warp arrives on the `empty` barrier of both).
 #pragma once
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -20,9 +26,11 @@
 namespace mk {
 namespace gemm {
 
-template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe, bool Gated = false>
+template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe, bool Gated = false,
+          int Cluster = 1>
 struct Traits {
   using Pipe = PipeT;
+  static constexpr int kCluster = Cluster;
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr int kOutBytes = kOut == DType::kF32 ? 4 : 2;
@@ -42,6 +50,8 @@ struct Traits {
                 "partial staging must hold two groups (double buffering)");
   static_assert(!kGated || (kB == BLayout::kNK && kOut != DType::kF32),
                 "the SwiGLU epilogue loads gate and up rows of B[N,K] and stores 16-bit D");
+  static_assert(Cluster == 1 || (Cluster == 2 && !kGated && !kGrouped),
+                "CTA pairs run plain (ungrouped, ungated) GEMMs");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -102,10 +112,13 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
 
 // ---- the schedule both roles walk ----------------------------------------------------------
 
+// Positions of the schedule: tiles, or tile pairs for CTA pairs (a pair's CTAs walk
+// positions cta / 2, cta / 2 + nCtas / 2, ...).
 template <class Tr>
 __device__ __forceinline__ int32_t numTilesOf(const GemmParams& p,
                                               const SmemLayout<typename Tr::Pipe>& sm) {
   if constexpr (Tr::kGrouped) return sm.grp[p.grpNum] * p.tilesN;
+  if constexpr (Tr::kCluster == 2) return (p.tilesM + 1) / 2 * p.tilesN;
   return p.tilesM * p.tilesN;
 }
 
@@ -118,6 +131,15 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
   if constexpr (Tr::kGrouped) {
     groupTile(p, sm.grp, t, group, m0, nBlk);
     *mBlk = *m0 / kTileM;
+  } else if constexpr (Tr::kCluster == 2) {
+    // The raster over row-block pairs (groups of groupM / 2 pairs keep groupM row blocks).
+    // With an odd tilesM the last pair's second block is past M: that CTA still takes part
+    // in the loads (its B half feeds its partner) and stores nothing.
+    int32_t pm;
+    rasterCoords((p.tilesM + 1) / 2, p.tilesN, max(1, p.groupM / 2), t, &pm, nBlk);
+    *mBlk = 2 * pm + (int32_t)ptx::clusterCtaRank();
+    *group = 0;
+    *m0 = *mBlk * kTileM;
   } else {
     tileCoords(p, t, mBlk, nBlk);
     *group = 0;
@@ -130,7 +152,24 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
 template <class Tr>
 __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
                                       int32_t n0, int32_t g) {
-  if constexpr (Tr::kGated) {
+  if constexpr (Tr::kCluster == 2) {
+    // This CTA's half of the pair's B tile, into both CTAs: [N,K] rows n0 + 128 r .. (tmB's
+    // box is 128 rows for pairs; the same bytes and swizzle as half of one 256-row box), or
+    // [K,N] 64-column boxes 2r and 2r + 1.
+    const uint32_t r = ptx::clusterCtaRank();
+    if constexpr (Tr::kTransB) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int32_t box = 2 * (int32_t)r + j;
+        ptx::tmaLoad2dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box, k * kTileK,
+                                0x3);
+      }
+    } else {
+      constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
+      ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kTileK,
+                              n0 + (int32_t)r * (kTileN / 2), 0x3);
+    }
+  } else if constexpr (Tr::kGated) {
     // Two 128-row boxes (tmB's box is 128 rows here): gate rows n0.., then up rows p.N + n0..
     // 16 KB further, the same bytes and swizzle as one 256-row box. In the last column tile
     // gate rows past p.N are up rows and up rows past 2 * p.N are TMA's zeros: either only
@@ -168,10 +207,12 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
   const int32_t numTiles = numTilesOf<Tr>(p, sm);
   int32_t stage = 0;
   uint32_t phase = 0;
-  for (int32_t t = cta; t < numTiles; t += nCtas) {
+  for (int32_t t = cta / Tr::kCluster; t < numTiles; t += nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
+    // A pair's row block past M loads the last real one (never stored): in-bounds boxes only.
+    const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
     for (int32_t k = 0; k < p.kTiles; ++k) {
       ptx::mbarWait(&sm.empty[stage], phase ^ 1);
       // Written per stage before the `full` arrive that publishes it, so both consumer WGs
@@ -180,7 +221,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
       stageAbort[stage] = ok ? 0u : 1u;
       if (ok) {
         ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
-        ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
+        ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
         loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
       } else {
         // Aborting: complete the phase without data so consumers drain this tile and stop.
@@ -335,6 +376,18 @@ __device__ __forceinline__ void publishTile(const GemmParams& p, int32_t id, int
   }
 }
 
+// A consumer warp is done reading a stage: its CTA's producer (and, for CTA pairs, the partner's,
+// which multicasts into this CTA's copy of the stage) may reload it.
+template <class Tr>
+__device__ __forceinline__ void releaseStage(uint64_t* empty) {
+  if constexpr (Tr::kCluster == 2) {
+    ptx::mbarArriveCluster(empty, 0);
+    ptx::mbarArriveCluster(empty, 1);
+  } else {
+    ptx::mbarArrive(empty);
+  }
+}
+
 template <class Tr>
 __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
@@ -353,7 +406,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   const int32_t skewSteps = min(p.skew, Tr::Pipe::kStages - 1);
   bool skewed = skewSteps > 0;
   if (skewed && wg == 1) ptx::namedBarSync(kBarSkew, 256);
-  for (int32_t t = cta; t < numTiles; t += nCtas) {
+  for (int32_t t = cta / Tr::kCluster; t < numTiles; t += nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     int32_t prev = 0;
@@ -376,7 +429,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       // Keep one batch in flight: the previous stage's wgmmas are done, release it.
       ptx::wgmmaWait<1>();
       ptx::fenceAccumulators(acc);
-      if (k > 0 && lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+      if (k > 0 && lane == 0) releaseStage<Tr>(&sm.empty[prev]);
       if (skewed && wg == 0 && k + 1 == min(skewSteps, p.kTiles)) {
         ptx::namedBarArrive(kBarSkew, 256);
         skewed = false;
@@ -389,7 +442,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     ptx::wgmmaWait<0>();
     ptx::fenceAccumulators(acc);
-    if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+    if (lane == 0) releaseStage<Tr>(&sm.empty[prev]);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
@@ -420,7 +473,8 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   if (threadIdx.x == 0) {
     for (int s = 0; s < Pipe::kStages; ++s) {
       ptx::mbarInit(&sm.full[s], 1);
-      ptx::mbarInit(&sm.empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
+      // one arrive per consumer warp (of both CTAs of a pair)
+      ptx::mbarInit(&sm.empty[s], kConsumerWGs * 4 * Tr::kCluster);
       stageAbort[s] = 0;
     }
     ptx::fenceMbarInit();
@@ -431,7 +485,13 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   // Both roles walk the groups' tiles from the same prefix sums (no host synchronisation:
   // the counts are read here, after whatever wrote them earlier in stream order).
   if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
-  __syncthreads();
+  // A pair's partner multicasts into this CTA's stages and arrives on its barriers: both CTAs'
+  // barriers are initialised before either CTA goes on.
+  if constexpr (Tr::kCluster == 2) {
+    ptx::clusterSync();
+  } else {
+    __syncthreads();
+  }
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
     ptx::setmaxnregDec<kProducerRegs>();
@@ -440,6 +500,9 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
     ptx::setmaxnregInc<kConsumerRegs>();
     gemmConsumer<Tr>(p, sm, cta, nCtas, wg - 1, stageAbort);
   }
+  // The partner's consumers arrive on this CTA's `empty` barriers up to their last stage: its
+  // shared memory must outlive them.
+  if constexpr (Tr::kCluster == 2) ptx::clusterSync();
 }
 
 }  // namespace gemm

@@ -15,6 +15,34 @@ __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant_
   gemmCta<Tr>(p, smem, blockIdx.x, gridDim.x);
 }
 
+// CTA pairs: a cluster launch. `grid` (even, from buildParams) is cut to the pairs that can be
+// resident at once: a persistent pair that is never scheduled would leave its positions undone.
+template <class Tr>
+ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Tr::Pipe::kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  CUDACHECK(cudaOccupancyMaxActiveClusters(&clusters, gemmKernel<Tr>, &cfg));
+  if (clusters <= 0) {
+    MK_WARN("GEMM: no CTA pair of %d bytes of shared memory each fits on this device",
+            Tr::Pipe::kSmemBytes);
+    return ncclInvalidArgument;
+  }
+  cfg.gridDim = dim3(grid < 2 * clusters ? grid : 2 * clusters);
+  CUDACHECK(cudaLaunchKernelEx(&cfg, gemmKernel<Tr>, p));
+  return ncclSuccess;
+}
+
 template <class Tr>
 ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = gemmKernel<Tr>;
@@ -22,6 +50,7 @@ ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) 
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  Tr::Pipe::kSmemBytes));
   if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
+  if constexpr (Tr::kCluster == 2) return launchPairs<Tr>(p, grid, stream);
   kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
   CUDACHECK(cudaGetLastError());
   return ncclSuccess;
@@ -40,6 +69,13 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   }
   if constexpr (kOut != DType::kF32) {
+    // CTA pairs (16-bit outputs only: buildParams resolves GemmParams::cluster).
+    if (p.cluster == 2) {
+      if (p.wide || grid <= 0)
+        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, WidePipe, false, 2>>(p, grid, stream)));
+      if (p.wide) return ncclSuccess;
+      return launchPipe<Traits<kIn, kOut, kB, DeepPipe, false, 2>>(p, grid, stream);
+    }
     // preload() (grid 0) loads both pipelines: either may run later.
     if (p.wide || grid <= 0)
       NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, WidePipe>>(p, grid, stream)));

@@ -36,6 +36,7 @@ struct GemmParams {
   // once the first has done this many k-steps (at most the pipeline's stages - 1), so that one
   // WG's epilogue can run while the other still issues wgmma (0: both start together).
   int32_t skew;
+  int32_t cluster;  // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
   GemmHooks hooks;
 };
 

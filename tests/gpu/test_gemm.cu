@@ -285,6 +285,47 @@ TEST(GemmCorrectness, ConsumerSkew) {
         }
 }
 
+// CTA pairs (GemmArgs::cluster = 2: B tiles split between the two CTAs of a cluster and
+// multicast to both): odd and even row-block counts (the last pair's second CTA past M), tails
+// in N and K, both B layouts, both 16-bit outputs and input types, beta, both pipelines, SM
+// budgets that give each pair several positions, one pair, or an odd budget; every element
+// against the fp64 reference. Also the same through MKERNEL_GEMM_CLUSTER=2 (cluster = 0).
+TEST(GemmCorrectness, ClusterPairs) {
+  REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  const int shapes[][3] = {{300, 520, 64},   {129, 72, 136},    {1024, 2048, 1024},
+                           {640, 1100, 200}, {2432, 1536, 512}, {128, 256, 64}};
+  int n = 0;
+  for (auto& s : shapes)
+    for (BLayout bl : kLayouts)
+      for (int pipeline : {1, 2})
+        for (int budget : {0, 2, 7}) {
+          const DType in = (n % 2) ? DType::kF16 : DType::kBF16;
+          const DType out = (n % 3) ? DType::kBF16 : DType::kF16;
+          Problem p(s[0], s[1], s[2], bl, in, out, 0, 0, 0);
+          p.beta = (n % 4 == 1) ? 0.5f : 0.0f;
+          SCOPED_TRACE(p.name() + " pairs, pipeline " + std::to_string(pipeline) + " budget " +
+                       std::to_string(budget));
+          EXPECT_EQ(runAndCheck(p, seed + (++n),
+                                [&](GemmArgs& g) {
+                                  g.cluster = 2;
+                                  g.pipeline = pipeline;
+                                  g.smBudget = budget;
+                                }),
+                    "");
+        }
+  mktest::ScopedEnv env("MKERNEL_GEMM_CLUSTER", "2");
+  for (auto& s : shapes) {
+    Problem p(s[0], s[1], s[2], BLayout::kNK, DType::kBF16, DType::kBF16, 8, 8, 8);
+    SCOPED_TRACE(p.name() + " MKERNEL_GEMM_CLUSTER=2, padded");
+    EXPECT_EQ(runAndCheck(p, seed + (++n)), "");
+  }
+  // fp32 D is never paired: the environment leaves it unpaired rather than refusing it.
+  Problem f(513, 300, 128, BLayout::kKN, DType::kBF16, DType::kF32, 0, 0, 0);
+  SCOPED_TRACE(f.name() + " MKERNEL_GEMM_CLUSTER=2, fp32 D");
+  EXPECT_EQ(runAndCheck(f, seed + (++n)), "");
+}
+
 // Large shapes against cuBLAS (same inputs, fp32 accumulation both) and the fp64 reference.
 TEST(GemmCorrectness, LargeVsCublas) {
   REQUIRE_SM90();

@@ -166,6 +166,42 @@ TEST(GemmCanImplement, SwigluEpilogueRules) {
   EXPECT_EQ(mk::gemm::tilesN(a), 1);
 }
 
+// CTA pairs (GemmArgs::cluster): the plain 16-bit GEMM only, each rule with its message.
+TEST(GemmCanImplement, ClusterPairRules) {
+  const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
+  GemmArgs a = good();
+  std::string why;
+  for (int c : {0, 1, 2}) {
+    a.cluster = c;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << c << ": " << why;
+  }
+  a.cluster = 3;
+  expectReject(a, "cluster=3");
+  a.cluster = -1;
+  expectReject(a, "cluster=-1");
+  a.cluster = 2;
+  a.smBudget = 1;
+  expectReject(a, "CTA pairs");
+  a.smBudget = 2;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a.dType = DType::kF32;
+  expectReject(a, "16-bit D");
+  a.dType = DType::kBF16;
+  a.dTiled = true;
+  expectReject(a, "tile-by-tile D");
+  a.dTiled = false;
+  a.hooks.rowBlockOffset = 1;
+  expectReject(a, "hooks");
+  a.hooks.rowBlockOffset = 0;
+  a.groups.num = 2;
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  expectReject(a, "no groups");
+  // Unpaired (0 = the environment's default, 1) the same call is fine.
+  a.cluster = 0;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+}
+
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {
   mk::fused::DeviceRates r;
   r.sms = 132;

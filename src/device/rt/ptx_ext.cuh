@@ -1,6 +1,8 @@
 // PTX forms beyond ptx.cuh's, first needed by the attention engine (fused/attention/): wgmma
 // shapes other than the GEMM engine's m64n256k16, the A-from-registers form, 4-D and 5-D TMA
-// loads, ex2. Part of the PTX set: one wrapper per instruction form, no policy.
+// loads, ex2; thread-block clusters (the GEMM engine's CTA pairs: cluster rank and barrier,
+// mbarrier arrive on a cluster peer, multicast TMA loads). Part of the PTX set: one wrapper per
+// instruction form, no policy.
 //   wgmmaSS<N>: D(64xN, fp32) (+)= A(64x16, K-major smem) * B(16xN, smem descriptor)
 //   wgmmaRS<N>: the same with A in registers: four b32 per thread, each two 16-bit values,
 //               laid out like the m64nNk16 fp32 accumulator fragment of 16 columns (so a
@@ -87,6 +89,43 @@ __device__ __forceinline__ void tmaLoad5d(void* dst, const CUtensorMap* map, uin
       " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(smemAddr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddr(bar)), "r"(x), "r"(y), "r"(z), "r"(w),
       "r"(v)
+      : "memory");
+}
+
+// ---- thread-block clusters ------------------------------------------------------------------
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t clusterCtaRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster arrives (release) and waits (acquire). Not the
+// .aligned form: callers reach it from diverged role branches.
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// Arrives (release, cluster scope) on the mbarrier at `bar`'s offset in the shared memory of
+// cluster CTA `ctaRank` (this CTA's own rank included).
+__device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t ctaRank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smemAddr(bar)),
+      "r"(ctaRank)
+      : "memory");
+}
+
+// A 2-D box written to `dst`'s offset in the shared memory of every cluster CTA in `ctaMask`,
+// each completing `bar`'s offset in its own shared memory (complete_tx of the box's bytes).
+__device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                                   int32_t x, int32_t y, uint16_t ctaMask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddr(bar)), "r"(x), "r"(y), "h"(ctaMask)
       : "memory");
 }
 
