@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "base/checks.h"
+#include "base/param.h"
 #include "base/scratch.h"
 #include "coll/coll.h"
 #include "coll/coll_state.h"
@@ -32,6 +33,11 @@ ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out) {
   if (f.hasNet) NCCLCHECK(netDevView(comm, &f.net));
   *out = f;
   return ncclSuccess;
+}
+
+int32_t seqGemmBudget(const FusedComm& f) {
+  const int64_t v = MK_PARAM_INT(SeqGemmSms);
+  return v < 0 ? f.smBudget : (int32_t)v;
 }
 
 ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,

@@ -52,6 +52,12 @@ MK_HD inline uint64_t* fusedCallCounter(const FusedComm& f) {
   return f.seq + (f.c.w.op - rt::kOpFusedFirst);
 }
 
+// SMs for a stand-alone GEMM of a sequential path (MKERNEL_SEQ_GEMM_SMS; gemm::GemmArgs::
+// smBudget, 0 = all). Such a GEMM waits for no peer, so unlike the fused kernels it needs no
+// share of the GPU to stay deadlock-free when ranks share it; a full grid runs the ranks'
+// GEMMs nearly one after the other, each with the whole L2, as cuBLAS's do.
+int32_t seqGemmBudget(const FusedComm& f);
+
 // The view of `comm` for operator `op` (an rt::ErrOp of a fused operator). Needs a comm
 // that finished its init; ncclInvalidArgument otherwise.
 ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out);

@@ -47,7 +47,8 @@ size_t fusedTypeSize(ncclDataType_t t);
 ncclResult_t gemmCollRun(const GemmCollCall& call);
 
 // The sequential path: GEMM, then the collective, then the bias (exposed for the tests and
-// benchmarks that compare both paths). The GEMM runs on at most smBudget SMs.
+// benchmarks that compare both paths). The GEMM runs on at most smBudget SMs (0: all;
+// gemmCollRun passes seqGemmBudget).
 ncclResult_t gemmCollSequential(const GemmCollCall& call, int smBudget);
 
 }  // namespace fused

@@ -55,7 +55,7 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
               gemmCollName(c.op), kGcMaxTiles);
     }
   }
-  return gemmCollSequential(c, f.smBudget);
+  return gemmCollSequential(c, seqGemmBudget(f));
 }
 
 }  // namespace fused

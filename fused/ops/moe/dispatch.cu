@@ -305,7 +305,7 @@ bool moeSwigluInGemm(const MoeCall& c) {
 
 ncclResult_t moeGemm(const MoeCall& c, const void* a, const void* w, size_t N, size_t K, void* d,
                      ncclDataType_t dType, gemm::GemmArgs* out, bool swiglu) {
-  FusedComm f;  // for the rank's SM budget
+  FusedComm f;  // for the sequential GEMMs' SM budget
   NCCLCHECK(fusedCommView(c.comm, rt::kOpMoe, &f));
   gemm::GemmArgs g;
   g.M = (int32_t)c.recv.maxRows;
@@ -317,7 +317,7 @@ ncclResult_t moeGemm(const MoeCall& c, const void* a, const void* w, size_t N, s
   g.abType = gemmType(c.inType);
   g.D = d;
   g.dType = gemmType(dType);
-  g.smBudget = f.smBudget;
+  g.smBudget = seqGemmBudget(f);
   g.groups.num = c.E / c.comm->nRanks;
   g.groups.rowStart = c.recv.expertOffset;
   g.groups.rowCount = c.recv.expertCount;
