@@ -2,6 +2,7 @@
 // in gemm_inst_*.cu so the 12 variants compile in parallel.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include "base/checks.h"
 #include "fused/gemm/gemm_kernel.cuh"
@@ -16,9 +17,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant_
 }
 
 // CTA pairs: a cluster launch. `grid` (even, from buildParams) is cut to the pairs that can be
-// resident at once: a persistent pair that is never scheduled would leave its positions undone.
+// resident at once (pairs beyond would only start once others finished, each then walking
+// its share of the positions late). The count is queried once per device and variant: the
+// query costs host time at every launch otherwise.
 template <class Tr>
 ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];  // co-resident pairs + 1; 0: not yet queried
+  int dev = 0;
+  CUDACHECK(cudaGetDevice(&dev));
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -31,8 +38,11 @@ ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream)
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  int clusters = 0;
-  CUDACHECK(cudaOccupancyMaxActiveClusters(&clusters, gemmKernel<Tr>, &cfg));
+  int clusters = dev < kMaxDevices ? cached[dev].load(std::memory_order_relaxed) - 1 : -1;
+  if (clusters < 0) {
+    CUDACHECK(cudaOccupancyMaxActiveClusters(&clusters, gemmKernel<Tr>, &cfg));
+    if (dev < kMaxDevices) cached[dev].store(clusters + 1, std::memory_order_relaxed);
+  }
   if (clusters <= 0) {
     MK_WARN("GEMM: no CTA pair of %d bytes of shared memory each fits on this device",
             Tr::Pipe::kSmemBytes);

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 
+#include "fused/gemm/primitives.cuh"  // GemmParams, buildParams
 #include "test_gemm_util.cuh"
 
 using namespace gemmtest;
@@ -302,7 +303,10 @@ TEST(GemmCorrectness, ClusterPairs) {
         for (int budget : {0, 2, 7}) {
           const DType in = (n % 2) ? DType::kF16 : DType::kBF16;
           const DType out = (n % 3) ? DType::kBF16 : DType::kF16;
-          Problem p(s[0], s[1], s[2], bl, in, out, 0, 0, 0);
+          // B[K,N] rows must be 16-byte multiples (N = 1100 is not); D keeps N = 1100 (the
+          // direct-store epilogue).
+          const int64_t padB = bl == BLayout::kKN ? (8 - s[1] % 8) % 8 : 0;
+          Problem p(s[0], s[1], s[2], bl, in, out, 0, padB, 0);
           p.beta = (n % 4 == 1) ? 0.5f : 0.0f;
           SCOPED_TRACE(p.name() + " pairs, pipeline " + std::to_string(pipeline) + " budget " +
                        std::to_string(budget));
@@ -314,6 +318,36 @@ TEST(GemmCorrectness, ClusterPairs) {
                                 }),
                     "");
         }
+  // The calls above really ran as pairs (the unpaired kernel would pass them too): the
+  // parameters resolve to 2 and an even grid, from the argument and from the environment.
+  {
+    Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
+    p.alloc();
+    GemmArgs g = p.args();
+    g.cluster = 2;
+    g.smBudget = 7;
+    mk::gemm::GemmParams gp;
+    int32_t grid = 0;
+    ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+    EXPECT_EQ(gp.cluster, 2);
+    EXPECT_EQ(grid, 6);  // whole pairs within the budget
+    g.cluster = 0;
+    mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+    ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+    EXPECT_EQ(gp.cluster, 2);
+    g.dType = DType::kF32;  // never paired: the environment leaves it unpaired
+    ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+    EXPECT_EQ(gp.cluster, 1);
+  }
+  // With the consumer skew (the second WG starts k-steps late) on both CTAs of each pair.
+  {
+    mktest::ScopedEnv skew("MKERNEL_GEMM_SKEW", "2");
+    for (auto& s : shapes) {
+      Problem p(s[0], s[1], s[2], BLayout::kNK, DType::kBF16, DType::kBF16);
+      SCOPED_TRACE(p.name() + " pairs with skew 2");
+      EXPECT_EQ(runAndCheck(p, seed + (++n), [&](GemmArgs& g) { g.cluster = 2; }), "");
+    }
+  }
   mktest::ScopedEnv env("MKERNEL_GEMM_CLUSTER", "2");
   for (auto& s : shapes) {
     Problem p(s[0], s[1], s[2], BLayout::kNK, DType::kBF16, DType::kBF16, 8, 8, 8);

@@ -230,6 +230,7 @@ ncclResult_t launch(const Args& a, ncclComm* comm, cudaStream_t stream, SmSplit*
   g.hooks.seqBase = fusedCallCounter(f);
   g.hooks.tileDoneValue = 1;
   g.hooks.wait = f.c.w;
+  g.cluster = 1;  // the operator's compute role runs the unpaired GEMM CTA
   int32_t gridUnused;
   NCCLCHECK(gemm::buildParams(g, &p.g, &gridUnused));
   p.f = f;

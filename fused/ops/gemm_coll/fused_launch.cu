@@ -253,6 +253,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   g.hooks.seqBase = &q->calls[p.me];
   g.hooks.wait = f.c.w;
   g.smBudget = split.of(Role::kCompute);
+  g.cluster = 1;  // the fused kernel's compute role runs the unpaired CTA
   NCCLCHECKGOTO(gemm::buildParams(g, &p.g, &gridUnused), res, out);
   // The model's times are those of the fuse/sequential verdict (fused/core/cost_model.h);
   // the split above may have been rebalanced with the measured per-CTA rate.

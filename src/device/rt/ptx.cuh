@@ -111,8 +111,10 @@ __device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
   return ok != 0;
 }
 
-// Waits for the phase with the given parity to complete. Intra-CTA only: the other side
-// (producer or consumers of the same CTA) is itself bounded, so no deadline is needed here.
+// Waits for the phase with the given parity to complete. The other side is the producer or
+// consumers of the same CTA, or of the partner CTA of a GEMM CTA pair (a cluster is
+// scheduled as a whole, so the partner runs too); it is itself bounded, so no deadline is
+// needed here.
 __device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
   while (!mbarTryWait(bar, parity)) {
   }
