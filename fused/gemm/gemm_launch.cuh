@@ -42,6 +42,8 @@ ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream)
   if (clusters < 0) {
     CUDACHECK(cudaOccupancyMaxActiveClusters(&clusters, gemmKernel<Tr>, &cfg));
     if (dev < kMaxDevices) cached[dev].store(clusters + 1, std::memory_order_relaxed);
+    MK_INFO(kFused, "GEMM CTA pairs: %d pairs of %d-byte CTAs resident at once on device %d",
+            clusters, Tr::Pipe::kSmemBytes, dev);
   }
   if (clusters <= 0) {
     MK_WARN("GEMM: no CTA pair of %d bytes of shared memory each fits on this device",
