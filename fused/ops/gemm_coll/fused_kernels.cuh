@@ -17,10 +17,20 @@
 // puller marks tileFinal[shard owner][me] once it has copied that shard, and every rank
 // waits for its pullers before its kernel ends (its Ashard may then change).
 //
-// Peers find each other's buffers through a handshake slot per rank in a per-process
-// clique block (ranks of one process share an address space); sequence numbers are
-// device-resident (GcClique::calls), so a captured launch publishes new values at every
-// replay. Every wait is bounded (rt::waitGe: abort flag, deadline, error record).
+// Two layouts of the local ranks:
+//  - clique (every rank in this process): peers find each other's buffers through a
+//    handshake slot per rank in a per-process clique block (one address space);
+//  - processes (one rank per process, gemm_coll/procs.h): no pointer of a peer is valid
+//    here, so everything a peer reads lives in its own control block and data region, which
+//    every local rank maps. GEMM + AllReduce / ReduceScatter: the owner of a tile stores the
+//    reduced rows into its C (the rows of its shard for ReduceScatter) and into its data
+//    region's F (same tile-by-tile layout as the partials), then releases its own final flag;
+//    every other rank (ReduceScatter: the shard owner) pulls the tile from the owner's F into
+//    its C. AllGather + GEMM: each rank first copies its shard into its data region and
+//    releases shardReady; pullers copy from there.
+// Sequence numbers are device-resident (the rank's call counter), so a captured launch
+// publishes new values at every replay. Every wait is bounded (rt::waitGe: abort flag,
+// deadline, error record).
 #pragma once
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -42,9 +52,19 @@ struct GcParams {
   int32_t stages;      // reduce chunks in flight (GcReducePlan)
   SmSplit split;
   rt::WaitCtx w;
-  GcClique* q;      // shared by the local ranks (device memory)
-  uint64_t* flags;  // q's flag arrays, [2][n][maxTiles]
-  int32_t maxTiles;
+  GcClique* q;  // clique layout: shared by the local ranks (device memory); null for processes
+  // Flags of each rank (by rank; valid in this process): done[q][tile] (AR/RS: q's partial
+  // tile is stored; AG: shard tile of q is in G, indexed by shard), fin[q][tile] (clique AR/RS:
+  // tile final in q's C; processes AR/RS: tile reduced into q's F, q the owner; AG: index r:
+  // rank r has read q's shard).
+  uint64_t* done[kGcMaxLocal];
+  uint64_t* fin[kGcMaxLocal];
+  uint64_t* calls;                    // this rank's completed calls (never reset)
+  uint32_t* ctaDone;                  // this rank's last-CTA detection word
+  int32_t procs;                      // 1: the processes layout (below)
+  uint8_t* peerData[kGcMaxLocal];     // processes: each rank's data region (P at 0, F at fOff)
+  uint64_t* shardReady[kGcMaxLocal];  // processes AG: each rank's shard-copied word
+  int64_t fOff;
   int32_t me, n;     // local index == comm rank (single node, one process)
   int32_t kind;      // GemmColl
   int32_t outType;   // gemm::DType of C
@@ -66,16 +86,16 @@ struct GcParams {
 };
 
 __device__ __forceinline__ uint64_t* gcDone(const GcParams& p, int q) {
-  return p.flags + (int64_t)q * p.maxTiles;
+  return p.done[q];
 }
 __device__ __forceinline__ uint64_t* gcFinal(const GcParams& p, int q) {
-  return p.flags + (int64_t)(p.n + q) * p.maxTiles;
+  return p.fin[q];
 }
 
 // This call's sequence number: calls completed by this rank + 1. Read before any CTA can
 // finish (the last CTA advances it), so every CTA sees the same value.
 __device__ __forceinline__ uint64_t gcSeq(const GcParams& p) {
-  return *reinterpret_cast<volatile uint64_t*>(&p.q->calls[p.me]) + 1;
+  return *reinterpret_cast<volatile uint64_t*>(p.calls) + 1;
 }
 
 // Thread 0 of comm CTA 0 publishes this rank's buffers, then the sequence number.
@@ -100,11 +120,11 @@ __device__ __forceinline__ void gcFinish(const GcParams& p) {
   if (threadIdx.x != 0) return;
   if (p.trace != nullptr) p.trace[3 * blockIdx.x + 2] = ptx::globalTimerNs();
   __threadfence();
-  const uint32_t prev = atomicAdd(&p.q->ctaDone[p.me], 1u);
+  const uint32_t prev = atomicAdd(p.ctaDone, 1u);
   if (prev == gridDim.x - 1) {
-    p.q->ctaDone[p.me] = 0;
+    *p.ctaDone = 0;
     __threadfence();
-    p.q->calls[p.me] = p.q->calls[p.me] + 1;
+    *p.calls = *p.calls + 1;
     __threadfence_system();
   }
 }
@@ -325,6 +345,107 @@ __device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_
   ptx::bulkCommit();
 }
 
+// ---- processes layout (see the header comment) ------------------------------------------
+
+// Thread 0 stores `rows` rows of smem block `src` (tile rows: kTileN columns of T each),
+// global rows row0.., column block n0, into this rank's C: AllReduce every row (one tensor
+// store, clipped at M); ReduceScatter the rows of this rank's shard only (a tensor store when
+// the block lies inside the shard, else row by row, as gcStoreChunk). No commit.
+template <typename T>
+__device__ void gcStoreOwnRows(const GcParams& p, const uint8_t* src, int32_t n0, int32_t row0,
+                               int32_t rows) {
+  if (p.kind == 0) {
+    ptx::tmaStore2d(&p.cmap, src, n0, row0);
+    return;
+  }
+  const int32_t lo = p.me * p.rowsPerRank, hi = lo + p.rowsPerRank;
+  if (row0 >= lo && row0 + p.chunkRows <= hi) {
+    ptx::tmaStore2d(&p.cmap, src, n0, row0 - lo);
+    return;
+  }
+  const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
+  const uint32_t bytes = (uint32_t)(min(gemm::kTileN, p.N - n0) * (int32_t)sizeof(T));
+  T* C = static_cast<T*>(p.C);
+  for (int32_t r = 0; r < rows; ++r) {
+    const int32_t row = row0 + r;
+    if (row < lo || row >= hi) continue;
+    ptx::bulkStore1d(C + (int64_t)(row - lo) * p.N + n0, src + r * rowBytes, bytes);
+  }
+}
+
+// Thread 0, the owner's store of a reduced chunk: into its data region's F (the tile-by-tile
+// layout of the partials: the chunk's rows are one block) for the ranks that pull it, and into
+// its own C. One bulk group.
+template <typename T>
+__device__ void gcStoreChunkProcs(const GcParams& p, const GcChunkIt& c, const uint8_t* out) {
+  const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
+  const int64_t at = ((int64_t)c.tileId(p) * gemm::kTileM + c.r0) * gemm::kTileN;
+  T* F = reinterpret_cast<T*>(p.peerData[p.me] + p.fOff);
+  ptx::bulkStore1d(F + at, out, (uint32_t)(c.rows * rowBytes));
+  gcStoreOwnRows<T>(p, out, c.nBlk * gemm::kTileN, c.mBlk * gemm::kTileM + c.r0, c.rows);
+  ptx::bulkCommit();
+}
+
+// Processes layout, after this CTA's reduced tiles are final: its share of the other owners'
+// tiles (schedule positions idx, idx + nIdx, ...). Each waits for its owner's final flag (which
+// also says the owner has read this rank's partial) and, where this rank needs the rows
+// (AllReduce: all; ReduceScatter: its shard's), thread 0 copies them from the owner's F into
+// C through two shared-memory buffers (a load lands while the previous block is stored).
+// `bars`: two initialised mbarriers; `bufs`: two blocks of chunkRows tile rows. Every thread
+// must call it; false when a wait failed (recorded).
+template <typename T>
+__device__ bool gcPullRole(const GcParams& p, int32_t idx, int32_t nIdx, uint64_t* bars,
+                           uint8_t* bufs, uint64_t seq) {
+  __shared__ int pullOk;
+  if (threadIdx.x == 0) {
+    pullOk = 1;
+    const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
+    const int32_t block = p.chunkRows * rowBytes;
+    const int32_t numTiles = p.g.tilesM * p.g.tilesN;
+    uint32_t phases = 0;  // bit b: the parity buffer b's mbarrier waits for next (no array:
+                          // a run-time index would put it in local memory)
+    int32_t k = 0;        // blocks loaded so far (buffer k % 2)
+    for (int32_t t = idx; t < numTiles; t += nIdx) {
+      const int owner = gcOwner(p, t);
+      if (owner == p.me) continue;
+      int32_t mBlk, nBlk;
+      gemm::tileCoords(p.g, t, &mBlk, &nBlk);
+      const int32_t id = mBlk * p.g.tilesN + nBlk, m0 = mBlk * gemm::kTileM;
+      if (!rt::waitGe(p.w, gcFinal(p, owner) + id, seq,
+                      rt::ErrSite{p.w.op, owner, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
+                      rt::kScopeSys)) {
+        pullOk = 0;
+        break;
+      }
+      int32_t lo = 0, hi = min(gemm::kTileM, p.M - m0);  // tile rows this rank stores
+      if (p.kind != 0) {
+        lo = max(lo, p.me * p.rowsPerRank - m0);
+        hi = min(hi, (p.me + 1) * p.rowsPerRank - m0);
+      }
+      if (lo >= hi) continue;
+      // The flag came through the generic proxy; F is read by the copy engine.
+      ptx::fenceProxyAsync();
+      const T* F = reinterpret_cast<const T*>(p.peerData[owner] + p.fOff);
+      // Blocks start on chunk boundaries of the tile (the owner's tensor-store geometry).
+      for (int32_t r0 = lo / p.chunkRows * p.chunkRows; r0 < hi; r0 += p.chunkRows, ++k) {
+        const int32_t b = k & 1, rows = min(p.chunkRows, min(gemm::kTileM, p.M - m0) - r0);
+        // Buffer b was last read by the store of block k - 2; at most one group (k - 1) may
+        // still be reading.
+        ptx::bulkWaitRead<1>();
+        ptx::mbarArriveExpectTx(&bars[b], (uint32_t)(rows * rowBytes));
+        ptx::bulkLoad1d(bufs + b * block, F + ((int64_t)id * gemm::kTileM + r0) * gemm::kTileN,
+                        (uint32_t)(rows * rowBytes), &bars[b]);
+        ptx::mbarWait(&bars[b], (phases >> b) & 1u);
+        phases ^= 1u << b;
+        gcStoreOwnRows<T>(p, bufs + b * block, nBlk * gemm::kTileN, m0 + r0, rows);
+        ptx::bulkCommit();
+      }
+    }
+    ptx::bulkWait<0>();  // C written before the kernel (and the call) ends
+  }
+  return __syncthreads_and(threadIdx.x == 0 ? pullOk : 1) != 0;
+}
+
 // Comm role of GEMM + AllReduce / ReduceScatter: CTA idx of nIdx (see the section comment).
 template <typename T>
 __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8_t* smem) {
@@ -340,7 +461,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   const int32_t block = p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
   uint8_t* stages = base + kGcReduceHead;
   const int32_t S = p.stages, stageBytes = (p.n + 1) * block;
-  if (idx == 0 && threadIdx.x < 32) {
+  if (!p.procs && idx == 0 && threadIdx.x < 32) {
     // This rank's C map into its slot (tensormap proxy), before the slot's seq announces it.
     if (threadIdx.x < 8)
       reinterpret_cast<uint4*>(base + 128)[threadIdx.x] =
@@ -348,7 +469,16 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     __syncwarp();
     ptx::tensormapPublish(&p.q->slot[p.me].cmap, base + 128);
   }
-  if (threadIdx.x == 0) {
+  // Processes: two more mbarriers for the pull phase, after the stages' (<= kGcMaxStages).
+  uint64_t* pullBars = bar + kGcMaxStages;
+  if (threadIdx.x == 0 && p.procs) {
+    ok = 1;
+    for (int s = 0; s < S; ++s) ptx::mbarInit(&bar[s], 1);
+    for (int b = 0; b < 2; ++b) ptx::mbarInit(&pullBars[b], 1);
+    ptx::fenceMbarInit();
+    // Partials at the start of each rank's data region (mapped here).
+    for (int q = 0; q < p.n; ++q) parts[q] = reinterpret_cast<const T*>(p.peerData[q]);
+  } else if (threadIdx.x == 0) {
     ok = 1;
     for (int s = 0; s < S; ++s) ptx::mbarInit(&bar[s], 1);
     ptx::fenceMbarInit();
@@ -430,7 +560,13 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     if (!(p.debug & 4)) gcSumChunk<T>(p, cur, st, st + p.n * block);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
-    if (t0 && !(p.debug & 1)) gcStoreChunk<T>(p, cur, st + p.n * block, outs);
+    if (t0 && !(p.debug & 1)) {
+      if (p.procs) {
+        gcStoreChunkProcs<T>(p, cur, st + p.n * block);
+      } else {
+        gcStoreChunk<T>(p, cur, st + p.n * block, outs);
+      }
+    }
     if (t0 && (p.debug & 1)) ptx::bulkCommit();  // an empty group keeps the read-wait count
     cur.next(p, idx, nIdx);
   }
@@ -443,6 +579,18 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   __threadfence_system();
   __syncthreads();
   if (failed) return;
+  if (p.procs) {
+    // My final flag of each tile this CTA reduced: its rows are in my F (and my C), and every
+    // rank's partial of it has been read.
+    GcChunkIt t;
+    while (t.nextTile(p, idx, nIdx)) {
+      if (threadIdx.x == 0) ptx::stReleaseSys(gcFinal(p, p.me) + t.tileId(p), seq);
+    }
+    __syncthreads();
+    // C is complete, and my partials unread, once every other owner's tile is final.
+    gcPullRole<T>(p, idx, nIdx, pullBars, stages, seq);
+    return;
+  }
   // tileFinal on every rank for each tile this CTA reduced.
   GcChunkIt t;
   while (t.nextTile(p, idx, nIdx)) {
@@ -522,18 +670,35 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
       uses[b] = 0;
     }
     ptx::fenceMbarInit();
-    if (idx == 0) gcPublish(p, seq);
+    if (idx == 0 && !p.procs) gcPublish(p, seq);
   }
   __syncthreads();
   const int64_t shardBytes = (int64_t)p.rowsPerRank * p.K * 2;
   for (int j = idx; j < p.n; j += nIdx) {
     const int src = (p.me + j) % p.n;  // own shard first: the engine starts on those rows
     if (threadIdx.x != 0 || !ok) continue;
-    if (!gcPeerSlot(p, src, seq)) {
-      ok = 0;
-      continue;
+    const uint8_t* from = nullptr;
+    if (p.procs && src == p.me) {
+      // Processes: my shard into my data region for the peers first (they wait for it).
+      gcCopyBulk(p.peerData[p.me], static_cast<const uint8_t*>(p.A), shardBytes, ring, bar, uses);
+      __threadfence_system();
+      ptx::stReleaseSys(p.shardReady[p.me], seq);
+      from = static_cast<const uint8_t*>(p.A);
+    } else if (p.procs) {
+      if (!rt::waitGe(p.w, p.shardReady[src], seq,
+                      rt::ErrSite{p.w.op, src, (int32_t)blockIdx.x, src, rt::kWaitSlot, 0},
+                      rt::kScopeSys)) {
+        ok = 0;
+        continue;
+      }
+      from = p.peerData[src];
+    } else {
+      if (!gcPeerSlot(p, src, seq)) {
+        ok = 0;
+        continue;
+      }
+      from = static_cast<const uint8_t*>(p.q->slot[src].A);
     }
-    const uint8_t* from = static_cast<const uint8_t*>(p.q->slot[src].A);
     uint8_t* to = static_cast<uint8_t*>(p.G) + src * shardBytes;
     if (from != to) {
       ptx::fenceProxyAsync();  // the slot was acquired through the generic proxy

@@ -22,6 +22,7 @@
 #include "fused/ops/gemm_coll/fused_launchers.cuh"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
+#include "fused/ops/gemm_coll/procs.h"
 
 namespace mk {
 namespace fused {
@@ -151,10 +152,19 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
   GcClique* q = nullptr;
   uint64_t* flags = nullptr;
-  // The clique block is created outside capture only (its zeroing synchronises).
-  if (cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
+  // Layouts (fused_kernels.cuh): the clique (every rank in this process), or processes (one
+  // rank per process); anything else runs the sequential path.
+  const bool procs = !cliqueEligible(comm, kGcMaxLocal);
+  if (procs && !gcProcsEligible(comm)) return ncclSuccess;
+  // Processes: every rank must take the same path, and ncclFusedAuto's model reads rates each
+  // process measures for itself; so auto stays sequential there (ncclFusedFused or a forced
+  // split fuse).
+  if (procs && c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0 && MK_PARAM_INT(FusedCommSms) < 0)
     return ncclSuccess;
-  if (gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
+  // The clique block is created outside capture only (its zeroing synchronises).
+  if (!procs && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
+    return ncclSuccess;
+  if (!procs && gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
 
   // SM split from the rank's budget: the model (or the override) picks the comm CTAs.
   const int budget = f.smBudget;
@@ -197,12 +207,38 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     return ncclInvalidArgument;
   }
 
+  // Processes: this rank's control block and data region (partials, then the owned tiles'
+  // results F; or the AllGather shard), created or grown collectively.
+  const size_t partBytes = (size_t)(tilesM * tilesN) * gemm::kTileM * gemm::kTileN * outBytes;
+  GcProcsView pv{};
+  if (procs) {
+    const size_t dataBytes =
+        c.op == GemmColl::kAllGather ? c.M / n * c.K * 2 : 2 * partBytes;  // AG: the shard
+    bool ok = false;
+    NCCLCHECK(gcProcsGet(comm, dataBytes, c.stream, &pv, &ok));
+    if (!ok) return ncclSuccess;
+  }
+
   GcParams p{};
   p.split = split;
   p.w = f.c.w;
   p.q = q;
-  p.flags = flags;
-  p.maxTiles = kGcMaxTiles;
+  const int me = comm->rank;
+  for (int r = 0; r < n; ++r) {
+    if (procs) {
+      p.done[r] = pv.ctl[r]->done;
+      p.fin[r] = pv.ctl[r]->fin;
+      p.peerData[r] = pv.data[r];
+      p.shardReady[r] = &pv.ctl[r]->shardReady;
+    } else {
+      p.done[r] = flags + (int64_t)r * kGcMaxTiles;
+      p.fin[r] = flags + (int64_t)(n + r) * kGcMaxTiles;
+    }
+  }
+  p.calls = procs ? &pv.ctl[me]->calls : &q->calls[me];
+  p.ctaDone = procs ? &pv.ctl[me]->ctaDone : &q->ctaDone[me];
+  p.procs = procs ? 1 : 0;
+  p.fOff = (int64_t)partBytes;
   p.me = comm->rank;
   p.n = n;
   p.kind = (int)c.op;
@@ -227,16 +263,20 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
       p.G = tmp;
     }
     g = gemmArgsOf(c, p.G, c.C, c.M, f.smBudget);
-    g.hooks.rowReady = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][shard]
+    g.hooks.rowReady = p.done[me];  // done[me][shard]
     g.hooks.rowsPerFlag = p.rowsPerRank;
     g.hooks.rowReadyIsPeer = true;  // shard f is rank f's
     g.hooks.rowReadyExpected = 1;
     g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
   } else {
-    // Partials tile by tile (one bulk copy per rank moves a row block of a tile).
-    NCCLCHECK(scratchAlloc(&tmp, tilesM * tilesN * gemm::kTileM * gemm::kTileN * outBytes,
-                           c.comm->cudaDev, c.stream));
-    p.P = tmp;
+    // Partials tile by tile (one bulk copy per rank moves a row block of a tile): stream-
+    // ordered scratch, or for processes the start of this rank's data region.
+    if (procs) {
+      p.P = pv.data[me];
+    } else {
+      NCCLCHECK(scratchAlloc(&tmp, partBytes, c.comm->cudaDev, c.stream));
+      p.P = tmp;
+    }
     p.C = c.C;
     p.chunkRows = plan.rows;
     p.stages = plan.stages;
@@ -246,11 +286,11 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
                   res, out);
     g = gemmArgsOf(c, c.A, p.P, c.M, f.smBudget);  // D of the output type
     g.dTiled = true;
-    g.hooks.tileDone = flags + (int64_t)p.me * kGcMaxTiles;  // done[me][tile]
+    g.hooks.tileDone = p.done[me];  // done[me][tile]
     g.hooks.tileDoneValue = 1;
     g.hooks.tileDoneSys = true;
   }
-  g.hooks.seqBase = &q->calls[p.me];
+  g.hooks.seqBase = p.calls;
   g.hooks.wait = f.c.w;
   g.smBudget = split.of(Role::kCompute);
   g.cluster = 1;  // the fused kernel's compute role runs the unpaired CTA

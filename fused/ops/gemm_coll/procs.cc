@@ -1,0 +1,163 @@
+// The processes layout's blocks (procs.h).
+#include "fused/ops/gemm_coll/procs.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "base/checks.h"
+#include "comm/comm.h"
+#include "transport/peer_mem.h"
+#include "transport/peer_mem_win.h"
+
+namespace mk {
+namespace fused {
+
+namespace {
+
+// One memAlloc'ed buffer registered as a window of the comm, and every local rank's copy of
+// it as mapped here.
+struct Win {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  ncclWindow_t win = nullptr;
+  std::vector<void*> bases;  // by local rank
+};
+
+struct State {
+  std::mutex mu;  // one registration at a time per comm (they are collective and blocking)
+  Win ctl, data;
+  bool mapped = true;  // every local rank mapped every window so far
+};
+
+std::mutex gMu;
+std::map<const ncclComm*, std::shared_ptr<State>>& states() {
+  static auto* m = new std::map<const ncclComm*, std::shared_ptr<State>>();
+  return *m;
+}
+
+ncclResult_t winDrop(ncclComm* comm, Win* w) {
+  ncclResult_t res = ncclSuccess;
+  if (w->win != nullptr) res = peerMemWinDeregister(comm, w->win);
+  if (w->ptr != nullptr) {
+    const ncclResult_t r = memFree(w->ptr);
+    if (res == ncclSuccess) res = r;
+  }
+  *w = Win{};
+  return res;
+}
+
+// Allocates `bytes` (zeroed when `zero`), registers it (collective) and finds every local
+// rank's mapping; *mapped false when some rank could not map it.
+ncclResult_t winCreate(ncclComm* comm, size_t bytes, bool zero, Win* w, bool* mapped) {
+  *w = Win{};
+  NCCLCHECK(memAlloc(&w->ptr, bytes));
+  w->bytes = bytes;
+  ncclResult_t res = ncclSuccess;
+  if (zero) {
+    // A private stream: a device-wide synchronisation could wait for this rank's earlier
+    // kernels, which may wait for peers that are about to enter this registration.
+    cudaStream_t s = nullptr;
+    cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaMemsetAsync(w->ptr, 0, bytes, s);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+    if (s != nullptr) cudaStreamDestroy(s);
+    if (err != cudaSuccess) {
+      MK_WARN("fused GEMM + collective: zeroing %zu bytes of its control block: %s", bytes,
+              cudaGetErrorString(err));
+      res = ncclUnhandledCudaError;
+    }
+  }
+  // Registered even after a failure above would be wrong (the peers would wait for a partner
+  // that left); the comm's bootstrap timeouts bound the peers' wait instead.
+  if (res == ncclSuccess) res = peerMemWinRegister(comm, w->ptr, bytes, NCCL_WIN_DEFAULT, &w->win);
+  if (res != ncclSuccess) {
+    memFree(w->ptr);
+    *w = Win{};
+    return res;
+  }
+  uint64_t key = 0, off = 0;
+  *mapped = peerMemWinFind(comm, w->ptr, bytes, &key, &off, &w->bases) && off == 0 &&
+            (int)w->bases.size() == comm->topo.localRanks;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+bool gcProcsEligible(const ncclComm* comm) {
+  if (comm->topo.nNodes != 1 || comm->nRanks > kGcMaxLocal || comm->nRanks < 2) return false;
+  const RankInfo& me = comm->peerInfo[comm->rank];
+  for (int r = 0; r < comm->nRanks; ++r) {
+    const RankInfo& a = comm->peerInfo[r];
+    if (a.hostHash != me.hostHash) return false;
+    for (int q = r + 1; q < comm->nRanks; ++q)
+      if (comm->peerInfo[q].pidHash == a.pidHash) return false;  // two ranks in one process
+  }
+  return true;
+}
+
+ncclResult_t gcProcsGet(ncclComm* comm, size_t dataBytes, cudaStream_t stream, GcProcsView* view,
+                        bool* ok) {
+  *ok = false;
+  std::shared_ptr<State> st;
+  {
+    std::lock_guard<std::mutex> g(gMu);
+    auto& s = states()[comm];
+    if (!s) s = std::make_shared<State>();
+    st = s;
+  }
+  std::lock_guard<std::mutex> g(st->mu);
+  const bool needCtl = st->ctl.ptr == nullptr, needData = st->data.bytes < dataBytes;
+  if (needCtl || needData) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CUDACHECK(cudaStreamIsCapturing(stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return ncclSuccess;  // sequential path
+  }
+  if (needCtl) {
+    bool mapped = false;
+    NCCLCHECK(winCreate(comm, sizeof(GcCtl), true, &st->ctl, &mapped));
+    st->mapped = st->mapped && mapped;
+  }
+  if (needData) {
+    if (st->data.ptr != nullptr) {
+      // This rank's earlier fused kernels may still read or write the old region (peers'
+      // kernels keep their own mappings of it alive).
+      CUDACHECK(cudaDeviceSynchronize());
+      NCCLCHECK(winDrop(comm, &st->data));
+    }
+    // Doubling (every rank computes the same size from the same calls): a few growths at most.
+    const size_t grain = 2u << 20;
+    size_t bytes = std::max(dataBytes, 2 * st->data.bytes);
+    bytes = (bytes + grain - 1) / grain * grain;
+    bool mapped = false;
+    NCCLCHECK(winCreate(comm, bytes, false, &st->data, &mapped));
+    st->mapped = st->mapped && mapped;
+  }
+  if (!st->mapped) return ncclSuccess;
+  for (int r = 0; r < comm->nRanks; ++r) {
+    const int l = comm->topo.rankToLocalRank[r];
+    view->ctl[r] = static_cast<GcCtl*>(st->ctl.bases[l]);
+    view->data[r] = static_cast<uint8_t*>(st->data.bases[l]);
+  }
+  *ok = true;
+  return ncclSuccess;
+}
+
+void gcProcsRelease(ncclComm* comm) {
+  std::shared_ptr<State> st;
+  {
+    std::lock_guard<std::mutex> g(gMu);
+    auto it = states().find(comm);
+    if (it == states().end()) return;
+    st = it->second;
+    states().erase(it);
+  }
+  std::lock_guard<std::mutex> g(st->mu);
+  winDrop(comm, &st->data);
+  winDrop(comm, &st->ctl);
+}
+
+}  // namespace fused
+}  // namespace mk
