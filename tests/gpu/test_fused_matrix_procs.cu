@@ -1,12 +1,12 @@
 // The test matrix of the fused GEMM + collective calls, part 4: ranks as PROCESSES sharing
 // GPU 0 (this binary re-spawned, running only FusedMatrixProcsChild.Run; fork after CUDA
 // initialisation is not allowed), one rank per process, ncclCommInitRank from a unique id
-// the parent hands over. The fused kernel needs every rank in one process, so these calls
-// take the sequential path (engine GEMM, then mkernel's collective across processes), also
-// with ncclFusedFused (fused/ops/gemm_coll/clique.cc refuses the clique block; run.cc falls
-// back); both algos are run. Every process regenerates every rank's inputs from the shared
-// seed and computes the full reference (test_fused_util.cuh), checks its own output, and
-// GemmAllReduce results are compared across processes (hashes AllGathered).
+// the parent hands over. With ncclFusedFused the calls run the fused kernel's processes
+// layout (fused/ops/gemm_coll/procs.h: each rank's flags and data in windows every rank
+// maps; n >= 2), with ncclFusedAuto the sequential path (engine GEMM, then mkernel's
+// collective across processes); both algos are run. Every process regenerates every rank's inputs
+// from the shared seed and computes the full reference (test_fused_util.cuh), checks its own
+// output, and GemmAllReduce results are compared across processes (hashes AllGathered).
 //   - FusedMatrix/FusedMatrixProcs.EveryCall/nN, N = 1, 2, 3, 4, 8: the three calls x algo
 //     auto/fused x shapes with tails (N % 4 != 0 too), both layouts, every output type,
 //     bias, AllGatherGemm in place and with Agathered NULL; one call captured in a graph and
