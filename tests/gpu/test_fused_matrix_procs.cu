@@ -105,6 +105,84 @@ void runOne(Ctx& x, const Case& c, uint64_t seed, bool graph, int reps) {
   x.comms[x.me] = nullptr;
 }
 
+// Fails the context (and leaves the comm aborted) with `what` / `e` when e is not empty.
+bool failed(Ctx& x, const std::string& what, const std::string& e) {
+  if (e.empty()) return false;
+  x.fail(what, e);
+  x.broken = true;
+  ncclCommAbort(x.comm);
+  x.comm = nullptr;
+  x.comms[x.me] = nullptr;
+  return true;
+}
+
+std::string enqueue(Ctx& x, Problem& p) {
+  return fusedtest::callError(x.me, x.comm, p.call(x.me, x.comm, x.stream));
+}
+
+// Processes layout (fused/ops/gemm_coll/procs.h), with ncclFusedFused:
+//  - calls of different shapes back to back, no host wait between: a rank's next call writes
+//    its partials while its peers may still pull its previous call's reduced tiles (F), which
+//    must not lie where the next call's partials go;
+//  - a graph captured before a bigger call grows the data region: its replays keep using the
+//    old region, which must stay allocated and mapped.
+void processesPlan(Ctx& x) {
+  const int n = x.n;
+  if (n < 2) return;
+  for (int it = 0; it < 20 && !x.broken; ++it) {
+    Case small{fusedtest::kAllReduce, n, 32, 256, 64, 0, ncclBfloat16, ncclBfloat16, false,
+               ncclFusedFused};
+    Case large{fusedtest::kAllReduce, n,           512,   1024,          64, 0,
+               ncclBfloat16,          ncclFloat32, false, ncclFusedFused};
+    Problem a(small, x.me), b(large, x.me);
+    std::string e = a.fill(x.seed + 300 + it);
+    if (e.empty()) e = b.fill(x.seed + 400 + it);
+    if (e.empty()) e = enqueue(x, a);
+    if (e.empty()) e = enqueue(x, b);
+    if (e.empty()) e = fusedtest::waitRanks(x.comms, x.streams, 60);
+    if (e.empty()) e = a.check(x.me);
+    if (e.empty()) e = b.check(x.me);
+    x.cases++;
+    if (failed(x, "back-to-back shapes, iteration " + std::to_string(it), e)) return;
+  }
+  Case small{fusedtest::kAllReduce, n,     32 * n,        128, 64, 0, ncclBfloat16,
+             ncclBfloat16,          false, ncclFusedFused};
+  // 8 x 8 tiles of fp32 partials: 8 MiB, more than any earlier call of this plan needed.
+  Case big{fusedtest::kAllReduce, n,           1024,  2048,          64, 0,
+           ncclBfloat16,          ncclFloat32, false, ncclFusedFused};
+  Problem a(small, x.me), b(big, x.me);
+  std::string e = a.fill(x.seed + 500);
+  if (e.empty()) e = enqueue(x, a);  // eager first: the state exists before the capture
+  if (e.empty()) e = fusedtest::waitRanks(x.comms, x.streams, 60);
+  if (e.empty()) e = a.check(x.me);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (e.empty()) {
+    if (cudaStreamBeginCapture(x.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+      e = "begin capture failed";
+    if (e.empty()) e = enqueue(x, a);
+    const cudaError_t ended = cudaStreamEndCapture(x.stream, &graph);
+    if (e.empty() && (ended != cudaSuccess || graph == nullptr))
+      e = std::string("end capture failed: ") + cudaGetErrorString(ended);
+    if (e.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+      e = "graph instantiation failed";
+  }
+  if (e.empty()) e = b.fill(x.seed + 501);
+  if (e.empty()) e = enqueue(x, b);  // grows every rank's data region
+  if (e.empty()) e = fusedtest::waitRanks(x.comms, x.streams, 60);
+  if (e.empty()) e = b.check(x.me);
+  for (int rep = 0; rep < 3 && e.empty(); ++rep) {
+    e = a.fill(x.seed + 510 + rep);
+    if (e.empty() && cudaGraphLaunch(exec, x.stream) != cudaSuccess) e = "graph launch failed";
+    if (e.empty()) e = fusedtest::waitRanks(x.comms, x.streams, 60);
+    if (e.empty()) e = a.check(x.me);
+  }
+  x.cases += 5;
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  failed(x, "graph replayed after the data region grew", e);
+}
+
 void matrixPlan(Ctx& x) {
   const int n = x.n;
   struct Shape {
@@ -132,6 +210,9 @@ void matrixPlan(Ctx& x) {
     const ncclDataType_t out = op == 1 ? ncclFloat32 : ncclFloat16;
     Case c{op, n, 32 * n, 128, 64, 1, ncclFloat16, out, true, ncclFusedAuto};
     runOne(x, c, x.seed + 100 + op, true, 50);
+    // The fused kernel's processes layout in a graph (its state made by the eager run first).
+    c.algo = ncclFusedFused;
+    runOne(x, c, x.seed + 110 + op, true, 50);
   }
   if (n == 3 && !x.broken) {
     const uint64_t seed = x.seed ^ 0x3a11ed;  // the same draws in every process
@@ -328,9 +409,10 @@ int childMain(const char* spec) {
     }
     return x.me == kVictim ? victimMain(x, dir) : survivorMain(x, dir);
   }
-  if (pl == "matrix")
+  if (pl == "matrix") {
     matrixPlan(x);
-  else
+    processesPlan(x);
+  } else
     x.fail("setup", "unknown plan " + pl);
   if (!x.broken) {  // nobody tears down while a peer may still finish its last operation
     colltest::DevBuf b(16);

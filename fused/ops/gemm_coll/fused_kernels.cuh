@@ -62,7 +62,8 @@ struct GcParams {
   uint64_t* calls;                    // this rank's completed calls (never reset)
   uint32_t* ctaDone;                  // this rank's last-CTA detection word
   int32_t procs;                      // 1: the processes layout (below)
-  uint8_t* peerData[kGcMaxLocal];     // processes: each rank's data region (P at 0, F at fOff)
+  uint8_t* peerData[kGcMaxLocal];     // processes: each rank's data region (P or the AG shard
+                                      // at 0, F at fOff: half the region, the same every call)
   uint64_t* shardReady[kGcMaxLocal];  // processes AG: each rank's shard-copied word
   int64_t fOff;
   int32_t me, n;     // local index == comm rank (single node, one process)

@@ -207,15 +207,15 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     return ncclInvalidArgument;
   }
 
-  // Processes: this rank's control block and data region (partials, then the owned tiles'
-  // results F; or the AllGather shard), created or grown collectively.
+  // Processes: this rank's control block and data region (its first half the partials or
+  // the AllGather shard, its second half the owned tiles' results F), created or grown
+  // collectively.
   const size_t partBytes = (size_t)(tilesM * tilesN) * gemm::kTileM * gemm::kTileN * outBytes;
   GcProcsView pv{};
   if (procs) {
-    const size_t dataBytes =
-        c.op == GemmColl::kAllGather ? c.M / n * c.K * 2 : 2 * partBytes;  // AG: the shard
+    const size_t halfBytes = c.op == GemmColl::kAllGather ? c.M / n * c.K * 2 : partBytes;
     bool ok = false;
-    NCCLCHECK(gcProcsGet(comm, dataBytes, c.stream, &pv, &ok));
+    NCCLCHECK(gcProcsGet(comm, halfBytes, c.stream, &pv, &ok));
     if (!ok) return ncclSuccess;
   }
 
@@ -238,7 +238,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.calls = procs ? &pv.ctl[me]->calls : &q->calls[me];
   p.ctaDone = procs ? &pv.ctl[me]->ctaDone : &q->ctaDone[me];
   p.procs = procs ? 1 : 0;
-  p.fOff = (int64_t)partBytes;
+  p.fOff = (int64_t)pv.halfBytes;
   p.me = comm->rank;
   p.n = n;
   p.kind = (int)c.op;

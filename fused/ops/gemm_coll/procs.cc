@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/checks.h"
+#include "bootstrap/bootstrap.h"
 #include "comm/comm.h"
 #include "transport/peer_mem.h"
 #include "transport/peer_mem_win.h"
@@ -29,7 +30,8 @@ struct Win {
 struct State {
   std::mutex mu;  // one registration at a time per comm (they are collective and blocking)
   Win ctl, data;
-  bool mapped = true;  // every local rank mapped every window so far
+  std::vector<Win> retired;  // regions replaced by a growth (graphs and kernels may use them)
+  bool mapped = true;        // every local rank mapped every window so far
 };
 
 std::mutex gMu;
@@ -50,13 +52,16 @@ ncclResult_t winDrop(ncclComm* comm, Win* w) {
 }
 
 // Allocates `bytes` (zeroed when `zero`), registers it (collective) and finds every local
-// rank's mapping; *mapped false when some rank could not map it.
+// rank's mapping; *mapped false when some rank could not allocate or map it. Every rank first
+// says whether its allocation worked (one allgather), so that a local failure sends every rank
+// to the sequential path instead of leaving the others in the registration.
 ncclResult_t winCreate(ncclComm* comm, size_t bytes, bool zero, Win* w, bool* mapped) {
   *w = Win{};
-  NCCLCHECK(memAlloc(&w->ptr, bytes));
+  *mapped = false;
+  ncclResult_t res = memAlloc(&w->ptr, bytes);
+  if (res != ncclSuccess) w->ptr = nullptr;
   w->bytes = bytes;
-  ncclResult_t res = ncclSuccess;
-  if (zero) {
+  if (res == ncclSuccess && zero) {
     // A private stream: a device-wide synchronisation could wait for this rank's earlier
     // kernels, which may wait for peers that are about to enter this registration.
     cudaStream_t s = nullptr;
@@ -65,18 +70,22 @@ ncclResult_t winCreate(ncclComm* comm, size_t bytes, bool zero, Win* w, bool* ma
     if (err == cudaSuccess) err = cudaStreamSynchronize(s);
     if (s != nullptr) cudaStreamDestroy(s);
     if (err != cudaSuccess) {
+      (void)cudaGetLastError();
       MK_WARN("fused GEMM + collective: zeroing %zu bytes of its control block: %s", bytes,
               cudaGetErrorString(err));
       res = ncclUnhandledCudaError;
     }
   }
-  // Registered even after a failure above would be wrong (the peers would wait for a partner
-  // that left); the comm's bootstrap timeouts bound the peers' wait instead.
-  if (res == ncclSuccess) res = peerMemWinRegister(comm, w->ptr, bytes, NCCL_WIN_DEFAULT, &w->win);
-  if (res != ncclSuccess) {
-    memFree(w->ptr);
+  std::vector<int32_t> status(comm->nRanks, 0);
+  status[comm->rank] = res == ncclSuccess ? 1 : 0;
+  NCCLCHECK(bootstrapAllGather(comm->bootstrap, status.data(), sizeof(int32_t)));
+  bool all = true;
+  for (int32_t s : status) all = all && s == 1;
+  if (all) res = peerMemWinRegister(comm, w->ptr, bytes, NCCL_WIN_DEFAULT, &w->win);
+  if (!all || res != ncclSuccess) {
+    if (w->ptr != nullptr) memFree(w->ptr);
     *w = Win{};
-    return res;
+    return all ? res : ncclSuccess;  // a peer's (or my) allocation failed: sequential path
   }
   uint64_t key = 0, off = 0;
   *mapped = peerMemWinFind(comm, w->ptr, bytes, &key, &off, &w->bases) && off == 0 &&
@@ -98,7 +107,7 @@ bool gcProcsEligible(const ncclComm* comm) {
   return true;
 }
 
-ncclResult_t gcProcsGet(ncclComm* comm, size_t dataBytes, cudaStream_t stream, GcProcsView* view,
+ncclResult_t gcProcsGet(ncclComm* comm, size_t halfBytes, cudaStream_t stream, GcProcsView* view,
                         bool* ok) {
   *ok = false;
   std::shared_ptr<State> st;
@@ -109,7 +118,8 @@ ncclResult_t gcProcsGet(ncclComm* comm, size_t dataBytes, cudaStream_t stream, G
     st = s;
   }
   std::lock_guard<std::mutex> g(st->mu);
-  const bool needCtl = st->ctl.ptr == nullptr, needData = st->data.bytes < dataBytes;
+  if (!st->mapped) return ncclSuccess;  // an earlier creation failed somewhere: sequential
+  const bool needCtl = st->ctl.ptr == nullptr, needData = st->data.bytes < 2 * halfBytes;
   if (needCtl || needData) {
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     CUDACHECK(cudaStreamIsCapturing(stream, &cap));
@@ -120,20 +130,20 @@ ncclResult_t gcProcsGet(ncclComm* comm, size_t dataBytes, cudaStream_t stream, G
     NCCLCHECK(winCreate(comm, sizeof(GcCtl), true, &st->ctl, &mapped));
     st->mapped = st->mapped && mapped;
   }
-  if (needData) {
-    if (st->data.ptr != nullptr) {
-      // This rank's earlier fused kernels may still read or write the old region (peers'
-      // kernels keep their own mappings of it alive).
-      CUDACHECK(cudaDeviceSynchronize());
-      NCCLCHECK(winDrop(comm, &st->data));
-    }
-    // Doubling (every rank computes the same size from the same calls): a few growths at most.
-    const size_t grain = 2u << 20;
-    size_t bytes = std::max(dataBytes, 2 * st->data.bytes);
-    bytes = (bytes + grain - 1) / grain * grain;
+  if (needData && st->mapped) {
+    // Doubling (every rank computes the same size from the same calls): a few growths at most,
+    // and the retired regions together stay below the live one.
+    const size_t grain = 2u << 20;                      // per half
+    size_t half = std::max(halfBytes, st->data.bytes);  // at least twice the old half
+    half = (half + grain - 1) / grain * grain;
+    Win grown;
     bool mapped = false;
-    NCCLCHECK(winCreate(comm, bytes, false, &st->data, &mapped));
+    NCCLCHECK(winCreate(comm, 2 * half, false, &grown, &mapped));
     st->mapped = st->mapped && mapped;
+    if (grown.ptr != nullptr) {
+      if (st->data.ptr != nullptr) st->retired.push_back(st->data);
+      st->data = grown;
+    }
   }
   if (!st->mapped) return ncclSuccess;
   for (int r = 0; r < comm->nRanks; ++r) {
@@ -141,6 +151,7 @@ ncclResult_t gcProcsGet(ncclComm* comm, size_t dataBytes, cudaStream_t stream, G
     view->ctl[r] = static_cast<GcCtl*>(st->ctl.bases[l]);
     view->data[r] = static_cast<uint8_t*>(st->data.bases[l]);
   }
+  view->halfBytes = st->data.bytes / 2;
   *ok = true;
   return ncclSuccess;
 }
@@ -156,6 +167,7 @@ void gcProcsRelease(ncclComm* comm) {
   }
   std::lock_guard<std::mutex> g(st->mu);
   winDrop(comm, &st->data);
+  for (Win& w : st->retired) winDrop(comm, &w);
   winDrop(comm, &st->ctl);
 }
 

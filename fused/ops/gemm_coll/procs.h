@@ -28,10 +28,14 @@ struct GcCtl {
 };
 static_assert(offsetof(GcCtl, done) == 128, "GcCtl layout");
 
-// What a launch needs, valid in this process (by rank: the layout is one node).
+// What a launch needs, valid in this process (by rank: the layout is one node). A data region
+// is two halves of halfBytes: [0, half) the rank's partials (or AllGather shard), [half, 2 half)
+// the reduced tiles it owns (F). F's place must not depend on the call's shape: a peer may
+// still pull the previous call's F while this rank's next call already writes its partials.
 struct GcProcsView {
   GcCtl* ctl[kGcMaxLocal];
   uint8_t* data[kGcMaxLocal];
+  size_t halfBytes;
 };
 
 // Whether comm runs the processes layout: one node, at most kGcMaxLocal ranks, each in its own
@@ -39,14 +43,15 @@ struct GcProcsView {
 // collective registrations below; those layouts run the sequential path).
 bool gcProcsEligible(const ncclComm* comm);
 
-// COLLECTIVE (every rank of comm calls it with the same dataBytes, in the same order of calls;
+// COLLECTIVE (every rank of comm calls it with the same halfBytes, in the same order of calls;
 // the fused call's own order guarantees it): makes sure this rank's control block exists and
-// its data region holds dataBytes, creating or growing them as windows of comm (a growth waits
-// for this device's work first: an earlier call's kernel may still use the old region).
-// Outside stream capture only when it has to create or grow (*ok false, nothing done, when
-// `stream` is being captured then). *ok false also when some local rank could not map the
-// others' windows: the caller then runs the sequential path (every rank agrees).
-ncclResult_t gcProcsGet(ncclComm* comm, size_t dataBytes, cudaStream_t stream, GcProcsView* view,
+// its data region's halves hold halfBytes each, creating or growing them as windows of comm. A
+// grown region replaces the old one for later calls; the old one stays allocated and mapped
+// until the comm goes (a captured graph may still use it, and so may kernels in flight), so a
+// growth waits for nothing. Outside stream capture only when it has to create or grow (*ok
+// false, nothing done, when `stream` is being captured then). *ok false also when some local
+// rank could not allocate or map: the caller then runs the sequential path (every rank agrees).
+ncclResult_t gcProcsGet(ncclComm* comm, size_t halfBytes, cudaStream_t stream, GcProcsView* view,
                         bool* ok);
 
 // Drops comm's blocks (at comm destruction, before its peer memory goes).
