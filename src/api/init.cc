@@ -12,7 +12,7 @@
 #include "bootstrap/unique_id.h"
 #include "coll/coll.h"
 #include "fused/core/clique_block.h"
-#include "fused/ops/gemm_coll/procs.h"
+#include "fused/core/proc_windows.h"
 #include "coll/group.h"
 #include "coll/redop.h"
 #include "base/checks.h"
@@ -104,7 +104,7 @@ ncclResult_t commFree(ncclComm* comm) {
   ncclResult_t res = ncclSuccess, r;
   if (comm->cudaDev >= 0) cudaSetDevice(comm->cudaDev);
   mk::fused::cliqueBlocksRelease(comm);
-  mk::fused::gcProcsRelease(comm);  // its windows go before the peer memory
+  mk::fused::procWindowsRelease(comm);  // its windows go before the peer memory
   if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = netFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;

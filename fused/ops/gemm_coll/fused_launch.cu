@@ -22,6 +22,7 @@
 #include "fused/ops/gemm_coll/fused_launchers.cuh"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
+#include "fused/core/proc_windows.h"
 #include "fused/ops/gemm_coll/procs.h"
 
 namespace mk {
@@ -155,7 +156,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // Layouts (fused_kernels.cuh): the clique (every rank in this process), or processes (one
   // rank per process); anything else runs the sequential path.
   const bool procs = !cliqueEligible(comm, kGcMaxLocal);
-  if (procs && !gcProcsEligible(comm)) return ncclSuccess;
+  if (procs && !procWindowsEligible(comm, kGcMaxLocal)) return ncclSuccess;
   // Processes: every rank must take the same path, and ncclFusedAuto's model reads rates each
   // process measures for itself; so auto stays sequential there (ncclFusedFused or a forced
   // split fuse).
@@ -211,12 +212,14 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // the AllGather shard, its second half the owned tiles' results F), created or grown
   // collectively.
   const size_t partBytes = (size_t)(tilesM * tilesN) * gemm::kTileM * gemm::kTileN * outBytes;
-  GcProcsView pv{};
+  ProcView pv{};
+  GcCtl* ctl[kGcMaxLocal] = {};
   if (procs) {
     const size_t halfBytes = c.op == GemmColl::kAllGather ? c.M / n * c.K * 2 : partBytes;
     bool ok = false;
-    NCCLCHECK(gcProcsGet(comm, halfBytes, c.stream, &pv, &ok));
+    NCCLCHECK(procWindowsGet(comm, kCliqueGemmColl, sizeof(GcCtl), halfBytes, c.stream, &pv, &ok));
     if (!ok) return ncclSuccess;
+    for (int r = 0; r < n; ++r) ctl[r] = static_cast<GcCtl*>(pv.ctl[r]);
   }
 
   GcParams p{};
@@ -226,17 +229,17 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const int me = comm->rank;
   for (int r = 0; r < n; ++r) {
     if (procs) {
-      p.done[r] = pv.ctl[r]->done;
-      p.fin[r] = pv.ctl[r]->fin;
+      p.done[r] = ctl[r]->done;
+      p.fin[r] = ctl[r]->fin;
       p.peerData[r] = pv.data[r];
-      p.shardReady[r] = &pv.ctl[r]->shardReady;
+      p.shardReady[r] = &ctl[r]->shardReady;
     } else {
       p.done[r] = flags + (int64_t)r * kGcMaxTiles;
       p.fin[r] = flags + (int64_t)(n + r) * kGcMaxTiles;
     }
   }
-  p.calls = procs ? &pv.ctl[me]->calls : &q->calls[me];
-  p.ctaDone = procs ? &pv.ctl[me]->ctaDone : &q->ctaDone[me];
+  p.calls = procs ? &ctl[me]->calls : &q->calls[me];
+  p.ctaDone = procs ? &ctl[me]->ctaDone : &q->ctaDone[me];
   p.procs = procs ? 1 : 0;
   p.fOff = (int64_t)pv.halfBytes;
   p.me = comm->rank;

@@ -1,10 +1,11 @@
-// The processes layout's blocks (procs.h).
-#include "fused/ops/gemm_coll/procs.h"
+// Fused operators' windows in the processes layout (proc_windows.h).
+#include "fused/core/proc_windows.h"
 
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "base/checks.h"
@@ -35,8 +36,9 @@ struct State {
 };
 
 std::mutex gMu;
-std::map<const ncclComm*, std::shared_ptr<State>>& states() {
-  static auto* m = new std::map<const ncclComm*, std::shared_ptr<State>>();
+using Key = std::pair<const ncclComm*, int>;  // (comm, CliqueTag)
+std::map<Key, std::shared_ptr<State>>& states() {
+  static auto* m = new std::map<Key, std::shared_ptr<State>>();
   return *m;
 }
 
@@ -71,7 +73,7 @@ ncclResult_t winCreate(ncclComm* comm, size_t bytes, bool zero, Win* w, bool* ma
     if (s != nullptr) cudaStreamDestroy(s);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      MK_WARN("fused GEMM + collective: zeroing %zu bytes of its control block: %s", bytes,
+      MK_WARN("fused operator: zeroing %zu bytes of its control block: %s", bytes,
               cudaGetErrorString(err));
       res = ncclUnhandledCudaError;
     }
@@ -95,8 +97,10 @@ ncclResult_t winCreate(ncclComm* comm, size_t bytes, bool zero, Win* w, bool* ma
 
 }  // namespace
 
-bool gcProcsEligible(const ncclComm* comm) {
-  if (comm->topo.nNodes != 1 || comm->nRanks > kGcMaxLocal || comm->nRanks < 2) return false;
+bool procWindowsEligible(const ncclComm* comm, int maxLocal) {
+  if (comm->topo.nNodes != 1 || comm->nRanks > std::min(maxLocal, kProcMaxLocal) ||
+      comm->nRanks < 2)
+    return false;
   const RankInfo& me = comm->peerInfo[comm->rank];
   for (int r = 0; r < comm->nRanks; ++r) {
     const RankInfo& a = comm->peerInfo[r];
@@ -107,13 +111,13 @@ bool gcProcsEligible(const ncclComm* comm) {
   return true;
 }
 
-ncclResult_t gcProcsGet(ncclComm* comm, size_t halfBytes, cudaStream_t stream, GcProcsView* view,
-                        bool* ok) {
+ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size_t halfBytes,
+                            cudaStream_t stream, ProcView* view, bool* ok) {
   *ok = false;
   std::shared_ptr<State> st;
   {
     std::lock_guard<std::mutex> g(gMu);
-    auto& s = states()[comm];
+    auto& s = states()[Key(comm, (int)tag)];
     if (!s) s = std::make_shared<State>();
     st = s;
   }
@@ -127,7 +131,7 @@ ncclResult_t gcProcsGet(ncclComm* comm, size_t halfBytes, cudaStream_t stream, G
   }
   if (needCtl) {
     bool mapped = false;
-    NCCLCHECK(winCreate(comm, sizeof(GcCtl), true, &st->ctl, &mapped));
+    NCCLCHECK(winCreate(comm, ctlBytes, true, &st->ctl, &mapped));
     st->mapped = st->mapped && mapped;
   }
   if (needData && st->mapped) {
@@ -148,7 +152,7 @@ ncclResult_t gcProcsGet(ncclComm* comm, size_t halfBytes, cudaStream_t stream, G
   if (!st->mapped) return ncclSuccess;
   for (int r = 0; r < comm->nRanks; ++r) {
     const int l = comm->topo.rankToLocalRank[r];
-    view->ctl[r] = static_cast<GcCtl*>(st->ctl.bases[l]);
+    view->ctl[r] = st->ctl.bases[l];
     view->data[r] = static_cast<uint8_t*>(st->data.bases[l]);
   }
   view->halfBytes = st->data.bytes / 2;
@@ -156,19 +160,25 @@ ncclResult_t gcProcsGet(ncclComm* comm, size_t halfBytes, cudaStream_t stream, G
   return ncclSuccess;
 }
 
-void gcProcsRelease(ncclComm* comm) {
-  std::shared_ptr<State> st;
+void procWindowsRelease(ncclComm* comm) {
+  std::vector<std::shared_ptr<State>> mine;
   {
     std::lock_guard<std::mutex> g(gMu);
-    auto it = states().find(comm);
-    if (it == states().end()) return;
-    st = it->second;
-    states().erase(it);
+    for (auto it = states().begin(); it != states().end();) {
+      if (it->first.first == comm) {
+        mine.push_back(it->second);
+        it = states().erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
-  std::lock_guard<std::mutex> g(st->mu);
-  winDrop(comm, &st->data);
-  for (Win& w : st->retired) winDrop(comm, &w);
-  winDrop(comm, &st->ctl);
+  for (auto& st : mine) {
+    std::lock_guard<std::mutex> g(st->mu);
+    winDrop(comm, &st->data);
+    for (Win& w : st->retired) winDrop(comm, &w);
+    winDrop(comm, &st->ctl);
+  }
 }
 
 }  // namespace fused
