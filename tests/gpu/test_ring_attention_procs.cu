@@ -5,8 +5,10 @@
 //       RingAttnProcsChild.Run, which skips elsewhere; fork after CUDA initialisation is not
 //       allowed), ncclCommInitRank from a unique id the parent hands over. Each process
 //       regenerates every rank's inputs from the shared seed, so it computes its own rank's
-//       reference, and checks its own outputs. Without CUDA MPS the processes' kernels are
-//       time-sliced: correct, only slower (the AllGather's waits are bounded by 20 s).
+//       reference, and checks its own outputs. The cases cycle through the algos: the fused
+//       ones run the fused kernel's processes layout (fused/core/proc_windows.h: each rank
+//       stages its k/v slices in a window its peers map). Without CUDA MPS the processes' kernels
+//       are time-sliced: correct, only slower (the AllGather's waits are bounded by 20 s).
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
 //       socket backend on loopback), one thread issuing every rank's call in turn.
 #include <gtest/gtest.h>

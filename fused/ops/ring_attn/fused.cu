@@ -1,7 +1,8 @@
-// ncclRingAttention's fused path (config->algo = ncclFusedFused) for ranks that share one
-// process and one GPU: one persistent kernel per rank (fused_kernel.cuh) whose
-// communication CTAs copy the peers' k/v slices into a stream-ordered gather buffer in ring
-// order while its attention CTAs run on the sources already in place.
+// ncclRingAttention's fused path (config->algo = ncclFusedFused) for the ranks of one node,
+// all in this process on one GPU (the clique) or each in its own process: one persistent
+// kernel per rank (fused_kernel.cuh) whose communication CTAs copy the peers' k/v slices into
+// a stream-ordered gather buffer in ring order while its attention CTAs run on the sources
+// already in place.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
+#include "fused/core/proc_windows.h"
 #include "fused/ops/ring_attn/fused_kernel.cuh"
 #include "fused/ops/ring_attn/ring_attn.h"
 #include "fused/ops/ring_attn/ring_attn_util.h"
@@ -46,22 +48,40 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
 // The same verdict on every rank: the layout, the GPU's SM count (every rank's kernel needs
 // 2 SMs at least, one CTA per SM), and whether the clique block exists when the call is being
 // captured (creating it would allocate).
+// The processes layout's capture rule is procWindowsGet's (ringAttnFused: *ran false).
 bool ringAttnFusedEligible(const RingAttnCall& c) {
   const int n = c.comm->nRanks;
-  if (n < 2 || n > attn::kMaxSrc || !cliqueEligible(c.comm, kRingMaxLocal)) return false;
+  if (n < 2 || n > attn::kMaxSrc) return false;
+  const bool clique = cliqueEligible(c.comm, kRingMaxLocal);
+  if (!clique && !procWindowsEligible(c.comm, kRingMaxLocal)) return false;
   if (c.comm->smCount / n < 2) return false;
+  if (!clique) return true;
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(c.stream, &st) != cudaSuccess) return false;
   return st == cudaStreamCaptureStatusNone || cliqueBlockHeld(c.comm, kCliqueRingAttn);
 }
 
-ncclResult_t ringAttnFused(const RingAttnCall& c) {
+ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
+  *ran = false;
   ncclComm* comm = c.comm;
   const int n = comm->nRanks, me = comm->rank;
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpRingAttention, &f));
+  const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;
+  const int64_t sliceBytes = (int64_t)slice * 2;
+  const bool procs = !cliqueEligible(comm, kRingMaxLocal);
   void* block = nullptr;
-  NCCLCHECK(cliqueBlockForCall(comm, kCliqueRingAttn, sizeof(RingClique), c.stream, kApi, &block));
+  ProcView pv{};
+  if (procs) {
+    // Every rank's control block and data region ([k slice][v slice]), mapped here.
+    bool ok = false;
+    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl), 2 * (size_t)sliceBytes,
+                             c.stream, &pv, &ok));
+    if (!ok) return ncclSuccess;  // the sequential path, on every rank
+  } else {
+    NCCLCHECK(
+        cliqueBlockForCall(comm, kCliqueRingAttn, sizeof(RingClique), c.stream, kApi, &block));
+  }
 
   // SM split inside the rank's budget: a few copy CTAs (HBM-bound), the rest attention. Every
   // CTA takes a whole SM, and every rank's kernel must be resident at once (each waits for
@@ -72,8 +92,6 @@ ncclResult_t ringAttnFused(const RingAttnCall& c) {
   comm0 = std::min(comm0, budget - 1);
 
   attn::AttnArgs a = ringAttnArgs(c, n, me);
-  const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;
-  const int64_t sliceBytes = (int64_t)slice * 2;
   a.nSrc = n;
   a.srcStride = (int64_t)slice;
   for (int i = 0; i < n; ++i) a.srcRank[i] = (me - i + n) % n;
@@ -97,6 +115,11 @@ ncclResult_t ringAttnFused(const RingAttnCall& c) {
   NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
   rp.f = f;
   rp.q = static_cast<RingClique*>(block);
+  rp.procs = procs ? 1 : 0;
+  for (int r = 0; procs && r < n; ++r) {
+    rp.ctl[r] = static_cast<RingCtl*>(pv.ctl[r]);
+    rp.stage[r] = reinterpret_cast<char*>(pv.data[r]);
+  }
   rp.k = c.k;
   rp.v = c.v;
   rp.sliceBytes = sliceBytes;
@@ -118,6 +141,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c) {
                   res, done);
   }
 done:
+  if (res == ncclSuccess) *ran = true;
   return fusedFreeScratch(scratch, c.stream, res, kApi);
 }
 

@@ -2,9 +2,11 @@
 // bring the other ranks' k/v slices into this rank's gather buffer, source by source in ring
 // order (this rank, then rank-1, rank-2, ...), while its attention CTAs (the engine's
 // attnCta, fused/attention/) already run on the sources in place: the engine's producer waits
-// for each source's ready flag before loading its blocks. For ranks that share one process
-// and one GPU (the clique): a rank reads its peers' k and v directly, after they publish
-// them in the clique block.
+// for each source's ready flag before loading its blocks. Ranks that share one process and
+// one GPU (the clique) read their peers' k and v directly, after they publish them in the
+// clique block. Ranks in separate processes (fused/core/proc_windows.h) cannot: each copies
+// its own slices into its data region (k, then v) while it copies them into its gather
+// buffer, releases its control block's `staged` word, and the peers copy from there.
 #pragma once
 #include <cstdint>
 
@@ -32,6 +34,13 @@ struct RingSlot {
 struct RingClique {
   RingSlot slot[kRingMaxLocal];
 };
+// A rank's control block in the processes layout (zeroed at creation).
+struct RingCtl {
+  uint64_t staged;    // call whose slices are in the rank's data region
+  uint64_t pad0[15];  // its own 128-byte line: polled by the peers
+  uint64_t readDone;  // peers that finished copying this rank's slices, summed over calls
+  uint64_t pad1[15];
+};
 
 struct RingParams {
   attn::AttnParams a;  // k/v maps over kAll/vAll; hooks.ready = ready
@@ -41,12 +50,24 @@ struct RingParams {
   const void* v;
   char* kAll;  // [n][slice] in ring order: index i holds the slice of rank (rank - i) mod n
   char* vAll;
-  uint32_t* chunkDone;  // [n] units done per source, zeroed before the kernel
-  uint64_t* ready;      // [n] 1 once source i is in place, zeroed before the kernel
-  int64_t sliceBytes;   // a multiple of 16
-  int32_t chunks;       // units per slice (k or v)
-  SmSplit split;        // CTA counts; the copy CTAs come first in the grid (below)
+  uint32_t* chunkDone;          // [n] units done per source, zeroed before the kernel
+  uint64_t* ready;              // [n] 1 once source i is in place, zeroed before the kernel
+  int64_t sliceBytes;           // a multiple of 16
+  int32_t chunks;               // units per slice (k or v)
+  SmSplit split;                // CTA counts; the copy CTAs come first in the grid (below)
+  int32_t procs;                // 1: the processes layout (ctl, stage below; q unused)
+  RingCtl* ctl[kRingMaxLocal];  // by rank, mapped here
+  char* stage[kRingMaxLocal];   // by rank: its data region, [k slice][v slice]
 };
+
+// Source bookkeeping of the two layouts: where rank s's slices are once it said so, whether
+// they are (acquire), and the count of ranks that read them.
+__device__ __forceinline__ const uint64_t* ringStagedWord(const RingParams& p, int32_t s) {
+  return p.procs ? &p.ctl[s]->staged : &p.q->slot[s].seq;
+}
+__device__ __forceinline__ uint64_t* ringReadDone(const RingParams& p, int32_t s) {
+  return p.procs ? &p.ctl[s]->readDone : &p.q->slot[s].readDone;
+}
 
 // 16-byte copies by the whole CTA (bytes a multiple of 16, both ends 16-byte aligned), four
 // loads in flight per thread before their stores.
@@ -72,7 +93,7 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
   const int32_t n = p.f.nRanks, me = p.f.rank, op = p.f.c.w.op;
   if (threadIdx.x == 0) {
     ok = 1;
-    if (idx == 0) {
+    if (idx == 0 && !p.procs) {
       RingSlot& s = p.q->slot[me];
       s.k = p.k;
       s.v = p.v;
@@ -88,15 +109,26 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
     const int64_t c = u % p.chunks;
     const int32_t s = (me - i + n) % n;
     if (threadIdx.x == 0) {
-      if (i != cur && ok &&
-          !rt::waitGe(p.f.c.w, &p.q->slot[s].seq, seq,
-                      rt::ErrSite{op, s, idx, -1, rt::kWaitData, 0}, rt::kScopeSys))
-        ok = 0;
-      // Written by the peer's kernel: read after the acquire above.
-      const RingSlot& q = p.q->slot[s];
-      src = ok ? static_cast<const char*>(kv ? *(const void* const volatile*)&q.v
-                                             : *(const void* const volatile*)&q.k)
-               : nullptr;
+      if (p.procs) {
+        // My own slices come from the caller's buffers; a peer's once its kernel staged them.
+        if (i != cur && ok && i > 0 &&
+            !rt::waitGe(p.f.c.w, ringStagedWord(p, s), seq,
+                        rt::ErrSite{op, s, idx, -1, rt::kWaitData, 0}, rt::kScopeSys))
+          ok = 0;
+        src = !ok      ? nullptr
+              : i == 0 ? static_cast<const char*>(kv ? p.v : p.k)
+                       : p.stage[s] + kv * p.sliceBytes;
+      } else {
+        if (i != cur && ok &&
+            !rt::waitGe(p.f.c.w, &p.q->slot[s].seq, seq,
+                        rt::ErrSite{op, s, idx, -1, rt::kWaitData, 0}, rt::kScopeSys))
+          ok = 0;
+        // Written by the peer's kernel: read after the acquire above.
+        const RingSlot& q = p.q->slot[s];
+        src = ok ? static_cast<const char*>(kv ? *(const void* const volatile*)&q.v
+                                               : *(const void* const volatile*)&q.k)
+                 : nullptr;
+      }
     }
     cur = i;
     __syncthreads();
@@ -104,15 +136,26 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
     const int64_t off = c * kRingChunkBytes;
     const int64_t len = min(kRingChunkBytes, p.sliceBytes - off);
     copyCta((kv ? p.vAll : p.kAll) + i * p.sliceBytes + off, src + off, len);
+    // Processes: my own slices also into my data region, for the peers.
+    if (p.procs && i == 0) copyCta(p.stage[me] + kv * p.sliceBytes + off, src + off, len);
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence();
+      if (p.procs) {
+        __threadfence_system();  // the staged copy is read by other processes' kernels
+      } else {
+        __threadfence();
+      }
       if (atomicAdd(&p.chunkDone[i], 1u) == 2u * p.chunks - 1) {
         // Acquire side of the other CTAs' fence + count: their copies are ordered before the flag.
         __threadfence();
         rt::releaseFlag(&p.ready[i], 1, false);
+        if (p.procs && i == 0) {
+          __threadfence_system();
+          ptx::stReleaseSys(&p.ctl[me]->staged, seq);  // the peers may copy my slices now
+        }
         // This rank no longer reads rank s's slices.
-        if (i > 0) atomicAdd(reinterpret_cast<unsigned long long*>(&p.q->slot[s].readDone), 1ull);
+        if (i > 0)
+          atomicAdd_system(reinterpret_cast<unsigned long long*>(ringReadDone(p, s)), 1ull);
       }
     }
   }
@@ -123,13 +166,14 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
     // timeout names (the summed count below cannot say whose read is missing).
     for (int32_t q = 1; q < n && ok; ++q) {
       const int32_t s = (me + q) % n;
-      if (!rt::waitGe(p.f.c.w, &p.q->slot[s].seq, seq,
+      if (!rt::waitGe(p.f.c.w, ringStagedWord(p, s), seq,
                       rt::ErrSite{op, s, idx, -1, rt::kWaitData, 0}, rt::kScopeSys))
         ok = 0;
     }
     if (ok)
-      rt::waitGe(p.f.c.w, &p.q->slot[me].readDone, seq * (uint64_t)(n - 1),
-                 rt::ErrSite{op, -1, idx, -1, rt::kWaitData, 0}, rt::kScopeGpu);
+      rt::waitGe(p.f.c.w, ringReadDone(p, me), seq * (uint64_t)(n - 1),
+                 rt::ErrSite{op, -1, idx, -1, rt::kWaitData, 0},
+                 p.procs ? rt::kScopeSys : rt::kScopeGpu);
   }
 }
 

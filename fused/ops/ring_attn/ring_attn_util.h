@@ -16,9 +16,11 @@ constexpr int kRingMaxLocal = 32;
 // causal, the sequence layout; one source (the rank's own k and v).
 attn::AttnArgs ringAttnArgs(const RingAttnCall& c, int nRanks, int rank);
 
-// The fused path (fused.cu): ranks of one process on one GPU, 2..kMaxSrc of them.
+// The fused path (fused.cu): 2..kMaxSrc ranks of one node, all in this process on one GPU or
+// each in its own process. *ran false (nothing done): run the sequential path (the
+// processes layout's state could not be created: capture, a rank that could not map).
 bool ringAttnFusedEligible(const RingAttnCall& c);
-ncclResult_t ringAttnFused(const RingAttnCall& c);
+ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran);
 
 }  // namespace fused
 }  // namespace mk

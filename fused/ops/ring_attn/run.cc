@@ -64,12 +64,15 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
   if (n == 1) return attn::launch(a, c.stream);
   // ncclFusedAuto runs the sequential path until the fused kernel is measured faster.
   if (c.cfg.algo == ncclFusedFused) {
-    if (ringAttnFusedEligible(c)) return ringAttnFused(c);
+    bool ran = false;
+    if (ringAttnFusedEligible(c)) NCCLCHECK(ringAttnFused(c, &ran));
+    if (ran) return ncclSuccess;
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
       MK_INFO(kFused,
-              "%s: the fused ring kernel runs when every rank lives in this process on one GPU "
-              "(at most %d); running the sequential path",
+              "%s: the fused ring kernel runs when the ranks (at most %d) live on one node, all "
+              "in this process or each in its own, and its per-rank state exists (the first "
+              "call must not be captured); running the sequential path",
               kApi, kRingMaxLocal);
   }
   if (n > attn::kMaxSrc) {
