@@ -253,8 +253,10 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
  * ranks: threads, processes, nodes) into stream-ordered scratch (2 * nranks * batch * seqLocal
  * * hkv * headDim elements, freed at the end of the call), then runs mkernel's attention kernel
  * (TMA, wgmma, producer/consumer warpgroups) over the gathered sequence; ncclFusedAuto runs it.
- * ncclFusedFused runs one persistent kernel per rank when every rank of the comm lives in this
- * process on one GPU (at most 32; otherwise the sequential path): its communication CTAs copy
+ * ncclFusedFused runs one persistent kernel per rank when the comm's ranks (at most 32) live on
+ * one node, either all in this process on one GPU or each in its own process (then each rank
+ * stages its k and v in memory every local rank maps, made at the first such call, which must
+ * not be captured; otherwise the sequential path): its communication CTAs copy
  * the peers' k/v slices in ring order (this rank's, then rank-1's, ...) while its attention CTAs
  * already run on the slices in place; same scratch, same results. In both, the call completes
  * only after every peer has read this rank's k and v.

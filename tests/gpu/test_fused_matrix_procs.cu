@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "transport/peer_mem_win.h"  // peerMemWinCount: the fused calls' windows exist
 #include "common/test_util.h"
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_fused_util.cuh"
@@ -412,6 +413,10 @@ int childMain(const char* spec) {
   if (pl == "matrix") {
     matrixPlan(x);
     processesPlan(x);
+    // The ncclFusedFused calls ran the processes layout, not the sequential fallback: its
+    // control block and data regions are windows of the comm.
+    if (!x.broken && x.n >= 2 && mk::peerMemWinCount(x.comm) < 2)
+      x.fail("processes layout", "the fused calls made no windows (they ran sequentially)");
   } else
     x.fail("setup", "unknown plan " + pl);
   if (!x.broken) {  // nobody tears down while a peer may still finish its last operation

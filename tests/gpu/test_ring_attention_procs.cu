@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "transport/peer_mem_win.h"  // peerMemWinCount: the fused cases' windows exist
 #include "common/test_util.h"
 #include "gpu/test_attn_ref.h"
 #include "gpu/test_devcomm_util.h"
@@ -128,6 +129,13 @@ int childMain(const char* spec) {
     broken = true;        // the ranks no longer agree on the call sequence
     ncclCommAbort(comm);  // before p's buffers are freed: a kernel may wait for a peer
     comm = nullptr;
+  }
+  // The fused cases ran the processes layout, not the sequential fallback: its control block
+  // and data region are two windows of the comm.
+  if (!broken && n >= 2 && mk::peerMemWinCount(comm) < 2) {
+    fprintf(stderr, "%s FAIL the fused cases made no windows (they ran the sequential path)\n",
+            who.c_str());
+    failures++;
   }
   if (!broken) {  // nobody tears down while a peer may still finish its last call
     colltest::DevBuf b(16);

@@ -73,10 +73,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   void* block = nullptr;
   ProcView pv{};
   if (procs) {
-    // Every rank's control block and data region ([k slice][v slice]), mapped here.
+    // Every rank's control block and data region (halves: [k slice][v slice]), mapped here.
     bool ok = false;
-    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl), 2 * (size_t)sliceBytes,
-                             c.stream, &pv, &ok));
+    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl), (size_t)sliceBytes, c.stream,
+                             &pv, &ok));
     if (!ok) return ncclSuccess;  // the sequential path, on every rank
   } else {
     NCCLCHECK(
@@ -87,7 +87,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // CTA takes a whole SM, and every rank's kernel must be resident at once (each waits for
   // its peers'): never more than the GPU's share of this rank, whatever budget overrides
   // (maxCTAs, MKERNEL_MAX_CTAS) say.
-  const int32_t budget = std::max(2, std::min(std::max(1, f.smBudget), comm->smCount / n));
+  // The GPU's share of this rank: every rank's kernel in the clique shares this GPU; in the
+  // processes layout only the ranks on this GPU do.
+  const int32_t share = comm->smCount / (procs ? std::max(1, comm->topo.ranksOnMyDevice) : n);
+  const int32_t budget = std::max(2, std::min(std::max(1, f.smBudget), share));
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   comm0 = std::min(comm0, budget - 1);
 

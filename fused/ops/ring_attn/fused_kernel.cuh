@@ -140,19 +140,19 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
     if (p.procs && i == 0) copyCta(p.stage[me] + kv * p.sliceBytes + off, src + off, len);
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (p.procs) {
-        __threadfence_system();  // the staged copy is read by other processes' kernels
-      } else {
-        __threadfence();
-      }
+      __threadfence();
       if (atomicAdd(&p.chunkDone[i], 1u) == 2u * p.chunks - 1) {
         // Acquire side of the other CTAs' fence + count: their copies are ordered before the flag.
-        __threadfence();
-        rt::releaseFlag(&p.ready[i], 1, false);
-        if (p.procs && i == 0) {
+        // Processes: at system scope, which covers both the staged copies (read by the peers'
+        // kernels, maybe on other GPUs) and the reads counted into the owner's readDone below.
+        if (p.procs) {
           __threadfence_system();
-          ptx::stReleaseSys(&p.ctl[me]->staged, seq);  // the peers may copy my slices now
+        } else {
+          __threadfence();
         }
+        rt::releaseFlag(&p.ready[i], 1, false);
+        if (p.procs && i == 0)
+          ptx::stReleaseSys(&p.ctl[me]->staged, seq);  // the peers may copy my slices now
         // This rank no longer reads rank s's slices.
         if (i > 0)
           atomicAdd_system(reinterpret_cast<unsigned long long*>(ringReadDone(p, s)), 1ull);
