@@ -75,6 +75,68 @@ std::vector<Shape> casesFor(int n) {
   return cs;
 }
 
+// The fused kernel's processes layout beyond one call at a time (every process runs the same
+// list): fused calls of two shapes back to back with no host wait (a rank's next call stages
+// its new slices only once its peers have read the previous ones), then a call captured after
+// an eager one and replayed with new inputs. Returns "" or the first failure.
+std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaStream_t stream) {
+  Shape a;
+  a.n = n;
+  a.Hkv = 2;
+  a.Hq = 4;
+  a.D = 64;
+  a.S = 96;
+  a.in = ncclBfloat16;
+  a.algo = ncclFusedFused;
+  Shape b = a;
+  b.S = 160;
+  b.D = 128;
+  b.causal = true;
+  b.layout = ncclRingAttnZigzag;
+  std::vector<std::unique_ptr<Problem>> ps;
+  for (int i = 0; i < 6; ++i) ps.emplace_back(new Problem(i % 2 ? b : a, me));
+  // Inputs first (their uploads synchronise), then the calls with nothing in between.
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const std::string e = ps[i]->draw(seed + 700 + i);
+    if (!e.empty()) return "back-to-back inputs " + std::to_string(i) + ": " + e;
+  }
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i]->call(me, comm, stream) != ncclSuccess)
+      return "back-to-back call " + std::to_string(i) + ": " + ncclGetLastError(comm);
+  std::string e = fusedtest::waitRank(me, comm, stream, 120);
+  for (size_t i = 0; i < ps.size() && e.empty(); ++i) {
+    e = ps[i]->check(me);
+    if (!e.empty()) e = "back-to-back call " + std::to_string(i) + ": " + e;
+  }
+  if (!e.empty()) return e;
+  Problem g(a, me);  // eager first (its state exists), then captured, replayed 3 times
+  e = g.draw(seed + 720);
+  if (e.empty() && g.call(me, comm, stream) != ncclSuccess) e = ncclGetLastError(comm);
+  if (e.empty()) e = fusedtest::waitRank(me, comm, stream, 120);
+  if (e.empty()) e = g.check(me);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (e.empty()) {
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+      e = "begin capture failed";
+    if (e.empty() && g.call(me, comm, stream) != ncclSuccess) e = ncclGetLastError(comm);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (e.empty() && (ended != cudaSuccess || graph == nullptr)) e = "end capture failed";
+    if (e.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+      e = "graph instantiation failed";
+  }
+  for (int rep = 0; rep < 3 && e.empty(); ++rep) {
+    e = g.draw(seed + 730 + rep);
+    if (e.empty() && cudaGraphLaunch(exec, stream) != cudaSuccess) e = "graph launch failed";
+    if (e.empty()) e = fusedtest::waitRank(me, comm, stream, 120);
+    if (e.empty()) e = g.check(me);
+    if (!e.empty()) e = "graph replay " + std::to_string(rep) + ": " + e;
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return e;
+}
+
 // ---- processes: one child, one rank -------------------------------------------------------
 int childMain(const char* spec) {
   char plan[32] = {};
@@ -129,6 +191,17 @@ int childMain(const char* spec) {
     broken = true;        // the ranks no longer agree on the call sequence
     ncclCommAbort(comm);  // before p's buffers are freed: a kernel may wait for a peer
     comm = nullptr;
+  }
+  if (!broken && n >= 2) {
+    const std::string e = processesExtra(n, me, seed, comm, stream);
+    done++;
+    if (!e.empty()) {
+      fprintf(stderr, "%s FAIL processes layout: %s\n", who.c_str(), e.c_str());
+      failures++;
+      broken = true;
+      ncclCommAbort(comm);
+      comm = nullptr;
+    }
   }
   // The fused cases ran the processes layout, not the sequential fallback: its control block
   // and data region are two windows of the comm.
