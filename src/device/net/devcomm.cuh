@@ -166,11 +166,16 @@ __device__ __forceinline__ bool stageAcquire(const NetDev& d, int peer, int op, 
       uint32_t kind = sp.check(d);
       if (kind) return fail(d, kind, peer, op, -1, rt::kWaitStage, i, sp.s.waited());
     }
-    // ... with the ring tail read after the push, an upper bound of its ticket + 1.
+    // ... with the ring tail read after the push, an upper bound of its ticket + 1. The
+    // device copy of done usually says so already (it is a lap of slots old).
     uint64_t need = ptx::ldVolatile64(d.stageTicket + s);
-    while (proxyRingDone(d.ring) < need) {
-      uint32_t kind = sp.check(d);
-      if (kind) return fail(d, kind, peer, op, -1, rt::kWaitStage, need, sp.s.waited());
+    if (!proxyRingDoneSeen(d.ring, need)) {
+      uint64_t done;
+      while ((done = proxyRingDone(d.ring)) < need) {
+        uint32_t kind = sp.check(d);
+        if (kind) return fail(d, kind, peer, op, -1, rt::kWaitStage, need, sp.s.waited());
+      }
+      proxyRingNoteDone(d.ring, done);
     }
   }
   *idx = i;
@@ -326,13 +331,17 @@ __device__ __forceinline__ bool quiet(const NetDev& d) {
   bool ok = true;
   if (G::rank() == 0) {
     const uint64_t need = ptx::ldVolatile64(d.ring.tail);
-    detail::NetSpin sp;
-    while (proxyRingDone(d.ring) < need) {
-      uint32_t kind = sp.check(d);
-      if (kind) {
-        ok = detail::fail(d, kind, -1, rt::kOpQuiet, -1, rt::kWaitQuiet, need, sp.s.waited());
-        break;
+    if (!proxyRingDoneSeen(d.ring, need)) {
+      detail::NetSpin sp;
+      uint64_t done;
+      while ((done = proxyRingDone(d.ring)) < need) {
+        uint32_t kind = sp.check(d);
+        if (kind) {
+          ok = detail::fail(d, kind, -1, rt::kOpQuiet, -1, rt::kWaitQuiet, need, sp.s.waited());
+          break;
+        }
       }
+      if (ok) proxyRingNoteDone(d.ring, done);
     }
   }
   return !G::any(!ok);
