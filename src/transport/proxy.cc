@@ -207,6 +207,7 @@ bool Proxy::drainRings() {
   for (size_t i = 0; i < rings.size(); i++) {
     uint64_t first;
     int n = rings[i].ring->poll(buf, kProxyMaxBatch, &first);
+    const uint64_t seenNs = n > 0 ? proxyNowNs() : 0;
     for (int k = 0; k < n; k++) {
       const ProxyCmd& c = buf[k];
       rings[i].flags.push_back(0);
@@ -228,7 +229,7 @@ bool Proxy::drainRings() {
         setError(ncclInvalidUsage, -1, m);
         return true;
       }
-      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket, loopNs});
+      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket, seenNs});
       cmds.fetch_add(1, std::memory_order_relaxed);
     }
     any |= n > 0;
@@ -582,6 +583,15 @@ void Proxy::run() {
       progress |= progressSend(ps);
       if (errCode.load() != ncclSuccess) break;
       progress |= progressRecv(ps);
+    }
+    // Commands the GPU pushed while this iteration sat in the peers' system calls (often
+    // the answer to what it just received: an ack, the next chunk) leave now rather than
+    // after another round of receive polls. Only after progress: an idle loop stays cheap.
+    if (progress && errCode.load() == ncclSuccess && drainRings()) {
+      for (PeerState& ps : peers) {
+        if (errCode.load() != ncclSuccess) break;
+        if (!ps.queued.empty()) progressSend(ps);
+      }
     }
     if (errCode.load() != ncclSuccess) break;
     if (progress) {
