@@ -113,6 +113,8 @@ struct InlineRx {
   std::unique_ptr<char[]> in;   // kInlineRxBuf bytes, allocated at the first read
   size_t inPos = 0, inEnd = 0;  // read, not yet consumed: in[inPos, inEnd)
   bool closed = false;          // clean EOF seen (counted in eofs)
+  // Net::recvCounts: recv() calls, those that found nothing, frames landed.
+  uint64_t calls = 0, empty = 0, frames = 0;
 };
 
 struct Comm {

@@ -174,6 +174,8 @@ ssize_t fillRx(Comm* c, int fd, bool* drained, bool* eof) {
   InlineRx& s = c->rx;
   s.inPos = s.inEnd = 0;
   ssize_t r = readSome(c, fd, s.in.get(), kInlineRxBuf, eof);
+  s.calls++;
+  if (r == 0) s.empty++;
   if (r > 0) {
     s.inEnd = (size_t)r;
     *drained = s.inEnd < kInlineRxBuf;
@@ -253,6 +255,8 @@ void progressRx(Comm* c) {
       ssize_t r;
       if (want >= kInlineRxBuf) {  // large: straight into the receive buffer
         r = readSome(c, fd, dst + f.payGot, want, &eof);
+        s.calls++;
+        if (r == 0) s.empty++;
         if (r > 0) {
           f.payGot += (size_t)r;
           drained = (size_t)r < want;
@@ -270,6 +274,7 @@ void progressRx(Comm* c) {
       std::lock_guard<std::mutex> lk(c->mu);
       chunkLanded(c, f.req, f.j);
     }
+    s.frames++;
     s.cur = InlineRx::Cur{};
   }
 }

@@ -91,6 +91,7 @@ struct SendBatch {
   bool hdrPosted = false, hdrDone = false;
   std::vector<Chunk> chunks;
   size_t nextPost = 0;
+  uint64_t formedNs = 0;  // batch formed (its commands taken from the queue)
   uint64_t postedNs = 0;  // header handed to the backend
   size_t msgBytes = 0;    // header message: commands and inline data
 };
@@ -277,6 +278,7 @@ bool Proxy::progressSend(PeerState& ps) {
     // On the wire the inline data follows the last command.
     if (inl) memmove(reinterpret_cast<char*>(b->hdr) + hdrBytes(n), b->hdr->inl, inl);
     b->msgBytes = hdrBytes(n) + inl;
+    b->formedNs = proxyNowNs();
     ps.sendq.push_back(b);
     batches.fetch_add(1, std::memory_order_relaxed);
     progress = true;
@@ -284,13 +286,19 @@ bool Proxy::progressSend(PeerState& ps) {
   // Post in order: batch k+1 only after every message of batch k is posted.
   for (SendBatch* b : ps.sendq) {
     if (!b->hdrPosted) {
+      const uint64_t callNs = proxyNowNs();
       if (netFailed(net->isend(ps.sendComm, b->hdr, b->msgBytes, kTagHdr, ps.sendHdrMh, &b->hdrReq),
                     ps.rank, "isend(header)"))
         return true;
       if (!b->hdrReq) return progress;  // backend busy
       b->hdrPosted = true;
       b->postedNs = proxyNowNs();
-      for (const Pending& pd : b->cmds) times.cmdToPost.add(b->postedNs - pd.seenNs);
+      times.isendHdr.add(b->postedNs - callNs);
+      times.batchToPost.add(b->postedNs - b->formedNs);
+      for (const Pending& pd : b->cmds) {
+        times.cmdToPost.add(b->postedNs - pd.seenNs);
+        times.cmdToBatch.add(b->formedNs - pd.seenNs);
+      }
       progress = true;
     }
     while (b->nextPost < b->chunks.size()) {
@@ -720,7 +728,14 @@ ncclResult_t proxyDestroy(Proxy* p) {
   p->stop.store(true);
   if (p->thread.joinable()) {
     p->thread.join();
-    proxyReportTimes(p->cfg.rank, p->times, p->cmds.load(), p->batches.load());
+    ProxyRecvCalls rc;
+    for (PeerState& ps : p->peers) {
+      NetRecvCounts n;
+      if (!ps.recvComm || !p->cfg.net->recvCounts(ps.recvComm, &n)) continue;
+      rc.counted = true;
+      rc.calls += n.calls, rc.empty += n.empty, rc.msgs += n.msgs;
+    }
+    proxyReportTimes(p->cfg.rank, p->times, p->cmds.load(), p->batches.load(), rc);
   }
   Net* net = p->cfg.net;
   for (PeerState& ps : p->peers) {
