@@ -5,6 +5,7 @@
 //   put_signal(d, src, peer, dst_offset, bytes, slot, v)  ... then update its signal slot
 //   signal(d, peer, slot, v)                              signal after every earlier put
 //   wait_signal(d, slot, v[, from])                       until my slot >= v
+//   wait_signal_from(d, slot, v, writer)                  the same, writer the slot's only one
 //   quiet(d)                                              source buffers reusable
 //   recv_ptr(d, from, offset)                             where `from`'s puts landed here
 //   send_ptr(d, offset)                                   zero-copy source area
@@ -188,6 +189,19 @@ __device__ __forceinline__ void stagePublish(const NetDev& d, uint64_t idx) {
   ptx::stReleaseGpu(d.stagePub + s, idx / d.stageSlots + 1);
 }
 
+// wait_signal_from's loop: until other + *word >= value (one thread).
+__device__ __forceinline__ bool waitOne(const NetDev& d, const uint64_t* word, uint64_t other,
+                                        uint64_t value, uint32_t slot, int writer) {
+  NetSpin sp;
+  while (other + ptx::ldAcquireSys(word) < value) {
+    uint32_t kind = sp.check(d);
+    if (kind)
+      return fail(d, kind, writer, rt::kOpWaitSignal, (int)slot, rt::kWaitSignal, value,
+                  sp.s.waited());
+  }
+  return true;
+}
+
 // The peer's signal word in its P2P window.
 __device__ __forceinline__ uint64_t* localSignal(const NetDev& d, int li, uint32_t slot) {
   return static_cast<uint64_t*>(d.localWins[li]) + slot;
@@ -311,6 +325,33 @@ __device__ __forceinline__ bool wait_signal(const NetDev& d, uint32_t slot, uint
           break;
         }
       }
+    }
+  }
+  return !G::any(!ok);
+}
+
+// wait_signal for a slot that only rank `writer` updates, for the comm's lifetime (a
+// channel's data and ack slots; not add slots of several ranks). Faster: of the two words
+// that make up the slot, the writer's route (P2P stores or the proxy) changes only one; the
+// other is read once (it never changes: no ordering to acquire) and only the writer's word
+// is polled, a host-mapped word when the writer is remote: one PCIe read per poll instead of
+// two serial loads. `writer` also names the peer in error messages.
+template <class G = Block>
+__device__ __forceinline__ bool wait_signal_from(const NetDev& d, uint32_t slot, uint64_t value,
+                                                 int writer) {
+  bool ok = true;
+  if (G::rank() == 0) {
+    if (slot >= d.nSignals || writer < 0 || writer >= d.nRanks) {
+      ok = detail::fail(d, rt::kErrArgs, writer, rt::kOpWaitSignal, (int)slot, rt::kWaitNone, value,
+                        0);
+    } else if (d.peerLocal[writer] >= 0) {
+      // peerLocal is symmetric (local ranks agree on P2P mapping): the writer reaches me with
+      // P2P stores exactly when I reach it so.
+      ok = detail::waitOne(d, d.sigLocal + slot, ptx::ldVolatile64(d.sigRemote + slot), value, slot,
+                           writer);
+    } else {
+      ok = detail::waitOne(d, d.sigRemote + slot, ptx::ldVolatile64(d.sigLocal + slot), value, slot,
+                           writer);
     }
   }
   return !G::any(!ok);
