@@ -20,6 +20,11 @@ namespace dn = ::mk::dev::net;
 
 constexpr int kHierThreads = 512;
 
+// Waits name the slot's one writer (netchan.cuh: one word polled) except in the 8-bit
+// kernels, which ptxas (CUDA 12) then makes spill a few bytes.
+template <int DT>
+constexpr bool kOneWriter = sizeof(typename Num<DT>::U) > 1;
+
 // Chunk k of the call: its sequence number, elements, my segment and window bank.
 struct HierChunk {
   uint64_t s;      // sequence number (device-resident base + k + 1)
@@ -72,14 +77,16 @@ __device__ bool hierFront(const HierArgs& a, const HierChunk& c, typename Num<DT
       __syncthreads();
       src = static_cast<const char*>(stage);
     }
-    if (!netAcquire(d, kHierSigAckL + j, c.s - 1, kHierBanks, peer)) return false;
+    if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckL + j, c.s - 1, kHierBanks, peer))
+      return false;
     if (!netPublish(d, src, peer, c.bank + hierRsOff(a.stride, nl, l), len * es, kHierSigRS + l,
                     c.s - 1))
       return false;
   }
   for (int j = 0; j < nl; j++) {
     if (j == l) continue;
-    if (!netReceive(d, kHierSigRS + j, c.s - 1, a.localPeer[j])) return false;
+    if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRS + j, c.s - 1, a.localPeer[j]))
+      return false;
   }
   {
     // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1);
@@ -101,7 +108,8 @@ __device__ bool hierFront(const HierArgs& a, const HierChunk& c, typename Num<DT
   for (int b = 0; b < nn; b++) {
     if (b == me) continue;
     const int peer = a.railPeer[b];
-    if (!netAcquire(d, kHierSigAckN + b, c.s - 1, kHierBanks, peer)) return false;
+    if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckN + b, c.s - 1, kHierBanks, peer))
+      return false;
     if (!netPublish(d, part, peer, c.bank + hierRailOff(a.stride, nl, me), c.myLen * es,
                     kHierSigRail + me, c.s - 1))
       return false;
@@ -121,7 +129,8 @@ __device__ bool hierBack(const HierArgs& a, const HierChunk& c) {
   char* part = recv + (c.cb + c.myOff) * es;
   for (int b = 0; b < nn; b++) {
     if (b == me) continue;
-    if (!netReceive(d, kHierSigRail + b, c.s - 1, a.railPeer[b])) return false;
+    if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRail + b, c.s - 1, a.railPeer[b]))
+      return false;
   }
   {
     // Every rail member combines the same partials in the same order: the same bits.
@@ -144,7 +153,7 @@ __device__ bool hierBack(const HierArgs& a, const HierChunk& c) {
   for (int j = 0; j < nl; j++) {
     if (j == l) continue;
     const int peer = a.localPeer[j];
-    if (!netReceive(d, kHierSigAG + j, c.s - 1, peer)) return false;
+    if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigAG + j, c.s - 1, peer)) return false;
     uint64_t o, len;
     c.seg(j, &o, &len);
     copyBytes(recv + (c.cb + o) * es, dn::recv_ptr(d, peer, c.bank + hierAgOff(a.stride, nl, j)),

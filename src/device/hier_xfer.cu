@@ -24,6 +24,12 @@ __device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) {
   return a > b ? a : b;
 }
 
+// Waits name the slot's one writer (netchan.cuh: one word polled) except in the kernels of
+// 64-bit types: at 128 registers already, ptxas (CUDA 12) then drops them to 64 registers
+// with ~500 bytes of spills (any form tried: inline, one loop per route, out of line).
+template <int DT>
+constexpr bool kOneWriter = sizeof(typename Num<DT>::U) < 8;
+
 template <class A>
 __device__ __forceinline__ uint64_t slotOff(const A& a, int sender, uint64_t q) {
   return a.areaBase + (uint64_t)sender * a.areaBytes + (q & 1) * a.slotBytes;
@@ -49,7 +55,8 @@ __device__ __forceinline__ void setCounter(const A& a, uint32_t slot, uint64_t v
 template <int DT, class A>
 __device__ bool sendChunk(const A& a, int peer, const void* src, uint64_t len, uint64_t q,
                           bool scale, uint64_t scalarBits) {
-  if (!netAcquire(a.d, kXSigAck + peer, q - 1, kXSlots, peer)) return false;
+  if (!netAcquire<dn::Block, kOneWriter<DT>>(a.d, kXSigAck + peer, q - 1, kXSlots, peer))
+    return false;
   if (scale) {
     void* z = dn::send_ptr(a.d, slotOff(a, peer, q));
     scaleMulti<DT>(&z, 1, src, len / sizeof(typename Num<DT>::U), scalarBits, threadIdx.x,
@@ -101,7 +108,8 @@ __device__ bool recvStep(const A& a, const XStep& s) {
   for (uint64_t k = 0; k < nch; k++) {
     const uint64_t q = base + k + 1;
     const uint64_t len = umin64(a.slotBytes, bytes - k * a.slotBytes);
-    if (!netReceive(a.d, kXSigData + s.peer, q - 1, s.peer)) return false;
+    if (!netReceive<dn::Block, kOneWriter<DT>>(a.d, kXSigData + s.peer, q - 1, s.peer))
+      return false;
     copyBytes(dst + k * a.slotBytes, dn::recv_ptr(a.d, s.peer, slotOff(a, s.peer, q)), len,
               threadIdx.x, blockDim.x);
     __syncthreads();  // every read of the slot is done before the ack frees it
@@ -149,7 +157,7 @@ __device__ void reduceN(const A& a, const void* const* srcs, int n, const uint64
 
 // Waits for chunk k of every channel input of list `li` and points srcs at it (my own entry:
 // `mine`). Thread 0 fills the table; the API's waits end with a barrier.
-template <class A>
+template <int DT, class A>
 __device__ bool gatherInputs(const A& a, int li, uint64_t k, const void* mine, const void** srcs) {
   for (int j = 0; j < a.listLen[li]; j++) {
     const int p = a.list[li][j];
@@ -158,7 +166,7 @@ __device__ bool gatherInputs(const A& a, int li, uint64_t k, const void* mine, c
       continue;
     }
     const uint64_t q = counter(a, kXSigRcvd + p) + k + 1;
-    if (!netReceive(a.d, kXSigData + p, q - 1, p)) return false;
+    if (!netReceive<dn::Block, kOneWriter<DT>>(a.d, kXSigData + p, q - 1, p)) return false;
     if (threadIdx.x == 0) srcs[j] = dn::recv_ptr(a.d, p, slotOff(a, p, q));
   }
   __syncthreads();
@@ -209,14 +217,15 @@ __device__ bool reduceStep(const A& a, const XStep& s, uint64_t scalarBits) {
     if (toPeer) {
       // Scratch in the zero-copy source area; its slot was last used by chunk qo - 2,
       // which the peer has consumed (so the proxy has sent it) once ACK >= qo - 2.
-      if (!netAcquire(a.d, kXSigAck + s.peer, qo - 1, kXSlots, s.peer)) return false;
+      if (!netAcquire<dn::Block, kOneWriter<DT>>(a.d, kXSigAck + s.peer, qo - 1, kXSlots, s.peer))
+        return false;
       out = dn::send_ptr(a.d, (qo & 1) * a.slotBytes);
     }
-    if (!gatherInputs(a, 0, k, mine, srcs)) return false;
+    if (!gatherInputs<DT>(a, 0, k, mine, srcs)) return false;
     reduceN<DT>(a, srcs, a.listLen[0], pmScal, out, len, c1);
     __syncthreads();
     if (l2) {
-      if (!gatherInputs(a, 1, k, out, srcs)) return false;
+      if (!gatherInputs<DT>(a, 1, k, out, srcs)) return false;
       reduceN<DT>(a, srcs, a.listLen[1], pmScal, out, len, c2);
       __syncthreads();
     }

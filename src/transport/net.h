@@ -51,6 +51,13 @@ struct NetProperties {
   size_t maxCollBytes = (size_t)1 << 31;
 };
 
+// Receive system calls of a recv comm (diagnostics: MKERNEL_PROXY_STATS).
+struct NetRecvCounts {
+  uint64_t calls = 0;  // receive system calls on the path the caller's test() drives
+  uint64_t empty = 0;  // of which found nothing to read
+  uint64_t msgs = 0;   // messages (chunks of messages) they delivered
+};
+
 class Net {
  public:
   virtual ~Net() = default;
@@ -81,6 +88,8 @@ class Net {
   virtual ncclResult_t closeSend(void* sendComm) = 0;
   virtual ncclResult_t closeRecv(void* recvComm) = 0;
   virtual ncclResult_t closeListen(void* listenComm) = 0;
+  // Diagnostics: false (the default) when the backend does not count them.
+  virtual bool recvCounts(void* recvComm, NetRecvCounts* out) { return false; }
 };
 
 // Backends. Each returns ncclSystemError with a "not available: why" warning when it

@@ -400,6 +400,18 @@ class SocketNet : public Net {
     return failed ? checkError(c) : ncclSuccess;
   }
 
+  // The inline connection's reads (the ones the caller's test() pays for); the helper
+  // threads' reads of large messages are not counted.
+  bool recvCounts(void* recvComm, NetRecvCounts* out) override {
+    Comm* c = static_cast<Comm*>(recvComm);
+    if (c == nullptr || c->isSend || !c->inlineConn) return false;
+    std::lock_guard<std::mutex> io(c->ioMu);
+    out->calls = c->rx.calls;
+    out->empty = c->rx.empty;
+    out->msgs = c->rx.frames;
+    return true;
+  }
+
   ncclResult_t closeSend(void* sendComm) override {
     if (sendComm) destroyComm(static_cast<Comm*>(sendComm));
     return ncclSuccess;

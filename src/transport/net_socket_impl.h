@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -93,15 +94,27 @@ struct Conn {
   std::deque<Task> queue;  // send side of a helper connection
 };
 
-// Receive state of the inline connection between progress calls.
+// Bytes the inline connection reads at once: a frame header with a small payload (a proxy
+// batch header with its inline data fits) and often the frames behind it, in one recv().
+constexpr size_t kInlineRxBuf = 8 << 10;
+
+// Receive state of the inline connection between progress calls: the frame being received
+// and the bytes read ahead of it. Payloads of at least kInlineRxBuf bytes still missing are
+// read straight into their receive buffer (no copy through `in`).
 struct InlineRx {
-  Frame f{};
-  size_t hdrGot = 0;
-  bool bound = false;  // f matched to (req, j, buf)
-  Request* req = nullptr;
-  int j = 0, buf = 0;
-  size_t payGot = 0;
-  bool closed = false;  // clean EOF seen (counted in eofs)
+  struct Cur {
+    Frame f{};
+    size_t hdrGot = 0;
+    bool bound = false;  // f matched to (req, j, buf)
+    Request* req = nullptr;
+    int j = 0, buf = 0;
+    size_t payGot = 0;
+  } cur;
+  std::unique_ptr<char[]> in;   // kInlineRxBuf bytes, allocated at the first read
+  size_t inPos = 0, inEnd = 0;  // read, not yet consumed: in[inPos, inEnd)
+  bool closed = false;          // clean EOF seen (counted in eofs)
+  // Net::recvCounts: recv() calls, those that found nothing, frames landed.
+  uint64_t calls = 0, empty = 0, frames = 0;
 };
 
 struct Comm {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 #include <poll.h>
@@ -166,29 +167,68 @@ ssize_t readSome(Comm* c, int fd, void* p, size_t len, bool* eof) {
   }
 }
 
+// Reads the inline connection into its read-ahead buffer (empty when called): one recv()
+// for up to kInlineRxBuf bytes. *drained: the read came back short, so the socket had no
+// more and a second read now would only find nothing. Returns readSome's verdict.
+ssize_t fillRx(Comm* c, int fd, bool* drained, bool* eof) {
+  InlineRx& s = c->rx;
+  s.inPos = s.inEnd = 0;
+  ssize_t r = readSome(c, fd, s.in.get(), kInlineRxBuf, eof);
+  s.calls++;
+  if (r == 0) s.empty++;
+  if (r > 0) {
+    s.inEnd = (size_t)r;
+    *drained = s.inEnd < kInlineRxBuf;
+  }
+  return r;
+}
+
+// Takes up to n read-ahead bytes into dst; returns how many.
+size_t takeRx(InlineRx& s, void* dst, size_t n) {
+  n = std::min(n, s.inEnd - s.inPos);
+  memcpy(dst, s.in.get() + s.inPos, n);
+  s.inPos += n;
+  return n;
+}
+
+// Frames are parsed out of the read-ahead buffer, so a small message (header and payload
+// arrive together) costs one recv(), and a burst of them one recv() per kInlineRxBuf bytes.
+// A read that came back short emptied the socket: the call then stops when it needs more
+// bytes instead of asking again (the caller polls; the next call reads).
 void progressRx(Comm* c) {
   const int fd = c->conns[0].fd;
   InlineRx& s = c->rx;
+  if (!s.in) {
+    s.in.reset(new (std::nothrow) char[kInlineRxBuf]);
+    if (!s.in) {
+      setError(c, ncclSystemError, "socket net: cannot allocate a receive buffer");
+      return;
+    }
+  }
+  bool drained = false;
   for (int frames = 0; frames < kInlineFramesPerCall && !s.closed; frames++) {
     if (c->error.load(std::memory_order_relaxed) != ncclSuccess) return;
+    InlineRx::Cur& f = s.cur;
     bool eof = false;
-    while (s.hdrGot < sizeof(Frame)) {
-      ssize_t r =
-          readSome(c, fd, reinterpret_cast<char*>(&s.f) + s.hdrGot, sizeof(Frame) - s.hdrGot, &eof);
-      if (r == 0) return;
-      if (r < 0) {
-        if (eof && s.hdrGot == 0) {
-          s.closed = true;
-          connEof(c);
-        } else if (eof) {
-          recvFailed(c, NetIo::kClosed, 0);
+    while (f.hdrGot < sizeof(Frame)) {
+      if (s.inPos == s.inEnd) {
+        if (drained) return;
+        ssize_t r = fillRx(c, fd, &drained, &eof);
+        if (r == 0) return;
+        if (r < 0) {
+          if (eof && f.hdrGot == 0) {
+            s.closed = true;
+            connEof(c);
+          } else if (eof) {
+            recvFailed(c, NetIo::kClosed, 0);
+          }
+          return;
         }
-        return;
       }
-      s.hdrGot += (size_t)r;
+      f.hdrGot += takeRx(s, reinterpret_cast<char*>(&f.f) + f.hdrGot, sizeof(Frame) - f.hdrGot);
     }
-    if (!s.bound) {
-      if (!frameValid(s.f)) {
+    if (!f.bound) {
+      if (!frameValid(f.f)) {
         setError(c, ncclSystemError, "socket net: corrupt frame from peer " + c->peer);
         return;
       }
@@ -196,29 +236,46 @@ void progressRx(Comm* c) {
       ncclResult_t code = ncclSuccess;
       {
         std::lock_guard<std::mutex> lk(c->mu);
-        if (s.f.seq >= c->nextSeq) return;  // its receive is not posted yet
-        s.bound = bindFrame(c, s.f, &s.req, &s.j, &s.buf, &code, &bad);
+        if (f.f.seq >= c->nextSeq) return;  // its receive is not posted yet
+        f.bound = bindFrame(c, f.f, &f.req, &f.j, &f.buf, &code, &bad);
       }
-      if (!s.bound) {
+      if (!f.bound) {
         setError(c, code, bad);
         return;
       }
     }
-    char* dst = static_cast<char*>(s.req->data[s.buf]) + s.f.offset;
-    while (s.payGot < s.f.len) {
-      ssize_t r = readSome(c, fd, dst + s.payGot, s.f.len - s.payGot, &eof);
+    char* dst = static_cast<char*>(f.req->data[f.buf]) + f.f.offset;
+    while (f.payGot < f.f.len) {
+      const size_t want = f.f.len - f.payGot;
+      if (s.inPos < s.inEnd) {
+        f.payGot += takeRx(s, dst + f.payGot, want);
+        continue;
+      }
+      if (drained) return;
+      ssize_t r;
+      if (want >= kInlineRxBuf) {  // large: straight into the receive buffer
+        r = readSome(c, fd, dst + f.payGot, want, &eof);
+        s.calls++;
+        if (r == 0) s.empty++;
+        if (r > 0) {
+          f.payGot += (size_t)r;
+          drained = (size_t)r < want;
+        }
+      } else {
+        r = fillRx(c, fd, &drained, &eof);
+      }
       if (r == 0) return;
       if (r < 0) {
         if (eof) recvFailed(c, NetIo::kClosed, 0);
         return;
       }
-      s.payGot += (size_t)r;
     }
     {
       std::lock_guard<std::mutex> lk(c->mu);
-      chunkLanded(c, s.req, s.j);
+      chunkLanded(c, f.req, f.j);
     }
-    s = InlineRx{};
+    s.frames++;
+    s.cur = InlineRx::Cur{};
   }
 }
 

@@ -91,6 +91,7 @@ struct SendBatch {
   bool hdrPosted = false, hdrDone = false;
   std::vector<Chunk> chunks;
   size_t nextPost = 0;
+  uint64_t formedNs = 0;  // batch formed (its commands taken from the queue)
   uint64_t postedNs = 0;  // header handed to the backend
   size_t msgBytes = 0;    // header message: commands and inline data
 };
@@ -207,6 +208,7 @@ bool Proxy::drainRings() {
   for (size_t i = 0; i < rings.size(); i++) {
     uint64_t first;
     int n = rings[i].ring->poll(buf, kProxyMaxBatch, &first);
+    const uint64_t seenNs = n > 0 ? proxyNowNs() : 0;
     for (int k = 0; k < n; k++) {
       const ProxyCmd& c = buf[k];
       rings[i].flags.push_back(0);
@@ -228,7 +230,7 @@ bool Proxy::drainRings() {
         setError(ncclInvalidUsage, -1, m);
         return true;
       }
-      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket, loopNs});
+      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket, seenNs});
       cmds.fetch_add(1, std::memory_order_relaxed);
     }
     any |= n > 0;
@@ -276,6 +278,7 @@ bool Proxy::progressSend(PeerState& ps) {
     // On the wire the inline data follows the last command.
     if (inl) memmove(reinterpret_cast<char*>(b->hdr) + hdrBytes(n), b->hdr->inl, inl);
     b->msgBytes = hdrBytes(n) + inl;
+    b->formedNs = proxyNowNs();
     ps.sendq.push_back(b);
     batches.fetch_add(1, std::memory_order_relaxed);
     progress = true;
@@ -283,13 +286,19 @@ bool Proxy::progressSend(PeerState& ps) {
   // Post in order: batch k+1 only after every message of batch k is posted.
   for (SendBatch* b : ps.sendq) {
     if (!b->hdrPosted) {
+      const uint64_t callNs = proxyNowNs();
       if (netFailed(net->isend(ps.sendComm, b->hdr, b->msgBytes, kTagHdr, ps.sendHdrMh, &b->hdrReq),
                     ps.rank, "isend(header)"))
         return true;
       if (!b->hdrReq) return progress;  // backend busy
       b->hdrPosted = true;
       b->postedNs = proxyNowNs();
-      for (const Pending& pd : b->cmds) times.cmdToPost.add(b->postedNs - pd.seenNs);
+      times.isendHdr.add(b->postedNs - callNs);
+      times.batchToPost.add(b->postedNs - b->formedNs);
+      for (const Pending& pd : b->cmds) {
+        times.cmdToPost.add(b->postedNs - pd.seenNs);
+        times.cmdToBatch.add(b->formedNs - pd.seenNs);
+      }
       progress = true;
     }
     while (b->nextPost < b->chunks.size()) {
@@ -583,6 +592,15 @@ void Proxy::run() {
       if (errCode.load() != ncclSuccess) break;
       progress |= progressRecv(ps);
     }
+    // Commands the GPU pushed while this iteration sat in the peers' system calls (often
+    // the answer to what it just received: an ack, the next chunk) leave now rather than
+    // after another round of receive polls. Only after progress: an idle loop stays cheap.
+    if (progress && errCode.load() == ncclSuccess && drainRings()) {
+      for (PeerState& ps : peers) {
+        if (errCode.load() != ncclSuccess) break;
+        if (!ps.queued.empty()) progressSend(ps);
+      }
+    }
     if (errCode.load() != ncclSuccess) break;
     if (progress) {
       lastActive = loopNs;
@@ -710,7 +728,14 @@ ncclResult_t proxyDestroy(Proxy* p) {
   p->stop.store(true);
   if (p->thread.joinable()) {
     p->thread.join();
-    proxyReportTimes(p->cfg.rank, p->times, p->cmds.load(), p->batches.load());
+    ProxyRecvCalls rc;
+    for (PeerState& ps : p->peers) {
+      NetRecvCounts n;
+      if (!ps.recvComm || !p->cfg.net->recvCounts(ps.recvComm, &n)) continue;
+      rc.counted = true;
+      rc.calls += n.calls, rc.empty += n.empty, rc.msgs += n.msgs;
+    }
+    proxyReportTimes(p->cfg.rank, p->times, p->cmds.load(), p->batches.load(), rc);
   }
   Net* net = p->cfg.net;
   for (PeerState& ps : p->peers) {

@@ -11,6 +11,7 @@
 
 #include "base/checks.h"
 #include "base/param.h"
+#include "transport/proxy_ring_dev.h"
 
 namespace mk {
 
@@ -51,8 +52,10 @@ ncclResult_t ProxyRing::create(uint64_t nslots, ProxyRingMem mem, ProxyRing** ou
     CUDACHECKGOTO(cudaHostAlloc(&r->slotsAlloc_, slotBytes, cudaHostAllocMapped), res, fail);
     CUDACHECKGOTO(cudaHostAlloc(&r->ctrAlloc_, sizeof(ProxyRingCounters), cudaHostAllocMapped), res,
                   fail);
-    CUDACHECKGOTO(cudaMalloc(&r->tailDevAlloc_, sizeof(uint64_t)), res, fail);
-    CUDACHECKGOTO(cudaMemset(r->tailDevAlloc_, 0, sizeof(uint64_t)), res, fail);
+    // tail and the producers' copies of head and done (proxy_ring_dev.h), all 0 like the
+    // host words.
+    CUDACHECKGOTO(cudaMalloc(&r->tailDevAlloc_, sizeof(ProxyRingDevWords)), res, fail);
+    CUDACHECKGOTO(cudaMemset(r->tailDevAlloc_, 0, sizeof(ProxyRingDevWords)), res, fail);
     CUDACHECKGOTO(cudaHostGetDevicePointer(&slotsDev, r->slotsAlloc_, 0), res, fail);
     CUDACHECKGOTO(cudaHostGetDevicePointer(&ctrDev, r->ctrAlloc_, 0), res, fail);
     memset(r->slotsAlloc_, 0, slotBytes);
@@ -65,7 +68,7 @@ ncclResult_t ProxyRing::create(uint64_t nslots, ProxyRingMem mem, ProxyRing** ou
           static_cast<ProxyCmd*>(r->slotsAlloc_), n, nullptr, &c->head, &c->done, &c->abort};
       r->dev_ = {static_cast<ProxyCmd*>(slotsDev),
                  n,
-                 static_cast<uint64_t*>(r->tailDevAlloc_),
+                 &static_cast<ProxyRingDevWords*>(r->tailDevAlloc_)->tail,
                  &cd->head,
                  &cd->done,
                  &cd->abort};

@@ -50,7 +50,8 @@ std::string ProxyLatHist::str(const char* name) const {
   return buf;
 }
 
-void proxyReportTimes(int rank, const ProxyTimes& t, uint64_t cmds, uint64_t batches) {
+void proxyReportTimes(int rank, const ProxyTimes& t, uint64_t cmds, uint64_t batches,
+                      const ProxyRecvCalls& rc) {
   char head[240];
   snprintf(head, sizeof(head),
            "proxy rank %d: %llu commands in %llu batches; %llu loops, %llu yields (%llu slow), "
@@ -60,9 +61,26 @@ void proxyReportTimes(int rank, const ProxyTimes& t, uint64_t cmds, uint64_t bat
            (unsigned long long)t.yields, (unsigned long long)t.slowYields,
            (unsigned long long)t.sleeps, (double)t.maxGapNs / 1000.0,
            (unsigned long long)t.gapsOver200us);
-  const std::string lines[3] = {t.cmdToPost.str("command -> header posted"),
+  char calls[240];
+  if (!rc.counted) {
+    snprintf(calls, sizeof(calls), "receive system calls: not counted by this backend");
+  } else {
+    // Per message: what a message costs in calls that returned data (or EOF); the empty ones
+    // are the polls between messages.
+    const double msgs = rc.msgs ? (double)rc.msgs : 1.0;
+    snprintf(calls, sizeof(calls),
+             "receive system calls: %llu for %llu messages (%.2f per message with data, "
+             "%llu empty polls)",
+             (unsigned long long)rc.calls, (unsigned long long)rc.msgs,
+             (double)(rc.calls - rc.empty) / msgs, (unsigned long long)rc.empty);
+  }
+  const std::string lines[7] = {t.cmdToPost.str("command -> header posted"),
+                                t.cmdToBatch.str("  command -> batch formed"),
+                                t.batchToPost.str("  batch formed -> header posted"),
+                                t.isendHdr.str("isend(header) call"),
                                 t.postToSent.str("header posted -> batch sent"),
-                                t.hdrToApplied.str("header received -> applied")};
+                                t.hdrToApplied.str("header received -> applied"),
+                                calls};
   if (MK_PARAM_INT(ProxyStats) != 0) {
     fprintf(stderr, "[mkernel] %s\n", head);
     for (const std::string& l : lines)

@@ -21,7 +21,10 @@ struct ProxyLatHist {
 };
 
 struct ProxyTimes {
-  ProxyLatHist cmdToPost;     // ring command taken -> its batch header handed to the backend
+  ProxyLatHist cmdToPost;     // ring command taken -> its batch header handed to the backend,
+  ProxyLatHist cmdToBatch;    //   = taken -> its batch formed (queued behind other work)
+  ProxyLatHist batchToPost;   //   + batch formed -> header posted (isend calls, busy retries)
+  ProxyLatHist isendHdr;      // the isend() call that posted a header (per batch)
   ProxyLatHist postToSent;    // header posted -> every message of the batch sent
   ProxyLatHist hdrToApplied;  // batch header received -> its data landed, signals applied
   uint64_t loops = 0, yields = 0, slowYields = 0, sleeps = 0;
@@ -35,6 +38,13 @@ struct ProxyTimes {
   }
 };
 
-void proxyReportTimes(int rank, const ProxyTimes& t, uint64_t cmds, uint64_t batches);
+// Receive system calls of the backend's recv comms (Net::recvCounts), summed over peers.
+struct ProxyRecvCalls {
+  bool counted = false;  // the backend counts them
+  uint64_t calls = 0, empty = 0, msgs = 0;
+};
+
+void proxyReportTimes(int rank, const ProxyTimes& t, uint64_t cmds, uint64_t batches,
+                      const ProxyRecvCalls& rc);
 
 }  // namespace mk
