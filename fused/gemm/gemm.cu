@@ -259,9 +259,11 @@ bool canImplement(const GemmArgs& a, std::string* why) {
       return fail(why, "groups.num=%lld must be in 1..%lld", g.num, kMaxGroups);
     if (g.rowStart == nullptr || g.rowCount == nullptr)
       return fail(why, "a grouped GEMM needs groups.rowStart and groups.rowCount (device arrays)");
-    if (a.hooks.rowReady != nullptr || a.hooks.tileDone != nullptr ||
-        a.hooks.tileOrder != nullptr || a.hooks.rowBlockOffset != 0 || a.dTiled)
-      return fail(why, "a grouped GEMM takes no fused-operator hooks and no tile-by-tile D");
+    if (a.hooks.tileDone != nullptr || a.hooks.tileOrder != nullptr ||
+        a.hooks.rowBlockOffset != 0 || a.dTiled)
+      return fail(why,
+                  "a grouped GEMM takes no tile hooks (tileDone, tileOrder, rowBlockOffset) and "
+                  "no tile-by-tile D; of the fused-operator hooks only rowReady");
     if (a.pipeline == 2)
       return fail(why, "a grouped GEMM runs the deep pipeline (pipeline 0 or 1, not 2)");
     const int64_t rows = a.bLayout == BLayout::kKN ? a.K : a.N;

@@ -73,7 +73,9 @@ struct GemmHooks {
 // rowCount[g] up to the next multiple of kTileM are written with unspecified values, so the
 // caller's packed layout leaves them as padding (no other group may start before it).
 // B is [groups][N][K] (kNK) or [groups][K][N] (kKN), each group ldb-pitched, groups strideB
-// elements apart (0 = N * ldb or K * ldb).
+// elements apart (0 = N * ldb or K * ldb). Of the hooks a grouped GEMM takes rowReady (and
+// seqBase, wait): flags over A's packed rows, so that rows may land while the GEMM runs (a
+// fused dispatch releases a tile's flags once its rows from every source are in place).
 struct GemmGroups {
   int32_t num = 0;                    // groups; 0 = an ordinary GEMM
   const int32_t* rowStart = nullptr;  // [num], device
@@ -119,7 +121,7 @@ struct GemmArgs {
   // the product P = A·B, computed from the fp32 accumulators and rounded once (ldd >= N / 2,
   // 0 = N / 2). Each tile pairs 128 gate columns with the 128 up columns they gate, so the
   // 2I-wide product never reaches memory. Grouped GEMMs with B in the kNK layout, N % 16 == 0,
-  // 16-bit D, beta == 0, no hooks.
+  // 16-bit D, beta == 0, no tile hooks.
   bool swiglu = false;
   GemmHooks hooks;
   GemmGroups groups;

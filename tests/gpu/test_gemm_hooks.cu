@@ -2,6 +2,7 @@
 // random order by a kernel on another stream, tiles published through per-tile flags and
 // picked up by a watcher kernel on a third stream, sequence numbers across calls without
 // resetting flags, and the bounded wait (timeout and abort leave an error record and return).
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -218,6 +219,116 @@ TEST(GemmHooks, RowsReadyRandomOrderAndTilePublish) {
       cudaFree(times);
     }
   cudaFreeHost(hostSeq);
+  mk::rt::domainDestroy(st);
+}
+
+// A grouped GEMM (the MoE experts' GEMM) whose rows land while it runs: groups of random sizes
+// (an empty one, partial last tiles) at tile-aligned starts in a packed A; a kernel on another
+// stream copies A's 64-row blocks in random order, releasing each block's flag, as a fused
+// dispatch would. Every valid row of every group against an fp64 reference of its own B.
+TEST(GemmHooks, GroupedRowsReady) {
+  REQUIRE_SM90();
+  int sms = 0, clockKHz = 0;
+  GT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GT_CUDA(cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, 0));
+  mk::rt::Domain* st = nullptr;
+  ASSERT_EQ(mk::rt::domainCreate(0, &st), ncclSuccess);
+  const uint64_t seed = mktest::testSeed();
+  std::mt19937_64 rng(seed);
+  const int G = 5, N = 512, K = 256, rowsPerFlag = 64;
+  std::vector<int32_t> start(G), count(G);
+  int M = 0;
+  for (int g = 0; g < G; ++g) {
+    count[g] = g == 2 ? 0 : 1 + (int)(rng() % 300);
+    start[g] = M;
+    M += (count[g] + 127) / 128 * 128;
+  }
+  M += 128;  // a trailing tile that no group uses
+  const int nFlags = M / rowsPerFlag;
+  void *A = nullptr, *aFinal = nullptr, *B = nullptr, *D = nullptr;
+  int32_t *dMeta = nullptr, *dOrder = nullptr;
+  uint64_t *flags = nullptr, *times = nullptr;
+  double* ref = nullptr;
+  CmpResult* cmp = nullptr;
+  GT_CUDA(cudaMalloc(&A, (size_t)M * K * 2));
+  GT_CUDA(cudaMalloc(&aFinal, (size_t)M * K * 2));
+  GT_CUDA(cudaMalloc(&B, (size_t)G * N * K * 2));
+  GT_CUDA(cudaMalloc(&D, (size_t)M * N * 2));
+  GT_CUDA(cudaMalloc(&dMeta, 2 * G * sizeof(int32_t)));
+  GT_CUDA(cudaMalloc(&dOrder, nFlags * sizeof(int32_t)));
+  GT_CUDA(cudaMalloc(&flags, nFlags * sizeof(uint64_t)));
+  GT_CUDA(cudaMalloc(&times, sizeof(uint64_t)));
+  GT_CUDA(cudaMalloc(&ref, (size_t)300 * N * sizeof(double)));
+  GT_CUDA(cudaMalloc(&cmp, sizeof(CmpResult)));
+  GT_CUDA(cudaMemset(flags, 0, nFlags * sizeof(uint64_t)));
+  GT_CUDA(
+      cudaFuncSetAttribute(releaseRowsKernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+  std::vector<int32_t> meta(start);
+  meta.insert(meta.end(), count.begin(), count.end());
+  GT_CUDA(cudaMemcpy(dMeta, meta.data(), meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  cudaStream_t sGemm, sRel;
+  GT_CUDA(cudaStreamCreateWithFlags(&sGemm, cudaStreamNonBlocking));
+  GT_CUDA(cudaStreamCreateWithFlags(&sRel, cudaStreamNonBlocking));
+  for (uint64_t seq = 1; seq <= 2; ++seq) {  // flags never reset: the second call waits for 2
+    SCOPED_TRACE(testing::Message() << "seq=" << seq);
+    fillRandom(aFinal, M, K, K, DType::kBF16, seed * 8 + seq);
+    fillRandom(B, (int64_t)G * N, K, K, DType::kBF16, seed * 8 + 4 + seq);
+    GT_CUDA(cudaMemset(A, 0xFF, (size_t)M * K * 2));  // unreleased rows read as NaN
+    GT_CUDA(cudaMemset(D, 0xFF, (size_t)M * N * 2));
+    std::vector<int32_t> order(nFlags);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    GT_CUDA(cudaMemcpy(dOrder, order.data(), nFlags * sizeof(int32_t), cudaMemcpyHostToDevice));
+    GT_CUDA(cudaDeviceSynchronize());
+    GemmArgs g;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.B = B;
+    g.D = D;
+    g.groups.num = G;
+    g.groups.rowStart = dMeta;
+    g.groups.rowCount = dMeta + G;
+    g.smBudget = sms - 2;  // leave SMs for the releasing kernel
+    g.hooks.rowReady = flags;
+    g.hooks.rowReadyExpected = seq;
+    g.hooks.rowsPerFlag = rowsPerFlag;
+    g.hooks.wait = mk::rt::domainCtx(st, mk::rt::kOpGemm, 20000);
+    releaseRowsKernel<<<1, 256, 0, sRel>>>(
+        static_cast<const uint16_t*>(aFinal), static_cast<uint16_t*>(A), K, M, rowsPerFlag, dOrder,
+        nFlags, flags, seq, (long long)clockKHz / 50, (long long)clockKHz * 2, times);
+    ASSERT_EQ(mk::gemm::launch(g, sGemm), ncclSuccess);
+    GT_CUDA(cudaDeviceSynchronize());
+    std::string msg;
+    ASSERT_EQ(mk::rt::domainCheck(st, &msg), ncclSuccess) << msg;
+    for (int gi = 0; gi < G; ++gi) {
+      if (count[gi] == 0) continue;
+      const char* a = static_cast<const char*>(A) + (size_t)start[gi] * K * 2;
+      const char* b = static_cast<const char*>(B) + (size_t)gi * N * K * 2;
+      const char* d = static_cast<const char*>(D) + (size_t)start[gi] * N * 2;
+      dim3 grid((N + 15) / 16, (count[gi] + 15) / 16), block(16, 16);
+      refKernel<<<grid, block>>>(count[gi], N, K, a, K, b, K, BLayout::kNK, DType::kBF16, nullptr,
+                                 N, DType::kBF16, 1.0f, 0.0f, ref);
+      CmpResult init = {0, ~0ull, 0, 0, 0};
+      GT_CUDA(cudaMemcpy(cmp, &init, sizeof(init), cudaMemcpyHostToDevice));
+      compareKernel<<<256, 256>>>(count[gi], N, d, N, DType::kBF16, ref, outRtol(DType::kBF16),
+                                  2e-5 * std::sqrt((double)K) + 1e-3, cmp);
+      CmpResult res;
+      GT_CUDA(cudaMemcpy(&res, cmp, sizeof(res), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(res.bad, 0ull) << "group " << gi << " (start " << start[gi] << ", " << count[gi]
+                               << " rows), first bad row " << res.firstBad / N;
+    }
+  }
+  cudaStreamDestroy(sGemm);
+  cudaStreamDestroy(sRel);
+  for (void* q : {A, aFinal, B, D}) cudaFree(q);
+  cudaFree(dMeta);
+  cudaFree(dOrder);
+  cudaFree(flags);
+  cudaFree(times);
+  cudaFree(ref);
+  cudaFree(cmp);
   mk::rt::domainDestroy(st);
 }
 

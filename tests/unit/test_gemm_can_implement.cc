@@ -120,8 +120,15 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   expectReject(a, "groups.num=257");
   a.groups.num = 3;
   a.hooks.tileOrder = dev;
-  expectReject(a, "no fused-operator hooks");
+  expectReject(a, "no tile hooks");
   a.hooks.tileOrder = nullptr;
+  a.hooks.tileDone = reinterpret_cast<uint64_t*>(gBuf);
+  expectReject(a, "no tile hooks");
+  a.hooks.tileDone = nullptr;
+  // The rows-ready hook works in the packed row space (a fused MoE dispatch releases it).
+  a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
+  EXPECT_TRUE(mk::gemm::canImplement(a, nullptr));
+  a.hooks.rowReady = nullptr;
   a.pipeline = 2;
   expectReject(a, "deep pipeline");
   a.pipeline = 0;
