@@ -9,7 +9,8 @@
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
-// 1 = deep load ring, 2 = wide epilogue staging), interleaved with the rest.
+// 1 = deep load ring, 2 = wide epilogue staging), interleaved with the rest; with --groups the
+// grouped GEMM with the wide staging too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too.
 // --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
@@ -151,7 +152,8 @@ int main(int argc, char** argv) {
 
   struct Row {
     Shape s;
-    double eng, eng16, h0, best, maxdiff, deep, wide, grouped, pair, deepPair, widePair;
+    double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, pair, deepPair,
+        widePair;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -269,7 +271,7 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&gMeta, meta.size() * sizeof(int32_t)));
       CK(cudaMemcpy(gMeta, meta.data(), meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     }
-    auto runGrouped = [&]() {
+    auto runGrouped = [&](int pipeline = 0) {
       mk::gemm::GemmArgs g;
       g.M = G * gSpan;
       g.N = sh.N;
@@ -280,12 +282,14 @@ int main(int argc, char** argv) {
       g.groups.num = G;
       g.groups.rowStart = gMeta;
       g.groups.rowCount = gMeta + G;
+      g.pipeline = pipeline;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "grouped engine launch failed\n");
         exit(1);
       }
     };
-    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tPair, tDeepPair, tWidePair;
+    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tPair, tDeepPair,
+        tWidePair;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
@@ -303,6 +307,7 @@ int main(int argc, char** argv) {
         }
       }
       if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
+      if (G > 0 && pipes) tGrpWide.push_back(timeOne([&] { runGrouped(2); }));
     }
     const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
@@ -321,6 +326,8 @@ int main(int argc, char** argv) {
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
+    row.groupedWide =
+        G > 0 && median(tGrpWide) > 0 ? gFlop / (median(tGrpWide) * 1e-3) / 1e12 : 0.0;
     row.nAlgos = nAlgos;
     rows.push_back(row);
     printf(
@@ -333,6 +340,9 @@ int main(int argc, char** argv) {
           "  %5d x %5d x %5d: grouped %d x %d rows %6.1f TFLOP/s (%.3f of the plain engine, "
           "%.3f of cuBLAS best)\n",
           sh.M, sh.N, sh.K, G, gRows, row.grouped, row.grouped / row.eng, row.grouped / row.best);
+    if (G > 0 && pipes)
+      printf("  %5d x %5d x %5d: grouped wide staging %6.1f TFLOP/s (%.3f of the deep ring)\n",
+             sh.M, sh.N, sh.K, row.groupedWide, row.groupedWide / row.grouped);
     if (pipes)
       printf("  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)\n",
              sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best);
@@ -408,10 +418,11 @@ int main(int argc, char** argv) {
             "\"cublas_best_tflops\": %.2f, \"cublas_candidates\": %d, \"ratio\": %.4f, "
             "\"max_rel_diff_vs_cublas\": %.3e, \"engine_deep_tflops\": %.2f, "
             "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f, "
+            "\"engine_grouped_wide_tflops\": %.2f, "
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
             "\"engine_pairs_wide_tflops\": %.2f}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            r.deep, r.wide, r.grouped, r.pair, r.deepPair, r.widePair,
+            r.deep, r.wide, r.grouped, r.groupedWide, r.pair, r.deepPair, r.widePair,
             i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");

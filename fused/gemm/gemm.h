@@ -103,8 +103,9 @@ struct GemmArgs {
   // Row blocks per raster group (L2 reuse): 0 = automatic.
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (the wide
-  // epilogue for 16-bit outputs with K <= kWideMaxK), 1 = deep load ring, 2 = wide epilogue
-  // staging (16-bit outputs only). Fused operators' compute roles always run the deep ring.
+  // epilogue for 16-bit outputs with K <= kWideMaxK; grouped GEMMs: deep), 1 = deep load ring,
+  // 2 = wide epilogue staging (16-bit outputs only). Fused operators' compute roles always run
+  // the deep ring.
   int32_t pipeline = 0;
   // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B

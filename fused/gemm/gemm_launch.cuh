@@ -71,12 +71,24 @@ ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) 
 template <DType kIn, DType kOut, BLayout kB>
 ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   if (p.grpNum > 0) {
-    if constexpr (kB == BLayout::kNK && kOut != DType::kF32) {
-      if (p.swiglu) return launchPipe<Traits<kIn, kOut, kB, GroupPipe, true>>(p, grid, stream);
-    } else if (p.swiglu) {
-      // canImplement refuses these (preload does not call it); nothing was instantiated.
-      MK_WARN("GEMM: the SwiGLU epilogue needs B [N,K] and a 16-bit D");
-      return ncclInvalidArgument;
+    // The wide staging only when asked for (GemmArgs::pipeline 2); preload (grid 0) loads
+    // both pipelines.
+    if (p.swiglu) {
+      if constexpr (kB == BLayout::kNK && kOut != DType::kF32) {
+        if (p.wide || grid <= 0)
+          NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe, true>>(p, grid, stream)));
+        if (p.wide) return ncclSuccess;
+        return launchPipe<Traits<kIn, kOut, kB, GroupPipe, true>>(p, grid, stream);
+      } else {
+        // canImplement refuses these (preload does not call it); nothing was instantiated.
+        MK_WARN("GEMM: the SwiGLU epilogue needs B [N,K] and a 16-bit D");
+        return ncclInvalidArgument;
+      }
+    }
+    if constexpr (kOut != DType::kF32) {
+      if (p.wide || grid <= 0)
+        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe>>(p, grid, stream)));
+      if (p.wide) return ncclSuccess;
     }
     return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   }

@@ -87,11 +87,15 @@ using DeepPipe = PipeCfg<4, 2>;
 using WidePipe = PipeCfg<3, 4>;
 // Grouped GEMMs: the deep ring plus the groups' tile prefix sums ([kMaxGroups + 1] ints).
 using GroupPipe = PipeCfg<4, 2, kMaxGroups + 1>;
+// Grouped GEMMs with the wide epilogue staging (GemmArgs::pipeline = 2, 16-bit outputs).
+using GroupWidePipe = PipeCfg<3, 4, kMaxGroups + 1>;
 // Shared memory a GEMM CTA is launched with, whichever pipeline it runs (fused kernels size
 // their CTAs with it).
 constexpr int kSmemBytes =
     DeepPipe::kSmemBytes > WidePipe::kSmemBytes ? DeepPipe::kSmemBytes : WidePipe::kSmemBytes;
 static_assert(GroupPipe::kSmemBytes <= kMaxSmemPerBlock, "grouped GEMM CTA exceeds shared memory");
+static_assert(GroupWidePipe::kSmemBytes <= kMaxSmemPerBlock,
+              "grouped wide GEMM CTA exceeds shared memory");
 
 // Register budgets (setmaxnreg): 384 threads start at 168; the three WGs must sum <= 504.
 constexpr int kProducerRegs = 40;

@@ -36,7 +36,8 @@ struct GroupedCase {
   bool hot;             // one group takes most rows
   bool swiglu = false;  // GemmArgs::swiglu: D [M, N/2]
   float alpha = 1.0f;
-  int padD = 0;  // ldd = D's width + padD (odd: the direct-store epilogue); pads stay poisoned
+  int padD = 0;      // ldd = D's width + padD (odd: the direct-store epilogue); pads stay poisoned
+  int pipeline = 0;  // GemmArgs::pipeline (2: the wide epilogue staging)
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -125,6 +126,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.swiglu = c.swiglu;
     g.alpha = c.alpha;
     g.ldd = ldd;
+    g.pipeline = c.pipeline;
     const ncclResult_t r = mk::gemm::launch(g, 0);
     if (r != ncclSuccess) err = "launch failed: " + std::to_string((int)r);
     if (err.empty()) ck(cudaDeviceSynchronize(), "grouped GEMM");
@@ -206,13 +208,19 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       // alpha applied once, before silu; padded rows (TMA store) and odd ldd (direct stores).
       {4, 384, 128, BLayout::kNK, DType::kBF16, 0.0f, 0, false, true, 0.5f, 8},
       {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1},
+      // The wide epilogue staging (pipeline 2): plain both layouts, beta, SwiGLU, odd ldd.
+      {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false, false, 1.0f, 0, 2},
+      {17, 136, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 2},
+      {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 5, true, true, 1.0f, 0, 2},
+      {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1, 2},
   };
   int i = 0;
   for (const GroupedCase& c : cases) {
     SCOPED_TRACE("case " + std::to_string(i) + ": " + std::to_string(c.groups) +
                  " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                  (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " out " +
-                 mk::gemm::dtypeName(c.dt) + (c.swiglu ? " swiglu" : ""));
+                 mk::gemm::dtypeName(c.dt) + (c.swiglu ? " swiglu" : "") +
+                 (c.pipeline == 2 ? " wide" : ""));
     EXPECT_EQ(runGrouped(c, seed + 7919 * (++i)), "");
   }
 }
