@@ -184,8 +184,8 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * Precision: the GEMMs accumulate in fp32. With w1 in the NK layout GEMM1 applies SwiGLU to its
  * fp32 accumulators and stores only the product (buf->act, inType; buf->h, still required, is
  * not written); with KN (or MKERNEL_MOE_SWIGLU_EPILOGUE=0) it stores buf->h in inType and a
- * SwiGLU kernel computes buf->act from it. The expert outputs (buf->out) are fp32; the combine adds the
- * slots in slot order in fp32 and rounds once to outType. A token whose slots are all -1 gets
+ * SwiGLU kernel computes buf->act from it. The expert outputs (buf->out) are fp32; the combine adds
+ * the slots in slot order in fp32 and rounds once to outType. A token whose slots are all -1 gets
  * zeros. On a rank whose call reports an error (its bound exceeded, a bad expert id in its
  * topkIdx), y is unspecified; the other ranks' y are complete. The buffers (ncclMoeFfnBuffers_t)
  * are the rows this rank receives, in the packed layout of ncclMoeRecv_t (expertCount, expertOffset
