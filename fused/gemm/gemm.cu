@@ -342,7 +342,6 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.ldc = effLdc(a);
   p.alpha = a.alpha;
   p.beta = a.beta;
-  p.skew = (int32_t)MK_PARAM_INT(GemmSkew);
   p.cluster = resolvedCluster(a);
   p.hooks = a.hooks;
   p.hooks.rowBlockOffset = ((a.hooks.rowBlockOffset % p.tilesM) + p.tilesM) % p.tilesM;

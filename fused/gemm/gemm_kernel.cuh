@@ -55,7 +55,6 @@ struct Traits {
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
-constexpr int kBarSkew = 4;       // GemmParams::skew: WG0 arrives, WG1 waits (256 threads)
 
 // ---- output conversion --------------------------------------------------------------------
 
@@ -400,12 +399,6 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   int32_t pending = -1;  // tile whose stores are issued but not yet published
   int32_t stage = 0;
   uint32_t phase = 0;
-  // Skew: WG0 arrives after its first `skew` k-steps (or when it has no such step), WG1 waits
-  // for that before its first one. Stages are freed only once both WGs have read them, so WG0
-  // can run ahead only through the stages loaded without any release: at most kStages - 1.
-  const int32_t skewSteps = min(p.skew, Tr::Pipe::kStages - 1);
-  bool skewed = skewSteps > 0;
-  if (skewed && wg == 1) ptx::namedBarSync(kBarSkew, 256);
   for (int32_t t = cta / Tr::kCluster; t < numTiles; t += nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
@@ -430,10 +423,6 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       ptx::wgmmaWait<1>();
       ptx::fenceAccumulators(acc);
       if (k > 0 && lane == 0) releaseStage<Tr>(&sm.empty[prev]);
-      if (skewed && wg == 0 && k + 1 == min(skewSteps, p.kTiles)) {
-        ptx::namedBarArrive(kBarSkew, 256);
-        skewed = false;
-      }
       prev = stage;
       if (++stage == Tr::Pipe::kStages) {
         stage = 0;
@@ -454,7 +443,6 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     pending = mBlk * p.tilesN + nBlk;
   }
-  if (skewed && wg == 0) ptx::namedBarArrive(kBarSkew, 256);  // no tile reached the step
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
   // barrier inside publishTile is reached by all 256 consumer threads.
   if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);

@@ -32,10 +32,6 @@ struct GemmParams {
   const void* C;
   int64_t ldc;
   float alpha, beta;
-  // Consumer skew (MKERNEL_GEMM_SKEW, an experiment for small K): the second consumer WG starts
-  // once the first has done this many k-steps (at most the pipeline's stages - 1), so that one
-  // WG's epilogue can run while the other still issues wgmma (0: both start together).
-  int32_t skew;
   int32_t cluster;  // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
   GemmHooks hooks;
 };

@@ -261,31 +261,6 @@ TEST(GemmCorrectness, BothPipelines) {
           }
 }
 
-// MKERNEL_GEMM_SKEW (the second consumer WG starts k-steps after the first): every skew up to
-// past the pipeline depth (clamped), with fewer k-steps than the skew, tails, both pipelines,
-// budgets that give CTAs several tiles or none beyond the grid. No hang, every element right.
-TEST(GemmCorrectness, ConsumerSkew) {
-  REQUIRE_SM90();
-  const uint64_t seed = mktest::testSeed();
-  const int shapes[][3] = {{300, 520, 64}, {513, 1100, 1024}, {129, 72, 136}, {1024, 2048, 256}};
-  int n = 0;
-  for (const char* skew : {"1", "2", "3", "9"})
-    for (auto& s : shapes)
-      for (int pipeline : {1, 2})
-        for (int budget : {0, 5}) {
-          mktest::ScopedEnv env("MKERNEL_GEMM_SKEW", skew);
-          Problem p(s[0], s[1], s[2], BLayout::kNK, DType::kBF16, DType::kBF16, 0, 0, 0);
-          SCOPED_TRACE(p.name() + " skew " + skew + " pipeline " + std::to_string(pipeline) +
-                       " budget " + std::to_string(budget));
-          EXPECT_EQ(runAndCheck(p, seed + (++n),
-                                [&](GemmArgs& g) {
-                                  g.pipeline = pipeline;
-                                  g.smBudget = budget;
-                                }),
-                    "");
-        }
-}
-
 // CTA pairs (GemmArgs::cluster = 2: B tiles split between the two CTAs of a cluster and
 // multicast to both): odd and even row-block counts (the last pair's second CTA past M), tails
 // in N and K, both B layouts, both 16-bit outputs and input types, beta, both pipelines, SM
@@ -338,15 +313,6 @@ TEST(GemmCorrectness, ClusterPairs) {
     g.dType = DType::kF32;  // never paired: the environment leaves it unpaired
     ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
     EXPECT_EQ(gp.cluster, 1);
-  }
-  // With the consumer skew (the second WG starts k-steps late) on both CTAs of each pair.
-  {
-    mktest::ScopedEnv skew("MKERNEL_GEMM_SKEW", "2");
-    for (auto& s : shapes) {
-      Problem p(s[0], s[1], s[2], BLayout::kNK, DType::kBF16, DType::kBF16);
-      SCOPED_TRACE(p.name() + " pairs with skew 2");
-      EXPECT_EQ(runAndCheck(p, seed + (++n), [&](GemmArgs& g) { g.cluster = 2; }), "");
-    }
   }
   mktest::ScopedEnv env("MKERNEL_GEMM_CLUSTER", "2");
   for (auto& s : shapes) {
