@@ -103,7 +103,7 @@ struct GemmArgs {
   // Row blocks per raster group (L2 reuse): 0 = automatic.
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (the wide
-  // epilogue for 16-bit outputs with K <= kWideMaxK; grouped GEMMs: deep), 1 = deep load ring,
+  // epilogue for 16-bit outputs with K <= kWideMaxK, grouped too), 1 = deep load ring,
   // 2 = wide epilogue staging (16-bit outputs only). Fused operators' compute roles always run
   // the deep ring.
   int32_t pipeline = 0;
