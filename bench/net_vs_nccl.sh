@@ -12,7 +12,8 @@
 # each size checked element by element once, then timed as nccl-tests does. Then, as a
 # diagnostic, the 2 x 1 latency sweep again with each process bound to one CPU (what
 # `mpirun --bind-to core` does with two ranks), for both libraries, and once more for
-# mkernel with the socket backend's helper-thread path (MKERNEL_SOCKET_INLINE=0).
+# mkernel with the socket backend's helper-thread path (MKERNEL_SOCKET_INLINE=0) and with
+# every ack sent at once (MKERNEL_PROXY_ACK_HOLD_US=0).
 # Targets: latency <= 1.0x NCCL's up to 64 KiB, bus bandwidth >= 1.0x from 8 MiB.
 #
 # usage: bench/net_vs_nccl.sh <build-dir> <out-dir> [--dry-run] [--quick] [--no-bound]
@@ -67,7 +68,7 @@ MK_ENV=(MKERNEL_EMULATE_NODES=2 MKERNEL_TIMEOUT_MS=60000 MKERNEL_PROXY_STATS=1)
 NC_ENV=(NCCL_NET=Socket NCCL_IB_DISABLE=1)
 # Variables that would change what is measured; unset for every run.
 CLEAN=(-u LD_PRELOAD -u NCCL_HOSTID -u NCCL_NET -u MKERNEL_NET -u NCCL_NET_PLUGIN -u MKERNEL_SOCKET_NCONNS
-  -u MKERNEL_SOCKET_INLINE)
+  -u MKERNEL_SOCKET_INLINE -u MKERNEL_PROXY_ACK_HOLD_US)
 
 # Two CPUs this process may use, for the bound diagnostic.
 CPUS=$(python3 -c "import os; c=sorted(os.sched_getaffinity(0)); print(','.join(map(str, c[:2])) if len(c) >= 2 else '')")
@@ -170,6 +171,9 @@ BW_SAVE=$BW
 BW=""
 EXTRA_ENV=(MKERNEL_SOCKET_INLINE=0)
 run mk_2x1_helpers "mkernel 2 nodes x 1, MKERNEL_SOCKET_INLINE=0 (socket helper threads)" 2 1 "$LIB" mk
+# Every ack in a wire message of its own (no held acks), for comparison.
+EXTRA_ENV=(MKERNEL_PROXY_ACK_HOLD_US=0)
+run mk_2x1_nohold "mkernel 2 nodes x 1, MKERNEL_PROXY_ACK_HOLD_US=0 (acks not held)" 2 1 "$LIB" mk
 EXTRA_ENV=()
 BW=$BW_SAVE
 [[ $DRY == 1 ]] && exit 0
@@ -208,6 +212,8 @@ def table(r):
 pairs = [("2 nodes x 1", "mk_2x1", "nccl_2x1"), ("2 nodes x 2", "mk_2x2", "nccl_4x1"),
          ("2 x 1, one CPU per process (diagnostic, no target)", "mk_2x1_bound", "nccl_2x1_bound"),
          ("2 x 1, mkernel with MKERNEL_SOCKET_INLINE=0 (diagnostic, no target)", "mk_2x1_helpers",
+          "nccl_2x1"),
+         ("2 x 1, mkernel with MKERNEL_PROXY_ACK_HOLD_US=0 (diagnostic, no target)", "mk_2x1_nohold",
           "nccl_2x1")]
 md = ["# mkernel vs NCCL, one process per rank on one GPU (MPS)", "",
       "- command: `%s`" % cmdline, "- commit: %s" % commit, "- device: %s" % device,

@@ -74,6 +74,7 @@ struct Pending {
   int ring;
   uint64_t ticket;
   uint64_t seenNs;  // when the proxy took it from its ring
+  bool held;        // a lazy ack (kSignalLazy) that may wait for the next batch
 };
 
 struct Chunk {
@@ -134,6 +135,12 @@ struct PeerState {
   void* flushReq = nullptr;
   std::chrono::steady_clock::time_point flushDeadline;
   bool inlineOk = false;  // small puts to this peer travel inside the header
+  // Commands in `queued` that must leave now (not held acks).
+  size_t urgent = 0;
+  // The last batch from this peer that carried data carried at most kInlineCap bytes: its
+  // traffic is small messages, whose acks are held (a bulk stream's acks pace the sender
+  // and leave at once).
+  bool recvSmall = true;
 };
 
 struct RingTrack {
@@ -159,6 +166,7 @@ class Proxy {
   std::atomic<uint64_t> cmds{0}, batches{0}, bytesSent{0}, bytesRecv{0}, signalsApplied{0};
   ProxyTimes times;     // written by the proxy thread only; read after it stopped
   uint64_t loopNs = 0;  // start of the current loop iteration
+  uint64_t holdNs = 0;  // MKERNEL_PROXY_ACK_HOLD_US
 
   void setError(ncclResult_t res, int peerRank, const std::string& what) {
     std::lock_guard<std::mutex> lk(errMu);
@@ -217,8 +225,8 @@ bool Proxy::drainRings() {
         retire((int)i, ticket);
         continue;
       }
-      bool bad = c.op > kProxySignal || c.sigOp > kSignalAdd || c.peer >= rankToPeer.size() ||
-                 rankToPeer[c.peer] < 0;
+      bool bad = c.op > kProxySignal || (c.sigOp & ~kSignalLazy) > kSignalAdd ||
+                 c.peer >= rankToPeer.size() || rankToPeer[c.peer] < 0;
       if (!bad && c.op != kProxySignal)
         bad = c.bytes > cfg.sendBytes || c.srcOff > cfg.sendBytes - c.bytes;
       if (bad) {
@@ -230,7 +238,11 @@ bool Proxy::drainRings() {
         setError(ncclInvalidUsage, -1, m);
         return true;
       }
-      peers[rankToPeer[c.peer]].queued.push_back(Pending{c, (int)i, ticket, seenNs});
+      PeerState& ps = peers[rankToPeer[c.peer]];
+      const bool held = holdNs > 0 && c.op == kProxySignal && (c.sigOp & kSignalLazy) &&
+                        c.sigOp != (kSignalAdd | kSignalLazy) && ps.recvSmall;
+      ps.queued.push_back(Pending{c, (int)i, ticket, seenNs, held});
+      if (!held) ps.urgent++;
       cmds.fetch_add(1, std::memory_order_relaxed);
     }
     any |= n > 0;
@@ -241,8 +253,9 @@ bool Proxy::drainRings() {
 bool Proxy::progressSend(PeerState& ps) {
   bool progress = false;
   Net* net = cfg.net;
-  // Form new batches.
-  while (!ps.queued.empty() && ps.sendq.size() < (size_t)kMaxInflight) {
+  // Form new batches. Held acks alone wait (up to holdNs) for something urgent to ride with.
+  while (!ps.queued.empty() && ps.sendq.size() < (size_t)kMaxInflight &&
+         (ps.urgent > 0 || ps.queued.front().seenNs + holdNs <= loopNs)) {
     SendBatch* b = new SendBatch();
     b->hdr = &ps.sendHdrs[ps.sendSeq % kMaxInflight];
     b->hdr->magic = kHdrMagic;
@@ -252,10 +265,12 @@ bool Proxy::progressSend(PeerState& ps) {
     while (!ps.queued.empty() && n < kProxyMaxBatch) {
       Pending pd = ps.queued.front();
       ps.queued.pop_front();
+      if (!pd.held) ps.urgent--;
       const ProxyCmd& c = pd.cmd;
       ProxyWireCmd& w = b->hdr->cmds[n];
-      w = ProxyWireCmd{c.op,   c.sigOp, c.dstOff, c.op == kProxySignal ? 0 : c.bytes,
-                       c.slot, c.value};
+      w = ProxyWireCmd{c.op,     c.sigOp & ~kSignalLazy,
+                       c.dstOff, c.op == kProxySignal ? 0 : c.bytes,
+                       c.slot,   c.value};
       if (ps.inlineOk && w.bytes > 0 && inl + inlineSpan(w.bytes) <= kInlineCap) {
         // The GPU made the source visible before it published the command (fence, then
         // the release of its valid word, which drainRings acquired).
@@ -396,12 +411,13 @@ bool Proxy::progressRecv(PeerState& ps) {
         return true;
       }
       ps.recvSeq++;
-      uint64_t inl = 0;
+      uint64_t inl = 0, putBytes = 0;
       for (uint32_t i = 0; i < h.count; i++) {
         const ProxyWireCmd& c = h.cmds[i];
         const uint32_t op = c.op & ~kWireInline;
         const bool inLine = (c.op & kWireInline) != 0;
         b->firstChunk[i] = b->chunks.size();
+        if (op != kProxySignal) putBytes += c.bytes;
         bool bad = op < kProxyPut || op > kProxySignal || (inLine && op == kProxySignal);
         if (op != kProxySignal)
           bad |= c.bytes > cfg.recvBytes || c.dstOff > cfg.recvBytes - c.bytes;
@@ -432,6 +448,7 @@ bool Proxy::progressRecv(PeerState& ps) {
         return true;
       }
       b->firstChunk[h.count] = b->chunks.size();
+      if (putBytes > 0) ps.recvSmall = putBytes <= kInlineCap;
     }
     while (b->nextPost < b->chunks.size()) {
       Chunk& ch = b->chunks[b->nextPost];
@@ -636,6 +653,7 @@ ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
   Proxy* p = new Proxy();
   p->cfg = cfgIn;
   ProxyConfig& cfg = p->cfg;
+  p->holdNs = (uint64_t)MK_PARAM_INT(ProxyAckHoldUs) * 1000;
   if (cfg.timeoutMs <= 0) cfg.timeoutMs = netTimeoutMs();
   Net* net = cfg.net;
   ncclResult_t res = ncclSuccess;

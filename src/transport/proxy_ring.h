@@ -32,6 +32,12 @@ enum ProxySignalOp : uint32_t {
   kSignalSet = 0,  // signal = value   (value: a monotonic sequence number)
   kSignalAdd = 1,  // signal += value
 };
+// Flag on the sigOp of a kProxySignal command: an acknowledgement (a receiver freeing a
+// slot) that nobody waits for at once, so the proxy may hold it up to
+// MKERNEL_PROXY_ACK_HOLD_US to travel in the next batch to that peer instead of in a wire
+// message of its own. Small messages in both directions then cost one message per call
+// and direction instead of two.
+constexpr uint32_t kSignalLazy = 1u << 8;
 
 struct alignas(64) ProxyCmd {
   uint64_t valid;   // ticket + 1 once the body is written; written last

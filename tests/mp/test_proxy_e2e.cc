@@ -156,6 +156,86 @@ TEST(ProxyE2E, OutOfRangeDestinationIsAnAsyncError) {
   EXPECT_EQ(codes[1], 0);
 }
 
+// Held acknowledgements (kSignalLazy, MKERNEL_PROXY_ACK_HOLD_US): after small messages a
+// lazy signal waits for the next command to the same peer and travels in its batch (one
+// batch, applied first); alone it leaves once the hold expires; after bulk data from that
+// peer it leaves at once. Rank 1 holds, rank 0 watches. The hold is 1 s so that "not yet"
+// and "at once" are far apart on a loaded machine.
+TEST(ProxyE2E, HeldAckRidesWithTheNextBatch) {
+  auto codes = mknet::runRanks(
+      2,
+      [](const Ctx& ctx) {
+        using Clock = std::chrono::steady_clock;
+        setenv("MKERNEL_PROXY_ACK_HOLD_US", "1000000", 1);
+        Rank rk;
+        const ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, 1 << 17);
+        unsetenv("MKERNEL_PROXY_ACK_HOLD_US");
+        EXPECT_EQ(res, ncclSuccess) << mk::lastError();
+        if (res != ncclSuccess) return 2;
+        const auto lazy = (mk::ProxySignalOp)(mk::kSignalSet | mk::kSignalLazy);
+        auto waitSig = [&](int slot, uint64_t v, double s) {
+          const auto end = Clock::now() + std::chrono::duration<double>(s);
+          while (rk.sig(slot) < v && Clock::now() < end) usleep(100);
+          return rk.sig(slot) >= v;
+        };
+        auto waitDone = [&](uint64_t n, double s) {
+          const auto end = Clock::now() + std::chrono::duration<double>(s);
+          while (mk::proxyCompleted(rk.proxy, 0) < n && Clock::now() < end) usleep(100);
+          return mk::proxyCompleted(rk.proxy, 0) >= n;
+        };
+        auto secs = [](Clock::time_point t0) {
+          return std::chrono::duration<double>(Clock::now() - t0).count();
+        };
+        // 1. Held, then carried by the next command's batch.
+        if (ctx.rank == 1) {
+          EXPECT_EQ(rk.ring->signal(0, 2, 5, lazy, 5000), ncclSuccess);
+          usleep(50000);
+          EXPECT_EQ(mk::proxyCompleted(rk.proxy, 0), 0u) << "the lazy signal left alone";
+          EXPECT_EQ(mk::proxyStats(rk.proxy).batches, 0u);
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        if (ctx.rank == 0) EXPECT_EQ(rk.sig(2), 0u) << "the lazy signal arrived before the hold";
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        if (ctx.rank == 1) {
+          rk.sendBuf[0] = 0x5a;
+          EXPECT_EQ(rk.ring->putSignal(0, 0, 0, 8, 3, 7, mk::kSignalSet, 5000), ncclSuccess);
+          EXPECT_TRUE(waitDone(2, 0.5)) << "the put did not take the held signal along";
+          EXPECT_EQ(mk::proxyStats(rk.proxy).batches, 1u) << "held signal and put: one batch";
+        } else {
+          EXPECT_TRUE(waitSig(3, 7, 0.5));
+          EXPECT_EQ(rk.sig(2), 5u);  // applied with (before) the put's signal
+          EXPECT_EQ(rk.recvBuf[0], 0x5a);
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        // 2. Alone: it leaves when the hold expires, not before.
+        if (ctx.rank == 1) {
+          const auto t0 = Clock::now();
+          EXPECT_EQ(rk.ring->signal(0, 2, 6, lazy, 5000), ncclSuccess);
+          EXPECT_TRUE(waitDone(3, 10));
+          EXPECT_GE(secs(t0), 0.9);
+        } else {
+          EXPECT_TRUE(waitSig(2, 6, 10));
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        // 3. After bulk data from the peer (64 KiB), acks pace a stream: no hold.
+        if (ctx.rank == 0) {
+          EXPECT_EQ(rk.ring->putSignal(1, 0, 0, 1 << 16, 4, 1, mk::kSignalSet, 5000), ncclSuccess);
+          EXPECT_TRUE(waitSig(2, 7, 0.5)) << "the ack after bulk data was held";
+        } else {
+          EXPECT_TRUE(waitSig(4, 1, 5));
+          const auto t0 = Clock::now();
+          EXPECT_EQ(rk.ring->signal(0, 2, 7, lazy, 5000), ncclSuccess);
+          EXPECT_TRUE(waitDone(4, 0.5));
+          EXPECT_LT(secs(t0), 0.5);
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        return 0;
+      },
+      60);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
 // Fault test: three ranks fully connected; rank 2 is SIGKILLed. Ranks 0 and 1 get an
 // ncclRemoteError naming peer rank 2 well within the timeout, and their rings are aborted
 // so producers waiting for space fail instead of hanging.

@@ -279,7 +279,7 @@ __device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t ds
   if (!sig) return true;
   __threadfence_system();
   G::sync();
-  if (G::rank() == 0) signalWord(localSignal(d, li, slot), value, sigOp);
+  if (G::rank() == 0) signalWord(localSignal(d, li, slot), value, sigOp & ~kSignalLazy);
   return true;
 }
 

@@ -39,11 +39,13 @@ __device__ __forceinline__ bool netReceive(const NetDev& d, uint32_t dataSlot, u
   if constexpr (kOneWriter) return net::wait_signal_from<G>(d, dataSlot, chanReady(k), peer);
   return net::wait_signal<G>(d, dataSlot, chanReady(k), peer);
 }
-// Receiver: message k from `peer` is read; its slot may be reused.
+// Receiver: message k from `peer` is read; its slot may be reused. The sender needs this
+// only `slots` messages later, so across nodes the ack may wait for the next batch to the
+// peer (kSignalLazy).
 template <class G = net::Block>
 __device__ __forceinline__ bool netRelease(const NetDev& d, int peer, uint32_t ackSlot,
                                            uint64_t k) {
-  return net::signal<G>(d, peer, ackSlot, chanReady(k));
+  return net::signal<G>(d, peer, ackSlot, chanReady(k), kSignalSet | kSignalLazy);
 }
 
 }  // namespace dev
