@@ -1,0 +1,2 @@
+# Session 13 call 5 (inline command, machine warm after call 4, same snapshot 9cd7874):
+cd .snap && export PATH=/usr/local/cuda/bin:$PATH; B=$(cd .. && pwd)/build-dev; mkdir -p $OUT/r; for i in 1 2 3; do MK_NVN_BUDGET=100 timeout 120 bash bench/net_vs_nccl.sh $B $OUT/r/nvn$i --quick --no-bound > $OUT/r/nvn$i.log 2>&1; echo "run $i rc=$?"; grep -E "^\| (allreduce|sendrecv) \| (8|4096|65536) \|" $OUT/r/nvn$i/net_vs_nccl.md | head -12 | cut -d'|' -f2-6; done; tar -czf $OUT/r.tgz -C $OUT r
