@@ -217,7 +217,11 @@ void planReduceScatter(const XTopo& t, const XOp& o, std::vector<XPlanLaunch>* o
   const uint64_t B = o.count * o.es;
   Launch L;
   L.s.interleave = true;
-  if (!t.even) {
+  // One rank per node: the direct form. The node form below runs the node blocks one after
+  // the other in the reduction lane (node b combines while every other node sends to it),
+  // so each node's link carries one direction at a time: on the H200 (2 processes as 2
+  // nodes) a GEMM + ReduceScatter took as long as the AllReduce of the same size.
+  if (!t.even || t.nodeRanks[t.node].size() == 1) {
     L.list[0] = everyone(t);
     for (int p = 0; p < t.nRanks; p++)
       if (p != t.me) L.s.steps.push_back(sendRaw(o.send + (uint64_t)p * B, B, p));

@@ -409,6 +409,35 @@ TEST(HierChan, PlansComputeEveryCollective) {
   }
 }
 
+// One rank per node: ReduceScatter sends every partial from the send lane while the
+// reduction lane combines the rank's own block, so both directions of every link carry data
+// at once (the node form would run the node blocks one after the other in one lane).
+TEST(HierChan, ReduceScatterOneRankPerNodeOverlapsSendAndReduce) {
+  for (auto sh : std::vector<std::vector<int>>{{1, 1}, {1, 1, 1}}) {
+    const int n = (int)sh.size();
+    for (int r = 0; r < n; r++) {
+      mk::XOp op{mk::CollType::kReduceScatter, 0, 1 << 20, 4096, 4, 0};
+      std::vector<mk::XPlanLaunch> plan;
+      ASSERT_EQ(mk::hierPlanColl(topoOf(sh, r), op, &plan), "");
+      ASSERT_EQ(plan.size(), 1u);
+      int sends = 0, reduces = 0;
+      for (const mk::XPlanLane& ln : plan[0].lanes) {
+        bool laneSends = false, laneReduces = false;
+        for (const mk::XStep& st : ln.steps) {
+          laneSends |= st.kind == mk::kXSend;
+          laneReduces |= st.kind == mk::kXReduce;
+          sends += st.kind == mk::kXSend;
+          reduces += st.kind == mk::kXReduce;
+          if (st.kind == mk::kXReduce) EXPECT_LT(st.peer, 0) << "a reduction feeds a peer";
+        }
+        EXPECT_FALSE(laneSends && laneReduces) << "rank " << r << ": sends behind a reduction";
+      }
+      EXPECT_EQ(sends, n - 1) << "rank " << r;
+      EXPECT_EQ(reduces, 1) << "rank " << r;
+    }
+  }
+}
+
 TEST(HierChan, CountZeroPlansNothing) {
   std::vector<mk::XPlanLaunch> out;
   mk::XOp op{mk::CollType::kAllGather, 0, 64, 0, 4, 0};
