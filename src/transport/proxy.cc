@@ -141,6 +141,10 @@ struct PeerState {
   // traffic is small messages, whose acks are held (a bulk stream's acks pace the sender
   // and leave at once).
   bool recvSmall = true;
+  // When the last urgent command to this peer was taken from a ring (0: never). Acks are
+  // held only while traffic goes both ways: with nothing of ours to ride with, a held ack
+  // would only slow a one-way stream (the sender waits for it two messages later).
+  uint64_t lastUrgentNs = 0;
 };
 
 struct RingTrack {
@@ -240,9 +244,14 @@ bool Proxy::drainRings() {
       }
       PeerState& ps = peers[rankToPeer[c.peer]];
       const bool held = holdNs > 0 && c.op == kProxySignal && (c.sigOp & kSignalLazy) &&
-                        c.sigOp != (kSignalAdd | kSignalLazy) && ps.recvSmall;
+                        c.sigOp != (kSignalAdd | kSignalLazy) && ps.recvSmall &&
+                        ps.lastUrgentNs != 0 && seenNs - ps.lastUrgentNs < 4 * holdNs;
       ps.queued.push_back(Pending{c, (int)i, ticket, seenNs, held});
-      if (!held) ps.urgent++;
+      if (!held) ps.urgent++, ps.lastUrgentNs = seenNs;
+      // A signal has no source data: a held one is complete for the ring at once, so that
+      // waits on the ring's done counter (quiet, staging slots) never wait out a hold, and
+      // a comm destroyed while one is held leaves a clean ring.
+      if (held) retire((int)i, ticket);
       cmds.fetch_add(1, std::memory_order_relaxed);
     }
     any |= n > 0;
