@@ -154,6 +154,20 @@ __device__ __forceinline__ bool checkPut(const NetDev& d, int peer, uint64_t dst
   return fail(d, rt::kErrArgs, peer, op, (int)slot, rt::kWaitNone, dstOff, bytes);
 }
 
+// Until the proxy's done counter reaches `need` (one thread), bounded by `sp`; then the
+// device copy of done (proxyRingDoneSeen) is raised to what was read. Callers check the copy
+// first: most waits end there without a read across PCIe.
+__device__ __forceinline__ bool waitRingDone(const NetDev& d, uint64_t need, NetSpin& sp, int peer,
+                                             int op, int what) {
+  uint64_t done;
+  while ((done = proxyRingDone(d.ring)) < need) {
+    uint32_t kind = sp.check(d);
+    if (kind) return fail(d, kind, peer, op, -1, what, need, sp.s.waited());
+  }
+  proxyRingNoteDone(d.ring, done);
+  return true;
+}
+
 // Takes staging slot index idx (monotonic) once the command that used the same slot one
 // lap earlier has been sent by the proxy. Single thread.
 __device__ __forceinline__ bool stageAcquire(const NetDev& d, int peer, int op, uint64_t* idx) {
@@ -170,14 +184,8 @@ __device__ __forceinline__ bool stageAcquire(const NetDev& d, int peer, int op, 
     // ... with the ring tail read after the push, an upper bound of its ticket + 1. The
     // device copy of done usually says so already (it is a lap of slots old).
     uint64_t need = ptx::ldVolatile64(d.stageTicket + s);
-    if (!proxyRingDoneSeen(d.ring, need)) {
-      uint64_t done;
-      while ((done = proxyRingDone(d.ring)) < need) {
-        uint32_t kind = sp.check(d);
-        if (kind) return fail(d, kind, peer, op, -1, rt::kWaitStage, need, sp.s.waited());
-      }
-      proxyRingNoteDone(d.ring, done);
-    }
+    if (!proxyRingDoneSeen(d.ring, need) && !waitRingDone(d, need, sp, peer, op, rt::kWaitStage))
+      return false;
   }
   *idx = i;
   return true;
@@ -374,15 +382,7 @@ __device__ __forceinline__ bool quiet(const NetDev& d) {
     const uint64_t need = ptx::ldVolatile64(d.ring.tail);
     if (!proxyRingDoneSeen(d.ring, need)) {
       detail::NetSpin sp;
-      uint64_t done;
-      while ((done = proxyRingDone(d.ring)) < need) {
-        uint32_t kind = sp.check(d);
-        if (kind) {
-          ok = detail::fail(d, kind, -1, rt::kOpQuiet, -1, rt::kWaitQuiet, need, sp.s.waited());
-          break;
-        }
-      }
-      if (ok) proxyRingNoteDone(d.ring, done);
+      ok = detail::waitRingDone(d, need, sp, -1, rt::kOpQuiet, rt::kWaitQuiet);
     }
   }
   return !G::any(!ok);
