@@ -64,6 +64,7 @@ ncclResult_t toArgs(ncclComm* comm, XPlanLaunch& pl, ncclDataType_t dt, const Re
   if (red)
     hierRedFields(*red, comm->nRanks, &x.red, &x.postDiv, &x.premul, &x.scalarOnDevice,
                   &x.scalarPtr, &x.scalarBits);
+  if (pl.noPostDiv) x.postDiv = 0;
   for (int k = 0; k < 2; k++) {
     x.listLen[k] = (int16_t)pl.list[k].size();
     for (size_t j = 0; j < pl.list[k].size(); j++) x.list[k][j] = (int16_t)pl.list[k][j];

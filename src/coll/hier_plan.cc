@@ -62,6 +62,13 @@ XStep reduce(uint64_t mine, uint64_t n, uint64_t dst, int peer, bool l2) {
   return s;
 }
 
+// The partials of list 1 (my own entry: the partial at `acc`) combined into `acc`.
+XStep combineRail(uint64_t acc, uint64_t n) {
+  XStep s = mk(kXReduce, acc, acc, n, -1);
+  s.flags |= kXListOne;
+  return s;
+}
+
 // Builder of one launch: lanes by role; empty steps, lanes and launches are dropped.
 struct Launch {
   XPlanLane s, r, red;  // sends, receives (and copies), reduction
@@ -229,11 +236,38 @@ void planReduceScatter(const XTopo& t, const XOp& o, std::vector<XPlanLaunch>* o
     L.add(out);
     return;
   }
+  const int nN = (int)t.nodeRanks.size(), nL = (int)t.nodeRanks[t.node].size();
+  if (nN == 2) {
+    // Two nodes: first my block's node partial, reduced into recvbuff (no division yet);
+    // then, in three lanes at once, the raw inputs of the other node's blocks to my local
+    // peers, my partial of my rail peer's block to it, and the rail peer's partial of mine
+    // combined with my node partial (node order, as below: the same bits). Both directions
+    // of the rail carry data together.
+    Launch L1, L2;
+    L1.s.interleave = L2.s.interleave = true;
+    L1.list[0] = L2.list[0] = locals(t);
+    L2.list[1] = rail(t);
+    const int other = 1 - t.node;
+    for (int j = 0; j < nL; j++) {
+      if (j == t.local) continue;
+      L1.s.steps.push_back(sendRaw(o.send + (uint64_t)rk(t, t.node, j) * B, B, rk(t, t.node, j)));
+      L2.s.steps.push_back(sendRaw(o.send + (uint64_t)rk(t, other, j) * B, B, rk(t, t.node, j)));
+    }
+    L1.red.steps.push_back(
+        reduce(o.send + (uint64_t)rk(t, t.node, t.local) * B, o.count, o.recv, -1, false));
+    L2.red.steps.push_back(reduce(o.send + (uint64_t)rk(t, other, t.local) * B, o.count, 0,
+                                  rk(t, other, t.local), false));
+    L2.r.steps.push_back(combineRail(o.recv, o.count));
+    const size_t before = out->size();
+    L1.add(out);
+    if (out->size() > before) out->back().noPostDiv = true;
+    L2.add(out);
+    return;
+  }
   // For every node b (in order): the blocks of rail (b, l) reduced inside the node at local
   // index l; the partial goes to (b, l), which combines the nNodes partials in node order.
   L.list[0] = locals(t);
   L.list[1] = rail(t);
-  const int nN = (int)t.nodeRanks.size(), nL = (int)t.nodeRanks[t.node].size();
   for (int b = 0; b < nN; b++) {
     for (int j = 0; j < nL; j++)
       if (j != t.local)
@@ -417,9 +451,12 @@ std::string hierCheckLaunch(const XPlanLaunch& l, int me) {
       if (s.kind == kXRecv) ok = claim(recvLane, s.peer, li);
       if (s.kind == kXReduce) {
         if (s.peer >= 0 && (s.flags & kXHasL2)) return at() + "two-level reduce sent to a peer";
+        const bool one = s.flags & kXListOne;
+        if (one && (s.peer >= 0 || (s.flags & kXHasL2)))
+          return at() + "a list-1 reduce goes to memory, alone";
         if (s.peer >= 0) ok = claim(sendLane, s.peer, li), toPeer = true;
-        for (int k = 0; k < 2 && ok; k++) {
-          if (k == 1 && !(s.flags & kXHasL2)) break;
+        for (int k = one ? 1 : 0; k < 2 && ok; k++) {
+          if (k == 1 && !(s.flags & kXHasL2) && !one) break;
           if (l.list[k].empty()) return at() + "reduce with an empty list";
           for (int p : l.list[k])
             if (p != me) ok = ok && claim(recvLane, p, li);

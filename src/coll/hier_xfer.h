@@ -60,6 +60,8 @@ enum XFlag : uint8_t {
   kXRawInput = 4,  // send: raw input of a list-0 reduction (PreMulSum pre-scales it)
   kXSized = 8,     // send / recv / copy of a device-sized AlltoAll: n is the most it moves
                    // (HierXHead::sized)
+  kXListOne = 16,  // reduce to memory: combine list 1 alone (partials, never scaled; my own
+                   // entry reads p1), then divide for ncclAvg
 };
 
 // One step (by value in the kernel arguments).
@@ -129,6 +131,7 @@ struct XPlanLane {
 struct XPlanLaunch {
   std::vector<XPlanLane> lanes;
   std::vector<int> list[2];  // reduce input lists (ranks)
+  bool noPostDiv = false;    // its outputs are partials a later launch combines (and divides)
 };
 
 // Members 0..g-1 of a group in pairwise-exchange order for member i: round t pairs i with

@@ -206,8 +206,10 @@ __device__ bool reduceStep(const A& a, const XStep& s, uint64_t scalarBits) {
   const uint64_t ce = a.slotBytes / es;  // elements per chunk
   const uint64_t nch = hierChunks(s.n * es, a.slotBytes);
   const bool l2 = s.flags & kXHasL2, toPeer = s.peer >= 0;
+  // kXListOne: list 1 alone (partials: never scaled), as the first and only combine.
+  const int l0 = (s.flags & kXListOne) ? 1 : 0;
   const uint64_t obase = toPeer ? counter(a, kXSigSent + s.peer) : 0;
-  const RedCfg c1{scalarBits, a.premul, l2 || toPeer ? 0 : a.postDiv};
+  const RedCfg c1{scalarBits, l0 ? 0 : a.premul, l2 || toPeer ? 0 : a.postDiv};
   const RedCfg c2{scalarBits, 0, a.postDiv};
   for (uint64_t k = 0; k < nch; k++) {
     const uint64_t len = umin64(ce, s.n - k * ce);
@@ -221,8 +223,8 @@ __device__ bool reduceStep(const A& a, const XStep& s, uint64_t scalarBits) {
         return false;
       out = dn::send_ptr(a.d, (qo & 1) * a.slotBytes);
     }
-    if (!gatherInputs<DT>(a, 0, k, mine, srcs)) return false;
-    reduceN<DT>(a, srcs, a.listLen[0], pmScal, out, len, c1);
+    if (!gatherInputs<DT>(a, l0, k, mine, srcs)) return false;
+    reduceN<DT>(a, srcs, a.listLen[l0], pmScal, out, len, c1);
     __syncthreads();
     if (l2) {
       if (!gatherInputs<DT>(a, 1, k, out, srcs)) return false;
@@ -232,9 +234,9 @@ __device__ bool reduceStep(const A& a, const XStep& s, uint64_t scalarBits) {
     if (toPeer &&
         !netPublish(a.d, out, s.peer, slotOff(a, a.me, qo), len * es, kXSigData + a.me, qo - 1))
       return false;
-    if (!ackInputs(a, 0, k) || (l2 && !ackInputs(a, 1, k))) return false;
+    if (!ackInputs(a, l0, k) || (l2 && !ackInputs(a, 1, k))) return false;
   }
-  advanceInputs(a, 0, nch);
+  advanceInputs(a, l0, nch);
   if (l2) advanceInputs(a, 1, nch);
   if (toPeer) {
     setCounter(a, kXSigSent + s.peer, obase + nch);

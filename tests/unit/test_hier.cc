@@ -221,12 +221,13 @@ struct Model {
       default:
         break;
     }
-    const bool l2 = s.flags & mk::kXHasL2;
-    for (int k = 0; k < (l2 ? 2 : 1); k++)
+    const bool l2 = s.flags & mk::kXHasL2, one = s.flags & mk::kXListOne;
+    const int k0 = one ? 1 : 0, k1 = l2 || one ? 2 : 1;  // lists combined: [k0, k1)
+    for (int k = k0; k < k1; k++)
       for (int p : l.list[k])
         if (p != r && !ready(r, p, s.n * 4)) return false;
     std::vector<int32_t> acc(s.n, 0);
-    for (int k = 0; k < (l2 ? 2 : 1); k++) {
+    for (int k = k0; k < k1; k++) {
       std::vector<int32_t> part(s.n, 0);
       for (int p : l.list[k]) {
         std::vector<int32_t> v(s.n);
@@ -234,6 +235,8 @@ struct Model {
           memcpy(v.data(), at(r, s.p1), s.n * 4);
           if (!scal.empty())
             for (auto& x : v) x = (int32_t)((uint32_t)x * (uint32_t)scal[r]);
+        } else if (p == r && one) {
+          memcpy(v.data(), at(r, s.p1), s.n * 4);  // a partial: never scaled
         } else if (p == r)
           v = acc;
         else
@@ -377,8 +380,8 @@ void runCase(const Case& c) {
 
 TEST(HierChan, PlansComputeEveryCollective) {
   using mk::CollType;
-  const std::vector<std::vector<int>> shapes{{2, 2}, {2, 4}, {4, 2},   {1, 1, 1},
-                                             {2, 1}, {3, 2}, {1, 3, 2}};
+  const std::vector<std::vector<int>> shapes{{2, 2},    {2, 4}, {4, 2}, {1, 1, 1}, {2, 1},   {3, 2},
+                                             {1, 3, 2}, {1, 1}, {3, 3}, {4, 4},    {2, 2, 2}};
   const CollType types[] = {CollType::kAllGather,     CollType::kBroadcast, CollType::kReduce,
                             CollType::kReduceScatter, CollType::kAllReduce, CollType::kAlltoAll,
                             CollType::kGather,        CollType::kScatter};
@@ -434,6 +437,31 @@ TEST(HierChan, ReduceScatterOneRankPerNodeOverlapsSendAndReduce) {
       }
       EXPECT_EQ(sends, n - 1) << "rank " << r;
       EXPECT_EQ(reduces, 1) << "rank " << r;
+    }
+  }
+}
+
+// Two nodes of several ranks: ReduceScatter's second launch sends my partial of the rail
+// peer's block and combines the rail peer's partial of mine in different lanes (both
+// directions at once); the first launch reduces my own block inside the node, undivided.
+TEST(HierChan, ReduceScatterTwoNodesOverlapsRailDirections) {
+  for (int nl : {2, 3, 4}) {
+    for (int r = 0; r < 2 * nl; r++) {
+      mk::XOp op{mk::CollType::kReduceScatter, 0, 1 << 20, 4096, 4, 0};
+      std::vector<mk::XPlanLaunch> plan;
+      ASSERT_EQ(mk::hierPlanColl(topoOf({nl, nl}, r), op, &plan), "");
+      ASSERT_EQ(plan.size(), 2u);
+      EXPECT_TRUE(plan[0].noPostDiv);
+      EXPECT_FALSE(plan[1].noPostDiv);
+      int toRail = -1, combine = -1;
+      for (size_t li = 0; li < plan[1].lanes.size(); li++)
+        for (const mk::XStep& st : plan[1].lanes[li].steps) {
+          if (st.kind == mk::kXReduce && st.peer >= 0) toRail = (int)li;
+          if (st.kind == mk::kXReduce && (st.flags & mk::kXListOne)) combine = (int)li;
+        }
+      ASSERT_GE(toRail, 0) << "rank " << r;
+      ASSERT_GE(combine, 0) << "rank " << r;
+      EXPECT_NE(toRail, combine) << "rank " << r << ": one lane carries both directions";
     }
   }
 }
