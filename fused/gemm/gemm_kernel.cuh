@@ -376,14 +376,15 @@ __device__ __forceinline__ void publishTile(const GemmParams& p, int32_t id, int
 }
 
 // A consumer warp is done reading a stage: its CTA's producer (and, for CTA pairs, the partner's,
-// which multicasts into this CTA's copy of the stage) may reload it.
+// which multicasts into this CTA's copy of the stage) may reload it. Called by every lane; one
+// arrive per warp and CTA: for pairs lane r arrives on CTA r's barrier, both in one instruction
+// (not two in a row from lane 0, in the path to the warp's next wgmma).
 template <class Tr>
-__device__ __forceinline__ void releaseStage(uint64_t* empty) {
+__device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
   if constexpr (Tr::kCluster == 2) {
-    ptx::mbarArriveCluster(empty, 0);
-    ptx::mbarArriveCluster(empty, 1);
+    if (lane < 2) ptx::mbarArriveCluster(empty, (uint32_t)lane);
   } else {
-    ptx::mbarArrive(empty);
+    if (lane == 0) ptx::mbarArrive(empty);
   }
 }
 
@@ -422,7 +423,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       // Keep one batch in flight: the previous stage's wgmmas are done, release it.
       ptx::wgmmaWait<1>();
       ptx::fenceAccumulators(acc);
-      if (k > 0 && lane == 0) releaseStage<Tr>(&sm.empty[prev]);
+      if (k > 0) releaseStage<Tr>(&sm.empty[prev], lane);
       prev = stage;
       if (++stage == Tr::Pipe::kStages) {
         stage = 0;
@@ -431,7 +432,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     ptx::wgmmaWait<0>();
     ptx::fenceAccumulators(acc);
-    if (lane == 0) releaseStage<Tr>(&sm.empty[prev]);
+    releaseStage<Tr>(&sm.empty[prev], lane);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 

@@ -107,13 +107,17 @@ __device__ __forceinline__ void clusterSync() {
   asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
-// Arrives (release, cluster scope) on the mbarrier at `bar`'s offset in the shared memory of
-// cluster CTA `ctaRank` (this CTA's own rank included).
+// Arrives on the mbarrier at `bar`'s offset in the shared memory of cluster CTA `ctaRank` (this
+// CTA's own rank included), with the default semantics (release, CTA scope). Not
+// .release.cluster: on sm_90 ptxas puts MEMBAR.ALL.CTA, MEMBAR.ALL.GPU, ERRBAR and CGAERRBAR
+// before that arrive (an L2 round trip per arrive). The GEMM's stage release needs no
+// cluster-scope release: the stage was only read by wgmma (async proxy), complete once
+// wgmma.wait_group returns, and no generic write is published through it.
 __device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t ctaRank) {
   asm volatile(
       "{\n.reg .b32 ra;\n"
       "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smemAddr(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smemAddr(bar)),
       "r"(ctaRank)
       : "memory");
 }
