@@ -88,7 +88,10 @@ __device__ bool hierFront(const HierArgs& a, const HierChunk& c, typename Num<DT
     if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRS + j, c.s - 1, a.localPeer[j]))
       return false;
   }
-  {
+  // Alone in my node and no scalar: my node partial is my input as it is; it leaves from
+  // sendbuff (no copy into recvbuff and read back on the way to the wire).
+  const bool alone = nl == 1 && !a.premul;
+  if (!alone) {
     // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1);
     // the others arrive pre-scaled and take 1 (exact).
     const void* srcs[kHierMaxLocal];
@@ -104,7 +107,7 @@ __device__ bool hierFront(const HierArgs& a, const HierChunk& c, typename Num<DT
   __syncthreads();
   // The partial leaves through staging (it is not in the zero-copy area), so recvbuff may be
   // rewritten once the put returns.
-  const char* part = recv + (c.cb + c.myOff) * es;
+  const char* part = (alone ? send : recv) + (c.cb + c.myOff) * es;
   for (int b = 0; b < nn; b++) {
     if (b == me) continue;
     const int peer = a.railPeer[b];
@@ -127,6 +130,9 @@ __device__ bool hierBack(const HierArgs& a, const HierChunk& c) {
   const uint64_t es = c.es;
   char* recv = static_cast<char*>(a.recv);
   char* part = recv + (c.cb + c.myOff) * es;
+  // hierFront's rule: alone in my node without a scalar, my partial is my input.
+  const char* mine =
+      nl == 1 && !a.premul ? static_cast<const char*>(a.send) + (c.cb + c.myOff) * es : part;
   for (int b = 0; b < nn; b++) {
     if (b == me) continue;
     if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRail + b, c.s - 1, a.railPeer[b]))
@@ -137,7 +143,7 @@ __device__ bool hierBack(const HierArgs& a, const HierChunk& c) {
     const void* srcs[kHierMaxNodes];
     for (int b = 0; b < nn; b++)
       srcs[b] =
-          b == me ? part : dn::recv_ptr(d, a.railPeer[b], c.bank + hierRailOff(a.stride, nl, b));
+          b == me ? mine : dn::recv_ptr(d, a.railPeer[b], c.bank + hierRailOff(a.stride, nl, b));
     void* out[1] = {part};
     reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, c.myLen, RedCfg{0, 0, a.postDiv}, tid, nt);
   }
