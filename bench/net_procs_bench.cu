@@ -5,12 +5,14 @@
 // around issue + completion, divided by iters; averaged over ranks (max reported too).
 //   sendrecv:  each rank sends to rank+1 and receives from rank-1 in one group (busbw = algbw)
 //   allreduce: float sum, out of place (busbw = algbw * 2(n-1)/n)
+//   reducescatter: float sum, out of place; the size is each rank's input, as nccl-tests
+//              counts it (rounded down to a multiple of n elements; busbw = algbw * (n-1)/n)
 // Every size is checked once (fresh inputs, poisoned outputs, every element compared)
 // before it is timed. The unique id travels through shared memory; so do the barrier and
 // the results. --pingpong first measures a GPU flag ping-pong between the first two ranks
 // (CUDA IPC): microseconds when their kernels run concurrently (MPS), milliseconds when the
 // GPU time-slices the processes.
-//   bench_net_procs_bench --lib PATH --nprocs N [--ops sendrecv,allreduce]
+//   bench_net_procs_bench --lib PATH --nprocs N [--ops sendrecv,allreduce,reducescatter]
 //       [--lat-sizes 8,64,...] [--bw-sizes 8388608,...] [--lat-iters 200] [--bw-iters 10]
 //       [--warmup 5] [--rank-env NAME=VALUE]... (%r: rank, %n: node, with --ranks-per-node)
 //       [--ranks-per-node K] [--bind-cpus c0,c1,...] [--pingpong] [--label TEXT]
@@ -59,6 +61,8 @@ struct Bufs {
 void issue(const std::string& op, const Bufs& b, size_t count, ncclComm_t comm, cudaStream_t s) {
   if (op == "allreduce") {
     NK(api.allReduce(b.send, b.recv, count, ncclFloat32, ncclSum, comm, s));
+  } else if (op == "reducescatter") {
+    NK(api.reduceScatter(b.send, b.recv, count / gN, ncclFloat32, ncclSum, comm, s));
   } else {
     NK(api.groupStart());
     NK(api.send(b.send, count, ncclFloat32, (gRank + 1) % gN, comm, s));
@@ -89,6 +93,10 @@ int checkOnce(const std::string& op, const Bufs& b, size_t count, ncclComm_t com
     if (op == "allreduce") {
       want = 0;
       for (int r = 0; r < gN; r++) want += inputOf(r, i, salt);
+    } else if (op == "reducescatter") {
+      if (i >= count / gN) break;  // the output is one block
+      want = 0;
+      for (int r = 0; r < gN; r++) want += inputOf(r, (size_t)gRank * (count / gN) + i, salt);
     } else {
       want = inputOf((gRank - 1 + gN) % gN, i, salt);
     }
@@ -207,7 +215,8 @@ void rankMain(const Opts& o, PingShared* ps) {
     for (uint64_t bytes : sizes) {
       const bool bw = bytes >= (1u << 20);
       const int iters = bw ? o.bwIters : o.latIters;
-      const size_t count = (size_t)((bytes + 3) / 4);
+      size_t count = (size_t)((bytes + 3) / 4);
+      if (op == "reducescatter") count = count < (size_t)gN ? gN : count - count % gN;
       setPhase("%s %llu bytes: check", op.c_str(), (unsigned long long)bytes);
       Result& r = gs->results[slot];
       if (gRank == 0) {
@@ -297,7 +306,8 @@ int main(int argc, char** argv) {
   if (o.nprocs < 2 || o.nprocs > kMaxRanks) usage("--nprocs must be 2..16");
   if (o.ranksPerNode < 1) usage("--ranks-per-node must be >= 1");
   for (const std::string& op : o.ops)
-    if (op != "sendrecv" && op != "allreduce") usage(("unknown op " + op).c_str());
+    if (op != "sendrecv" && op != "allreduce" && op != "reducescatter")
+      usage(("unknown op " + op).c_str());
   for (const std::string& kv : o.rankEnv)
     if (kv.find('=') == std::string::npos || kv[0] == '=') usage("--rank-env takes NAME=VALUE");
   if ((o.latSizes.size() + o.bwSizes.size()) * o.ops.size() > (size_t)kMaxResults)
@@ -343,7 +353,9 @@ int main(int argc, char** argv) {
     totalWrong += wrong;
     const double us = sum / have;
     const double algbw = (double)r.bytes / us / 1e3;  // GB/s
-    const double factor = strcmp(r.op, "allreduce") == 0 ? 2.0 * (o.nprocs - 1) / o.nprocs : 1.0;
+    const double factor = strcmp(r.op, "allreduce") == 0       ? 2.0 * (o.nprocs - 1) / o.nprocs
+                          : strcmp(r.op, "reducescatter") == 0 ? 1.0 * (o.nprocs - 1) / o.nprocs
+                                                               : 1.0;
     printf("  %-9s %12llu %6d %12.2f %12.2f %12.2f %10.3f %10.3f %6d\n", r.op,
            (unsigned long long)r.bytes, r.iters, us, mx, issue / have, algbw, algbw * factor,
            wrong);
