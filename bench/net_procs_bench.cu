@@ -6,7 +6,8 @@
 //   sendrecv:  each rank sends to rank+1 and receives from rank-1 in one group (busbw = algbw)
 //   allreduce: float sum, out of place (busbw = algbw * 2(n-1)/n)
 //   reducescatter: float sum, out of place; the size is each rank's input, as nccl-tests
-//              counts it (rounded down to a multiple of n elements; busbw = algbw * (n-1)/n)
+//              counts it (rounded down to a multiple of n elements, at least n; busbw =
+//              algbw * (n-1)/n)
 // Every size is checked once (fresh inputs, poisoned outputs, every element compared)
 // before it is timed. The unique id travels through shared memory; so do the barrier and
 // the results. --pingpong first measures a GPU flag ping-pong between the first two ranks
@@ -19,6 +20,7 @@
 //       [--out file.json] [--timeout-s 240]
 // Exit status 0 only if every rank finished and every check passed; a failure prints
 // which rank, which phase and why.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -94,7 +96,15 @@ int checkOnce(const std::string& op, const Bufs& b, size_t count, ncclComm_t com
       want = 0;
       for (int r = 0; r < gN; r++) want += inputOf(r, i, salt);
     } else if (op == "reducescatter") {
-      if (i >= count / gN) break;  // the output is one block
+      if (i >= count / gN) {  // past the output block: still the poison
+        uint32_t bits;
+        memcpy(&bits, &h[i], 4);
+        if (bits != 0xffffffffu && wrong++ < 3)
+          fprintf(stderr,
+                  "net_procs_bench: rank %d reducescatter wrote element %zu past its block\n",
+                  gRank, i);
+        continue;
+      }
       want = 0;
       for (int r = 0; r < gN; r++) want += inputOf(r, (size_t)gRank * (count / gN) + i, salt);
     } else {
@@ -205,7 +215,7 @@ void rankMain(const Opts& o, PingShared* ps) {
   for (uint64_t b : o.latSizes) maxBytes = b > maxBytes ? b : maxBytes;
   for (uint64_t b : o.bwSizes) maxBytes = b > maxBytes ? b : maxBytes;
   Bufs bufs;
-  bufs.cap = (maxBytes + 3) / 4;
+  bufs.cap = std::max<size_t>((maxBytes + 3) / 4, (size_t)gN);  // reducescatter: >= n elements
   CK(cudaMalloc(&bufs.send, bufs.cap * sizeof(float)));
   CK(cudaMalloc(&bufs.recv, bufs.cap * sizeof(float)));
   int slot = 0;

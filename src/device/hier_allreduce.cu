@@ -89,7 +89,9 @@ __device__ bool hierFront(const HierArgs& a, const HierChunk& c, typename Num<DT
       return false;
   }
   // Alone in my node and no scalar: my node partial is my input as it is; it leaves from
-  // sendbuff (no copy into recvbuff and read back on the way to the wire).
+  // sendbuff (no copy into recvbuff and read back on the way to the wire). The same bits as
+  // the one-input reduce, except fp8 e5m2 infinities, which that reduce saturated to the
+  // largest finite value (every rank takes this path, so the ranks still agree).
   const bool alone = nl == 1 && !a.premul;
   if (!alone) {
     // Only my own input is raw: it takes my scalar, rounded as the senders' (premul1);

@@ -349,9 +349,10 @@ TEST_P(HierOps, GraphReplayedFourTimes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HierOps,
-                         // 2over2 and 3over3: one rank per node (ReduceScatter's direct form).
+                         // 2over2, 3over3: one rank per node (ReduceScatter's direct form);
+                         // 6over2: two nodes of three (its two-launch form, odd local count).
                          ::testing::Values(Shape{2, 4}, Shape{2, 8}, Shape{4, 8}, Shape{2, 3},
-                                           Shape{2, 5}, Shape{2, 2}, Shape{3, 3}),
+                                           Shape{2, 5}, Shape{2, 2}, Shape{3, 3}, Shape{2, 6}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            return std::to_string(i.param.ranks) + "over" +
                                   std::to_string(i.param.nodes);
