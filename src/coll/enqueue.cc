@@ -251,11 +251,21 @@ ncclResult_t issue(std::vector<CommWork>& work) {
       CUDACHECK(restore.to(w.comm->cudaDev));
       NCCLCHECK(runLaunch(w.comm, w.launches[i], w.exec));
     }
+  // The inter-node launches too, round by round (AllGather, Broadcast and two-node
+  // ReduceScatter take two: one comm's second must not queue ahead of another's first).
+  size_t hierRounds = 0;
+  for (CommWork& w : work)
+    if (!noLaunch(w)) hierRounds = std::max(hierRounds, w.hier.size());
+  for (size_t i = 0; i < hierRounds; i++)
+    for (CommWork& w : work) {
+      if (noLaunch(w) || i >= w.hier.size()) continue;
+      CUDACHECK(restore.to(w.comm->cudaDev));
+      NCCLCHECK(hierRun(w.comm, w.hier[i], w.exec));
+    }
   for (CommWork& w : work) {
-    if (noLaunch(w)) continue;
+    if (noLaunch(w) || !w.fn) continue;
     CUDACHECK(restore.to(w.comm->cudaDev));
-    for (HierLaunch& h : w.hier) NCCLCHECK(hierRun(w.comm, h, w.exec));
-    if (w.fn) NCCLCHECK((*w.fn)(w.exec));
+    NCCLCHECK((*w.fn)(w.exec));
   }
   // Phase B': the joins below wait for our kernels; queue them only behind the in-process
   // peers' matching kernels (coll/rendezvous.h, rdvLaunched).
