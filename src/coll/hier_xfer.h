@@ -97,8 +97,13 @@ struct HierXHead {
   int16_t listLen[2];
   int16_t list[2][kXMaxRanks];
 };
+// Steps of the small argument block (HierXArgsSmall below).
+constexpr int kXSmallSteps = 32;
 template <int MaxSteps>
 struct HierXArgsT : HierXHead {
+  // The kernel of the small argument block carries the small-put path (devcomm.cuh
+  // putRemote: 8-byte puts in the proxy command); the full one stays at its register budget.
+  static constexpr bool kSmallPuts = MaxSteps <= kXSmallSteps;
   XStep steps[MaxSteps];
 };
 // What the planner fills (hier_launch.cc).
@@ -107,7 +112,6 @@ static_assert(sizeof(HierXArgs) < 32000, "kernel parameter limit");
 // A byte-typed launch of at most kXSmallSteps steps (send/recv, an AlltoAll of up to 15
 // peers) passes this copy instead (2.4 KB): the full one is 21.9 KB of parameters on every
 // launch.
-constexpr int kXSmallSteps = 32;
 using HierXArgsSmall = HierXArgsT<kXSmallSteps>;
 
 // ---- pure host planning (unit-tested) ----------------------------------------------------

@@ -64,7 +64,8 @@ __device__ bool sendChunk(const A& a, int peer, const void* src, uint64_t len, u
     __syncthreads();
     src = z;
   }
-  return netPublish(a.d, src, peer, slotOff(a, a.me, q), len, kXSigData + a.me, q - 1);
+  return netPublish<dn::Block, A::kSmallPuts>(a.d, src, peer, slotOff(a, a.me, q), len,
+                                              kXSigData + a.me, q - 1);
 }
 
 // Bytes step s moves: its n, or for a step of a device-sized AlltoAll (kXSized) what its

@@ -150,6 +150,8 @@ void buildView(ncclComm* comm, NetState* ns) {
   d.stageNext = reinterpret_cast<uint64_t*>(ctl + cl.stageNextOff);
   d.stagePub = reinterpret_cast<uint64_t*>(ctl + cl.stagePubOff);
   d.stageTicket = reinterpret_cast<uint64_t*>(ctl + cl.stageTicketOff);
+  d.inlineCmd =
+      ns->proxy != nullptr && proxyAllInline(ns->proxy) && MK_PARAM_INT(ProxyInlineCmd) != 0;
 }
 
 ncclResult_t startProxy(ncclComm* comm, NetState* ns) {

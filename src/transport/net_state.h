@@ -58,6 +58,9 @@ struct NetDev {
   uint64_t* stageNext;    // staging slots taken (monotonic)
   uint64_t* stagePub;     // [stageSlots] laps published per slot
   uint64_t* stageTicket;  // [stageSlots] ring tail after the slot's command was pushed
+  // Puts of at most kProxyInlineMax bytes may carry their data in the command (kProxyInline):
+  // every remote peer takes small puts inside the batch header (proxyAllInline).
+  int inlineCmd;
 };
 
 // Window sizes of a comm, a pure function of the window size (identical on every rank).

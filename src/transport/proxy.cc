@@ -247,6 +247,12 @@ void proxyAbort(Proxy* p) {
   for (auto& r : p->rings) r.ring->setAbort();
 }
 
+bool proxyAllInline(Proxy* p) {
+  for (const PeerState& ps : p->peers)
+    if (!ps.inlineOk) return false;
+  return true;
+}
+
 uint64_t proxyCompleted(Proxy* p, int ring) {
   return p->rings.at(ring).ring->done();
 }

@@ -65,6 +65,9 @@ ncclResult_t proxyDestroy(Proxy* p);
 ncclResult_t proxyGetAsyncError(Proxy* p, std::string* msg);
 // Asks the proxy to stop (comm abort): pending work is dropped, rings are aborted.
 void proxyAbort(Proxy* p);
+// Whether every peer takes small puts inside the batch header (both windows host memory), so
+// that producers may push kProxyInline commands.
+bool proxyAllInline(Proxy* p);
 // Commands of ring i completed so far (same as ring->done()); tests and host waits.
 uint64_t proxyCompleted(Proxy* p, int ring);
 struct ProxyStats {

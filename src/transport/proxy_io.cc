@@ -41,9 +41,14 @@ bool Proxy::drainRings() {
         retire((int)i, ticket);
         continue;
       }
-      bool bad = c.op > kProxySignal || (c.sigOp & ~kSignalLazy) > kSignalAdd ||
+      const uint32_t op = c.op & ~kProxyInline;
+      const bool inl = (c.op & kProxyInline) != 0;
+      bool bad = op > kProxySignal || (c.sigOp & ~kSignalLazy) > kSignalAdd ||
                  c.peer >= rankToPeer.size() || rankToPeer[c.peer] < 0;
-      if (!bad && c.op != kProxySignal)
+      if (!bad && inl)  // data in the command: a small put to a peer that takes it inline
+        bad = (op != kProxyPut && op != kProxyPutSignal) || c.bytes > kProxyInlineMax ||
+              !peers[rankToPeer[c.peer]].inlineOk;
+      else if (!bad && op != kProxySignal)
         bad = c.bytes > cfg.sendBytes || c.srcOff > cfg.sendBytes - c.bytes;
       if (bad) {
         char m[200];
@@ -84,20 +89,29 @@ bool Proxy::progressSend(PeerState& ps) {
     uint32_t n = 0;
     size_t inl = 0;
     while (!ps.queued.empty() && n < kProxyMaxBatch) {
+      // A command carrying its data travels only inline: when the header is full it opens
+      // the next batch.
+      const ProxyCmd& f = ps.queued.front().cmd;
+      if ((f.op & kProxyInline) && inl + inlineSpan(f.bytes) > kInlineCap) break;
       Pending pd = ps.queued.front();
       ps.queued.pop_front();
       if (!pd.held) ps.urgent--;
       const ProxyCmd& c = pd.cmd;
       ProxyWireCmd& w = b->hdr->cmds[n];
-      w = ProxyWireCmd{c.op,     c.sigOp & ~kSignalLazy,
-                       c.dstOff, c.op == kProxySignal ? 0 : c.bytes,
-                       c.slot,   c.value};
-      if (ps.inlineOk && w.bytes > 0 && inl + inlineSpan(w.bytes) <= kInlineCap) {
-        // The GPU made the source visible before it published the command (fence, then
-        // the release of its valid word, which drainRings acquired).
-        memcpy(b->hdr->inl + inl, static_cast<char*>(cfg.sendBuf) + c.srcOff, w.bytes);
+      const bool inCmd = (c.op & kProxyInline) != 0;
+      const uint32_t op = c.op & ~kProxyInline;
+      w = ProxyWireCmd{
+          op, c.sigOp & ~kSignalLazy, c.dstOff, op == kProxySignal ? 0 : c.bytes, c.slot, c.value};
+      // Inline: the data carried in the command (drainRings checked: <= 8 bytes, a peer that
+      // takes inline data), or a small put from the window that fits. The GPU made the
+      // window's source visible before it published the command (fence, then the release of
+      // its valid word, which drainRings acquired).
+      if (inCmd || (ps.inlineOk && w.bytes > 0 && inl + inlineSpan(w.bytes) <= kInlineCap)) {
+        const char* from = inCmd ? reinterpret_cast<const char*>(&c.srcOff)
+                                 : static_cast<const char*>(cfg.sendBuf) + c.srcOff;
+        memcpy(b->hdr->inl + inl, from, w.bytes);
         inl += inlineSpan(w.bytes);
-        w.op |= kWireInline;
+        if (w.bytes > 0) w.op |= kWireInline;
         bytesSent.fetch_add(w.bytes, std::memory_order_relaxed);
         b->cmds.push_back(pd);
         n++;

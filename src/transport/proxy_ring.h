@@ -28,6 +28,13 @@ enum ProxyOp : uint32_t {
   kProxySignal = 3,     // apply value to peer's signal slot, after every earlier put to it
 };
 
+// Flag on the op of a put (kProxyPut, kProxyPutSignal) of at most 8 bytes: the data is in
+// srcOff itself, not in the source window. A GPU producer then skips the staging slot and its
+// system fence; only for peers the proxy sends small puts to inside the header (both windows
+// host memory: proxyAllInline).
+constexpr uint32_t kProxyInline = 1u << 4;
+constexpr uint64_t kProxyInlineMax = 8;
+
 enum ProxySignalOp : uint32_t {
   kSignalSet = 0,  // signal = value   (value: a monotonic sequence number)
   kSignalAdd = 1,  // signal += value

@@ -11,11 +11,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "base/debug.h"
 #include "base/param.h"
+#include "common/test_util.h"
 #include "mp/proxy_rank.h"
 #include "mp/test_net_harness.inl"
 #include "transport/net.h"
@@ -152,6 +154,87 @@ TEST(ProxyE2E, OutOfRangeDestinationIsAnAsyncError) {
         return 0;
       },
       30);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+// Small puts whose data rides in the command (kProxyInline: srcOff holds up to 8 bytes, the
+// source window is not read): 1..8 bytes land at their offsets, in order with their signals,
+// also mixed with window-sourced puts in one batch; 9 bytes inline is refused as a bad
+// command (an async error naming no peer, nothing lands).
+TEST(ProxyE2E, InlineCommandsCarryTheirData) {
+  const uint64_t seed = mktest::testSeed();  // before the fork: both ranks draw rank 0's payloads
+  auto codes = mknet::runRanks(
+      2,
+      [seed](const Ctx& ctx) {
+        Rank rk;
+        const ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, 1 << 16);
+        EXPECT_EQ(res, ncclSuccess) << mk::lastError();
+        if (res != ncclSuccess) return 2;
+        EXPECT_TRUE(mk::proxyAllInline(rk.proxy));
+        std::mt19937_64 rng(seed);
+        const int kCmds = 200;
+        std::vector<uint64_t> payload(kCmds);
+        for (auto& v : payload) v = rng();
+        auto len = [](int i) { return (uint64_t)(1 + i % 8); };
+        if (ctx.rank == 0) {
+          for (int i = 0; i < kCmds; i++) {
+            mk::ProxyCmd c{};
+            c.op = mk::kProxyPutSignal | mk::kProxyInline;
+            c.sigOp = mk::kSignalSet;
+            c.peer = 1;
+            c.srcOff = payload[i];
+            c.dstOff = (uint64_t)i * 16;
+            c.bytes = len(i);
+            c.slot = 0;
+            c.value = (uint64_t)i + 1;
+            EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+            if (i % 10 == 9) {  // a window-sourced put in between, same batch or the next
+              const size_t off = 8192 + (size_t)i * 4;
+              for (int k = 0; k < 4; k++) rk.sendBuf[off + k] = (uint8_t)(i + k);
+              EXPECT_EQ(rk.ring->put(1, off, off, 4, 5000), ncclSuccess);
+            }
+          }
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        const std::vector<uint64_t>& sent = payload;  // the same seed on both ranks
+        if (ctx.rank == 1) {
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (rk.sig(0) < (uint64_t)kCmds && std::chrono::steady_clock::now() < end) usleep(100);
+          EXPECT_EQ(rk.sig(0), (uint64_t)kCmds);
+          for (int i = 0; i < kCmds; i++) {
+            uint64_t got = 0;
+            memcpy(&got, &rk.recvBuf[(size_t)i * 16], len(i));
+            const uint64_t mask = len(i) == 8 ? ~0ull : ((1ull << (8 * len(i))) - 1);
+            EXPECT_EQ(got, sent[i] & mask) << "command " << i;
+            EXPECT_EQ(rk.recvBuf[(size_t)i * 16 + len(i)], 0xee) << "command " << i << " overran";
+            if (i % 10 == 9)
+              for (int k = 0; k < 4; k++)
+                EXPECT_EQ(rk.recvBuf[8192 + (size_t)i * 4 + k], (uint8_t)(i + k));
+          }
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        if (ctx.rank == 0) {  // 9 bytes inline: refused
+          mk::ProxyCmd c{};
+          c.op = mk::kProxyPut | mk::kProxyInline;
+          c.peer = 1;
+          c.dstOff = 40000;
+          c.bytes = 9;
+          EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+          std::string msg;
+          ncclResult_t r = ncclSuccess;
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while ((r = mk::proxyGetAsyncError(rk.proxy, &msg)) == ncclSuccess &&
+                 std::chrono::steady_clock::now() < end)
+            usleep(1000);
+          EXPECT_EQ(r, ncclInvalidUsage);
+          EXPECT_NE(msg.find("invalid ring command"), std::string::npos) << msg;
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        if (ctx.rank == 1) EXPECT_EQ(rk.recvBuf[40000], 0xee);
+        return 0;
+      },
+      60);
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
 }

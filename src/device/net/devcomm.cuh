@@ -222,10 +222,31 @@ __device__ __forceinline__ void signalWord(uint64_t* w, uint64_t value, uint32_t
     ptx::stReleaseSys(w, value);
 }
 
-template <class G>
+// kInl: the caller's kernel carries the small-put path (puts of at most kProxyInlineMax bytes
+// carry their data in the command when d.inlineCmd): only kernels that move small messages
+// take it, the others would pay registers for a branch they never run.
+template <class G, bool kInl>
 __device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t dstOff,
                           uint64_t bytes, bool sig, uint32_t slot, uint64_t value, uint32_t sigOp) {
   const int op = sig ? rt::kOpPutSignal : rt::kOpPut;
+  if constexpr (kInl) {
+    if (d.inlineCmd && bytes <= kProxyInlineMax) {
+      // No staging slot and no system fence before the push: the data is in the command,
+      // which the push's release store publishes. The barrier: the group may have just
+      // written src.
+      G::sync();
+      bool ok = true;
+      if (G::rank() == 0) {
+        uint64_t v = 0;
+        for (uint64_t i = 0; i < bytes; i++) reinterpret_cast<char*>(&v)[i] = src[i];
+        ok = push(d,
+                  proxyCmd((sig ? kProxyPutSignal : kProxyPut) | kProxyInline, sig ? sigOp : 0,
+                           peer, v, dstOff, bytes, sig ? slot : 0, sig ? value : 0),
+                  op, dstOff);
+      }
+      return !G::any(!ok);
+    }
+  }
   const uint64_t off0 = (uint64_t)(src - d.sendBase);
   if (src >= d.sendBase && off0 <= d.sendUser && bytes <= d.sendUser - off0) {
     // Zero-copy: the data is in the registered window already (written by this group or
@@ -266,7 +287,7 @@ __device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t d
   return true;
 }
 
-template <class G>
+template <class G, bool kInl = false>
 __device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t dstOff,
                         uint64_t bytes, bool sig, uint32_t slot, uint64_t value, uint32_t sigOp) {
   const int op = sig ? rt::kOpPutSignal : rt::kOpPut;
@@ -276,7 +297,7 @@ __device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t ds
   const char* src = static_cast<const char*>(srcv);
   const int li = d.peerLocal[peer];
   if (li < 0) {
-    if (bytes > 0) return putRemote<G>(d, src, peer, dstOff, bytes, sig, slot, value, sigOp);
+    if (bytes > 0) return putRemote<G, kInl>(d, src, peer, dstOff, bytes, sig, slot, value, sigOp);
     if (!sig) return true;
     if (G::rank() == 0)
       ok = push(d, proxyCmd(kProxySignal, sigOp, peer, 0, 0, 0, slot, value), op, value);
@@ -300,11 +321,12 @@ __device__ __forceinline__ bool put(const NetDev& d, const void* src, int peer, 
   return detail::putImpl<G>(d, src, peer, dst_offset, bytes, false, 0, 0, kSignalSet);
 }
 
-template <class G = Block>
+// kInl: see putRemote (small puts carried in the command, for kernels of small messages).
+template <class G = Block, bool kInl = false>
 __device__ __forceinline__ bool put_signal(const NetDev& d, const void* src, int peer,
                                            uint64_t dst_offset, uint64_t bytes, uint32_t slot,
                                            uint64_t value, uint32_t sig_op = kSignalSet) {
-  return detail::putImpl<G>(d, src, peer, dst_offset, bytes, true, slot, value, sig_op);
+  return detail::putImpl<G, kInl>(d, src, peer, dst_offset, bytes, true, slot, value, sig_op);
 }
 
 template <class G = Block>

@@ -26,11 +26,12 @@ __device__ __forceinline__ bool netAcquire(const NetDev& d, uint32_t ackSlot, ui
   return net::wait_signal<G>(d, ackSlot, chanFree(k, slots), peer);
 }
 // Sender: put message k (bytes of src) at dstOff of the peer's window and publish it.
-template <class G = net::Block>
+// kInl: the kernel carries the small-put path (devcomm.cuh putRemote).
+template <class G = net::Block, bool kInl = false>
 __device__ __forceinline__ bool netPublish(const NetDev& d, const void* src, int peer,
                                            uint64_t dstOff, uint64_t bytes, uint32_t dataSlot,
                                            uint64_t k) {
-  return net::put_signal<G>(d, src, peer, dstOff, bytes, dataSlot, chanReady(k));
+  return net::put_signal<G, kInl>(d, src, peer, dstOff, bytes, dataSlot, chanReady(k));
 }
 // Receiver: wait until message k from `peer` (the only writer of dataSlot) has landed.
 template <class G = net::Block, bool kOneWriter = true>
