@@ -101,8 +101,10 @@ struct HierXHead {
 constexpr int kXSmallSteps = 32;
 template <int MaxSteps>
 struct HierXArgsT : HierXHead {
-  // The kernel of the small argument block carries the small-put path (devcomm.cuh
-  // putRemote: 8-byte puts in the proxy command); the full one stays at its register budget.
+  // The kernel of the small argument block (byte-typed launches of at most kXSmallSteps
+  // steps: send/recv, AllGather, Broadcast, AlltoAll, ... of small groups) carries the
+  // small-put path (devcomm.cuh putRemote: 8-byte puts in the proxy command); the full one,
+  // at its register budget, keeps staging.
   static constexpr bool kSmallPuts = MaxSteps <= kXSmallSteps;
   XStep steps[MaxSteps];
 };

@@ -214,6 +214,35 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
           }
         }
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        // A header filled by window-sourced inline data (8 x 512 bytes: kInlineCap) pushed
+        // in one burst with an inline command: that command opens the next batch.
+        if (ctx.rank == 0) {
+          for (int k = 0; k < 8; k++) {
+            for (int i = 0; i < 512; i++) rk.sendBuf[16384 + k * 512 + i] = (uint8_t)(k * 31 + i);
+            EXPECT_EQ(rk.ring->put(1, 16384 + k * 512, 16384 + k * 512, 512, 5000), ncclSuccess);
+          }
+          mk::ProxyCmd c{};
+          c.op = mk::kProxyPutSignal | mk::kProxyInline;
+          c.sigOp = mk::kSignalSet;
+          c.peer = 1;
+          c.srcOff = 0x0807060504030201ull;
+          c.dstOff = 24576;
+          c.bytes = 8;
+          c.slot = 1;
+          c.value = 1;
+          EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+        } else {
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (rk.sig(1) < 1 && std::chrono::steady_clock::now() < end) usleep(100);
+          EXPECT_EQ(rk.sig(1), 1u);
+          int bad = 0;
+          for (int k = 0; k < 8; k++)
+            for (int i = 0; i < 512; i++)
+              bad += rk.recvBuf[16384 + k * 512 + i] != (uint8_t)(k * 31 + i);
+          EXPECT_EQ(bad, 0);
+          for (int i = 0; i < 8; i++) EXPECT_EQ(rk.recvBuf[24576 + i], (uint8_t)(i + 1));
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
         if (ctx.rank == 0) {  // 9 bytes inline: refused
           mk::ProxyCmd c{};
           c.op = mk::kProxyPut | mk::kProxyInline;

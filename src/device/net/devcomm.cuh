@@ -30,7 +30,9 @@
 // with kSignalSet, or kSignalAdd. wait_signal sees the sum of the word local peers write
 // and the word the proxy writes, so a "set" slot must have a single writer.
 // Ordering: put_signal and signal to a peer make every earlier put of the calling group
-// to that peer visible before the signal.
+// to that peer visible before the signal. Puts to one peer whose destinations overlap must
+// be separated by a signal the writer waits on (as the channel protocol's acks do): the
+// proxy may land a later chunked put before an earlier small one carried in a header.
 //
 // Scope. Every call is made by a whole group with the same arguments: Block (default:
 // every thread of the CTA), Warp (all 32 lanes) or Thread. put* copy with every thread
