@@ -19,6 +19,7 @@ namespace {
 namespace dn = ::mk::dev::net;
 
 constexpr int kHierThreads = 512;
+constexpr int kHierTinyThreads = 128;  // hierAllReduceTinyKernel: a few elements
 
 // Waits name the slot's one writer (netchan.cuh: one word polled) except in the 8-bit
 // kernels, which ptxas (CUDA 12) then makes spill a few bytes.
@@ -209,6 +210,53 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
   if (threadIdx.x == 0) *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
 }
 
+// One rank per node, no PreMulSum, at most kProxyInlineMax bytes (one chunk): the same
+// protocol as hierFront + hierBack for chunk 0 (the same sequence word, banks, signals and
+// acks, so calls of either kernel follow each other freely), in a small kernel whose rail put
+// carries the data in the proxy command (no staging slot, no system fence). The general
+// kernel, at its register limit, spills with that path.
+template <int DT>
+__global__ void __launch_bounds__(kHierTinyThreads) hierAllReduceTinyKernel(HierArgs a) {
+  using U = typename Num<DT>::U;
+  const NetDev& d = a.d;
+  const int me = a.node, nn = a.nNodes, tid = threadIdx.x, nt = blockDim.x;
+  __shared__ uint64_t seq0s;
+  if (tid == 0) seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
+  __syncthreads();
+  const uint64_t s = seq0s + 1;
+  const uint64_t bank = hierBankOff(a.stride, 1, nn, s);
+  const uint64_t bytes = a.count * sizeof(U);
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    const int peer = a.railPeer[b];
+    if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckN + b, s - 1, kHierBanks, peer))
+      return;
+    if (!netPublish<dn::Block, true>(d, a.send, peer, bank + hierRailOff(a.stride, 1, me), bytes,
+                                     kHierSigRail + me, s - 1))
+      return;
+  }
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRail + b, s - 1, a.railPeer[b])) return;
+  }
+  {
+    // Node order, as hierBack: the same bits on every rank and as the general kernel.
+    const void* srcs[kHierMaxNodes];
+    for (int b = 0; b < nn; b++)
+      srcs[b] =
+          b == me ? a.send : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, 1, b));
+    void* out[1] = {a.recv};
+    reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, a.count, RedCfg{0, 0, a.postDiv}, tid, nt);
+  }
+  __syncthreads();
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    if (!netRelease(d, a.railPeer[b], kHierSigAckN + me, s - 1)) return;
+  }
+  __syncthreads();
+  if (tid == 0) *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = s;
+}
+
 }  // namespace
 }  // namespace dev
 
@@ -217,7 +265,12 @@ cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
   return dispatchDtype(
       a.dtype,
       [&](auto dt) {
-        hierAllReduceKernel<decltype(dt)::kDt><<<1, kHierThreads, 0, s>>>(a);
+        constexpr int DT = decltype(dt)::kDt;
+        if (a.nLocal == 1 && !a.premul && a.nChunks == 1 &&
+            a.count * sizeof(typename Num<DT>::U) <= kProxyInlineMax)
+          hierAllReduceTinyKernel<DT><<<1, kHierTinyThreads, 0, s>>>(a);
+        else
+          hierAllReduceKernel<DT><<<1, kHierThreads, 0, s>>>(a);
         return cudaGetLastError();
       },
       [] { return cudaErrorInvalidValue; });
