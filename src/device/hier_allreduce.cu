@@ -224,15 +224,15 @@ __global__ void __launch_bounds__(kHierTinyThreads) hierAllReduceTinyKernel(Hier
   if (tid == 0) seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
   __syncthreads();
   const uint64_t s = seq0s + 1;
-  const uint64_t bank = hierBankOff(a.stride, 1, nn, s);
+  const uint64_t bank = hierBankOff(a.stride, a.nLocal, nn, s);
   const uint64_t bytes = a.count * sizeof(U);
   for (int b = 0; b < nn; b++) {
     if (b == me) continue;
     const int peer = a.railPeer[b];
     if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckN + b, s - 1, kHierBanks, peer))
       return;
-    if (!netPublish<dn::Block, true>(d, a.send, peer, bank + hierRailOff(a.stride, 1, me), bytes,
-                                     kHierSigRail + me, s - 1))
+    if (!netPublish<dn::Block, true>(d, a.send, peer, bank + hierRailOff(a.stride, a.nLocal, me),
+                                     bytes, kHierSigRail + me, s - 1))
       return;
   }
   for (int b = 0; b < nn; b++) {
@@ -243,8 +243,8 @@ __global__ void __launch_bounds__(kHierTinyThreads) hierAllReduceTinyKernel(Hier
     // Node order, as hierBack: the same bits on every rank and as the general kernel.
     const void* srcs[kHierMaxNodes];
     for (int b = 0; b < nn; b++)
-      srcs[b] =
-          b == me ? a.send : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, 1, b));
+      srcs[b] = b == me ? a.send
+                        : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, a.nLocal, b));
     void* out[1] = {a.recv};
     reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, a.count, RedCfg{0, 0, a.postDiv}, tid, nt);
   }

@@ -306,6 +306,21 @@ TEST_P(HierOps, TwentyBackToBackMixed) {
   runCases(h, cases);
 }
 
+// Tiny AllReduces (at most 8 bytes: one rank per node takes the small kernel) and general
+// ones back to back with no synchronisation between them: both kernels share the sequence
+// word, banks and acks, so their calls must interleave on the wire.
+TEST_P(HierOps, TinyAndGeneralAllReduceBackToBack) {
+  const uint64_t seed = mktest::testSeed() + 13;
+  std::vector<OpCase> cases;
+  const size_t counts[] = {1, 1023, 7, 70001, 2, 1, 5000, 8};
+  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat32, ncclInt8,    ncclBfloat16,
+                                ncclFloat32, ncclFloat64, ncclFloat16, ncclUint8};
+  for (int i = 0; i < 8; i++)
+    cases.push_back(OpCase{K::kAllReduce, dts[i], i % 3 == 2 ? Op::kAvg : Op::kSum, counts[i],
+                           i == 2 || i == 6, 0, 0, seed + i});
+  runCases(h, cases);
+}
+
 TEST_P(HierOps, GraphReplayedFourTimes) {
   const int n = h.n;
   const uint64_t seed = mktest::testSeed() + 17;
