@@ -177,6 +177,13 @@ ncclResult_t startProxy(ncclComm* comm, NetState* ns) {
   };
   cfg.cudaDev = comm->cudaDev;
   cfg.pinThread = true;
+  // Ranks of this host (the real one: virtual nodes share it) in rank order.
+  cfg.hostCount = 0;
+  for (int r = 0; r < comm->nRanks; r++) {
+    if (comm->peerInfo[r].hostHash != comm->peerInfo[comm->rank].hostHash) continue;
+    if (r < comm->rank) cfg.hostIndex++;
+    cfg.hostCount++;
+  }
   NCCLCHECK(proxyCreate(cfg, &ns->proxy));
   return ncclSuccess;
 }

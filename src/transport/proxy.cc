@@ -55,7 +55,7 @@ inline void cpuRelax() {
 // The timer slack is cut to 1 us so that a sleep lasts what it asks (Linux adds 50 us by
 // default, and a slack inherited from the environment can be milliseconds).
 void Proxy::run() {
-  if (cfg.pinThread) proxyPinThread(cfg.cudaDev, props.pciPath);
+  if (cfg.pinThread) proxyPinThread(cfg.cudaDev, props.pciPath, pinSlot);
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   const uint64_t spinNs = (uint64_t)MK_PARAM_INT(ProxySpinUs) * 1000;
   const uint64_t maxSleepNs = (uint64_t)MK_PARAM_INT(ProxySleepUs) * 1000;
@@ -196,6 +196,7 @@ ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
       NCCLCHECKGOTO(net->regMr(ps.recvComm, cfg.recvBuf, cfg.recvBytes, cfg.bufType, &ps.recvMh),
                     res, fail);
   }
+  if (cfg.pinThread) p->pinSlot = proxyClaimSlot(cfg.hostIndex, cfg.hostCount);
   p->thread = std::thread([p] { p->run(); });
   MK_INFO(kProxy, "proxy rank %d: %zu peer(s) over %s, %zu ring(s)", cfg.rank, p->peers.size(),
           net->name(), cfg.rings.size());
@@ -220,6 +221,7 @@ ncclResult_t proxyDestroy(Proxy* p) {
     }
     proxyReportTimes(p->cfg.rank, p->times, p->cmds.load(), p->batches.load(), rc);
   }
+  if (p->pinSlot >= 0) proxyReleaseSlot(p->pinSlot);
   Net* net = p->cfg.net;
   for (PeerState& ps : p->peers) {
     for (SendBatch* b : ps.sendq) delete b;

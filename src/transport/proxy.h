@@ -54,6 +54,9 @@ struct ProxyConfig {
   int64_t timeoutMs = 0;  // connection setup bound; 0 = netTimeoutMs()
   int cudaDev = -1;       // for CPU pinning near the GPU (-1: use the NIC, else none)
   bool pinThread = true;
+  // This rank among the comm's ranks on this host (real host, not virtual node), and how
+  // many there are: they give the proxy its own core (proxyClaimSlot).
+  int hostIndex = 0, hostCount = 1;
 };
 
 class Proxy;
@@ -76,8 +79,16 @@ struct ProxyStats {
 ProxyStats proxyStats(Proxy* p);
 
 // Binds the calling thread to the CPUs near the GPU (cudaDev >= 0) or else near the
-// NIC at pciPath (sysfs path). Best effort: returns ncclSuccess with an INFO line when
-// nothing is known. (proxy_affinity.cc, hwloc)
-ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath);
+// NIC at pciPath (sysfs path); with MKERNEL_PROXY_PIN=2 to one core of them, the slot-th
+// from the end (slot < 0 or not that many cores: all of them). Best effort: returns
+// ncclSuccess with an INFO line when nothing is known. (proxy_affinity.cc, hwloc)
+ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath, int slot);
+// What proxyPinThread would bind to for a near set given as a list ("0-15"), as a list;
+// "" for none (mode 0, or nothing of the set allowed). For tests.
+std::string proxyPinChoice(const std::string& nearList, int slot, int mode);
+// A pinning slot no live proxy of this process holds: hostIndex, else hostIndex plus a
+// multiple of hostCount; and its release.
+int proxyClaimSlot(int hostIndex, int hostCount);
+void proxyReleaseSlot(int slot);
 
 }  // namespace mk

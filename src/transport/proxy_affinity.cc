@@ -1,15 +1,26 @@
 // Pins the proxy thread near its GPU (or NIC) with hwloc: the CPUs sysfs lists as local
 // to the PCI device, restricted to those this process may use. A later topology helper
 // (src/topo/) may replace this; until then it is self-contained and best effort.
+//
+// Why one core per proxy (MKERNEL_PROXY_PIN=2) rather than the whole near set: the proxies
+// of one host are created at the same moment (comm init is collective) and Linux placed
+// them on the same idle CPU, where two polling threads took turns for tens of
+// milliseconds before the load balancer split them (session 14, H200: both proxy threads
+// on CPU 15 with 15 ms of run delay each per 30 ms; every first timed size of the 2-process
+// benchmark 2-3x slower). Each proxy of a host therefore takes its own core, counted from
+// the end of the near set (CPU 0 tends to take interrupts); when the host has more proxies
+// than the set has cores, the thread keeps the whole set.
 #include <cstring>
 #include <hwloc.h>
 #include <hwloc/cudart.h>
 #include <hwloc/linux.h>
 
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "base/checks.h"
+#include "base/param.h"
 #include "transport/proxy.h"
 
 namespace mk {
@@ -29,7 +40,59 @@ static hwloc_topology_t topology() {
   return topo;
 }
 
-ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath) {
+// Slots held by the proxies alive in this process. A proxy takes its rank's index among
+// the host's ranks, or the next one up by the host's rank count that no proxy of this
+// process holds: the ranks of one comm driven by one process (one per GPU) get slots
+// 0..n-1, and a second comm of the same ranks (a sub-group) the next n.
+static std::mutex slotMu;
+static std::set<int> slotsHeld;
+
+int proxyClaimSlot(int hostIndex, int hostCount) {
+  std::lock_guard<std::mutex> lk(slotMu);
+  int s = hostIndex < 0 ? 0 : hostIndex;
+  const int step = hostCount < 1 ? 1 : hostCount;
+  while (slotsHeld.count(s)) s += step;
+  slotsHeld.insert(s);
+  return s;
+}
+
+void proxyReleaseSlot(int slot) {
+  std::lock_guard<std::mutex> lk(slotMu);
+  slotsHeld.erase(slot);
+}
+
+// Narrows `set` to the first PU of its slot-th core from the end; leaves it whole when
+// the set has no more than `slot` cores (or no core objects at all).
+static void narrowToSlot(hwloc_topology_t topo, hwloc_bitmap_t set, int slot) {
+  if (slot < 0) return;
+  int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE);
+  if (cores <= slot) return;
+  hwloc_obj_t core =
+      hwloc_get_obj_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE, (unsigned)(cores - 1 - slot));
+  if (!core || !core->cpuset) return;
+  hwloc_bitmap_and(set, set, core->cpuset);
+  hwloc_bitmap_singlify(set);
+}
+
+std::string proxyPinChoice(const std::string& nearList, int slot, int mode) {
+  hwloc_topology_t topo = topology();
+  if (!topo || mode == 0) return "";
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  std::string out;
+  if (hwloc_bitmap_list_sscanf(set, nearList.c_str()) == 0) {
+    hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
+    if (mode == 2) narrowToSlot(topo, set, slot);
+    char* s = nullptr;
+    if (!hwloc_bitmap_iszero(set) && hwloc_bitmap_list_asprintf(&s, set) >= 0) out = s;
+    free(s);
+  }
+  hwloc_bitmap_free(set);
+  return out;
+}
+
+ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath, int slot) {
+  const int mode = (int)MK_PARAM_INT(ProxyPin);
+  if (mode == 0) return ncclSuccess;
   hwloc_topology_t topo = topology();
   if (!topo) {
     MK_INFO(kProxy, "proxy: no hwloc topology; thread not pinned");
@@ -52,6 +115,7 @@ ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath) {
     hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
     have = !hwloc_bitmap_iszero(set);
   }
+  if (have && mode == 2) narrowToSlot(topo, set, slot);
   if (!have) {
     MK_INFO(kProxy, "proxy: no device locality known; thread not pinned");
   } else if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD) != 0) {
@@ -59,7 +123,8 @@ ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath) {
   } else {
     char* s = nullptr;
     hwloc_bitmap_list_asprintf(&s, set);
-    MK_INFO(kProxy, "proxy: thread pinned to CPUs %s (near %s)", s ? s : "?", from.c_str());
+    MK_INFO(kProxy, "proxy: thread pinned to CPUs %s (near %s, slot %d)", s ? s : "?", from.c_str(),
+            slot);
     free(s);
   }
   hwloc_bitmap_free(set);

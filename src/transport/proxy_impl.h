@@ -170,6 +170,7 @@ class Proxy {
   ProxyTimes times;     // written by the proxy thread only; read after it stopped
   uint64_t loopNs = 0;  // start of the current loop iteration
   uint64_t holdNs = 0;  // MKERNEL_PROXY_ACK_HOLD_US
+  int pinSlot = -1;     // proxyClaimSlot(), while the proxy lives
 
   void setError(ncclResult_t res, int peerRank, const std::string& what) {
     std::lock_guard<std::mutex> lk(errMu);
