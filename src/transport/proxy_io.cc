@@ -60,11 +60,14 @@ bool Proxy::drainRings() {
         return true;
       }
       PeerState& ps = peers[rankToPeer[c.peer]];
-      const bool held = holdNs > 0 && c.op == kProxySignal &&
-                        c.sigOp == (kSignalSet | kSignalLazy) && ps.recvSmall &&
-                        ps.lastUrgentNs != 0 && seenNs - ps.lastUrgentNs < 4 * holdNs;
+      const bool lazy = c.op == kProxySignal && c.sigOp == (kSignalSet | kSignalLazy);
+      const bool held = holdNs > 0 && lazy && ps.recvSmall && ps.lastUrgentNs != 0 &&
+                        seenNs - ps.lastUrgentNs < 4 * holdNs;
       ps.queued.push_back(Pending{c, (int)i, ticket, seenNs, held});
-      if (!held) ps.urgent++, ps.lastUrgentNs = seenNs;
+      if (!held) ps.urgent++;
+      // Only real traffic (data, eager signals) is something later acks may ride with: an ack
+      // sent at once because nothing was going to the peer does not make the next one wait.
+      if (!lazy) ps.lastUrgentNs = seenNs;
       // A signal has no source data: a held one is complete for the ring at once, so that
       // waits on the ring's done counter (quiet, staging slots) never wait out a hold, and
       // a comm destroyed while one is held leaves a clean ring.
