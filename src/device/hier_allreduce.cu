@@ -210,29 +210,61 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
   if (threadIdx.x == 0) *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
 }
 
-// One rank per node, no PreMulSum, at most kProxyInlineMax bytes (one chunk): the same
-// protocol as hierFront + hierBack for chunk 0 (the same sequence word, banks, signals and
-// acks, so calls of either kernel follow each other freely), in a small kernel whose rail put
-// carries the data in the proxy command (no staging slot, no system fence). The general
-// kernel, at its register limit, spills with that path.
+// No PreMulSum, at most kProxyInlineMax bytes (one chunk): the same protocol as hierFront +
+// hierBack for chunk 0 (the same sequence word, banks, signals and acks, so calls of either
+// kernel follow each other freely), in a small kernel whose rail put carries the data in the
+// proxy command (no staging slot, no system fence). The general kernel, at its register
+// limit, spills with that path. With several ranks per node every rank takes every local
+// input whole (area RS) and reduces them in local order, so each rank has the node partial
+// itself: one rail trip, no all-gather behind it, and per element the general kernel's
+// arithmetic (its owner's reduce in local order, then node order): the same bits. A few bytes
+// split 16-byte-wise left one rank the whole partial and the others an empty rail trip that
+// the all-gather still waited for.
 template <int DT>
 __global__ void __launch_bounds__(kHierTinyThreads) hierAllReduceTinyKernel(HierArgs a) {
   using U = typename Num<DT>::U;
   const NetDev& d = a.d;
-  const int me = a.node, nn = a.nNodes, tid = threadIdx.x, nt = blockDim.x;
+  const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
+  const int tid = threadIdx.x, nt = blockDim.x;
   __shared__ uint64_t seq0s;
   if (tid == 0) seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
   __syncthreads();
   const uint64_t s = seq0s + 1;
-  const uint64_t bank = hierBankOff(a.stride, a.nLocal, nn, s);
+  const uint64_t bank = hierBankOff(a.stride, nl, nn, s);
   const uint64_t bytes = a.count * sizeof(U);
+  // 1. Inside the node: my input to every local peer, theirs to me, reduced in local order.
+  for (int j = 0; j < nl; j++) {
+    if (j == l) continue;
+    const int peer = a.localPeer[j];
+    if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckL + j, s - 1, kHierBanks, peer))
+      return;
+    if (!netPublish(d, a.send, peer, bank + hierRsOff(a.stride, nl, l), bytes, kHierSigRS + l,
+                    s - 1))
+      return;
+  }
+  if (nl > 1) {
+    for (int j = 0; j < nl; j++) {
+      if (j == l) continue;
+      if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRS + j, s - 1, a.localPeer[j])) return;
+    }
+    const void* srcs[kHierMaxLocal];
+    for (int j = 0; j < nl; j++)
+      srcs[j] =
+          j == l ? a.send : dn::recv_ptr(d, a.localPeer[j], bank + hierRsOff(a.stride, nl, j));
+    void* out[1] = {a.recv};
+    reduceRangeAny<DT>(a.red, srcs, nl, nullptr, out, 1, a.count, RedCfg{0, 0, 0}, tid, nt);
+    __syncthreads();
+  }
+  // Alone in my node, my input is the node partial (hierFront's rule).
+  const void* part = nl > 1 ? a.recv : a.send;
+  // 2. The rail.
   for (int b = 0; b < nn; b++) {
     if (b == me) continue;
     const int peer = a.railPeer[b];
     if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckN + b, s - 1, kHierBanks, peer))
       return;
-    if (!netPublish<dn::Block, true>(d, a.send, peer, bank + hierRailOff(a.stride, a.nLocal, me),
-                                     bytes, kHierSigRail + me, s - 1))
+    if (!netPublish<dn::Block, true>(d, part, peer, bank + hierRailOff(a.stride, nl, me), bytes,
+                                     kHierSigRail + me, s - 1))
       return;
   }
   for (int b = 0; b < nn; b++) {
@@ -243,12 +275,17 @@ __global__ void __launch_bounds__(kHierTinyThreads) hierAllReduceTinyKernel(Hier
     // Node order, as hierBack: the same bits on every rank and as the general kernel.
     const void* srcs[kHierMaxNodes];
     for (int b = 0; b < nn; b++)
-      srcs[b] = b == me ? a.send
-                        : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, a.nLocal, b));
+      srcs[b] =
+          b == me ? part : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, nl, b));
     void* out[1] = {a.recv};
     reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, a.count, RedCfg{0, 0, a.postDiv}, tid, nt);
   }
   __syncthreads();
+  // 3. My window areas of this bank are free again (RS read in step 1, RAIL just now).
+  for (int j = 0; j < nl; j++) {
+    if (j == l) continue;
+    if (!netRelease(d, a.localPeer[j], kHierSigAckL + l, s - 1)) return;
+  }
   for (int b = 0; b < nn; b++) {
     if (b == me) continue;
     if (!netRelease(d, a.railPeer[b], kHierSigAckN + me, s - 1)) return;
@@ -266,8 +303,7 @@ cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
       a.dtype,
       [&](auto dt) {
         constexpr int DT = decltype(dt)::kDt;
-        if (a.nLocal == 1 && !a.premul && a.nChunks == 1 &&
-            a.count * sizeof(typename Num<DT>::U) <= kProxyInlineMax)
+        if (!a.premul && a.nChunks == 1 && a.count * sizeof(typename Num<DT>::U) <= kProxyInlineMax)
           hierAllReduceTinyKernel<DT><<<1, kHierTinyThreads, 0, s>>>(a);
         else
           hierAllReduceKernel<DT><<<1, kHierThreads, 0, s>>>(a);

@@ -306,9 +306,10 @@ TEST_P(HierOps, TwentyBackToBackMixed) {
   runCases(h, cases);
 }
 
-// Tiny AllReduces (at most 8 bytes: one rank per node takes the small kernel) and general
-// ones back to back with no synchronisation between them: both kernels share the sequence
-// word, banks and acks, so their calls must interleave on the wire.
+// Tiny AllReduces (at most 8 bytes without PreMulSum take the small kernel, which skips the
+// all-gather when a node has several ranks) and general ones back to back with no
+// synchronisation between them: both kernels share the sequence word, banks, signals and
+// acks, so their calls must interleave on the wire.
 TEST_P(HierOps, TinyAndGeneralAllReduceBackToBack) {
   const uint64_t seed = mktest::testSeed() + 13;
   std::vector<OpCase> cases;
