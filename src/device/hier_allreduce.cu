@@ -303,7 +303,9 @@ cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
       a.dtype,
       [&](auto dt) {
         constexpr int DT = decltype(dt)::kDt;
-        if (!a.premul && a.nChunks == 1 && a.count * sizeof(typename Num<DT>::U) <= kProxyInlineMax)
+        const uint64_t bytes = a.count * sizeof(typename Num<DT>::U);
+        // The whole input goes into one area (RS, RAIL) of every peer: the stride must hold it.
+        if (!a.premul && a.nChunks == 1 && bytes <= kProxyInlineMax && bytes <= a.stride)
           hierAllReduceTinyKernel<DT><<<1, kHierTinyThreads, 0, s>>>(a);
         else
           hierAllReduceKernel<DT><<<1, kHierThreads, 0, s>>>(a);
