@@ -293,7 +293,8 @@ inline World makeWorld(std::mt19937_64& rng, int nNodes, int nLocal, int pattern
   W.tile = std::vector<int>{1, 4, 8}[rng() % 3];
   const int hot = (int)(rng() % W.E), oneRank = (int)(rng() % W.n), oneNode = (int)(rng() % nNodes);
   const int spiller = (int)(rng() % W.n);
-  const int spillNode = (W.nodeOf[spiller] + 1 + (int)(rng() % (nNodes - 1))) % nNodes;
+  const int spillNode =
+      nNodes > 1 ? (W.nodeOf[spiller] + 1 + (int)(rng() % (nNodes - 1))) % nNodes : 0;
   const bool distinct = rng() % 2 && W.E >= W.k;
   W.idx.resize(W.n);
   W.w.resize(W.n);

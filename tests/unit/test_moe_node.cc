@@ -65,3 +65,135 @@ TEST(MoeNode, FourByTwo) {
 TEST(MoeNode, ThreeByThree) {
   runLayout(3, 3, 200);
 }
+
+// Layouts without dedup (one node, one rank per node, uneven nodes): the model runs with
+// dedup asked for and must equal the direct path, every pair direct.
+TEST(MoeNode, DedupOffLayouts) {
+  const uint64_t seed = mktest::testSeed() ^ 0x5eedull;
+  printf("MoeNode dedup-off layouts: seed %llu\n", (unsigned long long)seed);
+  std::mt19937_64 rng(seed);
+  for (int c = 0; c < 120; ++c) {
+    const int which = c % 3;
+    World W = makeWorld(rng, which == 0 ? 1 : 2,
+                        which == 0   ? 4
+                        : which == 1 ? 1
+                                     : 3,
+                        c / 3 % kPatterns);
+    if (which == 2) {  // 6 ranks on nodes of 4 and 2
+      W.nodeOf = {0, 0, 0, 0, 1, 1};
+      std::shuffle(W.nodeOf.begin(), W.nodeOf.end(), rng);
+    }
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " case " << c);
+    mf::MoeNodeMap m;
+    ASSERT_TRUE(mf::moeNodeMapInit(W.n, W.nodeOf.data(), 0, true, &m));
+    EXPECT_EQ(m.rail, 0);
+    Stats a, b;
+    std::vector<Out> direct, dedup;
+    simulate(W, false, &a, &direct);
+    simulate(W, true, &b, &dedup);
+    ASSERT_FALSE(testing::Test::HasFatalFailure());
+    for (int r = 0; r < W.n; ++r) ASSERT_TRUE(direct[r] == dedup[r]) << "outputs of rank " << r;
+    EXPECT_EQ(b.rail, 0);
+    EXPECT_EQ(b.crossRows, a.crossRows);
+  }
+}
+
+TEST(MoeNode, MapAndSwitch) {
+  mf::MoeNodeMap m;
+  const int32_t shuffled[6] = {1, 0, 2, 0, 1, 2};  // 3 nodes of 2, ranks interleaved
+  ASSERT_TRUE(mf::moeNodeMapInit(6, shuffled, 4, true, &m));
+  EXPECT_EQ(m.rail, 1);
+  EXPECT_EQ(m.nNodes, 3);
+  EXPECT_EQ(m.nLocal, 2);
+  EXPECT_EQ(m.localOf[4], 1);  // second rank of node 1
+  EXPECT_EQ(mf::moeRailPeer(m, 0), 3);
+  EXPECT_EQ(mf::moeRailPeer(m, 2), 5);
+  EXPECT_EQ(mf::moeFanGateway(m, 2), 0);  // src 2 is local 0 of node 2; local 0 of node 1 is 0
+  EXPECT_EQ(mf::moeFanGateway(m, 5), 4);
+  EXPECT_EQ(mf::moeCntStride(m, 3), 3 + 6 + 2);
+  ASSERT_TRUE(mf::moeNodeMapInit(6, shuffled, 4, false, &m));
+  EXPECT_EQ(m.rail, 0) << "dedup not asked";
+  EXPECT_EQ(mf::moeCntStride(m, 3), 3 + 6);
+  const int32_t oneEach[2] = {0, 1}, gap[3] = {0, 2, 2}, neg[2] = {0, -1};
+  ASSERT_TRUE(mf::moeNodeMapInit(2, oneEach, 0, true, &m));
+  EXPECT_EQ(m.rail, 0) << "one rank per node";
+  EXPECT_FALSE(mf::moeNodeMapInit(3, gap, 0, true, &m)) << "node 1 has no rank";
+  EXPECT_FALSE(mf::moeNodeMapInit(2, neg, 0, true, &m));
+  EXPECT_FALSE(mf::moeNodeMapInit(0, neg, 0, true, &m));
+  EXPECT_FALSE(mf::moeNodeMapInit(2, oneEach, 2, true, &m)) << "me outside the comm";
+}
+
+// Hand case, 2x2 (ranks 0,1 | 2,3), one expert per rank, rank 0's tokens: t0 -> {2, 3},
+// t1 -> {2, -1}, t2 -> {1, 3}. Direct: 4 rows cross; dedup: 3, all to rank 0's gateway 2.
+// With maxRows 2 the 3 tokens for node 1 do not fit one block: node 1 spills (4 rows).
+TEST(MoeNode, HandCaseAndSpill) {
+  const int32_t nodes[4] = {0, 0, 1, 1}, idx[6] = {2, 3, 2, -1, 1, 3};
+  for (int64_t P : {3, 2}) {
+    mf::MoeNodeMap m;
+    ASSERT_TRUE(mf::moeNodeMapInit(4, nodes, 0, true, &m));
+    const int st = mf::moeCntStride(m, 1);
+    std::vector<int32_t> msg(4 * st, -5), rail(2, -5);
+    int64_t bad = -1;
+    ASSERT_TRUE(mf::moeSourceCounts(m, 3, 2, 4, 1, idx, P, msg.data(), rail.data(), &bad));
+    EXPECT_EQ(rail[0], 1);
+    EXPECT_EQ(rail[1], 3);
+    const int32_t* c2 = &msg[2 * st];
+    const int32_t* c3 = &msg[3 * st];
+    EXPECT_EQ(c2[mf::moeCntToks(1)], 2);
+    EXPECT_EQ(c3[mf::moeCntToks(1)], 2);
+    EXPECT_EQ(msg[1 * st + mf::moeCntBlk(1)], 1);
+    if (P == 3) {
+      EXPECT_EQ(c2[mf::moeCntMode(1)], mf::kMoeRailBlock);
+      EXPECT_EQ(c2[mf::moeCntBlk(1)], 3);
+      EXPECT_EQ(c2[mf::moeCntFan(1, 0)], 2);
+      EXPECT_EQ(c2[mf::moeCntFan(1, 1)], 2);
+      EXPECT_EQ(c3[mf::moeCntMode(1)], mf::kMoeViaGateway);
+      EXPECT_EQ(c3[mf::moeCntBlk(1)], 0);
+      EXPECT_EQ(mf::moeCrossNodeRows(m, msg.data(), 1), 3);
+    } else {
+      EXPECT_EQ(c2[mf::moeCntMode(1)], mf::kMoeDirect);
+      EXPECT_EQ(c3[mf::moeCntMode(1)], mf::kMoeDirect);
+      EXPECT_EQ(c2[mf::moeCntBlk(1)], 2);
+      EXPECT_EQ(mf::moeCrossNodeRows(m, msg.data(), 1), 4);
+    }
+  }
+}
+
+// The receiver's route check rejects every inconsistent entry (rank 2 of 2x2 receiving).
+TEST(MoeNode, RouteValid) {
+  const int32_t nodes[4] = {0, 0, 1, 1};
+  mf::MoeNodeMap m;
+  ASSERT_TRUE(mf::moeNodeMapInit(4, nodes, 2, true, &m));
+  const int epr = 1;
+  auto msgOf = [&](int32_t toks, int32_t blk, int32_t mode, int32_t f0, int32_t f1) {
+    std::vector<int32_t> c(mf::moeCntStride(m, epr), 0);
+    c[mf::moeCntToks(epr)] = toks;
+    c[mf::moeCntBlk(epr)] = blk;
+    c[mf::moeCntMode(epr)] = mode;
+    c[mf::moeCntFan(epr, 0)] = f0;
+    c[mf::moeCntFan(epr, 1)] = f1;
+    return c;
+  };
+  auto ok = [&](const std::vector<int32_t>& c, int src) {
+    return mf::moeCntRouteValid(m, c.data(), src, epr, 8);
+  };
+  EXPECT_TRUE(ok(msgOf(2, 3, mf::kMoeRailBlock, 2, 2), 0));  // I am rank 0's gateway
+  EXPECT_TRUE(ok(msgOf(2, 0, mf::kMoeViaGateway, 0, 0), 1));
+  EXPECT_TRUE(ok(msgOf(2, 2, mf::kMoeDirect, 0, 0), 1));
+  EXPECT_TRUE(ok(msgOf(2, 2, mf::kMoeDirect, 0, 0), 3));
+  EXPECT_FALSE(ok(msgOf(2, 0, mf::kMoeViaGateway, 0, 0), 0)) << "I am its gateway";
+  EXPECT_FALSE(ok(msgOf(2, 3, mf::kMoeRailBlock, 2, 2), 1)) << "rank 3 is its gateway";
+  EXPECT_FALSE(ok(msgOf(2, 1, mf::kMoeViaGateway, 0, 0), 1)) << "a via-gateway block is empty";
+  EXPECT_FALSE(ok(msgOf(2, 0, mf::kMoeViaGateway, 0, 0), 3)) << "same node";
+  EXPECT_FALSE(ok(msgOf(2, 1, mf::kMoeDirect, 0, 0), 1)) << "blk != toks";
+  EXPECT_FALSE(ok(msgOf(2, 3, mf::kMoeRailBlock, 1, 2), 0)) << "fan to me != toks";
+  EXPECT_FALSE(ok(msgOf(2, 5, mf::kMoeRailBlock, 2, 2), 0)) << "fan rows < rail rows";
+  EXPECT_FALSE(ok(msgOf(2, 3, mf::kMoeRailBlock, 2, 4), 0)) << "a fan entry > rail rows";
+  EXPECT_FALSE(ok(msgOf(9, 9, mf::kMoeDirect, 0, 0), 1)) << "more than maxRows";
+  EXPECT_FALSE(ok(msgOf(-1, -1, -1, -1, -1), 0)) << "a message that never came";
+  EXPECT_FALSE(ok(msgOf(2, 2, 3, 0, 0), 1)) << "unknown mode";
+  mf::MoeNodeMap off;
+  ASSERT_TRUE(mf::moeNodeMapInit(4, nodes, 2, false, &off));
+  EXPECT_FALSE(mf::moeCntRouteValid(off, msgOf(2, 0, mf::kMoeViaGateway, 0, 0).data(), 1, epr, 8))
+      << "no gateway without dedup";
+}
