@@ -155,6 +155,7 @@ inline void simulate(const World& W, bool dedup, Stats* st, std::vector<Out>* ou
     }
   // Gateway forward and the fan AllToAll (local pairs only): fan[r][q] = rows r gets from q.
   std::vector<std::vector<std::vector<Row>>> fan(n, std::vector<std::vector<Row>>(n));
+  std::vector<int> clamped(n, 0);  // a fan block to r was over maxRows
   for (int g = 0; g < n && dedup; ++g) {
     const mf::MoeNodeMap& m = map[g];
     if (!m.rail) continue;
@@ -183,6 +184,7 @@ inline void simulate(const World& W, bool dedup, Stats* st, std::vector<Out>* ou
       if ((int64_t)out[l].size() > W.P) {
         EXPECT_EQ(units, 0) << "an oversized fan block is dropped at both ends";
         ++st->clamps;
+        clamped[r] = 1;
         continue;
       }
       EXPECT_EQ(units, (int64_t)out[l].size()) << "fan-out rows differ, gateway " << g;
@@ -207,6 +209,8 @@ inline void simulate(const World& W, bool dedup, Stats* st, std::vector<Out>* ou
                                srcRow.data());
     o.ovf |= o.span > W.P;
     st->ovf += o.ovf;
+    EXPECT_TRUE(o.ovf || !clamped[r])
+        << "fan rows over maxRows at rank " << r << ", whose layout fits";
     o.xRecv.assign((size_t)W.P * kW, kPoison);
     o.rowSource.assign((size_t)W.P * 3, -7);
     o.weight.assign(W.P, kPoison);
@@ -322,6 +326,8 @@ inline World makeWorld(std::mt19937_64& rng, int nNodes, int nLocal, int pattern
         for (int jj = 0; jj < j && distinct; ++jj) dup = dup || W.idx[r][t * W.k + jj] == e;
         W.idx[r][t * W.k + j] = dup ? -1 : e;
       }
+    if (!W.idx[r].empty() && rng() % 16 == 0)  // a bad id: unused everywhere, reported
+      W.idx[r][rng() % W.idx[r].size()] = rng() % 2 ? W.E + (int32_t)(rng() % 3) : -2;
     W.w[r].resize(W.idx[r].size());
     for (auto& v : W.w[r]) v = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
     W.x[r].resize((size_t)W.T[r] * kW);
