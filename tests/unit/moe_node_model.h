@@ -50,7 +50,7 @@ struct World {
 struct Out {  // one receiver's dispatch outputs
   int ovf = 0;
   int64_t span = 0;
-  std::vector<int32_t> start, count, rowSource;
+  std::vector<int32_t> start, count, rowSource, srcRow;
   std::vector<uint32_t> xRecv, weight;
   bool operator==(const Out& o) const {
     return std::tie(ovf, span, start, count, rowSource, xRecv, weight) ==
@@ -196,7 +196,9 @@ inline void simulate(const World& W, bool dedup, Stats* st, std::vector<Out>* ou
   res.assign(n, Out());
   for (int r = 0; r < n; ++r) {
     Out& o = res[r];
-    std::vector<int32_t> recv((size_t)n * epr), srcRow((size_t)n * epr);
+    std::vector<int32_t> recv((size_t)n * epr);
+    std::vector<int32_t>& srcRow = o.srcRow;
+    srcRow.resize((size_t)n * epr);
     o.start.resize(epr);
     o.count.resize(epr);
     for (int s = 0; s < n; ++s) {

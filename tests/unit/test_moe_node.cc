@@ -17,6 +17,30 @@ using namespace moenode;
 
 namespace {
 
+// Independent of the model's transport: every slot of a receiver that did not overflow sits at
+// moe_layout.h's moeSlotRow with its token's payload, source, slot and weight.
+void checkSlotRows(const World& W, const std::vector<Out>& out) {
+  const mf::MoeShape shape{0, W.k, W.E, W.n, W.epr};
+  for (int s = 0; s < W.n; ++s) {
+    std::vector<int32_t> at(W.E), seen(W.E, 0);
+    for (int e = 0; e < W.E; ++e) at[e] = out[e / W.epr].srcRow[s * W.epr + e % W.epr];
+    for (int64_t i = 0; i < (int64_t)W.idx[s].size(); ++i) {
+      const int32_t e = W.idx[s][i];
+      if (e < 0 || e >= W.E) continue;  // unused or bad: sent nowhere
+      const int64_t row = mf::moeSlotRow(shape, W.idx[s].data(), i, at.data(), seen.data());
+      const Out& o = out[e / W.epr];
+      if (o.ovf) continue;
+      ASSERT_GE(row, 0);
+      ASSERT_LT(row, W.P);
+      ASSERT_EQ(o.rowSource[row * 3], s) << "slot " << i << " of rank " << s;
+      ASSERT_EQ(o.rowSource[row * 3 + 1], i / W.k);
+      ASSERT_EQ(o.rowSource[row * 3 + 2], i % W.k);
+      ASSERT_EQ(o.weight[row], bits(W.w[s][i]));
+      for (int v = 0; v < kW; ++v) ASSERT_EQ(o.xRecv[row * kW + v], W.x[s][(i / W.k) * kW + v]);
+    }
+  }
+}
+
 void runLayout(int nNodes, int nLocal, int cases) {
   const uint64_t seed = mktest::testSeed() ^ (uint64_t)(nNodes * 131 + nLocal);
   printf("MoeNode %dx%d: seed %llu, %d cases\n", nNodes, nLocal, (unsigned long long)seed, cases);
@@ -33,6 +57,7 @@ void runLayout(int nNodes, int nLocal, int cases) {
     simulate(W, true, &b, &dedup);
     ASSERT_FALSE(testing::Test::HasFatalFailure());
     for (int r = 0; r < W.n; ++r) ASSERT_TRUE(direct[r] == dedup[r]) << "outputs of rank " << r;
+    checkSlotRows(W, dedup);
     EXPECT_EQ(a.rail + a.spills, 0) << "dedup off: every pair direct";
     EXPECT_LE(b.crossRows, a.crossRows) << "dedup never moves more rows across nodes";
     d0.crossRows += a.crossRows;
