@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -221,4 +223,49 @@ TEST(MoeNode, RouteValid) {
   ASSERT_TRUE(mf::moeNodeMapInit(4, nodes, 2, false, &off));
   EXPECT_FALSE(mf::moeCntRouteValid(off, msgOf(2, 0, mf::kMoeViaGateway, 0, 0).data(), 1, epr, 8))
       << "no gateway without dedup";
+}
+
+// The bytes model on uniform top-k routing (distinct experts) matches the expectation the
+// plan's GPU bytes test relies on: per token, direct sends one row per remote rank hit, dedup
+// one per remote node hit. P(a group of g experts missed) = C(E-g, k) / C(E, k).
+TEST(MoeNode, CrossNodeRowsUniform) {
+  const uint64_t seed = mktest::testSeed() ^ 0xb17e5ull;
+  printf("MoeNode cross-node rows: seed %llu\n", (unsigned long long)seed);
+  std::mt19937_64 rng(seed);
+  struct Shape {
+    int nNodes, nLocal, E, k;
+  };
+  for (const Shape sh : {Shape{2, 2, 64, 6}, Shape{2, 4, 64, 8}, Shape{2, 4, 256, 8}}) {
+    const int n = sh.nNodes * sh.nLocal, epr = sh.E / n, T = 4096;
+    std::vector<int32_t> nodes(n), idx((size_t)T * sh.k);
+    for (int r = 0; r < n; ++r) nodes[r] = r / sh.nLocal;
+    for (int t = 0; t < T; ++t) {
+      std::vector<int32_t> all(sh.E);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      std::copy_n(all.begin(), sh.k, &idx[(size_t)t * sh.k]);
+    }
+    auto miss = [&](int g) {
+      double p = 1;
+      for (int i = 0; i < sh.k; ++i) p *= double(sh.E - g - i) / double(sh.E - i);
+      return p;
+    };
+    const double remote = (sh.nNodes - 1) * sh.nLocal;
+    const double wantDirect = remote * (1 - miss(epr));
+    const double wantDedup = (sh.nNodes - 1) * (1 - miss(epr * sh.nLocal));
+    double got[2];
+    for (int dedup = 0; dedup < 2; ++dedup) {
+      mf::MoeNodeMap m;
+      ASSERT_TRUE(mf::moeNodeMapInit(n, nodes.data(), 0, dedup != 0, &m));
+      std::vector<int32_t> msg((size_t)n * mf::moeCntStride(m, epr)), rail(sh.nNodes);
+      int64_t bad = -1;
+      ASSERT_TRUE(mf::moeSourceCounts(m, T, sh.k, sh.E, epr, idx.data(), (int64_t)T * sh.k,
+                                      msg.data(), rail.data(), &bad));
+      got[dedup] = double(mf::moeCrossNodeRows(m, msg.data(), epr)) / T;
+    }
+    printf("  %dx%d E=%d k=%d: remote rows/token direct %.3f (expect %.3f), dedup %.3f (%.3f)\n",
+           sh.nNodes, sh.nLocal, sh.E, sh.k, got[0], wantDirect, got[1], wantDedup);
+    EXPECT_NEAR(got[0], wantDirect, 0.05 * wantDirect);
+    EXPECT_NEAR(got[1], wantDedup, 0.05 * wantDedup);
+  }
 }
