@@ -196,7 +196,10 @@ ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
       NCCLCHECKGOTO(net->regMr(ps.recvComm, cfg.recvBuf, cfg.recvBytes, cfg.bufType, &ps.recvMh),
                     res, fail);
   }
-  if (cfg.pinThread) p->pinSlot = proxyClaimSlot(cfg.hostIndex, cfg.hostCount);
+  // A slot only when the comm has several ranks on this host: its proxies are the ones that
+  // start together; a comm with one rank per host (a data-parallel group) knows nothing of
+  // the host's other proxies, whose slots it would collide with, so it keeps the near set.
+  if (cfg.pinThread && cfg.hostCount > 1) p->pinSlot = proxyClaimSlot(cfg.hostIndex, cfg.hostCount);
   p->thread = std::thread([p] { p->run(); });
   MK_INFO(kProxy, "proxy rank %d: %zu peer(s) over %s, %zu ring(s)", cfg.rank, p->peers.size(),
           net->name(), cfg.rings.size());

@@ -83,8 +83,8 @@ ProxyStats proxyStats(Proxy* p);
 // from the end (slot < 0 or not that many cores: all of them). Best effort: returns
 // ncclSuccess with an INFO line when nothing is known. (proxy_affinity.cc, hwloc)
 ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath, int slot);
-// What proxyPinThread would bind to for a near set given as a list ("0-15"), as a list;
-// "" for none (mode 0, or nothing of the set allowed). For tests.
+// What proxyPinThread, called on this thread, would bind to for a near set given as a list
+// ("0-15"), as a list; "" for none (mode 0, or nothing of the set allowed). For tests.
 std::string proxyPinChoice(const std::string& nearList, int slot, int mode);
 // A pinning slot no live proxy of this process holds: hostIndex, else hostIndex plus a
 // multiple of hostCount; and its release.

@@ -7,9 +7,10 @@
 // them on the same idle CPU, where two polling threads took turns for tens of
 // milliseconds before the load balancer split them (session 14, H200: both proxy threads
 // on CPU 15 with 15 ms of run delay each per 30 ms; every first timed size of the 2-process
-// benchmark 2-3x slower). Each proxy of a host therefore takes its own core, counted from
-// the end of the near set (CPU 0 tends to take interrupts); when the host has more proxies
-// than the set has cores, the thread keeps the whole set.
+// benchmark 2-3x slower). Each proxy of a comm's ranks on one host therefore takes its own
+// core, counted from the end of the near set (CPU 0 tends to take interrupts) and inside the
+// CPUs the thread inherited; a proxy whose slot is past the set's cores, and every proxy of
+// a comm with one rank on the host, keeps the whole set (the old behaviour, MKERNEL_PROXY_PIN=1).
 #include <cstring>
 #include <hwloc.h>
 #include <hwloc/cudart.h>
@@ -74,6 +75,22 @@ static void narrowToSlot(hwloc_topology_t topo, hwloc_bitmap_t set, int slot) {
   hwloc_bitmap_singlify(set);
 }
 
+// Mode 2: inside the CPUs the calling thread may already run on (taskset, a launcher's
+// binding: hwloc's allowed set is the cgroup's, not that mask), so a proxy never lands on
+// another task's cores (none of them near the device: the inherited mask as it is); then one
+// core by slot.
+static void narrowForThread(hwloc_topology_t topo, hwloc_bitmap_t set, int slot) {
+  hwloc_bitmap_t cur = hwloc_bitmap_alloc();
+  if (hwloc_get_cpubind(topo, cur, HWLOC_CPUBIND_THREAD) == 0 && !hwloc_bitmap_iszero(cur)) {
+    if (hwloc_bitmap_intersects(set, cur))
+      hwloc_bitmap_and(set, set, cur);
+    else
+      hwloc_bitmap_copy(set, cur);
+  }
+  hwloc_bitmap_free(cur);
+  narrowToSlot(topo, set, slot);
+}
+
 std::string proxyPinChoice(const std::string& nearList, int slot, int mode) {
   hwloc_topology_t topo = topology();
   if (!topo || mode == 0) return "";
@@ -81,7 +98,7 @@ std::string proxyPinChoice(const std::string& nearList, int slot, int mode) {
   std::string out;
   if (hwloc_bitmap_list_sscanf(set, nearList.c_str()) == 0) {
     hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
-    if (mode == 2) narrowToSlot(topo, set, slot);
+    if (mode == 2 && !hwloc_bitmap_iszero(set)) narrowForThread(topo, set, slot);
     char* s = nullptr;
     if (!hwloc_bitmap_iszero(set) && hwloc_bitmap_list_asprintf(&s, set) >= 0) out = s;
     free(s);
@@ -115,7 +132,7 @@ ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath, int slot
     hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
     have = !hwloc_bitmap_iszero(set);
   }
-  if (have && mode == 2) narrowToSlot(topo, set, slot);
+  if (have && mode == 2) narrowForThread(topo, set, slot);
   if (!have) {
     MK_INFO(kProxy, "proxy: no device locality known; thread not pinned");
   } else if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD) != 0) {

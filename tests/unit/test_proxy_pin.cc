@@ -6,6 +6,7 @@
 
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/proxy.h"
@@ -96,4 +97,29 @@ TEST(ProxyPin, OneCorePerSlotThenTheWholeSet) {
   if (slot >= 2) EXPECT_NE(proxyPinChoice(near, 0, 2), "0");
   // Outside what the process may use: nothing.
   EXPECT_EQ(proxyPinChoice("100000", 0, 2), "");
+}
+
+// A thread bound by the user (taskset, a launcher) keeps its proxy inside that binding: the
+// one CPU it may use, whether or not the near set holds it.
+TEST(ProxyPin, StaysInsideTheInheritedBinding) {
+  const std::vector<int> cpus = allowedCpus();
+  ASSERT_FALSE(cpus.empty());
+  const int c = cpus.front();  // not the core slot 0 takes without the binding (the last)
+  const std::string near = allowedList();  // this thread's: every allowed CPU
+  std::string inside, outside, nearAll, mode1;
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) return;
+    inside = proxyPinChoice(near, 0, 2);
+    nearAll = proxyPinChoice(near, 1, 2);  // a slot past the one core: that core still
+    mode1 = proxyPinChoice(near, 0, 1);    // mode 1 ignores the binding, as before
+    if (cpus.size() > 1) outside = proxyPinChoice(std::to_string(cpus.back()), 0, 2);
+  });
+  t.join();
+  EXPECT_EQ(inside, std::to_string(c));
+  EXPECT_EQ(nearAll, std::to_string(c));
+  EXPECT_EQ(mode1, near);
+  if (cpus.size() > 1) EXPECT_EQ(outside, std::to_string(c)) << "a near set outside the binding";
 }
