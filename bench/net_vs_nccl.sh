@@ -220,14 +220,14 @@ for f in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
 def best_of(rs):
     # Per (op, bytes): the round with the lowest time (its busbw with it); the same rule for
     # both libraries. "rounds" says how many rounds had the row.
-    best = {}
+    best, seen = {}, {}
     for r in rs:
         for x in r.get("results", []):
             k = (x["op"], x["bytes"])
+            seen[k] = seen.get(k, 0) + 1
             if k not in best or x["time_us"] < best[k]["time_us"]:
-                best[k] = dict(x, rounds=best.get(k, {}).get("rounds", 0))
-            best[k]["rounds"] = best[k].get("rounds", 0) + 1
-    return [best[k] for k in sorted(best)]
+                best[k] = x
+    return [dict(best[k], rounds=seen[k]) for k in sorted(best)]
 for name, rs in rounds.items():
     if len(rs) > 1 and name in runs:
         runs[name] = dict(runs[name], results=best_of(rs), rounds=len(rs))

@@ -91,18 +91,25 @@ static void narrowForThread(hwloc_topology_t topo, hwloc_bitmap_t set, int slot)
   narrowToSlot(topo, set, slot);
 }
 
+// The CPUs a proxy of this mode binds to, from its near set (narrowed in place); false when
+// none of them may be used. proxyPinThread and the tests' proxyPinChoice share this.
+static bool pinSet(hwloc_topology_t topo, hwloc_bitmap_t set, int slot, int mode) {
+  hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
+  if (hwloc_bitmap_iszero(set)) return false;
+  if (mode == 2) narrowForThread(topo, set, slot);
+  return true;
+}
+
 std::string proxyPinChoice(const std::string& nearList, int slot, int mode) {
   hwloc_topology_t topo = topology();
   if (!topo || mode == 0) return "";
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
   std::string out;
-  if (hwloc_bitmap_list_sscanf(set, nearList.c_str()) == 0) {
-    hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
-    if (mode == 2 && !hwloc_bitmap_iszero(set)) narrowForThread(topo, set, slot);
-    char* s = nullptr;
-    if (!hwloc_bitmap_iszero(set) && hwloc_bitmap_list_asprintf(&s, set) >= 0) out = s;
-    free(s);
-  }
+  char* s = nullptr;
+  if (hwloc_bitmap_list_sscanf(set, nearList.c_str()) == 0 && pinSet(topo, set, slot, mode) &&
+      hwloc_bitmap_list_asprintf(&s, set) >= 0)
+    out = s;
+  free(s);
   hwloc_bitmap_free(set);
   return out;
 }
@@ -128,11 +135,7 @@ ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath, int slot
     have = true;
     from = nicPciPath;
   }
-  if (have) {
-    hwloc_bitmap_and(set, set, hwloc_topology_get_allowed_cpuset(topo));
-    have = !hwloc_bitmap_iszero(set);
-  }
-  if (have && mode == 2) narrowForThread(topo, set, slot);
+  have = have && pinSet(topo, set, slot, mode);
   if (!have) {
     MK_INFO(kProxy, "proxy: no device locality known; thread not pinned");
   } else if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD) != 0) {
