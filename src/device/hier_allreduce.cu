@@ -19,7 +19,9 @@ namespace {
 namespace dn = ::mk::dev::net;
 
 constexpr int kHierThreads = 512;
-constexpr int kHierTinyThreads = 128;  // hierAllReduceTinyKernel: a few elements
+constexpr int kHierSmallThreads = 128;  // hierAllReduceSmallKernel: a few elements
+// Largest AllReduce (bytes) of the small kernel.
+constexpr uint64_t kHierSmallMax = 4096;
 
 // Waits name the slot's one writer (netchan.cuh: one word polled) except in the 8-bit
 // kernels, which ptxas (CUDA 12) then makes spill a few bytes.
@@ -210,18 +212,20 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
   if (threadIdx.x == 0) *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
 }
 
-// No PreMulSum, at most kProxyInlineMax bytes (one chunk): the same protocol as hierFront +
+// No PreMulSum, at most kHierSmallMax bytes (one chunk): the same protocol as hierFront +
 // hierBack for chunk 0 (the same sequence word, banks, signals and acks, so calls of either
-// kernel follow each other freely), in a small kernel whose rail put carries the data in the
-// proxy command (no staging slot, no system fence). The general kernel, at its register
-// limit, spills with that path. With several ranks per node every rank takes every local
-// input whole (area RS) and reduces them in local order, so each rank has the node partial
-// itself: one rail trip, no all-gather behind it, and per element the general kernel's
-// arithmetic (its owner's reduce in local order, then node order): the same bits. A few bytes
-// split 16-byte-wise left one rank the whole partial and the others an empty rail trip that
-// the all-gather still waited for.
+// kernel follow each other freely), in a 128-thread kernel whose rail put carries data of at
+// most kProxyInlineMax bytes in the proxy command (no staging slot, no system fence; larger
+// ones are staged). The general kernel, at its register limit, spills with that path. With
+// several ranks per node every rank takes every local input whole (area RS) and reduces them
+// in local order, so each rank has the node partial itself: one rail trip, no all-gather
+// behind it, and per element the general kernel's arithmetic (its owner's reduce in local
+// order, then node order): the same bits. The general kernel cut a few bytes 16-byte-wise:
+// one rank held the whole partial and the others made rail trips the all-gather waited for.
+// Every rank sends the whole message on the rail instead of its 1/nLocal: nothing at these
+// sizes, against a step of the dependency chain.
 template <int DT>
-__global__ void __launch_bounds__(kHierTinyThreads) hierAllReduceTinyKernel(HierArgs a) {
+__global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(HierArgs a) {
   using U = typename Num<DT>::U;
   const NetDev& d = a.d;
   const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
@@ -305,8 +309,8 @@ cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
         constexpr int DT = decltype(dt)::kDt;
         const uint64_t bytes = a.count * sizeof(typename Num<DT>::U);
         // The whole input goes into one area (RS, RAIL) of every peer: the stride must hold it.
-        if (!a.premul && a.nChunks == 1 && bytes <= kProxyInlineMax && bytes <= a.stride)
-          hierAllReduceTinyKernel<DT><<<1, kHierTinyThreads, 0, s>>>(a);
+        if (!a.premul && a.nChunks == 1 && bytes <= kHierSmallMax && bytes <= a.stride)
+          hierAllReduceSmallKernel<DT><<<1, kHierSmallThreads, 0, s>>>(a);
         else
           hierAllReduceKernel<DT><<<1, kHierThreads, 0, s>>>(a);
         return cudaGetLastError();

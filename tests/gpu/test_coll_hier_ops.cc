@@ -306,11 +306,13 @@ TEST_P(HierOps, TwentyBackToBackMixed) {
   runCases(h, cases);
 }
 
-// Tiny AllReduces (at most 8 bytes without PreMulSum take the small kernel, which skips the
-// all-gather when a node has several ranks) and general ones back to back with no
-// synchronisation between them: both kernels share the sequence word, banks, signals and
-// acks, so their calls must interleave on the wire.
-TEST_P(HierOps, TinyAndGeneralAllReduceBackToBack) {
+// Small AllReduces (at most 4 KiB without PreMulSum take the small kernel, which skips the
+// all-gather when a node has several ranks; up to 8 bytes its rail put rides in the proxy
+// command) and general ones back to back with no synchronisation between them: both kernels
+// share the sequence word, banks, signals and acks, so their calls must interleave on the
+// wire. Counts: 1 and 2 floats, 7 and 8 bytes (inline), 1023 floats (4092 bytes, staged),
+// 70001 bf16 and 5000 halves (general).
+TEST_P(HierOps, SmallAndGeneralAllReduceBackToBack) {
   const uint64_t seed = mktest::testSeed() + 13;
   std::vector<OpCase> cases;
   const size_t counts[] = {1, 1023, 7, 70001, 2, 1, 5000, 8};
