@@ -324,6 +324,35 @@ TEST_P(HierOps, SmallAndGeneralAllReduceBackToBack) {
   runCases(h, cases);
 }
 
+// The small kernel's edges, back to back with no synchronisation (helper-50's review): 9
+// bytes (the first staged rail put), 24-byte fp64 in place at an odd offset, exactly 4096
+// bytes, the first general sizes above it (1025 floats, 513 doubles), several staged small
+// calls in a row, in-place Max / Avg at offsets.
+TEST_P(HierOps, SmallKernelEdgesBackToBack) {
+  const uint64_t seed = mktest::testSeed() + 17;
+  struct E {
+    ncclDataType_t dt;
+    Op op;
+    size_t c;
+    bool inplace;
+    int off;
+  };
+  const E es[] = {
+      {ncclUint8, Op::kSum, 9, false, 0},        {ncclFloat64, Op::kAvg, 3, true, 1},
+      {ncclFloat32, Op::kMax, 1024, false, 0},   {ncclFloat32, Op::kSum, 1025, false, 0},
+      {ncclFloat64, Op::kMin, 513, true, 1},     {ncclBfloat16, Op::kAvg, 2048, true, 1},
+      {ncclInt32, Op::kSum, 1000, false, 0},     {ncclInt32, Op::kMax, 999, true, 0},
+      {ncclInt32, Op::kSum, 1001, false, 1},     {ncclFloat16, Op::kProd, 7, false, 0},
+      {ncclFloat8e4m3, Op::kMax, 4000, true, 3}, {ncclUint64, Op::kSum, 512, false, 0}};
+  std::vector<OpCase> cases;
+  int i = 0;
+  for (const E& e : es) {
+    cases.push_back(OpCase{K::kAllReduce, e.dt, e.op, e.c, e.inplace, 0, e.off, seed + i});
+    i++;
+  }
+  runCases(h, cases);
+}
+
 TEST_P(HierOps, GraphReplayedFourTimes) {
   const int n = h.n;
   const uint64_t seed = mktest::testSeed() + 17;
