@@ -11,11 +11,16 @@
 // core, counted from the end of the near set (CPU 0 tends to take interrupts) and inside the
 // CPUs the thread inherited; a proxy whose slot is past the set's cores, and every proxy of
 // a comm with one rank on the host, keeps the whole set (the old behaviour, MKERNEL_PROXY_PIN=1).
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <hwloc.h>
 #include <hwloc/cudart.h>
 #include <hwloc/linux.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -41,18 +46,67 @@ static hwloc_topology_t topology() {
   return topo;
 }
 
-// Slots held by the proxies alive in this process. A proxy takes its rank's index among
-// the host's ranks, or the next one up by the host's rank count that no proxy of this
-// process holds: the ranks of one comm driven by one process (one per GPU) get slots
-// 0..n-1, and a second comm of the same ranks (a sub-group) the next n.
+// Slots held by the proxies alive on this host. A proxy takes its rank's index among the
+// host's ranks, or the next one up by the host's rank count that no live proxy holds: the
+// ranks of one comm (one process per GPU, or one process for all) get slots 0..n-1, and a
+// second comm of the same ranks (a sub-group) the next n. "Live on this host" is a lock
+// file per slot in MKERNEL_PROXY_SLOT_DIR (flock: released by the kernel when the process
+// ends, however it ends, so no stale claim outlives a crash); without it (empty, or a
+// directory that cannot be used) slots are unique per process only, and two processes'
+// comms may pin their proxies to the same core.
 static std::mutex slotMu;
-static std::set<int> slotsHeld;
+static std::set<int> slotsHeld;      // this process's, with or without a lock file
+static std::map<int, int> slotFds;   // slot -> its locked file
+constexpr int kMaxSlotTries = 4096;  // a bound on the search; past it: the next slot, unlocked
+
+enum class HostLock { kTaken, kOurs, kUnavailable };
+
+// Locks the slot's file without waiting. kUnavailable: no usable directory (the caller
+// falls back to per-process slots).
+static HostLock lockHostSlot(const char* dir, int slot, int* fd) {
+  const std::string path = std::string(dir) + "/mkernel-proxy-slot-" + std::to_string(slot);
+  // Readable by every user: flock needs no write access, so another user's proxies see
+  // the claim too.
+  int f = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (f < 0 && errno == EACCES) f = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f < 0) return HostLock::kUnavailable;
+  int r;
+  do {
+    r = flock(f, LOCK_EX | LOCK_NB);
+  } while (r != 0 && errno == EINTR);
+  if (r == 0) {
+    *fd = f;
+    return HostLock::kOurs;
+  }
+  const bool taken = errno == EWOULDBLOCK;
+  close(f);
+  return taken ? HostLock::kTaken : HostLock::kUnavailable;
+}
 
 int proxyClaimSlot(int hostIndex, int hostCount) {
   std::lock_guard<std::mutex> lk(slotMu);
+  const char* dir = MK_PARAM_STR(ProxySlotDir);
+  bool hostWide = dir[0] != '\0';
   int s = hostIndex < 0 ? 0 : hostIndex;
   const int step = hostCount < 1 ? 1 : hostCount;
-  while (slotsHeld.count(s)) s += step;
+  for (int tries = 0; tries < kMaxSlotTries; tries++, s += step) {
+    if (slotsHeld.count(s)) continue;
+    if (!hostWide) break;
+    int fd = -1;
+    const HostLock h = lockHostSlot(dir, s, &fd);
+    if (h == HostLock::kTaken) continue;
+    if (h == HostLock::kOurs) {
+      slotFds[s] = fd;
+    } else {
+      MK_INFO(kProxy, "proxy: slot files in %s not usable (%s); slots unique per process only", dir,
+              strerror(errno));
+      hostWide = false;
+      // Restart the per-process search from the rank's own index.
+      s = (hostIndex < 0 ? 0 : hostIndex) - step;
+      continue;
+    }
+    break;
+  }
   slotsHeld.insert(s);
   return s;
 }
@@ -60,6 +114,11 @@ int proxyClaimSlot(int hostIndex, int hostCount) {
 void proxyReleaseSlot(int slot) {
   std::lock_guard<std::mutex> lk(slotMu);
   slotsHeld.erase(slot);
+  auto it = slotFds.find(slot);
+  if (it != slotFds.end()) {
+    close(it->second);  // releases the flock
+    slotFds.erase(it);
+  }
 }
 
 // Narrows `set` to the first PU of its slot-th core from the end; leaves it whole when

@@ -1,7 +1,11 @@
 // Where proxy threads are pinned (transport/proxy_affinity.cc): every proxy of a host on its
 // own core of the near set while there are cores for all, else the whole set; slots unique
-// per process and reused once released.
+// across the host's processes (lock files) and reused once released.
+#include <poll.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -9,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/test_util.h"
 #include "transport/proxy.h"
 
 using namespace mk;
@@ -53,9 +58,31 @@ bool isOneCpu(const std::string& l) {
   return !l.empty() && l.find_first_of(",-") == std::string::npos;
 }
 
+// A fresh lock-file directory per test, so that proxies of other test processes running at
+// the same time (ctest -j) do not take the slots a test expects.
+struct SlotDir {
+  std::string path;
+  SlotDir() {
+    char t[] = "/tmp/mk-slots-XXXXXX";
+    if (mkdtemp(t) != nullptr) path = t;
+  }
+  ~SlotDir() {
+    if (!path.empty()) EXPECT_EQ(system(("rm -rf " + path).c_str()), 0);
+  }
+};
+
+// One byte through a pipe, waiting at most 10 s. False on timeout or a closed pipe.
+bool readByte(int fd, char* c) {
+  struct pollfd p = {fd, POLLIN, 0};
+  return poll(&p, 1, 10000) == 1 && read(fd, c, 1) == 1;
+}
+
 }  // namespace
 
 TEST(ProxyPin, SlotsAreUniqueAndReused) {
+  SlotDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  mktest::ScopedEnv env("MKERNEL_PROXY_SLOT_DIR", dir.path.c_str());
   // Two ranks of one host in this process (one per GPU), then a second comm of both.
   const int a = proxyClaimSlot(0, 2), b = proxyClaimSlot(1, 2);
   const int c = proxyClaimSlot(0, 2), d = proxyClaimSlot(1, 2);
@@ -72,6 +99,54 @@ TEST(ProxyPin, SlotsAreUniqueAndReused) {
   EXPECT_EQ(proxyClaimSlot(-1, 0), 1);
   proxyReleaseSlot(0);
   proxyReleaseSlot(1);
+}
+
+// Two processes of one host, each with a rank of the same comm or of two comms: a slot a
+// live proxy of another process holds is skipped, and free again once that process is gone
+// (however it ended: the kernel drops its lock).
+TEST(ProxyPin, SlotsAreUniqueAcrossProcesses) {
+  SlotDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  mktest::ScopedEnv env("MKERNEL_PROXY_SLOT_DIR", dir.path.c_str());
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Holds slot 0 (rank 0 of 2 on the host) until the parent has looked.
+    const char got = (char)proxyClaimSlot(0, 2);
+    char c;
+    if (write(up[1], &got, 1) != 1 || !readByte(down[0], &c)) _exit(2);
+    _exit(0);  // exits holding the slot: the lock goes with the process
+  }
+  char held = -1;
+  ASSERT_TRUE(readByte(up[0], &held)) << "child did not report its slot";
+  EXPECT_EQ(held, 0);
+  const int mine0 = proxyClaimSlot(0, 2);  // another comm's rank 0 of 2: 0 is taken
+  const int mine1 = proxyClaimSlot(1, 2);  // rank 1 of 2: free
+  EXPECT_EQ(mine0, 2);
+  EXPECT_EQ(mine1, 1);
+  const char go = 1;
+  EXPECT_EQ(write(down[1], &go, 1), 1);
+  int status = -1;
+  EXPECT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(proxyClaimSlot(0, 2), 0);  // the child is gone
+  for (int s : {0, 1, 2}) proxyReleaseSlot(s);
+  for (int fd : {up[0], up[1], down[0], down[1]}) close(fd);
+}
+
+// Without a usable directory the slots are unique per process, as before: never an error.
+TEST(ProxyPin, SlotsWithoutALockDirectory) {
+  for (const char* d : {"", "/nonexistent-mkernel-dir/slots"}) {
+    mktest::ScopedEnv env("MKERNEL_PROXY_SLOT_DIR", d);
+    const int a = proxyClaimSlot(0, 2), b = proxyClaimSlot(0, 2), c = proxyClaimSlot(1, 2);
+    EXPECT_EQ(a, 0) << d;
+    EXPECT_EQ(b, 2) << d;
+    EXPECT_EQ(c, 1) << d;
+    for (int s : {a, b, c}) proxyReleaseSlot(s);
+  }
 }
 
 TEST(ProxyPin, OneCorePerSlotThenTheWholeSet) {
