@@ -407,7 +407,16 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     bool aborted = false;
     for (int32_t k = 0; k < p.kTiles; ++k) {
       ptx::mbarWait(&sm.full[stage], phase);
-      if (k == 0) aborted = stageAbort[stage] != 0;
+      if (k == 0) {
+        // Read by the lane whose arrive hands this stage back to this CTA's producer (lane r
+        // arrives on CTA r's barrier) and broadcast: only that lane's read is ordered before
+        // the arrive after which the producer rewrites the word for the stage's next load
+        // (compute-sanitizer's racecheck flagged the other lanes' reads once a CTA reused a
+        // stage; they could not see the new value, but nothing ordered them).
+        const int src = Tr::kCluster == 2 ? (int)ptx::clusterCtaRank() : 0;
+        const uint32_t v = lane == src ? stageAbort[stage] : 0u;
+        aborted = __shfl_sync(0xffffffffu, v, src) != 0;
+      }
       const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
       const uint32_t b = ptx::smemAddr(sm.b(stage));
       ptx::fenceAccumulators(acc);

@@ -72,6 +72,20 @@ TEST(GemmSmall, TailsBetaBothLayouts) {
       p.beta = 0.5f;
       SCOPED_TRACE(p.name());
       EXPECT_EQ(runAndCheck(p, seed), "");
+      // One CTA for all tiles, each pipeline: stages are given back and loaded again, the
+      // pattern racecheck needs to see the stage handshake (one tile per CTA reuses none).
+      for (int pipeline : {1, 2}) {
+        if (pipeline == 2 && dt == DType::kF32) continue;  // the wide split is 16-bit D only
+        Problem q(129, 264, 72, bl, DType::kBF16, dt);
+        q.beta = 0.5f;
+        SCOPED_TRACE("budget 1, pipeline " + std::to_string(pipeline));
+        EXPECT_EQ(runAndCheck(q, seed + pipeline,
+                              [pipeline](GemmArgs& g) {
+                                g.pipeline = pipeline;
+                                g.smBudget = 1;
+                              }),
+                  "");
+      }
     }
   }
 }
