@@ -28,6 +28,8 @@
 #include <cuda_runtime.h>
 
 #include "base/checks.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "base/scratch.h"
 #include "coll/coll.h"
 #include "comm/comm.h"
@@ -39,6 +41,7 @@
 #include "fused/ops/moe/a2a.h"
 #include "fused/ops/moe/moe.h"
 #include "fused/ops/moe/moe_layout.h"
+#include "fused/ops/moe/moe_node.h"
 #include "fused/ops/moe/moe_rank.cuh"
 
 namespace mk {
@@ -48,62 +51,112 @@ namespace {
 
 // One CTA: counts, flags and each slot's pair row. Warp 0 walks the slots in order, 32 at a
 // time (lanes with the same expert rank themselves by lane), as the clique dispatch does.
-__global__ void __launch_bounds__(kA2aThreads) moeA2aPackKernel(const A2aParams p) {
-  extern __shared__ int32_t sh[];  // cnt[E], seen[E], base[E], tokCnt[n]
+// With the node dedup, the route of every pair (moe_node.h's rule, moeSourceCounts's numbers)
+// before the token rows are given out per block.
+__global__ void __launch_bounds__(kA2aThreads)
+    moeA2aPackKernel(const __grid_constant__ A2aParams p) {
+  extern __shared__ int32_t
+      sh[];  // cnt[E], seen[E], base[E], blkCnt[n], tokCnt[n], railToks[nodes]
   const MoeShape& s = p.s;
-  const int n = s.nRanks, epr = s.expertsPerRank;
+  const int n = s.nRanks, epr = s.expertsPerRank, st = p.stride;
+  const bool rail = p.node.rail != 0;
+  const int nodes = rail ? p.node.nNodes : 0;
   int32_t* cnt = sh;
   int32_t* seen = sh + s.experts;
   int32_t* base = sh + 2 * s.experts;
-  int32_t* tokCnt = sh + 3 * s.experts;
+  int32_t* blkCnt = sh + 3 * s.experts;
+  int32_t* tokCnt = blkCnt + n;
+  int32_t* railToks = tokCnt + n;
   for (int e = threadIdx.x; e < s.experts; e += blockDim.x) cnt[e] = seen[e] = 0;
-  for (int d = threadIdx.x; d < n; d += blockDim.x) tokCnt[d] = 0;
+  for (int d = threadIdx.x; d < n; d += blockDim.x) blkCnt[d] = tokCnt[d] = 0;
+  for (int b = threadIdx.x; b < nodes; b += blockDim.x) railToks[b] = 0;
+  if (rail)
+    for (int l = threadIdx.x; l < kMoeNodeMaxLocal; l += blockDim.x) p.fanCnt[l] = 0;
   __syncthreads();
   const int64_t slots = (int64_t)s.tokens * s.topk;
   moeCountSlots(p.topkIdx, slots, s.experts, cnt, p.badSlot);
   __syncthreads();
   // Per destination: rows of each local expert start after the previous ones'.
   for (int d = threadIdx.x; d < n; d += blockDim.x) {
+    int32_t* c = p.sendCnt + d * st;
     int64_t row = 0;
     for (int le = 0; le < epr; ++le) {
       base[d * epr + le] = (int32_t)row;
       row += cnt[d * epr + le];
-      p.sendCnt[d * cntStride(epr) + le] = cnt[d * epr + le];
+      c[le] = cnt[d * epr + le];
     }
     const bool ovf = row > p.pairRows;
-    p.sendCnt[d * cntStride(epr) + epr] = ovf ? 1 : 0;
-    p.sendCnt[d * cntStride(epr) + epr + 1] = (int32_t)p.pairRows;
-    p.sendCnt[d * cntStride(epr) + cntRows(epr)] = ovf ? 0 : (int32_t)row;
+    c[moeCntOvf(epr)] = ovf ? 1 : 0;
+    c[moeCntMax(epr)] = (int32_t)p.pairRows;
+    c[moeCntRows(epr)] = ovf ? 0 : (int32_t)row;
+    c[moeCntMode(epr)] = kMoeDirect;
+    for (int l = moeCntFan(epr, 0); l < st; ++l) c[l] = 0;
   }
   __syncthreads();
   if (threadIdx.x < 32) {
     moeRankSlots(p.topkIdx, slots, s.experts, seen, p.slotPos, [&](int32_t e, int32_t k) {
-      return p.sendCnt[(e / epr) * cntStride(epr) + epr] == 0 ? base[e] + k : -1;
+      return p.sendCnt[(e / epr) * st + moeCntOvf(epr)] == 0 ? base[e] + k : -1;
     });
   }
   __syncthreads();  // slotPos (global) complete and visible to the whole CTA
-  // One token row per (token, destination), taken by the token's first slot sent there. The
-  // rows' order inside a pair buffer does not matter (each carries its slots' pair rows), so
-  // an atomic counter serves, and every thread takes tokens.
+  if (rail) {
+    // Distinct tokens per destination and per node (a token's first sent slot there), then
+    // each pair's route: the spill rule needs the node totals.
+    for (int64_t t = threadIdx.x; t < s.tokens; t += blockDim.x) {
+      int dest[NCCL_MOE_MAX_TOPK];
+      for (int j = 0; j < s.topk; ++j) {
+        const int64_t i = t * s.topk + j;
+        const int d = p.slotPos[i] >= 0 ? p.topkIdx[i] / epr : -1;
+        dest[j] = d;
+        if (d < 0) continue;
+        bool firstDst = true, firstNode = true;
+        for (int jj = 0; jj < j; ++jj) {
+          if (dest[jj] < 0) continue;
+          firstDst = firstDst && dest[jj] != d;
+          firstNode = firstNode && p.node.nodeOf[dest[jj]] != p.node.nodeOf[d];
+        }
+        if (firstDst) atomicAdd(&tokCnt[d], 1);
+        if (firstNode) atomicAdd(&railToks[p.node.nodeOf[d]], 1);
+      }
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+      int32_t* c = p.sendCnt + d * st;
+      const int b = p.node.nodeOf[d];
+      const int32_t mode = moeNodeMode(p.node, d, moeNodeRail(p.node, b, railToks[b], p.pairRows));
+      c[moeCntMode(epr)] = mode;
+      if (mode == kMoeRailBlock)
+        for (int l = 0; l < p.node.nLocal; ++l)
+          c[moeCntFan(epr, l)] = tokCnt[p.node.rankAt[b * p.node.nLocal + l]];
+    }
+    __syncthreads();
+  }
+  // One token row per (token, block), taken by the token's first slot carried by that block.
+  // The rows' order inside a block does not matter (each carries its slots' pair rows), so an
+  // atomic counter serves, and every thread takes tokens.
   for (int64_t t = threadIdx.x; t < s.tokens; t += blockDim.x) {
-    int dest[NCCL_MOE_MAX_TOPK];  // each slot's destination, -1: not sent
+    int blk[NCCL_MOE_MAX_TOPK];  // each slot's block, -1: not sent
     for (int j = 0; j < s.topk; ++j) {
       const int64_t i = t * s.topk + j;
-      const int d = p.slotPos[i] >= 0 ? p.topkIdx[i] / epr : -1;
-      dest[j] = d;
-      bool first = d >= 0;
-      for (int jj = 0; jj < j && first; ++jj) first = dest[jj] != d;
-      p.slotTok[i] = first ? atomicAdd(&tokCnt[d], 1) : -1;
+      const int b = p.slotPos[i] >= 0 ? a2aBlockOf(p, p.topkIdx[i] / epr) : -1;
+      blk[j] = b;
+      bool first = b >= 0;
+      for (int jj = 0; jj < j && first; ++jj) first = blk[jj] != b;
+      p.slotTok[i] = first ? atomicAdd(&blkCnt[b], 1) : -1;
     }
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < n; d += blockDim.x)
-    p.sendCnt[d * cntStride(epr) + cntToks(epr)] = tokCnt[d];
+  // Without the dedup every block is its destination's, so its rows are the pair's tokens.
+  for (int d = threadIdx.x; d < n; d += blockDim.x) {
+    p.sendCnt[d * st + moeCntBlk(epr)] = blkCnt[d];
+    p.sendCnt[d * st + moeCntToks(epr)] = rail ? tokCnt[d] : blkCnt[d];
+  }
 }
 
-// One warp per (token, destination) (the slot holding its token row): the token row, and one
-// metadata entry per slot of the token on that destination, into the pair buffer.
-__global__ void __launch_bounds__(kA2aThreads) moeA2aRowsKernel(const A2aParams p) {
+// One warp per (token, block) (the slot holding its token row): the token row, and one
+// metadata entry per slot of the token carried by that block, into the block's pair buffer.
+__global__ void __launch_bounds__(kA2aThreads)
+    moeA2aRowsKernel(const __grid_constant__ A2aParams p) {
   const MoeShape& s = p.s;
   const int lane = threadIdx.x & 31, epr = s.expertsPerRank;
   const int64_t slots = (int64_t)s.tokens * s.topk;
@@ -111,28 +164,34 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aRowsKernel(const A2aParams 
   for (int64_t i = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); i < slots;
        i += (int64_t)gridDim.x * kA2aWarps) {
     const int32_t tr = p.slotTok[i];
-    if (tr < 0) continue;  // not sent, or not its token's first slot on that destination
-    const int d = p.topkIdx[i] / epr;
+    if (tr < 0) continue;  // not sent, or not its token's first slot on that block
+    const int blk = a2aBlockOf(p, p.topkIdx[i] / epr);
     const int64_t t = i / s.topk;
-    const int64_t at = (int64_t)d * p.pairRows + tr;
+    const int64_t at = (int64_t)blk * p.pairRows + tr;
     const int4* from = reinterpret_cast<const int4*>(p.x + t * p.rowBytes);
     int4* to = reinterpret_cast<int4*>(p.sendRows + at * p.rowBytes);
     for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
     // Lane jj: slot jj of the token (k <= 32). Entries in slot order, then -1.
     const int64_t ii = t * s.topk + lane;
-    const bool mine = lane < s.topk && p.slotPos[ii] >= 0 && p.topkIdx[ii] / epr == d;
+    const int dst = lane < s.topk && p.slotPos[ii] >= 0 ? p.topkIdx[ii] / epr : -1;
+    const bool mine = dst >= 0 && a2aBlockOf(p, dst) == blk;
     const uint32_t all = __ballot_sync(0xffffffffu, mine);
     int4* meta = p.sendMeta + at * s.topk;
-    if (mine)
+    if (mine) {
+      // A slot served through a gateway names its owner (local index) and source.
+      const bool fan = p.sendCnt[dst * p.stride + moeCntMode(epr)] != kMoeDirect;
+      const int32_t z = fan ? moeFanZ(lane, p.node.localOf[dst], p.node.me) : lane;
       meta[__popc(all & ((1u << lane) - 1))] =
-          make_int4(p.slotPos[ii], (int32_t)t, lane,
+          make_int4(p.slotPos[ii], (int32_t)t, z,
                     p.topkWeights != nullptr ? __float_as_int(p.topkWeights[ii]) : 0);
+    }
     if (lane >= __popc(all) && lane < s.topk) meta[lane] = make_int4(-1, 0, 0, 0);
   }
 }
 
 // The call's errors, first recorded first (what the comm reports): a bad expert id of this
-// rank's routing, a peer's maxRows that differs from this rank's, this rank's overflow.
+// rank's routing, a peer's maxRows that differs from this rank's, this rank's overflow, and
+// (node dedup) rows this rank forwarded as a gateway that differ from its fan-out sums.
 __device__ void reportErrors(const A2aParams& p, const RecvLayout& L) {
   const unsigned long long bad = *(volatile unsigned long long*)p.badSlot;
   if (bad != ~0ull)
@@ -140,7 +199,7 @@ __device__ void reportErrors(const A2aParams& p, const RecvLayout& L) {
                     (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
   const int epr = p.s.expertsPerRank;
   if (L.otherMax >= 0) {
-    const int32_t theirs = p.recvCnt[L.otherMax * cntStride(epr) + epr + 1];
+    const int32_t theirs = p.recvCnt[L.otherMax * p.stride + moeCntMax(epr)];
     rt::recordError(
         p.f.c.w, rt::kErrArgs,
         rt::ErrSite{p.f.c.w.op, L.otherMax, (int32_t)blockIdx.x, kSlotMaxRows, rt::kWaitNone, 0},
@@ -149,10 +208,25 @@ __device__ void reportErrors(const A2aParams& p, const RecvLayout& L) {
     rt::recordError(p.f.c.w, rt::kErrOverflow, a2aSite(p), (uint64_t)L.span,
                     (uint64_t)p.recv.maxRows);
   }
+  if (p.node.rail) {
+    const MoeNodeMap& m = p.node;
+    for (int l = 0; l < m.nLocal; ++l) {
+      const int q = m.rankAt[m.nodeOf[m.me] * m.nLocal + l];
+      const int32_t sent = p.fanCnt[l], announced = p.fanUnits[2 * m.nRanks + q];
+      if (sent != announced) {
+        rt::recordError(
+            p.f.c.w, rt::kErrProtocol,
+            rt::ErrSite{p.f.c.w.op, q, (int32_t)blockIdx.x, kSlotFanRows, rt::kWaitNone, 0},
+            (uint64_t)(uint32_t)sent, (uint64_t)(uint32_t)announced);
+        break;
+      }
+    }
+  }
 }
 
 // Rows, rowSource and rowWeight into the packed layout; CTA 0 writes counts and offsets.
-__global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParams p) {
+__global__ void __launch_bounds__(kA2aThreads)
+    moeA2aUnpackKernel(const __grid_constant__ A2aParams p) {
   extern __shared__ int32_t dyn[];  // srcRow[n*epr], recv[n*epr]
   __shared__ RecvLayout L;
   const MoeShape& s = p.s;
@@ -174,16 +248,35 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParam
   if (L.ovf) return;
   const int lane = threadIdx.x & 31;
   const int64_t vecs = p.rowBytes / 16;
-  // One warp per token row received: (src, token row) walked as src-major blocks; the row goes
-  // to the packed row of every slot its metadata lists.
-  for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
+  // One warp per token row received: (block, token row) walked block-major, the direct blocks
+  // of the rows AllToAll (a rail block is the forward kernel's), then the fan blocks (node
+  // dedup); the row goes to the packed row of every slot its metadata lists.
+  const int64_t direct = n * p.pairRows, all = p.node.rail ? 2 * direct : direct;
+  for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < all;
        w += (int64_t)gridDim.x * kA2aWarps) {
-    const int src = (int)(w / p.pairRows);
-    if (w - (int64_t)src * p.pairRows >= p.recvCnt[src * cntStride(epr) + cntToks(epr)]) continue;
-    const int4* from = reinterpret_cast<const int4*>(p.recvRows + w * p.rowBytes);
+    const bool fan = w >= direct;
+    const int64_t wb = fan ? w - direct : w;
+    const int blk = (int)(wb / p.pairRows);
+    const int64_t tr = wb - (int64_t)blk * p.pairRows;
+    if (fan ? tr >= p.fanUnits[n + blk]
+            : (p.recvCnt[blk * p.stride + moeCntMode(epr)] != kMoeDirect ||
+               tr >= p.recvCnt[blk * p.stride + moeCntBlk(epr)]))
+      continue;
+    const int4* from =
+        reinterpret_cast<const int4*>((fan ? p.fanRecvRows : p.recvRows) + wb * p.rowBytes);
+    const int4* meta = (fan ? p.fanRecvMeta : p.recvMeta) + wb * s.topk;
     for (int m = 0; m < s.topk; ++m) {
-      const int4 e = p.recvMeta[w * s.topk + m];
+      const int4 e = meta[m];
       if (e.x < 0) break;
+      int src = blk, slot = e.z;
+      if (fan) {
+        // A fan row's entries name their source; only a source served through a gateway.
+        src = moeFanZSrc(e.z);
+        slot = moeFanZSlot(e.z);
+        if (src >= n || moeFanZLocal(e.z) != p.node.localOf[p.node.me] ||
+            p.recvCnt[src * p.stride + moeCntMode(epr)] == kMoeDirect)
+          continue;
+      }
       const int64_t row = pairRowTarget(p, srcRow, dyn + n * epr, src, e.x);
       if (row < 0) continue;  // past src's rows (never for a consistent sender)
       int4* to = reinterpret_cast<int4*>(static_cast<uint8_t*>(p.recv.xRecv) + row * p.rowBytes);
@@ -192,7 +285,7 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParam
         if (p.recv.rowSource != nullptr) {
           p.recv.rowSource[row * 3 + 0] = src;
           p.recv.rowSource[row * 3 + 1] = e.y;
-          p.recv.rowSource[row * 3 + 2] = e.z;
+          p.recv.rowSource[row * 3 + 2] = slot;
         }
         if (p.recv.rowWeight != nullptr) p.recv.rowWeight[row] = __int_as_float(e.w);
       }
@@ -201,7 +294,8 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aUnpackKernel(const A2aParam
 }
 
 // The experts' outputs back into the pair positions they came from (zeros on overflow).
-__global__ void __launch_bounds__(kA2aThreads) moeA2aReturnKernel(const A2aParams p) {
+__global__ void __launch_bounds__(kA2aThreads)
+    moeA2aReturnKernel(const __grid_constant__ A2aParams p) {
   extern __shared__ int32_t dyn[];
   __shared__ RecvLayout L;
   const MoeShape& s = p.s;
@@ -229,7 +323,8 @@ __global__ void __launch_bounds__(kA2aThreads) moeA2aReturnKernel(const A2aParam
 // y[t] = sum over the token's slots, in slot order, of w * the returned output (fp32, one
 // rounding); one warp per token. The last kernel of the layer: it records the call's errors.
 template <typename O>
-__global__ void __launch_bounds__(kA2aThreads) moeA2aCombineKernel(const A2aParams p) {
+__global__ void __launch_bounds__(kA2aThreads)
+    moeA2aCombineKernel(const __grid_constant__ A2aParams p) {
   extern __shared__ int32_t dyn[];
   __shared__ RecvLayout L;
   const MoeShape& s = p.s;
@@ -271,20 +366,54 @@ ncclResult_t alltoall(const MoeCall& c, const void* send, void* recv, size_t cou
 }
 
 // An AlltoAll of pair buffers that moves only each pair's rows (the counts' entry `which`:
-// cntToks for the dispatch's token rows, cntRows for the slots' rows of the return trip, known
-// on the device once the counts' AllToAll has run): `back` for the return trip, whose blocks
-// are the rows this rank received.
+// moeCntBlk for the dispatch's token rows, moeCntRows for the slots' rows of the return trip,
+// known on the device once the counts' AllToAll has run): `back` for the return trip, whose
+// blocks are the rows this rank received.
 ncclResult_t alltoallRows(const MoeCall& c, const A2aParams& p, const void* send, void* recv,
                           size_t count, ncclDataType_t t, uint64_t rowBytes, int which, bool back) {
-  const int epr = p.s.expertsPerRank;
   const int32_t* sent = p.sendCnt + which;
   const int32_t* got = p.recvCnt + which;
   SizedUnits u;
   u.units[0] = back ? got : sent;
   u.units[1] = back ? sent : got;
   u.unitBytes = rowBytes;
-  u.stride = (uint32_t)cntStride(epr);
+  u.stride = (uint32_t)p.stride;
   return fusedAlltoAllSized(c.comm, c.stream, send, recv, count, t, u, moeApi(c));
+}
+
+// The fan AllToAll of the node dedup: units the forward kernel wrote (fanUnits [0][n] sent,
+// [1][n] received; non-zero only between ranks of one node).
+ncclResult_t alltoallFan(const MoeCall& c, const A2aParams& p, const void* send, void* recv,
+                         size_t count, ncclDataType_t t, uint64_t rowBytes) {
+  SizedUnits u;
+  u.units[0] = p.fanUnits;
+  u.units[1] = p.fanUnits + p.s.nRanks;
+  u.unitBytes = rowBytes;
+  u.stride = 1;
+  return fusedAlltoAllSized(c.comm, c.stream, send, recv, count, t, u, moeApi(c));
+}
+
+// The node tables of the call: dedup when asked and the comm's (virtual) nodes allow it
+// (moeNodeMapInit's rule), else every pair direct (MKERNEL_MOE_NODE_DEDUP=0's path).
+void a2aNodeMap(ncclComm* comm, MoeNodeMap* m) {
+  const int n = comm->nRanks;
+  const Topo& t = comm->topo;
+  const bool want = MK_PARAM_INT(MoeNodeDedup) == 1 && t.nNodes > 1;
+  *m = MoeNodeMap{};
+  m->nRanks = n;
+  m->me = comm->rank;
+  if (!want) return;
+  if ((int)t.rankToNode.size() != n ||
+      !moeNodeMapInit(n, t.rankToNode.data(), comm->rank, true, m) || !m->rail) {
+    *m = MoeNodeMap{};
+    m->nRanks = n;
+    m->me = comm->rank;
+    MK_INFO_RATELIMITED(kAllSubsys, 60000,
+                        "MoE AllToAll path: MKERNEL_MOE_NODE_DEDUP=1 needs 2..%d nodes of equal "
+                        "size 2..%d and at most %d ranks; this comm (%d ranks, %d nodes) sends "
+                        "every pair direct",
+                        kMoeNodeMaxNodes, kMoeNodeMaxLocal, kMoeNodeMaxRanks, n, t.nNodes);
+  }
 }
 
 ncclResult_t preloadA2a(ncclDataType_t outType) {
@@ -293,6 +422,7 @@ ncclResult_t preloadA2a(ncclDataType_t outType) {
   CUDACHECK(cudaFuncGetAttributes(&a, moeA2aRowsKernel));
   CUDACHECK(cudaFuncGetAttributes(&a, moeA2aUnpackKernel));
   CUDACHECK(cudaFuncGetAttributes(&a, moeA2aReturnKernel));
+  NCCLCHECK(moeA2aNodePreload());
   if (outType == ncclBfloat16)
     CUDACHECK(cudaFuncGetAttributes(&a, moeA2aCombineKernel<__nv_bfloat16>));
   else if (outType == ncclFloat16)
@@ -344,6 +474,9 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   p.s.nRanks = n;
   p.s.expertsPerRank = epr;
   p.report = c.ffn ? 0 : 1;
+  a2aNodeMap(comm, &p.node);
+  p.stride = moeCntStride(p.node, epr);
+  const bool rail = p.node.rail != 0;
 
   // Every kernel loaded before the first launch: a lazy load can wait behind running kernels,
   // and peers' collectives (ranks of this process on emulated nodes) wait for this rank's.
@@ -355,25 +488,33 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   if (c.ffn && !actInGemm) NCCLCHECK(moeSwigluPreload(c));
   NCCLCHECK(preloadA2a(c.cfg.outType));
 
-  // Scratch, stream-ordered (graph memory nodes under capture).
+  // Scratch, stream-ordered (graph memory nodes under capture). The fan buffers only with
+  // the node dedup.
   const size_t slots = c.T * (size_t)c.k;
   const size_t pairBytes = (size_t)p.pairRows * p.rowBytes;
   const size_t metaBytes = (size_t)p.pairRows * c.k * sizeof(int4);  // k entries a token row
   const size_t retBytes = c.ffn ? (size_t)p.pairRows * c.H * sizeof(float) : 0;
-  const size_t cntBytes = (size_t)n * cntStride(epr) * sizeof(int32_t);
-  size_t off[10];
+  const size_t cntBytes = (size_t)n * p.stride * sizeof(int32_t);
+  const size_t fanBytes = rail ? (kMoeNodeMaxLocal + 3 * (size_t)n) * sizeof(int32_t) : 0;
+  constexpr int kBufs = 15;
+  size_t off[kBufs];
   size_t total = 0;
-  const size_t sizes[10] = {align256(slots * sizeof(int32_t) + 1),
-                            align256(cntBytes),
-                            align256(cntBytes),
-                            256,
-                            align256(n * pairBytes),
-                            align256(n * pairBytes),
-                            align256(n * metaBytes),
-                            align256(n * metaBytes),
-                            align256(2 * n * retBytes),
-                            align256(slots * sizeof(int32_t) + 1)};
-  for (int i = 0; i < 10; ++i) {
+  const size_t sizes[kBufs] = {align256(slots * sizeof(int32_t) + 1),
+                               align256(cntBytes),
+                               align256(cntBytes),
+                               256,
+                               align256(n * pairBytes),
+                               align256(n * pairBytes),
+                               align256(n * metaBytes),
+                               align256(n * metaBytes),
+                               align256(2 * n * retBytes),
+                               align256(slots * sizeof(int32_t) + 1),
+                               align256(fanBytes),
+                               rail ? align256(n * pairBytes) : 0,
+                               rail ? align256(n * pairBytes) : 0,
+                               rail ? align256(n * metaBytes) : 0,
+                               rail ? align256(n * metaBytes) : 0};
+  for (int i = 0; i < kBufs; ++i) {
     off[i] = total;
     total += sizes[i];
   }
@@ -391,9 +532,18 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   p.retSend = reinterpret_cast<float*>(base + off[8]);
   p.retRecv = p.retSend + (size_t)n * p.pairRows * c.H;
   p.slotTok = reinterpret_cast<int32_t*>(base + off[9]);
+  if (rail) {
+    p.fanCnt = reinterpret_cast<int32_t*>(base + off[10]);
+    p.fanUnits = p.fanCnt + kMoeNodeMaxLocal;
+    p.fanSendRows = base + off[11];
+    p.fanRecvRows = base + off[12];
+    p.fanSendMeta = reinterpret_cast<int4*>(base + off[13]);
+    p.fanRecvMeta = reinterpret_cast<const int4*>(base + off[14]);
+  }
   p.out = c.buf.out;
   p.y = c.yOut;
-  const size_t packSmem = (3 * (size_t)c.E + n) * sizeof(int32_t);
+  const int nodes = rail ? p.node.nNodes : 0;
+  const size_t packSmem = (3 * (size_t)c.E + 2 * (size_t)n + nodes) * sizeof(int32_t);
   const size_t layoutSmem = 2 * (size_t)n * epr * sizeof(int32_t);
   const int grid = std::max(1, std::min<int>(4 * std::max(1, p.f.smBudget), 65535));
   {
@@ -406,13 +556,23 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
       CUDACHECKGOTO(cudaGetLastError(), res, done);
     }
     CUDACHECKGOTO(cudaMemsetAsync((void*)p.recvCnt, 0xff, cntBytes, c.stream), res, done);
-    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, cntStride(epr), ncclInt32), res, done);
+    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, p.stride, ncclInt32), res, done);
     NCCLCHECKGOTO(alltoallRows(c, p, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType,
-                               p.rowBytes, cntToks(epr), false),
+                               p.rowBytes, moeCntBlk(epr), false),
                   res, done);
     NCCLCHECKGOTO(alltoallRows(c, p, p.sendMeta, (void*)p.recvMeta, metaBytes / 4, ncclInt32,
-                               c.k * sizeof(int4), cntToks(epr), false),
+                               c.k * sizeof(int4), moeCntBlk(epr), false),
                   res, done);
+    if (rail) {
+      // The gateway's forward: fan sizes from the received counts, rows to the local owners.
+      NCCLCHECKGOTO(moeA2aForward(p, grid, c.stream), res, done);
+      NCCLCHECKGOTO(alltoallFan(c, p, p.fanSendRows, (void*)p.fanRecvRows, pairBytes / 2, c.inType,
+                                p.rowBytes),
+                    res, done);
+      NCCLCHECKGOTO(alltoallFan(c, p, p.fanSendMeta, (void*)p.fanRecvMeta, metaBytes / 4, ncclInt32,
+                                c.k * sizeof(int4)),
+                    res, done);
+    }
     moeA2aUnpackKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
     CUDACHECKGOTO(cudaGetLastError(), res, done);
     NCCLCHECKGOTO(gemm::launch(g1, c.stream), res, done);
@@ -422,7 +582,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
       moeA2aReturnKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
       CUDACHECKGOTO(cudaGetLastError(), res, done);
       NCCLCHECKGOTO(alltoallRows(c, p, p.retSend, (void*)p.retRecv, retBytes / 4, ncclFloat32,
-                                 (uint64_t)c.H * sizeof(float), cntRows(epr), true),
+                                 (uint64_t)c.H * sizeof(float), moeCntRows(epr), true),
                     res, done);
       NCCLCHECKGOTO(launchCombine(c, p, grid, layoutSmem), res, done);
     }

@@ -10,6 +10,7 @@
 #include "fused/gemm/gemm.h"
 #include "fused/ops/moe/moe.h"
 #include "fused/ops/moe/moe_layout.h"
+#include "fused/ops/moe/moe_node.h"
 
 namespace mk {
 namespace fused {
@@ -21,17 +22,8 @@ static_assert(NCCL_MOE_MAX_TOPK <= 32, "the rows kernel gives each slot of a tok
 // ErrRecord::slot of the "maxRows differs" record (err_host.cc names the peer and both bounds).
 constexpr int32_t kSlotMaxRows = -2;
 
-// Ints per pair in the count messages (A2aParams::sendCnt), the index of the pair's rows (one
-// per slot: the return trip) and of its token rows (one per token: the dispatch).
-__host__ __device__ constexpr int cntStride(int epr) {
-  return epr + 4;
-}
-__host__ __device__ constexpr int cntRows(int epr) {
-  return epr + 2;
-}
-__host__ __device__ constexpr int cntToks(int epr) {
-  return epr + 3;
-}
+// ErrRecord::slot of the "fan-out rows differ" record (an internal error of the node dedup).
+constexpr int32_t kSlotFanRows = -3;
 
 struct A2aParams {
   FusedComm f;  // error record (rt::recordError) of the comm
@@ -43,18 +35,19 @@ struct A2aParams {
   // [T*k] the token row of the slot's token in its destination's pair buffer, set on the
   // token's first slot for that destination only (-1 elsewhere)
   int32_t* slotTok;
-  // [n][epr + 4] rows per local expert; [epr]: 1 = the pair overflowed; [epr + 1]: the
-  // sender's maxRows (pair buffers are maxRows rows: every rank must pass the same); [epr + 2]:
-  // the rows (slots) the pair carries (0 on overflow), which sizes the return AllToAll on the
-  // device (fusedAlltoAllSized); [epr + 3]: its token rows (<= rows), which size the row and
-  // metadata AllToAlls
+  // [n][stride] count messages (moe_node.h's entries): rows per local expert, ovf (1 = the
+  // pair overflowed), the sender's maxRows (pair buffers are maxRows rows: every rank must pass
+  // the same), rows (slots the pair carries, 0 on overflow: sizes the return AllToAll on the
+  // device), toks (distinct tokens of the pair), blk (token rows the block carries: sizes the
+  // row and metadata AllToAlls), mode, and in rail blocks the fan-out per local index
   int32_t* sendCnt;
   const int32_t* recvCnt;
   unsigned long long* badSlot;  // first bad slot + 1 (~0: none)
-  uint8_t* sendRows;            // [n][P][rowBytes] token rows
+  uint8_t* sendRows;            // [n][P][rowBytes] token rows, per block
   const uint8_t* recvRows;
   // [n][P][k] per token row: (pair row, token, slot, weight bits) of each of its slots on that
-  // destination in slot order, then pair row -1
+  // block in slot order, then pair row -1; the slot field is moeFanZ(slot, owner's local index,
+  // source) for a pair served through a gateway
   int4* sendMeta;
   const int4* recvMeta;
   float* retSend;  // [n][P][H] fp32 (ffn)
@@ -63,8 +56,25 @@ struct A2aParams {
   void* y;           // [T, H] outType (ffn)
   int64_t rowBytes, pairRows, hidden;
   int32_t report;  // this kernel records the call's errors (the last one of the call)
+  int32_t stride;  // ints per pair of the count messages (moeCntStride)
   MoeShape s;
+  // Node dedup (node.rail != 0, MKERNEL_MOE_NODE_DEDUP=1; a2a_node.cu): the gateway forwards
+  // the rail blocks it received to their owners on its node through the fan AllToAll.
+  int32_t* fanCnt;       // [kMoeNodeMaxLocal] rows forwarded per local index (atomics; 0 by pack)
+  int32_t* fanUnits;     // [3][n]: rows sent to / received from each rank, forward sums unclamped
+  uint8_t* fanSendRows;  // [n][P][rowBytes]
+  const uint8_t* fanRecvRows;
+  int4* fanSendMeta;  // [n][P][k], entries as sendMeta's (z = moeFanZ)
+  const int4* fanRecvMeta;
+  MoeNodeMap node;
 };
+
+// The block (rank of the rows AllToAll) carrying this rank's tokens for dst, from the modes of
+// the count message (pack has written them).
+__device__ __forceinline__ int a2aBlockOf(const A2aParams& p, int dst) {
+  const int32_t mode = p.sendCnt[dst * p.stride + moeCntMode(p.s.expertsPerRank)];
+  return mode == kMoeDirect ? dst : moeRailPeer(p.node, p.node.nodeOf[dst]);
+}
 
 __device__ __forceinline__ rt::ErrSite a2aSite(const A2aParams& p) {
   return rt::ErrSite{p.f.c.w.op, -1, (int32_t)blockIdx.x, -1, rt::kWaitNone, 0};
@@ -91,7 +101,7 @@ __device__ inline void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* sr
     int ovf = 0, invalid = 0;
     L.otherMax = -1;
     for (int src = 0; src < n; ++src) {
-      const int32_t* m = p.recvCnt + src * cntStride(epr);
+      const int32_t* m = p.recvCnt + src * p.stride;
       invalid |= m[epr] != 0 && m[epr] != 1;
       ovf |= m[epr] == 1;
       if (L.otherMax < 0 && !invalid && m[epr + 1] != (int32_t)p.pairRows) L.otherMax = src;
@@ -101,10 +111,12 @@ __device__ inline void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* sr
         recv[src * epr + le] = m[le] < 0 ? 0 : m[le];
         rows += m[le];
       }
-      // The sized AllToAlls moved m[cntToks] token rows here and move m[cntRows] rows back:
-      // a layout of more would read what never came.
-      invalid |= m[epr] == 0 && m[cntRows(epr)] != rows;
-      invalid |= m[epr] == 0 && (m[cntToks(epr)] < (rows > 0 ? 1 : 0) || m[cntToks(epr)] > rows);
+      // The sized AllToAlls moved m[blk] token rows here (or the gateway forwards m[toks]) and
+      // move m[rows] rows back: a layout of more would read what never came.
+      const int32_t toks = m[moeCntToks(epr)];
+      invalid |= m[epr] == 0 && m[moeCntRows(epr)] != rows;
+      invalid |= m[epr] == 0 && (toks < (rows > 0 ? 1 : 0) || toks > rows);
+      invalid |= !moeCntRouteValid(p.node, m, src, epr, p.pairRows);
     }
     L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);
     L.start[epr] = (int32_t)L.span;
@@ -128,6 +140,11 @@ __device__ __forceinline__ int64_t pairRowTarget(const A2aParams& p, const int32
   }
   return -1;
 }
+
+// The node dedup's forward kernel (a2a_node.cu), launched after the rows and metadata
+// AllToAlls, before the fan AllToAlls; its preload (cudaFuncGetAttributes).
+ncclResult_t moeA2aForward(const A2aParams& p, int grid, cudaStream_t stream);
+ncclResult_t moeA2aNodePreload();
 
 }  // namespace fused
 }  // namespace mk

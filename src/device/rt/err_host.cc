@@ -233,8 +233,16 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
       break;
     case kErrProtocol:
       res = ncclInternalError;
-      snprintf(m, sizeof(m), "rank %d: %s: protocol error with %s (lane %d, slot %d, value %llu)",
-               n.rank, op, who.c_str(), e.lane, e.slot, (unsigned long long)e.seq);
+      if (e.op == kOpMoe && e.slot == -3)
+        // The node dedup's gateway: rows forwarded in seq, the announced sum in waitedNs.
+        snprintf(m, sizeof(m),
+                 "rank %d: %s: internal error of MKERNEL_MOE_NODE_DEDUP=1: this rank forwarded "
+                 "%llu token rows to rank %d as its node gateway and the count messages "
+                 "announced %lld (the fan-out rows differ; MKERNEL_MOE_NODE_DEDUP=0 avoids it)",
+                 n.rank, op, (unsigned long long)e.seq, e.peer, (long long)(int32_t)e.waitedNs);
+      else
+        snprintf(m, sizeof(m), "rank %d: %s: protocol error with %s (lane %d, slot %d, value %llu)",
+                 n.rank, op, who.c_str(), e.lane, e.slot, (unsigned long long)e.seq);
       break;
     default:
       snprintf(m, sizeof(m), "rank %d: %s (%s) failed with device error %u", n.rank, op,
