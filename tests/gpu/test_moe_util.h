@@ -78,8 +78,16 @@ inline float outValue(const std::vector<uint8_t>& y, size_t i, ncclDataType_t t)
 using fusedtest::esOf;
 
 // kOneRank: all of a token's slots name experts of one rank (random per token; experts may
-// repeat): the AllToAll path then sends the token once with k slots' metadata.
-enum Routing { kUniform, kHotExpert, kSomeEmpty, kOneRank };
+// repeat): the AllToAll path then sends the token once with k slots' metadata. kRailSpill:
+// rank 0 has maxT tokens, slot 0 of token t on rank 1 + t % (n - 1) (expert t % epr), its
+// other slots -1; the other ranks at most 8 tokens, uniform: at an exact-fit bound rank 0's
+// tokens for a remote node exceed a pair buffer (the node dedup's spill rule, moe_node.h).
+enum Routing { kUniform, kHotExpert, kSomeEmpty, kOneRank, kRailSpill };
+
+// kRailSpill's expert of rank 0's slot j of token t (-1: unused).
+inline int railSpillExpert(int n, int epr, int t, int j) {
+  return j == 0 && n > 1 ? (1 + t % (n - 1)) * epr + t % epr : -1;
+}
 
 struct MoeCase {
   int n, epr, k, H, N;
@@ -125,6 +133,7 @@ class MoeProblem {
   // Calls pass NULL topkWeights and rowWeight (allowed: the weights only feed rowWeight).
   bool noWeights = false;
   RankData& rank(int r) { return ranks_[r]; }
+  MoeCase& c() { return c_; }
   size_t need(int r) const { return need_[r]; }  // rows rank r's layout spans
 
   // Fresh routing (and, with `weights`, fresh tokens and expert weights), uploaded; the
@@ -140,6 +149,7 @@ class MoeProblem {
       if (weights) {
         d.T = (int)(rng() % (c_.maxT + 1));
         if (r == 0 && d.T == 0) d.T = 1;
+        if (c_.routing == kRailSpill) d.T = r == 0 ? c_.maxT : d.T % 9;
         d.x.resize((size_t)d.T * c_.H);
         for (auto& v : d.x) v = toBits(u(rng), c_.in);
         d.w1.resize((size_t)c_.epr * c_.N * c_.H);
@@ -153,7 +163,9 @@ class MoeProblem {
         for (int j = 0; j < c_.k; ++j) {
           int e = -1;
           const uint64_t roll = rng() % 16;
-          if (roll == 0) {
+          if (c_.routing == kRailSpill && r == 0) {
+            e = railSpillExpert(c_.n, c_.epr, t, j);
+          } else if (roll == 0) {
             e = -1;  // unused slot
           } else if (c_.routing == kHotExpert && roll < 12) {
             e = hot;
@@ -393,6 +405,7 @@ class FfnProblem {
     for (int r = 0; r < c_.n; ++r) {
       Rank& d = ranks_[r];
       if (o.reshape) d.T = r == o.emptyRank ? 0 : c_.minT + (int)(rng() % (c_.maxT - c_.minT + 1));
+      if (o.reshape && c_.routing == kRailSpill) d.T = r == 0 ? c_.maxT : d.T % 9;
       d.x.resize((size_t)d.T * H);
       for (auto& v : d.x) v = toBits(u(rng), c_.in);
       d.w1.resize((size_t)epr * 2 * I * H);
@@ -421,7 +434,9 @@ class FfnProblem {
         for (int j = 0; j < k; ++j) {
           int e = -1;
           const uint64_t roll = rng() % 16;
-          if (!none && roll != 0) {
+          if (c_.routing == kRailSpill && r == 0) {
+            e = railSpillExpert(c_.n, epr, t, j);
+          } else if (!none && roll != 0) {
             if (c_.routing == kHotExpert && roll < 12)
               e = hot;
             else if (c_.routing == kSomeEmpty)

@@ -136,6 +136,16 @@ TEST(RtErr, FusedRecordsNameTheOperator) {
   EXPECT_EQ(rt::describe(e, n, &m), ncclInvalidUsage);
   EXPECT_TRUE(has(m, "slot 17")) << m;
   EXPECT_TRUE(has(m, "-5")) << m;
+  // The node dedup's gateway forwarded other rows than announced (an internal error).
+  e.kind = rt::kErrProtocol;
+  e.peer = 6;
+  e.slot = -3;
+  e.seq = 12;
+  e.waitedNs = 13;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclInternalError);
+  EXPECT_TRUE(has(m, "forwarded 12 token rows to rank 6")) << m;
+  EXPECT_TRUE(has(m, "announced 13")) << m;
+  EXPECT_TRUE(has(m, "MKERNEL_MOE_NODE_DEDUP")) << m;
 }
 
 // poll() reports a record once, and only after the device published it (valid).

@@ -1,0 +1,161 @@
+// ncclMoeDispatchGemm and ncclMoeDispatchFfnCombine on virtual nodes: n ranks on GPU 0 over 2
+// virtual nodes (MKERNEL_EMULATE_NODES, socket backend on loopback), one thread per rank, the
+// cases of test_moe_cases.h, each in both modes of the per-node dedup (MKERNEL_MOE_NODE_DEDUP,
+// fused/ops/moe/moe_node.h): mode 0 (a token travels to every rank owning one of its experts)
+// checked against the host references, then mode 1 (a token crosses once per remote node, to
+// its gateway, which forwards it inside the node) on the same draws, checked the same way and
+// byte for byte against mode 0's outputs (counts, offsets, rowSource, rowWeight, received
+// rows, y: the dedup changes the route, never a result).
+//   MoeVnodes.TwoByTwo / TwoByFour      every case of both calls, 4 and 8 ranks.
+//   MoeVnodes.RailSpill2x2 / 2x4        routing kRailSpill at the exact-fit bound: rank 0's
+//       tokens for each remote node exceed a pair buffer, so in mode 1 rank 0 serves that node
+//       direct (the spill rule) while the other ranks go through their gateways, in one call.
+//   MoeProcsGraph.Vnodes2x2             capture and replays with new routing, in both modes.
+// Waits on the device end after 20 s.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/param.h"
+#include "common/test_util.h"
+#include "gpu/test_devcomm_util.h"
+#include "gpu/test_moe_cases.h"
+#include "gpu/test_thread_team.h"
+
+namespace {
+
+using namespace moecases;  // NOLINT: the drivers, cases and plans
+
+struct VnodeTeam {
+  // 1 MiB windows (several chunks per AllToAll); waits on the device end after 20 s.
+  dctest::TestEnv env{2, 1 << 20, 0, 20000};
+  gputest::Team team;
+  explicit VnodeTeam(int n) : team(n) {}
+};
+
+// MKERNEL_MOE_NODE_DEDUP for the calls made in its scope (read at each call: the cached
+// parameters are reset when it is set and when it is restored).
+class DedupMode {
+ public:
+  explicit DedupMode(int mode)
+      : env_(new mktest::ScopedEnv("MKERNEL_MOE_NODE_DEDUP", std::to_string(mode).c_str())) {
+    mk::paramReset();
+  }
+  ~DedupMode() {
+    env_.reset();
+    mk::paramReset();
+  }
+
+ private:
+  std::unique_ptr<mktest::ScopedEnv> env_;
+};
+
+// plan(driver, seed, snapshots) in mode 0 (kept), then in mode 1 (compared), same seed.
+void runBothModes(int n, const char* name,
+                  const std::function<std::string(Driver&, uint64_t, Snapshots*)>& plan) {
+  VnodeTeam v(n);
+  ASSERT_TRUE(v.team.ok) << v.team.why;
+  TeamDriver d(v.team);
+  const uint64_t seed = mktest::testSeed() ^ (0x7e0dull * n);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Snapshots snap(n);
+  for (int mode = 0; mode <= 1; ++mode) {
+    DedupMode m(mode);
+    if (mode == 1) snap.compare();
+    const std::string err = plan(d, seed, &snap);
+    EXPECT_EQ(err, "") << name << ", MKERNEL_MOE_NODE_DEDUP=" << mode;
+    if (!err.empty()) return;  // the comms were aborted
+    printf("[MoeVnodes %s 2x%d] MKERNEL_MOE_NODE_DEDUP=%d: passed%s\n", name, n / 2, mode,
+           mode == 1 ? ", every output equal to mode 0's" : "");
+  }
+}
+
+void runVnodes(int n) {
+  runBothModes(n, "cases", [n](Driver& d, uint64_t seed, Snapshots* snap) {
+    return runCases(
+        d, seed,
+        [&](const std::string& line) { printf("[MoeVnodes 2x%d] %s\n", n / 2, line.c_str()); },
+        snap);
+  });
+}
+
+TEST(MoeVnodes, TwoByTwo) {
+  MKTEST_REQUIRE_GPU();
+  runVnodes(4);
+}
+
+TEST(MoeVnodes, TwoByFour) {
+  MKTEST_REQUIRE_GPU();
+  runVnodes(8);
+}
+
+// Rank 0's tokens for a remote node, at least: every rank of that node gets maxT / (n - 1) of
+// them (kRailSpill), none is rank 0.
+size_t railSpillTokens(int n, int maxT) {
+  return (size_t)(n / 2) * (size_t)(maxT / (n - 1));
+}
+
+// Both calls with kRailSpill routing at the exact-fit bound (checked to spill), called back
+// to back, then the dispatch again with new routing.
+std::string railSpillPlan(Driver& d, uint64_t seed, Snapshots* snap) {
+  const int n = d.n;
+  std::mt19937_64 rng(seed);
+  const MoeCase mc{n, 1, 2, 64, 128, kBf, kBf, kNK, kRailSpill, 900};
+  const FfnCase fc{n, 1, 2, 64, 32, kBf, kF32, kNK, kRailSpill, 1, 900};
+  MoeProblem a(mc);
+  FfnProblem b(fc);
+  const size_t anyA = anyRouting(n, mc.maxT, mc.k, mc.epr);
+  const size_t anyB = anyRouting(n, fc.maxT, fc.k, fc.epr);
+  auto drawA = [&](uint64_t sd, size_t rows) { return a.draw(sd, true, 0, -1, rows); };
+  DrawOpts o;
+  auto drawB = [&](uint64_t sd, size_t rows) {
+    o.fixedRows = rows;
+    return b.draw(sd, o);
+  };
+  std::string e = drawShared<MoeProblem>(a, n, anyA, rng(), 0, drawA);
+  if (e.empty()) e = drawShared<FfnProblem>(b, n, anyB, rng(), 0, drawB);
+  if (e.empty() && (railSpillTokens(n, mc.maxT) <= a.rank(0).maxRows ||
+                    railSpillTokens(n, fc.maxT) <= b.rank(0).maxRows))
+    e = "the draw does not spill: " + std::to_string(railSpillTokens(n, mc.maxT)) +
+        " tokens for a node, bounds " + std::to_string(a.rank(0).maxRows) + " and " +
+        std::to_string(b.rank(0).maxRows);
+  if (e.empty()) e = runChecked<MoeProblem>(d, {&a}, snap);
+  if (e.empty()) e = runChecked<FfnProblem>(d, {&b}, snap);
+  if (e.empty()) e = drawShared<MoeProblem>(a, n, anyA, rng(), 0, drawA);
+  if (e.empty()) e = runChecked<MoeProblem>(d, {&a}, snap);
+  if (!e.empty()) d.abortAll();
+  return e;
+}
+
+TEST(MoeVnodes, RailSpill2x2) {
+  MKTEST_REQUIRE_GPU();
+  runBothModes(4, "rail spill", railSpillPlan);
+}
+
+TEST(MoeVnodes, RailSpill2x4) {
+  MKTEST_REQUIRE_GPU();
+  runBothModes(8, "rail spill", railSpillPlan);
+}
+
+TEST(MoeProcsGraph, Vnodes2x2) {
+  MKTEST_REQUIRE_GPU();
+  VnodeTeam v(4);
+  ASSERT_TRUE(v.team.ok) << v.team.why;
+  TeamDriver d(v.team);
+  const uint64_t seed = mktest::testSeed() ^ 0x96e2;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int mode = 0; mode <= 1; ++mode) {
+    DedupMode m(mode);
+    const std::string err = runGraphs(d, seed + mode);
+    EXPECT_EQ(err, "") << "MKERNEL_MOE_NODE_DEDUP=" << mode;
+    if (!err.empty()) return;
+  }
+}
+
+}  // namespace
