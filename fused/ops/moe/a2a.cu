@@ -55,8 +55,8 @@ namespace {
 // before the token rows are given out per block.
 __global__ void __launch_bounds__(kA2aThreads)
     moeA2aPackKernel(const __grid_constant__ A2aParams p) {
-  extern __shared__ int32_t
-      sh[];  // cnt[E], seen[E], base[E], blkCnt[n], tokCnt[n], railToks[nodes]
+  // cnt[E], seen[E], base[E], blkCnt[n], tokCnt[n], railToks[nodes]
+  extern __shared__ int32_t sh[];
   const MoeShape& s = p.s;
   const int n = s.nRanks, epr = s.expertsPerRank, st = p.stride;
   const bool rail = p.node.rail != 0;
