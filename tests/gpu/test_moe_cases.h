@@ -98,6 +98,7 @@ class Snapshots {
     comparing_ = true;
     next_.assign(next_.size(), 0);
   }
+  bool comparing() const { return comparing_; }
   // Rank r's next checked call (called by r's thread only).
   std::string take(int r, Outputs o) {
     if (!comparing_) {

@@ -10,6 +10,10 @@
 //   MoeVnodes.RailSpill2x2 / 2x4        routing kRailSpill at the exact-fit bound: rank 0's
 //       tokens for each remote node exceed a pair buffer, so in mode 1 rank 0 serves that node
 //       direct (the spill rule) while the other ranks go through their gateways, in one call.
+//   MoeVnodes.CrossNodeBytes2x2 / 2x4   one dispatch, uniform routing (k = 6 of 8 experts per
+//       rank at 2x2, k = 8 of 16 at 2x4), H = 1024, in both modes: the proxies' bytes sent
+//       (mk::netStats, summed over ranks) in mode 1 at most 0.75x / 0.60x mode 0's (the model,
+//       moe_node.h: 0.59x / 0.38x of the token rows), so mode 1 is known to have run its route.
 //   MoeProcsGraph.Vnodes2x2             capture and replays with new routing, in both modes.
 // Waits on the device end after 20 s.
 #include <gtest/gtest.h>
@@ -27,6 +31,7 @@
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_moe_cases.h"
 #include "gpu/test_thread_team.h"
+#include "transport/net_state.h"
 
 namespace {
 
@@ -141,6 +146,54 @@ TEST(MoeVnodes, RailSpill2x2) {
 TEST(MoeVnodes, RailSpill2x4) {
   MKTEST_REQUIRE_GPU();
   runBothModes(8, "rail spill", railSpillPlan);
+}
+
+// Bytes every rank's proxy has sent so far, summed.
+std::string netBytes(Driver& d, uint64_t* sum) {
+  *sum = 0;
+  for (int r = 0; r < d.n; ++r) {
+    mk::NetStats st{};
+    if (mk::netStats(d.comm(r), &st) != ncclSuccess)
+      return "netStats failed on rank " + std::to_string(r);
+    *sum += st.bytesSent;
+  }
+  return "";
+}
+
+void runCrossNodeBytes(int n, int epr, int k, double most) {
+  uint64_t sent[2] = {0, 0};
+  runBothModes(n, "cross-node bytes", [&](Driver& d, uint64_t seed, Snapshots* snap) {
+    const MoeCase mc{n, epr, k, 1024, 128, kBf, kBf, kNK, kUniform, 512};
+    MoeProblem a(mc);
+    auto draw = [&](uint64_t sd, size_t rows) { return a.draw(sd, true, 0, -1, rows); };
+    std::string e = drawShared<MoeProblem>(a, n, anyRouting(n, mc.maxT, k, epr), seed, 0, draw);
+    uint64_t before = 0, after = 0;
+    if (e.empty()) e = netBytes(d, &before);
+    if (e.empty()) e = runChecked<MoeProblem>(d, {&a}, snap);
+    if (e.empty()) e = netBytes(d, &after);
+    if (!e.empty()) {
+      d.abortAll();
+      return e;
+    }
+    sent[snap->comparing() ? 1 : 0] = after - before;
+    return std::string();
+  });
+  printf("[MoeVnodes cross-node bytes 2x%d] k=%d: mode 0 %llu, mode 1 %llu bytes (%.2fx)\n", n / 2,
+         k, (unsigned long long)sent[0], (unsigned long long)sent[1],
+         sent[0] ? (double)sent[1] / (double)sent[0] : 0.0);
+  if (::testing::Test::HasFailure()) return;
+  EXPECT_GT(sent[0], 0u) << "mode 0 sent nothing across nodes";
+  EXPECT_LE((double)sent[1], most * (double)sent[0]) << "mode 1 did not cut the cross-node bytes";
+}
+
+TEST(MoeVnodes, CrossNodeBytes2x2) {
+  MKTEST_REQUIRE_GPU();
+  runCrossNodeBytes(4, 2, 6, 0.75);
+}
+
+TEST(MoeVnodes, CrossNodeBytes2x4) {
+  MKTEST_REQUIRE_GPU();
+  runCrossNodeBytes(8, 2, 8, 0.60);
 }
 
 TEST(MoeProcsGraph, Vnodes2x2) {
