@@ -11,7 +11,7 @@
 //       tokens for each remote node exceed a pair buffer, so in mode 1 rank 0 serves that node
 //       direct (the spill rule) while the other ranks go through their gateways, in one call.
 //   MoeVnodes.CrossNodeBytes2x2 / 2x4   one dispatch, uniform routing (k = 6 of 8 experts per
-//       rank at 2x2, k = 8 of 16 at 2x4), H = 1024, in both modes: the proxies' bytes sent
+//       rank at 2x2, k = 8 of 16 at 2x4), H = 512, in both modes: the proxies' bytes sent
 //       (mk::netStats, summed over ranks) in mode 1 at most 0.75x / 0.60x mode 0's (the model,
 //       moe_node.h: 0.59x / 0.38x of the token rows), so mode 1 is known to have run its route.
 //   MoeProcsGraph.Vnodes2x2             capture and replays with new routing, in both modes.
@@ -163,7 +163,7 @@ std::string netBytes(Driver& d, uint64_t* sum) {
 void runCrossNodeBytes(int n, int epr, int k, double most) {
   uint64_t sent[2] = {0, 0};
   runBothModes(n, "cross-node bytes", [&](Driver& d, uint64_t seed, Snapshots* snap) {
-    const MoeCase mc{n, epr, k, 1024, 128, kBf, kBf, kNK, kUniform, 512};
+    const MoeCase mc{n, epr, k, 512, 128, kBf, kBf, kNK, kUniform, 384};
     MoeProblem a(mc);
     auto draw = [&](uint64_t sd, size_t rows) { return a.draw(sd, true, 0, -1, rows); };
     std::string e = drawShared<MoeProblem>(a, n, anyRouting(n, mc.maxT, k, epr), seed, 0, draw);
