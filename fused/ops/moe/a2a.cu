@@ -413,7 +413,12 @@ void a2aNodeMap(ncclComm* comm, MoeNodeMap* m) {
                         "size 2..%d and at most %d ranks; this comm (%d ranks, %d nodes) sends "
                         "every pair direct",
                         kMoeNodeMaxNodes, kMoeNodeMaxLocal, kMoeNodeMaxRanks, n, t.nNodes);
+    return;
   }
+  MK_INFO_RATELIMITED(kAllSubsys, 60000,
+                      "MoE AllToAll path: node dedup on (MKERNEL_MOE_NODE_DEDUP=1), %d nodes x %d "
+                      "ranks",
+                      m->nNodes, m->nLocal);
 }
 
 ncclResult_t preloadA2a(ncclDataType_t outType) {
