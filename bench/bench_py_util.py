@@ -404,12 +404,14 @@ def nodes_header(nodes, nranks, torch_meta, mk_facts, reason):
 
 
 def launch_nodes(tool, script, argv, env, nproc, nodes, mps, nproc_flag="--nproc_per_node",
-                 torch_timeout=None):
-  """--nodes N: two torchrun runs under one MPS daemon. First the torch side (side_env "torch":
+                 torch_timeout=None, mkernel_envs=({},)):
+  """--nodes N: torchrun runs under one MPS daemon. First the torch side (side_env "torch":
   the real NCCL, every rank a host) writes its rows to a file; then the mkernel side
-  (MKERNEL_EMULATE_NODES=N) runs mkernel's variants and reads torch's timings from that file.
-  A failed torch side leaves the mkernel side running (its torch columns name the reason) and
-  makes the status 1. Returns the exit status."""
+  (MKERNEL_EMULATE_NODES=N) runs mkernel's variants and reads torch's timings from that file,
+  once per entry of mkernel_envs (variables added to that run's environment: one torch side
+  serves several mkernel configurations). A failed torch side leaves the mkernel side running
+  (its torch columns name the reason) and makes the status 1. Returns the exit status (the
+  worst run's, worst_status)."""
   denv = None
   fd, path = tempfile.mkstemp(prefix="mk-%s-torch-side." % tool.replace("_", "-"),
                               suffix=".json")
@@ -428,12 +430,26 @@ def launch_nodes(tool, script, argv, env, nproc, nodes, mps, nproc_flag="--nproc
       json.dump(outcome, f)
     if trc != 0:
       log("%s: %s" % (tool, outcome.get("failed") or outcome.get("note")))
-    mrc = run_workers(tool + " mkernel side", script, side_argv(argv, "mkernel", path),
-                      side_env(env, "mkernel", nodes), True, nproc, nproc_flag)[0]
-    return combine_status(trc, mrc)
+    mrcs = []
+    for extra in mkernel_envs:
+      label = " ".join("%s=%s" % kv for kv in sorted(extra.items()))
+      mrcs.append(run_workers(tool + " mkernel side" + (" (%s)" % label if label else ""),
+                              script, side_argv(argv, "mkernel", path),
+                              dict(side_env(env, "mkernel", nodes), **extra), True, nproc,
+                              nproc_flag)[0])
+      if label:
+        log("%s: mkernel side (%s): exit status %d" % (tool, label, mrcs[-1]))
+    return combine_status(trc, worst_status(mrcs))
   finally:
     os.unlink(path)
     stop_mps(tool, denv)
+
+
+def worst_status(codes):
+  """One status for several runs: the first failure other than 3 (targets missed), else 3 if
+  any run missed a target, else 0."""
+  bad = [c for c in codes if c not in (0, 3)]
+  return bad[0] if bad else 3 if 3 in codes else 0
 
 
 def combine_status(torch_rc, mkernel_rc):

@@ -7,6 +7,9 @@
   python3 bench/moe_bench.py ffn --lib build/src/libmkernel.so --mps --nproc 2 --nodes 2
             (2 processes as 2 virtual nodes against torch on the real NCCL, every rank its own
             host over sockets: two runs, see bench/README.md "--nodes")
+  ... --nproc 4 --nodes 2 --dedup-modes 0,1
+            (2 nodes x 2 ranks; the mkernel side once per MKERNEL_MOE_NODE_DEDUP value after
+            one torch side, each with the modelled cross-node MiB per call of its dispatch)
   python3 bench/moe_bench.py --selftest       (CPU: runs bench/test_moe_bench.py)
 
 ffn       the whole layer. mkernel.moe_ffn (each --algos, default auto and sequential; plus a
@@ -74,14 +77,15 @@ import time
 import bench_py_util as bpu
 from bench_py_util import commit, log
 
-from moe_bench_ref import (PATH_NOTE, choose_max_rows, compare, direct_moe_ffn, dispatch_flops,
-                           expert_weights, ffn_flops, gemm_grouped, gemm_loop, generator, judge,
+from moe_bench_ref import (PATH_NOTE, choose_max_rows, compare, cross_node_rows, direct_moe_ffn,
+                           dispatch_flops, expert_weights, ffn_flops, gemm_grouped, gemm_loop, generator, judge,
                            make_routing, mem_estimate, merge_compare, mkernel_path, pad_rows,
                            seed_of, shape_problem, tight_rows, torch_dispatch, torch_moe_ffn)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 CHILD = "MK_MOE_BENCH_CHILD"
+DEDUP_ENV = "MKERNEL_MOE_NODE_DEDUP"
 
 # (H, I, E, k, T): both Hs, I 2048, E 8..64, k 2..8, T 512..4096, and the issue's small model.
 DEFAULT_SHAPES = [(4096, 2048, 8, 2, 512), (4096, 2048, 8, 2, 4096), (4096, 2048, 32, 4, 4096),
@@ -124,6 +128,13 @@ def parse_max_rows(s):
   return f
 
 
+def parse_modes(s):
+  v = [x.strip() for x in s.split(",") if x.strip()]
+  if not v or set(v) - {"0", "1"} or len(set(v)) != len(v):
+    raise argparse.ArgumentTypeError("%r: distinct values of 0, 1, comma separated" % s)
+  return [int(x) for x in v]
+
+
 def parse_args(argv):
   common = argparse.ArgumentParser(add_help=False)
   c = common.add_argument
@@ -154,6 +165,9 @@ def parse_args(argv):
   c("--nodes", type=int, default=1,
     help="N >= 2: the ranks as N (virtual) nodes, against torch on the real NCCL with every rank "
     "its own host over sockets (two runs; see bench/README.md)")
+  c("--dedup-modes", type=parse_modes,
+    help="with --nodes: the mkernel side once per value of %s (0,1), after one torch side" %
+    DEDUP_ENV)
   c("--side", choices=bpu.SIDES, help=argparse.SUPPRESS)  # set by the launcher of --nodes
   c("--side-out", help=argparse.SUPPRESS)
   c("--torch-from", help=argparse.SUPPRESS)
@@ -168,6 +182,8 @@ def parse_args(argv):
     ap.error("--nproc, --reps, --warmup >= 1, --spot >= 0, 0 < --mem-frac <= 1")
   why = bpu.nodes_problem(a.nproc, a.nodes) or bpu.side_problem(a.side, a.nodes, a.side_out,
                                                                 a.torch_from)
+  if a.dedup_modes and a.nodes < 2:
+    why = "--dedup-modes: only with --nodes >= 2 (the dedup is across nodes)"
   if why:
     ap.error(why)
   a.algo_list = [x for x in a.algos.split(",") if x]
@@ -204,8 +220,10 @@ def launch(a, argv):
     env["LD_PRELOAD"] = lib
   try:
     if a.nodes > 1:
+      envs = [{DEDUP_ENV: str(m)} for m in a.dedup_modes or []] or [{}]
       return bpu.launch_nodes("moe_bench", __file__, argv, env, a.nproc, a.nodes, a.mps,
-                              torch_timeout=a.budget + bpu.SIDE_TIMEOUT_MARGIN_S)
+                              torch_timeout=a.budget + bpu.SIDE_TIMEOUT_MARGIN_S,
+                              mkernel_envs=envs)
     return bpu.launch("moe_bench", __file__, argv, env, a.nproc > 1, a.nproc, a.mps)
   except bpu.LaunchError as e:
     print("moe_bench: %s" % e, file=sys.stderr)
@@ -404,6 +422,8 @@ def run_shape(bench, no, shape, mode):
   flops = ffn_flops(T, k, H, I) if ffn else dispatch_flops(T, k, H, N)
   row.update(L=L, N=N, max_rows=max_rows, tight_rows=tight, flops_per_rank=flops,
              mem_gib=round((need + scratch) / 2**30, 2))
+  if a.dedup_modes and a.side != "torch":
+    row.update(xnode_model(bench, idx, E, max_rows, H * torch.finfo(dt).bits // 8))
   if need + scratch > room:
     row["skipped"] = ("needs about %.2f GiB per rank, %.2f GiB for each of the %d ranks on the "
                       "GPU (--mem-frac %g)" % ((need + scratch) / 2**30, room / 2**30,
@@ -480,6 +500,30 @@ def run_shape(bench, no, shape, mode):
   return row
 
 
+def dedup_mode():
+  v = os.environ.get(DEDUP_ENV, "0")
+  return int(v) if v.isdigit() else v
+
+
+def xnode_model(bench, idx, E, max_rows, row_bytes):
+  """--dedup-modes: the mode of this run and the modelled MiB of token rows one dispatch sends
+  across (virtual) nodes, every rank together, in modes 0 and 1 (cross_node_rows)."""
+  lst = idx.tolist()
+  rows = [cross_node_rows(lst, E, bench.world, bench.a.nodes, bench.rank, m, max_rows)
+          for m in (0, 1)]
+  t = torch.tensor(rows, dtype=torch.float64, device=bench.device)
+  dist.all_reduce(t)
+  return dict(dedup_mode=dedup_mode(),
+              xnode_mib_model={str(m): v * row_bytes / 2**20 for m, v in enumerate(t.tolist())})
+
+
+def xnode_text(r):
+  """The modelled cross-node MiB per call of the run's mode (others in brackets)."""
+  x, m = r["xnode_mib_model"], str(r["dedup_mode"])
+  return "%s (%s)" % ("%.2f" % x[m] if m in x else "?", ", ".join(
+      "mode %s %.2f" % kv for kv in sorted(x.items()) if kv[0] != m))
+
+
 def set_ratios(row):
   """mkernel/torch = torch ms / mkernel ms per mkernel variant, and the target (auto, else the
   first algo, >= 1.0); again after --nodes brought the torch side's timings in."""
@@ -554,8 +598,11 @@ def shape_line(r):
   v = r["variants"]
   parts = ["%s %.3f ms (%.0f TF/s)" % (x, v[x]["ms"], v[x]["tflops"]) for x in v if "ms" in v[x]]
   rat = ", ".join("%s %.3f" % (short(m), x) for m, x in r["ratios"].items())
-  return "%s max_rows=%d | %s | mkernel/torch: %s | check %s" % (
+  line = "%s max_rows=%d | %s | mkernel/torch: %s | check %s" % (
       shape_text(r), r["max_rows"], ", ".join(parts), rat or "n/a", check_text(r))
+  if "dedup_mode" in r:
+    line += " | %s=%s, x-node MiB/call (model) %s" % (DEDUP_ENV, r["dedup_mode"], xnode_text(r))
+  return line
 
 
 def markdown(meta, rows):
@@ -583,10 +630,16 @@ def markdown(meta, rows):
            "over mkernel's (target >= 1.0 for auto). check: worst relative L2 error against "
            "torch; spot: torch against a direct fp32 sum over the first tokens." %
            meta["ranks_per_gpu"])
+  dedup = "dedup_mode" in meta
+  if dedup:
+    L.append("%s=%s (--dedup-modes: one mkernel-side run per mode, one torch side). x-node: "
+             "MiB of token rows one dispatch sends across nodes, all ranks, modelled from the "
+             "routing (moe_bench_ref.cross_node_rows; the return path is per slot in every "
+             "mode), other modes in brackets." % (DEDUP_ENV, meta["dedup_mode"]))
   L.append("")
   L.append("| shape (T per rank) | max_rows | " + " | ".join(names) +
-           " | mkernel/torch | check | spot |")
-  L.append("|" + "---|" * (len(names) + 5))
+           " | mkernel/torch | check | spot |" + (" x-node MiB/call |" if dedup else ""))
+  L.append("|" + "---|" * (len(names) + 5 + dedup))
   for r in rows:
     if "skipped" in r:
       L.append("| %s | %s |" % (shape_text(r), "skipped: " + r["skipped"]))
@@ -600,7 +653,8 @@ def markdown(meta, rows):
     sp = r["spot"].get("torch")
     L.append("| %s | %d | %s | %s | %s | %s |" % (
         shape_text(r), r["max_rows"], " | ".join(cells), rat, check_text(r),
-        "n/a" if sp is None else "%.2g %s" % (sp["rel_l2"], "ok" if sp["ok"] else "WRONG")))
+        "n/a" if sp is None else "%.2g %s" % (sp["rel_l2"], "ok" if sp["ok"] else "WRONG")) +
+             (" %s |" % xnode_text(r) if dedup and "xnode_mib_model" in r else ""))
   errs = sorted({(x, m["error"]) for r in rows for x, m in r.get("variants", {}).items()
                  if "error" in m})
   notes = sorted({r["graph_skipped"] for r in rows if "graph_skipped" in r})
@@ -647,6 +701,8 @@ def report(bench, a, argv, rows):
                           warmup=a.warmup, target_ms=a.target_ms, tol=a.tol,
                           token_tol=a.token_tol, spot=a.spot, seed=a.seed,
                           mem_frac=a.mem_frac))
+  if a.dedup_modes and a.side == "mkernel":
+    meta["dedup_mode"] = dedup_mode()
   if a.side == "torch":
     meta["side_facts"] = bench.facts
     bpu.write_torch_side(a.side_out, meta, rows)
@@ -659,7 +715,8 @@ def report(bench, a, argv, rows):
                                    ["torch"], set_ratios)
     for r in rows:
       log(shape_line(r))
-  bpu.write_results("moe_bench", a.out, a.mode, now, meta, rows, markdown(meta, rows))
+  name = a.mode + ("_dedup%s" % meta["dedup_mode"] if "dedup_mode" in meta else "")
+  bpu.write_results("moe_bench", a.out, name, now, meta, rows, markdown(meta, rows))
   rc, nbad, nfail, nmiss = exit_status(rows, bench.mk is not None)
   log("moe_bench: %d shape(s), %d failed check(s), %d failed mkernel variant(s), %d target(s) "
       "missed%s" % (len(rows), nbad, nfail, nmiss,

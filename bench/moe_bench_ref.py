@@ -252,3 +252,37 @@ def merge_compare(c, reduce_max):
   """Worst over ranks: reduce_max(list of floats) -> list."""
   v = reduce_max([c["rel_l2"], c["worst_token"], c["max_abs"], 0.0 if c["finite"] else 1.0])
   return dict(rel_l2=v[0], worst_token=v[1], max_abs=v[2], finite=v[3] == 0.0)
+
+
+def cross_node_rows(idx, E, nranks, nodes, rank, mode, max_rows):
+  """Token rows that `rank` sends to other (virtual) nodes in one dispatch of mkernel's
+  AllToAll path: the model of fused/ops/moe/moe_node.h (moeSourceCounts, moeCrossNodeRows).
+  idx: this rank's routing, T lists of k expert ids (-1 or out of range: not sent); nodes of
+  nranks / nodes consecutive ranks (MKERNEL_EMULATE_NODES). A pair whose slots exceed max_rows
+  overflows and sends nothing. Mode 0 (MKERNEL_MOE_NODE_DEDUP=0): each token once per remote
+  rank that owns one of its experts. Mode 1: once per remote node, through the rail gateway,
+  unless the node's tokens exceed max_rows (spill: that node is served per rank as in mode 0);
+  mode 1 needs nodes of >= 2 ranks (2..128 nodes, 2..32 ranks each), else mode 0 runs."""
+  epr, nl = E // nranks, nranks // nodes
+  rail = mode == 1 and 2 <= nodes <= 128 and 2 <= nl <= 32 and nl * nodes == nranks
+  slots = [0] * nranks
+  for tok in idx:
+    for e in tok:
+      if 0 <= e < E:
+        slots[e // epr] += 1
+  toks, node_toks = [0] * nranks, [0] * nodes
+  for tok in idx:
+    dsts = {e // epr for e in tok if 0 <= e < E and slots[e // epr] <= max_rows}
+    for d in dsts:
+      toks[d] += 1
+    for b in {d // nl for d in dsts}:
+      node_toks[b] += 1
+  rows = 0
+  for b in range(nodes):
+    if b == rank // nl:
+      continue
+    if rail and node_toks[b] <= max_rows:
+      rows += node_toks[b]
+    else:
+      rows += sum(toks[b * nl:(b + 1) * nl])
+  return rows
