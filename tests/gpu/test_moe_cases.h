@@ -5,6 +5,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -242,6 +243,23 @@ std::string drawShared(P& p, int n, size_t any, uint64_t seed, int slack,
   std::string e = draw(seed, any);
   if (e.empty() && slack >= 0) e = draw(seed, mostRows(p, n) + slack);
   return e;
+}
+
+// A draw in which rank `tight` needs the most rows, drawn again at one bound for every rank
+// (as the AllToAll path needs): one row short of that rank's need, which every other rank
+// fits. draw(seed, rows, tight rank or -1).
+template <class P>
+std::string drawTight(P& p, int n, int tight, size_t any, uint64_t seed,
+                      const std::function<std::string(uint64_t, size_t, int)>& draw) {
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const std::string e = draw(seed + attempt, any, -1);
+    if (!e.empty()) return e;
+    size_t others = 0;
+    for (int r = 0; r < n; ++r)
+      if (r != tight) others = std::max(others, p.need(r));
+    if (p.need(tight) > others) return draw(seed + attempt, p.need(tight) - 1, tight);
+  }
+  return "no draw of 64 gives rank " + std::to_string(tight) + " the most rows";
 }
 
 // Every case of both calls (see the top of the file); `log` gets a line per case passed.

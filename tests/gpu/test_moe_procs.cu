@@ -116,23 +116,6 @@ std::string overflowOnce(int n, int me, const ncclUniqueId& id, cudaStream_t s,
   return e;
 }
 
-// A draw in which rank kTight needs the most rows, drawn again at one bound for every rank
-// (as the AllToAll path needs): one row short of kTight's need, which every other rank fits.
-// draw(seed, rows, tight rank or -1).
-template <class P>
-std::string drawTight(P& p, int n, size_t any, uint64_t seed,
-                      const std::function<std::string(uint64_t, size_t, int)>& draw) {
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    const std::string e = draw(seed + attempt, any, -1);
-    if (!e.empty()) return e;
-    size_t others = 0;
-    for (int r = 0; r < n; ++r)
-      if (r != kTight) others = std::max(others, p.need(r));
-    if (p.need(kTight) > others) return draw(seed + attempt, p.need(kTight) - 1, kTight);
-  }
-  return "no draw of 64 gives rank 1 the most rows";
-}
-
 int overflowPlan(int n, int me, uint64_t seed, const ncclUniqueId ids[2], cudaStream_t s,
                  const std::string& who) {
   const char* dir = getenv("MKTEST_MOE_DIR");
@@ -144,7 +127,7 @@ int overflowPlan(int n, int me, uint64_t seed, const ncclUniqueId ids[2], cudaSt
   const MoeCase mc{n, 2, 2, 64, 64, kBf, kF32, kNK, kHotExpert, 120};
   MoeProblem mp(mc);
   std::string e = drawTight<MoeProblem>(
-      mp, n, anyRouting(n, mc.maxT, mc.k, mc.epr), seed,
+      mp, n, kTight, anyRouting(n, mc.maxT, mc.k, mc.epr), seed,
       [&](uint64_t sd, size_t rows, int tight) { return mp.draw(sd, true, 0, tight, rows); });
   if (e.empty())
     e = overflowOnce<MoeProblem>(
@@ -161,7 +144,7 @@ int overflowPlan(int n, int me, uint64_t seed, const ncclUniqueId ids[2], cudaSt
   }
   const FfnCase fc{n, 2, 2, 64, 32, kBf, kF32, kNK, kHotExpert, 37, 120};
   FfnProblem fp(fc);
-  e = drawTight<FfnProblem>(fp, n, anyRouting(n, fc.maxT, fc.k, fc.epr), seed ^ 0xff,
+  e = drawTight<FfnProblem>(fp, n, kTight, anyRouting(n, fc.maxT, fc.k, fc.epr), seed ^ 0xff,
                             [&](uint64_t sd, size_t rows, int tight) {
                               DrawOpts o;
                               o.fixedRows = rows;

@@ -1,12 +1,14 @@
 // ncclMoeDispatchGemm and ncclMoeDispatchFfnCombine on virtual nodes: n ranks on GPU 0 over 2
-// virtual nodes (MKERNEL_EMULATE_NODES, socket backend on loopback), one thread per rank, the
-// cases of test_moe_cases.h, each in both modes of the per-node dedup (MKERNEL_MOE_NODE_DEDUP,
+// (or 4) virtual nodes (MKERNEL_EMULATE_NODES, socket backend on loopback), one thread per rank,
+// the cases of test_moe_cases.h, each in both modes of the per-node dedup (MKERNEL_MOE_NODE_DEDUP,
 // fused/ops/moe/moe_node.h): mode 0 (a token travels to every rank owning one of its experts)
 // checked against the host references, then mode 1 (a token crosses once per remote node, to
 // its gateway, which forwards it inside the node) on the same draws, checked the same way and
 // byte for byte against mode 0's outputs (counts, offsets, rowSource, rowWeight, received
 // rows, y: the dedup changes the route, never a result).
 //   MoeVnodes.TwoByTwo / TwoByFour      every case of both calls, 4 and 8 ranks.
+//   MoeVnodes.FourByTwo                 the same on 4 nodes of 2 ranks: 3 remote gateways per
+//       rail (every rank forwards the tokens of 3 remote sources).
 //   MoeVnodes.RailSpill2x2 / 2x4        routing kRailSpill at the exact-fit bound: rank 0's
 //       tokens for each remote node exceed a pair buffer, so in mode 1 rank 0 serves that node
 //       direct (the spill rule) while the other ranks go through their gateways, in one call.
@@ -14,6 +16,12 @@
 //       rank at 2x2, k = 8 of 16 at 2x4), H = 512, in both modes: the proxies' bytes sent
 //       (mk::netStats, summed over ranks) in mode 1 at most 0.75x / 0.60x mode 0's (the model,
 //       moe_node.h: 0.59x / 0.38x of the token rows), so mode 1 is known to have run its route.
+//   MoeVnodesOverflow.TwoByTwo          rank 1 needs the most rows and the shared maxRows is
+//       one row short of its need, once per call, each on fresh comms, in both modes: its comm
+//       reports ncclInvalidUsage naming the call and the rows, it receives nothing; the other
+//       ranks' outputs check out (FFN: slots routed to rank 1 add nothing) and their comms
+//       report nothing. In mode 1 rank 1 is both a receiver of fan rows (rank 2's tokens come
+//       through gateway rank 0) and the gateway of rank 3's tokens to node 0.
 //   MoeProcsGraph.Vnodes2x2             capture and replays with new routing, in both modes.
 // Waits on the device end after 20 s.
 #include <gtest/gtest.h>
@@ -30,6 +38,7 @@
 #include "common/test_util.h"
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_moe_cases.h"
+#include "gpu/test_proc_util.h"
 #include "gpu/test_thread_team.h"
 #include "transport/net_state.h"
 
@@ -39,9 +48,9 @@ using namespace moecases;  // NOLINT: the drivers, cases and plans
 
 struct VnodeTeam {
   // 1 MiB windows (several chunks per AllToAll); waits on the device end after 20 s.
-  dctest::TestEnv env{2, 1 << 20, 0, 20000};
+  dctest::TestEnv env;
   gputest::Team team;
-  explicit VnodeTeam(int n) : team(n) {}
+  explicit VnodeTeam(int n, int nodes = 2) : env(nodes, 1 << 20, 0, 20000), team(n) {}
 };
 
 // MKERNEL_MOE_NODE_DEDUP for the calls made in its scope (read at each call: the cached
@@ -63,8 +72,9 @@ class DedupMode {
 
 // plan(driver, seed, snapshots) in mode 0 (kept), then in mode 1 (compared), same seed.
 void runBothModes(int n, const char* name,
-                  const std::function<std::string(Driver&, uint64_t, Snapshots*)>& plan) {
-  VnodeTeam v(n);
+                  const std::function<std::string(Driver&, uint64_t, Snapshots*)>& plan,
+                  int nodes = 2) {
+  VnodeTeam v(n, nodes);
   ASSERT_TRUE(v.team.ok) << v.team.why;
   TeamDriver d(v.team);
   const uint64_t seed = mktest::testSeed() ^ (0x7e0dull * n);
@@ -76,18 +86,23 @@ void runBothModes(int n, const char* name,
     const std::string err = plan(d, seed, &snap);
     EXPECT_EQ(err, "") << name << ", MKERNEL_MOE_NODE_DEDUP=" << mode;
     if (!err.empty()) return;  // the comms were aborted
-    printf("[MoeVnodes %s 2x%d] MKERNEL_MOE_NODE_DEDUP=%d: passed%s\n", name, n / 2, mode,
-           mode == 1 ? ", every output equal to mode 0's" : "");
+    printf("[MoeVnodes %s %dx%d] MKERNEL_MOE_NODE_DEDUP=%d: passed%s\n", name, nodes, n / nodes,
+           mode, mode == 1 ? ", every output equal to mode 0's" : "");
   }
 }
 
-void runVnodes(int n) {
-  runBothModes(n, "cases", [n](Driver& d, uint64_t seed, Snapshots* snap) {
-    return runCases(
-        d, seed,
-        [&](const std::string& line) { printf("[MoeVnodes 2x%d] %s\n", n / 2, line.c_str()); },
-        snap);
-  });
+void runVnodes(int n, int nodes = 2) {
+  runBothModes(
+      n, "cases",
+      [n, nodes](Driver& d, uint64_t seed, Snapshots* snap) {
+        return runCases(
+            d, seed,
+            [&](const std::string& line) {
+              printf("[MoeVnodes %dx%d] %s\n", nodes, n / nodes, line.c_str());
+            },
+            snap);
+      },
+      nodes);
 }
 
 TEST(MoeVnodes, TwoByTwo) {
@@ -98,6 +113,11 @@ TEST(MoeVnodes, TwoByTwo) {
 TEST(MoeVnodes, TwoByFour) {
   MKTEST_REQUIRE_GPU();
   runVnodes(8);
+}
+
+TEST(MoeVnodes, FourByTwo) {
+  MKTEST_REQUIRE_GPU();
+  runVnodes(8, 4);
 }
 
 // Rank 0's tokens for a remote node, at least: every rank of that node gets maxT / (n - 1) of
@@ -194,6 +214,97 @@ TEST(MoeVnodes, CrossNodeBytes2x2) {
 TEST(MoeVnodes, CrossNodeBytes2x4) {
   MKTEST_REQUIRE_GPU();
   runCrossNodeBytes(8, 2, 8, 0.60);
+}
+
+// ---- overflow ----------------------------------------------------------------------------
+constexpr int kTight = 1;  // the rank whose bound is one row short
+
+// One call with rank kTight one row short, on the driver's (fresh) comms, which it aborts at
+// the end. check(p, r) checks rank r's outputs; `op` is the name the error must carry.
+template <class P>
+std::string overflowCall(Driver& d, P& p, const char* op,
+                         const std::function<std::string(P&, int)>& check) {
+  std::string e = d.each([&](int r) -> std::string {
+    const ncclResult_t res = p.call(r, d.comm(r), d.stream(r));
+    if (res != ncclSuccess && !(r == kTight && res == ncclInvalidUsage))
+      return fusedtest::callError(r, d.comm(r), res);
+    if (!gputest::streamCompleted(d.stream(r), 60))
+      return "rank " + std::to_string(r) + ": stream failed or busy after 60 s";
+    return "";
+  });
+  ncclResult_t a = ncclSuccess;
+  // The host poller may report after the stream is done: wait for the overflowing rank's.
+  if (e.empty() &&
+      gputest::pollAsyncError(d.comm(kTight), gputest::Clock::now(), 10, &a) != ncclSuccess)
+    e = "ncclCommGetAsyncError failed";
+  const std::string msg = ncclGetLastError(d.comm(kTight));
+  if (e.empty() && a != ncclInvalidUsage)
+    e = "rank 1's async error is " + std::string(ncclGetErrorString(a)) +
+        ", expected ncclInvalidUsage: " + msg;
+  if (e.empty() && (msg.find(op) == std::string::npos || msg.find("rows") == std::string::npos))
+    e = "rank 1's error does not name " + std::string(op) + " and the rows: " + msg;
+  for (int r = 0; r < d.n && e.empty(); ++r) {
+    if (r == kTight) continue;
+    if (ncclCommGetAsyncError(d.comm(r), &a) != ncclSuccess || a != ncclSuccess)
+      e = "rank " + std::to_string(r) + ", a peer of the overflowing rank, reports " +
+          ncclGetErrorString(a) + ": " + ncclGetLastError(d.comm(r));
+  }
+  if (e.empty()) e = d.each([&](int r) { return check(p, r); });
+  d.abortAll();
+  return e;
+}
+
+// Both calls, each on fresh comms of n ranks on 2 virtual nodes, in the current mode.
+std::string overflowPlan(int n, uint64_t seed) {
+  std::string e;
+  {
+    VnodeTeam v(n);
+    if (!v.team.ok) return "team: " + v.team.why;
+    TeamDriver d(v.team);
+    const MoeCase mc{n, 2, 2, 64, 64, kBf, kF32, kNK, kHotExpert, 120};
+    MoeProblem mp(mc);
+    e = drawTight<MoeProblem>(
+        mp, n, kTight, anyRouting(n, mc.maxT, mc.k, mc.epr), seed,
+        [&](uint64_t sd, size_t rows, int tight) { return mp.draw(sd, true, 0, tight, rows); });
+    if (e.empty())
+      e = overflowCall<MoeProblem>(d, mp, "MoeDispatchGemm", [](MoeProblem& p, int r) {
+        if (r != kTight) return p.check(r);
+        std::vector<int32_t> cnt(2, -7);
+        if (cudaMemcpy(cnt.data(), p.rank(r).dcnt, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
+          return std::string("cudaMemcpy of rank 1's counts failed");
+        return std::string(cnt[0] != 0 || cnt[1] != 0 ? "the overflowing rank received rows" : "");
+      });
+    if (!e.empty()) return "ncclMoeDispatchGemm: " + e;
+  }
+  VnodeTeam v(n);
+  if (!v.team.ok) return "team: " + v.team.why;
+  TeamDriver d(v.team);
+  const FfnCase fc{n, 2, 2, 64, 32, kBf, kF32, kNK, kHotExpert, 37, 120};
+  FfnProblem fp(fc);
+  e = drawTight<FfnProblem>(fp, n, kTight, anyRouting(n, fc.maxT, fc.k, fc.epr), seed ^ 0xff,
+                            [&](uint64_t sd, size_t rows, int tight) {
+                              DrawOpts o;
+                              o.fixedRows = rows;
+                              o.tight = tight;
+                              return fp.draw(sd, o);
+                            });
+  if (e.empty())
+    e = overflowCall<FfnProblem>(d, fp, "MoeDispatchFfnCombine", [](FfnProblem& p, int r) {
+      return p.check(r, kTight, r == kTight);
+    });
+  return e.empty() ? "" : "ncclMoeDispatchFfnCombine: " + e;
+}
+
+TEST(MoeVnodesOverflow, TwoByTwo) {
+  MKTEST_REQUIRE_GPU();
+  const uint64_t seed = mktest::testSeed() ^ 0x0f2;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int mode = 0; mode <= 1; ++mode) {
+    DedupMode m(mode);
+    const std::string err = overflowPlan(4, seed);
+    EXPECT_EQ(err, "") << "MKERNEL_MOE_NODE_DEDUP=" << mode;
+    if (err.empty()) printf("[MoeVnodesOverflow 2x2] MKERNEL_MOE_NODE_DEDUP=%d: passed\n", mode);
+  }
 }
 
 TEST(MoeProcsGraph, Vnodes2x2) {
