@@ -9,7 +9,8 @@
             host over sockets: two runs, see bench/README.md "--nodes")
   ... --nproc 4 --nodes 2 --dedup-modes 0,1
             (2 nodes x 2 ranks; the mkernel side once per MKERNEL_MOE_NODE_DEDUP value after
-            one torch side, each with the modelled cross-node MiB per call of its dispatch)
+            one torch side, each with the modelled cross-node MiB per call of its dispatch;
+            a table over the modes at the end: bench/moe_bench_dedup.py)
   python3 bench/moe_bench.py --selftest       (CPU: runs bench/test_moe_bench.py)
 
 ffn       the whole layer. mkernel.moe_ffn (each --algos, default auto and sequential; plus a
@@ -76,16 +77,18 @@ import time
 
 import bench_py_util as bpu
 from bench_py_util import commit, log
+from moe_bench_dedup import (DEDUP_ENV, append_summary, dedup_mode, launch_modes, parse_modes,
+                             xnode_text)
 
 from moe_bench_ref import (PATH_NOTE, choose_max_rows, compare, cross_node_rows, direct_moe_ffn,
-                           dispatch_flops, expert_weights, ffn_flops, gemm_grouped, gemm_loop, generator, judge,
-                           make_routing, mem_estimate, merge_compare, mkernel_path, pad_rows,
-                           seed_of, shape_problem, tight_rows, torch_dispatch, torch_moe_ffn)
+                           dispatch_flops, expert_weights, ffn_flops, gemm_grouped, gemm_loop,
+                           generator, judge, make_routing, mem_estimate, merge_compare,
+                           mkernel_path, pad_rows, seed_of, shape_problem, tight_rows,
+                           torch_dispatch, torch_moe_ffn)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 CHILD = "MK_MOE_BENCH_CHILD"
-DEDUP_ENV = "MKERNEL_MOE_NODE_DEDUP"
 
 # (H, I, E, k, T): both Hs, I 2048, E 8..64, k 2..8, T 512..4096, and the issue's small model.
 DEFAULT_SHAPES = [(4096, 2048, 8, 2, 512), (4096, 2048, 8, 2, 4096), (4096, 2048, 32, 4, 4096),
@@ -126,13 +129,6 @@ def parse_max_rows(s):
   if not f >= 1.0:
     raise argparse.ArgumentTypeError("--max-rows %r: tight, bound or a factor >= 1" % s)
   return f
-
-
-def parse_modes(s):
-  v = [x.strip() for x in s.split(",") if x.strip()]
-  if not v or set(v) - {"0", "1"} or len(set(v)) != len(v):
-    raise argparse.ArgumentTypeError("%r: distinct values of 0, 1, comma separated" % s)
-  return [int(x) for x in v]
 
 
 def parse_args(argv):
@@ -219,11 +215,12 @@ def launch(a, argv):
       return 2
     env["LD_PRELOAD"] = lib
   try:
+    if a.nodes > 1 and a.dedup_modes:
+      return launch_modes("moe_bench", __file__, argv, env, a,
+                          a.budget + bpu.SIDE_TIMEOUT_MARGIN_S)
     if a.nodes > 1:
-      envs = [{DEDUP_ENV: str(m)} for m in a.dedup_modes or []] or [{}]
       return bpu.launch_nodes("moe_bench", __file__, argv, env, a.nproc, a.nodes, a.mps,
-                              torch_timeout=a.budget + bpu.SIDE_TIMEOUT_MARGIN_S,
-                              mkernel_envs=envs)
+                              torch_timeout=a.budget + bpu.SIDE_TIMEOUT_MARGIN_S)
     return bpu.launch("moe_bench", __file__, argv, env, a.nproc > 1, a.nproc, a.mps)
   except bpu.LaunchError as e:
     print("moe_bench: %s" % e, file=sys.stderr)
@@ -500,11 +497,6 @@ def run_shape(bench, no, shape, mode):
   return row
 
 
-def dedup_mode():
-  v = os.environ.get(DEDUP_ENV, "0")
-  return int(v) if v.isdigit() else v
-
-
 def xnode_model(bench, idx, E, max_rows, row_bytes):
   """--dedup-modes: the mode of this run and the modelled MiB of token rows one dispatch sends
   across (virtual) nodes, every rank together, in modes 0 and 1 (cross_node_rows)."""
@@ -515,13 +507,6 @@ def xnode_model(bench, idx, E, max_rows, row_bytes):
   dist.all_reduce(t)
   return dict(dedup_mode=dedup_mode(),
               xnode_mib_model={str(m): v * row_bytes / 2**20 for m, v in enumerate(t.tolist())})
-
-
-def xnode_text(r):
-  """The modelled cross-node MiB per call of the run's mode (others in brackets)."""
-  x, m = r["xnode_mib_model"], str(r["dedup_mode"])
-  return "%s (%s)" % ("%.2f" % x[m] if m in x else "?", ", ".join(
-      "mode %s %.2f" % kv for kv in sorted(x.items()) if kv[0] != m))
 
 
 def set_ratios(row):
@@ -717,6 +702,8 @@ def report(bench, a, argv, rows):
       log(shape_line(r))
   name = a.mode + ("_dedup%s" % meta["dedup_mode"] if "dedup_mode" in meta else "")
   bpu.write_results("moe_bench", a.out, name, now, meta, rows, markdown(meta, rows))
+  if "dedup_mode" in meta:
+    append_summary(rows, meta["dedup_mode"], shape_text, check_text)
   rc, nbad, nfail, nmiss = exit_status(rows, bench.mk is not None)
   log("moe_bench: %d shape(s), %d failed check(s), %d failed mkernel variant(s), %d target(s) "
       "missed%s" % (len(rows), nbad, nfail, nmiss,

@@ -22,6 +22,7 @@ sys.path.insert(0, HERE)
 
 import bench_py_util as bpu  # noqa: E402
 import moe_bench as mb  # noqa: E402
+import moe_bench_dedup as dd  # noqa: E402
 import moe_bench_ref as ref  # noqa: E402
 
 # 2 nodes x 2 ranks, E = 8 (2 experts a rank: rank = e // 2, node = rank // 2).
@@ -117,18 +118,25 @@ class DedupLaunchTest(unittest.TestCase):
           json.dump(dict(meta={}, rows=[]), f)
         return 0, None
       calls[-1]["torch_from"] = wargv[wargv.index("--torch-from") + 1]
+      if mb.DEDUP_ENV not in env:
+        return mkernel_rcs[0], None
+      mode = int(env[mb.DEDUP_ENV])  # what rank 0 of that run leaves for the summary
+      rows = [dict(H=1024, I=512, E=16, k=4, T=256, variants={"mkernel_auto": dict(ms=2.0 - mode)},
+                   checks={}, xnode_mib_model={"0": 3.0, "1": 2.0})]
+      dd.append_summary(rows, mode, mb.shape_text, mb.check_text, env[dd.SUMMARY_ENV])
       return mkernel_rcs[len(calls) - 2], None
 
     real, env = bpu.run_workers, dict(os.environ)
     os.environ.pop(mb.DEDUP_ENV, None)
     bpu.run_workers = fake
     try:
-      with contextlib.redirect_stdout(io.StringIO()):
+      with contextlib.redirect_stdout(io.StringIO()) as out:
         rc = mb.launch(mb.parse_args(argv), argv)
     finally:
       bpu.run_workers = real
       os.environ.clear()
       os.environ.update(env)
+    self.out = out.getvalue()
     return rc, calls
 
   def test_one_torch_side_then_each_mode(self):
@@ -144,16 +152,33 @@ class DedupLaunchTest(unittest.TestCase):
       self.assertEqual(c["nproc"], 4)
     for c in calls[1:]:
       self.assertEqual(c["env"]["MKERNEL_EMULATE_NODES"], "2")
-      self.assertIn(mb.DEDUP_ENV, c["tool"])
+      self.assertEqual(c["tool"], "moe_bench mkernel side (%s=%s)" % (mb.DEDUP_ENV,
+                                                                     c["env"][mb.DEDUP_ENV]))
+    self.assertEqual(calls[1]["env"][dd.SUMMARY_ENV], calls[2]["env"][dd.SUMMARY_ENV])
+    self.assertFalse(os.path.exists(calls[1]["env"][dd.SUMMARY_ENV]))  # removed after
+    shape = "| H=1024 I=512 E=16 k=4 T=256 |"
+    self.assertIn("| shape | mode | mkernel_auto | check | x-node MiB/call |", self.out)
+    self.assertIn(shape + " 0 | 2.000 | n/a | 3.00 (mode 1 2.00) |", self.out)
+    self.assertIn(shape + " 1 | 1.000 | n/a | 2.00 (mode 0 3.00) |", self.out)
     self.assertEqual(self.launch(argv, (0, 3))[0], 3)
     self.assertEqual(self.launch(argv, (1, 0))[0], 1)
     self.assertEqual(self.launch(argv, (3, 2))[0], 2)
+
+  def test_summary_names_a_missing_mode(self):
+    e = [dict(mode=0, shape="S", ms={"torch": 4.0, "mkernel_auto": 2.0}, check="0.004 ok",
+              xnode="3.00 (mode 1 2.00)"), dict(mode=0, shape="T", skipped="E=6 is not ...")]
+    text = dd.summary_text(e, [0, 1])
+    self.assertIn("| S | 0 | 4.000 | 2.000 | 0.004 ok | 3.00 (mode 1 2.00) |", text)
+    self.assertIn("| S | 1 | no result (that run failed: see above) |", text)
+    self.assertIn("| T | 0 | skipped: E=6 is not ... |", text)
+    self.assertIn("no mkernel-side run left a result", dd.summary_text([], [0, 1]))
 
   def test_without_the_option_one_mkernel_side(self):
     rc, calls = self.launch(["ffn", "--nproc", "4", "--nodes", "2"])
     self.assertEqual(rc, 0)
     self.assertEqual(len(calls), 2)
     self.assertNotIn(mb.DEDUP_ENV, calls[1]["env"])
+    self.assertNotIn(dd.SUMMARY_ENV, calls[1]["env"])
     self.assertEqual(calls[1]["tool"], "moe_bench mkernel side")
 
 
