@@ -116,7 +116,10 @@ __device__ inline void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* sr
       const int32_t toks = m[moeCntToks(epr)];
       invalid |= m[epr] == 0 && m[moeCntRows(epr)] != rows;
       invalid |= m[epr] == 0 && (toks < (rows > 0 ? 1 : 0) || toks > rows);
-      invalid |= !moeCntRouteValid(p.node, m, src, epr, p.pairRows);
+      // Bounded by the larger of both bounds: a sender with a larger maxRows is reported as
+      // that (otherMax), not as a broken message.
+      const int64_t bound = m[epr + 1] > (int64_t)p.pairRows ? m[epr + 1] : (int64_t)p.pairRows;
+      invalid |= !moeCntRouteValid(p.node, m, src, epr, bound);
     }
     L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);
     L.start[epr] = (int32_t)L.span;

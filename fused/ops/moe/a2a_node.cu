@@ -46,8 +46,13 @@ __global__ void __launch_bounds__(kA2aThreads)
         const int32_t* c = p.recvCnt + src * p.stride;
         if (c[moeCntMode(epr)] == kMoeRailBlock) raw += c[moeCntFan(epr, l)];
       }
-      p.fanUnits[q] = local ? fanOut[l] : 0;
-      p.fanUnits[n + q] = local ? (int32_t)moeFanIn(m, p.recvCnt, epr, l, p.pairRows) : 0;
+      // Each end caps a fan size with its own maxRows; with unequal bounds (an error the
+      // layout check reports) the two ends could size the fan AllToAll differently and wait
+      // out the timeout, so a pair whose bounds differ moves nothing, on both ends alike.
+      const bool sameBound = p.recvCnt[q * p.stride + epr + 1] == (int32_t)p.pairRows;
+      p.fanUnits[q] = local && sameBound ? fanOut[l] : 0;
+      p.fanUnits[n + q] =
+          local && sameBound ? (int32_t)moeFanIn(m, p.recvCnt, epr, l, p.pairRows) : 0;
       p.fanUnits[2 * n + q] = raw > INT32_MAX ? INT32_MAX : raw < 0 ? -1 : (int32_t)raw;
     }
   const int lane = threadIdx.x & 31;
