@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <hwloc.h>
 #include <hwloc/cudart.h>
 #include <hwloc/linux.h>
@@ -57,18 +59,43 @@ static hwloc_topology_t topology() {
 static std::mutex slotMu;
 static std::set<int> slotsHeld;      // this process's, with or without a lock file
 static std::map<int, int> slotFds;   // slot -> its locked file
-constexpr int kMaxSlotTries = 4096;  // a bound on the search; past it: the next slot, unlocked
+constexpr int kMaxSlotTries = 4096;  // a bound on the search; past it: the next free slot, unlocked
+
+// A lock belongs to the open file, which fork() shares with the child (O_CLOEXEC helps only
+// at exec): a child forked after init (a data-loader worker) would keep the parent's slots
+// locked after the parent released them. The child closes its copies at once; the mutex is
+// held across fork so the child never sees the tables half-updated.
+static void slotForkPrepare() {
+  slotMu.lock();
+}
+static void slotForkParent() {
+  slotMu.unlock();
+}
+static void slotForkChild() {
+  for (const auto& kv : slotFds) close(kv.second);
+  slotFds.clear();
+  slotsHeld.clear();
+  slotMu.unlock();
+}
 
 enum class HostLock { kTaken, kOurs, kUnavailable };
 
 // Locks the slot's file without waiting. kUnavailable: no usable directory (the caller
-// falls back to per-process slots).
+// falls back to per-process slots). The files are never removed: unlinking one that another
+// process is about to lock would let two processes hold "the same" slot through two files,
+// so one empty file per slot index ever used stays in the directory.
 static HostLock lockHostSlot(const char* dir, int slot, int* fd) {
   const std::string path = std::string(dir) + "/mkernel-proxy-slot-" + std::to_string(slot);
-  // Readable by every user: flock needs no write access, so another user's proxies see
-  // the claim too.
-  int f = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (f < 0 && errno == EACCES) f = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Readable by every user (whatever the umask): flock needs no write access, so another
+  // user's proxies see the claim too. A slot file we may not open at all is someone else's
+  // claim, not a reason to give up the host-wide search.
+  int f = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (f >= 0) {
+    (void)fchmod(f, 0644);  // only works on our own files; others' are as their owner left them
+  } else if (errno == EACCES) {
+    f = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (f < 0 && errno == EACCES) return HostLock::kTaken;
+  }
   if (f < 0) return HostLock::kUnavailable;
   int r;
   do {
@@ -84,6 +111,8 @@ static HostLock lockHostSlot(const char* dir, int slot, int* fd) {
 }
 
 int proxyClaimSlot(int hostIndex, int hostCount) {
+  static std::once_flag forkOnce;
+  std::call_once(forkOnce, [] { pthread_atfork(slotForkPrepare, slotForkParent, slotForkChild); });
   std::lock_guard<std::mutex> lk(slotMu);
   const char* dir = MK_PARAM_STR(ProxySlotDir);
   bool hostWide = dir[0] != '\0';
@@ -107,6 +136,7 @@ int proxyClaimSlot(int hostIndex, int hostCount) {
     }
     break;
   }
+  while (slotsHeld.count(s)) s += step;  // the search ran out: still never a shared slot
   slotsHeld.insert(s);
   return s;
 }

@@ -137,6 +137,38 @@ TEST(ProxyPin, SlotsAreUniqueAcrossProcesses) {
   for (int fd : {up[0], up[1], down[0], down[1]}) close(fd);
 }
 
+// A process forked while it holds a slot (a data-loader worker) does not keep the slot locked
+// after the parent released it: the child drops its copies of the lock files at fork.
+TEST(ProxyPin, ForkedChildDoesNotKeepSlots) {
+  SlotDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  mktest::ScopedEnv env("MKERNEL_PROXY_SLOT_DIR", dir.path.c_str());
+  ASSERT_EQ(proxyClaimSlot(0, 2), 0);
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Running (fork's handlers done); lives until the parent has claimed again.
+    char c = 1;
+    if (write(up[1], &c, 1) != 1) _exit(3);
+    _exit(readByte(down[0], &c) ? 0 : 2);
+  }
+  char ready = 0;
+  ASSERT_TRUE(readByte(up[0], &ready)) << "child did not start";
+  proxyReleaseSlot(0);
+  const int again = proxyClaimSlot(0, 2);
+  EXPECT_EQ(again, 0) << "the forked child still holds slot 0";
+  const char go = 1;
+  EXPECT_EQ(write(down[1], &go, 1), 1);
+  int status = -1;
+  EXPECT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  proxyReleaseSlot(again);
+  for (int fd : {up[0], up[1], down[0], down[1]}) close(fd);
+}
+
 // Without a usable directory the slots are unique per process, as before: never an error.
 TEST(ProxyPin, SlotsWithoutALockDirectory) {
   for (const char* d : {"", "/nonexistent-mkernel-dir/slots"}) {
