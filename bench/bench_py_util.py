@@ -196,7 +196,7 @@ SIDE_UNSET = ("NCCL_HOSTID", "NCCL_NET", "NCCL_NET_PLUGIN", HOSTID_PREFIX_ENV)
 # The variables recorded in each side's meta.
 SIDE_REPORT_KEYS = ("LD_PRELOAD", "MKERNEL_EMULATE_NODES", "MKERNEL_NET", "NCCL_NET",
                     "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_NVLS_ENABLE", HOSTID_PREFIX_ENV,
-                    "CUDA_MPS_PIPE_DIRECTORY")
+                    "CUDA_MPS_PIPE_DIRECTORY", "MKERNEL_MOE_NODE_DEDUP")
 SIDES = ("torch", "mkernel")
 SIDE_TIMEOUT_MARGIN_S = 180  # the torch side may run --budget seconds plus this
 

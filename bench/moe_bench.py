@@ -413,8 +413,11 @@ def run_shape(bench, no, shape, mode):
   dist.all_reduce(cnt)
   tight = tight_rows(cnt.tolist(), n)
   max_rows = choose_max_rows(a.max_rows, tight, T, k, L, n)
+  # The library's rule for its per-node dedup (fan buffers): equal nodes of >= 2 ranks.
+  dedup = (a.side != "torch" and a.nodes > 1 and n % a.nodes == 0 and n // a.nodes >= 2 and
+           dedup_mode() == 1)
   need, scratch = mem_estimate(mode, bench.path, n, max_rows, H, I, k, T, L,
-                                 torch.finfo(dt).bits // 8)
+                               torch.finfo(dt).bits // 8, node_dedup=dedup)
   room = a.mem_frac * torch.cuda.get_device_properties(dev).total_memory / bench.ranks_per_gpu
   flops = ffn_flops(T, k, H, I) if ffn else dispatch_flops(T, k, H, N)
   row.update(L=L, N=N, max_rows=max_rows, tight_rows=tight, flops_per_rank=flops,

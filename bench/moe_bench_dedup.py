@@ -23,8 +23,8 @@ def parse_modes(s):
 
 
 def dedup_mode():
-  """This run's mode: the variable as the library reads it (unset: 0)."""
-  v = os.environ.get(DEDUP_ENV, "0")
+  """This run's mode: the variable as the library reads it (unset: the default, 1)."""
+  v = os.environ.get(DEDUP_ENV, "1")
   return int(v) if v.isdigit() else v
 
 

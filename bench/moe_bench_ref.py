@@ -55,9 +55,11 @@ def choose_max_rows(policy, tight, T, k, L, nranks):
   return pad_rows(int(math.ceil(tight * policy)))
 
 
-def mem_estimate(mode, path, nranks, max_rows, H, I, k, T, L, esize):
+def mem_estimate(mode, path, nranks, max_rows, H, I, k, T, L, esize, node_dedup=False):
   """Bytes one rank needs: (always, mkernel's per-call scratch). Rough, for skipping shapes
-  that cannot fit; the graph variant holds a second copy of the scratch."""
+  that cannot fit; the graph variant holds a second copy of the scratch. node_dedup: the
+  AllToAll path's per-node dedup runs (MKERNEL_MOE_NODE_DEDUP=1 on equal nodes of >= 2
+  ranks), whose fan buffers double the pair buffers."""
   ffn, N = mode == "ffn", 2 * I
   R, S = max_rows, T * k
   weights = L * N * H * esize + (L * H * I * esize if ffn else 0)
@@ -68,7 +70,8 @@ def mem_estimate(mode, path, nranks, max_rows, H, I, k, T, L, esize):
     mk_bufs = R * (H * esize + N * esize + 16)
   scratch = 8 * S + 64 * nranks * (L + 2)
   if path == "alltoall":  # pair buffers of max_rows rows, sent and received (fused/ops/moe/a2a.cu)
-    scratch += 2 * nranks * R * (H * esize + 16) + (2 * nranks * R * H * 4 if ffn else 0)
+    rows = 2 * nranks * R * (H * esize + 16 * k)  # a row and its k metadata entries
+    scratch += rows * (2 if node_dedup else 1) + (2 * nranks * R * H * 4 if ffn else 0)
   # torch: rows sent, received, grouped, GEMM outputs; ffn: back, slot buffer, fp32 sums
   tmp = 3 * S * H * esize + S * N * esize
   if ffn:

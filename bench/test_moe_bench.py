@@ -179,6 +179,9 @@ class ArithmeticTest(unittest.TestCase):
     self.assertLess(clique, 2**20)
     _, d = ref.mem_estimate("dispatch", "alltoall", 4, 1024, 4096, 2048, 2, 512, 2, 2)
     self.assertLess(d, scratch)
+    # The per-node dedup's fan buffers: the pair buffers (rows and k metadata entries) again.
+    _, dd = ref.mem_estimate("ffn", "alltoall", 4, 1024, 4096, 2048, 2, 512, 2, 2, node_dedup=True)
+    self.assertEqual(dd - scratch, 2 * 4 * 1024 * (4096 * 2 + 16 * 2))
     # The default shapes fit 4 ranks on one 141 GB GPU with --mem-frac 0.8 (eager variants).
     room = 0.8 * 139.8 * 2**30 / 4
     for H, I, E, k, T in mb.DEFAULT_SHAPES:
