@@ -197,8 +197,9 @@ ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
                     res, fail);
   }
   // A slot only when the comm has several ranks on this host: its proxies are the ones that
-  // start together; a comm with one rank per host (a data-parallel group) knows nothing of
-  // the host's other proxies, whose slots it would collide with, so it keeps the near set.
+  // start together. A comm with one rank per host (a data-parallel group) keeps the near set:
+  // with host-wide lock files it could take a free slot, but where they are unusable every
+  // such proxy of the host would claim slot 0 and share one core (measured layouts: none).
   if (cfg.pinThread && cfg.hostCount > 1) p->pinSlot = proxyClaimSlot(cfg.hostIndex, cfg.hostCount);
   p->thread = std::thread([p] { p->run(); });
   MK_INFO(kProxy, "proxy rank %d: %zu peer(s) over %s, %zu ring(s)", cfg.rank, p->peers.size(),

@@ -86,8 +86,9 @@ ncclResult_t proxyPinThread(int cudaDev, const std::string& nicPciPath, int slot
 // What proxyPinThread, called on this thread, would bind to for a near set given as a list
 // ("0-15"), as a list; "" for none (mode 0, or nothing of the set allowed). For tests.
 std::string proxyPinChoice(const std::string& nearList, int slot, int mode);
-// A pinning slot no live proxy of this process holds: hostIndex, else hostIndex plus a
-// multiple of hostCount; and its release.
+// A pinning slot no live proxy of this host holds (lock files in MKERNEL_PROXY_SLOT_DIR; of
+// this process only without a usable directory): hostIndex, else hostIndex plus a multiple of
+// hostCount; and its release.
 int proxyClaimSlot(int hostIndex, int hostCount);
 void proxyReleaseSlot(int slot);
 

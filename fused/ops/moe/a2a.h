@@ -104,7 +104,7 @@ __device__ inline void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* sr
       const int32_t* m = p.recvCnt + src * p.stride;
       invalid |= m[epr] != 0 && m[epr] != 1;
       ovf |= m[epr] == 1;
-      if (L.otherMax < 0 && !invalid && m[epr + 1] != (int32_t)p.pairRows) L.otherMax = src;
+      if (L.otherMax < 0 && !invalid && m[moeCntMax(epr)] != (int32_t)p.pairRows) L.otherMax = src;
       int64_t rows = 0;
       for (int le = 0; le < epr; ++le) {
         invalid |= m[le] < 0;
@@ -118,7 +118,7 @@ __device__ inline void recvLayout(const A2aParams& p, RecvLayout& L, int32_t* sr
       invalid |= m[epr] == 0 && (toks < (rows > 0 ? 1 : 0) || toks > rows);
       // Bounded by the larger of both bounds: a sender with a larger maxRows is reported as
       // that (otherMax), not as a broken message.
-      const int64_t bound = m[epr + 1] > (int64_t)p.pairRows ? m[epr + 1] : (int64_t)p.pairRows;
+      const int64_t bound = max((int64_t)m[moeCntMax(epr)], (int64_t)p.pairRows);
       invalid |= !moeCntRouteValid(p.node, m, src, epr, bound);
     }
     L.span = moeRecvLayout(s, recv, NCCL_MOE_ROW_ALIGN, L.start, L.count, srcRow);

@@ -41,15 +41,13 @@ __global__ void __launch_bounds__(kA2aThreads)
     for (int q = threadIdx.x; q < n; q += blockDim.x) {
       const bool local = m.nodeOf[q] == myNode;
       const int l = m.localOf[q];
-      int64_t raw = 0;  // every rail block counts, consistent or not: a skipped one shows
-      for (int src = 0; src < n && local; ++src) {
-        const int32_t* c = p.recvCnt + src * p.stride;
-        if (c[moeCntMode(epr)] == kMoeRailBlock) raw += c[moeCntFan(epr, l)];
-      }
+      // moeFanOut without its cap: every rail block counts, consistent or not, so a block the
+      // warps skipped shows as a difference in the last kernel's check.
+      const int64_t raw = local ? moeFanOut(m, p.recvCnt, epr, l, INT64_MAX) : 0;
       // Each end caps a fan size with its own maxRows; with unequal bounds (an error the
       // layout check reports) the two ends could size the fan AllToAll differently and wait
       // out the timeout, so a pair whose bounds differ moves nothing, on both ends alike.
-      const bool sameBound = p.recvCnt[q * p.stride + epr + 1] == (int32_t)p.pairRows;
+      const bool sameBound = p.recvCnt[q * p.stride + moeCntMax(epr)] == (int32_t)p.pairRows;
       p.fanUnits[q] = local && sameBound ? fanOut[l] : 0;
       p.fanUnits[n + q] =
           local && sameBound ? (int32_t)moeFanIn(m, p.recvCnt, epr, l, p.pairRows) : 0;
