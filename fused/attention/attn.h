@@ -81,6 +81,38 @@ MK_HD inline int kvVisible(const SeqMap& seq, bool causal, int64_t qLo, int64_t 
   return (tail || kHi > qLo) ? 2 : 1;
 }
 
+// End of the visible key rows of source rank kRank for a tile whose last query position is
+// qHi: the key blocks kvVisible does not skip are exactly those with n0 < kvEnd. A block is
+// skipped when its first position is past qHi, and positions grow with the row over the
+// whole slice in both layouts (zigzag's first chunk r lies before its second, 2n-1-r, even
+// for a block straddling the two halves), so the rows with position <= qHi are a prefix of
+// the slice: prefixUpTo. Non-causal: every block, S. Host and device.
+MK_HD inline int32_t kvEnd(const SeqMap& seq, bool causal, int64_t qHi, int32_t kRank) {
+  return causal ? (int32_t)seq.prefixUpTo(kRank, qHi) : seq.S;
+}
+
+// The walk over a tile's visible K/V blocks, source by source (j = 0..nSrc-1, n0 stepping by
+// bn), that the kernel's producer and consumers share. It jumps from the last visible block
+// of a source straight to the next source instead of testing every block of the slice (at
+// S = 32K the first causal row blocks tested all 256 blocks to compute one); a source with
+// no visible block is never visited, as before. vis is kvVisible's verdict (1 or 2, never 0
+// inside [0, end)). Start from KvCursor{}; next() moves to the next visible block (false at
+// the end, then j == nSrc). srcRank: rank of source j (its positions).
+struct KvCursor {
+  int32_t j = -1, n0 = 0, end = 0, vis = 0;
+  MK_HD bool next(const SeqMap& seq, bool causal, int64_t qLo, int64_t qHi, const int32_t* srcRank,
+                  int32_t nSrc, int32_t bn) {
+    n0 += bn;
+    while (n0 >= end) {
+      if (++j >= nSrc) return false;
+      n0 = 0;
+      end = kvEnd(seq, causal, qHi, srcRank[j]);
+    }
+    vis = kvVisible(seq, causal, qLo, qHi, srcRank[j], n0, bn);
+    return true;
+  }
+};
+
 // Tile t's head (hb = b * Hq + h, of bh = B * Hq) and row block. Causal tiles come heaviest
 // first (the last row blocks of a contiguous slice attend to the most keys), row block by row
 // block over all heads, so that every round of the persistent CTAs holds tiles of similar

@@ -131,27 +131,13 @@ __device__ __forceinline__ Tile tileAt(const AttnParams& p, int32_t t) {
   return x;
 }
 
-template <int kBN>
-__device__ __forceinline__ int kvVisible(const AttnParams& p, const Tile& x, int32_t j,
-                                         int32_t n0) {
-  return attn::kvVisible(p.seq, p.causal != 0, x.qLo, x.qHi, p.srcRank[j], n0, kBN);
-}
-
-// The walk over the visible K/V blocks of a tile, source by source. Start from
-// BlockCursor{0, -kBN}; next() moves to the next visible block (false at the end).
-struct BlockCursor {
-  int32_t j, n0, vis;
+// The walk over the visible K/V blocks of a tile, source by source (KvCursor, attn.h: it
+// jumps past each source's invisible tail). Start from BlockCursor{}; next() moves to the
+// next visible block (false at the end).
+struct BlockCursor : KvCursor {
   template <int kBN>
   __device__ __forceinline__ bool next(const AttnParams& p, const Tile& x) {
-    while (true) {
-      n0 += kBN;
-      if (n0 >= p.S) {
-        n0 = 0;
-        if (++j >= p.nSrc) return false;
-      }
-      vis = kvVisible<kBN>(p, x, j, n0);
-      if (vis != 0) return true;
-    }
+    return KvCursor::next(p.seq, p.causal != 0, x.qLo, x.qHi, p.srcRank, p.nSrc, kBN);
   }
 };
 
@@ -213,7 +199,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
     const Tile x = tileAt(p, t);
-    BlockCursor c{0, -C::kBN, 0};
+    BlockCursor c{};
     ring.waited = -1;
     bool more = true, pending = false;
     for (int i = 0; i < kAhead; ++i) {
@@ -475,7 +461,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
     ptx::mbarWait(sm.qFull, qPhase);
     qPhase ^= 1;
     const uint32_t qBase = ptx::smemAddr(sm.q) + wg * (64 * 128);
-    BlockCursor cur{0, -C::kBN, 0};
+    BlockCursor cur{};
     if constexpr (!C::kOverlap) {
       // Plain order: S, softmax, P.V, one block at a time.
       while (cur.next<C::kBN>(p, x)) {

@@ -10,6 +10,8 @@
 //       (MKERNEL_ATTN_SCHEDULE 1 and 0).
 //   RingAttnSingleLong.LongSlice         seqLocal 2024 (many key tiles, online rescaling),
 //       both schedules.
+//   RingAttnSingleLong.ManyTilesCausal   causal seqLocal 4160-8192, >= 320 tiles, contiguous and
+//       zigzag, head dims 64/128/256, both schedules (the key walk's jump to the causal bound).
 //   RingAttnThreads.Layouts/n2|n3|n4|n8  causal or not, zigzag or contiguous, GQA 1/4, head
 //       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple.
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
@@ -166,6 +168,50 @@ TEST(RingAttnSingleLong, LongSlice) {
     Stats st;
     ASSERT_EQ(solo.run(p, seed + i, &st), "") << attntest::name(c) << " schedule " << schedule;
     printf("[RingAttn] schedule %d: ", schedule);
+    report(c, st);
+  }
+}
+
+// Causal slices long enough that a tile's key walk jumps over many invisible blocks (the
+// cursor stops at each source's causal bound, attn.h KvCursor) and enough tiles (>= 320) that
+// every persistent CTA runs several, heaviest first: contiguous and zigzag (odd halves, a row
+// and key tail), key blocks of 128 (head dims 64, 128) and 64 (256), both schedules. Host
+// reference cost about 10 core-seconds x ~20 over the whole case list; parallel on the host.
+TEST(RingAttnSingleLong, ManyTilesCausal) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const uint64_t seed = mktest::testSeed() ^ 0xca05a1;
+  SCOPED_TRACE("seed " + std::to_string(seed) +
+               " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
+  Solo solo;
+  ASSERT_EQ(solo.why, "");
+  struct Case {
+    int S, D, Hq, Hkv, layout, schedule;
+    ncclDataType_t in;
+  };
+  const Case cases[] = {
+      {8192, 128, 6, 2, ncclRingAttnContiguous, 1, ncclBfloat16},   // 64 x 6 = 384 tiles
+      {8190, 64, 5, 1, ncclRingAttnZigzag, 1, ncclFloat16},         // halves of 4095: tails
+      {4160, 256, 10, 2, ncclRingAttnContiguous, 0, ncclBfloat16},  // 33 x 10, key blocks of 64
+  };
+  for (int i = 0; i < 3; ++i) {
+    const Case& k = cases[i];
+    mktest::ScopedEnv sched("MKERNEL_ATTN_SCHEDULE", std::to_string(k.schedule).c_str());
+    Shape c;
+    c.S = k.S;
+    c.D = k.D;
+    c.Hq = k.Hq;
+    c.Hkv = k.Hkv;
+    c.layout = k.layout;
+    c.in = k.in;
+    c.causal = true;
+    ASSERT_GE(c.B * c.Hq * ((c.S + 127) / 128), 300) << "too few tiles";
+    Problem p(c);
+    Stats st;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(solo.run(p, seed + i, &st), "") << attntest::name(c) << " schedule " << k.schedule;
+    printf("[RingAttn] schedule %d, %.1f s with the host reference: ", k.schedule,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     report(c, st);
   }
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <vector>
@@ -191,6 +192,111 @@ TEST(AttnSchedule, BlockVerdictMatchesEveryPair) {
   EXPECT_GT(skipped, 0);
   EXPECT_GT(unmasked, 0);
   EXPECT_GT(masked, 0);
+}
+
+// The kernel's block walk (KvCursor: producer and consumers share it) against the walk it
+// replaced, kept here as the reference: every block n0 = 0, bn, .. of every source tested
+// with kvVisible one by one, the skipped ones (0) passed over. The two must yield the same
+// (source, block, verdict) sequence for every tile, so the results stay bit-identical and
+// the fused ring's ready waits (one per source the walk reaches) stay the same.
+struct Step {
+  int32_t j, n0, vis;
+  bool operator==(const Step& o) const { return j == o.j && n0 == o.n0 && vis == o.vis; }
+};
+
+std::vector<Step> oneByOneWalk(const SeqMap& m, bool causal, int64_t qLo, int64_t qHi,
+                               const std::vector<int32_t>& srcRank, int bn) {
+  std::vector<Step> out;
+  for (int32_t j = 0; j < (int32_t)srcRank.size(); ++j)
+    for (int32_t n0 = 0; n0 < m.S; n0 += bn) {
+      const int v = mk::attn::kvVisible(m, causal, qLo, qHi, srcRank[j], n0, bn);
+      if (v != 0) out.push_back({j, n0, v});
+    }
+  return out;
+}
+
+std::vector<Step> cursorWalk(const SeqMap& m, bool causal, int64_t qLo, int64_t qHi,
+                             const std::vector<int32_t>& srcRank, int bn, int64_t* tests) {
+  std::vector<Step> out;
+  mk::attn::KvCursor c{};
+  while (c.next(m, causal, qLo, qHi, srcRank.data(), (int32_t)srcRank.size(), bn)) {
+    out.push_back({c.j, c.n0, c.vis});
+    if (out.size() > srcRank.size() * (size_t)(m.S / bn + 1)) break;  // a runaway walk
+  }
+  *tests += (int64_t)out.size();
+  EXPECT_EQ(c.j, (int32_t)srcRank.size()) << "the walk must end past the last source";
+  return out;
+}
+
+// Checks every row block of one configuration; returns the visible blocks the walks found.
+int64_t checkWalks(const SeqMap& m, bool causal, int qRank, const std::vector<int32_t>& srcRank,
+                   int bn, int64_t* skippedRef) {
+  int64_t found = 0;
+  for (int m0 = 0; m0 < m.S; m0 += 128) {
+    int64_t qLo, qHi;
+    m.range(qRank, m0, std::min(m0 + 128, m.S), &qLo, &qHi);
+    const std::vector<Step> ref = oneByOneWalk(m, causal, qLo, qHi, srcRank, bn);
+    int64_t n = 0;
+    const std::vector<Step> got = cursorWalk(m, causal, qLo, qHi, srcRank, bn, &n);
+    *skippedRef += (int64_t)srcRank.size() * ((m.S + bn - 1) / bn) - (int64_t)ref.size();
+    found += n;
+    if (got != ref) {
+      size_t i = 0;
+      while (i < got.size() && i < ref.size() && got[i] == ref[i]) ++i;
+      ADD_FAILURE() << "S " << m.S << " chunks " << m.chunks << " nRanks " << m.nRanks << " causal "
+                    << causal << " qRank " << qRank << " nSrc " << srcRank.size() << " bn " << bn
+                    << " m0 " << m0 << ": walks differ at step " << i << " of " << ref.size()
+                    << " (cursor gave " << got.size() << " steps)";
+      return found;
+    }
+  }
+  return found;
+}
+
+TEST(AttnSchedule, CursorWalkIsTheVisibleBlocks) {
+  std::mt19937_64 rng(mktest::testSeed());  // MKTEST_SEED repeats a failure
+  int64_t visited = 0, skipped = 0;
+  // Edge shapes: S below, at and just past a block (and zigzag halves of odd length), every
+  // rank as query and as the single source.
+  for (int chunks = 1; chunks <= 2; ++chunks)
+    for (int n : {1, 2, 3, 4})
+      for (int S : {2, 62, 64, 66, 126, 128, 130, 254, 256, 258, 384, 510, 1026})
+        for (int bn : {64, 128})
+          for (int causal = 0; causal < 2; ++causal)
+            for (int qr = 0; qr < n; ++qr)
+              for (int kr = 0; kr < n; ++kr) {
+                const SeqMap m = makeSeq(S, chunks, n);
+                visited += checkWalks(m, causal != 0, qr, {kr}, bn, &skipped);
+                if (::testing::Test::HasFailure()) return;
+              }
+  // Random: nSrc 1..4 sources of any ranks (repeats, any order), the ring's gathered sequence
+  // (source j = rank j) and long slices.
+  for (int it = 0; it < 1500; ++it) {
+    const int chunks = 1 + rng() % 2;
+    const int n = 1 + rng() % 8;
+    const int half = 1 + rng() % (it % 10 == 0 ? 2048 : 300);
+    const int S = chunks * half + (chunks == 1 ? (int)(rng() % 2) * half : 0);
+    const bool causal = rng() % 5 != 0;
+    const int bn = rng() % 2 ? 128 : 64;
+    const SeqMap m = makeSeq(S, chunks, n);
+    std::vector<int32_t> src;
+    if (it % 3 == 0) {
+      for (int r = 0; r < n; ++r) src.push_back(r);
+    } else {
+      const int nSrc = 1 + rng() % 4;
+      for (int j = 0; j < nSrc; ++j) src.push_back((int32_t)(rng() % n));
+    }
+    visited += checkWalks(m, causal, (int)(rng() % n), src, bn, &skipped);
+    if (::testing::Test::HasFailure()) return;
+  }
+  // The long causal slice the change is for (S = 32K, one rank): walks stay equal.
+  visited += checkWalks(makeSeq(32768, 1, 1), true, 0, {0}, 128, &skipped);
+  visited += checkWalks(makeSeq(32768, 2, 2), true, 1, {0, 1}, 128, &skipped);
+  printf("[AttnSchedule] %lld visible blocks walked, %lld skipped blocks never visited\n",
+         (long long)visited, (long long)skipped);
+  EXPECT_GT(visited, 0);
+  EXPECT_GT(skipped, 0) << "no configuration had a block to skip: the test would not see a "
+                           "walk that stops too late";
 }
 
 // The consumers' recurrence per row: m = max(m, block max) with m = -inf guarded (base 0),
