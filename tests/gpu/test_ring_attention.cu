@@ -175,8 +175,9 @@ TEST(RingAttnSingleLong, LongSlice) {
 // Causal slices long enough that a tile's key walk jumps over many invisible blocks (the
 // cursor stops at each source's causal bound, attn.h KvCursor) and enough tiles (>= 320) that
 // every persistent CTA runs several, heaviest first: contiguous and zigzag (odd halves, a row
-// and key tail), key blocks of 128 (head dims 64, 128) and 64 (256), both schedules. Host
-// reference cost about 10 core-seconds x ~20 over the whole case list; parallel on the host.
+// and key tail), key blocks of 128 (head dims 64, 128) and 64 (256), both schedules. The host
+// reference (fp64, every pair) costs about 100 core-seconds in all (timed on a CPU: 42 + 18 +
+// 39), spread over the host's cores by parallelFor: a few seconds on a 16-core host.
 TEST(RingAttnSingleLong, ManyTilesCausal) {
   MKTEST_REQUIRE_GPU();
   mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
