@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <cuda_runtime.h>
 #include <thread>
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/unique_id.h"
+#include "comm/agreed.h"
 #include "coll/coll.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/proc_windows.h"
@@ -75,7 +77,15 @@ ncclResult_t commSetup(ncclComm* comm) {
   CUDACHECK(cudaSetDevice(comm->cudaDev));
   comm->peerInfo.assign(comm->nRanks, RankInfo{});
   NCCLCHECK(topoLocalInfo(comm, &comm->peerInfo[comm->rank]));
+  agreedParamsFill(comm->peerInfo[comm->rank].agreed);
   NCCLCHECK(bootstrapAllGather(comm->bootstrap, comm->peerInfo.data(), sizeof(RankInfo)));
+  {
+    std::string why;
+    if (agreedParamsCheck(comm->peerInfo, comm->rank, &why) != ncclSuccess) {
+      MK_WARN("ncclCommInitRank: %s", why.c_str());
+      return ncclInvalidUsage;
+    }
+  }
   NCCLCHECK(topoCompute(comm->peerInfo, comm->rank, (int)MK_PARAM_INT(EmulateNodes), &comm->topo));
   topoAffinity(comm->peerInfo[comm->rank].busId, &comm->topo);
   NCCLCHECK(peerMemInit(comm));

@@ -139,6 +139,72 @@ TEST_P(CommInit, Processes) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CommInit, ::testing::Values(1, 2, 4, 8));
 
+// Ranks (processes, so each reads its own environment) that disagree on a parameter every rank
+// must share are refused at init, every one of them, quickly and with the parameter named:
+// before, MKERNEL_EMULATE_NODES differing gave the ranks different node maps, and
+// MKERNEL_MOE_NODE_DEDUP differing timed out in the first MoE call.
+TEST(CommInitAgreed, MismatchedParametersAreRefusedOnEveryRank) {
+  MKTEST_REQUIRE_GPU();
+  std::string worker = mktest::selfDir() + "/mk_comm_worker";
+  if (access(worker.c_str(), X_OK) != 0)
+    worker = std::string(MK_BUILD_DIR) + "/tests/mk_comm_worker";
+  struct Case {
+    const char* var;
+    const char* mine;    // ranks other than 1
+    const char* theirs;  // rank 1
+  };
+  for (const Case& c :
+       {Case{"MKERNEL_MOE_NODE_DEDUP", "1", "0"}, Case{"MKERNEL_EMULATE_NODES", "0", "3"},
+        Case{"MKERNEL_ALGO", "ring", "oneshot"}}) {
+    const int n = 3;
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    std::string hex;
+    char b[3];
+    for (unsigned char ch : std::string(id.internal, sizeof(id.internal))) {
+      snprintf(b, sizeof(b), "%02x", ch);
+      hex += b;
+    }
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; r++) {
+      std::vector<std::string> env;
+      for (char** e = environ; *e; ++e) {
+        const std::string kv = *e;
+        if (kv.rfind(std::string(c.var) + "=", 0) == 0 ||
+            kv.rfind("MK_TEST_EXPECT_REFUSE=", 0) == 0)
+          continue;
+        env.push_back(kv);
+      }
+      env.push_back(std::string(c.var) + "=" + (r == 1 ? c.theirs : c.mine));
+      env.push_back(std::string("MK_TEST_EXPECT_REFUSE=") + c.var);
+      std::vector<char*> envp;
+      for (auto& kv : env) envp.push_back((char*)kv.c_str());
+      envp.push_back(nullptr);
+      std::string rs = std::to_string(r), ns = std::to_string(n);
+      char* argv[] = {(char*)worker.c_str(), (char*)hex.c_str(), (char*)ns.c_str(),
+                      (char*)rs.c_str(), nullptr};
+      pid_t pid;
+      ASSERT_EQ(posix_spawn(&pid, worker.c_str(), nullptr, nullptr, argv, envp.data()), 0)
+          << worker;
+      pids.push_back(pid);
+    }
+    auto t0 = Clock::now();
+    for (pid_t pid : pids) {
+      int status = -1;
+      while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (secondsSince(t0) > 60) {
+          for (pid_t p : pids) kill(p, SIGKILL);
+          FAIL() << c.var << ": workers did not finish within 60 s";
+        }
+        usleep(10000);
+      }
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << c.var << ": worker status " << status << " (5: init not refused as expected)";
+    }
+    EXPECT_LT(secondsSince(t0), 30.0) << c.var << ": the refusal should not wait for a timeout";
+  }
+}
+
 TEST(CommLifecycle, NonblockingInit) {
   MKTEST_REQUIRE_GPU();
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;

@@ -1,5 +1,7 @@
 // One rank of a multi-process communicator test: init from a hex-encoded unique id,
-// check the comm, split it in two, destroy everything. Exit status 0 on success.
+// check the comm, split it in two, destroy everything. Exit status 0 on success. With
+// MK_TEST_EXPECT_REFUSE=<text> set, success is instead an init refused with
+// ncclInvalidUsage and a last error that contains <text> (a parameter the ranks disagree on).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +31,16 @@ int main(int argc, char** argv) {
   int n = atoi(argv[2]), rank = atoi(argv[3]);
   cudaSetDevice(0);
   ncclComm_t comm, half;
+  const char* refuse = getenv("MK_TEST_EXPECT_REFUSE");
+  if (refuse && *refuse) {
+    const ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+    const char* why = ncclGetLastError(nullptr);
+    if (res == ncclInvalidUsage && why && strstr(why, refuse)) return 0;
+    fprintf(stderr, "worker %d: init -> %d (%s), expected a refusal naming %s\n", rank, res,
+            why ? why : "", refuse);
+    if (res == ncclSuccess) ncclCommDestroy(comm);
+    return 5;
+  }
   CHECK(ncclCommInitRank(&comm, n, id, rank));
   int r, c;
   CHECK(ncclCommUserRank(comm, &r));
