@@ -15,9 +15,14 @@
 // GPU time-slices the processes.
 //   bench_net_procs_bench --lib PATH --nprocs N [--ops sendrecv,allreduce,reducescatter]
 //       [--lat-sizes 8,64,...] [--bw-sizes 8388608,...] [--lat-iters 200] [--bw-iters 10]
-//       [--warmup 5] [--rank-env NAME=VALUE]... (%r: rank, %n: node, with --ranks-per-node)
+//       [--warmup 5] [--warmup-first 0] [--rank-env NAME=VALUE]... (%r: rank, %n: node,
+//       with --ranks-per-node)
 //       [--ranks-per-node K] [--bind-cpus c0,c1,...] [--pingpong] [--label TEXT]
 //       [--out file.json] [--timeout-s 240]
+// Latency sizes (below 1 MiB) are also timed in halves (one stream wait between them:
+// first_half_us, second_half_us): a slow first half says the start of the run was slow (a
+// transient after setup or after the bulk phase of the op before), not the size.
+// --warmup-first N adds N untimed calls to the first size of each op.
 // Exit status 0 only if every rank finished and every check passed; a failure prints
 // which rank, which phase and why.
 #include <algorithm>
@@ -42,9 +47,10 @@ struct Result {
   char op[16];
   uint64_t bytes;
   int iters;
-  double us[kMaxRanks];       // per rank: time per call
-  double issueUs[kMaxRanks];  // per rank: host time to issue one call
-  int wrong[kMaxRanks];       // elements that failed the check
+  double us[kMaxRanks];         // per rank: time per call
+  double issueUs[kMaxRanks];    // per rank: host time to issue one call
+  int wrong[kMaxRanks];         // elements that failed the check
+  double halfUs[kMaxRanks][2];  // per rank, latency sizes: time per call in each half
 };
 // The benchmark's part of the shared memory (after the harness's Control block).
 struct Shared {
@@ -194,7 +200,7 @@ struct Opts {
   std::vector<std::string> ops = {"sendrecv", "allreduce"};
   std::vector<uint64_t> latSizes = {8, 64, 512, 4096, 32768, 65536};
   std::vector<uint64_t> bwSizes = {8u << 20, 32u << 20, 128u << 20, 256u << 20};
-  int latIters = 200, bwIters = 10, warmup = 5;
+  int latIters = 200, bwIters = 10, warmup = 5, warmupFirst = 0;
   std::vector<std::string> rankEnv;
   std::vector<int> bindCpus;
   bool pingpong = false;
@@ -237,17 +243,29 @@ void rankMain(const Opts& o, PingShared* ps) {
       }
       r.wrong[gRank] = checkOnce(op, bufs, count, comm, s, (uint32_t)(slot * 7919 + 1));
       setPhase("%s %llu bytes: warm-up", op.c_str(), (unsigned long long)bytes);
-      for (int i = 0; i < o.warmup; i++) issue(op, bufs, count, comm, s);
+      const int warm = o.warmup + (bytes == sizes.front() ? o.warmupFirst : 0);
+      for (int i = 0; i < warm; i++) issue(op, bufs, count, comm, s);
       waitStream(s, comm);
       setPhase("%s %llu bytes: %d timed calls", op.c_str(), (unsigned long long)bytes, iters);
       barrier();
-      double t0 = nowSec();
-      for (int i = 0; i < iters; i++) issue(op, bufs, count, comm, s);
+      const int half = bw || iters < 2 ? 0 : iters / 2;
+      double t0 = nowSec(), tm = t0, ts = t0, issueS = 0;
+      for (int i = 0; i < iters; i++) {
+        if (i == half && half > 0) {
+          issueS += nowSec() - ts;
+          waitStream(s, comm);
+          tm = ts = nowSec();
+        }
+        issue(op, bufs, count, comm, s);
+      }
       double t1 = nowSec();
+      issueS += t1 - ts;
       waitStream(s, comm);
       double t2 = nowSec();
       r.us[gRank] = (t2 - t0) * 1e6 / iters;
-      r.issueUs[gRank] = (t1 - t0) * 1e6 / iters;
+      r.issueUs[gRank] = issueS * 1e6 / iters;  // the mid-run wait not counted
+      r.halfUs[gRank][0] = half ? (tm - t0) * 1e6 / half : 0;
+      r.halfUs[gRank][1] = half ? (t2 - tm) * 1e6 / (iters - half) : 0;
       slot++;
       if (slot == kMaxResults) fail("too many sizes (at most %d results)", kMaxResults);
     }
@@ -297,6 +315,8 @@ int main(int argc, char** argv) {
       o.bwIters = atoi(val());
     else if (a == "--warmup")
       o.warmup = atoi(val());
+    else if (a == "--warmup-first")
+      o.warmupFirst = atoi(val());
     else if (a == "--rank-env")
       o.rankEnv.push_back(val());
     else if (a == "--bind-cpus") {
@@ -349,7 +369,7 @@ int main(int argc, char** argv) {
   int totalWrong = 0;
   for (int i = 0; i < gs->nResults; i++) {
     const Result& r = gs->results[i];
-    double sum = 0, mx = 0, issue = 0;
+    double sum = 0, mx = 0, issue = 0, h0 = 0, h1 = 0;
     int wrong = 0, have = 0;
     for (int k = 0; k < o.nprocs; k++) {
       if (r.us[k] <= 0) continue;
@@ -358,6 +378,8 @@ int main(int argc, char** argv) {
       issue += r.issueUs[k];
       mx = r.us[k] > mx ? r.us[k] : mx;
       wrong += r.wrong[k];
+      h0 += r.halfUs[k][0];
+      h1 += r.halfUs[k][1];
     }
     if (have != o.nprocs) continue;  // incomplete (a rank failed during it)
     totalWrong += wrong;
@@ -369,12 +391,13 @@ int main(int argc, char** argv) {
     printf("  %-9s %12llu %6d %12.2f %12.2f %12.2f %10.3f %10.3f %6d\n", r.op,
            (unsigned long long)r.bytes, r.iters, us, mx, issue / have, algbw, algbw * factor,
            wrong);
-    char buf[400];
+    char buf[480];
     snprintf(buf, sizeof(buf),
              "%s{\"op\": \"%s\", \"bytes\": %llu, \"iters\": %d, \"time_us\": %.3f, \"max_us\": "
-             "%.3f, \"issue_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": %d}",
+             "%.3f, \"issue_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": %d, "
+             "\"first_half_us\": %.3f, \"second_half_us\": %.3f}",
              i ? ", " : "", r.op, (unsigned long long)r.bytes, r.iters, us, mx, issue / have, algbw,
-             algbw * factor, wrong);
+             algbw * factor, wrong, h0 / have, h1 / have);
     json += buf;
   }
   json += "]}\n";

@@ -12,8 +12,9 @@
 # each size checked element by element once, then timed as nccl-tests does. Then, as a
 # diagnostic, the 2 x 1 latency sweep again with each process bound to one CPU (what
 # `mpirun --bind-to core` does with two ranks), for both libraries, and once more for
-# mkernel with the socket backend's helper-thread path (MKERNEL_SOCKET_INLINE=0) and with
-# every ack sent at once (MKERNEL_PROXY_ACK_HOLD_US=0).
+# mkernel with the socket backend's helper-thread path (MKERNEL_SOCKET_INLINE=0), with
+# every ack sent at once (MKERNEL_PROXY_ACK_HOLD_US=0) and with one sendmsg per socket
+# message (MKERNEL_SOCKET_TX_COALESCE=0: a put above 4 KiB is two system calls again).
 # Targets: latency <= 1.0x NCCL's up to 64 KiB, bus bandwidth >= 1.0x from 8 MiB.
 #
 # usage: bench/net_vs_nccl.sh <build-dir> <out-dir> [--dry-run] [--quick] [--no-bound] [--rounds N]
@@ -30,7 +31,9 @@
 #                decide a row. Default 1.
 # environment: MK_REAL_NCCL=/path/libnccl.so.2 (default: <build>/nccl-tests/env.sh, then
 #   python3 -c 'import nvidia.nccl'), MK_NVN_BUDGET=450 (seconds for all runs; later runs are
-#   skipped, and reported, once less than 30 s remain), CUDA_VISIBLE_DEVICES (default 0).
+#   skipped, and reported, once less than 30 s remain), CUDA_VISIBLE_DEVICES (default 0),
+#   MK_NVN_WARMUP_FIRST=0 (extra untimed calls of each op's first size, both libraries; the
+#   report's "Slow starts" section lists rows whose first half of timed calls was slow).
 # Exit status: 0 every run passed its checks and every target is met; 3 runs passed but a
 # target is missed; 1 a run failed (its log and the reason are printed); 2 usage/setup error.
 set -u -o pipefail
@@ -61,6 +64,8 @@ while [[ $# -gt 0 ]]; do
 done
 bench_setup "$BUILD_IN" "$OUT_IN" bench_net_procs_bench
 BUDGET=${MK_NVN_BUDGET:-450}
+WFIRST=${MK_NVN_WARMUP_FIRST:-0}
+[[ $WFIRST =~ ^[0-9]+$ ]] || die "MK_NVN_WARMUP_FIRST must be a count"
 find_real_nccl
 start_mps
 
@@ -79,7 +84,7 @@ MK_ENV=(MKERNEL_EMULATE_NODES=2 MKERNEL_TIMEOUT_MS=60000 MKERNEL_PROXY_STATS=1)
 NC_ENV=(NCCL_NET=Socket NCCL_IB_DISABLE=1)
 # Variables that would change what is measured; unset for every run.
 CLEAN=(-u LD_PRELOAD -u NCCL_HOSTID -u NCCL_NET -u MKERNEL_NET -u NCCL_NET_PLUGIN -u MKERNEL_SOCKET_NCONNS
-  -u MKERNEL_SOCKET_INLINE -u MKERNEL_PROXY_ACK_HOLD_US)
+  -u MKERNEL_SOCKET_INLINE -u MKERNEL_PROXY_ACK_HOLD_US -u MKERNEL_SOCKET_TX_COALESCE)
 
 # Two CPUs this process may use, for the bound diagnostic.
 CPUS=$(python3 -c "import os; c=sorted(os.sched_getaffinity(0)); print(','.join(map(str, c[:2])) if len(c) >= 2 else '')")
@@ -138,7 +143,8 @@ run() {
   local json=$OUT/runs/$name.json log=$OUT/logs/$name.log
   local envs=("${COMMON_ENV[@]}")
   local args=(--lib "$lib" --nprocs "$np" --ranks-per-node "$rpn" --label "$label"
-    --lat-sizes "$LAT" --bw-sizes "$BW" --lat-iters "$LIT" --bw-iters "$BIT" --out "$json")
+    --lat-sizes "$LAT" --bw-sizes "$BW" --lat-iters "$LIT" --bw-iters "$BIT" --out "$json"
+    --warmup-first "$WFIRST")
   envs+=("${EXTRA_ENV[@]+"${EXTRA_ENV[@]}"}")
   if [[ $kind == mk ]]; then
     envs+=("${MK_ENV[@]}")
@@ -192,6 +198,9 @@ run mk_2x1_helpers "mkernel 2 nodes x 1, MKERNEL_SOCKET_INLINE=0 (socket helper 
 # Every ack in a wire message of its own (no held acks), for comparison.
 EXTRA_ENV=(MKERNEL_PROXY_ACK_HOLD_US=0)
 run mk_2x1_nohold "mkernel 2 nodes x 1, MKERNEL_PROXY_ACK_HOLD_US=0 (acks not held)" 2 1 "$LIB" mk
+# Header and data of a put in two sendmsg calls (the former path), for comparison.
+EXTRA_ENV=(MKERNEL_SOCKET_TX_COALESCE=0)
+run mk_2x1_nocoalesce "mkernel 2 nodes x 1, MKERNEL_SOCKET_TX_COALESCE=0 (one sendmsg per message)" 2 1 "$LIB" mk
 EXTRA_ENV=()
 BW=$BW_SAVE
 [[ $DRY == 1 ]] && exit 0
@@ -251,7 +260,9 @@ pairs = [("2 nodes x 1", "mk_2x1", "nccl_2x1"), ("2 nodes x 2", "mk_2x2", "nccl_
          ("2 x 1, mkernel with MKERNEL_SOCKET_INLINE=0 (diagnostic, no target)", "mk_2x1_helpers",
           "nccl_2x1"),
          ("2 x 1, mkernel with MKERNEL_PROXY_ACK_HOLD_US=0 (diagnostic, no target)", "mk_2x1_nohold",
-          "nccl_2x1")]
+          "nccl_2x1"),
+         ("2 x 1, mkernel with MKERNEL_SOCKET_TX_COALESCE=0 (diagnostic, no target)",
+          "mk_2x1_nocoalesce", "nccl_2x1")]
 md = ["# mkernel vs NCCL, one process per rank on one GPU (MPS)", "",
       "- command: `%s`" % cmdline, "- commit: %s" % commit, "- device: %s" % device,
       "- date: %s" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -323,6 +334,18 @@ for title, mk, nc in pairs:
         md.append("| %s | %d | %.1f | %.1f | %.2f | %.3f | %.3f | %.2f | %s |" % (
             key[0], key[1], x["time_us"], y["time_us"], tr, x["busbw_gbs"], y["busbw_gbs"], br, verdict))
     md.append("")
+# A slow start: the first half of a size's timed calls >= 1.5x its second half (every round
+# of every run, before the best-of-rounds merge hides it).
+slow = []
+for name in sorted(rounds):
+    for i, r in enumerate(rounds[name]):
+        for x in r.get("results", []):
+            h0, h1 = x.get("first_half_us", 0), x.get("second_half_us", 0)
+            if h1 > 0 and h0 >= 1.5 * h1:
+                slow.append("- %s (round %d of %d): %s %d B: first half %.1f us, second half %.1f us"
+                            % (name, i + 1, len(rounds[name]), x["op"], x["bytes"], h0, h1))
+md += ["## Slow starts (first half of the timed calls >= 1.5x the second half)", ""]
+md += (slow or ["- none"]) + [""]
 if stats:
     md += ["## mkernel proxy statistics (MKERNEL_PROXY_STATS=1, first lines per run)", "", "```"]
     for k, v in stats.items():

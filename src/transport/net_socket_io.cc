@@ -106,29 +106,43 @@ void chunkLanded(Comm* c, Request* req, int j) {
 
 // ---- inline connection ----------------------------------------------------------------
 
+// Writes queued frames, up to kTxGatherFrames per sendmsg (frame header and payload of each
+// as iovecs, so nothing is copied); a partial write leaves the rest for a later call.
 void progressTx(Comm* c) {
   const int fd = c->conns[0].fd;
   while (!c->txq.empty() && c->error.load(std::memory_order_relaxed) == ncclSuccess) {
-    Task& t = c->txq.front();
-    Frame f = {t.seq, t.total, t.offset, t.len, t.tag, kFrameMagic};
-    const size_t whole = sizeof(f) + t.len;
-    struct iovec iov[2];
+    Frame fr[kTxGatherFrames];
+    struct iovec iov[2 * kTxGatherFrames];
     int n = 0;
-    if (t.sent < sizeof(f)) {
-      iov[n++] = {reinterpret_cast<char*>(&f) + t.sent, sizeof(f) - t.sent};
-      if (t.len) iov[n++] = {const_cast<char*>(t.ptr), t.len};
-    } else {
-      iov[n++] = {const_cast<char*>(t.ptr) + (t.sent - sizeof(f)), whole - t.sent};
+    const size_t nf = std::min(c->txq.size(), (size_t)kTxGatherFrames);
+    for (size_t k = 0; k < nf; k++) {
+      const Task& t = c->txq[k];
+      fr[k] = Frame{t.seq, t.total, t.offset, t.len, t.tag, kFrameMagic};
+      if (t.sent < sizeof(Frame)) {
+        iov[n++] = {reinterpret_cast<char*>(&fr[k]) + t.sent, sizeof(Frame) - t.sent};
+        if (t.len) iov[n++] = {const_cast<char*>(t.ptr), t.len};
+      } else {
+        iov[n++] = {const_cast<char*>(t.ptr) + (t.sent - sizeof(Frame)),
+                    sizeof(Frame) + t.len - t.sent};
+      }
     }
     struct msghdr m = {};
     m.msg_iov = iov;
     m.msg_iovlen = n;
     ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r > 0) {
-      t.sent += (size_t)r;
-      if (t.sent == whole) {
-        t.req->chunksLeft.fetch_sub(1, std::memory_order_release);
-        c->txq.pop_front();
+      // Hand the written bytes out to the frames in order; only the last one touched may
+      // be left partial.
+      size_t left = (size_t)r;
+      while (left > 0) {
+        Task& t = c->txq.front();
+        const size_t take = std::min(left, sizeof(Frame) + t.len - t.sent);
+        t.sent += take;
+        left -= take;
+        if (t.sent == sizeof(Frame) + t.len) {
+          t.req->chunksLeft.fetch_sub(1, std::memory_order_release);
+          c->txq.pop_front();
+        }
       }
       continue;
     }

@@ -24,7 +24,8 @@ struct ProxyTimes {
   ProxyLatHist cmdToPost;     // ring command taken -> its batch header handed to the backend,
   ProxyLatHist cmdToBatch;    //   = taken -> its batch formed (queued behind other work)
   ProxyLatHist batchToPost;   //   + batch formed -> header posted (isend calls, busy retries)
-  ProxyLatHist isendHdr;      // the isend() call that posted a header (per batch)
+  ProxyLatHist isendHdr;      // the isend() call that posted a header (per batch; with
+                              //   MKERNEL_SOCKET_TX_COALESCE the write is in postToSent)
   ProxyLatHist postToSent;    // header posted -> every message of the batch sent
   ProxyLatHist hdrToApplied;  // batch header received -> its data landed, signals applied
   uint64_t loops = 0, yields = 0, slowYields = 0, sleeps = 0;

@@ -177,6 +177,32 @@ TEST(ProxyLatency, PingPongFree) {
   EXPECT_LT(l.median, kBoundUs);
 }
 
+// Medium puts (above the 4 KiB that ride inside the batch header: a header message and a
+// data message per put), with the socket backend writing a batch's messages in one sendmsg
+// (MKERNEL_SOCKET_TX_COALESCE=1, the default) and one sendmsg each (0). The two settings
+// alternate, best median of 3 rounds each, so that a loaded CI machine disturbs both alike.
+TEST(ProxyLatency, MediumPutsCoalescedOrNot) {
+  for (size_t bytes : {4096, 16384, 32768, 65536}) {
+    double best[2] = {1e30, 1e30};
+    for (int round = 0; round < 3; round++)
+      for (int co = 0; co < 2; co++) {
+        setenv("MKERNEL_SOCKET_TX_COALESCE", co ? "1" : "0", 1);
+        Lat l = pingPong(bytes, 400, -1, -1);
+        unsetenv("MKERNEL_SOCKET_TX_COALESCE");
+        // A failure recorded here would be inherited by every later forked rank (the
+        // harness fails a rank of a failed test): only a failed run stops the sweep.
+        ASSERT_GT(l.median, 0) << bytes << " B, coalesce " << co;
+        best[co] = std::min(best[co], l.median);
+      }
+    EXPECT_LT(best[0], kBoundUs) << bytes << " B, one sendmsg per message";
+    EXPECT_LT(best[1], kBoundUs) << bytes << " B, coalesced";
+    printf(
+        "[ proxy ] %zu B, 2 processes, unbound: best median one-way %.1f us coalesced, %.1f us "
+        "one sendmsg per message\n",
+        bytes, best[1], best[0]);
+  }
+}
+
 // What `mpirun --bind-to core` does with two ranks: every thread of a rank on one CPU,
 // where its application thread spins (with sched_yield) while it waits.
 TEST(ProxyLatency, PingPongOneCpuPerProcess) {
