@@ -386,8 +386,27 @@ TEST(GemmHooks, TimeoutAndAbortLeaveErrorRecord) {
       mk::rt::domainSetAbort(st, false);
       ASSERT_EQ(mk::rt::domainReset(st), ncclSuccess);
     }
-  // The context stays usable: a plain GEMM still runs and is right, on each pipeline.
+  // The context stays usable: a plain GEMM still runs and is right, on each pipeline, with the
+  // rowReady hook on (every flag released; budget 3 gives each CTA several tiles) and off.
   p.reference();
+  {
+    const std::vector<uint64_t> ready(8, 7);
+    GT_CUDA(cudaMemcpy(flags, ready.data(), 8 * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  }
+  for (int pipeline : {0, 1, 3}) {
+    p.poison();
+    GemmArgs g = p.args();
+    g.pipeline = pipeline;
+    g.smBudget = 3;
+    g.hooks.rowReady = flags;
+    g.hooks.rowReadyExpected = 7;
+    g.hooks.wait = mk::rt::domainCtx(st, mk::rt::kOpGemm, 60000);
+    ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
+    GT_CUDA(cudaDeviceSynchronize());
+    std::string msg;
+    EXPECT_EQ(mk::rt::domainCheck(st, &msg), ncclSuccess) << msg;
+    EXPECT_EQ(p.check(), "") << "rows ready, pipeline " << pipeline;
+  }
   for (int pipeline : {0, 1, 3}) {
     p.poison();
     GemmArgs g = p.args();
