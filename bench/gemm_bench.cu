@@ -9,8 +9,9 @@
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
-// 1 = deep load ring, 2 = wide epilogue staging), interleaved with the rest; with --groups the
-// grouped GEMM with the wide staging too.
+// 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
+// also checked against cuBLAS on the first operand set), interleaved with the rest; with
+// --groups the grouped GEMM with the wide staging too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too.
 // --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
   struct Row {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, pair, deepPair,
-        widePair;
+        widePair, ping, pingMaxdiff;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -239,6 +240,18 @@ int main(int argc, char** argv) {
     float hmax = 0;
     CK(cudaMemcpyAsync(&hmax, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
     CK(cudaStreamSynchronize(stream));
+    // The ping-pong consumers (pipeline 3) on the same set, against the same cuBLAS output.
+    float hmaxPing = 0;
+    if (pipes) {
+      setIdx = 0;
+      CK(cudaMemsetAsync(D, 0xFF, bytesD, stream));  // poison: NaN where nothing is written
+      runEngine(0, D, 3);
+      CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
+      diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)D, (__nv_bfloat16*)Dref, bytesD / 2,
+                                           dmax);
+      CK(cudaMemcpyAsync(&hmaxPing, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
+      CK(cudaStreamSynchronize(stream));
+    }
     cudaFree(dmax);
     // Pick cuBLAS's best of its heuristic candidates (short timing).
     int bestAlgo = 0;
@@ -289,7 +302,7 @@ int main(int argc, char** argv) {
       }
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tPair, tDeepPair,
-        tWidePair;
+        tWidePair, tPing;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
@@ -298,6 +311,7 @@ int main(int argc, char** argv) {
       if (pipes) {
         tDeep.push_back(timeOne([&] { runEngine(0, D, 1); }));
         tWide.push_back(timeOne([&] { runEngine(0, D, 2); }));
+        tPing.push_back(timeOne([&] { runEngine(0, D, 3); }));
       }
       if (pairs) {
         tPair.push_back(timeOne([&] { runEngine(0, D, 0, 2); }));
@@ -320,6 +334,8 @@ int main(int argc, char** argv) {
     row.maxdiff = hmax;
     row.deep = tf(median(tDeep));
     row.wide = tf(median(tWide));
+    row.ping = tf(median(tPing));
+    row.pingMaxdiff = hmaxPing;
     row.pair = tf(median(tPair));
     row.deepPair = tf(median(tDeepPair));
     row.widePair = tf(median(tWidePair));
@@ -344,8 +360,11 @@ int main(int argc, char** argv) {
       printf("  %5d x %5d x %5d: grouped wide staging %6.1f TFLOP/s (%.3f of the deep ring)\n",
              sh.M, sh.N, sh.K, row.groupedWide, row.groupedWide / row.grouped);
     if (pipes)
-      printf("  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)\n",
-             sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best);
+      printf(
+          "  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)  "
+          "ping %6.1f (%.3f of best, maxreldiff %.2e)\n",
+          sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best, row.ping,
+          row.ping / row.best, row.pingMaxdiff);
     if (pairs)
       printf(
           "  %5d x %5d x %5d: CTA pairs %6.1f (%.3f of best; unpaired %.3f)  deep %6.1f  wide "
@@ -420,10 +439,11 @@ int main(int argc, char** argv) {
             "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f, "
             "\"engine_grouped_wide_tflops\": %.2f, "
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
-            "\"engine_pairs_wide_tflops\": %.2f}%s\n",
+            "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
+            "\"ping_max_rel_diff_vs_cublas\": %.3e}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            r.deep, r.wide, r.grouped, r.groupedWide, r.pair, r.deepPair, r.widePair,
-            i + 1 < rows.size() ? "," : "");
+            r.deep, r.wide, r.grouped, r.groupedWide, r.pair, r.deepPair, r.widePair, r.ping,
+            r.pingMaxdiff, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -112,7 +112,7 @@ int64_t effStrideB(const GemmArgs& a) {
 // stand-alone kernel pairs up, and only the 16-bit-output variants are built paired.
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
-  return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
+  return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled && a.pipeline != 3 &&
          h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
          h.rowBlockOffset == 0 && (a.smBudget == 0 || a.smBudget >= 2);
 }
@@ -231,8 +231,23 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
-  if (a.pipeline < 0 || a.pipeline > 2)
-    return fail(why, "pipeline=%lld must be 0 (automatic), 1 (deep) or 2 (wide)", a.pipeline);
+  if (a.pipeline < 0 || a.pipeline > 3)
+    return fail(why, "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide) or 3 (ping-pong)",
+                a.pipeline);
+  if (a.pipeline == 3) {
+    // What gemm_pingpong.cuh implements; everything else is refused rather than run wrong.
+    if (a.dType == DType::kF32)
+      return fail(why, "pipeline 3 (ping-pong consumers) needs a 16-bit output type");
+    if (a.groups.num != 0 || a.swiglu)
+      return fail(why, "pipeline 3 (ping-pong consumers) runs plain GEMMs (no groups, no SwiGLU)");
+    if (a.dTiled) return fail(why, "pipeline 3 (ping-pong consumers) takes no tile-by-tile D");
+    if (a.hooks.tileDone != nullptr)
+      return fail(why,
+                  "pipeline 3 (ping-pong consumers) takes no tileDone hook (a tile's two halves "
+                  "finish in different warpgroups); of the hooks only rowReady, tileOrder, "
+                  "rowBlockOffset and seqBase");
+    if (a.cluster == 2) return fail(why, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
+  }
   if (a.cluster < 0 || a.cluster > 2)
     return fail(why, "cluster=%lld must be 0 (MKERNEL_GEMM_CLUSTER), 1 or 2 (CTA pairs)",
                 a.cluster);
@@ -305,8 +320,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   } else if (a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.N, a.K, effLdb(a), 64, kTileK));
   } else {
-    // A CTA of a pair loads half of the tile's B rows (gemm_kernel.cuh loadB).
-    const uint32_t boxN = resolvedCluster(a) == 2 ? kTileN / 2 : kTileN;
+    // A CTA of a pair loads half of the tile's B rows (gemm_kernel.cuh loadB), and so does
+    // a ping-pong consumer's unit (gemm_pingpong.cuh).
+    const uint32_t boxN = resolvedCluster(a) == 2 || a.pipeline == 3 ? kTileN / 2 : kTileN;
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
   }
   const size_t es = dtypeSize(a.dType);
@@ -335,6 +351,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
   p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
+  p.pingpong = a.pipeline == 3 ? 1 : 0;  // opt-in only: pipeline 0 never picks it (yet)
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include "base/checks.h"
 #include "fused/gemm/gemm_kernel.cuh"
+#include "fused/gemm/gemm_pingpong.cuh"
 
 namespace mk {
 namespace gemm {
@@ -93,6 +94,11 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   }
   if constexpr (kOut != DType::kF32) {
+    // Ping-pong consumers (GemmArgs::pipeline 3: ungrouped, unpaired, 16-bit D, checked by
+    // canImplement); preload (grid 0) loads them with the other pipelines.
+    if (p.pingpong || grid <= 0)
+      NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB>>(p, grid, stream)));
+    if (p.pingpong) return ncclSuccess;
     // CTA pairs (16-bit outputs only: buildParams resolves GemmParams::cluster).
     if (p.cluster == 2) {
       if (p.wide || grid <= 0)

@@ -74,8 +74,9 @@ TEST(GemmSmall, TailsBetaBothLayouts) {
       EXPECT_EQ(runAndCheck(p, seed), "");
       // One CTA for all tiles, each pipeline: stages are given back and loaded again, the
       // pattern racecheck needs to see the stage handshake (one tile per CTA reuses none).
-      for (int pipeline : {1, 2}) {
-        if (pipeline == 2 && dt == DType::kF32) continue;  // the wide split is 16-bit D only
+      for (int pipeline : {1, 2, 3}) {
+        // the wide split and the ping-pong consumers are 16-bit D only
+        if (pipeline >= 2 && dt == DType::kF32) continue;
         Problem q(129, 264, 72, bl, DType::kBF16, dt);
         q.beta = 0.5f;
         SCOPED_TRACE("budget 1, pipeline " + std::to_string(pipeline));
@@ -140,32 +141,35 @@ TEST(GemmCorrectness, UnalignedOutputFallback) {
 // C aliases D: C = A·B + beta·C in place.
 TEST(GemmCorrectness, InPlaceBeta) {
   REQUIRE_SM90();
-  for (DType dt : kOut) {
-    Problem p(520, 1030, 128, BLayout::kNK, DType::kBF16, dt, 0, 0, 2);
-    p.beta = 0.25f;
-    SCOPED_TRACE(p.name());
-    p.alloc();
-    p.randomize(mktest::testSeed());
-    GT_CUDA(cudaMemset(p.D, 0xFF, p.bytesD()));  // poison padding columns too
-    GT_CUDA(cudaMemcpy2D(p.D, p.ldd * p.esD(), p.C, p.ldd * p.esD(), p.N * p.esD(), p.M,
-                         cudaMemcpyDeviceToDevice));
-    p.reference();
-    {
-      // The padding must hold the poison before the launch (setup check).
-      std::vector<uint8_t> h(p.bytesD());
-      GT_CUDA(cudaMemcpy(h.data(), p.D, p.bytesD(), cudaMemcpyDeviceToHost));
-      size_t dirty = 0;
-      for (int m = 0; m < p.M; ++m)
-        for (size_t b = p.N * p.esD(); b < p.ldd * p.esD(); ++b)
-          dirty += h[m * p.ldd * p.esD() + b] != 0xFF;
-      ASSERT_EQ(dirty, 0u) << "padding not poisoned before launch";
+  for (int pipeline : {0, 3})
+    for (DType dt : kOut) {
+      if (pipeline == 3 && dt == DType::kF32) continue;  // ping-pong: 16-bit D only
+      Problem p(520, 1030, 128, BLayout::kNK, DType::kBF16, dt, 0, 0, 2);
+      p.beta = 0.25f;
+      SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline));
+      p.alloc();
+      p.randomize(mktest::testSeed());
+      GT_CUDA(cudaMemset(p.D, 0xFF, p.bytesD()));  // poison padding columns too
+      GT_CUDA(cudaMemcpy2D(p.D, p.ldd * p.esD(), p.C, p.ldd * p.esD(), p.N * p.esD(), p.M,
+                           cudaMemcpyDeviceToDevice));
+      p.reference();
+      {
+        // The padding must hold the poison before the launch (setup check).
+        std::vector<uint8_t> h(p.bytesD());
+        GT_CUDA(cudaMemcpy(h.data(), p.D, p.bytesD(), cudaMemcpyDeviceToHost));
+        size_t dirty = 0;
+        for (int m = 0; m < p.M; ++m)
+          for (size_t b = p.N * p.esD(); b < p.ldd * p.esD(); ++b)
+            dirty += h[m * p.ldd * p.esD() + b] != 0xFF;
+        ASSERT_EQ(dirty, 0u) << "padding not poisoned before launch";
+      }
+      GemmArgs g = p.args();
+      g.C = p.D;
+      g.pipeline = pipeline;
+      ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
+      GT_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(p.check(), "");
     }
-    GemmArgs g = p.args();
-    g.C = p.D;
-    ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
-    GT_CUDA(cudaDeviceSynchronize());
-    EXPECT_EQ(p.check(), "");
-  }
 }
 
 // Narrow padding (ldd = N + 2) with C separate, C aliasing D, and beta = 0: which of them
@@ -258,7 +262,7 @@ TEST(GemmCorrectness, BothPipelines) {
   for (auto& s : shapes)
     for (DType dt : {DType::kBF16, DType::kF16})
       for (BLayout bl : kLayouts)
-        for (int pipeline : {1, 2})
+        for (int pipeline : {1, 2, 3})
           for (int budget : {0, 3}) {
             // B[K,N] needs 16-byte rows: pad ldb when N is not a multiple of 8.
             const int64_t padB = bl == BLayout::kKN ? (8 - s[1] % 8) % 8 : 0;
@@ -273,6 +277,71 @@ TEST(GemmCorrectness, BothPipelines) {
                                   }),
                       "");
           }
+}
+
+// Ping-pong consumers (GemmArgs::pipeline = 3): each consumer WG owns one 128x128 half of a
+// tile and they take turns in the main loop. Random shapes with tails in M, N and K (a tile
+// whose right half is past N, a row block of fewer than 64 rows), both B layouts, both input
+// types and 16-bit outputs, alpha, beta (C separate), padded and odd leading dimensions (the
+// direct-store fallback), SM budgets from 1 (one CTA walks every tile: the order barriers
+// and the stage ring cross many units) to an odd count and all SMs; every element against
+// the fp64 reference, outputs poisoned.
+TEST(GemmCorrectness, PingPong) {
+  REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
+  const int fixed[][3] = {{128, 256, 64},  {1, 1, 8},     {129, 128, 72},
+                          {64, 129, 1024}, {300, 520, 8}, {8192 / 8, 1024, 1024}};
+  const int kRandom = 24;
+  for (int n = 0; n < (int)(sizeof(fixed) / sizeof(fixed[0])) + kRandom; ++n) {
+    int M, N, K;
+    if (n < (int)(sizeof(fixed) / sizeof(fixed[0]))) {
+      M = fixed[n][0];
+      N = fixed[n][1];
+      K = fixed[n][2];
+    } else {
+      M = pick(1, 1100);
+      N = pick(1, 1300);
+      K = 8 * pick(1, 200);
+    }
+    const BLayout bl = kLayouts[rng() % 2];
+    const DType in = kIn[rng() % 2];
+    const DType out = (rng() % 2) ? DType::kBF16 : DType::kF16;
+    // B[K,N] needs 16-byte rows; D's padding is 0 (odd N: the direct-store epilogue) or 8.
+    const int64_t padB = bl == BLayout::kKN ? (8 - N % 8) % 8 : 0;
+    const int64_t padD = (rng() % 3 == 0) ? 0 : 8;
+    Problem p(M, N, K, bl, in, out, (rng() % 2) ? 8 : 0, padB, padD);
+    p.alpha = (rng() % 2) ? 1.0f : -0.5f;
+    p.beta = (rng() % 3 == 0) ? 0.75f : 0.0f;
+    const int budgets[] = {0, 1, 3, 7};
+    const int budget = budgets[rng() % 4];
+    SCOPED_TRACE(p.name() + " ping-pong budget " + std::to_string(budget));
+    EXPECT_EQ(runAndCheck(p, seed + 1000 + n,
+                          [&](GemmArgs& g) {
+                            g.pipeline = 3;
+                            g.smBudget = budget;
+                          }),
+              "");
+  }
+  // The calls above really ran the ping-pong kernel, and pipeline 0 still never picks it.
+  Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
+  p.alloc();
+  GemmArgs g = p.args();
+  mk::gemm::GemmParams gp;
+  int32_t grid = 0;
+  g.pipeline = 3;
+  ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+  EXPECT_EQ(gp.pingpong, 1);
+  EXPECT_EQ(gp.cluster, 1);
+  g.pipeline = 0;
+  ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+  EXPECT_EQ(gp.pingpong, 0);
+  // What it does not implement is refused before launch, never run wrong.
+  g.pipeline = 3;
+  g.dType = DType::kF32;
+  EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 // CTA pairs (GemmArgs::cluster = 2: B tiles split between the two CTAs of a cluster and

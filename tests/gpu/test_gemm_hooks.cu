@@ -344,40 +344,77 @@ TEST(GemmHooks, TimeoutAndAbortLeaveErrorRecord) {
   uint64_t* flags = nullptr;
   GT_CUDA(cudaMalloc(&flags, 8 * sizeof(uint64_t)));
   GT_CUDA(cudaMemset(flags, 0, 8 * sizeof(uint64_t)));
-  for (int mode = 0; mode < 2; ++mode) {
-    SCOPED_TRACE(mode == 0 ? "timeout" : "abort");
+  // Each pipeline (3: the ping-pong consumers, whose order barriers must still be matched
+  // when a tile aborts) and, for mode 2, one CTA that computes row block 0 (its flag is set)
+  // before it times out on row block 1: an abort after completed tiles.
+  for (int pipeline : {0, 1, 3})
+    for (int mode = 0; mode < 3; ++mode) {
+      SCOPED_TRACE(std::string(mode == 0   ? "timeout"
+                               : mode == 1 ? "abort"
+                                           : "timeout after a tile") +
+                   " pipeline " + std::to_string(pipeline));
+      GT_CUDA(cudaMemset(flags, 0, 8 * sizeof(uint64_t)));
+      GemmArgs g = p.args();
+      g.pipeline = pipeline;
+      if (mode == 2) {
+        const uint64_t ready = 7;
+        GT_CUDA(cudaMemcpy(flags, &ready, sizeof(ready), cudaMemcpyHostToDevice));
+        g.smBudget = 1;
+      }
+      g.hooks.rowReady = flags;
+      g.hooks.rowReadyExpected = 7;
+      g.hooks.wait = mk::rt::domainCtx(st, mk::rt::kOpGemm, mode == 1 ? 60000 : 50);
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
+      if (mode == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        mk::rt::domainSetAbort(st, true);
+      }
+      GT_CUDA(cudaDeviceSynchronize());
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_LT(secs, 10.0);
+      std::string msg;
+      const ncclResult_t r = mk::rt::domainCheck(st, &msg);
+      EXPECT_EQ(r, mode == 1 ? ncclSystemError : ncclRemoteError) << msg;
+      EXPECT_EQ(st->errHost->kind, mode == 1 ? mk::rt::kErrAbort : mk::rt::kErrTimeout);
+      EXPECT_EQ(st->errHost->rank, 3);
+      EXPECT_EQ(st->errHost->op, mk::rt::kOpGemm);
+      EXPECT_EQ(st->errHost->seq, 7u);
+      EXPECT_GE(st->errHost->slot, mode == 2 ? 1 : 0);  // mode 2: row block 0 was ready
+      EXPECT_LT(st->errHost->slot, 4);
+      mk::rt::domainSetAbort(st, false);
+      ASSERT_EQ(mk::rt::domainReset(st), ncclSuccess);
+    }
+  // The context stays usable: a plain GEMM still runs and is right, on each pipeline, with the
+  // rowReady hook on (every flag released; budget 3 gives each CTA several tiles) and off.
+  p.reference();
+  {
+    const std::vector<uint64_t> ready(8, 7);
+    GT_CUDA(cudaMemcpy(flags, ready.data(), 8 * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  }
+  for (int pipeline : {0, 1, 3}) {
+    p.poison();
     GemmArgs g = p.args();
+    g.pipeline = pipeline;
+    g.smBudget = 3;
     g.hooks.rowReady = flags;
     g.hooks.rowReadyExpected = 7;
-    g.hooks.wait = mk::rt::domainCtx(st, mk::rt::kOpGemm, mode == 0 ? 50 : 60000);
-    const auto t0 = std::chrono::steady_clock::now();
+    g.hooks.wait = mk::rt::domainCtx(st, mk::rt::kOpGemm, 60000);
     ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
-    if (mode == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      mk::rt::domainSetAbort(st, true);
-    }
     GT_CUDA(cudaDeviceSynchronize());
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(secs, 10.0);
     std::string msg;
-    const ncclResult_t r = mk::rt::domainCheck(st, &msg);
-    EXPECT_EQ(r, mode == 0 ? ncclRemoteError : ncclSystemError) << msg;
-    EXPECT_EQ(st->errHost->kind, mode == 0 ? mk::rt::kErrTimeout : mk::rt::kErrAbort);
-    EXPECT_EQ(st->errHost->rank, 3);
-    EXPECT_EQ(st->errHost->op, mk::rt::kOpGemm);
-    EXPECT_EQ(st->errHost->seq, 7u);
-    EXPECT_GE(st->errHost->slot, 0);
-    EXPECT_LT(st->errHost->slot, 4);
-    mk::rt::domainSetAbort(st, false);
-    ASSERT_EQ(mk::rt::domainReset(st), ncclSuccess);
+    EXPECT_EQ(mk::rt::domainCheck(st, &msg), ncclSuccess) << msg;
+    EXPECT_EQ(p.check(), "") << "rows ready, pipeline " << pipeline;
   }
-  // The context stays usable: a plain GEMM still runs and is right.
-  p.poison();
-  p.reference();
-  ASSERT_EQ(mk::gemm::launch(p.args(), 0), ncclSuccess);
-  GT_CUDA(cudaDeviceSynchronize());
-  EXPECT_EQ(p.check(), "");
+  for (int pipeline : {0, 1, 3}) {
+    p.poison();
+    GemmArgs g = p.args();
+    g.pipeline = pipeline;
+    ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
+    GT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(p.check(), "") << "pipeline " << pipeline;
+  }
   cudaFree(flags);
   mk::rt::domainDestroy(st);
 }

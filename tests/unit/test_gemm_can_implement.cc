@@ -102,8 +102,8 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.hooks.rowsPerFlag = 0;
   expectReject(a, "rowsPerFlag");
   a = good();
-  a.pipeline = 3;
-  expectReject(a, "pipeline=3");
+  a.pipeline = 4;
+  expectReject(a, "pipeline=4");
   a = good();
   a.pipeline = 2;
   a.dType = DType::kF32;
@@ -174,6 +174,57 @@ TEST(GemmCanImplement, SwigluEpilogueRules) {
 }
 
 // CTA pairs (GemmArgs::cluster): the plain 16-bit GEMM only, each rule with its message.
+// Ping-pong consumers (GemmArgs::pipeline = 3): what gemm_pingpong.cuh implements is accepted,
+// every other feature refused with a message naming the pipeline (never run wrong).
+TEST(GemmCanImplement, PingPongRules) {
+  const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
+  std::string why;
+  GemmArgs a = good();
+  a.pipeline = 3;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (BLayout bl : {BLayout::kKN, BLayout::kNK}) {
+      a.dType = dt;
+      a.bLayout = bl;
+      a.beta = 0.5f;
+      a.alpha = -2.0f;
+      EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+    }
+  }
+  // Hooks that only change the tile list or gate the loads.
+  a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
+  a.hooks.tileOrder = dev;
+  a.hooks.rowBlockOffset = 3;
+  a.hooks.seqBase = reinterpret_cast<const uint64_t*>(gBuf);
+  a.smBudget = 1;
+  a.cluster = 1;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a = good();
+  a.pipeline = 3;
+  a.dType = DType::kF32;
+  expectReject(a, "pipeline 3 (ping-pong consumers) needs a 16-bit output");
+  a = good();
+  a.pipeline = 3;
+  a.groups.num = 2;
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  expectReject(a, "pipeline 3 (ping-pong consumers) runs plain GEMMs");
+  a = good();
+  a.pipeline = 3;
+  a.dTiled = true;
+  expectReject(a, "pipeline 3 (ping-pong consumers) takes no tile-by-tile D");
+  a = good();
+  a.pipeline = 3;
+  a.hooks.tileDone = reinterpret_cast<uint64_t*>(gBuf);
+  expectReject(a, "takes no tileDone hook");
+  a = good();
+  a.pipeline = 3;
+  a.cluster = 2;
+  expectReject(a, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
+  // cluster 0 with MKERNEL_GEMM_CLUSTER=2 stays unpaired (pairsAllowed excludes pipeline 3).
+  a.cluster = 0;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+}
+
 TEST(GemmCanImplement, ClusterPairRules) {
   const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
   GemmArgs a = good();

@@ -231,6 +231,8 @@ ncclResult_t launch(const Args& a, ncclComm* comm, cudaStream_t stream, SmSplit*
   g.hooks.tileDoneValue = 1;
   g.hooks.wait = f.c.w;
   g.cluster = 1;  // the operator's compute role runs the unpaired GEMM CTA
+  // ...with the deep ring: a caller's pipeline 3 would change tmB's box (half-tile units).
+  g.pipeline = 0;
   int32_t gridUnused;
   NCCLCHECK(gemm::buildParams(g, &p.g, &gridUnused));
   p.f = f;

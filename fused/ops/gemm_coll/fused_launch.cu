@@ -297,6 +297,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   g.hooks.wait = f.c.w;
   g.smBudget = split.of(Role::kCompute);
   g.cluster = 1;  // the fused kernel's compute role runs the unpaired CTA
+  // ...with the deep ring (gemmCta<Traits<..., DeepPipe>>): pipeline 3 would also change tmB's
+  // box (half-tile units), so the fused kernel never takes another pipeline's parameters.
+  g.pipeline = 0;
   NCCLCHECKGOTO(gemm::buildParams(g, &p.g, &gridUnused), res, out);
   // The model's times are those of the fuse/sequential verdict (fused/core/cost_model.h);
   // the split above may have been rebalanced with the measured per-CTA rate.

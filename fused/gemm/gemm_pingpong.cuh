@@ -1,0 +1,359 @@
+// Ping-pong consumers (GemmArgs::pipeline = 3): the stand-alone GEMM kernel for small K, where
+// a tile's main loop is short and the epilogue (accumulators -> staging -> TMA store) would
+// leave the tensor cores idle if both consumer warpgroups finished the same tile together.
+//
+// The schedule is the engine's (128x256 tiles, grouped raster, tileOrder/rowBlockOffset), but
+// each tile is split into two 128x128 halves, one per consumer warpgroup: WG0 always owns
+// columns n0..n0+127, WG1 columns n0+128..n0+255. Each half is one "unit" (two m64n128k16 row
+// halves, 128 fp32 accumulators a thread, as the other pipelines). The producer loads units in
+// the order WG0 tile i, WG1 tile i, WG0 tile i+1, ... into a ring of 32 KB stages (A 128x64 and
+// half of B); the consumers take turns in the main loop through an "order" pair of named
+// barriers, so WG1's main loop runs during WG0's epilogue and the reverse. Why halves of one
+// tile rather than alternate tiles: both warpgroups then walk the same tile list and always
+// have the same number of units (no warpgroup without a tile when the CTA's tile count is odd),
+// and the rowReady hook and the abort verdict stay per tile as in the other pipelines.
+//
+// Supported (canImplement): 16-bit D (TMA store, or the direct fallback), alpha, beta (C may
+// alias D: every element is read by the thread that writes it, before its write), the
+// rowReady / tileOrder / rowBlockOffset / seqBase hooks. Refused: fp32 D, groups, SwiGLU,
+// tile-by-tile D, tileDone, CTA pairs.
+#pragma once
+#include <cstdint>
+
+#include "fused/gemm/gemm_kernel.cuh"
+#include "device/rt/ptx_ext.cuh"
+
+namespace mk {
+namespace gemm {
+
+// 5 stages of 32 KB and a whole 128x128 staging area per consumer WG (4 boxes of 64x64 16-bit
+// values), so the epilogue writes every box after one barrier and never waits for stores of
+// its own tile. 5 * 32 + 64 KB + barriers fit the 227 KB limit; 6 stages would not.
+struct PingPipe {
+  static constexpr int kStages = 5;
+  static constexpr int kStageBytesA = kTileM * kTileK * 2;         // 16 KB
+  static constexpr int kStageBytesB = (kTileN / 2) * kTileK * 2;   // 16 KB: half of B
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 32 KB
+  static constexpr int kBoxesPerWg = 4;                            // 2 row halves x 2 chunks
+  static constexpr int kStagingBytes = kConsumerWGs * kBoxesPerWg * kStoreBoxBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= kMaxSmemPerBlock, "ping-pong CTA exceeds shared memory");
+  static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
+  static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
+};
+
+template <DType kIn, DType kOut, BLayout kB>
+struct PingTraits {
+  using Pipe = PingPipe;
+  static constexpr bool kF16In = kIn == DType::kF16;
+  static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
+  static constexpr DType kOutType = kOut;
+  static_assert(kOut != DType::kF32, "ping-pong consumers store 16-bit D only");
+};
+
+// Named barrier ids (gemm_kernel.cuh uses 1, 2 per WG and 3 for both consumer WGs): WG w
+// waits on kBarOrder + w for its turn in the main loop; the other WG arrives on it.
+constexpr int kBarOrder = 4;
+constexpr int kUnitCols = kTileN / 2;  // columns of one consumer WG's unit
+
+struct PingSmem {
+  uint8_t* base;
+  uint8_t* staging;
+  uint64_t* full;
+  uint64_t* empty;
+  uint32_t* abortWord;  // [kStages]: the producer's verdict for the unit the stage belongs to
+  __device__ explicit PingSmem(uint8_t* raw) {
+    base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    staging = base + PingPipe::kStages * PingPipe::kStageBytes;
+    full = reinterpret_cast<uint64_t*>(staging + PingPipe::kStagingBytes);
+    empty = full + PingPipe::kStages;
+    abortWord = reinterpret_cast<uint32_t*>(empty + PingPipe::kStages);
+  }
+  __device__ uint8_t* a(int32_t s) const { return base + s * PingPipe::kStageBytes; }
+  __device__ uint8_t* b(int32_t s) const { return a(s) + PingPipe::kStageBytesA; }
+};
+
+// The tile list both roles walk: tiles cta, cta + nCtas, ... of the (ungrouped) schedule.
+__device__ __forceinline__ void pingTileAt(const GemmParams& p, int32_t t, int32_t* m0,
+                                           int32_t* n0) {
+  int32_t mBlk, nBlk;
+  tileCoords(p, t, &mBlk, &nBlk);
+  *m0 = mBlk * kTileM;
+  *n0 = nBlk * kTileN;
+}
+
+template <class Tr>
+__device__ __forceinline__ void pingProducer(const GemmParams& p, const PingSmem& sm, int32_t cta,
+                                             int32_t nCtas) {
+  const int32_t numTiles = p.tilesM * p.tilesN;
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  for (int32_t t = cta; t < numTiles; t += nCtas) {
+    int32_t m0, n0;
+    pingTileAt(p, t, &m0, &n0);
+    // One bounded wait per tile: both units read the same rows. On failure both units are
+    // still completed (without data) so that both consumer WGs drain this tile and stop.
+    const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
+    for (int32_t h = 0; h < 2; ++h) {
+      const int32_t nu = n0 + h * kUnitCols;
+      for (int32_t k = 0; k < p.kTiles; ++k) {
+        ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+        // Per stage, before the arrive that publishes it (see gemmProducer).
+        sm.abortWord[stage] = ok ? 0u : 1u;
+        if (ok) {
+          ptx::mbarArriveExpectTx(&sm.full[stage], PingPipe::kStageBytes);
+          ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
+          if constexpr (Tr::kTransB) {
+            // [K,N]: two 64-column boxes of kTileK rows (the MN-major descriptor's LBO apart).
+            ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], nu, k * kTileK);
+            ptx::tmaLoad2d(sm.b(stage) + kTileK * 128, &p.tmB, &sm.full[stage], nu + 64,
+                           k * kTileK);
+          } else {
+            // [N,K]: one box of 128 rows (tmB is encoded with a 128-row box for pipeline 3).
+            ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu);
+          }
+        } else {
+          ptx::mbarArrive(&sm.full[stage]);
+        }
+        if (++stage == PingPipe::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    if (!ok) break;
+  }
+}
+
+// Registers -> 128B-swizzled staging -> TMA store of one WG's 128x128 unit: 4 boxes (row half
+// r of 64 rows, 64-column chunk c), written after a single barrier since the staging holds
+// the whole unit; the previous unit's stores were issued a whole main loop of the other WG ago.
+template <class Tr>
+__device__ __forceinline__ void pingEpilogueTma(const GemmParams& p, const PingSmem& sm,
+                                                float (&acc0)[64], float (&acc1)[64], int32_t wg,
+                                                int32_t m0, int32_t n0) {
+  constexpr int kEC = 64;  // 16-bit columns per 128-byte box row
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  uint8_t* stg = sm.staging + wg * PingPipe::kBoxesPerWg * kStoreBoxBytes;
+  const bool useBeta = p.beta != 0.0f;
+  const float alpha = p.alpha;
+  const int nRows = m0 + 64 < p.M ? 2 : 1;  // m0 < M always (the tile exists)
+  if (n0 >= p.N) return;                    // the whole unit is past N (uniform over the WG)
+  const int nCols = n0 + kEC < p.N ? 2 : 1;
+  if (tid == 0) ptx::bulkWaitRead<0>();
+  ptx::namedBarSync(1 + wg, 128);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float(&acc)[64] = r == 0 ? acc0 : acc1;
+    if (r >= nRows) break;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      if (c >= nCols) break;
+      uint8_t* buf = stg + (2 * r + c) * kStoreBoxBytes;
+      if (!useBeta) {
+        // stmatrix: a lane's pairs of two 8-column groups, both 8-row halves of its warp's 16
+        // rows, in one instruction (see epilogueTma).
+        const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
+#pragma unroll
+        for (int j = 0; j < kEC / 8; j += 2) {
+          const int ib = (c * kEC / 8 + j) * 4;
+          const int chunk = j + (q >> 1);
+          ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
+                          pack2<Tr::kOutType>(alpha * acc[ib + 0], alpha * acc[ib + 1]),
+                          pack2<Tr::kOutType>(alpha * acc[ib + 2], alpha * acc[ib + 3]),
+                          pack2<Tr::kOutType>(alpha * acc[ib + 4], alpha * acc[ib + 5]),
+                          pack2<Tr::kOutType>(alpha * acc[ib + 6], alpha * acc[ib + 7]));
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kEC / 8; ++j) {
+          const int ib = (c * kEC / 8 + j) * 4;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int32_t rr = warp * 16 + (lane >> 2) + 8 * h;
+            const int32_t cc = 8 * j + 2 * (lane & 3);
+            float v0 = alpha * acc[ib + 2 * h], v1 = alpha * acc[ib + 2 * h + 1];
+            const int32_t gm = m0 + 64 * r + rr, gn = n0 + c * kEC + cc;
+            if (gm < p.M) {
+              const int64_t idx = (int64_t)gm * p.ldc + gn;
+              if (gn < p.N) v0 += p.beta * loadOut<Tr::kOutType>(p.C, idx);
+              if (gn + 1 < p.N) v1 += p.beta * loadOut<Tr::kOutType>(p.C, idx + 1);
+            }
+            const uint32_t byte = cc * 2;
+            uint8_t* dst = buf + rr * 128 + ((((byte >> 4) ^ (rr & 7))) << 4) + (byte & 15);
+            *reinterpret_cast<uint32_t*>(dst) = pack2<Tr::kOutType>(v0, v1);
+          }
+        }
+      }
+    }
+  }
+  // generic-proxy writes above, read next by the TMA engine (async proxy)
+  ptx::fenceProxyAsyncShared();
+  ptx::namedBarSync(1 + wg, 128);
+  if (tid == 0) {
+    for (int r = 0; r < nRows; ++r) {
+      for (int c = 0; c < nCols; ++c) {
+        ptx::tmaStore2d(&p.tmD, stg + (2 * r + c) * kStoreBoxBytes, n0 + c * kEC, m0 + 64 * r);
+      }
+    }
+    ptx::bulkCommit();
+  }
+}
+
+// D not describable by a tensor map: bounds-checked scalar stores straight from the fragment
+// (m64n128 fragment: thread's value i is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), column
+// 8 (i >> 2) + 2 (lane & 3) + (i & 1)).
+template <class Tr>
+__device__ __forceinline__ void pingEpilogueDirect(const GemmParams& p, float (&acc0)[64],
+                                                   float (&acc1)[64], int32_t m0, int32_t n0) {
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float(&acc)[64] = r == 0 ? acc0 : acc1;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int32_t gm = m0 + 64 * r + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+      const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+      if (gm < p.M && gn < p.N) {
+        float v = p.alpha * acc[i];
+        if (p.beta != 0.0f) v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
+        storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, v);
+      }
+    }
+  }
+}
+
+// Consumer WG `wg` (0 or 1). Turn-taking: before each unit but WG0's first, the WG waits on
+// its order barrier (bar.sync, 256 threads: its own 128 plus the other WG's 128 arrivals);
+// after its main loop it arrives on the other WG's barrier, then runs its epilogue while the
+// other WG computes. Every bar.sync is matched by exactly one bar.arrive:
+//  - WG0 arrives on WG1's barrier after every unit it ran, and WG1 runs exactly those units
+//    (both walk the same tile list and stop after the same tile: the abort verdict is the
+//    producer's per-tile one, written into every stage of both units), so WG1 syncs once per
+//    WG0 arrive.
+//  - WG1 arrives on WG0's barrier after a unit only when WG0 will run another one (a next
+//    tile exists and this one was not aborted); WG0 syncs before each unit but its first.
+// So no WG waits on a barrier the other will never arrive on, whatever the tile count (1 tile
+// per CTA, an odd count, budget 1), and no arrive is left pending at exit. The mbarrier waits
+// are plain try_wait loops like the other pipelines' (the producer completes every stage, with
+// or without data; its only external wait, rowReady, is the engine's bounded rt::waitFlag).
+template <class Tr>
+__device__ __forceinline__ void pingConsumer(const GemmParams& p, const PingSmem& sm, int32_t cta,
+                                             int32_t nCtas, int32_t wg) {
+  const int32_t numTiles = p.tilesM * p.tilesN;
+  const int32_t tid = threadIdx.x & 127, lane = tid & 31;
+  const int32_t kTiles = p.kTiles;
+  float acc0[64], acc1[64];
+  // Ring position of this WG's first unit: WG1's units follow WG0's of the same tile.
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  auto advance = [&](int32_t steps) {
+    // steps < 2^31 ring positions; a stage wraps every kStages, flipping the phase.
+    const int32_t s = stage + steps % PingPipe::kStages;
+    const int32_t laps = steps / PingPipe::kStages + (s >= PingPipe::kStages ? 1 : 0);
+    stage = s >= PingPipe::kStages ? s - PingPipe::kStages : s;
+    phase ^= (uint32_t)(laps & 1);
+  };
+  if (wg == 1) advance(kTiles);
+  bool first = true;
+  for (int32_t t = cta; t < numTiles; t += nCtas) {
+    int32_t m0, n0;
+    pingTileAt(p, t, &m0, &n0);
+    n0 += wg * kUnitCols;
+    if (wg == 1 || !first) ptx::namedBarSync(kBarOrder + wg, 256);
+    first = false;
+    int32_t prev = 0;
+    bool aborted = false;
+    for (int32_t k = 0; k < kTiles; ++k) {
+      ptx::mbarWait(&sm.full[stage], phase);
+      if (k == 0) {
+        // Read by lane 0, whose arrive hands the stage back, and broadcast (see gemmConsumer).
+        const uint32_t v = lane == 0 ? sm.abortWord[stage] : 0u;
+        aborted = __shfl_sync(0xffffffffu, v, 0) != 0;
+      }
+      const uint32_t a = ptx::smemAddr(sm.a(stage));
+      const uint32_t b = ptx::smemAddr(sm.b(stage));
+      ptx::fenceRegs(acc0);
+      ptx::fenceRegs(acc1);
+      ptx::wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+        const int scale = (k > 0 || kk > 0) ? 1 : 0;
+        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(acc0, descKMajor(a + kk * 32), db, scale);
+        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(acc1, descKMajor(a + 64 * 128 + kk * 32), db,
+                                                   scale);
+      }
+      ptx::wgmmaCommit();
+      ptx::fenceRegs(acc0);
+      ptx::fenceRegs(acc1);
+      ptx::wgmmaWait<1>();
+      ptx::fenceRegs(acc0);
+      ptx::fenceRegs(acc1);
+      if (k > 0 && lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+      prev = stage;
+      if (++stage == PingPipe::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    const bool more = !aborted && t + nCtas < numTiles;
+    // The turn goes to the other WG once this WG's last batch is issued: its wgmmas queue
+    // behind these on the tensor cores while this WG waits for them and runs its epilogue.
+    if (wg == 0 || more) ptx::namedBarArrive(kBarOrder + (1 - wg), 256);
+    ptx::wgmmaWait<0>();
+    ptx::fenceRegs(acc0);
+    ptx::fenceRegs(acc1);
+    if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+    if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
+    if (p.useTmaStore) {
+      pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0);
+    } else {
+      pingEpilogueDirect<Tr>(p, acc0, acc1, m0, n0);
+    }
+    advance(kTiles);  // skip the other WG's unit of the ring
+  }
+  // Shared memory must outlive the last bulk stores reading it.
+  if (tid == 0) ptx::bulkWait<0>();
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemmPingKernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ uint8_t smemRaw[];
+  PingSmem sm(smemRaw);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < PingPipe::kStages; ++s) {
+      ptx::mbarInit(&sm.full[s], 1);
+      ptx::mbarInit(&sm.empty[s], 4);  // one arrive per warp of the one WG that reads the stage
+      sm.abortWord[s] = 0;
+    }
+    ptx::fenceMbarInit();
+    ptx::prefetchTensorMap(&p.tmA);
+    ptx::prefetchTensorMap(&p.tmB);
+    if (p.useTmaStore) ptx::prefetchTensorMap(&p.tmD);
+  }
+  __syncthreads();
+  const int32_t wg = threadIdx.x / 128;
+  if (wg == 0) {
+    ptx::setmaxnregDec<kProducerRegs>();
+    if (threadIdx.x == 0) pingProducer<Tr>(p, sm, blockIdx.x, gridDim.x);
+  } else {
+    ptx::setmaxnregInc<kConsumerRegs>();
+    pingConsumer<Tr>(p, sm, blockIdx.x, gridDim.x, wg - 1);
+  }
+}
+
+template <class Tr>
+ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  auto kernel = gemmPingKernel<Tr>;
+  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 PingPipe::kSmemBytes));
+  if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
+  kernel<<<grid, kThreads, PingPipe::kSmemBytes, stream>>>(p);
+  CUDACHECK(cudaGetLastError());
+  return ncclSuccess;
+}
+
+}  // namespace gemm
+}  // namespace mk
