@@ -73,7 +73,8 @@ struct PingSmem {
   __device__ uint8_t* b(int32_t s) const { return a(s) + PingPipe::kStageBytesA; }
 };
 
-// The tile list both roles walk: tiles cta, cta + nCtas, ... of the (ungrouped) schedule.
+// The tile list both roles walk: tiles cta, cta + nCtas, ... of the plain GEMM's schedule
+// (raster grouped by groupM as for the other pipelines; not the grouped-GEMM raster).
 __device__ __forceinline__ void pingTileAt(const GemmParams& p, int32_t t, int32_t* m0,
                                            int32_t* n0) {
   int32_t mBlk, nBlk;

@@ -1,5 +1,7 @@
 #include "api/init.h"
 
+#include "api/agreed.h"
+
 #include <cstdint>
 #include <vector>
 #include <algorithm>
@@ -11,7 +13,6 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/unique_id.h"
-#include "comm/agreed.h"
 #include "coll/coll.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/proc_windows.h"
@@ -77,7 +78,7 @@ ncclResult_t commSetup(ncclComm* comm) {
   CUDACHECK(cudaSetDevice(comm->cudaDev));
   comm->peerInfo.assign(comm->nRanks, RankInfo{});
   NCCLCHECK(topoLocalInfo(comm, &comm->peerInfo[comm->rank]));
-  agreedParamsFill(comm->peerInfo[comm->rank].agreed);
+  agreedParamsFill(comm->nRanks, comm->peerInfo[comm->rank].agreed);
   NCCLCHECK(bootstrapAllGather(comm->bootstrap, comm->peerInfo.data(), sizeof(RankInfo)));
   {
     std::string why;

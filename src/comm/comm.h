@@ -21,7 +21,7 @@ struct NetState;   // transport/net_state_impl.h (inter-node)
 constexpr uint64_t kCommMagic = 0x6d6b65726e656c31ull;  // "mkernel1"
 constexpr uint64_t kCommDead = 0xdeadc0de0badc0deull;
 
-constexpr int kAgreedParams = 5;  // comm/agreed.cc lists them
+constexpr int kAgreedParams = 5;  // api/agreed.cc lists them
 
 // Where every rank lives; filled by topo/topo.cc from the bootstrap allgather.
 struct RankInfo {
@@ -31,7 +31,7 @@ struct RankInfo {
   int cudaDev;
   int64_t busId;
   int smCount;
-  // The parameters every rank of a comm must share (comm/agreed.h), as this rank read them:
+  // The parameters every rank of a comm must share (api/agreed.h), as this rank read them:
   // compared at init, so that a mismatch fails there with a message instead of as a hang or
   // a timeout in the first call that depends on it.
   int64_t agreed[kAgreedParams];

@@ -16,6 +16,10 @@
 //     buffers (multi-receive, n <= maxRecvs) takes the next n messages and places each in
 //     the buffer whose tag equals the message's tag. A message larger than its buffer is
 //     an error; a smaller one is fine and test() reports its size.
+//   - a send may make no progress until the caller's next test() on that comm (the socket
+//     backend's inline connection queues isend frames and writes them, gathered, in test():
+//     MKERNEL_SOCKET_TX_COALESCE), so a caller tests its requests soon after posting; close
+//     drops frames still queued (as NCCL's socket plugin does).
 //   - test() frees a request when it reports done, or fails; a failure returns
 //     ncclRemoteError (peer gone, link down) or ncclSystemError with MK_WARN naming the peer.
 //   - close*() never block longer than a few hundred ms and release every thread and fd.

@@ -74,13 +74,14 @@ void proxyReportTimes(int rank, const ProxyTimes& t, uint64_t cmds, uint64_t bat
              (unsigned long long)rc.calls, (unsigned long long)rc.msgs,
              (double)(rc.calls - rc.empty) / msgs, (unsigned long long)rc.empty);
   }
-  const std::string lines[7] = {t.cmdToPost.str("command -> header posted"),
-                                t.cmdToBatch.str("  command -> batch formed"),
-                                t.batchToPost.str("  batch formed -> header posted"),
-                                t.isendHdr.str("isend(header) call"),
-                                t.postToSent.str("header posted -> batch sent"),
-                                t.hdrToApplied.str("header received -> applied"),
-                                calls};
+  const std::string lines[7] = {
+      t.cmdToPost.str("command -> header posted"),
+      t.cmdToBatch.str("  command -> batch formed"),
+      t.batchToPost.str("  batch formed -> header posted"),
+      t.isendHdr.str("isend(header) call (queueing only with TX coalescing)"),
+      t.postToSent.str("header posted -> batch sent"),
+      t.hdrToApplied.str("header received -> applied"),
+      calls};
   if (MK_PARAM_INT(ProxyStats) != 0) {
     fprintf(stderr, "[mkernel] %s\n", head);
     for (const std::string& l : lines)

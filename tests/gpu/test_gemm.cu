@@ -331,9 +331,13 @@ TEST(GemmCorrectness, PingPong) {
   mk::gemm::GemmParams gp;
   int32_t grid = 0;
   g.pipeline = 3;
-  ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
-  EXPECT_EQ(gp.pingpong, 1);
-  EXPECT_EQ(gp.cluster, 1);
+  {
+    // Pairs asked for by the environment: pipeline 3 still runs unpaired.
+    mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+    ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+    EXPECT_EQ(gp.pingpong, 1);
+    EXPECT_EQ(gp.cluster, 1);
+  }
   g.pipeline = 0;
   ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
   EXPECT_EQ(gp.pingpong, 0);

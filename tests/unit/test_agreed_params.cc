@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/param.h"
-#include "comm/agreed.h"
+#include "api/agreed.h"
 #include "common/test_util.h"
 
 using mktest::ScopedEnv;
@@ -14,11 +14,20 @@ using mktest::ScopedEnv;
 namespace {
 
 // The RankInfo a rank with `var`=`value` (unset when null) would send.
+constexpr int kRanks = 4;  // the comm size the values are read for
+
 mk::RankInfo rankWith(const char* var, const char* value) {
   mk::RankInfo r{};
   ScopedEnv e(var, value);  // resets the cached parameters both ways
-  mk::agreedParamsFill(r.agreed);
+  mk::agreedParamsFill(kRanks, r.agreed);
   return r;
+}
+
+// Whether two ranks with these settings of `var` pass the check.
+bool agree(const char* var, const char* a, const char* b) {
+  std::vector<mk::RankInfo> v = {rankWith(var, a), rankWith(var, b)};
+  std::string why;
+  return mk::agreedParamsCheck(v, 0, &why) == ncclSuccess;
 }
 
 }  // namespace
@@ -37,8 +46,12 @@ TEST(AgreedParams, EqualSettingsPass) {
 TEST(AgreedParams, EveryRankRefusesAMismatchAndNamesIt) {
   for (const char* var : {"MKERNEL_EMULATE_NODES", "MKERNEL_REG_ZERO_COPY", "MKERNEL_FUSED_AUTO",
                           "MKERNEL_MOE_NODE_DEDUP"}) {
-    std::vector<mk::RankInfo> v = {rankWith(var, "0"), rankWith(var, "0"), rankWith(var, "1"),
-                                   rankWith(var, "0")};
+    // 0 and 1 virtual nodes are the same map (none): 2 against 3 differ.
+    const bool nodes = std::string(var) == "MKERNEL_EMULATE_NODES";
+    const char* a = nodes ? "2" : "0";
+    const char* b = nodes ? "3" : "1";
+    std::vector<mk::RankInfo> v = {rankWith(var, a), rankWith(var, a), rankWith(var, b),
+                                   rankWith(var, a)};
     for (int r = 0; r < 4; ++r) {
       std::string why;
       EXPECT_EQ(mk::agreedParamsCheck(v, r, &why), ncclInvalidUsage) << var << " rank " << r;
@@ -70,4 +83,17 @@ TEST(AgreedParams, OtherParametersMayDiffer) {
                                  rankWith("MKERNEL_TIMEOUT_MS", "5000")};
   std::string why;
   EXPECT_EQ(mk::agreedParamsCheck(v, 0, &why), ncclSuccess) << why;
+}
+
+// What the library does alike is never refused: the values compared are the effective ones.
+TEST(AgreedParams, EqualBehaviourAgreesWhateverTheSpelling) {
+  EXPECT_TRUE(agree("MKERNEL_ALGO", "one-shot", "oneshot"));
+  EXPECT_TRUE(agree("MKERNEL_ALGO", "Zero_Copy", "zerocopy"));
+  EXPECT_TRUE(agree("MKERNEL_ALGO", "auto", nullptr));
+  EXPECT_TRUE(agree("MKERNEL_ALGO", "nonsense", ""));  // unknown: automatic, with a warning
+  EXPECT_FALSE(agree("MKERNEL_ALGO", "twoshot", "ring"));
+  EXPECT_TRUE(agree("MKERNEL_EMULATE_NODES", "0", "1"));  // both: no virtual nodes
+  EXPECT_TRUE(agree("MKERNEL_EMULATE_NODES", "4", "9"));  // both capped at the 4 ranks
+  EXPECT_FALSE(agree("MKERNEL_EMULATE_NODES", "2", "4"));
+  EXPECT_FALSE(agree("MKERNEL_EMULATE_NODES", "1", "2"));
 }

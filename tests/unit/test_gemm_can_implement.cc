@@ -220,7 +220,8 @@ TEST(GemmCanImplement, PingPongRules) {
   a.pipeline = 3;
   a.cluster = 2;
   expectReject(a, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
-  // cluster 0 with MKERNEL_GEMM_CLUSTER=2 stays unpaired (pairsAllowed excludes pipeline 3).
+  // cluster 0 is accepted; that MKERNEL_GEMM_CLUSTER=2 leaves it unpaired is checked on the
+  // resolved parameters (GemmCorrectness.PingPong: buildParams).
   a.cluster = 0;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }

@@ -1,9 +1,9 @@
-#include "comm/agreed.h"
+#include "api/agreed.h"
 
-#include <cctype>
 #include <cstdio>
 
 #include "base/param.h"
+#include "coll/algo.h"
 
 namespace mk {
 namespace {
@@ -19,25 +19,21 @@ constexpr ParamId kAgreed[kAgreedParams] = {
     ParamId::MoeNodeDedup,  // the MoE AllToAll path's routes and message layout
 };
 
-int64_t strValue(const char* s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (; *s; ++s) {
-    h ^= (unsigned char)std::tolower((unsigned char)*s);
-    h *= 1099511628211ull;
+// The value the library acts on (see agreedParamsFill).
+int64_t effective(ParamId id, int nRanks) {
+  if (id == ParamId::Algo) {
+    bool ok = false;
+    return (int64_t)parseAlgo(paramStr(id), &ok);  // unknown: automatic, as collForcedAlgo
   }
-  return (int64_t)h;
-}
-
-bool isStr(ParamId id) {
-  const char* t = paramInfo(id).type;
-  return t[0] == 'S';
+  const int64_t v = paramInt(id);
+  if (id == ParamId::EmulateNodes) return v <= 1 ? 0 : (v > nRanks ? nRanks : v);
+  return v;
 }
 
 }  // namespace
 
-void agreedParamsFill(int64_t out[kAgreedParams]) {
-  for (int i = 0; i < kAgreedParams; ++i)
-    out[i] = isStr(kAgreed[i]) ? strValue(paramStr(kAgreed[i])) : paramInt(kAgreed[i]);
+void agreedParamsFill(int nRanks, int64_t out[kAgreedParams]) {
+  for (int i = 0; i < kAgreedParams; ++i) out[i] = effective(kAgreed[i], nRanks);
 }
 
 ncclResult_t agreedParamsCheck(const std::vector<RankInfo>& info, int rank, std::string* why) {
@@ -48,11 +44,12 @@ ncclResult_t agreedParamsCheck(const std::vector<RankInfo>& info, int rank, std:
       if (info[r].agreed[i] == me.agreed[i]) continue;
       const ParamInfo& p = paramInfo(kAgreed[i]);
       char msg[512];
-      if (isStr(kAgreed[i]))
+      if (kAgreed[i] == ParamId::Algo)
         snprintf(msg, sizeof(msg),
-                 "%s must be the same on every rank of a communicator: rank %d has \"%s\", rank "
-                 "%d another value",
-                 p.env, rank, paramStr(kAgreed[i]), r);
+                 "%s must be the same on every rank of a communicator: rank %d has \"%s\" "
+                 "(%s), rank %d %s",
+                 p.env, rank, paramStr(kAgreed[i]), algoName((Algo)me.agreed[i]), r,
+                 algoName((Algo)info[r].agreed[i]));
       else
         snprintf(msg, sizeof(msg),
                  "%s must be the same on every rank of a communicator: rank %d has %lld, rank %d "

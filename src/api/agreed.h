@@ -8,13 +8,17 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm.h"
+#include "comm/comm.h"  // RankInfo, kAgreedParams
 
 namespace mk {
 
-// This process's values, in RankInfo::agreed order (strings as a hash of their lower-case
-// text, so "Ring" and "ring" agree).
-void agreedParamsFill(int64_t out[kAgreedParams]);
+// This process's values, in RankInfo::agreed order, as the library will use them for a comm of
+// nRanks ranks (so that equal behaviour is never refused): MKERNEL_ALGO as the algorithm it
+// parses to ("one-shot" = "oneshot", "auto" = unset, an unknown word = automatic, as at call
+// time), MKERNEL_EMULATE_NODES as the node count topoCompute builds (0 = 1 = none, capped at
+// nRanks). The values compared are those read at init: the parameters read at call time
+// (MKERNEL_ALGO, MKERNEL_FUSED_AUTO, MKERNEL_MOE_NODE_DEDUP) escape the check when changed later.
+void agreedParamsFill(int nRanks, int64_t out[kAgreedParams]);
 
 // ncclSuccess when every rank's values equal this rank's; otherwise ncclInvalidUsage with
 // *why naming the first differing parameter, this rank's setting and a rank that differs.
