@@ -14,7 +14,9 @@
 # `mpirun --bind-to core` does with two ranks), for both libraries, and once more for
 # mkernel with the socket backend's helper-thread path (MKERNEL_SOCKET_INLINE=0), with
 # every ack sent at once (MKERNEL_PROXY_ACK_HOLD_US=0) and with one sendmsg per socket
-# message (MKERNEL_SOCKET_TX_COALESCE=0: a put above 4 KiB is two system calls again).
+# message (MKERNEL_SOCKET_TX_COALESCE=0: a put above 4 KiB is two system calls again), and
+# 2 x 1 and 2 x 2 with puts of 9..64 bytes in the proxy command (MKERNEL_PROXY_INLINE_CMD=2,
+# opt-in: the command plus a continuation slot instead of a staging slot), latency sizes only.
 # Targets: latency <= 1.0x NCCL's up to 64 KiB, bus bandwidth >= 1.0x from 8 MiB.
 #
 # usage: bench/net_vs_nccl.sh <build-dir> <out-dir> [--dry-run] [--quick] [--no-bound] [--rounds N]
@@ -84,7 +86,8 @@ MK_ENV=(MKERNEL_EMULATE_NODES=2 MKERNEL_TIMEOUT_MS=60000 MKERNEL_PROXY_STATS=1)
 NC_ENV=(NCCL_NET=Socket NCCL_IB_DISABLE=1)
 # Variables that would change what is measured; unset for every run.
 CLEAN=(-u LD_PRELOAD -u NCCL_HOSTID -u NCCL_NET -u MKERNEL_NET -u NCCL_NET_PLUGIN -u MKERNEL_SOCKET_NCONNS
-  -u MKERNEL_SOCKET_INLINE -u MKERNEL_PROXY_ACK_HOLD_US -u MKERNEL_SOCKET_TX_COALESCE)
+  -u MKERNEL_SOCKET_INLINE -u MKERNEL_PROXY_ACK_HOLD_US -u MKERNEL_SOCKET_TX_COALESCE
+  -u MKERNEL_PROXY_INLINE_CMD)
 
 # Two CPUs this process may use, for the bound diagnostic.
 CPUS=$(python3 -c "import os; c=sorted(os.sched_getaffinity(0)); print(','.join(map(str, c[:2])) if len(c) >= 2 else '')")
@@ -201,6 +204,10 @@ run mk_2x1_nohold "mkernel 2 nodes x 1, MKERNEL_PROXY_ACK_HOLD_US=0 (acks not he
 # Header and data of a put in two sendmsg calls (the former path), for comparison.
 EXTRA_ENV=(MKERNEL_SOCKET_TX_COALESCE=0)
 run mk_2x1_nocoalesce "mkernel 2 nodes x 1, MKERNEL_SOCKET_TX_COALESCE=0 (one sendmsg per message)" 2 1 "$LIB" mk
+# Puts of 9..64 bytes in the ring command (opt-in), for the A/B that may flip the default.
+EXTRA_ENV=(MKERNEL_PROXY_INLINE_CMD=2)
+run mk_2x1_inline64 "mkernel 2 nodes x 1, MKERNEL_PROXY_INLINE_CMD=2 (puts <= 64 B in the command)" 2 1 "$LIB" mk
+run mk_2x2_inline64 "mkernel 2 nodes x 2, MKERNEL_PROXY_INLINE_CMD=2 (puts <= 64 B in the command)" 4 2 "$LIB" mk
 EXTRA_ENV=()
 BW=$BW_SAVE
 [[ $DRY == 1 ]] && exit 0
@@ -262,7 +269,11 @@ pairs = [("2 nodes x 1", "mk_2x1", "nccl_2x1"), ("2 nodes x 2", "mk_2x2", "nccl_
          ("2 x 1, mkernel with MKERNEL_PROXY_ACK_HOLD_US=0 (diagnostic, no target)", "mk_2x1_nohold",
           "nccl_2x1"),
          ("2 x 1, mkernel with MKERNEL_SOCKET_TX_COALESCE=0 (diagnostic, no target)",
-          "mk_2x1_nocoalesce", "nccl_2x1")]
+          "mk_2x1_nocoalesce", "nccl_2x1"),
+         ("2 x 1, mkernel with MKERNEL_PROXY_INLINE_CMD=2 (diagnostic, no target)",
+          "mk_2x1_inline64", "nccl_2x1"),
+         ("2 x 2, mkernel with MKERNEL_PROXY_INLINE_CMD=2 (diagnostic, no target)",
+          "mk_2x2_inline64", "nccl_4x1")]
 md = ["# mkernel vs NCCL, one process per rank on one GPU (MPS)", "",
       "- command: `%s`" % cmdline, "- commit: %s" % commit, "- device: %s" % device,
       "- date: %s" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
 // hierBack for chunk 0 (the same sequence word, banks, signals and acks, so calls of either
 // kernel follow each other freely), in a 128-thread kernel whose rail put carries data of at
 // most kProxyInlineMax bytes in the proxy command (no staging slot, no system fence; larger
-// ones are staged). The general kernel, at its register limit, spills with that path. With
+// ones are staged; MKERNEL_PROXY_INLINE_CMD=2: up to kProxyInlineExtMax bytes, the command
+// plus a continuation slot). The general kernel, at its register limit, spills with that path. With
 // several ranks per node every rank takes every local input whole (area RS) and reduces them
 // in local order, so each rank has the node partial itself: one rail trip, no all-gather
 // behind it, and per element the general kernel's arithmetic (its owner's reduce in local

@@ -150,8 +150,10 @@ void buildView(ncclComm* comm, NetState* ns) {
   d.stageNext = reinterpret_cast<uint64_t*>(ctl + cl.stageNextOff);
   d.stagePub = reinterpret_cast<uint64_t*>(ctl + cl.stagePubOff);
   d.stageTicket = reinterpret_cast<uint64_t*>(ctl + cl.stageTicketOff);
-  d.inlineCmd =
-      ns->proxy != nullptr && proxyAllInline(ns->proxy) && MK_PARAM_INT(ProxyInlineCmd) != 0;
+  const int64_t inl = MK_PARAM_INT(ProxyInlineCmd);
+  d.inlineCmd = 0;
+  if (ns->proxy != nullptr && proxyAllInline(ns->proxy) && inl > 0)
+    d.inlineCmd = inl >= 2 && ns->ring->nslots() >= kProxyGroupMaxSlots ? 2 : 1;
 }
 
 ncclResult_t startProxy(ncclComm* comm, NetState* ns) {

@@ -59,7 +59,9 @@ struct NetDev {
   uint64_t* stagePub;     // [stageSlots] laps published per slot
   uint64_t* stageTicket;  // [stageSlots] ring tail after the slot's command was pushed
   // Puts of at most kProxyInlineMax bytes may carry their data in the command (kProxyInline):
-  // every remote peer takes small puts inside the batch header (proxyAllInline).
+  // every remote peer takes small puts inside the batch header (proxyAllInline). 0: off;
+  // 1: <= kProxyInlineMax bytes; 2: <= kProxyInlineExtMax bytes (header + continuation slots,
+  // MKERNEL_PROXY_INLINE_CMD=2, only on a ring of at least kProxyGroupMaxSlots slots).
   int inlineCmd;
 };
 

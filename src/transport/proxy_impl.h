@@ -70,6 +70,9 @@ constexpr size_t kOobBlock = kNetHandleSize + sizeof(PeerInfo);
 
 struct Pending {
   ProxyCmd cmd;
+  // An inline put of more than kProxyInlineMax bytes: its bytes after the first 8 (those
+  // are in cmd.srcOff), gathered from the group's continuation slots.
+  char ext[kProxyInlineExtMax - kProxyInlineMax];
   int ring;
   uint64_t ticket;
   uint64_t seenNs;  // when the proxy took it from its ring

@@ -37,6 +37,13 @@ bool Proxy::drainRings() {
       const ProxyCmd& c = buf[k];
       rings[i].flags.push_back(0);
       uint64_t ticket = first + k;
+      // A group (an inline put of 9..64 bytes): poll hands it out whole; a header without
+      // its continuation slots is a broken producer.
+      const uint64_t g = proxyGroupSlots(c.op, c.bytes);
+      if (g > 1 && (uint64_t)(n - k) < g) {
+        setError(ncclInvalidUsage, -1, "invalid ring command (inline group cut short)");
+        return true;
+      }
       if (c.op == kProxyNop) {
         retire((int)i, ticket);
         continue;
@@ -46,7 +53,7 @@ bool Proxy::drainRings() {
       bool bad = op > kProxySignal || (c.sigOp & ~kSignalLazy) > kSignalAdd ||
                  c.peer >= rankToPeer.size() || rankToPeer[c.peer] < 0;
       if (!bad && inl)  // data in the command: a small put to a peer that takes it inline
-        bad = (op != kProxyPut && op != kProxyPutSignal) || c.bytes > kProxyInlineMax ||
+        bad = (op != kProxyPut && op != kProxyPutSignal) || c.bytes > kProxyInlineExtMax ||
               !peers[rankToPeer[c.peer]].inlineOk;
       else if (!bad && op != kProxySignal)
         bad = c.bytes > cfg.sendBytes || c.srcOff > cfg.sendBytes - c.bytes;
@@ -63,7 +70,21 @@ bool Proxy::drainRings() {
       const bool lazy = c.op == kProxySignal && c.sigOp == (kSignalSet | kSignalLazy);
       const bool held = holdNs > 0 && lazy && ps.recvSmall && ps.lastUrgentNs != 0 &&
                         seenNs - ps.lastUrgentNs < 4 * holdNs;
-      ps.queued.push_back(Pending{c, (int)i, ticket, seenNs, held});
+      Pending pd{c, {}, (int)i, ticket, seenNs, held};
+      if (g > 1) {
+        // Continuation slots: their data joins the command; as tickets they are complete at
+        // once (nothing of theirs is left to send), done still waits for the header's.
+        for (uint64_t j = 1; j < g; j++) {
+          const uint64_t off = (j - 1) * kProxyContBytes;
+          const uint64_t left = c.bytes - kProxyInlineMax - off;
+          memcpy(pd.ext + off, reinterpret_cast<const char*>(&buf[k + j]) + sizeof(uint64_t),
+                 left < kProxyContBytes ? left : kProxyContBytes);
+          rings[i].flags.push_back(0);
+          retire((int)i, ticket + j);
+        }
+        k += (int)(g - 1);
+      }
+      ps.queued.push_back(pd);
       if (!held) ps.urgent++;
       // Only real traffic (data, eager signals) is something later acks may ride with: an ack
       // sent at once because nothing was going to the peer does not make the next one wait.
@@ -110,9 +131,13 @@ bool Proxy::progressSend(PeerState& ps) {
       // window's source visible before it published the command (fence, then the release of
       // its valid word, which drainRings acquired).
       if (inCmd || (ps.inlineOk && w.bytes > 0 && inl + inlineSpan(w.bytes) <= kInlineCap)) {
-        const char* from = inCmd ? reinterpret_cast<const char*>(&c.srcOff)
-                                 : static_cast<const char*>(cfg.sendBuf) + c.srcOff;
-        memcpy(b->hdr->inl + inl, from, w.bytes);
+        if (inCmd) {  // the first 8 bytes in srcOff, the rest (9..64-byte puts) in ext
+          const uint64_t head = std::min<uint64_t>(w.bytes, kProxyInlineMax);
+          memcpy(b->hdr->inl + inl, &c.srcOff, head);
+          if (w.bytes > head) memcpy(b->hdr->inl + inl + head, pd.ext, w.bytes - head);
+        } else {
+          memcpy(b->hdr->inl + inl, static_cast<const char*>(cfg.sendBuf) + c.srcOff, w.bytes);
+        }
         inl += inlineSpan(w.bytes);
         if (w.bytes > 0) w.op |= kWireInline;
         bytesSent.fetch_add(w.bytes, std::memory_order_relaxed);

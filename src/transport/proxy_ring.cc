@@ -94,12 +94,15 @@ ProxyRing::~ProxyRing() {
   }
 }
 
-ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
-  MK_ARGCHECK(host_.tail != nullptr, "proxy ring: host push on a GPU ring");
-  const ProxyRingView& r = host_;
-  uint64_t t = __atomic_fetch_add(r.tail, 1, __ATOMIC_RELAXED);
+// Takes n consecutive tickets (one fetch_add) and waits, bounded and abortable, until the
+// last of them has a free slot (then all have: slots free in ticket order). *t: the first.
+static ncclResult_t reserveSlots(const ProxyRingView& r, uint64_t n, int64_t timeoutMs,
+                                 uint64_t* tOut) {
+  uint64_t t = __atomic_fetch_add(r.tail, n, __ATOMIC_RELAXED);
+  *tOut = t;
+  const uint64_t last = t + n - 1;
   int64_t deadline = 0;
-  for (uint64_t spin = 0; t >= __atomic_load_n(r.head, __ATOMIC_ACQUIRE) + r.nslots; spin++) {
+  for (uint64_t spin = 0; last >= __atomic_load_n(r.head, __ATOMIC_ACQUIRE) + r.nslots; spin++) {
     if (__atomic_load_n(r.abort, __ATOMIC_RELAXED)) {
       MK_WARN("proxy ring: push aborted (ticket %llu)", (unsigned long long)t);
       return ncclRemoteError;
@@ -114,6 +117,14 @@ ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
       sched_yield();
     }
   }
+  return ncclSuccess;
+}
+
+ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
+  MK_ARGCHECK(host_.tail != nullptr, "proxy ring: host push on a GPU ring");
+  const ProxyRingView& r = host_;
+  uint64_t t = 0;
+  NCCLCHECK(reserveSlots(r, 1, timeoutMs, &t));
   ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
   s->op = cmd.op;
   s->sigOp = cmd.sigOp;
@@ -123,6 +134,50 @@ ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
   s->bytes = cmd.bytes;
   s->slot = cmd.slot;
   s->value = cmd.value;
+  __atomic_store_n(&s->valid, t + 1, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
+
+ncclResult_t ProxyRing::pushInline(const ProxyCmd& cmd, const void* data, uint64_t bytes,
+                                   int64_t timeoutMs) {
+  MK_ARGCHECK(host_.tail != nullptr, "proxy ring: host push on a GPU ring");
+  MK_ARGCHECK(bytes >= 1 && bytes <= kProxyInlineExtMax && data != nullptr,
+              "proxy ring: inline put of %llu bytes (1..%llu)", (unsigned long long)bytes,
+              (unsigned long long)kProxyInlineExtMax);
+  ProxyCmd h = cmd;
+  h.op |= kProxyInline;
+  h.bytes = bytes;
+  h.srcOff = 0;
+  const char* src = static_cast<const char*>(data);
+  memcpy(&h.srcOff, src, bytes < kProxyInlineMax ? bytes : kProxyInlineMax);
+  const uint64_t n = proxyGroupSlots(h.op, bytes);
+  if (n == 1) return push(h, timeoutMs);
+  const ProxyRingView& r = host_;
+  MK_ARGCHECK(n <= r.nslots, "proxy ring: a group of %llu slots in a ring of %llu",
+              (unsigned long long)n, (unsigned long long)r.nslots);
+  uint64_t t = 0;
+  NCCLCHECK(reserveSlots(r, n, timeoutMs, &t));
+  // Continuation slots first, the header last: the consumer needs all of them anyway (it
+  // checks every valid word), this order only makes a waiting consumer's first look likelier
+  // to find the group complete.
+  for (uint64_t k = 1; k < n; k++) {
+    ProxyCmd* s = &r.slots[(t + k) & (r.nslots - 1)];
+    const uint64_t off = kProxyInlineMax + (k - 1) * kProxyContBytes;
+    const uint64_t len = bytes - off < kProxyContBytes ? bytes - off : kProxyContBytes;
+    char* body = reinterpret_cast<char*>(s) + sizeof(uint64_t);
+    memset(body, 0, kProxyContBytes);
+    memcpy(body, src + off, len);
+    __atomic_store_n(&s->valid, t + k + 1, __ATOMIC_RELEASE);
+  }
+  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
+  s->op = h.op;
+  s->sigOp = h.sigOp;
+  s->peer = h.peer;
+  s->srcOff = h.srcOff;
+  s->dstOff = h.dstOff;
+  s->bytes = h.bytes;
+  s->slot = h.slot;
+  s->value = h.value;
   __atomic_store_n(&s->valid, t + 1, __ATOMIC_RELEASE);
   return ncclSuccess;
 }
@@ -162,6 +217,24 @@ int ProxyRing::poll(ProxyCmd* out, int max, uint64_t* firstTicket) {
   while (n < max) {
     ProxyCmd* s = &r.slots[consumed_ & (r.nslots - 1)];
     if (__atomic_load_n(&s->valid, __ATOMIC_ACQUIRE) != consumed_ + 1) break;
+    // The header is valid, so its op and bytes are its producer's (acquire above).
+    // A group larger than the ring can never be complete (no producer makes one): the header
+    // then comes out alone and the proxy rejects it as an incomplete group.
+    const uint64_t g = proxyGroupSlots(s->op, s->bytes);
+    if (g > 1 && g <= r.nslots) {
+      // The whole group or nothing: a partial one stays for the next call (its producer is
+      // writing the rest; one that gave up left the ring dead, as a hole does).
+      if (g > (uint64_t)(max - n)) break;
+      bool ready = true;
+      for (uint64_t k = 1; k < g && ready; k++)
+        ready = __atomic_load_n(&r.slots[(consumed_ + k) & (r.nslots - 1)].valid,
+                                __ATOMIC_ACQUIRE) == consumed_ + k + 1;
+      if (!ready) break;
+      for (uint64_t k = 0; k < g; k++) out[n + k] = r.slots[(consumed_ + k) & (r.nslots - 1)];
+      n += (int)g;
+      consumed_ += g;
+      continue;
+    }
     out[n] = *s;
     n++;
     consumed_++;

@@ -41,14 +41,20 @@ __device__ __forceinline__ void proxyRingRaiseSeen(uint64_t* seen, uint64_t v) {
 // down the very consumer they wait for.
 // Returns rt::kErrNone once pushed, else the ErrKind (kErrProxy: the ring was aborted) with
 // the time waited in *waitedNs.
-__device__ __forceinline__ uint32_t proxyRingPush(const ProxyRingView& r, const ProxyCmd& cmd,
-                                                  const rt::WaitCtx& w, uint64_t* waitedNs) {
-  unsigned long long t = atomicAdd(reinterpret_cast<unsigned long long*>(r.tail), 1ull);
+// Takes n consecutive tickets with one atomic and waits (as above) until the LAST of them has
+// a free slot; slots free in ticket order, so then every one of them is free.
+__device__ __forceinline__ uint32_t proxyRingReserve(const ProxyRingView& r, uint64_t n,
+                                                     const rt::WaitCtx& w, uint64_t* waitedNs,
+                                                     uint64_t* tOut) {
+  unsigned long long t =
+      atomicAdd(reinterpret_cast<unsigned long long*>(r.tail), (unsigned long long)n);
+  *tOut = t;
+  const uint64_t last = (uint64_t)t + n - 1;
   uint64_t* headSeen = &proxyRingDevWords(r)->headSeen;
-  if (t >= ptx::ldAcquireGpu(headSeen) + r.nslots) {
+  if (last >= ptx::ldAcquireGpu(headSeen) + r.nslots) {
     rt::Spin spin(32, 2048);
     uint64_t head;
-    while (t >= (head = ptx::ldAcquireSys(r.head)) + r.nslots) {
+    while (last >= (head = ptx::ldAcquireSys(r.head)) + r.nslots) {
       uint32_t kind = spin.check(w);
       if (kind == rt::kErrNone && (spin.n % rt::kSpinCheck) == 0 &&
           ptx::ldVolatile32(r.abort) != 0u)
@@ -60,9 +66,12 @@ __device__ __forceinline__ uint32_t proxyRingPush(const ProxyRingView& r, const 
     }
     proxyRingRaiseSeen(headSeen, head);
   }
-  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
-  // Plain stores for the body: the release store below orders them before valid for
-  // any observer that acquires valid (the proxy thread, over PCIe / C2C).
+  return rt::kErrNone;
+}
+
+// The body of a command slot, plain stores: a later release store of this thread orders them
+// before the valid word for any observer that acquires it (the proxy thread, over PCIe / C2C).
+__device__ __forceinline__ void proxyRingWriteBody(ProxyCmd* s, const ProxyCmd& cmd) {
   volatile uint64_t* b = reinterpret_cast<volatile uint64_t*>(s);
   b[1] = (uint64_t)cmd.op | ((uint64_t)cmd.sigOp << 32);
   b[2] = cmd.peer;
@@ -71,7 +80,50 @@ __device__ __forceinline__ uint32_t proxyRingPush(const ProxyRingView& r, const 
   b[5] = cmd.bytes;
   b[6] = cmd.slot;
   b[7] = cmd.value;
-  ptx::stReleaseSys(&s->valid, (uint64_t)t + 1);
+}
+
+__device__ __forceinline__ uint32_t proxyRingPush(const ProxyRingView& r, const ProxyCmd& cmd,
+                                                  const rt::WaitCtx& w, uint64_t* waitedNs) {
+  uint64_t t = 0;
+  const uint32_t kind = proxyRingReserve(r, 1, w, waitedNs, &t);
+  if (kind != rt::kErrNone) return kind;
+  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
+  proxyRingWriteBody(s, cmd);
+  ptx::stReleaseSys(&s->valid, t + 1);
+  return rt::kErrNone;
+}
+
+// Pushes an inline put of kProxyInlineMax+1..kProxyInlineExtMax bytes (proxy_ring.h): cmd is
+// its header (kProxyInline set, srcOff = data word 0, bytes), `words` the data as
+// kProxyInlineExtMax / 8 words, zero past bytes (words[1..]: the continuation slots' payload,
+// 7 words per slot; loops of compile-time bounds so that words stays in registers).
+// One thread, one atomic for
+// the group's tickets, ONE system-scope release: the continuation slots (body and valid word,
+// plain stores) are written before the header's body and its release, which orders them for
+// the proxy, who acquires the header's valid word first and the rest after. The ring must
+// have at least proxyGroupSlots(..) slots (NetDev::inlineCmd == 2 says so).
+__device__ __forceinline__ uint32_t proxyRingPushInline(const ProxyRingView& r, const ProxyCmd& cmd,
+                                                        const uint64_t* words, const rt::WaitCtx& w,
+                                                        uint64_t* waitedNs) {
+  const uint64_t n = proxyGroupSlots(cmd.op, cmd.bytes);
+  uint64_t t = 0;
+  const uint32_t kind = proxyRingReserve(r, n, w, waitedNs, &t);
+  if (kind != rt::kErrNone) return kind;
+  constexpr int kWords = (int)(kProxyInlineExtMax / 8), kCont = (int)(kProxyContBytes / 8);
+#pragma unroll
+  for (int k = 1; k < (int)kProxyGroupMaxSlots; k++) {
+    if ((uint64_t)k >= n) break;
+    volatile uint64_t* b = reinterpret_cast<volatile uint64_t*>(&r.slots[(t + k) & (r.nslots - 1)]);
+#pragma unroll
+    for (int j = 0; j < kCont; j++) {
+      const int wi = 1 + (k - 1) * kCont + j;
+      b[1 + j] = wi < kWords ? words[wi] : 0;
+    }
+    b[0] = t + k + 1;  // valid: ordered by the header's release below
+  }
+  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
+  proxyRingWriteBody(s, cmd);
+  ptx::stReleaseSys(&s->valid, t + 1);
   return rt::kErrNone;
 }
 

@@ -34,6 +34,29 @@ enum ProxyOp : uint32_t {
 // host memory: proxyAllInline).
 constexpr uint32_t kProxyInline = 1u << 4;
 constexpr uint64_t kProxyInlineMax = 8;
+// Inline puts of 9..kProxyInlineExtMax bytes (MKERNEL_PROXY_INLINE_CMD=2): the command (the
+// "header", srcOff = the first 8 bytes) is followed by continuation slots under the next
+// tickets of ONE fetch_add, each carrying kProxyContBytes more bytes after its valid word
+// (which holds its own ticket + 1 like any slot). The consumer takes a group only once every
+// slot of it is valid, so it never sees a partial group; the group may wrap around the end
+// of the slot array (slots are indexed by ticket & (nslots - 1)). A ring of fewer slots than
+// a group cannot carry it: producers then take the staging path.
+constexpr uint64_t kProxyInlineExtMax = 64;
+constexpr uint64_t kProxyContBytes = 56;
+// Slots of the group a command opens: 1 unless it is an inline put of more than
+// kProxyInlineMax bytes (bytes beyond kProxyInlineExtMax: 1, the consumer rejects it).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+    constexpr uint64_t
+    proxyGroupSlots(uint32_t op, uint64_t bytes) {
+  return ((op & kProxyInline) && bytes > kProxyInlineMax && bytes <= kProxyInlineExtMax)
+             ? 1 + (bytes - kProxyInlineMax + kProxyContBytes - 1) / kProxyContBytes
+             : 1;
+}
+constexpr uint64_t kProxyGroupMaxSlots = 2;
+static_assert(kProxyInlineMax + kProxyContBytes * (kProxyGroupMaxSlots - 1) >= kProxyInlineExtMax,
+              "a group of kProxyGroupMaxSlots slots carries kProxyInlineExtMax bytes");
 
 enum ProxySignalOp : uint32_t {
   kSignalSet = 0,  // signal = value   (value: a monotonic sequence number)
@@ -100,6 +123,11 @@ class ProxyRing {
   // rings: host and GPU atomics on the same counter are not atomic with each other over
   // PCIe.
   ncclResult_t push(const ProxyCmd& cmd, int64_t timeoutMs);
+  // Host producer of an inline put (kProxyPut or kProxyPutSignal in cmd.op; kProxyInline is
+  // added) of 1..kProxyInlineExtMax bytes from data: one command, or a header plus
+  // continuation slots under one ticket range for more than kProxyInlineMax bytes.
+  // cmd.srcOff and cmd.bytes are set here. Same waits and errors as push.
+  ncclResult_t pushInline(const ProxyCmd& cmd, const void* data, uint64_t bytes, int64_t timeoutMs);
   ncclResult_t put(uint64_t peer, uint64_t srcOff, uint64_t dstOff, uint64_t bytes,
                    int64_t timeoutMs);
   ncclResult_t putSignal(uint64_t peer, uint64_t srcOff, uint64_t dstOff, uint64_t bytes,
@@ -107,8 +135,11 @@ class ProxyRing {
   ncclResult_t signal(uint64_t peer, uint64_t slot, uint64_t value, ProxySignalOp sigOp,
                       int64_t timeoutMs);
 
-  // Consumer (one thread). Copies up to max ready commands, frees their slots, returns
-  // how many; *firstTicket gets the ticket of out[0].
+  // Consumer (one thread). Copies up to max ready slots, frees them, returns how many;
+  // *firstTicket gets the ticket of out[0]. A group (proxyGroupSlots) is copied whole or not
+  // at all: it waits for the next call while any of its slots is not yet valid or it does not
+  // fit in max (max >= kProxyGroupMaxSlots, else groups never come out). No wait inside, so
+  // the caller's loop keeps honouring its shutdown and abort.
   int poll(ProxyCmd* out, int max, uint64_t* firstTicket);
   // Marks every ticket below `ticket` completed (done = ticket, monotonic).
   void setDone(uint64_t ticket);

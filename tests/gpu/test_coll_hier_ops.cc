@@ -395,6 +395,58 @@ TEST_P(HierOps, GraphReplayedFourTimes) {
   for (auto& oc : cases) oc.release(h.comms);
 }
 
+// MKERNEL_PROXY_INLINE_CMD=2 (set before the comms exist: it is read at init): rail puts of
+// 9..64 bytes ride in the proxy command plus a continuation slot. Every size 1..80 bytes
+// (both sides of 8 and of 64) of AllReduce (small kernel) and SendRecv (small puts), several
+// dtypes, back to back in batches with no synchronisation between calls, every element
+// checked against the reference.
+class HierInline64 : public ::testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override {
+    MKTEST_REQUIRE_GPU();
+    ASSERT_EQ(h.init(GetParam().nodes, GetParam().ranks), ncclSuccess);
+  }
+  mktest::ScopedEnv env{"MKERNEL_PROXY_INLINE_CMD", "2"};
+  dctest::VnodeComms h;  // after env: built with it, destroyed before it
+};
+
+TEST_P(HierInline64, AllReduceAndSendRecv1To80Bytes) {
+  const uint64_t seed = mktest::testSeed() + 41;
+  std::vector<OpCase> cases;
+  int i = 0;
+  for (size_t b = 1; b <= 80; b++) {
+    // The widest dtype that divides b, rotating so every width sees sizes around 8 and 64.
+    ncclDataType_t dt = ncclUint8;
+    if (b % 8 == 0 && b % 3 != 0)
+      dt = b % 16 == 0 ? ncclFloat64 : ncclInt64;
+    else if (b % 4 == 0)
+      dt = b % 8 == 4 ? ncclFloat32 : ncclInt32;
+    else if (b % 2 == 0)
+      dt = b % 4 == 2 ? ncclBfloat16 : ncclFloat16;
+    const size_t c = b / dtInfo(dt).size;
+    cases.push_back(OpCase{K::kAllReduce, dt, i % 3 == 2 ? Op::kMax : Op::kSum, c, b % 5 == 0, 0,
+                           (int)(b % 2), seed + i});
+    i++;
+    cases.push_back(
+        OpCase{K::kSendRecv, ncclUint8, Op::kSum, b, false, 0, (int)(b % 3 == 1), seed + i});
+    i++;
+    if (cases.size() >= 40) {
+      runCases(h, cases);
+      if (HasFailure()) return;
+      cases.clear();
+    }
+  }
+  if (!cases.empty()) runCases(h, cases);
+}
+
+// 2over2: one rank per node (2x1); 4over2: 2x2; 6over2: odd local count.
+INSTANTIATE_TEST_SUITE_P(Shapes, HierInline64,
+                         ::testing::Values(Shape{2, 2}, Shape{2, 4}, Shape{2, 6}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           return std::to_string(i.param.ranks) + "over" +
+                                  std::to_string(i.param.nodes);
+                         });
+
 INSTANTIATE_TEST_SUITE_P(Shapes, HierOps,
                          // 2over2, 3over3: one rank per node (ReduceScatter's direct form);
                          // 6over2: two nodes of three (its two-launch form, odd local count).

@@ -160,8 +160,8 @@ TEST(ProxyE2E, OutOfRangeDestinationIsAnAsyncError) {
 
 // Small puts whose data rides in the command (kProxyInline: srcOff holds up to 8 bytes, the
 // source window is not read): 1..8 bytes land at their offsets, in order with their signals,
-// also mixed with window-sourced puts in one batch; 9 bytes inline is refused as a bad
-// command (an async error naming no peer, nothing lands).
+// also mixed with window-sourced puts in one batch; 65 bytes inline (more than a group
+// carries) is refused as a bad command (an async error naming no peer, nothing lands).
 TEST(ProxyE2E, InlineCommandsCarryTheirData) {
   const uint64_t seed = mktest::testSeed();  // before the fork: both ranks draw rank 0's payloads
   auto codes = mknet::runRanks(
@@ -243,12 +243,12 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
           for (int i = 0; i < 8; i++) EXPECT_EQ(rk.recvBuf[24576 + i], (uint8_t)(i + 1));
         }
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
-        if (ctx.rank == 0) {  // 9 bytes inline: refused
+        if (ctx.rank == 0) {  // 65 bytes inline: refused
           mk::ProxyCmd c{};
           c.op = mk::kProxyPut | mk::kProxyInline;
           c.peer = 1;
           c.dstOff = 40000;
-          c.bytes = 9;
+          c.bytes = mk::kProxyInlineExtMax + 1;
           EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
           std::string msg;
           ncclResult_t r = ncclSuccess;
@@ -261,6 +261,67 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
         }
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
         if (ctx.rank == 1) EXPECT_EQ(rk.recvBuf[40000], 0xee);
+        return 0;
+      },
+      60);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+// Inline puts of 1..64 bytes (ProxyRing::pushInline: 9..64 bytes are a header plus a
+// continuation slot, MKERNEL_PROXY_INLINE_CMD=2's path) land byte for byte at their offsets,
+// in order with their signals, mixed with window-sourced puts, with nothing past their end
+// (the window is poisoned with 0xee).
+TEST(ProxyE2E, InlineGroupsCarryUpTo64Bytes) {
+  const uint64_t seed = mktest::testSeed();  // before the fork: both ranks draw rank 0's bytes
+  auto codes = mknet::runRanks(
+      2,
+      [seed](const Ctx& ctx) {
+        Rank rk;
+        const ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, 1 << 16);
+        EXPECT_EQ(res, ncclSuccess) << mk::lastError();
+        if (res != ncclSuccess) return 2;
+        EXPECT_TRUE(mk::proxyAllInline(rk.proxy));
+        const int kCmds = 4 * 64;
+        const size_t kStride = 80;  // > 64: a guard byte after every put
+        std::mt19937_64 rng(seed);
+        std::vector<uint8_t> payload((size_t)kCmds * 64);
+        for (auto& b : payload) b = (uint8_t)rng();
+        auto len = [](int i) { return (uint64_t)(1 + (i * 37) % 64); };
+        if (ctx.rank == 0) {
+          for (int i = 0; i < kCmds; i++) {
+            mk::ProxyCmd c{};
+            c.op = mk::kProxyPutSignal;
+            c.sigOp = mk::kSignalSet;
+            c.peer = 1;
+            c.dstOff = (uint64_t)i * kStride;
+            c.slot = 0;
+            c.value = (uint64_t)i + 1;
+            EXPECT_EQ(rk.ring->pushInline(c, &payload[(size_t)i * 64], len(i), 5000), ncclSuccess);
+            if (i % 10 == 9) {
+              const size_t off = 32768 + (size_t)i * 4;
+              for (int k = 0; k < 4; k++) rk.sendBuf[off + k] = (uint8_t)(i + k);
+              EXPECT_EQ(rk.ring->put(1, off, off, 4, 5000), ncclSuccess);
+            }
+          }
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+        if (ctx.rank == 1) {
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (rk.sig(0) < (uint64_t)kCmds && std::chrono::steady_clock::now() < end) usleep(100);
+          EXPECT_EQ(rk.sig(0), (uint64_t)kCmds);
+          int bad = 0;
+          for (int i = 0; i < kCmds; i++) {
+            const uint8_t* got = &rk.recvBuf[(size_t)i * kStride];
+            for (uint64_t b = 0; b < len(i); b++) bad += got[b] != payload[(size_t)i * 64 + b];
+            EXPECT_EQ(got[len(i)], 0xee) << "put " << i << " overran";
+            if (i % 10 == 9)
+              for (int k = 0; k < 4; k++)
+                EXPECT_EQ(rk.recvBuf[32768 + (size_t)i * 4 + k], (uint8_t)(i + k));
+          }
+          EXPECT_EQ(bad, 0);
+        }
+        EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
         return 0;
       },
       60);

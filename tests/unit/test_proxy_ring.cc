@@ -4,12 +4,16 @@
 #include <memory>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
+#include "common/test_util.h"
 #include "transport/proxy_ring.h"
 
 using mk::ProxyCmd;
@@ -26,6 +30,35 @@ std::unique_ptr<ProxyRing> makeRing(uint64_t slots) {
   ProxyRing* r = nullptr;
   EXPECT_EQ(ProxyRing::create(slots, mk::ProxyRingMem::kHost, &r), ncclSuccess);
   return std::unique_ptr<ProxyRing>(r);
+}
+
+// An inline put as the consumer sees it: poll's out[k..] decoded the way the proxy does
+// (drainRings). Fails the test on a header whose group poll cut short.
+struct InlinePut {
+  ProxyCmd cmd;
+  std::vector<uint8_t> data;
+};
+int decodeOne(const ProxyCmd* out, int n, int k, InlinePut* p) {
+  p->cmd = out[k];
+  const uint64_t g = mk::proxyGroupSlots(out[k].op, out[k].bytes);
+  EXPECT_LE((uint64_t)k + g, (uint64_t)n) << "poll handed out a partial group";
+  if ((uint64_t)k + g > (uint64_t)n) return n - k;
+  p->data.assign(out[k].bytes, 0);
+  if (out[k].op & mk::kProxyInline) {
+    memcpy(p->data.data(), &out[k].srcOff, std::min<uint64_t>(out[k].bytes, mk::kProxyInlineMax));
+    for (uint64_t j = 1; j < g; j++) {
+      const uint64_t off = mk::kProxyInlineMax + (j - 1) * mk::kProxyContBytes;
+      memcpy(p->data.data() + off, reinterpret_cast<const char*>(&out[k + j]) + 8,
+             std::min<uint64_t>(out[k].bytes - off, mk::kProxyContBytes));
+    }
+  }
+  return (int)g;
+}
+// Deterministic bytes of producer p's i-th put (mixed with the run's seed).
+uint8_t byteOf(uint64_t seed, int p, uint64_t i, uint64_t b) {
+  uint64_t x = seed ^ ((uint64_t)p << 56) ^ (i << 8) ^ b;
+  x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
+  return (uint8_t)(x >> 29);
 }
 
 }  // namespace
@@ -163,4 +196,179 @@ TEST(ProxyRing, ConsumerNeverSeesAHalfWrittenOrStaleSlot) {
     ASSERT_EQ(buf[0].srcOff, lap);
     ASSERT_EQ(r->poll(buf, 4, &first), 0);
   }
+}
+
+TEST(ProxyRingInline, GroupSizes) {
+  using mk::kProxyInline;
+  using mk::kProxyPut;
+  EXPECT_EQ(mk::proxyGroupSlots(kProxyPut | kProxyInline, 8), 1u);
+  EXPECT_EQ(mk::proxyGroupSlots(kProxyPut | kProxyInline, 9), 2u);
+  EXPECT_EQ(mk::proxyGroupSlots(kProxyPut | kProxyInline, 64), 2u);
+  EXPECT_EQ(mk::proxyGroupSlots(kProxyPut | kProxyInline, 65), 1u);  // refused by the proxy
+  EXPECT_EQ(mk::proxyGroupSlots(kProxyPut, 64), 1u);                 // window-sourced
+}
+
+// Every size 1..64 in a 4-slot ring, behind a varying number of single commands, so groups
+// start at every slot index, including the last one (the group wraps to slot 0).
+TEST(ProxyRingInline, GroupsWrapAroundAndComeOutWhole) {
+  auto r = makeRing(4);
+  const uint64_t seed = mktest::testSeed();
+  ProxyCmd out[8];
+  uint64_t first = 0, expectTicket = 0;
+  for (uint64_t i = 0; i < 64 * 4; i++) {
+    const uint64_t bytes = 1 + i % 64;
+    for (uint64_t s = 0; s < i % 3; s++) {
+      ASSERT_EQ(r->signal(0, s, i, mk::kSignalSet, 1000), ncclSuccess);
+      ASSERT_EQ(r->poll(out, 8, &first), 1);
+      ASSERT_EQ(first, expectTicket++);
+    }
+    std::vector<uint8_t> src(bytes);
+    for (uint64_t b = 0; b < bytes; b++) src[b] = byteOf(seed, 0, i, b);
+    ProxyCmd c = {};
+    c.op = mk::kProxyPutSignal;
+    c.peer = 1, c.dstOff = i * 80, c.slot = 3, c.value = i + 1;
+    ASSERT_EQ(r->pushInline(c, src.data(), bytes, 1000), ncclSuccess);
+    const int n = r->poll(out, 8, &first);
+    const uint64_t g = mk::proxyGroupSlots(mk::kProxyPutSignal | mk::kProxyInline, bytes);
+    ASSERT_EQ((uint64_t)n, g) << "bytes " << bytes;
+    ASSERT_EQ(first, expectTicket);
+    expectTicket += g;
+    InlinePut p;
+    ASSERT_EQ((uint64_t)decodeOne(out, n, 0, &p), g);
+    EXPECT_EQ(p.cmd.op, (uint32_t)(mk::kProxyPutSignal | mk::kProxyInline));
+    EXPECT_EQ(p.cmd.bytes, bytes);
+    EXPECT_EQ(p.cmd.dstOff, i * 80);
+    EXPECT_EQ(p.cmd.value, i + 1);
+    ASSERT_EQ(p.data, src) << "bytes " << bytes << " at ticket " << first;
+    EXPECT_EQ(r->poll(out, 8, &first), 0);
+  }
+  EXPECT_EQ(r->tail(), expectTicket);
+}
+
+// A group whose continuation slot is not yet valid stays in the ring (poll returns what came
+// before it, then nothing), and so does a complete group that does not fit in max.
+TEST(ProxyRingInline, PartialGroupIsNeverConsumed) {
+  auto r = makeRing(8);
+  mk::ProxyRingView v = r->hostView();
+  ASSERT_EQ(r->put(0, 1, 2, 3, 1000), ncclSuccess);  // ticket 0
+  // A producer in the middle of a group: tickets 1 and 2 taken, header written first.
+  const uint64_t t = __atomic_fetch_add(v.tail, 2, __ATOMIC_RELAXED);
+  ASSERT_EQ(t, 1u);
+  ProxyCmd* h = &v.slots[t & (v.nslots - 1)];
+  h->op = mk::kProxyPut | mk::kProxyInline;
+  h->peer = 0, h->dstOff = 0, h->bytes = 20, h->srcOff = 0x1111111111111111ull;
+  __atomic_store_n(&h->valid, t + 1, __ATOMIC_RELEASE);
+  ProxyCmd out[8];
+  uint64_t first = 0;
+  ASSERT_EQ(r->poll(out, 8, &first), 1);  // ticket 0 only
+  EXPECT_EQ(out[0].srcOff, 1u);
+  for (int k = 0; k < 3; k++) EXPECT_EQ(r->poll(out, 8, &first), 0);
+  ProxyCmd* c = &v.slots[(t + 1) & (v.nslots - 1)];
+  memset(reinterpret_cast<char*>(c) + 8, 0x22, 56);
+  __atomic_store_n(&c->valid, t + 2, __ATOMIC_RELEASE);
+  EXPECT_EQ(r->poll(out, 1, &first), 0);  // complete but does not fit
+  ASSERT_EQ(r->poll(out, 8, &first), 2);
+  EXPECT_EQ(first, 1u);
+  InlinePut p;
+  ASSERT_EQ(decodeOne(out, 2, 0, &p), 2);
+  for (int b = 0; b < 20; b++) EXPECT_EQ(p.data[b], b < 8 ? 0x11 : 0x22) << b;
+}
+
+// Back-pressure is on the group's LAST slot: with one slot free a 2-slot group waits for
+// the consumer, then goes; a ring smaller than a group refuses it.
+TEST(ProxyRingInline, BackPressureOnTheLastSlotOfAGroup) {
+  auto r = makeRing(4);
+  for (int i = 0; i < 3; i++) ASSERT_EQ(r->put(0, i, i, 1, 1000), ncclSuccess);
+  uint8_t src[64];
+  for (int b = 0; b < 64; b++) src[b] = (uint8_t)(b + 1);
+  std::atomic<bool> pushed{false};
+  std::thread t([&] {
+    ProxyCmd c = {};
+    c.op = mk::kProxyPut;
+    EXPECT_EQ(r->pushInline(c, src, 64, 10000), ncclSuccess);
+    pushed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(pushed.load());
+  ProxyCmd out[8];
+  uint64_t first;
+  ASSERT_EQ(r->poll(out, 1, &first), 1);  // frees one slot: the group's last one fits
+  t.join();
+  EXPECT_TRUE(pushed.load());
+  ASSERT_EQ(r->poll(out, 8, &first), 4);  // two singles, then the whole group
+  InlinePut p;
+  ASSERT_EQ(decodeOne(out, 4, 2, &p), 2);
+  EXPECT_EQ(p.data, std::vector<uint8_t>(src, src + 64));
+  // Timeout and abort apply to groups as to single commands.
+  for (int i = 0; i < 3; i++) ASSERT_EQ(r->put(0, i, i, 1, 1000), ncclSuccess);
+  ProxyCmd c = {};
+  c.op = mk::kProxyPut;
+  EXPECT_EQ(r->pushInline(c, src, 9, 200), ncclRemoteError);  // ring has one slot free
+  r->setAbort();
+  EXPECT_EQ(r->pushInline(c, src, 9, 60000), ncclRemoteError);
+  auto one = makeRing(1);
+  EXPECT_EQ(one->pushInline(c, src, 9, 1000), ncclInvalidArgument);
+  EXPECT_EQ(one->pushInline(c, src, 65, 1000), ncclInvalidArgument);
+}
+
+// Concurrent producers mixing single commands and inline puts of 1..64 bytes in a small ring
+// (many laps, groups across the wrap): every put comes out whole, every byte as written, each
+// producer's in its program order.
+TEST(ProxyRingInline, ConcurrentProducersMixGroupsAndSingles) {
+  auto r = makeRing(8);
+  const uint64_t seed = mktest::testSeed();
+  const int kProducers = 4;
+  const uint64_t kPer = 2000;
+  std::vector<std::thread> prods;
+  for (int p = 0; p < kProducers; p++)
+    prods.emplace_back([&, p] {
+      std::vector<uint8_t> buf(64);
+      for (uint64_t i = 0; i < kPer; i++) {
+        const uint64_t bytes = 1 + (i * 7 + (uint64_t)p * 13) % 64;
+        ProxyCmd c = {};
+        c.op = mk::kProxyPut;
+        c.peer = (uint64_t)p, c.dstOff = i;
+        if (i % 5 == 4) {
+          ASSERT_EQ(r->put((uint64_t)p, 0, i, 0, 20000), ncclSuccess);
+          continue;
+        }
+        for (uint64_t b = 0; b < bytes; b++) buf[b] = byteOf(seed, p, i, b);
+        ASSERT_EQ(r->pushInline(c, buf.data(), bytes, 20000), ncclSuccess);
+      }
+    });
+  std::vector<uint64_t> next(kProducers, 0);
+  uint64_t total = 0, slots = 0, groups = 0;
+  ProxyCmd out[16];
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (total < kProducers * kPer && std::chrono::steady_clock::now() < deadline) {
+    uint64_t first;
+    const int n = r->poll(out, 16, &first);
+    ASSERT_EQ(first, slots);
+    for (int k = 0; k < n;) {
+      InlinePut pt;
+      const int g = decodeOne(out, n, k, &pt);
+      const int p = (int)pt.cmd.peer;
+      ASSERT_LT(p, kProducers);
+      const uint64_t i = next[p]++;
+      ASSERT_EQ(pt.cmd.dstOff, i) << "producer " << p;
+      if (i % 5 == 4) {
+        ASSERT_EQ(pt.cmd.op, (uint32_t)mk::kProxyPut);
+      } else {
+        const uint64_t bytes = 1 + (i * 7 + (uint64_t)p * 13) % 64;
+        ASSERT_EQ(pt.cmd.op, (uint32_t)(mk::kProxyPut | mk::kProxyInline));
+        ASSERT_EQ(pt.cmd.bytes, bytes);
+        for (uint64_t b = 0; b < bytes; b++)
+          ASSERT_EQ(pt.data[b], byteOf(seed, p, i, b)) << "producer " << p << " put " << i;
+        groups += g > 1;
+      }
+      k += g;
+      total++;
+    }
+    slots += (uint64_t)n;
+    if (!n) std::this_thread::yield();
+  }
+  for (auto& t : prods) t.join();
+  EXPECT_EQ(total, kProducers * kPer);
+  EXPECT_EQ(r->tail(), slots);
+  EXPECT_GT(groups, kProducers * kPer / 2);  // most puts were multi-slot groups
 }

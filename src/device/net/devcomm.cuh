@@ -43,6 +43,7 @@
 // Waits poll the abort flag and the proxy's ring abort and end at MKERNEL_TIMEOUT_MS.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "device/rt/wait.cuh"
 #include "transport/net_state.h"
@@ -146,6 +147,14 @@ __device__ __forceinline__ bool push(const NetDev& d, const ProxyCmd& cmd, int o
   if (kind == rt::kErrNone) return true;
   return fail(d, kind, (int)cmd.peer, op, (int)cmd.slot, rt::kWaitRing, seq, waited);
 }
+// An inline put of 9..kProxyInlineExtMax bytes: header + continuation slots (proxy_ring.cuh).
+__device__ __forceinline__ bool pushInline(const NetDev& d, const ProxyCmd& cmd,
+                                           const uint64_t* words, int op, uint64_t seq) {
+  uint64_t waited = 0;
+  const uint32_t kind = proxyRingPushInline(d.ring, cmd, words, d.w, &waited);
+  if (kind == rt::kErrNone) return true;
+  return fail(d, kind, (int)cmd.peer, op, (int)cmd.slot, rt::kWaitRing, seq, waited);
+}
 
 __device__ __forceinline__ bool checkPut(const NetDev& d, int peer, uint64_t dstOff, uint64_t bytes,
                                          bool sig, uint32_t slot, int op) {
@@ -224,27 +233,59 @@ __device__ __forceinline__ void signalWord(uint64_t* w, uint64_t value, uint32_t
     ptx::stReleaseSys(w, value);
 }
 
+// The block's gathering area for an inline put of 9..kProxyInlineExtMax bytes (putRemote).
+__device__ __forceinline__ uint64_t* inlineWordsBuf() {
+  __shared__ uint64_t w[kProxyInlineExtMax / 8];
+  return w;
+}
+
 // kInl: the caller's kernel carries the small-put path (puts of at most kProxyInlineMax bytes
-// carry their data in the command when d.inlineCmd): only kernels that move small messages
-// take it, the others would pay registers for a branch they never run.
+// carry their data in the command when d.inlineCmd, up to kProxyInlineExtMax bytes in the
+// command and its continuation slot when d.inlineCmd == 2): only kernels that move small
+// messages take it, the others would pay registers for a branch they never run.
 template <class G, bool kInl>
 __device__ bool putRemote(const NetDev& d, const char* src, int peer, uint64_t dstOff,
                           uint64_t bytes, bool sig, uint32_t slot, uint64_t value, uint32_t sigOp) {
   const int op = sig ? rt::kOpPutSignal : rt::kOpPut;
   if constexpr (kInl) {
-    if (d.inlineCmd && bytes <= kProxyInlineMax) {
-      // No staging slot and no system fence before the push: the data is in the command,
-      // which the push's release store publishes. The barrier: the group may have just
-      // written src.
+    // 9..64 bytes only for a whole block (the data gathered in shared memory below).
+    constexpr bool kExt = std::is_same<G, Block>::value;
+    if (d.inlineCmd && bytes <= (kExt && d.inlineCmd >= 2 ? kProxyInlineExtMax : kProxyInlineMax)) {
+      // No staging slot and no system fence before the push: the data is in the command
+      // (and its continuation slot), which the push's release store publishes. The barrier:
+      // the group may have just written src.
       G::sync();
       bool ok = true;
+      // Built by every thread, pushed by one (so built once in the code; the spills of the
+      // small kernels were measured lowest this way: 0 except fp8 types, see the report).
+      const ProxyCmd h =
+          proxyCmd((sig ? kProxyPutSignal : kProxyPut) | kProxyInline, sig ? sigOp : 0, peer, 0,
+                   dstOff, bytes, sig ? slot : 0, sig ? value : 0);
       if (G::rank() == 0) {
-        uint64_t v = 0;
-        for (uint64_t i = 0; i < bytes; i++) reinterpret_cast<char*>(&v)[i] = src[i];
-        ok = push(d,
-                  proxyCmd((sig ? kProxyPutSignal : kProxyPut) | kProxyInline, sig ? sigOp : 0,
-                           peer, v, dstOff, bytes, sig ? slot : 0, sig ? value : 0),
-                  op, dstOff);
+        if (bytes <= kProxyInlineMax) {
+          uint64_t v = 0;
+          for (uint64_t i = 0; i < bytes; i++) reinterpret_cast<char*>(&v)[i] = src[i];
+          ProxyCmd c = h;
+          c.srcOff = v;
+          ok = push(d, c, op, dstOff);
+        }
+      }
+      if constexpr (kExt) {
+        if (bytes > kProxyInlineMax) {
+          // One byte per thread into shared memory (src has no alignment promise; 64 byte
+          // loads in one thread cost the small kernels registers and spills), then the pusher
+          // reads whole words from there. The barrier after the push (G::any) keeps the next
+          // put from overwriting the buffer while it is read.
+          uint64_t* words = inlineWordsBuf();
+          for (uint32_t i = G::rank(); i < kProxyInlineExtMax; i += G::size())
+            reinterpret_cast<char*>(words)[i] = i < bytes ? src[i] : (char)0;
+          G::sync();
+          if (G::rank() == 0) {
+            ProxyCmd c = h;
+            c.srcOff = words[0];
+            ok = pushInline(d, c, words, op, dstOff);
+          }
+        }
       }
       return !G::any(!ok);
     }
