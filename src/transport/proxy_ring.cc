@@ -120,12 +120,9 @@ static ncclResult_t reserveSlots(const ProxyRingView& r, uint64_t n, int64_t tim
   return ncclSuccess;
 }
 
-ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
-  MK_ARGCHECK(host_.tail != nullptr, "proxy ring: host push on a GPU ring");
-  const ProxyRingView& r = host_;
-  uint64_t t = 0;
-  NCCLCHECK(reserveSlots(r, 1, timeoutMs, &t));
-  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
+// Writes a command's body into its slot, then its ticket with release: the consumer that
+// acquires the valid word sees the whole body.
+static void publishCmd(ProxyCmd* s, const ProxyCmd& cmd, uint64_t t) {
   s->op = cmd.op;
   s->sigOp = cmd.sigOp;
   s->peer = cmd.peer;
@@ -135,6 +132,15 @@ ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
   s->slot = cmd.slot;
   s->value = cmd.value;
   __atomic_store_n(&s->valid, t + 1, __ATOMIC_RELEASE);
+}
+
+ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
+  MK_ARGCHECK(host_.tail != nullptr, "proxy ring: host push on a GPU ring");
+  const ProxyRingView& r = host_;
+  uint64_t t = 0;
+  NCCLCHECK(reserveSlots(r, 1, timeoutMs, &t));
+  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
+  publishCmd(s, cmd, t);
   return ncclSuccess;
 }
 
@@ -169,16 +175,7 @@ ncclResult_t ProxyRing::pushInline(const ProxyCmd& cmd, const void* data, uint64
     memcpy(body, src + off, len);
     __atomic_store_n(&s->valid, t + k + 1, __ATOMIC_RELEASE);
   }
-  ProxyCmd* s = &r.slots[t & (r.nslots - 1)];
-  s->op = h.op;
-  s->sigOp = h.sigOp;
-  s->peer = h.peer;
-  s->srcOff = h.srcOff;
-  s->dstOff = h.dstOff;
-  s->bytes = h.bytes;
-  s->slot = h.slot;
-  s->value = h.value;
-  __atomic_store_n(&s->valid, t + 1, __ATOMIC_RELEASE);
+  publishCmd(&r.slots[t & (r.nslots - 1)], h, t);
   return ncclSuccess;
 }
 
