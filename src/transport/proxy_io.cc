@@ -161,14 +161,17 @@ bool Proxy::progressSend(PeerState& ps) {
     batches.fetch_add(1, std::memory_order_relaxed);
     progress = true;
   }
-  // Post in order: batch k+1 only after every message of batch k is posted.
+  // Post in order: batch k+1 only after every message of batch k is posted. A busy backend
+  // ends the posting, not the pass: only test() frees requests (and moves a coalesced
+  // connection's queued frames), so the completion loop below must still run.
+  bool busy = false;
   for (SendBatch* b : ps.sendq) {
     if (!b->hdrPosted) {
       const uint64_t callNs = proxyNowNs();
       if (netFailed(net->isend(ps.sendComm, b->hdr, b->msgBytes, kTagHdr, ps.sendHdrMh, &b->hdrReq),
                     ps.rank, "isend(header)"))
         return true;
-      if (!b->hdrReq) return progress;  // backend busy
+      if (!b->hdrReq) break;  // backend busy
       b->hdrPosted = true;
       b->postedNs = proxyNowNs();
       times.isendHdr.add(b->postedNs - callNs);
@@ -184,10 +187,14 @@ bool Proxy::progressSend(PeerState& ps) {
       if (netFailed(net->isend(ps.sendComm, ch.ptr, ch.len, kTagData, ps.sendMh, &ch.req), ps.rank,
                     "isend(data)"))
         return true;
-      if (!ch.req) return progress;
+      if (!ch.req) {
+        busy = true;
+        break;
+      }
       b->nextPost++;
       progress = true;
     }
+    if (busy) break;
   }
   // Complete.
   for (SendBatch* b : ps.sendq) {
@@ -258,6 +265,7 @@ bool Proxy::progressRecv(PeerState& ps) {
       delete b;
     }
   }
+  bool recvBusy = false;
   for (RecvBatch* b : ps.recvq) {
     if (!b->hdrDone) {
       int done = 0;
@@ -322,10 +330,14 @@ bool Proxy::progressRecv(PeerState& ps) {
       if (netFailed(net->irecv(ps.recvComm, 1, &data, &size, &tag, &mh, &ch.req), ps.rank,
                     "irecv(data)"))
         return true;
-      if (!ch.req) return progress;
+      if (!ch.req) {  // backend busy: landing below still tests (and frees) what is posted
+        recvBusy = true;
+        break;
+      }
       b->nextPost++;
       progress = true;
     }
+    if (recvBusy) break;
   }
   // Land data, then signals, strictly in order.
   while (!ps.recvq.empty()) {

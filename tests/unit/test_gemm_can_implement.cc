@@ -173,7 +173,6 @@ TEST(GemmCanImplement, SwigluEpilogueRules) {
   EXPECT_EQ(mk::gemm::tilesN(a), 1);
 }
 
-// CTA pairs (GemmArgs::cluster): the plain 16-bit GEMM only, each rule with its message.
 // Ping-pong consumers (GemmArgs::pipeline = 3): what gemm_pingpong.cuh implements is accepted,
 // every other feature refused with a message naming the pipeline (never run wrong).
 TEST(GemmCanImplement, PingPongRules) {
@@ -226,6 +225,7 @@ TEST(GemmCanImplement, PingPongRules) {
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
+// CTA pairs (GemmArgs::cluster): the plain 16-bit GEMM only, each rule with its message.
 TEST(GemmCanImplement, ClusterPairRules) {
   const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
   GemmArgs a = good();
