@@ -136,6 +136,11 @@ static void publishCmd(ProxyCmd* s, const ProxyCmd& cmd, uint64_t t) {
 
 ncclResult_t ProxyRing::push(const ProxyCmd& cmd, int64_t timeoutMs) {
   MK_ARGCHECK(host_.tail != nullptr, "proxy ring: host push on a GPU ring");
+  // An inline put of 9..64 bytes is a group header: alone, the consumer would take the next
+  // command as its continuation.
+  MK_ARGCHECK(proxyGroupSlots(cmd.op, cmd.bytes) == 1,
+              "proxy ring: an inline put of %llu bytes needs pushInline (a group of slots)",
+              (unsigned long long)cmd.bytes);
   const ProxyRingView& r = host_;
   uint64_t t = 0;
   NCCLCHECK(reserveSlots(r, 1, timeoutMs, &t));

@@ -82,6 +82,9 @@ __device__ __forceinline__ void proxyRingWriteBody(ProxyCmd* s, const ProxyCmd& 
   b[7] = cmd.value;
 }
 
+// One slot: never an inline put of 9..64 bytes (proxyGroupSlots > 1: its bytes need the group
+// proxyRingPushInline writes; alone, the consumer would take the next command as its
+// continuation). The callers in devcomm.cuh route those sizes to proxyRingPushInline.
 __device__ __forceinline__ uint32_t proxyRingPush(const ProxyRingView& r, const ProxyCmd& cmd,
                                                   const rt::WaitCtx& w, uint64_t* waitedNs) {
   uint64_t t = 0;

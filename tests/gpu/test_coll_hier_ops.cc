@@ -399,15 +399,21 @@ TEST_P(HierOps, GraphReplayedFourTimes) {
 // 9..64 bytes ride in the proxy command plus a continuation slot. Every size 1..80 bytes
 // (both sides of 8 and of 64) of AllReduce (small kernel) and SendRecv (small puts), several
 // dtypes, back to back in batches with no synchronisation between calls, every element
-// checked against the reference.
-class HierInline64 : public ::testing::TestWithParam<Shape> {
+// checked against the reference. Rings of 2 and 3 slots (MKERNEL_PROXY_RING_SLOTS) make every
+// group of two slots wait for its last slot and wrap around the slot array (header in the last
+// slot, continuation in slot 0), which the default 1024 slots may never do.
+struct InlineShape {
+  int nodes, ranks, ringSlots;
+};
+class HierInline64 : public ::testing::TestWithParam<InlineShape> {
  protected:
   void SetUp() override {
     MKTEST_REQUIRE_GPU();
     ASSERT_EQ(h.init(GetParam().nodes, GetParam().ranks), ncclSuccess);
   }
   mktest::ScopedEnv env{"MKERNEL_PROXY_INLINE_CMD", "2"};
-  dctest::VnodeComms h;  // after env: built with it, destroyed before it
+  mktest::ScopedEnv ring{"MKERNEL_PROXY_RING_SLOTS", std::to_string(GetParam().ringSlots).c_str()};
+  dctest::VnodeComms h;  // after the environment: built with it, destroyed before it
 };
 
 TEST_P(HierInline64, AllReduceAndSendRecv1To80Bytes) {
@@ -439,12 +445,16 @@ TEST_P(HierInline64, AllReduceAndSendRecv1To80Bytes) {
   if (!cases.empty()) runCases(h, cases);
 }
 
-// 2over2: one rank per node (2x1); 4over2: 2x2; 6over2: odd local count.
+// 2over2: one rank per node (2x1); 4over2: 2x2; 6over2: odd local count; ring of 1024 slots
+// (the default), then of 2 and 3 (wrap-around and back-pressure on every group).
 INSTANTIATE_TEST_SUITE_P(Shapes, HierInline64,
-                         ::testing::Values(Shape{2, 2}, Shape{2, 4}, Shape{2, 6}),
-                         [](const ::testing::TestParamInfo<Shape>& i) {
+                         ::testing::Values(InlineShape{2, 2, 1024}, InlineShape{2, 4, 1024},
+                                           InlineShape{2, 6, 1024}, InlineShape{2, 2, 2},
+                                           InlineShape{2, 4, 3}),
+                         [](const ::testing::TestParamInfo<InlineShape>& i) {
                            return std::to_string(i.param.ranks) + "over" +
-                                  std::to_string(i.param.nodes);
+                                  std::to_string(i.param.nodes) + "ring" +
+                                  std::to_string(i.param.ringSlots);
                          });
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HierOps,
