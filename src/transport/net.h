@@ -61,6 +61,12 @@ struct NetRecvCounts {
   uint64_t empty = 0;  // of which found nothing to read
   uint64_t msgs = 0;   // messages (chunks of messages) they delivered
 };
+// Send system calls of a send comm on the path the caller's isend/test drive (tests and
+// diagnostics: they prove MKERNEL_SOCKET_TX_COALESCE gathers queued messages into one call).
+struct NetSendCounts {
+  uint64_t calls = 0;  // send system calls made
+  uint64_t msgs = 0;   // messages (chunks of messages) they wrote out completely
+};
 
 class Net {
  public:
@@ -94,6 +100,7 @@ class Net {
   virtual ncclResult_t closeListen(void* listenComm) = 0;
   // Diagnostics: false (the default) when the backend does not count them.
   virtual bool recvCounts(void* recvComm, NetRecvCounts* out) { return false; }
+  virtual bool sendCounts(void* sendComm, NetSendCounts* out) { return false; }
 };
 
 // Backends. Each returns ncclSystemError with a "not available: why" warning when it

@@ -416,6 +416,17 @@ class SocketNet : public Net {
     return true;
   }
 
+  // The inline connection's writes (the ones isend/test pay for); helper threads' sends of
+  // large messages are not counted.
+  bool sendCounts(void* sendComm, NetSendCounts* out) override {
+    Comm* c = static_cast<Comm*>(sendComm);
+    if (c == nullptr || !c->isSend || !c->inlineConn) return false;
+    std::lock_guard<std::mutex> io(c->ioMu);
+    out->calls = c->txCalls;
+    out->msgs = c->txFrames;
+    return true;
+  }
+
   ncclResult_t closeSend(void* sendComm) override {
     if (sendComm) destroyComm(static_cast<Comm*>(sendComm));
     return ncclSuccess;

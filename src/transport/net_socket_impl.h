@@ -148,6 +148,8 @@ struct Comm {
   // Inline connection (lock order: ioMu, then mu). txq: frames not fully written yet.
   std::mutex ioMu;
   std::deque<Task> txq;
+  // Net::sendCounts (ioMu): sendmsg() calls on the inline connection, frames fully written.
+  uint64_t txCalls = 0, txFrames = 0;
   InlineRx rx;
 };
 

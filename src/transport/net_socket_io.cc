@@ -130,6 +130,7 @@ void progressTx(Comm* c) {
     m.msg_iov = iov;
     m.msg_iovlen = n;
     ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    c->txCalls++;
     if (r > 0) {
       // Hand the written bytes out to the frames in order; only the last one touched may
       // be left partial.
@@ -142,6 +143,7 @@ void progressTx(Comm* c) {
         if (t.sent == sizeof(Frame) + t.len) {
           t.req->chunksLeft.fetch_sub(1, std::memory_order_release);
           c->txq.pop_front();
+          c->txFrames++;
         }
       }
       continue;

@@ -149,10 +149,22 @@ struct PeerState {
   uint64_t lastUrgentNs = 0;
 };
 
+// How long a group header may stay valid with a continuation slot that is not: producers
+// write the continuation slots first and publish the header last (one release), so such a
+// header is seen for microseconds at most (memory visibility) unless its producer is broken
+// (a header pushed alone, a slot written with a wrong ticket). Then the ring is stuck at it
+// for good; the proxy says so (an error) instead of leaving every waiter to its own timeout.
+constexpr uint64_t kGroupStallNs = 1000000000ull;
+
 struct RingTrack {
   ProxyRing* ring;
   uint64_t base = 0;       // ticket of flags.front()
   std::deque<char> flags;  // completion flags of tickets consumed, not yet retired
+  // The incomplete group the ring's last poll stopped at (ProxyRing::stalledGroup) and
+  // since when: kNoStall when none.
+  static constexpr uint64_t kNoStall = ~0ull;
+  uint64_t stallTicket = kNoStall;
+  uint64_t stallSinceNs = 0;
 };
 
 }  // namespace prx
@@ -196,6 +208,9 @@ class Proxy {
   }
 
   bool drainRings();
+  // The ring's last poll stopped at the same incomplete group for kGroupStallNs: sets the
+  // error and says true.
+  bool stalledGroupTooLong(prx::RingTrack& t);
   bool progressSend(prx::PeerState& ps);
   bool progressRecv(prx::PeerState& ps);
   int flushRecv(prx::PeerState& ps);

@@ -38,7 +38,8 @@ bool Proxy::drainRings() {
       rings[i].flags.push_back(0);
       uint64_t ticket = first + k;
       // A group (an inline put of 9..64 bytes): poll hands it out whole; a header without
-      // its continuation slots is a broken producer.
+      // its continuation slots (a group larger than the ring) is a broken producer, and so
+      // is a header that poll keeps stopping at (stalledGroupTooLong, below).
       const uint64_t g = proxyGroupSlots(c.op, c.bytes);
       if (g > 1 && (uint64_t)(n - k) < g) {
         setError(ncclInvalidUsage, -1, "invalid ring command (inline group cut short)");
@@ -96,8 +97,31 @@ bool Proxy::drainRings() {
       cmds.fetch_add(1, std::memory_order_relaxed);
     }
     any |= n > 0;
+    if (stalledGroupTooLong(rings[i])) return true;
   }
   return any;
+}
+
+bool Proxy::stalledGroupTooLong(RingTrack& t) {
+  uint64_t ticket = 0;
+  if (!t.ring->stalledGroup(&ticket)) {
+    t.stallTicket = RingTrack::kNoStall;
+    return false;
+  }
+  const uint64_t now = proxyNowNs();
+  if (ticket != t.stallTicket) {
+    t.stallTicket = ticket;
+    t.stallSinceNs = now;
+    return false;
+  }
+  if (now - t.stallSinceNs < kGroupStallNs) return false;
+  char m[160];
+  snprintf(m, sizeof(m),
+           "invalid ring command (inline group cut short: ticket %llu's header valid, its "
+           "continuation slot not, for %llu ms)",
+           (unsigned long long)ticket, (unsigned long long)((now - t.stallSinceNs) / 1000000));
+  setError(ncclInvalidUsage, -1, m);
+  return true;
 }
 
 bool Proxy::progressSend(PeerState& ps) {

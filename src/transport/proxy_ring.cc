@@ -215,6 +215,7 @@ ncclResult_t ProxyRing::signal(uint64_t peer, uint64_t slot, uint64_t value, Pro
 int ProxyRing::poll(ProxyCmd* out, int max, uint64_t* firstTicket) {
   const ProxyRingView& r = host_;
   *firstTicket = consumed_;
+  stalled_ = false;
   int n = 0;
   while (n < max) {
     ProxyCmd* s = &r.slots[consumed_ & (r.nslots - 1)];
@@ -231,7 +232,10 @@ int ProxyRing::poll(ProxyCmd* out, int max, uint64_t* firstTicket) {
       for (uint64_t k = 1; k < g && ready; k++)
         ready = __atomic_load_n(&r.slots[(consumed_ + k) & (r.nslots - 1)].valid,
                                 __ATOMIC_ACQUIRE) == consumed_ + k + 1;
-      if (!ready) break;
+      if (!ready) {
+        stalled_ = true;
+        break;
+      }
       for (uint64_t k = 0; k < g; k++) out[n + k] = r.slots[(consumed_ + k) & (r.nslots - 1)];
       n += (int)g;
       consumed_ += g;
@@ -245,6 +249,11 @@ int ProxyRing::poll(ProxyCmd* out, int max, uint64_t* firstTicket) {
   // after we finished copying them.
   if (n) __atomic_store_n(r.head, consumed_, __ATOMIC_RELEASE);
   return n;
+}
+
+bool ProxyRing::stalledGroup(uint64_t* ticket) const {
+  *ticket = consumed_;
+  return stalled_;
 }
 
 void ProxyRing::setDone(uint64_t ticket) {

@@ -100,11 +100,11 @@ __device__ __forceinline__ uint32_t proxyRingPush(const ProxyRingView& r, const 
 // its header (kProxyInline set, srcOff = data word 0, bytes), `words` the data as
 // kProxyInlineExtMax / 8 words, zero past bytes (words[1..]: the continuation slots' payload,
 // 7 words per slot; loops of compile-time bounds so that words stays in registers).
-// One thread, one atomic for
-// the group's tickets, ONE system-scope release: the continuation slots (body and valid word,
-// plain stores) are written before the header's body and its release, which orders them for
-// the proxy, who acquires the header's valid word first and the rest after. The ring must
-// have at least proxyGroupSlots(..) slots (NetDev::inlineCmd == 2 says so).
+// One thread, one atomic for the group's tickets, ONE system-scope release: the continuation
+// slots (body and valid word, plain stores) are written before the header's body and its
+// release, which orders them for the proxy, who acquires the header's valid word first and
+// the rest after. The ring must have at least proxyGroupSlots(..) slots (NetDev::inlineCmd
+// == 2 says so).
 __device__ __forceinline__ uint32_t proxyRingPushInline(const ProxyRingView& r, const ProxyCmd& cmd,
                                                         const uint64_t* words, const rt::WaitCtx& w,
                                                         uint64_t* waitedNs) {

@@ -141,6 +141,11 @@ class ProxyRing {
   // fit in max (max >= kProxyGroupMaxSlots, else groups never come out). No wait inside, so
   // the caller's loop keeps honouring its shutdown and abort.
   int poll(ProxyCmd* out, int max, uint64_t* firstTicket);
+  // Whether the last poll stopped at a group header whose continuation slots were not all
+  // valid (*ticket: the header's); not when the group only did not fit in max. Producers
+  // write the continuation slots before the header, so a group seen like this for long is a
+  // broken producer: the caller (the proxy) turns that into an error instead of waiting.
+  bool stalledGroup(uint64_t* ticket) const;
   // Marks every ticket below `ticket` completed (done = ticket, monotonic).
   void setDone(uint64_t ticket);
   uint64_t done() const;
@@ -159,6 +164,7 @@ class ProxyRing {
   void* ctrAlloc_ = nullptr;
   void* tailDevAlloc_ = nullptr;
   uint64_t consumed_ = 0;  // consumer's private copy of head
+  bool stalled_ = false;   // the last poll stopped at an incomplete group at consumed_
 };
 
 }  // namespace mk

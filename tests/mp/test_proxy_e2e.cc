@@ -34,14 +34,15 @@ uint8_t pat(int from, uint64_t cmd, size_t i) {
 }
 
 struct Rank : mknet::ProxyRank {
-  ncclResult_t init(const Ctx& ctx, std::vector<int> peers, size_t window) {
+  ncclResult_t init(const Ctx& ctx, std::vector<int> peers, size_t window,
+                    uint64_t ringSlots = 64) {
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     setenv("MKERNEL_SOCKET_NCONNS", "2", 1);
     setenv("MKERNEL_NET_TIMEOUT_S", "10", 1);
     mk::paramReset();
     if (mk::netCreateSocket(&net) != ncclSuccess) return ncclSystemError;
     mk::ProxyRing* r = nullptr;
-    if (mk::ProxyRing::create(64, mk::ProxyRingMem::kHost, &r) != ncclSuccess)
+    if (mk::ProxyRing::create(ringSlots, mk::ProxyRingMem::kHost, &r) != ncclSuccess)
       return ncclSystemError;
     ring.reset(r);
     sendBuf.assign(window, 0);
@@ -327,6 +328,89 @@ TEST(ProxyE2E, InlineGroupsCarryUpTo64Bytes) {
       60);
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
+}
+
+// The proxy's "inline group cut short" error (proxy_io.cc) for a group header whose
+// continuation slot is not there, from a broken producer (the header written alone): in a
+// 1-slot ring (the group cannot fit: poll hands out the header alone) at once; in a 2-slot
+// ring whose continuation slot (the group wraps to slot 0) still holds the previous lap's
+// command, and in a 64-slot ring whose continuation slot was never written, after the
+// proxy's grace (kGroupStallNs, 1 s), well before the 10 s any waiter would take. Never a
+// hang and never wrong data: neither the stale slot's bytes nor anything behind the header
+// land at the peer, and the header's ticket is never done.
+TEST(ProxyE2E, InlineGroupCutShortIsAnError) {
+  for (const uint64_t slots : {1u, 2u, 64u}) {
+    SCOPED_TRACE(std::to_string(slots) + "-slot ring");
+    auto codes = mknet::runRanks(
+        2,
+        [slots](const Ctx& ctx) {
+          Rank rk;
+          const ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, 1 << 16, slots);
+          EXPECT_EQ(res, ncclSuccess) << mk::lastError();
+          if (res != ncclSuccess) return 2;
+          EXPECT_TRUE(mk::proxyAllInline(rk.proxy));
+          uint64_t header = 0;
+          if (ctx.rank == 0) {
+            if (slots == 2) {  // one good command first: slot 0 then holds ticket 0
+              mk::ProxyCmd c{};
+              c.op = mk::kProxyPutSignal | mk::kProxyInline;
+              c.sigOp = mk::kSignalSet;
+              c.peer = 1, c.srcOff = 0x5555555555555555ull, c.dstOff = 0, c.bytes = 8;
+              c.slot = 1, c.value = 1;
+              EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+              const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+              while (mk::proxyCompleted(rk.proxy, 0) < 1 && std::chrono::steady_clock::now() < end)
+                usleep(100);
+              EXPECT_EQ(mk::proxyCompleted(rk.proxy, 0), 1u);
+            }
+            // The broken producer: tickets for the group taken, the header alone published.
+            mk::ProxyRingView v = rk.ring->hostView();
+            const uint64_t g = mk::proxyGroupSlots(mk::kProxyPut | mk::kProxyInline, 40);
+            header = __atomic_fetch_add(v.tail, g, __ATOMIC_RELAXED);
+            mk::ProxyCmd* h = &v.slots[header & (v.nslots - 1)];
+            h->op = mk::kProxyPutSignal | mk::kProxyInline;
+            h->sigOp = mk::kSignalSet;
+            h->peer = 1, h->srcOff = 0x6666666666666666ull, h->dstOff = 1024, h->bytes = 40;
+            h->slot = 0, h->value = 7;
+            const auto t0 = std::chrono::steady_clock::now();
+            __atomic_store_n(&h->valid, header + 1, __ATOMIC_RELEASE);
+            if (slots == 64)  // a good command behind it: must not leave either
+              EXPECT_EQ(rk.ring->putSignal(1, 0, 2048, 8, 2, 1, mk::kSignalSet, 5000), ncclSuccess);
+            std::string msg;
+            ncclResult_t r = ncclSuccess;
+            while ((r = mk::proxyGetAsyncError(rk.proxy, &msg)) == ncclSuccess &&
+                   std::chrono::steady_clock::now() < t0 + std::chrono::seconds(10))
+              usleep(1000);
+            const double s =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            EXPECT_EQ(r, ncclInvalidUsage) << msg;
+            EXPECT_NE(msg.find("inline group cut short"), std::string::npos) << msg;
+            if (slots == 1)
+              EXPECT_LT(s, 0.9) << "a group larger than the ring is refused at once";
+            else
+              EXPECT_GT(s, 0.9) << "an incomplete group is refused after the grace only";
+            EXPECT_LT(s, 5.0);
+            EXPECT_TRUE(rk.ring->aborted());
+            EXPECT_LE(mk::proxyCompleted(rk.proxy, 0), header) << "the header's ticket done";
+          }
+          EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+          if (ctx.rank == 1) {
+            usleep(100000);  // anything wrongly sent has had time to land
+            int bad = 0;
+            for (size_t i = 0; i < rk.recvBuf.size(); i++)  // the good command: 8 x 0x55 at 0
+              bad += rk.recvBuf[i] != (slots == 2 && i < 8 ? 0x55 : 0xee);
+            EXPECT_EQ(bad, 0) << "bytes landed from a broken group or behind it";
+            EXPECT_EQ(rk.sig(0), 0u);
+            EXPECT_EQ(rk.sig(2), 0u);
+            EXPECT_EQ(rk.sig(1), slots == 2 ? 1u : 0u);  // the good command before it only
+          }
+          EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
+          return 0;
+        },
+        60);
+    EXPECT_EQ(codes[0], 0);
+    EXPECT_EQ(codes[1], 0);
+  }
 }
 
 // Held acknowledgements (kSignalLazy, MKERNEL_PROXY_ACK_HOLD_US). A lazy signal to a peer

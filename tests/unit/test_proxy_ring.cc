@@ -372,3 +372,119 @@ TEST(ProxyRingInline, ConcurrentProducersMixGroupsAndSingles) {
   EXPECT_EQ(r->tail(), slots);
   EXPECT_GT(groups, kProducers * kPer / 2);  // most puts were multi-slot groups
 }
+
+namespace {
+
+// A producer's header written alone (a broken producer, or one caught between its header
+// and continuation stores were the order reversed): tickets t..t+1 taken, only t published.
+uint64_t pushHeaderOnly(ProxyRing* r, uint64_t bytes, uint64_t word0) {
+  mk::ProxyRingView v = r->hostView();
+  const uint64_t g = mk::proxyGroupSlots(mk::kProxyPut | mk::kProxyInline, bytes);
+  const uint64_t t = __atomic_fetch_add(v.tail, g, __ATOMIC_RELAXED);
+  ProxyCmd* h = &v.slots[t & (v.nslots - 1)];
+  h->op = mk::kProxyPut | mk::kProxyInline;
+  h->sigOp = 0;
+  h->peer = 0, h->dstOff = t, h->bytes = bytes, h->srcOff = word0;
+  __atomic_store_n(&h->valid, t + 1, __ATOMIC_RELEASE);
+  return t;
+}
+
+}  // namespace
+
+// A continuation slot still holding an earlier lap (its valid word: an older ticket + 1, its
+// body: an older command or continuation) is never taken as the continuation of a new group:
+// poll stops at the header and says so (stalledGroup), hands out nothing of it, and takes
+// the group once its own continuation is written. Headers at every slot index (groups that
+// wrap included), in rings of 2 (the smallest that carries a group), 4 and 8 slots, after
+// laps of single commands and of whole groups (pushInline), so that the stale slot was a
+// command of its own or a continuation.
+TEST(ProxyRingInline, StaleContinuationFromAnEarlierLapIsNotTaken) {
+  const uint64_t seed = mktest::testSeed();
+  for (uint64_t slots : {2u, 4u, 8u}) {
+    auto r = makeRing(slots);
+    mk::ProxyRingView v = r->hostView();
+    ProxyCmd out[16];
+    uint64_t first = 0;
+    for (uint64_t s = 0; s < slots; s++) {  // a first lap: every slot holds a command
+      ASSERT_EQ(r->put(9, 0xdead0000 + s, 0xbeef, 0, 1000), ncclSuccess);
+      ASSERT_EQ(r->poll(out, 16, &first), 1);
+    }
+    for (uint64_t i = 0; i < 8 * slots; i++) {
+      // Filler: singles or whole groups, so that the next header lands at every index.
+      for (uint64_t s = 0; s <= i % slots; s++) {
+        if ((i + s) % 2) {
+          ASSERT_EQ(r->put(9, 0xdead0000 + s, 0xbeef, 0, 1000), ncclSuccess);
+        } else {
+          uint8_t junk[64];
+          memset(junk, 0xcc, sizeof(junk));
+          ProxyCmd c = {};
+          c.op = mk::kProxyPut;
+          c.peer = 9;
+          ASSERT_EQ(r->pushInline(c, junk, 64, 1000), ncclSuccess);
+        }
+        while (r->poll(out, 16, &first) > 0) {
+        }
+      }
+      const uint64_t bytes = 9 + byteOf(seed, 1, i, 0) % 56;  // 9..64: a 2-slot group
+      std::vector<uint8_t> src(bytes);
+      for (uint64_t b = 0; b < bytes; b++) src[b] = byteOf(seed, 2, i, b);
+      uint64_t w0 = 0;
+      memcpy(&w0, src.data(), 8);
+      const uint64_t t = pushHeaderOnly(r.get(), bytes, w0);
+      ProxyCmd* c = &v.slots[(t + 1) & (v.nslots - 1)];
+      // The case this test is about: the continuation's slot holds an earlier lap.
+      ASSERT_EQ(__atomic_load_n(&c->valid, __ATOMIC_ACQUIRE), t + 2 - slots) << "ticket " << t;
+      for (int k = 0; k < 3; k++) {
+        ASSERT_EQ(r->poll(out, 16, &first), 0) << "stale continuation taken, ticket " << t;
+        uint64_t at = 0;
+        EXPECT_TRUE(r->stalledGroup(&at));
+        EXPECT_EQ(at, t);
+      }
+      char* body = reinterpret_cast<char*>(c) + 8;
+      memset(body, 0, mk::kProxyContBytes);
+      memcpy(body, src.data() + 8, bytes - 8);
+      __atomic_store_n(&c->valid, t + 2, __ATOMIC_RELEASE);
+      ASSERT_EQ(r->poll(out, 16, &first), 2);
+      EXPECT_EQ(first, t);
+      uint64_t at = 0;
+      EXPECT_FALSE(r->stalledGroup(&at));
+      InlinePut p;
+      ASSERT_EQ(decodeOne(out, 2, 0, &p), 2);
+      EXPECT_EQ(p.cmd.dstOff, t);
+      ASSERT_EQ(p.data, src) << slots << " slots, ticket " << t;
+    }
+  }
+}
+
+// What the proxy's "group cut short" checks see (drainRings, proxy_io.cc): a group larger
+// than the ring (a 2-slot header in a 1-slot ring) comes out as its header alone, at once, for
+// the proxy to reject; a header whose continuation is not valid is reported by stalledGroup
+// at every poll, until it is; a group that only does not fit in max is not a stall.
+TEST(ProxyRingInline, IncompleteGroupsAsTheProxySeesThem) {
+  auto one = makeRing(1);
+  const uint64_t t1 = pushHeaderOnly(one.get(), 20, 0x1111111111111111ull);
+  ProxyCmd out[8];
+  uint64_t first = 0, at = 0;
+  ASSERT_EQ(one->poll(out, 8, &first), 1);
+  EXPECT_EQ(first, t1);
+  EXPECT_EQ(mk::proxyGroupSlots(out[0].op, out[0].bytes), 2u) << "a header, cut short";
+  EXPECT_FALSE(one->stalledGroup(&at));
+
+  auto r = makeRing(8);
+  ASSERT_EQ(r->put(0, 1, 2, 3, 1000), ncclSuccess);
+  const uint64_t t = pushHeaderOnly(r.get(), 64, 0x2222222222222222ull);
+  ASSERT_EQ(r->poll(out, 8, &first), 1);  // the single before it
+  EXPECT_TRUE(r->stalledGroup(&at));
+  EXPECT_EQ(at, t);
+  for (int k = 0; k < 5; k++) {
+    ASSERT_EQ(r->poll(out, 8, &first), 0);
+    EXPECT_TRUE(r->stalledGroup(&at));
+    EXPECT_EQ(at, t);
+  }
+  mk::ProxyRingView v = r->hostView();
+  __atomic_store_n(&v.slots[(t + 1) & (v.nslots - 1)].valid, t + 2, __ATOMIC_RELEASE);
+  ASSERT_EQ(r->poll(out, 1, &first), 0);  // complete, but max is 1
+  EXPECT_FALSE(r->stalledGroup(&at));
+  ASSERT_EQ(r->poll(out, 8, &first), 2);
+  EXPECT_FALSE(r->stalledGroup(&at));
+}
