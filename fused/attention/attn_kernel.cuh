@@ -4,7 +4,8 @@
 //   WG0 (producer): one thread loads, per tile, the tile's first kStages - 1 visible K/V blocks,
 //       the tile's Q block once ([128 rows][D], as D/64 boxes of 128-byte swizzled rows) and
 //       then its other visible K/V blocks of every source into a kStages ring (K and V
-//       completing on their own mbarriers, so S = Q.K^T starts before V has landed).
+//       completing on their own mbarriers, so S = Q.K^T starts before V has landed). With
+//       two Q buffers (head dim 64, variant 3) the Q block comes first.
 //   WG1, WG2 (consumers): 64 query rows each. S = Q.K^T with wgmma SS (K-major K), online
 //       softmax on S's accumulators (scale folded into exp2; the row max and the running sum
 //       per row, the sum kept per thread and reduced across the quad only at the end), P
@@ -35,34 +36,71 @@ namespace attn {
 
 // kOverlapIn: FlashAttention-3's schedule (intra-WG pipelining of S and P.V, ping-pong of the
 // two consumer WGs); false: one block at a time (the reference schedule, kept to compare).
-template <int kD, bool kF16In, bool kOverlapIn = true>
+// kVariantIn (head dim 64 with the overlapped schedule only; MKERNEL_ATTN_D64_VARIANT): at head
+// dim 64 a key block costs half the products of head dim 128 for the same exps, so the fixed
+// costs per block (barriers, row max and rescale, handshakes) and per tile (the Q load behind
+// the last P.V) weigh twice as much. 0 = the configuration of head dim 128 (128-key blocks, 3
+// stages, one Q buffer); 1 = 192-key blocks (a third fewer blocks: fewer fixed costs per key);
+// 2 = 4 stages (more loads in flight); 3 = two Q buffers (the next tile's Q loads while this
+// tile still runs). Which wins is measured on the GPU (docs/ring-attention.md).
+template <int kD, bool kF16In, bool kOverlapIn = true, int kVariantIn = 0>
 struct Cfg {
   static constexpr int D = kD;
   static constexpr bool kF16 = kF16In;
   static constexpr bool kOverlap = kOverlapIn;
+  static constexpr int kVariant = kVariantIn;
   static constexpr int kBM = 128;  // query rows per tile (2 consumer WGs x 64)
-  static constexpr int kBN =
-      kD <= 128 ? 128 : 64;  // key rows per K/V block  // 3 stages where they fit (head dims 64,
-                             // 128); K and V of a stage are freed separately.
-  static constexpr int kStages = kD <= 128 ? 3 : 2;
+  // Key rows per K/V block: 64 at head dim 256 (O alone takes 128 registers per thread).
+  static constexpr int kBN = kD > 128 ? 64 : (kVariant == 1 ? 192 : 128);
+  // 3 stages where they fit (head dims 64, 128); K and V of a stage are freed separately.
+  static constexpr int kStages = kD > 128 ? 2 : (kVariant == 2 ? 4 : 3);
+  static constexpr int kQBufs = kVariant == 3 ? 2 : 1;
   static constexpr int kSub = kD / 64;  // 64-column (128-byte) sub-tiles of a row
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kKBytes = kBN * kD * 2;  // one K (or V) block
   static constexpr int kStageBytes = 2 * kKBytes;
-  static constexpr int kBarrierBytes = 128;
-  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
+  // qFull, qEmpty per Q buffer; kFull, vFull, kEmpty, vEmpty per stage.
+  static constexpr int kBarrierCount = 2 * kQBufs + 4 * kStages;
+  static constexpr int kBarrierBytes = kBarrierCount * 8 <= 128 ? 128 : 256;
+  static constexpr int kSmemBytes = kQBufs * kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
   static constexpr int kThreads = 384;
   static constexpr int kProducerRegs = 40;  // the producer runs bounded waits (fused ring)
   static constexpr int kConsumerRegs = 232;
   static_assert(kD == 64 || kD == 128 || kD == 256, "head dims 64, 128, 256");
+  static_assert(kVariant == 0 || (kD == 64 && kOverlap),
+                "variants are for head dim 64 with the overlapped schedule");
+  static_assert(kVariant >= 0 && kVariant <= kMaxD64Variant, "unknown head-dim-64 variant");
+  static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
-  static_assert((2 + 4 * kStages) * 8 <= kBarrierBytes, "barrier area too small");
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 504,
-                "register budget exceeded");  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4)
-                                              // per thread, plus addresses.
+  static_assert(kBarrierCount * 8 <= kBarrierBytes, "barrier area too small");
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 504, "register budget exceeded");
+  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) per thread, plus addresses
+  // (192-key blocks at head dim 64: 32 + 96 + 48 = 176).
   static_assert(kD / 2 + kBN / 2 + kBN / 4 <= 200, "consumer fragments exceed the budget");
 };
+
+// Calls f(C{}) with the Cfg of head dim kD, input type kF16, the schedule and the resolved
+// head-dim-64 variant (AttnParams::variant; 0 for other head dims and the plain schedule), so
+// every launcher picks the same configuration. Host code.
+template <int kD, bool kF16, class F>
+auto withCfg(bool overlap, int variant, F&& f) {
+  if (!overlap) return f(Cfg<kD, kF16, false>{});
+  if constexpr (kD == 64) {
+    static_assert(kMaxD64Variant == 3, "every variant needs its case here");
+    switch (variant) {
+      case 1:
+        return f(Cfg<kD, kF16, true, 1>{});
+      case 2:
+        return f(Cfg<kD, kF16, true, 2>{});
+      case 3:
+        return f(Cfg<kD, kF16, true, 3>{});
+      default:
+        break;
+    }
+  }
+  return f(Cfg<kD, kF16, true>{});
+}
 
 // Kernel parameters: one __grid_constant__ struct so the tensor maps stay in param space.
 struct AttnParams {
@@ -78,6 +116,9 @@ struct AttnParams {
   int32_t tileOrder;  // MKERNEL_ATTN_TILE_ORDER
   SeqMap seq;
   int32_t qRank, nSrc;
+  // The resolved head-dim-64 variant (Cfg::kVariant of the launched kernel; host side only).
+  // Here it fills the padding before hooks, so the other fields keep their offsets.
+  int32_t variant;
   AttnHooks hooks;
   int32_t srcRank[kMaxSrc];
 };
@@ -101,14 +142,15 @@ struct Smem {
   uint64_t* vEmpty;
   __device__ explicit Smem(uint8_t* raw) {
     q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-    kv = q + C::kQBytes;
-    qFull = reinterpret_cast<uint64_t*>(kv + C::kStages * C::kStageBytes);
-    qEmpty = qFull + 1;
-    kFull = qFull + 2;
+    kv = q + C::kQBufs * C::kQBytes;
+    qFull = reinterpret_cast<uint64_t*>(kv + C::kStages * C::kStageBytes);  // [kQBufs]
+    qEmpty = qFull + C::kQBufs;
+    kFull = qEmpty + C::kQBufs;
     vFull = kFull + C::kStages;
     kEmpty = vFull + C::kStages;
     vEmpty = kEmpty + C::kStages;
   }
+  __device__ uint8_t* qBuf(int b) const { return q + b * C::kQBytes; }
   __device__ uint8_t* k(int s) const { return kv + s * C::kStageBytes; }
   __device__ uint8_t* v(int s) const { return kv + s * C::kStageBytes + C::kKBytes; }
 };
@@ -183,22 +225,40 @@ struct KvRing {
   }
 };
 
+// The tile's Q block into buffer `buf` once the consumers of its previous user released it.
+template <class C>
+__device__ __forceinline__ void loadQ(const AttnParams& p, const Smem<C>& sm, const Tile& x,
+                                      int32_t buf, uint32_t phase) {
+  ptx::mbarWait(&sm.qEmpty[buf], phase ^ 1);
+  ptx::mbarArriveExpectTx(&sm.qFull[buf], C::kQBytes);
+#pragma unroll
+  for (int s = 0; s < C::kSub; ++s) {
+    ptx::tmaLoad4d(sm.qBuf(buf) + s * (C::kBM * 128), &p.tmQ, &sm.qFull[buf], 64 * s, x.h, x.m0,
+                   x.b);
+  }
+}
+
 template <class C>
 __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
                                          int32_t nCtas) {
-  // A tile's first kStages - 1 blocks go into the ring before its Q: their stages are freed
-  // by the previous tile's last blocks while the consumers still hold the one Q buffer, so
-  // the ring keeps flowing across the tile boundary instead of draining behind the Q load.
-  // kStages - 1 fills the ring (any number up to kStages cannot deadlock: the stages they
-  // wait for are freed by blocks of earlier tiles, which need nothing of this tile). The ring
-  // order is unchanged.
-  constexpr int kAhead = C::kStages - 1;
+  // One Q buffer: a tile's first kStages - 1 blocks go into the ring before its Q: their
+  // stages are freed by the previous tile's last blocks while the consumers still hold the
+  // one Q buffer, so the ring keeps flowing across the tile boundary instead of draining
+  // behind the Q load. kStages - 1 fills the ring (any number up to kStages cannot deadlock:
+  // the stages they wait for are freed by blocks of earlier tiles, which need nothing of this
+  // tile). The ring order is unchanged.
+  // Two Q buffers: Q first. Its buffer was released by the tile before the previous one, long
+  // done, so the load neither waits nor holds up the ring, and it lands while the consumers
+  // still run the previous tile (the tile boundary no longer waits for a Q load).
+  constexpr int kAhead = C::kQBufs > 1 ? 0 : C::kStages - 1;
   KvRing<C> ring;
-  uint32_t qPhase = 0;
   for (int32_t k = 0;; ++k) {
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
     const Tile x = tileAt(p, t);
+    int32_t qBuf;
+    uint32_t qPhase;
+    qSlot(k, C::kQBufs, &qBuf, &qPhase);
     BlockCursor c{};
     ring.waited = -1;
     bool more = true, pending = false;
@@ -212,13 +272,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
       }
       ring.load(p, sm, x, c);
     }
-    ptx::mbarWait(sm.qEmpty, qPhase ^ 1);
-    ptx::mbarArriveExpectTx(sm.qFull, C::kQBytes);
-#pragma unroll
-    for (int s = 0; s < C::kSub; ++s) {
-      ptx::tmaLoad4d(sm.q + s * (C::kBM * 128), &p.tmQ, sm.qFull, 64 * s, x.h, x.m0, x.b);
-    }
-    qPhase ^= 1;
+    loadQ<C>(p, sm, x, qBuf, qPhase);
     if (pending) ring.load(p, sm, x, c);
     while (more && c.next<C::kBN>(p, x)) ring.load(p, sm, x, c);
   }
@@ -437,7 +491,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
                                          int32_t nCtas, int32_t wg) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   int32_t stage = 0;
-  uint32_t phase = 0, qPhase = 0;
+  uint32_t phase = 0;
   // Ping-pong: a WG issues its wgmmas only on its turn, then hands the turn over, so one WG's
   // softmax runs while the other's products occupy the tensor cores. WG1 gives WG0 the first
   // turn; WG0 takes the last hand-over back after the loop (every arrive is matched).
@@ -458,9 +512,11 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     float s[C::kBN / 2];
     uint32_t pa[C::kBN / 16][4];
-    ptx::mbarWait(sm.qFull, qPhase);
-    qPhase ^= 1;
-    const uint32_t qBase = ptx::smemAddr(sm.q) + wg * (64 * 128);
+    int32_t qBuf;
+    uint32_t qPhase;
+    qSlot(k, C::kQBufs, &qBuf, &qPhase);
+    ptx::mbarWait(&sm.qFull[qBuf], qPhase);
+    const uint32_t qBase = ptx::smemAddr(sm.qBuf(qBuf)) + wg * (64 * 128);
     BlockCursor cur{};
     if constexpr (!C::kOverlap) {
       // Plain order: S, softmax, P.V, one block at a time.
@@ -512,7 +568,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
       blockPV<C>(sm, prev, prevPhase, o, pa, lane);
     }
     // Q is no longer read: the producer may load the next tile's while this epilogue runs.
-    if (lane == 0) ptx::mbarArrive(sm.qEmpty);
+    if (lane == 0) ptx::mbarArrive(&sm.qEmpty[qBuf]);
     epilogue<C>(p, x, wg, o, m, l);
   }
   if (C::kOverlap && wg == 0) ptx::namedBarSync(kBarTurn0, 256);
@@ -525,8 +581,10 @@ __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, i
                                         int32_t nCtas) {
   Smem<C> sm(smemRaw);
   if (threadIdx.x == 0) {
-    ptx::mbarInit(sm.qFull, 1);
-    ptx::mbarInit(sm.qEmpty, 8);  // one arrive per consumer warp
+    for (int b = 0; b < C::kQBufs; ++b) {
+      ptx::mbarInit(&sm.qFull[b], 1);
+      ptx::mbarInit(&sm.qEmpty[b], 8);  // one arrive per consumer warp
+    }
     for (int s = 0; s < C::kStages; ++s) {
       ptx::mbarInit(&sm.kFull[s], 1);
       ptx::mbarInit(&sm.vFull[s], 1);
