@@ -94,11 +94,16 @@ bool overlapOf(const AttnArgs& a) {
 
 int variantOf(const AttnArgs& a) {
   if (a.D != 64 || !overlapOf(a)) return 0;
-  return (int)(a.d64Variant >= 0 ? a.d64Variant : MK_PARAM_INT(AttnD64Variant));
+  const int v = (int)(a.d64Variant >= 0 ? a.d64Variant : MK_PARAM_INT(AttnD64Variant));
+  return a.hooks.ready != nullptr && v > kMaxRingD64Variant ? 0 : v;
 }
 
 int kvRows(int D, int variant) {
   return (int)cfgFigure(D, variant, [](auto c) { return (int64_t) decltype(c)::kBN; });
+}
+
+int qRows(int D, int variant) {
+  return (int)cfgFigure(D, variant, [](auto c) { return (int64_t) decltype(c)::kBM; });
 }
 
 size_t smemBytes(int D, int variant) {
@@ -172,7 +177,8 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   const uint64_t es = 2;
   const uint64_t qDims[4] = {(uint64_t)a.D, (uint64_t)a.Hq, (uint64_t)a.S, (uint64_t)a.B};
   const uint64_t qStr[3] = {a.D * es, (uint64_t)a.Hq * a.D * es, (uint64_t)a.S * a.Hq * a.D * es};
-  NCCLCHECK(encodeRows(&p->tmQ, a.in, a.q, 4, qDims, qStr, 128));
+  const int bm = qRows(a.D, variant);  // the launched kernel's tile rows (its Q box)
+  NCCLCHECK(encodeRows(&p->tmQ, a.in, a.q, 4, qDims, qStr, (uint32_t)bm));
   const uint64_t kDims[5] = {(uint64_t)a.D, (uint64_t)a.Hkv, (uint64_t)a.S, (uint64_t)a.B,
                              (uint64_t)a.nSrc};
   const uint64_t kStr[4] = {a.D * es, (uint64_t)a.Hkv * a.D * es, (uint64_t)a.S * a.Hkv * a.D * es,
@@ -187,7 +193,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   p->Hq = a.Hq;
   p->Hkv = a.Hkv;
   p->group = a.Hq / a.Hkv;
-  p->mBlocks = (a.S + 127) / 128;
+  p->mBlocks = (a.S + bm - 1) / bm;
   const int64_t tiles = (int64_t)p->mBlocks * a.B * a.Hq;
   // Room above the last tile for the CTAs' last stride (tileOfRound stays within int32).
   MK_ARGCHECK(tiles < (int64_t(1) << 31) - (int64_t(1) << 16),

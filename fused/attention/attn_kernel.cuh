@@ -6,7 +6,8 @@
 //       then its other visible K/V blocks of every source into a kStages ring (K and V
 //       completing on their own mbarriers, so S = Q.K^T starts before V has landed). With
 //       two Q buffers (head dim 64, variant 3) the Q block comes first.
-//   WG1, WG2 (consumers): 64 query rows each. S = Q.K^T with wgmma SS (K-major K), online
+//   WG1, WG2 (consumers; WG3 too in head dim 64's variant 4): 64 query rows each. S = Q.K^T with
+//   wgmma SS (K-major K), online
 //       softmax on S's accumulators (scale folded into exp2; the row max and the running sum
 //       per row, the sum kept per thread and reduced across the quad only at the end), P
 //       rounded to the input type in registers in the A-fragment layout, O += P.V with wgmma
@@ -42,14 +43,17 @@ namespace attn {
 // the last P.V) weigh twice as much. 0 = the configuration of head dim 128 (128-key blocks, 3
 // stages, one Q buffer); 1 = 192-key blocks (a third fewer blocks: fewer fixed costs per key);
 // 2 = 4 stages (more loads in flight); 3 = two Q buffers (the next tile's Q loads while this
-// tile still runs). Which wins is measured on the GPU (docs/ring-attention.md).
+// tile still runs); 4 = three consumer WGs (192-row tiles: each K/V block serves 1.5x the
+// query rows, and a third WG's softmax hides behind the other two's products; 160 registers
+// per consumer thread). Which wins is measured on the GPU (docs/ring-attention.md).
 template <int kD, bool kF16In, bool kOverlapIn = true, int kVariantIn = 0>
 struct Cfg {
   static constexpr int D = kD;
   static constexpr bool kF16 = kF16In;
   static constexpr bool kOverlap = kOverlapIn;
   static constexpr int kVariant = kVariantIn;
-  static constexpr int kBM = 128;  // query rows per tile (2 consumer WGs x 64)
+  static constexpr int kConsumerWGs = kVariant == 4 ? 3 : 2;
+  static constexpr int kBM = 64 * kConsumerWGs;  // query rows per tile (64 per consumer WG)
   // Key rows per K/V block: 64 at head dim 256 (O alone takes 128 registers per thread).
   static constexpr int kBN = kD > 128 ? 64 : (kVariant == 1 ? 192 : 128);
   // 3 stages where they fit (head dims 64, 128); K and V of a stage are freed separately.
@@ -63,9 +67,11 @@ struct Cfg {
   static constexpr int kBarrierCount = 2 * kQBufs + 4 * kStages;
   static constexpr int kBarrierBytes = kBarrierCount * 8 <= 128 ? 128 : 256;
   static constexpr int kSmemBytes = kQBufs * kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
-  static constexpr int kThreads = 384;
-  static constexpr int kProducerRegs = 40;  // the producer runs bounded waits (fused ring)
-  static constexpr int kConsumerRegs = 232;
+  static constexpr int kThreads = 128 * (1 + kConsumerWGs);
+  // The producer runs bounded waits (fused ring): 40 where the register file allows; with
+  // three consumer WGs 32 (32 x 128 + 160 x 384 = 65536, the whole file).
+  static constexpr int kProducerRegs = kConsumerWGs == 3 ? 32 : 40;
+  static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : 232;
   static_assert(kD == 64 || kD == 128 || kD == 256, "head dims 64, 128, 256");
   static_assert(kVariant == 0 || (kD == 64 && kOverlap),
                 "variants are for head dim 64 with the overlapped schedule");
@@ -74,20 +80,24 @@ struct Cfg {
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
   static_assert(kBarrierCount * 8 <= kBarrierBytes, "barrier area too small");
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 504, "register budget exceeded");
-  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) per thread, plus addresses
-  // (192-key blocks at head dim 64: 32 + 96 + 48 = 176).
-  static_assert(kD / 2 + kBN / 2 + kBN / 4 <= 200, "consumer fragments exceed the budget");
+  static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= 65536,
+                "register budget exceeded");
+  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) per thread, plus 32 for addresses and
+  // the softmax state (192-key blocks at head dim 64: 32 + 96 + 48 = 176; three WGs:
+  // 32 + 64 + 32 = 128 of 160).
+  static_assert(kD / 2 + kBN / 2 + kBN / 4 <= kConsumerRegs - 32,
+                "consumer fragments exceed the budget");
 };
 
 // Calls f(C{}) with the Cfg of head dim kD, input type kF16, the schedule and the resolved
 // head-dim-64 variant (AttnParams::variant; 0 for other head dims and the plain schedule), so
-// every launcher picks the same configuration. Host code.
-template <int kD, bool kF16, class F>
+// every launcher picks the same configuration. Variants above kMaxVariant are not built for
+// that launcher (variantOf never gives them to it) and run variant 0. Host code.
+template <int kD, bool kF16, int kMaxVariant = kMaxD64Variant, class F>
 auto withCfg(bool overlap, int variant, F&& f) {
   if (!overlap) return f(Cfg<kD, kF16, false>{});
   if constexpr (kD == 64) {
-    static_assert(kMaxD64Variant == 3, "every variant needs its case here");
+    static_assert(kMaxD64Variant == 4, "every variant needs its case here");
     switch (variant) {
       case 1:
         return f(Cfg<kD, kF16, true, 1>{});
@@ -95,6 +105,9 @@ auto withCfg(bool overlap, int variant, F&& f) {
         return f(Cfg<kD, kF16, true, 2>{});
       case 3:
         return f(Cfg<kD, kF16, true, 3>{});
+      case 4:
+        if constexpr (kMaxVariant >= 4) return f(Cfg<kD, kF16, true, 4>{});
+        break;
       default:
         break;
     }
@@ -104,7 +117,7 @@ auto withCfg(bool overlap, int variant, F&& f) {
 
 // Kernel parameters: one __grid_constant__ struct so the tensor maps stay in param space.
 struct AttnParams {
-  CUtensorMap tmQ;  // [B][S][Hq][D], box {64, 1, 128, 1}
+  CUtensorMap tmQ;  // [B][S][Hq][D], box {64, 1, kBM, 1}
   CUtensorMap tmK;  // [nSrc][B][S][Hkv][D], box {64, 1, kBN, 1, 1}
   CUtensorMap tmV;
   void* out;
@@ -162,14 +175,15 @@ struct Tile {
   int64_t qLo, qHi;  // positions of the tile's valid rows
 };
 
+template <class C>
 __device__ __forceinline__ Tile tileAt(const AttnParams& p, int32_t t) {
   int32_t hb, mb;
   tileCoords(t, p.B * p.Hq, p.mBlocks, p.causal != 0, p.tileOrder != 0, &hb, &mb);
   Tile x;
   x.b = hb / p.Hq;
   x.h = hb % p.Hq;
-  x.m0 = mb * 128;
-  p.seq.range(p.qRank, x.m0, min(x.m0 + 128, p.S), &x.qLo, &x.qHi);
+  x.m0 = mb * C::kBM;
+  p.seq.range(p.qRank, x.m0, min(x.m0 + C::kBM, p.S), &x.qLo, &x.qHi);
   return x;
 }
 
@@ -255,7 +269,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
   for (int32_t k = 0;; ++k) {
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
-    const Tile x = tileAt(p, t);
+    const Tile x = tileAt<C>(p, t);
     int32_t qBuf;
     uint32_t qPhase;
     qSlot(k, C::kQBufs, &qBuf, &qPhase);
@@ -483,7 +497,8 @@ __device__ __forceinline__ void blockPV(const Smem<C>& sm, int32_t stage, uint32
   if (lane == 0) ptx::mbarArrive(&sm.vEmpty[stage]);
 }
 
-// Named barriers of the two consumer WGs' ping-pong (id 0 is __syncthreads).
+// Named barriers of the consumer WGs' turns: WG w waits on kBarTurn0 + w (id 0 is
+// __syncthreads).
 constexpr int kBarTurn0 = 1;
 
 template <class C>
@@ -492,14 +507,17 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   int32_t stage = 0;
   uint32_t phase = 0;
-  // Ping-pong: a WG issues its wgmmas only on its turn, then hands the turn over, so one WG's
-  // softmax runs while the other's products occupy the tensor cores. WG1 gives WG0 the first
-  // turn; WG0 takes the last hand-over back after the loop (every arrive is matched).
-  if (C::kOverlap && wg == 1) ptx::namedBarArrive(kBarTurn0, 256);
+  // Ping-pong: a WG issues its wgmmas only on its turn, then hands the turn to the next WG
+  // (round robin), so one WG's softmax runs while the others' products occupy the tensor
+  // cores. Every WG takes one turn per key block of the same tiles, so the last WG gives WG0
+  // the first turn and WG0 takes the last hand-over back after the loop (every arrive is
+  // matched). Each turn barrier joins two WGs: the one handing over and the one taking it.
+  constexpr int kWGs = C::kConsumerWGs;
+  if (C::kOverlap && wg == kWGs - 1) ptx::namedBarArrive(kBarTurn0, 256);
   for (int32_t k = 0;; ++k) {
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
-    const Tile x = tileAt(p, t);
+    const Tile x = tileAt<C>(p, t);
     int64_t qpos[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -550,7 +568,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
         ptx::wgmmaFence();
         issuePV<C>(o, pa, ptx::smemAddr(sm.v(prev)));
         ptx::wgmmaCommit();
-        ptx::namedBarArrive(kBarTurn0 + (1 - wg), 256);
+        ptx::namedBarArrive(kBarTurn0 + nextTurnWG(wg, kWGs), 256);
         ptx::wgmmaWait<1>();  // S done (groups complete in order); P.V may still run
         ptx::fenceRegs(s);
         if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
@@ -580,16 +598,17 @@ template <class C>
 __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, int32_t cta,
                                         int32_t nCtas) {
   Smem<C> sm(smemRaw);
+  constexpr int kConsumerWarps = 4 * C::kConsumerWGs;  // one release arrive per consumer warp
   if (threadIdx.x == 0) {
     for (int b = 0; b < C::kQBufs; ++b) {
       ptx::mbarInit(&sm.qFull[b], 1);
-      ptx::mbarInit(&sm.qEmpty[b], 8);  // one arrive per consumer warp
+      ptx::mbarInit(&sm.qEmpty[b], kConsumerWarps);
     }
     for (int s = 0; s < C::kStages; ++s) {
       ptx::mbarInit(&sm.kFull[s], 1);
       ptx::mbarInit(&sm.vFull[s], 1);
-      ptx::mbarInit(&sm.kEmpty[s], 8);  // one arrive per consumer warp
-      ptx::mbarInit(&sm.vEmpty[s], 8);
+      ptx::mbarInit(&sm.kEmpty[s], kConsumerWarps);
+      ptx::mbarInit(&sm.vEmpty[s], kConsumerWarps);
     }
     ptx::fenceMbarInit();
     ptx::prefetchTensorMap(&p.tmQ);

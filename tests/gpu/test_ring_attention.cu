@@ -15,7 +15,7 @@
 //   RingAttnThreads.Layouts/n2|n3|n4|n8  causal or not, zigzag or contiguous, GQA 1/4, head
 //       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple.
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
-//   RingAttnD64Variant.Cases/v1|v2|v3    head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
+//   RingAttnD64Variant.Cases/v1..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
 //       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
 //   RingAttnAbort.*                      only rank 0 calls: ncclCommAbort ends it; or the
 //       deadline does and ncclCommGetAsyncError reports it.
@@ -342,11 +342,13 @@ INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnGraph, ::testing::Values(1, 3, 4),
                          });
 
 // ---- head-dim-64 variants (MKERNEL_ATTN_D64_VARIANT) ------------------------------------------
-// Param: the variant (1: 192-key blocks, 2: 4 stages, 3: two Q buffers; 0 runs in every other
-// test), with the overlapped schedule the variants belong to. One rank: tails of the 128- and
-// 192-key blocks, GQA 1/4/8, both types, causal or not, contiguous and zigzag; two shapes of
-// 250+ tiles, so each persistent CTA runs several tiles (the Q buffers, the ring's phases
-// across tiles); then 3 rank threads on the fused ring kernel and the sequential path.
+// Param: the variant (1: 192-key blocks, 2: 4 stages, 3: two Q buffers, 4: three consumer
+// WGs with 192-row tiles; 0 runs in every other test), with the overlapped schedule the
+// variants belong to. One rank: tails of 128- and 192-row blocks, GQA 1/4/8, both types,
+// causal or not, contiguous and zigzag; two shapes of 280+ tiles, so each persistent CTA runs
+// several tiles (the Q buffers, the ring's phases across tiles); then 3 rank threads on the
+// fused ring kernel (variant 4 is not built for it: it runs variant 0 there) and the
+// sequential path.
 class RingAttnD64Variant : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override { MKTEST_REQUIRE_GPU(); }
@@ -366,6 +368,7 @@ TEST_P(RingAttnD64Variant, Cases) {
     a.D = 64;
     ASSERT_EQ(mk::attn::variantOf(a), v);
     ASSERT_EQ(mk::attn::kvRows(64, v), v == 1 ? 192 : 128);
+    ASSERT_EQ(mk::attn::qRows(64, v), v == 4 ? 192 : 128);
   }
   Solo solo;
   ASSERT_EQ(solo.why, "");
@@ -394,8 +397,9 @@ TEST_P(RingAttnD64Variant, Cases) {
     ncclDataType_t in;
   };
   const Many many[] = {
-      {2, 2046, 16, 4, ncclRingAttnZigzag, true, ncclBfloat16},      // 16 x 32 = 512 tiles
-      {3, 1150, 12, 3, ncclRingAttnContiguous, false, ncclFloat16},  // 9 x 36 = 324 tiles
+      // Tiles of 128 rows (of 192 in variant 4): 16 (11) x 32 = 512 (352), 9 (6) x 48 = 432 (288).
+      {2, 2046, 16, 4, ncclRingAttnZigzag, true, ncclBfloat16},
+      {3, 1150, 16, 4, ncclRingAttnContiguous, false, ncclFloat16},
   };
   for (int i = 0; i < 2; ++i) {
     Shape c;
@@ -434,7 +438,7 @@ TEST_P(RingAttnD64Variant, Cases) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD64Variant, ::testing::Values(1, 2, 3),
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD64Variant, ::testing::Values(1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "v" + std::to_string(i.param);
                          });

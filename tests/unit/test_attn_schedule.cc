@@ -390,6 +390,51 @@ TEST(AttnSchedule, QBuffersTakeTurnsWithTheirPhases) {
   }
 }
 
+// The consumer WGs' turns (attn_kernel.cuh consumer): the last WG hands WG0 the first turn;
+// per key block each WG waits on its own turn barrier, issues, and arrives on
+// nextTurnWG's; after its tiles WG0 takes the last hand-over. Named-barrier model: a barrier
+// joins one arrive and one sync (256 threads of two WGs). For 2 and 3 WGs and any number of
+// blocks, run whichever WG can proceed: the turns must come round robin, nothing may
+// deadlock, and no arrive may be left unmatched (a stale one would let a later turn through).
+TEST(AttnSchedule, ConsumerTurnsGoRoundRobin) {
+  for (int nWGs = 2; nWGs <= 3; ++nWGs) {
+    for (int blocks = 0; blocks < 7; ++blocks) {
+      std::vector<int> pending(nWGs, 0);  // arrives not yet matched, per turn barrier
+      std::vector<int> done(nWGs, 0);     // turns taken per WG
+      std::vector<bool> finished(nWGs, false);
+      pending[0] += 1;  // the last WG's first hand-over (wg == nWGs - 1)
+      std::vector<int> order;
+      for (int steps = 0; steps < 1000; ++steps) {
+        bool moved = false;
+        for (int w = 0; w < nWGs; ++w) {
+          if (finished[w] || pending[w] == 0) continue;
+          if (done[w] < blocks) {
+            pending[w]--;
+            order.push_back(w);
+            done[w]++;
+            pending[mk::attn::nextTurnWG(w, nWGs)]++;
+            moved = true;
+          } else if (w == 0) {  // WG0's final sync takes the last hand-over
+            pending[0]--;
+            finished[0] = true;
+            moved = true;
+          }
+        }
+        for (int w = 1; w < nWGs; ++w)
+          if (done[w] == blocks) finished[w] = true;
+        if (!moved) break;
+      }
+      for (int w = 0; w < nWGs; ++w) {
+        EXPECT_TRUE(finished[w]) << nWGs << " WGs, " << blocks << " blocks: WG " << w << " stuck";
+        EXPECT_EQ(pending[w], 0) << nWGs << " WGs, " << blocks << " blocks: stale arrive";
+      }
+      ASSERT_EQ((int)order.size(), nWGs * blocks);
+      for (size_t i = 0; i < order.size(); ++i)
+        EXPECT_EQ(order[i], (int)(i % nWGs)) << nWGs << " WGs: turn " << i;
+    }
+  }
+}
+
 // MKERNEL_ATTN_D64_VARIANT and AttnArgs::d64Variant select head dim 64's configuration with the
 // overlapped schedule only; the key block and shared memory follow the variant (the tensor
 // maps' box must be the launched kernel's block), and out-of-range requests are refused.
@@ -418,10 +463,26 @@ TEST(AttnSchedule, D64VariantsResolve) {
     EXPECT_EQ(mk::attn::variantOf(a), 3);
     a.d64Variant = -1;
   }
+  {
+    // The fused ring kernel (hooks.ready set) is not built with variant 4: it runs variant 0.
+    uint64_t ready = 0;
+    a.hooks.ready = &ready;
+    for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v) {
+      a.d64Variant = v;
+      EXPECT_EQ(mk::attn::variantOf(a), v <= mk::attn::kMaxRingD64Variant ? v : 0) << v;
+    }
+    a.hooks.ready = nullptr;
+    a.d64Variant = -1;
+  }
   EXPECT_EQ(mk::attn::kvRows(64, 0), 128);
   EXPECT_EQ(mk::attn::kvRows(64, 1), 192);
   EXPECT_EQ(mk::attn::kvRows(64, 2), 128);
   EXPECT_EQ(mk::attn::kvRows(64, 3), 128);
+  EXPECT_EQ(mk::attn::kvRows(64, 4), 128);
+  for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v)
+    EXPECT_EQ(mk::attn::qRows(64, v), v == 4 ? 192 : 128) << "variant " << v;
+  EXPECT_EQ(mk::attn::qRows(128, 0), 128);
+  EXPECT_EQ(mk::attn::qRows(256, 0), 128);
   EXPECT_EQ(mk::attn::kvRows(128, 0), 128);
   EXPECT_EQ(mk::attn::kvRows(256, 0), 64);
   // Q [128][64] bf16 = 16 KiB per buffer, a stage = K + V of kBN rows, barriers, 1 KiB align.
@@ -430,6 +491,7 @@ TEST(AttnSchedule, D64VariantsResolve) {
   EXPECT_EQ(mk::attn::smemBytes(64, 1), q + 3 * stage192 + 128 + align);
   EXPECT_EQ(mk::attn::smemBytes(64, 2), q + 4 * stage128 + 256 + align);
   EXPECT_EQ(mk::attn::smemBytes(64, 3), 2 * q + 3 * stage128 + 128 + align);
+  EXPECT_EQ(mk::attn::smemBytes(64, 4), q * 3 / 2 + 3 * stage128 + 128 + align);  // 192 rows
   for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v)
     EXPECT_LE(mk::attn::smemBytes(64, v), 232448u) << "variant " << v;
   // canImplement: a valid call (fake aligned pointers, never dereferenced), then the variant out
