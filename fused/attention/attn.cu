@@ -29,10 +29,6 @@ int64_t srcStrideOf(const AttnArgs& a) {
   return a.srcStride != 0 ? a.srcStride : (int64_t)a.B * a.S * a.Hkv * a.D;
 }
 
-int kvRows(int D) {
-  return D <= 128 ? 128 : 64;
-}
-
 // A [dims[n-1]]...[dims[0]] row-major tensor of 16-bit elements (dims[0] contiguous) with a
 // {64, 1, rows, 1, ...} box: one 128-byte swizzled row per position. Out-of-range rows are
 // zero-filled, so slices whose length is not a tile multiple need no predicates on loads.
@@ -72,15 +68,21 @@ ncclResult_t dispatch(const AttnArgs& a, const AttnParams& p, int32_t grid, cuda
   return dispatchD<false>(a.D, p, overlapOf(a), grid, s);
 }
 
-size_t smemFor(int D) {
+// A Cfg's figures for head dim D and a resolved variant (the schedule does not change them).
+template <class F>
+int64_t cfgFigure(int D, int variant, F&& f) {
   switch (D) {
     case 64:
-      return Cfg<64, false>::kSmemBytes;
+      return withCfg<64, false>(true, variant, f);
     case 128:
-      return Cfg<128, false>::kSmemBytes;
+      return withCfg<128, false>(true, 0, f);
     default:
-      return Cfg<256, false>::kSmemBytes;
+      return withCfg<256, false>(true, 0, f);
   }
+}
+
+size_t smemFor(int D, int variant) {
+  return (size_t)cfgFigure(D, variant, [](auto c) { return (int64_t) decltype(c)::kSmemBytes; });
 }
 
 }  // namespace
@@ -90,8 +92,22 @@ bool overlapOf(const AttnArgs& a) {
   return s != 0;
 }
 
-size_t smemBytes(int D) {
-  return smemFor(D);
+int variantOf(const AttnArgs& a) {
+  if (a.D != 64 || !overlapOf(a)) return 0;
+  const int v = (int)(a.d64Variant >= 0 ? a.d64Variant : MK_PARAM_INT(AttnD64Variant));
+  return a.hooks.ready != nullptr && v > kMaxRingD64Variant ? 0 : v;
+}
+
+int kvRows(int D, int variant) {
+  return (int)cfgFigure(D, variant, [](auto c) { return (int64_t) decltype(c)::kBN; });
+}
+
+int qRows(int D, int variant) {
+  return (int)cfgFigure(D, variant, [](auto c) { return (int64_t) decltype(c)::kBM; });
+}
+
+size_t smemBytes(int D, int variant) {
+  return smemFor(D, variant);
 }
 
 bool canImplement(const AttnArgs& a, std::string* why) {
@@ -133,6 +149,9 @@ bool canImplement(const AttnArgs& a, std::string* why) {
   if (a.schedule < -1 || a.schedule > 1)
     return fail(why, "schedule=%lld must be -1 (parameter), 0 (plain) or 1 (overlapped)",
                 a.schedule);
+  if (a.d64Variant < -1 || a.d64Variant > kMaxD64Variant)
+    return fail(why, "d64Variant=%lld must be -1 (parameter) or 0..%lld", a.d64Variant,
+                kMaxD64Variant);
   return true;
 }
 
@@ -148,21 +167,25 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   MK_ARGCHECK(lim.major == 9 && lim.minor == 0,
               "attention engine needs an sm_90 (Hopper) device; this one is sm_%d%d", lim.major,
               lim.minor);
-  MK_ARGCHECK((size_t)lim.smemOptin >= smemFor(a.D),
+  const int variant = variantOf(a);
+  const size_t smem = smemFor(a.D, variant);
+  MK_ARGCHECK((size_t)lim.smemOptin >= smem,
               "attention engine needs %zu bytes of shared memory per block; the device allows %d",
-              smemFor(a.D), lim.smemOptin);
+              smem, lim.smemOptin);
 
   memset(p, 0, sizeof(*p));
   const uint64_t es = 2;
   const uint64_t qDims[4] = {(uint64_t)a.D, (uint64_t)a.Hq, (uint64_t)a.S, (uint64_t)a.B};
   const uint64_t qStr[3] = {a.D * es, (uint64_t)a.Hq * a.D * es, (uint64_t)a.S * a.Hq * a.D * es};
-  NCCLCHECK(encodeRows(&p->tmQ, a.in, a.q, 4, qDims, qStr, 128));
+  const int bm = qRows(a.D, variant);  // the launched kernel's tile rows (its Q box)
+  NCCLCHECK(encodeRows(&p->tmQ, a.in, a.q, 4, qDims, qStr, (uint32_t)bm));
   const uint64_t kDims[5] = {(uint64_t)a.D, (uint64_t)a.Hkv, (uint64_t)a.S, (uint64_t)a.B,
                              (uint64_t)a.nSrc};
   const uint64_t kStr[4] = {a.D * es, (uint64_t)a.Hkv * a.D * es, (uint64_t)a.S * a.Hkv * a.D * es,
                             (uint64_t)srcStrideOf(a) * es};
-  NCCLCHECK(encodeRows(&p->tmK, a.in, a.k, 5, kDims, kStr, kvRows(a.D)));
-  NCCLCHECK(encodeRows(&p->tmV, a.in, a.v, 5, kDims, kStr, kvRows(a.D)));
+  // The K/V box is the launched kernel's key block (the variant's kBN).
+  NCCLCHECK(encodeRows(&p->tmK, a.in, a.k, 5, kDims, kStr, kvRows(a.D, variant)));
+  NCCLCHECK(encodeRows(&p->tmV, a.in, a.v, 5, kDims, kStr, kvRows(a.D, variant)));
   p->out = a.out;
   p->lse = a.lse;
   p->B = a.B;
@@ -170,7 +193,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   p->Hq = a.Hq;
   p->Hkv = a.Hkv;
   p->group = a.Hq / a.Hkv;
-  p->mBlocks = (a.S + 127) / 128;
+  p->mBlocks = (a.S + bm - 1) / bm;
   const int64_t tiles = (int64_t)p->mBlocks * a.B * a.Hq;
   // Room above the last tile for the CTAs' last stride (tileOfRound stays within int32).
   MK_ARGCHECK(tiles < (int64_t(1) << 31) - (int64_t(1) << 16),
@@ -180,6 +203,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   p->scaleLog2 = scale * 1.4426950408889634f;
   p->causal = a.causal ? 1 : 0;
   p->tileOrder = (int32_t)MK_PARAM_INT(AttnTileOrder);
+  p->variant = variant;
   p->seq = a.seq;
   p->qRank = a.qRank;
   p->nSrc = a.nSrc;
@@ -193,6 +217,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
 ncclResult_t preload(const AttnArgs& a) {
   AttnParams p;
   memset(&p, 0, sizeof(p));
+  p.variant = variantOf(a);  // selects the kernel to load
   return dispatch(a, p, 0, nullptr);
 }
 

@@ -135,6 +135,29 @@ MK_HD inline int32_t tileOfRound(int32_t k, int32_t cta, int32_t nCtas, bool sna
   return k * nCtas + ((snake && (k & 1)) ? nCtas - 1 - cta : cta);
 }
 
+// Q buffer of a CTA's round k when the kernel keeps nBufs of them (used in turn) and the
+// parity of that buffer's use: the producer waits for the buffer's release with phase ^ 1,
+// the consumers for its load with phase. Both roles walk the same rounds. Host and device.
+MK_HD inline void qSlot(int32_t k, int32_t nBufs, int32_t* buf, uint32_t* phase) {
+  *buf = k % nBufs;
+  *phase = (uint32_t)(k / nBufs) & 1u;
+}
+
+// The consumer warpgroup that takes the tensor-core turn after `wg` (of nWGs, round robin): the
+// overlapped schedule's WGs issue their products one after the other. Host and device.
+MK_HD inline int32_t nextTurnWG(int32_t wg, int32_t nWGs) {
+  return wg + 1 == nWGs ? 0 : wg + 1;
+}
+
+// Compile-time configurations of head dim 64 (MKERNEL_ATTN_D64_VARIANT; Cfg, attn_kernel.cuh):
+// 0 = the default (128-key blocks, 3 stages, one Q buffer), 1 = 192-key blocks, 2 = 4 stages,
+// 3 = two Q buffers, 4 = three consumer warpgroups (192-row tiles). Only the overlapped
+// schedule has them; other head dims and schedule 0 run variant 0.
+constexpr int kMaxD64Variant = 4;
+// The fused ring kernel (AttnHooks::ready set) has variants 0..3 only: with three consumer
+// WGs its producer's 32 registers spill there (ptxas), so variant 4 runs it as variant 0.
+constexpr int kMaxRingD64Variant = 3;
+
 // Fused ring kernel: source j's blocks are loaded only once ready[j] >= 1 (written on this GPU
 // by the kernel's communication CTAs), waited for with `wait` (bounded, abortable; a failed
 // wait records the comm's error and the kernel goes on with whatever the buffer holds: its
@@ -161,6 +184,7 @@ struct AttnArgs {
   int32_t srcRank[kMaxSrc] = {0};  // rank of source j (its positions); read in order j = 0..
   int32_t smBudget = 0;            // persistent CTAs: 0 = every SM of the device
   int32_t schedule = -1;           // -1: MKERNEL_ATTN_SCHEDULE; 0: plain; 1: overlapped (FA3)
+  int32_t d64Variant = -1;         // -1: MKERNEL_ATTN_D64_VARIANT; 0..kMaxD64Variant
   AttnHooks hooks;
 };
 
@@ -174,8 +198,20 @@ ncclResult_t launch(const AttnArgs& args, cudaStream_t stream);
 // Loads the kernel `args` selects without launching it (see gemm::preload).
 ncclResult_t preload(const AttnArgs& args);
 
-// Dynamic shared memory of one attention CTA for head dim D (fused kernels size theirs with it).
-size_t smemBytes(int D);
+// The head-dim-64 variant `args` runs (AttnArgs::d64Variant or the parameter; 0 for other
+// head dims, for the plain schedule, and for variants above kMaxRingD64Variant in the fused
+// ring kernel, hooks.ready set). Host only.
+int variantOf(const AttnArgs& args);
+
+// Key rows per K/V block of head dim D in `variant` (the tensor maps' box, the kernel's kBN).
+int kvRows(int D, int variant);
+
+// Query rows per tile of head dim D in `variant` (the Q box, the kernel's kBM).
+int qRows(int D, int variant);
+
+// Dynamic shared memory of one attention CTA for head dim D and the variant variantOf gives
+// (fused kernels size theirs with it).
+size_t smemBytes(int D, int variant = 0);
 
 }  // namespace attn
 }  // namespace mk

@@ -4,8 +4,10 @@
 //   WG0 (producer): one thread loads, per tile, the tile's first kStages - 1 visible K/V blocks,
 //       the tile's Q block once ([128 rows][D], as D/64 boxes of 128-byte swizzled rows) and
 //       then its other visible K/V blocks of every source into a kStages ring (K and V
-//       completing on their own mbarriers, so S = Q.K^T starts before V has landed).
-//   WG1, WG2 (consumers): 64 query rows each. S = Q.K^T with wgmma SS (K-major K), online
+//       completing on their own mbarriers, so S = Q.K^T starts before V has landed). With
+//       two Q buffers (head dim 64, variant 3) the Q block comes first.
+//   WG1, WG2 (consumers; WG3 too in head dim 64's variant 4): 64 query rows each. S = Q.K^T with
+//   wgmma SS (K-major K), online
 //       softmax on S's accumulators (scale folded into exp2; the row max and the running sum
 //       per row, the sum kept per thread and reduced across the quad only at the end), P
 //       rounded to the input type in registers in the A-fragment layout, O += P.V with wgmma
@@ -35,38 +37,87 @@ namespace attn {
 
 // kOverlapIn: FlashAttention-3's schedule (intra-WG pipelining of S and P.V, ping-pong of the
 // two consumer WGs); false: one block at a time (the reference schedule, kept to compare).
-template <int kD, bool kF16In, bool kOverlapIn = true>
+// kVariantIn (head dim 64 with the overlapped schedule only; MKERNEL_ATTN_D64_VARIANT): at head
+// dim 64 a key block costs half the products of head dim 128 for the same exps, so the fixed
+// costs per block (barriers, row max and rescale, handshakes) and per tile (the Q load behind
+// the last P.V) weigh twice as much. 0 = the configuration of head dim 128 (128-key blocks, 3
+// stages, one Q buffer); 1 = 192-key blocks (a third fewer blocks: fewer fixed costs per key);
+// 2 = 4 stages (more loads in flight); 3 = two Q buffers (the next tile's Q loads while this
+// tile still runs); 4 = three consumer WGs (192-row tiles: each K/V block serves 1.5x the
+// query rows, and a third WG's softmax hides behind the other two's products; 160 registers
+// per consumer thread). Which wins is measured on the GPU (docs/ring-attention.md).
+template <int kD, bool kF16In, bool kOverlapIn = true, int kVariantIn = 0>
 struct Cfg {
   static constexpr int D = kD;
   static constexpr bool kF16 = kF16In;
   static constexpr bool kOverlap = kOverlapIn;
-  static constexpr int kBM = 128;  // query rows per tile (2 consumer WGs x 64)
-  static constexpr int kBN =
-      kD <= 128 ? 128 : 64;  // key rows per K/V block  // 3 stages where they fit (head dims 64,
-                             // 128); K and V of a stage are freed separately.
-  static constexpr int kStages = kD <= 128 ? 3 : 2;
+  static constexpr int kVariant = kVariantIn;
+  static constexpr int kConsumerWGs = kVariant == 4 ? 3 : 2;
+  static constexpr int kBM = 64 * kConsumerWGs;  // query rows per tile (64 per consumer WG)
+  // Key rows per K/V block: 64 at head dim 256 (O alone takes 128 registers per thread).
+  static constexpr int kBN = kD > 128 ? 64 : (kVariant == 1 ? 192 : 128);
+  // 3 stages where they fit (head dims 64, 128); K and V of a stage are freed separately.
+  static constexpr int kStages = kD > 128 ? 2 : (kVariant == 2 ? 4 : 3);
+  static constexpr int kQBufs = kVariant == 3 ? 2 : 1;
   static constexpr int kSub = kD / 64;  // 64-column (128-byte) sub-tiles of a row
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kKBytes = kBN * kD * 2;  // one K (or V) block
   static constexpr int kStageBytes = 2 * kKBytes;
-  static constexpr int kBarrierBytes = 128;
-  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
-  static constexpr int kThreads = 384;
-  static constexpr int kProducerRegs = 40;  // the producer runs bounded waits (fused ring)
-  static constexpr int kConsumerRegs = 232;
+  // qFull, qEmpty per Q buffer; kFull, vFull, kEmpty, vEmpty per stage.
+  static constexpr int kBarrierCount = 2 * kQBufs + 4 * kStages;
+  static constexpr int kBarrierBytes = kBarrierCount * 8 <= 128 ? 128 : 256;
+  static constexpr int kSmemBytes = kQBufs * kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
+  static constexpr int kThreads = 128 * (1 + kConsumerWGs);
+  // The producer runs bounded waits (fused ring): 40 where the register file allows; with
+  // three consumer WGs 32 (32 x 128 + 160 x 384 = 65536, the whole file).
+  static constexpr int kProducerRegs = kConsumerWGs == 3 ? 32 : 40;
+  static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : 232;
   static_assert(kD == 64 || kD == 128 || kD == 256, "head dims 64, 128, 256");
+  static_assert(kVariant == 0 || (kD == 64 && kOverlap),
+                "variants are for head dim 64 with the overlapped schedule");
+  static_assert(kVariant >= 0 && kVariant <= kMaxD64Variant, "unknown head-dim-64 variant");
+  static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
-  static_assert((2 + 4 * kStages) * 8 <= kBarrierBytes, "barrier area too small");
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 504,
-                "register budget exceeded");  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4)
-                                              // per thread, plus addresses.
-  static_assert(kD / 2 + kBN / 2 + kBN / 4 <= 200, "consumer fragments exceed the budget");
+  static_assert(kBarrierCount * 8 <= kBarrierBytes, "barrier area too small");
+  static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= 65536,
+                "register budget exceeded");
+  // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) per thread, plus 32 for addresses and
+  // the softmax state (192-key blocks at head dim 64: 32 + 96 + 48 = 176; three WGs:
+  // 32 + 64 + 32 = 128 of 160).
+  static_assert(kD / 2 + kBN / 2 + kBN / 4 <= kConsumerRegs - 32,
+                "consumer fragments exceed the budget");
 };
+
+// Calls f(C{}) with the Cfg of head dim kD, input type kF16, the schedule and the resolved
+// head-dim-64 variant (AttnParams::variant; 0 for other head dims and the plain schedule), so
+// every launcher picks the same configuration. Variants above kMaxVariant are not built for
+// that launcher (variantOf never gives them to it) and run variant 0. Host code.
+template <int kD, bool kF16, int kMaxVariant = kMaxD64Variant, class F>
+auto withCfg(bool overlap, int variant, F&& f) {
+  if (!overlap) return f(Cfg<kD, kF16, false>{});
+  if constexpr (kD == 64) {
+    static_assert(kMaxD64Variant == 4, "every variant needs its case here");
+    switch (variant) {
+      case 1:
+        return f(Cfg<kD, kF16, true, 1>{});
+      case 2:
+        return f(Cfg<kD, kF16, true, 2>{});
+      case 3:
+        return f(Cfg<kD, kF16, true, 3>{});
+      case 4:
+        if constexpr (kMaxVariant >= 4) return f(Cfg<kD, kF16, true, 4>{});
+        break;
+      default:
+        break;
+    }
+  }
+  return f(Cfg<kD, kF16, true>{});
+}
 
 // Kernel parameters: one __grid_constant__ struct so the tensor maps stay in param space.
 struct AttnParams {
-  CUtensorMap tmQ;  // [B][S][Hq][D], box {64, 1, 128, 1}
+  CUtensorMap tmQ;  // [B][S][Hq][D], box {64, 1, kBM, 1}
   CUtensorMap tmK;  // [nSrc][B][S][Hkv][D], box {64, 1, kBN, 1, 1}
   CUtensorMap tmV;
   void* out;
@@ -78,6 +129,9 @@ struct AttnParams {
   int32_t tileOrder;  // MKERNEL_ATTN_TILE_ORDER
   SeqMap seq;
   int32_t qRank, nSrc;
+  // The resolved head-dim-64 variant (Cfg::kVariant of the launched kernel; host side only).
+  // Here it fills the padding before hooks, so the other fields keep their offsets.
+  int32_t variant;
   AttnHooks hooks;
   int32_t srcRank[kMaxSrc];
 };
@@ -101,14 +155,15 @@ struct Smem {
   uint64_t* vEmpty;
   __device__ explicit Smem(uint8_t* raw) {
     q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-    kv = q + C::kQBytes;
-    qFull = reinterpret_cast<uint64_t*>(kv + C::kStages * C::kStageBytes);
-    qEmpty = qFull + 1;
-    kFull = qFull + 2;
+    kv = q + C::kQBufs * C::kQBytes;
+    qFull = reinterpret_cast<uint64_t*>(kv + C::kStages * C::kStageBytes);  // [kQBufs]
+    qEmpty = qFull + C::kQBufs;
+    kFull = qEmpty + C::kQBufs;
     vFull = kFull + C::kStages;
     kEmpty = vFull + C::kStages;
     vEmpty = kEmpty + C::kStages;
   }
+  __device__ uint8_t* qBuf(int b) const { return q + b * C::kQBytes; }
   __device__ uint8_t* k(int s) const { return kv + s * C::kStageBytes; }
   __device__ uint8_t* v(int s) const { return kv + s * C::kStageBytes + C::kKBytes; }
 };
@@ -120,14 +175,15 @@ struct Tile {
   int64_t qLo, qHi;  // positions of the tile's valid rows
 };
 
+template <class C>
 __device__ __forceinline__ Tile tileAt(const AttnParams& p, int32_t t) {
   int32_t hb, mb;
   tileCoords(t, p.B * p.Hq, p.mBlocks, p.causal != 0, p.tileOrder != 0, &hb, &mb);
   Tile x;
   x.b = hb / p.Hq;
   x.h = hb % p.Hq;
-  x.m0 = mb * 128;
-  p.seq.range(p.qRank, x.m0, min(x.m0 + 128, p.S), &x.qLo, &x.qHi);
+  x.m0 = mb * C::kBM;
+  p.seq.range(p.qRank, x.m0, min(x.m0 + C::kBM, p.S), &x.qLo, &x.qHi);
   return x;
 }
 
@@ -183,22 +239,40 @@ struct KvRing {
   }
 };
 
+// The tile's Q block into buffer `buf` once the consumers of its previous user released it.
+template <class C>
+__device__ __forceinline__ void loadQ(const AttnParams& p, const Smem<C>& sm, const Tile& x,
+                                      int32_t buf, uint32_t phase) {
+  ptx::mbarWait(&sm.qEmpty[buf], phase ^ 1);
+  ptx::mbarArriveExpectTx(&sm.qFull[buf], C::kQBytes);
+#pragma unroll
+  for (int s = 0; s < C::kSub; ++s) {
+    ptx::tmaLoad4d(sm.qBuf(buf) + s * (C::kBM * 128), &p.tmQ, &sm.qFull[buf], 64 * s, x.h, x.m0,
+                   x.b);
+  }
+}
+
 template <class C>
 __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
                                          int32_t nCtas) {
-  // A tile's first kStages - 1 blocks go into the ring before its Q: their stages are freed
-  // by the previous tile's last blocks while the consumers still hold the one Q buffer, so
-  // the ring keeps flowing across the tile boundary instead of draining behind the Q load.
-  // kStages - 1 fills the ring (any number up to kStages cannot deadlock: the stages they
-  // wait for are freed by blocks of earlier tiles, which need nothing of this tile). The ring
-  // order is unchanged.
-  constexpr int kAhead = C::kStages - 1;
+  // One Q buffer: a tile's first kStages - 1 blocks go into the ring before its Q: their
+  // stages are freed by the previous tile's last blocks while the consumers still hold the
+  // one Q buffer, so the ring keeps flowing across the tile boundary instead of draining
+  // behind the Q load. kStages - 1 fills the ring (any number up to kStages cannot deadlock:
+  // the stages they wait for are freed by blocks of earlier tiles, which need nothing of this
+  // tile). The ring order is unchanged.
+  // Two Q buffers: Q first. Its buffer was released by the tile before the previous one, long
+  // done, so the load neither waits nor holds up the ring, and it lands while the consumers
+  // still run the previous tile (the tile boundary no longer waits for a Q load).
+  constexpr int kAhead = C::kQBufs > 1 ? 0 : C::kStages - 1;
   KvRing<C> ring;
-  uint32_t qPhase = 0;
   for (int32_t k = 0;; ++k) {
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
-    const Tile x = tileAt(p, t);
+    const Tile x = tileAt<C>(p, t);
+    int32_t qBuf;
+    uint32_t qPhase;
+    qSlot(k, C::kQBufs, &qBuf, &qPhase);
     BlockCursor c{};
     ring.waited = -1;
     bool more = true, pending = false;
@@ -212,13 +286,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
       }
       ring.load(p, sm, x, c);
     }
-    ptx::mbarWait(sm.qEmpty, qPhase ^ 1);
-    ptx::mbarArriveExpectTx(sm.qFull, C::kQBytes);
-#pragma unroll
-    for (int s = 0; s < C::kSub; ++s) {
-      ptx::tmaLoad4d(sm.q + s * (C::kBM * 128), &p.tmQ, sm.qFull, 64 * s, x.h, x.m0, x.b);
-    }
-    qPhase ^= 1;
+    loadQ<C>(p, sm, x, qBuf, qPhase);
     if (pending) ring.load(p, sm, x, c);
     while (more && c.next<C::kBN>(p, x)) ring.load(p, sm, x, c);
   }
@@ -429,7 +497,8 @@ __device__ __forceinline__ void blockPV(const Smem<C>& sm, int32_t stage, uint32
   if (lane == 0) ptx::mbarArrive(&sm.vEmpty[stage]);
 }
 
-// Named barriers of the two consumer WGs' ping-pong (id 0 is __syncthreads).
+// Named barriers of the consumer WGs' turns: WG w waits on kBarTurn0 + w (id 0 is
+// __syncthreads).
 constexpr int kBarTurn0 = 1;
 
 template <class C>
@@ -437,15 +506,18 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
                                          int32_t nCtas, int32_t wg) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   int32_t stage = 0;
-  uint32_t phase = 0, qPhase = 0;
-  // Ping-pong: a WG issues its wgmmas only on its turn, then hands the turn over, so one WG's
-  // softmax runs while the other's products occupy the tensor cores. WG1 gives WG0 the first
-  // turn; WG0 takes the last hand-over back after the loop (every arrive is matched).
-  if (C::kOverlap && wg == 1) ptx::namedBarArrive(kBarTurn0, 256);
+  uint32_t phase = 0;
+  // Ping-pong: a WG issues its wgmmas only on its turn, then hands the turn to the next WG
+  // (round robin), so one WG's softmax runs while the others' products occupy the tensor
+  // cores. Every WG takes one turn per key block of the same tiles, so the last WG gives WG0
+  // the first turn and WG0 takes the last hand-over back after the loop (every arrive is
+  // matched). Each turn barrier joins two WGs: the one handing over and the one taking it.
+  constexpr int kWGs = C::kConsumerWGs;
+  if (C::kOverlap && wg == kWGs - 1) ptx::namedBarArrive(kBarTurn0, 256);
   for (int32_t k = 0;; ++k) {
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
-    const Tile x = tileAt(p, t);
+    const Tile x = tileAt<C>(p, t);
     int64_t qpos[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -458,9 +530,11 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     float s[C::kBN / 2];
     uint32_t pa[C::kBN / 16][4];
-    ptx::mbarWait(sm.qFull, qPhase);
-    qPhase ^= 1;
-    const uint32_t qBase = ptx::smemAddr(sm.q) + wg * (64 * 128);
+    int32_t qBuf;
+    uint32_t qPhase;
+    qSlot(k, C::kQBufs, &qBuf, &qPhase);
+    ptx::mbarWait(&sm.qFull[qBuf], qPhase);
+    const uint32_t qBase = ptx::smemAddr(sm.qBuf(qBuf)) + wg * (64 * 128);
     BlockCursor cur{};
     if constexpr (!C::kOverlap) {
       // Plain order: S, softmax, P.V, one block at a time.
@@ -494,7 +568,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
         ptx::wgmmaFence();
         issuePV<C>(o, pa, ptx::smemAddr(sm.v(prev)));
         ptx::wgmmaCommit();
-        ptx::namedBarArrive(kBarTurn0 + (1 - wg), 256);
+        ptx::namedBarArrive(kBarTurn0 + nextTurnWG(wg, kWGs), 256);
         ptx::wgmmaWait<1>();  // S done (groups complete in order); P.V may still run
         ptx::fenceRegs(s);
         if (lane == 0) ptx::mbarArrive(&sm.kEmpty[stage]);
@@ -512,7 +586,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
       blockPV<C>(sm, prev, prevPhase, o, pa, lane);
     }
     // Q is no longer read: the producer may load the next tile's while this epilogue runs.
-    if (lane == 0) ptx::mbarArrive(sm.qEmpty);
+    if (lane == 0) ptx::mbarArrive(&sm.qEmpty[qBuf]);
     epilogue<C>(p, x, wg, o, m, l);
   }
   if (C::kOverlap && wg == 0) ptx::namedBarSync(kBarTurn0, 256);
@@ -524,14 +598,17 @@ template <class C>
 __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, int32_t cta,
                                         int32_t nCtas) {
   Smem<C> sm(smemRaw);
+  constexpr int kConsumerWarps = 4 * C::kConsumerWGs;  // one release arrive per consumer warp
   if (threadIdx.x == 0) {
-    ptx::mbarInit(sm.qFull, 1);
-    ptx::mbarInit(sm.qEmpty, 8);  // one arrive per consumer warp
+    for (int b = 0; b < C::kQBufs; ++b) {
+      ptx::mbarInit(&sm.qFull[b], 1);
+      ptx::mbarInit(&sm.qEmpty[b], kConsumerWarps);
+    }
     for (int s = 0; s < C::kStages; ++s) {
       ptx::mbarInit(&sm.kFull[s], 1);
       ptx::mbarInit(&sm.vFull[s], 1);
-      ptx::mbarInit(&sm.kEmpty[s], 8);  // one arrive per consumer warp
-      ptx::mbarInit(&sm.vEmpty[s], 8);
+      ptx::mbarInit(&sm.kEmpty[s], kConsumerWarps);
+      ptx::mbarInit(&sm.vEmpty[s], kConsumerWarps);
     }
     ptx::fenceMbarInit();
     ptx::prefetchTensorMap(&p.tmQ);

@@ -29,9 +29,17 @@ ncclResult_t launchCfg(const AttnParams& p, int32_t grid, cudaStream_t stream) {
 
 template <int kD, bool kF16>
 ncclResult_t launchVariant(const AttnParams& p, bool overlap, int32_t grid, cudaStream_t stream) {
-  if (overlap) return launchCfg<Cfg<kD, kF16, true>>(p, grid, stream);
-  return launchCfg<Cfg<kD, kF16, false>>(p, grid, stream);
+  return withCfg<kD, kF16>(overlap, p.variant,
+                           [&](auto c) { return launchCfg<decltype(c)>(p, grid, stream); });
 }
+
+// The head-dim-64 variants' kernels (both input types), each in its own unit
+// (attn_inst_d64_v*.cu) so they compile in parallel; extern in attn_inst_d64.cu.
+#define MK_ATTN_D64_VARIANT(EXTERN, V)                                                        \
+  EXTERN template ncclResult_t launchCfg<Cfg<64, false, true, V>>(const AttnParams&, int32_t, \
+                                                                  cudaStream_t);              \
+  EXTERN template ncclResult_t launchCfg<Cfg<64, true, true, V>>(const AttnParams&, int32_t,  \
+                                                                 cudaStream_t);
 
 #define MK_ATTN_INSTANTIATE(D)                                                                   \
   template ncclResult_t launchVariant<D, false>(const AttnParams&, bool, int32_t, cudaStream_t); \

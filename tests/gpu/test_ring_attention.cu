@@ -15,6 +15,8 @@
 //   RingAttnThreads.Layouts/n2|n3|n4|n8  causal or not, zigzag or contiguous, GQA 1/4, head
 //       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple.
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
+//   RingAttnD64Variant.Cases/v1..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
+//       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
 //   RingAttnAbort.*                      only rank 0 calls: ncclCommAbort ends it; or the
 //       deadline does and ncclCommGetAsyncError reports it.
 //   RingAttnArgs.RefusedWithTheRule      bad headDim, odd zigzag seqLocal.
@@ -36,6 +38,7 @@
 #include <nccl.h>
 
 #include "common/test_util.h"
+#include "fused/attention/attn.h"  // variantOf, kvRows: the variant tests check they resolve
 #include "gpu/test_attn_ref.h"
 #include "gpu/test_fused_util.cuh"
 #include "gpu/test_proc_util.h"
@@ -336,6 +339,108 @@ TEST_P(RingAttnGraph, Replays) {
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnGraph, ::testing::Values(1, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "n" + std::to_string(i.param);
+                         });
+
+// ---- head-dim-64 variants (MKERNEL_ATTN_D64_VARIANT) ------------------------------------------
+// Param: the variant (1: 192-key blocks, 2: 4 stages, 3: two Q buffers, 4: three consumer
+// WGs with 192-row tiles; 0 runs in every other test), with the overlapped schedule the
+// variants belong to. One rank: tails of 128- and 192-row blocks, GQA 1/4/8, both types,
+// causal or not, contiguous and zigzag; two shapes of 280+ tiles, so each persistent CTA runs
+// several tiles (the Q buffers, the ring's phases across tiles); then 3 rank threads on the
+// fused ring kernel (variant 4 is not built for it: it runs variant 0 there) and the
+// sequential path.
+class RingAttnD64Variant : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { MKTEST_REQUIRE_GPU(); }
+  mktest::ScopedEnv timeout_{"MKERNEL_TIMEOUT_MS", "20000"};
+  mktest::ScopedEnv schedule_{"MKERNEL_ATTN_SCHEDULE", "1"};
+  mktest::ScopedEnv variant_{"MKERNEL_ATTN_D64_VARIANT", std::to_string(GetParam()).c_str()};
+};
+
+TEST_P(RingAttnD64Variant, Cases) {
+  const int v = GetParam();
+  const uint64_t seed = mktest::testSeed() ^ (0xd64ull * (v + 1));
+  SCOPED_TRACE("seed " + std::to_string(seed) + " variant " + std::to_string(v) +
+               " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
+  {
+    // The parameter reaches the engine (else this test would check variant 0 three times).
+    mk::attn::AttnArgs a;
+    a.D = 64;
+    ASSERT_EQ(mk::attn::variantOf(a), v);
+    ASSERT_EQ(mk::attn::kvRows(64, v), v == 1 ? 192 : 128);
+    ASSERT_EQ(mk::attn::qRows(64, v), v == 4 ? 192 : 128);
+  }
+  Solo solo;
+  ASSERT_EQ(solo.why, "");
+  const int seqs[] = {1, 77, 191, 193, 300, 384, 450, 576};
+  const int gqa[] = {1, 4, 8};
+  for (int i = 0; i < 8; ++i) {
+    Shape c;
+    c.D = 64;
+    c.S = seqs[i];
+    c.in = i % 2 ? ncclFloat16 : ncclBfloat16;
+    c.causal = (i / 2) % 2 == 1;
+    c.layout = (i % 4 == 3 && c.S % 2 == 0) ? ncclRingAttnZigzag : ncclRingAttnContiguous;
+    c.Hkv = 1 + i % 2;
+    c.Hq = gqa[i % 3] * c.Hkv;
+    c.B = 1 + i % 3;
+    c.lse = i != 5;
+    attntest::shrink(&c, kBudget);
+    Problem p(c);
+    Stats st;
+    ASSERT_EQ(solo.run(p, seed + i, &st), "") << attntest::name(c);
+    report(c, st);
+  }
+  struct Many {
+    int B, S, Hq, Hkv, layout;
+    bool causal;
+    ncclDataType_t in;
+  };
+  const Many many[] = {
+      // Tiles of 128 rows (of 192 in variant 4): 16 (11) x 32 = 512 (352), 9 (6) x 48 = 432 (288).
+      {2, 2046, 16, 4, ncclRingAttnZigzag, true, ncclBfloat16},
+      {3, 1150, 16, 4, ncclRingAttnContiguous, false, ncclFloat16},
+  };
+  for (int i = 0; i < 2; ++i) {
+    Shape c;
+    c.D = 64;
+    c.B = many[i].B;
+    c.S = many[i].S;
+    c.Hq = many[i].Hq;
+    c.Hkv = many[i].Hkv;
+    c.layout = many[i].layout;
+    c.causal = many[i].causal;
+    c.in = many[i].in;
+    Problem p(c);
+    Stats st;
+    ASSERT_EQ(solo.run(p, seed + 100 + i, &st), "") << attntest::name(c);
+    report(c, st);
+  }
+  gputest::Team t(3);
+  ASSERT_TRUE(t.ok) << t.why;
+  for (int i = 0; i < 4; ++i) {
+    Shape c;
+    c.n = 3;
+    c.D = 64;
+    c.S = i % 2 ? 194 : 130;
+    c.causal = i & 1;
+    c.layout = i & 2 ? ncclRingAttnZigzag : ncclRingAttnContiguous;
+    c.Hkv = 2;
+    c.Hq = (i == 2 ? 4 : 1) * c.Hkv;
+    c.B = 1 + i % 2;
+    c.in = i == 1 ? ncclFloat16 : ncclBfloat16;
+    c.algo = i < 3 ? ncclFusedFused : ncclFusedSequential;
+    Problem p(c);
+    ASSERT_EQ(p.draw(seed + 200 + i), "") << attntest::name(c);
+    Stats st;
+    ASSERT_EQ(runTeam(t, p, &st), "") << attntest::name(c);
+    report(c, st);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD64Variant, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "v" + std::to_string(i.param);
                          });
 
 // ---- a peer that never comes ----------------------------------------------------------------

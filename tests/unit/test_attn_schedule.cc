@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/test_util.h"
@@ -159,7 +160,7 @@ TEST(AttnSchedule, BlockVerdictMatchesEveryPair) {
     const int n = 1 + rng() % 6;
     const int S = chunks * (1 + rng() % 200);
     const bool causal = rng() % 4 != 0;
-    const int bm = 128, bn = rng() % 2 ? 128 : 64;
+    const int bm = 128, bn = 64 * (1 + (int)(rng() % 3));  // 192: head dim 64's variant 1
     const SeqMap m = makeSeq(S, chunks, n);
     const int qRank = rng() % n;
     for (int m0 = 0; m0 < S; m0 += bm) {
@@ -260,8 +261,9 @@ TEST(AttnSchedule, CursorWalkIsTheVisibleBlocks) {
   // rank as query and as the single source.
   for (int chunks = 1; chunks <= 2; ++chunks)
     for (int n : {1, 2, 3, 4})
-      for (int S : {2, 62, 64, 66, 126, 128, 130, 254, 256, 258, 384, 510, 1026})
-        for (int bn : {64, 128})
+      for (int S :
+           {2, 62, 64, 66, 126, 128, 130, 190, 192, 194, 254, 256, 258, 384, 510, 578, 1026})
+        for (int bn : {64, 128, 192})
           for (int causal = 0; causal < 2; ++causal)
             for (int qr = 0; qr < n; ++qr)
               for (int kr = 0; kr < n; ++kr) {
@@ -277,7 +279,7 @@ TEST(AttnSchedule, CursorWalkIsTheVisibleBlocks) {
     const int half = 1 + rng() % (it % 10 == 0 ? 2048 : 300);
     const int S = chunks * half + (chunks == 1 ? (int)(rng() % 2) * half : 0);
     const bool causal = rng() % 5 != 0;
-    const int bn = rng() % 2 ? 128 : 64;
+    const int bn = 64 * (1 + (int)(rng() % 3));
     const SeqMap m = makeSeq(S, chunks, n);
     std::vector<int32_t> src;
     if (it % 3 == 0) {
@@ -292,6 +294,7 @@ TEST(AttnSchedule, CursorWalkIsTheVisibleBlocks) {
   // The long causal slice the change is for (S = 32K, one rank): walks stay equal.
   visited += checkWalks(makeSeq(32768, 1, 1), true, 0, {0}, 128, &skipped);
   visited += checkWalks(makeSeq(32768, 2, 2), true, 1, {0, 1}, 128, &skipped);
+  visited += checkWalks(makeSeq(32768, 2, 2), true, 0, {0, 1}, 192, &skipped);
   printf("[AttnSchedule] %lld visible blocks walked, %lld skipped blocks never visited\n",
          (long long)visited, (long long)skipped);
   EXPECT_GT(visited, 0);
@@ -305,7 +308,7 @@ TEST(AttnSchedule, OnlineSoftmaxMatchesDirect) {
   std::mt19937_64 rng(mktest::testSeed());  // MKTEST_SEED repeats a failure
   std::normal_distribution<double> nd(0.0, 3.0);
   for (int it = 0; it < 200; ++it) {
-    const int keys = 1 + rng() % 700, bn = 64 << (rng() % 2);
+    const int keys = 1 + rng() % 700, bn = 64 * (1 + (int)(rng() % 3));
     std::vector<double> s(keys), v(keys);
     std::vector<bool> vis(keys);
     bool anyVis = false;
@@ -349,6 +352,167 @@ TEST(AttnSchedule, OnlineSoftmaxMatchesDirect) {
     }
     EXPECT_NEAR(o / l, num / den, 1e-9 * (1 + std::fabs(num / den)));
     EXPECT_NEAR(mrun + std::log2(l), mx + std::log2(den), 1e-9 * (1 + std::fabs(mx)));
+  }
+}
+
+// A model of an mbarrier's phase: completed phases so far; try_wait.parity(P) succeeds once the
+// phase of parity P has completed, i.e. while the current phase's parity differs from P.
+struct Bar {
+  uint32_t done = 0;
+  bool passes(uint32_t parity) const { return (done & 1u) != parity; }
+};
+
+// The kernel's Q buffers (qSlot): round k uses buffer k % nBufs; the producer's wait on the
+// buffer's release passes exactly when every earlier use was released, and the consumers' wait
+// on its load passes exactly when this round's load has landed, never on an earlier one.
+TEST(AttnSchedule, QBuffersTakeTurnsWithTheirPhases) {
+  for (int nBufs = 1; nBufs <= 3; ++nBufs) {
+    std::vector<Bar> full(nBufs), empty(nBufs);
+    for (int32_t k = 0; k < 40; ++k) {
+      int32_t buf = -1;
+      uint32_t phase = 2;
+      mk::attn::qSlot(k, nBufs, &buf, &phase);
+      ASSERT_EQ(buf, k % nBufs) << "round " << k << " of " << nBufs << " buffers";
+      ASSERT_LE(phase, 1u);
+      // Producer: the previous use (round k - nBufs) not yet released must block it.
+      if (k >= nBufs) {
+        empty[buf].done--;
+        EXPECT_FALSE(empty[buf].passes(phase ^ 1)) << "round " << k << ": Q load before release";
+        empty[buf].done++;
+      }
+      EXPECT_TRUE(empty[buf].passes(phase ^ 1)) << "round " << k << ": released buffer blocks";
+      // Consumers: not before this round's load, then yes.
+      EXPECT_FALSE(full[buf].passes(phase)) << "round " << k << ": passes on an old load";
+      full[buf].done++;
+      EXPECT_TRUE(full[buf].passes(phase)) << "round " << k << ": misses its load";
+      empty[buf].done++;  // the consumers release it
+    }
+  }
+}
+
+// The consumer WGs' turns (attn_kernel.cuh consumer): the last WG hands WG0 the first turn;
+// per key block each WG waits on its own turn barrier, issues, and arrives on
+// nextTurnWG's; after its tiles WG0 takes the last hand-over. Named-barrier model: a barrier
+// joins one arrive and one sync (256 threads of two WGs). For 2 and 3 WGs and any number of
+// blocks, run whichever WG can proceed: the turns must come round robin, nothing may
+// deadlock, and no arrive may be left unmatched (a stale one would let a later turn through).
+TEST(AttnSchedule, ConsumerTurnsGoRoundRobin) {
+  for (int nWGs = 2; nWGs <= 3; ++nWGs) {
+    for (int blocks = 0; blocks < 7; ++blocks) {
+      std::vector<int> pending(nWGs, 0);  // arrives not yet matched, per turn barrier
+      std::vector<int> done(nWGs, 0);     // turns taken per WG
+      std::vector<bool> finished(nWGs, false);
+      pending[0] += 1;  // the last WG's first hand-over (wg == nWGs - 1)
+      std::vector<int> order;
+      for (int steps = 0; steps < 1000; ++steps) {
+        bool moved = false;
+        for (int w = 0; w < nWGs; ++w) {
+          if (finished[w] || pending[w] == 0) continue;
+          if (done[w] < blocks) {
+            pending[w]--;
+            order.push_back(w);
+            done[w]++;
+            pending[mk::attn::nextTurnWG(w, nWGs)]++;
+            moved = true;
+          } else if (w == 0) {  // WG0's final sync takes the last hand-over
+            pending[0]--;
+            finished[0] = true;
+            moved = true;
+          }
+        }
+        for (int w = 1; w < nWGs; ++w)
+          if (done[w] == blocks) finished[w] = true;
+        if (!moved) break;
+      }
+      for (int w = 0; w < nWGs; ++w) {
+        EXPECT_TRUE(finished[w]) << nWGs << " WGs, " << blocks << " blocks: WG " << w << " stuck";
+        EXPECT_EQ(pending[w], 0) << nWGs << " WGs, " << blocks << " blocks: stale arrive";
+      }
+      ASSERT_EQ((int)order.size(), nWGs * blocks);
+      for (size_t i = 0; i < order.size(); ++i)
+        EXPECT_EQ(order[i], (int)(i % nWGs)) << nWGs << " WGs: turn " << i;
+    }
+  }
+}
+
+// MKERNEL_ATTN_D64_VARIANT and AttnArgs::d64Variant select head dim 64's configuration with the
+// overlapped schedule only; the key block and shared memory follow the variant (the tensor
+// maps' box must be the launched kernel's block), and out-of-range requests are refused.
+TEST(AttnSchedule, D64VariantsResolve) {
+  using mk::attn::AttnArgs;
+  mktest::ScopedEnv sched("MKERNEL_ATTN_SCHEDULE", nullptr);
+  mktest::ScopedEnv env("MKERNEL_ATTN_D64_VARIANT", nullptr);
+  AttnArgs a;
+  a.D = 64;
+  EXPECT_EQ(mk::attn::variantOf(a), 0);  // the default
+  for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v) {
+    a.d64Variant = v;
+    EXPECT_EQ(mk::attn::variantOf(a), v);
+    a.schedule = 0;
+    EXPECT_EQ(mk::attn::variantOf(a), 0) << "schedule 0 has no variants";
+    a.schedule = -1;
+    a.D = 128;
+    EXPECT_EQ(mk::attn::variantOf(a), 0) << "head dim 128 has no variants";
+    a.D = 64;
+  }
+  a.d64Variant = -1;
+  {
+    mktest::ScopedEnv two("MKERNEL_ATTN_D64_VARIANT", "2");
+    EXPECT_EQ(mk::attn::variantOf(a), 2);
+    a.d64Variant = 3;  // the argument wins over the parameter
+    EXPECT_EQ(mk::attn::variantOf(a), 3);
+    a.d64Variant = -1;
+  }
+  {
+    // The fused ring kernel (hooks.ready set) is not built with variant 4: it runs variant 0.
+    uint64_t ready = 0;
+    a.hooks.ready = &ready;
+    for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v) {
+      a.d64Variant = v;
+      EXPECT_EQ(mk::attn::variantOf(a), v <= mk::attn::kMaxRingD64Variant ? v : 0) << v;
+    }
+    a.hooks.ready = nullptr;
+    a.d64Variant = -1;
+  }
+  EXPECT_EQ(mk::attn::kvRows(64, 0), 128);
+  EXPECT_EQ(mk::attn::kvRows(64, 1), 192);
+  EXPECT_EQ(mk::attn::kvRows(64, 2), 128);
+  EXPECT_EQ(mk::attn::kvRows(64, 3), 128);
+  EXPECT_EQ(mk::attn::kvRows(64, 4), 128);
+  for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v)
+    EXPECT_EQ(mk::attn::qRows(64, v), v == 4 ? 192 : 128) << "variant " << v;
+  EXPECT_EQ(mk::attn::qRows(128, 0), 128);
+  EXPECT_EQ(mk::attn::qRows(256, 0), 128);
+  EXPECT_EQ(mk::attn::kvRows(128, 0), 128);
+  EXPECT_EQ(mk::attn::kvRows(256, 0), 64);
+  // Q [128][64] bf16 = 16 KiB per buffer, a stage = K + V of kBN rows, barriers, 1 KiB align.
+  const size_t q = 16384, stage128 = 32768, stage192 = 49152, align = 1024;
+  EXPECT_EQ(mk::attn::smemBytes(64, 0), q + 3 * stage128 + 128 + align);
+  EXPECT_EQ(mk::attn::smemBytes(64, 1), q + 3 * stage192 + 128 + align);
+  EXPECT_EQ(mk::attn::smemBytes(64, 2), q + 4 * stage128 + 256 + align);
+  EXPECT_EQ(mk::attn::smemBytes(64, 3), 2 * q + 3 * stage128 + 128 + align);
+  EXPECT_EQ(mk::attn::smemBytes(64, 4), q * 3 / 2 + 3 * stage128 + 128 + align);  // 192 rows
+  for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v)
+    EXPECT_LE(mk::attn::smemBytes(64, v), 232448u) << "variant " << v;
+  // canImplement: a valid call (fake aligned pointers, never dereferenced), then the variant out
+  // of range on either side.
+  a.q = reinterpret_cast<const void*>(uintptr_t(1) << 40);
+  a.k = reinterpret_cast<const void*>(uintptr_t(2) << 40);
+  a.v = reinterpret_cast<const void*>(uintptr_t(3) << 40);
+  a.out = reinterpret_cast<void*>(uintptr_t(4) << 40);
+  a.B = 1;
+  a.S = a.seq.S = 300;
+  a.Hq = a.Hkv = 2;
+  std::string why;
+  for (int v = -1; v <= mk::attn::kMaxD64Variant; ++v) {
+    a.d64Variant = v;
+    EXPECT_TRUE(mk::attn::canImplement(a, &why)) << "variant " << v << ": " << why;
+  }
+  for (int v : {-2, mk::attn::kMaxD64Variant + 1}) {
+    a.d64Variant = v;
+    why.clear();
+    EXPECT_FALSE(mk::attn::canImplement(a, &why)) << "variant " << v;
+    EXPECT_NE(why.find("d64Variant"), std::string::npos) << why;
   }
 }
 

@@ -132,7 +132,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   {
     const bool ov = attn::overlapOf(a);
     const bool f16 = c.inType == ncclFloat16;
-    const size_t smem = attn::smemBytes(c.D);
+    const size_t smem = attn::smemBytes(c.D, rp.a.variant);
     // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
     // this rank).
     NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);

@@ -209,12 +209,27 @@ ncclResult_t launchRing(const RingParams& p, int32_t grid, size_t smem, cudaStre
 }
 
 // Instantiated per head dim in fused_inst_d*.cu (both input types, both schedules).
+// The configuration is the attention engine's (attn::withCfg: schedule, and the head-dim-64
+// variant buildParams resolved into p.a.variant; smem is attn::smemBytes of the same).
 template <int kD, bool kF16>
 ncclResult_t ringAttnLaunch(const RingParams& p, bool overlap, int32_t grid, size_t smem,
                             cudaStream_t s) {
-  if (overlap) return launchRing<attn::Cfg<kD, kF16, true>>(p, grid, smem, s);
-  return launchRing<attn::Cfg<kD, kF16, false>>(p, grid, smem, s);
+  if (p.a.variant > attn::kMaxRingD64Variant) {
+    MK_WARN("ring attention: head-dim-64 variant %d is not built for the fused kernel",
+            p.a.variant);
+    return ncclInternalError;  // variantOf never resolves it for a call with hooks
+  }
+  return attn::withCfg<kD, kF16, attn::kMaxRingD64Variant>(
+      overlap, p.a.variant, [&](auto c) { return launchRing<decltype(c)>(p, grid, smem, s); });
 }
+
+// The head-dim-64 variants' ring kernels (both input types), each in its own unit
+// (fused_inst_d64_v*.cu); extern in fused_inst_d64.cu.
+#define MK_RING_ATTN_D64_VARIANT(EXTERN, V)                               \
+  EXTERN template ncclResult_t launchRing<attn::Cfg<64, false, true, V>>( \
+      const RingParams&, int32_t, size_t, cudaStream_t);                  \
+  EXTERN template ncclResult_t launchRing<attn::Cfg<64, true, true, V>>(  \
+      const RingParams&, int32_t, size_t, cudaStream_t);
 
 #define MK_RING_ATTN_LAUNCH(EXTERN, D, F16)                                                     \
   EXTERN template ncclResult_t ringAttnLaunch<D, F16>(const RingParams&, bool, int32_t, size_t, \

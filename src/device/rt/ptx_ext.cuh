@@ -19,9 +19,20 @@ namespace ptx {
 template <int N, bool kF16, int kTransB>
 __device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint64_t descB,
                                         int scaleD) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmmaSS: shape not generated");
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmmaSS: shape not generated");
   if constexpr (N == 256) {
     wgmmaM64N256K16<kF16, kTransB>(d, descA, descB, scaleD);
+  } else if constexpr (N == 192) {
+    // S = Q.K^T of 192-key blocks (attention, head dim 64, MKERNEL_ATTN_D64_VARIANT=1).
+    if constexpr (kF16) {
+      asm volatile(MK_WGMMA_SS_N192_ASM("f16")
+                   : MK_WGMMA_OUTS_192(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    } else {
+      asm volatile(MK_WGMMA_SS_N192_ASM("bf16")
+                   : MK_WGMMA_OUTS_192(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    }
   } else if constexpr (N == 128) {
     if constexpr (kF16) {
       asm volatile(MK_WGMMA_SS_N128_ASM("f16")
