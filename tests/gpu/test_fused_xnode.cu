@@ -193,7 +193,7 @@ TEST(FusedXnodeChoice, AutoSequentialForcedSplitFusedSwitchOff) {
     Problem p(c);
     ASSERT_EQ(runExpect(v, p, seed, false), "") << "auto " << name(c);
     p.cfg.algo = ncclFusedFused;
-    p.cfg.commSms = 4;  // forced split: 2 send + 2 receive CTAs
+    p.cfg.commSms = 4;  // forced split: 1 send + 3 receive CTAs (2 copy the own shard)
     ASSERT_EQ(runExpect(v, p, seed + 1, true), "") << "forced split " << name(c);
   }
   {
@@ -309,6 +309,14 @@ int xnodeChild(const char* spec) {
       err = runFused(g, comms, streams, seed + 101, true, 20);
     }
     if (!err.empty()) err = "back to back / graph " + name(c) + ": " + err;
+  }
+  if (err.empty()) {
+    // Nobody tears down while the peer may still wait for this rank's last signals (its
+    // proxy sends them before the AllReduce's data).
+    colltest::DevBuf b(16);
+    if (ncclAllReduce(b.base, b.base, 1, ncclInt32, ncclSum, comm, s) != ncclSuccess)
+      err = std::string("final barrier: ") + ncclGetLastError(comm);
+    if (err.empty()) err = fusedtest::waitRanks(comms, streams, 60);
   }
   if (!err.empty()) {
     fprintf(stderr, "[FusedXnode] rank %d: %s\n", me, err.c_str());

@@ -94,8 +94,23 @@ TEST(GemmCollXnode, SignalSlotsAndValues) {
   for (int n = 2; n < 9; ++n)
     for (int me = 0; me < n; ++me)
       for (int t = 1; t < n; ++t) EXPECT_EQ(gxRecvPeer(gxSendPeer(me, t, n), t, n), me);
-  EXPECT_EQ(gxSendCtas(2), 1);
-  EXPECT_EQ(gxSendCtas(5), 2);
+  EXPECT_EQ(gxSendCtas(2, 2), 1);
+  EXPECT_EQ(gxSendCtas(3, 2), 1);
+  EXPECT_EQ(gxSendCtas(10, 2), 1);
+  EXPECT_EQ(gxSendCtas(7, 4), 3);
+  EXPECT_EQ(gxSendCtas(5, 8), 2);
+  // Every own chunk has exactly one copier; with spare receive CTAs only they copy.
+  for (int n = 2; n < 6; ++n)
+    for (int nRecv = 1; nRecv < 9; ++nRecv)
+      for (int64_t j = 0; j < 20; ++j) {
+        int copiers = 0;
+        for (int k = 0; k < nRecv; ++k)
+          if (gxOwnCopier(k, nRecv, n, j)) {
+            ++copiers;
+            if (nRecv > n - 1) EXPECT_GE(k, n - 1);
+          }
+        EXPECT_EQ(copiers, 1) << n << " " << nRecv << " " << j;
+      }
 }
 
 // ---- protocol model -------------------------------------------------------------------------
@@ -147,8 +162,8 @@ struct Model {
   uint64_t off(int src, int64_t j) const { return gxSlotOff(1 << 20, 4096, S, src, j); }
   void startCall(int r) {
     Rank& k = ranks[r];
-    const int nComm = 2 + (int)(rng() % 4);
-    const int nSend = gxSendCtas(nComm);
+    const int nComm = 2 + (int)(rng() % 8);
+    const int nSend = gxSendCtas(nComm, n);
     k.ctas.clear();
     for (int i = 0; i < nComm; ++i) {
       Cta c;

@@ -225,9 +225,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   }
   if (split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
-  // peer's CTA waits for it); by default one of each per peer round, at most half the budget.
+  // peer's CTA waits for it); by default one of each per peer round and one receive CTA for
+  // the own shard's copy (xnode.h gxSendCtas), at most half the budget.
   if (xnode && (choice.source == nullptr || strcmp(choice.source, "model") == 0))
-    split.count[(int)Role::kIntraComm] = std::min(std::max(2, budget / 2), 2 * (n - 1));
+    split.count[(int)Role::kIntraComm] = std::min(std::max(2, budget / 2), 2 * (n - 1) + 1);
   if (xnode && split.of(Role::kIntraComm) < 2) split.count[(int)Role::kIntraComm] = 2;
   split.count[(int)Role::kCompute] = budget - split.of(Role::kIntraComm);
   if (split.of(Role::kCompute) <= 0) {

@@ -99,9 +99,19 @@ MK_HD inline int gxSendPeer(int me, int t, int n) {
 MK_HD inline int gxRecvPeer(int me, int t, int n) {
   return (me - t + n) % n;
 }
-// Comm CTAs: the first half sends, the rest receives (both at least one).
-MK_HD inline int gxSendCtas(int nComm) {
-  return nComm / 2 > 0 ? nComm / 2 : 1;
+// Comm CTAs [0, gxSendCtas) send (at most one per destination: more would idle), the rest
+// receive (at least one). Receive CTAs past the first n - 1 serve no source: they copy this
+// rank's own shard, so the source CTAs consume landed chunks meanwhile (gxOwnCopier).
+MK_HD inline int gxSendCtas(int nComm, int n) {
+  const int s = nComm / 2 < n - 1 ? nComm / 2 : n - 1;
+  return s > 0 ? s : 1;
+}
+// Whether receive CTA k of nRecv copies own chunk j: the CTAs that serve no source when there
+// are such, otherwise all of them in turn.
+MK_HD inline bool gxOwnCopier(int k, int nRecv, int n, int64_t j) {
+  const int idle = nRecv - (n - 1);
+  if (idle <= 0) return j % nRecv == k;
+  return k >= n - 1 && j % idle == k - (n - 1);
 }
 
 }  // namespace fused

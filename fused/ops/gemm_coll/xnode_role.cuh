@@ -8,18 +8,20 @@
 // every wait is bounded and abortable (the API's waits run in the comm's domain: p.net.w is
 // the fused operator's wait context, so a failed peer also stops this rank's GEMM waits).
 //  - Receive CTA k: credits every source it serves (ack = gxValue(seq, 0)), copies its share
-//    of this rank's own shard into G (chunks k, k + nRecv, ...; those rows first: the engine
-//    starts there), then serves rounds t = 1 + k, 1 + k + nRecv, ...: source me - t, chunk
-//    by chunk in order: wait for its data signal, copy the slot into G, release the chunk's
-//    rows-ready flag (the GEMM starts on those rows at once), ack it when the sender will
-//    need the slot again. The last receive CTA to finish sends kGxDone to every source.
+//    of this rank's own shard into G (gxOwnCopier: the CTAs that serve no source if any, else
+//    all in turn; those rows first: the engine starts there), then serves rounds t = 1 + k, 1 + k +
+//    nRecv, ...: source me - t, chunk by chunk in order: wait for its data signal, copy the slot
+//    into G, release the chunk's rows-ready flag (the GEMM starts on those rows at once), ack it
+//    when the sender will need the slot again. The last receive CTA to finish sends kGxDone to
+//    every source.
 //  - Send CTA i: rounds t = 1 + i, 1 + i + nSend, ...: destination me + t, every chunk of
 //    this rank's shard in order (put_signal into the destination's area of this rank, after
 //    the ack that frees its slot); then waits for each destination's kGxDone (its window is
 //    then free for the comm's next operation, and no peer reads this rank's Ashard any more).
 #pragma once
 
-// Thread 0 of each CTA decides, every thread follows (one verdict per barrier).
+// Receive CTA k of nRecv (file comment). The API calls are made by the whole CTA and return
+// the same verdict to every thread, so a failure leaves the CTA together.
 __device__ __forceinline__ void gxGatherRecv(const GcParams& p, int32_t k, int32_t nRecv,
                                              uint8_t* smem, uint64_t seq) {
   namespace dn = dev::net;
@@ -45,7 +47,8 @@ __device__ __forceinline__ void gxGatherRecv(const GcParams& p, int32_t k, int32
   // My own shard, in chunks shared by the receive CTAs (the bulk-copy ring of gcCopyBulk).
   const uint8_t* A = static_cast<const uint8_t*>(p.A);
   uint8_t* G = static_cast<uint8_t*>(p.G);
-  for (int32_t j = k; j < p.gxChunks; j += nRecv) {
+  for (int32_t j = 0; j < p.gxChunks; ++j) {
+    if (!gxOwnCopier(k, nRecv, n, j)) continue;
     uint8_t* to = G + me * shardBytes + (int64_t)j * p.gxChunkBytes;
     const uint8_t* from = A + (int64_t)j * p.gxChunkBytes;
     if (threadIdx.x == 0) {
@@ -116,7 +119,7 @@ __device__ __forceinline__ void gxGatherSend(const GcParams& p, int32_t i, int32
 __device__ __forceinline__ void gcGatherNetRole(const GcParams& p, int32_t idx, int32_t nIdx,
                                                 uint8_t* smem) {
   const uint64_t seq = gcSeq(p);
-  const int32_t nSend = gxSendCtas(nIdx);
+  const int32_t nSend = gxSendCtas(nIdx, p.n);
   if (idx < nSend) {
     gxGatherSend(p, idx, nSend, seq);
   } else {
