@@ -17,6 +17,7 @@ constexpr ParamId kAgreed[kAgreedParams] = {
     ParamId::RegZeroCopy,   // zero-copy on registered buffers against staging
     ParamId::FusedAuto,     // ncclFusedAuto: fused kernel against GEMM then collective
     ParamId::MoeNodeDedup,  // the MoE AllToAll path's routes and message layout
+    ParamId::FusedXnode,    // AllGatherGemm across nodes: fused kernel against sequential
 };
 
 // The value the library acts on (see agreedParamsFill).

@@ -17,7 +17,8 @@ namespace mk {
 // parses to ("one-shot" = "oneshot", "auto" = unset, an unknown word = automatic, as at call
 // time), MKERNEL_EMULATE_NODES as the node count topoCompute builds (0 = 1 = none, capped at
 // nRanks). The values compared are those read at init: the parameters read at call time
-// (MKERNEL_ALGO, MKERNEL_FUSED_AUTO, MKERNEL_MOE_NODE_DEDUP) escape the check when changed later.
+// (MKERNEL_ALGO, MKERNEL_FUSED_AUTO, MKERNEL_MOE_NODE_DEDUP,
+// MKERNEL_FUSED_XNODE) escape the check when changed later.
 void agreedParamsFill(int nRanks, int64_t out[kAgreedParams]);
 
 // ncclSuccess when every rank's values equal this rank's; otherwise ncclInvalidUsage with

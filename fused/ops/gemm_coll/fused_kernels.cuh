@@ -28,6 +28,9 @@
 //    every other rank (ReduceScatter: the shard owner) pulls the tile from the owner's F into
 //    its C. AllGather + GEMM: each rank first copies its shard into its data region and
 //    releases shardReady; pullers copy from there.
+// A comm spanning (virtual) nodes runs AllGather + GEMM in the xnode layout (xnode_role.cuh):
+// shards move through the device communication API (P2P stores inside a node, the proxy
+// across nodes), the engine waits per chunk of rows. Its other operations stay sequential.
 // Sequence numbers are device-resident (the rank's call counter), so a captured launch
 // publishes new values at every replay. Every wait is bounded (rt::waitGe: abort flag,
 // deadline, error record).
@@ -36,11 +39,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "device/net/devcomm.cuh"
 #include "device/rt/wait.cuh"
 #include "fused/core/elem.cuh"
 #include "fused/core/types.h"
 #include "fused/gemm/gemm_kernel.cuh"
 #include "fused/ops/gemm_coll/clique.h"
+#include "fused/ops/gemm_coll/xnode.h"
 
 namespace mk {
 namespace fused {
@@ -76,6 +81,15 @@ struct GcParams {
   void* P;           // AllReduce/ReduceScatter: this rank's partials of outType, tile by tile
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
+  // xnode layout (AllGather only, xnode.h): the device API's view with the comm's wait
+  // context, the plan, the rows-ready flags [n][gxChunks] and the receive CTAs' finish count
+  // (call scratch, zeroed before the kernel). calls/ctaDone: this rank's private signal words.
+  int32_t xnode;
+  int32_t gxChunkRows, gxSlots, gxChunks;
+  int64_t gxArea, gxChunkBytes;
+  uint64_t* rowFlags;
+  uint32_t* recvDone;
+  NetDev net;
   // MKERNEL_FUSED_TRACE: [CTA][start, main loop done (comm CTAs), end] %globaltimer stamps in
   // mapped host memory, read by
   // a host function queued after the kernel (fused_launch.cu); null when off.
@@ -722,6 +736,8 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
   __syncthreads();
 }
 
+#include "fused/ops/gemm_coll/xnode_role.cuh"
+
 // The comm roles, as types for gcKernel.
 template <typename TOut>
 struct GcReduce {
@@ -731,7 +747,11 @@ struct GcReduce {
 };
 struct GcGather {
   static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
-    gcGatherRole(p, idx, n, smem);
+    if (p.xnode) {
+      gcGatherNetRole(p, idx, n, smem);
+    } else {
+      gcGatherRole(p, idx, n, smem);
+    }
   }
 };
 

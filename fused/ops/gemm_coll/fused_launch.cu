@@ -2,6 +2,7 @@
 // split, parameters and the launch. Instantiated here for bf16/fp16 inputs, both B layouts
 // and every output type.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/core/proc_windows.h"
 #include "fused/ops/gemm_coll/procs.h"
+#include "fused/ops/gemm_coll/xnode.h"
 
 namespace mk {
 namespace fused {
@@ -123,7 +125,22 @@ uint64_t* traceBegin(int grid, bool capturing) {
   return static_cast<uint64_t*>(h);
 }
 
+// Fused kernels launched (or captured) per layout: gemmCollFusedLaunches.
+std::atomic<uint64_t> gLaunches[3];
+
+// The xnode layout's plan for this call (a pure function of values every rank shares: the
+// comm's agreed window size, n, the shape, the parameters init compares), or !ok.
+GxPlan xnodePlan(const GemmCollCall& c, const FusedComm& f) {
+  GxPlan none;
+  if (c.op != GemmColl::kAllGather || !f.hasNet || MK_PARAM_INT(FusedXnode) == 0) return none;
+  return gxPlan(f.net.windowBytes, f.nRanks, (int64_t)c.M / f.nRanks, (int64_t)c.K);
+}
+
 }  // namespace
+
+uint64_t gemmCollFusedLaunches(int layout) {
+  return layout >= 0 && layout < 3 ? gLaunches[layout].load() : 0;
+}
 
 ncclResult_t gemmCollPreload(const GemmCollCall& c) {
   GcParams p{};  // the variant depends on the operation and the types only
@@ -153,19 +170,25 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
   GcClique* q = nullptr;
   uint64_t* flags = nullptr;
-  // Layouts (fused_kernels.cuh): the clique (every rank in this process), or processes (one
-  // rank per process); anything else runs the sequential path.
-  const bool procs = !cliqueEligible(comm, kGcMaxLocal);
+  // Layouts (fused_kernels.cuh): the clique (every rank in this process), processes (one
+  // rank per process), or xnode (a comm spanning nodes: AllGather + GEMM only); anything
+  // else runs the sequential path.
+  const bool xnode = comm->topo.nNodes > 1;
+  const GxPlan gx = xnode ? xnodePlan(c, f) : GxPlan{};
+  if (xnode && !gx.ok) return ncclSuccess;
+  const bool procs = !xnode && !cliqueEligible(comm, kGcMaxLocal);
   if (procs && !procWindowsEligible(comm, kGcMaxLocal)) return ncclSuccess;
-  // Processes: every rank must take the same path, and ncclFusedAuto's model reads rates each
-  // process measures for itself; so auto stays sequential there (ncclFusedFused or a forced
-  // split fuse).
-  if (procs && c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0 && MK_PARAM_INT(FusedCommSms) < 0)
+  // Processes and xnode: every rank must take the same path, and ncclFusedAuto's model reads
+  // rates each process measures for itself; so auto stays sequential there (ncclFusedFused or
+  // a forced split fuse).
+  if ((procs || xnode) && c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0 &&
+      MK_PARAM_INT(FusedCommSms) < 0)
     return ncclSuccess;
+  const bool clique = !procs && !xnode;
   // The clique block is created outside capture only (its zeroing synchronises).
-  if (!procs && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
+  if (clique && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
     return ncclSuccess;
-  if (!procs && gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
+  if (clique && gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
 
   // SM split from the rank's budget: the model (or the override) picks the comm CTAs.
   const int budget = f.smBudget;
@@ -201,6 +224,12 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     split.count[(int)Role::kIntraComm] = std::min(std::max(1, budget / 2), std::max(1, want));
   }
   if (split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
+  // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
+  // peer's CTA waits for it); by default one of each per peer round and one receive CTA for
+  // the own shard's copy (xnode.h gxSendCtas), at most half the budget.
+  if (xnode && (choice.source == nullptr || strcmp(choice.source, "model") == 0))
+    split.count[(int)Role::kIntraComm] = std::min(std::max(2, budget / 2), 2 * (n - 1) + 1);
+  if (xnode && split.of(Role::kIntraComm) < 2) split.count[(int)Role::kIntraComm] = 2;
   split.count[(int)Role::kCompute] = budget - split.of(Role::kIntraComm);
   if (split.of(Role::kCompute) <= 0) {
     MK_WARN("%s: no SM left for the GEMM (budget %d, comm %d)", gemmCollName(c.op), budget,
@@ -227,7 +256,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.w = f.c.w;
   p.q = q;
   const int me = comm->rank;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < n && !xnode; ++r) {
     if (procs) {
       p.done[r] = ctl[r]->done;
       p.fin[r] = ctl[r]->fin;
@@ -238,8 +267,14 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
       p.fin[r] = flags + (int64_t)(n + r) * kGcMaxTiles;
     }
   }
-  p.calls = procs ? &ctl[me]->calls : &q->calls[me];
-  p.ctaDone = procs ? &ctl[me]->ctaDone : &q->ctaDone[me];
+  if (xnode) {
+    // The rank's private signal words (xnode.h): zero with the comm, never reset.
+    p.calls = f.net.sigLocal + kGxSigSeq;
+    p.ctaDone = reinterpret_cast<uint32_t*>(f.net.sigLocal + kGxSigCta);
+  } else {
+    p.calls = procs ? &ctl[me]->calls : &q->calls[me];
+    p.ctaDone = procs ? &ctl[me]->ctaDone : &q->ctaDone[me];
+  }
   p.procs = procs ? 1 : 0;
   p.fOff = (int64_t)pv.halfBytes;
   p.me = comm->rank;
@@ -258,7 +293,31 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   void* tmp = nullptr;
   int32_t gridUnused = 0;
   gemm::GemmArgs g;
-  if (c.op == GemmColl::kAllGather) {
+  if (xnode) {
+    // Call scratch: the rows-ready flags and the receive CTAs' count (zeroed on the stream,
+    // captured as a memset node), then the gathered A when Agathered is NULL.
+    const size_t flagBytes = ((size_t)n * gx.chunks * sizeof(uint64_t) + 16 + 255) / 256 * 256;
+    NCCLCHECK(
+        scratchAlloc(&tmp, flagBytes + (c.Agathered ? 0 : c.M * c.K * 2), comm->cudaDev, c.stream));
+    CUDACHECKGOTO(cudaMemsetAsync(tmp, 0, flagBytes, c.stream), res, out);
+    p.xnode = 1;
+    p.gxChunkRows = gx.chunkRows;
+    p.gxSlots = gx.slots;
+    p.gxChunks = gx.chunks;
+    p.gxArea = gx.areaBytes;
+    p.gxChunkBytes = gx.chunkBytes;
+    p.rowFlags = static_cast<uint64_t*>(tmp);
+    p.recvDone = reinterpret_cast<uint32_t*>(p.rowFlags + (size_t)n * gx.chunks);
+    p.net = f.net;
+    p.net.w = f.c.w;  // failures land in the operator's domain: its GEMM waits see them
+    p.A = c.A;
+    p.G = c.Agathered ? c.Agathered : static_cast<uint8_t*>(tmp) + flagBytes;
+    g = gemmArgsOf(c, p.G, c.C, c.M, f.smBudget);
+    g.hooks.rowReady = p.rowFlags;  // [shard * chunks + chunk]: one flag per chunk of rows
+    g.hooks.rowsPerFlag = gx.chunkRows;
+    g.hooks.rowReadyExpected = 1;
+    g.hooks.rowBlockOffset = (int32_t)((int64_t)p.me * p.rowsPerRank / gemm::kTileM);
+  } else if (c.op == GemmColl::kAllGather) {
     p.A = c.A;
     p.G = c.Agathered;
     if (p.G == nullptr) {
@@ -326,7 +385,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   }
   if (res == ncclSuccess && c.op == GemmColl::kAllGather)
     res = addBias(c.C, c.cfg.bias, c.M, c.N, c.cfg.outType, comm->smCount, c.stream);
-  if (res == ncclSuccess) *ran = true;
+  if (res == ncclSuccess) {
+    *ran = true;
+    gLaunches[xnode ? 2 : (procs ? 1 : 0)].fetch_add(1);
+  }
 out:
   return fusedFreeScratch(tmp, c.stream, res, gemmCollName(c.op));
 }

@@ -51,5 +51,11 @@ ncclResult_t gemmCollRun(const GemmCollCall& call);
 // gemmCollRun passes seqGemmBudget).
 ncclResult_t gemmCollSequential(const GemmCollCall& call, int smBudget);
 
+// Fused kernels this process launched (or captured), per layout: 0 clique, 1 processes,
+// 2 xnode (a comm spanning nodes). Tests read it to tell the fused kernel from the
+// sequential fallback.
+enum GcLayoutId : int { kGcLayoutClique = 0, kGcLayoutProcs = 1, kGcLayoutXnode = 2 };
+uint64_t gemmCollFusedLaunches(int layout);
+
 }  // namespace fused
 }  // namespace mk

@@ -50,8 +50,10 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
     static std::atomic<bool> said{false};
     if (c.cfg.algo == ncclFusedFused && !said.exchange(true)) {
       MK_INFO(kFused,
-              "%s: no fused kernel for this layout (ranks in several processes or nodes, "
-              "N %% 4 != 0 or more than %d tiles); running GEMM then collective",
+              "%s: no fused kernel for this layout (several ranks per process on one node; "
+              "across nodes: AllGatherGemm only, MKERNEL_FUSED_XNODE=1, a chunk of rows "
+              "fitting half a window area; N %% 4 != 0 or more than %d tiles); running GEMM "
+              "then collective",
               gemmCollName(c.op), kGcMaxTiles);
     }
   }

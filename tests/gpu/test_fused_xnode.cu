@@ -1,0 +1,354 @@
+// The fused AllGather + GEMM on comms spanning virtual nodes (MKERNEL_EMULATE_NODES, socket
+// backend on loopback): the xnode layout (fused/ops/gemm_coll/xnode.h, xnode_role.cuh), shards
+// moving through the device communication API (P2P stores inside a node, the proxy across
+// nodes). Every test asserts that the fused kernel ran (gemmCollFusedLaunches of the xnode
+// layout, counted per launch or capture), not the sequential fallback, and checks every
+// element against the fp64 reference of test_fused_util.cuh, the gathered A byte for byte,
+// and the poisoned bytes after every output.
+//   - threads: ranks sharing GPU 0, one thread driving them (2x1, 2x2, 3x1, 2+1);
+//   - processes: 2 processes as 2 nodes (this binary re-spawned, FusedXnodeChild.Run).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/test_util.h"
+#include "fused/ops/gemm_coll/gemm_coll.h"  // gemmCollFusedLaunches
+#include "gpu/test_devcomm_util.h"
+#include "gpu/test_fused_util.cuh"
+#include "gpu/test_proc_util.h"
+
+namespace {
+
+using fusedtest::Case;
+using fusedtest::Problem;
+
+uint64_t xnodeLaunches() {
+  return mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutXnode);
+}
+
+// n ranks on GPU 0 over `nodes` virtual nodes (ncclCommInitAll); aborted after a failure.
+struct Vnodes {
+  int n = 0;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  std::unique_ptr<dctest::TestEnv> env;
+  std::string why;
+  Vnodes(int nodes, int nRanks, size_t window = 1 << 20, int timeoutMs = 20000)
+      : n(nRanks), comms(nRanks, nullptr), streams(nRanks, nullptr) {
+    env.reset(new dctest::TestEnv(nodes, window, 0, timeoutMs));
+    std::vector<int> devs(n, 0);
+    const ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
+    if (r != ncclSuccess) {
+      why = std::string("ncclCommInitAll: ") + ncclGetErrorString(r) + ": " +
+            ncclGetLastError(nullptr);
+      comms.assign(n, nullptr);
+      return;
+    }
+    cudaSetDevice(0);
+    for (auto& s : streams)
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        why = "cudaStreamCreate failed";
+  }
+  bool ok() const { return why.empty(); }
+  void abortAll() {
+    for (auto& c : comms)
+      if (c) ncclCommAbort(c);
+    comms.assign(n, nullptr);
+  }
+  ~Vnodes() {
+    for (auto c : comms)
+      if (c) ncclCommDestroy(c);
+    for (auto s : streams)
+      if (s) cudaStreamDestroy(s);
+  }
+};
+
+// runDriven, then the proof that the xnode kernel ran: once per driven rank and run (eager),
+// or once per rank for the eager run plus once per rank for the capture (graph).
+std::string runFused(Problem& p, const std::vector<ncclComm_t>& comms,
+                     const std::vector<cudaStream_t>& streams, uint64_t seed, bool graph = false,
+                     int reps = 1) {
+  int driven = 0;
+  for (auto c : comms) driven += c != nullptr;
+  const uint64_t before = xnodeLaunches();
+  std::string e = fusedtest::runDriven(p, comms, streams, seed, graph, reps);
+  const uint64_t ran = xnodeLaunches() - before;
+  const uint64_t want = (uint64_t)driven * (graph ? 2 : reps);
+  if (e.empty() && ran != want)
+    e = "the xnode fused kernel ran " + std::to_string(ran) + " times, expected " +
+        std::to_string(want) + " (sequential fallback?)";
+  return e;
+}
+
+// The cases of one layout: tails in M (rows per rank 37, 131), N (136, 130) and K (72, 40),
+// both B layouts, bf16/f16 in, every output type, bias, Agathered given, NULL and in place.
+// With 1 MiB windows and K = 1024, 384 rows per rank are 3 chunks of 128 rows in a ring of 2
+// slots (slot reuse inside a call) and 131 rows are 131 chunks of one row in 64 slots.
+std::vector<Case> xnodeCases(int n) {
+  struct Shape {
+    int rowsPerRank, N, K, layout;
+  };
+  const Shape shapes[] = {{64, 256, 128, 1},
+                          {37, 136, 72, 0},
+                          {24, 130, 40, 0},
+                          {384, 264, 1024, 1},
+                          {131, 520, 1024, 0}};
+  const ncclDataType_t outs[] = {ncclBfloat16, ncclFloat16, ncclFloat32};
+  std::vector<Case> v;
+  int i = 0;
+  for (const Shape& s : shapes) {
+    for (int g = 0; g < 3; ++g, ++i) {
+      Case c{fusedtest::kAllGather, n,           s.rowsPerRank * n, s.N,           s.K, s.layout,
+             ncclBfloat16,          outs[i % 3], i % 2 == 0,        ncclFusedFused};
+      c.in = i % 2 ? ncclFloat16 : ncclBfloat16;
+      c.inplace = g == 1;
+      c.noGathered = g == 2;
+      v.push_back(c);
+    }
+  }
+  return v;
+}
+
+struct Layout {
+  int nodes, n;
+  const char* name;
+};
+
+class FusedXnode : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(FusedXnode, EveryCase) {
+  MKTEST_REQUIRE_GPU();
+  const Layout& l = GetParam();
+  Vnodes v(l.nodes, l.n);
+  ASSERT_TRUE(v.ok()) << v.why;
+  const uint64_t seed = mktest::testSeed() ^ (0x8e0deull * l.n + l.nodes);
+  int idx = 0;
+  for (const Case& c : xnodeCases(l.n)) {
+    Problem p(c);
+    const std::string err = runFused(p, v.comms, v.streams, seed + idx++);
+    if (!err.empty()) v.abortAll();
+    ASSERT_EQ(err, "") << l.name << " " << name(c);
+  }
+}
+
+// 25 calls back to back with new inputs (sequence numbers, slots reused across calls), then
+// 20 graph replays of one captured call.
+TEST_P(FusedXnode, BackToBackAndGraph) {
+  MKTEST_REQUIRE_GPU();
+  const Layout& l = GetParam();
+  Vnodes v(l.nodes, l.n);
+  ASSERT_TRUE(v.ok()) << v.why;
+  const uint64_t seed = mktest::testSeed() ^ (0xb2bull * l.n + l.nodes);
+  Case c{fusedtest::kAllGather, l.n,          384 * l.n, 264,           1024, 1,
+         ncclBfloat16,          ncclBfloat16, true,      ncclFusedFused};
+  {
+    Problem p(c);
+    const std::string err = runFused(p, v.comms, v.streams, seed, false, 25);
+    if (!err.empty()) v.abortAll();
+    ASSERT_EQ(err, "") << l.name << " back to back " << name(c);
+  }
+  c.noGathered = true;
+  c.out = ncclFloat32;
+  Problem p(c);
+  const std::string err = runFused(p, v.comms, v.streams, seed + 1, true, 20);
+  if (!err.empty()) v.abortAll();
+  ASSERT_EQ(err, "") << l.name << " graph " << name(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedXnode, FusedXnode,
+                         ::testing::Values(Layout{2, 2, "2x1"}, Layout{2, 4, "2x2"},
+                                           Layout{3, 3, "3x1"}, Layout{2, 3, "uneven_2p1"}),
+                         [](const ::testing::TestParamInfo<Layout>& i) {
+                           return std::string(i.param.name);
+                         });
+
+// ncclFusedAuto stays sequential across nodes (also with MKERNEL_FUSED_AUTO=1, the model's
+// rates being per process); ncclFusedFused with a forced split (config commSms) fuses;
+// MKERNEL_FUSED_XNODE=0 keeps ncclFusedFused sequential. Results checked in every case.
+std::string runExpect(Vnodes& v, Problem& p, uint64_t seed, bool fused) {
+  const uint64_t before = xnodeLaunches();
+  std::string e = fusedtest::runDriven(p, v.comms, v.streams, seed);
+  const uint64_t ran = xnodeLaunches() - before;
+  if (e.empty() && ran != (fused ? (uint64_t)v.n : 0))
+    e = "xnode kernel launches " + std::to_string(ran) + ", expected " +
+        std::to_string(fused ? v.n : 0);
+  if (!e.empty()) v.abortAll();
+  return e;
+}
+
+TEST(FusedXnodeChoice, AutoSequentialForcedSplitFusedSwitchOff) {
+  MKTEST_REQUIRE_GPU();
+  const uint64_t seed = mktest::testSeed() ^ 0xc40;
+  Case c{fusedtest::kAllGather, 2,    2 * 96,       256, 256, 0, ncclBfloat16,
+         ncclBfloat16,          true, ncclFusedAuto};
+  {
+    Vnodes v(2, 2);
+    ASSERT_TRUE(v.ok()) << v.why;
+    Problem p(c);
+    ASSERT_EQ(runExpect(v, p, seed, false), "") << "auto " << name(c);
+    p.cfg.algo = ncclFusedFused;
+    p.cfg.commSms = 4;  // forced split: 1 send + 3 receive CTAs (2 copy the own shard)
+    ASSERT_EQ(runExpect(v, p, seed + 1, true), "") << "forced split " << name(c);
+  }
+  {
+    mktest::ScopedEnv model("MKERNEL_FUSED_AUTO", "1");
+    Vnodes v(2, 2);
+    ASSERT_TRUE(v.ok()) << v.why;
+    Problem p(c);
+    ASSERT_EQ(runExpect(v, p, seed + 2, false), "") << "auto, MKERNEL_FUSED_AUTO=1 " << name(c);
+  }
+  mktest::ScopedEnv off("MKERNEL_FUSED_XNODE", "0");
+  Vnodes v(2, 2);
+  ASSERT_TRUE(v.ok()) << v.why;
+  c.algo = ncclFusedFused;
+  Problem p(c);
+  ASSERT_EQ(runExpect(v, p, seed + 3, false), "") << "MKERNEL_FUSED_XNODE=0 " << name(c);
+}
+
+// 2x2: 120 random fused calls (AllGatherGemm fused ones run the xnode kernel) mixed with
+// collectives (hierarchical AllReduce, channel engine) on one comm: the window areas the
+// xnode layout shares with them.
+TEST(FusedXnodeRandom, MixedWithCollectives2x2) {
+  MKTEST_REQUIRE_GPU();
+  Vnodes v(2, 4);
+  ASSERT_TRUE(v.ok()) << v.why;
+  const uint64_t seed = mktest::testSeed() ^ 0x3e1;
+  printf("[FusedXnodeRandom] seed %llu (MKTEST_SEED=%llu repeats it)\n", (unsigned long long)seed,
+         (unsigned long long)mktest::testSeed());
+  const uint64_t before = xnodeLaunches();
+  int colls = 0;
+  const std::string err = fusedtest::runRandomMix(
+      v.comms, v.streams, seed, 120, 20, [&] { v.abortAll(); }, &colls);
+  ASSERT_EQ(err, "");
+  EXPECT_GT(xnodeLaunches(), before) << "no random call ran the xnode kernel";
+  printf("[FusedXnodeRandom] 120 fused calls (%llu xnode launches) and %d collectives\n",
+         (unsigned long long)(xnodeLaunches() - before), colls);
+}
+
+// 2x1: rank 1 never calls. Rank 0's kernel must fail within MKERNEL_TIMEOUT_MS (+ slack) with
+// an error naming rank 1, and ncclCommAbort must return within 5 s on both ranks.
+TEST(FusedXnodeAbort, PeerNeverComesNamedAndAbortIsQuick) {
+  MKTEST_REQUIRE_GPU();
+  constexpr int kTimeoutMs = 3000;
+  Vnodes v(2, 2, 1 << 20, kTimeoutMs);
+  ASSERT_TRUE(v.ok()) << v.why;
+  Case c{fusedtest::kAllGather, 2,     2 * 384,       264, 1024, 0, ncclBfloat16,
+         ncclBfloat16,          false, ncclFusedFused};
+  Problem p(c);
+  ASSERT_EQ(p.fill(mktest::testSeed() ^ 0xab0), "");
+  const uint64_t before = xnodeLaunches();
+  ASSERT_EQ(p.call(0, v.comms[0], v.streams[0]), ncclSuccess) << ncclGetLastError(v.comms[0]);
+  ASSERT_EQ(xnodeLaunches(), before + 1) << "the call did not launch the xnode kernel";
+  const auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t async = ncclSuccess;
+  while (async == ncclSuccess || async == ncclInProgress) {
+    ASSERT_EQ(ncclCommGetAsyncError(v.comms[0], &async), ncclSuccess);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > kTimeoutMs / 1000.0 + 15) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string msg = ncclGetLastError(v.comms[0]);
+  const double detectS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  v.abortAll();
+  const double abortS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  printf("[FusedXnodeAbort] error after %.2f s: %s; abort %.2f s\n", detectS, msg.c_str(), abortS);
+  EXPECT_NE(async, ncclSuccess) << "no error within " << detectS << " s";
+  EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+  EXPECT_LT(abortS, 5.0);
+}
+
+// ---- 2 processes as 2 nodes ------------------------------------------------------------------
+// Child: "xnode 2 rank seed" in MKTEST_XN_CHILD, the unique id in MKTEST_XN_ID. Every case of
+// xnodeCases, 25 back-to-back calls, 20 graph replays; failures counted.
+int xnodeChild(const char* spec) {
+  char plan[32] = {};
+  int n = 0, me = 0;
+  uint64_t seed = 0;
+  if (!gputest::parseChildSpec(spec, "[FusedXnode] bad MKTEST_XN_CHILD", plan, &n, &me, &seed))
+    return 1;
+  ncclUniqueId id;
+  if (!gputest::hexToId(getenv("MKTEST_XN_ID"), &id)) return 1;
+  cudaStream_t s = nullptr;
+  ncclComm_t comm = nullptr;
+  if (cudaSetDevice(0) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      ncclCommInitRank(&comm, n, id, me) != ncclSuccess) {
+    fprintf(stderr, "[FusedXnode] rank %d: setup failed: %s\n", me, ncclGetLastError(nullptr));
+    return 1;
+  }
+  std::vector<ncclComm_t> comms(n, nullptr);
+  std::vector<cudaStream_t> streams(n, nullptr);
+  comms[me] = comm;
+  streams[me] = s;
+  std::string err;
+  int idx = 0;
+  for (const Case& c : xnodeCases(n)) {
+    Problem p(c, me);
+    err = runFused(p, comms, streams, seed + idx++);
+    if (!err.empty()) {
+      err = name(c) + ": " + err;
+      break;
+    }
+  }
+  if (err.empty()) {
+    Case c{fusedtest::kAllGather, n,           384 * n, 264,           1024, 1,
+           ncclFloat16,           ncclFloat16, true,    ncclFusedFused};
+    Problem p(c, me);
+    err = runFused(p, comms, streams, seed + 100, false, 25);
+    if (err.empty()) {
+      Problem g(c, me);
+      err = runFused(g, comms, streams, seed + 101, true, 20);
+    }
+    if (!err.empty()) err = "back to back / graph " + name(c) + ": " + err;
+  }
+  if (err.empty()) {
+    // Nobody tears down while the peer may still wait for this rank's last signals (its
+    // proxy sends them before the AllReduce's data).
+    colltest::DevBuf b(16);
+    if (ncclAllReduce(b.base, b.base, 1, ncclInt32, ncclSum, comm, s) != ncclSuccess)
+      err = std::string("final barrier: ") + ncclGetLastError(comm);
+    if (err.empty()) err = fusedtest::waitRanks(comms, streams, 60);
+  }
+  if (!err.empty()) {
+    fprintf(stderr, "[FusedXnode] rank %d: %s\n", me, err.c_str());
+    ncclCommAbort(comm);
+    return 1;
+  }
+  ncclCommDestroy(comm);
+  fprintf(stderr, "[FusedXnode] rank %d: all cases passed\n", me);
+  return 0;
+}
+
+TEST(FusedXnodeChild, Run) {
+  const char* spec = getenv("MKTEST_XN_CHILD");
+  if (!spec) GTEST_SKIP() << "helper of FusedXnodeProcs (runs only in its children)";
+  EXPECT_EQ(xnodeChild(spec), 0) << "the failure is printed above";
+}
+
+TEST(FusedXnodeProcs, TwoProcessesAsTwoNodes) {
+  MKTEST_REQUIRE_GPU();
+  dctest::TestEnv env(2, 1 << 20, 0, 20000);  // children inherit it
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    char spec[160];
+    snprintf(spec, sizeof(spec), "MKTEST_XN_CHILD=xnode 2 %d %llu", r,
+             (unsigned long long)mktest::testSeed());
+    pids.push_back(
+        mktest::spawnSelf("FusedXnodeChild.Run", {spec, "MKTEST_XN_ID=" + gputest::idToHex(id)}));
+    ASSERT_GT(pids.back(), 0) << "spawn failed";
+  }
+  EXPECT_EQ(mktest::waitChildren(pids, 300), "");
+}
+
+}  // namespace

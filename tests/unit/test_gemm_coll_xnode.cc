@@ -1,0 +1,326 @@
+// The xnode layout of the fused AllGather + GEMM (fused/ops/gemm_coll/xnode.h): the planner's
+// invariants, the window slot arithmetic, the signal values, and a CPU model of the protocol
+// that xnode_role.cuh runs (send / receive CTAs of every rank, messages delivered in FIFO
+// order per ordered pair of ranks after random delays, several calls back to back with a
+// different CTA split per rank and call). The model checks that every chunk read is the one
+// expected, no chunk is overwritten before it was consumed, signal values only grow, nothing
+// deadlocks, and a rank leaves a call only once every other rank has consumed all of the
+// call's data (its window is then free for the comm's other operations).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fused/ops/gemm_coll/xnode.h"
+
+namespace {
+
+using namespace mk::fused;
+
+TEST(GemmCollXnode, PlanOfTheBenchmarkShape) {
+  // 32 MiB windows, 2 ranks, M = 8192, K = 4096: 2 MiB chunks of 256 rows, 8 slots.
+  const GxPlan p = gxPlan(32u << 20, 2, 4096, 4096);
+  ASSERT_TRUE(p.ok);
+  EXPECT_EQ(p.areaBytes, 16 << 20);
+  EXPECT_EQ(p.chunkRows, 256);
+  EXPECT_EQ(p.chunkBytes, 2 << 20);
+  EXPECT_EQ(p.slots, 8);
+  EXPECT_EQ(p.chunks, 16);
+}
+
+TEST(GemmCollXnode, PlanInvariants) {
+  int ok = 0;
+  for (uint64_t w : {64ull << 10, 1ull << 20, 4ull << 20, 32ull << 20})
+    for (int n : {2, 3, 4, 5, 8, 16, 256})
+      for (int64_t rows : {1, 2, 24, 37, 64, 131, 384, 4096, 4099})
+        for (int64_t K : {8, 40, 72, 1024, 4096, 65536}) {
+          const GxPlan p = gxPlan(w, n, rows, K);
+          if (!p.ok) {
+            // Refused only when a row does not fit half an area.
+            EXPECT_GT(K * 2, (int64_t)(w / n) / 256 * 256 / 2) << w << " " << n << " " << rows;
+            continue;
+          }
+          ++ok;
+          EXPECT_EQ(p.areaBytes % 256, 0);
+          EXPECT_LE((uint64_t)p.areaBytes * n, w);
+          EXPECT_EQ(rows % p.chunkRows, 0);
+          EXPECT_EQ(p.chunks * (int64_t)p.chunkRows, rows);
+          EXPECT_EQ(p.chunkBytes, p.chunkRows * K * 2);
+          EXPECT_EQ(p.chunkBytes % 16, 0);  // K % 8 == 0: 16-byte copies
+          EXPECT_LE(p.chunkBytes, kGxChunkTarget);
+          EXPECT_LE(p.chunkBytes * 2, p.areaBytes);
+          EXPECT_GE(p.slots, 2);
+          EXPECT_LE(p.slots, kGxMaxSlots);
+          EXPECT_LE(p.slots * p.chunkBytes, p.areaBytes);
+          // The largest divisor that fits: the next divisor up would not.
+          for (int64_t d = p.chunkRows + 1; d <= rows; ++d)
+            if (rows % d == 0) {
+              EXPECT_GT(d * K * 2, std::min<int64_t>(p.areaBytes / 2, kGxChunkTarget));
+              break;
+            }
+          // Slots of every source inside its area, disjoint from every other source's.
+          for (int src : {0, n - 1})
+            for (int64_t j = 0; j < 2 * p.slots; ++j) {
+              const uint64_t off = gxSlotOff(p.areaBytes, p.chunkBytes, p.slots, src, j);
+              EXPECT_GE(off, (uint64_t)src * p.areaBytes);
+              EXPECT_LE(off + p.chunkBytes, (uint64_t)(src + 1) * p.areaBytes);
+              EXPECT_LE(off + p.chunkBytes, w);
+              EXPECT_EQ(off, gxSlotOff(p.areaBytes, p.chunkBytes, p.slots, src, j + p.slots));
+            }
+        }
+  EXPECT_GT(ok, 100);
+  EXPECT_FALSE(gxPlan(1 << 20, 1, 64, 64).ok);
+  EXPECT_FALSE(gxPlan(1 << 20, kGxMaxRanks + 1, 64, 64).ok);
+  EXPECT_FALSE(gxPlan(1 << 20, 8, 64, 65536).ok);  // a row is 128 KiB, half an area 64 KiB
+}
+
+TEST(GemmCollXnode, SignalSlotsAndValues) {
+  // After the channel engine's slots, inside the comm's signal words.
+  EXPECT_GE(kGxSigSeq, mk::kXSigEnd);
+  EXPECT_LE(kGxSigEnd, mk::kNetSignals);
+  EXPECT_GT(kGxSigData, kGxSigCta);
+  // Values only grow: within a call, and from a call's done to the next call's credit.
+  EXPECT_LT(gxValue(7, kGxDone), gxValue(8, 0));
+  EXPECT_LT(gxValue(7, 3), gxValue(7, 4));
+  EXPECT_EQ(gxAckNeed(5, 0, 4), gxValue(5, 0));
+  EXPECT_EQ(gxAckNeed(5, 3, 4), gxValue(5, 0));
+  EXPECT_EQ(gxAckNeed(5, 4, 4), gxValue(5, 1));
+  EXPECT_EQ(gxAckNeed(5, 9, 4), gxValue(5, 6));
+  for (int n = 2; n < 9; ++n)
+    for (int me = 0; me < n; ++me)
+      for (int t = 1; t < n; ++t) EXPECT_EQ(gxRecvPeer(gxSendPeer(me, t, n), t, n), me);
+  EXPECT_EQ(gxSendCtas(2, 2), 1);
+  EXPECT_EQ(gxSendCtas(3, 2), 1);
+  EXPECT_EQ(gxSendCtas(10, 2), 1);
+  EXPECT_EQ(gxSendCtas(7, 4), 3);
+  EXPECT_EQ(gxSendCtas(5, 8), 2);
+  // Every own chunk has exactly one copier; with spare receive CTAs only they copy.
+  for (int n = 2; n < 6; ++n)
+    for (int nRecv = 1; nRecv < 9; ++nRecv)
+      for (int64_t j = 0; j < 20; ++j) {
+        int copiers = 0;
+        for (int k = 0; k < nRecv; ++k)
+          if (gxOwnCopier(k, nRecv, n, j)) {
+            ++copiers;
+            if (nRecv > n - 1) EXPECT_GE(k, n - 1);
+          }
+        EXPECT_EQ(copiers, 1) << n << " " << nRecv << " " << j;
+      }
+}
+
+// ---- protocol model -------------------------------------------------------------------------
+struct Msg {
+  bool data;
+  uint64_t off, value;
+  uint64_t tag;  // data: (src, seq, chunk)
+};
+uint64_t tagOf(int src, uint64_t seq, int64_t j) {
+  return ((uint64_t)src << 48) | (seq << 24) | (uint64_t)j;
+}
+
+struct Model {
+  int n, J, S, calls;
+  std::mt19937_64 rng;
+  std::vector<std::vector<uint64_t>> data, ack;  // data[r][s] at r from s; ack[s][r] at s
+  std::vector<std::map<uint64_t, std::pair<uint64_t, bool>>> win;  // off -> (tag, consumed)
+  std::vector<std::vector<std::deque<Msg>>> q;                     // q[from][to]
+  struct Cta {
+    bool send;
+    int idx, of;
+    size_t t = 0;  // position in its rounds
+    int64_t j = 0;
+    int phase = 0;  // recv: 0 credits, 1 rounds, 2 finished; send: 0 rounds, 1 done waits
+    bool finished = false;
+  };
+  struct Rank {
+    uint64_t seq = 1;  // current call
+    std::vector<Cta> ctas;
+    int recvDone = 0, nRecv = 0;
+    bool recvFinished = false, gone = false;
+  };
+  std::vector<Rank> ranks;
+  std::string err;
+
+  Model(int n_, int J_, int S_, int calls_, uint64_t seed)
+      : n(n_),
+        J(J_),
+        S(S_),
+        calls(calls_),
+        rng(seed),
+        data(n, std::vector<uint64_t>(n, 0)),
+        ack(n, std::vector<uint64_t>(n, 0)),
+        win(n),
+        q(n, std::vector<std::deque<Msg>>(n)),
+        ranks(n) {
+    for (int r = 0; r < n; ++r) startCall(r);
+  }
+  uint64_t off(int src, int64_t j) const { return gxSlotOff(1 << 20, 4096, S, src, j); }
+  void startCall(int r) {
+    Rank& k = ranks[r];
+    const int nComm = 2 + (int)(rng() % 8);
+    const int nSend = gxSendCtas(nComm, n);
+    k.ctas.clear();
+    for (int i = 0; i < nComm; ++i) {
+      Cta c;
+      c.send = i < nSend;
+      c.idx = c.send ? i : i - nSend;
+      c.of = c.send ? nSend : nComm - nSend;
+      k.ctas.push_back(c);
+    }
+    k.nRecv = nComm - nSend;
+    k.recvDone = 0;
+    k.recvFinished = false;
+  }
+  void sendMsg(int from, int to, const Msg& m) { q[from][to].push_back(m); }
+  void fail(const std::string& e) {
+    if (err.empty()) err = e;
+  }
+  // One step of CTA c of rank r; false when it cannot move.
+  bool step(int r, Cta& c) {
+    Rank& k = ranks[r];
+    const uint64_t seq = k.seq;
+    if (c.finished) return false;
+    if (c.send) {
+      const int t = 1 + c.idx + (int)c.t * c.of;
+      if (c.phase == 0) {
+        if (t >= n) {
+          c.phase = 1;
+          c.t = 0;
+          return true;
+        }
+        const int dst = gxSendPeer(r, t, n);
+        if (ack[r][dst] < gxAckNeed(seq, c.j, S)) return false;
+        sendMsg(r, dst, {true, off(r, c.j), gxValue(seq, (uint32_t)c.j + 1), tagOf(r, seq, c.j)});
+        if (++c.j == J) {
+          c.j = 0;
+          ++c.t;
+        }
+        return true;
+      }
+      if (t >= n) {
+        c.finished = true;
+        return true;
+      }
+      if (ack[r][gxSendPeer(r, t, n)] < gxValue(seq, kGxDone)) return false;
+      ++c.t;
+      return true;
+    }
+    const int t = 1 + c.idx + (int)c.t * c.of;
+    if (c.phase == 0) {
+      for (int u = 1 + c.idx; u < n; u += c.of)
+        sendMsg(r, gxRecvPeer(r, u, n), {false, 0, gxValue(seq, 0), 0});
+      c.phase = 1;
+      return true;
+    }
+    if (t >= n) {
+      c.finished = true;
+      if (++k.recvDone == k.nRecv) {
+        k.recvFinished = true;
+        for (int u = 1; u < n; ++u)
+          sendMsg(r, gxRecvPeer(r, u, n), {false, 0, gxValue(seq, kGxDone), 0});
+      }
+      return true;
+    }
+    const int src = gxRecvPeer(r, t, n);
+    if (data[r][src] < gxValue(seq, (uint32_t)c.j + 1)) return false;
+    auto it = win[r].find(off(src, c.j));
+    if (it == win[r].end() || it->second.first != tagOf(src, seq, c.j) || it->second.second)
+      fail("rank " + std::to_string(r) + " read a wrong chunk");
+    else
+      it->second.second = true;
+    if (c.j + S < J) sendMsg(r, src, {false, 0, gxValue(seq, (uint32_t)c.j + 1), 0});
+    if (++c.j == J) {
+      c.j = 0;
+      ++c.t;
+    }
+    return true;
+  }
+  void deliver(int from, int to) {
+    const Msg m = q[from][to].front();
+    q[from][to].pop_front();
+    if (m.data) {
+      auto it = win[to].find(m.off);
+      if (it != win[to].end() && !it->second.second)
+        fail("a chunk overwrote an unconsumed one at rank " + std::to_string(to));
+      if (ranks[to].gone || ranks[to].recvFinished || ((m.tag >> 24) & 0xffffff) != ranks[to].seq)
+        fail("data landed at rank " + std::to_string(to) + " outside its call");
+      win[to][m.off] = {m.tag, false};
+      if (m.value <= data[to][from]) fail("a data signal did not grow");
+      data[to][from] = m.value;
+    } else {
+      if (m.value < ack[to][from]) fail("an ack went backwards");
+      ack[to][from] = m.value;
+    }
+  }
+  // Runs until every rank finished every call; false on deadlock or error.
+  bool run() {
+    for (long steps = 0; steps < 50000000 && err.empty(); ++steps) {
+      std::vector<std::pair<int, int>> moves;  // (rank, cta) or (-1 - from, to) for messages
+      bool all = true;
+      for (int r = 0; r < n; ++r) {
+        if (ranks[r].gone) continue;
+        all = false;
+        for (int i = 0; i < (int)ranks[r].ctas.size(); ++i) moves.push_back({r, i});
+      }
+      for (int a = 0; a < n; ++a)
+        for (int b = 0; b < n; ++b)
+          if (!q[a][b].empty()) moves.push_back({-1 - a, b});
+      if (all && moves.empty()) return true;
+      std::shuffle(moves.begin(), moves.end(), rng);
+      bool moved = false;
+      for (auto& mv : moves) {
+        if (mv.first < 0) {
+          deliver(-1 - mv.first, mv.second);
+          moved = true;
+          break;
+        }
+        Rank& k = ranks[mv.first];
+        if (step(mv.first, k.ctas[mv.second])) {
+          moved = true;
+          bool done = true;
+          for (auto& c : k.ctas) done &= c.finished;
+          if (done) leave(mv.first);
+          break;
+        }
+      }
+      if (!moved) {
+        fail("deadlock");
+        return false;
+      }
+    }
+    return err.empty();
+  }
+  void leave(int r) {
+    // The window of every other rank is free: it consumed all of this call.
+    for (int o = 0; o < n; ++o)
+      if (o != r && !(ranks[o].seq > ranks[r].seq || ranks[o].recvFinished))
+        fail("rank " + std::to_string(r) + " left call " + std::to_string(ranks[r].seq) +
+             " before rank " + std::to_string(o) + " consumed it");
+    if (++ranks[r].seq > (uint64_t)calls) {
+      ranks[r].gone = true;
+      return;
+    }
+    startCall(r);
+  }
+};
+
+TEST(GemmCollXnode, ProtocolModelRandomSchedules) {
+  int runs = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 g(seed);
+    const int n = 2 + (int)(g() % 5), J = 1 + (int)(g() % 9), S = 2 + (int)(g() % 3);
+    Model m(n, J, S, 3, seed);
+    const bool ok = m.run();
+    ASSERT_TRUE(ok) << "seed " << seed << " n " << n << " chunks " << J << " slots " << S << ": "
+                    << m.err;
+    ++runs;
+  }
+  EXPECT_EQ(runs, 300);
+}
+
+}  // namespace
