@@ -354,6 +354,13 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   }
   g.hooks.seqBase = p.calls;
   g.hooks.wait = f.c.w;
+  // xnode: a missing peer stalls the GEMM's row waits and the comm roles' waits on that peer
+  // alike; the local waits get twice the deadline so that the comm role's error, which names
+  // the peer, is the one recorded (the sticky failure then stops the GEMM's waits at once).
+  if (xnode && f.c.w.timeoutNs != 0) {
+    g.hooks.wait.timeoutNs = 2 * f.c.w.timeoutNs;
+    p.w.timeoutNs = 2 * f.c.w.timeoutNs;
+  }
   g.smBudget = split.of(Role::kCompute);
   g.cluster = 1;  // the fused kernel's compute role runs the unpaired CTA
   // ...with the deep ring (gemmCta<Traits<..., DeepPipe>>): pipeline 3 would also change tmB's
