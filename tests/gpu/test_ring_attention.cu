@@ -15,7 +15,7 @@
 //   RingAttnThreads.Layouts/n2|n3|n4|n8  causal or not, zigzag or contiguous, GQA 1/4, head
 //       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple.
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
-//   RingAttnD64Variant.Cases/v1..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
+//   RingAttnD64Variant.Cases/v0..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
 //       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
 //   RingAttnAbort.*                      only rank 0 calls: ncclCommAbort ends it; or the
 //       deadline does and ncclCommGetAsyncError reports it.
@@ -438,7 +438,7 @@ TEST_P(RingAttnD64Variant, Cases) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD64Variant, ::testing::Values(1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD64Variant, ::testing::Values(0, 1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "v" + std::to_string(i.param);
                          });
