@@ -128,4 +128,47 @@ std::string checkExchange(const Exchange& x, const std::vector<std::vector<uint8
 void remoteBytes(const Exchange& x, int nodes, std::vector<uint64_t>* sent,
                  std::vector<uint64_t>* recv);
 
+// The fused operators' tests' view: n ranks on GPU 0 over `nodes` virtual nodes
+// (ncclCommInitAll under a TestEnv), one stream each, built in the constructor; `why` says what failed. abortAll() after a failure, before the call's buffers are
+// freed: kernels may still wait for peers.
+struct FusedVnodes {
+  int n = 0;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  std::unique_ptr<TestEnv> env;
+  std::string why;
+  // 1 MiB windows by default (several chunks per call); a hang ends after timeoutMs on the
+  // device.
+  FusedVnodes(int nodes, int nRanks, size_t window = 1 << 20, int timeoutMs = 20000)
+      : n(nRanks), comms(nRanks, nullptr), streams(nRanks, nullptr) {
+    env.reset(new TestEnv(nodes, window, 0, timeoutMs));
+    std::vector<int> devs(n, 0);
+    const ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
+    if (r != ncclSuccess) {
+      why = std::string("ncclCommInitAll: ") + ncclGetErrorString(r) + ": " +
+            ncclGetLastError(nullptr);
+      comms.assign(n, nullptr);
+      return;
+    }
+    cudaSetDevice(0);
+    for (auto& s : streams)
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        why = "cudaStreamCreate failed";
+  }
+  FusedVnodes(const FusedVnodes&) = delete;
+  FusedVnodes& operator=(const FusedVnodes&) = delete;
+  bool ok() const { return why.empty(); }
+  void abortAll() {
+    for (auto& c : comms)
+      if (c) ncclCommAbort(c);
+    comms.assign(n, nullptr);
+  }
+  ~FusedVnodes() {
+    for (auto c : comms)
+      if (c) ncclCommDestroy(c);
+    for (auto s : streams)
+      if (s) cudaStreamDestroy(s);
+  }
+};
+
 }  // namespace dctest

@@ -29,44 +29,7 @@ namespace {
 using fusedtest::Case;
 using fusedtest::Problem;
 
-// n ranks on GPU 0 over `nodes` virtual nodes (ncclCommInitAll); aborted after a failure,
-// destroyed otherwise.
-struct Vnodes {
-  int n = 0;
-  std::vector<ncclComm_t> comms;
-  std::vector<cudaStream_t> streams;
-  std::unique_ptr<dctest::TestEnv> env;
-  std::string why;
-  Vnodes(int nodes, int nRanks) : n(nRanks), comms(nRanks, nullptr), streams(nRanks, nullptr) {
-    // 1 MiB windows (several chunks per call); a hang ends after 20 s on the device.
-    env.reset(new dctest::TestEnv(nodes, 1 << 20, 0, 20000));
-    std::vector<int> devs(n, 0);
-    const ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
-    if (r != ncclSuccess) {
-      why = std::string("ncclCommInitAll: ") + ncclGetErrorString(r) + ": " +
-            ncclGetLastError(nullptr);
-      comms.assign(n, nullptr);
-      return;
-    }
-    cudaSetDevice(0);
-    for (auto& s : streams)
-      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
-        why = "cudaStreamCreate failed";
-  }
-  bool ok() const { return why.empty(); }
-  // After a failure, before the call's buffers are freed: kernels may still wait for peers.
-  void abortAll() {
-    for (auto& c : comms)
-      if (c) ncclCommAbort(c);
-    comms.assign(n, nullptr);
-  }
-  ~Vnodes() {
-    for (auto c : comms)
-      if (c) ncclCommDestroy(c);
-    for (auto s : streams)
-      if (s) cudaStreamDestroy(s);
-  }
-};
+using Vnodes = dctest::FusedVnodes;
 
 struct Layout {
   int nodes, n;

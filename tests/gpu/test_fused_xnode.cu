@@ -32,42 +32,7 @@ uint64_t xnodeLaunches() {
   return mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutXnode);
 }
 
-// n ranks on GPU 0 over `nodes` virtual nodes (ncclCommInitAll); aborted after a failure.
-struct Vnodes {
-  int n = 0;
-  std::vector<ncclComm_t> comms;
-  std::vector<cudaStream_t> streams;
-  std::unique_ptr<dctest::TestEnv> env;
-  std::string why;
-  Vnodes(int nodes, int nRanks, size_t window = 1 << 20, int timeoutMs = 20000)
-      : n(nRanks), comms(nRanks, nullptr), streams(nRanks, nullptr) {
-    env.reset(new dctest::TestEnv(nodes, window, 0, timeoutMs));
-    std::vector<int> devs(n, 0);
-    const ncclResult_t r = ncclCommInitAll(comms.data(), n, devs.data());
-    if (r != ncclSuccess) {
-      why = std::string("ncclCommInitAll: ") + ncclGetErrorString(r) + ": " +
-            ncclGetLastError(nullptr);
-      comms.assign(n, nullptr);
-      return;
-    }
-    cudaSetDevice(0);
-    for (auto& s : streams)
-      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
-        why = "cudaStreamCreate failed";
-  }
-  bool ok() const { return why.empty(); }
-  void abortAll() {
-    for (auto& c : comms)
-      if (c) ncclCommAbort(c);
-    comms.assign(n, nullptr);
-  }
-  ~Vnodes() {
-    for (auto c : comms)
-      if (c) ncclCommDestroy(c);
-    for (auto s : streams)
-      if (s) cudaStreamDestroy(s);
-  }
-};
+using Vnodes = dctest::FusedVnodes;
 
 // runDriven, then the proof that the xnode kernel ran: once per driven rank and run (eager),
 // or once per rank for the eager run plus once per rank for the capture (graph).

@@ -310,7 +310,6 @@ struct Model {
 };
 
 TEST(GemmCollXnode, ProtocolModelRandomSchedules) {
-  int runs = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     std::mt19937_64 g(seed);
     const int n = 2 + (int)(g() % 5), J = 1 + (int)(g() % 9), S = 2 + (int)(g() % 3);
@@ -318,9 +317,7 @@ TEST(GemmCollXnode, ProtocolModelRandomSchedules) {
     const bool ok = m.run();
     ASSERT_TRUE(ok) << "seed " << seed << " n " << n << " chunks " << J << " slots " << S << ": "
                     << m.err;
-    ++runs;
   }
-  EXPECT_EQ(runs, 300);
 }
 
 }  // namespace

@@ -64,6 +64,14 @@ ncclResult_t waitDone(mk::Net* net, void* req, size_t* size) {
   }
 }
 
+// Send system calls for n messages: `want` (one per kGather coalesced, or one each) when
+// every call writes whole frames; a call that would block or writes part of a frame adds
+// one, so the check is "at least want", and with coalescing "fewer than one per message".
+void expectCalls(uint64_t calls, uint64_t want, int n, bool coalesce) {
+  EXPECT_GE(calls, want) << n << " messages, coalesce " << coalesce;
+  if (coalesce && n > 1) EXPECT_LT(calls, (uint64_t)n) << n << " messages were not coalesced";
+}
+
 void runRounds(bool coalesce) {
   mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
   mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
@@ -103,7 +111,11 @@ void runRounds(bool coalesce) {
     }
     ASSERT_TRUE(p.net->sendCounts(p.sendComm, &sc));
     // Posted, not tested yet: queued (coalescing) or already written, one call each.
-    EXPECT_EQ(sc.calls - calls, coalesce ? 0u : (uint64_t)n) << n << " messages";
+    // (A call that would block or writes part of a frame counts too: at least, not exactly.)
+    if (coalesce)
+      EXPECT_EQ(sc.calls - calls, 0u) << n << " messages";
+    else
+      EXPECT_GE(sc.calls - calls, (uint64_t)n) << n << " messages";
     EXPECT_EQ(sc.msgs - msgs, coalesce ? 0u : (uint64_t)n) << n << " messages";
     // One test() writes every queued message (the socket buffer holds them all: a few KiB).
     int done = 0;
@@ -111,7 +123,7 @@ void runRounds(bool coalesce) {
     if (done) sreq[0] = nullptr;
     ASSERT_TRUE(p.net->sendCounts(p.sendComm, &sc));
     const uint64_t want = coalesce ? (uint64_t)((n + kGather - 1) / kGather) : (uint64_t)n;
-    EXPECT_EQ(sc.calls - calls, want) << n << " messages, coalesce " << coalesce;
+    expectCalls(sc.calls - calls, want, n, coalesce);
     EXPECT_EQ(sc.msgs - msgs, (uint64_t)n) << n << " messages, coalesce " << coalesce;
     for (int i = 0; i < n; i++) {
       size_t sz = 0;
@@ -126,7 +138,7 @@ void runRounds(bool coalesce) {
     }
     // Completing the requests wrote nothing more: the counts are the messages' own.
     ASSERT_TRUE(p.net->sendCounts(p.sendComm, &sc));
-    EXPECT_EQ(sc.calls - calls, want) << n << " messages, coalesce " << coalesce;
+    expectCalls(sc.calls - calls, want, n, coalesce);
     calls = sc.calls, msgs = sc.msgs;
   }
 }

@@ -180,10 +180,11 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   if (procs && !procWindowsEligible(comm, kGcMaxLocal)) return ncclSuccess;
   // Processes and xnode: every rank must take the same path, and ncclFusedAuto's model reads
   // rates each process measures for itself; so auto stays sequential there (ncclFusedFused or
-  // a forced split fuse).
-  if ((procs || xnode) && c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0 &&
-      MK_PARAM_INT(FusedCommSms) < 0)
-    return ncclSuccess;
+  // the call's own forced split fuse). MKERNEL_FUSED_COMM_SMS only sizes the split here: it
+  // is read per process and not compared at init, so one rank's setting must not make it
+  // fuse while its peers run the sequential path (they would wait for each other until the
+  // deadline, and the sequential path's data would land in window areas the fused rank uses).
+  if ((procs || xnode) && c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0) return ncclSuccess;
   const bool clique = !procs && !xnode;
   // The clique block is created outside capture only (its zeroing synchronises).
   if (clique && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
@@ -191,7 +192,11 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   if (clique && gcCliqueGet(comm, &q, &flags) != ncclSuccess) return ncclSuccess;
 
   // SM split from the rank's budget: the model (or the override) picks the comm CTAs.
-  const int budget = f.smBudget;
+  // Every rank's kernel on this GPU must be resident at once (compute CTAs spin on rows that
+  // the comm CTAs of this and other ranks bring): never more than the GPU's share of this
+  // rank, whatever MKERNEL_MAX_CTAS or ncclConfig.maxCTAs say (as ncclRingAttention does).
+  const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
+  const int budget = std::min(f.smBudget, std::max(2, comm->smCount / onDevice));
   SplitQuery sq;
   sq.M = (int)c.M;
   sq.N = (int)c.N;
@@ -355,12 +360,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   g.hooks.seqBase = p.calls;
   g.hooks.wait = f.c.w;
   // xnode: a missing peer stalls the GEMM's row waits and the comm roles' waits on that peer
-  // alike; the local waits get twice the deadline so that the comm role's error, which names
-  // the peer, is the one recorded (the sticky failure then stops the GEMM's waits at once).
-  if (xnode && f.c.w.timeoutNs != 0) {
-    g.hooks.wait.timeoutNs = 2 * f.c.w.timeoutNs;
-    p.w.timeoutNs = 2 * f.c.w.timeoutNs;
-  }
+  // alike; the GEMM's waits get 2 s more so that the comm role's error, which names the peer,
+  // is the one recorded (the sticky failure then stops the GEMM's waits at once). Abort is
+  // unaffected: every wait polls the abort flag.
+  if (xnode && f.c.w.timeoutNs != 0) g.hooks.wait.timeoutNs = f.c.w.timeoutNs + 2000000000ull;
   g.smBudget = split.of(Role::kCompute);
   g.cluster = 1;  // the fused kernel's compute role runs the unpaired CTA
   // ...with the deep ring (gemmCta<Traits<..., DeepPipe>>): pipeline 3 would also change tmB's
