@@ -129,8 +129,9 @@ void remoteBytes(const Exchange& x, int nodes, std::vector<uint64_t>* sent,
                  std::vector<uint64_t>* recv);
 
 // The fused operators' tests' view: n ranks on GPU 0 over `nodes` virtual nodes
-// (ncclCommInitAll under a TestEnv), one stream each, built in the constructor; `why` says what failed. abortAll() after a failure, before the call's buffers are
-// freed: kernels may still wait for peers.
+// (ncclCommInitAll under a TestEnv), one stream each, built in the constructor; `why` says what
+// failed. abortAll() after a failure, before the call's buffers are freed: kernels may still wait
+// for peers.
 struct FusedVnodes {
   int n = 0;
   std::vector<ncclComm_t> comms;
