@@ -25,6 +25,14 @@
 
 namespace {
 
+// Polls every pollUs until done() holds or `seconds` pass: the waits of these tests are
+// bounded, and their EXPECTs then check the state they waited for.
+template <class F>
+void pollFor(int seconds, int pollUs, F done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!done() && std::chrono::steady_clock::now() < end) usleep(pollUs);
+}
+
 using mknet::Ctx;
 
 constexpr size_t kSignals = 8;
@@ -143,10 +151,8 @@ TEST(ProxyE2E, OutOfRangeDestinationIsAnAsyncError) {
         } else {
           std::string msg;
           ncclResult_t res = ncclSuccess;
-          auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while ((res = mk::proxyGetAsyncError(rk.proxy, &msg)) == ncclSuccess &&
-                 std::chrono::steady_clock::now() < deadline)
-            usleep(1000);
+          pollFor(10, 1000,
+                  [&] { return (res = mk::proxyGetAsyncError(rk.proxy, &msg)) != ncclSuccess; });
           EXPECT_EQ(res, ncclInvalidUsage);
           EXPECT_NE(msg.find("peer rank 0"), std::string::npos) << msg;
           EXPECT_EQ(rk.recvBuf[(1 << 20) - 1], 0xee);
@@ -200,8 +206,7 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
         const std::vector<uint64_t>& sent = payload;  // the same seed on both ranks
         if (ctx.rank == 1) {
-          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (rk.sig(0) < (uint64_t)kCmds && std::chrono::steady_clock::now() < end) usleep(100);
+          pollFor(10, 100, [&] { return rk.sig(0) >= (uint64_t)kCmds; });
           EXPECT_EQ(rk.sig(0), (uint64_t)kCmds);
           for (int i = 0; i < kCmds; i++) {
             uint64_t got = 0;
@@ -233,8 +238,7 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
           c.value = 1;
           EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
         } else {
-          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (rk.sig(1) < 1 && std::chrono::steady_clock::now() < end) usleep(100);
+          pollFor(10, 100, [&] { return rk.sig(1) >= 1; });
           EXPECT_EQ(rk.sig(1), 1u);
           int bad = 0;
           for (int k = 0; k < 8; k++)
@@ -253,10 +257,8 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
           EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
           std::string msg;
           ncclResult_t r = ncclSuccess;
-          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while ((r = mk::proxyGetAsyncError(rk.proxy, &msg)) == ncclSuccess &&
-                 std::chrono::steady_clock::now() < end)
-            usleep(1000);
+          pollFor(10, 1000,
+                  [&] { return (r = mk::proxyGetAsyncError(rk.proxy, &msg)) != ncclSuccess; });
           EXPECT_EQ(r, ncclInvalidUsage);
           EXPECT_NE(msg.find("invalid ring command"), std::string::npos) << msg;
         }
@@ -308,8 +310,7 @@ TEST(ProxyE2E, InlineGroupsCarryUpTo64Bytes) {
         }
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
         if (ctx.rank == 1) {
-          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (rk.sig(0) < (uint64_t)kCmds && std::chrono::steady_clock::now() < end) usleep(100);
+          pollFor(10, 100, [&] { return rk.sig(0) >= (uint64_t)kCmds; });
           EXPECT_EQ(rk.sig(0), (uint64_t)kCmds);
           int bad = 0;
           for (int i = 0; i < kCmds; i++) {
@@ -358,9 +359,7 @@ TEST(ProxyE2E, InlineGroupCutShortIsAnError) {
               c.peer = 1, c.srcOff = 0x5555555555555555ull, c.dstOff = 0, c.bytes = 8;
               c.slot = 1, c.value = 1;
               EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
-              const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-              while (mk::proxyCompleted(rk.proxy, 0) < 1 && std::chrono::steady_clock::now() < end)
-                usleep(100);
+              pollFor(10, 100, [&] { return mk::proxyCompleted(rk.proxy, 0) >= 1; });
               EXPECT_EQ(mk::proxyCompleted(rk.proxy, 0), 1u);
             }
             // The broken producer: tickets for the group taken, the header alone published.
@@ -378,9 +377,8 @@ TEST(ProxyE2E, InlineGroupCutShortIsAnError) {
               EXPECT_EQ(rk.ring->putSignal(1, 0, 2048, 8, 2, 1, mk::kSignalSet, 5000), ncclSuccess);
             std::string msg;
             ncclResult_t r = ncclSuccess;
-            while ((r = mk::proxyGetAsyncError(rk.proxy, &msg)) == ncclSuccess &&
-                   std::chrono::steady_clock::now() < t0 + std::chrono::seconds(10))
-              usleep(1000);
+            pollFor(10, 1000,
+                    [&] { return (r = mk::proxyGetAsyncError(rk.proxy, &msg)) != ncclSuccess; });
             const double s =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             EXPECT_EQ(r, ncclInvalidUsage) << msg;
@@ -522,8 +520,7 @@ TEST(ProxyFault, KilledRankIsReportedByTheOthers) {
         // Some healthy traffic first.
         for (int r : peers)
           EXPECT_EQ(rk.ring->putSignal(r, 0, 0, 4096, 0, 1, mk::kSignalAdd, 5000), ncclSuccess);
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (rk.sig(0) < 2 && std::chrono::steady_clock::now() < deadline) usleep(1000);
+        pollFor(10, 1000, [&] { return rk.sig(0) >= 2; });
         EXPECT_EQ(rk.sig(0), 2u);
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
         if (ctx.rank == 2) kill(getpid(), SIGKILL);
