@@ -81,10 +81,6 @@ int64_t cfgFigure(int D, int variant, F&& f) {
   }
 }
 
-size_t smemFor(int D, int variant) {
-  return (size_t)cfgFigure(D, variant, [](auto c) { return (int64_t) decltype(c)::kSmemBytes; });
-}
-
 }  // namespace
 
 bool overlapOf(const AttnArgs& a) {
@@ -107,7 +103,7 @@ int qRows(int D, int variant) {
 }
 
 size_t smemBytes(int D, int variant) {
-  return smemFor(D, variant);
+  return (size_t)cfgFigure(D, variant, [](auto c) { return (int64_t) decltype(c)::kSmemBytes; });
 }
 
 bool canImplement(const AttnArgs& a, std::string* why) {
@@ -168,7 +164,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
               "attention engine needs an sm_90 (Hopper) device; this one is sm_%d%d", lim.major,
               lim.minor);
   const int variant = variantOf(a);
-  const size_t smem = smemFor(a.D, variant);
+  const size_t smem = smemBytes(a.D, variant);
   MK_ARGCHECK((size_t)lim.smemOptin >= smem,
               "attention engine needs %zu bytes of shared memory per block; the device allows %d",
               smem, lim.smemOptin);

@@ -210,8 +210,8 @@ int kvRows(int D, int variant);
 int qRows(int D, int variant);
 
 // Dynamic shared memory of one attention CTA for head dim D and the variant variantOf gives
-// (fused kernels size theirs with it).
-size_t smemBytes(int D, int variant = 0);
+// (fused kernels size theirs with it; no default: a forgotten variant would size it wrong).
+size_t smemBytes(int D, int variant);
 
 }  // namespace attn
 }  // namespace mk
