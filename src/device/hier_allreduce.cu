@@ -5,6 +5,7 @@
 // it waits for chunk k's rail partials, so the wire carries chunk k+1 while chunk k is
 // reduced and gathered (one CTA does both in turn; in order, the wire idled meanwhile).
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_runtime.h>
 
 #include "coll/hier.h"
@@ -19,7 +20,7 @@ namespace {
 namespace dn = ::mk::dev::net;
 
 constexpr int kHierThreads = 512;
-constexpr int kHierSmallThreads = 128;  // hierAllReduceSmallKernel: a few elements
+constexpr int kHierSmallThreads = 128;  // hierAllReduceSmallKernel: a few elements (>= 2 warps)
 // Largest AllReduce (bytes) of the small kernel.
 constexpr uint64_t kHierSmallMax = 4096;
 
@@ -230,6 +231,96 @@ __global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(Hi
   using U = typename Num<DT>::U;
   const NetDev& d = a.d;
   const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
+  const int tid = threadIdx.x, nt = blockDim.x, warp = tid / 32;
+  __shared__ uint64_t seq0s;
+  if (tid == 0) seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
+  __syncthreads();
+  const uint64_t s = seq0s + 1;
+  const uint64_t bank = hierBankOff(a.stride, nl, nn, s);
+  const uint64_t bytes = a.count * sizeof(U);
+  // 1. Warp 0: my input to every local peer. Thread 32 (warp 1) meanwhile: the rail slots of this bank are
+  // free (the rail peers' acks of call s - 2, host-mapped words: a read across PCIe that
+  // costs as much as the local exchange, so it runs under it; it waits for nothing of call
+  // s, so no peer can wait for it in turn). Fixed costs, not bytes, make up the small
+  // AllReduce's time (a per-phase trace of 2 x 2 processes on the H200: ~2 us per fence or
+  // PCIe read, each on the critical path when one thread ran them in a row).
+  bool ok = true;
+  if (warp == 0) {
+    for (int j = 0; j < nl && ok; j++) {
+      if (j == l) continue;
+      const int peer = a.localPeer[j];
+      ok = netAcquire<dn::Warp, kOneWriter<DT>>(d, kHierSigAckL + j, s - 1, kHierBanks, peer) &&
+           netPublish<dn::Warp>(d, a.send, peer, bank + hierRsOff(a.stride, nl, l), bytes,
+                                kHierSigRS + l, s - 1);
+    }
+  } else if (tid == 32) {
+    for (int b = 0; b < nn && ok; b++) {
+      if (b == me) continue;
+      ok = netAcquire<dn::Thread, kOneWriter<DT>>(d, kHierSigAckN + b, s - 1, kHierBanks,
+                                                  a.railPeer[b]);
+    }
+  }
+  if (__syncthreads_or(!ok)) return;
+  // Their inputs to me, reduced in local order.
+  if (nl > 1) {
+    for (int j = 0; j < nl; j++) {
+      if (j == l) continue;
+      if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRS + j, s - 1, a.localPeer[j])) return;
+    }
+    const void* srcs[kHierMaxLocal];
+    for (int j = 0; j < nl; j++)
+      srcs[j] =
+          j == l ? a.send : dn::recv_ptr(d, a.localPeer[j], bank + hierRsOff(a.stride, nl, j));
+    void* out[1] = {a.recv};
+    reduceRangeAny<DT>(a.red, srcs, nl, nullptr, out, 1, a.count, RedCfg{0, 0, 0}, tid, nt);
+    __syncthreads();
+  }
+  // Alone in my node, my input is the node partial (hierFront's rule).
+  const void* part = nl > 1 ? a.recv : a.send;
+  // 2. The rail (its slots acquired in step 1).
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    if (!netPublish<dn::Block, true>(d, part, a.railPeer[b], bank + hierRailOff(a.stride, nl, me),
+                                     bytes, kHierSigRail + me, s - 1))
+      return;
+  }
+  for (int b = 0; b < nn; b++) {
+    if (b == me) continue;
+    if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRail + b, s - 1, a.railPeer[b])) return;
+  }
+  {
+    // Node order, as hierBack: the same bits on every rank and as the general kernel.
+    const void* srcs[kHierMaxNodes];
+    for (int b = 0; b < nn; b++)
+      srcs[b] =
+          b == me ? part : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, nl, b));
+    void* out[1] = {a.recv};
+    reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, a.count, RedCfg{0, 0, a.postDiv}, tid, nt);
+  }
+  __syncthreads();
+  // 3. My window areas of this bank are free again (RS read in step 1, RAIL just now): the
+  // local acks from thread 0, the rail acks (ring pushes) from thread 32, side by side.
+  if (tid == 0) {
+    for (int j = 0; j < nl && ok; j++) {
+      if (j == l) continue;
+      ok = netRelease<dn::Thread>(d, a.localPeer[j], kHierSigAckL + l, s - 1);
+    }
+  } else if (tid == 32) {
+    for (int b = 0; b < nn && ok; b++) {
+      if (b == me) continue;
+      ok = netRelease<dn::Thread>(d, a.railPeer[b], kHierSigAckN + me, s - 1);
+    }
+  }
+  if (__syncthreads_or(!ok)) return;
+  if (tid == 0) *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = s;
+}
+
+// TEMPORARY (measurement): the former one-thread structure.
+template <int DT>
+__global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernelSeq(HierArgs a) {
+  using U = typename Num<DT>::U;
+  const NetDev& d = a.d;
+  const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
   const int tid = threadIdx.x, nt = blockDim.x;
   __shared__ uint64_t seq0s;
   if (tid == 0) seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
@@ -311,7 +402,13 @@ cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
         const uint64_t bytes = a.count * sizeof(typename Num<DT>::U);
         // The whole input goes into one area (RS, RAIL) of every peer: the stride must hold it.
         if (!a.premul && a.nChunks == 1 && bytes <= kHierSmallMax && bytes <= a.stride)
-          hierAllReduceSmallKernel<DT><<<1, kHierSmallThreads, 0, s>>>(a);
+        {
+          static const bool seq = getenv("MK_SMALL_SEQ") != nullptr;  // TEMPORARY
+          if (seq)
+            hierAllReduceSmallKernelSeq<DT><<<1, kHierSmallThreads, 0, s>>>(a);
+          else
+            hierAllReduceSmallKernel<DT><<<1, kHierSmallThreads, 0, s>>>(a);
+        }
         else
           hierAllReduceKernel<DT><<<1, kHierThreads, 0, s>>>(a);
         return cudaGetLastError();

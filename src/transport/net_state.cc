@@ -150,6 +150,13 @@ void buildView(ncclComm* comm, NetState* ns) {
   d.stageNext = reinterpret_cast<uint64_t*>(ctl + cl.stageNextOff);
   d.stagePub = reinterpret_cast<uint64_t*>(ctl + cl.stagePubOff);
   d.stageTicket = reinterpret_cast<uint64_t*>(ctl + cl.stageTicketOff);
+  d.localSameDev = 0;
+  const RankInfo& mine = comm->peerInfo[comm->rank];
+  const std::vector<int>& nodeRanks = comm->topo.nodeRanks[comm->topo.node];
+  for (size_t j = 0; j < nodeRanks.size() && j < 64; j++) {
+    const RankInfo& o = comm->peerInfo[nodeRanks[j]];
+    if (o.hostHash == mine.hostHash && o.busId == mine.busId) d.localSameDev |= 1ull << j;
+  }
   const int64_t inl = MK_PARAM_INT(ProxyInlineCmd);
   d.inlineCmd = 0;
   if (ns->proxy != nullptr && proxyAllInline(ns->proxy) && inl > 0)

@@ -12,7 +12,8 @@
 //
 // Routing. A peer of this (virtual) node is reached with direct stores: vectorised copies
 // into its P2P window (mapped through peer memory), then fence + st.release.sys (or
-// red.release.sys for adds) on its signal word. Any other peer is reached through the
+// red.release.sys for adds) on its signal word; .gpu scope for a peer on my own GPU
+// (NetDev::localSameDev), whose waits then acquire at .gpu too. Any other peer is reached through the
 // proxy: the call becomes fixed-size commands in the GPU->CPU ring (proxy_ring.cuh; a
 // full ring is back-pressure, bounded and abortable), the proxy sends the data and writes
 // the peer's signal word only after the data landed (proxy.h).
@@ -208,11 +209,12 @@ __device__ __forceinline__ void stagePublish(const NetDev& d, uint64_t idx) {
   ptx::stReleaseGpu(d.stagePub + s, idx / d.stageSlots + 1);
 }
 
-// wait_signal_from's loop: until other + *word >= value (one thread).
+// wait_signal_from's loop: until other + *word >= value (one thread). gpu: the writer runs
+// on my GPU (its release was .gpu scoped; so may the acquire be).
 __device__ __forceinline__ bool waitOne(const NetDev& d, const uint64_t* word, uint64_t other,
-                                        uint64_t value, uint32_t slot, int writer) {
+                                        uint64_t value, uint32_t slot, int writer, bool gpu) {
   NetSpin sp;
-  while (other + ptx::ldAcquireSys(word) < value) {
+  while (other + (gpu ? ptx::ldAcquireGpu(word) : ptx::ldAcquireSys(word)) < value) {
     uint32_t kind = sp.check(d);
     if (kind)
       return fail(d, kind, writer, rt::kOpWaitSignal, (int)slot, rt::kWaitSignal, value,
@@ -226,11 +228,16 @@ __device__ __forceinline__ uint64_t* localSignal(const NetDev& d, int li, uint32
   return static_cast<uint64_t*>(d.localWins[li]) + slot;
 }
 
-__device__ __forceinline__ void signalWord(uint64_t* w, uint64_t value, uint32_t op) {
-  if (op == kSignalAdd)
-    ptx::redAddReleaseSys(w, value);
+__device__ __forceinline__ void signalWord(uint64_t* w, uint64_t value, uint32_t op, bool gpu) {
+  if (gpu)
+    op == kSignalAdd ? ptx::redAddReleaseGpu(w, value) : ptx::stReleaseGpu(w, value);
   else
-    ptx::stReleaseSys(w, value);
+    op == kSignalAdd ? ptx::redAddReleaseSys(w, value) : ptx::stReleaseSys(w, value);
+}
+
+// Local index li shares my GPU (NetDev::localSameDev): the .gpu scope orders what it sees.
+__device__ __forceinline__ bool sameDev(const NetDev& d, int li) {
+  return li < 64 && ((d.localSameDev >> li) & 1ull) != 0;
 }
 
 // The block's gathering area for an inline put of 9..kProxyInlineExtMax bytes (putRemote).
@@ -349,9 +356,13 @@ __device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t ds
   char* dst = static_cast<char*>(d.localWins[li]) + d.localDataOff + dstOff;
   copy<G>(dst, src, bytes);
   if (!sig) return true;
-  __threadfence_system();
+  const bool gpu = sameDev(d, li);
+  if (gpu)
+    __threadfence();
+  else
+    __threadfence_system();
   G::sync();
-  if (G::rank() == 0) signalWord(localSignal(d, li, slot), value, sigOp & ~kSignalLazy);
+  if (G::rank() == 0) signalWord(localSignal(d, li, slot), value, sigOp & ~kSignalLazy, gpu);
   return true;
 }
 
@@ -421,10 +432,10 @@ __device__ __forceinline__ bool wait_signal_from(const NetDev& d, uint32_t slot,
       // peerLocal is symmetric (local ranks agree on P2P mapping): the writer reaches me with
       // P2P stores exactly when I reach it so.
       ok = detail::waitOne(d, d.sigLocal + slot, ptx::ldVolatile64(d.sigRemote + slot), value, slot,
-                           writer);
+                           writer, detail::sameDev(d, d.peerLocal[writer]));
     } else {
       ok = detail::waitOne(d, d.sigRemote + slot, ptx::ldVolatile64(d.sigLocal + slot), value, slot,
-                           writer);
+                           writer, false);
     }
   }
   return !G::any(!ok);
