@@ -5,7 +5,6 @@
 // it waits for chunk k's rail partials, so the wire carries chunk k+1 while chunk k is
 // reduced and gathered (one CTA does both in turn; in order, the wire idled meanwhile).
 #include <cstdint>
-#include <cstdlib>
 #include <cuda_runtime.h>
 
 #include "coll/hier.h"
@@ -238,8 +237,8 @@ __global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(Hi
   const uint64_t s = seq0s + 1;
   const uint64_t bank = hierBankOff(a.stride, nl, nn, s);
   const uint64_t bytes = a.count * sizeof(U);
-  // 1. Warp 0: my input to every local peer. Thread 32 (warp 1) meanwhile: the rail slots of this bank are
-  // free (the rail peers' acks of call s - 2, host-mapped words: a read across PCIe that
+  // 1. Warp 0: my input to every local peer. Thread 32 (warp 1) meanwhile: the rail slots of this
+  // bank are free (the rail peers' acks of call s - 2, host-mapped words: a read across PCIe that
   // costs as much as the local exchange, so it runs under it; it waits for nothing of call
   // s, so no peer can wait for it in turn). Fixed costs, not bytes, make up the small
   // AllReduce's time (a per-phase trace of 2 x 2 processes on the H200: ~2 us per fence or
@@ -315,81 +314,6 @@ __global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(Hi
   if (tid == 0) *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = s;
 }
 
-// TEMPORARY (measurement): the former one-thread structure.
-template <int DT>
-__global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernelSeq(HierArgs a) {
-  using U = typename Num<DT>::U;
-  const NetDev& d = a.d;
-  const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
-  const int tid = threadIdx.x, nt = blockDim.x;
-  __shared__ uint64_t seq0s;
-  if (tid == 0) seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
-  __syncthreads();
-  const uint64_t s = seq0s + 1;
-  const uint64_t bank = hierBankOff(a.stride, nl, nn, s);
-  const uint64_t bytes = a.count * sizeof(U);
-  // 1. Inside the node: my input to every local peer, theirs to me, reduced in local order.
-  for (int j = 0; j < nl; j++) {
-    if (j == l) continue;
-    const int peer = a.localPeer[j];
-    if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckL + j, s - 1, kHierBanks, peer))
-      return;
-    if (!netPublish(d, a.send, peer, bank + hierRsOff(a.stride, nl, l), bytes, kHierSigRS + l,
-                    s - 1))
-      return;
-  }
-  if (nl > 1) {
-    for (int j = 0; j < nl; j++) {
-      if (j == l) continue;
-      if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRS + j, s - 1, a.localPeer[j])) return;
-    }
-    const void* srcs[kHierMaxLocal];
-    for (int j = 0; j < nl; j++)
-      srcs[j] =
-          j == l ? a.send : dn::recv_ptr(d, a.localPeer[j], bank + hierRsOff(a.stride, nl, j));
-    void* out[1] = {a.recv};
-    reduceRangeAny<DT>(a.red, srcs, nl, nullptr, out, 1, a.count, RedCfg{0, 0, 0}, tid, nt);
-    __syncthreads();
-  }
-  // Alone in my node, my input is the node partial (hierFront's rule).
-  const void* part = nl > 1 ? a.recv : a.send;
-  // 2. The rail.
-  for (int b = 0; b < nn; b++) {
-    if (b == me) continue;
-    const int peer = a.railPeer[b];
-    if (!netAcquire<dn::Block, kOneWriter<DT>>(d, kHierSigAckN + b, s - 1, kHierBanks, peer))
-      return;
-    if (!netPublish<dn::Block, true>(d, part, peer, bank + hierRailOff(a.stride, nl, me), bytes,
-                                     kHierSigRail + me, s - 1))
-      return;
-  }
-  for (int b = 0; b < nn; b++) {
-    if (b == me) continue;
-    if (!netReceive<dn::Block, kOneWriter<DT>>(d, kHierSigRail + b, s - 1, a.railPeer[b])) return;
-  }
-  {
-    // Node order, as hierBack: the same bits on every rank and as the general kernel.
-    const void* srcs[kHierMaxNodes];
-    for (int b = 0; b < nn; b++)
-      srcs[b] =
-          b == me ? part : dn::recv_ptr(d, a.railPeer[b], bank + hierRailOff(a.stride, nl, b));
-    void* out[1] = {a.recv};
-    reduceRangeAny<DT>(a.red, srcs, nn, nullptr, out, 1, a.count, RedCfg{0, 0, a.postDiv}, tid, nt);
-  }
-  __syncthreads();
-  // 3. My window areas of this bank are free again (RS read in step 1, RAIL just now).
-  for (int j = 0; j < nl; j++) {
-    if (j == l) continue;
-    if (!netRelease(d, a.localPeer[j], kHierSigAckL + l, s - 1)) return;
-  }
-  for (int b = 0; b < nn; b++) {
-    if (b == me) continue;
-    if (!netRelease(d, a.railPeer[b], kHierSigAckN + me, s - 1)) return;
-  }
-  __syncthreads();
-  if (tid == 0) *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = s;
-}
-
 }  // namespace
 }  // namespace dev
 
@@ -402,13 +326,7 @@ cudaError_t launchHierAllReduce(const HierArgs& a, cudaStream_t s) {
         const uint64_t bytes = a.count * sizeof(typename Num<DT>::U);
         // The whole input goes into one area (RS, RAIL) of every peer: the stride must hold it.
         if (!a.premul && a.nChunks == 1 && bytes <= kHierSmallMax && bytes <= a.stride)
-        {
-          static const bool seq = getenv("MK_SMALL_SEQ") != nullptr;  // TEMPORARY
-          if (seq)
-            hierAllReduceSmallKernelSeq<DT><<<1, kHierSmallThreads, 0, s>>>(a);
-          else
-            hierAllReduceSmallKernel<DT><<<1, kHierSmallThreads, 0, s>>>(a);
-        }
+          hierAllReduceSmallKernel<DT><<<1, kHierSmallThreads, 0, s>>>(a);
         else
           hierAllReduceKernel<DT><<<1, kHierThreads, 0, s>>>(a);
         return cudaGetLastError();

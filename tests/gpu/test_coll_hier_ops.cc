@@ -395,8 +395,9 @@ TEST_P(HierOps, GraphReplayedFourTimes) {
   for (auto& oc : cases) oc.release(h.comms);
 }
 
-// MKERNEL_PROXY_INLINE_CMD=2 (set before the comms exist: it is read at init): rail puts of
-// 9..64 bytes ride in the proxy command plus a continuation slot. Every size 1..80 bytes
+// MKERNEL_PROXY_INLINE_CMD=2 (the default since session 18; set before the comms exist: it
+// is read at init): rail puts of 9..64 bytes ride in the proxy command plus a continuation
+// slot; =1 (only up to 8 bytes inline, 9..64 staged) keeps its cases too. Every size 1..80 bytes
 // (both sides of 8 and of 64) of AllReduce (small kernel) and SendRecv (small puts), several
 // dtypes, back to back in batches with no synchronisation between calls, every element
 // checked against the reference. Rings of 2 and 3 slots (MKERNEL_PROXY_RING_SLOTS) make every
@@ -404,6 +405,7 @@ TEST_P(HierOps, GraphReplayedFourTimes) {
 // slot, continuation in slot 0), which the default 1024 slots may never do.
 struct InlineShape {
   int nodes, ranks, ringSlots;
+  int inlineCmd = 2;
 };
 class HierInline64 : public ::testing::TestWithParam<InlineShape> {
  protected:
@@ -411,7 +413,7 @@ class HierInline64 : public ::testing::TestWithParam<InlineShape> {
     MKTEST_REQUIRE_GPU();
     ASSERT_EQ(h.init(GetParam().nodes, GetParam().ranks), ncclSuccess);
   }
-  mktest::ScopedEnv env{"MKERNEL_PROXY_INLINE_CMD", "2"};
+  mktest::ScopedEnv env{"MKERNEL_PROXY_INLINE_CMD", std::to_string(GetParam().inlineCmd).c_str()};
   mktest::ScopedEnv ring{"MKERNEL_PROXY_RING_SLOTS", std::to_string(GetParam().ringSlots).c_str()};
   dctest::VnodeComms h;  // after the environment: built with it, destroyed before it
 };
@@ -450,11 +452,13 @@ TEST_P(HierInline64, AllReduceAndSendRecv1To80Bytes) {
 INSTANTIATE_TEST_SUITE_P(Shapes, HierInline64,
                          ::testing::Values(InlineShape{2, 2, 1024}, InlineShape{2, 4, 1024},
                                            InlineShape{2, 6, 1024}, InlineShape{2, 2, 2},
-                                           InlineShape{2, 4, 3}),
+                                           InlineShape{2, 4, 3}, InlineShape{2, 2, 1024, 1},
+                                           InlineShape{2, 4, 1024, 1}, InlineShape{2, 4, 3, 1}),
                          [](const ::testing::TestParamInfo<InlineShape>& i) {
                            return std::to_string(i.param.ranks) + "over" +
                                   std::to_string(i.param.nodes) + "ring" +
-                                  std::to_string(i.param.ringSlots);
+                                  std::to_string(i.param.ringSlots) +
+                                  (i.param.inlineCmd == 2 ? "" : "inl1");
                          });
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HierOps,

@@ -13,10 +13,10 @@
 // Routing. A peer of this (virtual) node is reached with direct stores: vectorised copies
 // into its P2P window (mapped through peer memory), then fence + st.release.sys (or
 // red.release.sys for adds) on its signal word; .gpu scope for a peer on my own GPU
-// (NetDev::localSameDev), whose waits then acquire at .gpu too. Any other peer is reached through the
-// proxy: the call becomes fixed-size commands in the GPU->CPU ring (proxy_ring.cuh; a
-// full ring is back-pressure, bounded and abortable), the proxy sends the data and writes
-// the peer's signal word only after the data landed (proxy.h).
+// (NetDev::localSameDev), whose waits then acquire at .gpu too. Any other peer is reached through
+// the proxy: the call becomes fixed-size commands in the GPU->CPU ring (proxy_ring.cuh; a full ring
+// is back-pressure, bounded and abortable), the proxy sends the data and writes the peer's signal
+// word only after the data landed (proxy.h).
 //
 // Sources. put copies from any device-readable `src`. For a remote peer the data must sit
 // in the proxy's registered source window: a src inside send_ptr()'s area is sent as is
