@@ -131,6 +131,12 @@ struct Model {
   // ReduceScatter: grsChunks of the owner, test_gemm_coll_xnode_rs.cc).
   std::function<int(uint64_t seq, int owner)> chunksOf;
   std::function<bool(uint64_t seq)> isRs = [](uint64_t) { return false; };  // grsCtas split
+  // The first part of each stream to `owner` (the AllReduce's partial chunks; its second part,
+  // the source's reduced rows, may be sent only once the source consumed every first-part
+  // chunk sent to it). Default: the whole stream.
+  std::function<int(uint64_t seq, int owner)> firstOf = [this](uint64_t s, int o) {
+    return chunksOf(s, o);
+  };
   std::mt19937_64 rng;
   std::vector<std::vector<uint64_t>> data, ack;  // data[r][s] at r from s; ack[s][r] at s
   std::vector<std::map<uint64_t, std::pair<uint64_t, bool>>> win;  // off -> (tag, consumed)
@@ -141,12 +147,14 @@ struct Model {
     size_t t = 0;  // position in its rounds
     int64_t j = 0;
     int phase = 0;  // recv: 0 credits, 1 rounds, 2 finished; send: 0 rounds, 1 done waits
+    int pass = 0;   // rounds walked twice: 0 every stream's first part, 1 its second part
     bool finished = false;
   };
   struct Rank {
     uint64_t seq = 1;  // current call
     std::vector<Cta> ctas;
     int recvDone = 0, nRecv = 0;
+    int64_t firstRecv = 0;  // first-part chunks consumed (all of them: the reduce is done)
     bool recvFinished = false, gone = false;
   };
   std::vector<Rank> ranks;
@@ -191,6 +199,7 @@ struct Model {
     }
     k.nRecv = nComm - nSend;
     k.recvDone = 0;
+    k.firstRecv = 0;
     k.recvFinished = false;
   }
   void sendMsg(int from, int to, const Msg& m) { q[from][to].push_back(m); }
@@ -206,17 +215,28 @@ struct Model {
       const int t = 1 + c.idx + (int)c.t * c.of;
       if (c.phase == 0) {
         if (t >= n) {
-          c.phase = 1;
+          if (c.pass == 0) {
+            c.pass = 1;
+          } else {
+            c.phase = 1;
+          }
           c.t = 0;
+          c.j = 0;
           return true;
         }
         const int dst = gxSendPeer(r, t, n);
-        if (ack[r][dst] < gxAckNeed(seq, c.j, S)) return false;
-        sendMsg(r, dst, {true, off(r, c.j), gxValue(seq, (uint32_t)c.j + 1), tagOf(r, seq, c.j)});
-        if (++c.j == chunksOf(seq, dst)) {
+        const int64_t lo = c.pass ? firstOf(seq, dst) : 0;
+        const int64_t hi = c.pass ? chunksOf(seq, dst) : firstOf(seq, dst);
+        if (lo + c.j >= hi) {
           c.j = 0;
           ++c.t;
+          return true;
         }
+        const int64_t j = lo + c.j;
+        if (c.pass && k.firstRecv < (int64_t)(n - 1) * firstOf(seq, r)) return false;
+        if (ack[r][dst] < gxAckNeed(seq, j, S)) return false;
+        sendMsg(r, dst, {true, off(r, j), gxValue(seq, (uint32_t)j + 1), tagOf(r, seq, j)});
+        ++c.j;
         return true;
       }
       if (t >= n) {
@@ -235,6 +255,12 @@ struct Model {
       return true;
     }
     if (t >= n) {
+      if (c.pass == 0) {
+        c.pass = 1;
+        c.t = 0;
+        c.j = 0;
+        return true;
+      }
       c.finished = true;
       if (++k.recvDone == k.nRecv) {
         k.recvFinished = true;
@@ -244,17 +270,23 @@ struct Model {
       return true;
     }
     const int src = gxRecvPeer(r, t, n);
-    if (data[r][src] < gxValue(seq, (uint32_t)c.j + 1)) return false;
-    auto it = win[r].find(off(src, c.j));
-    if (it == win[r].end() || it->second.first != tagOf(src, seq, c.j) || it->second.second)
+    const int64_t total = chunksOf(seq, r);
+    const int64_t lo = c.pass ? firstOf(seq, r) : 0, hi = c.pass ? total : firstOf(seq, r);
+    if (lo + c.j >= hi) {
+      c.j = 0;
+      ++c.t;
+      return true;
+    }
+    const int64_t j = lo + c.j;
+    if (data[r][src] < gxValue(seq, (uint32_t)j + 1)) return false;
+    auto it = win[r].find(off(src, j));
+    if (it == win[r].end() || it->second.first != tagOf(src, seq, j) || it->second.second)
       fail("rank " + std::to_string(r) + " read a wrong chunk");
     else
       it->second.second = true;
-    if (c.j + S < chunksOf(seq, r)) sendMsg(r, src, {false, 0, gxValue(seq, (uint32_t)c.j + 1), 0});
-    if (++c.j == chunksOf(seq, r)) {
-      c.j = 0;
-      ++c.t;
-    }
+    if (!c.pass) ++k.firstRecv;
+    if (j + S < total) sendMsg(r, src, {false, 0, gxValue(seq, (uint32_t)j + 1), 0});
+    ++c.j;
     return true;
   }
   void deliver(int from, int to) {
@@ -527,6 +559,73 @@ TEST(GemmCollXnodeRs, ProtocolModelRandomSchedules) {
     m.isRs = [rsMask](uint64_t seq) { return ((rsMask >> seq) & 1) != 0; };
     m.chunksOf = [=](uint64_t seq, int owner) {
       return ((rsMask >> seq) & 1) ? (int)grsChunks(owner, rpr, kTM, rowChunks) : J;
+    };
+    m.begin();
+    const bool ok = m.run();
+    ASSERT_TRUE(ok) << "seed " << seed << " n " << n << " rows/rank " << rpr << " slots " << S
+                    << ": " << m.err;
+  }
+}
+
+// GEMM + AllReduce: the second part of every stream (the source's reduced rows) fits a slot,
+// covers the source's rows once, and waits only for reduce chunks the source has.
+TEST(GemmCollXnodeRs, AllReducePlan) {
+  const GrsPlan b = grsPlan(32u << 20, 2, 8192, 8192, 2, kTM, kTN, true);
+  ASSERT_TRUE(b.ok);
+  EXPECT_EQ(b.arRows, 128);  // 2 MiB slots, 16 KiB rows
+  EXPECT_EQ(b.arChunks, 32);
+  EXPECT_EQ(grsPlan(32u << 20, 2, 8192, 8192, 2, kTM, kTN).arChunks, 0);  // ReduceScatter
+  EXPECT_FALSE(grsPlan(1 << 20, 2, 64, 131072, 4, kTM, kTN, true).ok);    // 512 KiB rows
+  int ok = 0;
+  for (uint64_t w : {256ull << 10, 1ull << 20, 32ull << 20})
+    for (int n : {2, 3, 4, 8})
+      for (int64_t rpr : {1, 8, 100, 128, 129, 1000})
+        for (int64_t N : {8, 264, 4096, 20000})
+          for (int32_t ob : {2, 4}) {
+            const GrsPlan p = grsPlan(w, n, rpr * n, N, ob, kTM, kTN, true);
+            if (!p.ok) continue;
+            ++ok;
+            ASSERT_GE(p.arRows, 1);
+            EXPECT_LE(p.arRows * N * ob, p.chunkBytes);
+            EXPECT_EQ(p.arChunks, (rpr + p.arRows - 1) / p.arRows);
+            for (int d = 0; d < n; ++d) {
+              const int64_t lo = d * rpr, chunks = grsChunks(d, rpr, kTM, p.rowChunks);
+              const int32_t first = grsFirstRow(d, rpr, kTM);
+              int64_t rows = 0;
+              for (int32_t a = 0, x = 0; x < p.arChunks; ++x, a += p.arRows) {
+                const int64_t r = std::min<int64_t>(p.arRows, rpr - a);
+                ASSERT_GE(r, 1);
+                rows += r;
+                // The reduce chunks the send waits for (xnode_rs_role.cuh grsSend).
+                const int64_t tr0 = (lo + a) / kTM, tr1 = (lo + a + r - 1) / kTM;
+                const int64_t k0 = (tr0 - first) * p.rowChunks;
+                EXPECT_GE(k0, 0);
+                EXPECT_LE(k0 + (tr1 - tr0 + 1) * p.rowChunks, chunks);
+              }
+              EXPECT_EQ(rows, rpr);
+            }
+          }
+  EXPECT_GT(ok, 100);
+}
+
+// The AllReduce's streams (partial chunks, then the reduced rows that wait for the source's
+// own reduce), mixed with ReduceScatter and AllGather calls on one comm.
+TEST(GemmCollXnodeRs, ProtocolModelAllReduce) {
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 g(seed);
+    const int n = 2 + (int)(g() % 5), S = 2 + (int)(g() % 3), J = 1 + (int)(g() % 5);
+    const int64_t rpr = 1 + (int64_t)(g() % 400);
+    const int rowChunks = 1 + (int)(g() % 3), arChunks = 1 + (int)(g() % 6);
+    const uint64_t kindBits = g();  // call seq: 0 AllGather, 1 ReduceScatter, 2-3 AllReduce
+    auto kind = [kindBits](uint64_t seq) { return (int)((kindBits >> (2 * seq)) & 3); };
+    Model m(n, J, S, 4, seed);
+    m.isRs = [kind](uint64_t seq) { return kind(seq) != 0; };
+    m.chunksOf = [=](uint64_t seq, int owner) {
+      const int c = (int)grsChunks(owner, rpr, kTM, rowChunks);
+      return kind(seq) == 0 ? J : kind(seq) == 1 ? c : c + arChunks;
+    };
+    m.firstOf = [=](uint64_t seq, int owner) {
+      return kind(seq) == 0 ? J : (int)grsChunks(owner, rpr, kTM, rowChunks);
     };
     m.begin();
     const bool ok = m.run();

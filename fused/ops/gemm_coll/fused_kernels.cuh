@@ -29,9 +29,8 @@
 //    its C. AllGather + GEMM: each rank first copies its shard into its data region and
 //    releases shardReady; pullers copy from there.
 // A comm spanning (virtual) nodes runs AllGather + GEMM (xnode_role.cuh) and GEMM +
-// ReduceScatter (xnode_rs_role.cuh) in the xnode layout: data moves through the device
-// communication API (P2P stores inside a node, the proxy across nodes). GEMM + AllReduce
-// stays sequential there.
+// ReduceScatter / AllReduce (xnode_rs_role.cuh) in the xnode layout: data moves through the
+// device communication API (P2P stores inside a node, the proxy across nodes).
 // Sequence numbers are device-resident (the rank's call counter), so a captured launch
 // publishes new values at every replay. Every wait is bounded (rt::waitGe: abort flag,
 // deadline, error record).
@@ -85,16 +84,18 @@ struct GcParams {
   // xnode layout (xnode.h): the device API's view with the comm's wait context, the plan,
   // the rows-ready flags [n][gxChunks] and the receive CTAs' finish count (call scratch,
   // zeroed before the kernel). calls/ctaDone: this rank's private signal words.
-  // ReduceScatter (xnode_rs_role.cuh): gxChunks is this rank's chunk count, rowFlags the
-  // staged-chunk flags [n][gxChunks], G the staging buffer, tileFlags the GEMM's tileDone.
+  // ReduceScatter / AllReduce (xnode_rs_role.cuh): gxChunks is this rank's chunk count,
+  // rowFlags the staged-chunk flags [n][gxChunks], G the staging buffer, tileFlags the GEMM's
+  // tileDone.
   int32_t xnode;
   int32_t gxChunkRows, gxSlots, gxChunks;
   int64_t gxArea, gxChunkBytes;
   uint64_t* rowFlags;
   uint32_t* recvDone;
-  int32_t grsChunkTiles, grsRowChunks;
+  int32_t grsChunkTiles, grsRowChunks, grsArRows, grsArChunks;  // AllReduce: arChunks > 0
   int64_t grsTileBytes;
   uint64_t* tileFlags;
+  uint64_t* redFlags;  // [gxChunks]: this rank's reduce chunk stored (C)
   NetDev net;
   // MKERNEL_FUSED_TRACE: [CTA][start, main loop done (comm CTAs), end] %globaltimer stamps in
   // mapped host memory, read by

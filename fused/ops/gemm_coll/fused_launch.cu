@@ -135,13 +135,14 @@ GxPlan xnodePlan(const GemmCollCall& c, const FusedComm& f) {
   if (c.op != GemmColl::kAllGather || !f.hasNet || MK_PARAM_INT(FusedXnode) == 0) return none;
   return gxPlan(f.net.windowBytes, f.nRanks, (int64_t)c.M / f.nRanks, (int64_t)c.K);
 }
-// The same for GEMM + ReduceScatter (xnode.h GrsPlan). GEMM + AllReduce has no xnode form yet
-// (its second phase would need a second set of signal slots): sequential.
+// The same for GEMM + ReduceScatter and GEMM + AllReduce (xnode.h GrsPlan; AllReduce needs
+// M % n == 0 there: its rows are reduced by their owner rank, M / n each).
 GrsPlan xnodeRsPlan(const GemmCollCall& c, const FusedComm& f) {
   GrsPlan none;
-  if (c.op != GemmColl::kReduceScatter || !f.hasNet || MK_PARAM_INT(FusedXnode) == 0) return none;
+  if (c.op == GemmColl::kAllGather || !f.hasNet || MK_PARAM_INT(FusedXnode) == 0) return none;
   return grsPlan(f.net.windowBytes, f.nRanks, (int64_t)c.M, (int64_t)c.N,
-                 (int32_t)fusedTypeSize(c.cfg.outType), gemm::kTileM, gemm::kTileN);
+                 (int32_t)fusedTypeSize(c.cfg.outType), gemm::kTileM, gemm::kTileN,
+                 c.op == GemmColl::kAllReduce);
 }
 
 }  // namespace
@@ -170,8 +171,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const size_t outBytes = fusedTypeSize(c.cfg.outType);
   const GcReducePlan plan(n, (int32_t)outBytes, gemm::kSmemBytes);
   // Layouts (fused_kernels.cuh): the clique (every rank in this process), processes (one
-  // rank per process), or xnode (a comm spanning nodes: AllGather + GEMM and GEMM +
-  // ReduceScatter); anything else runs the sequential path.
+  // rank per process), or xnode (a comm spanning nodes); anything else runs the sequential
+  // path.
   const bool xnode = comm->topo.nNodes > 1;
   const GxPlan gx = xnode ? xnodePlan(c, f) : GxPlan{};
   const GrsPlan rs = xnode ? xnodeRsPlan(c, f) : GrsPlan{};
@@ -242,7 +243,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
   // peer's CTA waits for it); by default one of each per peer round and one receive CTA for
   // the own shard's copy (xnode.h gxSendCtas), at most half the budget.
-  // ReduceScatter (xnode.h grsCtas) adds reduce CTAs (at least one) to the sends and receives.
+  // ReduceScatter / AllReduce (xnode.h grsCtas) add reduce CTAs (at least one) to the sends
+  // and receives.
   const bool modelSplit = choice.source == nullptr || strcmp(choice.source, "model") == 0;
   if (xnode && gx.ok && modelSplit)
     split.count[(int)Role::kIntraComm] = std::min(std::max(2, budget / 2), 2 * (n - 1) + 1);
@@ -314,13 +316,13 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   int32_t gridUnused = 0;
   gemm::GemmArgs g;
   if (xnode && rs.ok) {
-    // Call scratch: the GEMM's tile flags, the staged-chunk flags and the receive CTAs'
-    // count (zeroed on the stream, captured as a memset node), then the partials tile by tile,
-    // then the staging buffer [n][chunks] (the own source's part unused).
+    // Call scratch: the GEMM's tile flags, the staged-chunk flags, the reduce flags and the
+    // receive CTAs' count (zeroed on the stream, captured as a memset node), then the partials
+    // tile by tile, then the staging buffer [n][chunks] (the own source's part unused).
     const int64_t chunks = grsChunks(me, rs.rowsPerRank, gemm::kTileM, rs.rowChunks);
     const size_t tiles = (size_t)rs.tilesM * rs.tilesN;
     const size_t flagBytes =
-        ((tiles + (size_t)n * chunks) * sizeof(uint64_t) + 16 + 255) / 256 * 256;
+        ((tiles + (size_t)(n + 1) * chunks) * sizeof(uint64_t) + 16 + 255) / 256 * 256;
     const size_t pBytes = tiles * (size_t)rs.tileBytes;
     NCCLCHECK(scratchAlloc(&tmp, flagBytes + pBytes + (size_t)n * chunks * rs.chunkBytes,
                            comm->cudaDev, c.stream));
@@ -333,9 +335,12 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     p.grsChunkTiles = rs.chunkTiles;
     p.grsRowChunks = rs.rowChunks;
     p.grsTileBytes = rs.tileBytes;
+    p.grsArRows = rs.arRows;
+    p.grsArChunks = rs.arChunks;
     p.tileFlags = static_cast<uint64_t*>(tmp);
     p.rowFlags = p.tileFlags + tiles;
-    p.recvDone = reinterpret_cast<uint32_t*>(p.rowFlags + (size_t)n * chunks);
+    p.redFlags = p.rowFlags + (size_t)n * chunks;
+    p.recvDone = reinterpret_cast<uint32_t*>(p.redFlags + chunks);
     p.net = f.net;
     p.net.w = f.c.w;  // failures land in the operator's domain
     p.P = static_cast<uint8_t*>(tmp) + flagBytes;

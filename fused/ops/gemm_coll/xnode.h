@@ -114,7 +114,7 @@ MK_HD inline bool gxOwnCopier(int k, int nRecv, int n, int64_t j) {
   return k >= n - 1 && j % idle == k - (n - 1);
 }
 
-// ---- GEMM + ReduceScatter across nodes (xnode_rs_role.cuh) ---------------------------------
+// ---- GEMM + ReduceScatter / AllReduce across nodes (xnode_rs_role.cuh) ---------------------
 //
 // Rank r's partial P_r = A_r B_r is stored tile by tile ([tilesM][tilesN][tileM][tileN] of the
 // output type, as the in-node fused path stores it), so consecutive tiles of one tile row are
@@ -135,6 +135,9 @@ struct GrsPlan {
   int64_t chunkBytes = 0;  // the slot size (chunkTiles tiles)
   int32_t slots = 0;       // chunk slots per source area (>= 2)
   int64_t rowsPerRank = 0;
+  // AllReduce only: the second part of every stream, the source's reduced rows (arChunks
+  // chunks of arRows rows of N elements, the last one shorter); 0 for ReduceScatter.
+  int32_t arRows = 0, arChunks = 0;
 };
 
 MK_HD inline int32_t grsFirstRow(int d, int64_t rowsPerRank, int32_t tileM) {
@@ -159,9 +162,11 @@ MK_HD inline void grsChunk(int d, int64_t k, int64_t rowsPerRank, int32_t tileM,
 
 // A pure function of values every rank shares (agreed window size, n, the shape, the output
 // type), so every rank takes the same path. chunkTiles: as many tiles as fit
-// min(areaBytes / 2, kGxChunkTarget), at most a tile row.
+// min(areaBytes / 2, kGxChunkTarget), at most a tile row. allReduce: the stream from s to d
+// goes on, after d's partial chunks, with s's reduced rows (as many whole rows of C as fit a
+// slot); refused when a row of C does not fit one.
 inline GrsPlan grsPlan(uint64_t windowBytes, int n, int64_t M, int64_t N, int32_t outBytes,
-                       int32_t tileM, int32_t tileN) {
+                       int32_t tileM, int32_t tileN, bool allReduce = false) {
   GrsPlan p;
   if (n < 2 || n > kGxMaxRanks || M <= 0 || N <= 0 || M % n != 0 || outBytes <= 0) return p;
   p.rowsPerRank = M / n;
@@ -175,8 +180,16 @@ inline GrsPlan grsPlan(uint64_t windowBytes, int n, int64_t M, int64_t N, int32_
   p.chunkTiles = (int32_t)g;
   p.rowChunks = (int32_t)((p.tilesN + g - 1) / g);
   p.chunkBytes = g * p.tileBytes;
+  if (allReduce) {
+    const int64_t rowBytes = N * outBytes;
+    if (rowBytes > p.chunkBytes) return p;
+    const int64_t rows = p.chunkBytes / rowBytes;
+    p.arRows = (int32_t)(rows < p.rowsPerRank ? rows : p.rowsPerRank);
+    p.arChunks = (int32_t)((p.rowsPerRank + p.arRows - 1) / p.arRows);
+  }
   for (int d = 0; d < n; ++d)
-    if (grsChunks(d, p.rowsPerRank, tileM, p.rowChunks) * n > (int64_t)1 << 30) return p;
+    if ((grsChunks(d, p.rowsPerRank, tileM, p.rowChunks) + p.arChunks) * n > (int64_t)1 << 30)
+      return p;
   const int64_t slots = p.areaBytes / p.chunkBytes;
   p.slots = (int32_t)(slots < kGxMaxSlots ? slots : kGxMaxSlots);
   p.ok = p.slots >= 2;

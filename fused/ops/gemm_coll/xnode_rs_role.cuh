@@ -1,5 +1,6 @@
-// The comm role of the fused GEMM + ReduceScatter on a comm spanning (virtual) nodes (the
-// xnode layout; chunk geometry, window slots, signal slots and values in xnode.h). Part of
+// The comm role of the fused GEMM + ReduceScatter and GEMM + AllReduce on a comm spanning
+// (virtual) nodes (the xnode layout; chunk geometry, window slots, signal slots and values in
+// xnode.h). Part of
 // fused_kernels.cuh (included there, inside namespace mk::fused, after GcParams, GcVec and
 // xnode_role.cuh; not a header of its own).
 //
@@ -21,6 +22,14 @@
 //    source's staged chunk, then sums the n partials IN RANK ORDER in fp32 (the in-node fused
 //    path's order and rounding: the same bits on every run), adds the bias once, rounds to
 //    the output type and stores this rank's rows into Cshard.
+// AllReduce: the owner stores its reduced rows into C and releases redFlags[chunk]; every
+// stream from s to d goes on, after d's partial chunks, with s's reduced rows (arChunks chunks
+// of whole rows of C, the same slots and counts continued), which d's receive CTA copies into
+// its C. So each element is reduced once, by its owner, and copied elsewhere: the same bits
+// on every rank. Send and receive CTAs take every round's first part (partials) before any
+// round's second part: the first parts then finish whatever the second parts wait for (a
+// sender's second part waits for its own reduce, which needs every source's first part), and
+// the second parts are the AllGather's protocol (pairwise rounds).
 // Every wait is bounded and abortable (device API waits and rt::waitGe in the operator's wait
 // context) and names the peer waited for.
 #pragma once
@@ -48,7 +57,7 @@ __device__ __forceinline__ void grsSend(const GcParams& p, int32_t i, int32_t nS
   for (int t = 1 + i; t < n; t += nSend) {
     const int dst = gxSendPeer(me, t, n);
     const int64_t chunks = grsChunks(dst, p.rowsPerRank, gemm::kTileM, p.grsRowChunks);
-    uint64_t acked = 0;  // the highest ack value this CTA has waited for
+    uint64_t acked = 0;  // the highest ack value this CTA has waited for (this destination)
     for (int64_t j = 0; j < chunks; ++j) {
       int32_t mBlk, nBlk0, tiles;
       grsChunk(dst, j, p.rowsPerRank, gemm::kTileM, p.grsRowChunks, p.grsChunkTiles, p.g.tilesN,
@@ -67,6 +76,29 @@ __device__ __forceinline__ void grsSend(const GcParams& p, int32_t i, int32_t nS
         return;
     }
   }
+  // AllReduce, every round's second part: this rank's reduced rows, once the reduce chunks
+  // covering them are stored (redFlags, this rank's reduce CTAs).
+  const int64_t rowBytes = (int64_t)p.N * (p.grsTileBytes / (gemm::kTileM * gemm::kTileN));
+  const int32_t lo = me * p.rowsPerRank, first = grsFirstRow(me, p.rowsPerRank, gemm::kTileM);
+  const uint8_t* C = static_cast<const uint8_t*>(p.C);
+  for (int t = 1 + i; t < n && p.grsArChunks > 0; t += nSend) {
+    const int dst = gxSendPeer(me, t, n);
+    const int64_t c1 = grsChunks(dst, p.rowsPerRank, gemm::kTileM, p.grsRowChunks);
+    for (int32_t a = 0, x = 0; x < p.grsArChunks; ++x, a += p.grsArRows) {
+      const int32_t rows = min(p.grsArRows, p.rowsPerRank - a);
+      const int32_t tr0 = (lo + a) / gemm::kTileM, tr1 = (lo + a + rows - 1) / gemm::kTileM;
+      const int64_t k0 = (int64_t)(tr0 - first) * p.grsRowChunks;
+      if (!grsWaitFlags(p, p.redFlags + k0, (tr1 - tr0 + 1) * p.grsRowChunks, seq, me, (int32_t)k0))
+        return;
+      const int64_t j = c1 + x;
+      if (!dn::wait_signal_from(d, kGxSigAck + dst, gxAckNeed(seq, j, p.gxSlots), dst)) return;
+      if (!dn::put_signal(d, C + (int64_t)(lo + a) * rowBytes, dst,
+                          gxSlotOff(p.gxArea, p.gxChunkBytes, p.gxSlots, me, j),
+                          (uint64_t)rows * rowBytes, kGxSigData + me,
+                          gxValue(seq, (uint32_t)j + 1)))
+        return;
+    }
+  }
   for (int t = 1 + i; t < n; t += nSend) {
     const int dst = gxSendPeer(me, t, n);
     if (!dn::wait_signal_from(d, kGxSigAck + dst, gxValue(seq, kGxDone), dst)) return;
@@ -77,7 +109,8 @@ __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nR
   namespace dn = dev::net;
   const NetDev& d = p.net;
   const int n = p.n, me = p.me;
-  const int64_t chunks = p.gxChunks;  // this rank's (grsChunks(me))
+  const int64_t chunks = p.gxChunks;             // this rank's (grsChunks(me))
+  const int64_t total = chunks + p.grsArChunks;  // chunks of each source's stream
   uint8_t* stage = static_cast<uint8_t*>(p.G);
   // Credit for call seq: from now on the sources' chunks may land in this rank's window.
   for (int t = 1 + k; t < n; t += nRecv)
@@ -96,7 +129,27 @@ __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nR
       __threadfence();
       __syncthreads();  // every thread's part is stored, and the slot read
       if (threadIdx.x == 0) ptx::stReleaseGpu(p.rowFlags + (int64_t)src * chunks + j, seq);
-      if (j + p.gxSlots < chunks &&
+      if (j + p.gxSlots < total &&
+          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
+                      kSignalSet | kSignalLazy))
+        return;
+    }
+  }
+  // AllReduce, every round's second part: each source's reduced rows into C.
+  const int64_t rowBytes = (int64_t)p.N * (p.grsTileBytes / (gemm::kTileM * gemm::kTileN));
+  uint8_t* C = static_cast<uint8_t*>(p.C);
+  for (int t = 1 + k; t < n && p.grsArChunks > 0; t += nRecv) {
+    const int src = gxRecvPeer(me, t, n);
+    for (int32_t a = 0, x = 0; x < p.grsArChunks; ++x, a += p.grsArRows) {
+      const int32_t rows = min(p.grsArRows, p.rowsPerRank - a);
+      const int64_t j = chunks + x;
+      if (!dn::wait_signal_from(d, kGxSigData + src, gxValue(seq, (uint32_t)j + 1), src)) return;
+      dn::detail::copy<dn::Block>(
+          reinterpret_cast<char*>(C + ((int64_t)src * p.rowsPerRank + a) * rowBytes),
+          dn::recv_ptr(d, src, gxSlotOff(p.gxArea, p.gxChunkBytes, p.gxSlots, src, j)),
+          (uint64_t)rows * rowBytes);
+      __syncthreads();  // the slot read by every thread before it is acked
+      if (j + p.gxSlots < total &&
           !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
                       kSignalSet | kSignalLazy))
         return;
@@ -124,6 +177,7 @@ __device__ void grsReduce(const GcParams& p, int32_t r, int32_t nRed, uint64_t s
   const T* bias = static_cast<const T*>(p.bias);
   T* C = static_cast<T*>(p.C);
   const int32_t lo = me * p.rowsPerRank, hi = lo + p.rowsPerRank;  // this rank's rows
+  const int32_t cRow0 = p.kind == 0 ? 0 : lo;  // AllReduce: C is [M, N]; else the shard
   for (int64_t j = r; j < chunks; j += nRed) {
     int32_t mBlk, nBlk0, tiles;
     grsChunk(me, j, p.rowsPerRank, gemm::kTileM, p.grsRowChunks, p.grsChunkTiles, p.g.tilesN, &mBlk,
@@ -154,12 +208,15 @@ __device__ void grsReduce(const GcParams& p, int32_t r, int32_t nRed, uint64_t s
 #pragma unroll
           for (int x = 0; x < V::kN; ++x) acc[x] += toF(bias[n0 + v * V::kN + x]);
         }
-        *reinterpret_cast<uint4*>(C + (int64_t)(m0 + row - lo) * p.N + n0 + v * V::kN) =
+        *reinterpret_cast<uint4*>(C + (int64_t)(m0 + row - cRow0) * p.N + n0 + v * V::kN) =
             V::pack(acc);
       }
     }
-    // The next chunk's flag waits are thread 0's: the others leave this chunk together.
+    // Every thread's rows stored before the chunk's flag (AllReduce: the send CTAs put the
+    // rows to the other ranks once it is set).
+    __threadfence();
     __syncthreads();
+    if (threadIdx.x == 0) ptx::stReleaseGpu(p.redFlags + j, seq);
   }
 }
 
