@@ -1,10 +1,10 @@
 // The test matrix of the fused GEMM + collective calls, part 3: comms spanning virtual nodes
 // (MKERNEL_EMULATE_NODES, socket backend on loopback, as test_coll_hier*.cc), ranks sharing
-// GPU 0, one thread driving them. GemmAllReduce / GemmReduceScatter, and every ncclFusedAuto
-// call, take the sequential path here (engine GEMM, then the hierarchical collective);
-// AllGatherGemm with ncclFusedFused runs the fused kernel's xnode layout
-// (fused/ops/gemm_coll/xnode.h; its own tests, which assert that it ran, are in
-// test_fused_xnode.cu). Both algos are run.
+// GPU 0, one thread driving them. Every ncclFusedAuto call takes the sequential path here
+// (engine GEMM, then the hierarchical collective); ncclFusedFused calls run the fused
+// kernel's xnode layout where its rules allow (fused/ops/gemm_coll/xnode.h: AllGatherGemm,
+// GemmReduceScatter, GemmAllReduce with M % n == 0; its own tests, which assert that it ran,
+// are in test_fused_xnode.cu), the sequential path otherwise. Both algos are run.
 //
 // Layouts: 2x2, 2x4, 3x1, and the uneven splits MKERNEL_EMULATE_NODES can express (nodes of
 // consecutive ranks, node(r) = r * k / n, larger nodes first): 2+1 (3 ranks, k = 2), 3+2

@@ -1,10 +1,12 @@
-// The fused AllGather + GEMM on comms spanning virtual nodes (MKERNEL_EMULATE_NODES, socket
-// backend on loopback): the xnode layout (fused/ops/gemm_coll/xnode.h, xnode_role.cuh), shards
-// moving through the device communication API (P2P stores inside a node, the proxy across
-// nodes). Every test asserts that the fused kernel ran (gemmCollFusedLaunches of the xnode
-// layout, counted per launch or capture), not the sequential fallback, and checks every
-// element against the fp64 reference of test_fused_util.cuh, the gathered A byte for byte,
-// and the poisoned bytes after every output.
+// The fused AllGather + GEMM, GEMM + ReduceScatter and GEMM + AllReduce on comms spanning
+// virtual nodes (MKERNEL_EMULATE_NODES, socket backend on loopback): the xnode layout
+// (fused/ops/gemm_coll/xnode.h, xnode_role.cuh, xnode_rs_role.cuh), data moving through the
+// device communication API (P2P stores inside a node, the proxy across nodes). GEMM +
+// AllReduce results are also compared byte for byte across ranks (runDriven: identical()). Every
+// test asserts that the fused kernel ran (gemmCollFusedLaunches of the xnode layout, counted per
+// launch or capture), not the sequential fallback, and checks every element against the fp64
+// reference of test_fused_util.cuh, the gathered A byte for byte, and the poisoned bytes after
+// every output.
 //   - threads: ranks sharing GPU 0, one thread driving them (2x1, 2x2, 3x1, 2+1);
 //   - processes: 2 processes as 2 nodes (this binary re-spawned, FusedXnodeChild.Run).
 #include <gtest/gtest.h>
@@ -55,7 +57,7 @@ std::string runFused(Problem& p, const std::vector<ncclComm_t>& comms,
 // both B layouts, bf16/f16 in, every output type, bias, Agathered given, NULL and in place.
 // With 1 MiB windows and K = 1024, 384 rows per rank are 3 chunks of 128 rows in a ring of 2
 // slots (slot reuse inside a call) and 131 rows are 131 chunks of one row in 64 slots.
-std::vector<Case> xnodeCases(int n) {
+std::vector<Case> xnodeAgCases(int n) {
   struct Shape {
     int rowsPerRank, N, K, layout;
   };
@@ -77,6 +79,42 @@ std::vector<Case> xnodeCases(int n) {
       v.push_back(c);
     }
   }
+  return v;
+}
+
+// GEMM + ReduceScatter (and, with op kAllReduce, GEMM + AllReduce): tails in M (rows per rank 37,
+// 24, 300: shards straddling tile rows), N (136, 264, 520, 1032: N * outBytes a multiple of 16, the
+// fused rule) and K (72, 40), both B layouts, bf16/f16 in, every output type, bias. With 1 MiB
+// windows, fp32 tiles (128 KiB) are one-tile chunks in rings of 2-4 slots (slot reuse inside a
+// call); 520 and 1032 columns are 3 and 5 tiles per tile row.
+std::vector<Case> xnodeRsCases(int n, int op = fusedtest::kReduceScatter) {
+  struct Shape {
+    int rowsPerRank, N, K, layout;
+  };
+  const Shape shapes[] = {{64, 256, 128, 1},
+                          {37, 136, 72, 0},
+                          {24, 264, 40, 0},
+                          {300, 520, 1024, 1},
+                          {131, 1032, 256, 0}};
+  const ncclDataType_t outs[] = {ncclBfloat16, ncclFloat16, ncclFloat32};
+  std::vector<Case> v;
+  int i = 0;
+  for (const Shape& s : shapes) {
+    for (int g = 0; g < 3; ++g, ++i) {
+      Case c{op,           n,           s.rowsPerRank * n, s.N,           s.K, s.layout,
+             ncclBfloat16, outs[i % 3], i % 2 == 0,        ncclFusedFused};
+      c.in = i % 2 ? ncclFloat16 : ncclBfloat16;
+      v.push_back(c);
+    }
+  }
+  return v;
+}
+
+std::vector<Case> xnodeCases(int n) {
+  std::vector<Case> v = xnodeAgCases(n), rs = xnodeRsCases(n),
+                    ar = xnodeRsCases(n, fusedtest::kAllReduce);
+  v.insert(v.end(), rs.begin(), rs.end());
+  v.insert(v.end(), ar.begin(), ar.end());
   return v;
 }
 
@@ -120,10 +158,35 @@ TEST_P(FusedXnode, BackToBackAndGraph) {
   }
   c.noGathered = true;
   c.out = ncclFloat32;
+  {
+    Problem p(c);
+    const std::string err = runFused(p, v.comms, v.streams, seed + 1, true, 20);
+    if (!err.empty()) v.abortAll();
+    ASSERT_EQ(err, "") << l.name << " graph " << name(c);
+  }
+  // GEMM + ReduceScatter and GEMM + AllReduce alike, then an AllGather + GEMM right after
+  // them (shared call counter and signal slots).
+  for (int op : {fusedtest::kReduceScatter, fusedtest::kAllReduce}) {
+    Case r{op, l.n, 300 * l.n, 520, 256, 1, ncclBfloat16, ncclBfloat16, true, ncclFusedFused};
+    {
+      Problem p(r);
+      const std::string err = runFused(p, v.comms, v.streams, seed + 2 + op, false, 25);
+      if (!err.empty()) v.abortAll();
+      ASSERT_EQ(err, "") << l.name << " back to back " << name(r);
+    }
+    r.out = ncclFloat32;
+    r.in = ncclFloat16;
+    {
+      Problem p(r);
+      const std::string err = runFused(p, v.comms, v.streams, seed + 5 + op, true, 20);
+      if (!err.empty()) v.abortAll();
+      ASSERT_EQ(err, "") << l.name << " graph " << name(r);
+    }
+  }
   Problem p(c);
-  const std::string err = runFused(p, v.comms, v.streams, seed + 1, true, 20);
+  const std::string err = runFused(p, v.comms, v.streams, seed + 9, false, 3);
   if (!err.empty()) v.abortAll();
-  ASSERT_EQ(err, "") << l.name << " graph " << name(c);
+  ASSERT_EQ(err, "") << l.name << " AllGather after ReduceScatter " << name(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(FusedXnode, FusedXnode,
@@ -168,15 +231,48 @@ TEST(FusedXnodeChoice, AutoSequentialForcedSplitFusedSwitchOff) {
     Problem p(c);
     ASSERT_EQ(runExpect(v, p, seed + 2, false), "") << "auto, MKERNEL_FUSED_AUTO=1 " << name(c);
   }
+  Case r{fusedtest::kReduceScatter,
+         2,
+         2 * 96,
+         256,
+         256,
+         0,
+         ncclBfloat16,
+         ncclBfloat16,
+         true,
+         ncclFusedAuto};
+  Case a = r;
+  a.op = fusedtest::kAllReduce;
+  a.algo = ncclFusedFused;
+  Case odd = a;
+  odd.M = 2 * 96 + 1;  // AllReduce rows not a multiple of n: no owner split, sequential
+  {
+    Vnodes v(2, 2);
+    ASSERT_TRUE(v.ok()) << v.why;
+    Problem p(r);
+    ASSERT_EQ(runExpect(v, p, seed + 4, false), "") << "auto " << name(r);
+    p.cfg.algo = ncclFusedFused;
+    p.cfg.commSms = 3;  // forced split: 1 send, 1 receive, 1 reduce CTA
+    ASSERT_EQ(runExpect(v, p, seed + 5, true), "") << "forced split " << name(r);
+    Problem q(a);
+    ASSERT_EQ(runExpect(v, q, seed + 6, true), "") << "AllReduce fused " << name(a);
+    Problem o(odd);
+    ASSERT_EQ(runExpect(v, o, seed + 8, false), "") << "AllReduce M % n != 0 " << name(odd);
+  }
   mktest::ScopedEnv off("MKERNEL_FUSED_XNODE", "0");
   Vnodes v(2, 2);
   ASSERT_TRUE(v.ok()) << v.why;
   c.algo = ncclFusedFused;
   Problem p(c);
   ASSERT_EQ(runExpect(v, p, seed + 3, false), "") << "MKERNEL_FUSED_XNODE=0 " << name(c);
+  r.algo = ncclFusedFused;
+  Problem q(r);
+  ASSERT_EQ(runExpect(v, q, seed + 7, false), "") << "MKERNEL_FUSED_XNODE=0 " << name(r);
+  Problem o(a);
+  ASSERT_EQ(runExpect(v, o, seed + 9, false), "") << "MKERNEL_FUSED_XNODE=0 " << name(a);
 }
 
-// 2x2: 120 random fused calls (AllGatherGemm fused ones run the xnode kernel) mixed with
+// 2x2: 120 random fused calls (fused ones run the xnode kernel where its rules allow) mixed with
 // collectives (hierarchical AllReduce, channel engine) on one comm: the window areas the
 // xnode layout shares with them.
 TEST(FusedXnodeRandom, MixedWithCollectives2x2) {
@@ -198,13 +294,12 @@ TEST(FusedXnodeRandom, MixedWithCollectives2x2) {
 
 // 2x1: rank 1 never calls. Rank 0's kernel must fail within MKERNEL_TIMEOUT_MS (+ slack) with
 // an error naming rank 1, and ncclCommAbort must return within 5 s on both ranks.
-TEST(FusedXnodeAbort, PeerNeverComesNamedAndAbortIsQuick) {
-  MKTEST_REQUIRE_GPU();
+// The same for GEMM + ReduceScatter / AllReduce (AbortRs, AbortAr).
+void peerNeverComes(int op) {
   constexpr int kTimeoutMs = 3000;
   Vnodes v(2, 2, 1 << 20, kTimeoutMs);
   ASSERT_TRUE(v.ok()) << v.why;
-  Case c{fusedtest::kAllGather, 2,     2 * 384,       264, 1024, 0, ncclBfloat16,
-         ncclBfloat16,          false, ncclFusedFused};
+  Case c{op, 2, 2 * 384, 264, 1024, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedFused};
   Problem p(c);
   ASSERT_EQ(p.fill(mktest::testSeed() ^ 0xab0), "");
   const uint64_t before = xnodeLaunches();
@@ -229,6 +324,21 @@ TEST(FusedXnodeAbort, PeerNeverComesNamedAndAbortIsQuick) {
   EXPECT_NE(async, ncclSuccess) << "no error within " << detectS << " s";
   EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
   EXPECT_LT(abortS, 5.0);
+}
+
+TEST(FusedXnodeAbort, PeerNeverComesNamedAndAbortIsQuick) {
+  MKTEST_REQUIRE_GPU();
+  peerNeverComes(fusedtest::kAllGather);
+}
+
+TEST(FusedXnodeAbort, AbortRsPeerNeverComesNamedAndAbortIsQuick) {
+  MKTEST_REQUIRE_GPU();
+  peerNeverComes(fusedtest::kReduceScatter);
+}
+
+TEST(FusedXnodeAbort, AbortArPeerNeverComesNamedAndAbortIsQuick) {
+  MKTEST_REQUIRE_GPU();
+  peerNeverComes(fusedtest::kAllReduce);
 }
 
 // ---- 2 processes as 2 nodes ------------------------------------------------------------------
@@ -264,14 +374,14 @@ int xnodeChild(const char* spec) {
       break;
     }
   }
-  if (err.empty()) {
-    Case c{fusedtest::kAllGather, n,           384 * n, 264,           1024, 1,
-           ncclFloat16,           ncclFloat16, true,    ncclFusedFused};
+  for (int op : {fusedtest::kAllGather, fusedtest::kReduceScatter, fusedtest::kAllReduce}) {
+    if (!err.empty()) break;
+    Case c{op, n, 384 * n, 264, 1024, 1, ncclFloat16, ncclFloat16, true, ncclFusedFused};
     Problem p(c, me);
-    err = runFused(p, comms, streams, seed + 100, false, 25);
+    err = runFused(p, comms, streams, seed + 100 + 2 * op, false, 25);
     if (err.empty()) {
       Problem g(c, me);
-      err = runFused(g, comms, streams, seed + 101, true, 20);
+      err = runFused(g, comms, streams, seed + 101 + 2 * op, true, 20);
     }
     if (!err.empty()) err = "back to back / graph " + name(c) + ": " + err;
   }

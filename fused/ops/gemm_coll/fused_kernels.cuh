@@ -28,9 +28,9 @@
 //    every other rank (ReduceScatter: the shard owner) pulls the tile from the owner's F into
 //    its C. AllGather + GEMM: each rank first copies its shard into its data region and
 //    releases shardReady; pullers copy from there.
-// A comm spanning (virtual) nodes runs AllGather + GEMM in the xnode layout (xnode_role.cuh):
-// shards move through the device communication API (P2P stores inside a node, the proxy
-// across nodes), the engine waits per chunk of rows. Its other operations stay sequential.
+// A comm spanning (virtual) nodes runs AllGather + GEMM (xnode_role.cuh) and GEMM +
+// ReduceScatter / AllReduce (xnode_rs_role.cuh) in the xnode layout: data moves through the
+// device communication API (P2P stores inside a node, the proxy across nodes).
 // Sequence numbers are device-resident (the rank's call counter), so a captured launch
 // publishes new values at every replay. Every wait is bounded (rt::waitGe: abort flag,
 // deadline, error record).
@@ -81,14 +81,21 @@ struct GcParams {
   void* P;           // AllReduce/ReduceScatter: this rank's partials of outType, tile by tile
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
-  // xnode layout (AllGather only, xnode.h): the device API's view with the comm's wait
-  // context, the plan, the rows-ready flags [n][gxChunks] and the receive CTAs' finish count
-  // (call scratch, zeroed before the kernel). calls/ctaDone: this rank's private signal words.
+  // xnode layout (xnode.h): the device API's view with the comm's wait context, the plan,
+  // the rows-ready flags [n][gxChunks] and the receive CTAs' finish count (call scratch,
+  // zeroed before the kernel). calls/ctaDone: this rank's private signal words.
+  // ReduceScatter / AllReduce (xnode_rs_role.cuh): gxChunks is this rank's chunk count,
+  // rowFlags the staged-chunk flags [n][gxChunks], G the staging buffer, tileFlags the GEMM's
+  // tileDone.
   int32_t xnode;
   int32_t gxChunkRows, gxSlots, gxChunks;
   int64_t gxArea, gxChunkBytes;
   uint64_t* rowFlags;
   uint32_t* recvDone;
+  int32_t grsChunkTiles, grsRowChunks, grsArRows, grsArChunks;  // AllReduce: arChunks > 0
+  int64_t grsTileBytes;
+  uint64_t* tileFlags;
+  uint64_t* redFlags;  // [gxChunks]: this rank's reduce chunk stored (C)
   NetDev net;
   // MKERNEL_FUSED_TRACE: [CTA][start, main loop done (comm CTAs), end] %globaltimer stamps in
   // mapped host memory, read by
@@ -737,12 +744,17 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
 }
 
 #include "fused/ops/gemm_coll/xnode_role.cuh"
+#include "fused/ops/gemm_coll/xnode_rs_role.cuh"
 
 // The comm roles, as types for gcKernel.
 template <typename TOut>
 struct GcReduce {
   static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
-    gcReduceRole<TOut>(p, idx, n, smem);
+    if (p.xnode) {
+      grsRole<TOut>(p, idx, n);
+    } else {
+      gcReduceRole<TOut>(p, idx, n, smem);
+    }
   }
 };
 struct GcGather {

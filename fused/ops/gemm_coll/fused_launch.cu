@@ -135,6 +135,15 @@ GxPlan xnodePlan(const GemmCollCall& c, const FusedComm& f) {
   if (c.op != GemmColl::kAllGather || !f.hasNet || MK_PARAM_INT(FusedXnode) == 0) return none;
   return gxPlan(f.net.windowBytes, f.nRanks, (int64_t)c.M / f.nRanks, (int64_t)c.K);
 }
+// The same for GEMM + ReduceScatter and GEMM + AllReduce (xnode.h GrsPlan; AllReduce needs
+// M % n == 0 there: its rows are reduced by their owner rank, M / n each).
+GrsPlan xnodeRsPlan(const GemmCollCall& c, const FusedComm& f) {
+  GrsPlan none;
+  if (c.op == GemmColl::kAllGather || !f.hasNet || MK_PARAM_INT(FusedXnode) == 0) return none;
+  return grsPlan(f.net.windowBytes, f.nRanks, (int64_t)c.M, (int64_t)c.N,
+                 (int32_t)fusedTypeSize(c.cfg.outType), gemm::kTileM, gemm::kTileN,
+                 c.op == GemmColl::kAllReduce);
+}
 
 }  // namespace
 
@@ -161,21 +170,23 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const int64_t tilesN = (c.N + gemm::kTileN - 1) / gemm::kTileN;
   const size_t outBytes = fusedTypeSize(c.cfg.outType);
   const GcReducePlan plan(n, (int32_t)outBytes, gemm::kSmemBytes);
-  if (c.op != GemmColl::kAllGather && tilesM * tilesN > kGcMaxTiles) return ncclSuccess;
-  // The reduce role moves 16-byte vectors of the output type (8 or 4 columns).
+  // Layouts (fused_kernels.cuh): the clique (every rank in this process), processes (one
+  // rank per process), or xnode (a comm spanning nodes); anything else runs the sequential
+  // path.
+  const bool xnode = comm->topo.nNodes > 1;
+  const GxPlan gx = xnode ? xnodePlan(c, f) : GxPlan{};
+  const GrsPlan rs = xnode ? xnodeRsPlan(c, f) : GrsPlan{};
+  if (xnode && !gx.ok && !rs.ok) return ncclSuccess;
+  // The clique/procs flag arrays hold kGcMaxTiles tiles (xnode's live in call scratch).
+  if (!xnode && c.op != GemmColl::kAllGather && tilesM * tilesN > kGcMaxTiles) return ncclSuccess;
+  // The reduce roles move 16-byte vectors of the output type (8 or 4 columns).
   if (c.op != GemmColl::kAllGather && (c.N * outBytes) % 16 != 0) return ncclSuccess;
-  // The reduce role pipelines its chunks through at least two shared-memory stages.
-  if (c.op != GemmColl::kAllGather && plan.stages < 2) return ncclSuccess;
+  // The in-node reduce role pipelines its chunks through at least two shared-memory stages.
+  if (!xnode && c.op != GemmColl::kAllGather && plan.stages < 2) return ncclSuccess;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CUDACHECK(cudaStreamIsCapturing(c.stream, &cap));
   GcClique* q = nullptr;
   uint64_t* flags = nullptr;
-  // Layouts (fused_kernels.cuh): the clique (every rank in this process), processes (one
-  // rank per process), or xnode (a comm spanning nodes: AllGather + GEMM only); anything
-  // else runs the sequential path.
-  const bool xnode = comm->topo.nNodes > 1;
-  const GxPlan gx = xnode ? xnodePlan(c, f) : GxPlan{};
-  if (xnode && !gx.ok) return ncclSuccess;
   const bool procs = !xnode && !cliqueEligible(comm, kGcMaxLocal);
   if (procs && !procWindowsEligible(comm, kGcMaxLocal)) return ncclSuccess;
   // Processes and xnode: every rank must take the same path, and ncclFusedAuto's model reads
@@ -232,9 +243,15 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
   // peer's CTA waits for it); by default one of each per peer round and one receive CTA for
   // the own shard's copy (xnode.h gxSendCtas), at most half the budget.
-  if (xnode && (choice.source == nullptr || strcmp(choice.source, "model") == 0))
+  // ReduceScatter / AllReduce (xnode.h grsCtas) add reduce CTAs (at least one) to the sends
+  // and receives.
+  const bool modelSplit = choice.source == nullptr || strcmp(choice.source, "model") == 0;
+  if (xnode && gx.ok && modelSplit)
     split.count[(int)Role::kIntraComm] = std::min(std::max(2, budget / 2), 2 * (n - 1) + 1);
-  if (xnode && split.of(Role::kIntraComm) < 2) split.count[(int)Role::kIntraComm] = 2;
+  if (xnode && rs.ok && modelSplit)
+    split.count[(int)Role::kIntraComm] = std::min(std::max(3, budget / 2), 2 * (n - 1) + 4);
+  const int xMin = rs.ok ? 3 : 2;
+  if (xnode && split.of(Role::kIntraComm) < xMin) split.count[(int)Role::kIntraComm] = xMin;
   split.count[(int)Role::kCompute] = budget - split.of(Role::kIntraComm);
   if (split.of(Role::kCompute) <= 0) {
     MK_WARN("%s: no SM left for the GEMM (budget %d, comm %d)", gemmCollName(c.op), budget,
@@ -298,7 +315,45 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   void* tmp = nullptr;
   int32_t gridUnused = 0;
   gemm::GemmArgs g;
-  if (xnode) {
+  if (xnode && rs.ok) {
+    // Call scratch: the GEMM's tile flags, the staged-chunk flags, the reduce flags and the
+    // receive CTAs' count (zeroed on the stream, captured as a memset node), then the partials
+    // tile by tile, then the staging buffer [n][chunks] (the own source's part unused).
+    const int64_t chunks = grsChunks(me, rs.rowsPerRank, gemm::kTileM, rs.rowChunks);
+    const size_t tiles = (size_t)rs.tilesM * rs.tilesN;
+    const size_t flagBytes =
+        ((tiles + (size_t)(n + 1) * chunks) * sizeof(uint64_t) + 16 + 255) / 256 * 256;
+    const size_t pBytes = tiles * (size_t)rs.tileBytes;
+    NCCLCHECK(scratchAlloc(&tmp, flagBytes + pBytes + (size_t)n * chunks * rs.chunkBytes,
+                           comm->cudaDev, c.stream));
+    CUDACHECKGOTO(cudaMemsetAsync(tmp, 0, flagBytes, c.stream), res, out);
+    p.xnode = 1;
+    p.gxSlots = rs.slots;
+    p.gxChunks = (int32_t)chunks;
+    p.gxArea = rs.areaBytes;
+    p.gxChunkBytes = rs.chunkBytes;
+    p.grsChunkTiles = rs.chunkTiles;
+    p.grsRowChunks = rs.rowChunks;
+    p.grsTileBytes = rs.tileBytes;
+    p.grsArRows = rs.arRows;
+    p.grsArChunks = rs.arChunks;
+    p.tileFlags = static_cast<uint64_t*>(tmp);
+    p.rowFlags = p.tileFlags + tiles;
+    p.redFlags = p.rowFlags + (size_t)n * chunks;
+    p.recvDone = reinterpret_cast<uint32_t*>(p.redFlags + chunks);
+    p.net = f.net;
+    p.net.w = f.c.w;  // failures land in the operator's domain
+    p.P = static_cast<uint8_t*>(tmp) + flagBytes;
+    p.G = static_cast<uint8_t*>(tmp) + flagBytes + pBytes;
+    p.C = c.C;
+    g = gemmArgsOf(c, c.A, p.P, c.M, f.smBudget);  // D of the output type
+    g.dTiled = true;
+    g.hooks.tileDone = p.tileFlags;
+    g.hooks.tileDoneValue = 1;
+    g.hooks.tileDoneSys = false;  // read by this rank's comm CTAs only
+    // Rows of rank me + 1 first: their sends start while the GEMM goes on; own rows last.
+    g.hooks.rowBlockOffset = grsFirstRow((me + 1) % n, rs.rowsPerRank, gemm::kTileM);
+  } else if (xnode) {
     // Call scratch: the rows-ready flags and the receive CTAs' count (zeroed on the stream,
     // captured as a memset node), then the gathered A when Agathered is NULL.
     const size_t flagBytes = ((size_t)n * gx.chunks * sizeof(uint64_t) + 16 + 255) / 256 * 256;

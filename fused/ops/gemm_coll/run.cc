@@ -51,8 +51,9 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
     if (c.cfg.algo == ncclFusedFused && !said.exchange(true)) {
       MK_INFO(kFused,
               "%s: no fused kernel for this layout (several ranks per process on one node; "
-              "across nodes: AllGatherGemm only, MKERNEL_FUSED_XNODE=1, a chunk of rows "
-              "fitting half a window area; N %% 4 != 0 or more than %d tiles); running GEMM "
+              "across nodes: MKERNEL_FUSED_XNODE=1, a chunk of rows (AG) or a tile and a row of C "
+              "(RS/AR, M %% nranks == 0 for AR) fitting half a window area; N %% 4 != 0 or more "
+              "than %d tiles in one node); running GEMM "
               "then collective",
               gemmCollName(c.op), kGcMaxTiles);
     }
