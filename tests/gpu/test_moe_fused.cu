@@ -78,8 +78,8 @@ std::string runChecked(gputest::Team& t, MoeProblem& p) {
   const uint64_t ran = launches() - before;
   const uint64_t want = p.algo == ncclFusedFused ? (uint64_t)t.n : 0;
   if (err.empty() && ran != want)
-    err = "fused kernel launched " + std::to_string(ran) + " times, expected " +
-          std::to_string(want);
+    err =
+        "fused kernel launched " + std::to_string(ran) + " times, expected " + std::to_string(want);
   return err;
 }
 

@@ -57,8 +57,11 @@ struct MoeParams {
   const int32_t* topkIdx;
   const float* topkWeights;
   ncclMoeRecv_t recv;
-  int32_t* slotRow;  // [T * k] scratch: the slot's row at its destination, -1 if not sent
+  int32_t* slotRow;     // [T * k] scratch: the slot's row at its destination, -1 if not sent
   uint64_t* tileReady;  // fused kernel: this rank's tile counters (MoeSlot::tileReady), else null
+  // Fused kernel: [T * k] scratch, the slots in copy order (below), -1 past the sent ones;
+  // null: slot order.
+  int32_t* order;
   int64_t rowBytes;  // H * element size
   MoeShape s;
 };
@@ -132,7 +135,7 @@ __device__ inline void moeLayout(const MoeParams& p, MoeShared& sh, int32_t* tot
 // 3a. Warp 0 of CTA 0: each routed slot's row at its destination, in slot order. Lanes take
 // 32 consecutive slots; lanes with the same expert rank themselves by lane (match.any).
 __device__ inline void moeSlotRows(const MoeParams& p, const MoeShared& sh, const int32_t* dstRow,
-                            int32_t* seen) {
+                                   int32_t* seen) {
   const MoeShape& s = p.s;
   for (int e = threadIdx.x & 31; e < s.experts; e += 32) seen[e] = 0;
   __syncwarp();
@@ -171,6 +174,36 @@ __device__ inline void moeOutputs(const MoeParams& p, const MoeShared& sh, const
   }
 }
 
+// 3c. CTA 0 of the fused kernel (after 3a, 3b and a CTA barrier): the order in which this
+// rank's rows are copied: local expert by local expert, each over every destination (le, d),
+// each destination's rows of the expert in row order. Every source walks the same order, so
+// every receiver's first expert's tiles fill first, and the grouped GEMM, whose raster walks
+// groups in order, finds its first tiles complete while later experts' rows still travel.
+// seen[e]: this rank's slots of expert e (moeSlotRows); base: E ints of shared memory.
+__device__ inline void moeCopyOrder(const MoeParams& p, const MoeShared& sh, const int32_t* dstRow,
+                                    const int32_t* seen, int32_t* base) {
+  const MoeShape& s = p.s;
+  const int64_t slots = (int64_t)s.tokens * s.topk;
+  for (int64_t j = threadIdx.x; j < slots; j += blockDim.x) p.order[j] = -1;
+  if (threadIdx.x == 0) {
+    int32_t at = 0;
+    for (int le = 0; le < s.expertsPerRank; ++le)
+      for (int d = 0; d < s.nRanks; ++d) {
+        const int e = d * s.expertsPerRank + le;
+        base[e] = at;
+        if (!sh.ovf[d]) at += seen[e];
+      }
+  }
+  __syncthreads();  // the -1 fill and base before the scatter
+  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) {
+    const int32_t row = p.slotRow[i];
+    if (row < 0) continue;
+    const int32_t e = p.topkIdx[i];
+    p.order[base[e] + (row - dstRow[e])] = (int32_t)i;
+  }
+  __syncthreads();  // before the release of rowsReady that publishes the order
+}
+
 // 4. Token rows into the destinations' packed layouts: one warp per slot, 16-byte vectors;
 // CTA `cta` of the `nCtas` that copy.
 __device__ inline void moeCopyRows(const MoeParams& p, int cta, int nCtas) {
@@ -181,7 +214,9 @@ __device__ inline void moeCopyRows(const MoeParams& p, int cta, int nCtas) {
   const int64_t warps = (int64_t)nCtas * ctaWarps;
   const int64_t slots = (int64_t)s.tokens * s.topk;
   const int64_t vecs = p.rowBytes / 16;
-  for (int64_t i = warp; i < slots; i += warps) {
+  for (int64_t j = warp; j < slots; j += warps) {
+    const int64_t i = p.order != nullptr ? p.order[j] : j;
+    if (i < 0) continue;  // the order's tail (slots not sent)
     const int32_t row = p.slotRow[i];
     if (row < 0) continue;
     const int d = p.topkIdx[i] / s.expertsPerRank;
@@ -213,8 +248,9 @@ __device__ inline void moeCopyRows(const MoeParams& p, int cta, int nCtas) {
 }
 
 // The dispatch, run by CTA `cta` of `nCtas` dispatch CTAs (CTA 0 counts, publishes and ranks
-// the slots). dyn: 3 * E ints of shared memory (tot, dstRow, seen). Thread 0 calls finishCall
-// at the end (every CTA of the grid, whatever its role, must call it once).
+// the slots). dyn: 3 * E ints of shared memory (tot, dstRow, seen), 4 * E with p.order (base).
+// Thread 0 calls finishCall at the end (every CTA of the grid, whatever its role, must call it
+// once).
 __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShared& sh, int cta,
                                        int nCtas) {
   int32_t* tot = dyn;
@@ -249,6 +285,7 @@ __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShar
     if (threadIdx.x < 32) moeSlotRows(p, sh, dstRow, seen);
     moeOutputs(p, sh, tot);
     __syncthreads();
+    if (p.order != nullptr) moeCopyOrder(p, sh, dstRow, seen, dyn + 3 * p.s.experts);
     if (threadIdx.x == 0) {
       __threadfence();
       ptx::stReleaseGpu(&p.q->rowsReady[me], seq);

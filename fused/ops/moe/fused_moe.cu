@@ -73,7 +73,8 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   NCCLCHECK(moeGemm(c, c.recv.xRecv, c.w1, c.N, c.H, c.recv.y, c.cfg.outType, &g));
   const int64_t tiles = ((int64_t)c.recv.maxRows + gemm::kTileM - 1) / gemm::kTileM;
   const int64_t slots = (int64_t)c.T * c.k;
-  const size_t slotBytes = ((size_t)std::max<int64_t>(slots, 1) * sizeof(int32_t) + 255) / 256 * 256;
+  const size_t slotBytes =
+      ((size_t)std::max<int64_t>(slots, 1) * sizeof(int32_t) + 255) / 256 * 256;
   const size_t tileBytes = (size_t)std::max<int64_t>(tiles, 1) * sizeof(uint64_t);
   g.smBudget = budget - nDisp;
   g.pipeline = 1;  // the deep grouped ring (GroupPipe), which the kernel runs
@@ -85,8 +86,8 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   g.hooks.wait = f.c.w;
 
   void* block = nullptr;
-  NCCLCHECK(cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, moeApi(c),
-                               &block));
+  NCCLCHECK(
+      cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, moeApi(c), &block));
   MoeFusedParams p{};
   p.d = moedev::moeDispatchParamsOf(c, f, block);
   p.nDisp = nDisp;
@@ -96,18 +97,19 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   NCCLCHECK(in == gemm::DType::kF16 ? moeFusedLaunchIn<gemm::DType::kF16>(p, out, kn, 0, nullptr)
                                     : moeFusedLaunchIn<gemm::DType::kBF16>(p, out, kn, 0, nullptr));
   ncclResult_t res = fusedEnqueue(comm, c.stream, moeApi(c), [&](cudaStream_t s) -> ncclResult_t {
-    // The slot rows and this rank's tile counters: stream-ordered scratch on the stream the
-    // kernel runs on, the counters zeroed before the kernel (a memset node under capture, so
-    // every replay starts from zero). A peer adds to them only after reading this call's
-    // slot, which this kernel publishes.
+    // The slot rows, the copy order and this rank's tile counters: stream-ordered scratch on the
+    // stream the kernel runs on, the counters zeroed before the kernel (a memset node under
+    // capture, so every replay starts from zero). A peer adds to them only after reading this
+    // call's slot, which this kernel publishes.
     void* tmp = nullptr;
-    NCCLCHECK(scratchAlloc(&tmp, slotBytes + tileBytes, comm->cudaDev, s));
+    NCCLCHECK(scratchAlloc(&tmp, 2 * slotBytes + tileBytes, comm->cudaDev, s));
+    uint8_t* base = static_cast<uint8_t*>(tmp);
     ncclResult_t r = ncclSuccess;
-    CUDACHECKGOTO(cudaMemsetAsync(static_cast<uint8_t*>(tmp) + slotBytes, 0, tileBytes, s), r,
-                  done);
+    CUDACHECKGOTO(cudaMemsetAsync(base + 2 * slotBytes, 0, tileBytes, s), r, done);
     {
-      p.d.slotRow = slots > 0 ? static_cast<int32_t*>(tmp) : nullptr;
-      p.d.tileReady = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(tmp) + slotBytes);
+      p.d.slotRow = slots > 0 ? reinterpret_cast<int32_t*>(base) : nullptr;
+      p.d.order = slots > 0 ? reinterpret_cast<int32_t*>(base + slotBytes) : nullptr;
+      p.d.tileReady = reinterpret_cast<uint64_t*>(base + 2 * slotBytes);
       gemm::GemmArgs ga = g;
       ga.hooks.rowReady = p.d.tileReady;
       int32_t gridUnused = 0;

@@ -6,7 +6,9 @@
 //    owners' xRecv. Each landed row adds 1 to its receiver's counter of that 128-row tile
 //    (MoeSlot::tileReady, zeroed on the stream before the kernel), and each receiver adds its
 //    own padding rows, so a tile's counter reaches kTileM exactly when every row of it from
-//    every source is in place (a uniform target, whatever the tile's mix of sources).
+//    every source is in place (a uniform target, whatever the tile's mix of sources). Rows
+//    are copied local expert by local expert (moeCopyOrder), so first experts' tiles fill
+//    first on every receiver.
 //  - GEMM CTAs wait (bounded) for this rank's layout (MoeClique::rowsReady[me] = call seq, set
 //    once counts and offsets are written), then run the engine's grouped GEMM over it; the
 //    producer waits for a tile's counter (GemmHooks::rowReady, expected kTileM) before its
@@ -32,10 +34,10 @@ struct MoeFusedParams {
   int32_t nDisp;  // CTAs [0, nDisp) dispatch, the rest run the grouped GEMM
 };
 
-// Dynamic shared memory of a dispatch CTA: its MoeShared, then tot/dstRow/seen [E] each.
+// Dynamic shared memory of a dispatch CTA: its MoeShared, then tot/dstRow/seen/base [E] each.
 constexpr size_t kMoeFusedShOff = (sizeof(moedev::MoeShared) + 15) / 16 * 16;
 inline size_t moeFusedDispatchSmem(int experts) {
-  return kMoeFusedShOff + 3 * (size_t)experts * sizeof(int32_t);
+  return kMoeFusedShOff + 4 * (size_t)experts * sizeof(int32_t);
 }
 
 template <class Tr>
@@ -63,7 +65,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
                       moedev::moeSite(p.d, -1, -1, rt::kWaitFlag), rt::kScopeGpu);
   }
   __syncthreads();
-  if (okSh) gemm::gemmCta<Tr>(p.g, smem, (int32_t)blockIdx.x - p.nDisp, (int32_t)gridDim.x - p.nDisp);
+  if (okSh)
+    gemm::gemmCta<Tr>(p.g, smem, (int32_t)blockIdx.x - p.nDisp, (int32_t)gridDim.x - p.nDisp);
   __syncthreads();
   if (threadIdx.x == 0) finishCall(p.d.f, seqSh);
 }

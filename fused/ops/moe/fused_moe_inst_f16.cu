@@ -4,6 +4,6 @@
 namespace mk {
 namespace fused {
 template ncclResult_t moeFusedLaunchIn<gemm::DType::kF16>(const MoeFusedParams&, gemm::DType, bool,
-                                                         int, cudaStream_t);
+                                                          int, cudaStream_t);
 }  // namespace fused
 }  // namespace mk

@@ -60,9 +60,8 @@ ncclResult_t moeFusedLaunchIn(const MoeFusedParams& p, gemm::DType out, bool kn,
 extern template ncclResult_t moeFusedLaunchIn<gemm::DType::kBF16>(const MoeFusedParams&,
                                                                   gemm::DType, bool, int,
                                                                   cudaStream_t);
-extern template ncclResult_t moeFusedLaunchIn<gemm::DType::kF16>(const MoeFusedParams&,
-                                                                 gemm::DType, bool, int,
-                                                                 cudaStream_t);
+extern template ncclResult_t moeFusedLaunchIn<gemm::DType::kF16>(const MoeFusedParams&, gemm::DType,
+                                                                 bool, int, cudaStream_t);
 
 }  // namespace fused
 }  // namespace mk
