@@ -26,6 +26,7 @@
 #include "fused/ops/moe/moe.h"  // moeFusedLaunches
 #include "gpu/test_fused_util.cuh"
 #include "gpu/test_moe_util.h"
+#include "gpu/test_proc_util.h"
 #include "gpu/test_thread_team.h"
 #include "mkernel/fused.h"
 

@@ -23,13 +23,15 @@ namespace {
 
 std::atomic<uint64_t> gLaunches{0};
 
+}  // namespace
+
 // Dispatch CTAs of a fused call on `budget` CTAs: the config's commSms when set, else a
 // balance of the copy against the GEMM (x = budget * r / (1 + r), r = t_copy(1 CTA) /
 // t_gemm(1 SM)) with the rates gemm_coll's split uses (a CTA moves ~15 GB/s of rows read +
 // written, an SM does ~6 TFLOP/s), for the average rank (T * k rows out and in): unmeasured
 // for MoE, a starting point for bench/moe_bench.py's --comm-sms sweep. At least one CTA of
 // each role; no more dispatch CTAs than warps' worth of slots.
-int dispatchCtas(const MoeCall& c, int budget) {
+int moeFusedDispatchCtas(const MoeCall& c, int budget) {
   const int64_t slots = (int64_t)c.T * c.k;
   const int warps = gemm::kThreads / 32;
   const int64_t work = std::max<int64_t>(1, (slots + warps - 1) / warps);
@@ -47,8 +49,6 @@ int dispatchCtas(const MoeCall& c, int budget) {
   return (int)std::max<int64_t>(1, std::min<int64_t>(want, budget - 1));
 }
 
-}  // namespace
-
 uint64_t moeFusedLaunches() {
   return gLaunches.load();
 }
@@ -65,7 +65,7 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   if (budget < 2) return ncclSuccess;  // one CTA of each role at least: sequential path
   const size_t dispSmem = moeFusedDispatchSmem(c.E);
   if (dispSmem > (size_t)gemm::GroupPipe::kSmemBytes) return ncclSuccess;
-  const int nDisp = dispatchCtas(c, budget);
+  const int nDisp = moeFusedDispatchCtas(c, budget);
 
   // The experts' GEMM as the sequential path builds it (canImplement, and the sequential
   // kernel preloaded), on the GEMM CTAs, waiting per 128-row tile for its rows.
