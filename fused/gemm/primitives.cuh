@@ -178,8 +178,6 @@ __device__ __forceinline__ void tileCoords(const GemmParams& p, int32_t t, int32
 // blocks prefix[g] .. prefix[g+1]-1), walked with the grouped raster like an ordinary GEMM, so
 // consecutive tiles share a group's B and a few A row blocks.
 
-// Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory).
-// The caller synchronises the CTA before anyone reads it.
 // A group's start or count. Not through the read-only (non-coherent) path: the fused MoE
 // kernel's dispatch CTAs write them during the kernel (published to the GEMM CTAs by a flag
 // they acquire first), which ld.global.nc does not promise to observe.
@@ -187,6 +185,8 @@ __device__ __forceinline__ int32_t ldGroupInt(const int32_t* p) {
   return *reinterpret_cast<const volatile int32_t*>(p);
 }
 
+// Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory).
+// The caller synchronises the CTA before anyone reads it.
 __device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix) {
   if (threadIdx.x >= 32) return;
   const int32_t lane = threadIdx.x;
