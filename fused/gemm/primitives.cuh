@@ -178,6 +178,13 @@ __device__ __forceinline__ void tileCoords(const GemmParams& p, int32_t t, int32
 // blocks prefix[g] .. prefix[g+1]-1), walked with the grouped raster like an ordinary GEMM, so
 // consecutive tiles share a group's B and a few A row blocks.
 
+// A group's start or count. Not through the read-only (non-coherent) path: the fused MoE
+// kernel's dispatch CTAs write them during the kernel (published to the GEMM CTAs by a flag
+// they acquire first), which ld.global.nc does not promise to observe.
+__device__ __forceinline__ int32_t ldGroupInt(const int32_t* p) {
+  return *reinterpret_cast<const volatile int32_t*>(p);
+}
+
 // Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory).
 // The caller synchronises the CTA before anyone reads it.
 __device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix) {
@@ -187,7 +194,7 @@ __device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix
   if (lane == 0) prefix[0] = 0;
   for (int32_t base = 0; base < p.grpNum; base += 32) {
     const int32_t g = base + lane;
-    const int32_t c = g < p.grpNum ? __ldg(p.grpCount + g) : 0;
+    const int32_t c = g < p.grpNum ? ldGroupInt(p.grpCount + g) : 0;
     int32_t v = c > 0 ? (c + kTileM - 1) / kTileM : 0;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {  // inclusive scan over the warp
@@ -215,7 +222,7 @@ __device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* pr
     }
   }
   *group = lo;
-  *m0 = __ldg(p.grpStart + lo) + (vBlk - prefix[lo]) * kTileM;
+  *m0 = ldGroupInt(p.grpStart + lo) + (vBlk - prefix[lo]) * kTileM;
 }
 
 }  // namespace gemm

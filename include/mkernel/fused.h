@@ -145,8 +145,11 @@ typedef struct {
   int wLayout;            /* ncclFusedLayout_t of w1 */
   ncclDataType_t outType; /* ncclBfloat16, ncclFloat16, ncclFloat32, or the default (inType) */
   int commSms;            /* -1: automatic; >= 1 forces the CTAs of the dispatch */
-  int algo;               /* ncclFusedAlgo_t: only the sequential path exists (dispatch kernel,
-                             then mkernel's grouped GEMM); ncclFusedFused runs it too */
+  int algo;               /* ncclFusedAlgo_t: ncclMoeDispatchGemm with ncclFusedFused on ranks
+                             of one process sharing a GPU runs one kernel per rank (dispatch
+                             CTAs feeding the grouped GEMM's CTAs tile by tile); everywhere
+                             else, and with auto or sequential, the dispatch kernel, then
+                             mkernel's grouped GEMM (ncclMoeDispatchFfnCombine: always) */
 } ncclMoeConfig_t;
 #define NCCL_MOE_CONFIG_INITIALIZER                                                             \
   {                                                                                             \

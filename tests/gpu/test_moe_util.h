@@ -132,6 +132,8 @@ class MoeProblem {
   explicit MoeProblem(const MoeCase& c) : c_(c), ranks_(c.n) {}
   // Calls pass NULL topkWeights and rowWeight (allowed: the weights only feed rowWeight).
   bool noWeights = false;
+  int algo = ncclFusedAuto;  // ncclMoeConfig_t::algo of the calls
+  int commSms = -1;          // ncclMoeConfig_t::commSms of the calls
   RankData& rank(int r) { return ranks_[r]; }
   MoeCase& c() { return c_; }
   size_t need(int r) const { return need_[r]; }  // rows rank r's layout spans
@@ -210,6 +212,8 @@ class MoeProblem {
     ncclMoeConfig_t cfg = NCCL_MOE_CONFIG_INITIALIZER;
     cfg.wLayout = c_.layout;
     cfg.outType = c_.out;
+    cfg.algo = algo;
+    cfg.commSms = commSms;
     ncclMoeRecv_t recv{d.dxr, d.dy, d.dcnt, d.doff, d.dsrc, noWeights ? nullptr : d.drw, d.maxRows};
     return ncclMoeDispatchGemm(d.dx, d.didx, noWeights ? nullptr : d.dwts, d.dw1, &recv, d.T, c_.H,
                                c_.N, c_.n * c_.epr, c_.k, c_.in, &cfg, comm, s);

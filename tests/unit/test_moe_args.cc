@@ -3,6 +3,7 @@
 // config's defaults are resolved (outType = inType).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -228,6 +229,34 @@ TEST(MoeArgs, FfnEveryRuleRefusedWithItsMessage) {
   deriveRecv(zero);
   const std::string got = check(zero);
   EXPECT_NE(got.find("ncclMoeDispatchFfnCombine"), std::string::npos) << got;
+}
+
+}  // namespace
+
+namespace {
+
+// The fused kernel's split (fused_moe.cu): every budget leaves at least one CTA to each role,
+// a forced commSms is honoured up to that, and the automatic split gives the dispatch at most
+// half the CTAs and no more CTAs than its warps have slots to copy.
+TEST(MoeFusedSplit, EachRoleKeepsACta) {
+  MoeCall c = valid();
+  c.cfg = NCCL_MOE_CONFIG_INITIALIZER;
+  for (int budget : {2, 3, 16, 33, 132}) {
+    for (int sms : {-1, 1, 5, 1000}) {
+      c.cfg.commSms = sms;
+      const int d = mk::fused::moeFusedDispatchCtas(c, budget);
+      EXPECT_GE(d, 1) << "budget " << budget << " commSms " << sms;
+      EXPECT_LE(d, budget - 1) << "budget " << budget << " commSms " << sms;
+      if (sms >= 1) EXPECT_EQ(d, std::min(sms, budget - 1)) << "budget " << budget;
+      if (sms < 0) EXPECT_LE(d, std::max(1, budget / 2)) << "budget " << budget;
+    }
+  }
+  // 300 tokens x 4 slots = 1200 slots = 100 CTAs' warps (12 a CTA) at most.
+  c.cfg.commSms = -1;
+  c.N = 8;  // a GEMM so small that the balance asks for every CTA it may have
+  EXPECT_EQ(mk::fused::moeFusedDispatchCtas(c, 132), 66);
+  c.T = 12;  // 48 slots: 4 CTAs' warps
+  EXPECT_EQ(mk::fused::moeFusedDispatchCtas(c, 132), 4);
 }
 
 }  // namespace

@@ -72,6 +72,16 @@ ncclResult_t moeFfnRun(const MoeCall& call);
 // The SwiGLU pass over the rows the call's layout spans (buf.h -> buf.act), and its preload.
 ncclResult_t moeSwiglu(const MoeCall& call, int smBudget);
 ncclResult_t moeSwigluPreload(const MoeCall& call);
+// ncclMoeDispatchGemm as one fused kernel per rank (fused_moe.cu; clique layout only, the
+// caller checked cliqueEligible): dispatch CTAs feed the grouped GEMM's CTAs tile by tile.
+// *ran false (and ncclSuccess) where it does not apply: then the caller runs the sequential
+// path.
+ncclResult_t moeFusedRun(const MoeCall& call, bool* ran);
+// Fused kernels launched (or captured) in this process, for the tests.
+uint64_t moeFusedLaunches();
+// The fused kernel's dispatch CTAs for a rank's budget of CTAs (>= 2): config commSms when
+// >= 1, else the copy/GEMM balance; always in [1, budget - 1] (the GEMM keeps one at least).
+int moeFusedDispatchCtas(const MoeCall& call, int budget);
 // Both calls on every layout other than the clique (a2a.cu): counts, rows and the experts'
 // outputs travel with mkernel's AllToAll in per-pair buffers of maxRows rows.
 ncclResult_t moeA2aRun(const MoeCall& call);

@@ -1,0 +1,297 @@
+// ncclMoeDispatchGemm with ncclFusedFused on ranks sharing GPU 0, one thread per rank: the fused
+// dispatch + grouped GEMM kernel (fused/ops/moe/fused_moe.cuh). Every case draws fresh routing
+// (uniform, one hot expert, experts left empty; -1 slots; token counts that are not tile
+// multiples), poisons every output, checks every rank's whole output against the host reference
+// of test_moe_util.h (layout, sources, weights, token rows exact, y against a double-precision
+// product), then runs the sequential path on the same inputs (outputs poisoned again) and
+// compares every row of y bit for bit: the fused kernel runs the same engine arithmetic. Every
+// fused call asserts that the fused kernel ran (moeFusedLaunches) and every ncclFusedAuto call
+// that it did not (auto keeps the sequential path until the fused kernel is measured faster).
+// Also: graph capture replayed with new routing, a receiver's bound exceeded, ncclCommAbort
+// while a peer never comes, and forced splits (one dispatch CTA; all but one GEMM CTA).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "common/test_util.h"
+#include "fused/ops/moe/moe.h"  // moeFusedLaunches
+#include "gpu/test_fused_util.cuh"
+#include "gpu/test_moe_util.h"
+#include "gpu/test_proc_util.h"
+#include "gpu/test_thread_team.h"
+#include "mkernel/fused.h"
+
+namespace {
+
+using namespace moetest;
+using fusedtest::waitRank;
+
+uint64_t launches() {
+  return mk::fused::moeFusedLaunches();
+}
+
+// The rows of y that belong to an expert (offsets and counts as rank r's call wrote them),
+// concatenated: padding rows hold unspecified values on both paths and are left out.
+std::string expertRows(MoeProblem& p, int r, std::vector<uint8_t>* out) {
+  RankData& d = p.rank(r);
+  const int epr = p.c().epr;
+  const size_t rowBytes = (size_t)p.c().N * fusedtest::esOf(p.c().out);
+  std::vector<int32_t> cnt(epr), off(epr + 1);
+  std::vector<uint8_t> y(d.maxRows * rowBytes);
+  MOE_CUDA(cudaMemcpy(cnt.data(), d.dcnt, epr * 4, cudaMemcpyDeviceToHost));
+  MOE_CUDA(cudaMemcpy(off.data(), d.doff, (epr + 1) * 4, cudaMemcpyDeviceToHost));
+  MOE_CUDA(cudaMemcpy(y.data(), d.dy, y.size(), cudaMemcpyDeviceToHost));
+  out->clear();
+  for (int le = 0; le < epr; ++le) {
+    if (cnt[le] < 0 || off[le] < 0 || (size_t)off[le] + cnt[le] > d.maxRows)
+      return "rank " + std::to_string(r) + ": expert " + std::to_string(le) + " out of bounds";
+    out->insert(out->end(), y.begin() + (size_t)off[le] * rowBytes,
+                y.begin() + ((size_t)off[le] + cnt[le]) * rowBytes);
+  }
+  return "";
+}
+
+std::string poisonY(MoeProblem& p, int r) {
+  RankData& d = p.rank(r);
+  MOE_CUDA(cudaMemset(d.dy, 0xa5, d.maxRows * p.c().N * fusedtest::esOf(p.c().out)));
+  MOE_CUDA(cudaMemset(d.dxr, 0xa5, d.maxRows * p.c().H * 2));
+  return "";
+}
+
+// Every rank's call with p.algo, then its checks; the fused kernel must have run once per
+// rank with ncclFusedFused and never with ncclFusedAuto.
+std::string runChecked(gputest::Team& t, MoeProblem& p) {
+  const uint64_t before = launches();
+  std::string err = t.run([&](int r) {
+    return fusedtest::callAndWaitRank(r, t.comms[r], t.streams[r],
+                                      p.call(r, t.comms[r], t.streams[r]));
+  });
+  for (int r = 0; r < t.n && err.empty(); ++r) err = p.check(r);
+  const uint64_t ran = launches() - before;
+  const uint64_t want = p.algo == ncclFusedFused ? (uint64_t)t.n : 0;
+  if (err.empty() && ran != want)
+    err =
+        "fused kernel launched " + std::to_string(ran) + " times, expected " + std::to_string(want);
+  return err;
+}
+
+// Fused, checked; then sequential on the same inputs, checked; y compared bit for bit.
+std::string fusedVsSequential(gputest::Team& t, MoeProblem& p) {
+  p.algo = ncclFusedFused;
+  std::string err = runChecked(t, p);
+  if (!err.empty()) return "fused: " + err;
+  std::vector<std::vector<uint8_t>> fused(t.n);
+  for (int r = 0; r < t.n && err.empty(); ++r) err = expertRows(p, r, &fused[r]);
+  for (int r = 0; r < t.n && err.empty(); ++r) err = poisonY(p, r);
+  if (!err.empty()) return err;
+  p.algo = ncclFusedAuto;
+  err = runChecked(t, p);
+  p.algo = ncclFusedFused;
+  if (!err.empty()) return "sequential: " + err;
+  for (int r = 0; r < t.n; ++r) {
+    std::vector<uint8_t> seq;
+    err = expertRows(p, r, &seq);
+    if (!err.empty()) return err;
+    if (seq.size() != fused[r].size()) return "rank " + std::to_string(r) + ": row counts differ";
+    for (size_t i = 0; i < seq.size(); ++i)
+      if (seq[i] != fused[r][i])
+        return "rank " + std::to_string(r) + ": y byte " + std::to_string(i) +
+               " differs from the sequential path's";
+  }
+  return "";
+}
+
+class MoeFusedThreads : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { MKTEST_REQUIRE_GPU(); }
+  mktest::ScopedEnv timeout_{"MKERNEL_TIMEOUT_MS", "20000"};
+};
+
+TEST_P(MoeFusedThreads, EveryRowCheckedAndBitwiseSequential) {
+  const int n = GetParam();
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  std::mt19937_64 rng(mktest::testSeed() ^ (0xf0eull * n));
+  const int eprs[] = {1, 2, 3, 16};
+  const int ks[] = {1, 2, 8, 5};
+  for (int i = 0; i < 8; ++i) {
+    MoeCase c;
+    c.n = n;
+    c.epr = eprs[(i + n) % 4];
+    c.k = ks[i % 4];
+    c.H = i % 2 ? 136 : 256;
+    c.N = i % 3 == 1 ? 200 : 384;
+    c.in = i % 2 ? ncclFloat16 : ncclBfloat16;
+    const ncclDataType_t outs[] = {ncclBfloat16, ncclFloat16, ncclFloat32};
+    c.out = i < 2 ? c.in : outs[i % 3];
+    c.layout = i % 4 == 3 ? ncclFusedLayoutKN : ncclFusedLayoutNK;
+    c.routing = (Routing)(i % 3);
+    // Several row tiles per expert at the larger token counts (rows land while tiles run).
+    c.maxT = i % 4 == 2 ? 700 : 150;
+    MoeProblem p(c);
+    ASSERT_EQ(p.draw(rng(), true, (int)(rng() % 200)), "") << caseName(c);
+    ASSERT_EQ(fusedVsSequential(t, p), "") << caseName(c);
+    // Back to back with new routing on the same buffers.
+    ASSERT_EQ(p.draw(rng(), false, 0), "") << caseName(c);
+    ASSERT_EQ(fusedVsSequential(t, p), "") << caseName(c) << " (second call)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Moe, MoeFusedThreads, ::testing::Values(1, 2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "n" + std::to_string(i.param);
+                         });
+
+// The split forced from the config: one dispatch CTA, then all of the rank's CTAs but one.
+TEST(MoeFusedSplit, ForcedCommSmsSameBits) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const int n = 4;
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  MoeCase c{n, 3, 6, 264, 256, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kHotExpert, 400};
+  MoeProblem p(c);
+  std::mt19937_64 rng(mktest::testSeed() ^ 0x5b1);
+  for (int sms : {1, 1000}) {
+    p.commSms = sms;  // 1000: clamped to the rank's budget less one GEMM CTA
+    ASSERT_EQ(p.draw(rng(), true, 64), "") << "commSms " << sms;
+    ASSERT_EQ(fusedVsSequential(t, p), "") << "commSms " << sms;
+  }
+}
+
+// Captured once per rank thread (after an eager call), replayed with new routing written into
+// the same input buffers: every replay checked, and the fused kernel is in the graph.
+TEST(MoeFusedGraph, ReplaysWithNewRouting) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const int n = 4;
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  MoeCase c{n, 2, 4, 64, 128, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 300};
+  MoeProblem p(c);
+  p.algo = ncclFusedFused;
+  std::mt19937_64 rng(mktest::testSeed() ^ 0x9f9);
+  const size_t rows = 8192;  // > 4 ranks x 300 tokens x 4 slots + 2 experts' padding
+  ASSERT_EQ(p.draw(rng(), true, 0, -1, rows), "");
+  ASSERT_EQ(runChecked(t, p), "");
+  const uint64_t before = launches();
+  std::vector<cudaGraphExec_t> execs(n, nullptr);
+  std::string err = t.run([&](int r) -> std::string {
+    cudaGraph_t g = nullptr;
+    MOE_CUDA(cudaStreamBeginCapture(t.streams[r], cudaStreamCaptureModeThreadLocal));
+    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
+    const cudaError_t ce = cudaStreamEndCapture(t.streams[r], &g);
+    if (res != ncclSuccess) return "capture: " + std::string(ncclGetLastError(t.comms[r]));
+    MOE_CUDA(ce);
+    MOE_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
+    cudaGraphDestroy(g);
+    return "";
+  });
+  ASSERT_EQ(err, "");
+  EXPECT_EQ(launches() - before, (uint64_t)n) << "the captured call must be the fused kernel";
+  for (int rep = 0; rep < 3 && err.empty(); ++rep) {
+    err = p.draw(rng(), false, 0, -1, rows);
+    if (!err.empty()) break;
+    err = t.run([&](int r) -> std::string {
+      MOE_CUDA(cudaGraphLaunch(execs[r], t.streams[r]));
+      return waitRank(r, t.comms[r], t.streams[r]);
+    });
+    for (int r = 0; r < n && err.empty(); ++r) err = p.check(r);
+    if (!err.empty()) err = "replay " + std::to_string(rep) + ": " + err;
+  }
+  for (auto x : execs)
+    if (x) cudaGraphExecDestroy(x);
+  EXPECT_EQ(err, "");
+}
+
+// Rank 1's bound is one row short: it receives nothing (counts 0), its GEMM has no tile, and
+// its comm reports the overflow naming the operation; the other ranks' calls check out.
+TEST(MoeFusedOverflow, ReportedNeverDropped) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const int n = 3;
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  MoeCase c{n, 2, 2, 64, 64, ncclBfloat16, ncclFloat32, ncclFusedLayoutNK, kUniform, 120};
+  MoeProblem p(c);
+  p.algo = ncclFusedFused;
+  ASSERT_EQ(p.draw(mktest::testSeed() ^ 0x0f2, true, 0, 1), "");
+  const uint64_t before = launches();
+  std::vector<std::string> errs(n);
+  std::string err = t.run([&](int r) -> std::string {
+    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
+    if (res != ncclSuccess) return "call failed: " + std::string(ncclGetErrorString(res));
+    errs[r] = waitRank(r, t.comms[r], t.streams[r]);
+    return "";
+  });
+  ASSERT_EQ(err, "");
+  EXPECT_EQ(launches() - before, (uint64_t)n);
+  EXPECT_EQ(errs[0], "");
+  EXPECT_EQ(errs[2], "");
+  EXPECT_NE(errs[1].find("MoeDispatchGemm"), std::string::npos) << errs[1];
+  EXPECT_NE(errs[1].find("rows"), std::string::npos) << errs[1];
+  ncclResult_t a = ncclSuccess;
+  ncclCommGetAsyncError(t.comms[1], &a);
+  EXPECT_EQ(a, ncclInvalidUsage);
+  int32_t cnt[2] = {-7, -7};
+  ASSERT_EQ(cudaMemcpy(cnt, p.rank(1).dcnt, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cnt[0], 0);
+  EXPECT_EQ(cnt[1], 0);
+  EXPECT_EQ(p.check(0), "");
+  EXPECT_EQ(p.check(2), "");
+}
+
+// Rank 0 calls, rank 1 never does: rank 0's fused kernel (dispatch CTAs waiting for rank 1's
+// counts, GEMM CTAs for the layout) waits on the device until ncclCommAbort from another
+// thread ends it (within 5 s, long before MKERNEL_TIMEOUT_MS), and the GPU stays usable: a
+// new pair of ranks then runs the fused call and checks out.
+TEST(MoeFusedAbort, PeerNeverComes) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "120000");
+  MoeCase c{2, 2, 2, 64, 64, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 50};
+  {
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    int devs[2] = {0, 0};
+    ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    MoeProblem p(c);
+    p.algo = ncclFusedFused;
+    ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab2, true, 0), "");
+    const uint64_t before = launches();
+    ASSERT_EQ(p.call(0, comms[0], s), ncclSuccess) << ncclGetLastError(comms[0]);
+    EXPECT_EQ(launches() - before, 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the fused kernel should wait for rank 1";
+    double took = -1;
+    ncclResult_t res = ncclInternalError;
+    std::thread aborter([&] {
+      const auto t0 = gputest::Clock::now();
+      res = ncclCommAbort(comms[0]);
+      took = gputest::since(t0);
+    });
+    aborter.join();
+    EXPECT_EQ(res, ncclSuccess);
+    EXPECT_LT(took, 5.0) << "ncclCommAbort must return promptly";
+    EXPECT_TRUE(gputest::streamCompleted(s, 5)) << "the fused kernel must leave after the abort";
+    EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
+  gputest::Team t(2);
+  ASSERT_TRUE(t.ok) << t.why;
+  MoeProblem p(c);
+  ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab3, true, 0), "");
+  EXPECT_EQ(fusedVsSequential(t, p), "");
+}
+
+}  // namespace
