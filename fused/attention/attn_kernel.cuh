@@ -214,17 +214,28 @@ struct KvRing {
   int32_t stage = 0;
   uint32_t phase = 0;
   int32_t waited = -1;  // the last source whose ready flag the current tile has seen
+  uint32_t have = 0;    // the ready value of source `waited` seen (hooks.rowsPerUnit > 0)
 
   __device__ __forceinline__ void load(const AttnParams& p, const Smem<C>& sm, const Tile& x,
                                        const BlockCursor& c) {
     const int32_t kvh = x.h / p.group;
-    if (p.hooks.ready != nullptr && c.j != waited) {
-      // On failure the comm has recorded its error; going on keeps the consumers' ring in
-      // step (later waits of a failed comm return at once), the result is unspecified.
-      rt::waitFlag(p.hooks.wait, p.hooks.ready + c.j, 1, c.j, false, p.srcRank[c.j]);
-      // The slice was written through the generic proxy; TMA reads it (async proxy).
-      ptx::fenceProxyAsync();
-      waited = c.j;
+    if (p.hooks.ready != nullptr) {
+      // Per source (rowsPerUnit 0): 1. Per unit: the units up to the block's last row, k and
+      // v (fused/ops/ring_attn/xnode.h rxUnitsFor; counts fit 32 bits there).
+      uint32_t need = 1;
+      if (p.hooks.rowsPerUnit > 0) {
+        const int64_t end = (int64_t)x.b * p.S + min(c.n0 + C::kBN, p.S);
+        need = 2u * (uint32_t)((end + p.hooks.rowsPerUnit - 1) / p.hooks.rowsPerUnit);
+      }
+      if (c.j != waited || need > have) {
+        // On failure the comm has recorded its error; going on keeps the consumers' ring in
+        // step (later waits of a failed comm return at once), the result is unspecified.
+        rt::waitFlag(p.hooks.wait, p.hooks.ready + c.j, need, c.j, false, p.srcRank[c.j]);
+        // The slice was written through the generic proxy; TMA reads it (async proxy).
+        ptx::fenceProxyAsync();
+        waited = c.j;
+        have = need;
+      }
     }
     ptx::mbarWait(&sm.kEmpty[stage], phase ^ 1);
     ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
