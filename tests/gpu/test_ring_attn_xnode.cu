@@ -6,10 +6,10 @@
 // launch or capture), not the sequential fallback, and checks EVERY element of out and lse of
 // EVERY rank against the fp32/fp64 host reference of test_attn_ref.h (fresh normal inputs,
 // outputs and the bytes after them poisoned with NaN).
-//   RingAttnXnode.Cases/{2x1,2x2,3x1}  causal or not, zigzag or contiguous, GQA 1/4, head dims
-//       64/128 (every pair of the four factors in all combinations), seqLocal not a tile
-//       multiple, batch 1-2, bf16/fp16, lse NULL once; 256 KiB windows, so a slice is several
-//       units (k and v of whole rows), the last one short, in a ring of few slots.
+//   RingAttnXnode.Cases/{2x1,2x2,3x1,uneven_2p1}  causal or not, zigzag or contiguous, GQA
+//       1/4, head dims 64/128 (every pair of the four factors in all combinations), seqLocal
+//       not a tile multiple, batch 1-2, bf16/fp16, lse NULL once; 256 KiB windows, so a slice is
+//       several units (k and v of whole rows), the last one short, in a ring of few slots.
 //   RingAttnXnode.BackToBackAndGraph/*  12 calls back to back on new inputs, a collective and a
 //       fused AllGather + GEMM (the same xnode call counter and signal slots) in between;
 //       then 5 graph replays of one captured call with new inputs.
@@ -253,7 +253,7 @@ TEST_P(RingAttnXnode, BackToBackAndGraph) {
 
 INSTANTIATE_TEST_SUITE_P(RingAttnXnode, RingAttnXnode,
                          ::testing::Values(Layout{2, 2, "2x1"}, Layout{2, 4, "2x2"},
-                                           Layout{3, 3, "3x1"}),
+                                           Layout{3, 3, "3x1"}, Layout{2, 3, "uneven_2p1"}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return std::string(i.param.name);
                          });
