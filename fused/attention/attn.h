@@ -162,9 +162,14 @@ constexpr int kMaxRingD64Variant = 3;
 // by the kernel's communication CTAs), waited for with `wait` (bounded, abortable; a failed
 // wait records the comm's error and the kernel goes on with whatever the buffer holds: its
 // result is then unspecified, and the comm reports the failure).
+// rowsPerUnit > 0 (the layout across nodes, fused/ops/ring_attn/xnode.h): ready[j] counts
+// the units of source j in place, k and v of rowsPerUnit rows (row = one position of one
+// batch, [B][S] flattened) each, in order; a block waits only for the units holding its rows,
+// so a source's first blocks are used while its later rows are still on their way.
 struct AttnHooks {
   const uint64_t* ready = nullptr;  // [nSrc] or nullptr: every source is in place already
   rt::WaitCtx wait{};
+  int32_t rowsPerUnit = 0;  // 0: ready[j] >= 1 once all of source j is in place
 };
 
 struct AttnArgs {

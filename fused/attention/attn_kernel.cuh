@@ -214,17 +214,37 @@ struct KvRing {
   int32_t stage = 0;
   uint32_t phase = 0;
   int32_t waited = -1;  // the last source whose ready flag the current tile has seen
+  uint32_t have = 0;    // the ready value of source `waited` seen (hooks.rowsPerUnit > 0)
+
+  // The ready value block c needs (hooks.ready set). Per source (rowsPerUnit 0): 1. Per
+  // unit: the units up to the block's last row, k and v (fused/ops/ring_attn/xnode.h
+  // rxUnitsFor; counts fit 32 bits there).
+  __device__ __forceinline__ uint32_t need(const AttnParams& p, const Tile& x,
+                                           const BlockCursor& c) const {
+    if (p.hooks.rowsPerUnit <= 0) return 1;
+    const int64_t end = (int64_t)x.b * p.S + min(c.n0 + C::kBN, p.S);
+    return 2u * (uint32_t)((end + p.hooks.rowsPerUnit - 1) / p.hooks.rowsPerUnit);
+  }
+  // Whether loading block c may have to wait for its ready value first.
+  __device__ __forceinline__ bool mayWait(const AttnParams& p, const Tile& x,
+                                          const BlockCursor& c) const {
+    return p.hooks.ready != nullptr && (c.j != waited || need(p, x, c) > have);
+  }
 
   __device__ __forceinline__ void load(const AttnParams& p, const Smem<C>& sm, const Tile& x,
                                        const BlockCursor& c) {
     const int32_t kvh = x.h / p.group;
-    if (p.hooks.ready != nullptr && c.j != waited) {
-      // On failure the comm has recorded its error; going on keeps the consumers' ring in
-      // step (later waits of a failed comm return at once), the result is unspecified.
-      rt::waitFlag(p.hooks.wait, p.hooks.ready + c.j, 1, c.j, false, p.srcRank[c.j]);
-      // The slice was written through the generic proxy; TMA reads it (async proxy).
-      ptx::fenceProxyAsync();
-      waited = c.j;
+    if (p.hooks.ready != nullptr) {
+      const uint32_t need = this->need(p, x, c);
+      if (c.j != waited || need > have) {
+        // On failure the comm has recorded its error; going on keeps the consumers' ring in
+        // step (later waits of a failed comm return at once), the result is unspecified.
+        rt::waitFlag(p.hooks.wait, p.hooks.ready + c.j, need, c.j, false, p.srcRank[c.j]);
+        // The slice was written through the generic proxy; TMA reads it (async proxy).
+        ptx::fenceProxyAsync();
+        waited = c.j;
+        have = need;
+      }
     }
     ptx::mbarWait(&sm.kEmpty[stage], phase ^ 1);
     ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
@@ -278,9 +298,10 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
     bool more = true, pending = false;
     for (int i = 0; i < kAhead; ++i) {
       if (!(more = c.next<C::kBN>(p, x))) break;
-      // A later source whose ready flag this tile has not seen (the fused ring) may still be
-      // on its way: its block waits until after Q, so the blocks already here are not held up.
-      if (i > 0 && p.hooks.ready != nullptr && c.j != ring.waited) {
+      // A later source whose ready flag this tile has not seen (the fused ring), or rows of a
+      // source beyond the units seen (across nodes), may still be on their way: the block
+      // waits until after Q, so the blocks already here are not held up.
+      if (i > 0 && ring.mayWait(p, x, c)) {
         pending = true;
         break;
       }

@@ -2,12 +2,14 @@
 // all in this process on one GPU (the clique) or each in its own process: one persistent
 // kernel per rank (fused_kernel.cuh) whose communication CTAs copy the peers' k/v slices into
 // a stream-ordered gather buffer in ring order while its attention CTAs run on the sources
-// already in place.
+// already in place. On a comm spanning (virtual) nodes (the xnode layout, xnode.h) the
+// copy CTAs send and receive the slices through the device communication API instead.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 
 #include "base/checks.h"
+#include "base/param.h"
 #include "base/scratch.h"
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
@@ -43,15 +45,39 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
   }
 }
 
+// Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
+std::atomic<uint64_t> gLaunches[3];
+
+// The GPU's share of this rank: every rank's kernel on this GPU must be resident at once
+// (each waits for its peers'), so never more SMs than smCount / (ranks on this GPU).
+int32_t gpuShare(const ncclComm* comm) {
+  return comm->smCount / std::max(1, comm->topo.ranksOnMyDevice);
+}
+
+// The xnode layout's plan (a pure function of values every rank shares: the agreed window
+// size and MKERNEL_FUSED_XNODE, n, the shape), or !ok.
+RxPlan xnodePlan(const RingAttnCall& c, const FusedComm& f) {
+  if (!f.hasNet || MK_PARAM_INT(FusedXnode) == 0) return RxPlan{};
+  return rxPlan(f.net.windowBytes, f.nRanks, (int64_t)(c.B * c.S), (int64_t)c.Hkv * c.D * 2);
+}
+
 }  // namespace
 
+uint64_t ringAttnFusedLaunches(int layout) {
+  return layout >= 0 && layout < 3 ? gLaunches[layout].load() : 0;
+}
+
 // The same verdict on every rank: the layout, the GPU's SM count (every rank's kernel needs
-// 2 SMs at least, one CTA per SM), and whether the clique block exists when the call is being
-// captured (creating it would allocate).
-// The processes layout's capture rule is procWindowsGet's (ringAttnFused: *ran false).
+// 2 SMs at least, one CTA per SM; 3 across nodes: a send, a receive and an attention CTA),
+// and whether the clique block exists when the call is being captured (creating it would
+// allocate).
+// The processes layout's capture rule is procWindowsGet's (ringAttnFused: *ran false); the
+// xnode layout's plan is made in ringAttnFused (it needs the comm's net view).
 bool ringAttnFusedEligible(const RingAttnCall& c) {
   const int n = c.comm->nRanks;
   if (n < 2 || n > attn::kMaxSrc) return false;
+  if (c.comm->topo.nNodes > 1)
+    return n <= kGxMaxRanks && MK_PARAM_INT(FusedXnode) != 0 && gpuShare(c.comm) >= 3;
   const bool clique = cliqueEligible(c.comm, kRingMaxLocal);
   if (!clique && !procWindowsEligible(c.comm, kRingMaxLocal)) return false;
   if (c.comm->smCount / n < 2) return false;
@@ -69,10 +95,15 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   NCCLCHECK(fusedCommView(comm, rt::kOpRingAttention, &f));
   const size_t slice = c.B * c.S * (size_t)c.Hkv * c.D;
   const int64_t sliceBytes = (int64_t)slice * 2;
-  const bool procs = !cliqueEligible(comm, kRingMaxLocal);
+  const bool xnode = comm->topo.nNodes > 1;
+  const RxPlan rx = xnode ? xnodePlan(c, f) : RxPlan{};
+  if (xnode && !rx.ok) return ncclSuccess;  // the sequential path, on every rank
+  const bool procs = !xnode && !cliqueEligible(comm, kRingMaxLocal);
   void* block = nullptr;
   ProcView pv{};
-  if (procs) {
+  if (xnode) {
+    // Nothing to set up: the window and the signal words are the comm's (xnode_proto.h).
+  } else if (procs) {
     // Every rank's control block and data region (halves: [k slice][v slice]), mapped here.
     bool ok = false;
     NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl), (size_t)sliceBytes, c.stream,
@@ -89,9 +120,15 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // (maxCTAs, MKERNEL_MAX_CTAS) say.
   // The GPU's share of this rank: every rank's kernel in the clique shares this GPU; in the
   // processes layout only the ranks on this GPU do.
-  const int32_t share = comm->smCount / (procs ? std::max(1, comm->topo.ranksOnMyDevice) : n);
-  const int32_t budget = std::max(2, std::min(std::max(1, f.smBudget), share));
+  // xnode: ranks on this GPU only, as for processes.
+  const int32_t share = !procs && !xnode ? comm->smCount / n : gpuShare(comm);
+  const int32_t budget = std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
+  // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
+  // its peer's CTA waits for it); by default one of each per peer round and one receive CTA
+  // for the own slices' copy, within a quarter of the budget.
+  if (xnode && c.cfg.commSms <= 0) comm0 = std::min(2 * (n - 1) + 1, std::max(2, budget / 4));
+  if (xnode) comm0 = std::max(2, comm0);
   comm0 = std::min(comm0, budget - 1);
 
   attn::AttnArgs a = ringAttnArgs(c, n, me);
@@ -100,6 +137,14 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   for (int i = 0; i < n; ++i) a.srcRank[i] = (me - i + n) % n;
   a.smBudget = budget - comm0;
   a.hooks.wait = f.c.w;
+  if (xnode) {
+    a.hooks.rowsPerUnit = rx.chunkRows;
+    // A missing peer stalls the attention's ready waits and the comm role's waits on that
+    // peer alike; the attention's get 2 s more so that the comm role's error, which names
+    // the peer and the signal, is the one recorded (the sticky failure then ends the
+    // attention's waits at once). Abort is unaffected: every wait polls the abort flag.
+    if (f.c.w.timeoutNs != 0) a.hooks.wait.timeoutNs = f.c.w.timeoutNs + 2000000000ull;
+  }
 
   const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t));
   const size_t bytes = 2 * (size_t)n * sliceBytes + counters;
@@ -127,6 +172,18 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   rp.v = c.v;
   rp.sliceBytes = sliceBytes;
   rp.chunks = (int32_t)((sliceBytes + kRingChunkBytes - 1) / kRingChunkBytes);
+  if (xnode) {
+    rp.xnode = 1;
+    rp.rxSlots = rx.slots;
+    rp.rxUnits = rx.units;
+    rp.rxArea = rx.areaBytes;
+    rp.rxChunkBytes = rx.chunkBytes;
+    // The rank's private signal word (xnode_proto.h): zero with the comm, never reset.
+    rp.xcalls = f.net.sigLocal + kGxSigSeq;
+    rp.recvDone = rp.chunkDone;  // zeroed with the counters below
+    rp.net = f.net;
+    rp.net.w = f.c.w;  // failures land in the operator's domain: its attention waits see them
+  }
   rp.split.count[static_cast<int>(Role::kCompute)] = computeGrid;
   rp.split.count[static_cast<int>(Role::kIntraComm)] = comm0;
   {
@@ -144,7 +201,11 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
                   res, done);
   }
 done:
-  if (res == ncclSuccess) *ran = true;
+  if (res == ncclSuccess) {
+    *ran = true;
+    gLaunches[xnode ? kRingLayoutXnode : (procs ? kRingLayoutProcs : kRingLayoutClique)].fetch_add(
+        1);
+  }
   return fusedFreeScratch(scratch, c.stream, res, kApi);
 }
 

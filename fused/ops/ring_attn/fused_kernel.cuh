@@ -7,15 +7,19 @@
 // clique block. Ranks in separate processes (fused/core/proc_windows.h) cannot: each copies
 // its own slices into its data region (k, then v) while it copies them into its gather
 // buffer, releases its control block's `staged` word, and the peers copy from there.
+// Ranks on several (virtual) nodes (the xnode layout, xnode.h, xnode_role.cuh) send and
+// receive the slices through the device communication API instead.
 #pragma once
 #include <cstdint>
 
 #include "base/checks.h"
+#include "device/net/devcomm.cuh"
 #include "device/rt/wait.cuh"
 #include "fused/attention/attn_kernel.cuh"
 #include "fused/core/fused_dev.cuh"
 #include "fused/core/types.h"
 #include "fused/ops/ring_attn/ring_attn_util.h"
+#include "fused/ops/ring_attn/xnode.h"
 
 namespace mk {
 namespace fused {
@@ -58,6 +62,16 @@ struct RingParams {
   int32_t procs;                // 1: the processes layout (ctl, stage below; q unused)
   RingCtl* ctl[kRingMaxLocal];  // by rank, mapped here
   char* stage[kRingMaxLocal];   // by rank: its data region, [k slice][v slice]
+  // The xnode layout (xnode.h; q, ctl, stage, chunkDone unused): the device API's view with
+  // the operator's wait context, the plan, this rank's xnode call counter (a private signal
+  // word, fused/core/xnode_proto.h kGxSigSeq) and the receive CTAs' finish count. ready[i]
+  // then counts the units of source i in place.
+  int32_t xnode;
+  int32_t rxSlots, rxUnits;
+  int64_t rxArea, rxChunkBytes;
+  uint64_t* xcalls;
+  uint32_t* recvDone;
+  NetDev net;
 };
 
 // Source bookkeeping of the two layouts: where rank s's slices are once it said so, whether
@@ -177,24 +191,41 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
   }
 }
 
+#include "fused/ops/ring_attn/xnode_role.cuh"
+
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1)
     ringAttnKernel(const __grid_constant__ RingParams p) {
   extern __shared__ uint8_t smem[];
-  __shared__ uint64_t seqSh;
-  if (threadIdx.x == 0) seqSh = callSeq(p.f);
+  __shared__ uint64_t seqSh, xseqSh;
+  if (threadIdx.x == 0) {
+    seqSh = callSeq(p.f);
+    // The xnode call number: read before any CTA can finish (the last one advances it).
+    xseqSh = p.xnode ? ptx::ldVolatile64(p.xcalls) + 1 : 0;
+  }
   __syncthreads();
   const uint64_t seq = seqSh;
   // Copy CTAs first: everything waits for them (the slot publish, every source but this
   // rank's), so they take the first SMs when fewer are free than the grid has CTAs.
   const int32_t nComm = p.split.of(Role::kIntraComm);
   if ((int32_t)blockIdx.x < nComm) {
-    ringCommRole(p, blockIdx.x, nComm, seq);
+    if (p.xnode) {
+      rxCommRole(p, blockIdx.x, nComm, xseqSh);
+    } else {
+      ringCommRole(p, blockIdx.x, nComm, seq);
+    }
   } else {
     attn::attnCta<C>(p.a, smem, blockIdx.x - nComm, p.split.of(Role::kCompute));
   }
   __syncthreads();
-  if (threadIdx.x == 0) finishCall(p.f, seq);
+  // The last CTA counts the call (finishCall), and in the xnode layout the xnode call too.
+  if (threadIdx.x == 0 && rt::finishCta(p.f.c.w)) {
+    *(volatile uint64_t*)fusedCallCounter(p.f) = seq;
+    if (p.xnode) {
+      *(volatile uint64_t*)p.xcalls = xseqSh;
+      __threadfence_system();
+    }
+  }
 }
 
 // grid <= 0: only loads the kernel.

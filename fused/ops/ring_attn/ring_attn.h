@@ -37,5 +37,11 @@ ncclResult_t ringAttnCheck(RingAttnCall* call, const ncclRingAttnConfig_t* confi
 // Runs a checked call on call->comm (stream-ordered, no host synchronisation).
 ncclResult_t ringAttnRun(const RingAttnCall& call);
 
+// Fused ring kernels launched (or captured) so far in this process, per layout: ranks of one
+// process on one GPU, one rank per process, or a comm spanning (virtual) nodes. Tests use it
+// to tell the fused kernel from the sequential fallback.
+enum RingLayoutId : int { kRingLayoutClique = 0, kRingLayoutProcs = 1, kRingLayoutXnode = 2 };
+uint64_t ringAttnFusedLaunches(int layout);
+
 }  // namespace fused
 }  // namespace mk

@@ -19,6 +19,9 @@ attn::AttnArgs ringAttnArgs(const RingAttnCall& c, int nRanks, int rank);
 // The fused path (fused.cu): 2..kMaxSrc ranks of one node, all in this process on one GPU or
 // each in its own process. *ran false (nothing done): run the sequential path (the
 // processes layout's state could not be created: capture, a rank that could not map).
+// Across (virtual) nodes (comm->topo.nNodes > 1): the xnode layout (xnode.h), the slices
+// moving through the device communication API; *ran false when its plan does not fit the
+// comm's window (the same verdict on every rank).
 bool ringAttnFusedEligible(const RingAttnCall& c);
 ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran);
 

@@ -72,7 +72,9 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
       MK_INFO(kFused,
               "%s: the fused ring kernel runs when the ranks (at most %d) live on one node, all "
               "in this process or each in its own, and its per-rank state exists (the first "
-              "call must not be captured); running the sequential path",
+              "call must not be captured), or across nodes when MKERNEL_FUSED_XNODE is 1, every "
+              "rank has 3 SMs of its GPU and a row of k fits half of a peer's share of the net "
+              "window; running the sequential path",
               kApi, kRingMaxLocal);
   }
   if (n > attn::kMaxSrc) {
