@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,16 +214,79 @@ TEST_P(RingAttnXnode, BackToBackAndGraph) {
   c.algo = ncclFusedFused;
   attntest::shrink(&c, kBudget);
   const uint64_t gemmBefore = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutXnode);
-  colltest::DevBuf red(4096);
+  // The AllReduce between ring calls (it shares the window areas and signal words with the
+  // xnode kernels): per-rank inputs of small random integers (exact fp32 sums), outputs
+  // poisoned, every element checked.
+  constexpr size_t kRedCount = 1024;
+  std::vector<std::unique_ptr<colltest::DevBuf>> redIn, redOut;
+  for (int r = 0; r < l.n; ++r) {
+    redIn.emplace_back(new colltest::DevBuf(kRedCount * sizeof(float)));
+    redOut.emplace_back(new colltest::DevBuf(kRedCount * sizeof(float)));
+  }
+  auto checkedAllReduce = [&](int i) -> std::string {
+    std::mt19937_64 rng(seed + 31 * i);
+    std::vector<std::vector<float>> in(l.n, std::vector<float>(kRedCount));
+    std::vector<float> want(kRedCount, 0.f);
+    for (int r = 0; r < l.n; ++r)
+      for (size_t e = 0; e < kRedCount; ++e) {
+        in[r][e] = (float)((int)(rng() % 2001) - 1000);
+        want[e] += in[r][e];
+      }
+    for (int r = 0; r < l.n; ++r) {
+      if (cudaMemcpy(redIn[r]->base, in[r].data(), kRedCount * sizeof(float),
+                     cudaMemcpyHostToDevice) != cudaSuccess ||
+          cudaMemset(redOut[r]->base, 0xff, kRedCount * sizeof(float)) != cudaSuccess)
+        return "AllReduce: buffer set-up failed";
+    }
+    ncclGroupStart();
+    for (int r = 0; r < l.n; ++r)
+      ncclAllReduce(redIn[r]->base, redOut[r]->base, kRedCount, ncclFloat32, ncclSum, v.comms[r],
+                    v.streams[r]);
+    if (ncclGroupEnd() != ncclSuccess)
+      return std::string("AllReduce: ") + ncclGetLastError(nullptr);
+    const std::string e = fusedtest::waitRanks(v.comms, v.streams, 60);
+    if (!e.empty()) return "AllReduce: " + e;
+    std::vector<float> got(kRedCount);
+    for (int r = 0; r < l.n; ++r) {
+      if (cudaMemcpy(got.data(), redOut[r]->base, kRedCount * sizeof(float),
+                     cudaMemcpyDeviceToHost) != cudaSuccess)
+        return "AllReduce: copy back failed";
+      for (size_t e = 0; e < kRedCount; ++e)
+        if (got[e] != want[e])
+          return "AllReduce between ring calls: rank " + std::to_string(r) + " element " +
+                 std::to_string(e) + " is " + std::to_string(got[e]) + ", want " +
+                 std::to_string(want[e]);
+    }
+    return "";
+  };
+  uint64_t rsLaunches = 0;
   auto between = [&](int i) -> std::string {
     if (i % 3 == 2) {
-      ncclGroupStart();
-      for (int r = 0; r < l.n; ++r)
-        ncclAllReduce(red.base, red.base, 1024, ncclFloat32, ncclSum, v.comms[r], v.streams[r]);
-      if (ncclGroupEnd() != ncclSuccess)
-        return std::string("AllReduce: ") + ncclGetLastError(nullptr);
-      const std::string e = fusedtest::waitRanks(v.comms, v.streams, 60);
-      if (!e.empty()) return "AllReduce: " + e;
+      const std::string e = checkedAllReduce(i);
+      if (!e.empty()) return e;
+    }
+    if (i % 5 == 4) {
+      // GEMM + ReduceScatter across nodes: its own xnode kernel, the same call counter.
+      fusedtest::Case g{fusedtest::kReduceScatter,
+                        l.n,
+                        64 * l.n,
+                        256,
+                        128,
+                        1,
+                        ncclBfloat16,
+                        ncclBfloat16,
+                        false,
+                        ncclFusedFused};
+      fusedtest::Problem gp(g);
+      const uint64_t before = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutXnode);
+      const std::string e = fusedtest::runDriven(gp, v.comms, v.streams, seed + 1013 * i);
+      if (!e.empty()) return "GEMM + ReduceScatter between: " + e;
+      const uint64_t ran = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutXnode) - before;
+      // Counted out of the AllGather + GEMM total below.
+      rsLaunches += ran;
+      if (ran != (uint64_t)l.n)
+        return "GEMM + ReduceScatter between: " + std::to_string(ran) + " xnode launches, want " +
+               std::to_string(l.n);
     }
     if (i % 4 == 3) {
       fusedtest::Case g{fusedtest::kAllGather, l.n,          64 * l.n, 256,           128, 1,
@@ -238,7 +303,7 @@ TEST_P(RingAttnXnode, BackToBackAndGraph) {
     if (!err.empty()) v.abortAll();
     ASSERT_EQ(err, "") << l.name << " back to back " << attntest::name(c);
   }
-  EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutXnode) - gemmBefore,
+  EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutXnode) - gemmBefore - rsLaunches,
             (uint64_t)(3 * l.n))
       << "the AllGather + GEMM calls in between did not all run their xnode kernel";
   c.causal = false;

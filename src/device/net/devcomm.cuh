@@ -12,11 +12,11 @@
 //
 // Routing. A peer of this (virtual) node is reached with direct stores: vectorised copies
 // into its P2P window (mapped through peer memory), then fence + st.release.sys (or
-// red.release.sys for adds) on its signal word; .gpu scope for a peer on my own GPU
-// (NetDev::localSameDev), whose waits then acquire at .gpu too. Any other peer is reached through
-// the proxy: the call becomes fixed-size commands in the GPU->CPU ring (proxy_ring.cuh; a full ring
-// is back-pressure, bounded and abortable), the proxy sends the data and writes the peer's signal
-// word only after the data landed (proxy.h).
+// red.release.sys for adds) on its signal word; .gpu scope for a set signal to a peer on my
+// own GPU (NetDev::localSameDev), whose waits then acquire at .gpu too. Any other peer is reached
+// through the proxy: the call becomes fixed-size commands in the GPU->CPU ring (proxy_ring.cuh; a
+// full ring is back-pressure, bounded and abortable), the proxy sends the data and writes the
+// peer's signal word only after the data landed (proxy.h).
 //
 // Sources. put copies from any device-readable `src`. For a remote peer the data must sit
 // in the proxy's registered source window: a src inside send_ptr()'s area is sent as is
@@ -356,13 +356,16 @@ __device__ bool putImpl(const NetDev& d, const void* srcv, int peer, uint64_t ds
   char* dst = static_cast<char*>(d.localWins[li]) + d.localDataOff + dstOff;
   copy<G>(dst, src, bytes);
   if (!sig) return true;
-  const bool gpu = sameDev(d, li);
+  // Adds stay .sys: an add word may have writers on other GPUs too, and adds of different
+  // scopes to one word are not atomic with each other in the memory model.
+  const uint32_t sop = sigOp & ~kSignalLazy;
+  const bool gpu = sameDev(d, li) && sop != kSignalAdd;
   if (gpu)
     __threadfence();
   else
     __threadfence_system();
   G::sync();
-  if (G::rank() == 0) signalWord(localSignal(d, li, slot), value, sigOp & ~kSignalLazy, gpu);
+  if (G::rank() == 0) signalWord(localSignal(d, li, slot), value, sop, gpu);
   return true;
 }
 
