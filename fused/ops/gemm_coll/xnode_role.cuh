@@ -69,24 +69,11 @@ __device__ __forceinline__ void gxGatherRecv(const GcParams& p, int32_t k, int32
       __threadfence();
       __syncthreads();  // every thread's rows are stored, and the slot read
       if (threadIdx.x == 0) ptx::stReleaseGpu(p.rowFlags + (int64_t)src * p.gxChunks + j, seq);
-      // The sender needs this ack only for chunk j + slots (kGxDone covers the last ones);
-      // across nodes it may ride with the next batch to the peer (lazy).
-      if (j + p.gxSlots < p.gxChunks &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, j, p.gxSlots, p.gxChunks)) return;
     }
   }
   // The last receive CTA: every chunk of every source consumed; the sources may end.
-  __shared__ int last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.recvDone, 1u) == (uint32_t)nRecv - 1 ? 1 : 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  for (int t = 1; t < n; ++t)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, kGxDone))) return;
+  gxReceiveEnd(d, p.recvDone, nRecv, me, n, seq);
 }
 
 __device__ __forceinline__ void gxGatherSend(const GcParams& p, int32_t i, int32_t nSend,

@@ -129,10 +129,7 @@ __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nR
       __threadfence();
       __syncthreads();  // every thread's part is stored, and the slot read
       if (threadIdx.x == 0) ptx::stReleaseGpu(p.rowFlags + (int64_t)src * chunks + j, seq);
-      if (j + p.gxSlots < total &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, j, p.gxSlots, total)) return;
     }
   }
   // AllReduce, every round's second part: each source's reduced rows into C.
@@ -149,22 +146,11 @@ __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nR
           dn::recv_ptr(d, src, gxSlotOff(p.gxArea, p.gxChunkBytes, p.gxSlots, src, j)),
           (uint64_t)rows * rowBytes);
       __syncthreads();  // the slot read by every thread before it is acked
-      if (j + p.gxSlots < total &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, j, p.gxSlots, total)) return;
     }
   }
   // The last receive CTA: every chunk of every source consumed; the sources may end.
-  __shared__ int last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.recvDone, 1u) == (uint32_t)nRecv - 1 ? 1 : 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  for (int t = 1; t < n; ++t)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, kGxDone))) return;
+  gxReceiveEnd(d, p.recvDone, nRecv, me, n, seq);
 }
 
 template <typename T>

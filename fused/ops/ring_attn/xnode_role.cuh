@@ -63,24 +63,11 @@ __device__ __forceinline__ void rxRecv(const RingParams& p, int32_t k, int32_t n
       dn::detail::copy<dn::Block>(rxGatherAt(p, t, u), dn::recv_ptr(d, src, off),
                                   (uint64_t)rxUnitBytes(p.rxChunkBytes, p.sliceBytes, u));
       rxRaise(p, t, u);  // also: every thread has read the slot before it is acked
-      // The sender needs this ack only for unit u + slots (kGxDone covers the last ones);
-      // across nodes it may ride with the next batch to the peer (lazy).
-      if (u + p.rxSlots < p.rxUnits &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)u + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, u, p.rxSlots, p.rxUnits)) return;
     }
   }
-  // The last receive CTA: every unit of every source consumed; the sources may end.
-  __shared__ int last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.recvDone, 1u) == (uint32_t)nRecv - 1 ? 1 : 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  for (int t = 1; t < n; ++t)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, kGxDone))) return;
+  // The last receive CTA: every chunk of every source consumed; the sources may end.
+  gxReceiveEnd(d, p.recvDone, nRecv, me, n, seq);
 }
 
 __device__ __forceinline__ void rxSend(const RingParams& p, int32_t i, int32_t nSend,
