@@ -43,6 +43,7 @@
 #include "device/rt/wait.cuh"
 #include "fused/core/elem.cuh"
 #include "fused/core/types.h"
+#include "fused/core/xnode_dev.cuh"
 #include "fused/gemm/gemm_kernel.cuh"
 #include "fused/ops/gemm_coll/clique.h"
 #include "fused/ops/gemm_coll/xnode.h"

@@ -42,8 +42,7 @@ __device__ __forceinline__ void gxGatherRecv(const GcParams& p, int32_t k, int32
   __syncthreads();
   // Credit for call seq to every source this CTA serves: from now on their chunks may land
   // in this rank's window (it left every earlier operation of the comm).
-  for (int t = 1 + k; t < n; t += nRecv)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, 0))) return;
+  if (!gxCredit(d, me, n, k, nRecv, seq)) return;
   // My own shard, in chunks shared by the receive CTAs (the bulk-copy ring of gcCopyBulk).
   const uint8_t* A = static_cast<const uint8_t*>(p.A);
   uint8_t* G = static_cast<uint8_t*>(p.G);
@@ -69,29 +68,15 @@ __device__ __forceinline__ void gxGatherRecv(const GcParams& p, int32_t k, int32
       __threadfence();
       __syncthreads();  // every thread's rows are stored, and the slot read
       if (threadIdx.x == 0) ptx::stReleaseGpu(p.rowFlags + (int64_t)src * p.gxChunks + j, seq);
-      // The sender needs this ack only for chunk j + slots (kGxDone covers the last ones);
-      // across nodes it may ride with the next batch to the peer (lazy).
-      if (j + p.gxSlots < p.gxChunks &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, j, p.gxSlots, p.gxChunks)) return;
     }
   }
   // The last receive CTA: every chunk of every source consumed; the sources may end.
-  __shared__ int last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.recvDone, 1u) == (uint32_t)nRecv - 1 ? 1 : 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  for (int t = 1; t < n; ++t)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, kGxDone))) return;
+  gxReceiveEnd(d, p.recvDone, nRecv, me, n, seq);
 }
 
 __device__ __forceinline__ void gxGatherSend(const GcParams& p, int32_t i, int32_t nSend,
                                              uint64_t seq) {
-  namespace dn = dev::net;
   const NetDev& d = p.net;
   const int n = p.n, me = p.me;
   const uint8_t* A = static_cast<const uint8_t*>(p.A);
@@ -99,21 +84,12 @@ __device__ __forceinline__ void gxGatherSend(const GcParams& p, int32_t i, int32
     const int dst = gxSendPeer(me, t, n);
     uint64_t acked = 0;  // the highest ack value this CTA has waited for
     for (int32_t j = 0; j < p.gxChunks; ++j) {
-      const uint64_t need = gxAckNeed(seq, j, p.gxSlots);
-      if (need > acked) {
-        if (!dn::wait_signal_from(d, kGxSigAck + dst, need, dst)) return;
-        acked = need;
-      }
-      if (!dn::put_signal(d, A + (int64_t)j * p.gxChunkBytes, dst,
-                          gxSlotOff(p.gxArea, p.gxChunkBytes, p.gxSlots, me, j),
-                          (uint64_t)p.gxChunkBytes, kGxSigData + me, gxValue(seq, (uint32_t)j + 1)))
+      if (!gxPutChunk(d, A + (int64_t)j * p.gxChunkBytes, dst, me, seq, j, p.gxSlots, p.gxArea,
+                      p.gxChunkBytes, (uint64_t)p.gxChunkBytes, &acked))
         return;
     }
   }
-  for (int t = 1 + i; t < n; t += nSend) {
-    const int dst = gxSendPeer(me, t, n);
-    if (!dn::wait_signal_from(d, kGxSigAck + dst, gxValue(seq, kGxDone), dst)) return;
-  }
+  gxSendEnd(d, me, n, i, nSend, seq);
 }
 
 __device__ __forceinline__ void gcGatherNetRole(const GcParams& p, int32_t idx, int32_t nIdx,

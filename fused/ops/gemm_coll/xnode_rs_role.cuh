@@ -50,7 +50,6 @@ __device__ __forceinline__ bool grsWaitFlags(const GcParams& p, const uint64_t* 
 }
 
 __device__ __forceinline__ void grsSend(const GcParams& p, int32_t i, int32_t nSend, uint64_t seq) {
-  namespace dn = dev::net;
   const NetDev& d = p.net;
   const int n = p.n, me = p.me;
   const uint8_t* P = static_cast<const uint8_t*>(p.P);
@@ -64,15 +63,8 @@ __device__ __forceinline__ void grsSend(const GcParams& p, int32_t i, int32_t nS
                &mBlk, &nBlk0, &tiles);
       const int32_t id0 = mBlk * p.g.tilesN + nBlk0;
       if (!grsWaitFlags(p, p.tileFlags + id0, tiles, seq, me, id0)) return;
-      const uint64_t need = gxAckNeed(seq, j, p.gxSlots);
-      if (need > acked) {
-        if (!dn::wait_signal_from(d, kGxSigAck + dst, need, dst)) return;
-        acked = need;
-      }
-      if (!dn::put_signal(d, P + (int64_t)id0 * p.grsTileBytes, dst,
-                          gxSlotOff(p.gxArea, p.gxChunkBytes, p.gxSlots, me, j),
-                          (uint64_t)tiles * p.grsTileBytes, kGxSigData + me,
-                          gxValue(seq, (uint32_t)j + 1)))
+      if (!gxPutChunk(d, P + (int64_t)id0 * p.grsTileBytes, dst, me, seq, j, p.gxSlots, p.gxArea,
+                      p.gxChunkBytes, (uint64_t)tiles * p.grsTileBytes, &acked))
         return;
     }
   }
@@ -84,25 +76,19 @@ __device__ __forceinline__ void grsSend(const GcParams& p, int32_t i, int32_t nS
   for (int t = 1 + i; t < n && p.grsArChunks > 0; t += nSend) {
     const int dst = gxSendPeer(me, t, n);
     const int64_t c1 = grsChunks(dst, p.rowsPerRank, gemm::kTileM, p.grsRowChunks);
+    uint64_t acked = 0;
     for (int32_t a = 0, x = 0; x < p.grsArChunks; ++x, a += p.grsArRows) {
       const int32_t rows = min(p.grsArRows, p.rowsPerRank - a);
       const int32_t tr0 = (lo + a) / gemm::kTileM, tr1 = (lo + a + rows - 1) / gemm::kTileM;
       const int64_t k0 = (int64_t)(tr0 - first) * p.grsRowChunks;
       if (!grsWaitFlags(p, p.redFlags + k0, (tr1 - tr0 + 1) * p.grsRowChunks, seq, me, (int32_t)k0))
         return;
-      const int64_t j = c1 + x;
-      if (!dn::wait_signal_from(d, kGxSigAck + dst, gxAckNeed(seq, j, p.gxSlots), dst)) return;
-      if (!dn::put_signal(d, C + (int64_t)(lo + a) * rowBytes, dst,
-                          gxSlotOff(p.gxArea, p.gxChunkBytes, p.gxSlots, me, j),
-                          (uint64_t)rows * rowBytes, kGxSigData + me,
-                          gxValue(seq, (uint32_t)j + 1)))
+      if (!gxPutChunk(d, C + (int64_t)(lo + a) * rowBytes, dst, me, seq, c1 + x, p.gxSlots,
+                      p.gxArea, p.gxChunkBytes, (uint64_t)rows * rowBytes, &acked))
         return;
     }
   }
-  for (int t = 1 + i; t < n; t += nSend) {
-    const int dst = gxSendPeer(me, t, n);
-    if (!dn::wait_signal_from(d, kGxSigAck + dst, gxValue(seq, kGxDone), dst)) return;
-  }
+  gxSendEnd(d, me, n, i, nSend, seq);
 }
 
 __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nRecv, uint64_t seq) {
@@ -113,8 +99,7 @@ __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nR
   const int64_t total = chunks + p.grsArChunks;  // chunks of each source's stream
   uint8_t* stage = static_cast<uint8_t*>(p.G);
   // Credit for call seq: from now on the sources' chunks may land in this rank's window.
-  for (int t = 1 + k; t < n; t += nRecv)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, 0))) return;
+  if (!gxCredit(d, me, n, k, nRecv, seq)) return;
   for (int t = 1 + k; t < n; t += nRecv) {
     const int src = gxRecvPeer(me, t, n);
     for (int64_t j = 0; j < chunks; ++j) {
@@ -129,10 +114,7 @@ __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nR
       __threadfence();
       __syncthreads();  // every thread's part is stored, and the slot read
       if (threadIdx.x == 0) ptx::stReleaseGpu(p.rowFlags + (int64_t)src * chunks + j, seq);
-      if (j + p.gxSlots < total &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, j, p.gxSlots, total)) return;
     }
   }
   // AllReduce, every round's second part: each source's reduced rows into C.
@@ -149,22 +131,11 @@ __device__ __forceinline__ void grsRecv(const GcParams& p, int32_t k, int32_t nR
           dn::recv_ptr(d, src, gxSlotOff(p.gxArea, p.gxChunkBytes, p.gxSlots, src, j)),
           (uint64_t)rows * rowBytes);
       __syncthreads();  // the slot read by every thread before it is acked
-      if (j + p.gxSlots < total &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, j, p.gxSlots, total)) return;
     }
   }
   // The last receive CTA: every chunk of every source consumed; the sources may end.
-  __shared__ int last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.recvDone, 1u) == (uint32_t)nRecv - 1 ? 1 : 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  for (int t = 1; t < n; ++t)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, kGxDone))) return;
+  gxReceiveEnd(d, p.recvDone, nRecv, me, n, seq);
 }
 
 template <typename T>

@@ -18,6 +18,7 @@
 #include "fused/attention/attn_kernel.cuh"
 #include "fused/core/fused_dev.cuh"
 #include "fused/core/types.h"
+#include "fused/core/xnode_dev.cuh"
 #include "fused/ops/ring_attn/ring_attn_util.h"
 #include "fused/ops/ring_attn/xnode.h"
 

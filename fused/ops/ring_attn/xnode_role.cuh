@@ -47,8 +47,7 @@ __device__ __forceinline__ void rxRecv(const RingParams& p, int32_t k, int32_t n
   const int n = p.f.nRanks, me = p.f.rank;
   // Credit for call seq to every source this CTA serves: from now on their units may land in
   // this rank's window (it left every earlier operation of the comm).
-  for (int t = 1 + k; t < n; t += nRecv)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, 0))) return;
+  if (!gxCredit(d, me, n, k, nRecv, seq)) return;
   if (k == rxOwnCopier(nRecv, n)) {
     for (int32_t u = 0; u < p.rxUnits; ++u) {
       copyCta(rxGatherAt(p, 0, u), rxMine(p, u), rxUnitBytes(p.rxChunkBytes, p.sliceBytes, u));
@@ -63,51 +62,27 @@ __device__ __forceinline__ void rxRecv(const RingParams& p, int32_t k, int32_t n
       dn::detail::copy<dn::Block>(rxGatherAt(p, t, u), dn::recv_ptr(d, src, off),
                                   (uint64_t)rxUnitBytes(p.rxChunkBytes, p.sliceBytes, u));
       rxRaise(p, t, u);  // also: every thread has read the slot before it is acked
-      // The sender needs this ack only for unit u + slots (kGxDone covers the last ones);
-      // across nodes it may ride with the next batch to the peer (lazy).
-      if (u + p.rxSlots < p.rxUnits &&
-          !dn::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)u + 1),
-                      kSignalSet | kSignalLazy))
-        return;
+      if (!gxAckChunk(d, src, me, seq, u, p.rxSlots, p.rxUnits)) return;
     }
   }
-  // The last receive CTA: every unit of every source consumed; the sources may end.
-  __shared__ int last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.recvDone, 1u) == (uint32_t)nRecv - 1 ? 1 : 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  for (int t = 1; t < n; ++t)
-    if (!dn::signal(d, gxRecvPeer(me, t, n), kGxSigAck + me, gxValue(seq, kGxDone))) return;
+  // The last receive CTA: every chunk of every source consumed; the sources may end.
+  gxReceiveEnd(d, p.recvDone, nRecv, me, n, seq);
 }
 
 __device__ __forceinline__ void rxSend(const RingParams& p, int32_t i, int32_t nSend,
                                        uint64_t seq) {
-  namespace dn = dev::net;
   const NetDev& d = p.net;
   const int n = p.f.nRanks, me = p.f.rank;
   for (int t = 1 + i; t < n; t += nSend) {
     const int dst = gxSendPeer(me, t, n);
     uint64_t acked = 0;  // the highest ack value this CTA has waited for
     for (int32_t u = 0; u < p.rxUnits; ++u) {
-      const uint64_t need = gxAckNeed(seq, u, p.rxSlots);
-      if (need > acked) {
-        if (!dn::wait_signal_from(d, kGxSigAck + dst, need, dst)) return;
-        acked = need;
-      }
-      if (!dn::put_signal(d, rxMine(p, u), dst,
-                          gxSlotOff(p.rxArea, p.rxChunkBytes, p.rxSlots, me, u),
-                          (uint64_t)rxUnitBytes(p.rxChunkBytes, p.sliceBytes, u), kGxSigData + me,
-                          gxValue(seq, (uint32_t)u + 1)))
+      if (!gxPutChunk(d, rxMine(p, u), dst, me, seq, u, p.rxSlots, p.rxArea, p.rxChunkBytes,
+                      (uint64_t)rxUnitBytes(p.rxChunkBytes, p.sliceBytes, u), &acked))
         return;
     }
   }
-  for (int t = 1 + i; t < n; t += nSend) {
-    const int dst = gxSendPeer(me, t, n);
-    if (!dn::wait_signal_from(d, kGxSigAck + dst, gxValue(seq, kGxDone), dst)) return;
-  }
+  gxSendEnd(d, me, n, i, nSend, seq);
 }
 
 __device__ __forceinline__ void rxCommRole(const RingParams& p, int32_t idx, int32_t nComm,
