@@ -19,6 +19,7 @@
 #                bench/bench_fused_procs_bench (cmake --build <dir> --target mkernel bench_fused_procs_bench)
 #   <out-dir>    gets fused_vs_nccl.json, fused_vs_nccl.md, runs/*.json and logs/*.log
 #   --quick      9 shapes (M 2048 and 8192), 3 reps (~1-2 minutes); default: 30 shapes, 5 reps
+#   --shapes L   only the shapes of L ("ar:MxNxK,ag:MxNxK,rs:MxNxK,..."), 3 reps
 #   --dry-run    print the environment and commands, run nothing (works without a GPU)
 # environment: MK_REAL_NCCL=/path/libnccl.so.2 (default: <build>/nccl-tests/env.sh, then
 #   python3 -c 'import nvidia.nccl'), MK_FVN_BUDGET=420 (seconds for both runs: no new shape
@@ -35,24 +36,33 @@ BENCH_TOOL=fused_vs_nccl
 # shellcheck source=bench/bench_common.sh
 source "$REPO/bench/bench_common.sh"
 
-[[ $# -ge 2 ]] || die "usage: $0 <build-dir> <out-dir> [--quick] [--dry-run]"
+[[ $# -ge 2 ]] || die "usage: $0 <build-dir> <out-dir> [--quick|--shapes L] [--dry-run]"
 BUILD_IN=$1
 OUT_IN=$2
 shift 2
-DRY=0 QUICK=0
-for a in "$@"; do
-  case $a in
+OPTS="$*"
+DRY=0 QUICK=0 LIST=
+while [[ $# -gt 0 ]]; do
+  case $1 in
     --dry-run) DRY=1 ;;
     --quick) QUICK=1 ;;
-    *) die "unknown option $a" ;;
+    --shapes)
+      [[ $# -ge 2 ]] || die "--shapes needs a list"
+      LIST=$2
+      shift
+      ;;
+    *) die "unknown option $1" ;;
   esac
+  shift
 done
 bench_setup "$BUILD_IN" "$OUT_IN" bench_fused_procs_bench
 BUDGET=${MK_FVN_BUDGET:-420}
 find_real_nccl
 start_mps
 
-if [[ $QUICK == 1 ]]; then
+if [[ -n $LIST ]]; then
+  SHAPES=(--shapes "$LIST" --reps 3 --warmup 1)
+elif [[ $QUICK == 1 ]]; then
   SHAPES=(--set quick --reps 3 --warmup 1)
 else
   SHAPES=(--set full --reps 5 --warmup 1)
@@ -105,7 +115,7 @@ stop_mps
 
 COMMIT=$(bench_commit "$REPO")
 DEVICE=$(bench_device)
-CMDLINE="$0 $BUILD_IN $OUT_IN $*"
+CMDLINE="$0 $BUILD_IN $OUT_IN $OPTS"
 ENVREC="MKERNEL_FUSED_AUTO=${MKERNEL_FUSED_AUTO:-unset (0)} MKERNEL_FUSED_COMM_SMS=${MKERNEL_FUSED_COMM_SMS:-unset (-1)}"
 python3 "$REPO/bench/fused_vs_nccl_report.py" "$OUT" "$COMMIT" "${DEVICE:-unknown}" "$CMDLINE" \
   "$NCCL" "$NCCL_VERSION" "$ENVREC" "${FAILED[@]+"${FAILED[@]}"}"

@@ -42,8 +42,10 @@ typedef enum {
 } ncclFusedLayout_t;
 
 typedef enum {
-  ncclFusedAuto = 0,      /* sequential until the fused kernels are measured faster; with
-                             MKERNEL_FUSED_AUTO=1 the cost model picks */
+  ncclFusedAuto = 0,      /* GEMM calls on a comm spanning nodes: fused for ReduceScatter /
+                             AllReduce, and AllGather from N = 256 (measured faster there);
+                             inside a node sequential until the fused kernels are measured
+                             faster; with MKERNEL_FUSED_AUTO=1 the cost model picks */
   ncclFusedFused = 1,     /* one persistent kernel: compute and communication CTAs */
   ncclFusedSequential = 2 /* mkernel's GEMM, then mkernel's collective */
 } ncclFusedAlgo_t;

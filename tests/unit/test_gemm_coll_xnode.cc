@@ -634,4 +634,13 @@ TEST(GemmCollXnodeRs, ProtocolModelAllReduce) {
   }
 }
 
+// ncclFusedAuto across nodes: a function of the operation and N only (no per-process state),
+// so every rank of a comm takes the same path.
+TEST(GemmCollXnodeAuto, RuleOfTheCallsArguments) {
+  for (int64_t N : {1, 8, 128, 136, 255, 256, 512, 8192}) {
+    EXPECT_TRUE(gxAutoFuses(false, N)) << "ReduceScatter / AllReduce N=" << N;
+    EXPECT_EQ(gxAutoFuses(true, N), N >= kGxAutoMinN) << "AllGather N=" << N;
+  }
+}
+
 }  // namespace

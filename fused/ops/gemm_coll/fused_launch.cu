@@ -190,12 +190,16 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const bool procs = !xnode && !cliqueEligible(comm, kGcMaxLocal);
   if (procs && !procWindowsEligible(comm, kGcMaxLocal)) return ncclSuccess;
   // Processes and xnode: every rank must take the same path, and ncclFusedAuto's model reads
-  // rates each process measures for itself; so auto stays sequential there (ncclFusedFused or
-  // the call's own forced split fuse). MKERNEL_FUSED_COMM_SMS only sizes the split here: it
-  // is read per process and not compared at init, so one rank's setting must not make it
-  // fuse while its peers run the sequential path (they would wait for each other until the
+  // rates each process measures for itself; so auto does not consult it there: across nodes
+  // it follows gxAutoFuses (the call's arguments only), in processes it stays sequential
+  // (ncclFusedFused or the call's own forced split fuse). MKERNEL_FUSED_COMM_SMS only sizes the
+  // split here: it is read per process and not compared at init, so one rank's setting must not
+  // make it fuse while its peers run the sequential path (they would wait for each other until the
   // deadline, and the sequential path's data would land in window areas the fused rank uses).
-  if ((procs || xnode) && c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0) return ncclSuccess;
+  const bool autoRule = c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0;
+  const bool xnodeAuto =
+      xnode && autoRule && gxAutoFuses(c.op == GemmColl::kAllGather, (int64_t)c.N);
+  if ((procs || xnode) && autoRule && !xnodeAuto) return ncclSuccess;
   const bool clique = !procs && !xnode;
   // The clique block is created outside capture only (its zeroing synchronises).
   if (clique && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
@@ -208,6 +212,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // rank, whatever MKERNEL_MAX_CTAS or ncclConfig.maxCTAs say (as ncclRingAttention does).
   const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
   const int budget = std::min(f.smBudget, std::max(2, comm->smCount / onDevice));
+  // Too small a budget for the xnode roles and a compute CTA: ncclFusedFused refuses the call
+  // (below), auto keeps the sequential path (every rank alike when their budgets agree, as
+  // the xnode layout requires anyway).
+  if (xnodeAuto && budget < (rs.ok ? 3 : 2) + 1) return ncclSuccess;
   SplitQuery sq;
   sq.M = (int)c.M;
   sq.N = (int)c.N;
@@ -216,13 +224,15 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   DeviceRates rates;
   // Measured rates (a device-wide synchronisation on first use) only where the model's
   // fuse/sequential verdict is wanted: ncclFusedAuto with MKERNEL_FUSED_AUTO=1.
-  if (c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0 && MK_PARAM_INT(FusedCommSms) < 0)
+  if (autoRule && !xnodeAuto && MK_PARAM_INT(FusedCommSms) < 0)
     NCCLCHECK(getDeviceRates(comm->cudaDev, &rates));
   sq.nRanks = n;
   SplitChoice choice = resolveSplit(sq, rates, budget, c.cfg.commSms);
   // ncclFusedAuto: the model compares max(GEMM on the rest, comm on its SMs) with GEMM then
   // comm on all SMs; an override of the split (API or env) means "fuse".
-  if (c.cfg.algo == ncclFusedAuto && !(choice.fuse && autoMayFuse())) return ncclSuccess;
+  // Across nodes the verdict is xnodeAuto's, taken above; the split is then ncclFusedFused's.
+  if (c.cfg.algo == ncclFusedAuto && !xnodeAuto && !(choice.fuse && autoMayFuse()))
+    return ncclSuccess;
   SmSplit split = choice.split;
   split.count[(int)Role::kInterSend] = 0;
   split.count[(int)Role::kInterReduce] = 0;

@@ -134,6 +134,18 @@ inline GrsPlan grsPlan(uint64_t windowBytes, int n, int64_t M, int64_t N, int32_
   return p;
 }
 
+// ncclFusedAuto across nodes: a rule of the call's own arguments, so every rank reaches the same
+// verdict without the per-process rates the in-node model reads. The slow inter-node link
+// dominates these calls, so the fused kernel wins whenever the GEMM has work to hide the
+// transfers under: ReduceScatter / AllReduce always (fused 1.4-2.6x the sequential path at
+// 2048-8192 rows, bench/results/session18-*/fused_vs_nccl_*); AllGather once N, the GEMM's
+// flops per gathered byte, is large enough (N = 128 measured 3% slower fused, nothing to hide;
+// N >= 512 1.3-1.4x faster).
+constexpr int64_t kGxAutoMinN = 256;
+inline bool gxAutoFuses(bool allGather, int64_t N) {
+  return !allGather || N >= kGxAutoMinN;
+}
+
 // Comm CTAs of the ReduceScatter: [0, nSend) send (one per destination at most), [nSend,
 // nSend + nRecv) receive into the staging buffer (one per source at most), the rest (>= 1)
 // reduce. Needs nComm >= 3.
