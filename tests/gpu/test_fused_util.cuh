@@ -41,6 +41,7 @@
 #include "common/test_util.h"
 #include "gpu/test_coll_util.h"
 #include "gpu/test_gemm_util.cuh"
+#include "gpu/test_proc_util.h"
 #include "mkernel/fused.h"
 
 namespace fusedtest {
@@ -395,6 +396,61 @@ inline std::string callError(int r, ncclComm_t comm, ncclResult_t res) {
 inline std::string callAndWaitRank(int r, ncclComm_t comm, cudaStream_t s, ncclResult_t res) {
   const std::string e = callError(r, comm, res);
   return e.empty() ? waitRank(r, comm, s) : e;
+}
+
+// One rank of a child process of the multi-process fused tests: the spec ("plan n rank seed"),
+// the unique id from the environment variable idEnv, the comm on GPU 0 with a non-blocking
+// stream; comms / streams have n entries, set only at this rank's.
+struct ChildRank {
+  char plan[32] = {};
+  int n = 0, me = 0;
+  uint64_t seed = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+};
+
+// False (the reason printed after tag) when the spec, the id or the set-up fails.
+inline bool childRankInit(const char* spec, const char* idEnv, const char* tag, ChildRank* c) {
+  const std::string bad = std::string(tag) + " bad child spec";
+  if (!gputest::parseChildSpec(spec, bad.c_str(), c->plan, &c->n, &c->me, &c->seed)) return false;
+  ncclUniqueId id;
+  if (!gputest::hexToId(getenv(idEnv), &id)) {
+    fprintf(stderr, "%s bad %s\n", tag, idEnv);
+    return false;
+  }
+  if (cudaSetDevice(0) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
+      ncclCommInitRank(&c->comm, c->n, id, c->me) != ncclSuccess) {
+    fprintf(stderr, "%s rank %d: setup failed: %s\n", tag, c->me, ncclGetLastError(nullptr));
+    return false;
+  }
+  c->comms.assign(c->n, nullptr);
+  c->streams.assign(c->n, nullptr);
+  c->comms[c->me] = c->comm;
+  c->streams[c->me] = c->stream;
+  return true;
+}
+
+// The child's end and exit status. Unless err is set already, a last AllReduce first: nobody
+// tears down while a peer may still wait for this rank's last signals (its proxy sends them
+// before the AllReduce's data). Then destroy, or print err and abort.
+inline int childRankFinish(ChildRank& c, std::string err, const char* tag) {
+  if (err.empty()) {
+    colltest::DevBuf b(16);
+    if (ncclAllReduce(b.base, b.base, 1, ncclInt32, ncclSum, c.comm, c.stream) != ncclSuccess)
+      err = std::string("final barrier: ") + ncclGetLastError(c.comm);
+    if (err.empty()) err = waitRanks(c.comms, c.streams, 60);
+  }
+  if (!err.empty()) {
+    fprintf(stderr, "%s rank %d: %s\n", tag, c.me, err.c_str());
+    ncclCommAbort(c.comm);
+    return 1;
+  }
+  ncclCommDestroy(c.comm);
+  fprintf(stderr, "%s rank %d: all cases passed\n", tag, c.me);
+  return 0;
 }
 
 // Runs p on the ranks that this one thread drives (comms[r] != nullptr; each rank's call

@@ -21,6 +21,7 @@
 
 #include "common/test_util.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"  // gemmCollFusedLaunches
+#include "fused/ops/gemm_coll/xnode.h"      // kGxAutoMinN
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_fused_util.cuh"
 #include "gpu/test_proc_util.h"
@@ -196,9 +197,10 @@ INSTANTIATE_TEST_SUITE_P(FusedXnode, FusedXnode,
                            return std::string(i.param.name);
                          });
 
-// ncclFusedAuto stays sequential across nodes (also with MKERNEL_FUSED_AUTO=1, the model's
-// rates being per process); ncclFusedFused with a forced split (config commSms) fuses;
-// MKERNEL_FUSED_XNODE=0 keeps ncclFusedFused sequential. Results checked in every case.
+// ncclFusedAuto across nodes follows gxAutoFuses (xnode.h), also with MKERNEL_FUSED_AUTO=1 (the
+// model's rates being per process): ReduceScatter / AllReduce fuse where the layout takes the
+// shape, AllGather from N = kGxAutoMinN; ncclFusedFused with a forced split (config commSms)
+// fuses; MKERNEL_FUSED_XNODE=0 keeps every algo sequential. Results checked in every case.
 std::string runExpect(Vnodes& v, Problem& p, uint64_t seed, bool fused) {
   const uint64_t before = xnodeLaunches();
   std::string e = fusedtest::runDriven(p, v.comms, v.streams, seed);
@@ -210,16 +212,21 @@ std::string runExpect(Vnodes& v, Problem& p, uint64_t seed, bool fused) {
   return e;
 }
 
-TEST(FusedXnodeChoice, AutoSequentialForcedSplitFusedSwitchOff) {
+TEST(FusedXnodeChoice, AutoRuleForcedSplitFusedSwitchOff) {
   MKTEST_REQUIRE_GPU();
   const uint64_t seed = mktest::testSeed() ^ 0xc40;
+  static_assert(mk::fused::kGxAutoMinN == 256, "the AllGather cases sit on both sides of the rule");
   Case c{fusedtest::kAllGather, 2,    2 * 96,       256, 256, 0, ncclBfloat16,
          ncclBfloat16,          true, ncclFusedAuto};
+  Case narrow = c;
+  narrow.N = 136;  // below kGxAutoMinN, not a tile multiple
   {
     Vnodes v(2, 2);
     ASSERT_TRUE(v.ok()) << v.why;
     Problem p(c);
-    ASSERT_EQ(runExpect(v, p, seed, false), "") << "auto " << name(c);
+    ASSERT_EQ(runExpect(v, p, seed, true), "") << "auto " << name(c);
+    Problem w(narrow);
+    ASSERT_EQ(runExpect(v, w, seed + 10, false), "") << "auto " << name(narrow);
     p.cfg.algo = ncclFusedFused;
     p.cfg.commSms = 4;  // forced split: 1 send + 3 receive CTAs (2 copy the own shard)
     ASSERT_EQ(runExpect(v, p, seed + 1, true), "") << "forced split " << name(c);
@@ -229,7 +236,10 @@ TEST(FusedXnodeChoice, AutoSequentialForcedSplitFusedSwitchOff) {
     Vnodes v(2, 2);
     ASSERT_TRUE(v.ok()) << v.why;
     Problem p(c);
-    ASSERT_EQ(runExpect(v, p, seed + 2, false), "") << "auto, MKERNEL_FUSED_AUTO=1 " << name(c);
+    ASSERT_EQ(runExpect(v, p, seed + 2, true), "") << "auto, MKERNEL_FUSED_AUTO=1 " << name(c);
+    Problem w(narrow);
+    ASSERT_EQ(runExpect(v, w, seed + 11, false), "")
+        << "auto, MKERNEL_FUSED_AUTO=1 " << name(narrow);
   }
   Case r{fusedtest::kReduceScatter,
          2,
@@ -243,14 +253,19 @@ TEST(FusedXnodeChoice, AutoSequentialForcedSplitFusedSwitchOff) {
          ncclFusedAuto};
   Case a = r;
   a.op = fusedtest::kAllReduce;
-  a.algo = ncclFusedFused;
   Case odd = a;
   odd.M = 2 * 96 + 1;  // AllReduce rows not a multiple of n: no owner split, sequential
   {
     Vnodes v(2, 2);
     ASSERT_TRUE(v.ok()) << v.why;
     Problem p(r);
-    ASSERT_EQ(runExpect(v, p, seed + 4, false), "") << "auto " << name(r);
+    ASSERT_EQ(runExpect(v, p, seed + 4, true), "") << "auto " << name(r);
+    Problem pa(a);
+    ASSERT_EQ(runExpect(v, pa, seed + 12, true), "") << "auto " << name(a);
+    Problem po(odd);
+    ASSERT_EQ(runExpect(v, po, seed + 13, false), "") << "auto " << name(odd);
+    a.algo = ncclFusedFused;
+    odd.algo = ncclFusedFused;
     p.cfg.algo = ncclFusedFused;
     p.cfg.commSms = 3;  // forced split: 1 send, 1 receive, 1 reduce CTA
     ASSERT_EQ(runExpect(v, p, seed + 5, true), "") << "forced split " << name(r);
@@ -262,6 +277,8 @@ TEST(FusedXnodeChoice, AutoSequentialForcedSplitFusedSwitchOff) {
   mktest::ScopedEnv off("MKERNEL_FUSED_XNODE", "0");
   Vnodes v(2, 2);
   ASSERT_TRUE(v.ok()) << v.why;
+  Problem pr(r);
+  ASSERT_EQ(runExpect(v, pr, seed + 14, false), "") << "MKERNEL_FUSED_XNODE=0 auto " << name(r);
   c.algo = ncclFusedFused;
   Problem p(c);
   ASSERT_EQ(runExpect(v, p, seed + 3, false), "") << "MKERNEL_FUSED_XNODE=0 " << name(c);
@@ -345,25 +362,12 @@ TEST(FusedXnodeAbort, AbortArPeerNeverComesNamedAndAbortIsQuick) {
 // Child: "xnode 2 rank seed" in MKTEST_XN_CHILD, the unique id in MKTEST_XN_ID. Every case of
 // xnodeCases, 25 back-to-back calls, 20 graph replays; failures counted.
 int xnodeChild(const char* spec) {
-  char plan[32] = {};
-  int n = 0, me = 0;
-  uint64_t seed = 0;
-  if (!gputest::parseChildSpec(spec, "[FusedXnode] bad MKTEST_XN_CHILD", plan, &n, &me, &seed))
-    return 1;
-  ncclUniqueId id;
-  if (!gputest::hexToId(getenv("MKTEST_XN_ID"), &id)) return 1;
-  cudaStream_t s = nullptr;
-  ncclComm_t comm = nullptr;
-  if (cudaSetDevice(0) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-      ncclCommInitRank(&comm, n, id, me) != ncclSuccess) {
-    fprintf(stderr, "[FusedXnode] rank %d: setup failed: %s\n", me, ncclGetLastError(nullptr));
-    return 1;
-  }
-  std::vector<ncclComm_t> comms(n, nullptr);
-  std::vector<cudaStream_t> streams(n, nullptr);
-  comms[me] = comm;
-  streams[me] = s;
+  fusedtest::ChildRank x;
+  if (!fusedtest::childRankInit(spec, "MKTEST_XN_ID", "[FusedXnode]", &x)) return 1;
+  const int n = x.n, me = x.me;
+  const uint64_t seed = x.seed;
+  std::vector<ncclComm_t>& comms = x.comms;
+  std::vector<cudaStream_t>& streams = x.streams;
   std::string err;
   int idx = 0;
   for (const Case& c : xnodeCases(n)) {
@@ -385,22 +389,7 @@ int xnodeChild(const char* spec) {
     }
     if (!err.empty()) err = "back to back / graph " + name(c) + ": " + err;
   }
-  if (err.empty()) {
-    // Nobody tears down while the peer may still wait for this rank's last signals (its
-    // proxy sends them before the AllReduce's data).
-    colltest::DevBuf b(16);
-    if (ncclAllReduce(b.base, b.base, 1, ncclInt32, ncclSum, comm, s) != ncclSuccess)
-      err = std::string("final barrier: ") + ncclGetLastError(comm);
-    if (err.empty()) err = fusedtest::waitRanks(comms, streams, 60);
-  }
-  if (!err.empty()) {
-    fprintf(stderr, "[FusedXnode] rank %d: %s\n", me, err.c_str());
-    ncclCommAbort(comm);
-    return 1;
-  }
-  ncclCommDestroy(comm);
-  fprintf(stderr, "[FusedXnode] rank %d: all cases passed\n", me);
-  return 0;
+  return fusedtest::childRankFinish(x, err, "[FusedXnode]");
 }
 
 TEST(FusedXnodeChild, Run) {

@@ -414,25 +414,12 @@ TEST(RingAttnXnodeAbort, PeerNeverComesNamedAndAbortIsQuick) {
 // Child: "xnode 2 rank seed" in MKTEST_RX_CHILD, the unique id in MKTEST_RX_ID. Every case of
 // xnodeCases, 6 calls back to back, 3 graph replays; the failure printed.
 int xnodeChild(const char* spec) {
-  char plan[32] = {};
-  int n = 0, me = 0;
-  uint64_t seed = 0;
-  if (!gputest::parseChildSpec(spec, "[RingAttnXnode] bad MKTEST_RX_CHILD", plan, &n, &me, &seed))
-    return 1;
-  ncclUniqueId id;
-  if (!gputest::hexToId(getenv("MKTEST_RX_ID"), &id)) return 1;
-  cudaStream_t s = nullptr;
-  ncclComm_t comm = nullptr;
-  if (cudaSetDevice(0) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-      ncclCommInitRank(&comm, n, id, me) != ncclSuccess) {
-    fprintf(stderr, "[RingAttnXnode] rank %d: setup failed: %s\n", me, ncclGetLastError(nullptr));
-    return 1;
-  }
-  std::vector<ncclComm_t> comms(n, nullptr);
-  std::vector<cudaStream_t> streams(n, nullptr);
-  comms[me] = comm;
-  streams[me] = s;
+  fusedtest::ChildRank x;
+  if (!fusedtest::childRankInit(spec, "MKTEST_RX_ID", "[RingAttnXnode]", &x)) return 1;
+  const int n = x.n, me = x.me;
+  const uint64_t seed = x.seed;
+  std::vector<ncclComm_t>& comms = x.comms;
+  std::vector<cudaStream_t>& streams = x.streams;
   std::string err;
   int idx = 0;
   for (const Shape& c : xnodeCases(n)) {
@@ -453,21 +440,7 @@ int xnodeChild(const char* spec) {
     }
     if (!err.empty()) err = "back to back / graph " + attntest::name(c) + ": " + err;
   }
-  if (err.empty()) {
-    // Nobody tears down while the peer may still wait for this rank's last signals.
-    colltest::DevBuf b(16);
-    if (ncclAllReduce(b.base, b.base, 1, ncclInt32, ncclSum, comm, s) != ncclSuccess)
-      err = std::string("final barrier: ") + ncclGetLastError(comm);
-    if (err.empty()) err = fusedtest::waitRank(me, comm, s, 60);
-  }
-  if (!err.empty()) {
-    fprintf(stderr, "[RingAttnXnode] rank %d: %s\n", me, err.c_str());
-    ncclCommAbort(comm);
-    return 1;
-  }
-  ncclCommDestroy(comm);
-  fprintf(stderr, "[RingAttnXnode] rank %d: all cases passed\n", me);
-  return 0;
+  return fusedtest::childRankFinish(x, err, "[RingAttnXnode]");
 }
 
 TEST(RingAttnXnodeChild, Run) {
