@@ -366,13 +366,11 @@ int xnodeChild(const char* spec) {
   if (!fusedtest::childRankInit(spec, "MKTEST_XN_ID", "[FusedXnode]", &x)) return 1;
   const int n = x.n, me = x.me;
   const uint64_t seed = x.seed;
-  std::vector<ncclComm_t>& comms = x.comms;
-  std::vector<cudaStream_t>& streams = x.streams;
   std::string err;
   int idx = 0;
   for (const Case& c : xnodeCases(n)) {
     Problem p(c, me);
-    err = runFused(p, comms, streams, seed + idx++);
+    err = runFused(p, x.comms, x.streams, seed + idx++);
     if (!err.empty()) {
       err = name(c) + ": " + err;
       break;
@@ -382,10 +380,10 @@ int xnodeChild(const char* spec) {
     if (!err.empty()) break;
     Case c{op, n, 384 * n, 264, 1024, 1, ncclFloat16, ncclFloat16, true, ncclFusedFused};
     Problem p(c, me);
-    err = runFused(p, comms, streams, seed + 100 + 2 * op, false, 25);
+    err = runFused(p, x.comms, x.streams, seed + 100 + 2 * op, false, 25);
     if (err.empty()) {
       Problem g(c, me);
-      err = runFused(g, comms, streams, seed + 101 + 2 * op, true, 20);
+      err = runFused(g, x.comms, x.streams, seed + 101 + 2 * op, true, 20);
     }
     if (!err.empty()) err = "back to back / graph " + name(c) + ": " + err;
   }

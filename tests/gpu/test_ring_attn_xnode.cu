@@ -418,13 +418,11 @@ int xnodeChild(const char* spec) {
   if (!fusedtest::childRankInit(spec, "MKTEST_RX_ID", "[RingAttnXnode]", &x)) return 1;
   const int n = x.n, me = x.me;
   const uint64_t seed = x.seed;
-  std::vector<ncclComm_t>& comms = x.comms;
-  std::vector<cudaStream_t>& streams = x.streams;
   std::string err;
   int idx = 0;
   for (const Shape& c : xnodeCases(n)) {
     Problem p(c, me);
-    err = runXnode(p, comms, streams, seed + 31 * idx++);
+    err = runXnode(p, x.comms, x.streams, seed + 31 * idx++);
     if (!err.empty()) {
       err = attntest::name(c) + ": " + err;
       break;
@@ -433,10 +431,10 @@ int xnodeChild(const char* spec) {
   if (err.empty()) {
     Shape c = xnodeCases(n)[5];
     Problem p(c, me);
-    err = runXnode(p, comms, streams, seed + 500, false, 6);
+    err = runXnode(p, x.comms, x.streams, seed + 500, false, 6);
     if (err.empty()) {
       Problem g(c, me);
-      err = runXnode(g, comms, streams, seed + 501, true, 3);
+      err = runXnode(g, x.comms, x.streams, seed + 501, true, 3);
     }
     if (!err.empty()) err = "back to back / graph " + attntest::name(c) + ": " + err;
   }
