@@ -114,7 +114,7 @@ bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled && a.pipeline != 3 &&
          h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
-         h.rowBlockOffset == 0 && (a.smBudget == 0 || a.smBudget >= 2);
+         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2);
 }
 
 // GemmArgs::cluster resolved (1 or 2); 0 takes MKERNEL_GEMM_CLUSTER where pairs are allowed.
@@ -247,10 +247,14 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                   "finish in different warpgroups); of the hooks only rowReady, tileOrder, "
                   "rowBlockOffset and seqBase");
     if (a.cluster == 2) return fail(why, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
+    if (a.tileClaim != nullptr)
+      return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
   }
   if (a.cluster < 0 || a.cluster > 2)
     return fail(why, "cluster=%lld must be 0 (MKERNEL_GEMM_CLUSTER), 1 or 2 (CTA pairs)",
                 a.cluster);
+  if (a.cluster == 2 && a.tileClaim != nullptr)
+    return fail(why, "cluster=2 (CTA pairs) walks the static schedule: no tileClaim");
   if (a.cluster == 2 && !pairsAllowed(a))
     return fail(why,
                 "cluster=2 (CTA pairs) needs a 16-bit D, no groups, no SwiGLU, no tile-by-tile D, "
@@ -367,6 +371,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   const int64_t tiles = (int64_t)(p.tilesM + p.grpNum) * p.tilesN;
   int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *gridOut = (int32_t)(tiles < budget ? tiles : budget);
+  // Dynamic schedule: every CTA of the budget (CTAs past the tile count find none and leave).
+  p.tileClaim = a.tileClaim;
+  if (a.tileClaim != nullptr) *gridOut = budget;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

@@ -126,6 +126,12 @@ struct GemmArgs {
   // 2I-wide product never reaches memory. Grouped GEMMs with B in the kNK layout, N % 16 == 0,
   // 16-bit D, beta == 0, no tile hooks.
   bool swiglu = false;
+  // Dynamic tile schedule: a device int32, zeroed before the launch in stream order (the
+  // kernel leaves it past the tile count). Each CTA claims its next tile with atomicAdd
+  // instead of walking tiles cta, cta + grid, ...: CTAs that start (or join) late take what is
+  // left. The grid is then the SM budget, not capped at the tile count. nullptr = the static
+  // schedule. Not with CTA pairs (cluster 2) or the ping-pong consumers (pipeline 3).
+  int32_t* tileClaim = nullptr;
   GemmHooks hooks;
   GemmGroups groups;
 };

@@ -9,6 +9,13 @@
 // cta, cta + nCtas, ... of the schedule; producer and consumers walk the same list, so the
 // producer's loads of the next tile overlap the consumers' epilogue of this one.
 //
+// Dynamic schedule (GemmParams::tileClaim set, kCluster == 1 only): the producer claims each
+// tile with atomicAdd on a device counter instead of walking cta, cta + nCtas, ..., and hands
+// the tile id to the consumers through the per-stage word (the stage's first k-step); once
+// the claims run past the tile count it publishes an "end" word on the next stage, without
+// data. CTAs that join a running GEMM late (a fused kernel's other roles, done with their own
+// work) then take whatever tiles are left instead of owning a fixed share that ends last.
+//
 // CTA pairs (Traits::kCluster == 2, a cluster of 2 along M): the pair walks pair positions
 // (row blocks 2*pm and 2*pm + 1 of one column block, one per CTA) with the same k-steps. Each
 // producer loads its own A and half of the common B tile, multicast into both CTAs' stage, so
@@ -55,6 +62,10 @@ struct Traits {
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
+
+// The per-stage word under the dynamic schedule: a tile id (< numTiles), or one of these.
+constexpr uint32_t kStageEnd = 0xffffffffu;    // no tile left: the consumers leave their loop
+constexpr uint32_t kStageAbort = 0xfffffffeu;  // the producer gave up (timeout/abort)
 
 // ---- output conversion --------------------------------------------------------------------
 
@@ -199,14 +210,17 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
   }
 }
 
-template <class Tr>
+// kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta`, `nCtas` unused).
+template <class Tr, bool kDyn>
 __device__ __forceinline__ void gemmProducer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, volatile uint32_t* stageAbort) {
+  static_assert(!kDyn || Tr::kCluster == 1, "CTA pairs walk the static schedule only");
   const int32_t numTiles = numTilesOf<Tr>(p, sm);
   int32_t stage = 0;
   uint32_t phase = 0;
-  for (int32_t t = cta / Tr::kCluster; t < numTiles; t += nCtas / Tr::kCluster) {
+  for (int32_t t = kDyn ? atomicAdd(p.tileClaim, 1) : cta / Tr::kCluster; t < numTiles;
+       t = kDyn ? atomicAdd(p.tileClaim, 1) : t + nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
@@ -216,8 +230,12 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
       ptx::mbarWait(&sm.empty[stage], phase ^ 1);
       // Written per stage before the `full` arrive that publishes it, so both consumer WGs
       // read the same verdict for a tile (a single CTA-wide word could change between their
-      // reads while the producer runs ahead into the next tile).
-      stageAbort[stage] = ok ? 0u : 1u;
+      // reads while the producer runs ahead into the next tile). Dynamic: the tile id.
+      if constexpr (kDyn) {
+        stageAbort[stage] = ok ? (uint32_t)t : kStageAbort;
+      } else {
+        stageAbort[stage] = ok ? 0u : 1u;
+      }
       if (ok) {
         ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
         ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
@@ -231,7 +249,14 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
         phase ^= 1;
       }
     }
-    if (!ok) break;
+    if (!ok) return;  // the consumers stop at the aborted tile: no end word
+  }
+  if constexpr (kDyn) {
+    // No tile left: the end word on the next stage, once the consumers released it, completing
+    // its phase without data (the consumers read the word before touching the stage).
+    ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+    stageAbort[stage] = kStageEnd;
+    ptx::mbarArrive(&sm.full[stage]);
   }
 }
 
@@ -388,7 +413,8 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
   }
 }
 
-template <class Tr>
+// kDyn: the dynamic schedule (the tile comes with the stage; `cta`, `nCtas` unused).
+template <class Tr, bool kDyn>
 __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg,
@@ -400,14 +426,23 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   int32_t pending = -1;  // tile whose stores are issued but not yet published
   int32_t stage = 0;
   uint32_t phase = 0;
-  for (int32_t t = cta / Tr::kCluster; t < numTiles; t += nCtas / Tr::kCluster) {
+  for (int32_t t = kDyn ? 0 : cta / Tr::kCluster; kDyn || t < numTiles; t += nCtas / Tr::kCluster) {
+    bool aborted = false;
+    if constexpr (kDyn) {
+      // The tile comes with its first stage, read by lane 0 (whose arrive hands the stage
+      // back: see the static path's read below) and broadcast, so both WGs see the same.
+      ptx::mbarWait(&sm.full[stage], phase);
+      const uint32_t v = __shfl_sync(0xffffffffu, lane == 0 ? stageAbort[stage] : 0u, 0);
+      if (v == kStageEnd) break;  // never released: the producer loads nothing after it
+      aborted = v == kStageAbort;
+      t = aborted ? 0 : (int32_t)v;  // an aborted tile's coordinates are never used
+    }
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     int32_t prev = 0;
-    bool aborted = false;
     for (int32_t k = 0; k < p.kTiles; ++k) {
-      ptx::mbarWait(&sm.full[stage], phase);
-      if (k == 0) {
+      if (!kDyn || k > 0) ptx::mbarWait(&sm.full[stage], phase);
+      if (!kDyn && k == 0) {
         // Read by the lane whose arrive hands this stage back to this CTA's producer (lane r
         // arrives on CTA r's barrier) and broadcast: only that lane's read is ordered before
         // the arrive after which the producer rewrites the word for the stage's next load
@@ -491,12 +526,31 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
     __syncthreads();
   }
   const int32_t wg = threadIdx.x / 128;
+  // The dynamic schedule exists for single CTAs only (the host refuses pairs with tileClaim).
   if (wg == 0) {
     ptx::setmaxnregDec<kProducerRegs>();
-    if (threadIdx.x == 0) gemmProducer<Tr>(p, sm, cta, nCtas, stageAbort);
+    if (threadIdx.x == 0) {
+      if constexpr (Tr::kCluster == 1) {
+        if (p.tileClaim != nullptr) {
+          gemmProducer<Tr, true>(p, sm, cta, nCtas, stageAbort);
+        } else {
+          gemmProducer<Tr, false>(p, sm, cta, nCtas, stageAbort);
+        }
+      } else {
+        gemmProducer<Tr, false>(p, sm, cta, nCtas, stageAbort);
+      }
+    }
   } else {
     ptx::setmaxnregInc<kConsumerRegs>();
-    gemmConsumer<Tr>(p, sm, cta, nCtas, wg - 1, stageAbort);
+    if constexpr (Tr::kCluster == 1) {
+      if (p.tileClaim != nullptr) {
+        gemmConsumer<Tr, true>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      } else {
+        gemmConsumer<Tr, false>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      }
+    } else {
+      gemmConsumer<Tr, false>(p, sm, cta, nCtas, wg - 1, stageAbort);
+    }
   }
   // The partner's consumers arrive on this CTA's `empty` barriers up to their last stage: its
   // shared memory must outlive them.

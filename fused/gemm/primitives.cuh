@@ -33,7 +33,8 @@ struct GemmParams {
   const void* C;
   int64_t ldc;
   float alpha, beta;
-  int32_t cluster;  // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
+  int32_t cluster;     // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
+  int32_t* tileClaim;  // GemmArgs::tileClaim: nullptr = the static schedule
   GemmHooks hooks;
 };
 

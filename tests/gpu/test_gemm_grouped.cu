@@ -38,6 +38,7 @@ struct GroupedCase {
   float alpha = 1.0f;
   int padD = 0;      // ldd = D's width + padD (odd: the direct-store epilogue); pads stay poisoned
   int pipeline = 0;  // GemmArgs::pipeline (2: the wide epilogue staging)
+  bool dynamic = false;  // GemmArgs::tileClaim: the dynamic tile schedule
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -84,6 +85,8 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
   double* ref = nullptr;
   CmpResult* cmp = nullptr;
   unsigned long long* touched = nullptr;
+  int32_t* claim = nullptr;
+  int64_t claimWant = 0;  // dynamic: every tile claimed once, plus one failed claim per CTA
   std::string err;
   auto ck = [&](cudaError_t e, const char* what) {
     if (e != cudaSuccess && err.empty()) err = std::string(what) + ": " + cudaGetErrorString(e);
@@ -98,7 +101,9 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
       ck(cudaMalloc(&dMark, mark.size()), "mark") &&
       ck(cudaMalloc(&ref, (size_t)(300 + 1200) * (N + W) * sizeof(double)), "ref") &&
       ck(cudaMalloc(&cmp, sizeof(CmpResult)), "cmp") &&
-      ck(cudaMalloc(&touched, sizeof(unsigned long long)), "touched")) {
+      ck(cudaMalloc(&touched, sizeof(unsigned long long)), "touched") &&
+      ck(cudaMalloc(&claim, sizeof(int32_t)), "claim") &&
+      ck(cudaMemset(claim, 0, sizeof(int32_t)), "claim zero")) {
     fillRandom(A, M, K, lda, DType::kBF16, seed * 4 + 1);
     fillRandom(B, (int64_t)G * bRows, c.bl == BLayout::kKN ? N : K, ldb, DType::kBF16,
                seed * 4 + 2);
@@ -127,6 +132,14 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.alpha = c.alpha;
     g.ldd = ldd;
     g.pipeline = c.pipeline;
+    if (c.dynamic) {
+      g.tileClaim = claim;
+      int sms = 0;
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+      int64_t tiles = 0;
+      for (int gi = 0; gi < G; ++gi) tiles += (count[gi] + tm - 1) / tm * mk::gemm::tilesN(g);
+      claimWant = tiles + (c.budget > 0 && c.budget < sms ? c.budget : sms);
+    }
     const ncclResult_t r = mk::gemm::launch(g, 0);
     if (r != ncclSuccess) err = "launch failed: " + std::to_string((int)r);
     if (err.empty()) ck(cudaDeviceSynchronize(), "grouped GEMM");
@@ -165,6 +178,13 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
       err = "group " + std::to_string(gi) + ": " + std::to_string(res.padTouched) +
             " elements written past D's width";
   }
+  if (err.empty() && c.dynamic) {
+    int32_t got = 0;
+    if (ck(cudaMemcpy(&got, claim, sizeof(got), cudaMemcpyDeviceToHost), "claim") &&
+        got != claimWant)
+      err = "tile claim counter " + std::to_string(got) + ", want " + std::to_string(claimWant) +
+            " (tiles + CTAs)";
+  }
   if (err.empty()) {
     cudaMemset(touched, 0, sizeof(unsigned long long));
     guardKernel<<<256, 256>>>(static_cast<const uint8_t*>(D), ldd * (int64_t)esD, dMark, M,
@@ -183,6 +203,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
   cudaFree(ref);
   cudaFree(cmp);
   cudaFree(touched);
+  cudaFree(claim);
   return err;
 }
 
@@ -222,5 +243,35 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
                  mk::gemm::dtypeName(c.dt) + (c.swiglu ? " swiglu" : "") +
                  (c.pipeline == 2 ? " wide" : ""));
     EXPECT_EQ(runGrouped(c, seed + 7919 * (++i)), "");
+  }
+}
+
+// The dynamic tile schedule (GemmArgs::tileClaim: CTAs claim tiles from a device counter, the
+// MoE fused kernel's late-joining CTAs): 1 CTA, a few, and every SM (more CTAs than tiles:
+// those find none and leave), both layouts, beta, fp32 out, SwiGLU, the wide staging, and the
+// direct-store epilogue. The counter must end at tiles + CTAs (each tile claimed once, one
+// failed claim per CTA): a run on the static schedule cannot pass.
+TEST(GemmGrouped, DynamicTileClaim) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  GroupedCase cases[] = {
+      {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 1, false},
+      {5, 72, 64, BLayout::kNK, DType::kBF16, 0.0f, 0, false},
+      {17, 264, 264, BLayout::kNK, DType::kF32, 0.0f, 3, true},
+      {17, 136, 200, BLayout::kKN, DType::kF16, 0.5f, 0, true},
+      {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false},
+      {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 5, true, true},
+      {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1},
+      {5, 520, 1024, BLayout::kNK, DType::kBF16, 0.0f, 2, true, false, 1.0f, 0, 2},
+      {17, 136, 200, BLayout::kNK, DType::kF16, 0.5f, 0, true, false, 1.0f, 0, 1},
+  };
+  int i = 0;
+  for (GroupedCase& c : cases) {
+    c.dynamic = true;
+    SCOPED_TRACE("dynamic case " + std::to_string(i) + ": " + std::to_string(c.groups) +
+                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " budget " +
+                 std::to_string(c.budget) + (c.swiglu ? " swiglu" : "") + " pipeline " +
+                 std::to_string(c.pipeline));
+    EXPECT_EQ(runGrouped(c, seed + 104729 * (++i)), "");
   }
 }

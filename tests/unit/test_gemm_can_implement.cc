@@ -261,6 +261,43 @@ TEST(GemmCanImplement, ClusterPairRules) {
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
+// The dynamic tile schedule (GemmArgs::tileClaim) runs single CTAs with the warp-specialised
+// consumers: CTA pairs and the ping-pong consumers walk the static schedule and refuse it.
+TEST(GemmCanImplement, TileClaimRules) {
+  int32_t* claim = reinterpret_cast<int32_t*>(gBuf + 1024);
+  const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
+  std::string why;
+  GemmArgs a = good();
+  a.tileClaim = claim;
+  for (int c : {0, 1}) {
+    a.cluster = c;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << c << ": " << why;
+  }
+  for (int pl : {0, 1, 2}) {
+    a.pipeline = pl;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "pipeline " << pl << ": " << why;
+  }
+  a.pipeline = 0;
+  a.cluster = 2;
+  expectReject(a, "no tileClaim");
+  a.cluster = 2;
+  a.tileClaim = nullptr;  // the same pair call without the claim is fine
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a.cluster = 0;
+  a.tileClaim = claim;
+  a.pipeline = 3;
+  expectReject(a, "no tileClaim");
+  a.pipeline = 0;
+  // Grouped (the MoE experts' GEMM, with the rowReady hook of the fused dispatch).
+  a.groups.num = 4;
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf + 2048);
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a.cluster = 2;
+  expectReject(a, "no tileClaim");
+}
+
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {
   mk::fused::DeviceRates r;
   r.sms = 132;

@@ -250,9 +250,9 @@ __device__ inline void moeCopyRows(const MoeParams& p, int cta, int nCtas) {
 // The dispatch, run by CTA `cta` of `nCtas` dispatch CTAs (CTA 0 counts, publishes and ranks
 // the slots). dyn: 3 * E ints of shared memory (tot, dstRow, seen), 4 * E with p.order (base).
 // Thread 0 calls finishCall at the end (every CTA of the grid, whatever its role, must call it
-// once).
+// once), unless `finish` is false: a caller whose CTA goes on with other work calls it then.
 __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShared& sh, int cta,
-                                       int nCtas) {
+                                       int nCtas, bool finish = true) {
   int32_t* tot = dyn;
   int32_t* dstRow = dyn + p.s.experts;
   int32_t* seen = dyn + 2 * p.s.experts;
@@ -324,7 +324,7 @@ __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShar
         rt::recordError(p.f.c.w, rt::kErrOverflow, moeSite(p, -1, -1, rt::kWaitNone),
                         (uint64_t)sh.span[me], (uint64_t)p.recv.maxRows);
     }
-    finishCall(p.f, seq);
+    if (finish) finishCall(p.f, seq);
   }
 }
 

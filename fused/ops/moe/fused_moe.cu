@@ -30,7 +30,9 @@ std::atomic<uint64_t> gLaunches{0};
 // t_gemm(1 SM)) with the rates gemm_coll's split uses (a CTA moves ~15 GB/s of rows read +
 // written, an SM does ~6 TFLOP/s), for the average rank (T * k rows out and in): unmeasured
 // for MoE, a starting point for bench/moe_bench.py's --comm-sms sweep. At least one CTA of
-// each role; no more dispatch CTAs than warps' worth of slots.
+// each role; no more dispatch CTAs than warps' worth of slots. Since session 19 the dispatch
+// CTAs join the GEMM after their copies (dynamic tile claim), so a dispatch CTA costs the GEMM
+// only its copy time: the balance above is conservative; re-tune from the --comm-sms sweep.
 int moeFusedDispatchCtas(const MoeCall& c, int budget) {
   const int64_t slots = (int64_t)c.T * c.k;
   const int warps = gemm::kThreads / 32;
@@ -75,7 +77,8 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   const int64_t slots = (int64_t)c.T * c.k;
   const size_t slotBytes =
       ((size_t)std::max<int64_t>(slots, 1) * sizeof(int32_t) + 255) / 256 * 256;
-  const size_t tileBytes = (size_t)std::max<int64_t>(tiles, 1) * sizeof(uint64_t);
+  // The tile counters, then the GEMM's tile claim counter (one more 8-byte word), zeroed together.
+  const size_t tileBytes = ((size_t)std::max<int64_t>(tiles, 1) + 1) * sizeof(uint64_t);
   g.smBudget = budget - nDisp;
   g.pipeline = 1;  // the deep grouped ring (GroupPipe), which the kernel runs
   g.cluster = 1;
@@ -112,6 +115,8 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
       p.d.tileReady = reinterpret_cast<uint64_t*>(base + 2 * slotBytes);
       gemm::GemmArgs ga = g;
       ga.hooks.rowReady = p.d.tileReady;
+      // Dispatch CTAs join the GEMM once their copies are done: the dynamic schedule.
+      ga.tileClaim = reinterpret_cast<int32_t*>(p.d.tileReady + std::max<int64_t>(tiles, 1));
       int32_t gridUnused = 0;
       NCCLCHECKGOTO(gemm::buildParams(ga, &p.g, &gridUnused), r, done);
       MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu N=%zu fused: dispatch=%d gemm=%d",

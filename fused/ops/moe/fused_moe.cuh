@@ -13,6 +13,11 @@
 //    once counts and offsets are written), then run the engine's grouped GEMM over it; the
 //    producer waits for a tile's counter (GemmHooks::rowReady, expected kTileM) before its
 //    loads, so tiles are multiplied as their rows arrive, in the grouped raster's order.
+//  - Dispatch CTAs, once their copies are done, become GEMM CTAs too (the copy is a small part
+//    of the call: idle after it, they would keep their SMs from the GEMM for the whole call).
+//    The GEMM therefore runs the engine's dynamic schedule (GemmParams::tileClaim, a per-call
+//    counter zeroed before the kernel): every CTA claims its next tile when its producer is
+//    free, so the late joiners take the tiles that are left instead of a fixed share.
 // The GEMM arithmetic is the sequential path's (the same engine, tile for tile; only which CTA
 // computes a tile differs), so y is bit for bit the sequential path's.
 // Every rank's kernel must be resident beside its peers' (GEMM CTAs wait for rows that the
@@ -49,8 +54,11 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     // shared memory would add to every GEMM CTA's, which the grouped ring nearly fills.
     moedev::MoeShared& sh = *reinterpret_cast<moedev::MoeShared*>(smem);
     moedev::moeDispatchBody(p.d, reinterpret_cast<int32_t*>(smem + kMoeFusedShOff), sh,
-                            (int)blockIdx.x, p.nDisp);
-    return;
+                            (int)blockIdx.x, p.nDisp, /*finish=*/false);
+    // Then the GEMM below (finishCall once, at the end). Its barriers and ring reuse the
+    // shared memory the dispatch state lived in: every thread (thread 0 last, in the body's
+    // step 5) is done with it first.
+    __syncthreads();
   }
   __shared__ uint64_t seqSh;
   __shared__ int okSh;
@@ -65,8 +73,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
                       moedev::moeSite(p.d, -1, -1, rt::kWaitFlag), rt::kScopeGpu);
   }
   __syncthreads();
-  if (okSh)
-    gemm::gemmCta<Tr>(p.g, smem, (int32_t)blockIdx.x - p.nDisp, (int32_t)gridDim.x - p.nDisp);
+  // Every CTA runs the dynamic schedule (p.g.tileClaim): `cta` and `nCtas` are not used.
+  if (okSh) gemm::gemmCta<Tr>(p.g, smem, (int32_t)blockIdx.x, (int32_t)gridDim.x);
   __syncthreads();
   if (threadIdx.x == 0) finishCall(p.d.f, seqSh);
 }
