@@ -47,15 +47,16 @@ TEST(GemmDynamic, PlainGridSizesAndHooks) {
       // 15 x 9 tiles: 1 CTA (every tile through one ring), a few, every SM.
       {1800, 2100, 320, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 1, 0, false, false},
       {1800, 2100, 320, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 7, 1, false, true},
-      {1800, 2100, 320, BLayout::kKN, DType::kF16, DType::kF32, 0.5f, 0, 0, true, false},
+      // B[K,N] needs N % 8 == 0 (16-byte rows for TMA): the [K,N] cases use N 2104, 304, 1104.
+      {1800, 2104, 320, BLayout::kKN, DType::kF16, DType::kF32, 0.5f, 0, 0, true, false},
       {1800, 2100, 320, BLayout::kNK, DType::kBF16, DType::kF16, 0.0f, 3, 2, true, true},
       // 3 x 2 tiles on every SM (more CTAs than tiles) and on 1 and 4 CTAs.
       {300, 300, 136, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 0, 0, false, true},
-      {300, 300, 136, BLayout::kKN, DType::kF16, DType::kF16, -1.0f, 1, 1, false, false},
+      {300, 304, 136, BLayout::kKN, DType::kF16, DType::kF16, -1.0f, 1, 1, false, false},
       {300, 300, 136, BLayout::kNK, DType::kBF16, DType::kF32, 0.0f, 4, 0, true, true},
       // One tile, long K; a tail in every dimension.
       {100, 200, 4160, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 0, 1, false, true},
-      {513, 1100, 1024, BLayout::kKN, DType::kBF16, DType::kBF16, 0.0f, 5, 2, false, false},
+      {513, 1104, 1024, BLayout::kKN, DType::kBF16, DType::kBF16, 0.0f, 5, 2, false, false},
   };
   int32_t* claim = nullptr;
   uint64_t* done = nullptr;

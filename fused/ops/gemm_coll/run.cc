@@ -36,7 +36,12 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
   // The view carries the comm's failure domain and its per-rank SM budget, both paths use it.
   FusedComm f;
   NCCLCHECK(fusedCommView(c.comm, errOp(c.op), &f));
-  if (c.cfg.algo == ncclFusedFused || (c.cfg.algo == ncclFusedAuto && MK_PARAM_INT(FusedAuto))) {
+  // ncclFusedAuto looks for a fused kernel where the model may pick one (MKERNEL_FUSED_AUTO=1)
+  // and across nodes, where gemmCollFused applies its own rule (xnode.h gxAutoFuses).
+  const bool autoTries =
+      c.cfg.algo == ncclFusedAuto &&
+      (MK_PARAM_INT(FusedAuto) != 0 || (c.comm->topo.nNodes > 1 && MK_PARAM_INT(FusedXnode) != 0));
+  if (c.cfg.algo == ncclFusedFused || autoTries) {
     // The fused kernel runs as one operation of the comm (stream order with its other
     // operations, graph capture, finalize, the comm's abort flag and error record).
     bool ran = false;
