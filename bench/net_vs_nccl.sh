@@ -49,6 +49,7 @@ source "$REPO/bench/bench_common.sh"
 BUILD_IN=$1
 OUT_IN=$2
 shift 2
+OPTS="$*"  # the options as given (the loop below consumes them)
 DRY=0 QUICK=0 BOUND=1 ROUNDS=1
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -217,7 +218,7 @@ sysinfo >"$OUT/system_after.json" 2>/dev/null || echo '{}' >"$OUT/system_after.j
 # ---- report ----------------------------------------------------------------------------------
 COMMIT=$(bench_commit "$REPO")
 DEVICE=$(bench_device)
-CMDLINE="$0 $BUILD_IN $OUT_IN $*"
+CMDLINE="$0 $BUILD_IN $OUT_IN $OPTS"
 python3 - "$OUT" "$COMMIT" "${DEVICE:-unknown}" "$CMDLINE" "$NCCL" "$NCCL_VERSION" "${FAILED[@]+"${FAILED[@]}"}" <<'EOF'
 import datetime, glob, json, os, re, sys
 out, commit, device, cmdline, ncclpath, nver = sys.argv[1:7]
