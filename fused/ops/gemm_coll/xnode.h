@@ -140,7 +140,8 @@ inline GrsPlan grsPlan(uint64_t windowBytes, int n, int64_t M, int64_t N, int32_
 // transfers under: ReduceScatter / AllReduce always (fused 1.4-2.6x the sequential path at
 // 2048-8192 rows, bench/results/session18-*/fused_vs_nccl_*); AllGather once N, the GEMM's
 // flops per gathered byte, is large enough (N = 128 measured 3% slower fused, nothing to hide;
-// N >= 512 1.3-1.4x faster).
+// N = 256 1.1-1.3x and N >= 512 1.3-1.4x faster; session 19 measured auto under this rule at
+// 1.1-2.0x the sequential path, bench/results/session19-*/fused_vs_nccl_shapes_*).
 constexpr int64_t kGxAutoMinN = 256;
 inline bool gxAutoFuses(bool allGather, int64_t N) {
   return !allGather || N >= kGxAutoMinN;
