@@ -13,6 +13,7 @@
 // Results also go to bench/results/coll_<date>_<time>.json with the command line, git commit,
 // device and date. Run with --help for the options.
 #include <algorithm>
+#include <chrono>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -271,7 +272,8 @@ struct Shared {
 };
 
 const char* regName(int reg) {
-  return reg == 2   ? "windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC)"
+  return reg == 3   ? "ncclMemAlloc, not registered"
+         : reg == 2 ? "windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC)"
          : reg == 1 ? "registered (ncclCommRegister)"
                     : "cudaMalloc, not registered";
 }
@@ -281,6 +283,8 @@ struct Row {
   size_t bytes = 0, count = 0;
   int root = -1;
   double timeUs = NAN, algbw = NAN, busbw = NAN;
+  // Host time of the timed loop per call (enqueue only): near timeUs, the host bounds the row.
+  double hostUs = NAN;
   unsigned long long wrong = 0;
   std::string error;  // non-empty: the collective returned an error, no timing
 };
@@ -348,7 +352,11 @@ Row timeColl(Shared& sh, Coll c, size_t bytes, int iters, int warmup) {
   for (int i = 0; i < warmup && res == ncclSuccess; ++i) res = launch(sh, c, elems);
   CB_CUDA(cudaEventRecord(sh.start, sh.streams[0]));
   for (int r = 1; r < n; ++r) CB_CUDA(cudaStreamWaitEvent(sh.streams[r], sh.start, 0));
+  const auto h0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters && res == ncclSuccess; ++i) res = launch(sh, c, elems);
+  row.hostUs =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() /
+      iters;
   if (res != ncclSuccess) {
     row.error = std::string(sh.api->errorString(res)) + " " + sh.api->lastError();
     for (int r = 0; r < n; ++r) cudaStreamSynchronize(sh.streams[r]);
@@ -415,7 +423,7 @@ bool setupShared(Shared& sh, const NcclApi& api, const Options& o, std::string* 
   sh.recvReg.assign(sh.n, nullptr);
   sh.sendWin.assign(sh.n, nullptr);
   sh.recvWin.assign(sh.n, nullptr);
-  if (sh.reg > 0) {
+  if (sh.reg == 1 || sh.reg == 2) {
     CB_NCCL(api, ncclGroupStart());
     for (int r = 0; r < sh.n; ++r) {
       if (sh.reg == 1) {
@@ -528,10 +536,10 @@ int itersFor(const Options& o, size_t bytes) {
 
 void printRowHeader(const char* what) {
   printf("#\n# %s\n", what);
-  printf("# %10s %12s %8s %6s %6s %10s %8s %8s %8s\n", "size", "count", "type", "redop", "root",
-         "time", "algbw", "busbw", "#wrong");
-  printf("# %10s %12s %8s %6s %6s %10s %8s %8s %8s\n", "(B)", "(elements)", "", "", "", "(us)",
-         "(GB/s)", "(GB/s)", "");
+  printf("# %10s %12s %8s %6s %6s %10s %8s %8s %8s %8s\n", "size", "count", "type", "redop",
+         "root", "time", "algbw", "busbw", "#wrong", "host");
+  printf("# %10s %12s %8s %6s %6s %10s %8s %8s %8s %8s\n", "(B)", "(elements)", "", "", "", "(us)",
+         "(GB/s)", "(GB/s)", "", "(us)");
 }
 
 void printRow(const Row& r) {
@@ -541,8 +549,8 @@ void printRow(const Row& r) {
            r.error.c_str());
     return;
   }
-  printf("  %10zu %12zu %8s %6s %6d %10.2f %8.2f %8.2f %8llu\n", r.bytes, r.count, "float", op,
-         r.root, r.timeUs, r.algbw, r.busbw, r.wrong);
+  printf("  %10zu %12zu %8s %6s %6d %10.2f %8.2f %8.2f %8llu %8.2f\n", r.bytes, r.count, "float",
+         op, r.root, r.timeUs, r.algbw, r.busbw, r.wrong, r.hostUs);
 }
 
 void jsonSingle(Json& j, const char* key, const SingleRank& s) {
@@ -565,6 +573,7 @@ void jsonRow(Json& j, const Row& r) {
   j.str("redop", (r.coll == "allgather" || r.coll == "broadcast") ? "none" : "sum");
   j.integer("root", r.root).num("time_us", r.timeUs).num("algbw_GBps", r.algbw);
   j.num("busbw_GBps", r.busbw).integer("wrong", static_cast<long long>(r.wrong));
+  j.num("host_enqueue_us", r.hostUs);
   if (!r.error.empty()) j.str("error", r.error);
   j.endObject();
 }

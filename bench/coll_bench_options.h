@@ -23,7 +23,9 @@ struct Options {
   std::string colls = "allreduce,allgather,reducescatter,broadcast,reduce";
   std::string out;
   int timeoutS = 1200;
-  int reg = 0;  // (b) buffers: 0 cudaMalloc, 1 ncclMemAlloc + ncclCommRegister, 2 + windows
+  // (b) buffers: 0 cudaMalloc, 1 ncclMemAlloc + ncclCommRegister, 2 + windows, 3 ncclMemAlloc
+  // alone (tells the allocation's share of a difference from the registration's)
+  int reg = 0;
   bool single = true, shared = true, sweep = true;
 };
 
@@ -44,7 +46,8 @@ inline void usage(const char* argv0) {
       "  --skip LIST         any of single,shared,sweep\n"
       "  --reg R             (b) buffers as nccl-tests -R: 0 cudaMalloc (default), 1 ncclMemAlloc\n"
       "                      + ncclCommRegister, 2 ncclMemAlloc + ncclCommWindowRegister\n"
-      "                      (NCCL_WIN_COLL_SYMMETRIC); rows then use the zero-copy paths\n"
+      "                      (NCCL_WIN_COLL_SYMMETRIC); rows then use the zero-copy paths;\n"
+      "                      3 ncclMemAlloc, not registered (a diagnostic)\n"
       "  --out FILE          JSON output (default <source>/bench/results/coll_<date>_<time>.json)\n"
       "  --timeout S         watchdog for the whole run (default 1200)\n",
       argv0);
@@ -123,8 +126,8 @@ inline bool parseArgs(int argc, char** argv, Options* o) {
       o->timeoutS = atoi(next());
     } else if (a == "--reg") {
       o->reg = atoi(next());
-      if (o->reg < 0 || o->reg > 2) {
-        fprintf(stderr, "coll_bench: --reg must be 0, 1 or 2\n");
+      if (o->reg < 0 || o->reg > 3) {
+        fprintf(stderr, "coll_bench: --reg must be 0, 1, 2 or 3\n");
         exit(2);
       }
     } else {

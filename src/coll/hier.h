@@ -49,7 +49,10 @@ constexpr uint32_t kHierSigAG = kHierSigRS + kHierMaxLocal;
 constexpr uint32_t kHierSigAckL = kHierSigAG + kHierMaxLocal;
 constexpr uint32_t kHierSigRail = kHierSigAckL + kHierMaxLocal;
 constexpr uint32_t kHierSigAckN = kHierSigRail + kHierMaxNodes;
-constexpr uint32_t kHierSigEnd = kHierSigAckN + kHierMaxNodes;
+// My own word too: how many chunks my last AllReduce call had (the small kernel skips its
+// slot acquires after a one-chunk call; hier_allreduce.cu says why that is safe).
+constexpr uint32_t kHierSigPrevChunks = kHierSigAckN + kHierMaxNodes;
+constexpr uint32_t kHierSigEnd = kHierSigPrevChunks + 1;
 static_assert(kHierSigEnd <= kNetSignals, "hierarchical signal slots exceed kNetSignals");
 static_assert(kHierSigEnd <= kXSigData, "AllReduce and channel signal slots overlap");
 

@@ -45,7 +45,7 @@ namespace mk {
 constexpr int kXMaxRanks = 256;
 constexpr int kXMaxLanes = 4;
 constexpr int kXMaxSteps = 640;
-// Signal slots (after the hierarchical AllReduce's range, hier.h: kHierSigEnd = 2401).
+// Signal slots (after the hierarchical AllReduce's range, hier.h: kHierSigEnd = 2402).
 constexpr uint32_t kXSigData = 2432;                    // + sender: its chunks landed
 constexpr uint32_t kXSigAck = kXSigData + kXMaxRanks;   // + receiver: chunks consumed
 constexpr uint32_t kXSigSent = kXSigAck + kXMaxRanks;   // + peer: private chunk count

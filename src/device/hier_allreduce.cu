@@ -209,7 +209,10 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
     if (!hierBack<DT>(a, hierChunk(a, seq0, k, es))) return;
   }
   __syncthreads();
-  if (threadIdx.x == 0) *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
+  if (threadIdx.x == 0) {
+    *(volatile uint64_t*)(a.d.sigLocal + kHierSigPrevChunks) = a.nChunks;
+    *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq) = seq0 + a.nChunks;
+  }
 }
 
 // No PreMulSum, at most kHierSmallMax bytes (one chunk): the same protocol as hierFront +
@@ -231,10 +234,22 @@ __global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(Hi
   const NetDev& d = a.d;
   const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
   const int tid = threadIdx.x, nt = blockDim.x, warp = tid / 32;
-  __shared__ uint64_t seq0s;
-  if (tid == 0) seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
+  __shared__ uint64_t seq0s, prevs;
+  if (tid == 0) {
+    seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
+    prevs = *(volatile uint64_t*)(d.sigLocal + kHierSigPrevChunks);
+  }
   __syncthreads();
   const uint64_t s = seq0s + 1;
+  // The slots of bank s held chunk s - 2. When my previous call had one chunk (s - 1), every
+  // peer that writes into my window also put chunk s - 1 to me, and I waited for that put:
+  // its kernel for chunk s - 1 had started, so its kernel holding chunk s - 2 (an earlier
+  // call: ranks run a comm's kernels in order) had ended, having read my chunk s - 2 from
+  // its window. So the acks (a host-mapped read across PCIe per rail peer, on the critical
+  // path of 2 x 1) are implied. After a call of several chunks they are not: the general
+  // kernel puts chunk k + 1 before it reads chunk k. The acks are still sent (step 3): the
+  // general kernel waits for them.
+  const bool acked = prevs == 1;
   const uint64_t bank = hierBankOff(a.stride, nl, nn, s);
   const uint64_t bytes = a.count * sizeof(U);
   // 1. Warp 0: my input to every local peer. Thread 32 (warp 1) meanwhile: the rail slots of this
@@ -248,11 +263,12 @@ __global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(Hi
     for (int j = 0; j < nl && ok; j++) {
       if (j == l) continue;
       const int peer = a.localPeer[j];
-      ok = netAcquire<dn::Warp, kOneWriter<DT>>(d, kHierSigAckL + j, s - 1, kHierBanks, peer) &&
+      ok = (acked ||
+            netAcquire<dn::Warp, kOneWriter<DT>>(d, kHierSigAckL + j, s - 1, kHierBanks, peer)) &&
            netPublish<dn::Warp>(d, a.send, peer, bank + hierRsOff(a.stride, nl, l), bytes,
                                 kHierSigRS + l, s - 1);
     }
-  } else if (tid == 32) {
+  } else if (tid == 32 && !acked) {
     for (int b = 0; b < nn && ok; b++) {
       if (b == me) continue;
       ok = netAcquire<dn::Thread, kOneWriter<DT>>(d, kHierSigAckN + b, s - 1, kHierBanks,
@@ -311,7 +327,10 @@ __global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(Hi
     }
   }
   if (__syncthreads_or(!ok)) return;
-  if (tid == 0) *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = s;
+  if (tid == 0) {
+    *(volatile uint64_t*)(d.sigLocal + kHierSigPrevChunks) = 1;
+    *(volatile uint64_t*)(d.sigLocal + kHierSigSeq) = s;
+  }
 }
 
 }  // namespace

@@ -324,6 +324,25 @@ TEST_P(HierOps, SmallAndGeneralAllReduceBackToBack) {
   runCases(h, cases);
 }
 
+// The small kernel skips its slot acquires when the previous AllReduce had one chunk
+// (hier_allreduce.cu: the peers' puts of that chunk imply the acks); after a general call of
+// several chunks it must wait for them. Small calls right after multi-chunk ones (6-8 MB
+// floats: two or more chunks of the default 32 MiB window at every shape here), and runs of
+// small ones, back to back with no synchronisation: a skipped wait that was needed would
+// let a rail or local put overwrite a bank its owner still reads (wrong sums).
+TEST_P(HierOps, SmallAfterMultiChunkAllReduce) {
+  const uint64_t seed = mktest::testSeed() + 19;
+  const size_t counts[] = {1, 1500000, 3, 2, 1, 1750001, 1000, 1, 2000000, 5, 7, 1023};
+  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat32, ncclInt32,   ncclFloat64,
+                                ncclUint8,   ncclFloat32, ncclFloat16, ncclInt64,
+                                ncclFloat32, ncclInt32,   ncclInt8,    ncclFloat32};
+  std::vector<OpCase> cases;
+  for (int i = 0; i < 12; i++)
+    cases.push_back(OpCase{K::kAllReduce, dts[i], i % 4 == 3 ? Op::kMax : Op::kSum, counts[i],
+                           i == 4, 0, 0, seed + i});
+  runCases(h, cases);
+}
+
 // The small kernel's edges, back to back with no synchronisation (helper-50's review): 9
 // bytes (the first staged rail put), 24-byte fp64 in place at an odd offset, exactly 4096
 // bytes, the first general sizes above it (1025 floats, 513 doubles), several staged small
