@@ -229,12 +229,17 @@ ncclResult_t planReduction(ncclComm* comm, const CollArgs& a, KernelLaunch* out,
   out->kind = KernelLaunch::kReduce;
   out->coll = a.type;
   out->grid = ctaGrid(cs->budget, p.lanes);
-  if (p.algo == Algo::kZeroCopy) {  // one CTA per 256 KiB of my share, within the budget
-    // Reduce: the root reduces everything, the others only take part in the handshake.
-    uint64_t mine = a.type != CollType::kReduce ? p.segElems * es
-                    : comm->rank == a.root      ? a.count * es
-                                                : 0;
-    out->grid = ctaGrid(cs->budget, (int)std::min<uint64_t>(1 << 20, mine / (256 << 10) + 1));
+  if (p.algo == Algo::kZeroCopy) {
+    // One CTA per 256 KiB this rank reads and writes, within the budget. Sized by my share
+    // alone (what I write), a 2 MiB ReduceScatter got 3 CTAs for 2.5 MB of traffic and took
+    // 1.3x the staged path's time (session 20, coll_bench --reg 2). Reduce: the root reduces
+    // everything, the others only take part in the handshake.
+    const uint64_t share = a.type != CollType::kReduce ? p.segElems * es
+                           : comm->rank == a.root      ? a.count * es
+                                                       : 0;
+    const uint64_t writes = a.type == CollType::kAllReduce ? (uint64_t)n : 1;
+    const uint64_t moved = share * ((uint64_t)n + writes);
+    out->grid = ctaGrid(cs->budget, (int)std::min<uint64_t>(1 << 20, moved / (256 << 10) + 1));
   }
   MK_INFO(kColl,
           "nccl%s: rank %d count %zu dtype %d op %d root %d algo %s%s chunk %llu x %llu lanes "
