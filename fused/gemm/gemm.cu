@@ -494,8 +494,13 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   if (p.sk.units > 0) {
     // The epoch is a host counter: a captured launch would replay with the same one and find
     // its flags already set by the previous replay, so captured GEMMs run data-parallel.
+    // A query that fails (the legacy stream while another thread captures in global mode)
+    // counts as a capture: data-parallel (the error is not sticky; cleared).
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    CUDACHECK(cudaStreamIsCapturing(stream, &cap));
+    if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+      (void)cudaGetLastError();
+      cap = cudaStreamCaptureStatusActive;
+    }
     bool ok = false;
     if (cap == cudaStreamCaptureStatusNone) {
       int dev = 0;

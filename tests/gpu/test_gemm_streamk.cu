@@ -169,3 +169,41 @@ TEST(GemmStreamK, BackToBackEpochs) {
     delete ps[i];
   }
 }
+
+// Under stream capture the engine runs the GEMM data-parallel (the workspace's epoch is a host
+// counter that a replayed graph would not advance): a captured stream-K GEMM replayed twice
+// must give the full result each time (with new operands before the second replay).
+TEST(GemmStreamK, CapturedGraphReplays) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  Problem p(1000, 1300, 1000, BLayout::kNK, DType::kBF16, DType::kBF16);
+  p.alloc();
+  p.randomize(seed + 13);
+  p.reference();
+  cudaStream_t s = nullptr;
+  GT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  GemmArgs g = p.args();
+  g.smBudget = 7;
+  g.streamK = 1;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t r = mk::gemm::launch(g, s);
+  GT_CUDA(cudaStreamEndCapture(s, &graph));
+  ASSERT_EQ(r, ncclSuccess);
+  GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    if (rep > 0) {  // new operands: a replay must not reuse anything of the previous one
+      p.randomize(seed + 17);
+      p.reference();
+    }
+    p.poison();
+    GT_CUDA(cudaDeviceSynchronize());
+    GT_CUDA(cudaGraphLaunch(exec, s));
+    GT_CUDA(cudaStreamSynchronize(s));
+    EXPECT_EQ(p.check(), "") << "replay " << rep;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
