@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fused/gemm/primitives.cuh"  // GemmParams, buildParams
 #include "fused/gemm/streamk.h"
 #include "test_gemm_util.cuh"
 
@@ -95,6 +96,15 @@ TEST(GemmStreamK, ShapesTypesLayoutsBudgets) {
     g.streamK = 1;
     const mk::gemm::SkPlan plan = planOf(g, sms);
     EXPECT_EQ(splits(plan), c.mustSplit) << "the case does not exercise what it claims";
+    // The engine resolves the same plan (GemmParams::sk) for the kernel.
+    {
+      mk::gemm::GemmParams prm;
+      int32_t grid = 0;
+      ASSERT_EQ(mk::gemm::buildParams(g, &prm, &grid), ncclSuccess);
+      EXPECT_EQ(grid, plan.grid);
+      EXPECT_EQ(prm.sk.units, plan.units);
+      EXPECT_EQ(prm.sk.dpTiles, plan.dpTiles);
+    }
     for (int rep = 0; rep < 2; ++rep) {
       p.poison();
       ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
