@@ -20,6 +20,11 @@ using mk::gemm::GemmArgs;
 
 namespace {
 
+// Bounds a finisher's wait for its contributor (GemmArgs::hooks.wait; the default is 300 s): a
+// part that is never published fails the case in seconds (the tile is then not stored and stays
+// poisoned) instead of stalling the run.
+constexpr uint64_t kWaitNs = 20ull * 1000 * 1000 * 1000;
+
 struct SkCase {
   int M, N, K;
   BLayout bl;
@@ -94,6 +99,7 @@ TEST(GemmStreamK, ShapesTypesLayoutsBudgets) {
     g.smBudget = c.budget;
     g.pipeline = c.pipeline;
     g.streamK = 1;
+    g.hooks.wait.timeoutNs = kWaitNs;
     const mk::gemm::SkPlan plan = planOf(g, sms);
     EXPECT_EQ(splits(plan), c.mustSplit) << "the case does not exercise what it claims";
     // The engine resolves the same plan (GemmParams::sk) for the kernel.
@@ -132,6 +138,7 @@ TEST(GemmStreamK, InPlaceEnvAndStream) {
     GemmArgs g = p.args();
     g.smBudget = 7;
     g.streamK = mode == 1 ? 0 : 1;
+    g.hooks.wait.timeoutNs = kWaitNs;
     if (mode == 0) {
       // C aliased to D: D holds C's values first.
       GT_CUDA(cudaMemcpy(p.D, p.C, p.bytesD(), cudaMemcpyDeviceToDevice));
@@ -169,6 +176,7 @@ TEST(GemmStreamK, BackToBackEpochs) {
       GemmArgs g = ps[i]->args();
       g.smBudget = 7;
       g.streamK = 1;
+      g.hooks.wait.timeoutNs = kWaitNs;
       ASSERT_EQ(mk::gemm::launch(g, 0), ncclSuccess);
     }
   }
@@ -195,6 +203,7 @@ TEST(GemmStreamK, CapturedGraphReplays) {
   GemmArgs g = p.args();
   g.smBudget = 7;
   g.streamK = 1;
+  g.hooks.wait.timeoutNs = kWaitNs;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
