@@ -7,13 +7,18 @@
 //
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
-//                    [--clusters] [--groups G]
+//                    [--clusters] [--groups G] [--streamk]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // also checked against cuBLAS on the first operand set), interleaved with the rest; with
 // --groups the grouped GEMM with the wide staging too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too.
+// --streamk also times the engine with its stream-K tail (GemmArgs::streamK = 1: the last one
+// to two waves split into equal k-step ranges per CTA), interleaved with the rest: a line per
+// shape with its fraction of cuBLAS-best ('sk/best') next to the engine's, and its max
+// relative difference from cuBLAS on the first operand set (the engine column follows
+// MKERNEL_GEMM_STREAMK, so leave that unset to compare).
 // --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
 // G groups of M/G rows each with its own B [N,K] (tile-aligned starts), the same FLOPs as the
 // shape, interleaved with the rest (B as [N,K] only: ignored with --layout kn).
@@ -98,6 +103,7 @@ int main(int argc, char** argv) {
   bool kn = false;
   bool pipes = false;
   bool pairs = false;
+  bool streamk = false;
   int groups = 0;
   std::string out = "", commit = "unknown";
   std::vector<Shape> shapes = {{8192, 8192, 8192},  {4096, 4096, 4096},  {16384, 8192, 8192},
@@ -117,6 +123,8 @@ int main(int argc, char** argv) {
       pipes = true;
     else if (a == "--clusters")
       pairs = true;
+    else if (a == "--streamk")
+      streamk = true;
     else if (a == "--groups" && i + 1 < argc)
       groups = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
     else if (a == "--commit" && i + 1 < argc)
@@ -154,7 +162,7 @@ int main(int argc, char** argv) {
   struct Row {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, pair, deepPair,
-        widePair, ping, pingMaxdiff;
+        widePair, ping, pingMaxdiff, sk, skMaxdiff;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -201,7 +209,8 @@ int main(int argc, char** argv) {
       CKB(cublasLtMatmul(lt, op, &one, B[s], la, A[s], lb, &zero, dst, lc, dst, lc,
                          &heur[algo].algo, ws, wsBytes, stream));
     };
-    auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0) {
+    auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0,
+                         int streamK = 0) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -214,6 +223,7 @@ int main(int argc, char** argv) {
       g.smBudget = budget;
       g.pipeline = pipeline;
       g.cluster = cluster;
+      g.streamK = streamK;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -250,6 +260,18 @@ int main(int argc, char** argv) {
       diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)D, (__nv_bfloat16*)Dref, bytesD / 2,
                                            dmax);
       CK(cudaMemcpyAsync(&hmaxPing, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
+      CK(cudaStreamSynchronize(stream));
+    }
+    // The stream-K tail on the same set, against the same cuBLAS output.
+    float hmaxSk = 0;
+    if (streamk) {
+      setIdx = 0;
+      CK(cudaMemsetAsync(D, 0xFF, bytesD, stream));  // poison: NaN where nothing is written
+      runEngine(0, D, 0, 0, 1);
+      CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
+      diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)D, (__nv_bfloat16*)Dref, bytesD / 2,
+                                           dmax);
+      CK(cudaMemcpyAsync(&hmaxSk, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
       CK(cudaStreamSynchronize(stream));
     }
     cudaFree(dmax);
@@ -302,7 +324,7 @@ int main(int argc, char** argv) {
       }
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tPair, tDeepPair,
-        tWidePair, tPing;
+        tWidePair, tPing, tSk;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
@@ -320,6 +342,7 @@ int main(int argc, char** argv) {
           tWidePair.push_back(timeOne([&] { runEngine(0, D, 2, 2); }));
         }
       }
+      if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
       if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
       if (G > 0 && pipes) tGrpWide.push_back(timeOne([&] { runGrouped(2); }));
     }
@@ -336,6 +359,8 @@ int main(int argc, char** argv) {
     row.wide = tf(median(tWide));
     row.ping = tf(median(tPing));
     row.pingMaxdiff = hmaxPing;
+    row.sk = tf(median(tSk));
+    row.skMaxdiff = hmaxSk;
     row.pair = tf(median(tPair));
     row.deepPair = tf(median(tDeepPair));
     row.widePair = tf(median(tWidePair));
@@ -365,6 +390,9 @@ int main(int argc, char** argv) {
           "ping %6.1f (%.3f of best, maxreldiff %.2e)\n",
           sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best, row.ping,
           row.ping / row.best, row.pingMaxdiff);
+    if (streamk)
+      printf("  %5d x %5d x %5d: stream-K %6.1f  sk/best %.3f  (engine %.3f)  maxreldiff %.2e\n",
+             sh.M, sh.N, sh.K, row.sk, row.sk / row.best, row.eng / row.best, row.skMaxdiff);
     if (pairs)
       printf(
           "  %5d x %5d x %5d: CTA pairs %6.1f (%.3f of best; unpaired %.3f)  deep %6.1f  wide "
@@ -440,10 +468,11 @@ int main(int argc, char** argv) {
             "\"engine_grouped_wide_tflops\": %.2f, "
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
             "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
-            "\"ping_max_rel_diff_vs_cublas\": %.3e}%s\n",
+            "\"ping_max_rel_diff_vs_cublas\": %.3e, \"engine_streamk_tflops\": %.2f, "
+            "\"streamk_max_rel_diff_vs_cublas\": %.3e}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.pair, r.deepPair, r.widePair, r.ping,
-            r.pingMaxdiff, i + 1 < rows.size() ? "," : "");
+            r.pingMaxdiff, r.sk, r.skMaxdiff, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

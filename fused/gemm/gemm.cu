@@ -5,7 +5,9 @@
 #include <cstring>
 #include <string>
 #include <cstdio>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "base/checks.h"
 #include "base/can_implement.h"
@@ -114,13 +116,95 @@ bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled && a.pipeline != 3 &&
          h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
-         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2);
+         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
+         a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
 // GemmArgs::cluster resolved (1 or 2); 0 takes MKERNEL_GEMM_CLUSTER where pairs are allowed.
 int32_t resolvedCluster(const GemmArgs& a) {
   if (a.cluster != 0) return a.cluster;
   return MK_PARAM_INT(GemmCluster) == 2 && pairsAllowed(a) ? 2 : 1;
+}
+
+// What the stream-K tail cannot be combined with (streamk.h: only the plain static walk of
+// the stand-alone kernel has it); nullptr when the call allows it.
+const char* streamKConflict(const GemmArgs& a) {
+  const GemmHooks& h = a.hooks;
+  if (a.groups.num != 0 || a.swiglu) return "streamK runs plain GEMMs (no groups, no SwiGLU)";
+  if (a.dTiled) return "streamK takes no tile-by-tile D";
+  if (h.rowReady != nullptr || h.tileDone != nullptr || h.tileOrder != nullptr ||
+      h.rowBlockOffset != 0 || h.seqBase != nullptr)
+    return "streamK takes no fused-operator hooks (rowReady, tileDone, tileOrder, rowBlockOffset, "
+           "seqBase): a split tile has no single producer or publisher";
+  if (a.pipeline == 3) return "streamK does not run with pipeline 3 (ping-pong consumers)";
+  if (a.cluster == 2) return "streamK does not run with cluster=2 (CTA pairs)";
+  if (a.tileClaim != nullptr) return "streamK walks the static schedule (no tileClaim)";
+  return nullptr;
+}
+
+// GemmArgs::streamK resolved: 1 on, -1 off, 0 MKERNEL_GEMM_STREAMK where the call allows it.
+bool resolvedStreamK(const GemmArgs& a) {
+  if (a.streamK != 0) return a.streamK == 1;
+  return MK_PARAM_INT(GemmStreamK) == 1 && streamKConflict(a) == nullptr && resolvedCluster(a) == 1;
+}
+
+// The stream-K workspace of one (device, stream): a partial per CTA of the largest grid
+// (GemmParams::skWork) and a flag per CTA and consumer WG, zeroed once in stream order, then
+// never reset: each launch publishes a larger epoch. Keyed by stream so that GEMMs on
+// concurrent streams never share one (launches on one stream run one after the other).
+// Allocated at a stream's first stream-K launch and kept for the process (an application
+// cycling through many streams is capped at kSkMaxWorkspaces per device: past that its GEMMs
+// run data-parallel).
+struct SkWorkspace {
+  float4* work = nullptr;
+  uint64_t* flags = nullptr;
+  uint64_t epoch = 0;
+};
+constexpr int kSkMaxWorkspaces = 16;
+
+// The workspace for (dev, stream) with the next epoch; false (data-parallel) when none may be
+// allocated (cap reached); an error when CUDA fails.
+ncclResult_t skWorkspace(int dev, int ctas, cudaStream_t stream, GemmParams* p, bool* ok) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, SkWorkspace> cache;
+  static int count[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  *ok = false;
+  auto it = cache.find({dev, stream});
+  if (it == cache.end()) {
+    if (dev >= 64 || count[dev] >= kSkMaxWorkspaces) {
+      static bool warned = false;
+      if (!warned) {
+        warned = true;
+        MK_WARN(
+            "GEMM stream-K: %d workspaces on device %d already; later streams' GEMMs run "
+            "data-parallel",
+            kSkMaxWorkspaces, dev);
+      }
+      return ncclSuccess;
+    }
+    SkWorkspace w;
+    const size_t workBytes = (size_t)ctas * kConsumerWGs * 32 * 128 * sizeof(float4);
+    const size_t flagBytes = (size_t)ctas * kConsumerWGs * sizeof(uint64_t);
+    CUDACHECK(cudaMalloc(&w.work, workBytes));
+    if (cudaMalloc(&w.flags, flagBytes) != cudaSuccess) {
+      cudaFree(w.work);
+      MK_WARN("GEMM stream-K: cudaMalloc of %zu bytes of flags failed", flagBytes);
+      return ncclUnhandledCudaError;
+    }
+    // In stream order before the first launch that reads them (the stream may not synchronise
+    // with the legacy default stream).
+    CUDACHECK(cudaMemsetAsync(w.flags, 0, flagBytes, stream));
+    ++count[dev];
+    MK_INFO(kFused, "GEMM stream-K: workspace of %zu bytes for device %d, stream %p", workBytes,
+            dev, (void*)stream);
+    it = cache.emplace(std::make_pair(dev, stream), w).first;
+  }
+  p->skWork = it->second.work;
+  p->skFlags = it->second.flags;
+  p->skEpoch = ++it->second.epoch;
+  *ok = true;
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -250,6 +334,12 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     if (a.tileClaim != nullptr)
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
   }
+  if (a.streamK < -1 || a.streamK > 1)
+    return fail(why, "streamK=%lld must be -1 (off), 0 (MKERNEL_GEMM_STREAMK) or 1 (on)",
+                a.streamK);
+  if (a.streamK == 1) {
+    if (const char* c = streamKConflict(a)) return fail(why, c);
+  }
   if (a.cluster < 0 || a.cluster > 2)
     return fail(why, "cluster=%lld must be 0 (MKERNEL_GEMM_CLUSTER), 1 or 2 (CTA pairs)",
                 a.cluster);
@@ -378,6 +468,10 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);
   }
+  // Stream-K tail (streamk.h): the plan only; launch() adds the workspace (fused operators,
+  // which call buildParams for their own kernels, never run the stream-K variant).
+  const bool sk = p.cluster == 1 && p.grpNum == 0 && resolvedStreamK(a);
+  p.sk = skMakePlan(p.tilesM * p.tilesN, p.kTiles, *gridOut, sk);
   return ncclSuccess;
 }
 
@@ -397,6 +491,26 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   GemmParams p;
   int32_t grid = 0;
   NCCLCHECK(buildParams(a, &p, &grid));
+  if (p.sk.units > 0) {
+    // The epoch is a host counter: a captured launch would replay with the same one and find
+    // its flags already set by the previous replay, so captured GEMMs run data-parallel.
+    // A query that fails (the legacy stream while another thread captures in global mode)
+    // counts as a capture: data-parallel (the error is not sticky; cleared).
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+      (void)cudaGetLastError();
+      cap = cudaStreamCaptureStatusActive;
+    }
+    bool ok = false;
+    if (cap == cudaStreamCaptureStatusNone) {
+      int dev = 0;
+      DeviceLimits lim;
+      CUDACHECK(cudaGetDevice(&dev));
+      NCCLCHECK(deviceLimits(&lim));
+      NCCLCHECK(skWorkspace(dev, lim.sms, stream, &p, &ok));
+    }
+    if (!ok) p.sk = skMakePlan(p.sk.tiles, p.sk.kIt, p.sk.grid, false);
+  }
   if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, grid, stream);
   return dispatchOut<DType::kF16>(a, p, grid, stream);
 }

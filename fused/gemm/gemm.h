@@ -132,6 +132,18 @@ struct GemmArgs {
   // left. The grid is then the SM budget, not capped at the tile count. nullptr = the static
   // schedule. Not with CTA pairs (cluster 2) or the ping-pong consumers (pipeline 3).
   int32_t* tileClaim = nullptr;
+  // Stream-K tail (fused/gemm/streamk.h): 0 = MKERNEL_GEMM_STREAMK (default 0: off) where the
+  // call allows it, 1 = on, -1 = off. On, a GEMM whose tiles are not a whole number of waves
+  // of the persistent grid runs all but its last one to two waves tile by tile and splits the
+  // k-steps of those into equal ranges, one per CTA; a tile split over two CTAs is summed
+  // through a workspace in fp32 (results can differ from the data-parallel run in the last
+  // bits). The workspace (128 KB per SM, one per device and stream, allocated at the first
+  // such launch) belongs to the engine; launches on one stream are ordered, so no two
+  // stream-K GEMMs share it at once. Under stream capture the GEMM runs data-parallel (the
+  // workspace's per-launch epoch is a host counter, which a replayed graph would not advance).
+  // Plain GEMMs only: no groups, SwiGLU, tile-by-tile D, hooks (rowReady, tileDone,
+  // tileOrder, rowBlockOffset, seqBase), CTA pairs, ping-pong (pipeline 3) or tileClaim.
+  int32_t streamK = 0;
   GemmHooks hooks;
   GemmGroups groups;
 };

@@ -34,10 +34,12 @@ namespace mk {
 namespace gemm {
 
 template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe, bool Gated = false,
-          int Cluster = 1>
+          int Cluster = 1, bool StreamK = false>
 struct Traits {
   using Pipe = PipeT;
   static constexpr int kCluster = Cluster;
+  // The static schedule with a stream-K tail (GemmParams::sk, streamk.h): plain GEMMs only.
+  static constexpr bool kStreamK = StreamK;
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr int kOutBytes = kOut == DType::kF32 ? 4 : 2;
@@ -59,6 +61,8 @@ struct Traits {
                 "the SwiGLU epilogue loads gate and up rows of B[N,K] and stores 16-bit D");
   static_assert(Cluster == 1 || (Cluster == 2 && !kGated && !kGrouped),
                 "CTA pairs run plain (ungrouped, ungated) GEMMs");
+  static_assert(!StreamK || (Cluster == 1 && !kGated && !kGrouped),
+                "the stream-K tail runs plain (unpaired, ungrouped, ungated) GEMMs");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -260,6 +264,34 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
   }
 }
 
+// The stream-K schedule's producer (Traits::kStreamK): the CTA's items (streamk.h), each
+// tile's k-steps [kBegin, kEnd) only. No hooks take part (canImplement), so nothing aborts.
+template <class Tr>
+__device__ __forceinline__ void gemmProducerSk(const GemmParams& p,
+                                               const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
+                                               volatile uint32_t* stageAbort) {
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  SkWalk w;
+  skWalkBegin(p.sk, cta, &w);
+  int32_t t, kb, ke;
+  while (skWalkNext(p.sk, &w, &t, &kb, &ke)) {
+    int32_t g, m0, n0, mBlk, nBlk;
+    tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
+    for (int32_t k = kb; k < ke; ++k) {
+      ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+      stageAbort[stage] = 0u;
+      ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
+      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
+      loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
+      if (++stage == Tr::Pipe::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
 // ---- consumer: main loop + epilogue ---------------------------------------------------------
 
 template <class Tr>
@@ -413,7 +445,57 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
   }
 }
 
+// Stream-K, a non-finisher part: this WG's 128 accumulators a thread go to the CTA's
+// workspace slot in fragment order, float4 i of thread tid at [i][tid] (a warp's stores are
+// 512 contiguous bytes; the finisher reads with the same mapping, so no layout is needed),
+// through L2 (st.cg: the finisher runs on another SM). Then every thread's stores are fenced
+// at GPU scope before the WG's barrier, after which one thread releases the WG's flag with
+// the launch's epoch (the pattern of publishTile).
+__device__ __forceinline__ void skStorePartial(const GemmParams& p, float (&acc)[128], int32_t cta,
+                                               int32_t wg) {
+  const int32_t tid = threadIdx.x & 127;
+  float4* dst = p.skWork + (size_t)(cta * kConsumerWGs + wg) * (32 * 128) + tid;
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+    __stcg(dst + i * 128, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+  __threadfence();
+  ptx::namedBarSync(1 + wg, 128);
+  if (tid == 0) rt::releaseFlag(p.skFlags + cta * kConsumerWGs + wg, p.skEpoch, false);
+}
+
+// Stream-K, the finisher part of tile `tile`: thread 0 of the WG waits (bounded, abortable:
+// GemmArgs::hooks.wait) for the same WG's flag of every other contributor, the WG learns the
+// verdict through one barrier (which also orders thread 0's acquires before every thread's
+// reads), and each thread adds the partials into its registers. False on timeout/abort
+// (recorded by the wait): the tile is not stored.
+__device__ __forceinline__ bool skAddPartials(const GemmParams& p, float (&acc)[128], int32_t cta,
+                                              int32_t tile, int32_t wg) {
+  const int32_t tid = threadIdx.x & 127;
+  const int32_t last = skContribEnd(p.sk, cta, tile);
+  bool ok = true;
+  if (tid == 0) {
+    for (int32_t c = cta + 1; ok && c < last; ++c)
+      ok = rt::waitFlag(p.hooks.wait, p.skFlags + c * kConsumerWGs + wg, p.skEpoch, c, false);
+  }
+  if (!ptx::namedBarAnd(1 + wg, 128, ok)) return false;
+  for (int32_t c = cta + 1; c < last; ++c) {
+    const float4* src = p.skWork + (size_t)(c * kConsumerWGs + wg) * (32 * 128) + tid;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const float4 v = __ldcg(src + i * 128);
+      acc[4 * i] += v.x;
+      acc[4 * i + 1] += v.y;
+      acc[4 * i + 2] += v.z;
+      acc[4 * i + 3] += v.w;
+      // At most 8 float4 loads in flight: the 128 accumulators leave no room for a second copy.
+      if ((i & 7) == 7) ptx::fenceAccumulators(acc);
+    }
+  }
+  return true;
+}
+
 // kDyn: the dynamic schedule (the tile comes with the stage; `cta`, `nCtas` unused).
+// Traits::kStreamK: the CTA's stream-K items (streamk.h), parts of tiles included.
 template <class Tr, bool kDyn>
 __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
@@ -426,8 +508,17 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   int32_t pending = -1;  // tile whose stores are issued but not yet published
   int32_t stage = 0;
   uint32_t phase = 0;
-  for (int32_t t = kDyn ? 0 : cta / Tr::kCluster; kDyn || t < numTiles; t += nCtas / Tr::kCluster) {
+  constexpr bool kSK = Tr::kStreamK;
+  static_assert(!kSK || !kDyn, "stream-K walks the static schedule");
+  SkWalk walk;
+  if constexpr (kSK) skWalkBegin(p.sk, cta, &walk);
+  for (int32_t t = kDyn ? 0 : cta / Tr::kCluster; kDyn || kSK || t < numTiles;
+       t += kSK ? 0 : nCtas / Tr::kCluster) {
     bool aborted = false;
+    int32_t kb = 0, ke = p.kTiles;  // the item's k-steps: the whole tile unless stream-K
+    if constexpr (kSK) {
+      if (!skWalkNext(p.sk, &walk, &t, &kb, &ke)) break;
+    }
     if constexpr (kDyn) {
       // The tile comes with its first stage, read by lane 0 (whose arrive hands the stage
       // back: see the static path's read below) and broadcast, so both WGs see the same.
@@ -440,9 +531,9 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     int32_t prev = 0;
-    for (int32_t k = 0; k < p.kTiles; ++k) {
-      if (!kDyn || k > 0) ptx::mbarWait(&sm.full[stage], phase);
-      if (!kDyn && k == 0) {
+    for (int32_t k = kb; k < ke; ++k) {
+      if (!kDyn || k > kb) ptx::mbarWait(&sm.full[stage], phase);
+      if (!kDyn && k == kb) {
         // Read by the lane whose arrive hands this stage back to this CTA's producer (lane r
         // arrives on CTA r's barrier) and broadcast: only that lane's read is ordered before
         // the arrive after which the producer rewrites the word for the stage's next load
@@ -460,14 +551,15 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       for (int kk = 0; kk < kTileK / 16; ++kk) {
         const uint64_t da = descKMajor(a + kk * 32);
         const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
-        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > 0 || kk > 0) ? 1 : 0);
+        // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
+        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
       }
       ptx::wgmmaCommit();
       ptx::fenceAccumulators(acc);
       // Keep one batch in flight: the previous stage's wgmmas are done, release it.
       ptx::wgmmaWait<1>();
       ptx::fenceAccumulators(acc);
-      if (k > 0) releaseStage<Tr>(&sm.empty[prev], lane);
+      if (k > kb) releaseStage<Tr>(&sm.empty[prev], lane);
       prev = stage;
       if (++stage == Tr::Pipe::kStages) {
         stage = 0;
@@ -478,6 +570,14 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     ptx::fenceAccumulators(acc);
     releaseStage<Tr>(&sm.empty[prev], lane);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
+    if constexpr (kSK) {
+      if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
+        skStorePartial(p, acc, cta, wg);
+        continue;
+      }
+      // The finisher part (the CTA's last item): the other parts added in, then the epilogue.
+      if (ke < p.kTiles && !skAddPartials(p, acc, cta, t, wg)) break;
+    }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
     if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
@@ -530,7 +630,9 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   if (wg == 0) {
     ptx::setmaxnregDec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      if constexpr (Tr::kCluster == 1) {
+      if constexpr (Tr::kStreamK) {
+        gemmProducerSk<Tr>(p, sm, cta, stageAbort);
+      } else if constexpr (Tr::kCluster == 1) {
         if (p.tileClaim != nullptr) {
           gemmProducer<Tr, true>(p, sm, cta, nCtas, stageAbort);
         } else {
@@ -542,7 +644,9 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
     }
   } else {
     ptx::setmaxnregInc<kConsumerRegs>();
-    if constexpr (Tr::kCluster == 1) {
+    if constexpr (Tr::kStreamK) {
+      gemmConsumer<Tr, false>(p, sm, cta, nCtas, wg - 1, stageAbort);
+    } else if constexpr (Tr::kCluster == 1) {
       if (p.tileClaim != nullptr) {
         gemmConsumer<Tr, true>(p, sm, cta, nCtas, wg - 1, stageAbort);
       } else {

@@ -93,6 +93,17 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     }
     return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   }
+  // The stream-K tail (GemmParams::sk, buildParams and launch resolve it: plain GEMMs, no
+  // pairs or ping-pong); preload (grid 0) loads its variants too.
+  if (p.sk.units > 0 || grid <= 0) {
+    if constexpr (kOut != DType::kF32) {
+      if (p.wide || grid <= 0)
+        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, WidePipe, false, 1, true>>(p, grid, stream)));
+    }
+    if (grid <= 0 || !p.wide || kOut == DType::kF32)
+      NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, DeepPipe, false, 1, true>>(p, grid, stream)));
+    if (grid > 0) return ncclSuccess;
+  }
   if constexpr (kOut != DType::kF32) {
     // Ping-pong consumers (GemmArgs::pipeline 3: ungrouped, unpaired, 16-bit D, checked by
     // canImplement); preload (grid 0) loads them with the other pipelines.

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/streamk.h"
 #include "device/rt/ptx.cuh"
 
 namespace mk {
@@ -36,6 +37,14 @@ struct GemmParams {
   int32_t cluster;     // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
   int32_t* tileClaim;  // GemmArgs::tileClaim: nullptr = the static schedule
   GemmHooks hooks;
+  // Stream-K tail (GemmArgs::streamK, streamk.h): sk.units > 0 runs the stream-K kernel
+  // variant (Traits::kStreamK). skWork: one partial per CTA ([cta][wg][32][128] float4, a
+  // consumer thread's 128 accumulators in fragment order); skFlags: [cta][wg], a part is
+  // published with skEpoch (per launch, increasing: nothing is ever reset).
+  SkPlan sk;
+  float4* skWork;
+  uint64_t* skFlags;
+  uint64_t skEpoch;
 };
 
 // Checks `args` (canImplement + device limits) and fills the kernel params; `grid` is the

@@ -256,6 +256,19 @@ __device__ __forceinline__ void namedBarSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// bar.red.and over a named barrier: a barrier like bar.sync (it orders the threads' memory
+// accesses around it) that also tells every thread whether `pred` held for all of them.
+__device__ __forceinline__ bool namedBarAnd(int id, int threads, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\t"
+      "bar.red.and.pred q, %2, %3, p;\n\tselp.u32 %0, 1, 0, q;\n\t}"
+      : "=r"(r)
+      : "r"((uint32_t)pred), "r"(id), "r"(threads)
+      : "memory");
+  return r != 0;
+}
+
 // ---- wgmma --------------------------------------------------------------------------------
 
 __device__ __forceinline__ void wgmmaFence() {
