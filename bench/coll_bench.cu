@@ -536,8 +536,8 @@ int itersFor(const Options& o, size_t bytes) {
 
 void printRowHeader(const char* what) {
   printf("#\n# %s\n", what);
-  printf("# %10s %12s %8s %6s %6s %10s %8s %8s %8s %8s\n", "size", "count", "type", "redop",
-         "root", "time", "algbw", "busbw", "#wrong", "host");
+  printf("# %10s %12s %8s %6s %6s %10s %8s %8s %8s %8s\n", "size", "count", "type", "redop", "root",
+         "time", "algbw", "busbw", "#wrong", "host");
   printf("# %10s %12s %8s %6s %6s %10s %8s %8s %8s %8s\n", "(B)", "(elements)", "", "", "", "(us)",
          "(GB/s)", "(GB/s)", "", "(us)");
 }

@@ -31,12 +31,6 @@ struct DynCase {
   bool done;     // hooks.tileDone: every tile's flag must be published
 };
 
-int smCount() {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  return sms;
-}
-
 }  // namespace
 
 TEST(GemmDynamic, PlainGridSizesAndHooks) {

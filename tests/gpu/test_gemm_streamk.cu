@@ -35,12 +35,6 @@ struct SkCase {
   bool mustSplit;  // the plan must split some tile over two CTAs (else: checked to be off/whole)
 };
 
-int smCount() {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  return sms;
-}
-
 // The schedule the engine runs for `g` (the grid as buildParams computes it).
 mk::gemm::SkPlan planOf(const GemmArgs& g, int sms) {
   const int tiles = mk::gemm::tilesM(g) * mk::gemm::tilesN(g);

@@ -158,6 +158,13 @@ inline bool engineUsable(std::string* why) {
     if (!::gemmtest::engineUsable(&why_)) GTEST_SKIP() << "no usable GPU: " << why_; \
   } while (0)
 
+// SMs of GPU 0 (grid-size cases scale with it).
+inline int smCount() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return sms;
+}
+
 inline double outRtol(DType t) {
   return t == DType::kBF16 ? 1.0 / 128 : (t == DType::kF16 ? 1.0 / 1024 : 1e-5);
 }
