@@ -251,6 +251,7 @@ template <int DT, class A>
 __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__ A a) {
   const XLane& ln = a.lanes[blockIdx.x];
   __shared__ uint64_t scal;
+  bool dead = false;
   if (threadIdx.x == 0) {
     uint64_t bits = a.scalarBits;
     if (a.premul && a.scalarOnDevice) {
@@ -258,8 +259,10 @@ __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__
       bits = (uint64_t) * (const U*)a.scalarPtr;
     }
     scal = bits;
+    dead = rt::failed(a.d.w);
   }
-  __syncthreads();
+  // An earlier operation failed: the peers are out of step (ctaFailed's rule).
+  if (__syncthreads_or(dead)) return;
   if (ln.interleave) {
     sendInterleaved<DT>(a, ln, scal);
     return;
