@@ -69,8 +69,9 @@ TEST(GemmStreamK, ShapesTypesLayoutsBudgets) {
       {300, 600, 200, BLayout::kNK, DType::kBF16, DType::kBF16, 1.0f, 0.0f, 2, 0, true},
       {300, 600, 200, BLayout::kKN, DType::kBF16, DType::kF32, 1.0f, 0.25f, 2, 1, true},
       // Two k-steps (K = 72): 1-step parts; one k-step (K = 40): nothing to split, whole tiles.
+      // ([K,N] B needs 16-byte rows for TMA: N = 1304.)
       {1000, 1300, 72, BLayout::kNK, DType::kBF16, DType::kBF16, 1.0f, 0.0f, 7, 0, true},
-      {1000, 1300, 40, BLayout::kKN, DType::kF16, DType::kF32, 1.0f, 0.5f, 7, 0, false},
+      {1000, 1304, 40, BLayout::kKN, DType::kF16, DType::kF32, 1.0f, 0.5f, 7, 0, false},
       // Budget 1 (one wave of everything: data-parallel), and every SM: 16 x 9 = 144 tiles.
       {300, 600, 200, BLayout::kNK, DType::kBF16, DType::kBF16, 1.0f, 0.0f, 1, 0, false},
       {2000, 2300, 1024, BLayout::kNK, DType::kBF16, DType::kBF16, 1.0f, 0.0f, 0, 0, sms < 144},
