@@ -50,6 +50,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "common/parallel.h"
 #include "common/test_util.h"
 #include "gpu/test_moe_util.h"  // MOE_CUDA, bf16/fp16 bits
 #include "mkernel/fused.h"
@@ -119,20 +120,7 @@ inline int64_t position(const Shape& c, int r, int s) {
   return s < C ? (int64_t)r * C + s : (int64_t)(2 * c.n - 1 - r) * C + (s - C);
 }
 
-// Runs f(i) for i in [0, count) on the machine's cores.
-template <typename F>
-void parallelFor(size_t count, F f) {
-  const unsigned hw = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
-  const unsigned nt = (unsigned)std::min<size_t>(hw, count);
-  std::atomic<size_t> next{0};
-  auto body = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < count;) f(i);
-  };
-  std::vector<std::thread> ts;
-  for (unsigned t = 1; t < nt; ++t) ts.emplace_back(body);
-  body();
-  for (auto& t : ts) t.join();
-}
+using mktest::parallelFor;
 
 // What a check saw, for the log: the worst element against its bound and the RMS error
 // against the statistical check's expectation (a ratio of 1 is the failing line of each).

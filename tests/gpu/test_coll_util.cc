@@ -1,4 +1,5 @@
 #include "gpu/test_coll_util.h"
+#include "common/parallel.h"
 #include "common/test_util.h"
 
 #include <algorithm>
@@ -165,25 +166,6 @@ const std::vector<double>& table(ncclDataType_t dt) {
   return t[(int)dt] = std::move(v);
 }
 
-// Runs fn(begin, end) over [0, n) on up to 16 threads (host reference work of the large
-// cases would otherwise dominate the suite's run time).
-template <typename F>
-void parallelFor(size_t n, F fn) {
-  unsigned hw = std::thread::hardware_concurrency();
-  size_t t = std::min<size_t>(hw ? hw : 1, 16);
-  if (n < (1u << 16) || t <= 1) {
-    fn((size_t)0, n);
-    return;
-  }
-  std::vector<std::thread> th;
-  size_t per = (n + t - 1) / t;
-  for (size_t i = 0; i < t; i++) {
-    size_t b = i * per, e = std::min(n, b + per);
-    if (b < e) th.emplace_back([=] { fn(b, e); });
-  }
-  for (auto& x : th) x.join();
-}
-
 uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -295,23 +277,27 @@ void fillRandom(HostBuf& b, ncclDataType_t dt, Op op, size_t count, uint64_t see
   b.size = d.size;
   b.bytes.assign(count * d.size, 0);
   uint64_t s = mix64(seed);
-  parallelFor(count, [&](size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; i++) {
-      uint64_t r = mix64(s + i * 0x9e3779b97f4a7c15ull);
-      if (!d.isFloat) {
-        b.set(i, r);
-        continue;
-      }
-      // sign | exponent | mantissa: magnitudes in [2^-7, 1), or [0.5, 2) for products.
-      uint64_t sign = r & 1;
-      int64_t e =
-          op == Op::kProd ? d.bias - (int64_t)((r >> 1) & 1) : d.bias - 1 - (int64_t)((r >> 1) % 7);
-      if (e < 0) e = 0;
-      uint64_t man = (r >> 8) & ((1ull << d.manBits) - 1);
-      uint64_t bits = (sign << (d.expBits + d.manBits)) | ((uint64_t)e << d.manBits) | man;
-      b.set(i, bits);
-    }
-  });
+  // Up to 16 threads, none for fewer than 64K elements (thread start-up would dominate).
+  mktest::parallelForRanges(
+      count, 1u << 16,
+      [&](size_t i0, size_t i1) {
+        for (size_t i = i0; i < i1; i++) {
+          uint64_t r = mix64(s + i * 0x9e3779b97f4a7c15ull);
+          if (!d.isFloat) {
+            b.set(i, r);
+            continue;
+          }
+          // sign | exponent | mantissa: magnitudes in [2^-7, 1), or [0.5, 2) for products.
+          uint64_t sign = r & 1;
+          int64_t e = op == Op::kProd ? d.bias - (int64_t)((r >> 1) & 1)
+                                      : d.bias - 1 - (int64_t)((r >> 1) % 7);
+          if (e < 0) e = 0;
+          uint64_t man = (r >> 8) & ((1ull << d.manBits) - 1);
+          uint64_t bits = (sign << (d.expBits + d.manBits)) | ((uint64_t)e << d.manBits) | man;
+          b.set(i, bits);
+        }
+      },
+      16);
 }
 
 uint64_t scalarFor(ncclDataType_t dt, uint64_t seed) {
