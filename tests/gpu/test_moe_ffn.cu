@@ -36,6 +36,7 @@
 
 #include "common/test_util.h"
 #include "gpu/test_fused_util.cuh"
+#include "gpu/test_moe_clique_cases.h"
 #include "gpu/test_moe_util.h"
 #include "gpu/test_thread_team.h"
 #include "mkernel/fused.h"
@@ -139,18 +140,8 @@ TEST(MoeFfnGraph, ReplaysWithNewRouting) {
   o.fixedRows = rows;
   ASSERT_EQ(p.draw(rng(), o), "");
   ASSERT_EQ(runAndCheck(t, p), "") << "eager call";
-  std::vector<cudaGraphExec_t> execs(n, nullptr);
-  std::string err = t.run([&](int r) -> std::string {
-    cudaGraph_t g = nullptr;
-    MOE_CUDA(cudaStreamBeginCapture(t.streams[r], cudaStreamCaptureModeThreadLocal));
-    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
-    const cudaError_t ce = cudaStreamEndCapture(t.streams[r], &g);
-    if (res != ncclSuccess) return "capture: " + std::string(ncclGetLastError(t.comms[r]));
-    MOE_CUDA(ce);
-    MOE_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
-    cudaGraphDestroy(g);
-    return "";
-  });
+  std::vector<cudaGraphExec_t> execs;
+  std::string err = captureEachRank(t, p, &execs);
   for (int rep = 0; rep < 5 && err.empty(); ++rep) {
     p.c().routing = (Routing)(rep % 3);
     DrawOpts again;

@@ -25,6 +25,7 @@
 #include "common/test_util.h"
 #include "fused/ops/moe/moe.h"  // moeFusedLaunches
 #include "gpu/test_fused_util.cuh"
+#include "gpu/test_moe_clique_cases.h"
 #include "gpu/test_moe_util.h"
 #include "gpu/test_proc_util.h"
 #include "gpu/test_thread_team.h"
@@ -184,33 +185,10 @@ TEST(MoeFusedGraph, ReplaysWithNewRouting) {
   ASSERT_EQ(p.draw(rng(), true, 0, -1, rows), "");
   ASSERT_EQ(runChecked(t, p), "");
   const uint64_t before = launches();
-  std::vector<cudaGraphExec_t> execs(n, nullptr);
-  std::string err = t.run([&](int r) -> std::string {
-    cudaGraph_t g = nullptr;
-    MOE_CUDA(cudaStreamBeginCapture(t.streams[r], cudaStreamCaptureModeThreadLocal));
-    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
-    const cudaError_t ce = cudaStreamEndCapture(t.streams[r], &g);
-    if (res != ncclSuccess) return "capture: " + std::string(ncclGetLastError(t.comms[r]));
-    MOE_CUDA(ce);
-    MOE_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
-    cudaGraphDestroy(g);
-    return "";
-  });
-  ASSERT_EQ(err, "");
+  std::vector<cudaGraphExec_t> execs;
+  ASSERT_EQ(captureEachRank(t, p, &execs), "");
   EXPECT_EQ(launches() - before, (uint64_t)n) << "the captured call must be the fused kernel";
-  for (int rep = 0; rep < 3 && err.empty(); ++rep) {
-    err = p.draw(rng(), false, 0, -1, rows);
-    if (!err.empty()) break;
-    err = t.run([&](int r) -> std::string {
-      MOE_CUDA(cudaGraphLaunch(execs[r], t.streams[r]));
-      return waitRank(r, t.comms[r], t.streams[r]);
-    });
-    for (int r = 0; r < n && err.empty(); ++r) err = p.check(r);
-    if (!err.empty()) err = "replay " + std::to_string(rep) + ": " + err;
-  }
-  for (auto x : execs)
-    if (x) cudaGraphExecDestroy(x);
-  EXPECT_EQ(err, "");
+  EXPECT_EQ(replayWithNewRouting(t, p, rng, rows, &execs), "");
 }
 
 // Rank 1's bound is one row short: it receives nothing (counts 0), its GEMM has no tile, and
@@ -226,28 +204,8 @@ TEST(MoeFusedOverflow, ReportedNeverDropped) {
   p.algo = ncclFusedFused;
   ASSERT_EQ(p.draw(mktest::testSeed() ^ 0x0f2, true, 0, 1), "");
   const uint64_t before = launches();
-  std::vector<std::string> errs(n);
-  std::string err = t.run([&](int r) -> std::string {
-    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
-    if (res != ncclSuccess) return "call failed: " + std::string(ncclGetErrorString(res));
-    errs[r] = waitRank(r, t.comms[r], t.streams[r]);
-    return "";
-  });
-  ASSERT_EQ(err, "");
+  expectOverflowReported(t, p);
   EXPECT_EQ(launches() - before, (uint64_t)n);
-  EXPECT_EQ(errs[0], "");
-  EXPECT_EQ(errs[2], "");
-  EXPECT_NE(errs[1].find("MoeDispatchGemm"), std::string::npos) << errs[1];
-  EXPECT_NE(errs[1].find("rows"), std::string::npos) << errs[1];
-  ncclResult_t a = ncclSuccess;
-  ncclCommGetAsyncError(t.comms[1], &a);
-  EXPECT_EQ(a, ncclInvalidUsage);
-  int32_t cnt[2] = {-7, -7};
-  ASSERT_EQ(cudaMemcpy(cnt, p.rank(1).dcnt, 8, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(cnt[0], 0);
-  EXPECT_EQ(cnt[1], 0);
-  EXPECT_EQ(p.check(0), "");
-  EXPECT_EQ(p.check(2), "");
 }
 
 // Rank 0 calls, rank 1 never does: rank 0's fused kernel (dispatch CTAs waiting for rank 1's
@@ -259,34 +217,13 @@ TEST(MoeFusedAbort, PeerNeverComes) {
   mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "120000");
   MoeCase c{2, 2, 2, 64, 64, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 50};
   {
-    ncclComm_t comms[2] = {nullptr, nullptr};
-    int devs[2] = {0, 0};
-    ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
-    cudaStream_t s = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     MoeProblem p(c);
     p.algo = ncclFusedFused;
     ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab2, true, 0), "");
     const uint64_t before = launches();
-    ASSERT_EQ(p.call(0, comms[0], s), ncclSuccess) << ncclGetLastError(comms[0]);
-    EXPECT_EQ(launches() - before, 1u);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the fused kernel should wait for rank 1";
-    double took = -1;
-    ncclResult_t res = ncclInternalError;
-    std::thread aborter([&] {
-      const auto t0 = gputest::Clock::now();
-      res = ncclCommAbort(comms[0]);
-      took = gputest::since(t0);
-    });
-    aborter.join();
-    EXPECT_EQ(res, ncclSuccess);
-    EXPECT_LT(took, 5.0) << "ncclCommAbort must return promptly";
-    EXPECT_TRUE(gputest::streamCompleted(s, 5)) << "the fused kernel must leave after the abort";
-    EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
-    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    expectAbortEndsLonelyCall(p, "fused kernel", [&] { EXPECT_EQ(launches() - before, 1u); });
   }
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
+  if (::testing::Test::HasFatalFailure()) return;
   gputest::Team t(2);
   ASSERT_TRUE(t.ok) << t.why;
   MoeProblem p(c);

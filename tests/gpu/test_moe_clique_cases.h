@@ -1,0 +1,125 @@
+// Clique-layout test bodies shared by the suites of ncclMoeDispatchGemm's dispatch kernel
+// (test_moe_dispatch.cu) and of its fused dispatch + GEMM kernel (test_moe_fused.cu): graph
+// capture and replay with new routing, a receiver's bound exceeded, and ncclCommAbort while a
+// peer never comes. The suites differ only in MoeProblem::algo and in the fused-launch counts
+// they check around these bodies.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "gpu/test_fused_util.cuh"
+#include "gpu/test_moe_util.h"
+#include "gpu/test_proc_util.h"
+#include "gpu/test_thread_team.h"
+
+namespace moetest {
+
+// Every rank thread captures one call into a graph of its own (execs[r]). P: MoeProblem or
+// FfnProblem (anything with call(rank, comm, stream)).
+template <class P>
+std::string captureEachRank(gputest::Team& t, P& p, std::vector<cudaGraphExec_t>* execs) {
+  execs->assign(t.n, nullptr);
+  return t.run([&](int r) -> std::string {
+    cudaGraph_t g = nullptr;
+    MOE_CUDA(cudaStreamBeginCapture(t.streams[r], cudaStreamCaptureModeThreadLocal));
+    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
+    const cudaError_t ce = cudaStreamEndCapture(t.streams[r], &g);
+    if (res != ncclSuccess) return "capture: " + std::string(ncclGetLastError(t.comms[r]));
+    MOE_CUDA(ce);
+    MOE_CUDA(cudaGraphInstantiate(&(*execs)[r], g, 0));
+    cudaGraphDestroy(g);
+    return "";
+  });
+}
+
+// Three replays, each after new routing drawn into the same input buffers (the same token
+// counts; rows: the receive bound), every rank's outputs checked after each. Destroys the
+// graphs.
+inline std::string replayWithNewRouting(gputest::Team& t, MoeProblem& p, std::mt19937_64& rng,
+                                        size_t rows, std::vector<cudaGraphExec_t>* execs) {
+  std::string err;
+  for (int rep = 0; rep < 3 && err.empty(); ++rep) {
+    err = p.draw(rng(), false, 0, -1, rows);
+    if (!err.empty()) break;
+    err = t.run([&](int r) -> std::string {
+      MOE_CUDA(cudaGraphLaunch((*execs)[r], t.streams[r]));
+      return fusedtest::waitRank(r, t.comms[r], t.streams[r]);
+    });
+    for (int r = 0; r < t.n && err.empty(); ++r) err = p.check(r);
+    if (!err.empty()) err = "replay " + std::to_string(rep) + ": " + err;
+  }
+  for (auto x : *execs)
+    if (x) cudaGraphExecDestroy(x);
+  execs->clear();
+  return err;
+}
+
+// Three ranks, p drawn with rank 1's bound one row short: rank 1 receives nothing (counts 0)
+// and its comm reports the overflow naming the operation; ranks 0 and 2 complete and check out.
+inline void expectOverflowReported(gputest::Team& t, MoeProblem& p) {
+  ASSERT_EQ(t.n, 3);
+  std::vector<std::string> errs(t.n);
+  std::string err = t.run([&](int r) -> std::string {
+    const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
+    if (res != ncclSuccess) return "call failed: " + std::string(ncclGetErrorString(res));
+    errs[r] = fusedtest::waitRank(r, t.comms[r], t.streams[r]);
+    return "";
+  });
+  ASSERT_EQ(err, "");
+  EXPECT_EQ(errs[0], "");
+  EXPECT_EQ(errs[2], "");
+  EXPECT_NE(errs[1].find("MoeDispatchGemm"), std::string::npos) << errs[1];
+  EXPECT_NE(errs[1].find("rows"), std::string::npos) << errs[1];
+  ncclResult_t a = ncclSuccess;
+  ncclCommGetAsyncError(t.comms[1], &a);
+  EXPECT_EQ(a, ncclInvalidUsage);
+  int32_t cnt[2] = {-7, -7};
+  ASSERT_EQ(cudaMemcpy(cnt, p.rank(1).dcnt, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cnt[0], 0);
+  EXPECT_EQ(cnt[1], 0);
+  EXPECT_EQ(p.check(0), "");
+  EXPECT_EQ(p.check(2), "");
+}
+
+// On a fresh pair of comms, rank 0 calls (p, a 2-rank problem) and rank 1 never does: rank 0's
+// kernel (`what`) waits on the device until ncclCommAbort from another thread ends it, within
+// 5 s (MKERNEL_TIMEOUT_MS is set far longer by the caller), and the CUDA context stays usable.
+// afterCall runs once rank 0's call is enqueued (the fused suite counts its launches there).
+inline void expectAbortEndsLonelyCall(MoeProblem& p, const char* what,
+                                      const std::function<void()>& afterCall) {
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  int devs[2] = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(p.call(0, comms[0], s), ncclSuccess) << ncclGetLastError(comms[0]);
+  afterCall();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the " << what << " should wait for rank 1";
+  double took = -1;
+  ncclResult_t res = ncclInternalError;
+  std::thread aborter([&] {
+    const auto t0 = gputest::Clock::now();
+    res = ncclCommAbort(comms[0]);
+    took = gputest::since(t0);
+  });
+  aborter.join();
+  EXPECT_EQ(res, ncclSuccess);
+  EXPECT_LT(took, 5.0) << "ncclCommAbort must return promptly";
+  EXPECT_TRUE(gputest::streamCompleted(s, 5)) << "the " << what << " must leave after the abort";
+  EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
+}
+
+}  // namespace moetest
