@@ -59,7 +59,39 @@ struct Rank : mknet::ProxyRank {
     return mk::proxyCreate(config(ctx, peers), &proxy);
   }
   uint64_t sig(int slot) { return __atomic_load_n(&signals[slot], __ATOMIC_ACQUIRE); }
+  // init for a rank body: a failure is a test failure, and the body returns 2.
+  bool start(const Ctx& ctx, std::vector<int> peers, size_t window, uint64_t ringSlots = 64) {
+    const ncclResult_t res = init(ctx, std::move(peers), window, ringSlots);
+    EXPECT_EQ(res, ncclSuccess) << mk::lastError();
+    return res == ncclSuccess;
+  }
+  // The proxy's async error once there is one (ncclSuccess after `seconds` without).
+  ncclResult_t awaitAsyncError(std::string* msg, int seconds = 10) {
+    ncclResult_t r = ncclSuccess;
+    pollFor(seconds, 1000, [&] { return (r = mk::proxyGetAsyncError(proxy, msg)) != ncclSuccess; });
+    return r;
+  }
 };
+
+// An inline put (kProxyPut | kProxyInline: its 1..8 bytes ride in the command as srcOff);
+// with signal, a put_signal that then sets the peer's slot to value.
+mk::ProxyCmd inlinePut(int peer, uint64_t data, uint64_t dstOff, uint64_t bytes,
+                       bool signal = false, uint64_t slot = 0, uint64_t value = 0) {
+  mk::ProxyCmd c{};
+  c.op = (signal ? mk::kProxyPutSignal : mk::kProxyPut) | mk::kProxyInline;
+  c.sigOp = mk::kSignalSet;
+  c.peer = (uint64_t)peer;
+  c.srcOff = data;
+  c.dstOff = dstOff;
+  c.bytes = bytes;
+  c.slot = slot;
+  c.value = value;
+  return c;
+}
+
+void expectAllExitedZero(const std::vector<int>& codes) {
+  for (size_t r = 0; r < codes.size(); r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
 
 // Both ranks send kCmds put_signal commands to each other at once. Command i writes its
 // own region (1 B .. 5 MiB; the large ones span several data messages) and sets slot 0
@@ -79,9 +111,7 @@ TEST(ProxyE2E, PutSignalDataBeforeSignalInOrder) {
           cur += len[i];
         }
         Rank rk;
-        ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, cur);
-        EXPECT_EQ(res, ncclSuccess) << mk::lastError();
-        if (res != ncclSuccess) return 2;
+        if (!rk.start(ctx, {1 - ctx.rank}, cur)) return 2;
         int peer = 1 - ctx.rank;
         for (int i = 0; i < kCmds; i++)
           for (size_t k = 0; k < len[i]; k++) rk.sendBuf[off[i] + k] = pat(ctx.rank, i, k);
@@ -134,8 +164,7 @@ TEST(ProxyE2E, PutSignalDataBeforeSignalInOrder) {
         return 0;
       },
       90);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  expectAllExitedZero(codes);
 }
 
 // A command whose destination lies outside the peer's window is refused by the peer's
@@ -150,10 +179,7 @@ TEST(ProxyE2E, OutOfRangeDestinationIsAnAsyncError) {
           EXPECT_EQ(rk.ring->put(1, 0, (1 << 20) - 10, 100, 5000), ncclSuccess);
         } else {
           std::string msg;
-          ncclResult_t res = ncclSuccess;
-          pollFor(10, 1000,
-                  [&] { return (res = mk::proxyGetAsyncError(rk.proxy, &msg)) != ncclSuccess; });
-          EXPECT_EQ(res, ncclInvalidUsage);
+          EXPECT_EQ(rk.awaitAsyncError(&msg), ncclInvalidUsage);
           EXPECT_NE(msg.find("peer rank 0"), std::string::npos) << msg;
           EXPECT_EQ(rk.recvBuf[(1 << 20) - 1], 0xee);
         }
@@ -161,8 +187,7 @@ TEST(ProxyE2E, OutOfRangeDestinationIsAnAsyncError) {
         return 0;
       },
       30);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  expectAllExitedZero(codes);
 }
 
 // Small puts whose data rides in the command (kProxyInline: srcOff holds up to 8 bytes, the
@@ -175,9 +200,7 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
       2,
       [seed](const Ctx& ctx) {
         Rank rk;
-        const ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, 1 << 16);
-        EXPECT_EQ(res, ncclSuccess) << mk::lastError();
-        if (res != ncclSuccess) return 2;
+        if (!rk.start(ctx, {1 - ctx.rank}, 1 << 16)) return 2;
         EXPECT_TRUE(mk::proxyAllInline(rk.proxy));
         std::mt19937_64 rng(seed);
         const int kCmds = 200;
@@ -186,16 +209,10 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
         auto len = [](int i) { return (uint64_t)(1 + i % 8); };
         if (ctx.rank == 0) {
           for (int i = 0; i < kCmds; i++) {
-            mk::ProxyCmd c{};
-            c.op = mk::kProxyPutSignal | mk::kProxyInline;
-            c.sigOp = mk::kSignalSet;
-            c.peer = 1;
-            c.srcOff = payload[i];
-            c.dstOff = (uint64_t)i * 16;
-            c.bytes = len(i);
-            c.slot = 0;
-            c.value = (uint64_t)i + 1;
-            EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+            EXPECT_EQ(rk.ring->push(inlinePut(1, payload[i], (uint64_t)i * 16, len(i), true, 0,
+                                              (uint64_t)i + 1),
+                                    5000),
+                      ncclSuccess);
             if (i % 10 == 9) {  // a window-sourced put in between, same batch or the next
               const size_t off = 8192 + (size_t)i * 4;
               for (int k = 0; k < 4; k++) rk.sendBuf[off + k] = (uint8_t)(i + k);
@@ -227,16 +244,8 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
             for (int i = 0; i < 512; i++) rk.sendBuf[16384 + k * 512 + i] = (uint8_t)(k * 31 + i);
             EXPECT_EQ(rk.ring->put(1, 16384 + k * 512, 16384 + k * 512, 512, 5000), ncclSuccess);
           }
-          mk::ProxyCmd c{};
-          c.op = mk::kProxyPutSignal | mk::kProxyInline;
-          c.sigOp = mk::kSignalSet;
-          c.peer = 1;
-          c.srcOff = 0x0807060504030201ull;
-          c.dstOff = 24576;
-          c.bytes = 8;
-          c.slot = 1;
-          c.value = 1;
-          EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+          EXPECT_EQ(rk.ring->push(inlinePut(1, 0x0807060504030201ull, 24576, 8, true, 1, 1), 5000),
+                    ncclSuccess);
         } else {
           pollFor(10, 100, [&] { return rk.sig(1) >= 1; });
           EXPECT_EQ(rk.sig(1), 1u);
@@ -249,17 +258,10 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
         }
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
         if (ctx.rank == 0) {  // 65 bytes inline: refused
-          mk::ProxyCmd c{};
-          c.op = mk::kProxyPut | mk::kProxyInline;
-          c.peer = 1;
-          c.dstOff = 40000;
-          c.bytes = mk::kProxyInlineExtMax + 1;
-          EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+          EXPECT_EQ(rk.ring->push(inlinePut(1, 0, 40000, mk::kProxyInlineExtMax + 1), 5000),
+                    ncclSuccess);
           std::string msg;
-          ncclResult_t r = ncclSuccess;
-          pollFor(10, 1000,
-                  [&] { return (r = mk::proxyGetAsyncError(rk.proxy, &msg)) != ncclSuccess; });
-          EXPECT_EQ(r, ncclInvalidUsage);
+          EXPECT_EQ(rk.awaitAsyncError(&msg), ncclInvalidUsage);
           EXPECT_NE(msg.find("invalid ring command"), std::string::npos) << msg;
         }
         EXPECT_EQ(mknet::hubBarrier(ctx), ncclSuccess);
@@ -267,8 +269,7 @@ TEST(ProxyE2E, InlineCommandsCarryTheirData) {
         return 0;
       },
       60);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  expectAllExitedZero(codes);
 }
 
 // Inline puts of 1..64 bytes (ProxyRing::pushInline: 9..64 bytes are a header plus a
@@ -281,9 +282,7 @@ TEST(ProxyE2E, InlineGroupsCarryUpTo64Bytes) {
       2,
       [seed](const Ctx& ctx) {
         Rank rk;
-        const ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, 1 << 16);
-        EXPECT_EQ(res, ncclSuccess) << mk::lastError();
-        if (res != ncclSuccess) return 2;
+        if (!rk.start(ctx, {1 - ctx.rank}, 1 << 16)) return 2;
         EXPECT_TRUE(mk::proxyAllInline(rk.proxy));
         const int kCmds = 4 * 64;
         const size_t kStride = 80;  // > 64: a guard byte after every put
@@ -327,8 +326,7 @@ TEST(ProxyE2E, InlineGroupsCarryUpTo64Bytes) {
         return 0;
       },
       60);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  expectAllExitedZero(codes);
 }
 
 // The proxy's "inline group cut short" error (proxy_io.cc) for a group header whose
@@ -346,19 +344,13 @@ TEST(ProxyE2E, InlineGroupCutShortIsAnError) {
         2,
         [slots](const Ctx& ctx) {
           Rank rk;
-          const ncclResult_t res = rk.init(ctx, {1 - ctx.rank}, 1 << 16, slots);
-          EXPECT_EQ(res, ncclSuccess) << mk::lastError();
-          if (res != ncclSuccess) return 2;
+          if (!rk.start(ctx, {1 - ctx.rank}, 1 << 16, slots)) return 2;
           EXPECT_TRUE(mk::proxyAllInline(rk.proxy));
           uint64_t header = 0;
           if (ctx.rank == 0) {
             if (slots == 2) {  // one good command first: slot 0 then holds ticket 0
-              mk::ProxyCmd c{};
-              c.op = mk::kProxyPutSignal | mk::kProxyInline;
-              c.sigOp = mk::kSignalSet;
-              c.peer = 1, c.srcOff = 0x5555555555555555ull, c.dstOff = 0, c.bytes = 8;
-              c.slot = 1, c.value = 1;
-              EXPECT_EQ(rk.ring->push(c, 5000), ncclSuccess);
+              EXPECT_EQ(rk.ring->push(inlinePut(1, 0x5555555555555555ull, 0, 8, true, 1, 1), 5000),
+                        ncclSuccess);
               pollFor(10, 100, [&] { return mk::proxyCompleted(rk.proxy, 0) >= 1; });
               EXPECT_EQ(mk::proxyCompleted(rk.proxy, 0), 1u);
             }
@@ -376,9 +368,7 @@ TEST(ProxyE2E, InlineGroupCutShortIsAnError) {
             if (slots == 64)  // a good command behind it: must not leave either
               EXPECT_EQ(rk.ring->putSignal(1, 0, 2048, 8, 2, 1, mk::kSignalSet, 5000), ncclSuccess);
             std::string msg;
-            ncclResult_t r = ncclSuccess;
-            pollFor(10, 1000,
-                    [&] { return (r = mk::proxyGetAsyncError(rk.proxy, &msg)) != ncclSuccess; });
+            const ncclResult_t r = rk.awaitAsyncError(&msg);
             const double s =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             EXPECT_EQ(r, ncclInvalidUsage) << msg;
@@ -406,8 +396,7 @@ TEST(ProxyE2E, InlineGroupCutShortIsAnError) {
           return 0;
         },
         60);
-    EXPECT_EQ(codes[0], 0);
-    EXPECT_EQ(codes[1], 0);
+    expectAllExitedZero(codes);
   }
 }
 
@@ -501,8 +490,7 @@ TEST(ProxyE2E, HeldAckRidesWithTheNextBatch) {
         return 0;
       },
       60);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  expectAllExitedZero(codes);
 }
 
 // Fault test: three ranks fully connected; rank 2 is SIGKILLed. Ranks 0 and 1 get an
