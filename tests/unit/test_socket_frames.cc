@@ -1,0 +1,189 @@
+// Socket backend, receive side: frames from the peer are checked before their payload is
+// written anywhere. A raw TCP client plays the peer (the Hello and Frame wire formats of
+// net_socket.cc / net_socket_impl.h), sends one good message (the harness works: it lands
+// whole) and then a corrupt frame whose fields, taken at face value, would put payload
+// bytes outside the posted receive buffer. The receive must fail with an error naming the
+// peer, and no byte around the buffer may change.
+#include <cstdint>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/debug.h"
+#include "bootstrap/socket.h"
+#include "common/test_util.h"
+#include "transport/net.h"
+#include "transport/net_socket_impl.h"
+
+namespace {
+
+constexpr uint8_t kPoison = 0xa5;
+constexpr int kTag = 7;
+
+// The connector's handshake (net_socket.cc): one connection, the inline one.
+struct Hello {
+  uint64_t magic;
+  uint64_t nonce;
+  uint32_t index;
+  uint32_t nconns;
+  uint32_t flags;
+  uint32_t reserved;
+};
+constexpr uint64_t kHelloMagic = 0x6f6c6c65682d6b6dull;  // "mk-hello"
+constexpr uint32_t kHelloInline = 1;
+
+struct RawPeer {
+  std::unique_ptr<mk::Net> net;
+  void* listenComm = nullptr;
+  void* recvComm = nullptr;
+  mk::Socket sock;
+  ~RawPeer() {
+    if (recvComm) net->closeRecv(recvComm);
+    if (listenComm) net->closeListen(listenComm);
+    mk::socketClose(&sock);
+  }
+};
+
+// A recv comm of the socket backend whose peer is `p->sock`, a plain TCP connection.
+void connectRaw(RawPeer* p) {
+  ASSERT_EQ(mk::netCreateSocket(&p->net), ncclSuccess) << mk::lastError();
+  int ndev = 0;
+  ASSERT_EQ(p->net->devices(&ndev), ncclSuccess);
+  ASSERT_GE(ndev, 1) << "NCCL_SOCKET_IFNAME=lo found no interface";
+  char handle[mk::kNetHandleSize] = {};
+  ASSERT_EQ(p->net->listen(0, handle, &p->listenComm), ncclSuccess) << mk::lastError();
+  // The socket handle: a 64-bit magic, then the listener's wire address.
+  mk::SocketWireAddress wa;
+  memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
+  mk::SocketAddress addr;
+  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
+  mk::socketInit(&p->sock, nullptr, 10000);
+  ASSERT_EQ(mk::socketConnect(&p->sock, &addr), ncclSuccess) << mk::lastError();
+  const Hello h = {kHelloMagic, mktest::testSeed() | 1, 0, 1, kHelloInline, 0};
+  ASSERT_EQ(mk::socketSend(&p->sock, &h, sizeof(h)), ncclSuccess);
+  ASSERT_EQ(mk::netAcceptBlocking(p->net.get(), p->listenComm, &p->recvComm, 10000), ncclSuccess)
+      << mk::lastError();
+}
+
+void sendFrame(RawPeer* p, uint64_t seq, uint64_t total, uint64_t offset, const void* data,
+               uint64_t len) {
+  const mk::sock::Frame f = {seq, total, offset, len, kTag, mk::sock::kFrameMagic};
+  ASSERT_EQ(mk::socketSend(&p->sock, &f, sizeof(f)), ncclSuccess);
+  if (len) ASSERT_EQ(mk::socketSend(&p->sock, data, len), ncclSuccess);
+}
+
+// Tests `req` until it completes or fails, bounded (10 s).
+ncclResult_t waitReq(mk::Net* net, void* req, int* done, size_t* size) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    *done = 0;
+    const ncclResult_t r = net->test(req, done, size);
+    if (r != ncclSuccess || *done) return r;
+    if (std::chrono::steady_clock::now() > end) return ncclInternalError;
+    std::this_thread::yield();
+  }
+}
+
+void* postRecv(RawPeer* p, void* buf, size_t cap) {
+  void* d = buf;
+  int tag = kTag;
+  void* req = nullptr;
+  EXPECT_EQ(p->net->irecv(p->recvComm, 1, &d, &cap, &tag, nullptr, &req), ncclSuccess);
+  EXPECT_NE(req, nullptr);
+  return req;
+}
+
+// Message 0: random bytes through the raw peer land whole (the harness speaks the protocol).
+void goodMessage(RawPeer* p, std::mt19937_64* rng) {
+  std::vector<uint8_t> out(1 + (*rng)() % 200), in(256, kPoison);
+  for (auto& b : out) b = (uint8_t)(*rng)();
+  void* req = postRecv(p, in.data(), in.size());
+  ASSERT_NE(req, nullptr);
+  sendFrame(p, 0, out.size(), 0, out.data(), out.size());
+  int done = 0;
+  size_t got = 0;
+  ASSERT_EQ(waitReq(p->net.get(), req, &done, &got), ncclSuccess) << mk::lastError();
+  ASSERT_EQ(done, 1);
+  ASSERT_EQ(got, out.size());
+  EXPECT_EQ(memcmp(in.data(), out.data(), out.size()), 0);
+  for (size_t k = out.size(); k < in.size(); k++) ASSERT_EQ(in[k], kPoison) << k;
+}
+
+// Random payload bytes, none of them the poison value (so a stray write always shows).
+std::vector<uint8_t> payload(std::mt19937_64* rng, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) {
+    b = (uint8_t)(*rng)();
+    if (b == kPoison) b ^= 1;
+  }
+  return v;
+}
+
+// The receive fails (not done, not a timeout) with an error naming the peer, and the guard
+// bytes [lo, lo + loLen) and [hi, hi + hiLen) around the buffer still hold the poison.
+void expectRejected(RawPeer* p, void* req, const uint8_t* lo, size_t loLen, const uint8_t* hi,
+                    size_t hiLen) {
+  int done = 0;
+  size_t got = 0;
+  const ncclResult_t r = waitReq(p->net.get(), req, &done, &got);
+  EXPECT_NE(r, ncclSuccess) << "the corrupt frame was accepted (done " << done << ")";
+  EXPECT_NE(r, ncclInternalError) << "no verdict within 10 s";
+  EXPECT_EQ(done, 0);
+  if (r != ncclSuccess && r != ncclInternalError)
+    EXPECT_NE(std::string(mk::lastError()).find("peer"), std::string::npos) << mk::lastError();
+  size_t bad = 0;
+  for (size_t k = 0; k < loLen; k++) bad += lo[k] != kPoison;
+  for (size_t k = 0; k < hiLen; k++) bad += hi[k] != kPoison;
+  EXPECT_EQ(bad, 0u) << "bytes written outside the receive buffer";
+}
+
+// offset + len wraps around 2^64 to a value within total: the payload would land before the
+// buffer.
+TEST(SocketFrames, WrappedOffsetIsRejected) {
+  mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
+  mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
+  RawPeer p;
+  connectRaw(&p);
+  if (HasFatalFailure()) return;
+  std::mt19937_64 rng(mktest::testSeed());
+  goodMessage(&p, &rng);
+  if (HasFatalFailure()) return;
+  constexpr size_t kCap = 64, kGuard = 256;
+  std::vector<uint8_t> arena(kGuard + kCap + kGuard, kPoison);
+  void* req = postRecv(&p, arena.data() + kGuard, kCap);
+  ASSERT_NE(req, nullptr);
+  const std::vector<uint8_t> pay = payload(&rng, 32);
+  sendFrame(&p, 1, kCap, ~(uint64_t)0 - 15, pay.data(), pay.size());  // offset -16
+  expectRejected(&p, req, arena.data(), kGuard, arena.data() + kGuard + kCap, kGuard);
+}
+
+// A later frame of a message already bound to a buffer says the message is larger than its
+// first frame said (and than the buffer): its payload would land past the buffer's end.
+TEST(SocketFrames, LaterFrameCannotGrowItsMessage) {
+  mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
+  mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
+  RawPeer p;
+  connectRaw(&p);
+  if (HasFatalFailure()) return;
+  std::mt19937_64 rng(mktest::testSeed() + 1);
+  goodMessage(&p, &rng);
+  if (HasFatalFailure()) return;
+  // Over kMaxChunk: the message has two frames on its one connection.
+  constexpr size_t kCap = 2 * mk::sock::kMaxChunk, kGuard = 4096;
+  ASSERT_EQ(mk::sock::numChunks(kCap, 1), 2u);
+  std::vector<uint8_t> arena(kCap + kGuard, kPoison);
+  void* req = postRecv(&p, arena.data(), kCap);
+  ASSERT_NE(req, nullptr);
+  const std::vector<uint8_t> pay = payload(&rng, 64);
+  sendFrame(&p, 1, kCap, 0, pay.data(), pay.size());         // binds the message: kCap bytes
+  sendFrame(&p, 1, 2 * kCap, kCap, pay.data(), pay.size());  // "2 * kCap bytes", past the end
+  expectRejected(&p, req, nullptr, 0, arena.data() + kCap, kGuard);
+}
+
+}  // namespace
