@@ -1,11 +1,13 @@
 // Socket backend, receive side: frames from the peer are checked before their payload is
-// written anywhere. A raw TCP client plays the peer (the Hello and Frame wire formats of
-// net_socket.cc / net_socket_impl.h), sends one good message (the harness works: it lands
-// whole) and then a corrupt frame whose fields, taken at face value, would put payload
-// bytes outside the posted receive buffer. The receive must fail with an error naming the
-// peer, and no byte around the buffer may change.
+// written anywhere, and handshakes before their connection joins a comm. A raw TCP client plays the
+// peer (the Hello and Frame wire formats of net_socket.cc / net_socket_impl.h), sends one good
+// message (the harness works: it lands whole) and then a corrupt frame whose fields, taken at face
+// value, would put payload bytes outside the posted receive buffer. The receive must fail with an
+// error naming the peer, and no byte around the buffer may change.
 #include <cstdint>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstring>
@@ -184,6 +186,64 @@ TEST(SocketFrames, LaterFrameCannotGrowItsMessage) {
   sendFrame(&p, 1, kCap, 0, pay.data(), pay.size());         // binds the message: kCap bytes
   sendFrame(&p, 1, 2 * kCap, kCap, pay.data(), pay.size());  // "2 * kCap bytes", past the end
   expectRejected(&p, req, nullptr, 0, arena.data() + kCap, kGuard);
+}
+
+// Waits up to ms for the acceptor to close `s` (EOF on a connection it never writes to).
+bool closedByPeer(mk::Socket* s, int ms) {
+  struct pollfd pfd = {s->fd, POLLIN, 0};
+  if (poll(&pfd, 1, ms) <= 0) return false;
+  char b;
+  return recv(s->fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+// Two connections of one connect() (same nonce) whose handshakes disagree on the number of
+// connections: the second says index 2 of 3 while its group was opened as 2 connections. It
+// must not count towards the group (a comm with a missing connection, and the stray fd owned
+// by nobody); the acceptor drops it, and the group completes with a matching handshake.
+TEST(SocketFrames, HandshakeDisagreeingWithItsGroupIsDropped) {
+  mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
+  mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
+  RawPeer p;
+  ASSERT_EQ(mk::netCreateSocket(&p.net), ncclSuccess) << mk::lastError();
+  char handle[mk::kNetHandleSize] = {};
+  ASSERT_EQ(p.net->listen(0, handle, &p.listenComm), ncclSuccess) << mk::lastError();
+  mk::SocketWireAddress wa;
+  memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
+  mk::SocketAddress addr;
+  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
+  const uint64_t nonce = mktest::testSeed() | 1;
+  mk::Socket stray, helper;
+  mk::socketInit(&stray, nullptr, 10000);
+  mk::socketInit(&helper, nullptr, 10000);
+  struct Closer {
+    mk::Socket* a;
+    mk::Socket* b;
+    ~Closer() { mk::socketClose(a), mk::socketClose(b); }
+  } closer{&stray, &helper};
+  mk::socketInit(&p.sock, nullptr, 10000);
+  ASSERT_EQ(mk::socketConnect(&p.sock, &addr), ncclSuccess) << mk::lastError();
+  const Hello h0 = {kHelloMagic, nonce, 0, 2, kHelloInline, 0};
+  ASSERT_EQ(mk::socketSend(&p.sock, &h0, sizeof(h0)), ncclSuccess);
+  ASSERT_EQ(mk::socketConnect(&stray, &addr), ncclSuccess) << mk::lastError();
+  const Hello bad = {kHelloMagic, nonce, 2, 3, kHelloInline, 0};
+  ASSERT_EQ(mk::socketSend(&stray, &bad, sizeof(bad)), ncclSuccess);
+  // Both handshakes are read within this; no comm may come out of them.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until && p.recvComm == nullptr) {
+    ASSERT_EQ(p.net->accept(p.listenComm, &p.recvComm), ncclSuccess) << mk::lastError();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(p.recvComm, nullptr) << "a comm was made of a mismatched group";
+  EXPECT_TRUE(closedByPeer(&stray, 2000)) << "the mismatched connection was not dropped";
+  if (p.recvComm) return;
+  // The matching second connection completes the group; the comm carries a message.
+  ASSERT_EQ(mk::socketConnect(&helper, &addr), ncclSuccess) << mk::lastError();
+  const Hello h1 = {kHelloMagic, nonce, 1, 2, kHelloInline, 0};
+  ASSERT_EQ(mk::socketSend(&helper, &h1, sizeof(h1)), ncclSuccess);
+  ASSERT_EQ(mk::netAcceptBlocking(p.net.get(), p.listenComm, &p.recvComm, 10000), ncclSuccess)
+      << mk::lastError();
+  std::mt19937_64 rng(mktest::testSeed() + 2);
+  goodMessage(&p, &rng);
 }
 
 }  // namespace
