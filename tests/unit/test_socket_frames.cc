@@ -165,6 +165,49 @@ TEST(SocketFrames, WrappedOffsetIsRejected) {
   expectRejected(&p, req, arena.data(), kGuard, arena.data() + kGuard + kCap, kGuard);
 }
 
+// The same frame on a helper connection (its own thread reads frames straight into the
+// receive buffer): one connect() of two connections, the second a helper.
+TEST(SocketFrames, WrappedOffsetOnAHelperConnectionIsRejected) {
+  mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
+  mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
+  RawPeer p;
+  ASSERT_EQ(mk::netCreateSocket(&p.net), ncclSuccess) << mk::lastError();
+  char handle[mk::kNetHandleSize] = {};
+  ASSERT_EQ(p.net->listen(0, handle, &p.listenComm), ncclSuccess) << mk::lastError();
+  mk::SocketWireAddress wa;
+  memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
+  mk::SocketAddress addr;
+  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
+  const uint64_t nonce = mktest::testSeed() | 1;
+  mk::Socket helper;
+  mk::socketInit(&helper, nullptr, 10000);
+  struct Closer {
+    mk::Socket* s;
+    ~Closer() { mk::socketClose(s); }
+  } closer{&helper};
+  mk::socketInit(&p.sock, nullptr, 10000);
+  ASSERT_EQ(mk::socketConnect(&p.sock, &addr), ncclSuccess) << mk::lastError();
+  ASSERT_EQ(mk::socketConnect(&helper, &addr), ncclSuccess) << mk::lastError();
+  const Hello h0 = {kHelloMagic, nonce, 0, 2, kHelloInline, 0};
+  const Hello h1 = {kHelloMagic, nonce, 1, 2, kHelloInline, 0};
+  ASSERT_EQ(mk::socketSend(&p.sock, &h0, sizeof(h0)), ncclSuccess);
+  ASSERT_EQ(mk::socketSend(&helper, &h1, sizeof(h1)), ncclSuccess);
+  ASSERT_EQ(mk::netAcceptBlocking(p.net.get(), p.listenComm, &p.recvComm, 10000), ncclSuccess)
+      << mk::lastError();
+  std::mt19937_64 rng(mktest::testSeed() + 3);
+  goodMessage(&p, &rng);
+  if (HasFatalFailure()) return;
+  constexpr size_t kCap = 64, kGuard = 256;
+  std::vector<uint8_t> arena(kGuard + kCap + kGuard, kPoison);
+  void* req = postRecv(&p, arena.data() + kGuard, kCap);
+  ASSERT_NE(req, nullptr);
+  const std::vector<uint8_t> pay = payload(&rng, 32);
+  const mk::sock::Frame f = {1, kCap, ~(uint64_t)0 - 15, pay.size(), kTag, mk::sock::kFrameMagic};
+  ASSERT_EQ(mk::socketSend(&helper, &f, sizeof(f)), ncclSuccess);
+  ASSERT_EQ(mk::socketSend(&helper, pay.data(), pay.size()), ncclSuccess);
+  expectRejected(&p, req, arena.data(), kGuard, arena.data() + kGuard + kCap, kGuard);
+}
+
 // A later frame of a message already bound to a buffer says the message is larger than its
 // first frame said (and than the buffer): its payload would land past the buffer's end.
 TEST(SocketFrames, LaterFrameCannotGrowItsMessage) {
