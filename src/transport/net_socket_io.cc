@@ -88,6 +88,7 @@ bool bindFrame(Comm* c, const Frame& f, Request** out, int* jOut, int* bufOut, n
     req->used[pick] = true;
     req->got[pick] = f.total;
     req->msgChunksLeft[j] = numChunks(f.total, c->dataConns());
+    req->msgChunksUnbound[j] = req->msgChunksLeft[j] - 1;
   } else if (f.total != req->got[req->bound[j]]) {
     // Only the message's first frame was checked against the buffer's capacity; a later
     // frame that says the message is larger would land its payload past the buffer's end.
@@ -96,6 +97,13 @@ bool bindFrame(Comm* c, const Frame& f, Request** out, int* jOut, int* bufOut, n
            std::to_string(req->got[req->bound[j]]) + " bytes, a later frame says " +
            std::to_string(f.total) + ")";
     return false;
+  } else if (req->msgChunksUnbound[j] == 0) {
+    *code = ncclSystemError;
+    *bad = "socket net: corrupt frame from peer " + c->peer + " (more frames than a message of " +
+           std::to_string(f.total) + " bytes has)";
+    return false;
+  } else {
+    req->msgChunksUnbound[j]--;
   }
   *out = req;
   *jOut = j;

@@ -73,11 +73,16 @@ void connectRaw(RawPeer* p) {
       << mk::lastError();
 }
 
+// A frame and its payload on connection `s` (default: the inline one).
+void sendFrame(RawPeer* p, mk::Socket* s, uint64_t seq, uint64_t total, uint64_t offset,
+               const void* data, uint64_t len) {
+  const mk::sock::Frame f = {seq, total, offset, len, kTag, mk::sock::kFrameMagic};
+  ASSERT_EQ(mk::socketSend(s, &f, sizeof(f)), ncclSuccess);
+  if (len) ASSERT_EQ(mk::socketSend(s, data, len), ncclSuccess);
+}
 void sendFrame(RawPeer* p, uint64_t seq, uint64_t total, uint64_t offset, const void* data,
                uint64_t len) {
-  const mk::sock::Frame f = {seq, total, offset, len, kTag, mk::sock::kFrameMagic};
-  ASSERT_EQ(mk::socketSend(&p->sock, &f, sizeof(f)), ncclSuccess);
-  if (len) ASSERT_EQ(mk::socketSend(&p->sock, data, len), ncclSuccess);
+  sendFrame(p, &p->sock, seq, total, offset, data, len);
 }
 
 // Tests `req` until it completes or fails, bounded (10 s).
@@ -287,6 +292,59 @@ TEST(SocketFrames, HandshakeDisagreeingWithItsGroupIsDropped) {
       << mk::lastError();
   std::mt19937_64 rng(mktest::testSeed() + 2);
   goodMessage(&p, &rng);
+}
+
+// More frames for a message than its size makes (two chunks over two helper connections,
+// three frames): the message must not complete while a frame bound to it is still being
+// read. Helper 2 sends only the header of an extra frame (its thread binds it and waits for
+// the payload); helper 1 then sends both real chunks. Were the message completed, test()
+// would hand the buffer back and free the request while helper 2's thread still holds both
+// (a write into a returned buffer, then a use after free). The third frame is an error.
+TEST(SocketFrames, ExtraFrameForAMessageIsRejected) {
+  mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
+  mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
+  RawPeer p;
+  ASSERT_EQ(mk::netCreateSocket(&p.net), ncclSuccess) << mk::lastError();
+  char handle[mk::kNetHandleSize] = {};
+  ASSERT_EQ(p.net->listen(0, handle, &p.listenComm), ncclSuccess) << mk::lastError();
+  mk::SocketWireAddress wa;
+  memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
+  mk::SocketAddress addr;
+  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
+  const uint64_t nonce = mktest::testSeed() | 1;
+  mk::Socket h1s, h2s;
+  mk::socketInit(&h1s, nullptr, 10000);
+  mk::socketInit(&h2s, nullptr, 10000);
+  struct Closer {
+    mk::Socket* a;
+    mk::Socket* b;
+    ~Closer() { mk::socketClose(a), mk::socketClose(b); }
+  } closer{&h1s, &h2s};
+  mk::socketInit(&p.sock, nullptr, 10000);
+  mk::Socket* conns[3] = {&p.sock, &h1s, &h2s};
+  for (uint32_t i = 0; i < 3; i++) {
+    ASSERT_EQ(mk::socketConnect(conns[i], &addr), ncclSuccess) << mk::lastError();
+    const Hello h = {kHelloMagic, nonce, i, 3, kHelloInline, 0};
+    ASSERT_EQ(mk::socketSend(conns[i], &h, sizeof(h)), ncclSuccess);
+  }
+  ASSERT_EQ(mk::netAcceptBlocking(p.net.get(), p.listenComm, &p.recvComm, 10000), ncclSuccess)
+      << mk::lastError();
+  std::mt19937_64 rng(mktest::testSeed() + 4);
+  goodMessage(&p, &rng);
+  if (HasFatalFailure()) return;
+  constexpr size_t kCap = 2 * mk::sock::kMaxChunk, kGuard = 4096;
+  ASSERT_EQ(mk::sock::numChunks(kCap, 2), 2u);
+  const size_t cb = mk::sock::chunkBytes(kCap, 2);
+  std::vector<uint8_t> arena(kCap + kGuard, kPoison);
+  void* req = postRecv(&p, arena.data(), kCap);
+  ASSERT_NE(req, nullptr);
+  const std::vector<uint8_t> pay = payload(&rng, 64);
+  const mk::sock::Frame extra = {1, kCap, 0, pay.size(), kTag, mk::sock::kFrameMagic};
+  ASSERT_EQ(mk::socketSend(&h2s, &extra, sizeof(extra)), ncclSuccess);  // payload withheld
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));          // helper 2 binds it
+  sendFrame(&p, &h1s, 1, kCap, 0, pay.data(), pay.size());
+  sendFrame(&p, &h1s, 1, kCap, cb, pay.data(), pay.size());
+  expectRejected(&p, req, nullptr, 0, arena.data() + kCap, kGuard);
 }
 
 }  // namespace
