@@ -1,9 +1,11 @@
-// Socket backend, receive side: frames from the peer are checked before their payload is
-// written anywhere, and handshakes before their connection joins a comm. A raw TCP client plays the
-// peer (the Hello and Frame wire formats of net_socket.cc / net_socket_impl.h), sends one good
-// message (the harness works: it lands whole) and then a corrupt frame whose fields, taken at face
-// value, would put payload bytes outside the posted receive buffer. The receive must fail with an
-// error naming the peer, and no byte around the buffer may change.
+// Socket backend, receive side: what a peer sends is checked before it is trusted. A raw
+// TCP client plays the peer (the Hello and Frame wire formats of net_socket.cc and
+// net_socket_impl.h), sends one good message (the harness speaks the protocol: it lands
+// whole) and then something corrupt: a frame whose fields, taken at face value, put payload
+// bytes outside the posted receive buffer or keep writing into it after the message
+// completed, or a handshake that does not fit its group. The receive must fail with an error
+// naming the peer and leave every byte around the buffer as it was; the bad connection must
+// be dropped.
 #include <cstdint>
 #include <gtest/gtest.h>
 #include <poll.h>
