@@ -42,20 +42,24 @@ struct Hello {
 constexpr uint64_t kHelloMagic = 0x6f6c6c65682d6b6dull;  // "mk-hello"
 constexpr uint32_t kHelloInline = 1;
 
+// The listener side is the backend under test; sock (connection 0, the inline one) and
+// helper[] are the raw peer's connections.
 struct RawPeer {
   std::unique_ptr<mk::Net> net;
   void* listenComm = nullptr;
   void* recvComm = nullptr;
-  mk::Socket sock;
+  mk::SocketAddress addr{};
+  uint64_t nonce = 0;
+  mk::Socket sock, helper[2];
   ~RawPeer() {
     if (recvComm) net->closeRecv(recvComm);
     if (listenComm) net->closeListen(listenComm);
     mk::socketClose(&sock);
+    for (mk::Socket& h : helper) mk::socketClose(&h);
   }
 };
 
-// A recv comm of the socket backend whose peer is `p->sock`, a plain TCP connection.
-void connectRaw(RawPeer* p) {
+void listenRaw(RawPeer* p) {
   ASSERT_EQ(mk::netCreateSocket(&p->net), ncclSuccess) << mk::lastError();
   int ndev = 0;
   ASSERT_EQ(p->net->devices(&ndev), ncclSuccess);
@@ -65,26 +69,37 @@ void connectRaw(RawPeer* p) {
   // The socket handle: a 64-bit magic, then the listener's wire address.
   mk::SocketWireAddress wa;
   memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
-  mk::SocketAddress addr;
-  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
-  mk::socketInit(&p->sock, nullptr, 10000);
-  ASSERT_EQ(mk::socketConnect(&p->sock, &addr), ncclSuccess) << mk::lastError();
-  const Hello h = {kHelloMagic, mktest::testSeed() | 1, 0, 1, kHelloInline, 0};
-  ASSERT_EQ(mk::socketSend(&p->sock, &h, sizeof(h)), ncclSuccess);
+  ASSERT_EQ(mk::socketAddressFromWire(&wa, &p->addr), ncclSuccess);
+  p->nonce = mktest::testSeed() | 1;
+}
+
+// Connects s to the listener and sends its handshake: connection `index` of `nconns`.
+void helloRaw(RawPeer* p, mk::Socket* s, uint32_t index, uint32_t nconns) {
+  mk::socketInit(s, nullptr, 10000);
+  ASSERT_EQ(mk::socketConnect(s, &p->addr), ncclSuccess) << mk::lastError();
+  const Hello h = {kHelloMagic, p->nonce, index, nconns, kHelloInline, 0};
+  ASSERT_EQ(mk::socketSend(s, &h, sizeof(h)), ncclSuccess);
+}
+
+// A recv comm of the socket backend whose peer is the raw client: nconns connections (1..3),
+// sock and then helper[0..nconns-2].
+void connectRaw(RawPeer* p, uint32_t nconns) {
+  listenRaw(p);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (uint32_t i = 0; i < nconns; i++) {
+    helloRaw(p, i == 0 ? &p->sock : &p->helper[i - 1], i, nconns);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
   ASSERT_EQ(mk::netAcceptBlocking(p->net.get(), p->listenComm, &p->recvComm, 10000), ncclSuccess)
       << mk::lastError();
 }
 
-// A frame and its payload on connection `s` (default: the inline one).
-void sendFrame(RawPeer* p, mk::Socket* s, uint64_t seq, uint64_t total, uint64_t offset,
-               const void* data, uint64_t len) {
+// A frame and its payload on connection s.
+void sendFrame(mk::Socket* s, uint64_t seq, uint64_t total, uint64_t offset, const void* data,
+               uint64_t len) {
   const mk::sock::Frame f = {seq, total, offset, len, kTag, mk::sock::kFrameMagic};
   ASSERT_EQ(mk::socketSend(s, &f, sizeof(f)), ncclSuccess);
   if (len) ASSERT_EQ(mk::socketSend(s, data, len), ncclSuccess);
-}
-void sendFrame(RawPeer* p, uint64_t seq, uint64_t total, uint64_t offset, const void* data,
-               uint64_t len) {
-  sendFrame(p, &p->sock, seq, total, offset, data, len);
 }
 
 // Tests `req` until it completes or fails, bounded (10 s).
@@ -114,7 +129,7 @@ void goodMessage(RawPeer* p, std::mt19937_64* rng) {
   for (auto& b : out) b = (uint8_t)(*rng)();
   void* req = postRecv(p, in.data(), in.size());
   ASSERT_NE(req, nullptr);
-  sendFrame(p, 0, out.size(), 0, out.data(), out.size());
+  sendFrame(&p->sock, 0, out.size(), 0, out.data(), out.size());
   int done = 0;
   size_t got = 0;
   ASSERT_EQ(waitReq(p->net.get(), req, &done, &got), ncclSuccess) << mk::lastError();
@@ -153,66 +168,33 @@ void expectRejected(RawPeer* p, void* req, const uint8_t* lo, size_t loLen, cons
 }
 
 // offset + len wraps around 2^64 to a value within total: the payload would land before the
-// buffer.
-TEST(SocketFrames, WrappedOffsetIsRejected) {
+// buffer. On the inline connection (read by the caller's test()) with nconns 1, on a helper
+// connection (its own thread reads payloads straight into the buffer) with nconns 2.
+void wrappedOffsetCase(uint32_t nconns) {
   mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
   mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
   RawPeer p;
-  connectRaw(&p);
-  if (HasFatalFailure()) return;
-  std::mt19937_64 rng(mktest::testSeed());
+  connectRaw(&p, nconns);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::mt19937_64 rng(mktest::testSeed() + nconns);
   goodMessage(&p, &rng);
-  if (HasFatalFailure()) return;
+  if (::testing::Test::HasFatalFailure()) return;
   constexpr size_t kCap = 64, kGuard = 256;
   std::vector<uint8_t> arena(kGuard + kCap + kGuard, kPoison);
   void* req = postRecv(&p, arena.data() + kGuard, kCap);
   ASSERT_NE(req, nullptr);
   const std::vector<uint8_t> pay = payload(&rng, 32);
-  sendFrame(&p, 1, kCap, ~(uint64_t)0 - 15, pay.data(), pay.size());  // offset -16
+  mk::Socket* s = nconns == 1 ? &p.sock : &p.helper[0];
+  sendFrame(s, 1, kCap, ~(uint64_t)0 - 15, pay.data(), pay.size());  // offset -16
   expectRejected(&p, req, arena.data(), kGuard, arena.data() + kGuard + kCap, kGuard);
 }
 
-// The same frame on a helper connection (its own thread reads frames straight into the
-// receive buffer): one connect() of two connections, the second a helper.
+TEST(SocketFrames, WrappedOffsetIsRejected) {
+  wrappedOffsetCase(1);
+}
+
 TEST(SocketFrames, WrappedOffsetOnAHelperConnectionIsRejected) {
-  mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
-  mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
-  RawPeer p;
-  ASSERT_EQ(mk::netCreateSocket(&p.net), ncclSuccess) << mk::lastError();
-  char handle[mk::kNetHandleSize] = {};
-  ASSERT_EQ(p.net->listen(0, handle, &p.listenComm), ncclSuccess) << mk::lastError();
-  mk::SocketWireAddress wa;
-  memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
-  mk::SocketAddress addr;
-  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
-  const uint64_t nonce = mktest::testSeed() | 1;
-  mk::Socket helper;
-  mk::socketInit(&helper, nullptr, 10000);
-  struct Closer {
-    mk::Socket* s;
-    ~Closer() { mk::socketClose(s); }
-  } closer{&helper};
-  mk::socketInit(&p.sock, nullptr, 10000);
-  ASSERT_EQ(mk::socketConnect(&p.sock, &addr), ncclSuccess) << mk::lastError();
-  ASSERT_EQ(mk::socketConnect(&helper, &addr), ncclSuccess) << mk::lastError();
-  const Hello h0 = {kHelloMagic, nonce, 0, 2, kHelloInline, 0};
-  const Hello h1 = {kHelloMagic, nonce, 1, 2, kHelloInline, 0};
-  ASSERT_EQ(mk::socketSend(&p.sock, &h0, sizeof(h0)), ncclSuccess);
-  ASSERT_EQ(mk::socketSend(&helper, &h1, sizeof(h1)), ncclSuccess);
-  ASSERT_EQ(mk::netAcceptBlocking(p.net.get(), p.listenComm, &p.recvComm, 10000), ncclSuccess)
-      << mk::lastError();
-  std::mt19937_64 rng(mktest::testSeed() + 3);
-  goodMessage(&p, &rng);
-  if (HasFatalFailure()) return;
-  constexpr size_t kCap = 64, kGuard = 256;
-  std::vector<uint8_t> arena(kGuard + kCap + kGuard, kPoison);
-  void* req = postRecv(&p, arena.data() + kGuard, kCap);
-  ASSERT_NE(req, nullptr);
-  const std::vector<uint8_t> pay = payload(&rng, 32);
-  const mk::sock::Frame f = {1, kCap, ~(uint64_t)0 - 15, pay.size(), kTag, mk::sock::kFrameMagic};
-  ASSERT_EQ(mk::socketSend(&helper, &f, sizeof(f)), ncclSuccess);
-  ASSERT_EQ(mk::socketSend(&helper, pay.data(), pay.size()), ncclSuccess);
-  expectRejected(&p, req, arena.data(), kGuard, arena.data() + kGuard + kCap, kGuard);
+  wrappedOffsetCase(2);
 }
 
 // A later frame of a message already bound to a buffer says the message is larger than its
@@ -221,9 +203,9 @@ TEST(SocketFrames, LaterFrameCannotGrowItsMessage) {
   mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
   mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
   RawPeer p;
-  connectRaw(&p);
+  connectRaw(&p, 1);
   if (HasFatalFailure()) return;
-  std::mt19937_64 rng(mktest::testSeed() + 1);
+  std::mt19937_64 rng(mktest::testSeed() + 5);
   goodMessage(&p, &rng);
   if (HasFatalFailure()) return;
   // Over kMaxChunk: the message has two frames on its one connection.
@@ -233,8 +215,8 @@ TEST(SocketFrames, LaterFrameCannotGrowItsMessage) {
   void* req = postRecv(&p, arena.data(), kCap);
   ASSERT_NE(req, nullptr);
   const std::vector<uint8_t> pay = payload(&rng, 64);
-  sendFrame(&p, 1, kCap, 0, pay.data(), pay.size());         // binds the message: kCap bytes
-  sendFrame(&p, 1, 2 * kCap, kCap, pay.data(), pay.size());  // "2 * kCap bytes", past the end
+  sendFrame(&p.sock, 1, kCap, 0, pay.data(), pay.size());         // binds the message: kCap bytes
+  sendFrame(&p.sock, 1, 2 * kCap, kCap, pay.data(), pay.size());  // "2 * kCap bytes", past the end
   expectRejected(&p, req, nullptr, 0, arena.data() + kCap, kGuard);
 }
 
@@ -254,29 +236,13 @@ TEST(SocketFrames, HandshakeDisagreeingWithItsGroupIsDropped) {
   mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
   mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
   RawPeer p;
-  ASSERT_EQ(mk::netCreateSocket(&p.net), ncclSuccess) << mk::lastError();
-  char handle[mk::kNetHandleSize] = {};
-  ASSERT_EQ(p.net->listen(0, handle, &p.listenComm), ncclSuccess) << mk::lastError();
-  mk::SocketWireAddress wa;
-  memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
-  mk::SocketAddress addr;
-  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
-  const uint64_t nonce = mktest::testSeed() | 1;
-  mk::Socket stray, helper;
-  mk::socketInit(&stray, nullptr, 10000);
-  mk::socketInit(&helper, nullptr, 10000);
-  struct Closer {
-    mk::Socket* a;
-    mk::Socket* b;
-    ~Closer() { mk::socketClose(a), mk::socketClose(b); }
-  } closer{&stray, &helper};
-  mk::socketInit(&p.sock, nullptr, 10000);
-  ASSERT_EQ(mk::socketConnect(&p.sock, &addr), ncclSuccess) << mk::lastError();
-  const Hello h0 = {kHelloMagic, nonce, 0, 2, kHelloInline, 0};
-  ASSERT_EQ(mk::socketSend(&p.sock, &h0, sizeof(h0)), ncclSuccess);
-  ASSERT_EQ(mk::socketConnect(&stray, &addr), ncclSuccess) << mk::lastError();
-  const Hello bad = {kHelloMagic, nonce, 2, 3, kHelloInline, 0};
-  ASSERT_EQ(mk::socketSend(&stray, &bad, sizeof(bad)), ncclSuccess);
+  listenRaw(&p);
+  if (HasFatalFailure()) return;
+  helloRaw(&p, &p.sock, 0, 2);
+  if (HasFatalFailure()) return;
+  mk::Socket* stray = &p.helper[0];
+  helloRaw(&p, stray, 2, 3);
+  if (HasFatalFailure()) return;
   // Both handshakes are read within this; no comm may come out of them.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   while (std::chrono::steady_clock::now() < until && p.recvComm == nullptr) {
@@ -284,12 +250,11 @@ TEST(SocketFrames, HandshakeDisagreeingWithItsGroupIsDropped) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(p.recvComm, nullptr) << "a comm was made of a mismatched group";
-  EXPECT_TRUE(closedByPeer(&stray, 2000)) << "the mismatched connection was not dropped";
+  EXPECT_TRUE(closedByPeer(stray, 2000)) << "the mismatched connection was not dropped";
   if (p.recvComm) return;
   // The matching second connection completes the group; the comm carries a message.
-  ASSERT_EQ(mk::socketConnect(&helper, &addr), ncclSuccess) << mk::lastError();
-  const Hello h1 = {kHelloMagic, nonce, 1, 2, kHelloInline, 0};
-  ASSERT_EQ(mk::socketSend(&helper, &h1, sizeof(h1)), ncclSuccess);
+  helloRaw(&p, &p.helper[1], 1, 2);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(mk::netAcceptBlocking(p.net.get(), p.listenComm, &p.recvComm, 10000), ncclSuccess)
       << mk::lastError();
   std::mt19937_64 rng(mktest::testSeed() + 2);
@@ -306,31 +271,8 @@ TEST(SocketFrames, ExtraFrameForAMessageIsRejected) {
   mktest::ScopedEnv ifn("NCCL_SOCKET_IFNAME", "lo");
   mktest::ScopedEnv tmo("MKERNEL_NET_TIMEOUT_S", "10");
   RawPeer p;
-  ASSERT_EQ(mk::netCreateSocket(&p.net), ncclSuccess) << mk::lastError();
-  char handle[mk::kNetHandleSize] = {};
-  ASSERT_EQ(p.net->listen(0, handle, &p.listenComm), ncclSuccess) << mk::lastError();
-  mk::SocketWireAddress wa;
-  memcpy(&wa, handle + sizeof(uint64_t), sizeof(wa));
-  mk::SocketAddress addr;
-  ASSERT_EQ(mk::socketAddressFromWire(&wa, &addr), ncclSuccess);
-  const uint64_t nonce = mktest::testSeed() | 1;
-  mk::Socket h1s, h2s;
-  mk::socketInit(&h1s, nullptr, 10000);
-  mk::socketInit(&h2s, nullptr, 10000);
-  struct Closer {
-    mk::Socket* a;
-    mk::Socket* b;
-    ~Closer() { mk::socketClose(a), mk::socketClose(b); }
-  } closer{&h1s, &h2s};
-  mk::socketInit(&p.sock, nullptr, 10000);
-  mk::Socket* conns[3] = {&p.sock, &h1s, &h2s};
-  for (uint32_t i = 0; i < 3; i++) {
-    ASSERT_EQ(mk::socketConnect(conns[i], &addr), ncclSuccess) << mk::lastError();
-    const Hello h = {kHelloMagic, nonce, i, 3, kHelloInline, 0};
-    ASSERT_EQ(mk::socketSend(conns[i], &h, sizeof(h)), ncclSuccess);
-  }
-  ASSERT_EQ(mk::netAcceptBlocking(p.net.get(), p.listenComm, &p.recvComm, 10000), ncclSuccess)
-      << mk::lastError();
+  connectRaw(&p, 3);
+  if (HasFatalFailure()) return;
   std::mt19937_64 rng(mktest::testSeed() + 4);
   goodMessage(&p, &rng);
   if (HasFatalFailure()) return;
@@ -342,10 +284,10 @@ TEST(SocketFrames, ExtraFrameForAMessageIsRejected) {
   ASSERT_NE(req, nullptr);
   const std::vector<uint8_t> pay = payload(&rng, 64);
   const mk::sock::Frame extra = {1, kCap, 0, pay.size(), kTag, mk::sock::kFrameMagic};
-  ASSERT_EQ(mk::socketSend(&h2s, &extra, sizeof(extra)), ncclSuccess);  // payload withheld
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));          // helper 2 binds it
-  sendFrame(&p, &h1s, 1, kCap, 0, pay.data(), pay.size());
-  sendFrame(&p, &h1s, 1, kCap, cb, pay.data(), pay.size());
+  ASSERT_EQ(mk::socketSend(&p.helper[1], &extra, sizeof(extra)), ncclSuccess);  // payload withheld
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));                  // helper 2 binds it
+  sendFrame(&p.helper[0], 1, kCap, 0, pay.data(), pay.size());
+  sendFrame(&p.helper[0], 1, kCap, cb, pay.data(), pay.size());
   expectRejected(&p, req, nullptr, 0, arena.data() + kCap, kGuard);
 }
 
