@@ -250,6 +250,16 @@ class SocketNet : public Net {
         close(fd);
         continue;
       }
+      // Every handshake of a group must agree with the first one: one that says another
+      // count (its index may lie past the group's) would complete the group with a hole in
+      // it, its own fd owned by nobody.
+      auto g = l->groups.find(hello.nonce);
+      if (g != l->groups.end() &&
+          (hello.nconns != (uint32_t)g->second.nconns || hello.flags != g->second.flags)) {
+        MK_INFO(kNet, "socket net: dropping a connection whose handshake disagrees with its group");
+        close(fd);
+        continue;
+      }
       Pending& p = l->groups[hello.nonce];
       if (p.nconns == 0) {
         p.nconns = (int)hello.nconns;

@@ -78,6 +78,9 @@ struct Request {
   bool used[kNetMaxRecvs] = {};
   int bound[kNetMaxRecvs] = {};  // message j of this request -> buffer index, -1 unbound
   uint64_t msgChunksLeft[kNetMaxRecvs] = {};
+  // Frames of message j its size still allows to bind: a frame bound past them (a corrupt
+  // peer) could still be writing into the buffer after the message completed.
+  uint64_t msgChunksUnbound[kNetMaxRecvs] = {};
   int msgsLeft = 0;
   std::atomic<bool> done{false};
 };

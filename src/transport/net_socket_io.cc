@@ -49,8 +49,11 @@ void connEof(Comm* c) {
              /*quiet=*/true);
 }
 
+// offset and len are checked one at a time: offset + len of a corrupt frame can wrap
+// around 2^64 to a value within total, and the payload would land before the buffer.
 bool frameValid(const Frame& f) {
-  return f.magic == kFrameMagic && f.offset + f.len <= f.total && f.len <= kMaxChunk;
+  return f.magic == kFrameMagic && f.len <= kMaxChunk && f.offset <= f.total &&
+         f.len <= f.total - f.offset;
 }
 
 // Matches frame f to its receive (c->mu held; f.seq < c->nextSeq). False with *code and
@@ -85,6 +88,22 @@ bool bindFrame(Comm* c, const Frame& f, Request** out, int* jOut, int* bufOut, n
     req->used[pick] = true;
     req->got[pick] = f.total;
     req->msgChunksLeft[j] = numChunks(f.total, c->dataConns());
+    req->msgChunksUnbound[j] = req->msgChunksLeft[j] - 1;
+  } else if (f.total != req->got[req->bound[j]]) {
+    // Only the message's first frame was checked against the buffer's capacity; a later
+    // frame that says the message is larger would land its payload past the buffer's end.
+    *code = ncclSystemError;
+    *bad = "socket net: corrupt frame from peer " + c->peer + " (message of " +
+           std::to_string(req->got[req->bound[j]]) + " bytes, a later frame says " +
+           std::to_string(f.total) + ")";
+    return false;
+  } else if (req->msgChunksUnbound[j] == 0) {
+    *code = ncclSystemError;
+    *bad = "socket net: corrupt frame from peer " + c->peer + " (more frames than a message of " +
+           std::to_string(f.total) + " bytes has)";
+    return false;
+  } else {
+    req->msgChunksUnbound[j]--;
   }
   *out = req;
   *jOut = j;
