@@ -341,8 +341,16 @@ ncclResult_t socketConnect(Socket* s, const SocketAddress* remote, bool retryRef
       }
     }
     if (err == 0) {
-      s->fd = fd;
-      return ncclSuccess;
+      // A connect to a local port where nobody listens may pick that very port as its source
+      // and connect to itself (TCP simultaneous open): that is a refusal, not the peer.
+      SocketAddress self{};
+      socklen_t slen = sizeof(self);
+      if (getsockname(fd, &self.sa, &slen) == 0 && socketAddressEqual(&self, remote)) {
+        err = ECONNREFUSED;
+      } else {
+        s->fd = fd;
+        return ncclSuccess;
+      }
     }
     close(fd);
     lastErr = err;
