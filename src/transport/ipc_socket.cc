@@ -137,8 +137,8 @@ uint64_t ipcSocketNonce() {
   return v ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
 }
 
-void ipcSocketName(char* out, uint64_t hash, int rank, uint64_t nonce) {
-  snprintf(out, kIpcNameLen, "mkernel-%016" PRIx64 "-%d-%016" PRIx64, hash, rank, nonce);
+void ipcSocketName(char* out, int rank, uint64_t nonce) {
+  snprintf(out, kIpcNameLen, "mkernel-%d-%016" PRIx64, rank, nonce);
 }
 
 ncclResult_t ipcSocketInit(IpcSocket* s, const char* name, int rank, uint64_t hash,
