@@ -96,7 +96,9 @@ ncclResult_t recvOne(IpcSocket* s, bool* got) {
   }
   auto drop = [&](const char* why) {
     for (int fd : fds) close(fd);
-    MK_WARN("IPC socket %s: dropped a message (%s)", s->name, why);
+    // Rate-limited: anyone in the network namespace can send to an abstract name, and a line
+    // per datagram would let them flood the log.
+    MK_WARN_RATELIMITED(1000, "IPC socket %s: dropped a message (%s)", s->name, why);
     return ncclSuccess;
   };
   if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return drop("truncated");

@@ -11,12 +11,14 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <fcntl.h>
 #include <string>
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
 
+#include "base/debug.h"
 #include "common/test_util.h"
 #include "transport/ipc_socket.h"
 
@@ -227,6 +229,48 @@ TEST(IpcSocket, ForgerWhoOnlyKnowsTheNameIsDropped) {
     close(rfd);
   }
   EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+// Anyone in the network namespace can send to an abstract name, so dropped datagrams are
+// attacker-controlled: each one must not cost a log line (the log would be the flood's target).
+TEST(IpcSocket, FloodOfForeignDatagramsLogsRarely) {
+  char path[] = "/tmp/mk_ipc_flood_XXXXXX";
+  int lfd = mkstemp(path);
+  ASSERT_GE(lfd, 0);
+  close(lfd);
+  const int kForged = 2000;
+  // Earlier tests' drops may have used this second of the rate limit: start a fresh one so
+  // that the flood's first drop is printed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  {
+    mktest::ScopedEnv level("NCCL_DEBUG", "WARN");
+    mktest::ScopedEnv file("NCCL_DEBUG_FILE", path);
+    mk::logReset();
+    Pair p;
+    ASSERT_EQ(p.init(1500), ncclSuccess);
+    std::thread rx([&] {  // drains (and drops) while waiting for a message that never comes
+      EXPECT_EQ(mk::ipcSocketRecv(&p.b, 0, 99, nullptr, nullptr, 0), ncclRemoteError);
+    });
+    mk::IpcSocket forger;
+    std::string fname = freshName(0);
+    ASSERT_EQ(
+        mk::ipcSocketInit(&forger, fname.c_str(), 0, p.hash ^ mk::ipcSocketNonce(), nullptr, 1000),
+        ncclSuccess);
+    int sent = 0;
+    for (int i = 0; i < kForged; i++)
+      sent += mk::ipcSocketSend(&forger, p.nameB.c_str(), 99, -1, &i, sizeof(i)) == ncclSuccess;
+    mk::ipcSocketClose(&forger);
+    rx.join();
+    EXPECT_EQ(sent, kForged);
+  }
+  mk::logReset();
+  std::ifstream in(path);
+  std::string line;
+  int printed = 0;
+  while (std::getline(in, line)) printed += line.find("dropped a message") != std::string::npos;
+  unlink(path);
+  EXPECT_GE(printed, 1) << "the drops were not reported at all";
+  EXPECT_LE(printed, 4) << "one log line per forged datagram";
 }
 
 TEST(IpcSocket, BadArgumentsAndSizeMismatch) {
