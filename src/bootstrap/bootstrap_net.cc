@@ -333,6 +333,9 @@ ncclResult_t bootstrapSendMsg(Bootstrap* b, int peer, uint32_t kind, uint64_t ta
     return ncclRemoteError;
   }
   ncclResult_t res = ncclSuccess;
+  // The child's flag, while a split talks through this (parent) connection: its abort must end
+  // a connect or send that waits on the parent's sockets too.
+  oc->sock.abortFlag2 = extraAbort;
   if (oc->sock.fd < 0) {
     PeerHello h{};
     h.magic = kBootstrapIdMagic;
@@ -344,8 +347,17 @@ ncclResult_t bootstrapSendMsg(Bootstrap* b, int peer, uint32_t kind, uint64_t ta
     h.dst = peer;
     h.nranks = b->nranks;
     // Peers listen before their address is published, so a refusal means the peer is gone.
-    NCCLCHECKGOTO(socketConnect(&oc->sock, &b->peers[peer], /*retryRefused=*/false), res, fail);
-    NCCLCHECKGOTO(socketSend(&oc->sock, &h, sizeof(h)), res, fail);
+    res = socketConnect(&oc->sock, &b->peers[peer], /*retryRefused=*/false);
+    if (res == ncclSuccess) res = socketSend(&oc->sock, &h, sizeof(h));
+    if (res == ncclInternalError &&
+        !(b->abortFlag && __atomic_load_n(b->abortFlag, __ATOMIC_ACQUIRE))) {
+      // Only the child was aborted, before any byte of a message: the parent's stream is
+      // intact (a partial hello is dropped by the receiver), so a later send may connect again.
+      socketClose(&oc->sock);
+      oc->sock.abortFlag2 = nullptr;
+      return res;
+    }
+    if (res != ncclSuccess) goto fail;
   }
   if (size <= 4096) {
     // One segment for small messages: header and payload together.
@@ -357,9 +369,11 @@ ncclResult_t bootstrapSendMsg(Bootstrap* b, int peer, uint32_t kind, uint64_t ta
     NCCLCHECKGOTO(socketSend(&oc->sock, &hdr, sizeof(hdr)), res, fail);
     NCCLCHECKGOTO(socketSend(&oc->sock, data, size), res, fail);
   }
+  oc->sock.abortFlag2 = nullptr;
   return ncclSuccess;
 fail:
   // A partial message would desynchronise the stream: this connection is done for.
+  oc->sock.abortFlag2 = nullptr;
   oc->failed = true;
   socketClose(&oc->sock);
   if (res != ncclInternalError &&

@@ -183,6 +183,13 @@ ncclResult_t socketCheckAbort(const uint32_t* abortFlag, const char* what) {
 
 namespace {
 
+// Both flags of a socket (socketCheckAbort on each).
+ncclResult_t checkAborts(const Socket* s, const char* what) {
+  NCCLCHECK(socketCheckAbort(s->abortFlag, what));
+  NCCLCHECK(socketCheckAbort(s->abortFlag2, what));
+  return ncclSuccess;
+}
+
 int64_t deadlineOf(const Socket* s) {
   // Saturating: a huge per-call bound must not wrap into a deadline in the past.
   return s->timeoutMs > 0 ? saturatingAdd(socketClockMs(), s->timeoutMs) : INT64_MAX;
@@ -230,9 +237,9 @@ void setNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-ncclResult_t sleepWithAbort(const uint32_t* abortFlag, int64_t untilMs, const char* what) {
+ncclResult_t sleepWithAbort(const Socket* s, int64_t untilMs, const char* what) {
   for (;;) {
-    NCCLCHECK(socketCheckAbort(abortFlag, what));
+    NCCLCHECK(checkAborts(s, what));
     int64_t left = untilMs - socketClockMs();
     if (left <= 0) return ncclSuccess;
     int64_t slice = left < kSocketPollSliceMs ? left : kSocketPollSliceMs;
@@ -251,6 +258,7 @@ void socketInit(Socket* s, const uint32_t* abortFlag, int64_t timeoutMs) {
   s->fd = -1;
   memset(&s->addr, 0, sizeof(s->addr));
   s->abortFlag = abortFlag;
+  s->abortFlag2 = nullptr;
   s->timeoutMs = timeoutMs;
 }
 
@@ -303,7 +311,7 @@ ncclResult_t socketConnect(Socket* s, const SocketAddress* remote, bool retryRef
   int64_t backoffMs = 1;
   int lastErr = 0;
   for (;;) {
-    NCCLCHECK(socketCheckAbort(s->abortFlag, "Socket connect"));
+    NCCLCHECK(checkAborts(s, "Socket connect"));
     int fd = socket(remote->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       MK_WARN("socket() to connect to %s failed: %s", peer, strerror(errno));
@@ -333,8 +341,16 @@ ncclResult_t socketConnect(Socket* s, const SocketAddress* remote, bool retryRef
       }
     }
     if (err == 0) {
-      s->fd = fd;
-      return ncclSuccess;
+      // A connect to a local port where nobody listens may pick that very port as its source
+      // and connect to itself (TCP simultaneous open): that is a refusal, not the peer.
+      SocketAddress self{};
+      socklen_t slen = sizeof(self);
+      if (getsockname(fd, &self.sa, &slen) == 0 && socketAddressEqual(&self, remote)) {
+        err = ECONNREFUSED;
+      } else {
+        s->fd = fd;
+        return ncclSuccess;
+      }
     }
     close(fd);
     lastErr = err;
@@ -343,16 +359,16 @@ ncclResult_t socketConnect(Socket* s, const SocketAddress* remote, bool retryRef
     int64_t now = socketClockMs();
     if (!retry) break;
     if (now >= deadline) {
-      NCCLCHECK(socketCheckAbort(s->abortFlag, "Socket connect"));
+      NCCLCHECK(checkAborts(s, "Socket connect"));
       MK_WARN("Connect to %s timed out after %lld ms (last error: %s)", peer,
               (long long)(now - start), strerror(lastErr));
       return ncclRemoteError;
     }
     int64_t until = now + backoffMs < deadline ? now + backoffMs : deadline;
-    NCCLCHECK(sleepWithAbort(s->abortFlag, until, "Socket connect"));
+    NCCLCHECK(sleepWithAbort(s, until, "Socket connect"));
     backoffMs = backoffMs * 2 > 100 ? 100 : backoffMs * 2;
   }
-  NCCLCHECK(socketCheckAbort(s->abortFlag, "Socket connect"));
+  NCCLCHECK(checkAborts(s, "Socket connect"));
   MK_WARN("Connect to %s failed: %s", peer, strerror(lastErr));
   return isPeerGone(lastErr) ? ncclRemoteError : ncclSystemError;
 }
@@ -407,7 +423,7 @@ ncclResult_t socketAccept(Socket* listener, Socket* out) {
 ncclResult_t socketPoll(Socket* s, short events, int64_t deadlineMs, bool* ready) {
   *ready = false;
   for (;;) {
-    NCCLCHECK(socketCheckAbort(s->abortFlag, "Socket operation"));
+    NCCLCHECK(checkAborts(s, "Socket operation"));
     int64_t left = deadlineMs - socketClockMs();
     if (left <= 0) return ncclSuccess;
     pollfd pfd{s->fd, events, 0};
@@ -456,7 +472,7 @@ ncclResult_t socketProgressRecv(Socket* s, void* data, size_t size, size_t* offs
 }
 
 static ncclResult_t transfer(Socket* s, SocketOp op, void* data, size_t size) {
-  NCCLCHECK(socketCheckAbort(s->abortFlag, "Socket operation"));
+  NCCLCHECK(checkAborts(s, "Socket operation"));
   if (size == 0) return ncclSuccess;
   int64_t start = socketClockMs();
   int64_t deadline = deadlineOf(s);
@@ -467,7 +483,7 @@ static ncclResult_t transfer(Socket* s, SocketOp op, void* data, size_t size) {
     int rc = progressOnce(s, op, data, size, &offset, &err);
     char peer[kSocketAddrStrLen];
     // Once the flag is up, failures it provoked elsewhere (peers closing) count as the abort.
-    if (rc != 0) NCCLCHECK(socketCheckAbort(s->abortFlag, "Socket operation"));
+    if (rc != 0) NCCLCHECK(checkAborts(s, "Socket operation"));
     if (rc == 1) {
       MK_WARN("Connection closed by %s (%zu of %zu bytes received)",
               socketAddressToString(&s->addr, peer, sizeof(peer)), offset, size);

@@ -56,10 +56,13 @@ struct Socket {
   int fd = -1;
   SocketAddress addr{};                 // listen: bound address; otherwise: the peer
   const uint32_t* abortFlag = nullptr;  // may be null
-  int64_t timeoutMs = 0;                // bound of each blocking call; <= 0: none (avoid)
+  // A second flag honoured like abortFlag (may be null): a split that talks through its parent's
+  // connections must also stop when the child is aborted.
+  const uint32_t* abortFlag2 = nullptr;
+  int64_t timeoutMs = 0;  // bound of each blocking call; <= 0: none (avoid)
 };
 
-// Sets the abort flag and per-call timeout; does not open anything.
+// Sets the abort flag (abortFlag2: none) and per-call timeout; does not open anything.
 void socketInit(Socket* s, const uint32_t* abortFlag, int64_t timeoutMs);
 // Binds (port 0: any free port; SO_REUSEADDR so a fixed port can be re-bound while old
 // connections sit in TIME_WAIT) and listens. s->addr becomes the bound address.

@@ -96,7 +96,9 @@ ncclResult_t recvOne(IpcSocket* s, bool* got) {
   }
   auto drop = [&](const char* why) {
     for (int fd : fds) close(fd);
-    MK_WARN("IPC socket %s: dropped a message (%s)", s->name, why);
+    // Rate-limited: anyone in the network namespace can send to an abstract name, and a line
+    // per datagram would let them flood the log.
+    MK_WARN_RATELIMITED(1000, "IPC socket %s: dropped a message (%s)", s->name, why);
     return ncclSuccess;
   };
   if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return drop("truncated");
@@ -137,8 +139,8 @@ uint64_t ipcSocketNonce() {
   return v ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
 }
 
-void ipcSocketName(char* out, uint64_t hash, int rank, uint64_t nonce) {
-  snprintf(out, kIpcNameLen, "mkernel-%016" PRIx64 "-%d-%016" PRIx64, hash, rank, nonce);
+void ipcSocketName(char* out, int rank, uint64_t nonce) {
+  snprintf(out, kIpcNameLen, "mkernel-%d-%016" PRIx64, rank, nonce);
 }
 
 ncclResult_t ipcSocketInit(IpcSocket* s, const char* name, int rank, uint64_t hash,

@@ -2,8 +2,8 @@
 // processes of one host: cuMem POSIX-fd handles of peer memory travel this way.
 //
 // Each endpoint binds one SOCK_DGRAM socket to an abstract name (no file in the file
-// system, gone when the socket closes). Names are built from the comm hash, the rank and
-// a random nonce (ipcSocketName), so two comms, or two runs, never collide. A message is
+// system, gone when the socket closes). Names are built from the rank and a random 64-bit
+// nonce (ipcSocketName), so two comms, or two runs, never collide. A message is
 // a small header (magic, comm hash, sender rank, tag), an optional payload of at most
 // kIpcMaxPayload bytes and at most one fd. Messages from one sender arrive in order;
 // messages that arrive before they are asked for (another sender, another tag) are kept
@@ -47,8 +47,10 @@ struct IpcSocket {
 
 // A fresh random 64-bit value (getrandom, else /dev/urandom, else clock ^ pid).
 uint64_t ipcSocketNonce();
-// Writes the abstract name "mkernel-<hash>-<rank>-<nonce>" into out[kIpcNameLen].
-void ipcSocketName(char* out, uint64_t hash, int rank, uint64_t nonce);
+// Writes the abstract name "mkernel-<rank>-<nonce>" into out[kIpcNameLen]. Never the comm
+// hash: abstract names are public (/proc/net/unix) and anyone in the network namespace may
+// send to them, so the hash in each message is what proves the sender belongs to the comm.
+void ipcSocketName(char* out, int rank, uint64_t nonce);
 
 // Binds a socket to `name` (abstract; at most kIpcNameLen-1 characters). `rank` and
 // `hash` go into every message this socket sends and are checked on receipt (messages

@@ -323,7 +323,7 @@ ncclResult_t peerMemInit(ncclComm* comm) {
   }
   if (local == ncclSuccess && im->anyOtherProc) {
     char name[kIpcNameLen];
-    ipcSocketName(name, comm->commHash, comm->rank, ipcSocketNonce());
+    ipcSocketName(name, comm->rank, ipcSocketNonce());
     local = ipcSocketInit(&im->sock, name, comm->rank, comm->commHash, comm->abortFlag, 0);
     if (local == ncclSuccess) memcpy(mine.sockName, im->sock.name, kIpcNameLen);
   }

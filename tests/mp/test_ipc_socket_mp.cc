@@ -22,11 +22,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> names(uint64_t hash, int n) {
+std::vector<std::string> names(int n) {
   std::vector<std::string> out;
   for (int i = 0; i < n; i++) {
     char name[mk::kIpcNameLen];
-    mk::ipcSocketName(name, hash, i, mk::ipcSocketNonce());
+    mk::ipcSocketName(name, i, mk::ipcSocketNonce());
     out.push_back(name);
   }
   return out;
@@ -65,7 +65,7 @@ std::string msgContent(int from, int to, int k) {
 TEST(IpcSocketMp, ChildPassesMemfdAndPipeToParent) {
   int fds0 = mktest::countOpenFds();
   uint64_t hash = mk::ipcSocketNonce();
-  std::vector<std::string> n = names(hash, 2);
+  std::vector<std::string> n = names(2);
   const std::string content(100000, 'q');  // larger than a page
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -119,7 +119,7 @@ TEST(IpcSocketMp, ChildPassesMemfdAndPipeToParent) {
 TEST(IpcSocketMp, AllToAllAmongFourProcesses) {
   constexpr int kProcs = 4, kMsgs = 40;
   uint64_t hash = mk::ipcSocketNonce();
-  std::vector<std::string> n = names(hash, kProcs);
+  std::vector<std::string> n = names(kProcs);
   std::vector<pid_t> pids;
   for (int me = 0; me < kProcs; me++) {
     pid_t pid = fork();
@@ -163,7 +163,7 @@ TEST(IpcSocketMp, AllToAllAmongFourProcesses) {
 TEST(IpcSocketMp, PeerThatExitsGivesBoundedErrors) {
   int fds0 = mktest::countOpenFds();
   uint64_t hash = mk::ipcSocketNonce();
-  std::vector<std::string> n = names(hash, 2);
+  std::vector<std::string> n = names(2);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {

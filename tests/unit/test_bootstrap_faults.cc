@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -247,6 +248,74 @@ TEST(BootstrapFaults, AbortDuringRecvAndAllGather) {
   // Sends fail at once too, and close is safe after an abort.
   int x = 0;
   EXPECT_EQ(bootstrapSend(bs[0], 1, 1, &x, 4), ncclInternalError);
+  for (auto* b : bs) EXPECT_EQ(bootstrapClose(b), ncclSuccess);
+}
+
+// A split talks through the parent's connections but must stop when the CHILD is aborted
+// (ncclCommAbort on a nonblocking child whose split is still running). Here the first member
+// the split must reach is a black hole: a listener whose accept queue is full, so the kernel
+// drops our SYNs and the connect neither succeeds nor is refused; it would wait the whole
+// bootstrap timeout unless the child's flag ends it.
+TEST(BootstrapFaults, ChildAbortEndsASplitBlockedOnTheParentsConnect) {
+  ScopedEnv t("MKERNEL_BOOTSTRAP_TIMEOUT_S", "10");
+  ncclUniqueId id;
+  ASSERT_EQ(bootstrapGetUniqueId(&id), ncclSuccess);
+  std::vector<Bootstrap*> bs(3);
+  runRanks(3, [&](int r) { ASSERT_EQ(bootstrapInit(&id, 1, r, 3, nullptr, &bs[r]), ncclSuccess); });
+  // The init ring connected 0->1, 1->2, 2->0: rank 0 has no connection to rank 2 yet.
+  ASSERT_FALSE(bs[0]->out[2] && bs[0]->out[2]->sock.fd >= 0);
+  SocketAddress hole = bs[0]->listen.addr;
+  socketAddressSetPort(&hole, 0);
+  int lfd = socket(hole.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  socklen_t len = socketAddressLen(&hole);
+  ASSERT_EQ(bind(lfd, &hole.sa, len), 0);
+  ASSERT_EQ(listen(lfd, 0), 0);
+  ASSERT_EQ(getsockname(lfd, &hole.sa, &len), 0);
+  Socket filler;  // takes the only place in the accept queue
+  socketInit(&filler, nullptr, 2000);
+  ASSERT_EQ(socketConnect(&filler, &hole), ncclSuccess);
+  {  // the queue is full: a further connect hangs (SYN dropped) until its deadline
+    Socket probe;
+    socketInit(&probe, nullptr, 300);
+    auto p0 = std::chrono::steady_clock::now();
+    ncclResult_t pr = socketConnect(&probe, &hole, /*retryRefused=*/false);
+    double waited = secondsSince(p0);
+    socketClose(&probe);
+    if (pr != ncclRemoteError || waited < 0.25) {
+      socketClose(&filler);
+      close(lfd);
+      for (auto* b : bs) bootstrapClose(b);
+      GTEST_SKIP() << "this kernel does not drop SYNs to a full accept queue (no black hole)";
+    }
+  }
+  const SocketAddress real2 = bs[0]->peers[2];
+  bs[0]->peers[2] = hole;
+
+  uint32_t childFlag = 0;
+  std::atomic<int64_t> abortedAt{0};
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    abortedAt = socketClockMs();
+    __atomic_store_n(&childFlag, 1, __ATOMIC_RELEASE);
+  });
+  int members[] = {0, 2};
+  Bootstrap* child = nullptr;
+  EXPECT_EQ(bootstrapSplit(bs[0], members, 2, 0, 99, &childFlag, &child), ncclInternalError);
+  int64_t returned = socketClockMs();
+  aborter.join();
+  EXPECT_EQ(child, nullptr);
+  EXPECT_LT(returned - abortedAt.load(), 1000) << "the child's abort did not end the connect";
+  // Only the child was aborted, and no byte of a message went out: the parent still reaches
+  // rank 2 (with its real address back).
+  bs[0]->peers[2] = real2;
+  const int v = (int)(std::random_device{}() & 0x7fffffff);
+  int w = -1;
+  EXPECT_EQ(bootstrapSend(bs[0], 2, 7, &v, sizeof(v)), ncclSuccess);
+  EXPECT_EQ(bootstrapRecv(bs[2], 0, 7, &w, sizeof(w)), ncclSuccess);
+  EXPECT_EQ(w, v);
+  socketClose(&filler);
+  close(lfd);
   for (auto* b : bs) EXPECT_EQ(bootstrapClose(b), ncclSuccess);
 }
 

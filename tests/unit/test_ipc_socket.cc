@@ -8,13 +8,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <fcntl.h>
 #include <string>
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
 
+#include "base/debug.h"
 #include "common/test_util.h"
 #include "transport/ipc_socket.h"
 
@@ -26,9 +30,9 @@ int64_t msSince(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
 }
 
-std::string freshName(uint64_t hash, int rank) {
+std::string freshName(int rank) {
   char name[mk::kIpcNameLen];
-  mk::ipcSocketName(name, hash, rank, mk::ipcSocketNonce());
+  mk::ipcSocketName(name, rank, mk::ipcSocketNonce());
   return name;
 }
 
@@ -38,7 +42,7 @@ using mktest::readAll;
 struct Pair {
   uint64_t hash = mk::ipcSocketNonce();
   mk::IpcSocket a, b;
-  std::string nameA = freshName(hash, 0), nameB = freshName(hash, 1);
+  std::string nameA = freshName(0), nameB = freshName(1);
   ncclResult_t init(int64_t timeoutMs, const uint32_t* abortA = nullptr,
                     const uint32_t* abortB = nullptr) {
     ncclResult_t r = mk::ipcSocketInit(&a, nameA.c_str(), 0, hash, abortA, timeoutMs);
@@ -53,11 +57,11 @@ struct Pair {
 
 TEST(IpcSocket, NameIsUniqueAndFits) {
   char n1[mk::kIpcNameLen], n2[mk::kIpcNameLen];
-  mk::ipcSocketName(n1, ~0ull, 1 << 30, mk::ipcSocketNonce());
-  mk::ipcSocketName(n2, ~0ull, 1 << 30, mk::ipcSocketNonce());
+  mk::ipcSocketName(n1, 1 << 30, mk::ipcSocketNonce());
+  mk::ipcSocketName(n2, 1 << 30, mk::ipcSocketNonce());
   EXPECT_LT(strlen(n1), mk::kIpcNameLen - 1);
   EXPECT_STRNE(n1, n2);
-  EXPECT_EQ(strncmp(n1, "mkernel-ffffffffffffffff-1073741824-", 36), 0) << n1;
+  EXPECT_EQ(strncmp(n1, "mkernel-1073741824-", 19), 0) << n1;
 }
 
 TEST(IpcSocket, PassesMemfdWithContent) {
@@ -134,7 +138,7 @@ TEST(IpcSocket, SendTimesOutWhenPeerNeverBinds) {
   {
     Pair p;
     ASSERT_EQ(p.init(300), ncclSuccess);
-    std::string nobody = freshName(p.hash, 9);
+    std::string nobody = freshName(9);
     int fd = makeMemfd("x");
     auto t0 = Clock::now();
     EXPECT_EQ(mk::ipcSocketSend(&p.a, nobody.c_str(), 1, fd, nullptr, 0), ncclRemoteError);
@@ -159,7 +163,7 @@ TEST(IpcSocket, AbortStopsRecvAndSend) {
   EXPECT_LT(msSince(t0), 5000);
   t.join();
   // Already aborted: a send to a name nobody bound returns at once.
-  std::string nobody = freshName(p.hash, 9);
+  std::string nobody = freshName(9);
   t0 = Clock::now();
   EXPECT_EQ(mk::ipcSocketSend(&p.a, nobody.c_str(), 1, -1, nullptr, 0), ncclInternalError);
   EXPECT_LT(msSince(t0), 1000);
@@ -171,7 +175,7 @@ TEST(IpcSocket, DropsMessagesOfAnotherComm) {
     Pair p;
     ASSERT_EQ(p.init(300), ncclSuccess);
     mk::IpcSocket other;
-    std::string otherName = freshName(p.hash + 1, 0);
+    std::string otherName = freshName(0);
     ASSERT_EQ(mk::ipcSocketInit(&other, otherName.c_str(), 0, p.hash + 1, nullptr, 300),
               ncclSuccess);
     int fd = makeMemfd("foreign");
@@ -183,6 +187,90 @@ TEST(IpcSocket, DropsMessagesOfAnotherComm) {
     mk::ipcSocketClose(&other);
   }
   EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+// Abstract socket names are public (/proc/net/unix lists them) and anyone in the network
+// namespace may send to them: the comm hash in each message is the only proof that the sender
+// belongs to the comm, so the name must not reveal it. A forger who reads the name and tries
+// every 64-bit field of it as the hash, spoofing rank 0, must not get its descriptor taken for
+// rank 0's.
+TEST(IpcSocket, ForgerWhoOnlyKnowsTheNameIsDropped) {
+  int fds0 = mktest::countOpenFds();
+  {
+    Pair p;
+    ASSERT_EQ(p.init(2000), ncclSuccess);
+    const std::string& pub = p.nameB;  // what the forger sees
+    std::vector<uint64_t> guesses;
+    for (size_t i = 0; i < pub.size();) {
+      size_t j = i;
+      while (j < pub.size() && isxdigit((unsigned char)pub[j])) j++;
+      if (j - i == 16) guesses.push_back(strtoull(pub.substr(i, 16).c_str(), nullptr, 16));
+      i = j > i ? j : i + 1;
+    }
+    ASSERT_FALSE(guesses.empty());
+    for (uint64_t g : guesses) {
+      mk::IpcSocket forger;
+      std::string fname = freshName(0);
+      ASSERT_EQ(mk::ipcSocketInit(&forger, fname.c_str(), /*spoofed rank*/ 0, g, nullptr, 300),
+                ncclSuccess);
+      int fd = makeMemfd("forged");
+      EXPECT_EQ(mk::ipcSocketSend(&forger, pub.c_str(), 7, fd, nullptr, 0), ncclSuccess);
+      close(fd);
+      mk::ipcSocketClose(&forger);
+    }
+    const std::string genuine = "genuine " + std::to_string(mk::ipcSocketNonce());
+    int fd = makeMemfd(genuine);
+    ASSERT_EQ(mk::ipcSocketSend(&p.a, pub.c_str(), 7, fd, nullptr, 0), ncclSuccess);
+    close(fd);
+    int rfd = -1;
+    ASSERT_EQ(mk::ipcSocketRecv(&p.b, 0, 7, &rfd, nullptr, 0), ncclSuccess);
+    ASSERT_GE(rfd, 0);
+    EXPECT_EQ(readAll(rfd), genuine) << "a forged descriptor was taken for rank 0's";
+    close(rfd);
+  }
+  EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+// Anyone in the network namespace can send to an abstract name, so dropped datagrams are
+// attacker-controlled: each one must not cost a log line (the log would be the flood's target).
+TEST(IpcSocket, FloodOfForeignDatagramsLogsRarely) {
+  char path[] = "/tmp/mk_ipc_flood_XXXXXX";
+  int lfd = mkstemp(path);
+  ASSERT_GE(lfd, 0);
+  close(lfd);
+  const int kForged = 2000;
+  // Earlier tests' drops may have used this second of the rate limit: start a fresh one so
+  // that the flood's first drop is printed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  {
+    mktest::ScopedEnv level("NCCL_DEBUG", "WARN");
+    mktest::ScopedEnv file("NCCL_DEBUG_FILE", path);
+    mk::logReset();
+    Pair p;
+    ASSERT_EQ(p.init(1500), ncclSuccess);
+    std::thread rx([&] {  // drains (and drops) while waiting for a message that never comes
+      EXPECT_EQ(mk::ipcSocketRecv(&p.b, 0, 99, nullptr, nullptr, 0), ncclRemoteError);
+    });
+    mk::IpcSocket forger;
+    std::string fname = freshName(0);
+    ASSERT_EQ(
+        mk::ipcSocketInit(&forger, fname.c_str(), 0, p.hash ^ mk::ipcSocketNonce(), nullptr, 1000),
+        ncclSuccess);
+    int sent = 0;
+    for (int i = 0; i < kForged; i++)
+      sent += mk::ipcSocketSend(&forger, p.nameB.c_str(), 99, -1, &i, sizeof(i)) == ncclSuccess;
+    mk::ipcSocketClose(&forger);
+    rx.join();
+    EXPECT_EQ(sent, kForged);
+  }
+  mk::logReset();
+  std::ifstream in(path);
+  std::string line;
+  int printed = 0;
+  while (std::getline(in, line)) printed += line.find("dropped a message") != std::string::npos;
+  unlink(path);
+  EXPECT_GE(printed, 1) << "the drops were not reported at all";
+  EXPECT_LE(printed, 4) << "one log line per forged datagram";
 }
 
 TEST(IpcSocket, BadArgumentsAndSizeMismatch) {

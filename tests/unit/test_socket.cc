@@ -2,9 +2,15 @@
 #include <cstdint>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -226,6 +232,49 @@ TEST(Socket, ConnectRefusedTimesOutOrFailsFast) {
   EXPECT_EQ(socketConnect(&s, &addr, /*retryRefused=*/false), ncclRemoteError);
   EXPECT_LT(since(t0), 0.2);
   EXPECT_EQ(s.fd, -1);
+}
+
+// TCP "simultaneous open": a connect to a local port where nobody listens can pick that very
+// port as its source port and connect to itself. A rank retrying the root of NCCL_COMM_ID
+// before it is up would then read its own hello back as the root's answer. Reproduced
+// deterministically in a private network namespace of this thread whose ephemeral port range
+// is the one port we connect to.
+TEST(Socket, ConnectNeverReturnsAConnectionToItself) {
+  const int port = 40000;  // even: connect() prefers even source ports
+  ncclResult_t res = ncclSuccess;
+  std::string skip;
+  int64_t fdAfter = -2;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      skip = std::string("cannot make a network namespace: ") + strerror(errno);
+      return;
+    }
+    int ctl = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    bool up = ctl >= 0 && ioctl(ctl, SIOCGIFFLAGS, &ifr) == 0;
+    ifr.ifr_flags |= IFF_UP;
+    up = up && ioctl(ctl, SIOCSIFFLAGS, &ifr) == 0;
+    if (ctl >= 0) close(ctl);
+    int rf = open("/proc/sys/net/ipv4/ip_local_port_range", O_WRONLY | O_CLOEXEC);
+    std::string range = std::to_string(port) + " " + std::to_string(port);
+    bool ranged = rf >= 0 && write(rf, range.data(), range.size()) == (ssize_t)range.size();
+    if (rf >= 0) close(rf);
+    if (!up || !ranged) {
+      skip = "cannot set up loopback or the port range in the new network namespace";
+      return;
+    }
+    SocketAddress to = parse(("127.0.0.1:" + std::to_string(port)).c_str());
+    Socket s;
+    socketInit(&s, nullptr, 500);
+    res = socketConnect(&s, &to);
+    fdAfter = s.fd;
+    socketClose(&s);
+  });
+  t.join();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  EXPECT_EQ(res, ncclRemoteError) << "connected although nobody listens (to itself)";
+  EXPECT_EQ(fdAfter, -1);
 }
 
 TEST(Socket, AcceptTimesOut) {
