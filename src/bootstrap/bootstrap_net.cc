@@ -299,6 +299,11 @@ ncclResult_t bootstrapSendMsg(Bootstrap* b, int peer, uint32_t kind, uint64_t ta
                               const void* data, size_t size, const uint32_t* extraAbort) {
   NCCLCHECK(socketCheckAbort(b->abortFlag, "Bootstrap send"));
   NCCLCHECK(socketCheckAbort(extraAbort, "Bootstrap send"));
+  // The receiver refuses a larger message by dropping the whole connection: refuse it here,
+  // where the caller learns why and the connection lives on.
+  MK_ARGCHECK((uint64_t)size <= kBootstrapMaxMsgBytes,
+              "Bootstrap rank %d: a message of %zu bytes to rank %d exceeds the limit of %llu",
+              b->rank, size, peer, (unsigned long long)kBootstrapMaxMsgBytes);
   MsgHeader hdr{kind, sub, tag, (uint64_t)size};
   if (peer == b->rank) {
     BootstrapMsg m;

@@ -226,7 +226,11 @@ class SocketNet : public Net {
       bool accepted = false;
       NCCLCHECK(socketTryAccept(&l->sock, &s, &accepted));
       if (!accepted) break;
-      NCCLCHECK(netTuneSocket(s.fd));
+      const ncclResult_t tuned = netTuneSocket(s.fd);
+      if (tuned != ncclSuccess) {
+        close(s.fd);  // not yet anyone's: nothing else would close it
+        return tuned;
+      }
       l->handshaking.push_back(s.fd);
     }
     // Read the Hello of every connection whose Hello has fully arrived.

@@ -17,8 +17,10 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/ifaces.h"
+#include "bootstrap/proto.h"
 #include "bootstrap/unique_id.h"
 #include "common/test_util.h"
+#include "base/debug.h"
 #include "base/param.h"
 
 using namespace mk;
@@ -164,6 +166,32 @@ TEST(Bootstrap, MessagesMatchByTagWhateverTheOrder) {
     EXPECT_EQ(bootstrapRecv(b, 1 - r, 9, &big, sizeof(big)), ncclInternalError);
     EXPECT_EQ(bootstrapSend(b, 2, 0, &x, 4), ncclInvalidArgument);
     EXPECT_EQ(bootstrapRecv(b, -1, 0, &x, 4), ncclInvalidArgument);
+    ASSERT_EQ(bootstrapBarrier(b), ncclSuccess);
+    EXPECT_EQ(bootstrapClose(b), ncclSuccess);
+  });
+}
+
+// A message over the wire limit (kBootstrapMaxMsgBytes) is refused by the sender, naming the
+// limit, before it reads a byte of the data: the receiver would drop the whole connection.
+// The connection then still carries the next message.
+TEST(Bootstrap, OversizedMessageRefusedBySenderConnectionLivesOn) {
+  ncclUniqueId id = newId();
+  runRanks(2, [&](int r) {
+    Bootstrap* b = nullptr;
+    ASSERT_EQ(bootstrapInit(&id, 1, r, 2, nullptr, &b), ncclSuccess);
+    if (r == 0) {
+      int small = 0;  // never read: the size is refused first
+      EXPECT_EQ(bootstrapSend(b, 1, 3, &small, (size_t)kBootstrapMaxMsgBytes + 1),
+                ncclInvalidArgument);
+      EXPECT_NE(std::string(mk::lastError()).find("exceeds the limit"), std::string::npos)
+          << mk::lastError();
+      const int v = 42;
+      ASSERT_EQ(bootstrapSend(b, 1, 4, &v, sizeof(v)), ncclSuccess);
+    } else {
+      int v = 0;
+      ASSERT_EQ(bootstrapRecv(b, 0, 4, &v, sizeof(v)), ncclSuccess);
+      EXPECT_EQ(v, 42);
+    }
     ASSERT_EQ(bootstrapBarrier(b), ncclSuccess);
     EXPECT_EQ(bootstrapClose(b), ncclSuccess);
   });
