@@ -255,7 +255,10 @@ class PluginNet : public Net {
     PReq* r = static_cast<PReq*>(request);
     int isz[kNetMaxRecvs] = {};
     ncclResult_t res = t8_->test(r->inner, done, isz);
-    if (res != ncclSuccess) return res;
+    if (res != ncclSuccess) {
+      delete r;  // a failed request is over (net.h): nobody tests it again
+      return res;
+    }
     if (*done) {
       if (sizes)
         for (int i = 0; i < r->n; i++) sizes[i] = (size_t)(isz[i] < 0 ? 0 : isz[i]);
