@@ -194,16 +194,15 @@ __global__ void __launch_bounds__(kHierThreads) hierAllReduceKernel(HierArgs a) 
   const uint64_t es = sizeof(U);
   __shared__ uint64_t seq0s;
   __shared__ U scals;
-  bool dead = false;
   if (threadIdx.x == 0) {
     seq0s = *(volatile uint64_t*)(a.d.sigLocal + kHierSigSeq);
     U v = 0;
     if (a.premul) v = a.scalarOnDevice ? *(const U*)a.scalarPtr : (U)a.scalarBits;
     scals = v;
-    dead = rt::failed(a.d.w);
   }
-  // An earlier operation failed: the peers are out of step and the sequence word may be too.
-  if (__syncthreads_or(dead)) return;
+  // The barrier that publishes seq0s and scals; an earlier operation failed: the peers are out
+  // of step and the sequence word may be too.
+  if (rt::ctaFailed(a.d.w)) return;
   const uint64_t seq0 = seq0s;
   const U scal = scals;
   if (a.nChunks > 0 && !hierFront<DT>(a, hierChunk(a, seq0, 0, es), scal)) return;
@@ -238,15 +237,13 @@ __global__ void __launch_bounds__(kHierSmallThreads) hierAllReduceSmallKernel(Hi
   const int l = a.local, nl = a.nLocal, me = a.node, nn = a.nNodes;
   const int tid = threadIdx.x, nt = blockDim.x, warp = tid / 32;
   __shared__ uint64_t seq0s, prevs;
-  bool dead = false;
   if (tid == 0) {
-    // Issued together with the sequence reads, so the check adds no latency of its own.
     seq0s = *(volatile uint64_t*)(d.sigLocal + kHierSigSeq);
     prevs = *(volatile uint64_t*)(d.sigLocal + kHierSigPrevChunks);
-    dead = rt::failed(d.w);
   }
-  // An earlier operation failed: the peers are out of step (ctaFailed's rule).
-  if (__syncthreads_or(dead)) return;
+  // The barrier that publishes seq0s and prevs (thread 0's failure-word read, independent of
+  // the two above, adds no latency of its own); an earlier operation failed: leave.
+  if (rt::ctaFailed(d.w)) return;
   const uint64_t s = seq0s + 1;
   // The slots of bank s held chunk s - 2. When my previous call had one chunk (s - 1), every
   // peer that writes into my window also put chunk s - 1 to me, and I waited for that put:

@@ -251,7 +251,6 @@ template <int DT, class A>
 __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__ A a) {
   const XLane& ln = a.lanes[blockIdx.x];
   __shared__ uint64_t scal;
-  bool dead = false;
   if (threadIdx.x == 0) {
     uint64_t bits = a.scalarBits;
     if (a.premul && a.scalarOnDevice) {
@@ -259,10 +258,9 @@ __global__ void __launch_bounds__(kXThreads) hierXKernel(const __grid_constant__
       bits = (uint64_t) * (const U*)a.scalarPtr;
     }
     scal = bits;
-    dead = rt::failed(a.d.w);
   }
-  // An earlier operation failed: the peers are out of step (ctaFailed's rule).
-  if (__syncthreads_or(dead)) return;
+  // The barrier that publishes scal; an earlier operation failed: the peers are out of step.
+  if (rt::ctaFailed(a.d.w)) return;
   if (ln.interleave) {
     sendInterleaved<DT>(a, ln, scal);
     return;

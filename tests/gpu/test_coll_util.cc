@@ -420,16 +420,15 @@ std::string checkReduction(ncclDataType_t dt, Op op, const std::vector<const Hos
   unsigned hw = std::thread::hardware_concurrency();
   size_t t = std::min<size_t>(hw ? hw : 1, 16);
   if (count < (1u << 16) || t <= 1) return checkRange(dt, op, in, base, got, 0, count, scalars);
-  std::vector<std::string> errs(t);
-  std::vector<std::thread> th;
+  std::vector<std::string> errs(t);  // per range, joined in index order
   const size_t per = (count + t - 1) / t;
-  for (size_t i = 0; i < t; i++) {
-    size_t i0 = i * per, i1 = std::min(count, i0 + per);
-    if (i0 < i1)
-      th.emplace_back(
-          [&, i, i0, i1] { errs[i] = checkRange(dt, op, in, base, got, i0, i1, scalars); });
-  }
-  for (auto& x : th) x.join();
+  mktest::parallelFor(
+      t,
+      [&](size_t i) {
+        const size_t i0 = i * per, i1 = std::min(count, i0 + per);
+        if (i0 < i1) errs[i] = checkRange(dt, op, in, base, got, i0, i1, scalars);
+      },
+      16);
   std::string all;
   for (const std::string& e : errs) all += e;
   return all;
