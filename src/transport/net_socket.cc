@@ -44,27 +44,19 @@ namespace {
 
 using sock::Comm;
 using sock::Conn;
+using sock::Hello;
+using sock::kHelloInline;
+using sock::kHelloMagic;
 using sock::kMaxConns;
 using sock::Request;
 using sock::Task;
 
 constexpr uint64_t kHandleMagic = 0x316b636f732d6b6dull;  // "mk-sock1"
-constexpr uint64_t kHelloMagic = 0x6f6c6c65682d6b6dull;   // "mk-hello"
 struct SockHandle {
   uint64_t magic;
   SocketWireAddress addr;  // byte-order independent: the handle crosses hosts
 };
 static_assert(sizeof(SockHandle) <= kNetHandleSize, "socket handle too large");
-
-struct Hello {
-  uint64_t magic;
-  uint64_t nonce;  // groups the connections of one connect() at the acceptor
-  uint32_t index;
-  uint32_t nconns;
-  uint32_t flags;  // kHelloInline: connection 0 is the inline connection
-  uint32_t reserved;
-};
-constexpr uint32_t kHelloInline = 1;
 
 struct Pending {
   int nconns = 0;

@@ -46,6 +46,18 @@ constexpr int kInlineFramesPerCall = 64;
 // saves a system call per message after the first.
 constexpr int kTxGatherFrames = 16;
 
+// The handshake each connection of a connect() opens with (wire format).
+constexpr uint64_t kHelloMagic = 0x6f6c6c65682d6b6dull;  // "mk-hello"
+constexpr uint32_t kHelloInline = 1;
+struct Hello {
+  uint64_t magic;
+  uint64_t nonce;  // groups the connections of one connect() at the acceptor
+  uint32_t index;
+  uint32_t nconns;
+  uint32_t flags;  // kHelloInline: connection 0 is the inline connection
+  uint32_t reserved;
+};
+
 struct Frame {
   uint64_t seq;
   uint64_t total;

@@ -1,5 +1,5 @@
 // Socket backend, receive side: what a peer sends is checked before it is trusted. A raw
-// TCP client plays the peer (the Hello and Frame wire formats of net_socket.cc and
+// TCP client plays the peer (the Hello and Frame wire formats of
 // net_socket_impl.h), sends one good message (the harness speaks the protocol: it lands
 // whole) and then something corrupt: a frame whose fields, taken at face value, put payload
 // bytes outside the posted receive buffer or keep writing into it after the message
@@ -30,17 +30,9 @@ namespace {
 constexpr uint8_t kPoison = 0xa5;
 constexpr int kTag = 7;
 
-// The connector's handshake (net_socket.cc): one connection, the inline one.
-struct Hello {
-  uint64_t magic;
-  uint64_t nonce;
-  uint32_t index;
-  uint32_t nconns;
-  uint32_t flags;
-  uint32_t reserved;
-};
-constexpr uint64_t kHelloMagic = 0x6f6c6c65682d6b6dull;  // "mk-hello"
-constexpr uint32_t kHelloInline = 1;
+using mk::sock::Hello;  // the connector's handshake (net_socket_impl.h)
+using mk::sock::kHelloInline;
+using mk::sock::kHelloMagic;
 
 // The listener side is the backend under test; sock (connection 0, the inline one) and
 // helper[] are the raw peer's connections.
