@@ -103,10 +103,18 @@ __global__ void diffKernel(const __nv_bfloat16* a, const __nv_bfloat16* b, size_
   atomicMax(reinterpret_cast<int*>(out) + 1, __float_as_int(r));
 }
 
-// Keeps stream 0 busy for ~`cycles` so that every rank's work is queued before `start` fires.
-__global__ void spinKernel(long long cycles) {
+// Holds stream 0 until the host says every rank has queued its call (*gate >= want), so that
+// `start` fires with all ranks' work already queued and the times are the GPU's, not the rank
+// threads' host issue (measured apart). Bounded: after `maxCycles` it gives up and counts the
+// expiry in *expired (the times of that call then include host issue; reported).
+__global__ void gateKernel(const volatile int* gate, int want, long long maxCycles,
+                           int* expired) {
   const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
+  while (*gate < want) {
+    if (clock64() - t0 > maxCycles) {
+      atomicAdd(expired, 1);
+      return;
+    }
   }
 }
 
@@ -208,6 +216,9 @@ struct Bench {
   cudaStream_t s0 = nullptr;
   std::vector<cudaEvent_t> starts;
   RankPool* pool = nullptr;
+  int* gate = nullptr;     // mapped host memory: calls queued by every rank (gateKernel)
+  int* expired = nullptr;  // mapped host memory: gates that gave up (times include host issue)
+  int gateSeq = 0;
 };
 
 void setupShape(Bench& b, const Shape& s, int r, int sets) {
@@ -340,7 +351,9 @@ void checkErrors(Bench& b, const std::string& what) {
 }
 
 // Times `reps` calls of v (after `warmup`): per rep, max over ranks of start -> rank's stop.
-std::vector<double> timeVariant(Bench& b, const Shape& s, Variant v, int warmup, int reps) {
+// hostMs: per rep, the slowest rank thread's host time to issue its call.
+std::vector<double> timeVariant(Bench& b, const Shape& s, Variant v, int warmup, int reps,
+                                std::vector<double>* hostMs) {
   const std::string what = std::string(kOpNames[s.op]) + " " + kVarNames[v];
   collbench::setPhase(kVarNames[v]);
   const int total = warmup + reps;
@@ -356,23 +369,31 @@ std::vector<double> timeVariant(Bench& b, const Shape& s, Variant v, int warmup,
     }
   }
   const double deadline = nowS() + std::max(120.0, 0.5 * b.o.timeoutS);
+  std::vector<double> issueS(b.n, 0.0);
+  hostMs->clear();
   for (int it = 0; it < total; ++it) {
-    // Stream 0 waits for every rank's previous call, spins while the ranks queue this one,
-    // then fires the common start.
+    // Stream 0 waits for every rank's previous call, holds until the ranks queued this one
+    // (gateKernel, ~2 s at most), then fires the common start.
     if (it > 0)
       for (Rank& k : b.ranks) FB_CUDA(cudaStreamWaitEvent(b.s0, k.stops[it - 1], 0));
-    spinKernel<<<1, 1, 0, b.s0>>>(1000000);  // ~0.5 ms
+    const int want = ++b.gateSeq;
+    gateKernel<<<1, 1, 0, b.s0>>>(b.gate, want, 4000000000ll, b.expired);
     FB_CUDA(cudaGetLastError());
     FB_CUDA(cudaEventRecord(b.starts[it], b.s0));
     b.pool->run(
         [&](int r) {
           Rank& k = b.ranks[r];
+          const double t0 = nowS();
           if (cudaStreamWaitEvent(k.stream, b.starts[it], 0) != cudaSuccess) k.error = "wait";
           issue(b, s, v, r, it, k.C);
           if (cudaEventRecord(k.stops[it], k.stream) != cudaSuccess) k.error = "record";
+          issueS[r] = nowS() - t0;
         },
         60, what);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    *reinterpret_cast<volatile int*>(b.gate) = want;
     checkErrors(b, what);
+    if (it >= warmup) hostMs->push_back(1e3 * *std::max_element(issueS.begin(), issueS.end()));
   }
   std::vector<double> ms;
   for (int it = warmup; it < total; ++it) {
@@ -426,7 +447,8 @@ struct Result {
   bool ran = false;
   std::string note;
   double med[kNumVariants], p10[kNumVariants], p90[kNumVariants];
-  double diff[kNumVariants];  // vs sequential (fused, auto, cublas+coll)
+  double diff[kNumVariants];     // vs sequential (fused, auto, cublas+coll)
+  double hostMed[kNumVariants];  // median of the slowest rank thread's host issue time, ms
   double hidden = NAN;
   int sets = 0;
 };
@@ -506,7 +528,9 @@ void runShape(Bench& b, Result& res) {
   for (Variant v : {kFused, kAuto, kCublasColl}) res.diff[v] = compareWithSequential(b, s, v);
   const Variant order[] = {kGemmEngine, kGemmCublas, kColl, kSeq, kFused, kAuto, kCublasColl};
   for (Variant v : order) {
-    std::vector<double> t = timeVariant(b, s, v, b.o.warmup, b.o.reps);
+    std::vector<double> host;
+    std::vector<double> t = timeVariant(b, s, v, b.o.warmup, b.o.reps, &host);
+    res.hostMed[v] = collbench::median(host);
     res.med[v] = collbench::median(t);
     res.p10[v] = collbench::quantile(t, 0.1);
     res.p90[v] = collbench::quantile(t, 0.9);
@@ -521,6 +545,10 @@ void runShape(Bench& b, Result& res) {
       "gemm %8.3f  coll %8.3f  hidden %5.1f%%  diff %.1e\n",
       kOpNames[s.op], s.M, s.N, s.K, s.tag.c_str(), res.med[kFused], res.med[kSeq], res.med[kAuto],
       res.med[kCublasColl], tg, tc, 100 * res.hidden, res.diff[kFused]);
+  printf("#   host issue ms (slowest rank thread, median): fused %.3f seq %.3f auto %.3f "
+         "engine %.3f coll %.3f\n",
+         res.hostMed[kFused], res.hostMed[kSeq], res.hostMed[kAuto], res.hostMed[kGemmEngine],
+         res.hostMed[kColl]);
 }
 
 void writeJson(const Bench& b, const std::vector<Result>& results, const std::string& cmd,
@@ -539,7 +567,11 @@ void writeJson(const Bench& b, const std::vector<Result>& results, const std::st
   j.integer("ranks", b.n).str("layout", "ranks sharing one GPU as threads (ncclCommInitAll)");
   j.str("dtype", "bf16 in/out, fp32 accumulation, B as [N,K]");
   j.integer("reps", b.o.reps).integer("warmup", b.o.warmup);
-  j.str("time", "per call, median over reps of max over ranks (common start event -> rank's stop)");
+  j.str("time",
+        "per call, median over reps of max over ranks (common start event -> rank's stop); the "
+        "start fires once every rank thread has queued its call (host issue apart: "
+        "host_issue_ms)");
+  j.integer("start_gates_expired", *b.expired);
   j.str("tflops", "per rank: 2*M*N*K / time");
   j.str("hidden", "(T_gemm_engine + T_coll - T_fused) / min(T_gemm_engine, T_coll)");
   j.beginArray("results");
@@ -562,6 +594,9 @@ void writeJson(const Bench& b, const std::vector<Result>& results, const std::st
       j.num("fused_over_sequential", r.med[kFused] / r.med[kSeq]);
       j.num("auto_over_sequential", r.med[kAuto] / r.med[kSeq]);
       j.num("fused_over_cublas_coll", r.med[kFused] / r.med[kCublasColl]);
+      j.beginObject("host_issue_ms");
+      for (int v = 0; v < kNumVariants; ++v) j.num(kVarNames[v], r.hostMed[v]);
+      j.endObject();
       j.beginObject("max_abs_diff_over_max_abs_vs_sequential");
       for (Variant v : {kFused, kAuto, kCublasColl}) j.num(kVarNames[v], r.diff[v]);
       j.endObject();
@@ -660,6 +695,9 @@ int main(int argc, char** argv) {
     fatal(std::string("ncclCommInitAll: ") + ncclGetErrorString(res) + ": " +
           ncclGetLastError(nullptr));
   FB_CUDA(cudaStreamCreateWithFlags(&b.s0, cudaStreamNonBlocking));
+  FB_CUDA(cudaHostAlloc(&b.gate, 2 * sizeof(int), cudaHostAllocMapped));
+  b.gate[0] = b.gate[1] = 0;
+  b.expired = b.gate + 1;
   RankPool pool(b.n, o.device);
   b.pool = &pool;
   pool.run(
@@ -709,6 +747,9 @@ int main(int argc, char** argv) {
   } else {
     collbench::makeDirs(collbench::dirName(out));
   }
+  if (*b.expired != 0)
+    printf("# %d start gates expired: those calls' times include the ranks' host issue\n",
+           *b.expired);
   writeJson(b, results, cmd, commit, dirty, date, prop, failures, out);
   printTable(results, b.n);
   for (const std::string& f : failures) printf("# FAIL %s\n", f.c_str());

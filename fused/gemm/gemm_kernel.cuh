@@ -661,5 +661,30 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   if constexpr (Tr::kCluster == 2) ptx::clusterSync();
 }
 
+// After gemmCta, for a CTA that goes on with other work in the same kernel (the fused
+// reduce role's tail): every warpgroup back at the launch's register count (the producer
+// grows only once the consumers have shrunk: setmaxnreg.inc waits for free registers) and the
+// pipeline's barriers invalidated, so the shared memory is free for any use. Every thread of
+// the CTA must call it; unpaired CTAs only (a partner may still arrive on a pair's barriers).
+template <class Tr>
+__device__ __forceinline__ void gemmCtaHandBack(uint8_t* smemRaw) {
+  static_assert(Tr::kCluster == 1, "a CTA pair's shared memory is not handed back");
+  using Pipe = typename Tr::Pipe;
+  if (threadIdx.x / 128 == 0) {
+    ptx::setmaxnregInc<kLaunchRegs>();
+  } else {
+    ptx::setmaxnregDec<kLaunchRegs>();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    SmemLayout<Pipe> sm(smemRaw);
+    for (int s = 0; s < Pipe::kStages; ++s) {
+      ptx::mbarInval(&sm.full[s]);
+      ptx::mbarInval(&sm.empty[s]);
+    }
+  }
+  __syncthreads();
+}
+
 }  // namespace gemm
 }  // namespace mk

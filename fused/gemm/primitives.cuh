@@ -109,6 +109,11 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= 504, "register budget exceeded");
 static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg needs multiples of 8");
+// What every thread holds again after gemmCtaHandBack (a kernel of kThreads threads at one
+// CTA per SM is launched with at most this many).
+constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
+static_assert(kLaunchRegs >= kProducerRegs && kLaunchRegs <= kConsumerRegs,
+              "hand-back register count outside the roles' range");
 
 // Addresses are computed from the stage index rather than kept in arrays: a run-time index
 // into a register array would put it in local memory.

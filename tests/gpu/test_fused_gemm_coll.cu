@@ -19,6 +19,7 @@
 #include "common/test_util.h"
 #include "gpu/test_coll_util.h"
 #include "gpu/test_fused_util.cuh"
+#include "fused/ops/gemm_coll/gemm_coll.h"  // gemmCollFusedLaunches
 #include "mkernel/fused.h"
 
 namespace {
@@ -77,6 +78,27 @@ TEST(FusedGemmCollGraph, ReplaysWithNewInputs) {
       // One eager call first: the fused path sets up its per-comm state outside capture.
       EXPECT_EQ(runCase(c, 70 + op), "") << name(c) << " (eager)";
       EXPECT_EQ(runCase(c, 77 + op, true, 50), "") << name(c);
+    }
+  }
+}
+
+// The reduce tail (MKERNEL_FUSED_TAIL): every split of the tiles between the comm CTAs and the
+// tail that every CTA reduces (off, one wave, three waves, all tiles, the model's) gives the
+// reference's result, and the fused kernel is what ran. 128 tiles at 2048x2048 against ~30
+// compute CTAs a rank, 4 ranks (the GPU's share each): partial tails; 2 ranks: the model's
+// tail covers every tile.
+TEST(FusedGemmCollTail, EveryTailLengthMatchesReference) {
+  MKTEST_REQUIRE_GPU();
+  for (const char* tail : {"0", "1", "3", "1024", "-1"}) {
+    mktest::ScopedEnv env("MKERNEL_FUSED_TAIL", tail);
+    for (int op : {0, 2}) {
+      for (int n : {4, 2}) {
+        Case c{op, n, 2048, 2048, 256, 0, ncclBfloat16, ncclBfloat16, op == 0, ncclFusedFused};
+        const uint64_t before = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique);
+        EXPECT_EQ(runCase(c, 900 + n + 10 * op), "") << name(c) << " MKERNEL_FUSED_TAIL=" << tail;
+        EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique), before + n)
+            << name(c) << " MKERNEL_FUSED_TAIL=" << tail << ": the fused kernel did not run";
+      }
     }
   }
 }

@@ -82,6 +82,10 @@ struct GcParams {
   void* P;           // AllReduce/ReduceScatter: this rank's partials of outType, tile by tile
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
+  // The reduce role's tail (clique AllReduce / ReduceScatter; 0 = none): the last tailTiles
+  // schedule positions are reduced by tailWorkers CTAs, every comm CTA and then every compute
+  // CTA once its GEMM tiles are done (GcChunkIt).
+  int32_t tailTiles, tailWorkers;
   // xnode layout (xnode.h): the device API's view with the comm's wait context, the plan,
   // the rows-ready flags [n][gxChunks] and the receive CTAs' finish count (call scratch,
   // zeroed before the kernel). calls/ctaDone: this rank's private signal words.
@@ -245,17 +249,40 @@ __device__ __forceinline__ void gcBulkWaitRead(int32_t pending) {
   }
 }
 
-// The chunks this CTA handles, in the order the compute CTAs produce their tiles: owned tiles
-// dealt round robin to the comm CTAs, each cut into row chunks. Every thread walks it alike.
+// The chunks this CTA handles, in the order the compute CTAs produce their tiles, each owned
+// tile cut into row chunks. Every thread walks it alike. Before the tail (GcParams::tailTiles),
+// owned tiles are dealt round robin to the comm CTAs (idx < nIdx); in the tail, to every CTA
+// of the rank (the compute CTAs as idx = nIdx + their compute index): the last waves of
+// tiles are done together, so the final wave's reduce does not fall to the few comm CTAs
+// alone after the GEMM has ended.
 struct GcChunkIt {
-  int32_t k = -1;  // index of the current tile among this CTA's (see gcOwner)
+  int32_t k = -1;  // index of the current tile among this CTA's before the tail (see gcOwner)
+  int32_t j = -1;  // ... among this CTA's tail tiles
+  bool inTail = false;
   int32_t mBlk = 0, nBlk = 0, r0 = 0, rows = 0;
   bool valid = false;
   // O(1) per tile: walking the schedule (a tileCoords per position, every thread) cost a comm
   // CTA ~0.4 ms per pass at 2048 tiles on the H200 and was most of the reduce role's time.
   __device__ bool nextTile(const GcParams& p, int32_t idx, int32_t nIdx) {
-    const int64_t t = p.me + (int64_t)p.n * (idx + (int64_t)nIdx * ++k);
-    if (t >= (int64_t)p.g.tilesM * p.g.tilesN) return false;
+    const int64_t tiles = (int64_t)p.g.tilesM * p.g.tilesN, tail0 = tiles - p.tailTiles;
+    int64_t t = -1;
+    if (!inTail) {
+      const int64_t s = p.me + (int64_t)p.n * (idx + (int64_t)nIdx * (k + 1));
+      if (idx < nIdx && s < tail0) {
+        ++k;
+        t = s;
+      } else {
+        inTail = true;
+      }
+    }
+    if (t < 0) {
+      if (idx >= p.tailWorkers) return false;
+      // Owned positions from tail0 on: first = tail0 + ((me - tail0) mod n).
+      const int64_t first = tail0 + ((p.me - tail0) % p.n + p.n) % p.n;
+      t = first + (int64_t)p.n * (idx + (int64_t)p.tailWorkers * (j + 1));
+      if (t >= tiles) return false;
+      ++j;
+    }
     gemm::tileCoords(p.g, (int32_t)t, &mBlk, &nBlk);
     return true;
   }
@@ -469,7 +496,9 @@ __device__ bool gcPullRole(const GcParams& p, int32_t idx, int32_t nIdx, uint64_
   return __syncthreads_and(threadIdx.x == 0 ? pullOk : 1) != 0;
 }
 
-// Comm role of GEMM + AllReduce / ReduceScatter: CTA idx of nIdx (see the section comment).
+// Comm role of GEMM + AllReduce / ReduceScatter: CTA idx of nIdx comm CTAs (see the section
+// comment), or with idx >= nIdx compute CTA idx - nIdx after its GEMM tiles, reducing its share
+// of the tail (GcChunkIt).
 template <typename T>
 __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8_t* smem) {
   __shared__ const T* parts[kGcMaxLocal];
@@ -593,7 +622,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     if (t0 && (p.debug & 1)) ptx::bulkCommit();  // an empty group keeps the read-wait count
     cur.next(p, idx, nIdx);
   }
-  if (p.trace != nullptr && t0) p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
+  // (A compute CTA's slot holds the end of its GEMM tiles.)
+  if (p.trace != nullptr && t0 && idx < nIdx) p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
   // Every store complete (not just read) before the flags that announce them.
   if (t0) {
     ptx::bulkWait<0>();
@@ -620,6 +650,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     for (int q = threadIdx.x; q < p.n; q += blockDim.x)
       ptx::stReleaseSys(gcFinal(p, q) + t.tileId(p), seq);
   }
+  // A compute CTA's tail ends here: the comm CTAs wait for the final flags.
+  if (idx >= nIdx) return;
   // This rank's C is complete, and its partials unread, once every tile's owner finished.
   // Every thread takes a share of the flags: one system-scope acquire costs about 1 us, and
   // thread 0 alone spent ~1 ms on 1024 tiles (2 comm CTAs, 2048 tiles, H200).
@@ -748,8 +780,10 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
 #include "fused/ops/gemm_coll/xnode_rs_role.cuh"
 
 // The comm roles, as types for gcKernel.
+// tail: whether compute CTAs join the role once their GEMM tiles are done (GcParams::tailTiles).
 template <typename TOut>
 struct GcReduce {
+  static constexpr bool kTail = true;
   static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
     if (p.xnode) {
       grsRole<TOut>(p, idx, n);
@@ -759,6 +793,7 @@ struct GcReduce {
   }
 };
 struct GcGather {
+  static constexpr bool kTail = false;
   static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
     if (p.xnode) {
       gcGatherNetRole(p, idx, n, smem);
@@ -777,6 +812,15 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
   switch (p.split.roleOf(blockIdx.x, &idx)) {
     case Role::kCompute:
       gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
+      if (CommRole::kTail && p.tailTiles > 0 && !p.xnode && !p.procs) {
+        const int32_t nComm = p.split.of(Role::kIntraComm);
+        if (nComm + idx < p.tailWorkers) {
+          if (p.trace != nullptr && threadIdx.x == 0)
+            p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
+          gemm::gemmCtaHandBack<Tr>(smem);
+          CommRole::run(p, nComm + idx, nComm, smem);
+        }
+      }
       break;
     case Role::kIntraComm:
       CommRole::run(p, idx, p.split.of(Role::kIntraComm), smem);

@@ -77,7 +77,7 @@ struct TraceCall {
 void CUDART_CB tracePrint(void* arg) {
   std::unique_ptr<TraceCall> t(static_cast<TraceCall*>(arg));
   const volatile uint64_t* st = t->stamps;
-  uint64_t t0 = ~0ull, cFirst = ~0ull, cLast = 0, mLast = 0, loopLast = 0;
+  uint64_t t0 = ~0ull, cFirst = ~0ull, cLast = 0, mLast = 0, loopLast = 0, tailLast = 0;
   double cSum = 0;
   int nCompute = 0;
   for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[3 * b]);
@@ -85,9 +85,12 @@ void CUDART_CB tracePrint(void* arg) {
     int32_t idx;
     const uint64_t end = st[3 * b + 2] - t0;
     if (t->split.roleOf(b, &idx) == Role::kCompute) {
-      cFirst = std::min(cFirst, end);
-      cLast = std::max(cLast, end);
-      cSum += (double)end;
+      // A compute CTA that joined the reduce tail stamped the end of its GEMM tiles.
+      const uint64_t gemmEnd = st[3 * b + 1] != 0 ? st[3 * b + 1] - t0 : end;
+      if (st[3 * b + 1] != 0) tailLast = std::max(tailLast, end);
+      cFirst = std::min(cFirst, gemmEnd);
+      cLast = std::max(cLast, gemmEnd);
+      cSum += (double)gemmEnd;
       ++nCompute;
     } else {
       mLast = std::max(mLast, end);
@@ -96,10 +99,12 @@ void CUDART_CB tracePrint(void* arg) {
   }
   fprintf(stderr,
           "[mkernel fused trace] %s rank %d M=%zu N=%zu K=%zu: %d compute CTAs done at %.1f / %.1f "
-          "/ %.1f us (first/mean/last), %d comm CTAs done at %.1f us (main loops %.1f us)\n",
+          "/ %.1f us (first/mean/last; their reduce tail until %.1f us), %d comm CTAs done at "
+          "%.1f us (main loops %.1f us); started at %.1f us (%%globaltimer mod 1 s: ranks on one "
+          "GPU compare)\n",
           t->op, t->rank, t->M, t->N, t->K, nCompute, cFirst * 1e-3,
-          cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, t->grid - nCompute, mLast * 1e-3,
-          loopLast * 1e-3);
+          cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, tailLast * 1e-3, t->grid - nCompute,
+          mLast * 1e-3, loopLast * 1e-3, (double)(t0 % 1000000000ull) * 1e-3);
   memset(t->stamps, 0, kTraceMaxCtas * 3 * sizeof(uint64_t));  // host memory: no CUDA call
   std::lock_guard<std::mutex> lock(tracePool().mu);
   tracePool().free.push_back(t->stamps);
@@ -143,6 +148,25 @@ GrsPlan xnodeRsPlan(const GemmCollCall& c, const FusedComm& f) {
   return grsPlan(f.net.windowBytes, f.nRanks, (int64_t)c.M, (int64_t)c.N,
                  (int32_t)fusedTypeSize(c.cfg.outType), gemm::kTileM, gemm::kTileN,
                  c.op == GemmColl::kAllReduce);
+}
+
+// Schedule positions at the end of the GEMM that every CTA of the rank reduces (GcParams::
+// tailTiles): MKERNEL_FUSED_TAIL waves of the compute CTAs, or by the model what the comm CTAs
+// will not have reduced when the GEMM ends, at least two waves. The model's rates are the
+// split's (one comm CTA ~15 GB/s, the engine ~6 TFLOP/s per SM); 0.8 leaves the comm CTAs
+// room for the lag between a tile's end and its reduce.
+int64_t gcTailTiles(const GemmCollCall& c, int n, const SmSplit& split, int64_t tiles,
+                    size_t outBytes) {
+  const int64_t waves = MK_PARAM_INT(FusedTail);
+  const int nComm = split.of(Role::kIntraComm), nCompute = split.of(Role::kCompute);
+  if (waves == 0 || nCompute <= 0) return 0;
+  if (waves > 0) return std::min(tiles, waves * nCompute);
+  const double tileBytes = (double)gemm::kTileM * gemm::kTileN * outBytes;
+  const int stores = c.op == GemmColl::kAllReduce ? n : 1;
+  const double tTile = (n + stores) * tileBytes / 15e9;
+  const double tGemm = 2.0 * c.M * c.N * c.K / (6e12 * nCompute);
+  const int64_t before = (int64_t)(0.8 * nComm * tGemm / tTile) * n;
+  return std::min(tiles, std::max(tiles - before, 2 * (int64_t)nCompute));
 }
 
 }  // namespace
@@ -318,6 +342,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.N = (int)c.N;
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
+  if (clique && c.op != GemmColl::kAllGather) {
+    p.tailTiles = (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
+    p.tailWorkers = p.tailTiles > 0 ? split.total() : 0;
+  }
 
   // AllGather's bias kernel runs after the (waiting) fused kernel: gemmCollPreload (run.cc,
   // before the rendezvous) has loaded it.

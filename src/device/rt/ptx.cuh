@@ -87,6 +87,12 @@ __device__ __forceinline__ void mbarInit(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)), "r"(count));
 }
 
+// Ends a barrier's life: its shared memory may then hold anything else (data, another
+// barrier), which PTX allows only after an inval.
+__device__ __forceinline__ void mbarInval(uint64_t* bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smemAddr(bar)) : "memory");
+}
+
 // Makes the inits visible to the async proxy (TMA complete_tx) before first use.
 __device__ __forceinline__ void fenceMbarInit() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
