@@ -36,7 +36,7 @@ run tail2w $S MKERNEL_FUSED_TAIL=2
 for c in 2 8; do run c${c}_tail $S MKERNEL_FUSED_TAIL=-1 MKERNEL_FUSED_COMM_SMS=$c MKERNEL_FUSED_AUTO=1; done
 tarup
 left=$(( 470 - $(el) ))
-timeout $left /tmp/b3/tests/mk_gpu_tests --gtest_filter='*Fused*:*GemmColl*' > $L/tests.log 2>&1
+env -u MKERNEL_TIMEOUT_MS timeout $left /tmp/b3/tests/mk_gpu_tests --gtest_filter='*Fused*:*GemmColl*' > $L/tests.log 2>&1
 echo "tests rc=$? at $(el)s"; grep -E "^\[  (PASSED|FAILED) |tests? ran" $L/tests.log | head -20
 grep -E "FusedGemmCollTail" $L/tests.log | head -4
 gzip -f $L/tests.log; tarup
