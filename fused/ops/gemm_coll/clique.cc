@@ -10,7 +10,7 @@ namespace fused {
 
 ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags) {
   if (!cliqueEligible(comm, kGcMaxLocal)) return ncclInvalidUsage;
-  const size_t bytes = sizeof(GcClique) + 2ull * comm->nRanks * kGcMaxTiles * sizeof(uint64_t);
+  const size_t bytes = sizeof(GcClique) + 3ull * comm->nRanks * kGcMaxTiles * sizeof(uint64_t);
   void* p = nullptr;
   NCCLCHECK(cliqueBlockGet(comm, kCliqueGemmColl, bytes, &p));
   *q = static_cast<GcClique*>(p);

@@ -82,10 +82,14 @@ struct GcParams {
   void* P;           // AllReduce/ReduceScatter: this rank's partials of outType, tile by tile
   int32_t M, N, K;
   int32_t rowsPerRank;  // M / n (ReduceScatter, AllGather)
-  // The reduce role's tail (clique AllReduce / ReduceScatter; 0 = none): the last tailTiles
-  // schedule positions are reduced by tailWorkers CTAs, every comm CTA and then every compute
-  // CTA once its GEMM tiles are done (GcChunkIt).
+  // The reduce role's tail (clique AllReduce / ReduceScatter; 0 = none): the owned tiles of
+  // the last tailTiles schedule positions go to whichever of the tailWorkers CTAs asks first
+  // (every comm CTA after its share of the earlier tiles, every compute CTA once its GEMM
+  // tiles are done): tailClaim counts the claims (reset by the call's last CTA), tailLog[m]
+  // says which CTA took owned tail tile m in which call (GcChunkIt).
   int32_t tailTiles, tailWorkers;
+  uint32_t* tailClaim;
+  uint64_t* tailLog;
   // xnode layout (xnode.h): the device API's view with the comm's wait context, the plan,
   // the rows-ready flags [n][gxChunks] and the receive CTAs' finish count (call scratch,
   // zeroed before the kernel). calls/ctaDone: this rank's private signal words.
@@ -150,6 +154,7 @@ __device__ __forceinline__ void gcFinish(const GcParams& p) {
   const uint32_t prev = atomicAdd(p.ctaDone, 1u);
   if (prev == gridDim.x - 1) {
     *p.ctaDone = 0;
+    if (p.tailClaim != nullptr) *p.tailClaim = 0;  // every CTA has made its last claim
     __threadfence();
     *p.calls = *p.calls + 1;
     __threadfence_system();
@@ -249,21 +254,40 @@ __device__ __forceinline__ void gcBulkWaitRead(int32_t pending) {
   }
 }
 
+// One chunk: rows r0 .. r0 + rows - 1 of tile (mBlk, nBlk).
+struct GcChunk {
+  int32_t mBlk, nBlk, r0, rows;
+  __device__ int32_t tileId(const GcParams& p) const { return mBlk * p.g.tilesN + nBlk; }
+};
+
+// The owned tiles of the tail (GcParams::tailTiles): schedule positions first, first + n, ...
+// below the tile count.
+struct GcTail {
+  int64_t first;
+  int32_t owned;
+  __device__ explicit GcTail(const GcParams& p) {
+    const int64_t tiles = (int64_t)p.g.tilesM * p.g.tilesN, tail0 = tiles - p.tailTiles;
+    first = tail0 + ((p.me - tail0) % p.n + p.n) % p.n;
+    owned = first < tiles ? (int32_t)((tiles - 1 - first) / p.n + 1) : 0;
+  }
+};
+
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles, each owned
-// tile cut into row chunks. Every thread walks it alike. Before the tail (GcParams::tailTiles),
-// owned tiles are dealt round robin to the comm CTAs (idx < nIdx); in the tail, to every CTA
-// of the rank (the compute CTAs as idx = nIdx + their compute index): the last waves of
-// tiles are done together, so the final wave's reduce does not fall to the few comm CTAs
-// alone after the GEMM has ended.
-struct GcChunkIt {
+// tile cut into row chunks. Every thread walks it alike. Before the tail, owned tiles are
+// dealt round robin to the comm CTAs (idx < nIdx). In the tail, thread 0 claims the next
+// owned tile for the CTA (one atomic per tile) and the CTA's threads learn it through shared
+// memory: comm CTAs that fall behind the GEMMs and compute CTAs that finished theirs share
+// the last tiles as they become free, so the final waves' reduce is not left to a few comm
+// CTAs after the GEMM has ended, whatever their rate. `claim` false walks only the tiles
+// before the tail (the final-flag pass; tail tiles are found in tailLog).
+struct GcChunkIt : GcChunk {
   int32_t k = -1;  // index of the current tile among this CTA's before the tail (see gcOwner)
-  int32_t j = -1;  // ... among this CTA's tail tiles
-  bool inTail = false;
-  int32_t mBlk = 0, nBlk = 0, r0 = 0, rows = 0;
-  bool valid = false;
+  bool inTail = false, valid = false;
+  __device__ GcChunkIt() : GcChunk{0, 0, 0, 0} {}
   // O(1) per tile: walking the schedule (a tileCoords per position, every thread) cost a comm
   // CTA ~0.4 ms per pass at 2048 tiles on the H200 and was most of the reduce role's time.
-  __device__ bool nextTile(const GcParams& p, int32_t idx, int32_t nIdx) {
+  __device__ bool nextTile(const GcParams& p, int32_t idx, int32_t nIdx, uint64_t seq,
+                           bool claim) {
     const int64_t tiles = (int64_t)p.g.tilesM * p.g.tilesN, tail0 = tiles - p.tailTiles;
     int64_t t = -1;
     if (!inTail) {
@@ -276,28 +300,32 @@ struct GcChunkIt {
       }
     }
     if (t < 0) {
-      if (idx >= p.tailWorkers) return false;
-      // Owned positions from tail0 on: first = tail0 + ((me - tail0) mod n).
-      const int64_t first = tail0 + ((p.me - tail0) % p.n + p.n) % p.n;
-      t = first + (int64_t)p.n * (idx + (int64_t)p.tailWorkers * (j + 1));
-      if (t >= tiles) return false;
-      ++j;
+      if (!claim || idx >= p.tailWorkers) return false;
+      __shared__ int32_t claimed;
+      const GcTail tail(p);
+      __syncthreads();  // every thread has read the previous claim
+      if (threadIdx.x == 0) {
+        claimed = (int32_t)atomicAdd(p.tailClaim, 1u);
+        if (claimed < tail.owned) p.tailLog[claimed] = (seq << 16) | blockIdx.x;
+      }
+      __syncthreads();
+      if (claimed >= tail.owned) return false;
+      t = tail.first + (int64_t)p.n * claimed;
     }
     gemm::tileCoords(p.g, (int32_t)t, &mBlk, &nBlk);
     return true;
   }
   // Advances to the next chunk; `valid` false past the last one.
-  __device__ void next(const GcParams& p, int32_t idx, int32_t nIdx) {
+  __device__ void next(const GcParams& p, int32_t idx, int32_t nIdx, uint64_t seq) {
     const int32_t tileRows = min(gemm::kTileM, p.M - mBlk * gemm::kTileM);
     if (valid && r0 + p.chunkRows < tileRows) {
       r0 += p.chunkRows;
     } else {
-      valid = nextTile(p, idx, nIdx);
+      valid = nextTile(p, idx, nIdx, seq, true);
       r0 = 0;
     }
     if (valid) rows = min(p.chunkRows, min(gemm::kTileM, p.M - mBlk * gemm::kTileM) - r0);
   }
-  __device__ int32_t tileId(const GcParams& p) const { return mBlk * p.g.tilesN + nBlk; }
 };
 
 // Whether every rank has published tile `id` of this call (no wait).
@@ -314,7 +342,7 @@ __device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint6
 // chunk of a tile first waits for the tile's done flag on every rank. False (error recorded)
 // on timeout/abort; nothing is issued then.
 template <typename T>
-__device__ bool gcLoadChunk(const GcParams& p, const GcChunkIt& c, const T* const* parts,
+__device__ bool gcLoadChunk(const GcParams& p, const GcChunk& c, const T* const* parts,
                             uint8_t* in, uint64_t* bar, uint64_t seq) {
   const int32_t id = c.tileId(p);
   if (c.r0 == 0) {
@@ -344,7 +372,7 @@ __device__ bool gcLoadChunk(const GcParams& p, const GcChunkIt& c, const T* cons
 // All threads: out rows = bias + sum over ranks (in rank order) of the chunk's input rows.
 // Columns past N are left as they are (the tensor stores clip them).
 template <typename T>
-__device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* in, uint8_t* out) {
+__device__ void gcSumChunk(const GcParams& p, const GcChunk& c, const uint8_t* in, uint8_t* out) {
   using V = GcVec<T>;
   const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
   const int32_t block = p.chunkRows * rowBytes;
@@ -372,7 +400,7 @@ __device__ void gcSumChunk(const GcParams& p, const GcChunkIt& c, const uint8_t*
 // bulk copies instead: a box there would start at a negative row of the second shard (the
 // H200 raised an illegal instruction) and could not stop at the shard's edge.
 template <typename T>
-__device__ void gcStoreChunk(const GcParams& p, const GcChunkIt& c, const uint8_t* out,
+__device__ void gcStoreChunk(const GcParams& p, const GcChunk& c, const uint8_t* out,
                              T* const* outs) {
   const int32_t n0 = c.nBlk * gemm::kTileN, row0 = c.mBlk * gemm::kTileM + c.r0;
   if (p.kind == 0) {
@@ -427,7 +455,7 @@ __device__ void gcStoreOwnRows(const GcParams& p, const uint8_t* src, int32_t n0
 // layout of the partials: the chunk's rows are one block) for the ranks that pull it, and into
 // its own C. One bulk group.
 template <typename T>
-__device__ void gcStoreChunkProcs(const GcParams& p, const GcChunkIt& c, const uint8_t* out) {
+__device__ void gcStoreChunkProcs(const GcParams& p, const GcChunk& c, const uint8_t* out) {
   const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
   const int64_t at = ((int64_t)c.tileId(p) * gemm::kTileM + c.r0) * gemm::kTileN;
   T* F = reinterpret_cast<T*>(p.peerData[p.me] + p.fOff);
@@ -551,19 +579,25 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   // control flow (different barrier counts) on an error path.
   const bool t0 = threadIdx.x == 0;
   if (!__syncthreads_and(t0 ? ok : 1)) return;
-  // Chunk j lives in stage j % S (mbarrier phase (j / S) & 1).
-  GcChunkIt cur, ahead;  // the chunk summed, the last chunk loaded
-  int32_t loaded = 0;    // chunks whose loads were issued
-  bool more = true;      // false past the last chunk or after a failed wait
-  bool failed = false;   // a wait failed (error recorded): finish what is in flight, no flags
+  // Chunk j lives in stage j % S (mbarrier phase (j / S) & 1); stageChunk[j % S] says which
+  // chunk it is (a claimed tail tile cannot be walked to twice).
+  __shared__ GcChunk stageChunk[kGcMaxStages];
+  GcChunkIt ahead, cand;  // the last chunk loaded; the next one, once found (a claim is kept)
+  bool hasCand = false;
+  int32_t loaded = 0;   // chunks whose loads were issued
+  bool more = true;     // false past the last chunk or after a failed wait
+  bool failed = false;  // a wait failed (error recorded): finish what is in flight, no flags
   // Issues the next chunk's loads into its stage (whose previous chunk has been summed). A
   // chunk that starts a tile needs the tile's flags on every rank: `block` waits for them
   // (bounded); otherwise nothing is issued while they are unset, so chunks that have already
   // landed are summed instead of waiting behind a tile the GEMMs have yet to finish.
   auto load = [&](bool block) {
     if (!more) return false;
-    GcChunkIt cand = ahead;
-    cand.next(p, idx, nIdx);
+    if (!hasCand) {
+      cand = ahead;
+      cand.next(p, idx, nIdx, seq);
+      hasCand = true;
+    }
     if (!cand.valid) {
       more = false;
       return false;
@@ -585,11 +619,12 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
       failed = true;
       return false;
     }
+    if (t0) stageChunk[loaded % S] = cand;
     ahead = cand;
+    hasCand = false;
     ++loaded;
     return true;
   };
-  cur.next(p, idx, nIdx);
   for (int32_t i = 0;; ++i) {
     while (loaded <= i && load(true)) {
     }
@@ -609,6 +644,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     }
     __syncthreads();
     ptx::mbarWait(&bar[i % S], (uint32_t)((i / S) & 1));
+    const GcChunk cur = stageChunk[i % S];  // rewritten only when chunk i + S is loaded
     if (!(p.debug & 4)) gcSumChunk<T>(p, cur, st, st + p.n * block);
     ptx::fenceProxyAsyncShared();  // generic smem writes -> the copy engine's reads
     __syncthreads();
@@ -620,7 +656,6 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
       }
     }
     if (t0 && (p.debug & 1)) ptx::bulkCommit();  // an empty group keeps the read-wait count
-    cur.next(p, idx, nIdx);
   }
   // (A compute CTA's slot holds the end of its GEMM tiles.)
   if (p.trace != nullptr && t0 && idx < nIdx) p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
@@ -635,8 +670,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   if (p.procs) {
     // My final flag of each tile this CTA reduced: its rows are in my F (and my C), and every
     // rank's partial of it has been read.
-    GcChunkIt t;
-    while (t.nextTile(p, idx, nIdx)) {
+    GcChunkIt t;  // (no tail in this layout)
+    while (t.nextTile(p, idx, nIdx, seq, false)) {
       if (threadIdx.x == 0) ptx::stReleaseSys(gcFinal(p, p.me) + t.tileId(p), seq);
     }
     __syncthreads();
@@ -644,11 +679,23 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     gcPullRole<T>(p, idx, nIdx, pullBars, stages, seq);
     return;
   }
-  // tileFinal on every rank for each tile this CTA reduced.
+  // tileFinal on every rank for each tile this CTA reduced: its tiles before the tail, then
+  // the tail tiles it claimed (tailLog, written by this CTA's thread 0 before the barriers
+  // above).
   GcChunkIt t;
-  while (t.nextTile(p, idx, nIdx)) {
+  while (t.nextTile(p, idx, nIdx, seq, false)) {
     for (int q = threadIdx.x; q < p.n; q += blockDim.x)
       ptx::stReleaseSys(gcFinal(p, q) + t.tileId(p), seq);
+  }
+  if (p.tailTiles > 0) {
+    const GcTail tail(p);
+    const uint64_t mine = (seq << 16) | blockIdx.x;
+    for (int32_t m = threadIdx.x; m < tail.owned; m += blockDim.x) {
+      if (p.tailLog[m] != mine) continue;
+      int32_t mBlk, nBlk;
+      gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
+      for (int q = 0; q < p.n; ++q) ptx::stReleaseSys(gcFinal(p, q) + mBlk * p.g.tilesN + nBlk, seq);
+    }
   }
   // A compute CTA's tail ends here: the comm CTAs wait for the final flags.
   if (idx >= nIdx) return;

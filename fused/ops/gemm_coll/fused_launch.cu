@@ -152,9 +152,11 @@ GrsPlan xnodeRsPlan(const GemmCollCall& c, const FusedComm& f) {
 
 // Schedule positions at the end of the GEMM that every CTA of the rank reduces (GcParams::
 // tailTiles): MKERNEL_FUSED_TAIL waves of the compute CTAs, or by the model what the comm CTAs
-// will not have reduced when the GEMM ends, at least two waves. The model's rates are the
-// split's (one comm CTA ~15 GB/s, the engine ~6 TFLOP/s per SM); 0.8 leaves the comm CTAs
-// room for the lag between a tile's end and its reduce.
+// will not have reduced when the GEMM ends, at least two waves. Tail tiles are claimed as
+// CTAs become free, so a tail longer than needed costs only a claim per tile; one too short
+// leaves the comm CTAs working after the GEMM. Hence the low rates: a comm CTA ~10 GB/s (the
+// H200 showed 9.7 for ReduceScatter, 12.4 for AllReduce, 4 ranks sharing it, 8192^3;
+// bench/results/session22-*/call3), the engine ~6 TFLOP/s per SM, and 0.8 of that.
 int64_t gcTailTiles(const GemmCollCall& c, int n, const SmSplit& split, int64_t tiles,
                     size_t outBytes) {
   const int64_t waves = MK_PARAM_INT(FusedTail);
@@ -163,7 +165,7 @@ int64_t gcTailTiles(const GemmCollCall& c, int n, const SmSplit& split, int64_t 
   if (waves > 0) return std::min(tiles, waves * nCompute);
   const double tileBytes = (double)gemm::kTileM * gemm::kTileN * outBytes;
   const int stores = c.op == GemmColl::kAllReduce ? n : 1;
-  const double tTile = (n + stores) * tileBytes / 15e9;
+  const double tTile = (n + stores) * tileBytes / 10e9;
   const double tGemm = 2.0 * c.M * c.N * c.K / (6e12 * nCompute);
   const int64_t before = (int64_t)(0.8 * nComm * tGemm / tTile) * n;
   return std::min(tiles, std::max(tiles - before, 2 * (int64_t)nCompute));
@@ -345,6 +347,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   if (clique && c.op != GemmColl::kAllGather) {
     p.tailTiles = (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
     p.tailWorkers = p.tailTiles > 0 ? split.total() : 0;
+    p.tailClaim = &q->tailClaim[me];
+    p.tailLog = flags + (int64_t)(2 * n + me) * kGcMaxTiles;
   }
 
   // AllGather's bias kernel runs after the (waiting) fused kernel: gemmCollPreload (run.cc,
