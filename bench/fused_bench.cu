@@ -4,7 +4,10 @@
 //     thread per rank: fused calls are refused inside ncclGroupStart/End). Per operator and
 //     shape, each timed the same way (every rank's call between one start event and that
 //     rank's stop event; median of --reps, after warm-up; A rotates over operand sets that
-//     exceed 3x L2):
+//     exceed 3x L2). The start fires once every rank thread has queued its call, so ranks'
+//     kernels start together and host issue is not in the time (it is reported apart,
+//     "host issue ms"; the ungated start let the ranks' fused kernels begin up to ~0.9 ms
+//     apart on the H200, each then waiting for its peers' tiles):
 //       fused       algo = ncclFusedFused        sequential  algo = ncclFusedSequential
 //       auto        algo = ncclFusedAuto         cublas+coll cuBLASLt GEMM, mkernel collective
 //       gemm_engine mkernel's GEMM engine alone (the per-rank SM budget the operators use)
@@ -107,8 +110,7 @@ __global__ void diffKernel(const __nv_bfloat16* a, const __nv_bfloat16* b, size_
 // `start` fires with all ranks' work already queued and the times are the GPU's, not the rank
 // threads' host issue (measured apart). Bounded: after `maxCycles` it gives up and counts the
 // expiry in *expired (the times of that call then include host issue; reported).
-__global__ void gateKernel(const volatile int* gate, int want, long long maxCycles,
-                           int* expired) {
+__global__ void gateKernel(const volatile int* gate, int want, long long maxCycles, int* expired) {
   const long long t0 = clock64();
   while (*gate < want) {
     if (clock64() - t0 > maxCycles) {
@@ -545,10 +547,11 @@ void runShape(Bench& b, Result& res) {
       "gemm %8.3f  coll %8.3f  hidden %5.1f%%  diff %.1e\n",
       kOpNames[s.op], s.M, s.N, s.K, s.tag.c_str(), res.med[kFused], res.med[kSeq], res.med[kAuto],
       res.med[kCublasColl], tg, tc, 100 * res.hidden, res.diff[kFused]);
-  printf("#   host issue ms (slowest rank thread, median): fused %.3f seq %.3f auto %.3f "
-         "engine %.3f coll %.3f\n",
-         res.hostMed[kFused], res.hostMed[kSeq], res.hostMed[kAuto], res.hostMed[kGemmEngine],
-         res.hostMed[kColl]);
+  printf(
+      "#   host issue ms (slowest rank thread, median): fused %.3f seq %.3f auto %.3f "
+      "engine %.3f coll %.3f\n",
+      res.hostMed[kFused], res.hostMed[kSeq], res.hostMed[kAuto], res.hostMed[kGemmEngine],
+      res.hostMed[kColl]);
 }
 
 void writeJson(const Bench& b, const std::vector<Result>& results, const std::string& cmd,

@@ -29,7 +29,7 @@ static_assert(sizeof(GcSlot) == 256 && offsetof(GcSlot, cmap) == 128, "GcSlot la
 
 struct GcClique {
   GcSlot slot[kGcMaxLocal];
-  uint64_t calls[kGcMaxLocal];    // fused calls completed by each rank (never reset)
+  uint64_t calls[kGcMaxLocal];      // fused calls completed by each rank (never reset)
   uint32_t ctaDone[kGcMaxLocal];    // last-CTA detection per rank
   uint32_t tailClaim[kGcMaxLocal];  // reduce-tail claims of each rank's current call
   // followed by the flag arrays: uint64_t flags[3][n][kGcMaxTiles] (done, final, tail log)

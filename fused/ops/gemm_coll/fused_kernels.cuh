@@ -286,8 +286,7 @@ struct GcChunkIt : GcChunk {
   __device__ GcChunkIt() : GcChunk{0, 0, 0, 0} {}
   // O(1) per tile: walking the schedule (a tileCoords per position, every thread) cost a comm
   // CTA ~0.4 ms per pass at 2048 tiles on the H200 and was most of the reduce role's time.
-  __device__ bool nextTile(const GcParams& p, int32_t idx, int32_t nIdx, uint64_t seq,
-                           bool claim) {
+  __device__ bool nextTile(const GcParams& p, int32_t idx, int32_t nIdx, uint64_t seq, bool claim) {
     const int64_t tiles = (int64_t)p.g.tilesM * p.g.tilesN, tail0 = tiles - p.tailTiles;
     int64_t t = -1;
     if (!inTail) {
@@ -342,8 +341,8 @@ __device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint6
 // chunk of a tile first waits for the tile's done flag on every rank. False (error recorded)
 // on timeout/abort; nothing is issued then.
 template <typename T>
-__device__ bool gcLoadChunk(const GcParams& p, const GcChunk& c, const T* const* parts,
-                            uint8_t* in, uint64_t* bar, uint64_t seq) {
+__device__ bool gcLoadChunk(const GcParams& p, const GcChunk& c, const T* const* parts, uint8_t* in,
+                            uint64_t* bar, uint64_t seq) {
   const int32_t id = c.tileId(p);
   if (c.r0 == 0) {
     for (int q = 0; q < p.n; ++q) {
@@ -694,7 +693,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
       if (p.tailLog[m] != mine) continue;
       int32_t mBlk, nBlk;
       gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
-      for (int q = 0; q < p.n; ++q) ptx::stReleaseSys(gcFinal(p, q) + mBlk * p.g.tilesN + nBlk, seq);
+      for (int q = 0; q < p.n; ++q)
+        ptx::stReleaseSys(gcFinal(p, q) + mBlk * p.g.tilesN + nBlk, seq);
     }
   }
   // A compute CTA's tail ends here: the comm CTAs wait for the final flags.
