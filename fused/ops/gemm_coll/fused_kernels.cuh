@@ -861,7 +861,9 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
       gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
       if (CommRole::kTail && p.tailTiles > 0 && !p.xnode && !p.procs) {
         const int32_t nComm = p.split.of(Role::kIntraComm);
-        if (nComm + idx < p.tailWorkers) {
+        // A GEMM that left on a failure may still have loads landing in its stages: such a
+        // CTA does not hand its shared memory to the tail (the call fails anyway).
+        if (nComm + idx < p.tailWorkers && !rt::ctaFailed(p.w)) {
           if (p.trace != nullptr && threadIdx.x == 0)
             p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
           gemm::gemmCtaHandBack<Tr>(smem);
