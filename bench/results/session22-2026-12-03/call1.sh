@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 22 call 1: scripts/test.sh whole on a fresh snapshot of main (checks session 21's
-# GPU-unrun changes: hier kernels' rt::ctaFailed entry check, MoE threaded reference and
-# shared case bodies, peer_mem IPC socket names).
+# Session 22 call 1 (and the next session's first call, at its main): scripts/test.sh whole on a
+# fresh snapshot of main. In session 22 it checked session 21's GPU-unrun changes (hier
+# kernels' rt::ctaFailed entry check, MoE threaded reference and shared case bodies, peer_mem
+# IPC socket names); next, session 22's reduce-tail failure guard (ecb23f1).
 export PATH=/usr/local/cuda/bin:$PATH
 set -u
 L=$OUT/logs1; mkdir -p $L; t0=$(date +%s); el() { echo $(( $(date +%s)-t0 )); }
