@@ -670,6 +670,11 @@ template <class Tr>
 __device__ __forceinline__ void gemmCtaHandBack(uint8_t* smemRaw) {
   static_assert(Tr::kCluster == 1, "a CTA pair's shared memory is not handed back");
   using Pipe = typename Tr::Pipe;
+  // PTX wants the warps of a warpgroup synchronised between two of their setmaxnreg (the
+  // producer's idle warps would otherwise grow back while the consumers may still wait in
+  // their own inc), and converged at it (thread 0 ran the producer alone). The GEMM's roles
+  // use named barriers 1.. only, so barrier 0 here meets nothing of theirs.
+  __syncthreads();
   if (threadIdx.x / 128 == 0) {
     ptx::setmaxnregInc<kLaunchRegs>();
   } else {

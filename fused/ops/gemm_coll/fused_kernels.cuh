@@ -690,7 +690,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     const GcTail tail(p);
     const uint64_t mine = (seq << 16) | blockIdx.x;
     for (int32_t m = threadIdx.x; m < tail.owned; m += blockDim.x) {
-      if (p.tailLog[m] != mine) continue;
+      // Other CTAs may be writing other entries: a volatile read (never this CTA's tag).
+      if (*reinterpret_cast<volatile const uint64_t*>(p.tailLog + m) != mine) continue;
       int32_t mBlk, nBlk;
       gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
       for (int q = 0; q < p.n; ++q)
