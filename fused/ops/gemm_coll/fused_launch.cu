@@ -150,6 +150,10 @@ GrsPlan xnodeRsPlan(const GemmCollCall& c, const FusedComm& f) {
                  c.op == GemmColl::kAllReduce);
 }
 
+// The engine's rate per SM on the H200 with 4 ranks sharing it (bench/results/session4-*): the
+// split's and the tail's models.
+constexpr double kEngineFlopsPerSm = 6e12;
+
 // Schedule positions at the end of the GEMM that every CTA of the rank reduces (GcParams::
 // tailTiles): MKERNEL_FUSED_TAIL waves of the compute CTAs, or by the model what the comm CTAs
 // will not have reduced when the GEMM ends, at least two waves. Tail tiles are claimed as
@@ -166,7 +170,7 @@ int64_t gcTailTiles(const GemmCollCall& c, int n, const SmSplit& split, int64_t 
   const double tileBytes = (double)gemm::kTileM * gemm::kTileN * outBytes;
   const int stores = c.op == GemmColl::kAllReduce ? n : 1;
   const double tTile = (n + stores) * tileBytes / 10e9;
-  const double tGemm = 2.0 * c.M * c.N * c.K / (6e12 * nCompute);
+  const double tGemm = 2.0 * c.M * c.N * c.K / (kEngineFlopsPerSm * nCompute);
   const int64_t before = (int64_t)(0.8 * nComm * tGemm / tTile) * n;
   return std::min(tiles, std::max(tiles - before, 2 * (int64_t)nCompute));
 }
@@ -269,7 +273,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // per SM), the engine does ~6 TFLOP/s per SM. The gather role gives each shard to one CTA,
   // so more than n CTAs would idle.
   if (choice.source == nullptr || strcmp(choice.source, "model") == 0) {
-    const double tComm = sq.intraBytes / 15e9, tGemm = 2.0 * c.M * c.N * c.K / 6e12;
+    const double tComm = sq.intraBytes / 15e9, tGemm = 2.0 * c.M * c.N * c.K / kEngineFlopsPerSm;
     const double r = tGemm > 0 ? tComm / tGemm : 1.0;
     int want = (int)(budget * r / (1.0 + r) + 0.5);
     if (c.op == GemmColl::kAllGather) want = std::min(want, n);
@@ -346,7 +350,6 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.rowsPerRank = (int)(c.M / n);
   if (clique && c.op != GemmColl::kAllGather) {
     p.tailTiles = (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
-    p.tailWorkers = p.tailTiles > 0 ? split.total() : 0;
     p.tailClaim = &q->tailClaim[me];
     p.tailLog = flags + (int64_t)(2 * n + me) * kGcMaxTiles;
   }
