@@ -66,6 +66,7 @@ struct Traits {
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
+constexpr int kBarSide = 4;       // named barrier of gemmCta's side job (96 threads)
 
 // The per-stage word under the dynamic schedule: a tile id (< numTiles), or one of these.
 constexpr uint32_t kStageEnd = 0xffffffffu;    // no tile left: the consumers leave their loop
@@ -595,11 +596,20 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   if (tid == 0) ptx::bulkWait<0>();
 }
 
+// No side job for the producer warpgroup's idle warps (gemmCta).
+struct NoSide {
+  __device__ void operator()() const {}
+};
+
 // One GEMM CTA: CTA `cta` of `nCtas` persistent CTAs. Needs kThreads threads, Pipe::kSmemBytes of
 // dynamic shared memory and a kernel declared __launch_bounds__(kThreads, 1) (setmaxnreg).
-template <class Tr>
+// `side`: run by the producer warpgroup's warps 1-3 (96 threads, kProducerRegs registers
+// each, named barrier kBarSide free for them) while warp 0 feeds the pipeline: a fused
+// kernel's memory-bound work that then costs the GEMM no SM. It must not touch the GEMM's
+// shared memory, and gemmCta returns to those warps only once it returns.
+template <class Tr, class Side = NoSide>
 __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, int32_t cta,
-                                        int32_t nCtas) {
+                                        int32_t nCtas, const Side& side = Side{}) {
   using Pipe = typename Tr::Pipe;
   SmemLayout<Pipe> sm(smemRaw);
   uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + Pipe::kStages);  // [kStages]
@@ -641,6 +651,8 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
       } else {
         gemmProducer<Tr, false>(p, sm, cta, nCtas, stageAbort);
       }
+    } else if (threadIdx.x >= 32) {
+      side();
     }
   } else {
     ptx::setmaxnregInc<kConsumerRegs>();

@@ -82,13 +82,14 @@ TEST(FusedGemmCollGraph, ReplaysWithNewInputs) {
   }
 }
 
-// The reduce tail (MKERNEL_FUSED_TAIL): every split of the tiles between the comm CTAs and the
-// tail that every CTA reduces (off, one wave, three waves, all tiles, the model's) gives the
-// reference's result, and the fused kernel is what ran. 128 tiles at 2048x2048 against ~30
-// compute CTAs a rank, 4 ranks (the GPU's share each): partial tails; 2 ranks: the model's
-// tail covers every tile.
+// The reduce tail (MKERNEL_FUSED_TAIL, helpers off): every split of the tiles between the comm
+// CTAs and the tail that every CTA reduces (off, one wave, three waves, all tiles, the model's)
+// gives the reference's result, and the fused kernel is what ran. 128 tiles at 2048x2048
+// against ~30 compute CTAs a rank, 4 ranks (the GPU's share each): partial tails; 2 ranks: the
+// model's tail covers every tile.
 TEST(FusedGemmCollTail, EveryTailLengthMatchesReference) {
   MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv off("MKERNEL_FUSED_HELPERS", "0");
   for (const char* tail : {"0", "1", "3", "1024", "-1"}) {
     mktest::ScopedEnv env("MKERNEL_FUSED_TAIL", tail);
     for (int op : {0, 2}) {
@@ -98,6 +99,33 @@ TEST(FusedGemmCollTail, EveryTailLengthMatchesReference) {
         EXPECT_EQ(runCase(c, 900 + n + 10 * op), "") << name(c) << " MKERNEL_FUSED_TAIL=" << tail;
         EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique), before + n)
             << name(c) << " MKERNEL_FUSED_TAIL=" << tail << ": the fused kernel did not run";
+      }
+    }
+  }
+}
+
+// The helpers (MKERNEL_FUSED_HELPERS=1, the default): the compute CTAs' producer warps reduce
+// during the GEMM, with no comm CTA (the model's split) or with forced ones claiming alike; a
+// tall-K shape gives the helpers most tiles, a short-K one leaves most to the CTAs' tails.
+// Tails in M and N, bias, every out type; the fused kernel is what ran.
+TEST(FusedGemmCollHelpers, WithAndWithoutCommCtasMatchReference) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv on("MKERNEL_FUSED_HELPERS", "1");
+  for (const char* comm : {"-1", "0", "2"}) {
+    mktest::ScopedEnv sms("MKERNEL_FUSED_COMM_SMS", comm);
+    for (int op : {0, 2}) {
+      for (int n : {4, 3, 2}) {
+        for (const Case& c :
+             {Case{op, n, 2048, 2048, 1024, 0, ncclBfloat16, ncclBfloat16, op == 0, ncclFusedFused},
+              Case{op, n, 384 * n - 24 * n, 776, 64, 1, ncclFloat16, ncclFloat32, true,
+                   ncclFusedFused},
+              Case{op, n, 256 * n, 1032, 192, 0, ncclBfloat16, ncclFloat16, true,
+                   ncclFusedFused}}) {
+          const uint64_t before = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique);
+          EXPECT_EQ(runCase(c, 950 + n + 10 * op), "") << name(c) << " comm SMs " << comm;
+          EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique), before + n)
+              << name(c) << " comm SMs " << comm << ": the fused kernel did not run";
+        }
       }
     }
   }

@@ -91,6 +91,9 @@ struct GcParams {
   int32_t tailTiles;
   uint32_t* tailClaim;
   uint64_t* tailLog;
+  // 1: the compute CTAs' idle producer warps reduce claimed tiles during the GEMM
+  // (gcHelperRole; clique AllReduce / ReduceScatter with every tile in the tail).
+  int32_t helpers;
   // xnode layout (xnode.h): the device API's view with the comm's wait context, the plan,
   // the rows-ready flags [n][gxChunks] and the receive CTAs' finish count (call scratch,
   // zeroed before the kernel). calls/ctaDone: this rank's private signal words.
@@ -304,6 +307,7 @@ __device__ __forceinline__ void gcGatherRole(const GcParams& p, int32_t idx, int
 
 // The comm roles, as types for gcKernel.
 // tail: whether compute CTAs join the role once their GEMM tiles are done (GcParams::tailTiles).
+// help: the compute CTAs' side job during their GEMM (GcParams::helpers).
 template <typename TOut>
 struct GcReduce {
   static constexpr bool kTail = true;
@@ -314,9 +318,13 @@ struct GcReduce {
       gcReduceRole<TOut>(p, idx, n, smem);
     }
   }
+  static __device__ void help(const GcParams& p, int32_t cta, const volatile int* gemmDone) {
+    gcHelperRole<TOut>(p, cta, gemmDone);
+  }
 };
 struct GcGather {
   static constexpr bool kTail = false;
+  static __device__ void help(const GcParams&, int32_t, const volatile int*) {}
   static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
     if (p.xnode) {
       gcGatherNetRole(p, idx, n, smem);
@@ -334,7 +342,18 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
   int32_t idx;
   switch (p.split.roleOf(blockIdx.x, &idx)) {
     case Role::kCompute:
-      gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
+      if (CommRole::kTail && p.helpers) {
+        // Set by the first consumer thread once its GEMM tiles are done (both consumer WGs
+        // leave the tile loop at the same tile); the helpers then stop claiming.
+        __shared__ int gemmDone;
+        if (threadIdx.x == 0) gemmDone = 0;  // before gemmCta's first barrier
+        const volatile int* done = &gemmDone;
+        gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute),
+                          [&] { CommRole::help(p, idx, done); });
+        if (threadIdx.x == 128) *const_cast<volatile int*>(done) = 1;
+      } else {
+        gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
+      }
       if (CommRole::kTail && p.tailTiles > 0 && !p.xnode && !p.procs) {
         const int32_t nComm = p.split.of(Role::kIntraComm);
         // A GEMM that left on a failure may still have loads landing in its stages: such a

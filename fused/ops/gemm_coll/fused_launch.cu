@@ -279,13 +279,17 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     if (c.op == GemmColl::kAllGather) want = std::min(want, n);
     split.count[(int)Role::kIntraComm] = std::min(std::max(1, budget / 2), std::max(1, want));
   }
-  if (split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
+  // Helpers (GcParams::helpers): the compute CTAs reduce, so the model's split gives the comm
+  // role no SM (a forced split still gets its comm CTAs, which claim tiles alike).
+  const bool helpers = clique && c.op != GemmColl::kAllGather && MK_PARAM_INT(FusedHelpers) != 0;
+  const bool modelSplit = choice.source == nullptr || strcmp(choice.source, "model") == 0;
+  if (helpers && modelSplit) split.count[(int)Role::kIntraComm] = 0;
+  if (!helpers && split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
   // peer's CTA waits for it); by default one of each per peer round and one receive CTA for
   // the own shard's copy (xnode.h gxSendCtas), at most half the budget.
   // ReduceScatter / AllReduce (xnode.h grsCtas) add reduce CTAs (at least one) to the sends
   // and receives.
-  const bool modelSplit = choice.source == nullptr || strcmp(choice.source, "model") == 0;
   if (xnode && gx.ok && modelSplit)
     split.count[(int)Role::kIntraComm] = std::min(std::max(2, budget / 2), 2 * (n - 1) + 1);
   if (xnode && rs.ok && modelSplit)
@@ -349,7 +353,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
   if (clique && c.op != GemmColl::kAllGather) {
-    p.tailTiles = (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
+    p.helpers = helpers ? 1 : 0;
+    p.tailTiles = helpers ? (int32_t)(tilesM * tilesN)
+                          : (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
     p.tailClaim = &q->tailClaim[me];
     p.tailLog = flags + (int64_t)(2 * n + me) * kGcMaxTiles;
   }

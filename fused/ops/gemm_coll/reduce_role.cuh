@@ -87,6 +87,121 @@ struct GcTail {
   }
 };
 
+// ---- helpers: the reduce inside the compute CTAs (GcParams::helpers) -----------------------
+//
+// On one GPU shared by the ranks the GEMM is compute-bound on every SM, so a comm CTA costs
+// the GEMM a whole SM (~1/33 of a rank's GEMM with 4 ranks on 132 SMs) while moving only
+// ~10-15 GB/s: two or three of them cost more than the stand-alone collective they hide. The
+// reduce needs far less than an SM's bandwidth while the GEMM runs (a rank's 256 MiB over a
+// 6 ms GEMM at 8192^3: ~1.3 GB/s per SM), so with helpers on, the idle warps 1-3 of every
+// compute CTA's producer warpgroup (gemm::gemmCta's side job, 40 registers a thread) reduce
+// owned tiles while warp 0 feeds the GEMM. Each warp claims whole tiles from the rank's tail
+// counter (every tile is in the tail then), waits for the tile's flags and moves it with
+// register loads and stores: one 16-byte vector a lane, summed in rank order as gcSumChunk
+// does (the same bits whoever reduces a tile). Once its CTA's GEMM tiles are done a warp stops
+// claiming: the CTA's tail (gcReduceRole with all 384 threads and bulk copies) takes the rest.
+
+// One owned tile by one warp: every rank's partial rows summed in rank order, plus the bias,
+// into every rank's C (AllReduce) or the shard owner's (ReduceScatter).
+template <typename T>
+__device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
+                                             const T* const* parts, T* const* outs) {
+  using V = GcVec<T>;
+  const int32_t lane = threadIdx.x & 31;
+  const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
+  const int32_t rows = min(gemm::kTileM, p.M - m0);
+  const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: whole vectors
+  const int64_t at = (int64_t)(mBlk * p.g.tilesN + nBlk) * gemm::kTileM * gemm::kTileN;
+  const T* bias = static_cast<const T*>(p.bias);
+  for (int32_t e = lane; e < rows * vecs; e += 32) {
+    const int32_t r = e / vecs, col = (e - r * vecs) * V::kN;
+    float acc[V::kN];
+#pragma unroll
+    for (int j = 0; j < V::kN; ++j) acc[j] = 0.f;
+      // Through L2 only: the partials are read once, and the next call rewrites them.
+#pragma unroll 4
+    for (int q = 0; q < p.n; ++q)
+      V::add(acc, __ldcg(reinterpret_cast<const uint4*>(parts[q] + at + r * gemm::kTileN + col)));
+    if (bias != nullptr) {
+#pragma unroll
+      for (int j = 0; j < V::kN; ++j) acc[j] += toF(bias[n0 + col + j]);
+    }
+    const uint4 v = V::pack(acc);
+    const int32_t row = m0 + r;
+    if (p.kind == 0) {
+      for (int q = 0; q < p.n; ++q)
+        *reinterpret_cast<uint4*>(outs[q] + (int64_t)row * p.N + n0 + col) = v;
+    } else {
+      const int32_t d = min(p.n - 1, row / p.rowsPerRank);
+      *reinterpret_cast<uint4*>(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0 + col) = v;
+    }
+  }
+}
+
+// The side job of compute CTA `cta` (warps 1-3 of its producer warpgroup, see above).
+// `gemmDone` turns non-zero once the CTA's GEMM tiles are done. The tiles a warp reduced are
+// logged in tailLog under the CTA's tag, so the CTA's tail marks them final (after its
+// barriers, which order these stores before the flags: each helper fences first).
+template <typename T>
+__device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int* gemmDone) {
+  __shared__ const T* parts[kGcMaxLocal];
+  __shared__ T* outs[kGcMaxLocal];
+  __shared__ alignas(128) uint8_t cmapStage[128];
+  __shared__ int ok;
+  const int32_t warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
+  const uint64_t seq = gcSeq(p);
+  if (warp == 0) {
+    if (cta == 0 && p.split.of(Role::kIntraComm) == 0) {
+      // No comm CTA: this warp publishes the rank's C map and buffers (gcReduceRole's
+      // publisher otherwise).
+      if (lane < 8)
+        reinterpret_cast<uint4*>(cmapStage)[lane] = reinterpret_cast<const uint4*>(&p.cmap)[lane];
+      __syncwarp();
+      ptx::tensormapPublish(&p.q->slot[p.me].cmap, cmapStage);
+      if (lane == 0) gcPublish(p, seq);
+      __syncwarp();
+    }
+    bool mine = true;
+    for (int q = lane; q < p.n; q += 32) {
+      if (!gcPeerSlot(p, q, seq)) {
+        mine = false;
+        break;
+      }
+      parts[q] = static_cast<const T*>(p.q->slot[q].P);
+      outs[q] = static_cast<T*>(p.q->slot[q].C);
+    }
+    const bool all = __all_sync(0xffffffffu, mine);
+    if (lane == 0) ok = all ? 1 : 0;
+  }
+  ptx::namedBarSync(gemm::kBarSide, 96);
+  if (!ok) return;
+  const GcTail tail(p);
+  const uint64_t tag = (seq << 16) | blockIdx.x;
+  while (*gemmDone == 0) {
+    int32_t m = 0;
+    if (lane == 0) {
+      m = (int32_t)atomicAdd(p.tailClaim, 1u);
+      if (m < tail.owned) p.tailLog[m] = tag;
+    }
+    m = __shfl_sync(0xffffffffu, m, 0);
+    if (m >= tail.owned) break;
+    int32_t mBlk, nBlk;
+    gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
+    const int32_t id = mBlk * p.g.tilesN + nBlk;
+    // Lane q waits for rank q's partial (slept spins: the GEMM's warps need the issue slots);
+    // the warp barrier orders the lanes' reads after every acquire.
+    bool ready = true;
+    for (int q = lane; q < p.n && ready; q += 32)
+      ready = rt::waitGe(p.w, gcDone(p, q) + id, seq,
+                         rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
+                         rt::kScopeSys, 256);
+    if (!__all_sync(0xffffffffu, ready)) break;  // recorded; the call fails
+    gcHelperTile<T>(p, mBlk, nBlk, parts, outs);
+  }
+  // This warp's C stores visible to every rank before the CTA's tail releases their flags.
+  __threadfence_system();
+}
+
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles, each owned
 // tile cut into row chunks. Every thread walks it alike. Before the tail, owned tiles are
 // dealt round robin to the comm CTAs (idx < nIdx). In the tail, thread 0 claims the next
@@ -355,7 +470,10 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   const int32_t block = p.chunkRows * gemm::kTileN * (int32_t)sizeof(T);
   uint8_t* stages = base + kGcReduceHead;
   const int32_t S = p.stages, stageBytes = (p.n + 1) * block;
-  if (!p.procs && idx == 0 && threadIdx.x < 32) {
+  // The publisher: comm CTA 0, or with no comm CTA the helpers of compute CTA 0 (gcHelperRole;
+  // that CTA's tail comes here as idx 0 too, after the slot was published).
+  const bool publisher = idx == 0 && nIdx > 0;
+  if (!p.procs && publisher && threadIdx.x < 32) {
     // This rank's C map into its slot (tensormap proxy), before the slot's seq announces it.
     if (threadIdx.x < 8)
       reinterpret_cast<uint4*>(base + 128)[threadIdx.x] =
@@ -376,7 +494,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     ok = 1;
     for (int s = 0; s < S; ++s) ptx::mbarInit(&bar[s], 1);
     ptx::fenceMbarInit();
-    if (idx == 0) gcPublish(p, seq);
+    if (publisher) gcPublish(p, seq);
     for (int q = 0; q < p.n && ok; ++q) {
       if (!gcPeerSlot(p, q, seq)) {
         ok = 0;
@@ -513,14 +631,16 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
         ptx::stReleaseSys(gcFinal(p, q) + mBlk * p.g.tilesN + nBlk, seq);
     }
   }
-  // A compute CTA's tail ends here: the comm CTAs wait for the final flags.
-  if (idx >= nIdx) return;
+  // A compute CTA's tail ends here: the comm CTAs wait for the final flags (with none, the
+  // compute CTAs do).
+  if (idx >= nIdx && nIdx > 0) return;
+  const int32_t nWait = nIdx > 0 ? nIdx : p.split.of(Role::kCompute);
   // This rank's C is complete, and its partials unread, once every tile's owner finished.
   // Every thread takes a share of the flags: one system-scope acquire costs about 1 us, and
   // thread 0 alone spent ~1 ms on 1024 tiles (2 comm CTAs, 2048 tiles, H200).
   const int32_t numTiles = p.g.tilesM * p.g.tilesN;
-  for (int32_t t = idx + nIdx * (int32_t)threadIdx.x; t < numTiles;
-       t += nIdx * (int32_t)blockDim.x) {
+  for (int32_t t = idx + nWait * (int32_t)threadIdx.x; t < numTiles;
+       t += nWait * (int32_t)blockDim.x) {
     int32_t mBlk, nBlk;
     gemm::tileCoords(p.g, t, &mBlk, &nBlk);
     const int32_t id = mBlk * p.g.tilesN + nBlk, owner = gcOwner(p, t);
