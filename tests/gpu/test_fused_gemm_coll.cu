@@ -104,7 +104,7 @@ TEST(FusedGemmCollTail, EveryTailLengthMatchesReference) {
   }
 }
 
-// The helpers (MKERNEL_FUSED_HELPERS=1, the default): the compute CTAs' producer warps reduce
+// The helpers (MKERNEL_FUSED_HELPERS=1): the compute CTAs' producer warps reduce
 // during the GEMM, with no comm CTA (the model's split) or with forced ones claiming alike; a
 // tall-K shape gives the helpers most tiles, a short-K one leaves most to the CTAs' tails.
 // Tails in M and N, bias, every out type; the fused kernel is what ran.
