@@ -107,24 +107,31 @@ TEST(FusedGemmCollTail, EveryTailLengthMatchesReference) {
 // The helpers (MKERNEL_FUSED_HELPERS=1): the compute CTAs' producer warps reduce
 // during the GEMM, with no comm CTA (the model's split) or with forced ones claiming alike; a
 // tall-K shape gives the helpers most tiles, a short-K one leaves most to the CTAs' tails.
+// (M = 2016: a multiple of 2, 3 and 4, as ReduceScatter requires.)
 // Tails in M and N, bias, every out type; the fused kernel is what ran.
 TEST(FusedGemmCollHelpers, WithAndWithoutCommCtasMatchReference) {
   MKTEST_REQUIRE_GPU();
   mktest::ScopedEnv on("MKERNEL_FUSED_HELPERS", "1");
-  for (const char* comm : {"-1", "0", "2"}) {
+  // {comm SMs, MKERNEL_FUSED_DYN}: the last pass takes the GEMM tiles dynamically.
+  const char* const passes[][2] = {{"-1", "0"}, {"0", "0"}, {"2", "0"}, {"-1", "1"}};
+  for (const auto& pass : passes) {
+    const char* comm = pass[0];
     mktest::ScopedEnv sms("MKERNEL_FUSED_COMM_SMS", comm);
+    mktest::ScopedEnv dyn("MKERNEL_FUSED_DYN", pass[1]);
     for (int op : {0, 2}) {
       for (int n : {4, 3, 2}) {
         for (const Case& c :
-             {Case{op, n, 2048, 2048, 1024, 0, ncclBfloat16, ncclBfloat16, op == 0, ncclFusedFused},
+             {Case{op, n, 2016, 2048, 1024, 0, ncclBfloat16, ncclBfloat16, op == 0, ncclFusedFused},
               Case{op, n, 384 * n - 24 * n, 776, 64, 1, ncclFloat16, ncclFloat32, true,
                    ncclFusedFused},
               Case{op, n, 256 * n, 1032, 192, 0, ncclBfloat16, ncclFloat16, true,
                    ncclFusedFused}}) {
           const uint64_t before = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique);
-          EXPECT_EQ(runCase(c, 950 + n + 10 * op), "") << name(c) << " comm SMs " << comm;
+          EXPECT_EQ(runCase(c, 950 + n + 10 * op), "")
+              << name(c) << " comm SMs " << comm << " dyn " << pass[1];
           EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique), before + n)
-              << name(c) << " comm SMs " << comm << ": the fused kernel did not run";
+              << name(c) << " comm SMs " << comm << " dyn " << pass[1]
+              << ": the fused kernel did not run";
         }
       }
     }

@@ -32,6 +32,7 @@ struct GcClique {
   uint64_t calls[kGcMaxLocal];      // fused calls completed by each rank (never reset)
   uint32_t ctaDone[kGcMaxLocal];    // last-CTA detection per rank
   uint32_t tailClaim[kGcMaxLocal];  // reduce-tail claims of each rank's current call
+  int32_t gemmClaim[kGcMaxLocal];   // GEMM tile claims of each rank's call (MKERNEL_FUSED_DYN)
   // followed by the flag arrays: uint64_t flags[3][n][kGcMaxTiles] (done, final, tail log)
 };
 

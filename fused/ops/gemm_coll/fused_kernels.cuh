@@ -159,6 +159,7 @@ __device__ __forceinline__ void gcFinish(const GcParams& p) {
   if (prev == gridDim.x - 1) {
     *p.ctaDone = 0;
     if (p.tailClaim != nullptr) *p.tailClaim = 0;  // every CTA has made its last claim
+    if (p.g.tileClaim != nullptr) *p.g.tileClaim = 0;
     __threadfence();
     *p.calls = *p.calls + 1;
     __threadfence_system();

@@ -459,6 +459,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
                   res, out);
     g = gemmArgsOf(c, c.A, p.P, c.M, f.smBudget);  // D of the output type
     g.dTiled = true;
+    // The dynamic schedule's counter: reset by the call's last CTA (gcFinish), as tailClaim.
+    if (clique && MK_PARAM_INT(FusedDyn) != 0) g.tileClaim = &q->gemmClaim[me];
     g.hooks.tileDone = p.done[me];  // done[me][tile]
     g.hooks.tileDoneValue = 1;
     g.hooks.tileDoneSys = true;
