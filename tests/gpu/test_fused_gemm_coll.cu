@@ -138,6 +138,23 @@ TEST(FusedGemmCollHelpers, WithAndWithoutCommCtasMatchReference) {
   }
 }
 
+// The first call on a fresh communicator, again and again: on the H200 (session 23) one such
+// call (3 ranks, helpers on, right after the previous clique was dropped) timed out waiting for
+// the owner's final flag of the last tile, where the same sequence had passed before. Each
+// round drops the 3-rank clique and runs the case that failed, helpers on and off.
+TEST(FusedGemmCollHelpers, FirstCallOnFreshCliques) {
+  MKTEST_REQUIRE_GPU();
+  for (const char* helpers : {"1", "0"}) {
+    mktest::ScopedEnv on("MKERNEL_FUSED_HELPERS", helpers);
+    for (int round = 0; round < 10; ++round) {
+      colltest::dropClique(3);
+      const Case c{2, 3, 1080, 776, 64, 1, ncclFloat16, ncclFloat32, true, ncclFusedFused};
+      EXPECT_EQ(runCase(c, 990 + round), "")
+          << name(c) << " helpers " << helpers << " round " << round;
+    }
+  }
+}
+
 // Bad input is refused before any CUDA call, with a message, and the comm stays usable.
 TEST(FusedGemmCollArgs, RefusedAndCommStillWorks) {
   MKTEST_REQUIRE_GPU();

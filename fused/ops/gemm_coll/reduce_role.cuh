@@ -138,10 +138,13 @@ __device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, in
   }
 }
 
+// A helper's claims in tailLog: no CTA's tag (grids stay far below 0xffff CTAs), so no CTA's
+// final-flag pass releases them again.
+constexpr uint64_t kGcHelperTag = 0xffff;
+
 // The side job of compute CTA `cta` (warps 1-3 of its producer warpgroup, see above).
-// `gemmDone` turns non-zero once the CTA's GEMM tiles are done. The tiles a warp reduced are
-// logged in tailLog under the CTA's tag, so the CTA's tail marks them final (after its
-// barriers, which order these stores before the flags: each helper fences first).
+// `gemmDone` turns non-zero once the CTA's GEMM tiles are done. A warp releases the final
+// flags of each tile it reduced itself, so peers never wait for its CTA's GEMM or tail.
 template <typename T>
 __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int* gemmDone) {
   __shared__ const T* parts[kGcMaxLocal];
@@ -176,7 +179,7 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
   ptx::namedBarSync(gemm::kBarSide, 96);
   if (!ok) return;
   const GcTail tail(p);
-  const uint64_t tag = (seq << 16) | blockIdx.x;
+  const uint64_t tag = (seq << 16) | kGcHelperTag;
   while (*gemmDone == 0) {
     int32_t m = 0;
     if (lane == 0) {
@@ -189,17 +192,21 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
     gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
     const int32_t id = mBlk * p.g.tilesN + nBlk;
     // Lane q waits for rank q's partial (slept spins: the GEMM's warps need the issue slots);
-    // the warp barrier orders the lanes' reads after every acquire.
+    // the warp barrier orders the lanes' reads after every acquire. The wait is recorded as a
+    // tile flag (kWaitFlag) so that a timeout here reads apart from the final-flag wait's.
     bool ready = true;
     for (int q = lane; q < p.n && ready; q += 32)
       ready = rt::waitGe(p.w, gcDone(p, q) + id, seq,
-                         rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
+                         rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
                          rt::kScopeSys, 256);
     if (!__all_sync(0xffffffffu, ready)) break;  // recorded; the call fails
     gcHelperTile<T>(p, mBlk, nBlk, parts, outs);
+    // Every lane's stores visible to every rank, then lane q releases the tile's final flag
+    // on rank q (the pattern of the reduce role: fence, barrier, release).
+    __threadfence_system();
+    __syncwarp();
+    for (int q = lane; q < p.n; q += 32) ptx::stReleaseSys(gcFinal(p, q) + id, seq);
   }
-  // This warp's C stores visible to every rank before the CTA's tail releases their flags.
-  __threadfence_system();
 }
 
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles, each owned
