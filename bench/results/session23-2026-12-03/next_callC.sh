@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # For the next session: the reduce helpers and the dynamic GEMM schedule of the in-node fused
 # GEMM + AllReduce / ReduceScatter, side by side (4 ranks sharing the GPU): helpers off / on,
-# on + MKERNEL_FUSED_DYN=1, off + DYN, alternating, then on + DYN with MKERNEL_FUSED_TRACE.
+# on + MKERNEL_FUSED_DYN=1, off + DYN, alternating; the tile flags at system scope (bit 4 of
+# MKERNEL_FUSED_DEBUG) against GPU scope; then on + DYN with MKERNEL_FUSED_TRACE.
 export PATH=/usr/local/cuda/bin:$PATH
 set -u
 L=$OUT/logsC; mkdir -p $L; t0=$(date +%s); el() { echo $(( $(date +%s)-t0 )); }
@@ -27,5 +28,9 @@ for r in a b; do
   run h1d$r MKERNEL_FUSED_HELPERS=1 MKERNEL_FUSED_DYN=1
   run h0d$r MKERNEL_FUSED_HELPERS=0 MKERNEL_FUSED_DYN=1
 done
+# The clique's tile flags at system scope (bit 4) against GPU scope (the default since
+# session 23's last commits), helpers on + DYN.
+run h1d_sys MKERNEL_FUSED_HELPERS=1 MKERNEL_FUSED_DYN=1 MKERNEL_FUSED_DEBUG=16
+run h1d_c MKERNEL_FUSED_HELPERS=1 MKERNEL_FUSED_DYN=1
 run h1d_tr MKERNEL_FUSED_HELPERS=1 MKERNEL_FUSED_DYN=1 MKERNEL_FUSED_TRACE=1
 tar -czf $OUT/logsC.tgz -C $OUT logsC

@@ -114,10 +114,14 @@ struct GcParams {
   // mapped host memory, read by
   // a host function queued after the kernel (fused_launch.cu); null when off.
   uint64_t* trace;
-  // MKERNEL_FUSED_DEBUG (diagnosis of the reduce role's rate; results are wrong when set):
+  // MKERNEL_FUSED_DEBUG (diagnosis of the reduce role's rate; results are wrong with bits 0-2):
   // bit 0 skips the stores, bit 1 the loads, bit 2 the sums; bit 3 reads the tile flags at GPU
-  // scope (enough when every rank runs on this GPU).
+  // scope (enough when every rank runs on this GPU); bit 4 keeps the clique's at system scope.
   int32_t debug;
+  // 1: the tile flags (done, final) are released and acquired at GPU scope. The clique's
+  // ranks all run on this GPU (cliqueEligible), and a system-scope release costs the GEMM's
+  // consumers a stall of ~1-2 us per tile (publishTile), ~10% of a tile at K = 1024.
+  int32_t gpuFlags;
 };
 
 __device__ __forceinline__ uint64_t* gcDone(const GcParams& p, int q) {
@@ -125,6 +129,14 @@ __device__ __forceinline__ uint64_t* gcDone(const GcParams& p, int q) {
 }
 __device__ __forceinline__ uint64_t* gcFinal(const GcParams& p, int q) {
   return p.fin[q];
+}
+
+// The scope of the tile flags (GcParams::gpuFlags).
+__device__ __forceinline__ rt::Scope gcScope(const GcParams& p) {
+  return p.gpuFlags || (p.debug & 8) ? rt::kScopeGpu : rt::kScopeSys;
+}
+__device__ __forceinline__ void gcRelease(const GcParams& p, uint64_t* flag, uint64_t seq) {
+  rt::releaseFlag(flag, seq, gcScope(p) == rt::kScopeSys);
 }
 
 // This call's sequence number: calls completed by this rank + 1. Read before any CTA can

@@ -352,6 +352,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.N = (int)c.N;
   p.K = (int)c.K;
   p.rowsPerRank = (int)(c.M / n);
+  p.debug = (int32_t)MK_PARAM_INT(FusedDebug);
+  // Every rank of a clique runs on this GPU: its tile flags need GPU scope only (bit 4 of
+  // MKERNEL_FUSED_DEBUG keeps system scope, to measure what that costs).
+  p.gpuFlags = clique && c.op != GemmColl::kAllGather && !(p.debug & 16) ? 1 : 0;
   if (clique && c.op != GemmColl::kAllGather) {
     p.helpers = helpers ? 1 : 0;
     p.tailTiles = helpers ? (int32_t)(tilesM * tilesN)
@@ -463,7 +467,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     if (clique && MK_PARAM_INT(FusedDyn) != 0) g.tileClaim = &q->gemmClaim[me];
     g.hooks.tileDone = p.done[me];  // done[me][tile]
     g.hooks.tileDoneValue = 1;
-    g.hooks.tileDoneSys = true;
+    g.hooks.tileDoneSys = p.gpuFlags == 0;
   }
   g.hooks.seqBase = p.calls;
   g.hooks.wait = f.c.w;
@@ -485,7 +489,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
           "sequential %.1f us",
           gemmCollName(c.op), p.me, c.M, c.N, c.K, split.of(Role::kCompute),
           split.of(Role::kIntraComm), choice.source, choice.tFusedUs, choice.tSequentialUs);
-  p.debug = (int32_t)MK_PARAM_INT(FusedDebug);
+
   p.trace = traceBegin(split.total(), cap != cudaStreamCaptureStatusNone);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;

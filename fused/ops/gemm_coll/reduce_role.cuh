@@ -198,14 +198,18 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
     for (int q = lane; q < p.n && ready; q += 32)
       ready = rt::waitGe(p.w, gcDone(p, q) + id, seq,
                          rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
-                         rt::kScopeSys, 256);
+                         gcScope(p), 256);
     if (!__all_sync(0xffffffffu, ready)) break;  // recorded; the call fails
     gcHelperTile<T>(p, mBlk, nBlk, parts, outs);
     // Every lane's stores visible to every rank, then lane q releases the tile's final flag
     // on rank q (the pattern of the reduce role: fence, barrier, release).
-    __threadfence_system();
+    if (gcScope(p) == rt::kScopeSys) {
+      __threadfence_system();
+    } else {
+      __threadfence();
+    }
     __syncwarp();
-    for (int q = lane; q < p.n; q += 32) ptx::stReleaseSys(gcFinal(p, q) + id, seq);
+    for (int q = lane; q < p.n; q += 32) gcRelease(p, gcFinal(p, q) + id, seq);
   }
 }
 
@@ -268,9 +272,7 @@ struct GcChunkIt : GcChunk {
 template <typename T>
 __device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint64_t seq) {
   for (int q = 0; q < p.n; ++q)
-    if (((p.debug & 8) ? ptx::ldAcquireGpu(gcDone(p, q) + id)
-                       : ptx::ldAcquireSys(gcDone(p, q) + id)) < seq)
-      return false;
+    if (rt::ldAcquire(gcDone(p, q) + id, gcScope(p)) < seq) return false;
   return true;
 }
 
@@ -285,7 +287,7 @@ __device__ bool gcLoadChunk(const GcParams& p, const GcChunk& c, const T* const*
     for (int q = 0; q < p.n; ++q) {
       if (!rt::waitGe(p.w, gcDone(p, q) + id, seq,
                       rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
-                      (p.debug & 8) ? rt::kScopeGpu : rt::kScopeSys))
+                      gcScope(p)))
         return false;
     }
     // The flags were acquired through the generic proxy; the partials are read by the copy
@@ -624,7 +626,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   GcChunkIt t;
   while (t.nextTile(p, idx, nIdx, seq, false)) {
     for (int q = threadIdx.x; q < p.n; q += blockDim.x)
-      ptx::stReleaseSys(gcFinal(p, q) + t.tileId(p), seq);
+      gcRelease(p, gcFinal(p, q) + t.tileId(p), seq);
   }
   if (p.tailTiles > 0) {
     const GcTail tail(p);
@@ -634,8 +636,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
       if (*reinterpret_cast<volatile const uint64_t*>(p.tailLog + m) != mine) continue;
       int32_t mBlk, nBlk;
       gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
-      for (int q = 0; q < p.n; ++q)
-        ptx::stReleaseSys(gcFinal(p, q) + mBlk * p.g.tilesN + nBlk, seq);
+      for (int q = 0; q < p.n; ++q) gcRelease(p, gcFinal(p, q) + mBlk * p.g.tilesN + nBlk, seq);
     }
   }
   // A compute CTA's tail ends here: the comm CTAs wait for the final flags (with none, the
@@ -643,8 +644,9 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   if (idx >= nIdx && nIdx > 0) return;
   const int32_t nWait = nIdx > 0 ? nIdx : p.split.of(Role::kCompute);
   // This rank's C is complete, and its partials unread, once every tile's owner finished.
-  // Every thread takes a share of the flags: one system-scope acquire costs about 1 us, and
-  // thread 0 alone spent ~1 ms on 1024 tiles (2 comm CTAs, 2048 tiles, H200).
+  // Every thread takes a share of the flags: one system-scope acquire costs about 1 us (the
+  // clique's are GPU scope now), and thread 0 alone spent ~1 ms on 1024 tiles (2 comm CTAs,
+  // 2048 tiles, H200).
   const int32_t numTiles = p.g.tilesM * p.g.tilesN;
   for (int32_t t = idx + nWait * (int32_t)threadIdx.x; t < numTiles;
        t += nWait * (int32_t)blockDim.x) {
@@ -653,7 +655,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     const int32_t id = mBlk * p.g.tilesN + nBlk, owner = gcOwner(p, t);
     if (!rt::waitGe(p.w, gcFinal(p, p.me) + id, seq,
                     rt::ErrSite{p.w.op, owner, (int32_t)blockIdx.x, id, rt::kWaitData, 0},
-                    rt::kScopeSys))
+                    gcScope(p)))
       break;
   }
   __syncthreads();
