@@ -145,7 +145,7 @@ __device__ __forceinline__ uint64_t gcSeq(const GcParams& p) {
   return *reinterpret_cast<volatile uint64_t*>(p.calls) + 1;
 }
 
-// Thread 0 of comm CTA 0 publishes this rank's buffers, then the sequence number.
+// This rank's buffers, then the sequence number (one thread of the publishing CTA).
 __device__ __forceinline__ void gcPublish(const GcParams& p, uint64_t seq) {
   GcSlot& s = p.q->slot[p.me];
   s.A = p.A;
@@ -153,6 +153,19 @@ __device__ __forceinline__ void gcPublish(const GcParams& p, uint64_t seq) {
   s.P = p.P;
   __threadfence_system();
   ptx::stReleaseSys(&s.seq, seq);
+}
+
+// Every lane of one warp of the publishing CTA: this rank's C map into its slot (tensormap
+// proxy, staged through 128 bytes of shared memory at `stage`), then its buffers and sequence
+// number (gcPublish): the map lands before the seq that announces it.
+__device__ __forceinline__ void gcPublishWarp(const GcParams& p, uint64_t seq, uint8_t* stage) {
+  const int lane = threadIdx.x & 31;
+  if (lane < 8)
+    reinterpret_cast<uint4*>(stage)[lane] = reinterpret_cast<const uint4*>(&p.cmap)[lane];
+  __syncwarp();
+  ptx::tensormapPublish(&p.q->slot[p.me].cmap, stage);
+  if (lane == 0) gcPublish(p, seq);
+  __syncwarp();
 }
 
 // Waits for rank q's handshake of this call; false on timeout/abort (recorded).
@@ -359,11 +372,11 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
         // Set by the first consumer thread once its GEMM tiles are done (both consumer WGs
         // leave the tile loop at the same tile); the helpers then stop claiming.
         __shared__ int gemmDone;
-        if (threadIdx.x == 0) gemmDone = 0;  // before gemmCta's first barrier
-        const volatile int* done = &gemmDone;
+        volatile int* done = &gemmDone;
+        if (threadIdx.x == 0) *done = 0;  // before gemmCta's first barrier
         gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute),
                           [&] { CommRole::help(p, idx, done); });
-        if (threadIdx.x == 128) *const_cast<volatile int*>(done) = 1;
+        if (threadIdx.x == 128) *done = 1;
       } else {
         gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
       }

@@ -272,7 +272,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // ~12-17 GB/s (the bulk loads from HBM bound it; the stand-alone collective moves ~11 GB/s
   // per SM), the engine does ~6 TFLOP/s per SM. The gather role gives each shard to one CTA,
   // so more than n CTAs would idle.
-  if (choice.source == nullptr || strcmp(choice.source, "model") == 0) {
+  const bool modelSplit = choice.source == nullptr || strcmp(choice.source, "model") == 0;
+  if (modelSplit) {
     const double tComm = sq.intraBytes / 15e9, tGemm = 2.0 * c.M * c.N * c.K / kEngineFlopsPerSm;
     const double r = tGemm > 0 ? tComm / tGemm : 1.0;
     int want = (int)(budget * r / (1.0 + r) + 0.5);
@@ -281,8 +282,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   }
   // Helpers (GcParams::helpers): the compute CTAs reduce, so the model's split gives the comm
   // role no SM (a forced split still gets its comm CTAs, which claim tiles alike).
-  const bool helpers = clique && c.op != GemmColl::kAllGather && MK_PARAM_INT(FusedHelpers) != 0;
-  const bool modelSplit = choice.source == nullptr || strcmp(choice.source, "model") == 0;
+  const bool cliqueReduce = clique && c.op != GemmColl::kAllGather;
+  const bool helpers = cliqueReduce && MK_PARAM_INT(FusedHelpers) != 0;
   if (helpers && modelSplit) split.count[(int)Role::kIntraComm] = 0;
   if (!helpers && split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
@@ -355,8 +356,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.debug = (int32_t)MK_PARAM_INT(FusedDebug);
   // Every rank of a clique runs on this GPU: its tile flags need GPU scope only (bit 4 of
   // MKERNEL_FUSED_DEBUG keeps system scope, to measure what that costs).
-  p.gpuFlags = clique && c.op != GemmColl::kAllGather && !(p.debug & 16) ? 1 : 0;
-  if (clique && c.op != GemmColl::kAllGather) {
+  p.gpuFlags = cliqueReduce && !(p.debug & 16) ? 1 : 0;
+  if (cliqueReduce) {
     p.helpers = helpers ? 1 : 0;
     p.tailTiles = helpers ? (int32_t)(tilesM * tilesN)
                           : (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
@@ -489,7 +490,6 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
           "sequential %.1f us",
           gemmCollName(c.op), p.me, c.M, c.N, c.K, split.of(Role::kCompute),
           split.of(Role::kIntraComm), choice.source, choice.tFusedUs, choice.tSequentialUs);
-
   p.trace = traceBegin(split.total(), cap != cudaStreamCaptureStatusNone);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;

@@ -154,16 +154,8 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
   const int32_t warp = threadIdx.x / 32 - 1, lane = threadIdx.x & 31;
   const uint64_t seq = gcSeq(p);
   if (warp == 0) {
-    if (cta == 0 && p.split.of(Role::kIntraComm) == 0) {
-      // No comm CTA: this warp publishes the rank's C map and buffers (gcReduceRole's
-      // publisher otherwise).
-      if (lane < 8)
-        reinterpret_cast<uint4*>(cmapStage)[lane] = reinterpret_cast<const uint4*>(&p.cmap)[lane];
-      __syncwarp();
-      ptx::tensormapPublish(&p.q->slot[p.me].cmap, cmapStage);
-      if (lane == 0) gcPublish(p, seq);
-      __syncwarp();
-    }
+    // No comm CTA: this warp publishes the rank's slot (gcReduceRole's publisher otherwise).
+    if (cta == 0 && p.split.of(Role::kIntraComm) == 0) gcPublishWarp(p, seq, cmapStage);
     bool mine = true;
     for (int q = lane; q < p.n; q += 32) {
       if (!gcPeerSlot(p, q, seq)) {
@@ -482,14 +474,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
   // The publisher: comm CTA 0, or with no comm CTA the helpers of compute CTA 0 (gcHelperRole;
   // that CTA's tail comes here as idx 0 too, after the slot was published).
   const bool publisher = idx == 0 && nIdx > 0;
-  if (!p.procs && publisher && threadIdx.x < 32) {
-    // This rank's C map into its slot (tensormap proxy), before the slot's seq announces it.
-    if (threadIdx.x < 8)
-      reinterpret_cast<uint4*>(base + 128)[threadIdx.x] =
-          reinterpret_cast<const uint4*>(&p.cmap)[threadIdx.x];
-    __syncwarp();
-    ptx::tensormapPublish(&p.q->slot[p.me].cmap, base + 128);
-  }
+  if (!p.procs && publisher && threadIdx.x < 32) gcPublishWarp(p, seq, base + 128);
   // Processes: two more mbarriers for the pull phase, after the stages' (<= kGcMaxStages).
   uint64_t* pullBars = bar + kGcMaxStages;
   if (threadIdx.x == 0 && p.procs) {
@@ -503,7 +488,6 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     ok = 1;
     for (int s = 0; s < S; ++s) ptx::mbarInit(&bar[s], 1);
     ptx::fenceMbarInit();
-    if (publisher) gcPublish(p, seq);
     for (int q = 0; q < p.n && ok; ++q) {
       if (!gcPeerSlot(p, q, seq)) {
         ok = 0;
