@@ -757,6 +757,9 @@ int main(int argc, char** argv) {
   printTable(results, b.n);
   for (const std::string& f : failures) printf("# FAIL %s\n", f.c_str());
   printf("fused_bench: %s\n", failures.empty() ? "OK" : "FAIL");
+  cudaFreeHost(b.gate);  // after its last reader above (expired)
+  for (cudaEvent_t e : b.starts) cudaEventDestroy(e);
+  cudaStreamDestroy(b.s0);
   alarm(0);
   return failures.empty() ? 0 : 1;
 }

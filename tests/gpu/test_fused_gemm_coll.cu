@@ -82,14 +82,16 @@ TEST(FusedGemmCollGraph, ReplaysWithNewInputs) {
   }
 }
 
-// The reduce tail (MKERNEL_FUSED_TAIL, helpers off): every split of the tiles between the comm
-// CTAs and the tail that every CTA reduces (off, one wave, three waves, all tiles, the model's)
-// gives the reference's result, and the fused kernel is what ran. 128 tiles at 2048x2048
-// against ~30 compute CTAs a rank, 4 ranks (the GPU's share each): partial tails; 2 ranks: the
-// model's tail covers every tile.
+// The reduce tail (MKERNEL_FUSED_TAIL, helpers off, the static GEMM schedule: the defaults'
+// alternatives keep a test): every split of the tiles between the comm CTAs and the tail that
+// every CTA reduces (off, one wave, three waves, all tiles, the model's) gives the reference's
+// result, and the fused kernel is what ran. 128 tiles at 2048x2048 against ~30 compute CTAs a
+// rank, 4 ranks (the GPU's share each): partial tails; 2 ranks: the model's tail covers every
+// tile.
 TEST(FusedGemmCollTail, EveryTailLengthMatchesReference) {
   MKTEST_REQUIRE_GPU();
   mktest::ScopedEnv off("MKERNEL_FUSED_HELPERS", "0");
+  mktest::ScopedEnv stat("MKERNEL_FUSED_DYN", "0");
   for (const char* tail : {"0", "1", "3", "1024", "-1"}) {
     mktest::ScopedEnv env("MKERNEL_FUSED_TAIL", tail);
     for (int op : {0, 2}) {

@@ -110,9 +110,9 @@ struct GcParams {
   uint64_t* tileFlags;
   uint64_t* redFlags;  // [gxChunks]: this rank's reduce chunk stored (C)
   NetDev net;
-  // MKERNEL_FUSED_TRACE: [CTA][start, main loop done (comm CTAs), end] %globaltimer stamps in
-  // mapped host memory, read by
-  // a host function queued after the kernel (fused_launch.cu); null when off.
+  // MKERNEL_FUSED_TRACE: [CTA][start, main loop done (comm CTAs) or GEMM done (compute CTAs),
+  // end] %globaltimer stamps in mapped host memory, read by a host function queued after the
+  // kernel (fused_launch.cu); null when off.
   uint64_t* trace;
   // MKERNEL_FUSED_DEBUG (diagnosis of the reduce role's rate; results are wrong with bits 0-2):
   // bit 0 skips the stores, bit 1 the loads, bit 2 the sums; bit 3 reads the tile flags at GPU
@@ -380,13 +380,16 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
       } else {
         gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));
       }
+      // The GEMM's end, stamped by the first consumer thread as it leaves its tile loop:
+      // anything later in the CTA (helpers finishing a claimed tile, the tail) only delays the
+      // CTA's end stamp, so the trace tells the GEMM's own spread from the reduce's.
+      if (p.trace != nullptr && threadIdx.x == 128)
+        p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
       if (CommRole::kTail && p.tailTiles > 0 && !p.xnode && !p.procs) {
         const int32_t nComm = p.split.of(Role::kIntraComm);
         // A GEMM that left on a failure may still have loads landing in its stages: such a
         // CTA does not hand its shared memory to the tail (the call fails anyway).
         if (!rt::ctaFailed(p.w)) {
-          if (p.trace != nullptr && threadIdx.x == 0)
-            p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
           gemm::gemmCtaHandBack<Tr>(smem);
           CommRole::run(p, nComm + idx, nComm, smem);
         }

@@ -67,7 +67,7 @@ TracePool& tracePool() {
 }
 
 struct TraceCall {
-  uint64_t* stamps;  // [grid][start, main loop done (reduce CTAs), end]
+  uint64_t* stamps;  // [grid][start, main loop done (comm) or GEMM done (compute CTAs), end]
   SmSplit split;
   int grid, rank;
   const char* op;
@@ -85,9 +85,10 @@ void CUDART_CB tracePrint(void* arg) {
     int32_t idx;
     const uint64_t end = st[3 * b + 2] - t0;
     if (t->split.roleOf(b, &idx) == Role::kCompute) {
-      // A compute CTA that joined the reduce tail stamped the end of its GEMM tiles.
+      // Every compute CTA stamps the end of its GEMM tiles; its end stamp comes after its
+      // helpers' last tile and its share of the reduce tail.
       const uint64_t gemmEnd = st[3 * b + 1] != 0 ? st[3 * b + 1] - t0 : end;
-      if (st[3 * b + 1] != 0) tailLast = std::max(tailLast, end);
+      tailLast = std::max(tailLast, end);
       cFirst = std::min(cFirst, gemmEnd);
       cLast = std::max(cLast, gemmEnd);
       cSum += (double)gemmEnd;
@@ -97,14 +98,15 @@ void CUDART_CB tracePrint(void* arg) {
       if (st[3 * b + 1] != 0) loopLast = std::max(loopLast, st[3 * b + 1] - t0);
     }
   }
-  fprintf(stderr,
-          "[mkernel fused trace] %s rank %d M=%zu N=%zu K=%zu: %d compute CTAs done at %.1f / %.1f "
-          "/ %.1f us (first/mean/last; their reduce tail until %.1f us), %d comm CTAs done at "
-          "%.1f us (main loops %.1f us); started at %.1f us (%%globaltimer mod 1 s: ranks on one "
-          "GPU compare)\n",
-          t->op, t->rank, t->M, t->N, t->K, nCompute, cFirst * 1e-3,
-          cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, tailLast * 1e-3, t->grid - nCompute,
-          mLast * 1e-3, loopLast * 1e-3, (double)(t0 % 1000000000ull) * 1e-3);
+  fprintf(
+      stderr,
+      "[mkernel fused trace] %s rank %d M=%zu N=%zu K=%zu: %d compute CTAs' GEMM done at %.1f / "
+      "%.1f / %.1f us (first/mean/last; the CTAs, helpers and tail, end by %.1f us), %d comm "
+      "CTAs done at %.1f us (main loops %.1f us); started at %.1f us (%%globaltimer mod 1 s: "
+      "ranks on one GPU compare)\n",
+      t->op, t->rank, t->M, t->N, t->K, nCompute, cFirst * 1e-3,
+      cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, tailLast * 1e-3, t->grid - nCompute,
+      mLast * 1e-3, loopLast * 1e-3, (double)(t0 % 1000000000ull) * 1e-3);
   memset(t->stamps, 0, kTraceMaxCtas * 3 * sizeof(uint64_t));  // host memory: no CUDA call
   std::lock_guard<std::mutex> lock(tracePool().mu);
   tracePool().free.push_back(t->stamps);
