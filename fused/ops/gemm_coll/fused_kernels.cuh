@@ -91,8 +91,9 @@ struct GcParams {
   int32_t tailTiles;
   uint32_t* tailClaim;
   uint64_t* tailLog;
-  // 1: the compute CTAs' idle producer warps reduce claimed tiles during the GEMM
-  // (gcHelperRole; clique AllReduce / ReduceScatter with every tile in the tail).
+  // 1, 2: the compute CTAs' idle producer warps reduce claimed tiles during the GEMM
+  // (gcHelperRole; clique AllReduce / ReduceScatter with every tile in the tail): a warp a
+  // tile claimed ahead (1), or the three warps a ready tile together (2, gcHelperCtaLoop).
   int32_t helpers;
   // xnode layout (xnode.h): the device API's view with the comm's wait context, the plan,
   // the rows-ready flags [n][gxChunks] and the receive CTAs' finish count (call scratch,

@@ -360,7 +360,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // MKERNEL_FUSED_DEBUG keeps system scope, to measure what that costs).
   p.gpuFlags = cliqueReduce && !(p.debug & 16) ? 1 : 0;
   if (cliqueReduce) {
-    p.helpers = helpers ? 1 : 0;
+    p.helpers = helpers ? (int32_t)MK_PARAM_INT(FusedHelpers) : 0;  // the mode, 1 or 2
     p.tailTiles = helpers ? (int32_t)(tilesM * tilesN)
                           : (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
     p.tailClaim = &q->tailClaim[me];

@@ -87,6 +87,14 @@ struct GcTail {
   }
 };
 
+// Whether every rank has published tile `id` of this call (no wait).
+template <typename T>
+__device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint64_t seq) {
+  for (int q = 0; q < p.n; ++q)
+    if (rt::ldAcquire(gcDone(p, q) + id, gcScope(p)) < seq) return false;
+  return true;
+}
+
 // ---- helpers: the reduce inside the compute CTAs (GcParams::helpers) -----------------------
 //
 // On one GPU shared by the ranks the GEMM is compute-bound on every SM, so a comm CTA costs
@@ -101,19 +109,20 @@ struct GcTail {
 // does (the same bits whoever reduces a tile). Once its CTA's GEMM tiles are done a warp stops
 // claiming: the CTA's tail (gcReduceRole with all 384 threads and bulk copies) takes the rest.
 
-// One owned tile by one warp: every rank's partial rows summed in rank order, plus the bias,
-// into every rank's C (AllReduce) or the shard owner's (ReduceScatter).
+// One owned tile by `nt` helper threads (this one is thread `t` of them): every rank's partial
+// rows summed in rank order, plus the bias, into every rank's C (AllReduce) or the shard
+// owner's (ReduceScatter).
 template <typename T>
 __device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
-                                             const T* const* parts, T* const* outs) {
+                                             const T* const* parts, T* const* outs, int32_t t,
+                                             int32_t nt) {
   using V = GcVec<T>;
-  const int32_t lane = threadIdx.x & 31;
   const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
   const int32_t rows = min(gemm::kTileM, p.M - m0);
   const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: whole vectors
   const int64_t at = (int64_t)(mBlk * p.g.tilesN + nBlk) * gemm::kTileM * gemm::kTileN;
   const T* bias = static_cast<const T*>(p.bias);
-  for (int32_t e = lane; e < rows * vecs; e += 32) {
+  for (int32_t e = t; e < rows * vecs; e += nt) {
     const int32_t r = e / vecs, col = (e - r * vecs) * V::kN;
     float acc[V::kN];
 #pragma unroll
@@ -141,6 +150,70 @@ __device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, in
 // A helper's claims in tailLog: no CTA's tag (grids stay far below 0xffff CTAs), so no CTA's
 // final-flag pass releases them again.
 constexpr uint64_t kGcHelperTag = 0xffff;
+
+// MKERNEL_FUSED_HELPERS=2: the CTA's three helper warps reduce one tile together, and claim
+// it only once every rank has stored its partial. One warp alone takes ~0.2-0.3 ms over a
+// 128x256 tile (a 16-byte load per rank and lane in flight, at 40 registers); claiming ahead
+// (mode 1), the warps held the last waves' tiles when the GEMMs ended and the kernel ended
+// ~0.3 ms after them (session 24's trace at 8192^3, the same with the tail's data movement
+// skipped). Here three warps cut a tile's latency by three, and what is unclaimed when the
+// CTA's GEMM is done falls to the CTAs' tails (all threads, bulk copies). The claim loop ends
+// with the CTA's GEMM, which waits for no peer: it is bounded without a deadline of its own.
+template <typename T>
+__device__ void gcHelperCtaLoop(const GcParams& p, const GcTail& tail, uint64_t seq,
+                                const T* const* parts, T* const* outs,
+                                const volatile int* gemmDone) {
+  __shared__ int32_t claimed;
+  __shared__ int bad;
+  const int32_t t = (int32_t)threadIdx.x - 32;  // 0..95
+  const uint64_t tag = (seq << 16) | kGcHelperTag;
+  for (;;) {
+    if (t == 0) {
+      int32_t m = -1;
+      while (*gemmDone == 0) {
+        const uint32_t next = *reinterpret_cast<volatile uint32_t*>(p.tailClaim);
+        if (next >= (uint32_t)tail.owned) break;
+        int32_t mb, nb;
+        gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * next), &mb, &nb);
+        if (gcTileReady<T>(p, mb * p.g.tilesN + nb, seq)) {
+          const uint32_t got = atomicAdd(p.tailClaim, 1u);
+          if (got < (uint32_t)tail.owned) {
+            m = (int32_t)got;
+            p.tailLog[m] = tag;
+          }
+          break;
+        }
+        __nanosleep(512);
+      }
+      claimed = m;
+      bad = 0;
+    }
+    ptx::namedBarSync(gemm::kBarSide, 96);
+    const int32_t m = claimed;  // rewritten only after the tile's last barrier below
+    if (m < 0) return;
+    int32_t mBlk, nBlk;
+    gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
+    const int32_t id = mBlk * p.g.tilesN + nBlk;
+    // The claim may have gone past the tile found ready (another CTA took that one): thread q
+    // waits for rank q's partial (bounded; a failure is recorded and the call fails).
+    if (t < p.n && !rt::waitGe(p.w, gcDone(p, t) + id, seq,
+                               rt::ErrSite{p.w.op, t, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
+                               gcScope(p), 256))
+      bad = 1;
+    ptx::namedBarSync(gemm::kBarSide, 96);
+    if (bad) return;
+    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, t, 96);
+    // Every thread's stores visible to every rank, then thread q releases the tile's final flag
+    // on rank q (the reduce role's pattern: fence, barrier, release).
+    if (gcScope(p) == rt::kScopeSys) {
+      __threadfence_system();
+    } else {
+      __threadfence();
+    }
+    ptx::namedBarSync(gemm::kBarSide, 96);
+    if (t < p.n) gcRelease(p, gcFinal(p, t) + id, seq);
+  }
+}
 
 // The side job of compute CTA `cta` (warps 1-3 of its producer warpgroup, see above).
 // `gemmDone` turns non-zero once the CTA's GEMM tiles are done. A warp releases the final
@@ -171,6 +244,10 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
   ptx::namedBarSync(gemm::kBarSide, 96);
   if (!ok) return;
   const GcTail tail(p);
+  if (p.helpers == 2) {
+    gcHelperCtaLoop<T>(p, tail, seq, parts, outs, gemmDone);
+    return;
+  }
   const uint64_t tag = (seq << 16) | kGcHelperTag;
   while (*gemmDone == 0) {
     int32_t m = 0;
@@ -192,7 +269,7 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
                          rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
                          gcScope(p), 256);
     if (!__all_sync(0xffffffffu, ready)) break;  // recorded; the call fails
-    gcHelperTile<T>(p, mBlk, nBlk, parts, outs);
+    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, lane, 32);
     // Every lane's stores visible to every rank, then lane q releases the tile's final flag
     // on rank q (the pattern of the reduce role: fence, barrier, release).
     if (gcScope(p) == rt::kScopeSys) {
@@ -259,14 +336,6 @@ struct GcChunkIt : GcChunk {
     if (valid) rows = min(p.chunkRows, min(gemm::kTileM, p.M - mBlk * gemm::kTileM) - r0);
   }
 };
-
-// Whether every rank has published tile `id` of this call (no wait).
-template <typename T>
-__device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint64_t seq) {
-  for (int q = 0; q < p.n; ++q)
-    if (rt::ldAcquire(gcDone(p, q) + id, gcScope(p)) < seq) return false;
-  return true;
-}
 
 // Thread 0 loads chunk `c` of every rank's partials into `buf`, completing on `bar`. The first
 // chunk of a tile first waits for the tile's done flag on every rank. False (error recorded)
