@@ -285,7 +285,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // Helpers (GcParams::helpers): the compute CTAs reduce, so the model's split gives the comm
   // role no SM (a forced split still gets its comm CTAs, which claim tiles alike).
   const bool cliqueReduce = clique && c.op != GemmColl::kAllGather;
-  const bool helpers = cliqueReduce && MK_PARAM_INT(FusedHelpers) != 0;
+  // Read once: the mode (1 or 2) goes to the kernel with the split chosen for it.
+  const int32_t helperMode = cliqueReduce ? (int32_t)MK_PARAM_INT(FusedHelpers) : 0;
+  const bool helpers = helperMode != 0;
   if (helpers && modelSplit) split.count[(int)Role::kIntraComm] = 0;
   if (!helpers && split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
@@ -360,7 +362,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // MKERNEL_FUSED_DEBUG keeps system scope, to measure what that costs).
   p.gpuFlags = cliqueReduce && !(p.debug & 16) ? 1 : 0;
   if (cliqueReduce) {
-    p.helpers = helpers ? (int32_t)MK_PARAM_INT(FusedHelpers) : 0;  // the mode, 1 or 2
+    p.helpers = helperMode;
     p.tailTiles = helpers ? (int32_t)(tilesM * tilesN)
                           : (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
     p.tailClaim = &q->tailClaim[me];

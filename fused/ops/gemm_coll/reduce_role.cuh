@@ -159,10 +159,11 @@ constexpr uint64_t kGcHelperTag = 0xffff;
 // skipped). Here three warps cut a tile's latency by three, and what is unclaimed when the
 // CTA's GEMM is done falls to the CTAs' tails (all threads, bulk copies). The claim loop ends
 // with the CTA's GEMM, which waits for no peer: it is bounded without a deadline of its own.
+static_assert(kGcMaxLocal <= 96, "gcHelperCtaLoop: one helper thread per rank");
 template <typename T>
-__device__ void gcHelperCtaLoop(const GcParams& p, const GcTail& tail, uint64_t seq,
-                                const T* const* parts, T* const* outs,
-                                const volatile int* gemmDone) {
+__device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail& tail, uint64_t seq,
+                                                const T* const* parts, T* const* outs,
+                                                const volatile int* gemmDone) {
   __shared__ int32_t claimed;
   __shared__ int bad;
   const int32_t t = (int32_t)threadIdx.x - 32;  // 0..95
@@ -176,12 +177,15 @@ __device__ void gcHelperCtaLoop(const GcParams& p, const GcTail& tail, uint64_t 
         int32_t mb, nb;
         gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * next), &mb, &nb);
         if (gcTileReady<T>(p, mb * p.g.tilesN + nb, seq)) {
-          const uint32_t got = atomicAdd(p.tailClaim, 1u);
-          if (got < (uint32_t)tail.owned) {
-            m = (int32_t)got;
+          // Exactly the tile found ready: ~33 CTAs a rank poll the same one, and an atomicAdd
+          // would hand the losers the next tiles, not ready yet, claimed ahead again. A lost
+          // race looks again at once (the counter only grows within a call: no ABA).
+          if (atomicCAS(p.tailClaim, next, next + 1u) == next) {
+            m = (int32_t)next;
             p.tailLog[m] = tag;
+            break;
           }
-          break;
+          continue;
         }
         __nanosleep(512);
       }
