@@ -588,15 +588,8 @@ int main(int argc, char** argv) {
 
   const std::string cmd = benchargs::commandLine(argc, argv);
   const std::string srcDir = dirName(__FILE__);  // .../bench
-  std::string commit = runCommand("git -C '" + srcDir + "' rev-parse HEAD 2>/dev/null");
-  if (commit.empty()) commit = "unknown";
-  bool dirty = !runCommand("git -C '" + srcDir + "' status --porcelain 2>/dev/null").empty();
-  // Binaries built elsewhere (scripts/pack_gpubin.sh) carry the commit they were built at;
-  // the checkout they run next to may be another one.
-  if (const char* e = getenv("MK_BENCH_COMMIT")) {
-    commit = e;
-    dirty = commit.find("-dirty") != std::string::npos;
-  }
+  bool dirty = false;
+  const std::string commit = benchCommit(srcDir, &dirty);
   const std::string date = timeStamp("%Y-%m-%dT%H:%M:%S%z");
 
   int ndev = 0;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,26 @@ inline std::string runCommand(const std::string& cmd) {
 inline std::string dirName(const std::string& p) {
   size_t i = p.find_last_of('/');
   return i == std::string::npos ? std::string(".") : p.substr(0, i);
+}
+
+// The commit a benchmark records, as bench_common.sh and bench_py_util.py find it:
+// MK_BENCH_COMMIT (binaries built elsewhere carry the commit they were built at), else the
+// source tree's COMMIT_SNAP (a `git archive` snapshot unpacked inside another checkout, as the
+// GPU scripts' .snap/: git there would name the enclosing checkout's HEAD), else git's HEAD,
+// else "unknown". `dirty`: uncommitted changes (git), or "-dirty" in MK_BENCH_COMMIT.
+inline std::string benchCommit(const std::string& benchDir, bool* dirty) {
+  *dirty = false;
+  if (const char* e = getenv("MK_BENCH_COMMIT")) {
+    *dirty = std::string(e).find("-dirty") != std::string::npos;
+    return e;
+  }
+  std::ifstream snap(benchDir + "/../COMMIT_SNAP");
+  std::string c;
+  if (snap && std::getline(snap, c) && !c.empty()) return c + " (COMMIT_SNAP)";
+  c = runCommand("git -C '" + benchDir + "' rev-parse HEAD 2>/dev/null");
+  if (c.empty()) return "unknown";
+  *dirty = !runCommand("git -C '" + benchDir + "' status --porcelain 2>/dev/null").empty();
+  return c;
 }
 
 inline bool makeDirs(const std::string& dir) {

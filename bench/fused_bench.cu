@@ -652,14 +652,8 @@ int main(int argc, char** argv) {
   collbench::armWatchdog(o.timeoutS);
   const std::string cmd = benchargs::commandLine(argc, argv);
   const std::string srcDir = collbench::dirName(__FILE__);
-  std::string commit = collbench::runCommand("git -C '" + srcDir + "' rev-parse HEAD 2>/dev/null");
-  bool dirty =
-      !collbench::runCommand("git -C '" + srcDir + "' status --porcelain 2>/dev/null").empty();
-  if (const char* e = getenv("MK_BENCH_COMMIT")) {
-    commit = e;
-    dirty = commit.find("-dirty") != std::string::npos;
-  }
-  if (commit.empty()) commit = "unknown";
+  bool dirty = false;
+  const std::string commit = collbench::benchCommit(srcDir, &dirty);
   const std::string date = collbench::timeStamp("%Y-%m-%dT%H:%M:%S%z");
 
   std::vector<Shape> shapes;

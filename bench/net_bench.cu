@@ -399,8 +399,8 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o = parseArgs(argc, argv);
   if (o.commit.empty()) {
-    o.commit = collbench::runCommand("timeout 5 git rev-parse --short HEAD 2>/dev/null");
-    if (o.commit.empty()) o.commit = "unknown";
+    bool dirty = false;
+    o.commit = collbench::benchCommit(collbench::dirName(__FILE__), &dirty);
   }
   size_t maxSize = 0;
   for (size_t s : o.sizes) maxSize = std::max(maxSize, s);
