@@ -139,6 +139,14 @@ __device__ __forceinline__ rt::Scope gcScope(const GcParams& p) {
 __device__ __forceinline__ void gcRelease(const GcParams& p, uint64_t* flag, uint64_t seq) {
   rt::releaseFlag(flag, seq, gcScope(p) == rt::kScopeSys);
 }
+// Orders this thread's stores before a later release of the tile flags, at their scope.
+__device__ __forceinline__ void gcFence(const GcParams& p) {
+  if (gcScope(p) == rt::kScopeSys) {
+    __threadfence_system();
+  } else {
+    __threadfence();
+  }
+}
 
 // This call's sequence number: calls completed by this rank + 1. Read before any CTA can
 // finish (the last CTA advances it), so every CTA sees the same value.

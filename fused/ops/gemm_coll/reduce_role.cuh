@@ -88,7 +88,6 @@ struct GcTail {
 };
 
 // Whether every rank has published tile `id` of this call (no wait).
-template <typename T>
 __device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint64_t seq) {
   for (int q = 0; q < p.n; ++q)
     if (rt::ldAcquire(gcDone(p, q) + id, gcScope(p)) < seq) return false;
@@ -158,7 +157,7 @@ constexpr uint64_t kGcHelperTag = 0xffff;
 // ~0.3 ms after them (session 24's trace at 8192^3, the same with the tail's data movement
 // skipped). Here three warps cut a tile's latency by three, and what is unclaimed when the
 // CTA's GEMM is done falls to the CTAs' tails (all threads, bulk copies). The claim loop ends
-// with the CTA's GEMM, which waits for no peer: it is bounded without a deadline of its own.
+// with the CTA's GEMM, or on abort / deadline (rt::Spin, as every wait).
 static_assert(kGcMaxLocal <= 96, "gcHelperCtaLoop: one helper thread per rank");
 template <typename T>
 __device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail& tail, uint64_t seq,
@@ -171,12 +170,14 @@ __device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail&
   for (;;) {
     if (t == 0) {
       int32_t m = -1;
+      rt::Spin spin(512);  // abort, a peer's failure and the deadline end the look too
       while (*gemmDone == 0) {
         const uint32_t next = *reinterpret_cast<volatile uint32_t*>(p.tailClaim);
         if (next >= (uint32_t)tail.owned) break;
         int32_t mb, nb;
         gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * next), &mb, &nb);
-        if (gcTileReady<T>(p, mb * p.g.tilesN + nb, seq)) {
+        const int32_t id = mb * p.g.tilesN + nb;
+        if (gcTileReady(p, id, seq)) {
           // Exactly the tile found ready: ~33 CTAs a rank poll the same one, and an atomicAdd
           // would hand the losers the next tiles, not ready yet, claimed ahead again. A lost
           // race looks again at once (the counter only grows within a call: no ABA).
@@ -187,19 +188,25 @@ __device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail&
           }
           continue;
         }
-        __nanosleep(512);
+        const uint32_t kind = spin.check(p.w);
+        if (kind != rt::kErrNone) {
+          // Recorded; no claim (m < 0) stops the helpers, and the call fails.
+          spin.fail(p.w, kind, rt::ErrSite{p.w.op, -1, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
+                    seq);
+          break;
+        }
       }
       claimed = m;
       bad = 0;
     }
     ptx::namedBarSync(gemm::kBarSide, 96);
     const int32_t m = claimed;  // rewritten only after the tile's last barrier below
-    if (m < 0) return;
+    if (m < 0) return;          // no tile left, the GEMM done, or a failure (recorded)
     int32_t mBlk, nBlk;
     gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
     const int32_t id = mBlk * p.g.tilesN + nBlk;
-    // The claim may have gone past the tile found ready (another CTA took that one): thread q
-    // waits for rank q's partial (bounded; a failure is recorded and the call fails).
+    // Thread 0 alone saw the flags: thread q acquires rank q's partial for every helper thread
+    // (ready already, so no wait; bounded anyway, a failure is recorded and the call fails).
     if (t < p.n && !rt::waitGe(p.w, gcDone(p, t) + id, seq,
                                rt::ErrSite{p.w.op, t, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
                                gcScope(p), 256))
@@ -209,11 +216,7 @@ __device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail&
     gcHelperTile<T>(p, mBlk, nBlk, parts, outs, t, 96);
     // Every thread's stores visible to every rank, then thread q releases the tile's final flag
     // on rank q (the reduce role's pattern: fence, barrier, release).
-    if (gcScope(p) == rt::kScopeSys) {
-      __threadfence_system();
-    } else {
-      __threadfence();
-    }
+    gcFence(p);
     ptx::namedBarSync(gemm::kBarSide, 96);
     if (t < p.n) gcRelease(p, gcFinal(p, t) + id, seq);
   }
@@ -276,11 +279,7 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
     gcHelperTile<T>(p, mBlk, nBlk, parts, outs, lane, 32);
     // Every lane's stores visible to every rank, then lane q releases the tile's final flag
     // on rank q (the pattern of the reduce role: fence, barrier, release).
-    if (gcScope(p) == rt::kScopeSys) {
-      __threadfence_system();
-    } else {
-      __threadfence();
-    }
+    gcFence(p);
     __syncwarp();
     for (int q = lane; q < p.n; q += 32) gcRelease(p, gcFinal(p, q) + id, seq);
   }
@@ -602,7 +601,7 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     }
     int verdict = 1;  // thread 0's: 1 issued, 0 not ready, -1 failed (recorded)
     if (t0) {
-      if (!block && cand.r0 == 0 && !gcTileReady<T>(p, cand.tileId(p), seq)) {
+      if (!block && cand.r0 == 0 && !gcTileReady(p, cand.tileId(p), seq)) {
         verdict = 0;
       } else {
         verdict = gcLoadChunk<T>(p, cand, parts, stages + (loaded % S) * stageBytes,
