@@ -27,6 +27,9 @@
 //
 //   bench_fused_bench [--ranks 4] [--reps 10] [--warmup 2] [--ops ar,ag,rs] [--full]
 //                     [--shapes ar:4096x8192x8192,ag:...] [--out FILE] [--timeout 900]
+//                     [--blocked]
+// Variants are interleaved: each one's warm-up, then per rep one call of every variant in
+// turn (--blocked: each variant's warm-up and reps in one block, as before session 25).
 // JSON (command, commit, device, date, every time) under bench/results/ unless --out; the
 // table comes last. Every wait is bounded (per-phase deadline, process watchdog).
 #include <cublasLt.h>
@@ -86,6 +89,8 @@ const char* kVarNames[kNumVariants] = {"fused",       "sequential",  "auto", "cu
 struct Options {
   int ranks = 4, device = 0, reps = 10, warmup = 2, timeoutS = 0;  // 0: 900, --full 2400
   bool full = false;
+  bool blocked = false;  // each variant's reps in one block (interleaved: a round of every
+                         // variant per rep, so the card's state drifts alike for all of them)
   std::string ops = "ar,ag,rs", shapes, out;
 };
 
@@ -353,9 +358,10 @@ void checkErrors(Bench& b, const std::string& what) {
 }
 
 // Times `reps` calls of v (after `warmup`): per rep, max over ranks of start -> rank's stop.
-// hostMs: per rep, the slowest rank thread's host time to issue its call.
+// hostMs: per rep, the slowest rank thread's host time to issue its call. Call it uses operand
+// set set0 + it.
 std::vector<double> timeVariant(Bench& b, const Shape& s, Variant v, int warmup, int reps,
-                                std::vector<double>* hostMs) {
+                                std::vector<double>* hostMs, int set0 = 0) {
   const std::string what = std::string(kOpNames[s.op]) + " " + kVarNames[v];
   collbench::setPhase(kVarNames[v]);
   const int total = warmup + reps;
@@ -387,7 +393,7 @@ std::vector<double> timeVariant(Bench& b, const Shape& s, Variant v, int warmup,
           Rank& k = b.ranks[r];
           const double t0 = nowS();
           if (cudaStreamWaitEvent(k.stream, b.starts[it], 0) != cudaSuccess) k.error = "wait";
-          issue(b, s, v, r, it, k.C);
+          issue(b, s, v, r, set0 + it, k.C);
           if (cudaEventRecord(k.stops[it], k.stream) != cudaSuccess) k.error = "record";
           issueS[r] = nowS() - t0;
         },
@@ -397,8 +403,9 @@ std::vector<double> timeVariant(Bench& b, const Shape& s, Variant v, int warmup,
     checkErrors(b, what);
     if (it >= warmup) hostMs->push_back(1e3 * *std::max_element(issueS.begin(), issueS.end()));
   }
+  // Every call waited for, warm-up included: the next variant's start must find the GPU idle.
   std::vector<double> ms;
-  for (int it = warmup; it < total; ++it) {
+  for (int it = 0; it < total; ++it) {
     double worst = 0;
     for (Rank& k : b.ranks) {
       waitEvent(k.stops[it], deadline, what);
@@ -406,7 +413,7 @@ std::vector<double> timeVariant(Bench& b, const Shape& s, Variant v, int warmup,
       FB_CUDA(cudaEventElapsedTime(&t, b.starts[it], k.stops[it]));
       worst = std::max(worst, (double)t);
     }
-    ms.push_back(worst);
+    if (it >= warmup) ms.push_back(worst);
   }
   return ms;
 }
@@ -458,7 +465,8 @@ struct Result {
 void usage(const char* argv0) {
   printf(
       "usage: %s [--ranks 4] [--device 0] [--reps 10] [--warmup 2] [--ops ar,ag,rs] [--full]\n"
-      "          [--shapes ar:MxNxK,ag:MxNxK,...] [--out FILE] [--timeout S (900; --full 2400)]\n",
+      "          [--shapes ar:MxNxK,ag:MxNxK,...] [--out FILE] [--timeout S (900; --full 2400)]\n"
+      "          [--blocked]\n",
       argv0);
 }
 
@@ -484,6 +492,8 @@ bool parseArgs(int argc, char** argv, Options* o) {
       o->ops = next();
     } else if (a == "--full") {
       o->full = true;
+    } else if (a == "--blocked") {
+      o->blocked = true;
     } else if (a == "--shapes") {
       o->shapes = next();
     } else if (a == "--out") {
@@ -529,13 +539,28 @@ void runShape(Bench& b, Result& res) {
   for (int v = 0; v < kNumVariants; ++v) res.diff[v] = NAN;
   for (Variant v : {kFused, kAuto, kCublasColl}) res.diff[v] = compareWithSequential(b, s, v);
   const Variant order[] = {kGemmEngine, kGemmCublas, kColl, kSeq, kFused, kAuto, kCublasColl};
+  // Interleaved by default: the H200's clocks drift under minutes of GEMMs (session 25's
+  // traces: a fused kernel's GEMM took ~10% longer in later calls than in the first), and a
+  // variant timed in one block after the others would carry that drift into its ratios.
+  std::vector<double> host[kNumVariants], t[kNumVariants];
+  if (b.o.blocked) {
+    for (Variant v : order) t[v] = timeVariant(b, s, v, b.o.warmup, b.o.reps, &host[v]);
+  } else {
+    for (Variant v : order) timeVariant(b, s, v, b.o.warmup, 0, &host[v]);  // warm-up round(s)
+    for (int rep = 0; rep < b.o.reps; ++rep) {
+      for (Variant v : order) {
+        std::vector<double> h;
+        const std::vector<double> one = timeVariant(b, s, v, 0, 1, &h, b.o.warmup + rep);
+        t[v].insert(t[v].end(), one.begin(), one.end());
+        host[v].insert(host[v].end(), h.begin(), h.end());
+      }
+    }
+  }
   for (Variant v : order) {
-    std::vector<double> host;
-    std::vector<double> t = timeVariant(b, s, v, b.o.warmup, b.o.reps, &host);
-    res.hostMed[v] = collbench::median(host);
-    res.med[v] = collbench::median(t);
-    res.p10[v] = collbench::quantile(t, 0.1);
-    res.p90[v] = collbench::quantile(t, 0.9);
+    res.hostMed[v] = collbench::median(host[v]);
+    res.med[v] = collbench::median(t[v]);
+    res.p10[v] = collbench::quantile(t[v], 0.1);
+    res.p90[v] = collbench::quantile(t[v], 0.9);
   }
   const double tg = res.med[kGemmEngine], tc = res.med[kColl];
   res.hidden = (tg + tc - res.med[kFused]) / std::min(tg, tc);
@@ -570,6 +595,9 @@ void writeJson(const Bench& b, const std::vector<Result>& results, const std::st
   j.integer("ranks", b.n).str("layout", "ranks sharing one GPU as threads (ncclCommInitAll)");
   j.str("dtype", "bf16 in/out, fp32 accumulation, B as [N,K]");
   j.integer("reps", b.o.reps).integer("warmup", b.o.warmup);
+  j.str("order", b.o.blocked ? "blocked: each variant's warm-up and reps in turn"
+                             : "interleaved: every variant's warm-up, then per rep one call of "
+                               "each variant in turn");
   j.str("time",
         "per call, median over reps of max over ranks (common start event -> rank's stop); the "
         "start fires once every rank thread has queued its call (host issue apart: "

@@ -52,6 +52,9 @@
 namespace mk {
 namespace fused {
 
+// Words per CTA of GcParams::trace.
+constexpr int kGcTraceWords = 4;
+
 struct GcParams {
   gemm::GemmParams g;  // first: holds the 64-byte aligned tensor maps
   CUtensorMap cmap;    // AllReduce/ReduceScatter: this rank's C, box kTileN x chunkRows
@@ -91,9 +94,8 @@ struct GcParams {
   int32_t tailTiles;
   uint32_t* tailClaim;
   uint64_t* tailLog;
-  // 1, 2: the compute CTAs' idle producer warps reduce claimed tiles during the GEMM
-  // (gcHelperRole; clique AllReduce / ReduceScatter with every tile in the tail): a warp a
-  // tile claimed ahead (1), or the three warps a ready tile together (2, gcHelperCtaLoop).
+  // 1: the compute CTAs' idle producer warps reduce ready tiles during the GEMM (gcHelperRole;
+  // clique AllReduce / ReduceScatter with every tile in the tail).
   int32_t helpers;
   // xnode layout (xnode.h): the device API's view with the comm's wait context, the plan,
   // the rows-ready flags [n][gxChunks] and the receive CTAs' finish count (call scratch,
@@ -111,9 +113,10 @@ struct GcParams {
   uint64_t* tileFlags;
   uint64_t* redFlags;  // [gxChunks]: this rank's reduce chunk stored (C)
   NetDev net;
-  // MKERNEL_FUSED_TRACE: [CTA][start, main loop done (comm CTAs) or GEMM done (compute CTAs),
-  // end] %globaltimer stamps in mapped host memory, read by a host function queued after the
-  // kernel (fused_launch.cu); null when off.
+  // MKERNEL_FUSED_TRACE: [CTA][kGcTraceWords]: start, main loop done (comm CTAs) or GEMM done
+  // (compute CTAs), end (%globaltimer stamps), and the tiles its helpers reduced; in mapped
+  // host memory, read by a host function queued after the kernel (fused_launch.cu); null when
+  // off.
   uint64_t* trace;
   // MKERNEL_FUSED_DEBUG (diagnosis of the reduce role's rate; results are wrong with bits 0-2):
   // bit 0 skips the stores, bit 1 the loads, bit 2 the sums; bit 3 reads the tile flags at GPU
@@ -187,7 +190,7 @@ __device__ __forceinline__ bool gcPeerSlot(const GcParams& p, int q, uint64_t se
 __device__ __forceinline__ void gcFinish(const GcParams& p) {
   __syncthreads();
   if (threadIdx.x != 0) return;
-  if (p.trace != nullptr) p.trace[3 * blockIdx.x + 2] = ptx::globalTimerNs();
+  if (p.trace != nullptr) p.trace[kGcTraceWords * blockIdx.x + 2] = ptx::globalTimerNs();
   __threadfence();
   const uint32_t prev = atomicAdd(p.ctaDone, 1u);
   if (prev == gridDim.x - 1) {
@@ -373,7 +376,8 @@ struct GcGather {
 template <class Tr, class CommRole>
 __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_constant__ GcParams p) {
   extern __shared__ uint8_t smem[];
-  if (p.trace != nullptr && threadIdx.x == 0) p.trace[3 * blockIdx.x] = ptx::globalTimerNs();
+  if (p.trace != nullptr && threadIdx.x == 0)
+    p.trace[kGcTraceWords * blockIdx.x] = ptx::globalTimerNs();
   int32_t idx;
   switch (p.split.roleOf(blockIdx.x, &idx)) {
     case Role::kCompute:
@@ -393,7 +397,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
       // anything later in the CTA (helpers finishing a claimed tile, the tail) only delays the
       // CTA's end stamp, so the trace tells the GEMM's own spread from the reduce's.
       if (p.trace != nullptr && threadIdx.x == 128)
-        p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
+        p.trace[kGcTraceWords * blockIdx.x + 1] = ptx::globalTimerNs();
       if (CommRole::kTail && p.tailTiles > 0 && !p.xnode && !p.procs) {
         const int32_t nComm = p.split.of(Role::kIntraComm);
         // A GEMM that left on a failure may still have loads landing in its stages: such a

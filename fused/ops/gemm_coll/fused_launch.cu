@@ -67,7 +67,7 @@ TracePool& tracePool() {
 }
 
 struct TraceCall {
-  uint64_t* stamps;  // [grid][start, main loop done (comm) or GEMM done (compute CTAs), end]
+  uint64_t* stamps;  // [grid][kGcTraceWords] (GcParams::trace)
   SmSplit split;
   int grid, rank;
   const char* op;
@@ -77,37 +77,43 @@ struct TraceCall {
 void CUDART_CB tracePrint(void* arg) {
   std::unique_ptr<TraceCall> t(static_cast<TraceCall*>(arg));
   const volatile uint64_t* st = t->stamps;
+  const int w = kGcTraceWords;
   uint64_t t0 = ~0ull, cFirst = ~0ull, cLast = 0, mLast = 0, loopLast = 0, tailLast = 0;
+  uint64_t helped = 0;
   double cSum = 0;
   int nCompute = 0;
-  for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[3 * b]);
+  for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[w * b]);
   for (int b = 0; b < t->grid; ++b) {
     int32_t idx;
-    const uint64_t end = st[3 * b + 2] - t0;
+    const uint64_t end = st[w * b + 2] - t0;
     if (t->split.roleOf(b, &idx) == Role::kCompute) {
       // Every compute CTA stamps the end of its GEMM tiles; its end stamp comes after its
       // helpers' last tile and its share of the reduce tail.
-      const uint64_t gemmEnd = st[3 * b + 1] != 0 ? st[3 * b + 1] - t0 : end;
+      const uint64_t gemmEnd = st[w * b + 1] != 0 ? st[w * b + 1] - t0 : end;
       tailLast = std::max(tailLast, end);
       cFirst = std::min(cFirst, gemmEnd);
       cLast = std::max(cLast, gemmEnd);
       cSum += (double)gemmEnd;
+      helped += st[w * b + 3];
       ++nCompute;
     } else {
       mLast = std::max(mLast, end);
-      if (st[3 * b + 1] != 0) loopLast = std::max(loopLast, st[3 * b + 1] - t0);
+      if (st[w * b + 1] != 0) loopLast = std::max(loopLast, st[w * b + 1] - t0);
     }
   }
   fprintf(
       stderr,
       "[mkernel fused trace] %s rank %d M=%zu N=%zu K=%zu: %d compute CTAs' GEMM done at %.1f / "
       "%.1f / %.1f us (first/mean/last; the CTAs, helpers and tail, end by %.1f us), %d comm "
-      "CTAs done at %.1f us (main loops %.1f us); started at %.1f us (%%globaltimer mod 1 s: "
-      "ranks on one GPU compare)\n",
+      "CTAs done at %.1f us (main loops %.1f us); helpers reduced %llu of the %zu tiles; started "
+      "at %.1f us (%%globaltimer mod 1 s: ranks on one GPU compare)\n",
       t->op, t->rank, t->M, t->N, t->K, nCompute, cFirst * 1e-3,
       cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, tailLast * 1e-3, t->grid - nCompute,
-      mLast * 1e-3, loopLast * 1e-3, (double)(t0 % 1000000000ull) * 1e-3);
-  memset(t->stamps, 0, kTraceMaxCtas * 3 * sizeof(uint64_t));  // host memory: no CUDA call
+      mLast * 1e-3, loopLast * 1e-3, (unsigned long long)helped,
+      ((t->M + gemm::kTileM - 1) / gemm::kTileM) * ((t->N + gemm::kTileN - 1) / gemm::kTileN),
+      (double)(t0 % 1000000000ull) * 1e-3);
+  memset(t->stamps, 0,
+         kTraceMaxCtas * kGcTraceWords * sizeof(uint64_t));  // host memory: no CUDA call
   std::lock_guard<std::mutex> lock(tracePool().mu);
   tracePool().free.push_back(t->stamps);
 }
@@ -125,7 +131,8 @@ uint64_t* traceBegin(int grid, bool capturing) {
     }
   }
   void* h = nullptr;
-  if (cudaHostAlloc(&h, kTraceMaxCtas * 3 * sizeof(uint64_t), cudaHostAllocMapped) != cudaSuccess) {
+  if (cudaHostAlloc(&h, kTraceMaxCtas * kGcTraceWords * sizeof(uint64_t), cudaHostAllocMapped) !=
+      cudaSuccess) {
     (void)cudaGetLastError();
     return nullptr;
   }
@@ -285,9 +292,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // Helpers (GcParams::helpers): the compute CTAs reduce, so the model's split gives the comm
   // role no SM (a forced split still gets its comm CTAs, which claim tiles alike).
   const bool cliqueReduce = clique && c.op != GemmColl::kAllGather;
-  // Read once: the mode (1 or 2) goes to the kernel with the split chosen for it.
-  const int32_t helperMode = cliqueReduce ? (int32_t)MK_PARAM_INT(FusedHelpers) : 0;
-  const bool helpers = helperMode != 0;
+  // Read once: the setting goes to the kernel with the split chosen for it.
+  const bool helpers = cliqueReduce && MK_PARAM_INT(FusedHelpers) != 0;
   if (helpers && modelSplit) split.count[(int)Role::kIntraComm] = 0;
   if (!helpers && split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
@@ -362,7 +368,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // MKERNEL_FUSED_DEBUG keeps system scope, to measure what that costs).
   p.gpuFlags = cliqueReduce && !(p.debug & 16) ? 1 : 0;
   if (cliqueReduce) {
-    p.helpers = helperMode;
+    p.helpers = helpers ? 1 : 0;
     p.tailTiles = helpers ? (int32_t)(tilesM * tilesN)
                           : (int32_t)gcTailTiles(c, n, split, tilesM * tilesN, outBytes);
     p.tailClaim = &q->tailClaim[me];

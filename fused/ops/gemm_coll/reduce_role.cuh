@@ -102,11 +102,40 @@ __device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint6
 // reduce needs far less than an SM's bandwidth while the GEMM runs (a rank's 256 MiB over a
 // 6 ms GEMM at 8192^3: ~1.3 GB/s per SM), so with helpers on, the idle warps 1-3 of every
 // compute CTA's producer warpgroup (gemm::gemmCta's side job, 40 registers a thread) reduce
-// owned tiles while warp 0 feeds the GEMM. Each warp claims whole tiles from the rank's tail
-// counter (every tile is in the tail then), waits for the tile's flags and moves it with
-// register loads and stores: one 16-byte vector a lane, summed in rank order as gcSumChunk
-// does (the same bits whoever reduces a tile). Once its CTA's GEMM tiles are done a warp stops
-// claiming: the CTA's tail (gcReduceRole with all 384 threads and bulk copies) takes the rest.
+// owned tiles while warp 0 feeds the GEMM. They take whole tiles from the rank's tail counter
+// (every tile is in the tail then), one at a time and together (gcHelperLoop), with register
+// loads and stores: one 16-byte vector a thread, summed in rank order as gcSumChunk does (the
+// same bits whoever reduces a tile). Once its CTA's GEMM tiles are done the CTA stops claiming
+// for its helpers: its tail (gcReduceRole with all 384 threads and bulk copies) takes the rest.
+
+// The helpers of a CTA: warps 1-3 of its producer warpgroup.
+constexpr int32_t kGcHelperWarps = 3;
+constexpr int32_t kGcHelperThreads = 32 * kGcHelperWarps;
+// Rows of a tile per L2 prefetch (gcHelperPrefetch).
+constexpr int32_t kGcPrefetchRows = 16;
+
+// With every rank on this GPU (GcParams::gpuFlags), the helpers first ask the copy engine to
+// bring the whole claimed tile of every rank's partials into L2, one kGcPrefetchRows-row range
+// per thread: a helper thread has one 16-byte load per rank in flight (40 registers), so a
+// load's latency sets its rate, and an L2 hit's is a fraction of HBM's under the GEMM's
+// traffic. The prefetch holds no register or shared memory after it is issued; a tile is
+// n x 64 KiB (bf16), ~256 KiB per CTA in L2 at 4 ranks. Issued apart from the sums, at the
+// tile's start: a prefetch window kept inside the sum loop (session 25's first version) cost
+// the loop registers and spilled. MKERNEL_FUSED_DEBUG bit 5 turns it off.
+template <typename T>
+__device__ __forceinline__ void gcHelperPrefetch(const GcParams& p, int32_t mBlk, int32_t nBlk,
+                                                 const T* const* parts, int32_t t) {
+  constexpr int32_t kSteps = gemm::kTileM / kGcPrefetchRows;
+  if (!p.gpuFlags || (p.debug & 32) || t >= p.n * kSteps) return;
+  const int32_t q = t % p.n, r0 = (t / p.n) * kGcPrefetchRows;
+  const int32_t rows = min(gemm::kTileM, p.M - mBlk * gemm::kTileM);
+  if (r0 >= rows) return;
+  // Partial tiles are whole kTileM x kTileN blocks ([tilesM][tilesN][128][256]): a range of
+  // rows is contiguous.
+  const int64_t at = (int64_t)(mBlk * p.g.tilesN + nBlk) * gemm::kTileM * gemm::kTileN;
+  ptx::bulkPrefetchL2(parts[q] + at + (int64_t)r0 * gemm::kTileN,
+                      (uint32_t)(min(kGcPrefetchRows, rows - r0) * gemm::kTileN * sizeof(T)));
+}
 
 // One owned tile by `nt` helper threads (this one is thread `t` of them): every rank's partial
 // rows summed in rank order, plus the bias, into every rank's C (AllReduce) or the shard
@@ -150,23 +179,24 @@ __device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, in
 // final-flag pass releases them again.
 constexpr uint64_t kGcHelperTag = 0xffff;
 
-// MKERNEL_FUSED_HELPERS=2: the CTA's three helper warps reduce one tile together, and claim
-// it only once every rank has stored its partial. One warp alone takes ~0.2-0.3 ms over a
-// 128x256 tile (a 16-byte load per rank and lane in flight, at 40 registers); claiming ahead
-// (mode 1), the warps held the last waves' tiles when the GEMMs ended and the kernel ended
-// ~0.3 ms after them (session 24's trace at 8192^3, the same with the tail's data movement
-// skipped). Here three warps cut a tile's latency by three, and what is unclaimed when the
-// CTA's GEMM is done falls to the CTAs' tails (all threads, bulk copies). The claim loop ends
-// with the CTA's GEMM, or on abort / deadline (rt::Spin, as every wait).
-static_assert(kGcMaxLocal <= 96, "gcHelperCtaLoop: one helper thread per rank");
+// The claim loop of a CTA's three helper warps. They reduce one tile together and claim it
+// only once every rank has stored its partial. Session 24 measured the alternative, a warp a
+// tile claimed ahead and waited for (one warp takes ~0.2-0.3 ms over a 128x256 tile): the
+// warps held the last waves' tiles when the GEMMs ended, and the kernel ended ~0.3 ms after
+// them at 8192^3; claiming ready tiles together, ~0.05-0.15 ms (session 25). So at the end of
+// its GEMM a CTA holds at most one tile, and what is unclaimed falls to the CTAs' tails. The
+// loop ends with the CTA's GEMM, or on abort / deadline (rt::Spin, as every wait).
+static_assert(kGcMaxLocal <= kGcHelperThreads, "gcHelperLoop: one helper thread per rank");
 template <typename T>
-__device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail& tail, uint64_t seq,
-                                                const T* const* parts, T* const* outs,
-                                                const volatile int* gemmDone) {
+__device__ __forceinline__ void gcHelperLoop(const GcParams& p, const GcTail& tail, uint64_t seq,
+                                             const T* const* parts, T* const* outs,
+                                             const volatile int* gemmDone) {
   __shared__ int32_t claimed;
   __shared__ int bad;
   const int32_t t = (int32_t)threadIdx.x - 32;  // 0..95
   const uint64_t tag = (seq << 16) | kGcHelperTag;
+  __shared__ int32_t taken;  // tiles claimed so far (the trace's count; shared: no register)
+  if (t == 0) taken = 0;     // read by thread 0 alone
   for (;;) {
     if (t == 0) {
       int32_t m = -1;
@@ -198,8 +228,13 @@ __device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail&
       }
       claimed = m;
       bad = 0;
+      if (m >= 0) {
+        ++taken;
+      } else if (p.trace != nullptr) {
+        p.trace[kGcTraceWords * blockIdx.x + 3] = (uint64_t)taken;
+      }
     }
-    ptx::namedBarSync(gemm::kBarSide, 96);
+    ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);
     const int32_t m = claimed;  // rewritten only after the tile's last barrier below
     if (m < 0) return;          // no tile left, the GEMM done, or a failure (recorded)
     int32_t mBlk, nBlk;
@@ -211,13 +246,14 @@ __device__ __forceinline__ void gcHelperCtaLoop(const GcParams& p, const GcTail&
                                rt::ErrSite{p.w.op, t, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
                                gcScope(p), 256))
       bad = 1;
-    ptx::namedBarSync(gemm::kBarSide, 96);
+    ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);
     if (bad) return;
-    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, t, 96);
+    gcHelperPrefetch<T>(p, mBlk, nBlk, parts, t);
+    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, t, kGcHelperThreads);
     // Every thread's stores visible to every rank, then thread q releases the tile's final flag
     // on rank q (the reduce role's pattern: fence, barrier, release).
     gcFence(p);
-    ptx::namedBarSync(gemm::kBarSide, 96);
+    ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);
     if (t < p.n) gcRelease(p, gcFinal(p, t) + id, seq);
   }
 }
@@ -248,41 +284,10 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
     const bool all = __all_sync(0xffffffffu, mine);
     if (lane == 0) ok = all ? 1 : 0;
   }
-  ptx::namedBarSync(gemm::kBarSide, 96);
+  ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);
   if (!ok) return;
   const GcTail tail(p);
-  if (p.helpers == 2) {
-    gcHelperCtaLoop<T>(p, tail, seq, parts, outs, gemmDone);
-    return;
-  }
-  const uint64_t tag = (seq << 16) | kGcHelperTag;
-  while (*gemmDone == 0) {
-    int32_t m = 0;
-    if (lane == 0) {
-      m = (int32_t)atomicAdd(p.tailClaim, 1u);
-      if (m < tail.owned) p.tailLog[m] = tag;
-    }
-    m = __shfl_sync(0xffffffffu, m, 0);
-    if (m >= tail.owned) break;
-    int32_t mBlk, nBlk;
-    gemm::tileCoords(p.g, (int32_t)(tail.first + (int64_t)p.n * m), &mBlk, &nBlk);
-    const int32_t id = mBlk * p.g.tilesN + nBlk;
-    // Lane q waits for rank q's partial (slept spins: the GEMM's warps need the issue slots);
-    // the warp barrier orders the lanes' reads after every acquire. The wait is recorded as a
-    // tile flag (kWaitFlag) so that a timeout here reads apart from the final-flag wait's.
-    bool ready = true;
-    for (int q = lane; q < p.n && ready; q += 32)
-      ready = rt::waitGe(p.w, gcDone(p, q) + id, seq,
-                         rt::ErrSite{p.w.op, q, (int32_t)blockIdx.x, id, rt::kWaitFlag, 0},
-                         gcScope(p), 256);
-    if (!__all_sync(0xffffffffu, ready)) break;  // recorded; the call fails
-    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, lane, 32);
-    // Every lane's stores visible to every rank, then lane q releases the tile's final flag
-    // on rank q (the pattern of the reduce role: fence, barrier, release).
-    gcFence(p);
-    __syncwarp();
-    for (int q = lane; q < p.n; q += 32) gcRelease(p, gcFinal(p, q) + id, seq);
-  }
+  gcHelperLoop<T>(p, tail, seq, parts, outs, gemmDone);
 }
 
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles, each owned
@@ -655,7 +660,8 @@ __device__ void gcReduceRole(const GcParams& p, int32_t idx, int32_t nIdx, uint8
     if (t0 && (p.debug & 1)) ptx::bulkCommit();  // an empty group keeps the read-wait count
   }
   // (A compute CTA's slot holds the end of its GEMM tiles.)
-  if (p.trace != nullptr && t0 && idx < nIdx) p.trace[3 * blockIdx.x + 1] = ptx::globalTimerNs();
+  if (p.trace != nullptr && t0 && idx < nIdx)
+    p.trace[kGcTraceWords * blockIdx.x + 1] = ptx::globalTimerNs();
   // Every store complete (not just read) before the flags that announce them.
   if (t0) {
     ptx::bulkWait<0>();
