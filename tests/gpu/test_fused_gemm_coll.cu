@@ -143,6 +143,32 @@ TEST(FusedGemmCollHelpers, WithAndWithoutCommCtasMatchReference) {
   }
 }
 
+// ncclFusedAuto with ranks as threads follows gcAutoFuses (clique.h): fused where K >= 8192
+// with >= 1024 tiles and the helpers on, sequential below either bound or with the helpers
+// off. Every result is checked; the launch count tells which path ran.
+TEST(FusedGemmCollAuto, FusesWhereTheRuleHolds) {
+  MKTEST_REQUIRE_GPU();
+  struct Want {
+    Case c;
+    const char* helpers;
+    bool fused;
+  };
+  const Want wants[] = {
+      {{0, 2, 4096, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", true},
+      {{2, 2, 4096, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, true, ncclFusedAuto}, "1", true},
+      {{0, 2, 4096, 8192, 1024, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
+      {{0, 2, 2048, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
+      {{0, 2, 4096, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "0", false}};
+  for (const Want& w : wants) {
+    mktest::ScopedEnv on("MKERNEL_FUSED_HELPERS", w.helpers);
+    const uint64_t before = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique);
+    EXPECT_EQ(runCase(w.c, 1200 + w.c.K / 1024), "") << name(w.c) << " helpers " << w.helpers;
+    EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique),
+              before + (w.fused ? w.c.n : 0))
+        << name(w.c) << " helpers " << w.helpers << (w.fused ? ": not fused" : ": fused");
+  }
+}
+
 // The first call on a fresh communicator, again and again: on the H200 (session 23) one such
 // call (3 ranks, helpers on, right after the previous clique was dropped) timed out waiting for
 // the owner's final flag of the last tile, where the same sequence had passed before. Each

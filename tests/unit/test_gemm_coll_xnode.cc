@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "fused/gemm/gemm.h"  // kTileM, kTileN
+#include "fused/gemm/gemm.h"             // kTileM, kTileN
+#include "fused/ops/gemm_coll/clique.h"  // gcAutoFuses
 #include "fused/ops/gemm_coll/xnode.h"
 
 namespace {
@@ -641,6 +642,20 @@ TEST(GemmCollXnodeAuto, RuleOfTheCallsArguments) {
     EXPECT_TRUE(gxAutoFuses(false, N)) << "ReduceScatter / AllReduce N=" << N;
     EXPECT_EQ(gxAutoFuses(true, N), N >= kGxAutoMinN) << "AllGather N=" << N;
   }
+}
+
+// ncclFusedAuto with ranks of one process sharing a GPU: a function of the call's arguments and
+// the helpers setting (the same in every rank of the process).
+TEST(GemmCollCliqueAuto, RuleOfTheCallsArguments) {
+  EXPECT_TRUE(gcAutoFuses(false, true, 8192, 8192, 8192));
+  EXPECT_TRUE(gcAutoFuses(false, true, 4096, 8192, 8192));         // 1024 tiles
+  EXPECT_TRUE(gcAutoFuses(false, true, 4096, 8192, 16384));        // more K
+  EXPECT_FALSE(gcAutoFuses(false, true, 4096, 8192, 8191));        // K below
+  EXPECT_FALSE(gcAutoFuses(false, true, 8192, 8192, 1024));        // measured slower fused
+  EXPECT_FALSE(gcAutoFuses(false, true, 4096, 8192 - 256, 8192));  // 992 tiles
+  EXPECT_TRUE(gcAutoFuses(false, true, 4096 - 127, 8192, 8192));   // a partial row of tiles
+  EXPECT_FALSE(gcAutoFuses(false, false, 8192, 8192, 8192));       // helpers off
+  EXPECT_FALSE(gcAutoFuses(true, true, 8192, 8192, 8192));         // AllGather + GEMM
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <cuda.h>
 #include <nccl.h>
 
+#include "fused/gemm/gemm.h"  // kTileM, kTileN
+
 struct ncclComm;
 
 namespace mk {
@@ -41,6 +43,22 @@ struct GcClique {
 // (ncclInvalidUsage, no message) when the comm's ranks are not all in this process on one
 // node: the caller then uses the sequential path.
 ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags);
+
+// ncclFusedAuto in the clique layout (ranks as threads sharing this GPU, helpers on): a rule
+// of the call's own arguments, as across nodes (xnode.h gxAutoFuses), so every rank takes the
+// same path. The fused kernel wins where the GEMM is long enough per tile for the helpers to
+// keep up with the reduce: session 25 (bench/results/session25-2026-12-03, 4 ranks,
+// variants interleaved) measured fused / sequential 0.97 (AllReduce 8192^3), 0.90-0.93
+// (ReduceScatter 8192^3) and 0.98-1.01 (AllReduce 4096x8192x8192, 1024 tiles), but 1.07 at
+// K = 1024, where the helpers reduced a third of the tiles during the GEMM. Nothing smaller
+// was measured fused with helpers, so auto stays sequential there.
+constexpr int64_t kGcAutoMinK = 8192;
+constexpr int64_t kGcAutoMinTiles = 1024;
+inline bool gcAutoFuses(bool allGather, bool helpers, int64_t M, int64_t N, int64_t K) {
+  const int64_t tiles =
+      ((M + gemm::kTileM - 1) / gemm::kTileM) * ((N + gemm::kTileN - 1) / gemm::kTileN);
+  return !allGather && helpers && K >= kGcAutoMinK && tiles >= kGcAutoMinTiles;
+}
 
 }  // namespace fused
 }  // namespace mk

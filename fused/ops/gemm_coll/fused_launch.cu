@@ -240,6 +240,11 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
       xnode && autoRule && gxAutoFuses(c.op == GemmColl::kAllGather, (int64_t)c.N);
   if ((procs || xnode) && autoRule && !xnodeAuto) return ncclSuccess;
   const bool clique = !procs && !xnode;
+  // Read once: the setting goes to the kernel with the split chosen for it (clique AR / RS).
+  const bool helpers = clique && c.op != GemmColl::kAllGather && MK_PARAM_INT(FusedHelpers) != 0;
+  const bool cliqueAuto =
+      clique && autoRule &&
+      gcAutoFuses(c.op == GemmColl::kAllGather, helpers, (int64_t)c.M, (int64_t)c.N, (int64_t)c.K);
   // The clique block is created outside capture only (its zeroing synchronises).
   if (clique && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
     return ncclSuccess;
@@ -263,14 +268,15 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   DeviceRates rates;
   // Measured rates (a device-wide synchronisation on first use) only where the model's
   // fuse/sequential verdict is wanted: ncclFusedAuto with MKERNEL_FUSED_AUTO=1.
-  if (autoRule && !xnodeAuto && MK_PARAM_INT(FusedCommSms) < 0)
+  if (autoRule && !xnodeAuto && !cliqueAuto && MK_PARAM_INT(FusedCommSms) < 0)
     NCCLCHECK(getDeviceRates(comm->cudaDev, &rates));
   sq.nRanks = n;
   SplitChoice choice = resolveSplit(sq, rates, budget, c.cfg.commSms);
   // ncclFusedAuto: the model compares max(GEMM on the rest, comm on its SMs) with GEMM then
   // comm on all SMs; an override of the split (API or env) means "fuse".
-  // Across nodes the verdict is xnodeAuto's, taken above; the split is then ncclFusedFused's.
-  if (c.cfg.algo == ncclFusedAuto && !xnodeAuto && !(choice.fuse && autoMayFuse()))
+  // Across nodes and in the clique where gcAutoFuses holds, the verdict is the rule's, taken
+  // above; the split is then ncclFusedFused's.
+  if (c.cfg.algo == ncclFusedAuto && !xnodeAuto && !cliqueAuto && !(choice.fuse && autoMayFuse()))
     return ncclSuccess;
   SmSplit split = choice.split;
   split.count[(int)Role::kInterSend] = 0;
@@ -292,8 +298,6 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // Helpers (GcParams::helpers): the compute CTAs reduce, so the model's split gives the comm
   // role no SM (a forced split still gets its comm CTAs, which claim tiles alike).
   const bool cliqueReduce = clique && c.op != GemmColl::kAllGather;
-  // Read once: the setting goes to the kernel with the split chosen for it.
-  const bool helpers = cliqueReduce && MK_PARAM_INT(FusedHelpers) != 0;
   if (helpers && modelSplit) split.count[(int)Role::kIntraComm] = 0;
   if (!helpers && split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its
