@@ -36,11 +36,16 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
   // The view carries the comm's failure domain and its per-rank SM budget, both paths use it.
   FusedComm f;
   NCCLCHECK(fusedCommView(c.comm, errOp(c.op), &f));
-  // ncclFusedAuto looks for a fused kernel where the model may pick one (MKERNEL_FUSED_AUTO=1)
-  // and across nodes, where gemmCollFused applies its own rule (xnode.h gxAutoFuses).
+  // ncclFusedAuto looks for a fused kernel where the model may pick one (MKERNEL_FUSED_AUTO=1),
+  // across nodes and in one node where the call's arguments pass the in-node rule:
+  // gemmCollFused applies the rules themselves (xnode.h gxAutoFuses, clique.h gcAutoFuses,
+  // the latter only in the layout of ranks as threads sharing a GPU).
   const bool autoTries =
       c.cfg.algo == ncclFusedAuto &&
-      (MK_PARAM_INT(FusedAuto) != 0 || (c.comm->topo.nNodes > 1 && MK_PARAM_INT(FusedXnode) != 0));
+      (MK_PARAM_INT(FusedAuto) != 0 || (c.comm->topo.nNodes > 1 && MK_PARAM_INT(FusedXnode) != 0) ||
+       (c.comm->topo.nNodes == 1 &&
+        gcAutoFuses(c.op == GemmColl::kAllGather, MK_PARAM_INT(FusedHelpers) != 0, (int64_t)c.M,
+                    (int64_t)c.N, (int64_t)c.K)));
   if (c.cfg.algo == ncclFusedFused || autoTries) {
     // The fused kernel runs as one operation of the comm (stream order with its other
     // operations, graph capture, finalize, the comm's abort flag and error record).
