@@ -144,8 +144,8 @@ TEST(FusedGemmCollHelpers, WithAndWithoutCommCtasMatchReference) {
 }
 
 // ncclFusedAuto with ranks as threads follows gcAutoFuses (clique.h): fused where K >= 8192
-// with >= 1024 tiles and the helpers on, sequential below either bound or with the helpers
-// off. Every result is checked; the launch count tells which path ran.
+// with >= 1024 tiles, a 16-bit output and the helpers on, sequential below either bound or
+// with the helpers off. Every result is checked; the launch count tells which path ran.
 TEST(FusedGemmCollAuto, FusesWhereTheRuleHolds) {
   MKTEST_REQUIRE_GPU();
   struct Want {
@@ -159,6 +159,10 @@ TEST(FusedGemmCollAuto, FusesWhereTheRuleHolds) {
       {{0, 2, 4096, 8192, 1024, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
       {{0, 2, 2048, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
       {{0, 2, 4096, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "0", false}};
+  // The rule alone decides: no model, no forced split, one node.
+  mktest::ScopedEnv model("MKERNEL_FUSED_AUTO", "0");
+  mktest::ScopedEnv sms("MKERNEL_FUSED_COMM_SMS", "-1");
+  mktest::ScopedEnv nodes("MKERNEL_EMULATE_NODES", "0");
   for (const Want& w : wants) {
     mktest::ScopedEnv on("MKERNEL_FUSED_HELPERS", w.helpers);
     const uint64_t before = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique);

@@ -51,13 +51,17 @@ ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags);
 // variants interleaved) measured fused / sequential 0.97 (AllReduce 8192^3), 0.90-0.93
 // (ReduceScatter 8192^3) and 0.98-1.01 (AllReduce 4096x8192x8192, 1024 tiles), but 1.07 at
 // K = 1024, where the helpers reduced a third of the tiles during the GEMM. Nothing smaller
-// was measured fused with helpers, so auto stays sequential there.
+// was measured fused with helpers, so auto stays sequential there; nor was a 32-bit output
+// (twice the partials' bytes for the helpers to move), so it needs a 16-bit one. Measured
+// with 4 ranks; a rank's reduce traffic and its GEMM time per SM do not depend on the rank
+// count on one GPU, so the rule does not either.
 constexpr int64_t kGcAutoMinK = 8192;
 constexpr int64_t kGcAutoMinTiles = 1024;
-inline bool gcAutoFuses(bool allGather, bool helpers, int64_t M, int64_t N, int64_t K) {
+inline bool gcAutoFuses(bool allGather, bool helpers, size_t outBytes, int64_t M, int64_t N,
+                        int64_t K) {
   const int64_t tiles =
       ((M + gemm::kTileM - 1) / gemm::kTileM) * ((N + gemm::kTileN - 1) / gemm::kTileN);
-  return !allGather && helpers && K >= kGcAutoMinK && tiles >= kGcAutoMinTiles;
+  return !allGather && helpers && outBytes == 2 && K >= kGcAutoMinK && tiles >= kGcAutoMinTiles;
 }
 
 }  // namespace fused

@@ -69,10 +69,17 @@ TracePool& tracePool() {
 struct TraceCall {
   uint64_t* stamps;  // [grid][kGcTraceWords] (GcParams::trace)
   SmSplit split;
-  int grid, rank;
+  int grid, rank, nRanks;
   const char* op;
   size_t M, N, K;
 };
+
+// Tiles rank `me` of n owns (positions me, me + n, ...), the helpers' share.
+size_t ownedTiles(size_t M, size_t N, int me, int n) {
+  const size_t tiles =
+      ((M + gemm::kTileM - 1) / gemm::kTileM) * ((N + gemm::kTileN - 1) / gemm::kTileN);
+  return tiles > (size_t)me ? (tiles - 1 - me) / n + 1 : 0;
+}
 
 void CUDART_CB tracePrint(void* arg) {
   std::unique_ptr<TraceCall> t(static_cast<TraceCall*>(arg));
@@ -105,13 +112,12 @@ void CUDART_CB tracePrint(void* arg) {
       stderr,
       "[mkernel fused trace] %s rank %d M=%zu N=%zu K=%zu: %d compute CTAs' GEMM done at %.1f / "
       "%.1f / %.1f us (first/mean/last; the CTAs, helpers and tail, end by %.1f us), %d comm "
-      "CTAs done at %.1f us (main loops %.1f us); helpers reduced %llu of the %zu tiles; started "
-      "at %.1f us (%%globaltimer mod 1 s: ranks on one GPU compare)\n",
+      "CTAs done at %.1f us (main loops %.1f us); helpers reduced %llu of the rank's %zu tiles; "
+      "started at %.1f us (%%globaltimer mod 1 s: ranks on one GPU compare)\n",
       t->op, t->rank, t->M, t->N, t->K, nCompute, cFirst * 1e-3,
       cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, tailLast * 1e-3, t->grid - nCompute,
       mLast * 1e-3, loopLast * 1e-3, (unsigned long long)helped,
-      ((t->M + gemm::kTileM - 1) / gemm::kTileM) * ((t->N + gemm::kTileN - 1) / gemm::kTileN),
-      (double)(t0 % 1000000000ull) * 1e-3);
+      ownedTiles(t->M, t->N, t->rank, t->nRanks), (double)(t0 % 1000000000ull) * 1e-3);
   memset(t->stamps, 0,
          kTraceMaxCtas * kGcTraceWords * sizeof(uint64_t));  // host memory: no CUDA call
   std::lock_guard<std::mutex> lock(tracePool().mu);
@@ -136,6 +142,8 @@ uint64_t* traceBegin(int grid, bool capturing) {
     (void)cudaGetLastError();
     return nullptr;
   }
+  // Words a CTA writes only on some paths (GEMM end, helper count) must read 0 otherwise.
+  memset(h, 0, kTraceMaxCtas * kGcTraceWords * sizeof(uint64_t));
   return static_cast<uint64_t*>(h);
 }
 
@@ -242,9 +250,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const bool clique = !procs && !xnode;
   // Read once: the setting goes to the kernel with the split chosen for it (clique AR / RS).
   const bool helpers = clique && c.op != GemmColl::kAllGather && MK_PARAM_INT(FusedHelpers) != 0;
-  const bool cliqueAuto =
-      clique && autoRule &&
-      gcAutoFuses(c.op == GemmColl::kAllGather, helpers, (int64_t)c.M, (int64_t)c.N, (int64_t)c.K);
+  const bool cliqueAuto = clique && autoRule &&
+                          gcAutoFuses(c.op == GemmColl::kAllGather, helpers, outBytes, (int64_t)c.M,
+                                      (int64_t)c.N, (int64_t)c.K);
   // The clique block is created outside capture only (its zeroing synchronises).
   if (clique && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
     return ncclSuccess;
@@ -512,7 +520,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   }
   if (p.trace != nullptr) {
     TraceCall* t =
-        new TraceCall{p.trace, split, split.total(), p.me, gemmCollName(c.op), c.M, c.N, c.K};
+        new TraceCall{p.trace, split, split.total(), p.me, p.n, gemmCollName(c.op), c.M, c.N, c.K};
     if (res != ncclSuccess || cudaLaunchHostFunc(c.stream, tracePrint, t) != cudaSuccess) {
       std::lock_guard<std::mutex> lock(tracePool().mu);
       tracePool().free.push_back(p.trace);
