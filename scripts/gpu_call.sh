@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Functions for one-off GPU call scripts (bench/results/session*/call*.sh), sourced from the
+# root of a `git archive` snapshot on the device machine. Every call script repeated the same
+# preamble (logs under $OUT, a clock, the README's Release configure with a subset of GPU test
+# files, builds and runs bounded by the call's time limit, logs tarred after each step so a
+# cut call still returns them); this is that preamble once.
+#
+#   source scripts/gpu_call.sh
+#   gc_init F                                   # logs in $OUT/logsF, tar in $OUT/logsF.tgz
+#   gc_build /tmp/b "gpu/test_fused_*.cu" mk_gpu_tests bench_fused_bench
+#   gc_tests /tmp/b '*Fused*:*GemmColl*' 500 150  # stop by 500 s into the call, 150 s at most
+#   gc_fused_bench /tmp/b pf1 585 "--ranks 4 --reps 10 --shapes ar:8192x8192x8192" \
+#       MKERNEL_FUSED_DEBUG=0                   # env assignments after the arguments
+#   gc_tar
+#
+# Times are seconds since gc_init. Nothing here waits without a bound (timeout on every step).
+
+gc_init() {  # NAME
+  export PATH=/usr/local/cuda/bin:$PATH
+  GC_NAME=logs$1
+  GC_L=$OUT/$GC_NAME
+  GC_T0=$(date +%s)
+  mkdir -p "$GC_L"
+  echo "commit $(cat COMMIT_SNAP 2>/dev/null || echo unknown)"
+}
+
+gc_el() { echo $(($(date +%s) - GC_T0)); }
+
+gc_tar() { tar -czf "$OUT/$GC_NAME.tgz" -C "$OUT" "$GC_NAME"; }
+
+# Seconds left before `until` (seconds since gc_init), at most `cap`; prints 0 when none.
+gc_left() {  # UNTIL CAP
+  local left=$(($1 - $(gc_el)))
+  [ "$left" -gt "$2" ] && left=$2
+  [ "$left" -lt 0 ] && left=0
+  echo "$left"
+}
+
+gc_build() {  # DIR MK_GPU_TESTS TARGET...
+  local dir=$1 tests=$2
+  shift 2
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMK_GPU_TESTS="$tests" \
+    >"$GC_L/cfg.log" 2>&1
+  timeout "${GC_BUILD_S:-330}" cmake --build "$dir" -j"$(nproc)" --target "$@" \
+    >"$GC_L/build.log" 2>&1
+  local rc=$?
+  echo "build rc=$rc at $(gc_el)s"
+  tail -1 "$GC_L/build.log"
+  grep -m5 -E "error" "$GC_L/build.log"
+  export LD_LIBRARY_PATH=$dir/src MKERNEL_TIMEOUT_MS=${MKERNEL_TIMEOUT_MS:-20000}
+  return $rc
+}
+
+gc_tests() {  # DIR FILTER UNTIL CAP
+  local left
+  left=$(gc_left "$3" "$4")
+  [ "$left" -lt 10 ] && { echo "tests skipped: no time left"; return 1; }
+  timeout "$left" "$1/tests/mk_gpu_tests" --gtest_filter="$2" >"$GC_L/tests.log" 2>&1
+  local rc=$?
+  echo "tests rc=$rc at $(gc_el)s"
+  grep -E "^\[  (PASSED|FAILED) |tests? ran" "$GC_L/tests.log" | tail -3
+  grep -E "^\[  FAILED  \] [A-Za-z]" "$GC_L/tests.log" | head -20
+  gzip -f "$GC_L/tests.log"
+  gc_tar
+  return $rc
+}
+
+gc_fused_bench() {  # DIR NAME UNTIL "ARGS" [ENV=VALUE...]
+  local dir=$1 name=$2 until=$3 args=$4 left
+  shift 4
+  left=$(gc_left "$until" 60)
+  [ "$left" -lt 20 ] && { echo "$name skipped: no time left"; return 1; }
+  # shellcheck disable=SC2086  # ARGS is a list of options
+  env "$@" timeout "$left" "$dir/bench/bench_fused_bench" $args --out "$GC_L/$name.json" \
+    >"$GC_L/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc at $(gc_el)s"
+  grep -E "^\| gemm_|gates expired|FAIL|differs" "$GC_L/$name.log"
+  gc_tar
+  return $rc
+}
