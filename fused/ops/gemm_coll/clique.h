@@ -55,13 +55,17 @@ ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags);
 // (twice the partials' bytes for the helpers to move), so it needs a 16-bit one. Measured
 // with 4 ranks; a rank's reduce traffic and its GEMM time per SM do not depend on the rank
 // count on one GPU, so the rule does not either.
+// Output tiles (gemm::kTileM x kTileN) of an M x N product.
+inline int64_t gcTiles(int64_t M, int64_t N) {
+  return ((M + gemm::kTileM - 1) / gemm::kTileM) * ((N + gemm::kTileN - 1) / gemm::kTileN);
+}
+
 constexpr int64_t kGcAutoMinK = 8192;
 constexpr int64_t kGcAutoMinTiles = 1024;
 inline bool gcAutoFuses(bool allGather, bool helpers, size_t outBytes, int64_t M, int64_t N,
                         int64_t K) {
-  const int64_t tiles =
-      ((M + gemm::kTileM - 1) / gemm::kTileM) * ((N + gemm::kTileN - 1) / gemm::kTileN);
-  return !allGather && helpers && outBytes == 2 && K >= kGcAutoMinK && tiles >= kGcAutoMinTiles;
+  return !allGather && helpers && outBytes == 2 && K >= kGcAutoMinK &&
+         gcTiles(M, N) >= kGcAutoMinTiles;
 }
 
 }  // namespace fused

@@ -76,8 +76,7 @@ struct TraceCall {
 
 // Tiles rank `me` of n owns (positions me, me + n, ...), the helpers' share.
 size_t ownedTiles(size_t M, size_t N, int me, int n) {
-  const size_t tiles =
-      ((M + gemm::kTileM - 1) / gemm::kTileM) * ((N + gemm::kTileN - 1) / gemm::kTileN);
+  const size_t tiles = (size_t)gcTiles((int64_t)M, (int64_t)N);
   return tiles > (size_t)me ? (tiles - 1 - me) / n + 1 : 0;
 }
 
@@ -249,7 +248,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   if ((procs || xnode) && autoRule && !xnodeAuto) return ncclSuccess;
   const bool clique = !procs && !xnode;
   // Read once: the setting goes to the kernel with the split chosen for it (clique AR / RS).
-  const bool helpers = clique && c.op != GemmColl::kAllGather && MK_PARAM_INT(FusedHelpers) != 0;
+  const bool cliqueReduce = clique && c.op != GemmColl::kAllGather;
+  const bool helpers = cliqueReduce && MK_PARAM_INT(FusedHelpers) != 0;
   const bool cliqueAuto = clique && autoRule &&
                           gcAutoFuses(c.op == GemmColl::kAllGather, helpers, outBytes, (int64_t)c.M,
                                       (int64_t)c.N, (int64_t)c.K);
@@ -305,7 +305,6 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   }
   // Helpers (GcParams::helpers): the compute CTAs reduce, so the model's split gives the comm
   // role no SM (a forced split still gets its comm CTAs, which claim tiles alike).
-  const bool cliqueReduce = clique && c.op != GemmColl::kAllGather;
   if (helpers && modelSplit) split.count[(int)Role::kIntraComm] = 0;
   if (!helpers && split.of(Role::kIntraComm) <= 0) split.count[(int)Role::kIntraComm] = 1;
   // xnode: send and receive CTAs apart (a CTA doing both could wait for an ack while its

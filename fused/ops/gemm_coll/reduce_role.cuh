@@ -137,20 +137,19 @@ __device__ __forceinline__ void gcHelperPrefetch(const GcParams& p, int32_t mBlk
                       (uint32_t)(min(kGcPrefetchRows, rows - r0) * gemm::kTileN * sizeof(T)));
 }
 
-// One owned tile by `nt` helper threads (this one is thread `t` of them): every rank's partial
-// rows summed in rank order, plus the bias, into every rank's C (AllReduce) or the shard
-// owner's (ReduceScatter).
+// One owned tile by the CTA's kGcHelperThreads helper threads (this one is thread `t`): every
+// rank's partial rows summed in rank order, plus the bias, into every rank's C (AllReduce) or the
+// shard owner's (ReduceScatter).
 template <typename T>
 __device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
-                                             const T* const* parts, T* const* outs, int32_t t,
-                                             int32_t nt) {
+                                             const T* const* parts, T* const* outs, int32_t t) {
   using V = GcVec<T>;
   const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
   const int32_t rows = min(gemm::kTileM, p.M - m0);
   const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: whole vectors
   const int64_t at = (int64_t)(mBlk * p.g.tilesN + nBlk) * gemm::kTileM * gemm::kTileN;
   const T* bias = static_cast<const T*>(p.bias);
-  for (int32_t e = t; e < rows * vecs; e += nt) {
+  for (int32_t e = t; e < rows * vecs; e += kGcHelperThreads) {
     const int32_t r = e / vecs, col = (e - r * vecs) * V::kN;
     float acc[V::kN];
 #pragma unroll
@@ -249,7 +248,7 @@ __device__ __forceinline__ void gcHelperLoop(const GcParams& p, const GcTail& ta
     ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);
     if (bad) return;
     gcHelperPrefetch<T>(p, mBlk, nBlk, parts, t);
-    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, t, kGcHelperThreads);
+    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, t);
     // Every thread's stores visible to every rank, then thread q releases the tile's final flag
     // on rank q (the reduce role's pattern: fence, barrier, release).
     gcFence(p);
