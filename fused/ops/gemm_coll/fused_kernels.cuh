@@ -356,14 +356,13 @@ struct GcReduce {
       gcReduceRole<TOut>(p, idx, n, smem);
     }
   }
-  static __device__ void help(const GcParams& p, int32_t cta, const volatile int* gemmDone,
-                              uint8_t* ring, int32_t ringBytes) {
-    gcHelperRole<TOut>(p, cta, gemmDone, ring, ringBytes);
+  static __device__ void help(const GcParams& p, int32_t cta, const volatile int* gemmDone) {
+    gcHelperRole<TOut>(p, cta, gemmDone);
   }
 };
 struct GcGather {
   static constexpr bool kTail = false;
-  static __device__ void help(const GcParams&, int32_t, const volatile int*, uint8_t*, int32_t) {}
+  static __device__ void help(const GcParams&, int32_t, const volatile int*) {}
   static __device__ void run(const GcParams& p, int32_t idx, int32_t n, uint8_t* smem) {
     if (p.xnode) {
       gcGatherNetRole(p, idx, n, smem);
@@ -388,18 +387,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1) gcKernel(const __grid_const
         __shared__ int gemmDone;
         volatile int* done = &gemmDone;
         if (threadIdx.x == 0) *done = 0;  // before gemmCta's first barrier
-        // What the GEMM's pipeline leaves of the launch's shared memory (the wide pipeline:
-        // 16 KB; the deep one: none), after its layout's end (SmemLayout: 1024-aligned base,
-        // so at least kFree bytes remain up to smem + gemm::kSmemBytes).
-        using Pipe = typename Tr::Pipe;
-        constexpr int32_t kFree = gemm::kSmemBytes - Pipe::kSmemBytes;
-        uint8_t* ring = nullptr;
-        static_assert((Pipe::kSmemBytes - 1024) % 128 == 0,
-                      "the ring's bulk copies need alignment");
-        if constexpr (kFree >= 4096)
-          ring = gemm::SmemLayout<Pipe>(smem).base + (Pipe::kSmemBytes - 1024);
         gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute),
-                          [&] { CommRole::help(p, idx, done, ring, kFree); });
+                          [&] { CommRole::help(p, idx, done); });
         if (threadIdx.x == 128) *done = 1;
       } else {
         gemm::gemmCta<Tr>(p.g, smem, idx, p.split.of(Role::kCompute));

@@ -500,9 +500,8 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   if (xnode && f.c.w.timeoutNs != 0) g.hooks.wait.timeoutNs = f.c.w.timeoutNs + 2000000000ull;
   g.smBudget = split.of(Role::kCompute);
   g.cluster = 1;  // the fused kernel's compute role runs the unpaired CTA
-  // ...with the deep ring or, for a reduce with 16-bit output and K <= kWideMaxK, the wide one
-  // (GemmParams::wide, launchReduce16), as the engine alone: pipeline 3 would also change
-  // tmB's box (half-tile units), so the fused kernel never takes another pipeline's parameters.
+  // ...with the deep ring (gemmCta<Traits<..., DeepPipe>>): pipeline 3 would also change tmB's
+  // box (half-tile units), so the fused kernel never takes another pipeline's parameters.
   g.pipeline = 0;
   NCCLCHECKGOTO(gemm::buildParams(g, &p.g, &gridUnused), res, out);
   // The model's times are those of the fuse/sequential verdict (fused/core/cost_model.h);

@@ -22,25 +22,16 @@ ncclResult_t launchOrLoad(Kernel kernel, const GcParams& p, cudaStream_t s, bool
   return launchRoles(kernel, p.split, gemm::kThreads, gemm::kSmemBytes, s, p);
 }
 
-// A 16-bit output's reduce kernel in the pipeline the engine alone picks (GemmParams::wide:
-// K <= gemm::kWideMaxK), whose spare shared memory holds the helpers' ring (gcHelperRole).
-template <DType kIn, DType kOut, BLayout kB, typename T>
-ncclResult_t launchReduce16(const GcParams& p, cudaStream_t s, bool loadOnly) {
-  if (p.g.wide || loadOnly)
-    NCCLCHECK((launchOrLoad(gcKernel<gemm::Traits<kIn, kOut, kB, gemm::WidePipe>, GcReduce<T>>, p,
-                            s, loadOnly)));
-  if (p.g.wide) return ncclSuccess;
-  return launchOrLoad(gcKernel<gemm::Traits<kIn, kOut, kB>, GcReduce<T>>, p, s, loadOnly);
-}
-
 // The partials are written in the output type (GcReduce reads what the GEMM stored).
 template <DType kIn, BLayout kB>
 ncclResult_t launchReduce(const GcParams& p, cudaStream_t s, bool loadOnly) {
   switch ((DType)p.outType) {
     case DType::kBF16:
-      return launchReduce16<kIn, DType::kBF16, kB, __nv_bfloat16>(p, s, loadOnly);
+      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kBF16, kB>, GcReduce<__nv_bfloat16>>, p,
+                          s, loadOnly);
     case DType::kF16:
-      return launchReduce16<kIn, DType::kF16, kB, __half>(p, s, loadOnly);
+      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcReduce<__half>>, p, s,
+                          loadOnly);
     default:
       return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF32, kB>, GcReduce<float>>, p, s,
                           loadOnly);

@@ -103,105 +103,52 @@ __device__ __forceinline__ bool gcTileReady(const GcParams& p, int32_t id, uint6
 // 6 ms GEMM at 8192^3: ~1.3 GB/s per SM), so with helpers on, the idle warps 1-3 of every
 // compute CTA's producer warpgroup (gemm::gemmCta's side job, 40 registers a thread) reduce
 // owned tiles while warp 0 feeds the GEMM. They take whole tiles from the rank's tail counter
-// (every tile is in the tail then), one at a time and together (gcHelperLoop), loading the
-// partials through a ring of bulk copies in the shared memory the GEMM leaves free (below) or
-// with register loads, and storing with registers: one 16-byte vector a thread, summed in rank
-// order as gcSumChunk does (the same bits whoever reduces a tile). Once its CTA's GEMM tiles are
-// done the CTA stops claiming for its helpers: its tail (gcReduceRole with all 384 threads and bulk
-// copies) takes the rest.
+// (every tile is in the tail then), one at a time and together (gcHelperLoop), with register
+// loads and stores: one 16-byte vector a thread, summed in rank order as gcSumChunk does (the
+// same bits whoever reduces a tile). Once its CTA's GEMM tiles are done the CTA stops claiming
+// for its helpers: its tail (gcReduceRole with all 384 threads and bulk copies) takes the rest.
 
 // The helpers of a CTA: warps 1-3 of its producer warpgroup.
 constexpr int32_t kGcHelperWarps = 3;
 constexpr int32_t kGcHelperThreads = 32 * kGcHelperWarps;
+// Rows of a tile per L2 prefetch (gcHelperPrefetch).
+constexpr int32_t kGcPrefetchRows = 16;
 
-// ---- the helpers' ring: bulk loads into the shared memory the GEMM leaves free ----------------
-//
-// A helper thread has one 16-byte load per rank in flight at 40 registers (~6 KB a CTA), and at
-// K = 1024 that kept them to ~3 GB/s a CTA (a third of the tiles during the GEMM; session 25).
-// An L2 prefetch changed nothing: the partials were written moments before and are in L2 already,
-// so it is the bytes in flight, not where they come from. Where the GEMM runs the wide pipeline
-// (16-bit outputs, K <= gemm::kWideMaxK, as the engine alone) the launch's shared memory has
-// gemm::kSmemBytes - WidePipe::kSmemBytes (16 KB) left over: there the copy engine lands whole
-// rows of every rank's partials in a ring of stages, with no register held while they fly, and
-// the helper threads sum from shared memory. MKERNEL_FUSED_DEBUG bit 5 keeps register loads.
-constexpr int32_t kGcHelperMaxStages = 8;
-
-// The ring's geometry, chosen once per CTA (stages = 0: no ring, register loads). pos counts the
-// chunks that went through the ring (chunk g: stage g % stages, mbarrier parity (g / stages) & 1).
-struct GcHelperRing {
-  uint8_t* buf;
-  int32_t rows, stages, stageBytes;
-  uint32_t pos;
-  uint64_t bar[kGcHelperMaxStages];
-};
-
-// Rows per chunk: the largest power of two up to 8 that leaves four stages, then as many stages
-// as fit; fewer than two stages (many ranks) fall back to register loads.
+// With every rank on this GPU (GcParams::gpuFlags), the helpers first ask the copy engine to
+// bring the whole claimed tile of every rank's partials into L2, one kGcPrefetchRows-row range
+// per thread: a helper thread has one 16-byte load per rank in flight (40 registers), so a
+// load's latency sets its rate, and an L2 hit's is a fraction of HBM's under the GEMM's
+// traffic. The prefetch holds no register or shared memory after it is issued; a tile is
+// n x 64 KiB (bf16), ~256 KiB per CTA in L2 at 4 ranks. Issued apart from the sums, at the
+// tile's start: a prefetch window kept inside the sum loop (session 25's first version) cost
+// the loop registers and spilled. MKERNEL_FUSED_DEBUG bit 5 turns it off.
 template <typename T>
-__device__ __forceinline__ void gcHelperRingInit(const GcParams& p, GcHelperRing& h, uint8_t* buf,
-                                                 int32_t bytes) {
-  const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
-  int32_t rows = 8;
-  while (rows > 1 && 4 * p.n * rows * rowBytes > bytes) rows >>= 1;
-  const int32_t stages = min(kGcHelperMaxStages, bytes / (p.n * rows * rowBytes));
-  h.buf = buf;
-  h.rows = rows;
-  h.stageBytes = p.n * rows * rowBytes;
-  h.pos = 0;
-  h.stages = buf != nullptr && stages >= 2 && !(p.debug & 32) ? stages : 0;
-  for (int s = 0; s < h.stages; ++s) ptx::mbarInit(&h.bar[s], 1);
-  ptx::fenceMbarInit();
+__device__ __forceinline__ void gcHelperPrefetch(const GcParams& p, int32_t mBlk, int32_t nBlk,
+                                                 const T* const* parts, int32_t t) {
+  constexpr int32_t kSteps = gemm::kTileM / kGcPrefetchRows;
+  if (!p.gpuFlags || (p.debug & 32) || t >= p.n * kSteps) return;
+  const int32_t q = t % p.n, r0 = (t / p.n) * kGcPrefetchRows;
+  const int32_t rows = min(gemm::kTileM, p.M - mBlk * gemm::kTileM);
+  if (r0 >= rows) return;
+  // Partial tiles are whole kTileM x kTileN blocks ([tilesM][tilesN][128][256]): a range of
+  // rows is contiguous.
+  const int64_t at = (int64_t)(mBlk * p.g.tilesN + nBlk) * gemm::kTileM * gemm::kTileN;
+  ptx::bulkPrefetchL2(parts[q] + at + (int64_t)r0 * gemm::kTileN,
+                      (uint32_t)(min(kGcPrefetchRows, rows - r0) * gemm::kTileN * sizeof(T)));
 }
 
-// One thread: chunk c (rows c * rows ..) of every rank's partial of the tile at element `at` into
-// its stage. The tile's flags were acquired by the helpers before (gcHelperLoop).
+// One owned tile by the CTA's kGcHelperThreads helper threads (this one is thread `t`): every
+// rank's partial rows summed in rank order, plus the bias, into every rank's C (AllReduce) or the
+// shard owner's (ReduceScatter).
 template <typename T>
-__device__ __forceinline__ void gcHelperIssue(const GcParams& p, GcHelperRing& h,
-                                              const T* const* parts, int64_t at, int32_t tileRows,
-                                              int32_t c) {
-  const int32_t rowBytes = gemm::kTileN * (int32_t)sizeof(T);
-  const uint32_t g = h.pos + (uint32_t)c;
-  const int32_t s = (int32_t)(g % (uint32_t)h.stages);
-  const uint32_t bytes = (uint32_t)(min(h.rows, tileRows - c * h.rows) * rowBytes);
-  uint8_t* st = h.buf + s * h.stageBytes;
-  ptx::mbarArriveExpectTx(&h.bar[s], bytes * (uint32_t)p.n);
-  for (int q = 0; q < p.n; ++q)
-    ptx::bulkLoad1d(st + q * h.rows * rowBytes, parts[q] + at + (int64_t)c * h.rows * gemm::kTileN,
-                    bytes, &h.bar[s]);
-}
-
-// The sum of one 16-byte vector over the ranks (in rank order: the same bits whoever reduces a
-// tile, and as the tail's gcSumChunk), plus the bias, stored to global row `row`, column
-// n0 + col of every rank's C (AllReduce) or the shard owner's (ReduceScatter). `acc` holds the
-// ranks' sum.
-template <typename T>
-__device__ __forceinline__ void gcHelperStore(const GcParams& p, T* const* outs,
-                                              float (&acc)[GcVec<T>::kN], int32_t row, int32_t n0,
-                                              int32_t col) {
+__device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
+                                             const T* const* parts, T* const* outs, int32_t t) {
   using V = GcVec<T>;
-  const T* bias = static_cast<const T*>(p.bias);
-  if (bias != nullptr) {
-#pragma unroll
-    for (int j = 0; j < V::kN; ++j) acc[j] += toF(bias[n0 + col + j]);
-  }
-  const uint4 v = V::pack(acc);
-  if (p.kind == 0) {
-    for (int q = 0; q < p.n; ++q)
-      *reinterpret_cast<uint4*>(outs[q] + (int64_t)row * p.N + n0 + col) = v;
-  } else {
-    const int32_t d = min(p.n - 1, row / p.rowsPerRank);
-    *reinterpret_cast<uint4*>(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0 + col) = v;
-  }
-}
-
-// Thread t's share of `rows` rows of the tile at element `at` of every rank's partials, with
-// register loads, to global rows m0.. (gcHelperStore).
-template <typename T>
-__device__ __forceinline__ void gcHelperRowsReg(const GcParams& p, const T* const* parts,
-                                                T* const* outs, int64_t at, int32_t m0, int32_t n0,
-                                                int32_t rows, int32_t t) {
-  using V = GcVec<T>;
+  const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
+  const int32_t rows = min(gemm::kTileM, p.M - m0);
   const int32_t vecs = min(gemm::kTileN, p.N - n0) / V::kN;  // host rule: whole vectors
+  const int64_t at = (int64_t)(mBlk * p.g.tilesN + nBlk) * gemm::kTileM * gemm::kTileN;
+  const T* bias = static_cast<const T*>(p.bias);
   for (int32_t e = t; e < rows * vecs; e += kGcHelperThreads) {
     const int32_t r = e / vecs, col = (e - r * vecs) * V::kN;
     float acc[V::kN];
@@ -211,65 +158,20 @@ __device__ __forceinline__ void gcHelperRowsReg(const GcParams& p, const T* cons
 #pragma unroll 4
     for (int q = 0; q < p.n; ++q)
       V::add(acc, __ldcg(reinterpret_cast<const uint4*>(parts[q] + at + r * gemm::kTileN + col)));
-    gcHelperStore<T>(p, outs, acc, m0 + r, n0, col);
-  }
-}
-
-// Thread t's share of a landed chunk of `rows` rows (stage `st`: each rank's rows, `rankStride`
-// bytes apart) to global rows m0.. (gcHelperStore). Whole rows are in the stage: vectors past N
-// are summed (whatever the partials hold there) but not stored.
-template <typename T>
-__device__ __forceinline__ void gcHelperRowsRing(const GcParams& p, T* const* outs,
-                                                 const uint8_t* st, int32_t rankStride, int32_t m0,
-                                                 int32_t n0, int32_t rows, int32_t t) {
-  using V = GcVec<T>;
-  constexpr int32_t kVecs = gemm::kTileN / V::kN;  // a power of two
-  const int32_t cols = min(gemm::kTileN, p.N - n0);
-  for (int32_t e = t; e < rows * kVecs; e += kGcHelperThreads) {
-    const int32_t col = (e % kVecs) * V::kN;
-    if (col >= cols) continue;
-    float acc[V::kN];
+    if (bias != nullptr) {
 #pragma unroll
-    for (int j = 0; j < V::kN; ++j) acc[j] = 0.f;
-    for (int q = 0; q < p.n; ++q)
-      V::add(acc, *reinterpret_cast<const uint4*>(st + q * rankStride + e * 16));
-    gcHelperStore<T>(p, outs, acc, m0 + e / kVecs, n0, col);
+      for (int j = 0; j < V::kN; ++j) acc[j] += toF(bias[n0 + col + j]);
+    }
+    const uint4 v = V::pack(acc);
+    const int32_t row = m0 + r;
+    if (p.kind == 0) {
+      for (int q = 0; q < p.n; ++q)
+        *reinterpret_cast<uint4*>(outs[q] + (int64_t)row * p.N + n0 + col) = v;
+    } else {
+      const int32_t d = min(p.n - 1, row / p.rowsPerRank);
+      *reinterpret_cast<uint4*>(outs[d] + (int64_t)(row - d * p.rowsPerRank) * p.N + n0 + col) = v;
+    }
   }
-}
-
-// One owned tile by the CTA's kGcHelperThreads helper threads (this one is thread `t`), through
-// the ring when there is one (chunks c + 1 .. c + stages - 1 land while chunk c is summed; a
-// stage is loaded again once every helper has read it), else with register loads.
-template <typename T>
-__device__ __forceinline__ void gcHelperTile(const GcParams& p, int32_t mBlk, int32_t nBlk,
-                                             const T* const* parts, T* const* outs, GcHelperRing& h,
-                                             int32_t t) {
-  const int32_t m0 = mBlk * gemm::kTileM, n0 = nBlk * gemm::kTileN;
-  const int32_t rows = min(gemm::kTileM, p.M - m0);
-  // Partial tiles are whole kTileM x kTileN blocks ([tilesM][tilesN][128][256]).
-  const int64_t at = (int64_t)(mBlk * p.g.tilesN + nBlk) * gemm::kTileM * gemm::kTileN;
-  if (h.stages == 0) {
-    gcHelperRowsReg<T>(p, parts, outs, at, m0, n0, rows, t);
-    return;
-  }
-  const int32_t chunks = (rows + h.rows - 1) / h.rows;
-  if (t == 0) {
-    // The flags were acquired through the generic proxy; the copy engine reads the partials.
-    ptx::fenceProxyAsync();
-    for (int32_t c = 0; c < min(h.stages, chunks); ++c) gcHelperIssue<T>(p, h, parts, at, rows, c);
-  }
-  for (int32_t c = 0; c < chunks; ++c) {
-    const uint32_t g = h.pos + (uint32_t)c, s = g % (uint32_t)h.stages;
-    // Landed data of the tile's flags, which every rank set: completes without a peer.
-    ptx::mbarWait(&h.bar[s], (g / (uint32_t)h.stages) & 1u);
-    gcHelperRowsRing<T>(p, outs, h.buf + s * h.stageBytes,
-                        h.rows * gemm::kTileN * (int32_t)sizeof(T), m0 + c * h.rows, n0,
-                        min(h.rows, rows - c * h.rows), t);
-    ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);  // stage s read by every helper
-    if (t == 0 && c + h.stages < chunks) gcHelperIssue<T>(p, h, parts, at, rows, c + h.stages);
-  }
-  // Read by the helpers at the next tile, after gcHelperLoop's barriers.
-  if (t == 0) h.pos += (uint32_t)chunks;
 }
 
 // A helper's claims in tailLog: no CTA's tag (grids stay far below 0xffff CTAs), so no CTA's
@@ -286,7 +188,7 @@ constexpr uint64_t kGcHelperTag = 0xffff;
 static_assert(kGcMaxLocal <= kGcHelperThreads, "gcHelperLoop: one helper thread per rank");
 template <typename T>
 __device__ __forceinline__ void gcHelperLoop(const GcParams& p, const GcTail& tail, uint64_t seq,
-                                             const T* const* parts, T* const* outs, GcHelperRing& h,
+                                             const T* const* parts, T* const* outs,
                                              const volatile int* gemmDone) {
   __shared__ int32_t claimed;
   __shared__ int bad;
@@ -345,7 +247,8 @@ __device__ __forceinline__ void gcHelperLoop(const GcParams& p, const GcTail& ta
       bad = 1;
     ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);
     if (bad) return;
-    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, h, t);
+    gcHelperPrefetch<T>(p, mBlk, nBlk, parts, t);
+    gcHelperTile<T>(p, mBlk, nBlk, parts, outs, t);
     // Every thread's stores visible to every rank, then thread q releases the tile's final flag
     // on rank q (the reduce role's pattern: fence, barrier, release).
     gcFence(p);
@@ -355,13 +258,10 @@ __device__ __forceinline__ void gcHelperLoop(const GcParams& p, const GcTail& ta
 }
 
 // The side job of compute CTA `cta` (warps 1-3 of its producer warpgroup, see above).
-// `gemmDone` turns non-zero once the CTA's GEMM tiles are done; `ring` (null: none) is the
-// shared memory the GEMM's pipeline leaves free, `ringBytes` long. A warp releases the final
+// `gemmDone` turns non-zero once the CTA's GEMM tiles are done. A warp releases the final
 // flags of each tile it reduced itself, so peers never wait for its CTA's GEMM or tail.
 template <typename T>
-__device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int* gemmDone,
-                             uint8_t* ring, int32_t ringBytes) {
-  __shared__ GcHelperRing h;
+__device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int* gemmDone) {
   __shared__ const T* parts[kGcMaxLocal];
   __shared__ T* outs[kGcMaxLocal];
   __shared__ alignas(128) uint8_t cmapStage[128];
@@ -381,15 +281,12 @@ __device__ void gcHelperRole(const GcParams& p, int32_t cta, const volatile int*
       outs[q] = static_cast<T*>(p.q->slot[q].C);
     }
     const bool all = __all_sync(0xffffffffu, mine);
-    if (lane == 0) {
-      ok = all ? 1 : 0;
-      gcHelperRingInit<T>(p, h, ring, ringBytes);
-    }
+    if (lane == 0) ok = all ? 1 : 0;
   }
   ptx::namedBarSync(gemm::kBarSide, kGcHelperThreads);
   if (!ok) return;
   const GcTail tail(p);
-  gcHelperLoop<T>(p, tail, seq, parts, outs, h, gemmDone);
+  gcHelperLoop<T>(p, tail, seq, parts, outs, gemmDone);
 }
 
 // The chunks this CTA handles, in the order the compute CTAs produce their tiles, each owned

@@ -220,6 +220,14 @@ __device__ __forceinline__ void bulkWait() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// A hint: `bytes` (a multiple of 16, from a 16-byte aligned address) of global memory into
+// L2 by the copy engine, with no register or shared memory held while the lines come in.
+__device__ __forceinline__ void bulkPrefetchL2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(src)),
+               "r"(bytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
