@@ -647,16 +647,21 @@ TEST(GemmCollXnodeAuto, RuleOfTheCallsArguments) {
 // ncclFusedAuto with ranks of one process sharing a GPU: a function of the call's arguments and
 // the helpers setting (the same in every rank of the process).
 TEST(GemmCollCliqueAuto, RuleOfTheCallsArguments) {
-  EXPECT_TRUE(gcAutoFuses(false, true, 2, 8192, 8192, 8192));
-  EXPECT_TRUE(gcAutoFuses(false, true, 2, 4096, 8192, 8192));         // 1024 tiles
-  EXPECT_TRUE(gcAutoFuses(false, true, 2, 4096, 8192, 16384));        // more K
-  EXPECT_FALSE(gcAutoFuses(false, true, 2, 4096, 8192, 8191));        // K below
-  EXPECT_FALSE(gcAutoFuses(false, true, 2, 8192, 8192, 1024));        // measured slower fused
-  EXPECT_FALSE(gcAutoFuses(false, true, 2, 4096, 8192 - 256, 8192));  // 992 tiles
-  EXPECT_TRUE(gcAutoFuses(false, true, 2, 4096 - 127, 8192, 8192));   // a partial row of tiles
-  EXPECT_FALSE(gcAutoFuses(false, true, 4, 8192, 8192, 8192));        // fp32 out: unmeasured
-  EXPECT_FALSE(gcAutoFuses(false, false, 2, 8192, 8192, 8192));       // helpers off
-  EXPECT_FALSE(gcAutoFuses(true, true, 2, 8192, 8192, 8192));         // AllGather + GEMM
+  const GemmColl ar = GemmColl::kAllReduce, rs = GemmColl::kReduceScatter;
+  EXPECT_TRUE(gcAutoFuses(ar, true, 2, 8192, 8192, 8192));
+  EXPECT_TRUE(gcAutoFuses(ar, true, 2, 4096, 8192, 8192));         // 1024 tiles
+  EXPECT_TRUE(gcAutoFuses(ar, true, 2, 4096, 8192, 16384));        // more K
+  EXPECT_TRUE(gcAutoFuses(ar, true, 2, 8192, 8192, 4096));         // AllReduce's least K
+  EXPECT_FALSE(gcAutoFuses(ar, true, 2, 8192, 8192, 4095));        // K below
+  EXPECT_FALSE(gcAutoFuses(ar, true, 2, 8192, 8192, 2048));        // measured slower fused
+  EXPECT_TRUE(gcAutoFuses(rs, true, 2, 8192, 8192, 1024));         // ReduceScatter's least K
+  EXPECT_FALSE(gcAutoFuses(rs, true, 2, 8192, 8192, 1016));        // K below
+  EXPECT_FALSE(gcAutoFuses(ar, true, 2, 4096, 8192 - 256, 8192));  // 992 tiles
+  EXPECT_FALSE(gcAutoFuses(rs, true, 2, 4096, 8192 - 256, 8192));  // 992 tiles
+  EXPECT_TRUE(gcAutoFuses(ar, true, 2, 4096 - 127, 8192, 8192));   // a partial row of tiles
+  EXPECT_FALSE(gcAutoFuses(ar, true, 4, 8192, 8192, 8192));        // fp32 out: unmeasured
+  EXPECT_FALSE(gcAutoFuses(rs, false, 2, 8192, 8192, 8192));       // helpers off
+  EXPECT_FALSE(gcAutoFuses(GemmColl::kAllGather, true, 2, 8192, 8192, 8192));
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 #include <cuda.h>
 #include <nccl.h>
 
-#include "fused/gemm/gemm.h"  // kTileM, kTileN
+#include "fused/gemm/gemm.h"                // kTileM, kTileN
+#include "fused/ops/gemm_coll/gemm_coll.h"  // GemmColl
 
 struct ncclComm;
 
@@ -46,26 +47,35 @@ ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags);
 
 // ncclFusedAuto in the clique layout (ranks as threads sharing this GPU, helpers on): a rule
 // of the call's own arguments, as across nodes (xnode.h gxAutoFuses), so every rank takes the
-// same path. The fused kernel wins where the GEMM is long enough per tile for the helpers to
-// keep up with the reduce: session 25 (bench/results/session25-2026-12-03, 4 ranks,
-// variants interleaved) measured fused / sequential 0.97 (AllReduce 8192^3), 0.90-0.93
-// (ReduceScatter 8192^3) and 0.98-1.01 (AllReduce 4096x8192x8192, 1024 tiles), but 1.07 at
-// K = 1024, where the helpers reduced a third of the tiles during the GEMM. Nothing smaller
-// was measured fused with helpers, so auto stays sequential there; nor was a 32-bit output
-// (twice the partials' bytes for the helpers to move), so it needs a 16-bit one. Measured
-// with 4 ranks; a rank's reduce traffic and its GEMM time per SM do not depend on the rank
-// count on one GPU, so the rule does not either.
+// same path. The fused kernel wins where the helpers keep up with the reduce during the GEMM,
+// or where the stand-alone collective is slow enough that overlapping part of it pays. Measured
+// on the H200, 4 ranks, variants interleaved (bench/results/session25-2026-12-03 and
+// session26-2026-12-03), fused / sequential:
+//  - AllReduce: 0.97-1.02 at 8192^3, 0.98-1.01 at 4096x8192x8192 (1024 tiles), 0.95-0.99 at
+//    8192x8192x4096, but 1.00-1.04 at K = 2048 and 1.07-1.08 at K = 1024, where the helpers
+//    reduce only a third of the tiles during the GEMM (the GEMM's own L2 traffic leaves them
+//    little: a ring of bulk loads, session 26, raised that by an eighth and changed nothing
+//    end to end). So K >= 4096.
+//  - ReduceScatter: 0.90-0.96 at 8192^3 and 0.78 at 8192x8192x1024: the stand-alone
+//    ReduceScatter takes twice the AllReduce's time here (0.82 against 0.42 ms), so even at
+//    K = 1024 the fused call wins. So K >= 1024.
+// Fewer than 1024 tiles were not measured fused with helpers, so auto stays sequential there;
+// nor was a 32-bit output (twice the partials' bytes for the helpers to move), so it needs a
+// 16-bit one. Measured with 4 ranks; a rank's reduce traffic and its GEMM time per SM do not
+// depend on the rank count on one GPU, so the rule does not either.
 // Output tiles (gemm::kTileM x kTileN) of an M x N product.
 inline int64_t gcTiles(int64_t M, int64_t N) {
   return ((M + gemm::kTileM - 1) / gemm::kTileM) * ((N + gemm::kTileN - 1) / gemm::kTileN);
 }
 
-constexpr int64_t kGcAutoMinK = 8192;
+constexpr int64_t kGcAutoMinKAllReduce = 4096;
+constexpr int64_t kGcAutoMinKReduceScatter = 1024;
 constexpr int64_t kGcAutoMinTiles = 1024;
-inline bool gcAutoFuses(bool allGather, bool helpers, size_t outBytes, int64_t M, int64_t N,
+inline bool gcAutoFuses(GemmColl op, bool helpers, size_t outBytes, int64_t M, int64_t N,
                         int64_t K) {
-  return !allGather && helpers && outBytes == 2 && K >= kGcAutoMinK &&
-         gcTiles(M, N) >= kGcAutoMinTiles;
+  if (op == GemmColl::kAllGather || !helpers || outBytes != 2 || gcTiles(M, N) < kGcAutoMinTiles)
+    return false;
+  return K >= (op == GemmColl::kAllReduce ? kGcAutoMinKAllReduce : kGcAutoMinKReduceScatter);
 }
 
 }  // namespace fused
