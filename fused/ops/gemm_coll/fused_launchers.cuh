@@ -1,5 +1,5 @@
 // Launchers of the fused GEMM + collective kernels per input type: the heavy template
-// instantiations live in fused_inst_{bf16,f16}.cu so that they compile in parallel.
+// instantiations live in fused_inst_{bf16,f16}_{nk,kn}.cu so that they compile in parallel.
 #pragma once
 #include "fused/core/framework.h"
 #include "fused/ops/gemm_coll/fused_kernels.cuh"
@@ -50,21 +50,31 @@ ncclResult_t launchGather(const GcParams& p, cudaStream_t s, bool loadOnly) {
   }
 }
 
-// Launches (or only loads) the reduce (AllReduce/ReduceScatter) or gather kernel for p.kind
-// and p.outType.
-template <DType kIn>
-ncclResult_t launchAny(const GcParams& p, bool kn, cudaStream_t s, bool loadOnly) {
-  if (p.kind == (int)GemmColl::kAllGather)
-    return kn ? launchGather<kIn, BLayout::kKN>(p, s, loadOnly)
-              : launchGather<kIn, BLayout::kNK>(p, s, loadOnly);
-  return kn ? launchReduce<kIn, BLayout::kKN>(p, s, loadOnly)
-            : launchReduce<kIn, BLayout::kNK>(p, s, loadOnly);
+// Launches (or only loads) the reduce (AllReduce/ReduceScatter) or gather kernel of one B
+// layout for p.kind and p.outType. Instantiated in fused_inst_<in>_<layout>.cu, one file per
+// input type and layout: nvcc compiles a file on one core, and the four compile in parallel.
+template <DType kIn, BLayout kB>
+ncclResult_t launchLayout(const GcParams& p, cudaStream_t s, bool loadOnly) {
+  if (p.kind == (int)GemmColl::kAllGather) return launchGather<kIn, kB>(p, s, loadOnly);
+  return launchReduce<kIn, kB>(p, s, loadOnly);
 }
 
-extern template ncclResult_t launchAny<gemm::DType::kBF16>(const GcParams&, bool, cudaStream_t,
-                                                           bool);
-extern template ncclResult_t launchAny<gemm::DType::kF16>(const GcParams&, bool, cudaStream_t,
-                                                          bool);
+#define MK_GC_LAYOUT_EXTERN(in, layout)                                              \
+  extern template ncclResult_t launchLayout<gemm::DType::in, gemm::BLayout::layout>( \
+      const GcParams&, cudaStream_t, bool);
+MK_GC_LAYOUT_EXTERN(kBF16, kNK)
+MK_GC_LAYOUT_EXTERN(kBF16, kKN)
+MK_GC_LAYOUT_EXTERN(kF16, kNK)
+MK_GC_LAYOUT_EXTERN(kF16, kKN)
+#undef MK_GC_LAYOUT_EXTERN
+
+// Launches (or only loads) the kernel for the input type kIn, B layout `kn`, p.kind and
+// p.outType.
+template <DType kIn>
+ncclResult_t launchAny(const GcParams& p, bool kn, cudaStream_t s, bool loadOnly) {
+  return kn ? launchLayout<kIn, BLayout::kKN>(p, s, loadOnly)
+            : launchLayout<kIn, BLayout::kNK>(p, s, loadOnly);
+}
 
 }  // namespace fused
 }  // namespace mk

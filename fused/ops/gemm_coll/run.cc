@@ -8,6 +8,7 @@
 #include "base/debug.h"
 #include "base/param.h"
 #include "comm/comm.h"
+#include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
 #include "fused/ops/gemm_coll/clique.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
@@ -39,11 +40,13 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
   // ncclFusedAuto looks for a fused kernel where the model may pick one (MKERNEL_FUSED_AUTO=1),
   // across nodes and in one node where the call's arguments pass the in-node rule:
   // gemmCollFused applies the rules themselves (xnode.h gxAutoFuses, clique.h gcAutoFuses,
-  // the latter only in the layout of ranks as threads sharing a GPU).
+  // the latter only in the layout of ranks as threads sharing a GPU, checked here too so that
+  // other in-node layouts go straight to the sequential path, without a preload and an
+  // enqueue that launches nothing).
   const bool autoTries =
       c.cfg.algo == ncclFusedAuto &&
       (MK_PARAM_INT(FusedAuto) != 0 || (c.comm->topo.nNodes > 1 && MK_PARAM_INT(FusedXnode) != 0) ||
-       (c.comm->topo.nNodes == 1 &&
+       (c.comm->topo.nNodes == 1 && cliqueEligible(c.comm, kGcMaxLocal) &&
         gcAutoFuses(c.op, MK_PARAM_INT(FusedHelpers) != 0, fusedTypeSize(c.cfg.outType),
                     (int64_t)c.M, (int64_t)c.N, (int64_t)c.K)));
   if (c.cfg.algo == ncclFusedFused || autoTries) {
