@@ -106,9 +106,16 @@ ncclResult_t zcPlan(ncclComm* comm, const CollArgs& a, ZcPlan* out) {
       return ncclSuccess;
     }
     z = ZcBufs{};
-    // 2. One process, one GPU: registered buffers, raw pointers through the handshake.
-    if (cs->zeroCopy && (!rm.send || peerMemIsRegistered(comm, a.sendbuff, rm.sendBytes)) &&
-        (!rm.recv || peerMemIsRegistered(comm, a.recvbuff, rm.recvBytes))) {
+    // 2. One process, one GPU: raw pointers through the handshake. ReduceScatter and
+    //    AllGather on any buffers, as the AllReduce (planReduction): peers only read them,
+    //    and the handshake's end keeps each rank's kernel until its peers are done, so nothing
+    //    needs registering; the staged paths moved 1.4x the bytes on 16 CTAs a rank (the 8192^2
+    //    bf16 ReduceScatter of 4 ranks on the H200: 0.82 ms against the AllReduce's 0.42).
+    //    The other collectives on registered buffers.
+    const bool anyBuffer = a.type == CollType::kReduceScatter || a.type == CollType::kAllGather;
+    if (cs->zeroCopy &&
+        (anyBuffer || ((!rm.send || peerMemIsRegistered(comm, a.sendbuff, rm.sendBytes)) &&
+                       (!rm.recv || peerMemIsRegistered(comm, a.recvbuff, rm.recvBytes))))) {
       z.mode = kZcRaw;
       out->on = true;
       return ncclSuccess;

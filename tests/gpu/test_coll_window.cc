@@ -482,8 +482,8 @@ TEST_F(CollWindow, DefaultWindowsAndRegisteredBuffers) {
   }
 }
 
-// Unregistered buffers stage (the AllReduce of one process on one GPU is zero-copy anyway);
-// so do window buffers once deregistered.
+// Unregistered buffers stage, but for the AllReduce, ReduceScatter and AllGather of one process
+// on one GPU (zero-copy on any buffers); so do window buffers once deregistered.
 TEST_F(CollWindow, PlainAndDeregisteredBuffersStage) {
   for (Mode m : {Mode::kPlain, Mode::kSymWindow}) {
     SCOPED_TRACE(modeName(m));
@@ -493,7 +493,7 @@ TEST_F(CollWindow, PlainAndDeregisteredBuffersStage) {
     int k = 0;
     for (C c : kAll)
       ASSERT_EQ(runCase(R, {c, ncclFloat32, Op::kSum, kBig, false, k++ % kN, 0, nullptr,
-                            c == C::kAllReduce}),
+                            c == C::kAllReduce || c == C::kReduceScatter || c == C::kAllGather}),
                 "");
   }
 }
@@ -597,8 +597,8 @@ TEST_F(CollWindow, ArgumentErrors) {
   EXPECT_EQ(ncclCommWindowDeregister(c0, nullptr), ncclSuccess) << "NULL: a no-op, as NCCL";
   for (int r = 0; r < kN; r++) EXPECT_EQ(ncclCommWindowDeregister(R.comms[r], win[r]), ncclSuccess);
   expectInvalid(ncclCommWindowDeregister(c0, win[0]), "double deregister", "not a window");
-  // Still usable: a zero-copy-sized AllGather on plain buffers.
-  ASSERT_EQ(runCase(R, {C::kAllGather, ncclFloat32, Op::kSum, kBig, false, 0, 0, nullptr, false}),
+  // Still usable: a zero-copy-sized AllGather on plain buffers (zero-copy in one process).
+  ASSERT_EQ(runCase(R, {C::kAllGather, ncclFloat32, Op::kSum, kBig, false, 0, 0, nullptr, true}),
             "");
 }
 

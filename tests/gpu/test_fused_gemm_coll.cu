@@ -144,7 +144,7 @@ TEST(FusedGemmCollHelpers, WithAndWithoutCommCtasMatchReference) {
 }
 
 // ncclFusedAuto with ranks as threads follows gcAutoFuses (clique.h): fused with >= 1024 tiles,
-// a 16-bit output, the helpers on and K >= 4096 (AllReduce) or K >= 1024 (ReduceScatter);
+// a 16-bit output, the helpers on and K >= 4096 (AllReduce) or K >= 8192 (ReduceScatter);
 // sequential below either bound or with the helpers off. Every result is checked; the launch count
 // tells which path ran.
 TEST(FusedGemmCollAuto, FusesWhereTheRuleHolds) {
@@ -159,7 +159,7 @@ TEST(FusedGemmCollAuto, FusesWhereTheRuleHolds) {
       {{2, 2, 4096, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, true, ncclFusedAuto}, "1", true},
       {{0, 2, 4096, 8192, 4096, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", true},
       {{0, 2, 4096, 8192, 2048, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
-      {{2, 2, 4096, 8192, 1024, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", true},
+      {{2, 2, 4096, 8192, 4096, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
       {{2, 2, 2048, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
       {{0, 2, 2048, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "1", false},
       {{0, 2, 4096, 8192, 8192, 0, ncclBfloat16, ncclBfloat16, false, ncclFusedAuto}, "0", false}};

@@ -654,8 +654,8 @@ TEST(GemmCollCliqueAuto, RuleOfTheCallsArguments) {
   EXPECT_TRUE(gcAutoFuses(ar, true, 2, 8192, 8192, 4096));         // AllReduce's least K
   EXPECT_FALSE(gcAutoFuses(ar, true, 2, 8192, 8192, 4095));        // K below
   EXPECT_FALSE(gcAutoFuses(ar, true, 2, 8192, 8192, 2048));        // measured slower fused
-  EXPECT_TRUE(gcAutoFuses(rs, true, 2, 8192, 8192, 1024));         // ReduceScatter's least K
-  EXPECT_FALSE(gcAutoFuses(rs, true, 2, 8192, 8192, 1016));        // K below
+  EXPECT_TRUE(gcAutoFuses(rs, true, 2, 8192, 8192, 8192));         // ReduceScatter's least K
+  EXPECT_FALSE(gcAutoFuses(rs, true, 2, 8192, 8192, 4096));        // K below
   EXPECT_FALSE(gcAutoFuses(ar, true, 2, 4096, 8192 - 256, 8192));  // 992 tiles
   EXPECT_FALSE(gcAutoFuses(rs, true, 2, 4096, 8192 - 256, 8192));  // 992 tiles
   EXPECT_TRUE(gcAutoFuses(ar, true, 2, 4096 - 127, 8192, 8192));   // a partial row of tiles

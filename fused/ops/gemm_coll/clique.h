@@ -56,9 +56,10 @@ ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags);
 //    reduce only a third of the tiles during the GEMM (the GEMM's own L2 traffic leaves them
 //    little: a ring of bulk loads, session 26, raised that by an eighth and changed nothing
 //    end to end). So K >= 4096.
-//  - ReduceScatter: 0.90-0.96 at 8192^3 and 0.78 at 8192x8192x1024: the stand-alone
-//    ReduceScatter takes twice the AllReduce's time here (0.82 against 0.42 ms), so even at
-//    K = 1024 the fused call wins. So K >= 1024.
+//  - ReduceScatter: 0.90-0.96 at 8192^3 and 0.78 at 8192x8192x1024, but against a staged
+//    stand-alone ReduceScatter that took twice the AllReduce's time (0.82 against 0.42 ms);
+//    it is zero-copy since session 26 (coll/zc_plan.cc), so the sequential path is faster
+//    now and the rule keeps session 25's K >= 8192 until that is measured again.
 // Fewer than 1024 tiles were not measured fused with helpers, so auto stays sequential there;
 // nor was a 32-bit output (twice the partials' bytes for the helpers to move), so it needs a
 // 16-bit one. Measured with 4 ranks; a rank's reduce traffic and its GEMM time per SM do not
@@ -69,7 +70,7 @@ inline int64_t gcTiles(int64_t M, int64_t N) {
 }
 
 constexpr int64_t kGcAutoMinKAllReduce = 4096;
-constexpr int64_t kGcAutoMinKReduceScatter = 1024;
+constexpr int64_t kGcAutoMinKReduceScatter = 8192;
 constexpr int64_t kGcAutoMinTiles = 1024;
 inline bool gcAutoFuses(GemmColl op, bool helpers, size_t outBytes, int64_t M, int64_t N,
                         int64_t K) {
