@@ -47,19 +47,18 @@ ncclResult_t gcCliqueGet(ncclComm* comm, GcClique** q, uint64_t** flags);
 
 // ncclFusedAuto in the clique layout (ranks as threads sharing this GPU, helpers on): a rule
 // of the call's own arguments, as across nodes (xnode.h gxAutoFuses), so every rank takes the
-// same path. The fused kernel wins where the helpers keep up with the reduce during the GEMM,
-// or where the stand-alone collective is slow enough that overlapping part of it pays. Measured
-// on the H200, 4 ranks, variants interleaved (bench/results/session25-2026-12-03 and
+// same path. The fused kernel wins where the helpers keep up with the reduce during the GEMM.
+// Measured on the H200, 4 ranks, variants interleaved (bench/results/session25-2026-12-03 and
 // session26-2026-12-03), fused / sequential:
 //  - AllReduce: 0.97-1.02 at 8192^3, 0.98-1.01 at 4096x8192x8192 (1024 tiles), 0.95-0.99 at
-//    8192x8192x4096, but 1.00-1.04 at K = 2048 and 1.07-1.08 at K = 1024, where the helpers
-//    reduce only a third of the tiles during the GEMM (the GEMM's own L2 traffic leaves them
-//    little: a ring of bulk loads, session 26, raised that by an eighth and changed nothing
-//    end to end). So K >= 4096.
-//  - ReduceScatter: 0.90-0.96 at 8192^3 and 0.78 at 8192x8192x1024, but against a staged
-//    stand-alone ReduceScatter that took twice the AllReduce's time (0.82 against 0.42 ms);
-//    it is zero-copy since session 26 (coll/zc_plan.cc), so the sequential path is faster
-//    now and the rule keeps session 25's K >= 8192 until that is measured again.
+//    8192x8192x4096, 1.00-1.01 at 4096x8192x4096, but 1.00-1.04 at K = 2048 and 1.07-1.08 at
+//    K = 1024, where the helpers reduce only a third of the tiles during the GEMM (the GEMM's
+//    own L2 traffic leaves them little: a ring of bulk loads, session 26, raised that by an
+//    eighth and changed nothing end to end). So K >= 4096.
+//  - ReduceScatter, against the zero-copy stand-alone ReduceScatter (session 26; the staged
+//    one took twice the AllReduce's time and made fusing look better): 0.985-1.01 at 8192^3,
+//    0.97-0.99 at 8192x8192x4096, 1.01 at 4096x8192x4096, 1.03-1.05 at K = 2048, 1.18 at
+//    K = 1024. So K >= 8192 (K = 4096 with 2048 tiles would also pay, by 1-3%).
 // Fewer than 1024 tiles were not measured fused with helpers, so auto stays sequential there;
 // nor was a 32-bit output (twice the partials' bytes for the helpers to move), so it needs a
 // 16-bit one. Measured with 4 ranks; a rank's reduce traffic and its GEMM time per SM do not
