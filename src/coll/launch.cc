@@ -269,8 +269,9 @@ static bool planOneRank(const CollArgs& a, const CtaBudget& budget, KernelLaunch
   return true;
 }
 
-// A copy collective on registered buffers or windows (coll/zc_plan.h): one kernel that
-// copies between this rank's and its peers' buffers, no staging.
+// A copy collective on zero-copy buffers (coll/zc_plan.h: registered buffers, windows, or in
+// one process on one GPU any AllGather buffers): one kernel that copies between this rank's
+// and its peers' buffers, no staging.
 static void planZcCopy(ncclComm* comm, const CollArgs& a, const ZcPlan& zc, KernelLaunch* out) {
   CollState* cs = comm->coll;
   const int n = cs->ws.nLocal;

@@ -8,7 +8,8 @@
 //     mapped at registration; the kernels exchange window keys and offsets (local, no
 //     exchange on the host, any offsets);
 //  2. one process, one GPU (kZcRaw, CollState::zeroCopy): each remote buffer lies in a
-//     registration or a window of this rank; the kernels exchange raw pointers;
+//     registration or a window of this rank, or (ReduceScatter, AllGather) anywhere, as
+//     for the AllReduce (planReduction); the kernels exchange raw pointers;
 //  3. ranks in separate processes (kZcMapped, CollState::sepProcs), from
 //     kRegZeroCopyMinBytes up, when this rank's remote buffers are ncclCommRegister'ed:
 //     peerMemLookup of each of them (a collective exchange per buffer and call).

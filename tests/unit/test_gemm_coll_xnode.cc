@@ -660,7 +660,10 @@ TEST(GemmCollCliqueAuto, RuleOfTheCallsArguments) {
   EXPECT_FALSE(gcAutoFuses(rs, true, 2, 4096, 8192 - 256, 8192));  // 992 tiles
   EXPECT_TRUE(gcAutoFuses(ar, true, 2, 4096 - 127, 8192, 8192));   // a partial row of tiles
   EXPECT_FALSE(gcAutoFuses(ar, true, 4, 8192, 8192, 8192));        // fp32 out: unmeasured
+  EXPECT_FALSE(gcAutoFuses(rs, true, 2, 8192, 8192, 8191));        // K below
+  EXPECT_FALSE(gcAutoFuses(rs, true, 4, 8192, 8192, 8192));        // fp32 out
   EXPECT_FALSE(gcAutoFuses(rs, false, 2, 8192, 8192, 8192));       // helpers off
+  EXPECT_FALSE(gcAutoFuses(ar, false, 2, 8192, 8192, 8192));
   EXPECT_FALSE(gcAutoFuses(GemmColl::kAllGather, true, 2, 8192, 8192, 8192));
 }
 
