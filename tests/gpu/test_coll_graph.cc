@@ -17,7 +17,9 @@ using namespace colltest;
 namespace {
 
 struct GraphBufs {
-  size_t arCount = 100003, ringCount = (1 << 18) + 3, agCount = 4097, p2pBytes = 65537;
+  // agCount bytes a rank: 4 ranks gather 280 KB, above the zero-copy threshold (any buffers in
+  // one process on one GPU), 2 and 3 ranks stage.
+  size_t arCount = 100003, ringCount = (1 << 18) + 3, agCount = 70001, p2pBytes = 65537;
   std::vector<DevBuf> arIn, arOut, ringBuf, agIn, agOut, p2pIn, p2pOut;
   std::vector<HostBuf> arH, ringH, agH, p2pH;
 };

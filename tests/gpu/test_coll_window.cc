@@ -483,8 +483,8 @@ TEST_F(CollWindow, DefaultWindowsAndRegisteredBuffers) {
 }
 
 // Unregistered buffers stage, but for the AllReduce, ReduceScatter and AllGather of one process
-// on one GPU (zero-copy on any buffers); so do window buffers once deregistered.
-TEST_F(CollWindow, PlainAndDeregisteredBuffersStage) {
+// on one GPU (zero-copy on any buffers, in place too); so do window buffers once deregistered.
+TEST_F(CollWindow, PlainAndDeregisteredBuffers) {
   for (Mode m : {Mode::kPlain, Mode::kSymWindow}) {
     SCOPED_TRACE(modeName(m));
     Ranks R(m);
@@ -495,6 +495,8 @@ TEST_F(CollWindow, PlainAndDeregisteredBuffersStage) {
       ASSERT_EQ(runCase(R, {c, ncclFloat32, Op::kSum, kBig, false, k++ % kN, 0, nullptr,
                             c == C::kAllReduce || c == C::kReduceScatter || c == C::kAllGather}),
                 "");
+    for (C c : {C::kAllReduce, C::kReduceScatter, C::kAllGather})
+      ASSERT_EQ(runCase(R, {c, ncclBfloat16, Op::kSum, kBig, true, 0, 0, nullptr, true}), "");
   }
 }
 
