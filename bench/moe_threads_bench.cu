@@ -1,19 +1,22 @@
-// ncclMoeDispatchGemm, fused vs sequential, with n ranks (default 4) sharing GPU 0 as threads of
-// this process (ncclCommInitAll; the clique layout, where the fused kernel runs). One run, side
-// by side, JSON.
+// ncclMoeDispatchGemm (or, with --ffn, the whole layer ncclMoeDispatchFfnCombine), fused vs
+// sequential, with n ranks (default 4) sharing GPU 0 as threads of this process
+// (ncclCommInitAll; the clique layout, where the fused kernels run). One run, side by side,
+// JSON.
 //
-// Per shape (H:N:E:k:T, T tokens per rank, N the experts' output width: 2I for GEMM1) and per
-// algo (sequential = ncclFusedSequential: the dispatch kernel, then the grouped GEMM; fused =
-// ncclFusedFused: one kernel per rank), every rank's thread issues --reps calls back to back on
-// its stream after --warmup calls; the time of a call is the wall time of the batch (all ranks
-// concurrently, from a common start to the last rank's stream done) divided by --reps, the
-// median of --trials batches. Routing: each token's k experts distinct and uniform (a fresh
-// draw per rank). TFLOP/s per rank: 2 * T * k * N * H / time (the rows a rank receives on
-// average). After timing, the fused y is compared bit for bit with the sequential y (every
-// expert row of every rank): the fused kernel runs the same engine arithmetic.
+// Per shape (H:N:E:k:T, T tokens per rank, N the experts' output width: 2I for GEMM1; with
+// --ffn, N is the layer's I) and per algo (sequential = ncclFusedSequential: the dispatch
+// kernel, then the grouped GEMM(s) and, with --ffn, the combine; fused = ncclFusedFused: one
+// kernel per rank), every rank's thread issues --reps calls back to back on its stream after
+// --warmup calls; the time of a call is the wall time of the batch (all ranks concurrently,
+// from a common start to the last rank's stream done) divided by --reps, the median of
+// --trials batches, the two algos' batches interleaved. Routing: each token's k experts
+// distinct and uniform (a fresh draw per rank). TFLOP/s per rank: 2 * T * k * N * H / time
+// (the rows a rank receives on average; --ffn: 6 * T * k * I * H, both GEMMs). After timing,
+// the fused output is compared bit for bit with the sequential one (every expert row of y of
+// every rank; --ffn: every rank's layer output): the fused kernels run the same arithmetic.
 //
-//   bench_moe_threads_bench [--ranks 4] [--shapes 7168:4096:256:8:4096,...] [--reps 10]
-//                           [--warmup 2] [--trials 3] [--comm-sms -1] [--out FILE]
+//   bench_moe_threads_bench [--ranks 4] [--shapes 7168:4096:256:8:4096,...] [--ffn]
+//                           [--reps 10] [--warmup 2] [--trials 3] [--comm-sms -1] [--out FILE]
 // Every wait is bounded (--timeout seconds per batch, 600 by default).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -56,7 +59,11 @@ struct Shape {
 
 struct Options {
   int ranks = 4, reps = 10, warmup = 2, trials = 3, commSms = -1, timeoutS = 600;
+  bool ffn = false;
   std::string shapes = "7168:4096:256:8:1024,7168:4096:256:8:4096,2048:2816:64:6:4096";
+  // --ffn without --shapes: the same layers (I = N / 2).
+  std::string ffnShapes = "7168:2048:256:8:1024,7168:2048:256:8:4096,2048:1408:64:6:4096";
+  bool shapesGiven = false;
   std::string out;
 };
 
@@ -91,6 +98,9 @@ __global__ void fillBf16(__nv_bfloat16* p, size_t n, uint64_t seed, float scale)
 
 struct Rank {
   void *x = nullptr, *w1 = nullptr, *xRecv = nullptr, *y = nullptr;
+  // --ffn: w2 [epr][H][I], GEMM1's h [maxRows][2I] and act [maxRows][I], out [maxRows][H] fp32,
+  // the layer's output yOut [T][H].
+  void *w2 = nullptr, *h = nullptr, *act = nullptr, *out = nullptr, *yOut = nullptr;
   int *idx = nullptr, *cnt = nullptr, *off = nullptr, *src = nullptr;
   float *wts = nullptr, *rw = nullptr;
   size_t maxRows = 0;
@@ -98,14 +108,14 @@ struct Rank {
 };
 
 void freeRank(Rank& r) {
-  for (void* p : {r.x, r.w1, r.xRecv, r.y, (void*)r.idx, (void*)r.cnt, (void*)r.off, (void*)r.src,
-                  (void*)r.wts, (void*)r.rw})
+  for (void* p : {r.x, r.w1, r.xRecv, r.y, r.w2, r.h, r.act, r.out, r.yOut, (void*)r.idx,
+                  (void*)r.cnt, (void*)r.off, (void*)r.src, (void*)r.wts, (void*)r.rw})
     if (p) cudaFree(p);
   if (r.s) cudaStreamDestroy(r.s);
   r = Rank{};
 }
 
-void setupRank(Rank& d, const Shape& sh, int n, int r) {
+void setupRank(Rank& d, const Shape& sh, int n, int r, bool ffn) {
   const int epr = sh.E / n;
   MB_CUDA(cudaStreamCreateWithFlags(&d.s, cudaStreamNonBlocking));
   // Uniform routing: the bound is the expected rows with generous slack for the draw's spread
@@ -123,6 +133,18 @@ void setupRank(Rank& d, const Shape& sh, int n, int r) {
   MB_CUDA(cudaMalloc(&d.off, (epr + 1) * 4));
   fillBf16<<<1024, 256>>>((__nv_bfloat16*)d.x, (size_t)sh.T * sh.H, 0x1234 + r, 1.0f);
   fillBf16<<<1024, 256>>>((__nv_bfloat16*)d.w1, (size_t)epr * sh.N * sh.H, 0x777 + r, 0.05f);
+  if (ffn) {  // sh.N is I: w1 [epr][2I][H]
+    const size_t I = sh.N;
+    MB_CUDA(cudaFree(d.w1));
+    MB_CUDA(cudaMalloc(&d.w1, (size_t)epr * 2 * I * sh.H * 2));
+    MB_CUDA(cudaMalloc(&d.w2, (size_t)epr * sh.H * I * 2));
+    MB_CUDA(cudaMalloc(&d.h, d.maxRows * 2 * I * 2));
+    MB_CUDA(cudaMalloc(&d.act, d.maxRows * I * 2));
+    MB_CUDA(cudaMalloc(&d.out, d.maxRows * sh.H * 4));
+    MB_CUDA(cudaMalloc(&d.yOut, (size_t)sh.T * sh.H * 2));
+    fillBf16<<<1024, 256>>>((__nv_bfloat16*)d.w1, (size_t)epr * 2 * I * sh.H, 0x777 + r, 0.05f);
+    fillBf16<<<1024, 256>>>((__nv_bfloat16*)d.w2, (size_t)epr * sh.H * I, 0x999 + r, 0.05f);
+  }
   MB_CUDA(cudaGetLastError());
   std::mt19937_64 rng(0x5eed + r);
   std::vector<int> idx((size_t)sh.T * sh.k);
@@ -141,18 +163,24 @@ void setupRank(Rank& d, const Shape& sh, int n, int r) {
   MB_CUDA(cudaDeviceSynchronize());
 }
 
-ncclResult_t callRank(const Rank& d, const Shape& sh, int algo, int commSms, ncclComm_t comm) {
+ncclResult_t callRank(const Rank& d, const Shape& sh, int algo, int commSms, bool ffn,
+                      ncclComm_t comm) {
   ncclMoeConfig_t cfg = NCCL_MOE_CONFIG_INITIALIZER;
   cfg.algo = algo;
   cfg.commSms = commSms;
   cfg.outType = ncclBfloat16;
+  if (ffn) {
+    ncclMoeFfnBuffers_t buf{d.xRecv, d.h, d.act, (float*)d.out, d.cnt, d.off, d.maxRows};
+    return ncclMoeDispatchFfnCombine(d.x, d.idx, d.wts, d.w1, d.w2, d.yOut, &buf, sh.T, sh.H, sh.N,
+                                     sh.E, sh.k, ncclBfloat16, &cfg, comm, d.s);
+  }
   ncclMoeRecv_t recv{d.xRecv, d.y, d.cnt, d.off, d.src, d.rw, d.maxRows};
   return ncclMoeDispatchGemm(d.x, d.idx, d.wts, d.w1, &recv, sh.T, sh.H, sh.N, sh.E, sh.k,
                              ncclBfloat16, &cfg, comm, d.s);
 }
 
 // One batch: every rank's thread issues `calls` calls, then waits for its stream. Seconds.
-double batch(std::vector<Rank>& ranks, const Shape& sh, int algo, int commSms,
+double batch(std::vector<Rank>& ranks, const Shape& sh, int algo, int commSms, bool ffn,
              const std::vector<ncclComm_t>& comms, int calls, int timeoutS) {
   const int n = (int)ranks.size();
   std::vector<std::thread> th;
@@ -161,7 +189,7 @@ double batch(std::vector<Rank>& ranks, const Shape& sh, int algo, int commSms,
     th.emplace_back([&, r] {
       if (cudaSetDevice(0) != cudaSuccess) fatal("cudaSetDevice");
       for (int i = 0; i < calls; ++i) {
-        const ncclResult_t res = callRank(ranks[r], sh, algo, commSms, comms[r]);
+        const ncclResult_t res = callRank(ranks[r], sh, algo, commSms, ffn, comms[r]);
         if (res != ncclSuccess)
           fatal("rank " + std::to_string(r) + ": " + ncclGetErrorString(res) + ": " +
                 ncclGetLastError(comms[r]));
@@ -172,9 +200,18 @@ double batch(std::vector<Rank>& ranks, const Shape& sh, int algo, int commSms,
   return nowS() - t0;
 }
 
-// Every expert row of y of every rank, concatenated.
-std::vector<uint16_t> expertRows(std::vector<Rank>& ranks, const Shape& sh) {
+// Every expert row of y of every rank, concatenated (--ffn: every rank's layer output).
+std::vector<uint16_t> expertRows(std::vector<Rank>& ranks, const Shape& sh, bool ffn) {
   std::vector<uint16_t> all;
+  if (ffn) {
+    for (Rank& d : ranks) {
+      const size_t first = all.size();
+      all.resize(first + (size_t)sh.T * sh.H);
+      MB_CUDA(
+          cudaMemcpy(all.data() + first, d.yOut, (size_t)sh.T * sh.H * 2, cudaMemcpyDeviceToHost));
+    }
+    return all;
+  }
   const int epr = sh.E / (int)ranks.size();
   for (Rank& d : ranks) {
     std::vector<int> cnt(epr), off(epr + 1);
@@ -211,7 +248,7 @@ int main(int argc, char** argv) {
     if (a == "--ranks")
       o.ranks = std::stoi(val());
     else if (a == "--shapes")
-      o.shapes = val();
+      o.shapes = val(), o.shapesGiven = true;
     else if (a == "--reps")
       o.reps = std::stoi(val());
     else if (a == "--warmup")
@@ -224,9 +261,12 @@ int main(int argc, char** argv) {
       o.timeoutS = std::stoi(val());
     else if (a == "--out")
       o.out = val();
+    else if (a == "--ffn")
+      o.ffn = true;
     else
       fatal("unknown option " + a + " (see the header of bench/moe_threads_bench.cu)");
   }
+  if (o.ffn && !o.shapesGiven) o.shapes = o.ffnShapes;
   if (o.ranks < 1 || o.reps < 1 || o.warmup < 1 || o.trials < 1) fatal("counts must be >= 1");
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) fatal("no CUDA device");
@@ -244,6 +284,7 @@ int main(int argc, char** argv) {
   j.str("command", benchargs::commandLine(argc, argv));
   j.str("device", prop.name);
   j.num("ranks", o.ranks);
+  j.str("op", o.ffn ? "ncclMoeDispatchFfnCombine (N = I)" : "ncclMoeDispatchGemm");
   j.str("timing", "wall time of --reps back-to-back calls on every rank / reps, median of trials");
   j.beginArray("results");
   std::string table;
@@ -253,20 +294,24 @@ int main(int argc, char** argv) {
     const Shape sh = parseShape(ss);
     if (sh.E % o.ranks != 0) fatal("shape " + ss + ": E must be a multiple of --ranks");
     std::vector<Rank> ranks(o.ranks);
-    for (int r = 0; r < o.ranks; ++r) setupRank(ranks[r], sh, o.ranks, r);
+    for (int r = 0; r < o.ranks; ++r) setupRank(ranks[r], sh, o.ranks, r, o.ffn);
     double us[2];
     std::vector<uint16_t> y[2];
     for (int a = 0; a < 2; ++a) {
-      batch(ranks, sh, algos[a], o.commSms, comms, o.warmup, o.timeoutS);
-      y[a] = expertRows(ranks, sh);
-      std::vector<double> t;
-      for (int tr = 0; tr < o.trials; ++tr)
-        t.push_back(batch(ranks, sh, algos[a], o.commSms, comms, o.reps, o.timeoutS) / o.reps);
-      std::sort(t.begin(), t.end());
-      us[a] = t[t.size() / 2] * 1e6;
+      batch(ranks, sh, algos[a], o.commSms, o.ffn, comms, o.warmup, o.timeoutS);
+      y[a] = expertRows(ranks, sh, o.ffn);
+    }
+    std::vector<double> t[2];
+    for (int tr = 0; tr < o.trials; ++tr)
+      for (int a = 0; a < 2; ++a)
+        t[a].push_back(batch(ranks, sh, algos[a], o.commSms, o.ffn, comms, o.reps, o.timeoutS) /
+                       o.reps);
+    for (int a = 0; a < 2; ++a) {
+      std::sort(t[a].begin(), t[a].end());
+      us[a] = t[a][t[a].size() / 2] * 1e6;
     }
     const bool same = y[0] == y[1];
-    const double flop = 2.0 * sh.T * sh.k * (double)sh.N * sh.H;
+    const double flop = (o.ffn ? 6.0 : 2.0) * sh.T * sh.k * (double)sh.N * sh.H;
     j.beginObject();
     j.num("H", sh.H).num("N", sh.N).num("E", sh.E).num("k", sh.k).num("T", sh.T);
     for (int a = 0; a < 2; ++a) {

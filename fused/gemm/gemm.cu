@@ -351,6 +351,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                 "no fused-operator hooks and smBudget 0 or >= 2");
   if (a.pipeline == 2 && a.dType == DType::kF32)
     return fail(why, "pipeline 2 (wide epilogue staging) needs a 16-bit output type");
+  if (a.hooks.tileDoneRows && (a.hooks.tileDone == nullptr || a.hooks.seqBase != nullptr))
+    return fail(why,
+                "hooks.tileDoneRows counts finished tiles per row block from zero: it needs "
+                "hooks.tileDone and no hooks.seqBase");
   if (a.hooks.rowReady != nullptr && a.hooks.rowsPerFlag <= 0)
     return fail(why, "hooks.rowsPerFlag=%lld must be positive", a.hooks.rowsPerFlag);
   if (a.swiglu) {
@@ -368,11 +372,12 @@ bool canImplement(const GemmArgs& a, std::string* why) {
       return fail(why, "groups.num=%lld must be in 1..%lld", g.num, kMaxGroups);
     if (g.rowStart == nullptr || g.rowCount == nullptr)
       return fail(why, "a grouped GEMM needs groups.rowStart and groups.rowCount (device arrays)");
-    if (a.hooks.tileDone != nullptr || a.hooks.tileOrder != nullptr ||
+    if ((a.hooks.tileDone != nullptr && !a.hooks.tileDoneRows) || a.hooks.tileOrder != nullptr ||
         a.hooks.rowBlockOffset != 0 || a.dTiled)
       return fail(why,
-                  "a grouped GEMM takes no tile hooks (tileDone, tileOrder, rowBlockOffset) and "
-                  "no tile-by-tile D; of the fused-operator hooks only rowReady");
+                  "a grouped GEMM takes no per-tile hooks (tileDone without tileDoneRows, "
+                  "tileOrder, rowBlockOffset) and no tile-by-tile D; of the fused-operator hooks "
+                  "rowReady and tileDone in row-count mode");
     const int64_t rows = a.bLayout == BLayout::kKN ? a.K : a.N;
     const int64_t stride = effStrideB(a);
     if (stride < rows * effLdb(a) || stride % 8 != 0)

@@ -46,6 +46,12 @@ struct GemmHooks {
   uint64_t* tileDone = nullptr;
   uint64_t tileDoneValue = 0;
   bool tileDoneSys = false;
+  //     Row-count mode: tileDone[mBlk] += 1 per finished tile (red.release) instead of the
+  //     per-tile store, so that one counter per row block reaches tilesN once the whole row
+  //     block is stored: what a consumer of whole rows (a second GEMM reading D as its A
+  //     through rowReady, a combine) waits for with one flag. tileDoneValue is unused; the
+  //     counters start from zero (no seqBase).
+  bool tileDoneRows = false;
 
   // (3) Tile order. tileOrder (device array of tilesM*tilesN ints, a permutation of tile
   //     ids mBlk*tilesN+nBlk) replaces the grouped raster. Otherwise the raster's row

@@ -215,6 +215,35 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
   }
 }
 
+// The loads of one tile's k-steps into the ring (stage, phase advanced), each stage with the
+// tile's `word`; when !ok (the rows never came: timeout/abort) the stages complete without
+// data, so the consumers drain the tile and stop.
+template <class Tr>
+__device__ __forceinline__ void produceTile(const GemmParams& p,
+                                            const SmemLayout<typename Tr::Pipe>& sm, bool ok,
+                                            uint32_t word, int32_t aRow, int32_t n0, int32_t g,
+                                            int32_t& stage, uint32_t& phase,
+                                            volatile uint32_t* stageAbort) {
+  for (int32_t k = 0; k < p.kTiles; ++k) {
+    ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+    // Written per stage before the `full` arrive that publishes it, so both consumer WGs read
+    // the same verdict for a tile (a single CTA-wide word could change between their reads
+    // while the producer runs ahead into the next tile).
+    stageAbort[stage] = word;
+    if (ok) {
+      ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
+      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
+      loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
+    } else {
+      ptx::mbarArrive(&sm.full[stage]);
+    }
+    if (++stage == Tr::Pipe::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
+
 // kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta`, `nCtas` unused).
 template <class Tr, bool kDyn>
 __device__ __forceinline__ void gemmProducer(const GemmParams& p,
@@ -231,29 +260,9 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
     // A pair's row block past M loads the last real one (never stored): in-bounds boxes only.
     const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
-    for (int32_t k = 0; k < p.kTiles; ++k) {
-      ptx::mbarWait(&sm.empty[stage], phase ^ 1);
-      // Written per stage before the `full` arrive that publishes it, so both consumer WGs
-      // read the same verdict for a tile (a single CTA-wide word could change between their
-      // reads while the producer runs ahead into the next tile). Dynamic: the tile id.
-      if constexpr (kDyn) {
-        stageAbort[stage] = ok ? (uint32_t)t : kStageAbort;
-      } else {
-        stageAbort[stage] = ok ? 0u : 1u;
-      }
-      if (ok) {
-        ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
-        ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
-        loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
-      } else {
-        // Aborting: complete the phase without data so consumers drain this tile and stop.
-        ptx::mbarArrive(&sm.full[stage]);
-      }
-      if (++stage == Tr::Pipe::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
+    // Dynamic: the tile id as the word.
+    const uint32_t word = kDyn ? (ok ? (uint32_t)t : kStageAbort) : (ok ? 0u : 1u);
+    produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort);
     if (!ok) return;  // the consumers stop at the aborted tile: no end word
   }
   if constexpr (kDyn) {
@@ -428,8 +437,17 @@ __device__ __forceinline__ void publishTile(const GemmParams& p, int32_t id, int
   __threadfence();
   ptx::namedBarSync(kBarConsumers, 256);
   if (wg == 0 && tid == 0) {
-    const uint64_t base = p.hooks.seqBase != nullptr ? *p.hooks.seqBase : 0;
-    rt::releaseFlag(p.hooks.tileDone + id, base + p.hooks.tileDoneValue, p.hooks.tileDoneSys);
+    if (p.hooks.tileDoneRows) {
+      uint64_t* rowFlag = p.hooks.tileDone + id / p.tilesN;
+      if (p.hooks.tileDoneSys) {
+        ptx::redAddReleaseSys(rowFlag, 1);
+      } else {
+        ptx::redAddReleaseGpu(rowFlag, 1);
+      }
+    } else {
+      const uint64_t base = p.hooks.seqBase != nullptr ? *p.hooks.seqBase : 0;
+      rt::releaseFlag(p.hooks.tileDone + id, base + p.hooks.tileDoneValue, p.hooks.tileDoneSys);
+    }
   }
 }
 
@@ -444,6 +462,73 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
   } else {
     if (lane == 0) ptx::mbarArrive(empty);
   }
+}
+
+// A finished tile's accumulators to D (SwiGLU first for gated tiles).
+template <class Tr>
+__device__ __forceinline__ void tileEpilogue(const GemmParams& p,
+                                             const SmemLayout<typename Tr::Pipe>& sm,
+                                             float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
+                                             uint32_t& nStores) {
+  if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
+  if (p.useTmaStore) {
+    epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
+  } else {
+    epilogueDirect<Tr>(p, acc, wg, m0, n0);
+  }
+}
+
+// One tile's main loop over k-steps [kb, ke) (a stream-K item's, or the whole tile): each
+// stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
+// done and every stage released (stage, phase advanced). kDyn: the caller waited for the first
+// stage (it read the tile's word there). Static schedule: returns the abort verdict of the
+// tile's first stage word; dynamic: false (the caller read it).
+template <class Tr, bool kDyn>
+__device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
+                                             const volatile uint32_t* stageAbort, float (&acc)[128],
+                                             int32_t kb, int32_t ke, int32_t wg, int32_t lane,
+                                             int32_t& stage, uint32_t& phase) {
+  bool aborted = false;
+  int32_t prev = 0;
+  for (int32_t k = kb; k < ke; ++k) {
+    if (!kDyn || k > kb) ptx::mbarWait(&sm.full[stage], phase);
+    if (!kDyn && k == kb) {
+      // Read by the lane whose arrive hands this stage back to this CTA's producer (lane r
+      // arrives on CTA r's barrier) and broadcast: only that lane's read is ordered before the
+      // arrive after which the producer rewrites the word for the stage's next load
+      // (compute-sanitizer's racecheck flagged the other lanes' reads once a CTA reused a
+      // stage; they could not see the new value, but nothing ordered them).
+      const int src = Tr::kCluster == 2 ? (int)ptx::clusterCtaRank() : 0;
+      const uint32_t v = lane == src ? stageAbort[stage] : 0u;
+      aborted = __shfl_sync(0xffffffffu, v, src) != 0;
+    }
+    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
+    const uint32_t b = ptx::smemAddr(sm.b(stage));
+    ptx::fenceAccumulators(acc);
+    ptx::wgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      const uint64_t da = descKMajor(a + kk * 32);
+      const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+      // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
+      ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
+    }
+    ptx::wgmmaCommit();
+    ptx::fenceAccumulators(acc);
+    // Keep one batch in flight: the previous stage's wgmmas are done, release it.
+    ptx::wgmmaWait<1>();
+    ptx::fenceAccumulators(acc);
+    if (k > kb) releaseStage<Tr>(&sm.empty[prev], lane);
+    prev = stage;
+    if (++stage == Tr::Pipe::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  ptx::wgmmaWait<0>();
+  ptx::fenceAccumulators(acc);
+  releaseStage<Tr>(&sm.empty[prev], lane);
+  return aborted;
 }
 
 // Stream-K, a non-finisher part: this WG's 128 accumulators a thread go to the CTA's
@@ -531,45 +616,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
-    int32_t prev = 0;
-    for (int32_t k = kb; k < ke; ++k) {
-      if (!kDyn || k > kb) ptx::mbarWait(&sm.full[stage], phase);
-      if (!kDyn && k == kb) {
-        // Read by the lane whose arrive hands this stage back to this CTA's producer (lane r
-        // arrives on CTA r's barrier) and broadcast: only that lane's read is ordered before
-        // the arrive after which the producer rewrites the word for the stage's next load
-        // (compute-sanitizer's racecheck flagged the other lanes' reads once a CTA reused a
-        // stage; they could not see the new value, but nothing ordered them).
-        const int src = Tr::kCluster == 2 ? (int)ptx::clusterCtaRank() : 0;
-        const uint32_t v = lane == src ? stageAbort[stage] : 0u;
-        aborted = __shfl_sync(0xffffffffu, v, src) != 0;
-      }
-      const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
-      const uint32_t b = ptx::smemAddr(sm.b(stage));
-      ptx::fenceAccumulators(acc);
-      ptx::wgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const uint64_t da = descKMajor(a + kk * 32);
-        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
-        // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
-        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
-      }
-      ptx::wgmmaCommit();
-      ptx::fenceAccumulators(acc);
-      // Keep one batch in flight: the previous stage's wgmmas are done, release it.
-      ptx::wgmmaWait<1>();
-      ptx::fenceAccumulators(acc);
-      if (k > kb) releaseStage<Tr>(&sm.empty[prev], lane);
-      prev = stage;
-      if (++stage == Tr::Pipe::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
-    ptx::wgmmaWait<0>();
-    ptx::fenceAccumulators(acc);
-    releaseStage<Tr>(&sm.empty[prev], lane);
+    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase)) aborted = true;
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
@@ -581,12 +628,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
-    if (p.useTmaStore) {
-      epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
-    } else {
-      epilogueDirect<Tr>(p, acc, wg, m0, n0);
-    }
+    tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
     pending = mBlk * p.tilesN + nBlk;
   }
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
@@ -594,6 +636,25 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
   // Shared memory must outlive the last bulk stores reading it.
   if (tid == 0) ptx::bulkWait<0>();
+}
+
+// Thread 0, before the CTA's barrier: the ring's barriers and per-stage words.
+template <class Tr>
+__device__ __forceinline__ void initPipe(const SmemLayout<typename Tr::Pipe>& sm,
+                                         uint32_t* stageAbort) {
+  for (int s = 0; s < Tr::Pipe::kStages; ++s) {
+    ptx::mbarInit(&sm.full[s], 1);
+    // one arrive per consumer warp (of both CTAs of a pair)
+    ptx::mbarInit(&sm.empty[s], kConsumerWGs * 4 * Tr::kCluster);
+    stageAbort[s] = 0;
+  }
+  ptx::fenceMbarInit();
+}
+
+__device__ __forceinline__ void prefetchMaps(const GemmParams& p) {
+  ptx::prefetchTensorMap(&p.tmA);
+  ptx::prefetchTensorMap(&p.tmB);
+  if (p.useTmaStore) ptx::prefetchTensorMap(&p.tmD);
 }
 
 // No side job for the producer warpgroup's idle warps (gemmCta).
@@ -614,16 +675,8 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   SmemLayout<Pipe> sm(smemRaw);
   uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + Pipe::kStages);  // [kStages]
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Pipe::kStages; ++s) {
-      ptx::mbarInit(&sm.full[s], 1);
-      // one arrive per consumer warp (of both CTAs of a pair)
-      ptx::mbarInit(&sm.empty[s], kConsumerWGs * 4 * Tr::kCluster);
-      stageAbort[s] = 0;
-    }
-    ptx::fenceMbarInit();
-    ptx::prefetchTensorMap(&p.tmA);
-    ptx::prefetchTensorMap(&p.tmB);
-    if (p.useTmaStore) ptx::prefetchTensorMap(&p.tmD);
+    initPipe<Tr>(sm, stageAbort);
+    prefetchMaps(p);
   }
   // Both roles walk the groups' tiles from the same prefix sums (no host synchronisation:
   // the counts are read here, after whatever wrote them earlier in stream order).

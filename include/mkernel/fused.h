@@ -201,7 +201,11 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1 and I % 8 == 0; topkWeights and y
  * non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
  * aligned. The sequential path runs: dispatch kernel, grouped GEMM1 (SwiGLU in its epilogue,
- * or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel.
+ * or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel. With algo
+ * ncclFusedFused, ranks of one process sharing a GPU and the weights in the NK layout, one fused
+ * kernel per rank runs the layer instead (dispatch, GEMM1, GEMM2 and combine overlapped row tile
+ * by row tile), with the same arithmetic: y is bit for bit the sequential path's; elsewhere the
+ * sequential path runs (logged once). ncclFusedAuto runs the sequential path.
  */
 typedef struct {
   void* xRecv;       /* [maxRows, H] inType: the received token rows, packed */

@@ -1,8 +1,9 @@
 // Clique-layout test bodies shared by the suites of ncclMoeDispatchGemm's dispatch kernel
-// (test_moe_dispatch.cu) and of its fused dispatch + GEMM kernel (test_moe_fused.cu): graph
-// capture and replay with new routing, a receiver's bound exceeded, and ncclCommAbort while a
-// peer never comes. The suites differ only in MoeProblem::algo and in the fused-launch counts
-// they check around these bodies.
+// (test_moe_dispatch.cu) and of its fused dispatch + GEMM kernel (test_moe_fused.cu), and of
+// the whole layer's sequential and fused paths (test_moe_ffn.cu, test_moe_ffn_fused.cu): graph
+// capture and replay with new routing, a receiver's bound exceeded, a call expected to fail on
+// one rank, and ncclCommAbort while a peer never comes. The suites differ only in MoeProblem::algo
+// and in the fused-launch counts they check around these bodies.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -95,8 +96,9 @@ inline void expectOverflowReported(gputest::Team& t, MoeProblem& p) {
 // kernel (`what`) waits on the device until ncclCommAbort from another thread ends it, within
 // 5 s (MKERNEL_TIMEOUT_MS is set far longer by the caller), and the CUDA context stays usable.
 // afterCall runs once rank 0's call is enqueued (the fused suite counts its launches there).
-inline void expectAbortEndsLonelyCall(MoeProblem& p, const char* what,
-                                      const std::function<void()>& afterCall) {
+// P: MoeProblem or FfnProblem.
+template <class P>
+void expectAbortEndsLonelyCall(P& p, const char* what, const std::function<void()>& afterCall) {
   ncclComm_t comms[2] = {nullptr, nullptr};
   int devs[2] = {0, 0};
   ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
@@ -120,6 +122,49 @@ inline void expectAbortEndsLonelyCall(MoeProblem& p, const char* what,
   EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
   EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
+}
+
+// Bounded wait for a stream whose comm may have failed (its kernels end within the timeout).
+inline std::string drain(cudaStream_t s, double timeoutS = 60) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return "";
+    if (e != cudaErrorNotReady) return std::string("cudaStreamQuery: ") + cudaGetErrorString(e);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeoutS)
+      return "stream still busy after " + std::to_string((int)timeoutS) + " s";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Every rank calls once; the rank `failing` is expected to report an async error, the others
+// to complete. The failing rank's call may itself return the error (its comm failed while the
+// call was still enqueueing); its peers must not notice anything.
+struct Outcome {
+  std::vector<ncclResult_t> res;
+  std::vector<std::string> errs;
+};
+inline std::string runExpectingFailure(gputest::Team& t, FfnProblem& p, int failing, Outcome* o) {
+  o->res.assign(t.n, ncclSuccess);
+  o->errs.assign(t.n, "");
+  const std::string err = t.run([&](int r) -> std::string {
+    o->res[r] = p.call(r, t.comms[r], t.streams[r]);
+    if (o->res[r] != ncclSuccess && r != failing)
+      return "rank " + std::to_string(r) + ": " + ncclGetErrorString(o->res[r]) + ": " +
+             ncclGetLastError(t.comms[r]);
+    o->errs[r] = fusedtest::waitRank(r, t.comms[r], t.streams[r]);
+    return drain(t.streams[r]);  // before its buffers are read
+  });
+  if (!err.empty()) return err;
+  for (int r = 0; r < t.n; ++r)
+    if (r != failing && !o->errs[r].empty()) return "peer " + o->errs[r];
+  if (o->res[failing] != ncclSuccess && o->res[failing] != ncclInvalidUsage)
+    return "failing rank's call returned " + std::string(ncclGetErrorString(o->res[failing]));
+  ncclResult_t a = ncclSuccess;
+  if (ncclCommGetAsyncError(t.comms[failing], &a) != ncclSuccess || a != ncclInvalidUsage)
+    return "failing rank's async error is " + std::string(ncclGetErrorString(a)) +
+           ", expected ncclInvalidUsage";
+  return "";
 }
 
 }  // namespace moetest

@@ -47,19 +47,6 @@ using fusedtest::esOf;
 using fusedtest::waitRank;
 using namespace moetest;  // the problem classes (FfnCase, FfnProblem, ...)
 
-// Bounded wait for a stream whose comm may have failed (its kernels end within the timeout).
-std::string drain(cudaStream_t s, double timeoutS = 60) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    const cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return "";
-    if (e != cudaErrorNotReady) return std::string("cudaStreamQuery: ") + cudaGetErrorString(e);
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeoutS)
-      return "stream still busy after " + std::to_string((int)timeoutS) + " s";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
 std::string callAndWait(gputest::Team& t, FfnProblem& p, int r) {
   return fusedtest::callAndWaitRank(r, t.comms[r], t.streams[r],
                                     p.call(r, t.comms[r], t.streams[r]));
@@ -159,36 +146,6 @@ TEST(MoeFfnGraph, ReplaysWithNewRouting) {
   for (auto x : execs)
     if (x) cudaGraphExecDestroy(x);
   EXPECT_EQ(err, "");
-}
-
-// Every rank calls once; the rank `failing` is expected to report an async error, the others
-// to complete. The failing rank's call may itself return the error (its comm failed while the
-// call was still enqueueing); its peers must not notice anything.
-struct Outcome {
-  std::vector<ncclResult_t> res;
-  std::vector<std::string> errs;
-};
-std::string runExpectingFailure(gputest::Team& t, FfnProblem& p, int failing, Outcome* o) {
-  o->res.assign(t.n, ncclSuccess);
-  o->errs.assign(t.n, "");
-  const std::string err = t.run([&](int r) -> std::string {
-    o->res[r] = p.call(r, t.comms[r], t.streams[r]);
-    if (o->res[r] != ncclSuccess && r != failing)
-      return "rank " + std::to_string(r) + ": " + ncclGetErrorString(o->res[r]) + ": " +
-             ncclGetLastError(t.comms[r]);
-    o->errs[r] = waitRank(r, t.comms[r], t.streams[r]);
-    return drain(t.streams[r]);  // before its buffers are read
-  });
-  if (!err.empty()) return err;
-  for (int r = 0; r < t.n; ++r)
-    if (r != failing && !o->errs[r].empty()) return "peer " + o->errs[r];
-  if (o->res[failing] != ncclSuccess && o->res[failing] != ncclInvalidUsage)
-    return "failing rank's call returned " + std::string(ncclGetErrorString(o->res[failing]));
-  ncclResult_t a = ncclSuccess;
-  if (ncclCommGetAsyncError(t.comms[failing], &a) != ncclSuccess || a != ncclInvalidUsage)
-    return "failing rank's async error is " + std::string(ncclGetErrorString(a)) +
-           ", expected ncclInvalidUsage";
-  return "";
 }
 
 // Rank 1's bound is one row short: it receives nothing (counts 0), its comm reports the

@@ -429,6 +429,8 @@ class FfnProblem {
   size_t need(int r) const { return need_[r]; }
   int64_t badSlot() const { return badSlot_; }
   int experts() const { return c_.n * c_.epr; }
+  int algo = ncclFusedAuto;  // the config's algo (ncclFusedFused: the fused layer kernel)
+  int commSms = -1;          // the config's commSms
 
   // Fresh inputs and routing for every rank, uploaded; the expected layout; outputs and every
   // buffer poisoned (NaN in the float ones).
@@ -520,6 +522,8 @@ class FfnProblem {
     ncclMoeConfig_t cfg = NCCL_MOE_CONFIG_INITIALIZER;
     cfg.wLayout = c_.layout;
     cfg.outType = c_.out;
+    cfg.algo = algo;
+    cfg.commSms = commSms;
     const ncclMoeFfnBuffers_t b = buffers(r);
     return ncclMoeDispatchFfnCombine(d.dx.p, d.didx.as<int>(), d.dwts.as<float>(), d.dw1.p, d.dw2.p,
                                      d.dy.p, &b, d.T, c_.H, c_.I, experts(), c_.k, c_.in, &cfg,
@@ -669,6 +673,22 @@ class FfnProblem {
     return "";
   }
 
+ public:
+  // Rank r's y poisoned again (NaN), for a second run on the same inputs.
+  std::string poisonY(int r) {
+    Rank& d = ranks_[r];
+    MOE_CUDA(mktest::syncMemset(d.dy.p, 0xff, (size_t)d.T * c_.H * esOf(c_.out) + kSlack));
+    return "";
+  }
+  // Rank r's y bytes (the slack after it included: never written).
+  std::string readY(int r, std::vector<uint8_t>* y) {
+    Rank& d = ranks_[r];
+    y->assign((size_t)d.T * c_.H * esOf(c_.out) + kSlack, 0);
+    MOE_CUDA(cudaMemcpy(y->data(), d.dy.p, y->size(), cudaMemcpyDeviceToHost));
+    return "";
+  }
+
+ private:
   FfnCase c_;
   std::vector<Rank> ranks_;
   std::vector<std::vector<int>> cnt_;  // [rank][local expert] rows expected

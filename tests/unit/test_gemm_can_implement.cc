@@ -120,11 +120,19 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   expectReject(a, "groups.num=257");
   a.groups.num = 3;
   a.hooks.tileOrder = dev;
-  expectReject(a, "no tile hooks");
+  expectReject(a, "no per-tile hooks");
   a.hooks.tileOrder = nullptr;
   a.hooks.tileDone = reinterpret_cast<uint64_t*>(gBuf);
-  expectReject(a, "no tile hooks");
+  expectReject(a, "no per-tile hooks");
+  // Row-count mode (a fused MoE layer's second GEMM waits for whole row blocks of the first).
+  a.hooks.tileDoneRows = true;
+  EXPECT_TRUE(mk::gemm::canImplement(a, nullptr));
+  a.hooks.seqBase = reinterpret_cast<const uint64_t*>(gBuf);
+  expectReject(a, "no hooks.seqBase");
+  a.hooks.seqBase = nullptr;
   a.hooks.tileDone = nullptr;
+  expectReject(a, "it needs hooks.tileDone");
+  a.hooks.tileDoneRows = false;
   // The rows-ready hook works in the packed row space (a fused MoE dispatch releases it).
   a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
   EXPECT_TRUE(mk::gemm::canImplement(a, nullptr));

@@ -35,7 +35,11 @@ struct MoeSlot {
   // zeroed before its kernel; a source adds 1 per row it lands in tile row / kTileM once the
   // row is written, the receiver adds its padding rows, so a tile is complete at kTileM.
   uint64_t* tileReady;
-  uint64_t pad[2];
+  // Fused layer only (else null): this rank's experts' outputs (buf.out, fp32 [maxRows, H])
+  // and its GEMM2's row-block counters (a row block of out is complete at GEMM2's column tile
+  // count), which the peers' combine CTAs wait on before reading rows of out.
+  const float* out;
+  uint64_t* rowDone;
 };
 
 struct MoeClique {
@@ -48,6 +52,12 @@ struct MoeClique {
   // rank leave the protocol and its peers time out).
   unsigned long long badSlot[kMoeMaxLocal];
   int32_t counts[kMoeMaxLocal][NCCL_MOE_MAX_EXPERTS];  // [src][expert]: slots src routes there
+  // Fused layer only. combDone[r] = seq: rank r's combine of this call has read every row and
+  // counter it needed from its peers (each rank's kernel ends only once all have: the
+  // counters live in per-call scratch). ovfSpan[r]: rows rank r's layout needed when they
+  // exceeded its bound this call, else 0 (the error the layer records at its end).
+  uint64_t combDone[kMoeMaxLocal];
+  int64_t ovfSpan[kMoeMaxLocal];
 };
 
 struct MoeParams {
@@ -62,6 +72,13 @@ struct MoeParams {
   // Fused kernel: [T * k] scratch, the slots in copy order (below), -1 past the sent ones;
   // null: slot order.
   int32_t* order;
+  const float* ffnOut;  // fused layer: MoeSlot::out, else null
+  uint64_t* rowDone;    // fused layer: MoeSlot::rowDone, else null
+  // Fused layer: the last dispatch CTA leaves the call's bad id (badSlot) and overflow
+  // (ovfSpan) in the clique instead of recording them, and the layer records them at its
+  // end. A recorded error fails the comm's waits, and this rank's GEMMs and counters must
+  // still serve its peers' combines (the sequential path's later kernels run regardless).
+  bool deferErrors;
   int64_t rowBytes;  // H * element size
   MoeShape s;
 };
@@ -98,6 +115,8 @@ __device__ inline void moeCountAndPublish(const MoeParams& p, MoeShared& sh, int
     sl.rowWeight = p.recv.rowWeight;
     sl.maxRows = (int64_t)p.recv.maxRows;
     sl.tileReady = p.tileReady;
+    sl.out = p.ffnOut;
+    sl.rowDone = p.rowDone;
     __threadfence_system();
     ptx::stReleaseSys(&sl.seq, sh.seq);
   }
@@ -247,6 +266,19 @@ __device__ inline void moeCopyRows(const MoeParams& p, int cta, int nCtas) {
   }
 }
 
+// The call's errors on this rank: the first bad expert id (badSlot: slot + 1, ~0 none), then
+// an overflow of its bound (ovfSpan: the rows its layout needed, 0 none); the first recorded
+// one is what the comm reports.
+__device__ inline void moeRecordCallErrors(const MoeParams& p, unsigned long long bad,
+                                           int64_t ovfSpan) {
+  if (bad != ~0ull && bad != 0)
+    rt::recordError(p.f.c.w, rt::kErrArgs, moeSite(p, -1, -1, rt::kWaitNone), bad - 1,
+                    (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
+  if (ovfSpan > 0)
+    rt::recordError(p.f.c.w, rt::kErrOverflow, moeSite(p, -1, -1, rt::kWaitNone), (uint64_t)ovfSpan,
+                    (uint64_t)p.recv.maxRows);
+}
+
 // The dispatch, run by CTA `cta` of `nCtas` dispatch CTAs (CTA 0 counts, publishes and ranks
 // the slots). dyn: 3 * E ints of shared memory (tot, dstRow, seen), 4 * E with p.order (base).
 // Thread 0 calls finishCall at the end (every CTA of the grid, whatever its role, must call it
@@ -314,15 +346,15 @@ __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShar
                           rt::kScopeSys))
             sh.ok = 0;
       }
-      // The caller's errors, once the exchange is complete: the first bad expert id, then an
-      // overflow of this rank's bound (the first recorded one is what the comm reports).
+      // The caller's errors, once the exchange is complete (recorded earlier, they would make
+      // this rank leave the protocol and its peers time out).
       const unsigned long long bad = *(volatile unsigned long long*)&p.q->badSlot[me];
-      if (sh.ok && bad != ~0ull && bad != 0)
-        rt::recordError(p.f.c.w, rt::kErrArgs, moeSite(p, -1, -1, rt::kWaitNone), bad - 1,
-                        (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
-      if (sh.ok && sh.ovf[me])
-        rt::recordError(p.f.c.w, rt::kErrOverflow, moeSite(p, -1, -1, rt::kWaitNone),
-                        (uint64_t)sh.span[me], (uint64_t)p.recv.maxRows);
+      const int64_t ovfSpan = sh.ok && sh.ovf[me] ? sh.span[me] : 0;
+      if (p.deferErrors) {
+        p.q->ovfSpan[me] = ovfSpan;
+      } else if (sh.ok) {
+        moeRecordCallErrors(p, bad, ovfSpan);
+      }
     }
     if (finish) finishCall(p.f, seq);
   }

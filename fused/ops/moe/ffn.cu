@@ -28,6 +28,7 @@
 #include "fused/core/elem.cuh"
 #include "fused/core/fused_comm.h"
 #include "fused/core/fused_dev.cuh"
+#include "fused/ops/moe/combine_dev.cuh"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/moe/moe.h"
 
@@ -99,22 +100,13 @@ struct CombineParams {
   int32_t topk, expertsPerRank, experts, nRanks;
 };
 
-template <typename O>
-__device__ __forceinline__ void storeOut4(O* y, float4 a) {
-  y[0] = fromF<O>(a.x);
-  y[1] = fromF<O>(a.y);
-  y[2] = fromF<O>(a.z);
-  y[3] = fromF<O>(a.w);
-}
-
-// One warp per token: lane j < k fetches slot j's source row, then every lane sums its
-// float4 columns over the slots in slot order (the same order on every run: bit-stable).
+// One warp per token: lane j < k fetches slot j's source row, then the warp sums them
+// (combine_dev.cuh: slot order, the same arithmetic as the fused layer's combine).
 template <typename O>
 __device__ void combineRows(const CombineParams& p) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = (int64_t)blockIdx.x * kFfnWarps + (threadIdx.x >> 5);
   const int64_t warps = (int64_t)gridDim.x * kFfnWarps;
-  const int64_t vecs = p.hidden / 4;
   for (int64_t t = warp; t < p.tokens; t += warps) {
     const float* src = nullptr;
     float w = 0.f;
@@ -129,26 +121,7 @@ __device__ void combineRows(const CombineParams& p) {
         w = p.topkWeights[i];
       }
     }
-    O* yr = static_cast<O*>(p.y) + t * p.hidden;
-    // Every lane walks the same number of rounds: the shuffles below need the whole warp,
-    // and a row narrower than 32 float4s leaves some lanes without a column.
-    for (int64_t v0 = 0; v0 < vecs; v0 += 32) {
-      const int64_t v = v0 + lane;
-      const bool mine = v < vecs;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int j = 0; j < p.topk; ++j) {
-        const float* s = reinterpret_cast<const float*>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), j));
-        const float wj = __shfl_sync(0xffffffffu, w, j);
-        if (s == nullptr || !mine) continue;
-        const float4 x = reinterpret_cast<const float4*>(s)[v];
-        acc.x += wj * x.x;
-        acc.y += wj * x.y;
-        acc.z += wj * x.z;
-        acc.w += wj * x.w;
-      }
-      if (mine) storeOut4(yr + v * 4, acc);
-    }
+    moedev::combineToken<O>(src, w, p.topk, p.hidden, static_cast<O*>(p.y) + t * p.hidden);
   }
 }
 
@@ -252,12 +225,11 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
   ncclComm* comm = c.comm;
   const char* api = moeApi(c);
   if (c.cfg.algo == ncclFusedFused) {
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true))
-      MK_INFO(kFused,
-              "%s: no single fused kernel yet; running dispatch, GEMM1, SwiGLU, GEMM2 and combine "
-              "one after the other",
-              api);
+    // ncclFusedAuto keeps the sequential path until the fused kernel is measured faster
+    // (bench_moe_threads_bench --ffn).
+    bool ran = false;
+    NCCLCHECK(moeFfnFusedRun(c, &ran));
+    if (ran) return ncclSuccess;
   }
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpMoeCombine, &f));

@@ -79,6 +79,12 @@ ncclResult_t moeSwigluPreload(const MoeCall& call);
 ncclResult_t moeFusedRun(const MoeCall& call, bool* ran);
 // Fused kernels launched (or captured) in this process, for the tests.
 uint64_t moeFusedLaunches();
+// ncclMoeDispatchFfnCombine as one fused kernel per rank (fused_ffn.cu; clique layout only, w
+// in the [N,K] layout with the SwiGLU epilogue): dispatch, GEMM1, GEMM2 and combine, each
+// phase waiting for rows, not for the grid. *ran false (and ncclSuccess, the reason logged
+// once) where it does not apply: then the caller runs the sequential path.
+ncclResult_t moeFfnFusedRun(const MoeCall& call, bool* ran);
+uint64_t moeFfnFusedLaunches();
 // The fused kernel's dispatch CTAs for a rank's budget of CTAs (>= 2): config commSms when
 // >= 1, else the copy/GEMM balance; always in [1, budget - 1] (the GEMM keeps one at least).
 int moeFusedDispatchCtas(const MoeCall& call, int budget);

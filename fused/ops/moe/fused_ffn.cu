@@ -1,0 +1,160 @@
+// Host side of the fused ncclMoeDispatchFfnCombine kernel (fused_ffn.cuh): eligibility, the
+// two GEMMs' parameters with their row hooks, the per-call scratch and the launch through the
+// comm's enqueue path.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "base/checks.h"
+#include "base/debug.h"
+#include "base/scratch.h"
+#include "comm/comm.h"
+#include "fused/core/clique_block.h"
+#include "fused/core/fused_comm.h"
+#include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_coll/gemm_coll_util.h"
+#include "fused/ops/moe/fused_ffn_launch.cuh"
+#include "fused/ops/moe/moe.h"
+
+namespace mk {
+namespace fused {
+
+namespace {
+
+std::atomic<uint64_t> gFfnLaunches{0};
+
+void sayOnce(std::atomic<bool>* said, const char* api, const char* why) {
+  if (!said->exchange(true))
+    MK_INFO(kFused,
+            "%s: the fused layer kernel does not run here (%s); running the sequential path", api,
+            why);
+}
+
+// The row hooks both GEMMs share: a tile of 128 rows is loaded once its flag reaches
+// `expected`, and each stored tile adds 1 to its row block's counter in `done`.
+void rowHooks(gemm::GemmArgs* g, const FusedComm& f, uint64_t expected) {
+  g->pipeline = 1;  // the grouped deep ring (GroupPipe), which the kernel runs
+  g->cluster = 1;
+  g->hooks.rowsPerFlag = gemm::kTileM;
+  g->hooks.rowReadyExpected = expected;
+  g->hooks.rowReadySys = false;  // same GPU: every counter is added at GPU scope
+  g->hooks.tileDoneRows = true;
+  g->hooks.tileDoneSys = false;
+  g->hooks.wait = f.c.w;
+}
+
+}  // namespace
+
+uint64_t moeFfnFusedLaunches() {
+  return gFfnLaunches.load();
+}
+
+ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
+  *ran = false;
+  ncclComm* comm = c.comm;
+  const char* api = moeApi(c);
+  if (!moeSwigluInGemm(c)) {
+    static std::atomic<bool> said{false};
+    sayOnce(&said, api,
+            "it applies SwiGLU in GEMM1's epilogue, which needs the weights in the [N,K] layout "
+            "and MKERNEL_MOE_SWIGLU_EPILOGUE=1");
+    return ncclSuccess;
+  }
+  FusedComm f;
+  NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &f));
+  // Every rank's kernel on this GPU must be resident at once (each waits for rows, tiles and
+  // counters of the others): never more than this rank's share of the GPU.
+  const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
+  const int budget = std::min(f.smBudget, comm->smCount / onDevice);
+  if (budget < 2) {
+    static std::atomic<bool> said{false};
+    sayOnce(&said, api, "fewer than 2 SMs for this rank");
+    return ncclSuccess;
+  }
+  if (moeFusedDispatchSmem(c.E) > (size_t)gemm::GroupPipe::kSmemBytes) {
+    static std::atomic<bool> said{false};
+    sayOnce(&said, api, "the dispatch state of this many experts exceeds the shared memory");
+    return ncclSuccess;
+  }
+  const int nDisp = moeFusedDispatchCtas(c, budget);
+
+  // The sequential path's GEMMs (canImplement, kernels preloaded), with the row hooks.
+  gemm::GemmArgs g1, g2;
+  NCCLCHECK(moeGemm(c, c.buf.xRecv, c.w1, 2 * c.I, c.H, c.buf.act, c.inType, &g1, true));
+  NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
+  const int32_t tilesN1 = gemm::tilesN(g1), tilesN2 = gemm::tilesN(g2);
+  rowHooks(&g1, f, gemm::kTileM);       // every row of the tile landed, or padding
+  rowHooks(&g2, f, (uint64_t)tilesN1);  // every act column of the row block stored
+
+  void* block = nullptr;
+  NCCLCHECK(cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, api, &block));
+  MoeFfnFusedParams p{};
+  p.d = moedev::moeDispatchParamsOf(c, f, block);
+  p.d.ffnOut = c.buf.out;
+  p.d.deferErrors = true;
+  p.y = c.yOut;
+  p.hidden = (int64_t)c.H;
+  p.tilesN2 = tilesN2;
+  p.outType = (int32_t)gemmType(c.cfg.outType);
+  p.nDisp = nDisp;
+  const bool f16 = c.inType == ncclFloat16;
+  // Loaded before the first launch (see moeGemm).
+  NCCLCHECK(f16 ? moeFfnFusedLaunchIn<gemm::DType::kF16>(p, 0, nullptr)
+                : moeFfnFusedLaunchIn<gemm::DType::kBF16>(p, 0, nullptr));
+
+  const int64_t tiles =
+      std::max<int64_t>(1, ((int64_t)c.buf.maxRows + gemm::kTileM - 1) / gemm::kTileM);
+  const int64_t slots = (int64_t)c.T * c.k;
+  const size_t slotBytes =
+      ((size_t)std::max<int64_t>(slots, 1) * sizeof(int32_t) + 255) / 256 * 256;
+  // Zeroed per call: three counters per row tile (rows landed, GEMM1 and GEMM2 tiles stored),
+  // then the two GEMMs' tile claims, the combine's token claim and its CTA count.
+  const size_t zeroWords = 3 * (size_t)tiles + 4;
+  ncclResult_t res = fusedEnqueue(comm, c.stream, api, [&](cudaStream_t s) -> ncclResult_t {
+    // Stream-ordered scratch on the kernel's stream, the counters zeroed just before it (a
+    // memset node under capture, so every replay starts from zero). Peers touch these
+    // counters only during this call, and the kernel ends only once every rank's combine is
+    // done (combDone): the scratch may be freed behind it.
+    void* tmp = nullptr;
+    NCCLCHECK(scratchAlloc(&tmp, 2 * slotBytes + zeroWords * sizeof(uint64_t), comm->cudaDev, s));
+    uint8_t* base = static_cast<uint8_t*>(tmp);
+    uint64_t* words = reinterpret_cast<uint64_t*>(base + 2 * slotBytes);
+    ncclResult_t r = ncclSuccess;
+    CUDACHECKGOTO(cudaMemsetAsync(words, 0, zeroWords * sizeof(uint64_t), s), r, done);
+    {
+      uint64_t* tileReady = words;
+      uint64_t* rowDone1 = words + tiles;
+      uint64_t* rowDone2 = words + 2 * tiles;
+      uint64_t* tail = words + 3 * tiles;
+      p.d.slotRow = slots > 0 ? reinterpret_cast<int32_t*>(base) : nullptr;
+      p.d.order = slots > 0 ? reinterpret_cast<int32_t*>(base + slotBytes) : nullptr;
+      p.d.tileReady = tileReady;
+      p.d.rowDone = rowDone2;
+      p.combClaim = reinterpret_cast<int32_t*>(tail + 2);
+      p.ctaDone = reinterpret_cast<uint32_t*>(tail + 3);
+      gemm::GemmArgs a1 = g1, a2 = g2;
+      a1.hooks.rowReady = tileReady;
+      a1.hooks.tileDone = rowDone1;
+      a1.tileClaim = reinterpret_cast<int32_t*>(tail);
+      a2.hooks.rowReady = rowDone1;
+      a2.hooks.tileDone = rowDone2;
+      a2.tileClaim = reinterpret_cast<int32_t*>(tail + 1);
+      int32_t gridUnused = 0;
+      NCCLCHECKGOTO(gemm::buildParams(a1, &p.g1, &gridUnused), r, done);
+      NCCLCHECKGOTO(gemm::buildParams(a2, &p.g2, &gridUnused), r, done);
+      MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu I=%zu fused layer: %d CTAs, %d dispatch",
+              api, f.rank, c.T, c.k, c.E, c.H, c.I, budget, nDisp);
+      r = f16 ? moeFfnFusedLaunchIn<gemm::DType::kF16>(p, budget, s)
+              : moeFfnFusedLaunchIn<gemm::DType::kBF16>(p, budget, s);
+      if (r == ncclSuccess) *ran = true;
+    }
+  done:
+    return fusedFreeScratch(tmp, s, r, api);
+  });
+  if (res == ncclSuccess && *ran) gFfnLaunches.fetch_add(1);
+  return res;
+}
+
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,9 @@
+// Instantiation of the fused MoE layer kernel for f16 inputs.
+#include "fused/ops/moe/fused_ffn_launch.cuh"
+
+namespace mk {
+namespace fused {
+template ncclResult_t moeFfnFusedLaunchIn<gemm::DType::kF16>(const MoeFfnFusedParams&, int,
+                                                             cudaStream_t);
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,283 @@
+// ncclMoeDispatchFfnCombine with ncclFusedFused on ranks sharing GPU 0, one thread per rank: the
+// fused layer kernel (fused/ops/moe/fused_ffn.cuh: dispatch, GEMM1 with SwiGLU, GEMM2 and
+// combine in one persistent kernel per rank). Every case draws fresh tokens, weights and
+// routing (uniform, one hot expert, experts left empty, all of a token's experts on one rank;
+// -1 slots, tokens with every slot -1, token counts that are not tile multiples, several row
+// tiles per expert), poisons every output and buffer, checks every element of every rank's y
+// against the host reference of test_moe_util.h, then runs the sequential path on the same
+// inputs (y poisoned again), checks it, and compares y bit for bit: the fused kernel runs the
+// same engine arithmetic and the same combine sum. Every fused call asserts that the fused
+// kernel ran (moeFfnFusedLaunches), every ncclFusedAuto call that it did not. Also: forced
+// splits, graph capture replayed with new routing, a receiver's bound exceeded and a bad expert
+// id (reported while the peers complete correct), ncclCommAbort while a peer never comes, and
+// the weights in the [K,N] layout (no SwiGLU epilogue: the sequential path runs).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "common/test_util.h"
+#include "fused/ops/moe/moe.h"  // moeFfnFusedLaunches
+#include "gpu/test_fused_util.cuh"
+#include "gpu/test_moe_clique_cases.h"
+#include "gpu/test_moe_util.h"
+#include "gpu/test_thread_team.h"
+#include "mkernel/fused.h"
+
+namespace {
+
+using namespace moetest;
+
+uint64_t launches() {
+  return mk::fused::moeFfnFusedLaunches();
+}
+
+// Every rank's call with p.algo, then every rank checked; the fused kernel must have run once
+// per rank with ncclFusedFused on the [N,K] layout, and never otherwise.
+std::string runChecked(gputest::Team& t, FfnProblem& p) {
+  const uint64_t before = launches();
+  std::string err = t.run([&](int r) {
+    return fusedtest::callAndWaitRank(r, t.comms[r], t.streams[r],
+                                      p.call(r, t.comms[r], t.streams[r]));
+  });
+  if (err.empty()) err = t.run([&](int r) { return p.check(r); });
+  const uint64_t ran = launches() - before;
+  const bool fused = p.algo == ncclFusedFused && p.c().layout == ncclFusedLayoutNK;
+  const uint64_t want = fused ? (uint64_t)t.n : 0;
+  if (err.empty() && ran != want)
+    err = "fused layer kernel launched " + std::to_string(ran) + " times, expected " +
+          std::to_string(want);
+  return err;
+}
+
+// Fused, checked; then sequential on the same inputs, checked; y compared bit for bit.
+std::string fusedVsSequential(gputest::Team& t, FfnProblem& p) {
+  p.algo = ncclFusedFused;
+  std::string err = runChecked(t, p);
+  if (!err.empty()) return "fused: " + err;
+  std::vector<std::vector<uint8_t>> fused(t.n);
+  for (int r = 0; r < t.n && err.empty(); ++r) err = p.readY(r, &fused[r]);
+  for (int r = 0; r < t.n && err.empty(); ++r) err = p.poisonY(r);
+  if (!err.empty()) return err;
+  p.algo = ncclFusedAuto;
+  err = runChecked(t, p);
+  p.algo = ncclFusedFused;
+  if (!err.empty()) return "sequential: " + err;
+  for (int r = 0; r < t.n; ++r) {
+    std::vector<uint8_t> seq;
+    err = p.readY(r, &seq);
+    if (!err.empty()) return err;
+    for (size_t i = 0; i < seq.size(); ++i)
+      if (seq[i] != fused[r][i])
+        return "rank " + std::to_string(r) + ": y byte " + std::to_string(i) +
+               " differs from the sequential path's";
+  }
+  return "";
+}
+
+class MoeFfnFusedThreads : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { MKTEST_REQUIRE_GPU(); }
+  mktest::ScopedEnv timeout_{"MKERNEL_TIMEOUT_MS", "20000"};
+};
+
+TEST_P(MoeFfnFusedThreads, EveryElementCheckedAndBitwiseSequential) {
+  const int n = GetParam();
+  const uint64_t seed = mktest::testSeed() ^ (0xff5eull * n);
+  SCOPED_TRACE("seed " + std::to_string(seed) +
+               " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  std::mt19937_64 rng(seed);
+  const int eprs[] = {1, 3, 8, 2};
+  const int ks[] = {1, 2, 6, 8};
+  const ncclDataType_t outs[] = {ncclBfloat16, ncclFloat16, ncclFloat32};
+  for (int i = 0; i < 6; ++i) {
+    FfnCase c;
+    c.n = n;
+    c.epr = eprs[(i + n) % 4];
+    c.k = ks[(i + n / 2) % 4];
+    // H: GEMM2's column tiles (1, 2 with a tail); I: GEMM1's SwiGLU tiles of 128 (tails too).
+    c.H = i % 3 == 2 ? 384 : (i % 3 == 1 ? 200 : 64);
+    c.I = i < 2 ? 32 : (i < 4 ? 320 : 128);
+    c.in = i % 2 ? ncclFloat16 : ncclBfloat16;
+    c.out = outs[i % 3];
+    c.layout = ncclFusedLayoutNK;
+    c.routing = (Routing)((i + n) % 4);
+    c.minT = 37;
+    c.maxT = i % 2 ? 700 : 240;  // several row tiles per expert at the larger counts
+    FfnProblem p(c);
+    DrawOpts o;
+    o.slack = (int)(rng() % 200);
+    o.emptyRank = i == 4 && n > 1 ? n - 1 : -1;
+    ASSERT_EQ(p.draw(rng(), o), "") << caseName(c);
+    ASSERT_EQ(fusedVsSequential(t, p), "") << caseName(c);
+    // Back to back on the same comm: new routing and inputs in the same input buffers.
+    DrawOpts again;
+    again.reshape = false;
+    ASSERT_EQ(p.draw(rng(), again), "") << caseName(c);
+    ASSERT_EQ(fusedVsSequential(t, p), "") << caseName(c) << " (second call)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeFfnFused, MoeFfnFusedThreads, ::testing::Values(1, 2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "n" + std::to_string(i.param);
+                         });
+
+// The split forced from the config: one dispatch CTA, then all of the rank's CTAs but one; and
+// the [K,N] layout, which the fused kernel does not take (the sequential path runs, correct).
+TEST(MoeFfnFusedSplit, ForcedCommSmsAndKnLayout) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const int n = 4;
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  FfnCase c{n, 3, 6, 264, 256, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kHotExpert, 37, 400};
+  std::mt19937_64 rng(mktest::testSeed() ^ 0x5b2);
+  for (int sms : {1, 1000}) {
+    FfnProblem p(c);
+    p.commSms = sms;  // 1000: clamped to the rank's budget less one CTA
+    DrawOpts o;
+    o.slack = 64;
+    ASSERT_EQ(p.draw(rng(), o), "") << "commSms " << sms;
+    ASSERT_EQ(fusedVsSequential(t, p), "") << "commSms " << sms;
+  }
+  c.layout = ncclFusedLayoutKN;
+  FfnProblem p(c);
+  p.algo = ncclFusedFused;
+  ASSERT_EQ(p.draw(rng(), DrawOpts{}), "");
+  EXPECT_EQ(runChecked(t, p), "") << "[K,N] weights with ncclFusedFused";
+}
+
+// Captured once per rank thread (after an eager call), replayed with new routing, tokens and
+// weights written into the same buffers: every replay checked, the fused kernel in the graph.
+TEST(MoeFfnFusedGraph, ReplaysWithNewRouting) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  const uint64_t seed = mktest::testSeed() ^ 0x9b1;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 4;
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  FfnCase c{n, 2, 6, 256, 128, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 37, 300};
+  FfnProblem p(c);
+  p.algo = ncclFusedFused;
+  std::mt19937_64 rng(seed);
+  // Enough for any routing: every slot of every rank on one expert, plus the padding.
+  const size_t rows = (size_t)n * c.maxT * c.k + (size_t)c.epr * NCCL_MOE_ROW_ALIGN;
+  DrawOpts o;
+  o.fixedRows = rows;
+  ASSERT_EQ(p.draw(rng(), o), "");
+  ASSERT_EQ(runChecked(t, p), "") << "eager call";
+  const uint64_t before = launches();
+  std::vector<cudaGraphExec_t> execs;
+  std::string err = captureEachRank(t, p, &execs);
+  EXPECT_EQ(launches() - before, (uint64_t)n) << "the captured call must be the fused kernel";
+  for (int rep = 0; rep < 5 && err.empty(); ++rep) {
+    p.c().routing = (Routing)(rep % 4);
+    DrawOpts again;
+    again.reshape = false;
+    again.fixedRows = rows;
+    err = p.draw(rng(), again);
+    if (err.empty())
+      err = t.run([&](int r) -> std::string {
+        MOE_CUDA(cudaGraphLaunch(execs[r], t.streams[r]));
+        return fusedtest::waitRank(r, t.comms[r], t.streams[r]);
+      });
+    if (err.empty()) err = t.run([&](int r) { return p.check(r); });
+    if (!err.empty()) err = "replay " + std::to_string(rep) + ": " + err;
+  }
+  for (auto x : execs)
+    if (x) cudaGraphExecDestroy(x);
+  EXPECT_EQ(err, "");
+}
+
+// Rank 1's bound is one row short: it receives nothing, its comm reports the overflow naming
+// the op and the rows (recorded at the end of the fused kernel); its peers complete, their
+// slots routed to rank 1's experts contribute zeros and every other slot is correct.
+TEST(MoeFfnFusedOverflow, ReportedPeersComplete) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "5000");  // a peer left waiting fails fast
+  const uint64_t seed = mktest::testSeed() ^ 0x0f3;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 3, tight = 1;
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  FfnCase c{n, 2, 2, 64, 32, ncclBfloat16, ncclFloat32, ncclFusedLayoutNK, kUniform, 37, 120};
+  FfnProblem p(c);
+  p.algo = ncclFusedFused;
+  DrawOpts o;
+  o.tight = tight;
+  ASSERT_EQ(p.draw(seed, o), "");
+  ASSERT_GT(p.need(tight), 0u);
+  const uint64_t before = launches();
+  Outcome out;
+  ASSERT_EQ(runExpectingFailure(t, p, tight, &out), "");
+  EXPECT_EQ(launches() - before, (uint64_t)n);
+  const std::string& msg = out.errs[tight];
+  EXPECT_NE(msg.find("MoeDispatchFfnCombine"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(p.need(tight)) + " rows"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bound of " + std::to_string(p.need(tight) - 1) + " rows"), std::string::npos)
+      << msg;
+  for (int r = 0; r < n; ++r) EXPECT_EQ(p.check(r, tight, r == tight), "") << "rank " << r;
+}
+
+// One topkIdx entry of rank 2 is E + 5: its comm reports the slot and the id once the layer is
+// done, while its GEMMs still serve its peers' combines; every other slot of every rank is
+// correct, rank 2's own y included.
+TEST(MoeFfnFusedBadId, ReportedOtherSlotsCorrect) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "5000");
+  const uint64_t seed = mktest::testSeed() ^ 0xbae;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 3, bad = 2;
+  gputest::Team t(n);
+  ASSERT_TRUE(t.ok) << t.why;
+  FfnCase c{n, 2, 3, 64, 32, ncclFloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 37, 120};
+  FfnProblem p(c);
+  p.algo = ncclFusedFused;
+  DrawOpts o;
+  o.badRank = bad;
+  ASSERT_EQ(p.draw(seed, o), "");
+  const uint64_t before = launches();
+  Outcome out;
+  ASSERT_EQ(runExpectingFailure(t, p, bad, &out), "");
+  EXPECT_EQ(launches() - before, (uint64_t)n);
+  const std::string& msg = out.errs[bad];
+  EXPECT_NE(msg.find("topkIdx slot " + std::to_string(p.badSlot()) + " holds expert id " +
+                     std::to_string(p.experts() + 5)),
+            std::string::npos)
+      << msg;
+  // The error is recorded at the kernel's end: even the failing rank's y is complete.
+  for (int r = 0; r < n; ++r) EXPECT_EQ(p.check(r), "") << "rank " << r;
+}
+
+// Rank 0 calls, rank 1 never does: rank 0's fused kernel waits on the device until
+// ncclCommAbort from another thread ends it (within 5 s), and the GPU stays usable: a new pair
+// of ranks then runs the fused layer and checks out.
+TEST(MoeFfnFusedAbort, PeerNeverComes) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "120000");
+  FfnCase c{2, 2, 2, 64, 32, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 37, 50};
+  {
+    FfnProblem p(c);
+    p.algo = ncclFusedFused;
+    ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab4, DrawOpts{}), "");
+    const uint64_t before = launches();
+    expectAbortEndsLonelyCall(p, "fused layer kernel", [&] { EXPECT_EQ(launches() - before, 1u); });
+  }
+  if (::testing::Test::HasFatalFailure()) return;
+  gputest::Team t(2);
+  ASSERT_TRUE(t.ok) << t.why;
+  FfnProblem p(c);
+  ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab5, DrawOpts{}), "");
+  EXPECT_EQ(fusedVsSequential(t, p), "");
+}
+
+}  // namespace
