@@ -13,7 +13,8 @@
 // distinct and uniform (a fresh draw per rank). TFLOP/s per rank: 2 * T * k * N * H / time
 // (the rows a rank receives on average; --ffn: 6 * T * k * I * H, both GEMMs). After timing,
 // the fused output is compared bit for bit with the sequential one (every expert row of y of
-// every rank; --ffn: every rank's layer output): the fused kernels run the same arithmetic.
+// every rank; --ffn: every rank's layer output; outputs and intermediates set to NaN before
+// each algo's first calls): the fused kernels run the same arithmetic.
 //
 //   bench_moe_threads_bench [--ranks 4] [--shapes 7168:4096:256:8:4096,...] [--ffn]
 //                           [--reps 10] [--warmup 2] [--trials 3] [--comm-sms -1] [--out FILE]
@@ -200,6 +201,21 @@ double batch(std::vector<Rank>& ranks, const Shape& sh, int algo, int commSms, b
   return nowS() - t0;
 }
 
+// Every output and intermediate of every rank set to NaN (0xff bytes), so that what an algo
+// leaves unwritten cannot pass for the other algo's result in the comparison.
+void poisonOutputs(std::vector<Rank>& ranks, const Shape& sh, bool ffn) {
+  for (Rank& d : ranks) {
+    if (ffn) {
+      MB_CUDA(cudaMemset(d.yOut, 0xff, (size_t)sh.T * sh.H * 2));
+      MB_CUDA(cudaMemset(d.out, 0xff, d.maxRows * sh.H * 4));
+      MB_CUDA(cudaMemset(d.act, 0xff, d.maxRows * sh.N * 2));
+    } else {
+      MB_CUDA(cudaMemset(d.y, 0xff, d.maxRows * sh.N * 2));
+    }
+  }
+  MB_CUDA(cudaDeviceSynchronize());
+}
+
 // Every expert row of y of every rank, concatenated (--ffn: every rank's layer output).
 std::vector<uint16_t> expertRows(std::vector<Rank>& ranks, const Shape& sh, bool ffn) {
   std::vector<uint16_t> all;
@@ -298,6 +314,7 @@ int main(int argc, char** argv) {
     double us[2];
     std::vector<uint16_t> y[2];
     for (int a = 0; a < 2; ++a) {
+      poisonOutputs(ranks, sh, o.ffn);
       batch(ranks, sh, algos[a], o.commSms, o.ffn, comms, o.warmup, o.timeoutS);
       y[a] = expertRows(ranks, sh, o.ffn);
     }

@@ -17,6 +17,7 @@
 // type and B layout (one main loop), and, when grouped, the same groups (one prefix table).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "fused/gemm/gemm_kernel.cuh"
 
@@ -35,6 +36,20 @@ struct ChainCheck {
   static constexpr bool ok = true;
 };
 
+// Tile t of GEMM j: its coordinates by that GEMM's traits (a gated tile stores 128 columns, a
+// plain one 256: the column of tile nBlk differs, whatever the shared rows).
+template <class Tr1, class Tr2>
+__device__ __forceinline__ void chainTileAt(int j, const GemmParams& p,
+                                            const SmemLayout<typename Tr1::Pipe>& sm, int32_t t,
+                                            int32_t* g, int32_t* m0, int32_t* n0, int32_t* mBlk,
+                                            int32_t* nBlk) {
+  if (j == 0) {
+    tileAt<Tr1>(p, sm, t, g, m0, n0, mBlk, nBlk);
+  } else {
+    tileAt<Tr2>(p, sm, t, g, m0, n0, mBlk, nBlk);
+  }
+}
+
 template <class Tr1, class Tr2>
 __device__ __forceinline__ void chainProducer(const GemmParams& p1, const GemmParams& p2,
                                               const SmemLayout<typename Tr1::Pipe>& sm,
@@ -46,7 +61,7 @@ __device__ __forceinline__ void chainProducer(const GemmParams& p1, const GemmPa
     const int32_t numTiles = numTilesOf<Tr1>(p, sm);
     for (int32_t t = atomicAdd(p.tileClaim, 1); t < numTiles; t = atomicAdd(p.tileClaim, 1)) {
       int32_t g, m0, n0, mBlk, nBlk;
-      tileAt<Tr1>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
+      chainTileAt<Tr1, Tr2>(j, p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
       const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
       const uint32_t word = ok ? (uint32_t)t : kStageAbort;
       if (j == 0) {
@@ -99,7 +114,7 @@ __device__ __forceinline__ void chainConsumer(const GemmParams& p1, const GemmPa
     const bool aborted = v == kStageAbort;
     const GemmParams& p = j == 0 ? p1 : p2;
     int32_t g, m0, n0, mBlk, nBlk;
-    tileAt<Tr1>(p, sm, aborted ? 0 : (int32_t)v, &g, &m0, &n0, &mBlk, &nBlk);
+    chainTileAt<Tr1, Tr2>(j, p, sm, aborted ? 0 : (int32_t)v, &g, &m0, &n0, &mBlk, &nBlk);
     tileMainLoop<Tr1, true>(sm, stageAbort, acc, 0, p.kTiles, wg, lane, stage, phase);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);

@@ -147,11 +147,13 @@ typedef struct {
   int wLayout;            /* ncclFusedLayout_t of w1 */
   ncclDataType_t outType; /* ncclBfloat16, ncclFloat16, ncclFloat32, or the default (inType) */
   int commSms;            /* -1: automatic; >= 1 forces the CTAs of the dispatch */
-  int algo;               /* ncclFusedAlgo_t: ncclMoeDispatchGemm with ncclFusedFused on ranks
-                             of one process sharing a GPU runs one kernel per rank (dispatch
-                             CTAs feeding the grouped GEMM's CTAs tile by tile); everywhere
-                             else, and with auto or sequential, the dispatch kernel, then
-                             mkernel's grouped GEMM (ncclMoeDispatchFfnCombine: always) */
+  int algo;               /* ncclFusedAlgo_t: with ncclFusedFused on ranks of one process
+                             sharing a GPU, ncclMoeDispatchGemm runs one kernel per rank
+                             (dispatch CTAs feeding the grouped GEMM's CTAs tile by tile) and
+                             ncclMoeDispatchFfnCombine one kernel per rank for the whole layer
+                             (see there); everywhere else, and with auto or sequential, the
+                             dispatch kernel, then mkernel's grouped GEMM(s) (and the combine).
+                             Every rank of a call must pass the same algo. */
 } ncclMoeConfig_t;
 #define NCCL_MOE_CONFIG_INITIALIZER                                                             \
   {                                                                                             \
@@ -202,10 +204,15 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
  * aligned. The sequential path runs: dispatch kernel, grouped GEMM1 (SwiGLU in its epilogue,
  * or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel. With algo
- * ncclFusedFused, ranks of one process sharing a GPU and the weights in the NK layout, one fused
- * kernel per rank runs the layer instead (dispatch, GEMM1, GEMM2 and combine overlapped row tile
- * by row tile), with the same arithmetic: y is bit for bit the sequential path's; elsewhere the
- * sequential path runs (logged once). ncclFusedAuto runs the sequential path.
+ * ncclFusedFused, ranks of one process sharing a GPU, the weights in the NK layout with
+ * MKERNEL_MOE_SWIGLU_EPILOGUE=1 (the default), at least 2 SMs per rank and E small enough for the
+ * dispatch state to fit in shared memory, one fused kernel per rank runs the layer instead
+ * (dispatch, GEMM1, GEMM2 and combine overlapped row tile by row tile), with the same
+ * arithmetic: y is bit for bit the sequential path's; elsewhere the sequential path runs (the
+ * reason logged once). ncclFusedAuto runs the sequential path. A call captured in a graph must
+ * follow an eager call on the same path (each path allocates its shared state at its first
+ * call), and every rank of a call must take the same path: a rank that runs the fused kernel
+ * while a peer runs the sequential path reports it (ncclInvalidUsage naming the peer).
  */
 typedef struct {
   void* xRecv;       /* [maxRows, H] inType: the received token rows, packed */

@@ -9,8 +9,9 @@
 // same engine arithmetic and the same combine sum. Every fused call asserts that the fused
 // kernel ran (moeFfnFusedLaunches), every ncclFusedAuto call that it did not. Also: forced
 // splits, graph capture replayed with new routing, a receiver's bound exceeded and a bad expert
-// id (reported while the peers complete correct), ncclCommAbort while a peer never comes, and
-// the weights in the [K,N] layout (no SwiGLU epilogue: the sequential path runs).
+// id (reported while the peers complete correct), ranks on different paths (an error, not a
+// fault), ncclCommAbort while a peer never comes, and the weights in the [K,N] layout (no
+// SwiGLU epilogue: the sequential path runs).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -102,8 +103,10 @@ TEST_P(MoeFfnFusedThreads, EveryElementCheckedAndBitwiseSequential) {
     c.n = n;
     c.epr = eprs[(i + n) % 4];
     c.k = ks[(i + n / 2) % 4];
-    // H: GEMM2's column tiles (1, 2 with a tail); I: GEMM1's SwiGLU tiles of 128 (tails too).
-    c.H = i % 3 == 2 ? 384 : (i % 3 == 1 ? 200 : 64);
+    // H: GEMM2's column tiles of 256 (1; 3 with a tail: GEMM2's tiles are twice as wide as
+    // GEMM1's gated ones, so a column mix-up leaves columns unwritten); I: GEMM1's SwiGLU
+    // tiles of 128 (tails too).
+    c.H = i % 3 == 2 ? 640 : (i % 3 == 1 ? 200 : 64);
     c.I = i < 2 ? 32 : (i < 4 ? 320 : 128);
     c.in = i % 2 ? ncclFloat16 : ncclBfloat16;
     c.out = outs[i % 3];
@@ -138,7 +141,8 @@ TEST(MoeFfnFusedSplit, ForcedCommSmsAndKnLayout) {
   const int n = 4;
   gputest::Team t(n);
   ASSERT_TRUE(t.ok) << t.why;
-  FfnCase c{n, 3, 6, 264, 256, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kHotExpert, 37, 400};
+  // H 1032: five GEMM2 column tiles, the last 8 columns wide.
+  FfnCase c{n, 3, 6, 1032, 256, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kHotExpert, 37, 300};
   std::mt19937_64 rng(mktest::testSeed() ^ 0x5b2);
   for (int sms : {1, 1000}) {
     FfnProblem p(c);
@@ -165,7 +169,7 @@ TEST(MoeFfnFusedGraph, ReplaysWithNewRouting) {
   const int n = 4;
   gputest::Team t(n);
   ASSERT_TRUE(t.ok) << t.why;
-  FfnCase c{n, 2, 6, 256, 128, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 37, 300};
+  FfnCase c{n, 2, 6, 768, 128, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 37, 300};
   FfnProblem p(c);
   p.algo = ncclFusedFused;
   std::mt19937_64 rng(seed);
@@ -256,6 +260,37 @@ TEST(MoeFfnFusedBadId, ReportedOtherSlotsCorrect) {
       << msg;
   // The error is recorded at the kernel's end: even the failing rank's y is complete.
   for (int r = 0; r < n; ++r) EXPECT_EQ(p.check(r), "") << "rank " << r;
+}
+
+// Rank 0 passes ncclFusedFused, rank 1 ncclFusedAuto (the sequential path): a caller's
+// mistake that must end in errors, not in a fault or a hang. Rank 0's combine finds rank 1's
+// slot without its rows and reports that rank 1 ran the sequential path; rank 1's combine waits
+// for rank 0's sequential slot until its timeout; the GPU stays usable.
+TEST(MoeFfnFusedMixed, PeerOnTheSequentialPathIsAnError) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "3000");
+  const int n = 2;
+  std::vector<std::string> errs(n);
+  {
+    gputest::Team t(n);
+    ASSERT_TRUE(t.ok) << t.why;
+    // Many tokens, k 2 of 4 experts: rank 0 routes some to rank 1's experts for sure.
+    FfnCase c{n, 2, 2, 64, 32, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 200, 300};
+    FfnProblem p(c);
+    p.fusedRank = 0;
+    ASSERT_EQ(p.draw(mktest::testSeed() ^ 0x31c, DrawOpts{}), "");
+    const std::string err = t.run([&](int r) -> std::string {
+      const ncclResult_t res = p.call(r, t.comms[r], t.streams[r]);
+      errs[r] = res != ncclSuccess ? std::string("call: ") + ncclGetLastError(t.comms[r])
+                                   : fusedtest::waitRank(r, t.comms[r], t.streams[r]);
+      return drain(t.streams[r]);
+    });
+    ASSERT_EQ(err, "");
+  }
+  EXPECT_NE(errs[0].find("rank 1 ran this call on the sequential path"), std::string::npos)
+      << errs[0];
+  EXPECT_NE(errs[1], "") << "rank 1 must report its timeout, not end clean";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
 }
 
 // Rank 0 calls, rank 1 never does: rank 0's fused kernel waits on the device until

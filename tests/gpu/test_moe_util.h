@@ -431,6 +431,7 @@ class FfnProblem {
   int experts() const { return c_.n * c_.epr; }
   int algo = ncclFusedAuto;  // the config's algo (ncclFusedFused: the fused layer kernel)
   int commSms = -1;          // the config's commSms
+  int fusedRank = -1;        // this rank alone passes ncclFusedFused (a caller's mistake, tested)
 
   // Fresh inputs and routing for every rank, uploaded; the expected layout; outputs and every
   // buffer poisoned (NaN in the float ones).
@@ -522,7 +523,7 @@ class FfnProblem {
     ncclMoeConfig_t cfg = NCCL_MOE_CONFIG_INITIALIZER;
     cfg.wLayout = c_.layout;
     cfg.outType = c_.out;
-    cfg.algo = algo;
+    cfg.algo = r == fusedRank ? ncclFusedFused : algo;
     cfg.commSms = commSms;
     const ncclMoeFfnBuffers_t b = buffers(r);
     return ncclMoeDispatchFfnCombine(d.dx.p, d.didx.as<int>(), d.dwts.as<float>(), d.dw1.p, d.dw2.p,

@@ -146,6 +146,13 @@ TEST(RtErr, FusedRecordsNameTheOperator) {
   EXPECT_TRUE(has(m, "forwarded 12 token rows to rank 6")) << m;
   EXPECT_TRUE(has(m, "announced 13")) << m;
   EXPECT_TRUE(has(m, "MKERNEL_MOE_NODE_DEDUP")) << m;
+  // The fused MoE layer's combine met a peer on the sequential path (the caller's mistake).
+  e.op = rt::kOpMoeCombine;
+  e.peer = 2;
+  e.slot = -4;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclInvalidUsage);
+  EXPECT_TRUE(has(m, "rank 2 ran this call on the sequential path")) << m;
+  EXPECT_TRUE(has(m, "MoeDispatchFfnCombine")) << m;
 }
 
 // poll() reports a record once, and only after the device published it (valid).

@@ -57,6 +57,7 @@ struct MoeClique {
   // counters live in per-call scratch). ovfSpan[r]: rows rank r's layout needed when they
   // exceeded its bound this call, else 0 (the error the layer records at its end).
   uint64_t combDone[kMoeMaxLocal];
+  uint64_t combFailed[kMoeMaxLocal];  // = seq: rank r failed this call (released before combDone)
   int64_t ovfSpan[kMoeMaxLocal];
 };
 

@@ -16,8 +16,10 @@
 //     owner is read once the owner's rowDone2 of that row block reaches GEMM2's column tile
 //     count; the sum is the sequential combine's (combine_dev.cuh), so y is bit for bit the
 //     sequential path's.
-//  5. End: the last CTA publishes combDone and waits for every rank's (peers read this rank's
-//     out and per-call counters until then), records the call's deferred errors (a bad expert
+//  5. End: the last CTA publishes combDone (and, if this rank failed, combFailed first) and
+//     waits for every rank's (peers read this rank's out and per-call counters until then; a
+//     peer's failure fails this rank's call too: its rows may never have been computed),
+//     records the call's deferred errors (a bad expert
 //     id, an overflow: recorded earlier they would fail this rank's waits while its peers
 //     still need its GEMMs), and finishCall counts the call.
 //
@@ -58,6 +60,8 @@ struct MoeFfnFusedParams {
 // Tokens a warp claims at once: few enough that the warps' shares stay even, enough that the
 // claims cost little next to reading k rows of H floats per token.
 constexpr int kFfnCombineChunk = 4;
+// ErrSite::slot of the protocol error "a peer runs the sequential path" (err_host.cc).
+constexpr int32_t kFfnMixedPathsSlot = -4;
 
 // Phase 4 for one warp: claim tokens, wait for each slot's row at its owner, sum. False once a
 // wait failed (recorded by the lane that waited): the warp stops.
@@ -80,14 +84,26 @@ __device__ __forceinline__ bool ffnCombineToken(const MoeFfnFusedParams& p, int6
       const float* base = *(const float* const volatile*)&s.out;
       const uint64_t* done = *(uint64_t* const volatile*)&s.rowDone;
       const int32_t blk = row / gemm::kTileM;
-      ok = rt::waitGe(d.f.c.w, done + blk, (uint64_t)p.tilesN2,
-                      rt::ErrSite{d.f.c.w.op, owner, (int32_t)blockIdx.x, blk, rt::kWaitData, 0},
-                      rt::kScopeGpu, 32);
+      if (done == nullptr || base == nullptr) {
+        // The owner runs the sequential path of this call (ranks passed different algos,
+        // layouts or MKERNEL_MOE_SWIGLU_EPILOGUE): an error naming it, not a fault.
+        rt::recordError(d.f.c.w, rt::kErrProtocol,
+                        rt::ErrSite{rt::kOpMoeCombine, owner, (int32_t)blockIdx.x,
+                                    kFfnMixedPathsSlot, rt::kWaitNone, 0},
+                        0, 0);
+        ok = false;
+      } else {
+        ok = rt::waitGe(
+            d.f.c.w, done + blk, (uint64_t)p.tilesN2,
+            rt::ErrSite{rt::kOpMoeCombine, owner, (int32_t)blockIdx.x, blk, rt::kWaitData, 0},
+            rt::kScopeGpu, 32);
+      }
       src = base + (int64_t)row * p.hidden;
       w = d.topkWeights[i];
     }
   }
   if (!__all_sync(0xffffffffu, ok)) return false;
+  __syncwarp();  // orders each lane's acquire before every lane's reads of its row
   moedev::combineToken<O>(src, w, topk, p.hidden, static_cast<O*>(p.y) + t * p.hidden);
   return true;
 }
@@ -160,12 +176,20 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     __threadfence();
     if (atomicAdd(p.ctaDone, 1u) == gridDim.x - 1) {
       __threadfence();  // the other CTAs' combines (their fence + count) happened before
-      // Published whatever this rank's verdict: a peer must not time out for it.
+      // Published whatever this rank's verdict, so that a peer does not time out for it; a
+      // failed rank (abort, timeout) marks the call first: its GEMMs may not have run and its
+      // counters are freed behind this kernel, so a peer that read them must not end clean.
+      if (rt::failed(d.f.c.w)) ptx::stReleaseSys(&d.q->combFailed[me], seq);
       ptx::stReleaseSys(&d.q->combDone[me], seq);
       bool ok = true;
-      for (int q = 0; q < d.s.nRanks && ok; ++q)
-        ok = rt::waitGe(d.f.c.w, &d.q->combDone[q], seq, moedev::moeSite(d, q, -1, rt::kWaitData),
-                        rt::kScopeSys);
+      for (int q = 0; q < d.s.nRanks && ok; ++q) {
+        const rt::ErrSite site{rt::kOpMoeCombine, q, (int32_t)blockIdx.x, -1, rt::kWaitData, 0};
+        ok = rt::waitGe(d.f.c.w, &d.q->combDone[q], seq, site, rt::kScopeSys);
+        if (ok && rt::ldAcquire(&d.q->combFailed[q], rt::kScopeSys) == seq) {
+          rt::recordError(d.f.c.w, rt::kErrPeerFailed, site, seq, 0);
+          ok = false;
+        }
+      }
       if (ok && !rt::failed(d.f.c.w))
         moedev::moeRecordCallErrors(d, *(volatile unsigned long long*)&d.q->badSlot[me],
                                     *(volatile int64_t*)&d.q->ovfSpan[me]);

@@ -240,7 +240,16 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
                  "%llu token rows to rank %d as its node gateway and the count messages "
                  "announced %lld (the fan-out rows differ; MKERNEL_MOE_NODE_DEDUP=0 avoids it)",
                  n.rank, op, (unsigned long long)e.seq, e.peer, (long long)(int32_t)e.waitedNs);
-      else
+      else if (e.op == kOpMoeCombine && e.slot == -4) {
+        // The fused layer's combine found a peer's slot without its out rows (fused_ffn.cuh):
+        // the caller's mistake.
+        res = ncclInvalidUsage;
+        snprintf(m, sizeof(m),
+                 "rank %d: %s: rank %d ran this call on the sequential path while this rank ran "
+                 "the fused kernel (every rank must pass the same algo, weight layout and "
+                 "MKERNEL_MOE_SWIGLU_EPILOGUE)",
+                 n.rank, op, e.peer);
+      } else
         snprintf(m, sizeof(m), "rank %d: %s: protocol error with %s (lane %d, slot %d, value %llu)",
                  n.rank, op, who.c_str(), e.lane, e.slot, (unsigned long long)e.seq);
       break;
