@@ -35,15 +35,17 @@ struct DeviceInfo {
 // Read once per device from the runtime (never hard-coded).
 ncclResult_t getDeviceInfo(int device, DeviceInfo* out);
 
-// Launches `kernel` with split.total() CTAs as a cooperative launch: the runtime refuses a
-// grid that cannot be co-resident instead of letting roles wait on CTAs that never start.
+// Launches `kernel` with `grid` CTAs as a cooperative launch: the runtime refuses a grid that
+// cannot be co-resident instead of letting roles wait on CTAs that never start. grid 0 only
+// sets the shared-memory attribute, which loads the kernel (a lazy load at the first launch
+// can wait for the device, where a peer's kernel may wait for the calling thread).
 template <typename Params>
-ncclResult_t launchRoles(void (*kernel)(Params), const SmSplit& split, int threads, size_t smem,
-                         cudaStream_t stream, const Params& params) {
-  MK_ARGCHECK(split.total() > 0, "fused launch with an empty SM split");
+ncclResult_t launchCooperative(void (*kernel)(Params), int grid, int threads, size_t smem,
+                               cudaStream_t stream, const Params& params) {
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  if (grid <= 0) return ncclSuccess;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(split.total());
+  cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -54,6 +56,14 @@ ncclResult_t launchRoles(void (*kernel)(Params), const SmSplit& split, int threa
   cfg.numAttrs = 1;
   CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, params));
   return ncclSuccess;
+}
+
+// Launches `kernel` with split.total() CTAs, cooperatively (launchCooperative).
+template <typename Params>
+ncclResult_t launchRoles(void (*kernel)(Params), const SmSplit& split, int threads, size_t smem,
+                         cudaStream_t stream, const Params& params) {
+  MK_ARGCHECK(split.total() > 0, "fused launch with an empty SM split");
+  return launchCooperative(kernel, split.total(), threads, smem, stream, params);
 }
 
 }  // namespace fused

@@ -124,6 +124,24 @@ void expectAbortEndsLonelyCall(P& p, const char* what, const std::function<void(
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
 }
 
+// One case of the layer: drawn (rows beyond the need: up to 200 a rank; `emptyRank`, if >= 0,
+// without tokens), run, drawn again into the same buffers (new routing and inputs) and run
+// again, back to back on the same comm. `run` returns "" or what went wrong.
+inline std::string drawRunTwice(FfnProblem& p, std::mt19937_64& rng, int emptyRank,
+                                const std::function<std::string()>& run) {
+  DrawOpts o;
+  o.slack = (int)(rng() % 200);
+  o.emptyRank = emptyRank;
+  std::string e = p.draw(rng(), o);
+  if (e.empty()) e = run();
+  if (!e.empty()) return e;
+  DrawOpts again;
+  again.reshape = false;
+  e = p.draw(rng(), again);
+  if (e.empty()) e = run();
+  return e.empty() ? "" : e + " (second call)";
+}
+
 // Bounded wait for a stream whose comm may have failed (its kernels end within the timeout).
 inline std::string drain(cudaStream_t s, double timeoutS = 60) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -90,16 +90,9 @@ TEST_P(MoeFfnThreads, RandomRoutingEveryElementChecked) {
     c.minT = 37;
     c.maxT = 300;
     FfnProblem p(c);
-    DrawOpts o;
-    o.slack = (int)(rng() % 200);
-    o.emptyRank = i == 4 && n > 1 ? n - 1 : -1;
-    ASSERT_EQ(p.draw(rng(), o), "") << caseName(c);
-    ASSERT_EQ(runAndCheck(t, p), "") << caseName(c);
-    // Back to back on the same comm: new routing and inputs in the same input buffers.
-    DrawOpts again;
-    again.reshape = false;
-    ASSERT_EQ(p.draw(rng(), again), "") << caseName(c);
-    ASSERT_EQ(runAndCheck(t, p), "") << caseName(c) << " (second call)";
+    ASSERT_EQ(drawRunTwice(p, rng, i == 4 && n > 1 ? n - 1 : -1, [&] { return runAndCheck(t, p); }),
+              "")
+        << caseName(c);
   }
 }
 

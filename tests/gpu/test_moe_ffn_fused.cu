@@ -115,16 +115,10 @@ TEST_P(MoeFfnFusedThreads, EveryElementCheckedAndBitwiseSequential) {
     c.minT = 37;
     c.maxT = i % 2 ? 700 : 240;  // several row tiles per expert at the larger counts
     FfnProblem p(c);
-    DrawOpts o;
-    o.slack = (int)(rng() % 200);
-    o.emptyRank = i == 4 && n > 1 ? n - 1 : -1;
-    ASSERT_EQ(p.draw(rng(), o), "") << caseName(c);
-    ASSERT_EQ(fusedVsSequential(t, p), "") << caseName(c);
-    // Back to back on the same comm: new routing and inputs in the same input buffers.
-    DrawOpts again;
-    again.reshape = false;
-    ASSERT_EQ(p.draw(rng(), again), "") << caseName(c);
-    ASSERT_EQ(fusedVsSequential(t, p), "") << caseName(c) << " (second call)";
+    ASSERT_EQ(
+        drawRunTwice(p, rng, i == 4 && n > 1 ? n - 1 : -1, [&] { return fusedVsSequential(t, p); }),
+        "")
+        << caseName(c);
   }
 }
 

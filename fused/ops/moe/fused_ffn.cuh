@@ -19,16 +19,17 @@
 //  5. End: the last CTA publishes combDone (and, if this rank failed, combFailed first) and
 //     waits for every rank's (peers read this rank's out and per-call counters until then; a
 //     peer's failure fails this rank's call too: its rows may never have been computed),
-//     records the call's deferred errors (a bad expert
-//     id, an overflow: recorded earlier they would fail this rank's waits while its peers
-//     still need its GEMMs), and finishCall counts the call.
+//     records the call's deferred errors (a bad expert id, an overflow: recorded earlier they
+//     would fail this rank's waits while its peers still need its GEMMs), and finishCall
+//     counts the call.
 //
 // Why it cannot deadlock: every CTA claims GEMM1 tiles until none is left before it claims a
-// GEMM2 tile, and publishes its last GEMM1 tile before it waits for any GEMM2 stage (the chain's
-// phase word, gemm_chain.cuh), so a GEMM2 tile only waits for GEMM1 tiles already held by
-// running CTAs, which wait only for dispatched rows; a CTA combines only once it found no GEMM2
-// tile left of its rank, and the peers' kernels are resident (each rank's grid is at most its share
-// of the GPU, launched cooperatively). Every wait is bounded and abortable (the comm's WaitCtx).
+// GEMM2 tile, and publishes its last GEMM1 tile before it waits for any GEMM2 stage (the
+// chain's phase word, gemm_chain.cuh), so a GEMM2 tile only waits for GEMM1 tiles already held
+// by running CTAs, which wait only for dispatched rows; a CTA combines only once it found no
+// GEMM2 tile left of its rank, and the peers' kernels are resident (each rank's grid is at most
+// its share of the GPU, launched cooperatively). Every wait is bounded and abortable (the
+// comm's WaitCtx).
 #pragma once
 #include <cstdint>
 #include <cuda_bf16.h>

@@ -2,6 +2,7 @@
 // instantiations live in fused_ffn_inst_{bf16,f16}.cu so that they compile in parallel.
 #pragma once
 #include "base/checks.h"
+#include "fused/core/framework.h"
 #include "fused/ops/moe/fused_ffn.cuh"
 
 namespace mk {
@@ -17,22 +18,8 @@ ncclResult_t moeFfnFusedLaunchIn(const MoeFfnFusedParams& p, int grid, cudaStrea
   using gemm::GroupPipe;
   using Tr1 = gemm::Traits<kIn, kIn, BLayout::kNK, GroupPipe, true>;
   using Tr2 = gemm::Traits<kIn, gemm::DType::kF32, BLayout::kNK, GroupPipe>;
-  auto kernel = moeFfnFusedKernel<Tr1, Tr2>;
-  constexpr int kSmem = GroupPipe::kSmemBytes;
-  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  if (grid <= 0) return ncclSuccess;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(gemm::kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-  return ncclSuccess;
+  return launchCooperative(moeFfnFusedKernel<Tr1, Tr2>, grid, gemm::kThreads, GroupPipe::kSmemBytes,
+                           stream, p);
 }
 
 extern template ncclResult_t moeFfnFusedLaunchIn<gemm::DType::kBF16>(const MoeFfnFusedParams&, int,

@@ -3,6 +3,7 @@
 // parallel.
 #pragma once
 #include "base/checks.h"
+#include "fused/core/framework.h"
 #include "fused/ops/moe/fused_moe.cuh"
 
 namespace mk {
@@ -14,22 +15,8 @@ namespace fused {
 // wait for this thread).
 template <class Tr>
 ncclResult_t moeFusedLaunchTr(const MoeFusedParams& p, int grid, cudaStream_t stream) {
-  auto kernel = moeFusedKernel<Tr>;
-  constexpr int kSmem = Tr::Pipe::kSmemBytes;
-  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  if (grid <= 0) return ncclSuccess;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(gemm::kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-  return ncclSuccess;
+  return launchCooperative(moeFusedKernel<Tr>, grid, gemm::kThreads, Tr::Pipe::kSmemBytes, stream,
+                           p);
 }
 
 // The grouped deep ring (GroupPipe), as the fused operators' compute roles run: its results
