@@ -142,6 +142,33 @@ inline std::string drawRunTwice(FfnProblem& p, std::mt19937_64& rng, int emptyRa
   return e.empty() ? "" : e + " (second call)";
 }
 
+// Five replays of captured layer calls (execs[r]: rank r's graph), each after new routing,
+// tokens and weights drawn into the same buffers (bound `rows`; the routing kind cycles
+// through the first `routings` kinds), every rank's y checked after each. Destroys the graphs.
+inline std::string replayFfnWithNewRouting(gputest::Team& t, FfnProblem& p, std::mt19937_64& rng,
+                                           size_t rows, int routings,
+                                           std::vector<cudaGraphExec_t>* execs) {
+  std::string err;
+  for (int rep = 0; rep < 5 && err.empty(); ++rep) {
+    p.c().routing = (Routing)(rep % routings);
+    DrawOpts again;
+    again.reshape = false;
+    again.fixedRows = rows;
+    err = p.draw(rng(), again);
+    if (err.empty())
+      err = t.run([&](int r) -> std::string {
+        MOE_CUDA(cudaGraphLaunch((*execs)[r], t.streams[r]));
+        return fusedtest::waitRank(r, t.comms[r], t.streams[r]);
+      });
+    if (err.empty()) err = t.run([&](int r) { return p.check(r); });
+    if (!err.empty()) err = "replay " + std::to_string(rep) + ": " + err;
+  }
+  for (auto x : *execs)
+    if (x) cudaGraphExecDestroy(x);
+  execs->clear();
+  return err;
+}
+
 // Bounded wait for a stream whose comm may have failed (its kernels end within the timeout).
 inline std::string drain(cudaStream_t s, double timeoutS = 60) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -183,6 +210,38 @@ inline std::string runExpectingFailure(gputest::Team& t, FfnProblem& p, int fail
     return "failing rank's async error is " + std::string(ncclGetErrorString(a)) +
            ", expected ncclInvalidUsage";
   return "";
+}
+
+// p drawn with rank `tight`'s bound one row short of its need: every rank calls once; the
+// tight rank's comm reports the overflow naming the layer and the rows, its peers complete,
+// their slots routed to its experts contribute zeros and every other slot is correct (the
+// tight rank's y may stay untouched).
+inline void expectFfnOverflowReported(gputest::Team& t, FfnProblem& p, int tight) {
+  ASSERT_GT(p.need(tight), 0u);
+  Outcome out;
+  ASSERT_EQ(runExpectingFailure(t, p, tight, &out), "");
+  const std::string& msg = out.errs[tight];
+  EXPECT_NE(msg.find("MoeDispatchFfnCombine"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(p.need(tight)) + " rows"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bound of " + std::to_string(p.need(tight) - 1) + " rows"), std::string::npos)
+      << msg;
+  for (int r = 0; r < t.n; ++r) EXPECT_EQ(p.check(r, tight, r == tight), "") << "rank " << r;
+}
+
+// p drawn with one topkIdx entry of rank `bad` set to E + 5: every rank calls once; the bad
+// rank's comm reports the slot and the id, the slot counts as unused everywhere and every
+// other slot of every rank is correct. badYComplete: the bad rank's y must be complete too
+// (else it may stay untouched: its comm failed before its combine).
+inline void expectFfnBadIdReported(gputest::Team& t, FfnProblem& p, int bad, bool badYComplete) {
+  Outcome out;
+  ASSERT_EQ(runExpectingFailure(t, p, bad, &out), "");
+  const std::string& msg = out.errs[bad];
+  EXPECT_NE(msg.find("topkIdx slot " + std::to_string(p.badSlot()) + " holds expert id " +
+                     std::to_string(p.experts() + 5)),
+            std::string::npos)
+      << msg;
+  for (int r = 0; r < t.n; ++r)
+    EXPECT_EQ(p.check(r, -1, r == bad && !badYComplete), "") << "rank " << r;
 }
 
 }  // namespace moetest

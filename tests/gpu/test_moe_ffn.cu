@@ -122,22 +122,7 @@ TEST(MoeFfnGraph, ReplaysWithNewRouting) {
   ASSERT_EQ(runAndCheck(t, p), "") << "eager call";
   std::vector<cudaGraphExec_t> execs;
   std::string err = captureEachRank(t, p, &execs);
-  for (int rep = 0; rep < 5 && err.empty(); ++rep) {
-    p.c().routing = (Routing)(rep % 3);
-    DrawOpts again;
-    again.reshape = false;
-    again.fixedRows = rows;
-    err = p.draw(rng(), again);
-    if (err.empty())
-      err = t.run([&](int r) -> std::string {
-        MOE_CUDA(cudaGraphLaunch(execs[r], t.streams[r]));
-        return waitRank(r, t.comms[r], t.streams[r]);
-      });
-    if (err.empty()) err = t.run([&](int r) { return p.check(r); });
-    if (!err.empty()) err = "replay " + std::to_string(rep) + ": " + err;
-  }
-  for (auto x : execs)
-    if (x) cudaGraphExecDestroy(x);
+  if (err.empty()) err = replayFfnWithNewRouting(t, p, rng, rows, 3, &execs);
   EXPECT_EQ(err, "");
 }
 
@@ -157,15 +142,7 @@ TEST(MoeFfnOverflow, ReportedPeersComplete) {
   DrawOpts o;
   o.tight = tight;
   ASSERT_EQ(p.draw(seed, o), "");
-  ASSERT_GT(p.need(tight), 0u);
-  Outcome out;
-  ASSERT_EQ(runExpectingFailure(t, p, tight, &out), "");
-  const std::string& msg = out.errs[tight];
-  EXPECT_NE(msg.find("MoeDispatchFfnCombine"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(std::to_string(p.need(tight)) + " rows"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("bound of " + std::to_string(p.need(tight) - 1) + " rows"), std::string::npos)
-      << msg;
-  for (int r = 0; r < n; ++r) EXPECT_EQ(p.check(r, tight, r == tight), "") << "rank " << r;
+  expectFfnOverflowReported(t, p, tight);
 }
 
 // One topkIdx entry of rank 2 is E + 5: its comm reports the slot and the id; the slot counts
@@ -184,14 +161,7 @@ TEST(MoeFfnBadId, ReportedOtherSlotsCorrect) {
   DrawOpts o;
   o.badRank = bad;
   ASSERT_EQ(p.draw(seed, o), "");
-  Outcome out;
-  ASSERT_EQ(runExpectingFailure(t, p, bad, &out), "");
-  const std::string& msg = out.errs[bad];
-  EXPECT_NE(msg.find("topkIdx slot " + std::to_string(p.badSlot()) + " holds expert id " +
-                     std::to_string(p.experts() + 5)),
-            std::string::npos)
-      << msg;
-  for (int r = 0; r < n; ++r) EXPECT_EQ(p.check(r, -1, r == bad), "") << "rank " << r;
+  expectFfnBadIdReported(t, p, bad, false);
 }
 
 // The rules of the whole layer beyond the dispatch's, refused before any CUDA work.
