@@ -26,16 +26,6 @@ namespace gemm {
 
 constexpr uint32_t kStagePhase = 0xfffffffdu;  // the first GEMM is done on this CTA
 
-template <class Tr1, class Tr2>
-struct ChainCheck {
-  static_assert(std::is_same<typename Tr1::Pipe, typename Tr2::Pipe>::value, "one ring");
-  static_assert(Tr1::kF16In == Tr2::kF16In && Tr1::kTransB == Tr2::kTransB, "one main loop");
-  static_assert(Tr1::kCluster == 1 && Tr2::kCluster == 1, "single CTAs (dynamic schedule)");
-  static_assert(!Tr1::kStreamK && !Tr2::kStreamK, "the dynamic schedule");
-  static_assert(Tr1::kGrouped == Tr2::kGrouped, "one group prefix table (or none)");
-  static constexpr bool ok = true;
-};
-
 // Tile t of GEMM j: its coordinates by that GEMM's traits (a gated tile stores 128 columns, a
 // plain one 256: the column of tile nBlk differs, whatever the shared rows).
 template <class Tr1, class Tr2>
@@ -138,7 +128,11 @@ __device__ __forceinline__ void chainConsumer(const GemmParams& p1, const GemmPa
 template <class Tr1, class Tr2>
 __device__ __forceinline__ void gemmChainCta(const GemmParams& p1, const GemmParams& p2,
                                              uint8_t* smemRaw) {
-  static_assert(ChainCheck<Tr1, Tr2>::ok, "");
+  static_assert(std::is_same<typename Tr1::Pipe, typename Tr2::Pipe>::value, "one ring");
+  static_assert(Tr1::kF16In == Tr2::kF16In && Tr1::kTransB == Tr2::kTransB, "one main loop");
+  static_assert(Tr1::kCluster == 1 && Tr2::kCluster == 1, "single CTAs (dynamic schedule)");
+  static_assert(!Tr1::kStreamK && !Tr2::kStreamK, "the dynamic schedule");
+  static_assert(Tr1::kGrouped == Tr2::kGrouped, "one group prefix table (or none)");
   using Pipe = typename Tr1::Pipe;
   SmemLayout<Pipe> sm(smemRaw);
   uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + Pipe::kStages);  // [kStages]

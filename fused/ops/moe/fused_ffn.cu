@@ -63,18 +63,11 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   }
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &f));
-  // Every rank's kernel on this GPU must be resident at once (each waits for rows, tiles and
-  // counters of the others): never more than this rank's share of the GPU.
-  const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
-  const int budget = std::min(f.smBudget, comm->smCount / onDevice);
-  if (budget < 2) {
+  const char* why = nullptr;
+  const int budget = moeFusedBudget(c, f.smBudget, &why);
+  if (budget == 0) {
     static std::atomic<bool> said{false};
-    sayOnce(&said, api, "fewer than 2 SMs for this rank");
-    return ncclSuccess;
-  }
-  if (moeFusedDispatchSmem(c.E) > (size_t)gemm::GroupPipe::kSmemBytes) {
-    static std::atomic<bool> said{false};
-    sayOnce(&said, api, "the dispatch state of this many experts exceeds the shared memory");
+    sayOnce(&said, api, why);
     return ncclSuccess;
   }
   const int nDisp = moeFusedDispatchCtas(c, budget);

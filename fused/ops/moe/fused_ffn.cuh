@@ -98,9 +98,9 @@ __device__ __forceinline__ bool ffnCombineToken(const MoeFfnFusedParams& p, int6
             d.f.c.w, done + blk, (uint64_t)p.tilesN2,
             rt::ErrSite{rt::kOpMoeCombine, owner, (int32_t)blockIdx.x, blk, rt::kWaitData, 0},
             rt::kScopeGpu, 32);
+        src = base + (int64_t)row * p.hidden;
+        w = d.topkWeights[i];
       }
-      src = base + (int64_t)row * p.hidden;
-      w = d.topkWeights[i];
     }
   }
   if (!__all_sync(0xffffffffu, ok)) return false;

@@ -51,6 +51,22 @@ int moeFusedDispatchCtas(const MoeCall& c, int budget) {
   return (int)std::max<int64_t>(1, std::min<int64_t>(want, budget - 1));
 }
 
+int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
+  // Every rank's kernel on this GPU must be resident at once (its CTAs wait for rows the
+  // dispatch CTAs of every rank bring): never more than the GPU's share of this rank.
+  const int onDevice = std::max(1, c.comm->topo.ranksOnMyDevice);
+  const int budget = std::min(smBudget, c.comm->smCount / onDevice);
+  if (budget < 2) {
+    *why = "fewer than 2 SMs for this rank (one CTA of each role)";
+    return 0;
+  }
+  if (moeFusedDispatchSmem(c.E) > (size_t)gemm::GroupPipe::kSmemBytes) {
+    *why = "the dispatch state of this many experts exceeds the shared memory";
+    return 0;
+  }
+  return budget;
+}
+
 uint64_t moeFusedLaunches() {
   return gLaunches.load();
 }
@@ -60,13 +76,9 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   ncclComm* comm = c.comm;
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &f));
-  // Every rank's kernel on this GPU must be resident at once (GEMM CTAs wait for rows that
-  // the dispatch CTAs of every rank bring): never more than the GPU's share of this rank.
-  const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
-  const int budget = std::min(f.smBudget, comm->smCount / onDevice);
-  if (budget < 2) return ncclSuccess;  // one CTA of each role at least: sequential path
-  const size_t dispSmem = moeFusedDispatchSmem(c.E);
-  if (dispSmem > (size_t)gemm::GroupPipe::kSmemBytes) return ncclSuccess;
+  const char* why = nullptr;
+  const int budget = moeFusedBudget(c, f.smBudget, &why);
+  if (budget == 0) return ncclSuccess;  // the sequential path
   const int nDisp = moeFusedDispatchCtas(c, budget);
 
   // The experts' GEMM as the sequential path builds it (canImplement, and the sequential

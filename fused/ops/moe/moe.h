@@ -85,6 +85,10 @@ uint64_t moeFusedLaunches();
 // once) where it does not apply: then the caller runs the sequential path.
 ncclResult_t moeFfnFusedRun(const MoeCall& call, bool* ran);
 uint64_t moeFfnFusedLaunches();
+// CTAs of a fused MoE kernel of this rank (both fused kernels, fused_moe.cu): its share of the
+// GPU, at most smBudget; 0, with the reason in *why, where no fused kernel can run (fewer than
+// 2 CTAs, or a dispatch state of E experts beyond the shared memory).
+int moeFusedBudget(const MoeCall& call, int smBudget, const char** why);
 // The fused kernel's dispatch CTAs for a rank's budget of CTAs (>= 2): config commSms when
 // >= 1, else the copy/GEMM balance; always in [1, budget - 1] (the GEMM keeps one at least).
 int moeFusedDispatchCtas(const MoeCall& call, int budget);
