@@ -444,6 +444,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.tilesN = tilesN(a);
   p.kTiles = (a.K + kTileK - 1) / kTileK;
   p.groupM = a.groupM > 0 ? a.groupM : 8;
+  p.prefetchK = (int32_t)MK_PARAM_INT(GemmPrefetch);
   p.grpNum = a.groups.num;
   p.grpStart = a.groups.rowStart;
   p.grpCount = a.groups.rowCount;

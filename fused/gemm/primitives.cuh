@@ -27,6 +27,8 @@ struct GemmParams {
   int32_t pingpong;     // run the ping-pong consumers (GemmArgs::pipeline 3, gemm_pingpong.cuh)
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
   int32_t swiglu;       // GemmArgs::swiglu: N is D's width (I), tmB's box 128 rows, up rows at N
+  int32_t
+      prefetchK;  // MKERNEL_GEMM_PREFETCH: k-steps of A and B put into L2 at once ahead (0 = none)
   const int32_t* grpStart;
   const int32_t* grpCount;
   void* D;
