@@ -215,49 +215,6 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
   }
 }
 
-// Puts k-step k's A and B boxes (those loadB reads; plain and grouped, not CTA pairs) into L2.
-template <class Tr>
-__device__ __forceinline__ void prefetchStep(const GemmParams& p, int32_t k, int32_t aRow,
-                                             int32_t n0, int32_t g) {
-  ptx::tmaPrefetch2d(&p.tmA, k * kTileK, aRow);
-  if constexpr (Tr::kGated) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if constexpr (Tr::kGrouped) {
-        ptx::tmaPrefetch3d(&p.tmB, k * kTileK, n0 + h * p.N, g);
-      } else {
-        ptx::tmaPrefetch2d(&p.tmB, k * kTileK, n0 + h * p.N);
-      }
-    }
-  } else if constexpr (Tr::kTransB) {
-#pragma unroll
-    for (int j = 0; j < kTileN / 64; ++j) {
-      if constexpr (Tr::kGrouped) {
-        ptx::tmaPrefetch3d(&p.tmB, n0 + 64 * j, k * kTileK, g);
-      } else {
-        ptx::tmaPrefetch2d(&p.tmB, n0 + 64 * j, k * kTileK);
-      }
-    }
-  } else if constexpr (Tr::kGrouped) {
-    ptx::tmaPrefetch3d(&p.tmB, k * kTileK, n0, g);
-  } else {
-    ptx::tmaPrefetch2d(&p.tmB, k * kTileK, n0);
-  }
-}
-
-// MKERNEL_GEMM_PREFETCH: at every n-th k-step, the k-steps [k + n, k + 2n) (at k-step 0 also
-// [1, n)) into L2 in one batch. Why: a streamed operand (MoE expert weights used by few row
-// blocks) reaches DRAM one 128-byte piece per row per k-step; a batch asks for n neighbouring
-// pieces of each row at once.
-template <class Tr>
-__device__ __forceinline__ void prefetchAhead(const GemmParams& p, int32_t k, int32_t aRow,
-                                              int32_t n0, int32_t g) {
-  const int32_t n = p.prefetchK;
-  if (Tr::kCluster != 1 || n <= 0 || k % n != 0) return;
-  const int32_t end = min(p.kTiles, k + 2 * n);
-  for (int32_t kk = k == 0 ? 1 : k + n; kk < end; ++kk) prefetchStep<Tr>(p, kk, aRow, n0, g);
-}
-
 // The loads of one tile's k-steps into the ring (stage, phase advanced), each stage with the
 // tile's `word`; when !ok (the rows never came: timeout/abort) the stages complete without
 // data, so the consumers drain the tile and stop.
@@ -274,7 +231,6 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
     // while the producer runs ahead into the next tile).
     stageAbort[stage] = word;
     if (ok) {
-      prefetchAhead<Tr>(p, k, aRow, n0, g);
       ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
       ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
       loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);

@@ -27,8 +27,7 @@ struct GemmParams {
   int32_t pingpong;     // run the ping-pong consumers (GemmArgs::pipeline 3, gemm_pingpong.cuh)
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
   int32_t swiglu;       // GemmArgs::swiglu: N is D's width (I), tmB's box 128 rows, up rows at N
-  int32_t
-      prefetchK;  // MKERNEL_GEMM_PREFETCH: k-steps of A and B put into L2 at once ahead (0 = none)
+  int32_t grpRaster;    // grouped raster: 0 = bands over all groups' row blocks, 1 = inside a group
   const int32_t* grpStart;
   const int32_t* grpCount;
   void* D;
@@ -223,13 +222,11 @@ __device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix
   }
 }
 
-// Tile t of a grouped GEMM: its group, first row (in A and D) and column block. The caller
-// walks t < prefix[num] * tilesN.
-__device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* prefix, int32_t t,
-                                          int32_t* group, int32_t* m0, int32_t* nBlk) {
-  int32_t vBlk;
-  rasterCoords(prefix[p.grpNum], p.tilesN, p.groupM, t, &vBlk, nBlk);
-  int32_t lo = 0, hi = p.grpNum - 1;  // the last group whose first block is <= vBlk
+// The group owning virtual row block vBlk: the last group whose first block is <= vBlk (an
+// empty group's first block is its successor's, so the search skips it).
+__device__ __forceinline__ int32_t groupOfBlock(const GemmParams& p, const int32_t* prefix,
+                                                int32_t vBlk) {
+  int32_t lo = 0, hi = p.grpNum - 1;
   while (lo < hi) {
     const int32_t mid = (lo + hi + 1) >> 1;
     if (prefix[mid] <= vBlk) {
@@ -238,8 +235,31 @@ __device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* pr
       hi = mid - 1;
     }
   }
-  *group = lo;
-  *m0 = ldGroupInt(p.grpStart + lo) + (vBlk - prefix[lo]) * kTileM;
+  return lo;
+}
+
+// Tile t of a grouped GEMM: its group, first row (in A and D) and column block. The caller
+// walks t < prefix[num] * tilesN. grpRaster 1: group g's tiles are [prefix[g], prefix[g+1]) *
+// tilesN, walked with the raster inside the group, so a band never holds rows of two groups.
+// Why: with few row blocks a group (MoE experts at ~512 rows) a band of groupM blocks spans
+// several experts' weights, which a small grid (a rank's share of a shared GPU) walks a few
+// columns at a time, reading each A band from DRAM again per wave of columns.
+__device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* prefix, int32_t t,
+                                          int32_t* group, int32_t* m0, int32_t* nBlk) {
+  int32_t g, blk;
+  if (p.grpRaster != 0) {
+    g = groupOfBlock(p, prefix, t / p.tilesN);
+    int32_t r;
+    rasterCoords(prefix[g + 1] - prefix[g], p.tilesN, p.groupM, t - prefix[g] * p.tilesN, &r, nBlk);
+    blk = r;
+  } else {
+    int32_t vBlk;
+    rasterCoords(prefix[p.grpNum], p.tilesN, p.groupM, t, &vBlk, nBlk);
+    g = groupOfBlock(p, prefix, vBlk);
+    blk = vBlk - prefix[g];
+  }
+  *group = g;
+  *m0 = ldGroupInt(p.grpStart + g) + blk * kTileM;
 }
 
 }  // namespace gemm

@@ -228,23 +228,6 @@ __device__ __forceinline__ void bulkPrefetchL2(const void* src, uint32_t bytes) 
                : "memory");
 }
 
-// A hint: the box of `map` at the coordinates into L2 (no shared memory, no barrier), so that a
-// later tmaLoad of the same box finds it there.
-__device__ __forceinline__ void tmaPrefetch2d(const CUtensorMap* map, int32_t x, int32_t y) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(x), "r"(y)
-               : "memory");
-}
-
-__device__ __forceinline__ void tmaPrefetch3d(const CUtensorMap* map, int32_t x, int32_t y,
-                                              int32_t z) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(x), "r"(y), "r"(z)
-               : "memory");
-}
-
 __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
