@@ -73,10 +73,20 @@ __device__ __forceinline__ void chainProducer(const GemmParams& p1, const GemmPa
   }
 }
 
+// Tests only (delayUs > 0): the consumers hold tile 0 of each GEMM that long before its
+// epilogue, so its rows are stored, and its row block counted, after every other tile's: the
+// readers of those rows (GEMM2's tiles, the combine) must wait for the counter to be right.
+__device__ __forceinline__ void chainTestDelay(uint32_t delayUs, int32_t tile) {
+  if (delayUs == 0 || tile != 0) return;
+  const uint64_t t0 = ptx::globalTimerNs();
+  while (ptx::globalTimerNs() - t0 < (uint64_t)delayUs * 1000u) __nanosleep(2000);
+}
+
 template <class Tr1, class Tr2>
 __device__ __forceinline__ void chainConsumer(const GemmParams& p1, const GemmParams& p2,
                                               const SmemLayout<typename Tr1::Pipe>& sm, int32_t wg,
-                                              const volatile uint32_t* stageAbort) {
+                                              const volatile uint32_t* stageAbort,
+                                              uint32_t delayUs) {
   const int32_t lane = threadIdx.x & 31;
   float acc[128];
   uint32_t nStores = 0;  // TMA stores issued by this WG (uniform across its threads)
@@ -108,6 +118,7 @@ __device__ __forceinline__ void chainConsumer(const GemmParams& p1, const GemmPa
     tileMainLoop<Tr1, true>(sm, stageAbort, acc, 0, p.kTiles, wg, lane, stage, phase);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
+    chainTestDelay(delayUs, (int32_t)v);
     if (j == 0) {
       tileEpilogue<Tr1>(p1, sm, acc, wg, m0, n0, nStores);
     } else {
@@ -125,9 +136,10 @@ __device__ __forceinline__ void chainConsumer(const GemmParams& p1, const GemmPa
 // One CTA of the chain (every CTA of the grid claims from both GEMMs' tileClaim). Needs
 // kThreads threads, Pipe::kSmemBytes of dynamic shared memory and a kernel declared
 // __launch_bounds__(kThreads, 1); gemmCtaHandBack<Tr1> frees the shared memory after it.
+// testDelayUs: 0, or the tests' late tiles (chainTestDelay).
 template <class Tr1, class Tr2>
 __device__ __forceinline__ void gemmChainCta(const GemmParams& p1, const GemmParams& p2,
-                                             uint8_t* smemRaw) {
+                                             uint8_t* smemRaw, uint32_t testDelayUs = 0) {
   static_assert(std::is_same<typename Tr1::Pipe, typename Tr2::Pipe>::value, "one ring");
   static_assert(Tr1::kF16In == Tr2::kF16In && Tr1::kTransB == Tr2::kTransB, "one main loop");
   static_assert(Tr1::kCluster == 1 && Tr2::kCluster == 1, "single CTAs (dynamic schedule)");
@@ -149,7 +161,7 @@ __device__ __forceinline__ void gemmChainCta(const GemmParams& p1, const GemmPar
     if (threadIdx.x == 0) chainProducer<Tr1, Tr2>(p1, p2, sm, stageAbort);
   } else {
     ptx::setmaxnregInc<kConsumerRegs>();
-    chainConsumer<Tr1, Tr2>(p1, p2, sm, wg - 1, stageAbort);
+    chainConsumer<Tr1, Tr2>(p1, p2, sm, wg - 1, stageAbort, testDelayUs);
   }
 }
 

@@ -191,8 +191,9 @@ __device__ __forceinline__ void tileCoords(const GemmParams& p, int32_t t, int32
 // ---- grouped GEMM schedule ----------------------------------------------------------------
 //
 // The row tiles of all groups form one virtual column of prefix[num] row blocks (group g owns
-// blocks prefix[g] .. prefix[g+1]-1), walked with the grouped raster like an ordinary GEMM, so
-// consecutive tiles share a group's B and a few A row blocks.
+// blocks prefix[g] .. prefix[g+1]-1); its tiles are walked group by group, each with the
+// grouped raster of an ordinary GEMM (GemmParams::grpRaster 1), so consecutive tiles share a
+// group's B and a few of its A row blocks.
 
 // A group's start or count. Not through the read-only (non-coherent) path: the fused MoE
 // kernel's dispatch CTAs write them during the kernel (published to the GEMM CTAs by a flag
@@ -241,9 +242,12 @@ __device__ __forceinline__ int32_t groupOfBlock(const GemmParams& p, const int32
 // Tile t of a grouped GEMM: its group, first row (in A and D) and column block. The caller
 // walks t < prefix[num] * tilesN. grpRaster 1: group g's tiles are [prefix[g], prefix[g+1]) *
 // tilesN, walked with the raster inside the group, so a band never holds rows of two groups.
-// Why: with few row blocks a group (MoE experts at ~512 rows) a band of groupM blocks spans
-// several experts' weights, which a small grid (a rank's share of a shared GPU) walks a few
-// columns at a time, reading each A band from DRAM again per wave of columns.
+// Why (the default): at few row blocks a group (MoE experts at ~512 rows) a band of groupM
+// blocks spans two or more experts' weights, and a small grid (a rank's share of a shared GPU)
+// walks such a band a few columns at a time. Measured on the H200 with 4 ranks sharing it (64
+// experts of 512 rows a rank, K 7168, N 4096): the sequential grouped GEMMs on the ranks'
+// shares 22.1 -> 14.7 ms, the fused dispatch + GEMM 19.1 -> 15.1 ms; the grouped GEMM alone
+// on the whole GPU 682 -> 694 TFLOP/s.
 __device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* prefix, int32_t t,
                                           int32_t* group, int32_t* m0, int32_t* nBlk) {
   int32_t g, blk;

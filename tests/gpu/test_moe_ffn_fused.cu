@@ -14,6 +14,7 @@
 // SwiGLU epilogue: the sequential path runs).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -39,13 +40,18 @@ uint64_t launches() {
 }
 
 // Every rank's call with p.algo, then every rank checked; the fused kernel must have run once
-// per rank with ncclFusedFused on the [N,K] layout, and never otherwise.
-std::string runChecked(gputest::Team& t, FfnProblem& p) {
+// per rank with ncclFusedFused on the [N,K] layout, and never otherwise. callMs: the calls'
+// wall time until every rank's stream is done (the checks not included).
+std::string runChecked(gputest::Team& t, FfnProblem& p, double* callMs = nullptr) {
   const uint64_t before = launches();
+  const auto t0 = std::chrono::steady_clock::now();
   std::string err = t.run([&](int r) {
     return fusedtest::callAndWaitRank(r, t.comms[r], t.streams[r],
                                       p.call(r, t.comms[r], t.streams[r]));
   });
+  if (callMs != nullptr)
+    *callMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (err.empty()) err = t.run([&](int r) { return p.check(r); });
   const uint64_t ran = launches() - before;
   const bool fused = p.algo == ncclFusedFused && p.c().layout == ncclFusedLayoutNK;
@@ -151,6 +157,43 @@ TEST(MoeFfnFusedSplit, ForcedCommSmsAndKnLayout) {
   p.algo = ncclFusedFused;
   ASSERT_EQ(p.draw(rng(), DrawOpts{}), "");
   EXPECT_EQ(runChecked(t, p), "") << "[K,N] weights with ncclFusedFused";
+}
+
+// Tile 0 of GEMM1 and tile 0 of GEMM2 held 3 ms before their stores
+// (MKERNEL_MOE_FFN_TEST_DELAY_US), so they land after every other tile: GEMM2's tiles of that
+// row block must wait for GEMM1's counter, and the combines reading it (on every rank) for
+// GEMM2's. A reader that did not wait would take the rows the previous call left (the second
+// call of drawRunTwice reuses the buffers with new inputs), which the element checks catch. The
+// calls' duration shows that the delay ran.
+TEST(MoeFfnFusedLate, ReadersWaitForLateTiles) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  constexpr int kDelayUs = 3000;
+  mktest::ScopedEnv delay("MKERNEL_MOE_FFN_TEST_DELAY_US", std::to_string(kDelayUs).c_str());
+  std::mt19937_64 rng(mktest::testSeed() ^ 0x1a7e);
+  for (int n : {1, 2, 4}) {
+    gputest::Team t(n);
+    ASSERT_TRUE(t.ok) << t.why;
+    // H 640: three GEMM2 column tiles; I 320: three GEMM1 column tiles (tails in both).
+    FfnCase c{n, 2, 4, 640, 320, ncclBfloat16, ncclBfloat16, ncclFusedLayoutNK, kUniform, 150, 400};
+    FfnProblem p(c);
+    int fusedCalls = 0;
+    double fusedMs = 0;
+    const std::string err = drawRunTwice(p, rng, -1, [&] {
+      p.algo = ncclFusedFused;
+      double ms = 0;
+      std::string e = runChecked(t, p, &ms);
+      fusedMs += ms;
+      ++fusedCalls;
+      if (e.empty()) e = fusedVsSequential(t, p);  // and bitwise against the sequential path
+      return e;
+    });
+    ASSERT_EQ(err, "") << caseName(c);
+    // In each fused call GEMM2's tile 0 reads GEMM1's tile 0's rows (the first row block of the
+    // first expert with rows, in both rasters) and is held itself: at least twice the delay.
+    EXPECT_GE(fusedMs, fusedCalls * 2.0 * kDelayUs / 1000.0)
+        << "n " << n << ": the delay did not run";
+  }
 }
 
 // Captured once per rank thread (after an eager call), replayed with new routing, tokens and

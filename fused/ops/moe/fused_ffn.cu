@@ -8,6 +8,7 @@
 
 #include "base/checks.h"
 #include "base/debug.h"
+#include "base/param.h"
 #include "base/scratch.h"
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
@@ -91,6 +92,7 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   p.tilesN2 = tilesN2;
   p.outType = (int32_t)gemmType(c.cfg.outType);
   p.nDisp = nDisp;
+  p.testDelayUs = (uint32_t)MK_PARAM_INT(MoeFfnTestDelayUs);
   const bool f16 = c.inType == ncclFloat16;
   // Loaded before the first launch (see moeGemm).
   NCCLCHECK(f16 ? moeFfnFusedLaunchIn<gemm::DType::kF16>(p, 0, nullptr)

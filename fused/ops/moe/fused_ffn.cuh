@@ -48,14 +48,15 @@ namespace fused {
 struct MoeFfnFusedParams {
   gemm::GemmParams g1;  // first: the tensor maps' 64-byte alignment
   gemm::GemmParams g2;
-  moedev::MoeParams d;  // d.ffnOut, d.rowDone (= rowDone2), d.deferErrors set
-  void* y;              // [T, H] outType
-  int32_t* combClaim;   // per-call scratch, zeroed: tokens claimed by combine warps
-  uint32_t* ctaDone;    // per-call scratch, zeroed: CTAs through the combine
-  int64_t hidden;       // H
-  int32_t tilesN2;      // GEMM2's column tiles: a row block of out is complete at this count
-  int32_t outType;      // gemm::DType of y
-  int32_t nDisp;        // CTAs [0, nDisp) dispatch first
+  moedev::MoeParams d;   // d.ffnOut, d.rowDone (= rowDone2), d.deferErrors set
+  void* y;               // [T, H] outType
+  int32_t* combClaim;    // per-call scratch, zeroed: tokens claimed by combine warps
+  uint32_t* ctaDone;     // per-call scratch, zeroed: CTAs through the combine
+  int64_t hidden;        // H
+  int32_t tilesN2;       // GEMM2's column tiles: a row block of out is complete at this count
+  int32_t outType;       // gemm::DType of y
+  int32_t nDisp;         // CTAs [0, nDisp) dispatch first
+  uint32_t testDelayUs;  // MKERNEL_MOE_FFN_TEST_DELAY_US (tests: late tiles, gemm_chain.cuh)
 };
 
 // Tokens a warp claims at once: few enough that the warps' shares stay even, enough that the
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   if (okSh) {
     // Both GEMMs through one ring and one main loop (gemm_chain.cuh), then every warp back at
     // the launch's registers for the combine.
-    gemm::gemmChainCta<Tr1, Tr2>(p.g1, p.g2, smem);
+    gemm::gemmChainCta<Tr1, Tr2>(p.g1, p.g2, smem, p.testDelayUs);
     gemm::gemmCtaHandBack<Tr1>(smem);
   }
   // Every rank's slot of this call (its out and rowDone), acquired by this CTA.
