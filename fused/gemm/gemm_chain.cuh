@@ -115,9 +115,7 @@ __device__ __forceinline__ void chainConsumer(const GemmParams& p1, const GemmPa
     const GemmParams& p = j == 0 ? p1 : p2;
     int32_t g, m0, n0, mBlk, nBlk;
     chainTileAt<Tr1, Tr2>(j, p, sm, aborted ? 0 : (int32_t)v, &g, &m0, &n0, &mBlk, &nBlk);
-    // The narrow verdict by the tile's own GEMM (GEMM1 is gated here: never narrow).
-    const bool narrow = j == 0 ? narrowTile<Tr1>(p, n0) : narrowTile<Tr2>(p, n0);
-    tileMainLoop<Tr1, true>(sm, stageAbort, acc, 0, p.kTiles, wg, lane, stage, phase, narrow);
+    tileMainLoop<Tr1, true>(sm, stageAbort, acc, 0, p.kTiles, wg, lane, stage, phase);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
     chainTestDelay(delayUs, (int32_t)v);

@@ -52,12 +52,6 @@ struct Traits {
   static constexpr int kChunks = kOutCols / kBoxCols;
   static constexpr DType kOutType = kOut;
   static constexpr bool kGrouped = Pipe::kGroupInts > 0;  // GemmArgs::groups
-  // Tiles of <= 128 valid columns may run m64n128 wgmmas (narrowTile): K-major B, single
-  // CTAs, whole tiles (kNarrowLoop: the main loop has that branch), and not gated (a gated
-  // tile's 256 B rows are 128 gate and 128 up rows). The chain runs both of its GEMMs
-  // through GEMM1's main loop: GEMM2's tiles may be narrow there even though GEMM1's are not.
-  static constexpr bool kNarrowLoop = !kTransB && Cluster == 1 && !StreamK;
-  static constexpr bool kCanNarrow = kNarrowLoop && !Gated;
   // Chunks written between two barriers of the epilogue: all of them when the staging holds
   // a whole half-tile (the previous tile's stores are long done reading it), else one.
   static constexpr int kGroup = Pipe::kStoreBufs >= kChunks ? kChunks : 1;
@@ -484,15 +478,6 @@ __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
   }
 }
 
-// A tile with at most 128 valid columns (the last column tile when N % 256 is in (0, 128]):
-// its main loop runs m64n128 wgmmas on the accumulators' left half (Traits::kCanNarrow), half
-// the tensor-core time of a full tile. Why: N = 1408 (the small MoE shape's experts) has 5.5
-// column tiles, so the sixth computed 128 columns of zeros.
-template <class Tr>
-__device__ __forceinline__ bool narrowTile(const GemmParams& p, int32_t n0) {
-  return Tr::kCanNarrow && p.N - n0 <= kTileN / 2;
-}
-
 // One tile's main loop over k-steps [kb, ke) (a stream-K item's, or the whole tile): each
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
 // done and every stage released (stage, phase advanced). kDyn: the caller waited for the first
@@ -502,18 +487,9 @@ template <class Tr, bool kDyn>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
-                                             int32_t& stage, uint32_t& phase, bool narrow = false) {
+                                             int32_t& stage, uint32_t& phase) {
   bool aborted = false;
   int32_t prev = 0;
-  // A warp vote, so that ptxas sees a uniform predicate: a branch it must assume divergent
-  // around wgmmas makes it serialise every wgmma of the kernel (C7520).
-  narrow = Tr::kNarrowLoop && __all_sync(0xffffffffu, narrow);
-  if (narrow) {
-    // The right half's columns are past N and never stored, but readers of whole tiles
-    // (tile-by-tile D) found zeros there before (TMA's zero rows of B): keep them zeros.
-#pragma unroll
-    for (int i = 64; i < 128; ++i) acc[i] = 0.f;
-  }
   for (int32_t k = kb; k < ke; ++k) {
     if (!kDyn || k > kb) ptx::mbarWait(&sm.full[stage], phase);
     if (!kDyn && k == kb) {
@@ -530,20 +506,12 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
     const uint32_t b = ptx::smemAddr(sm.b(stage));
     ptx::fenceAccumulators(acc);
     ptx::wgmmaFence();
-    if (narrow) {
-      // B's first 128 rows only (the others are past N: TMA's zeros, never stored).
 #pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk)
-        ptx::wgmmaM64N128K16Left<Tr::kF16In, Tr::kTransB>(
-            acc, descKMajor(a + kk * 32), descKMajor(b + kk * 32), (k > kb || kk > 0) ? 1 : 0);
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const uint64_t da = descKMajor(a + kk * 32);
-        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
-        // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
-        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
-      }
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      const uint64_t da = descKMajor(a + kk * 32);
+      const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+      // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
+      ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
     }
     ptx::wgmmaCommit();
     ptx::fenceAccumulators(acc);
@@ -648,9 +616,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
-    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
-                               narrowTile<Tr>(p, n0)))
-      aborted = true;
+    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase)) aborted = true;
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue

@@ -56,23 +56,6 @@ __device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint6
   }
 }
 
-// m64n128k16 into the left half of an m64n256 accumulator fragment: d[0..63] hold columns
-// 0..127 in both shapes' fragment layouts (four values per 8-column group, in column order),
-// so the GEMM engine runs a tile with at most 128 valid columns at half the tensor-core work.
-template <bool kF16, int kTransB>
-__device__ __forceinline__ void wgmmaM64N128K16Left(float (&d)[128], uint64_t descA, uint64_t descB,
-                                                    int scaleD) {
-  if constexpr (kF16) {
-    asm volatile(MK_WGMMA_SS_N128_ASM("f16")
-                 : MK_WGMMA_OUTS_128(d)
-                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-  } else {
-    asm volatile(MK_WGMMA_SS_N128_ASM("bf16")
-                 : MK_WGMMA_OUTS_128(d)
-                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-  }
-}
-
 template <int N, bool kF16, int kTransB>
 __device__ __forceinline__ void wgmmaRS(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t descB,
                                         int scaleD) {
