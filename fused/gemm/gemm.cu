@@ -443,8 +443,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.tilesM = tilesM(a);
   p.tilesN = tilesN(a);
   p.kTiles = (a.K + kTileK - 1) / kTileK;
-  const int32_t envGroupM = (int32_t)MK_PARAM_INT(GemmGroupM);
-  p.groupM = a.groupM > 0 ? a.groupM : (envGroupM > 0 ? envGroupM : 8);
+  p.groupM = a.groupM > 0 ? a.groupM : 8;
   p.grpRaster = (int32_t)MK_PARAM_INT(GemmGroupRaster);
   p.grpNum = a.groups.num;
   p.grpStart = a.groups.rowStart;

@@ -118,7 +118,7 @@ __device__ __forceinline__ void chainConsumer(const GemmParams& p1, const GemmPa
     tileMainLoop<Tr1, true>(sm, stageAbort, acc, 0, p.kTiles, wg, lane, stage, phase);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
-    chainTestDelay(delayUs, (int32_t)v);
+    chainTestDelay(delayUs, (int32_t)v);  // v is a tile id here (aborted broke out above)
     if (j == 0) {
       tileEpilogue<Tr1>(p1, sm, acc, wg, m0, n0, nStores);
     } else {

@@ -253,9 +253,8 @@ __device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* pr
   int32_t g, blk;
   if (p.grpRaster != 0) {
     g = groupOfBlock(p, prefix, t / p.tilesN);
-    int32_t r;
-    rasterCoords(prefix[g + 1] - prefix[g], p.tilesN, p.groupM, t - prefix[g] * p.tilesN, &r, nBlk);
-    blk = r;
+    rasterCoords(prefix[g + 1] - prefix[g], p.tilesN, p.groupM, t - prefix[g] * p.tilesN, &blk,
+                 nBlk);
   } else {
     int32_t vBlk;
     rasterCoords(prefix[p.grpNum], p.tilesN, p.groupM, t, &vBlk, nBlk);
