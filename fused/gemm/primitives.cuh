@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/raster.h"
 #include "fused/gemm/streamk.h"
 #include "device/rt/ptx.cuh"
 
@@ -160,18 +161,6 @@ __device__ __forceinline__ uint64_t descMNMajor(uint32_t saddr) {
 
 // ---- tile scheduler ----------------------------------------------------------------------
 
-// The grouped raster alone: tile t of a tilesM x tilesN grid, groups of groupM row blocks.
-__device__ __forceinline__ void rasterCoords(int32_t tilesM, int32_t tilesN, int32_t groupM,
-                                             int32_t t, int32_t* mBlk, int32_t* nBlk) {
-  const int32_t perGroup = groupM * tilesN;
-  const int32_t group = t / perGroup;
-  const int32_t first = group * groupM;
-  const int32_t size = min(groupM, tilesM - first);
-  const int32_t r = t - group * perGroup;
-  *mBlk = first + r % size;
-  *nBlk = r / size;
-}
-
 // Maps the i-th tile of the persistent schedule to (mBlk, nBlk). Grouped raster: groups of
 // groupM row blocks are walked column by column, so CTAs running at the same time share a
 // few A row blocks and a band of B columns in L2. Caller order (tileOrder) or a row-block
@@ -223,44 +212,12 @@ __device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix
   }
 }
 
-// The group owning virtual row block vBlk: the last group whose first block is <= vBlk (an
-// empty group's first block is its successor's, so the search skips it).
-__device__ __forceinline__ int32_t groupOfBlock(const GemmParams& p, const int32_t* prefix,
-                                                int32_t vBlk) {
-  int32_t lo = 0, hi = p.grpNum - 1;
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) >> 1;
-    if (prefix[mid] <= vBlk) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
-// Tile t of a grouped GEMM: its group, first row (in A and D) and column block. The caller
-// walks t < prefix[num] * tilesN. grpRaster 1: group g's tiles are [prefix[g], prefix[g+1]) *
-// tilesN, walked with the raster inside the group, so a band never holds rows of two groups.
-// Why (the default): at few row blocks a group (MoE experts at ~512 rows) a band of groupM
-// blocks spans two or more experts' weights, and a small grid (a rank's share of a shared GPU)
-// walks such a band a few columns at a time. Measured on the H200 with 4 ranks sharing it (64
-// experts of 512 rows a rank, K 7168, N 4096): the sequential grouped GEMMs on the ranks'
-// shares 22.1 -> 14.7 ms, the fused dispatch + GEMM 19.1 -> 15.1 ms; the grouped GEMM alone
-// on the whole GPU 682 -> 694 TFLOP/s.
+// Tile t of a grouped GEMM: its group, first row (in A and D) and column block (raster.h:
+// groupTileCoords, GemmParams::grpRaster). The caller walks t < prefix[num] * tilesN.
 __device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* prefix, int32_t t,
                                           int32_t* group, int32_t* m0, int32_t* nBlk) {
   int32_t g, blk;
-  if (p.grpRaster != 0) {
-    g = groupOfBlock(p, prefix, t / p.tilesN);
-    rasterCoords(prefix[g + 1] - prefix[g], p.tilesN, p.groupM, t - prefix[g] * p.tilesN, &blk,
-                 nBlk);
-  } else {
-    int32_t vBlk;
-    rasterCoords(prefix[p.grpNum], p.tilesN, p.groupM, t, &vBlk, nBlk);
-    g = groupOfBlock(p, prefix, vBlk);
-    blk = vBlk - prefix[g];
-  }
+  groupTileCoords(p.grpNum, prefix, p.tilesN, p.groupM, p.grpRaster, t, &g, &blk, nBlk);
   *group = g;
   *m0 = ldGroupInt(p.grpStart + g) + blk * kTileM;
 }
