@@ -11,6 +11,8 @@
 #   gc_tests /tmp/b '*Fused*:*GemmColl*' 500 150  # stop by 500 s into the call, 150 s at most
 #   gc_fused_bench /tmp/b pf1 585 "--ranks 4 --reps 10 --shapes ar:8192x8192x8192" \
 #       MKERNEL_FUSED_DEBUG=0                   # env assignments after the arguments
+#   gc_moe_bench /tmp/b ffn4 450 90 --ffn --ranks 4 --warmup 1 --shapes 7168:2048:256:8:4096
+#   gc_run grouped 530 80 30 0 "^\|" python3 bench/grouped_bench.py --build /tmp/b
 #   gc_tar
 #
 # Times are seconds since gc_init. Nothing here waits without a bound (timeout on every step).
@@ -65,17 +67,36 @@ gc_tests() {  # DIR FILTER UNTIL CAP
   return $rc
 }
 
-gc_fused_bench() {  # DIR NAME UNTIL "ARGS" [ENV=VALUE...]
-  local dir=$1 name=$2 until=$3 args=$4 left
-  shift 4
-  left=$(gc_left "$until" 60)
-  [ "$left" -lt 20 ] && { echo "$name skipped: no time left"; return 1; }
-  # shellcheck disable=SC2086  # ARGS is a list of options
-  env "$@" timeout "$left" "$dir/bench/bench_fused_bench" $args --out "$GC_L/$name.json" \
-    >"$GC_L/$name.log" 2>&1
+# One bounded step: COMMAND... (with `--out $GC_L/NAME.json` appended when JSON is 1), output
+# in $GC_L/NAME.log, the lines matching PATTERN echoed; skipped with fewer than MIN seconds left.
+gc_run() {  # NAME UNTIL CAP MIN JSON PATTERN COMMAND...
+  local name=$1 until=$2 cap=$3 min=$4 json=$5 pat=$6 left
+  shift 6
+  left=$(gc_left "$until" "$cap")
+  [ "$left" -lt "$min" ] && { echo "$name skipped: no time left"; return 1; }
+  if [ "$json" = 1 ]; then
+    timeout "$left" "$@" --out "$GC_L/$name.json" >"$GC_L/$name.log" 2>&1
+  else
+    timeout "$left" "$@" >"$GC_L/$name.log" 2>&1
+  fi
   local rc=$?
   echo "$name rc=$rc at $(gc_el)s"
-  grep -E "^\| gemm_|gates expired|FAIL|differs" "$GC_L/$name.log"
+  grep -E "$pat" "$GC_L/$name.log"
   gc_tar
   return $rc
+}
+
+gc_fused_bench() {  # DIR NAME UNTIL "ARGS" [ENV=VALUE...]
+  local dir=$1 name=$2 until=$3 args=$4
+  shift 4
+  # shellcheck disable=SC2086  # ARGS is a list of options
+  gc_run "$name" "$until" 60 20 1 "^\| gemm_|gates expired|FAIL|differs" \
+    env "$@" "$dir/bench/bench_fused_bench" $args
+}
+
+# bench_moe_threads_bench (needs --warmup >= 1) with its table lines echoed.
+gc_moe_bench() {  # DIR NAME UNTIL CAP ARGS...
+  local dir=$1 name=$2 until=$3 cap=$4
+  shift 4
+  gc_run "$name" "$until" "$cap" 15 1 "^H=|FAIL" "$dir/bench/bench_moe_threads_bench" "$@"
 }
