@@ -152,6 +152,13 @@ double collUs(CollType t, Algo a, uint64_t bytes, int n) {
   double bw = m.directGBs * 1e3;  // bytes per us
   if (t == CollType::kAllReduce) return allReduceUs(a, bytes, n);
   if (n <= 1) return m.launchUs + b / bw;
+  // Zero-copy (zc_plan.h): every rank pulls what it needs straight from its peers' buffers
+  // at the zero-copy AllReduce's rate, priced like it by the bytes a rank reads: its block of
+  // every input (ReduceScatter, n blocks) or every peer's input (AllGather, n - 1).
+  if (a == Algo::kZeroCopy && t == CollType::kReduceScatter)
+    return m.launchUs + 2.0 * m.hopUs + n * b / (m.zeroCopyGBs * 1e3);
+  if (a == Algo::kZeroCopy && t == CollType::kAllGather)
+    return m.launchUs + 2.0 * m.hopUs + (n - 1) * b / (m.zeroCopyGBs * 1e3);
   switch (t) {
     case CollType::kBroadcast:  // the root pushes to n-1 peers
     case CollType::kScatter:

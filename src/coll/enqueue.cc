@@ -17,9 +17,11 @@
 #include "coll/coll_state.h"
 #include "coll/group.h"
 #include "coll/hier.h"
+#include "coll/launch.h"
 #include "coll/launch_plan.h"
 #include "coll/rendezvous.h"
 #include "base/checks.h"
+#include "base/param.h"
 #include "comm/comm.h"
 
 namespace mk {
@@ -293,6 +295,14 @@ ncclResult_t issue(std::vector<CommWork>& work) {
   return ncclSuccess;
 }
 
+// Whether a ReduceScatter or AllGather of msgBytes (x ranks) on a comm of one process on one
+// GPU runs zero-copy: zcPlan's size and switch rules, without its buffer lookups.
+bool zcRawLikely(uint64_t msgBytes, int n) {
+  const Algo forced = collForcedAlgo();
+  if (MK_PARAM_INT(RegZeroCopy) == 0 || n > kZcMaxMapped) return false;
+  return forced == Algo::kZeroCopy || (forced == Algo::kAuto && msgBytes >= kZeroCopyMinBytes);
+}
+
 }  // namespace
 
 ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec) {
@@ -302,9 +312,12 @@ ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec) {
     int n = a.comm ? a.comm->nRanks : 1;
     uint64_t bytes = (uint64_t)a.count * dtypeSize(a.dtype);
     Algo algo = Algo::kDirect;
+    const bool zc = a.comm && a.comm->coll && a.comm->coll->zeroCopy;
     if (a.type == CollType::kAllReduce)
-      algo = allReduceAlgo(bytes, n, collForcedAlgo(),
-                           a.comm && a.comm->coll && a.comm->coll->zeroCopy);
+      algo = allReduceAlgo(bytes, n, collForcedAlgo(), zc);
+    else if ((a.type == CollType::kReduceScatter || a.type == CollType::kAllGather) && zc &&
+             zcRawLikely((uint64_t)n * bytes, n))
+      algo = Algo::kZeroCopy;  // one process on one GPU: any buffers (zc_plan.h, step 2)
     perComm[a.comm] += collUs(a.type, algo, bytes, n);
   }
   double t = 0;

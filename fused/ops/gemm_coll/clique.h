@@ -78,5 +78,14 @@ inline bool gcAutoFuses(GemmColl op, bool helpers, size_t outBytes, int64_t M, i
   return K >= (op == GemmColl::kAllReduce ? kGcAutoMinKAllReduce : kGcAutoMinKReduceScatter);
 }
 
+// The clique rule as a call applies it: ncclFusedAuto with the split left to mkernel (a split
+// forced through config->commSms goes to the model's verdict, MKERNEL_FUSED_AUTO, instead).
+// One predicate for gemmCollRun's early choice and the fused launch's, so they cannot differ.
+inline bool gcCliqueAutoFuses(const GemmCollCall& c, bool helpers) {
+  return c.cfg.algo == ncclFusedAuto && c.cfg.commSms < 0 &&
+         gcAutoFuses(c.op, helpers, fusedTypeSize(c.cfg.outType), (int64_t)c.M, (int64_t)c.N,
+                     (int64_t)c.K);
+}
+
 }  // namespace fused
 }  // namespace mk

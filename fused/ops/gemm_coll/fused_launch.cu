@@ -250,9 +250,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // Read once: the setting goes to the kernel with the split chosen for it (clique AR / RS).
   const bool cliqueReduce = clique && c.op != GemmColl::kAllGather;
   const bool helpers = cliqueReduce && MK_PARAM_INT(FusedHelpers) != 0;
-  const bool cliqueAuto =
-      clique && autoRule &&
-      gcAutoFuses(c.op, helpers, outBytes, (int64_t)c.M, (int64_t)c.N, (int64_t)c.K);
+  const bool cliqueAuto = clique && gcCliqueAutoFuses(c, helpers);
   // The clique block is created outside capture only (its zeroing synchronises).
   if (clique && cap != cudaStreamCaptureStatusNone && !cliqueBlockHeld(comm, kCliqueGemmColl))
     return ncclSuccess;

@@ -47,8 +47,7 @@ ncclResult_t gemmCollRun(const GemmCollCall& c) {
       c.cfg.algo == ncclFusedAuto &&
       (MK_PARAM_INT(FusedAuto) != 0 || (c.comm->topo.nNodes > 1 && MK_PARAM_INT(FusedXnode) != 0) ||
        (c.comm->topo.nNodes == 1 && cliqueEligible(c.comm, kGcMaxLocal) &&
-        gcAutoFuses(c.op, MK_PARAM_INT(FusedHelpers) != 0, fusedTypeSize(c.cfg.outType),
-                    (int64_t)c.M, (int64_t)c.N, (int64_t)c.K)));
+        gcCliqueAutoFuses(c, MK_PARAM_INT(FusedHelpers) != 0)));
   if (c.cfg.algo == ncclFusedFused || autoTries) {
     // The fused kernel runs as one operation of the comm (stream order with its other
     // operations, graph capture, finalize, the comm's abort flag and error record).
