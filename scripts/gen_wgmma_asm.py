@@ -8,7 +8,7 @@ one place that spells them. Run it after adding a shape: python3 scripts/gen_wgm
 import os
 import sys
 
-SS_SHAPES = (64, 128, 192, 256)  # A and B from shared memory (descriptors); 192: head dim 64 variant 1
+SS_SHAPES = (64, 128, 176, 192, 256)  # A and B from shared memory (descriptors); 192: head dim 64 variant 1, 176: head dim 128 variant 1
 RS_SHAPES = (64, 128, 256)  # A from registers (4 x b32 of 16-bit pairs), B from shared memory
 
 

@@ -75,7 +75,7 @@ int64_t cfgFigure(int D, int variant, F&& f) {
     case 64:
       return withCfg<64, false>(true, variant, f);
     case 128:
-      return withCfg<128, false>(true, 0, f);
+      return withCfg<128, false>(true, variant, f);
     default:
       return withCfg<256, false>(true, 0, f);
   }
@@ -89,9 +89,14 @@ bool overlapOf(const AttnArgs& a) {
 }
 
 int variantOf(const AttnArgs& a) {
-  if (a.D != 64 || !overlapOf(a)) return 0;
+  if ((a.D != 64 && a.D != 128) || !overlapOf(a)) return 0;
+  const bool ring = a.hooks.ready != nullptr;
+  if (a.D == 128) {
+    const int v = (int)(a.d128Variant >= 0 ? a.d128Variant : MK_PARAM_INT(AttnD128Variant));
+    return ring && v > kMaxRingD128Variant ? 0 : v;
+  }
   const int v = (int)(a.d64Variant >= 0 ? a.d64Variant : MK_PARAM_INT(AttnD64Variant));
-  return a.hooks.ready != nullptr && v > kMaxRingD64Variant ? 0 : v;
+  return ring && v > kMaxRingD64Variant ? 0 : v;
 }
 
 int kvRows(int D, int variant) {

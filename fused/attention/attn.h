@@ -157,6 +157,13 @@ constexpr int kMaxD64Variant = 4;
 // The fused ring kernel (AttnHooks::ready set) has variants 0..3 only: with three consumer
 // WGs its producer's 32 registers spill there (ptxas), so variant 4 runs it as variant 0.
 constexpr int kMaxRingD64Variant = 3;
+// Head dim 128 (MKERNEL_ATTN_D128_VARIANT): 0 = 128-key blocks, 3 stages; 1 = 176-key blocks,
+// 2 stages (FlashAttention-3's block for this head dim: the widest S whose fragments, with P and
+// O, fit the consumer's registers; two stages of 176 keys are what the shared memory holds).
+// The fused ring kernel runs variant 0 (kMaxRingD128Variant): its producer's bounded waits
+// were not measured with the wider block.
+constexpr int kMaxD128Variant = 1;
+constexpr int kMaxRingD128Variant = 0;
 
 // Fused ring kernel: source j's blocks are loaded only once ready[j] >= 1 (written on this GPU
 // by the kernel's communication CTAs), waited for with `wait` (bounded, abortable; a failed
@@ -190,6 +197,7 @@ struct AttnArgs {
   int32_t smBudget = 0;            // persistent CTAs: 0 = every SM of the device
   int32_t schedule = -1;           // -1: MKERNEL_ATTN_SCHEDULE; 0: plain; 1: overlapped (FA3)
   int32_t d64Variant = -1;         // -1: MKERNEL_ATTN_D64_VARIANT; 0..kMaxD64Variant
+  int32_t d128Variant = -1;        // -1: MKERNEL_ATTN_D128_VARIANT; 0..kMaxD128Variant
   AttnHooks hooks;
 };
 
@@ -203,9 +211,10 @@ ncclResult_t launch(const AttnArgs& args, cudaStream_t stream);
 // Loads the kernel `args` selects without launching it (see gemm::preload).
 ncclResult_t preload(const AttnArgs& args);
 
-// The head-dim-64 variant `args` runs (AttnArgs::d64Variant or the parameter; 0 for other
-// head dims, for the plain schedule, and for variants above kMaxRingD64Variant in the fused
-// ring kernel, hooks.ready set). Host only.
+// The variant `args` runs: head dim 64 AttnArgs::d64Variant or its parameter, head dim 128
+// d128Variant or its parameter; 0 for head dim 256, for the plain schedule, and for variants
+// above kMaxRingD64Variant / kMaxRingD128Variant in the fused ring kernel (hooks.ready set).
+// Host only.
 int variantOf(const AttnArgs& args);
 
 // Key rows per K/V block of head dim D in `variant` (the tensor maps' box, the kernel's kBN).

@@ -46,6 +46,9 @@ namespace attn {
 // tile still runs); 4 = three consumer WGs (192-row tiles: each K/V block serves 1.5x the
 // query rows, and a third WG's softmax hides behind the other two's products; 160 registers
 // per consumer thread). Which wins is measured on the GPU (docs/ring-attention.md).
+// Head dim 128 (MKERNEL_ATTN_D128_VARIANT): 0 = 128-key blocks, 3 stages; 1 = 176-key blocks
+// in 2 stages (a quarter fewer blocks per row, hence fewer barrier turns, row maxima and O
+// rescales; 64 + 88 + 44 fragment registers of the 200 left, 3 stages would not fit).
 template <int kD, bool kF16In, bool kOverlapIn = true, int kVariantIn = 0>
 struct Cfg {
   static constexpr int D = kD;
@@ -55,9 +58,10 @@ struct Cfg {
   static constexpr int kConsumerWGs = kVariant == 4 ? 3 : 2;
   static constexpr int kBM = 64 * kConsumerWGs;  // query rows per tile (64 per consumer WG)
   // Key rows per K/V block: 64 at head dim 256 (O alone takes 128 registers per thread).
-  static constexpr int kBN = kD > 128 ? 64 : (kVariant == 1 ? 192 : 128);
+  static constexpr int kBN = kD > 128 ? 64 : (kVariant == 1 ? (kD == 64 ? 192 : 176) : 128);
   // 3 stages where they fit (head dims 64, 128); K and V of a stage are freed separately.
-  static constexpr int kStages = kD > 128 ? 2 : (kVariant == 2 ? 4 : 3);
+  static constexpr int kStages = kD > 128 || (kD == 128 && kVariant == 1) ? 2
+                                                                          : (kVariant == 2 ? 4 : 3);
   static constexpr int kQBufs = kVariant == 3 ? 2 : 1;
   static constexpr int kSub = kD / 64;  // 64-column (128-byte) sub-tiles of a row
   static constexpr int kQBytes = kBM * kD * 2;
@@ -73,9 +77,10 @@ struct Cfg {
   static constexpr int kProducerRegs = kConsumerWGs == 3 ? 32 : 40;
   static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : 232;
   static_assert(kD == 64 || kD == 128 || kD == 256, "head dims 64, 128, 256");
-  static_assert(kVariant == 0 || (kD == 64 && kOverlap),
-                "variants are for head dim 64 with the overlapped schedule");
-  static_assert(kVariant >= 0 && kVariant <= kMaxD64Variant, "unknown head-dim-64 variant");
+  static_assert(kVariant == 0 || (kD == 64 && kOverlap) || (kD == 128 && kOverlap),
+                "variants are for head dims 64 and 128 with the overlapped schedule");
+  static_assert(kVariant >= 0 && kVariant <= (kD == 64 ? kMaxD64Variant : kMaxD128Variant),
+                "unknown variant");
   static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
@@ -84,18 +89,24 @@ struct Cfg {
                 "register budget exceeded");
   // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) per thread, plus 32 for addresses and
   // the softmax state (192-key blocks at head dim 64: 32 + 96 + 48 = 176; three WGs:
-  // 32 + 64 + 32 = 128 of 160).
+  // 32 + 64 + 32 = 128 of 160; 176-key blocks at head dim 128: 64 + 88 + 44 = 196 of 200).
   static_assert(kD / 2 + kBN / 2 + kBN / 4 <= kConsumerRegs - 32,
                 "consumer fragments exceed the budget");
 };
 
 // Calls f(C{}) with the Cfg of head dim kD, input type kF16, the schedule and the resolved
-// head-dim-64 variant (AttnParams::variant; 0 for other head dims and the plain schedule), so
-// every launcher picks the same configuration. Variants above kMaxVariant are not built for
-// that launcher (variantOf never gives them to it) and run variant 0. Host code.
-template <int kD, bool kF16, int kMaxVariant = kMaxD64Variant, class F>
+// variant (AttnParams::variant; 0 for head dim 256 and the plain schedule), so every launcher
+// picks the same configuration. Variants above kMaxVariant (head dim 64) or kMaxD128 (head
+// dim 128) are not built for that launcher (variantOf never gives them to it) and run
+// variant 0. Host code.
+template <int kD, bool kF16, int kMaxVariant = kMaxD64Variant, int kMaxD128 = kMaxD128Variant,
+          class F>
 auto withCfg(bool overlap, int variant, F&& f) {
   if (!overlap) return f(Cfg<kD, kF16, false>{});
+  if constexpr (kD == 128 && kMaxD128 >= 1) {
+    static_assert(kMaxD128Variant == 1, "every variant needs its case here");
+    if (variant == 1) return f(Cfg<kD, kF16, true, 1>{});
+  }
   if constexpr (kD == 64) {
     static_assert(kMaxD64Variant == 4, "every variant needs its case here");
     switch (variant) {

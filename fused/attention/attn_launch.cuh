@@ -33,13 +33,15 @@ ncclResult_t launchVariant(const AttnParams& p, bool overlap, int32_t grid, cuda
                            [&](auto c) { return launchCfg<decltype(c)>(p, grid, stream); });
 }
 
-// The head-dim-64 variants' kernels (both input types), each in its own unit
-// (attn_inst_d64_v*.cu) so they compile in parallel; extern in attn_inst_d64.cu.
-#define MK_ATTN_D64_VARIANT(EXTERN, V)                                                        \
-  EXTERN template ncclResult_t launchCfg<Cfg<64, false, true, V>>(const AttnParams&, int32_t, \
-                                                                  cudaStream_t);              \
-  EXTERN template ncclResult_t launchCfg<Cfg<64, true, true, V>>(const AttnParams&, int32_t,  \
-                                                                 cudaStream_t);
+// The variants' kernels of head dims 64 and 128 (both input types), each in its own unit
+// (attn_inst_d64_v*.cu, attn_inst_d128_v*.cu) so they compile in parallel; extern in
+// attn_inst_d64.cu / attn_inst_d128.cu.
+#define MK_ATTN_VARIANT(EXTERN, D, V)                                                        \
+  EXTERN template ncclResult_t launchCfg<Cfg<D, false, true, V>>(const AttnParams&, int32_t, \
+                                                                 cudaStream_t);              \
+  EXTERN template ncclResult_t launchCfg<Cfg<D, true, true, V>>(const AttnParams&, int32_t,  \
+                                                                cudaStream_t);
+#define MK_ATTN_D64_VARIANT(EXTERN, V) MK_ATTN_VARIANT(EXTERN, 64, V)
 
 #define MK_ATTN_INSTANTIATE(D)                                                                   \
   template ncclResult_t launchVariant<D, false>(const AttnParams&, bool, int32_t, cudaStream_t); \

@@ -17,6 +17,8 @@
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
 //   RingAttnD64Variant.Cases/v0..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
 //       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
+//   RingAttnD128Variant.Cases/v1         head dim 128's 176-key blocks (MKERNEL_ATTN_D128_VARIANT),
+//       the same cases.
 //   RingAttnAbort.*                      only rank 0 calls: ncclCommAbort ends it; or the
 //       deadline does and ncclCommGetAsyncError reports it.
 //   RingAttnArgs.RefusedWithTheRule      bad headDim, odd zigzag seqLocal.
@@ -341,43 +343,25 @@ INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnGraph, ::testing::Values(1, 3, 4),
                            return "n" + std::to_string(i.param);
                          });
 
-// ---- head-dim-64 variants (MKERNEL_ATTN_D64_VARIANT) ------------------------------------------
-// Param: the variant (1: 192-key blocks, 2: 4 stages, 3: two Q buffers, 4: three consumer
-// WGs with 192-row tiles; 0 runs in every other test), with the overlapped schedule the
-// variants belong to. One rank: tails of 128- and 192-row blocks, GQA 1/4/8, both types,
-// causal or not, contiguous and zigzag; two shapes of 280+ tiles, so each persistent CTA runs
-// several tiles (the Q buffers, the ring's phases across tiles); then 3 rank threads on the
-// fused ring kernel (variant 4 is not built for it: it runs variant 0 there) and the
-// sequential path.
-class RingAttnD64Variant : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override { MKTEST_REQUIRE_GPU(); }
-  mktest::ScopedEnv timeout_{"MKERNEL_TIMEOUT_MS", "20000"};
-  mktest::ScopedEnv schedule_{"MKERNEL_ATTN_SCHEDULE", "1"};
-  mktest::ScopedEnv variant_{"MKERNEL_ATTN_D64_VARIANT", std::to_string(GetParam()).c_str()};
-};
-
-TEST_P(RingAttnD64Variant, Cases) {
-  const int v = GetParam();
-  const uint64_t seed = mktest::testSeed() ^ (0xd64ull * (v + 1));
-  SCOPED_TRACE("seed " + std::to_string(seed) + " variant " + std::to_string(v) +
-               " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
-  {
-    // The parameter reaches the engine (else this test would check variant 0 three times).
-    mk::attn::AttnArgs a;
-    a.D = 64;
-    ASSERT_EQ(mk::attn::variantOf(a), v);
-    ASSERT_EQ(mk::attn::kvRows(64, v), v == 1 ? 192 : 128);
-    ASSERT_EQ(mk::attn::qRows(64, v), v == 4 ? 192 : 128);
-  }
+// ---- variants (MKERNEL_ATTN_D64_VARIANT, MKERNEL_ATTN_D128_VARIANT) -----------------------
+// Head dim 64's variants (1: 192-key blocks, 2: 4 stages, 3: two Q buffers, 4: three consumer
+// WGs with 192-row tiles) and head dim 128's (1: 176-key blocks in 2 stages); 0 runs in every
+// other test. With the overlapped schedule the variants belong to. One rank: tails of the
+// variant's key and query blocks, GQA 1/4/8, both types, causal or not, contiguous and zigzag;
+// two shapes of 280+ tiles, so each persistent CTA runs several tiles (the Q buffers, the
+// ring's phases across tiles); then 3 rank threads on the fused ring kernel (which runs
+// variant 0 where the variant is not built for it: head dim 64's 4, head dim 128's 1) and the
+// sequential path (the stand-alone kernel, in the variant).
+void variantCases(int D, int v, uint64_t seed) {
   Solo solo;
   ASSERT_EQ(solo.why, "");
-  const int seqs[] = {1, 77, 191, 193, 300, 384, 450, 576};
+  const int seqs64[] = {1, 77, 191, 193, 300, 384, 450, 576};
+  const int seqs128[] = {1, 77, 175, 177, 300, 352, 450, 528};
   const int gqa[] = {1, 4, 8};
   for (int i = 0; i < 8; ++i) {
     Shape c;
-    c.D = 64;
-    c.S = seqs[i];
+    c.D = D;
+    c.S = D == 64 ? seqs64[i] : seqs128[i];
     c.in = i % 2 ? ncclFloat16 : ncclBfloat16;
     c.causal = (i / 2) % 2 == 1;
     c.layout = (i % 4 == 3 && c.S % 2 == 0) ? ncclRingAttnZigzag : ncclRingAttnContiguous;
@@ -403,7 +387,7 @@ TEST_P(RingAttnD64Variant, Cases) {
   };
   for (int i = 0; i < 2; ++i) {
     Shape c;
-    c.D = 64;
+    c.D = D;
     c.B = many[i].B;
     c.S = many[i].S;
     c.Hq = many[i].Hq;
@@ -421,7 +405,7 @@ TEST_P(RingAttnD64Variant, Cases) {
   for (int i = 0; i < 4; ++i) {
     Shape c;
     c.n = 3;
-    c.D = 64;
+    c.D = D;
     c.S = i % 2 ? 194 : 130;
     c.causal = i & 1;
     c.layout = i & 2 ? ncclRingAttnZigzag : ncclRingAttnContiguous;
@@ -438,7 +422,63 @@ TEST_P(RingAttnD64Variant, Cases) {
   }
 }
 
+class RingAttnD64Variant : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { MKTEST_REQUIRE_GPU(); }
+  mktest::ScopedEnv timeout_{"MKERNEL_TIMEOUT_MS", "20000"};
+  mktest::ScopedEnv schedule_{"MKERNEL_ATTN_SCHEDULE", "1"};
+  mktest::ScopedEnv variant_{"MKERNEL_ATTN_D64_VARIANT", std::to_string(GetParam()).c_str()};
+};
+
+TEST_P(RingAttnD64Variant, Cases) {
+  const int v = GetParam();
+  const uint64_t seed = mktest::testSeed() ^ (0xd64ull * (v + 1));
+  SCOPED_TRACE("seed " + std::to_string(seed) + " variant " + std::to_string(v) +
+               " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
+  {
+    // The parameter reaches the engine (else this test would check variant 0 three times).
+    mk::attn::AttnArgs a;
+    a.D = 64;
+    ASSERT_EQ(mk::attn::variantOf(a), v);
+    ASSERT_EQ(mk::attn::kvRows(64, v), v == 1 ? 192 : 128);
+    ASSERT_EQ(mk::attn::qRows(64, v), v == 4 ? 192 : 128);
+  }
+  variantCases(64, v, seed);
+}
+
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD64Variant, ::testing::Values(0, 1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "v" + std::to_string(i.param);
+                         });
+
+class RingAttnD128Variant : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { MKTEST_REQUIRE_GPU(); }
+  mktest::ScopedEnv timeout_{"MKERNEL_TIMEOUT_MS", "20000"};
+  mktest::ScopedEnv schedule_{"MKERNEL_ATTN_SCHEDULE", "1"};
+  mktest::ScopedEnv variant_{"MKERNEL_ATTN_D128_VARIANT", std::to_string(GetParam()).c_str()};
+};
+
+TEST_P(RingAttnD128Variant, Cases) {
+  const int v = GetParam();
+  const uint64_t seed = mktest::testSeed() ^ (0xd128ull * (v + 1));
+  SCOPED_TRACE("seed " + std::to_string(seed) + " variant " + std::to_string(v) +
+               " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
+  {
+    // The parameter reaches the stand-alone kernel, and the fused ring kernel keeps variant 0.
+    mk::attn::AttnArgs a;
+    a.D = 128;
+    ASSERT_EQ(mk::attn::variantOf(a), v);
+    ASSERT_EQ(mk::attn::kvRows(128, v), v == 1 ? 176 : 128);
+    ASSERT_EQ(mk::attn::qRows(128, v), 128);
+    uint64_t ready = 0;
+    a.hooks.ready = &ready;
+    ASSERT_EQ(mk::attn::variantOf(a), 0);
+  }
+  variantCases(128, v, seed);
+}
+
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD128Variant, ::testing::Values(1),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "v" + std::to_string(i.param);
                          });

@@ -246,12 +246,12 @@ ncclResult_t launchRing(const RingParams& p, int32_t grid, size_t smem, cudaStre
 template <int kD, bool kF16>
 ncclResult_t ringAttnLaunch(const RingParams& p, bool overlap, int32_t grid, size_t smem,
                             cudaStream_t s) {
-  if (p.a.variant > attn::kMaxRingD64Variant) {
-    MK_WARN("ring attention: head-dim-64 variant %d is not built for the fused kernel",
+  if (p.a.variant > (kD == 128 ? attn::kMaxRingD128Variant : attn::kMaxRingD64Variant)) {
+    MK_WARN("ring attention: head-dim-%d variant %d is not built for the fused kernel", kD,
             p.a.variant);
     return ncclInternalError;  // variantOf never resolves it for a call with hooks
   }
-  return attn::withCfg<kD, kF16, attn::kMaxRingD64Variant>(
+  return attn::withCfg<kD, kF16, attn::kMaxRingD64Variant, attn::kMaxRingD128Variant>(
       overlap, p.a.variant, [&](auto c) { return launchRing<decltype(c)>(p, grid, smem, s); });
 }
 

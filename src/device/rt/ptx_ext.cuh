@@ -19,7 +19,8 @@ namespace ptx {
 template <int N, bool kF16, int kTransB>
 __device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint64_t descB,
                                         int scaleD) {
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmmaSS: shape not generated");
+  static_assert(N == 64 || N == 128 || N == 176 || N == 192 || N == 256,
+                "wgmmaSS: shape not generated");
   if constexpr (N == 256) {
     wgmmaM64N256K16<kF16, kTransB>(d, descA, descB, scaleD);
   } else if constexpr (N == 192) {
@@ -31,6 +32,17 @@ __device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint6
     } else {
       asm volatile(MK_WGMMA_SS_N192_ASM("bf16")
                    : MK_WGMMA_OUTS_192(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    }
+  } else if constexpr (N == 176) {
+    // S = Q.K^T of 176-key blocks (attention, head dim 128, MKERNEL_ATTN_D128_VARIANT=1).
+    if constexpr (kF16) {
+      asm volatile(MK_WGMMA_SS_N176_ASM("f16")
+                   : MK_WGMMA_OUTS_176(d)
+                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
+    } else {
+      asm volatile(MK_WGMMA_SS_N176_ASM("bf16")
+                   : MK_WGMMA_OUTS_176(d)
                    : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
     }
   } else if constexpr (N == 128) {
