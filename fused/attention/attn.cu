@@ -153,6 +153,9 @@ bool canImplement(const AttnArgs& a, std::string* why) {
   if (a.d64Variant < -1 || a.d64Variant > kMaxD64Variant)
     return fail(why, "d64Variant=%lld must be -1 (parameter) or 0..%lld", a.d64Variant,
                 kMaxD64Variant);
+  if (a.d128Variant < -1 || a.d128Variant > kMaxD128Variant)
+    return fail(why, "d128Variant=%lld must be -1 (parameter) or 0..%lld", a.d128Variant,
+                kMaxD128Variant);
   return true;
 }
 

@@ -17,8 +17,8 @@
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
 //   RingAttnD64Variant.Cases/v0..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
 //       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
-//   RingAttnD128Variant.Cases/v1         head dim 128's 176-key blocks (MKERNEL_ATTN_D128_VARIANT),
-//       the same cases.
+//   RingAttnD128Variant.Cases/v0, v1     head dim 128's variants (MKERNEL_ATTN_D128_VARIANT: 1,
+//       the default, 176-key blocks; 0, 128-key blocks), the same cases.
 //   RingAttnAbort.*                      only rank 0 calls: ncclCommAbort ends it; or the
 //       deadline does and ncclCommGetAsyncError reports it.
 //   RingAttnArgs.RefusedWithTheRule      bad headDim, odd zigzag seqLocal.
@@ -344,14 +344,15 @@ INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnGraph, ::testing::Values(1, 3, 4),
                          });
 
 // ---- variants (MKERNEL_ATTN_D64_VARIANT, MKERNEL_ATTN_D128_VARIANT) -----------------------
-// Head dim 64's variants (1: 192-key blocks, 2: 4 stages, 3: two Q buffers, 4: three consumer
-// WGs with 192-row tiles) and head dim 128's (1: 176-key blocks in 2 stages); 0 runs in every
-// other test. With the overlapped schedule the variants belong to. One rank: tails of the
-// variant's key and query blocks, GQA 1/4/8, both types, causal or not, contiguous and zigzag;
-// two shapes of 280+ tiles, so each persistent CTA runs several tiles (the Q buffers, the
-// ring's phases across tiles); then 3 rank threads on the fused ring kernel (which runs
-// variant 0 where the variant is not built for it: head dim 64's 4, head dim 128's 1) and the
-// sequential path (the stand-alone kernel, in the variant).
+// Head dim 64's variants (1, the default: 192-key blocks, 2: 4 stages, 3: two Q buffers, 4:
+// three consumer WGs with 192-row tiles) and head dim 128's (1, the default: 176-key blocks in
+// 2 stages; 0: 128-key blocks in 3); the defaults run in every other test. With the overlapped
+// schedule the variants belong to. One rank: tails of the variant's key and query blocks, GQA
+// 1/4/8, both types, causal or not, contiguous and zigzag; two shapes of 280+ tiles, so each
+// persistent CTA runs several tiles (the Q buffers, the ring's phases across tiles); then 3 rank
+// threads on the fused ring kernel (which runs variant 0 where the variant is not built for it:
+// head dim 64's 4, head dim 128's 1) and the sequential path (the stand-alone kernel, in the
+// variant).
 void variantCases(int D, int v, uint64_t seed) {
   Solo solo;
   ASSERT_EQ(solo.why, "");
@@ -478,7 +479,7 @@ TEST_P(RingAttnD128Variant, Cases) {
   variantCases(128, v, seed);
 }
 
-INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD128Variant, ::testing::Values(1),
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnD128Variant, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "v" + std::to_string(i.param);
                          });

@@ -435,6 +435,61 @@ TEST(AttnSchedule, ConsumerTurnsGoRoundRobin) {
   }
 }
 
+// MKERNEL_ATTN_D128_VARIANT and AttnArgs::d128Variant select head dim 128's key block with the
+// overlapped schedule in the stand-alone kernel; the fused ring kernel keeps variant 0.
+TEST(AttnSchedule, D128VariantsResolve) {
+  using mk::attn::AttnArgs;
+  mktest::ScopedEnv sched("MKERNEL_ATTN_SCHEDULE", nullptr);
+  mktest::ScopedEnv env("MKERNEL_ATTN_D128_VARIANT", nullptr);
+  AttnArgs a;
+  a.D = 128;
+  EXPECT_EQ(mk::attn::variantOf(a), 1);  // the default (176-key blocks, measured fastest)
+  for (int v = 0; v <= mk::attn::kMaxD128Variant; ++v) {
+    a.d128Variant = v;
+    EXPECT_EQ(mk::attn::variantOf(a), v);
+    a.schedule = 0;
+    EXPECT_EQ(mk::attn::variantOf(a), 0) << "schedule 0 has no variants";
+    a.schedule = -1;
+    uint64_t ready = 0;
+    a.hooks.ready = &ready;
+    EXPECT_EQ(mk::attn::variantOf(a), 0) << "the fused ring kernel runs variant 0";
+    a.hooks.ready = nullptr;
+  }
+  a.d128Variant = -1;
+  {
+    mktest::ScopedEnv zero("MKERNEL_ATTN_D128_VARIANT", "0");
+    EXPECT_EQ(mk::attn::variantOf(a), 0);
+    a.d128Variant = 1;  // the argument wins over the parameter
+    EXPECT_EQ(mk::attn::variantOf(a), 1);
+  }
+  EXPECT_EQ(mk::attn::kvRows(128, 1), 176);
+  EXPECT_EQ(mk::attn::qRows(128, 1), 128);
+  // Q [128][128] bf16 = 32 KiB, a stage = K + V of 176 rows of 256 bytes, 2 stages (3 of 128).
+  const size_t q = 32768, align = 1024;
+  EXPECT_EQ(mk::attn::smemBytes(128, 1), q + 2 * (2 * 176 * 256) + 128 + align);
+  EXPECT_EQ(mk::attn::smemBytes(128, 0), q + 3 * (2 * 128 * 256) + 128 + align);
+  // canImplement: a valid call (fake aligned pointers, never dereferenced), then the variant out
+  // of range on either side.
+  a.q = reinterpret_cast<const void*>(uintptr_t(1) << 40);
+  a.k = reinterpret_cast<const void*>(uintptr_t(2) << 40);
+  a.v = reinterpret_cast<const void*>(uintptr_t(3) << 40);
+  a.out = reinterpret_cast<void*>(uintptr_t(4) << 40);
+  a.B = 1;
+  a.S = a.seq.S = 300;
+  a.Hq = a.Hkv = 2;
+  std::string why;
+  for (int v = -1; v <= mk::attn::kMaxD128Variant; ++v) {
+    a.d128Variant = v;
+    EXPECT_TRUE(mk::attn::canImplement(a, &why)) << "variant " << v << ": " << why;
+  }
+  for (int v : {-2, mk::attn::kMaxD128Variant + 1}) {
+    a.d128Variant = v;
+    why.clear();
+    EXPECT_FALSE(mk::attn::canImplement(a, &why)) << "variant " << v;
+    EXPECT_NE(why.find("d128Variant"), std::string::npos) << why;
+  }
+}
+
 // MKERNEL_ATTN_D64_VARIANT and AttnArgs::d64Variant select head dim 64's configuration with the
 // overlapped schedule only; the key block and shared memory follow the variant (the tensor
 // maps' box must be the launched kernel's block), and out-of-range requests are refused.
@@ -442,6 +497,7 @@ TEST(AttnSchedule, D64VariantsResolve) {
   using mk::attn::AttnArgs;
   mktest::ScopedEnv sched("MKERNEL_ATTN_SCHEDULE", nullptr);
   mktest::ScopedEnv env("MKERNEL_ATTN_D64_VARIANT", nullptr);
+  mktest::ScopedEnv env128("MKERNEL_ATTN_D128_VARIANT", nullptr);
   AttnArgs a;
   a.D = 64;
   EXPECT_EQ(mk::attn::variantOf(a), 1);  // the default (192-key blocks, measured fastest)
@@ -452,7 +508,9 @@ TEST(AttnSchedule, D64VariantsResolve) {
     EXPECT_EQ(mk::attn::variantOf(a), 0) << "schedule 0 has no variants";
     a.schedule = -1;
     a.D = 128;
-    EXPECT_EQ(mk::attn::variantOf(a), 0) << "head dim 128 has no variants";
+    EXPECT_EQ(mk::attn::variantOf(a), 1) << "head dim 128 follows its own variant";
+    a.D = 256;
+    EXPECT_EQ(mk::attn::variantOf(a), 0) << "head dim 256 has no variants";
     a.D = 64;
   }
   a.d64Variant = -1;
