@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "coll/algo.h"
 #include "coll/zc_plan.h"
 #include "common/test_util.h"
 #include "gpu/test_coll_util.h"
@@ -632,6 +633,39 @@ TEST_F(CollWindow, CyclesDoNotLeak) {
   ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
   EXPECT_GE(free1 + (32u << 20), free0) << "device memory lost over 30 cycles";
   EXPECT_EQ(mktest::countOpenFds(), fds0);
+}
+
+// ncclGroupSimulateEnd prices a group by the paths its operations would take: the ReduceScatter
+// and AllGather of ranks of one process on one GPU run zero-copy on any buffers (above), so the
+// estimate is the zero-copy one (collUs kZeroCopy), not the staged copies' (kDirect). Nothing
+// is launched.
+TEST(CollSimulate, ZeroCopyReduceScatterAndAllGatherEstimates) {
+  MKTEST_REQUIRE_GPU();
+  Clique& q = clique(4);
+  ASSERT_TRUE(q.ok) << q.why;
+  const size_t count = 16u << 20;  // bf16 elements of a rank's block: 32 MiB
+  const uint64_t bytes = (uint64_t)count * 2;
+  void* send = nullptr;
+  void* recv = nullptr;
+  ASSERT_EQ(cudaMalloc(&send, 4 * bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&recv, 4 * bytes), cudaSuccess);
+  for (int rs = 1; rs >= 0; --rs) {
+    SCOPED_TRACE(rs ? "ReduceScatter" : "AllGather");
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 4; ++r)
+      ASSERT_EQ(
+          rs ? ncclReduceScatter(send, recv, count, ncclBfloat16, ncclSum, q.comms[r], q.streams[r])
+             : ncclAllGather(send, recv, count, ncclBfloat16, q.comms[r], q.streams[r]),
+          ncclSuccess);
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    ASSERT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess) << ncclGetLastError(nullptr);
+    const mk::CollType t = rs ? mk::CollType::kReduceScatter : mk::CollType::kAllGather;
+    const double zc = mk::collUs(t, mk::Algo::kZeroCopy, bytes, 4);
+    EXPECT_NEAR(sim.estimatedTime, zc, 1e-4 * zc);
+    EXPECT_LT(sim.estimatedTime, mk::collUs(t, mk::Algo::kDirect, bytes, 4));
+  }
+  EXPECT_EQ(cudaFree(send), cudaSuccess);
+  EXPECT_EQ(cudaFree(recv), cudaSuccess);
 }
 
 }  // namespace
