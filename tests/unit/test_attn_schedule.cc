@@ -435,6 +435,31 @@ TEST(AttnSchedule, ConsumerTurnsGoRoundRobin) {
   }
 }
 
+// canImplement on a valid call of head dim a.D (fake aligned pointers, never dereferenced)
+// with the variant field `field` at every value of -1..maxVariant, then out of range on either
+// side: refused with a message naming the field.
+void expectVariantRange(mk::attn::AttnArgs a, int32_t mk::attn::AttnArgs::*field, int maxVariant,
+                        const char* name) {
+  a.q = reinterpret_cast<const void*>(uintptr_t(1) << 40);
+  a.k = reinterpret_cast<const void*>(uintptr_t(2) << 40);
+  a.v = reinterpret_cast<const void*>(uintptr_t(3) << 40);
+  a.out = reinterpret_cast<void*>(uintptr_t(4) << 40);
+  a.B = 1;
+  a.S = a.seq.S = 300;
+  a.Hq = a.Hkv = 2;
+  std::string why;
+  for (int v = -1; v <= maxVariant; ++v) {
+    a.*field = v;
+    EXPECT_TRUE(mk::attn::canImplement(a, &why)) << name << " " << v << ": " << why;
+  }
+  for (int v : {-2, maxVariant + 1}) {
+    a.*field = v;
+    why.clear();
+    EXPECT_FALSE(mk::attn::canImplement(a, &why)) << name << " " << v;
+    EXPECT_NE(why.find(name), std::string::npos) << why;
+  }
+}
+
 // MKERNEL_ATTN_D128_VARIANT and AttnArgs::d128Variant select head dim 128's key block with the
 // overlapped schedule in the stand-alone kernel; the fused ring kernel keeps variant 0.
 TEST(AttnSchedule, D128VariantsResolve) {
@@ -468,26 +493,7 @@ TEST(AttnSchedule, D128VariantsResolve) {
   const size_t q = 32768, align = 1024;
   EXPECT_EQ(mk::attn::smemBytes(128, 1), q + 2 * (2 * 176 * 256) + 128 + align);
   EXPECT_EQ(mk::attn::smemBytes(128, 0), q + 3 * (2 * 128 * 256) + 128 + align);
-  // canImplement: a valid call (fake aligned pointers, never dereferenced), then the variant out
-  // of range on either side.
-  a.q = reinterpret_cast<const void*>(uintptr_t(1) << 40);
-  a.k = reinterpret_cast<const void*>(uintptr_t(2) << 40);
-  a.v = reinterpret_cast<const void*>(uintptr_t(3) << 40);
-  a.out = reinterpret_cast<void*>(uintptr_t(4) << 40);
-  a.B = 1;
-  a.S = a.seq.S = 300;
-  a.Hq = a.Hkv = 2;
-  std::string why;
-  for (int v = -1; v <= mk::attn::kMaxD128Variant; ++v) {
-    a.d128Variant = v;
-    EXPECT_TRUE(mk::attn::canImplement(a, &why)) << "variant " << v << ": " << why;
-  }
-  for (int v : {-2, mk::attn::kMaxD128Variant + 1}) {
-    a.d128Variant = v;
-    why.clear();
-    EXPECT_FALSE(mk::attn::canImplement(a, &why)) << "variant " << v;
-    EXPECT_NE(why.find("d128Variant"), std::string::npos) << why;
-  }
+  expectVariantRange(a, &AttnArgs::d128Variant, mk::attn::kMaxD128Variant, "d128Variant");
 }
 
 // MKERNEL_ATTN_D64_VARIANT and AttnArgs::d64Variant select head dim 64's configuration with the
@@ -552,26 +558,7 @@ TEST(AttnSchedule, D64VariantsResolve) {
   EXPECT_EQ(mk::attn::smemBytes(64, 4), q * 3 / 2 + 3 * stage128 + 128 + align);  // 192 rows
   for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v)
     EXPECT_LE(mk::attn::smemBytes(64, v), 232448u) << "variant " << v;
-  // canImplement: a valid call (fake aligned pointers, never dereferenced), then the variant out
-  // of range on either side.
-  a.q = reinterpret_cast<const void*>(uintptr_t(1) << 40);
-  a.k = reinterpret_cast<const void*>(uintptr_t(2) << 40);
-  a.v = reinterpret_cast<const void*>(uintptr_t(3) << 40);
-  a.out = reinterpret_cast<void*>(uintptr_t(4) << 40);
-  a.B = 1;
-  a.S = a.seq.S = 300;
-  a.Hq = a.Hkv = 2;
-  std::string why;
-  for (int v = -1; v <= mk::attn::kMaxD64Variant; ++v) {
-    a.d64Variant = v;
-    EXPECT_TRUE(mk::attn::canImplement(a, &why)) << "variant " << v << ": " << why;
-  }
-  for (int v : {-2, mk::attn::kMaxD64Variant + 1}) {
-    a.d64Variant = v;
-    why.clear();
-    EXPECT_FALSE(mk::attn::canImplement(a, &why)) << "variant " << v;
-    EXPECT_NE(why.find("d64Variant"), std::string::npos) << why;
-  }
+  expectVariantRange(a, &AttnArgs::d64Variant, mk::attn::kMaxD64Variant, "d64Variant");
 }
 
 }  // namespace
