@@ -150,15 +150,16 @@ MK_HD inline int32_t nextTurnWG(int32_t wg, int32_t nWGs) {
 }
 
 // Compile-time configurations of head dim 64 (MKERNEL_ATTN_D64_VARIANT; Cfg, attn_kernel.cuh):
-// 0 = the default (128-key blocks, 3 stages, one Q buffer), 1 = 192-key blocks, 2 = 4 stages,
+// 0 = 128-key blocks, 3 stages, one Q buffer; 1 (the default) = 192-key blocks, 2 = 4 stages,
 // 3 = two Q buffers, 4 = three consumer warpgroups (192-row tiles). Only the overlapped
-// schedule has them; other head dims and schedule 0 run variant 0.
+// schedule has them; head dim 128 has its own (below), head dim 256 and schedule 0 run 0.
 constexpr int kMaxD64Variant = 4;
 // The fused ring kernel (AttnHooks::ready set) has variants 0..3 only: with three consumer
 // WGs its producer's 32 registers spill there (ptxas), so variant 4 runs it as variant 0.
 constexpr int kMaxRingD64Variant = 3;
 // Head dim 128 (MKERNEL_ATTN_D128_VARIANT): 0 = 128-key blocks, 3 stages; 1 (the default) =
-// 176-key blocks, 2 stages (FlashAttention-3's block for this head dim: the widest S whose
+// 176-key blocks, 2 stages (FlashAttention-3's block for this head dim without a mask, measured
+// faster here with one too: the widest S whose
 // fragments, with P and O, fit the consumer's registers; two stages of 176 keys are what the shared
 // memory holds). The fused ring kernel runs variant 0 (kMaxRingD128Variant): its producer's bounded
 // waits were not measured with the wider block.

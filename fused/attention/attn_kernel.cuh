@@ -40,8 +40,8 @@ namespace attn {
 // kVariantIn (head dim 64 with the overlapped schedule only; MKERNEL_ATTN_D64_VARIANT): at head
 // dim 64 a key block costs half the products of head dim 128 for the same exps, so the fixed
 // costs per block (barriers, row max and rescale, handshakes) and per tile (the Q load behind
-// the last P.V) weigh twice as much. 0 = the configuration of head dim 128 (128-key blocks, 3
-// stages, one Q buffer); 1 = 192-key blocks (a third fewer blocks: fewer fixed costs per key);
+// the last P.V) weigh twice as much. 0 = 128-key blocks, 3 stages, one Q buffer (head dim
+// 128's variant 0); 1 = 192-key blocks (a third fewer blocks: fewer fixed costs per key);
 // 2 = 4 stages (more loads in flight); 3 = two Q buffers (the next tile's Q loads while this
 // tile still runs); 4 = three consumer WGs (192-row tiles: each K/V block serves 1.5x the
 // query rows, and a third WG's softmax hides behind the other two's products; 160 registers
@@ -59,7 +59,8 @@ struct Cfg {
   static constexpr int kBM = 64 * kConsumerWGs;  // query rows per tile (64 per consumer WG)
   // Key rows per K/V block: 64 at head dim 256 (O alone takes 128 registers per thread).
   static constexpr int kBN = kD > 128 ? 64 : (kVariant == 1 ? (kD == 64 ? 192 : 176) : 128);
-  // 3 stages where they fit (head dims 64, 128); K and V of a stage are freed separately.
+  // 3 stages where they fit (head dim 64, head dim 128 with 128-key blocks); K and V of a stage
+  // are freed separately.
   static constexpr int kStages = kD > 128 || (kD == 128 && kVariant == 1) ? 2
                                                                           : (kVariant == 2 ? 4 : 3);
   static constexpr int kQBufs = kVariant == 3 ? 2 : 1;
@@ -82,6 +83,7 @@ struct Cfg {
   static_assert(kVariant >= 0 && kVariant <= (kD == 64 ? kMaxD64Variant : kMaxD128Variant),
                 "unknown variant");
   static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
+  static_assert(kBN % 16 == 0, "P.V walks the key block in k16 slices");
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
   static_assert(kBarrierCount * 8 <= kBarrierBytes, "barrier area too small");
@@ -140,7 +142,7 @@ struct AttnParams {
   int32_t tileOrder;  // MKERNEL_ATTN_TILE_ORDER
   SeqMap seq;
   int32_t qRank, nSrc;
-  // The resolved head-dim-64 variant (Cfg::kVariant of the launched kernel; host side only).
+  // The resolved variant (Cfg::kVariant of the launched kernel; host side only).
   // Here it fills the padding before hooks, so the other fields keep their offsets.
   int32_t variant;
   AttnHooks hooks;

@@ -192,10 +192,13 @@ TEST(CollAlgo, ZeroCopyReduceScatterAndAllGatherCosts) {
   const double ag = collUs(CollType::kAllGather, Algo::kZeroCopy, b, 4);
   EXPECT_LT(rs, collUs(CollType::kReduceScatter, Algo::kDirect, b, 4));
   EXPECT_LT(ag, collUs(CollType::kAllGather, Algo::kDirect, b, 4));
-  // A ReduceScatter reads a rank's block of all 4 inputs, as the AllReduce of 4 blocks' first
-  // half; the AllGather reads 3 blocks.
-  EXPECT_LT(rs, allReduceUs(Algo::kZeroCopy, 4 * b, 4));
-  EXPECT_GT(rs, ag);
+  // Fitted to the H200: the 8192^2 bf16 ReduceScatter of 4 ranks (32 MiB blocks) took
+  // 0.30-0.36 ms zero-copy (session 26), the AllGather 0.46-0.77 of the staged time (session 21).
+  EXPECT_GT(rs, 300.0);
+  EXPECT_LT(rs, 360.0);
+  const double agRatio = ag / collUs(CollType::kAllGather, Algo::kDirect, b, 4);
+  EXPECT_GT(agRatio, 0.46);
+  EXPECT_LT(agRatio, 0.77);
   EXPECT_GT(collUs(CollType::kReduceScatter, Algo::kZeroCopy, 2 * b, 4), rs);
   EXPECT_GT(collUs(CollType::kAllGather, Algo::kZeroCopy, b, 8), ag);
 }

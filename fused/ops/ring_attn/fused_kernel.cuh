@@ -241,8 +241,8 @@ ncclResult_t launchRing(const RingParams& p, int32_t grid, size_t smem, cudaStre
 }
 
 // Instantiated per head dim in fused_inst_d*.cu (both input types, both schedules).
-// The configuration is the attention engine's (attn::withCfg: schedule, and the head-dim-64
-// variant buildParams resolved into p.a.variant; smem is attn::smemBytes of the same).
+// The configuration is the attention engine's (attn::withCfg: schedule, and the variant
+// buildParams resolved into p.a.variant, 0 at head dim 128; smem is attn::smemBytes of the same).
 template <int kD, bool kF16>
 ncclResult_t ringAttnLaunch(const RingParams& p, bool overlap, int32_t grid, size_t smem,
                             cudaStream_t s) {
