@@ -159,10 +159,10 @@ constexpr int kMaxD64Variant = 4;
 constexpr int kMaxRingD64Variant = 3;
 // Head dim 128 (MKERNEL_ATTN_D128_VARIANT): 0 = 128-key blocks, 3 stages; 1 (the default) =
 // 176-key blocks, 2 stages (FlashAttention-3's block for this head dim without a mask, measured
-// faster here with one too: the widest S whose
-// fragments, with P and O, fit the consumer's registers; two stages of 176 keys are what the shared
-// memory holds). The fused ring kernel runs variant 0 (kMaxRingD128Variant): its producer's bounded
-// waits were not measured with the wider block.
+// faster here with one too): the widest S whose fragments, with P and O, fit the consumer's
+// registers; two stages of 176 keys are what the shared memory holds. The fused ring kernel
+// runs variant 0 (kMaxRingD128Variant): its producer's bounded waits were not measured with the
+// wider block.
 constexpr int kMaxD128Variant = 1;
 constexpr int kMaxRingD128Variant = 0;
 

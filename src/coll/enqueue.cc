@@ -17,11 +17,10 @@
 #include "coll/coll_state.h"
 #include "coll/group.h"
 #include "coll/hier.h"
-#include "coll/launch.h"
 #include "coll/launch_plan.h"
 #include "coll/rendezvous.h"
+#include "coll/zc_plan.h"
 #include "base/checks.h"
-#include "base/param.h"
 #include "comm/comm.h"
 
 namespace mk {
@@ -295,14 +294,6 @@ ncclResult_t issue(std::vector<CommWork>& work) {
   return ncclSuccess;
 }
 
-// Whether a ReduceScatter or AllGather of msgBytes (x ranks) on a comm of one process on one
-// GPU runs zero-copy: zcPlan's size and switch rules, without its buffer lookups.
-bool zcRawLikely(uint64_t msgBytes, int n) {
-  const Algo forced = collForcedAlgo();
-  if (MK_PARAM_INT(RegZeroCopy) == 0 || n > kZcMaxMapped) return false;
-  return forced == Algo::kZeroCopy || (forced == Algo::kAuto && msgBytes >= kZeroCopyMinBytes);
-}
-
 }  // namespace
 
 ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec) {
@@ -316,7 +307,7 @@ ncclResult_t collEstimateGroup(const std::vector<CollArgs>& ops, float* usec) {
     if (a.type == CollType::kAllReduce)
       algo = allReduceAlgo(bytes, n, collForcedAlgo(), zc);
     else if ((a.type == CollType::kReduceScatter || a.type == CollType::kAllGather) && zc &&
-             zcRawLikely((uint64_t)n * bytes, n))
+             zcSizeAllows(zcRemoteOf(a, n).msgBytes, n))
       algo = Algo::kZeroCopy;  // one process on one GPU: any buffers (zc_plan.h, step 2)
     perComm[a.comm] += collUs(a.type, algo, bytes, n);
   }

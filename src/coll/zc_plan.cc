@@ -76,6 +76,12 @@ ZcRemote zcRemoteOf(const CollArgs& a, int n) {
   return r;
 }
 
+bool zcSizeAllows(uint64_t msgBytes, int n) {
+  const Algo forced = collForcedAlgo();
+  if (n > kZcMaxMapped || MK_PARAM_INT(RegZeroCopy) == 0) return false;
+  return forced == Algo::kZeroCopy || (forced == Algo::kAuto && msgBytes >= kZeroCopyMinBytes);
+}
+
 ncclResult_t zcPlan(ncclComm* comm, const CollArgs& a, ZcPlan* out) {
   *out = ZcPlan{};
   CollState* cs = comm->coll;
@@ -94,7 +100,7 @@ ncclResult_t zcPlan(ncclComm* comm, const CollArgs& a, ZcPlan* out) {
       dst[q] = reinterpret_cast<uint64_t>(p[q]);
   };
 
-  if (force || rm.msgBytes >= kZeroCopyMinBytes) {
+  if (zcSizeAllows(rm.msgBytes, n)) {
     // 1. Windows: the peers' windows are mapped already; offsets travel on the device.
     std::vector<void*> sb, rb;
     if ((!rm.send || peerMemWinFind(comm, a.sendbuff, rm.sendBytes, &z.sendKey, &z.sendOff, &sb)) &&

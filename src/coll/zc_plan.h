@@ -48,6 +48,11 @@ struct ZcRemote {
 // none (both false) when the collective cannot run zero-copy (in-place AlltoAll, send/recv).
 ZcRemote zcRemoteOf(const CollArgs& a, int nRanks);
 
+// Whether the size and switch rules let a remote message of msgBytes (ZcRemote::msgBytes) on n
+// local ranks try steps 1 and 2 (windows; one process on one GPU); the buffers decide the rest.
+// zcPlan applies it, and so does ncclGroupSimulateEnd's estimate, without the buffer lookups.
+bool zcSizeAllows(uint64_t msgBytes, int nRanks);
+
 // Plans collective `a` on its comm (an intra-node comm with collective state). May call
 // peerMemLookup (step 3), a collective exchange.
 ncclResult_t zcPlan(ncclComm* comm, const CollArgs& a, ZcPlan* out);
