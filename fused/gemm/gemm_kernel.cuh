@@ -34,7 +34,7 @@ namespace mk {
 namespace gemm {
 
 template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe, bool Gated = false,
-          int Cluster = 1, bool StreamK = false>
+          int Cluster = 1, bool StreamK = false, bool Tall = false>
 struct Traits {
   using Pipe = PipeT;
   static constexpr int kCluster = Cluster;
@@ -48,8 +48,16 @@ struct Traits {
   // the 128 up columns they gate; it stores 128 output columns from 64 accumulators a thread.
   static constexpr bool kGated = Gated;
   static constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;
-  static constexpr int kAccOut = kGated ? 64 : 128;
-  static constexpr int kChunks = kOutCols / kBoxCols;
+  // Tall tiles (GemmParams::tall): a grouped GEMM's last column block when it holds at most
+  // kTileN / 2 columns, as 2 * kTileM rows x kTileN / 2 columns. A consumer WG owns 128 rows: two
+  // m64n128 accumulators (acc[0, 64) its first 64 rows, acc[64, 128) the next), the same
+  // registers and bytes a stage as a wide tile, where a wide tile would compute 128 zero columns.
+  // The stage holds A's two row blocks, then the 128 B rows; the epilogue stores each 64-row half
+  // as a narrow tile of its own. Column blocks keep kOutCols' numbering (n0 = nBlk * kTileN).
+  static constexpr bool kTall = Tall;
+  static constexpr int kTileCols = kTall ? kTileN / 2 : kOutCols;  // columns a tile stores
+  static constexpr int kAccOut = kGated || kTall ? 64 : 128;  // accumulators a stored 64-row half
+  static constexpr int kChunks = kTileCols / kBoxCols;
   static constexpr DType kOutType = kOut;
   static constexpr bool kGrouped = Pipe::kGroupInts > 0;  // GemmArgs::groups
   // Chunks written between two barriers of the epilogue: all of them when the staging holds
@@ -63,6 +71,8 @@ struct Traits {
                 "CTA pairs run plain (ungrouped, ungated) GEMMs");
   static_assert(!StreamK || (Cluster == 1 && !kGated && !kGrouped),
                 "the stream-K tail runs plain (unpaired, ungrouped, ungated) GEMMs");
+  static_assert(!Tall || (Cluster == 1 && !kGated && !StreamK && kGrouped),
+                "tall tiles run grouped, unpaired, ungated GEMMs");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -144,7 +154,7 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
                                        int32_t t, int32_t* group, int32_t* m0, int32_t* n0,
                                        int32_t* mBlk, int32_t* nBlk) {
   if constexpr (Tr::kGrouped) {
-    groupTile(p, sm.grp, t, group, m0, nBlk);
+    groupTile(p, sm.grp, t, group, m0, nBlk, Tr::kTall ? 2 * kTileM : kTileM);
     *mBlk = *m0 / kTileM;
   } else if constexpr (Tr::kCluster == 2) {
     // The raster over row-block pairs (groups of groupM / 2 pairs keep groupM row blocks).
@@ -160,7 +170,14 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
     *group = 0;
     *m0 = *mBlk * kTileM;
   }
+  *nBlk += p.nBlkBase;         // a tall launch walks the last column block only
   *n0 = *nBlk * Tr::kOutCols;  // gated: D's first column, also gate's row in B (up: p.N on)
+}
+
+// Where a stage's B tile starts: after A's row block, or its two (tall tiles).
+template <class Tr>
+__device__ __forceinline__ uint8_t* stageB(const SmemLayout<typename Tr::Pipe>& sm, int32_t s) {
+  return Tr::kTall ? sm.a(s) + 2 * kStageBytesA : sm.b(s);
 }
 
 // B's box for k-step k of column block n0 (of group g when grouped: B is then 3-D).
@@ -201,7 +218,7 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
     }
   } else if constexpr (Tr::kTransB) {
 #pragma unroll
-    for (int j = 0; j < kTileN / 64; ++j) {
+    for (int j = 0; j < Tr::kTileCols / 64; ++j) {
       if constexpr (Tr::kGrouped) {
         ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK, g);
       } else {
@@ -233,7 +250,12 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
     if (ok) {
       ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
       ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
-      loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
+      // A tall tile's second row block: past the last row block (a group's last tile with an
+      // odd count) it loads that block instead, an in-bounds box whose rows are never stored.
+      if constexpr (Tr::kTall)
+        ptx::tmaLoad2d(sm.a(stage) + kStageBytesA, &p.tmA, &sm.full[stage], k * kTileK,
+                       min(aRow + kTileM, (p.tilesM - 1) * kTileM));
+      loadB<Tr>(p, stageB<Tr>(sm, stage), &sm.full[stage], k, n0, g);
     } else {
       ptx::mbarArrive(&sm.full[stage]);
     }
@@ -304,16 +326,19 @@ __device__ __forceinline__ void gemmProducerSk(const GemmParams& p,
 
 // ---- consumer: main loop + epilogue ---------------------------------------------------------
 
-template <class Tr>
+// Stores 64 rows of a tile, [m0 + rowOff, + 64), from acc[kAcc, kAcc + Tr::kAccOut) (rowOff is
+// 64 * wg, or for tall tiles 128 * wg + 64 * half); nothing when they start at or past rowEnd.
+template <class Tr, int kAcc = 0>
 __device__ __forceinline__ void epilogueTma(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm,
-                                            float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
+                                            float (&acc)[128], int32_t wg, int32_t rowOff,
+                                            int32_t rowEnd, int32_t m0, int32_t n0,
                                             uint32_t& nStores) {
   constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
-  const int32_t rowBase = m0 + 64 * wg;
-  if (rowBase >= p.M) return;  // the whole half-tile is past M (uniform over the WG)
+  const int32_t rowBase = m0 + rowOff;
+  if (rowBase >= rowEnd) return;  // the whole half is past the end (uniform over the WG)
   const bool useBeta = p.beta != 0.0f;
   const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
@@ -338,8 +363,8 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
           const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
 #pragma unroll
           for (int j = 0; j < kEC / 8; j += 2) {
-            const int ib = (c * kEC / 8 + j) * 4;  // accumulators of groups j and j + 1
-            const int chunk = j + (q >> 1);        // this lane's row address: its 16-byte chunk
+            const int ib = kAcc + (c * kEC / 8 + j) * 4;  // accumulators of groups j and j + 1
+            const int chunk = j + (q >> 1);  // this lane's row address: its 16-byte chunk
             ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
                             pack2<Tr::kOutType>(alpha * acc[ib + 0], alpha * acc[ib + 1]),
                             pack2<Tr::kOutType>(alpha * acc[ib + 2], alpha * acc[ib + 3]),
@@ -351,7 +376,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
       }
 #pragma unroll
       for (int j = 0; j < kEC / 8; ++j) {
-        const int ib = (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
+        const int ib = kAcc + (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int32_t r = warp * 16 + (lane >> 2) + 8 * h;
@@ -383,7 +408,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
         const int c = c0 + g;
         uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
         if (p.dTiled) {
-          ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
+          ptx::tmaStore4d(&p.tmD, buf, c * kEC, rowOff, n0 / kTileN, m0 / kTileM);
         } else {
           ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
         }
@@ -396,17 +421,19 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
 
 // Fallback when D cannot be described by a tensor map (pointer or row pitch not 16-byte
 // aligned): bounds-checked scalar stores straight from the fragment.
-template <class Tr>
-__device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128], int32_t wg,
-                                               int32_t m0, int32_t n0) {
+// rows [m0 + rowOff, + 64) from acc[kAcc, ...), as epilogueTma; rows at or past rowEnd skipped.
+template <class Tr, int kAcc = 0>
+__device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128],
+                                               int32_t rowOff, int32_t rowEnd, int32_t m0,
+                                               int32_t n0) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
   for (int i = 0; i < Tr::kAccOut; ++i) {
-    const int32_t gm = m0 + 64 * wg + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+    const int32_t gm = m0 + rowOff + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
     const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-    if (gm < p.M && gn < p.N) {
-      float v = alpha * acc[i];
+    if (gm < rowEnd && gn < p.N) {
+      float v = alpha * acc[kAcc + i];
       if (p.beta != 0.0f) v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
       storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, v);
     }
@@ -472,9 +499,28 @@ __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
                                              uint32_t& nStores) {
   if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
   if (p.useTmaStore) {
-    epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
+    epilogueTma<Tr>(p, sm, acc, wg, 64 * wg, p.M, m0, n0, nStores);
   } else {
-    epilogueDirect<Tr>(p, acc, wg, m0, n0);
+    epilogueDirect<Tr>(p, acc, 64 * wg, p.M, m0, n0);
+  }
+}
+
+// A tall tile's two 64-row halves (Traits::kTall) of group g, up to the end of the group's
+// last row block: the next row block may be the next group's, stored by its own tiles.
+template <class Tr>
+__device__ __forceinline__ void tallEpilogue(const GemmParams& p,
+                                             const SmemLayout<typename Tr::Pipe>& sm,
+                                             float (&acc)[128], int32_t wg, int32_t g, int32_t m0,
+                                             int32_t n0, uint32_t& nStores) {
+  const int32_t count = max(ldGroupInt(p.grpCount + g), 0);
+  const int32_t rowEnd =
+      min(p.M, ldGroupInt(p.grpStart + g) + (count + kTileM - 1) / kTileM * kTileM);
+  if (p.useTmaStore) {
+    epilogueTma<Tr, 0>(p, sm, acc, wg, 128 * wg, rowEnd, m0, n0, nStores);
+    epilogueTma<Tr, 64>(p, sm, acc, wg, 128 * wg + 64, rowEnd, m0, n0, nStores);
+  } else {
+    epilogueDirect<Tr, 0>(p, acc, 128 * wg, rowEnd, m0, n0);
+    epilogueDirect<Tr, 64>(p, acc, 128 * wg + 64, rowEnd, m0, n0);
   }
 }
 
@@ -502,8 +548,9 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint32_t v = lane == src ? stageAbort[stage] : 0u;
       aborted = __shfl_sync(0xffffffffu, v, src) != 0;
     }
-    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
-    const uint32_t b = ptx::smemAddr(sm.b(stage));
+    // A WG's rows: 64 (8 KB of the stage's A), or 128 for tall tiles.
+    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (Tr::kTall ? 128 * 128 : 64 * 128);
+    const uint32_t b = ptx::smemAddr(stageB<Tr>(sm, stage));
     ptx::fenceAccumulators(acc);
     ptx::wgmmaFence();
 #pragma unroll
@@ -511,7 +558,16 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint64_t da = descKMajor(a + kk * 32);
       const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
       // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
-      ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
+      const int scale = (k > kb || kk > 0) ? 1 : 0;
+      if constexpr (Tr::kTall) {
+        // The WG's two 64-row halves against the same 128 B columns.
+        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(*reinterpret_cast<float(*)[64]>(&acc[0]), da, db,
+                                                   scale);
+        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(*reinterpret_cast<float(*)[64]>(&acc[64]),
+                                                   descKMajor(a + 64 * 128 + kk * 32), db, scale);
+      } else {
+        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, scale);
+      }
     }
     ptx::wgmmaCommit();
     ptx::fenceAccumulators(acc);
@@ -628,7 +684,11 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
+    if constexpr (Tr::kTall) {
+      tallEpilogue<Tr>(p, sm, acc, wg, g, m0, n0, nStores);
+    } else {
+      tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
+    }
     pending = mBlk * p.tilesN + nBlk;
   }
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
@@ -680,7 +740,7 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   }
   // Both roles walk the groups' tiles from the same prefix sums (no host synchronisation:
   // the counts are read here, after whatever wrote them earlier in stream order).
-  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
+  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp, Tr::kTall ? 2 * kTileM : kTileM);
   // A pair's partner multicasts into this CTA's stages and arrives on its barriers: both CTAs'
   // barriers are initialised before either CTA goes on.
   if constexpr (Tr::kCluster == 2) {
