@@ -491,13 +491,14 @@ namespace {
 // Whether launch() runs a grouped GEMM's last column block as tall tiles (GemmParams::tall):
 // it holds at most kTileN / 2 columns (N = 1408, the small MoE model's: 5.5 column blocks), so
 // a wide tile would compute 128 zero columns of every row block. Stand-alone grouped GEMMs
-// without hooks or a dynamic schedule (whose flags and claim counter count wide tiles).
+// without hooks (a tall tile waits for and publishes two row blocks) or a dynamic schedule,
+// whose raster bands hold an even number of row blocks (a tall tile never spans two bands).
 bool tallTail(const GemmArgs& a, const GemmParams& p) {
   const int32_t rem = a.N % kTileN;
   const GemmHooks& h = a.hooks;
   return MK_PARAM_INT(GemmTallTail) == 1 && p.grpNum > 0 && !a.swiglu && rem > 0 &&
-         rem <= kTileN / 2 && p.cluster == 1 && a.tileClaim == nullptr && h.rowReady == nullptr &&
-         h.tileDone == nullptr && h.seqBase == nullptr;
+         rem <= kTileN / 2 && p.cluster == 1 && p.groupM % 2 == 0 && a.tileClaim == nullptr &&
+         h.rowReady == nullptr && h.tileDone == nullptr && h.seqBase == nullptr;
 }
 
 ncclResult_t dispatchIn(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
@@ -505,27 +506,13 @@ ncclResult_t dispatchIn(const GemmArgs& a, const GemmParams& p, int32_t grid, cu
   return dispatchOut<DType::kF16>(a, p, grid, s);
 }
 
-// The wide column blocks (if any) as usual, then one launch of tall tiles over the last one,
-// both on `stream` (they write disjoint columns of D).
-ncclResult_t launchTallTail(const GemmArgs& a, GemmParams& p, cudaStream_t stream) {
-  DeviceLimits lim;
-  NCCLCHECK(deviceLimits(&lim));
-  const int32_t budget = smBudgetOf(a, lim);
-  GemmParams t = p;
-  t.tall = 1;
-  t.tilesN = 1;
-  t.nBlkBase = p.tilesN - 1;
-  if (a.bLayout == BLayout::kNK)  // 128 B rows a stage ([K,N]: two of the four 64-column boxes)
-    NCCLCHECK(encode3d(&t.tmB, a.abType, a.B, a.K, a.N, (uint64_t)a.groups.num, effLdb(a),
+// GemmParams::tall on: tmB's [N,K] box becomes 128 rows (a tall tile's B, half of a wide one's).
+ncclResult_t setTallTail(const GemmArgs& a, GemmParams* p) {
+  p->tall = 1;
+  if (a.bLayout == BLayout::kNK)
+    NCCLCHECK(encode3d(&p->tmB, a.abType, a.B, a.K, a.N, (uint64_t)a.groups.num, effLdb(a),
                        effStrideB(a), kTileK, kTileN / 2));
-  // A group of b row blocks has ceil(b / 2) tall tiles; b summed over groups <= tilesM + groups.
-  const int64_t tallTiles = ((int64_t)p.tilesM + 2 * (int64_t)p.grpNum) / 2;
-  p.tilesN -= 1;
-  if (p.tilesN > 0) {
-    const int64_t tiles = (int64_t)(p.tilesM + p.grpNum) * p.tilesN;
-    NCCLCHECK(dispatchIn(a, p, (int32_t)(tiles < budget ? tiles : budget), stream));
-  }
-  return dispatchIn(a, t, (int32_t)(tallTiles < budget ? tallTiles : budget), stream);
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -545,7 +532,7 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   GemmParams p;
   int32_t grid = 0;
   NCCLCHECK(buildParams(a, &p, &grid));
-  if (tallTail(a, p)) return launchTallTail(a, p, stream);
+  if (tallTail(a, p)) NCCLCHECK(setTallTail(a, &p));
   if (p.sk.units > 0) {
     // The epoch is a host counter: a captured launch would replay with the same one and find
     // its flags already set by the previous replay, so captured GEMMs run data-parallel.

@@ -34,7 +34,7 @@ namespace mk {
 namespace gemm {
 
 template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe, bool Gated = false,
-          int Cluster = 1, bool StreamK = false, bool Tall = false>
+          int Cluster = 1, bool StreamK = false, bool TallTail = false>
 struct Traits {
   using Pipe = PipeT;
   static constexpr int kCluster = Cluster;
@@ -48,16 +48,17 @@ struct Traits {
   // the 128 up columns they gate; it stores 128 output columns from 64 accumulators a thread.
   static constexpr bool kGated = Gated;
   static constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;
-  // Tall tiles (GemmParams::tall): a grouped GEMM's last column block when it holds at most
-  // kTileN / 2 columns, as 2 * kTileM rows x kTileN / 2 columns. A consumer WG owns 128 rows: two
-  // m64n128 accumulators (acc[0, 64) its first 64 rows, acc[64, 128) the next), the same
-  // registers and bytes a stage as a wide tile, where a wide tile would compute 128 zero columns.
-  // The stage holds A's two row blocks, then the 128 B rows; the epilogue stores each 64-row half
-  // as a narrow tile of its own. Column blocks keep kOutCols' numbering (n0 = nBlk * kTileN).
-  static constexpr bool kTall = Tall;
-  static constexpr int kTileCols = kTall ? kTileN / 2 : kOutCols;  // columns a tile stores
-  static constexpr int kAccOut = kGated || kTall ? 64 : 128;  // accumulators a stored 64-row half
-  static constexpr int kChunks = kTileCols / kBoxCols;
+  // Tall tail (GemmParams::tall): a grouped GEMM whose last column block holds at most
+  // kTileN / 2 columns runs that block as tall tiles, 2 * kTileM rows x kTileN / 2 columns,
+  // where a wide tile would compute 128 zero columns, interleaved with the wide tiles of the same
+  // row blocks (tallTailCoords) so that A's rows are read from L2, not again from memory. In a
+  // tall tile a consumer WG owns 128 rows: two m64n128 accumulators (acc[0, 64) its first 64
+  // rows, acc[64, 128) the next), the same registers and stage bytes as a wide tile; the stage
+  // holds A's two row blocks, then the 128 B rows (tmB's [N,K] box is 128 rows: a wide tile
+  // loads two). Column blocks keep their numbering (n0 = nBlk * kTileN).
+  static constexpr bool kTallTail = TallTail;
+  static constexpr int kAccOut = kGated ? 64 : 128;  // accumulators of a stored 64-row half
+  static constexpr int kChunks = kOutCols / kBoxCols;
   static constexpr DType kOutType = kOut;
   static constexpr bool kGrouped = Pipe::kGroupInts > 0;  // GemmArgs::groups
   // Chunks written between two barriers of the epilogue: all of them when the staging holds
@@ -71,8 +72,8 @@ struct Traits {
                 "CTA pairs run plain (ungrouped, ungated) GEMMs");
   static_assert(!StreamK || (Cluster == 1 && !kGated && !kGrouped),
                 "the stream-K tail runs plain (unpaired, ungrouped, ungated) GEMMs");
-  static_assert(!Tall || (Cluster == 1 && !kGated && !StreamK && kGrouped),
-                "tall tiles run grouped, unpaired, ungated GEMMs");
+  static_assert(!TallTail || (Cluster == 1 && !kGated && !StreamK && kGrouped),
+                "the tall tail runs grouped, unpaired, ungated GEMMs");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -153,8 +154,11 @@ template <class Tr>
 __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typename Tr::Pipe>& sm,
                                        int32_t t, int32_t* group, int32_t* m0, int32_t* n0,
                                        int32_t* mBlk, int32_t* nBlk) {
-  if constexpr (Tr::kGrouped) {
-    groupTile(p, sm.grp, t, group, m0, nBlk, Tr::kTall ? 2 * kTileM : kTileM);
+  if constexpr (Tr::kTallTail) {
+    tallTailTile(p, sm.grp, t, group, m0, nBlk);
+    *mBlk = *m0 / kTileM;
+  } else if constexpr (Tr::kGrouped) {
+    groupTile(p, sm.grp, t, group, m0, nBlk);
     *mBlk = *m0 / kTileM;
   } else if constexpr (Tr::kCluster == 2) {
     // The raster over row-block pairs (groups of groupM / 2 pairs keep groupM row blocks).
@@ -170,21 +174,41 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
     *group = 0;
     *m0 = *mBlk * kTileM;
   }
-  *nBlk += p.nBlkBase;         // a tall launch walks the last column block only
   *n0 = *nBlk * Tr::kOutCols;  // gated: D's first column, also gate's row in B (up: p.N on)
+}
+
+// Whether tile column block nBlk is tall (Traits::kTallTail: the last one). Uniform by
+// construction; the warp vote lets ptxas know it too (the main loop's wgmma descriptors and the
+// epilogue's barriers depend on it).
+template <class Tr>
+__device__ __forceinline__ bool tallTile(const GemmParams& p, int32_t nBlk) {
+  if constexpr (!Tr::kTallTail) return false;
+  return __all_sync(0xffffffffu, nBlk == p.tilesN - 1);
 }
 
 // Where a stage's B tile starts: after A's row block, or its two (tall tiles).
 template <class Tr>
-__device__ __forceinline__ uint8_t* stageB(const SmemLayout<typename Tr::Pipe>& sm, int32_t s) {
-  return Tr::kTall ? sm.a(s) + 2 * kStageBytesA : sm.b(s);
+__device__ __forceinline__ uint8_t* stageB(const SmemLayout<typename Tr::Pipe>& sm, int32_t s,
+                                           bool tall) {
+  return tall ? sm.a(s) + 2 * kStageBytesA : sm.b(s);
 }
 
 // B's box for k-step k of column block n0 (of group g when grouped: B is then 3-D).
 template <class Tr>
 __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
-                                      int32_t n0, int32_t g) {
-  if constexpr (Tr::kCluster == 2) {
+                                      int32_t n0, int32_t g, bool tall = false) {
+  if constexpr (Tr::kTallTail) {
+    // tmB's box: 128 [N,K] rows, or 64 [K,N] columns; a wide tile loads two or four of them
+    // (the bytes and swizzle of one 256-row box), a tall tile half as many.
+    if constexpr (Tr::kTransB) {
+      for (int j = 0; j < (tall ? 2 : 4); ++j)
+        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK, g);
+    } else {
+      for (int h = 0; h < (tall ? 1 : 2); ++h)
+        ptx::tmaLoad3d(dst + h * (kTileN / 2) * kTileK * 2, &p.tmB, bar, k * kTileK,
+                       n0 + h * (kTileN / 2), g);
+    }
+  } else if constexpr (Tr::kCluster == 2) {
     // This CTA's half of the pair's B tile, into both CTAs: [N,K] rows n0 + 128 r .. (tmB's
     // box is 128 rows for pairs; the same bytes and swizzle as half of one 256-row box), or
     // [K,N] 64-column boxes 2r and 2r + 1.
@@ -218,7 +242,7 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
     }
   } else if constexpr (Tr::kTransB) {
 #pragma unroll
-    for (int j = 0; j < Tr::kTileCols / 64; ++j) {
+    for (int j = 0; j < kTileN / 64; ++j) {
       if constexpr (Tr::kGrouped) {
         ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK, g);
       } else {
@@ -240,7 +264,7 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm, bool ok,
                                             uint32_t word, int32_t aRow, int32_t n0, int32_t g,
                                             int32_t& stage, uint32_t& phase,
-                                            volatile uint32_t* stageAbort) {
+                                            volatile uint32_t* stageAbort, bool tall = false) {
   for (int32_t k = 0; k < p.kTiles; ++k) {
     ptx::mbarWait(&sm.empty[stage], phase ^ 1);
     // Written per stage before the `full` arrive that publishes it, so both consumer WGs read
@@ -250,12 +274,12 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
     if (ok) {
       ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
       ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
-      // A tall tile's second row block: past the last row block (a group's last tile with an
-      // odd count) it loads that block instead, an in-bounds box whose rows are never stored.
-      if constexpr (Tr::kTall)
+      // A tall tile's second row block: past A's last row block it loads that block instead,
+      // an in-bounds box whose rows are never stored.
+      if (tall)
         ptx::tmaLoad2d(sm.a(stage) + kStageBytesA, &p.tmA, &sm.full[stage], k * kTileK,
                        min(aRow + kTileM, (p.tilesM - 1) * kTileM));
-      loadB<Tr>(p, stageB<Tr>(sm, stage), &sm.full[stage], k, n0, g);
+      loadB<Tr>(p, stageB<Tr>(sm, stage, tall), &sm.full[stage], k, n0, g, tall);
     } else {
       ptx::mbarArrive(&sm.full[stage]);
     }
@@ -284,7 +308,8 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
     // Dynamic: the tile id as the word.
     const uint32_t word = kDyn ? (ok ? (uint32_t)t : kStageAbort) : (ok ? 0u : 1u);
-    produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort);
+    produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort,
+                    Tr::kTallTail && nBlk == p.tilesN - 1);
     if (!ok) return;  // the consumers stop at the aborted tile: no end word
   }
   if constexpr (kDyn) {
@@ -328,13 +353,15 @@ __device__ __forceinline__ void gemmProducerSk(const GemmParams& p,
 
 // Stores 64 rows of a tile, [m0 + rowOff, + 64), from acc[kAcc, kAcc + Tr::kAccOut) (rowOff is
 // 64 * wg, or for tall tiles 128 * wg + 64 * half); nothing when they start at or past rowEnd.
-template <class Tr, int kAcc = 0>
+template <class Tr, int kAcc = 0, int kCols = Tr::kOutCols>
 __device__ __forceinline__ void epilogueTma(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm,
                                             float (&acc)[128], int32_t wg, int32_t rowOff,
                                             int32_t rowEnd, int32_t m0, int32_t n0,
                                             uint32_t& nStores) {
-  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs;
+  constexpr int kChunks = kCols / kEC, kGroup = kBufs >= kChunks ? kChunks : 1;
+  static_assert(kBufs >= 2 * kGroup || kGroup == kChunks, "see Traits::kGroup");
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
   const int32_t rowBase = m0 + rowOff;
@@ -342,7 +369,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
   const bool useBeta = p.beta != 0.0f;
   const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
-  for (int c0 = 0; c0 < Tr::kChunks; c0 += kGroup) {
+  for (int c0 = 0; c0 < kChunks; c0 += kGroup) {
     if (n0 + c0 * kEC >= p.N) break;  // uniform: later chunks are past N too
     const int valid = min(kGroup, (p.N - n0 - c0 * kEC + kEC - 1) / kEC);
     // Buffers rotate per store issued (not per chunk: a tile clipped at N issues fewer), one
@@ -422,14 +449,14 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
 // Fallback when D cannot be described by a tensor map (pointer or row pitch not 16-byte
 // aligned): bounds-checked scalar stores straight from the fragment.
 // rows [m0 + rowOff, + 64) from acc[kAcc, ...), as epilogueTma; rows at or past rowEnd skipped.
-template <class Tr, int kAcc = 0>
+template <class Tr, int kAcc = 0, int kNumAcc = Tr::kAccOut>
 __device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128],
                                                int32_t rowOff, int32_t rowEnd, int32_t m0,
                                                int32_t n0) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
-  for (int i = 0; i < Tr::kAccOut; ++i) {
+  for (int i = 0; i < kNumAcc; ++i) {
     const int32_t gm = m0 + rowOff + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
     const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
     if (gm < rowEnd && gn < p.N) {
@@ -505,7 +532,7 @@ __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
   }
 }
 
-// A tall tile's two 64-row halves (Traits::kTall) of group g, up to the end of the group's
+// A tall tile's two 64-row halves (Traits::kTallTail) of group g, up to the end of the group's
 // last row block: the next row block may be the next group's, stored by its own tiles.
 template <class Tr>
 __device__ __forceinline__ void tallEpilogue(const GemmParams& p,
@@ -516,11 +543,11 @@ __device__ __forceinline__ void tallEpilogue(const GemmParams& p,
   const int32_t rowEnd =
       min(p.M, ldGroupInt(p.grpStart + g) + (count + kTileM - 1) / kTileM * kTileM);
   if (p.useTmaStore) {
-    epilogueTma<Tr, 0>(p, sm, acc, wg, 128 * wg, rowEnd, m0, n0, nStores);
-    epilogueTma<Tr, 64>(p, sm, acc, wg, 128 * wg + 64, rowEnd, m0, n0, nStores);
+    epilogueTma<Tr, 0, kTileN / 2>(p, sm, acc, wg, 128 * wg, rowEnd, m0, n0, nStores);
+    epilogueTma<Tr, 64, kTileN / 2>(p, sm, acc, wg, 128 * wg + 64, rowEnd, m0, n0, nStores);
   } else {
-    epilogueDirect<Tr, 0>(p, acc, 128 * wg, rowEnd, m0, n0);
-    epilogueDirect<Tr, 64>(p, acc, 128 * wg + 64, rowEnd, m0, n0);
+    epilogueDirect<Tr, 0, 64>(p, acc, 128 * wg, rowEnd, m0, n0);
+    epilogueDirect<Tr, 64, 64>(p, acc, 128 * wg + 64, rowEnd, m0, n0);
   }
 }
 
@@ -528,12 +555,13 @@ __device__ __forceinline__ void tallEpilogue(const GemmParams& p,
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
 // done and every stage released (stage, phase advanced). kDyn: the caller waited for the first
 // stage (it read the tile's word there). Static schedule: returns the abort verdict of the
-// tile's first stage word; dynamic: false (the caller read it).
+// tile's first stage word; dynamic: false (the caller read it). `tall`: a tall tile
+// (Traits::kTallTail only).
 template <class Tr, bool kDyn>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
-                                             int32_t& stage, uint32_t& phase) {
+                                             int32_t& stage, uint32_t& phase, bool tall = false) {
   bool aborted = false;
   int32_t prev = 0;
   for (int32_t k = kb; k < ke; ++k) {
@@ -548,25 +576,38 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint32_t v = lane == src ? stageAbort[stage] : 0u;
       aborted = __shfl_sync(0xffffffffu, v, src) != 0;
     }
-    // A WG's rows: 64 (8 KB of the stage's A), or 128 for tall tiles.
-    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (Tr::kTall ? 128 * 128 : 64 * 128);
-    const uint32_t b = ptx::smemAddr(stageB<Tr>(sm, stage));
+    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);  // the WG's 64 rows
+    const uint32_t b = ptx::smemAddr(sm.b(stage));
     ptx::fenceAccumulators(acc);
     ptx::wgmmaFence();
+    if constexpr (Tr::kTallTail) {
+      // Every tile as two m64n128 wgmmas a k16 step, on the accumulators' halves, so that wide
+      // and tall tiles run one loop with no branch around a wgmma (with one, ptxas serialised
+      // them all, C7511): a wide tile's halves are B's column halves (acc[64, 128) holds
+      // columns 128.. as in the m64n256 fragment), a tall tile's are the WG's two 64-row halves
+      // of its 128 rows against the same 128 B columns.
+      const uint32_t base = ptx::smemAddr(sm.a(stage));
+      const uint32_t a0 = base + wg * (tall ? 128 * 128 : 64 * 128),
+                     a1 = a0 + (tall ? 64 * 128 : 0);
+      const uint32_t b0 = ptx::smemAddr(stageB<Tr>(sm, stage, tall));
+      const uint32_t b1 = b0 + (tall ? 0 : (kTileN / 2) * 128);  // [N,K] rows or [K,N] boxes
 #pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk) {
-      const uint64_t da = descKMajor(a + kk * 32);
-      const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
-      // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
-      const int scale = (k > kb || kk > 0) ? 1 : 0;
-      if constexpr (Tr::kTall) {
-        // The WG's two 64-row halves against the same 128 B columns.
-        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(*reinterpret_cast<float(*)[64]>(&acc[0]), da, db,
-                                                   scale);
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        const int scale = (k > kb || kk > 0) ? 1 : 0;
+        const uint64_t db0 = Tr::kTransB ? descMNMajor(b0 + kk * 2048) : descKMajor(b0 + kk * 32);
+        const uint64_t db1 = Tr::kTransB ? descMNMajor(b1 + kk * 2048) : descKMajor(b1 + kk * 32);
+        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(*reinterpret_cast<float(*)[64]>(&acc[0]),
+                                                   descKMajor(a0 + kk * 32), db0, scale);
         ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(*reinterpret_cast<float(*)[64]>(&acc[64]),
-                                                   descKMajor(a + 64 * 128 + kk * 32), db, scale);
-      } else {
-        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, scale);
+                                                   descKMajor(a1 + kk * 32), db1, scale);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        const uint64_t da = descKMajor(a + kk * 32);
+        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+        // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
+        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
       }
     }
     ptx::wgmmaCommit();
@@ -672,7 +713,9 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
-    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase)) aborted = true;
+    const bool tall = tallTile<Tr>(p, nBlk);
+    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase, tall))
+      aborted = true;
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
@@ -684,7 +727,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    if constexpr (Tr::kTall) {
+    if (tall) {
       tallEpilogue<Tr>(p, sm, acc, wg, g, m0, n0, nStores);
     } else {
       tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
@@ -740,7 +783,7 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   }
   // Both roles walk the groups' tiles from the same prefix sums (no host synchronisation:
   // the counts are read here, after whatever wrote them earlier in stream order).
-  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp, Tr::kTall ? 2 * kTileM : kTileM);
+  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp, Tr::kTallTail);
   // A pair's partner multicasts into this CTA's stages and arrives on its barriers: both CTAs'
   // barriers are initialised before either CTA goes on.
   if constexpr (Tr::kCluster == 2) {

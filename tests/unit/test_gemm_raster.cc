@@ -82,4 +82,48 @@ TEST(GemmRaster, GroupedVisitsEveryTileOnceUnderBothRasters) {
   }
 }
 
+// The tall tail (GemmParams::tall): a group of b row blocks has b wide tiles in each of the
+// first tilesN - 1 column blocks and one tall tile (row blocks 2j, 2j + 1 of a band) per pair in
+// the last. Every (row block, column block) of the group must be covered exactly once, a tall
+// tile must never span two bands, and each band's tiles must come together (its tall tiles
+// after its wide ones).
+TEST(GemmRaster, TallTailCoversEveryBlockOnceBandByBand) {
+  using mk::gemm::tallTailCoords;
+  using mk::gemm::tallTailTiles;
+  std::mt19937 rng(mktest::testSeed() ^ 0x7a11u);
+  for (int i = 0; i < 500; ++i) {
+    const int32_t blocks = (int32_t)(rng() % 70), tilesN = 1 + (int32_t)(rng() % 12);
+    const int32_t groupM = 2 * (1 + (int32_t)(rng() % 8));
+    const int32_t full = tilesN - 1, tiles = tallTailTiles(blocks, tilesN, groupM);
+    std::set<std::pair<int32_t, int32_t>> seen;
+    int32_t lastBand = 0;
+    bool tallSeen = false;
+    for (int32_t r = 0; r < tiles; ++r) {
+      int32_t blk, n;
+      tallTailCoords(blocks, tilesN, groupM, r, &blk, &n);
+      const std::string where = "tile " + std::to_string(r) + " of " + std::to_string(blocks) +
+                                " blocks, tilesN " + std::to_string(tilesN) + ", groupM " +
+                                std::to_string(groupM);
+      ASSERT_TRUE(blk >= 0 && blk < blocks && n >= 0 && n < tilesN) << where;
+      const int32_t band = blk / groupM;
+      ASSERT_GE(band, lastBand) << where << ": bands out of order";
+      if (band > lastBand) tallSeen = false;
+      lastBand = band;
+      ASSERT_TRUE(seen.insert({blk, n}).second) << where << ": (" << blk << "," << n << ") twice";
+      if (n == full) {
+        tallSeen = true;
+        ASSERT_EQ((blk - band * groupM) % 2, 0) << where << ": tall tile at an odd row block";
+        if (blk + 1 < blocks) {
+          ASSERT_EQ((blk + 1) / groupM, band) << where << ": tall tile spans two bands";
+          ASSERT_TRUE(seen.insert({blk + 1, n}).second) << where << ": second block twice";
+        }
+      } else {
+        ASSERT_FALSE(tallSeen) << where << ": a wide tile after its band's tall tiles";
+      }
+    }
+    ASSERT_EQ((int64_t)seen.size(), (int64_t)blocks * tilesN)
+        << blocks << " blocks, tilesN " << tilesN << ", groupM " << groupM;
+  }
+}
+
 }  // namespace
