@@ -143,6 +143,7 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
 template <class Tr>
 __device__ __forceinline__ int32_t numTilesOf(const GemmParams& p,
                                               const SmemLayout<typename Tr::Pipe>& sm) {
+  if constexpr (Tr::kTallTail) return sm.grp[p.grpNum];  // the prefix counts tiles there
   if constexpr (Tr::kGrouped) return sm.grp[p.grpNum] * p.tilesN;
   if constexpr (Tr::kCluster == 2) return (p.tilesM + 1) / 2 * p.tilesN;
   return p.tilesM * p.tilesN;
