@@ -491,14 +491,16 @@ namespace {
 // Whether launch() runs a grouped GEMM's last column block as tall tiles (GemmParams::tall):
 // it holds at most kTileN / 2 columns (N = 1408, the small MoE model's: 5.5 column blocks), so
 // a wide tile would compute 128 zero columns of every row block. Stand-alone grouped GEMMs
-// without hooks (a tall tile waits for and publishes two row blocks) or a dynamic schedule,
+// with B [N,K] (a tall tile is computed transposed: B's rows are the wgmma's K-major A), without
+// hooks (a tall tile waits for and publishes two row blocks) or a dynamic schedule,
 // whose raster bands hold an even number of row blocks (a tall tile never spans two bands).
 bool tallTail(const GemmArgs& a, const GemmParams& p) {
   const int32_t rem = a.N % kTileN;
   const GemmHooks& h = a.hooks;
   return MK_PARAM_INT(GemmTallTail) == 1 && p.grpNum > 0 && !a.swiglu && rem > 0 &&
-         rem <= kTileN / 2 && p.cluster == 1 && p.groupM % 2 == 0 && a.tileClaim == nullptr &&
-         h.rowReady == nullptr && h.tileDone == nullptr && h.seqBase == nullptr;
+         a.bLayout == BLayout::kNK && rem <= kTileN / 2 && p.cluster == 1 && p.groupM % 2 == 0 &&
+         a.tileClaim == nullptr && h.rowReady == nullptr && h.tileDone == nullptr &&
+         h.seqBase == nullptr;
 }
 
 ncclResult_t dispatchIn(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
@@ -506,12 +508,11 @@ ncclResult_t dispatchIn(const GemmArgs& a, const GemmParams& p, int32_t grid, cu
   return dispatchOut<DType::kF16>(a, p, grid, s);
 }
 
-// GemmParams::tall on: tmB's [N,K] box becomes 128 rows (a tall tile's B, half of a wide one's).
+// GemmParams::tall on: tmB's box becomes 128 rows (a tall tile's B, half of a wide one's).
 ncclResult_t setTallTail(const GemmArgs& a, GemmParams* p) {
   p->tall = 1;
-  if (a.bLayout == BLayout::kNK)
-    NCCLCHECK(encode3d(&p->tmB, a.abType, a.B, a.K, a.N, (uint64_t)a.groups.num, effLdb(a),
-                       effStrideB(a), kTileK, kTileN / 2));
+  NCCLCHECK(encode3d(&p->tmB, a.abType, a.B, a.K, a.N, (uint64_t)a.groups.num, effLdb(a),
+                     effStrideB(a), kTileK, kTileN / 2));
   return ncclSuccess;
 }
 

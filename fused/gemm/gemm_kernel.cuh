@@ -51,13 +51,15 @@ struct Traits {
   // Tall tail (GemmParams::tall): a grouped GEMM whose last column block holds at most
   // kTileN / 2 columns runs that block as tall tiles, 2 * kTileM rows x kTileN / 2 columns,
   // where a wide tile would compute 128 zero columns, interleaved with the wide tiles of the same
-  // row blocks (tallTailCoords) so that A's rows are read from L2, not again from memory. In a
-  // tall tile a consumer WG owns 128 rows: two m64n128 accumulators (acc[0, 64) its first 64
-  // rows, acc[64, 128) the next), the same registers and stage bytes as a wide tile; the stage
-  // holds A's two row blocks, then the 128 B rows (tmB's [N,K] box is 128 rows: a wide tile
-  // loads two). Column blocks keep their numbering (n0 = nBlk * kTileN).
+  // row blocks (tallTailCoords) so that A's rows are read from L2, not again from memory. A tall
+  // tile is computed transposed, D^T = B_tail . A^T, with the same m64n256k16 wgmma: B's 128 rows
+  // are the instruction's A operand (64 a consumer WG), A's 256 rows its B operand (both K-major:
+  // B [N,K] only), so wide and tall tiles share one main loop that only picks the stage's
+  // operand addresses. The stage holds A's two row blocks, then the 128 B rows (tmB's box is 128
+  // rows: a wide tile loads two); the epilogue stores the transposed accumulators (tallEpilogue).
+  // Column blocks keep their numbering (n0 = nBlk * kTileN).
   static constexpr bool kTallTail = TallTail;
-  static constexpr int kAccOut = kGated ? 64 : 128;  // accumulators of a stored 64-row half
+  static constexpr int kAccOut = kGated ? 64 : 128;
   static constexpr int kChunks = kOutCols / kBoxCols;
   static constexpr DType kOutType = kOut;
   static constexpr bool kGrouped = Pipe::kGroupInts > 0;  // GemmArgs::groups
@@ -72,8 +74,9 @@ struct Traits {
                 "CTA pairs run plain (ungrouped, ungated) GEMMs");
   static_assert(!StreamK || (Cluster == 1 && !kGated && !kGrouped),
                 "the stream-K tail runs plain (unpaired, ungrouped, ungated) GEMMs");
-  static_assert(!TallTail || (Cluster == 1 && !kGated && !StreamK && kGrouped),
-                "the tall tail runs grouped, unpaired, ungated GEMMs");
+  static_assert(!TallTail ||
+                    (Cluster == 1 && !kGated && !StreamK && kGrouped && kB == BLayout::kNK),
+                "the tall tail runs grouped, unpaired, ungated GEMMs with B [N,K]");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -199,16 +202,10 @@ template <class Tr>
 __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
                                       int32_t n0, int32_t g, bool tall = false) {
   if constexpr (Tr::kTallTail) {
-    // tmB's box: 128 [N,K] rows, or 64 [K,N] columns; a wide tile loads two or four of them
-    // (the bytes and swizzle of one 256-row box), a tall tile half as many.
-    if constexpr (Tr::kTransB) {
-      for (int j = 0; j < (tall ? 2 : 4); ++j)
-        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK, g);
-    } else {
-      for (int h = 0; h < (tall ? 1 : 2); ++h)
-        ptx::tmaLoad3d(dst + h * (kTileN / 2) * kTileK * 2, &p.tmB, bar, k * kTileK,
-                       n0 + h * (kTileN / 2), g);
-    }
+    // tmB's box is 128 rows: a wide tile loads two (the bytes and swizzle of one 256-row box).
+    for (int h = 0; h < (tall ? 1 : 2); ++h)
+      ptx::tmaLoad3d(dst + h * (kTileN / 2) * kTileK * 2, &p.tmB, bar, k * kTileK,
+                     n0 + h * (kTileN / 2), g);
   } else if constexpr (Tr::kCluster == 2) {
     // This CTA's half of the pair's B tile, into both CTAs: [N,K] rows n0 + 128 r .. (tmB's
     // box is 128 rows for pairs; the same bytes and swizzle as half of one 256-row box), or
@@ -352,25 +349,20 @@ __device__ __forceinline__ void gemmProducerSk(const GemmParams& p,
 
 // ---- consumer: main loop + epilogue ---------------------------------------------------------
 
-// Stores 64 rows of a tile, [m0 + rowOff, + 64), from acc[kAcc, kAcc + Tr::kAccOut) (rowOff is
-// 64 * wg, or for tall tiles 128 * wg + 64 * half); nothing when they start at or past rowEnd.
-template <class Tr, int kAcc = 0, int kCols = Tr::kOutCols>
+template <class Tr>
 __device__ __forceinline__ void epilogueTma(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm,
-                                            float (&acc)[128], int32_t wg, int32_t rowOff,
-                                            int32_t rowEnd, int32_t m0, int32_t n0,
+                                            float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
                                             uint32_t& nStores) {
-  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs;
-  constexpr int kChunks = kCols / kEC, kGroup = kBufs >= kChunks ? kChunks : 1;
-  static_assert(kBufs >= 2 * kGroup || kGroup == kChunks, "see Traits::kGroup");
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
-  const int32_t rowBase = m0 + rowOff;
-  if (rowBase >= rowEnd) return;  // the whole half is past the end (uniform over the WG)
+  const int32_t rowBase = m0 + 64 * wg;
+  if (rowBase >= p.M) return;  // the whole half-tile is past M (uniform over the WG)
   const bool useBeta = p.beta != 0.0f;
   const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
-  for (int c0 = 0; c0 < kChunks; c0 += kGroup) {
+  for (int c0 = 0; c0 < Tr::kChunks; c0 += kGroup) {
     if (n0 + c0 * kEC >= p.N) break;  // uniform: later chunks are past N too
     const int valid = min(kGroup, (p.N - n0 - c0 * kEC + kEC - 1) / kEC);
     // Buffers rotate per store issued (not per chunk: a tile clipped at N issues fewer), one
@@ -391,8 +383,8 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
           const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
 #pragma unroll
           for (int j = 0; j < kEC / 8; j += 2) {
-            const int ib = kAcc + (c * kEC / 8 + j) * 4;  // accumulators of groups j and j + 1
-            const int chunk = j + (q >> 1);  // this lane's row address: its 16-byte chunk
+            const int ib = (c * kEC / 8 + j) * 4;  // accumulators of groups j and j + 1
+            const int chunk = j + (q >> 1);        // this lane's row address: its 16-byte chunk
             ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
                             pack2<Tr::kOutType>(alpha * acc[ib + 0], alpha * acc[ib + 1]),
                             pack2<Tr::kOutType>(alpha * acc[ib + 2], alpha * acc[ib + 3]),
@@ -404,7 +396,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
       }
 #pragma unroll
       for (int j = 0; j < kEC / 8; ++j) {
-        const int ib = kAcc + (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
+        const int ib = (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int32_t r = warp * 16 + (lane >> 2) + 8 * h;
@@ -436,7 +428,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
         const int c = c0 + g;
         uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
         if (p.dTiled) {
-          ptx::tmaStore4d(&p.tmD, buf, c * kEC, rowOff, n0 / kTileN, m0 / kTileM);
+          ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
         } else {
           ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
         }
@@ -449,19 +441,17 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
 
 // Fallback when D cannot be described by a tensor map (pointer or row pitch not 16-byte
 // aligned): bounds-checked scalar stores straight from the fragment.
-// rows [m0 + rowOff, + 64) from acc[kAcc, ...), as epilogueTma; rows at or past rowEnd skipped.
-template <class Tr, int kAcc = 0, int kNumAcc = Tr::kAccOut>
-__device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128],
-                                               int32_t rowOff, int32_t rowEnd, int32_t m0,
-                                               int32_t n0) {
+template <class Tr>
+__device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128], int32_t wg,
+                                               int32_t m0, int32_t n0) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
-  for (int i = 0; i < kNumAcc; ++i) {
-    const int32_t gm = m0 + rowOff + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+  for (int i = 0; i < Tr::kAccOut; ++i) {
+    const int32_t gm = m0 + 64 * wg + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
     const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-    if (gm < rowEnd && gn < p.N) {
-      float v = alpha * acc[kAcc + i];
+    if (gm < p.M && gn < p.N) {
+      float v = alpha * acc[i];
       if (p.beta != 0.0f) v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
       storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, v);
     }
@@ -527,13 +517,28 @@ __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
                                              uint32_t& nStores) {
   if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
   if (p.useTmaStore) {
-    epilogueTma<Tr>(p, sm, acc, wg, 64 * wg, p.M, m0, n0, nStores);
+    epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
   } else {
-    epilogueDirect<Tr>(p, acc, 64 * wg, p.M, m0, n0);
+    epilogueDirect<Tr>(p, acc, wg, m0, n0);
   }
 }
 
-// A tall tile's two 64-row halves (Traits::kTallTail) of group g, up to the end of the group's
+template <DType kOut>
+__device__ __forceinline__ uint16_t bits16(float v) {
+  if constexpr (kOut == DType::kBF16) {
+    __nv_bfloat16 h = __float2bfloat16_rn(v);
+    return *reinterpret_cast<uint16_t*>(&h);
+  } else {
+    __half h = __float2half_rn(v);
+    return *reinterpret_cast<uint16_t*>(&h);
+  }
+}
+
+// A tall tile (Traits::kTallTail) of group g: the accumulators hold D^T, WG wg's acc[i] being
+// D[m0 + m][n0 + 64 wg + n] with n = 16 warp + lane / 4 + 8 ((i >> 1) & 1) (the fragment's row)
+// and m = 8 (i >> 2) + 2 (lane & 3) + (i & 1) (its column). Stored as 64-row boxes of the
+// WG's 64 columns, scalar writes into the swizzled staging (a tall tile is one in 2 * tilesN - 1
+// of the kernel's tiles: the epilogue's cost hardly shows), rows up to the end of the group's
 // last row block: the next row block may be the next group's, stored by its own tiles.
 template <class Tr>
 __device__ __forceinline__ void tallEpilogue(const GemmParams& p,
@@ -543,12 +548,62 @@ __device__ __forceinline__ void tallEpilogue(const GemmParams& p,
   const int32_t count = max(ldGroupInt(p.grpCount + g), 0);
   const int32_t rowEnd =
       min(p.M, ldGroupInt(p.grpStart + g) + (count + kTileM - 1) / kTileM * kTileM);
-  if (p.useTmaStore) {
-    epilogueTma<Tr, 0, kTileN / 2>(p, sm, acc, wg, 128 * wg, rowEnd, m0, n0, nStores);
-    epilogueTma<Tr, 64, kTileN / 2>(p, sm, acc, wg, 128 * wg + 64, rowEnd, m0, n0, nStores);
-  } else {
-    epilogueDirect<Tr, 0, 64>(p, acc, 128 * wg, rowEnd, m0, n0);
-    epilogueDirect<Tr, 64, 64>(p, acc, 128 * wg + 64, rowEnd, m0, n0);
+  const int32_t col0 = n0 + 64 * wg;
+  if (col0 >= p.N) return;  // the WG's columns are all past N (uniform)
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  const bool useBeta = p.beta != 0.0f;
+  // D's value for acc[i] at (gm, gn).
+  auto value = [&](int i, int32_t gm, int32_t gn) {
+    float v = p.alpha * acc[i];
+    if (useBeta && gm < p.M && gn < p.N)
+      v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
+    return v;
+  };
+  if (!p.useTmaStore) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) {
+      const int32_t gm = m0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+      const int32_t gn = col0 + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+      if (gm < rowEnd && gn < p.N)
+        storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, value(i, gm, gn));
+    }
+    return;
+  }
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs;
+  uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
+#pragma unroll
+  for (int rb = 0; rb < 4; ++rb) {      // 64-row boxes: accumulators [32 rb, 32 rb + 32)
+    if (m0 + 64 * rb >= rowEnd) break;  // uniform: later boxes are past the end too
+#pragma unroll
+    for (int cb = 0; cb < 64 / kEC; ++cb) {  // fp32: two boxes of 32 columns
+      if (col0 + cb * kEC >= p.N) break;
+      uint8_t* buf = stg + (nStores % kBufs) * kStoreBoxBytes;
+      if (tid == 0) ptx::bulkWaitRead<kBufs - 1>();  // the store that last read buf is done
+      ptx::namedBarSync(1 + wg, 128);
+      if ((warp * 16) / kEC == cb) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int i = 32 * rb + j;
+          const int r = 8 * (j >> 2) + 2 * (lane & 3) + (j & 1);                  // box row
+          const int c = warp * 16 + (lane >> 2) + 8 * ((j >> 1) & 1) - cb * kEC;  // box column
+          const float v = value(i, m0 + 64 * rb + r, col0 + cb * kEC + c);
+          const uint32_t byte = c * Tr::kOutBytes;
+          uint8_t* dst = buf + r * 128 + ((((byte >> 4) ^ (r & 7))) << 4) + (byte & 15);
+          if constexpr (Tr::kOutBytes == 4) {
+            *reinterpret_cast<float*>(dst) = v;
+          } else {
+            *reinterpret_cast<uint16_t*>(dst) = bits16<Tr::kOutType>(v);
+          }
+        }
+      }
+      ptx::fenceProxyAsyncShared();
+      ptx::namedBarSync(1 + wg, 128);
+      if (tid == 0) {
+        ptx::tmaStore2d(&p.tmD, buf, col0 + cb * kEC, m0 + 64 * rb);
+        ptx::bulkCommit();
+      }
+      ++nStores;
+    }
   }
 }
 
@@ -577,39 +632,19 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint32_t v = lane == src ? stageAbort[stage] : 0u;
       aborted = __shfl_sync(0xffffffffu, v, src) != 0;
     }
-    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);  // the WG's 64 rows
-    const uint32_t b = ptx::smemAddr(sm.b(stage));
+    // The instruction's operands: the WG's 64 rows of A and the stage's 256 B rows, or for a
+    // tall tile (computed transposed) the WG's 64 of the 128 B rows and A's 256 rows.
+    const uint32_t base = ptx::smemAddr(sm.a(stage));
+    const uint32_t a = tall ? base + 2 * kStageBytesA + wg * (64 * 128) : base + wg * (64 * 128);
+    const uint32_t b = tall ? base : base + kStageBytesA;
     ptx::fenceAccumulators(acc);
     ptx::wgmmaFence();
-    if constexpr (Tr::kTallTail) {
-      // Every tile as two m64n128 wgmmas a k16 step, on the accumulators' halves, so that wide
-      // and tall tiles run one loop with no branch around a wgmma (with one, ptxas serialised
-      // them all, C7511): a wide tile's halves are B's column halves (acc[64, 128) holds
-      // columns 128.. as in the m64n256 fragment), a tall tile's are the WG's two 64-row halves
-      // of its 128 rows against the same 128 B columns.
-      const uint32_t base = ptx::smemAddr(sm.a(stage));
-      const uint32_t a0 = base + wg * (tall ? 128 * 128 : 64 * 128),
-                     a1 = a0 + (tall ? 64 * 128 : 0);
-      const uint32_t b0 = ptx::smemAddr(stageB<Tr>(sm, stage, tall));
-      const uint32_t b1 = b0 + (tall ? 0 : (kTileN / 2) * 128);  // [N,K] rows or [K,N] boxes
 #pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const int scale = (k > kb || kk > 0) ? 1 : 0;
-        const uint64_t db0 = Tr::kTransB ? descMNMajor(b0 + kk * 2048) : descKMajor(b0 + kk * 32);
-        const uint64_t db1 = Tr::kTransB ? descMNMajor(b1 + kk * 2048) : descKMajor(b1 + kk * 32);
-        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(*reinterpret_cast<float(*)[64]>(&acc[0]),
-                                                   descKMajor(a0 + kk * 32), db0, scale);
-        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(*reinterpret_cast<float(*)[64]>(&acc[64]),
-                                                   descKMajor(a1 + kk * 32), db1, scale);
-      }
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const uint64_t da = descKMajor(a + kk * 32);
-        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
-        // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
-        ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
-      }
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      const uint64_t da = descKMajor(a + kk * 32);
+      const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+      // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
+      ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
     }
     ptx::wgmmaCommit();
     ptx::fenceAccumulators(acc);

@@ -234,9 +234,12 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {17, 136, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 2},
       {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 5, true, true, 1.0f, 0, 2},
       {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1, 2},
-      // Tall tiles over the last column block (N % 256 in 1..128; 264, 520 and 72 above too):
-      // beta with B[K,N], the direct-store epilogue, fp32 out, exactly 128 columns, a budget.
+      // The tall tail (N % 256 in 1..128 with B [N,K]: 264 and 72 above too; with B [K,N] the
+      // wide tiles, 520 above and 384 here): beta, the direct-store epilogue, fp32 out, exactly
+      // 128 columns, a budget, the wide staging.
       {17, 384, 200, BLayout::kKN, DType::kF16, 0.5f, 3, true},
+      {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true},
+      {9, 330, 520, BLayout::kNK, DType::kF32, -1.0f, 0, true, false, 1.0f, 1},
       {9, 300, 136, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 1},
       {12, 1408, 328, BLayout::kNK, DType::kF32, 0.0f, 0, true},
       {6, 640, 256, BLayout::kNK, DType::kBF16, 0.0f, 5, false, false, 1.0f, 0, 1},
