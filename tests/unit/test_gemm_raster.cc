@@ -85,8 +85,8 @@ TEST(GemmRaster, GroupedVisitsEveryTileOnceUnderBothRasters) {
 // The tall tail (GemmParams::tall): a group of b row blocks has b wide tiles in each of the
 // first tilesN - 1 column blocks and one tall tile (row blocks 2j, 2j + 1 of a band) per pair in
 // the last. Every (row block, column block) of the group must be covered exactly once, a tall
-// tile must never span two bands, and each band's tiles must come together (its tall tiles
-// after its wide ones).
+// tile must never span two bands, each band's tiles must come together, and the tall tiles'
+// places in consecutive full bands must differ (the rotation that spreads them over CTAs).
 TEST(GemmRaster, TallTailCoversEveryBlockOnceBandByBand) {
   using mk::gemm::tallTailCoords;
   using mk::gemm::tallTailTiles;
@@ -97,7 +97,7 @@ TEST(GemmRaster, TallTailCoversEveryBlockOnceBandByBand) {
     const int32_t full = tilesN - 1, tiles = tallTailTiles(blocks, tilesN, groupM);
     std::set<std::pair<int32_t, int32_t>> seen;
     int32_t lastBand = 0;
-    bool tallSeen = false;
+    std::vector<int32_t> firstTallAt;  // per band: the place in the band of its first tall tile
     for (int32_t r = 0; r < tiles; ++r) {
       int32_t blk, n;
       tallTailCoords(blocks, tilesN, groupM, r, &blk, &n);
@@ -107,20 +107,24 @@ TEST(GemmRaster, TallTailCoversEveryBlockOnceBandByBand) {
       ASSERT_TRUE(blk >= 0 && blk < blocks && n >= 0 && n < tilesN) << where;
       const int32_t band = blk / groupM;
       ASSERT_GE(band, lastBand) << where << ": bands out of order";
-      if (band > lastBand) tallSeen = false;
       lastBand = band;
+      const int32_t perBand = groupM * full + groupM / 2;
       ASSERT_TRUE(seen.insert({blk, n}).second) << where << ": (" << blk << "," << n << ") twice";
       if (n == full) {
-        tallSeen = true;
+        if ((int32_t)firstTallAt.size() == band) firstTallAt.push_back(r - band * perBand);
         ASSERT_EQ((blk - band * groupM) % 2, 0) << where << ": tall tile at an odd row block";
         if (blk + 1 < blocks) {
           ASSERT_EQ((blk + 1) / groupM, band) << where << ": tall tile spans two bands";
           ASSERT_TRUE(seen.insert({blk + 1, n}).second) << where << ": second block twice";
         }
-      } else {
-        ASSERT_FALSE(tallSeen) << where << ": a wide tile after its band's tall tiles";
       }
     }
+    // Full bands (all but maybe the last) with wide tiles: consecutive ones place their first
+    // tall tile differently.
+    for (int32_t b = 1; b < blocks / groupM && full > 0; ++b)
+      ASSERT_NE(firstTallAt[b], firstTallAt[b - 1])
+          << "bands " << b - 1 << " and " << b << " of " << blocks << " blocks, tilesN " << tilesN
+          << ", groupM " << groupM << ": tall tiles at the same place";
     ASSERT_EQ((int64_t)seen.size(), (int64_t)blocks * tilesN)
         << blocks << " blocks, tilesN " << tilesN << ", groupM " << groupM;
   }
