@@ -120,11 +120,6 @@ bool pairsAllowed(const GemmArgs& a) {
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
-// Persistent CTAs the call may use at most: GemmArgs::smBudget, or every SM.
-int32_t smBudgetOf(const GemmArgs& a, const DeviceLimits& lim) {
-  return a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
-}
-
 // GemmArgs::cluster resolved (1 or 2); 0 takes MKERNEL_GEMM_CLUSTER where pairs are allowed.
 int32_t resolvedCluster(const GemmArgs& a) {
   if (a.cluster != 0) return a.cluster;
@@ -470,7 +465,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // Grouped: the tile count is known only on the device; every group adds at most one
   // partial row block to the tilesM that M holds.
   const int64_t tiles = (int64_t)(p.tilesM + p.grpNum) * p.tilesN;
-  const int32_t budget = smBudgetOf(a, lim);
+  int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *gridOut = (int32_t)(tiles < budget ? tiles : budget);
   // Dynamic schedule: every CTA of the budget (CTAs past the tile count find none and leave).
   p.tileClaim = a.tileClaim;
@@ -486,38 +481,6 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   return ncclSuccess;
 }
 
-namespace {
-
-// Whether launch() runs a grouped GEMM's last column block as tall tiles (GemmParams::tall):
-// it holds at most kTileN / 2 columns (N = 1408, the small MoE model's: 5.5 column blocks), so
-// a wide tile would compute 128 zero columns of every row block. Stand-alone grouped GEMMs
-// with B [N,K] (a tall tile is computed transposed: B's rows are the wgmma's K-major A), without
-// hooks (a tall tile waits for and publishes two row blocks) or a dynamic schedule,
-// whose raster bands hold an even number of row blocks (a tall tile never spans two bands).
-bool tallTail(const GemmArgs& a, const GemmParams& p) {
-  const int32_t rem = a.N % kTileN;
-  const GemmHooks& h = a.hooks;
-  return MK_PARAM_INT(GemmTallTail) == 1 && p.grpNum > 0 && !a.swiglu && rem > 0 &&
-         a.bLayout == BLayout::kNK && rem <= kTileN / 2 && p.cluster == 1 && p.groupM % 2 == 0 &&
-         a.tileClaim == nullptr && h.rowReady == nullptr && h.tileDone == nullptr &&
-         h.seqBase == nullptr;
-}
-
-ncclResult_t dispatchIn(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
-  if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, grid, s);
-  return dispatchOut<DType::kF16>(a, p, grid, s);
-}
-
-// GemmParams::tall on: tmB's box becomes 128 rows (a tall tile's B, half of a wide one's).
-ncclResult_t setTallTail(const GemmArgs& a, GemmParams* p) {
-  p->tall = 1;
-  NCCLCHECK(encode3d(&p->tmB, a.abType, a.B, a.K, a.N, (uint64_t)a.groups.num, effLdb(a),
-                     effStrideB(a), kTileK, kTileN / 2));
-  return ncclSuccess;
-}
-
-}  // namespace
-
 ncclResult_t preload(const GemmArgs& a) {
   // Only the variant (types, B layout) matters: grid 0 loads the kernel and launches nothing,
   // so no tensor maps are built for it.
@@ -526,14 +489,14 @@ ncclResult_t preload(const GemmArgs& a) {
   p.grpNum = a.groups.num;
   p.swiglu = a.swiglu ? 1 : 0;
   p.cluster = resolvedCluster(a);
-  return dispatchIn(a, p, 0, nullptr);
+  if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, 0, nullptr);
+  return dispatchOut<DType::kF16>(a, p, 0, nullptr);
 }
 
 ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   GemmParams p;
   int32_t grid = 0;
   NCCLCHECK(buildParams(a, &p, &grid));
-  if (tallTail(a, p)) NCCLCHECK(setTallTail(a, &p));
   if (p.sk.units > 0) {
     // The epoch is a host counter: a captured launch would replay with the same one and find
     // its flags already set by the previous replay, so captured GEMMs run data-parallel.
@@ -554,7 +517,8 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
     }
     if (!ok) p.sk = skMakePlan(p.sk.tiles, p.sk.kIt, p.sk.grid, false);
   }
-  return dispatchIn(a, p, grid, stream);
+  if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, grid, stream);
+  return dispatchOut<DType::kF16>(a, p, grid, stream);
 }
 
 }  // namespace gemm

@@ -34,7 +34,7 @@ namespace mk {
 namespace gemm {
 
 template <DType kIn, DType kOut, BLayout kB, class PipeT = DeepPipe, bool Gated = false,
-          int Cluster = 1, bool StreamK = false, bool TallTail = false>
+          int Cluster = 1, bool StreamK = false>
 struct Traits {
   using Pipe = PipeT;
   static constexpr int kCluster = Cluster;
@@ -48,17 +48,6 @@ struct Traits {
   // the 128 up columns they gate; it stores 128 output columns from 64 accumulators a thread.
   static constexpr bool kGated = Gated;
   static constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;
-  // Tall tail (GemmParams::tall): a grouped GEMM whose last column block holds at most
-  // kTileN / 2 columns runs that block as tall tiles, 2 * kTileM rows x kTileN / 2 columns,
-  // where a wide tile would compute 128 zero columns, interleaved with the wide tiles of the same
-  // row blocks (tallTailCoords) so that A's rows are read from L2, not again from memory. A tall
-  // tile is computed transposed, D^T = B_tail . A^T, with the same m64n256k16 wgmma: B's 128 rows
-  // are the instruction's A operand (64 a consumer WG), A's 256 rows its B operand (both K-major:
-  // B [N,K] only), so wide and tall tiles share one main loop that only picks the stage's
-  // operand addresses. The stage holds A's two row blocks, then the 128 B rows (tmB's box is 128
-  // rows: a wide tile loads two); the epilogue stores the transposed accumulators (tallEpilogue).
-  // Column blocks keep their numbering (n0 = nBlk * kTileN).
-  static constexpr bool kTallTail = TallTail;
   static constexpr int kAccOut = kGated ? 64 : 128;
   static constexpr int kChunks = kOutCols / kBoxCols;
   static constexpr DType kOutType = kOut;
@@ -74,9 +63,6 @@ struct Traits {
                 "CTA pairs run plain (ungrouped, ungated) GEMMs");
   static_assert(!StreamK || (Cluster == 1 && !kGated && !kGrouped),
                 "the stream-K tail runs plain (unpaired, ungrouped, ungated) GEMMs");
-  static_assert(!TallTail ||
-                    (Cluster == 1 && !kGated && !StreamK && kGrouped && kB == BLayout::kNK),
-                "the tall tail runs grouped, unpaired, ungated GEMMs with B [N,K]");
 };
 
 constexpr int kBarConsumers = 3;  // named barrier over both consumer WGs (ids 1,2: per WG)
@@ -146,7 +132,6 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
 template <class Tr>
 __device__ __forceinline__ int32_t numTilesOf(const GemmParams& p,
                                               const SmemLayout<typename Tr::Pipe>& sm) {
-  if constexpr (Tr::kTallTail) return sm.grp[p.grpNum];  // the prefix counts tiles there
   if constexpr (Tr::kGrouped) return sm.grp[p.grpNum] * p.tilesN;
   if constexpr (Tr::kCluster == 2) return (p.tilesM + 1) / 2 * p.tilesN;
   return p.tilesM * p.tilesN;
@@ -158,10 +143,7 @@ template <class Tr>
 __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typename Tr::Pipe>& sm,
                                        int32_t t, int32_t* group, int32_t* m0, int32_t* n0,
                                        int32_t* mBlk, int32_t* nBlk) {
-  if constexpr (Tr::kTallTail) {
-    tallTailTile(p, sm.grp, t, group, m0, nBlk);
-    *mBlk = *m0 / kTileM;
-  } else if constexpr (Tr::kGrouped) {
+  if constexpr (Tr::kGrouped) {
     groupTile(p, sm.grp, t, group, m0, nBlk);
     *mBlk = *m0 / kTileM;
   } else if constexpr (Tr::kCluster == 2) {
@@ -181,32 +163,11 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
   *n0 = *nBlk * Tr::kOutCols;  // gated: D's first column, also gate's row in B (up: p.N on)
 }
 
-// Whether tile column block nBlk is tall (Traits::kTallTail: the last one). Uniform by
-// construction; the warp vote lets ptxas know it too (the main loop's wgmma descriptors and the
-// epilogue's barriers depend on it).
-template <class Tr>
-__device__ __forceinline__ bool tallTile(const GemmParams& p, int32_t nBlk) {
-  if constexpr (!Tr::kTallTail) return false;
-  return __all_sync(0xffffffffu, nBlk == p.tilesN - 1);
-}
-
-// Where a stage's B tile starts: after A's row block, or its two (tall tiles).
-template <class Tr>
-__device__ __forceinline__ uint8_t* stageB(const SmemLayout<typename Tr::Pipe>& sm, int32_t s,
-                                           bool tall) {
-  return tall ? sm.a(s) + 2 * kStageBytesA : sm.b(s);
-}
-
 // B's box for k-step k of column block n0 (of group g when grouped: B is then 3-D).
 template <class Tr>
 __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
-                                      int32_t n0, int32_t g, bool tall = false) {
-  if constexpr (Tr::kTallTail) {
-    // tmB's box is 128 rows: a wide tile loads two (the bytes and swizzle of one 256-row box).
-    for (int h = 0; h < (tall ? 1 : 2); ++h)
-      ptx::tmaLoad3d(dst + h * (kTileN / 2) * kTileK * 2, &p.tmB, bar, k * kTileK,
-                     n0 + h * (kTileN / 2), g);
-  } else if constexpr (Tr::kCluster == 2) {
+                                      int32_t n0, int32_t g) {
+  if constexpr (Tr::kCluster == 2) {
     // This CTA's half of the pair's B tile, into both CTAs: [N,K] rows n0 + 128 r .. (tmB's
     // box is 128 rows for pairs; the same bytes and swizzle as half of one 256-row box), or
     // [K,N] 64-column boxes 2r and 2r + 1.
@@ -262,7 +223,7 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm, bool ok,
                                             uint32_t word, int32_t aRow, int32_t n0, int32_t g,
                                             int32_t& stage, uint32_t& phase,
-                                            volatile uint32_t* stageAbort, bool tall = false) {
+                                            volatile uint32_t* stageAbort) {
   for (int32_t k = 0; k < p.kTiles; ++k) {
     ptx::mbarWait(&sm.empty[stage], phase ^ 1);
     // Written per stage before the `full` arrive that publishes it, so both consumer WGs read
@@ -272,12 +233,7 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
     if (ok) {
       ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
       ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
-      // A tall tile's second row block: past A's last row block it loads that block instead,
-      // an in-bounds box whose rows are never stored.
-      if (tall)
-        ptx::tmaLoad2d(sm.a(stage) + kStageBytesA, &p.tmA, &sm.full[stage], k * kTileK,
-                       min(aRow + kTileM, (p.tilesM - 1) * kTileM));
-      loadB<Tr>(p, stageB<Tr>(sm, stage, tall), &sm.full[stage], k, n0, g, tall);
+      loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
     } else {
       ptx::mbarArrive(&sm.full[stage]);
     }
@@ -306,8 +262,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
     // Dynamic: the tile id as the word.
     const uint32_t word = kDyn ? (ok ? (uint32_t)t : kStageAbort) : (ok ? 0u : 1u);
-    produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort,
-                    Tr::kTallTail && nBlk == p.tilesN - 1);
+    produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort);
     if (!ok) return;  // the consumers stop at the aborted tile: no end word
   }
   if constexpr (kDyn) {
@@ -523,101 +478,16 @@ __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
   }
 }
 
-template <DType kOut>
-__device__ __forceinline__ uint16_t bits16(float v) {
-  if constexpr (kOut == DType::kBF16) {
-    __nv_bfloat16 h = __float2bfloat16_rn(v);
-    return *reinterpret_cast<uint16_t*>(&h);
-  } else {
-    __half h = __float2half_rn(v);
-    return *reinterpret_cast<uint16_t*>(&h);
-  }
-}
-
-// A tall tile (Traits::kTallTail) of group g: the accumulators hold D^T, WG wg's acc[i] being
-// D[m0 + m][n0 + 64 wg + n] with n = 16 warp + lane / 4 + 8 ((i >> 1) & 1) (the fragment's row)
-// and m = 8 (i >> 2) + 2 (lane & 3) + (i & 1) (its column). Stored as 64-row boxes of the
-// WG's 64 columns, scalar writes into the swizzled staging (a tall tile is one in 2 * tilesN - 1
-// of the kernel's tiles: the epilogue's cost hardly shows), rows up to the end of the group's
-// last row block: the next row block may be the next group's, stored by its own tiles.
-template <class Tr>
-__device__ __forceinline__ void tallEpilogue(const GemmParams& p,
-                                             const SmemLayout<typename Tr::Pipe>& sm,
-                                             float (&acc)[128], int32_t wg, int32_t g, int32_t m0,
-                                             int32_t n0, uint32_t& nStores) {
-  const int32_t count = max(ldGroupInt(p.grpCount + g), 0);
-  const int32_t rowEnd =
-      min(p.M, ldGroupInt(p.grpStart + g) + (count + kTileM - 1) / kTileM * kTileM);
-  const int32_t col0 = n0 + 64 * wg;
-  if (col0 >= p.N) return;  // the WG's columns are all past N (uniform)
-  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  const bool useBeta = p.beta != 0.0f;
-  // D's value for acc[i] at (gm, gn).
-  auto value = [&](int i, int32_t gm, int32_t gn) {
-    float v = p.alpha * acc[i];
-    if (useBeta && gm < p.M && gn < p.N)
-      v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
-    return v;
-  };
-  if (!p.useTmaStore) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) {
-      const int32_t gm = m0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-      const int32_t gn = col0 + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
-      if (gm < rowEnd && gn < p.N)
-        storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, value(i, gm, gn));
-    }
-    return;
-  }
-  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs;
-  uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
-#pragma unroll
-  for (int rb = 0; rb < 4; ++rb) {      // 64-row boxes: accumulators [32 rb, 32 rb + 32)
-    if (m0 + 64 * rb >= rowEnd) break;  // uniform: later boxes are past the end too
-#pragma unroll
-    for (int cb = 0; cb < 64 / kEC; ++cb) {  // fp32: two boxes of 32 columns
-      if (col0 + cb * kEC >= p.N) break;
-      uint8_t* buf = stg + (nStores % kBufs) * kStoreBoxBytes;
-      if (tid == 0) ptx::bulkWaitRead<kBufs - 1>();  // the store that last read buf is done
-      ptx::namedBarSync(1 + wg, 128);
-      if ((warp * 16) / kEC == cb) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const int i = 32 * rb + j;
-          const int r = 8 * (j >> 2) + 2 * (lane & 3) + (j & 1);                  // box row
-          const int c = warp * 16 + (lane >> 2) + 8 * ((j >> 1) & 1) - cb * kEC;  // box column
-          const float v = value(i, m0 + 64 * rb + r, col0 + cb * kEC + c);
-          const uint32_t byte = c * Tr::kOutBytes;
-          uint8_t* dst = buf + r * 128 + ((((byte >> 4) ^ (r & 7))) << 4) + (byte & 15);
-          if constexpr (Tr::kOutBytes == 4) {
-            *reinterpret_cast<float*>(dst) = v;
-          } else {
-            *reinterpret_cast<uint16_t*>(dst) = bits16<Tr::kOutType>(v);
-          }
-        }
-      }
-      ptx::fenceProxyAsyncShared();
-      ptx::namedBarSync(1 + wg, 128);
-      if (tid == 0) {
-        ptx::tmaStore2d(&p.tmD, buf, col0 + cb * kEC, m0 + 64 * rb);
-        ptx::bulkCommit();
-      }
-      ++nStores;
-    }
-  }
-}
-
 // One tile's main loop over k-steps [kb, ke) (a stream-K item's, or the whole tile): each
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
 // done and every stage released (stage, phase advanced). kDyn: the caller waited for the first
 // stage (it read the tile's word there). Static schedule: returns the abort verdict of the
-// tile's first stage word; dynamic: false (the caller read it). `tall`: a tall tile
-// (Traits::kTallTail only).
+// tile's first stage word; dynamic: false (the caller read it).
 template <class Tr, bool kDyn>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
-                                             int32_t& stage, uint32_t& phase, bool tall = false) {
+                                             int32_t& stage, uint32_t& phase) {
   bool aborted = false;
   int32_t prev = 0;
   for (int32_t k = kb; k < ke; ++k) {
@@ -632,11 +502,8 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint32_t v = lane == src ? stageAbort[stage] : 0u;
       aborted = __shfl_sync(0xffffffffu, v, src) != 0;
     }
-    // The instruction's operands: the WG's 64 rows of A and the stage's 256 B rows, or for a
-    // tall tile (computed transposed) the WG's 64 of the 128 B rows and A's 256 rows.
-    const uint32_t base = ptx::smemAddr(sm.a(stage));
-    const uint32_t a = tall ? base + 2 * kStageBytesA + wg * (64 * 128) : base + wg * (64 * 128);
-    const uint32_t b = tall ? base : base + kStageBytesA;
+    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
+    const uint32_t b = ptx::smemAddr(sm.b(stage));
     ptx::fenceAccumulators(acc);
     ptx::wgmmaFence();
 #pragma unroll
@@ -749,9 +616,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
-    const bool tall = tallTile<Tr>(p, nBlk);
-    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase, tall))
-      aborted = true;
+    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase)) aborted = true;
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
@@ -763,11 +628,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    if (tall) {
-      tallEpilogue<Tr>(p, sm, acc, wg, g, m0, n0, nStores);
-    } else {
-      tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
-    }
+    tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
     pending = mBlk * p.tilesN + nBlk;
   }
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
@@ -819,7 +680,7 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   }
   // Both roles walk the groups' tiles from the same prefix sums (no host synchronisation:
   // the counts are read here, after whatever wrote them earlier in stream order).
-  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp, Tr::kTallTail);
+  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
   // A pair's partner multicasts into this CTA's stages and arrives on its barriers: both CTAs'
   // barriers are initialised before either CTA goes on.
   if constexpr (Tr::kCluster == 2) {

@@ -86,20 +86,6 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
         return ncclInvalidArgument;
       }
     }
-    // The tall tail (GemmParams::tall, launch() resolves it; B [N,K] only) with the same
-    // pipeline choice; preload (grid 0) loads it too.
-    if constexpr (kB == BLayout::kNK) {
-      if (p.tall || grid <= 0) {
-        using Wide = Traits<kIn, kOut, kB, GroupWidePipe, false, 1, false, true>;
-        using Deep = Traits<kIn, kOut, kB, GroupPipe, false, 1, false, true>;
-        if constexpr (kOut != DType::kF32) {
-          if (p.wide || grid <= 0) NCCLCHECK(launchPipe<Wide>(p, grid, stream));
-        }
-        if (grid <= 0 || !p.wide || kOut == DType::kF32)
-          NCCLCHECK(launchPipe<Deep>(p, grid, stream));
-        if (grid > 0) return ncclSuccess;
-      }
-    }
     if constexpr (kOut != DType::kF32) {
       if (p.wide || grid <= 0)
         NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe>>(p, grid, stream)));

@@ -29,9 +29,6 @@ struct GemmParams {
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
   int32_t swiglu;       // GemmArgs::swiglu: N is D's width (I), tmB's box 128 rows, up rows at N
   int32_t grpRaster;    // grouped raster: 0 = bands over all groups' row blocks, 1 = inside a group
-  // Tall tail (Traits::kTallTail, set by launch() for a grouped GEMM whose last column block
-  // holds at most kTileN / 2 columns): 1 runs that variant, tmB's [N,K] box then 128 rows.
-  int32_t tall;
   const int32_t* grpStart;
   const int32_t* grpCount;
   void* D;
@@ -194,11 +191,9 @@ __device__ __forceinline__ int32_t ldGroupInt(const int32_t* p) {
   return *reinterpret_cast<const volatile int32_t*>(p);
 }
 
-// Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory),
-// or with tallTail their tiles (tallTailTiles). The caller synchronises the CTA before anyone
-// reads it.
-__device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix,
-                                            bool tallTail = false) {
+// Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory).
+// The caller synchronises the CTA before anyone reads it.
+__device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix) {
   if (threadIdx.x >= 32) return;
   const int32_t lane = threadIdx.x;
   int32_t carry = 0;
@@ -207,7 +202,6 @@ __device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix
     const int32_t g = base + lane;
     const int32_t c = g < p.grpNum ? ldGroupInt(p.grpCount + g) : 0;
     int32_t v = c > 0 ? (c + kTileM - 1) / kTileM : 0;
-    if (tallTail) v = tallTailTiles(v, p.tilesN, p.groupM);
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {  // inclusive scan over the warp
       const int32_t u = __shfl_up_sync(0xffffffffu, v, d);
@@ -224,19 +218,6 @@ __device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* pr
                                           int32_t* group, int32_t* m0, int32_t* nBlk) {
   int32_t g, blk;
   groupTileCoords(p.grpNum, prefix, p.tilesN, p.groupM, p.grpRaster, t, &g, &blk, nBlk);
-  *group = g;
-  *m0 = ldGroupInt(p.grpStart + g) + blk * kTileM;
-}
-
-// Tile t < prefix[num] of a grouped GEMM with a tall tail (prefix from groupPrefix(.., true)):
-// its group, first row and column block (the last: a tall tile from m0, two row blocks).
-__device__ __forceinline__ void tallTailTile(const GemmParams& p, const int32_t* prefix, int32_t t,
-                                             int32_t* group, int32_t* m0, int32_t* nBlk) {
-  const int32_t g = groupOfBlock(p.grpNum, prefix, t);
-  const int32_t c = ldGroupInt(p.grpCount + g);
-  int32_t blk;
-  tallTailCoords(c > 0 ? (c + kTileM - 1) / kTileM : 0, p.tilesN, p.groupM, t - prefix[g], &blk,
-                 nBlk);
   *group = g;
   *m0 = ldGroupInt(p.grpStart + g) + blk * kTileM;
 }

@@ -68,40 +68,5 @@ MK_RASTER_HD void groupTileCoords(int32_t num, const int32_t* prefix, int32_t ti
   }
 }
 
-// The tall tail of a grouped GEMM (GemmParams::tall): its last column block holds at most half a
-// tile's columns, so there a tile covers two row blocks (tall) instead of one (wide). A group of
-// `blocks` row blocks is walked band by band (groupM row blocks, even): each band's wide tiles
-// column by column as rasterCoords does, and its tall tiles, so that A's rows of a band are in
-// L2 for all of its tiles. Tiles of such a group:
-MK_RASTER_HD int32_t tallTailTiles(int32_t blocks, int32_t tilesN, int32_t groupM) {
-  const int32_t bands = blocks / groupM, rest = blocks - bands * groupM;
-  return blocks * (tilesN - 1) + bands * (groupM / 2) + (rest + 1) / 2;
-}
-
-// Tile r < tallTailTiles(blocks, ..) of such a group: its first row block and column block
-// (nBlk == tilesN - 1: a tall tile, row blocks blk and blk + 1, the second past the group when
-// blocks is odd). A band lists its wide tiles, then its tall ones, and a full band's list is
-// rotated by groupM / 2 places a band. Why: a tall tile's transposed epilogue is slower than a
-// wide one's, and where the grid is a multiple of the band's tiles (132 CTAs, 44 tiles a band at
-// N 1408) the static schedule gave the tall tiles of every band to the same CTAs, which fell
-// behind until their A rows had left L2 (session 30 call E: 1.8x the DRAM reads, 0.76 of torch).
-MK_RASTER_HD void tallTailCoords(int32_t blocks, int32_t tilesN, int32_t groupM, int32_t r,
-                                 int32_t* blk, int32_t* nBlk) {
-  const int32_t full = tilesN - 1;
-  const int32_t perBand = groupM * full + groupM / 2;
-  const int32_t band = r / perBand;
-  const int32_t first = band * groupM;
-  const int32_t size = groupM < blocks - first ? groupM : blocks - first;
-  r -= band * perBand;
-  if (size == groupM) r = (r + band * (groupM / 2)) % perBand;
-  if (r < size * full) {
-    *blk = first + r % size;
-    *nBlk = r / size;
-  } else {
-    *blk = first + 2 * (r - size * full);
-    *nBlk = full;
-  }
-}
-
 }  // namespace gemm
 }  // namespace mk

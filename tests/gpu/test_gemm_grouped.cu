@@ -234,9 +234,9 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {17, 136, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 2},
       {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 5, true, true, 1.0f, 0, 2},
       {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1, 2},
-      // The tall tail (N % 256 in 1..128 with B [N,K]: 264 and 72 above too; with B [K,N] the
-      // wide tiles, 520 above and 384 here): beta, the direct-store epilogue, fp32 out, exactly
-      // 128 columns, a budget, the wide staging.
+      // A last column block of at most 128 columns (N % 256 in 1..128, as 72, 264 and 520
+      // above): beta with both B layouts, the direct-store epilogue, fp32 out, exactly 128
+      // columns (N 384, 640, 1408: the small MoE model's I), a budget, the wide staging.
       {17, 384, 200, BLayout::kKN, DType::kF16, 0.5f, 3, true},
       {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true},
       {9, 330, 520, BLayout::kNK, DType::kF32, -1.0f, 0, true, false, 1.0f, 1},
