@@ -236,7 +236,7 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1, 2},
       // A last column block of at most 128 columns (N % 256 in 1..128, as 72, 264 and 520
       // above): beta with both B layouts, the direct-store epilogue, fp32 out, exactly 128
-      // columns (N 384, 640, 1408: the small MoE model's I), a budget, the wide staging.
+      // columns (N 384, 640, 1408: the small MoE model's I), budgets, the deep ring (pipeline 1).
       {17, 384, 200, BLayout::kKN, DType::kF16, 0.5f, 3, true},
       {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true},
       {9, 330, 520, BLayout::kNK, DType::kF32, -1.0f, 0, true, false, 1.0f, 1},
