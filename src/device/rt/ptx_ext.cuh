@@ -21,51 +21,31 @@ __device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint6
                                         int scaleD) {
   static_assert(N == 64 || N == 128 || N == 176 || N == 192 || N == 256,
                 "wgmmaSS: shape not generated");
+  // One shape: its generated asm text with the input type spelled (wgmma_asm.inc).
+#define MK_SS_SHAPE(SHAPE)                                             \
+  if constexpr (kF16) {                                                \
+    asm volatile(MK_WGMMA_SS_N##SHAPE##_ASM("f16")                     \
+                 : MK_WGMMA_OUTS_##SHAPE(d)                            \
+                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB)); \
+  } else {                                                             \
+    asm volatile(MK_WGMMA_SS_N##SHAPE##_ASM("bf16")                    \
+                 : MK_WGMMA_OUTS_##SHAPE(d)                            \
+                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB)); \
+  }
   if constexpr (N == 256) {
     wgmmaM64N256K16<kF16, kTransB>(d, descA, descB, scaleD);
   } else if constexpr (N == 192) {
     // S = Q.K^T of 192-key blocks (attention, head dim 64, MKERNEL_ATTN_D64_VARIANT=1).
-    if constexpr (kF16) {
-      asm volatile(MK_WGMMA_SS_N192_ASM("f16")
-                   : MK_WGMMA_OUTS_192(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    } else {
-      asm volatile(MK_WGMMA_SS_N192_ASM("bf16")
-                   : MK_WGMMA_OUTS_192(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    }
+    MK_SS_SHAPE(192)
   } else if constexpr (N == 176) {
     // S = Q.K^T of 176-key blocks (attention, head dim 128, MKERNEL_ATTN_D128_VARIANT=1).
-    if constexpr (kF16) {
-      asm volatile(MK_WGMMA_SS_N176_ASM("f16")
-                   : MK_WGMMA_OUTS_176(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    } else {
-      asm volatile(MK_WGMMA_SS_N176_ASM("bf16")
-                   : MK_WGMMA_OUTS_176(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    }
+    MK_SS_SHAPE(176)
   } else if constexpr (N == 128) {
-    if constexpr (kF16) {
-      asm volatile(MK_WGMMA_SS_N128_ASM("f16")
-                   : MK_WGMMA_OUTS_128(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    } else {
-      asm volatile(MK_WGMMA_SS_N128_ASM("bf16")
-                   : MK_WGMMA_OUTS_128(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    }
+    MK_SS_SHAPE(128)
   } else {
-    if constexpr (kF16) {
-      asm volatile(MK_WGMMA_SS_N64_ASM("f16")
-                   : MK_WGMMA_OUTS_64(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    } else {
-      asm volatile(MK_WGMMA_SS_N64_ASM("bf16")
-                   : MK_WGMMA_OUTS_64(d)
-                   : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-    }
+    MK_SS_SHAPE(64)
   }
+#undef MK_SS_SHAPE
 }
 
 template <int N, bool kF16, int kTransB>
