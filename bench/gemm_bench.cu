@@ -11,7 +11,7 @@
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // also checked against cuBLAS on the first operand set), interleaved with the rest; with
-// --groups the grouped GEMM with the wide staging too.
+// --groups the grouped GEMM with the wide staging and the ping-pong consumers too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too.
 // --streamk also times the engine with its stream-K tail (GemmArgs::streamK = 1: the last one
@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
 
   struct Row {
     Shape s;
-    double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, pair, deepPair,
-        widePair, ping, pingMaxdiff, sk, skMaxdiff;
+    double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
+        deepPair, widePair, ping, pingMaxdiff, sk, skMaxdiff;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -323,8 +323,8 @@ int main(int argc, char** argv) {
         exit(1);
       }
     };
-    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tPair, tDeepPair,
-        tWidePair, tPing, tSk;
+    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
+        tDeepPair, tWidePair, tPing, tSk;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
@@ -345,6 +345,7 @@ int main(int argc, char** argv) {
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
       if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
       if (G > 0 && pipes) tGrpWide.push_back(timeOne([&] { runGrouped(2); }));
+      if (G > 0 && pipes) tGrpPing.push_back(timeOne([&] { runGrouped(3); }));
     }
     const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
@@ -369,6 +370,8 @@ int main(int argc, char** argv) {
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
     row.groupedWide =
         G > 0 && median(tGrpWide) > 0 ? gFlop / (median(tGrpWide) * 1e-3) / 1e12 : 0.0;
+    row.groupedPing =
+        G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
     row.nAlgos = nAlgos;
     rows.push_back(row);
     printf(
@@ -382,8 +385,11 @@ int main(int argc, char** argv) {
           "%.3f of cuBLAS best)\n",
           sh.M, sh.N, sh.K, G, gRows, row.grouped, row.grouped / row.eng, row.grouped / row.best);
     if (G > 0 && pipes)
-      printf("  %5d x %5d x %5d: grouped wide staging %6.1f TFLOP/s (%.3f of the deep ring)\n",
-             sh.M, sh.N, sh.K, row.groupedWide, row.groupedWide / row.grouped);
+      printf(
+          "  %5d x %5d x %5d: grouped wide staging %6.1f TFLOP/s (%.3f of the default), "
+          "ping-pong %6.1f (%.3f of the default)\n",
+          sh.M, sh.N, sh.K, row.groupedWide, row.groupedWide / row.grouped, row.groupedPing,
+          row.groupedPing / row.grouped);
     if (pipes)
       printf(
           "  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)  "
@@ -465,14 +471,14 @@ int main(int argc, char** argv) {
             "\"cublas_best_tflops\": %.2f, \"cublas_candidates\": %d, \"ratio\": %.4f, "
             "\"max_rel_diff_vs_cublas\": %.3e, \"engine_deep_tflops\": %.2f, "
             "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f, "
-            "\"engine_grouped_wide_tflops\": %.2f, "
+            "\"engine_grouped_wide_tflops\": %.2f, \"engine_grouped_ping_tflops\": %.2f, "
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
             "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
             "\"ping_max_rel_diff_vs_cublas\": %.3e, \"engine_streamk_tflops\": %.2f, "
             "\"streamk_max_rel_diff_vs_cublas\": %.3e}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            r.deep, r.wide, r.grouped, r.groupedWide, r.pair, r.deepPair, r.widePair, r.ping,
-            r.pingMaxdiff, r.sk, r.skMaxdiff, i + 1 < rows.size() ? "," : "");
+            r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
+            r.ping, r.pingMaxdiff, r.sk, r.skMaxdiff, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -111,9 +111,9 @@ struct GemmArgs {
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (the wide
   // epilogue for 16-bit outputs with K <= kWideMaxK, grouped too), 1 = deep load ring,
   // 2 = wide epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each
-  // consumer warpgroup owns half of a tile, one's epilogue runs under the other's main loop;
-  // 16-bit D, no groups, SwiGLU, tile-by-tile D, tileDone hook or CTA pairs). Fused
-  // operators' compute roles always run the deep ring.
+  // consumer warpgroup owns half of a tile, one's epilogue runs under the other's main loop,
+  // and a half wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D,
+  // tileDone hook or CTA pairs). Fused operators' compute roles always run the deep ring.
   int32_t pipeline = 0;
   // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B

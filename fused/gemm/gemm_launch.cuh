@@ -87,6 +87,10 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
       }
     }
     if constexpr (kOut != DType::kF32) {
+      // Ping-pong consumers (pipeline 3; no SwiGLU, checked by canImplement).
+      if (p.pingpong || grid <= 0)
+        NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, true>>(p, grid, stream)));
+      if (p.pingpong) return ncclSuccess;
       if (p.wide || grid <= 0)
         NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe>>(p, grid, stream)));
       if (p.wide) return ncclSuccess;
@@ -105,7 +109,7 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     if (grid > 0) return ncclSuccess;
   }
   if constexpr (kOut != DType::kF32) {
-    // Ping-pong consumers (GemmArgs::pipeline 3: ungrouped, unpaired, 16-bit D, checked by
+    // Ping-pong consumers (GemmArgs::pipeline 3: unpaired, 16-bit D, checked by
     // canImplement); preload (grid 0) loads them with the other pipelines.
     if (p.pingpong || grid <= 0)
       NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB>>(p, grid, stream)));

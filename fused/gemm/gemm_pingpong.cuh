@@ -14,11 +14,19 @@
 // and the rowReady hook and the abort verdict stay per tile as in the other pipelines.
 //
 // Supported (canImplement): 16-bit D (TMA store, or the direct fallback), alpha, beta (C may
-// alias D: every element is read by the thread that writes it, before its write), the
-// rowReady / tileOrder / rowBlockOffset / seqBase hooks. Refused: fp32 D, groups, SwiGLU,
-// tile-by-tile D, tileDone, CTA pairs.
+// alias D: every element is read by the thread that writes it, before its write), grouped
+// GEMMs (session 31: the groups' tile walk of the other pipelines, B as a 3-D tensor map), the
+// rowReady / tileOrder / rowBlockOffset / seqBase hooks. Refused: fp32 D, SwiGLU, tile-by-tile
+// D, tileDone, CTA pairs.
+//
+// Empty halves (session 31): where N % 256 is in 1..128 the last column tile's second half
+// lies wholly past N. The other pipelines compute those 128 columns of TMA's zeros (1/12 of
+// the MMA work at N = 1408, the MoE small model's GEMM1); here WG1 skips such a half: the
+// producer loads nothing for it and WG1 only passes the turn on. Without the rowReady hook
+// only, so that no abort verdict (which travels in the stages) can be missed.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "fused/gemm/gemm_kernel.cuh"
 #include "device/rt/ptx_ext.cuh"
@@ -28,23 +36,30 @@ namespace gemm {
 
 // 5 stages of 32 KB and a whole 128x128 staging area per consumer WG (4 boxes of 64x64 16-bit
 // values), so the epilogue writes every box after one barrier and never waits for stores of
-// its own tile. 5 * 32 + 64 KB + barriers fit the 227 KB limit; 6 stages would not.
-struct PingPipe {
+// its own tile. 5 * 32 + 64 KB + barriers (+ a grouped GEMM's tile prefix sums) fit the 227 KB
+// limit; 6 stages would not.
+template <int GroupInts>
+struct PingPipeCfg {
   static constexpr int kStages = 5;
+  static constexpr int kGroupInts = GroupInts;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;         // 16 KB
   static constexpr int kStageBytesB = (kTileN / 2) * kTileK * 2;   // 16 KB: half of B
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 32 KB
   static constexpr int kBoxesPerWg = 4;                            // 2 row halves x 2 chunks
   static constexpr int kStagingBytes = kConsumerWGs * kBoxesPerWg * kStoreBoxBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kStagingBytes + kBarrierBytes + 4 * GroupInts + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "ping-pong CTA exceeds shared memory");
   static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
 };
+using PingPipe = PingPipeCfg<0>;
+using PingGroupPipe = PingPipeCfg<kMaxGroups + 1>;
 
-template <DType kIn, DType kOut, BLayout kB>
+template <DType kIn, DType kOut, BLayout kB, bool Grouped = false>
 struct PingTraits {
-  using Pipe = PingPipe;
+  using Pipe = typename std::conditional<Grouped, PingGroupPipe, PingPipe>::type;
+  static constexpr bool kGrouped = Grouped;
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr DType kOutType = kOut;
@@ -56,59 +71,96 @@ struct PingTraits {
 constexpr int kBarOrder = 4;
 constexpr int kUnitCols = kTileN / 2;  // columns of one consumer WG's unit
 
+template <class Pipe>
 struct PingSmem {
   uint8_t* base;
   uint8_t* staging;
   uint64_t* full;
   uint64_t* empty;
   uint32_t* abortWord;  // [kStages]: the producer's verdict for the unit the stage belongs to
+  int32_t* grp;         // [Pipe::kGroupInts]: tiles of groups 0..g-1 at [g] (grouped GEMMs)
   __device__ explicit PingSmem(uint8_t* raw) {
     base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-    staging = base + PingPipe::kStages * PingPipe::kStageBytes;
-    full = reinterpret_cast<uint64_t*>(staging + PingPipe::kStagingBytes);
-    empty = full + PingPipe::kStages;
-    abortWord = reinterpret_cast<uint32_t*>(empty + PingPipe::kStages);
+    staging = base + Pipe::kStages * Pipe::kStageBytes;
+    full = reinterpret_cast<uint64_t*>(staging + Pipe::kStagingBytes);
+    empty = full + Pipe::kStages;
+    abortWord = reinterpret_cast<uint32_t*>(empty + Pipe::kStages);
+    grp = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(full) + kBarrierBytes);
   }
-  __device__ uint8_t* a(int32_t s) const { return base + s * PingPipe::kStageBytes; }
-  __device__ uint8_t* b(int32_t s) const { return a(s) + PingPipe::kStageBytesA; }
+  __device__ uint8_t* a(int32_t s) const { return base + s * Pipe::kStageBytes; }
+  __device__ uint8_t* b(int32_t s) const { return a(s) + Pipe::kStageBytesA; }
 };
 
 // The tile list both roles walk: tiles cta, cta + nCtas, ... of the plain GEMM's schedule
-// (raster grouped by groupM as for the other pipelines; not the grouped-GEMM raster).
-__device__ __forceinline__ void pingTileAt(const GemmParams& p, int32_t t, int32_t* m0,
-                                           int32_t* n0) {
-  int32_t mBlk, nBlk;
-  tileCoords(p, t, &mBlk, &nBlk);
-  *m0 = mBlk * kTileM;
-  *n0 = nBlk * kTileN;
+// (raster grouped by groupM as for the other pipelines), or of the grouped GEMM's walk over
+// its groups (prefix sums in shared memory, as the other pipelines).
+template <class Tr>
+__device__ __forceinline__ int32_t pingNumTiles(const GemmParams& p,
+                                                const PingSmem<typename Tr::Pipe>& sm) {
+  if constexpr (Tr::kGrouped) return sm.grp[p.grpNum] * p.tilesN;
+  return p.tilesM * p.tilesN;
 }
 
 template <class Tr>
-__device__ __forceinline__ void pingProducer(const GemmParams& p, const PingSmem& sm, int32_t cta,
+__device__ __forceinline__ void pingTileAt(const GemmParams& p,
+                                           const PingSmem<typename Tr::Pipe>& sm, int32_t t,
+                                           int32_t* g, int32_t* m0, int32_t* n0) {
+  int32_t mBlk, nBlk;
+  if constexpr (Tr::kGrouped) {
+    groupTile(p, sm.grp, t, g, m0, &nBlk);
+  } else {
+    tileCoords(p, t, &mBlk, &nBlk);
+    *g = 0;
+    *m0 = mBlk * kTileM;
+  }
+  *n0 = nBlk * kTileN;
+}
+
+// Whether tile n0's second half (WG1's unit) is skipped: wholly past N, and no rowReady hook
+// (whose failed wait is reported to both WGs through the stages of both units). Producer and
+// consumers decide alike from kernel parameters.
+__device__ __forceinline__ bool pingSkipRight(const GemmParams& p, int32_t n0) {
+  return p.hooks.rowReady == nullptr && n0 + kUnitCols >= p.N;
+}
+
+template <class Tr>
+__device__ __forceinline__ void pingProducer(const GemmParams& p,
+                                             const PingSmem<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas) {
-  const int32_t numTiles = p.tilesM * p.tilesN;
+  using Pipe = typename Tr::Pipe;
+  const int32_t numTiles = pingNumTiles<Tr>(p, sm);
   int32_t stage = 0;
   uint32_t phase = 0;
   for (int32_t t = cta; t < numTiles; t += nCtas) {
-    int32_t m0, n0;
-    pingTileAt(p, t, &m0, &n0);
+    int32_t g, m0, n0;
+    pingTileAt<Tr>(p, sm, t, &g, &m0, &n0);
     // One bounded wait per tile: both units read the same rows. On failure both units are
     // still completed (without data) so that both consumer WGs drain this tile and stop.
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
-    for (int32_t h = 0; h < 2; ++h) {
+    const int32_t halves = pingSkipRight(p, n0) ? 1 : 2;
+    for (int32_t h = 0; h < halves; ++h) {
       const int32_t nu = n0 + h * kUnitCols;
       for (int32_t k = 0; k < p.kTiles; ++k) {
         ptx::mbarWait(&sm.empty[stage], phase ^ 1);
         // Per stage, before the arrive that publishes it (see gemmProducer).
         sm.abortWord[stage] = ok ? 0u : 1u;
         if (ok) {
-          ptx::mbarArriveExpectTx(&sm.full[stage], PingPipe::kStageBytes);
+          ptx::mbarArriveExpectTx(&sm.full[stage], Pipe::kStageBytes);
           ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
           if constexpr (Tr::kTransB) {
             // [K,N]: two 64-column boxes of kTileK rows (the MN-major descriptor's LBO apart).
-            ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], nu, k * kTileK);
-            ptx::tmaLoad2d(sm.b(stage) + kTileK * 128, &p.tmB, &sm.full[stage], nu + 64,
-                           k * kTileK);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              uint8_t* dst = sm.b(stage) + j * (kTileK * 128);
+              if constexpr (Tr::kGrouped) {
+                ptx::tmaLoad3d(dst, &p.tmB, &sm.full[stage], nu + 64 * j, k * kTileK, g);
+              } else {
+                ptx::tmaLoad2d(dst, &p.tmB, &sm.full[stage], nu + 64 * j, k * kTileK);
+              }
+            }
+          } else if constexpr (Tr::kGrouped) {
+            // [G][N,K]: one box of 128 rows of group g (tmB's box for pipeline 3).
+            ptx::tmaLoad3d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu, g);
           } else {
             // [N,K]: one box of 128 rows (tmB is encoded with a 128-row box for pipeline 3).
             ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu);
@@ -116,7 +168,7 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p, const PingSmem
         } else {
           ptx::mbarArrive(&sm.full[stage]);
         }
-        if (++stage == PingPipe::kStages) {
+        if (++stage == Pipe::kStages) {
           stage = 0;
           phase ^= 1;
         }
@@ -130,12 +182,13 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p, const PingSmem
 // r of 64 rows, 64-column chunk c), written after a single barrier since the staging holds
 // the whole unit; the previous unit's stores were issued a whole main loop of the other WG ago.
 template <class Tr>
-__device__ __forceinline__ void pingEpilogueTma(const GemmParams& p, const PingSmem& sm,
+__device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
+                                                const PingSmem<typename Tr::Pipe>& sm,
                                                 float (&acc0)[64], float (&acc1)[64], int32_t wg,
                                                 int32_t m0, int32_t n0) {
   constexpr int kEC = 64;  // 16-bit columns per 128-byte box row
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  uint8_t* stg = sm.staging + wg * PingPipe::kBoxesPerWg * kStoreBoxBytes;
+  uint8_t* stg = sm.staging + wg * Tr::Pipe::kBoxesPerWg * kStoreBoxBytes;
   const bool useBeta = p.beta != 0.0f;
   const float alpha = p.alpha;
   const int nRows = m0 + 64 < p.M ? 2 : 1;  // m0 < M always (the tile exists)
@@ -235,13 +288,17 @@ __device__ __forceinline__ void pingEpilogueDirect(const GemmParams& p, float (&
 //  - WG1 arrives on WG0's barrier after a unit only when WG0 will run another one (a next
 //    tile exists and this one was not aborted); WG0 syncs before each unit but its first.
 // So no WG waits on a barrier the other will never arrive on, whatever the tile count (1 tile
-// per CTA, an odd count, budget 1), and no arrive is left pending at exit. The mbarrier waits
-// are plain try_wait loops like the other pipelines' (the producer completes every stage, with
-// or without data; its only external wait, rowReady, is the engine's bounded rt::waitFlag).
+// per CTA, an odd count, budget 1), and no arrive is left pending at exit. An empty half
+// (pingSkipRight: never aborted, since there is no rowReady hook) is a unit WG1 runs without a
+// main loop: it takes its turn and passes it on as after a unit. The mbarrier waits are plain
+// try_wait loops like the other pipelines' (the producer completes every stage, with or
+// without data; its only external wait, rowReady, is the engine's bounded rt::waitFlag).
 template <class Tr>
-__device__ __forceinline__ void pingConsumer(const GemmParams& p, const PingSmem& sm, int32_t cta,
+__device__ __forceinline__ void pingConsumer(const GemmParams& p,
+                                             const PingSmem<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg) {
-  const int32_t numTiles = p.tilesM * p.tilesN;
+  constexpr int kStages = Tr::Pipe::kStages;
+  const int32_t numTiles = pingNumTiles<Tr>(p, sm);
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   const int32_t kTiles = p.kTiles;
   float acc0[64], acc1[64];
@@ -250,19 +307,26 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p, const PingSmem
   uint32_t phase = 0;
   auto advance = [&](int32_t steps) {
     // steps < 2^31 ring positions; a stage wraps every kStages, flipping the phase.
-    const int32_t s = stage + steps % PingPipe::kStages;
-    const int32_t laps = steps / PingPipe::kStages + (s >= PingPipe::kStages ? 1 : 0);
-    stage = s >= PingPipe::kStages ? s - PingPipe::kStages : s;
+    const int32_t s = stage + steps % kStages;
+    const int32_t laps = steps / kStages + (s >= kStages ? 1 : 0);
+    stage = s >= kStages ? s - kStages : s;
     phase ^= (uint32_t)(laps & 1);
   };
   if (wg == 1) advance(kTiles);
   bool first = true;
   for (int32_t t = cta; t < numTiles; t += nCtas) {
-    int32_t m0, n0;
-    pingTileAt(p, t, &m0, &n0);
+    int32_t g, m0, n0;
+    pingTileAt<Tr>(p, sm, t, &g, &m0, &n0);
+    const bool skipRight = pingSkipRight(p, n0);
     n0 += wg * kUnitCols;
     if (wg == 1 || !first) ptx::namedBarSync(kBarOrder + wg, 256);
     first = false;
+    if (wg == 1 && skipRight) {
+      // No stage of this tile is WG1's; the ring's next positions are WG0's next unit.
+      if (t + nCtas < numTiles) ptx::namedBarArrive(kBarOrder, 256);
+      advance(kTiles);
+      continue;
+    }
     int32_t prev = 0;
     bool aborted = false;
     for (int32_t k = 0; k < kTiles; ++k) {
@@ -293,7 +357,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p, const PingSmem
       ptx::fenceRegs(acc1);
       if (k > 0 && lane == 0) ptx::mbarArrive(&sm.empty[prev]);
       prev = stage;
-      if (++stage == PingPipe::kStages) {
+      if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
       }
@@ -312,7 +376,9 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p, const PingSmem
     } else {
       pingEpilogueDirect<Tr>(p, acc0, acc1, m0, n0);
     }
-    advance(kTiles);  // skip the other WG's unit of the ring
+    // Skip the other WG's unit of the ring: WG1's of this tile (none when it is empty), or
+    // WG0's of the next tile.
+    advance(wg == 0 && skipRight ? 0 : kTiles);
   }
   // Shared memory must outlive the last bulk stores reading it.
   if (tid == 0) ptx::bulkWait<0>();
@@ -321,10 +387,11 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p, const PingSmem
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1)
     gemmPingKernel(const __grid_constant__ GemmParams p) {
+  using Pipe = typename Tr::Pipe;
   extern __shared__ uint8_t smemRaw[];
-  PingSmem sm(smemRaw);
+  PingSmem<Pipe> sm(smemRaw);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < PingPipe::kStages; ++s) {
+    for (int s = 0; s < Pipe::kStages; ++s) {
       ptx::mbarInit(&sm.full[s], 1);
       ptx::mbarInit(&sm.empty[s], 4);  // one arrive per warp of the one WG that reads the stage
       sm.abortWord[s] = 0;
@@ -334,6 +401,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::prefetchTensorMap(&p.tmB);
     if (p.useTmaStore) ptx::prefetchTensorMap(&p.tmD);
   }
+  // Both roles walk the groups' tiles from the same prefix sums (warp 0; no host
+  // synchronisation: counts are read on the device).
+  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
   __syncthreads();
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -349,9 +419,9 @@ template <class Tr>
 ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = gemmPingKernel<Tr>;
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 PingPipe::kSmemBytes));
+                                 Tr::Pipe::kSmemBytes));
   if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
-  kernel<<<grid, kThreads, PingPipe::kSmemBytes, stream>>>(p);
+  kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
   CUDACHECK(cudaGetLastError());
   return ncclSuccess;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fused/gemm/primitives.cuh"  // GemmParams, buildParams
 #include "test_gemm_util.cuh"
 
 using namespace gemmtest;
@@ -37,7 +38,7 @@ struct GroupedCase {
   bool swiglu = false;  // GemmArgs::swiglu: D [M, N/2]
   float alpha = 1.0f;
   int padD = 0;      // ldd = D's width + padD (odd: the direct-store epilogue); pads stay poisoned
-  int pipeline = 0;  // GemmArgs::pipeline (2: the wide epilogue staging)
+  int pipeline = 0;  // GemmArgs::pipeline (1 deep, 2 wide epilogue staging, 3 ping-pong)
   bool dynamic = false;  // GemmArgs::tileClaim: the dynamic tile schedule
 };
 
@@ -243,14 +244,26 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {9, 300, 136, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 1},
       {12, 1408, 328, BLayout::kNK, DType::kF32, 0.0f, 0, true},
       {6, 640, 256, BLayout::kNK, DType::kBF16, 0.0f, 5, false, false, 1.0f, 0, 1},
+      // The ping-pong consumers (pipeline 3, 16-bit D; session 31): a last column block of at
+      // most 128 columns is one half tile, whose empty half WG1 skips (N 72, 330, 384, 520,
+      // 640, 1408), and without a tail (256); both layouts, beta, alpha, the direct-store
+      // epilogue (odd ldd), budgets, a hot group.
+      {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false, false, 1.0f, 0, 3},
+      {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 3},
+      {17, 384, 200, BLayout::kKN, DType::kBF16, 0.0f, 1, true, false, -0.5f, 0, 3},
+      {9, 330, 520, BLayout::kNK, DType::kBF16, -1.0f, 0, true, false, 1.0f, 1, 3},
+      {12, 1408, 328, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 0, 3},
+      {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false, false, 1.0f, 0, 3},
+      {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, false, 0.5f, 0, 3},
+      {6, 640, 256, BLayout::kKN, DType::kF16, 0.0f, 5, false, false, 1.0f, 0, 3},
   };
   int i = 0;
   for (const GroupedCase& c : cases) {
     SCOPED_TRACE("case " + std::to_string(i) + ": " + std::to_string(c.groups) +
                  " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                  (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " out " +
-                 mk::gemm::dtypeName(c.dt) + (c.swiglu ? " swiglu" : "") +
-                 (c.pipeline == 2 ? " wide" : ""));
+                 mk::gemm::dtypeName(c.dt) + (c.swiglu ? " swiglu" : "") + " pipeline " +
+                 std::to_string(c.pipeline));
     EXPECT_EQ(runGrouped(c, seed + 7919 * (++i)), "");
   }
 }
@@ -283,4 +296,64 @@ TEST(GemmGrouped, DynamicTileClaim) {
                  std::to_string(c.pipeline));
     EXPECT_EQ(runGrouped(c, seed + 104729 * (++i)), "");
   }
+}
+
+// MKERNEL_GEMM_GROUP_PING=1: pipeline 0 runs a grouped GEMM whose last column block holds at
+// most 128 columns on the ping-pong consumers (which skip the block's empty half), and only
+// what that kernel takes; the cases run through the automatic choice and are checked as above.
+TEST(GemmGrouped, PingAuto) {
+  GEMMTEST_REQUIRE_SM90();
+  void* buf = nullptr;
+  ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
+  auto args = [&](int N) {
+    GemmArgs g;
+    g.M = 1024;
+    g.N = N;
+    g.K = 256;
+    g.A = buf;
+    g.B = buf;
+    g.D = buf;
+    g.groups.num = 4;
+    g.groups.rowStart = static_cast<const int32_t*>(buf);
+    g.groups.rowCount = static_cast<const int32_t*>(buf);
+    return g;
+  };
+  auto picks = [&](const GemmArgs& g) {
+    mk::gemm::GemmParams gp;
+    int32_t grid = 0;
+    EXPECT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+    return gp.pingpong;
+  };
+  EXPECT_EQ(picks(args(1408)), 0);  // off by default
+  {
+    mktest::ScopedEnv env("MKERNEL_GEMM_GROUP_PING", "1");
+    EXPECT_EQ(picks(args(1408)), 1);
+    EXPECT_EQ(picks(args(1280)), 1);  // exactly 128 columns in the last block
+    EXPECT_EQ(picks(args(1536)), 0);  // no tail
+    EXPECT_EQ(picks(args(1450)), 0);  // a tail of 170 columns: both halves hold columns
+    GemmArgs g = args(1408);
+    g.dType = DType::kF32;
+    EXPECT_EQ(picks(g), 0);
+    g = args(2 * 1408);
+    g.swiglu = true;  // D's width 1408, but the SwiGLU epilogue is not the ping-pong kernel's
+    EXPECT_EQ(picks(g), 0);
+    g = args(1408);
+    g.pipeline = 1;
+    EXPECT_EQ(picks(g), 0);
+    g = args(1408);
+    g.hooks.rowReady = static_cast<const uint64_t*>(buf);
+    g.hooks.rowsPerFlag = 128;
+    EXPECT_EQ(picks(g), 0);
+    const uint64_t seed = mktest::testSeed();
+    const GroupedCase cases[] = {
+        {12, 1408, 328, BLayout::kNK, DType::kBF16, 0.0f, 0, true},
+        {9, 376, 520, BLayout::kKN, DType::kF16, 0.5f, 3, true, false, 1.0f, 1},
+    };
+    int i = 0;
+    for (const GroupedCase& c : cases) {
+      SCOPED_TRACE("auto ping case " + std::to_string(i) + ": N=" + std::to_string(c.N));
+      EXPECT_EQ(runGrouped(c, seed + 15485863 * (++i)), "");
+    }
+  }
+  cudaFree(buf);
 }

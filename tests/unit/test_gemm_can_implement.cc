@@ -209,12 +209,20 @@ TEST(GemmCanImplement, PingPongRules) {
   a.pipeline = 3;
   a.dType = DType::kF32;
   expectReject(a, "pipeline 3 (ping-pong consumers) needs a 16-bit output");
+  // Grouped GEMMs run (session 31), the SwiGLU epilogue does not.
   a = good();
   a.pipeline = 3;
   a.groups.num = 2;
   a.groups.rowStart = dev;
   a.groups.rowCount = dev;
-  expectReject(a, "pipeline 3 (ping-pong consumers) runs plain GEMMs");
+  for (BLayout bl : {BLayout::kKN, BLayout::kNK}) {
+    a.bLayout = bl;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  }
+  a.bLayout = BLayout::kNK;
+  a.N = 2 * a.N;
+  a.swiglu = true;
+  expectReject(a, "pipeline 3 (ping-pong consumers) takes no SwiGLU epilogue");
   a = good();
   a.pipeline = 3;
   a.dTiled = true;
