@@ -126,20 +126,6 @@ int32_t resolvedCluster(const GemmArgs& a) {
   return MK_PARAM_INT(GemmCluster) == 2 && pairsAllowed(a) ? 2 : 1;
 }
 
-// Whether pipeline 0 runs a grouped GEMM on the ping-pong consumers (MKERNEL_GEMM_GROUP_PING):
-// a last column block of at most 128 columns (N % 256 in 1..128: N 1408, the small MoE
-// model's I) is half a tile there, and the ping-pong kernel skips its empty half, where the
-// other pipelines compute 128 columns of zeros. Only stand-alone grouped GEMMs with what the
-// ping-pong kernel takes and no fused-operator hooks (fused kernels run their own pipelines
-// on these parameters, tmB's box included).
-bool groupPingAuto(const GemmArgs& a) {
-  const GemmHooks& h = a.hooks;
-  const int32_t tail = a.N % kTileN;
-  return MK_PARAM_INT(GemmGroupPing) == 1 && a.pipeline == 0 && a.groups.num > 0 && tail > 0 &&
-         tail <= kTileN / 2 && a.dType != DType::kF32 && !a.swiglu && !a.dTiled &&
-         h.rowReady == nullptr && h.tileDone == nullptr && a.tileClaim == nullptr && a.cluster != 2;
-}
-
 // What the stream-K tail cannot be combined with (streamk.h: only the plain static walk of
 // the stand-alone kernel has it); nullptr when the call allows it.
 const char* streamKConflict(const GemmArgs& a) {
@@ -427,7 +413,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   } else if (ng > 0) {
     // The SwiGLU epilogue loads gate and up rows as two boxes of half a tile each, and a
     // ping-pong consumer's unit is half a tile (gemm_pingpong.cuh).
-    const uint32_t boxN = a.swiglu || a.pipeline == 3 || groupPingAuto(a) ? kTileN / 2 : kTileN;
+    const uint32_t boxN = a.swiglu || a.pipeline == 3 ? kTileN / 2 : kTileN;
     NCCLCHECK(
         encode3d(&p.tmB, a.abType, a.B, a.K, a.N, ng, effLdb(a), effStrideB(a), kTileK, boxN));
   } else if (a.bLayout == BLayout::kKN) {
@@ -465,8 +451,8 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
   p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
-  // Opt-in for plain GEMMs (pipeline 0 does not pick it: no gain measured, gemm-notes).
-  p.pingpong = a.pipeline == 3 || groupPingAuto(a) ? 1 : 0;
+  // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
+  p.pingpong = a.pipeline == 3 ? 1 : 0;
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;

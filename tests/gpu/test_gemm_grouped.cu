@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "fused/gemm/primitives.cuh"  // GemmParams, buildParams
 #include "test_gemm_util.cuh"
 
 using namespace gemmtest;
@@ -298,62 +297,3 @@ TEST(GemmGrouped, DynamicTileClaim) {
   }
 }
 
-// MKERNEL_GEMM_GROUP_PING=1: pipeline 0 runs a grouped GEMM whose last column block holds at
-// most 128 columns on the ping-pong consumers (which skip the block's empty half), and only
-// what that kernel takes; the cases run through the automatic choice and are checked as above.
-TEST(GemmGrouped, PingAuto) {
-  GEMMTEST_REQUIRE_SM90();
-  void* buf = nullptr;
-  ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
-  auto args = [&](int N) {
-    GemmArgs g;
-    g.M = 1024;
-    g.N = N;
-    g.K = 256;
-    g.A = buf;
-    g.B = buf;
-    g.D = buf;
-    g.groups.num = 4;
-    g.groups.rowStart = static_cast<const int32_t*>(buf);
-    g.groups.rowCount = static_cast<const int32_t*>(buf);
-    return g;
-  };
-  auto picks = [&](const GemmArgs& g) {
-    mk::gemm::GemmParams gp;
-    int32_t grid = 0;
-    EXPECT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
-    return gp.pingpong;
-  };
-  EXPECT_EQ(picks(args(1408)), 0);  // off by default
-  {
-    mktest::ScopedEnv env("MKERNEL_GEMM_GROUP_PING", "1");
-    EXPECT_EQ(picks(args(1408)), 1);
-    EXPECT_EQ(picks(args(1280)), 1);  // exactly 128 columns in the last block
-    EXPECT_EQ(picks(args(1536)), 0);  // no tail
-    EXPECT_EQ(picks(args(1450)), 0);  // a tail of 170 columns: both halves hold columns
-    GemmArgs g = args(1408);
-    g.dType = DType::kF32;
-    EXPECT_EQ(picks(g), 0);
-    g = args(2 * 1408);
-    g.swiglu = true;  // D's width 1408, but the SwiGLU epilogue is not the ping-pong kernel's
-    EXPECT_EQ(picks(g), 0);
-    g = args(1408);
-    g.pipeline = 1;
-    EXPECT_EQ(picks(g), 0);
-    g = args(1408);
-    g.hooks.rowReady = static_cast<const uint64_t*>(buf);
-    g.hooks.rowsPerFlag = 128;
-    EXPECT_EQ(picks(g), 0);
-    const uint64_t seed = mktest::testSeed();
-    const GroupedCase cases[] = {
-        {12, 1408, 328, BLayout::kNK, DType::kBF16, 0.0f, 0, true},
-        {9, 376, 520, BLayout::kKN, DType::kF16, 0.5f, 3, true, false, 1.0f, 1},
-    };
-    int i = 0;
-    for (const GroupedCase& c : cases) {
-      SCOPED_TRACE("auto ping case " + std::to_string(i) + ": N=" + std::to_string(c.N));
-      EXPECT_EQ(runGrouped(c, seed + 15485863 * (++i)), "");
-    }
-  }
-  cudaFree(buf);
-}
