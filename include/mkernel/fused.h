@@ -147,12 +147,14 @@ typedef struct {
   int wLayout;            /* ncclFusedLayout_t of w1 */
   ncclDataType_t outType; /* ncclBfloat16, ncclFloat16, ncclFloat32, or the default (inType) */
   int commSms;            /* -1: automatic; >= 1 forces the CTAs of the dispatch */
-  int algo;               /* ncclFusedAlgo_t: with ncclFusedFused on ranks of one process
-                             sharing a GPU, ncclMoeDispatchGemm runs one kernel per rank
-                             (dispatch CTAs feeding the grouped GEMM's CTAs tile by tile) and
+  int algo;               /* ncclFusedAlgo_t: with ncclFusedFused, ncclMoeDispatchGemm runs
+                             one kernel per rank (dispatch CTAs feeding the grouped GEMM's CTAs
+                             tile by tile) on ranks of one process sharing a GPU and on ranks
+                             that are processes of one node (there the rows land in windows
+                             the ranks map, and are copied to xRecv after the kernel), and
                              ncclMoeDispatchFfnCombine one kernel per rank for the whole layer
-                             (see there); everywhere else, and with auto or sequential, the
-                             dispatch kernel, then mkernel's grouped GEMM(s) (and the combine).
+                             on ranks of one process sharing a GPU (see there); everywhere
+                             else, and with auto or sequential, the layout's sequential path.
                              Every rank of a call must pass the same algo. */
 } ncclMoeConfig_t;
 #define NCCL_MOE_CONFIG_INITIALIZER                                                             \

@@ -263,9 +263,12 @@ std::string drawTight(P& p, int n, int tight, size_t any, uint64_t seed,
 }
 
 // Every case of both calls (see the top of the file); `log` gets a line per case passed.
-// Aborts the comms on a failure (before the buffers go) and returns it.
+// Aborts the comms on a failure (before the buffers go) and returns it. dispatchAlgo: the
+// config algo of the ncclMoeDispatchGemm calls (ncclFusedFused: the fused kernel where the
+// layout has one); ffn false: those calls only.
 inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(std::string)>& log,
-                            Snapshots* snap = nullptr) {
+                            Snapshots* snap = nullptr, int dispatchAlgo = ncclFusedAuto,
+                            bool ffn = true) {
   const int n = d.n;
   std::mt19937_64 rng(seed);
   std::string e;
@@ -274,6 +277,7 @@ inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(s
     const size_t any = anyRouting(n, c.maxT, c.k, c.epr);
     const int slack = i++ == 0 ? -1 : (int)(rng() % 200);
     MoeProblem a(c), b(c);
+    a.algo = b.algo = dispatchAlgo;
     b.noWeights = i == 2;  // NULL topkWeights and rowWeight (the review's crash case)
     bool fresh = true;     // new tokens and weights, or only new routing
     auto drawA = [&](uint64_t sd, size_t rows) { return a.draw(sd, fresh, 0, -1, rows); };
@@ -292,6 +296,7 @@ inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(s
   }
   i = 0;
   for (const FfnCase& c : ffnCases(n)) {
+    if (!ffn) break;
     const size_t any = anyRouting(n, c.maxT, c.k, c.epr);
     const int slack = i == 0 ? -1 : (int)(rng() % 200);
     DrawOpts o;
@@ -354,8 +359,9 @@ std::string graphReplays(Driver& d, P& p, const std::function<std::string(int)>&
   return e;
 }
 
-// Both calls captured and replayed 3 times with new routing.
-inline std::string runGraphs(Driver& d, uint64_t seed) {
+// Both calls captured and replayed 3 times with new routing (dispatchAlgo, ffn: as runCases).
+inline std::string runGraphs(Driver& d, uint64_t seed, int dispatchAlgo = ncclFusedAuto,
+                             bool ffn = true) {
   const int n = d.n;
   std::mt19937_64 rng(seed);
   MoeCase mc{n, 2, 4, 64, 128, kBf, kBf, kNK, kUniform, 100};
@@ -363,12 +369,14 @@ inline std::string runGraphs(Driver& d, uint64_t seed) {
   std::string e;
   {
     MoeProblem p(mc);
+    p.algo = dispatchAlgo;
     e = p.draw(rng(), true, 0, -1, mRows);
     if (e.empty())
       e = graphReplays<MoeProblem>(
           d, p, [&](int) { return p.draw(rng(), false, 0, -1, mRows); }, 3);
     if (!e.empty()) return "ncclMoeDispatchGemm graph: " + e;
   }
+  if (!ffn) return "";
   FfnCase fc{n, 2, 3, 64, 32, kBf, kBf, kKN, kUniform, 37, 200};
   DrawOpts o;
   o.fixedRows = anyRouting(n, fc.maxT, fc.k, fc.epr);

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "fused/ops/moe/moe.h"  // moeFusedLaunches
 #include "common/test_util.h"
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_fused_util.cuh"
@@ -200,9 +201,21 @@ int childMain(const char* spec) {
     auto log = [&](const std::string& line) {
       if (me == 0) fprintf(stderr, "%s %s\n", who.c_str(), line.c_str());
     };
-    std::string e = pl == "cases"   ? runCases(d, seed, log)
-                    : pl == "graph" ? runGraphs(d, seed)
-                                    : "unknown plan " + pl;
+    const uint64_t fusedBefore = mk::fused::moeFusedLaunches();
+    std::string e = pl == "cases"        ? runCases(d, seed, log)
+                    : pl == "graph"      ? runGraphs(d, seed)
+                    : pl == "fused"      ? runCases(d, seed, log, nullptr, ncclFusedFused, false)
+                    : pl == "fusedgraph" ? runGraphs(d, seed, ncclFusedFused, false)
+                                         : "unknown plan " + pl;
+    // The fused plans' calls really ran the fused kernel (processes layout): 3 calls a case;
+    // the graph plan's eager call and capture (a captured launch counts once).
+    const uint64_t fusedWant = pl == "fused"        ? 3 * dispatchCases(n).size()
+                               : pl == "fusedgraph" ? 2
+                                                    : 0;
+    const uint64_t fusedGot = mk::fused::moeFusedLaunches() - fusedBefore;
+    if (e.empty() && fusedGot != fusedWant)
+      e = "fused kernels launched: " + std::to_string(fusedGot) + ", want " +
+          std::to_string(fusedWant);
     if (e.empty()) e = d.barrier();  // nobody tears down while a peer may still finish a call
     if (!e.empty()) {
       fprintf(stderr, "%s FAIL %s\n", who.c_str(), e.c_str());
@@ -270,6 +283,20 @@ TEST(MoeProcs, FourProcesses) {
   MKTEST_REQUIRE_GPU();
   MoeProcsEnv env;
   EXPECT_EQ(spawnPlan("cases", 4), "") << "the failing case is named above";
+}
+
+// ncclMoeDispatchGemm with ncclFusedFused on the processes layout (session 31): the fused
+// kernel, rows landing in the ranks' windows, every output checked as above.
+TEST(MoeProcsFused, TwoAndFourProcesses) {
+  MKTEST_REQUIRE_GPU();
+  MoeProcsEnv env;
+  for (int n : {2, 4}) EXPECT_EQ(spawnPlan("fused", n), "") << "the failing case is named above";
+}
+
+TEST(MoeProcsFused, GraphThreeProcesses) {
+  MKTEST_REQUIRE_GPU();
+  MoeProcsEnv env;
+  EXPECT_EQ(spawnPlan("fusedgraph", 3), "") << "the failure is named above";
 }
 
 TEST(MoeProcsOverflow, ThreeProcesses) {

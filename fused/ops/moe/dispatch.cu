@@ -34,6 +34,7 @@
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
 #include "fused/core/fused_dev.cuh"
+#include "fused/core/proc_windows.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
@@ -130,12 +131,20 @@ ncclResult_t moeRun(const MoeCall& c) {
   DeviceGuard guard;
   NCCLCHECK(guard.set(c.comm->cudaDev));
   if (!cliqueEligible(c.comm, kMoeMaxLocal)) {
+    if (c.cfg.algo == ncclFusedFused && !c.ffn && procWindowsEligible(c.comm, kMoeMaxLocal)) {
+      // Ranks as processes of one node: the fused kernel with the rows landing in windows
+      // (every rank takes the same verdict; false: the windows could not be made).
+      bool ran = false;
+      NCCLCHECK(moeFusedRun(c, &ran));
+      if (ran) return ncclSuccess;
+    }
     if (c.cfg.algo == ncclFusedFused && !c.ffn) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         MK_INFO(kFused,
-                "ncclMoeDispatchGemm: the fused kernel covers ranks of one process sharing a GPU "
-                "only; running the AllToAll path");
+                "ncclMoeDispatchGemm: the fused kernel covers ranks of one node (one process "
+                "sharing a GPU, or processes) with at least 2 SMs a rank; running the AllToAll "
+                "path");
     }
     return moeA2aRun(c);
   }

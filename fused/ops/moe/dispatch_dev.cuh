@@ -27,6 +27,9 @@ static_assert(NCCL_MOE_ROW_ALIGN == gemm::kTileM, "experts start on the grouped 
 
 struct MoeSlot {
   uint64_t seq;  // released (system scope) after the fields below and the counts
+  // Processes layout: the owner's data window base in its own address space (the pointers
+  // below point into it); null in the clique.
+  const uint8_t* base;
   void* xRecv;
   int32_t* rowSource;
   float* rowWeight;
@@ -42,28 +45,45 @@ struct MoeSlot {
   uint64_t* rowDone;
 };
 
-struct MoeClique {
-  MoeSlot slot[kMoeMaxLocal];
-  uint64_t done[kMoeMaxLocal][kMoeMaxLocal];  // [dst][src] = seq: src's rows for dst are in place
-  uint64_t rowsReady[kMoeMaxLocal];           // = seq: slotRow of this call is written (GPU scope)
-  uint32_t ctaDone[kMoeMaxLocal];             // last-CTA detection per rank
-  // This call's first bad expert id per rank: slot + 1 (~0: none). Reported by
-  // the last CTA once the exchange is complete (a failure recorded earlier would make this
-  // rank leave the protocol and its peers time out).
-  unsigned long long badSlot[kMoeMaxLocal];
-  int32_t counts[kMoeMaxLocal][NCCL_MOE_MAX_EXPERTS];  // [src][expert]: slots src routes there
-  // Fused layer only. combDone[r] = seq: rank r's combine of this call has read every row and
+// One rank's part of the MoE state its peers read and write: what it publishes (slot, counts,
+// flags) and what its peers signal to it (done). The clique block holds every rank's, side by
+// side; in the processes layout each rank's lives in its own control window, mapped by every
+// peer (fused/core/proc_windows.h). MoeParams::ctl[r] is rank r's, as mapped in this process.
+struct MoeRankCtl {
+  MoeSlot slot;
+  uint64_t done[kMoeMaxLocal];  // [src] = seq: src's rows for this rank are in place
+  uint64_t rowsReady;           // = seq: slotRow of this call is written (GPU scope)
+  // This call's first bad expert id: slot + 1 (~0: none). Reported by the last CTA once the
+  // exchange is complete (a failure recorded earlier would make this rank leave the protocol
+  // and its peers time out).
+  unsigned long long badSlot;
+  // Fused layer only. combDone = seq: this rank's combine of this call has read every row and
   // counter it needed from its peers (each rank's kernel ends only once all have: the
-  // counters live in per-call scratch). ovfSpan[r]: rows rank r's layout needed when they
-  // exceeded its bound this call, else 0 (the error the layer records at its end).
-  uint64_t combDone[kMoeMaxLocal];
-  uint64_t combFailed[kMoeMaxLocal];  // = seq: rank r failed this call (released before combDone)
-  int64_t ovfSpan[kMoeMaxLocal];
+  // counters live in per-call scratch). combFailed = seq: this rank failed this call
+  // (released before combDone). ovfSpan: rows this rank's layout needed when they exceeded
+  // its bound this call, else 0 (the error the layer records at its end).
+  uint64_t combDone;
+  uint64_t combFailed;
+  int64_t ovfSpan;
+  uint32_t ctaDone;                      // last-CTA detection
+  int32_t counts[NCCL_MOE_MAX_EXPERTS];  // [expert]: slots this rank routes there
+};
+
+struct MoeClique {
+  MoeRankCtl rank[kMoeMaxLocal];
 };
 
 struct MoeParams {
   FusedComm f;
-  MoeClique* q;
+  MoeRankCtl* ctl[kMoeMaxLocal];  // every rank's, valid in this process
+  // Processes layout: every rank's data window as mapped here (null in the clique, where a
+  // slot's pointers are valid as published). A peer's published pointer p is used as
+  // peerData[d] + (p - slot.base) (moePeerPtr); dataBase is this rank's own window.
+  uint8_t* peerData[kMoeMaxLocal];
+  uint8_t* dataBase;
+  // Processes layout: rows and counters may land from another GPU of the node, so the row
+  // counters are added and fenced at system scope (GPU scope in the clique, one GPU).
+  bool sysScope;
   const uint8_t* x;  // [T, H] rows of rowBytes
   const int32_t* topkIdx;
   const float* topkWeights;
@@ -97,20 +117,30 @@ __device__ __forceinline__ rt::ErrSite moeSite(const MoeParams& p, int peer, int
   return rt::ErrSite{p.f.c.w.op, peer, (int32_t)blockIdx.x, slot, wait, 0};
 }
 
+// A pointer rank d published in its slot, as usable here (see MoeParams::peerData).
+template <class T>
+__device__ __forceinline__ T* moePeerPtr(const MoeParams& p, int d, T* ptr) {
+  if (p.peerData[d] == nullptr || ptr == nullptr) return ptr;
+  const uint8_t* base = p.ctl[d]->slot.base;
+  return reinterpret_cast<T*>(p.peerData[d] + (reinterpret_cast<const uint8_t*>(ptr) - base));
+}
+
 // 1. CTA 0: counts per expert (shared-memory histogram), bad ids reported, slot published.
 __device__ inline void moeCountAndPublish(const MoeParams& p, MoeShared& sh, int32_t* hist) {
   const MoeShape& s = p.s;
   const int me = p.f.rank;
   for (int e = threadIdx.x; e < s.experts; e += blockDim.x) hist[e] = 0;
-  if (threadIdx.x == 0) p.q->badSlot[me] = ~0ull;
+  MoeRankCtl& mine = *p.ctl[me];
+  if (threadIdx.x == 0) mine.badSlot = ~0ull;
   __syncthreads();
   const int64_t slots = (int64_t)s.tokens * s.topk;
-  moeCountSlots(p.topkIdx, slots, s.experts, hist, &p.q->badSlot[me]);
+  moeCountSlots(p.topkIdx, slots, s.experts, hist, &mine.badSlot);
   __syncthreads();
-  for (int e = threadIdx.x; e < s.experts; e += blockDim.x) p.q->counts[me][e] = hist[e];
+  for (int e = threadIdx.x; e < s.experts; e += blockDim.x) mine.counts[e] = hist[e];
   __syncthreads();
   if (threadIdx.x == 0) {
-    MoeSlot& sl = p.q->slot[me];
+    MoeSlot& sl = mine.slot;
+    sl.base = p.dataBase;
     sl.xRecv = p.recv.xRecv;
     sl.rowSource = p.recv.rowSource;
     sl.rowWeight = p.recv.rowWeight;
@@ -131,7 +161,7 @@ __device__ inline void moeLayout(const MoeParams& p, MoeShared& sh, int32_t* tot
   for (int e = threadIdx.x; e < s.experts; e += blockDim.x) {
     int32_t before = 0, all = 0;
     for (int src = 0; src < n; ++src) {
-      const int32_t c = ((volatile int32_t*)p.q->counts[src])[e];
+      const int32_t c = ((volatile int32_t*)p.ctl[src]->counts)[e];
       all += c;
       if (src < me) before += c;
     }
@@ -147,7 +177,7 @@ __device__ inline void moeLayout(const MoeParams& p, MoeShared& sh, int32_t* tot
       row += (tot[e] + NCCL_MOE_ROW_ALIGN - 1) / NCCL_MOE_ROW_ALIGN * NCCL_MOE_ROW_ALIGN;
     }
     sh.span[d] = row;
-    sh.ovf[d] = row > ((volatile MoeSlot*)&p.q->slot[d])->maxRows;
+    sh.ovf[d] = row > ((volatile MoeSlot*)&p.ctl[d]->slot)->maxRows;
   }
   __syncthreads();
 }
@@ -185,9 +215,16 @@ __device__ inline void moeOutputs(const MoeParams& p, const MoeShared& sh, const
     // The padding rows of the expert's last tile count as landed: the fused GEMM loads the
     // tile once every source's rows and these make kTileM (they hold unspecified values, as
     // in the sequential path; their products are padding rows of y).
-    if (p.tileReady != nullptr && padEnd > end)
-      atomicAdd((unsigned long long*)&p.tileReady[(padEnd - 1) / gemm::kTileM],
-                (unsigned long long)(padEnd - end));
+    if (p.tileReady != nullptr && padEnd > end) {
+      // At the senders' scope (processes layout: system, peers may be other GPUs).
+      unsigned long long* ctr =
+          reinterpret_cast<unsigned long long*>(&p.tileReady[(padEnd - 1) / gemm::kTileM]);
+      if (p.sysScope) {
+        atomicAdd_system(ctr, (unsigned long long)(padEnd - end));
+      } else {
+        atomicAdd(ctr, (unsigned long long)(padEnd - end));
+      }
+    }
     if (p.recv.rowSource == nullptr) continue;
     for (int64_t r = end; r < padEnd; ++r)
       for (int c = 0; c < 3; ++c) p.recv.rowSource[r * 3 + c] = -1;
@@ -240,28 +277,38 @@ __device__ inline void moeCopyRows(const MoeParams& p, int cta, int nCtas) {
     const int32_t row = p.slotRow[i];
     if (row < 0) continue;
     const int d = p.topkIdx[i] / s.expertsPerRank;
-    const MoeSlot& dst = p.q->slot[d];
+    const MoeSlot& dst = p.ctl[d]->slot;
     const int64_t t = i / s.topk;
     const int4* from = reinterpret_cast<const int4*>(p.x + t * p.rowBytes);
-    int4* to =
-        reinterpret_cast<int4*>(static_cast<uint8_t*>(dst.xRecv) + (int64_t)row * p.rowBytes);
+    int4* to = reinterpret_cast<int4*>(static_cast<uint8_t*>(moePeerPtr(p, d, dst.xRecv)) +
+                                       (int64_t)row * p.rowBytes);
     for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
     if (lane == 0) {
-      if (dst.rowSource != nullptr) {
-        dst.rowSource[(int64_t)row * 3 + 0] = p.f.rank;
-        dst.rowSource[(int64_t)row * 3 + 1] = (int32_t)t;
-        dst.rowSource[(int64_t)row * 3 + 2] = (int32_t)(i - t * s.topk);
+      int32_t* rowSource = moePeerPtr(p, d, dst.rowSource);
+      float* rowWeight = moePeerPtr(p, d, dst.rowWeight);
+      if (rowSource != nullptr) {
+        rowSource[(int64_t)row * 3 + 0] = p.f.rank;
+        rowSource[(int64_t)row * 3 + 1] = (int32_t)t;
+        rowSource[(int64_t)row * 3 + 2] = (int32_t)(i - t * s.topk);
       }
-      if (dst.rowWeight != nullptr) dst.rowWeight[row] = p.topkWeights[i];
+      if (rowWeight != nullptr) rowWeight[row] = p.topkWeights[i];
     }
     if (dst.tileReady != nullptr) {
       // Fused kernel: the row counts for its tile once every lane's stores are done (warp
-      // barrier, then a GPU-scope fence before the count: the receiver's GEMM producer
-      // acquires the counter and reads the row through TMA).
+      // barrier, then a fence before the count: the receiver's GEMM producer acquires the
+      // counter and reads the row through TMA). System scope where the receiver may be
+      // another GPU (processes layout).
       __syncwarp();
       if (lane == 0) {
-        __threadfence();
-        atomicAdd((unsigned long long*)&dst.tileReady[row / gemm::kTileM], 1ull);
+        unsigned long long* ctr = reinterpret_cast<unsigned long long*>(
+            moePeerPtr(p, d, dst.tileReady) + row / gemm::kTileM);
+        if (p.sysScope) {
+          __threadfence_system();
+          atomicAdd_system(ctr, 1ull);
+        } else {
+          __threadfence();
+          atomicAdd(ctr, 1ull);
+        }
       }
     }
   }
@@ -308,7 +355,7 @@ __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShar
   // 2. Every rank's slot of this call (its counts and buffers).
   if (threadIdx.x == 0)
     for (int q = 0; q < n && sh.ok; ++q)
-      if (!rt::waitGe(p.f.c.w, &p.q->slot[q].seq, seq, moeSite(p, q, -1, rt::kWaitData),
+      if (!rt::waitGe(p.f.c.w, &p.ctl[q]->slot.seq, seq, moeSite(p, q, -1, rt::kWaitData),
                       rt::kScopeSys))
         sh.ok = 0;
   __syncthreads();
@@ -321,11 +368,11 @@ __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShar
     if (p.order != nullptr) moeCopyOrder(p, sh, dstRow, seen, dyn + 3 * p.s.experts);
     if (threadIdx.x == 0) {
       __threadfence();
-      ptx::stReleaseGpu(&p.q->rowsReady[me], seq);
+      ptx::stReleaseGpu(&p.ctl[me]->rowsReady, seq);
     }
   }
   if (sh.ok && threadIdx.x == 0 &&
-      !rt::waitGe(p.f.c.w, &p.q->rowsReady[me], seq, moeSite(p, -1, -1, rt::kWaitFlag),
+      !rt::waitGe(p.f.c.w, &p.ctl[me]->rowsReady, seq, moeSite(p, -1, -1, rt::kWaitFlag),
                   rt::kScopeGpu))
     sh.ok = 0;
   __syncthreads();
@@ -335,24 +382,25 @@ __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShar
   // 5. The last CTA: done for every destination, then every source's done for this rank.
   if (threadIdx.x == 0) {
     __threadfence_system();
-    const uint32_t prev = atomicAdd(&p.q->ctaDone[me], 1u);
+    MoeRankCtl& mine = *p.ctl[me];
+    const uint32_t prev = atomicAdd(&mine.ctaDone, 1u);
     sh.last = prev == (uint32_t)nCtas - 1;
     if (sh.last) {
       __threadfence();  // acquire side of the other CTAs' fence + count: their writes are seen
-      p.q->ctaDone[me] = 0;
+      mine.ctaDone = 0;
       if (sh.ok) {
-        for (int d = 0; d < n; ++d) ptx::stReleaseSys(&p.q->done[d][me], seq);
+        for (int d = 0; d < n; ++d) ptx::stReleaseSys(&p.ctl[d]->done[me], seq);
         for (int src = 0; src < n && sh.ok; ++src)
-          if (!rt::waitGe(p.f.c.w, &p.q->done[me][src], seq, moeSite(p, src, -1, rt::kWaitData),
+          if (!rt::waitGe(p.f.c.w, &mine.done[src], seq, moeSite(p, src, -1, rt::kWaitData),
                           rt::kScopeSys))
             sh.ok = 0;
       }
       // The caller's errors, once the exchange is complete (recorded earlier, they would make
       // this rank leave the protocol and its peers time out).
-      const unsigned long long bad = *(volatile unsigned long long*)&p.q->badSlot[me];
+      const unsigned long long bad = *(volatile unsigned long long*)&mine.badSlot;
       const int64_t ovfSpan = sh.ok && sh.ovf[me] ? sh.span[me] : 0;
       if (p.deferErrors) {
-        p.q->ovfSpan[me] = ovfSpan;
+        mine.ovfSpan = ovfSpan;
       } else if (sh.ok) {
         moeRecordCallErrors(p, bad, ovfSpan);
       }
@@ -362,11 +410,13 @@ __device__ inline void moeDispatchBody(const MoeParams& p, int32_t* dyn, MoeShar
 }
 
 // The dispatch's parameters for call c on comm view f with the MoE clique block `block`
-// (slotRow and tileReady left null: the caller's scratch).
+// (slotRow and tileReady left null: the caller's scratch). A null block leaves ctl to the
+// caller (the processes layout: moeProcsView).
 inline MoeParams moeDispatchParamsOf(const MoeCall& c, const FusedComm& f, void* block) {
   MoeParams p{};
   p.f = f;
-  p.q = static_cast<MoeClique*>(block);
+  for (int r = 0; block != nullptr && r < f.nRanks && r < kMoeMaxLocal; ++r)
+    p.ctl[r] = &static_cast<MoeClique*>(block)->rank[r];
   p.x = static_cast<const uint8_t*>(c.x);
   p.topkIdx = c.topkIdx;
   p.topkWeights = c.topkWeights;

@@ -82,9 +82,9 @@ __device__ __forceinline__ bool ffnCombineToken(const MoeFfnFusedParams& p, int6
     if (e >= 0 && e < d.s.experts && row >= 0) {
       const int owner = e / epr;
       // Written before the owner's slot.seq release, which thread 0 acquired before the barrier.
-      const moedev::MoeSlot& s = d.q->slot[owner];
-      const float* base = *(const float* const volatile*)&s.out;
-      const uint64_t* done = *(uint64_t* const volatile*)&s.rowDone;
+      const moedev::MoeSlot& s = d.ctl[owner]->slot;
+      const float* base = moedev::moePeerPtr(d, owner, *(const float* const volatile*)&s.out);
+      const uint64_t* done = moedev::moePeerPtr(d, owner, *(uint64_t* const volatile*)&s.rowDone);
       const int32_t blk = row / gemm::kTileM;
       if (done == nullptr || base == nullptr) {
         // The owner runs the sequential path of this call (ranks passed different algos,
@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     const uint64_t seq = callSeq(d.f);
     seqSh = seq;
     okSh = !rt::failed(d.f.c.w) &&
-           rt::waitGe(d.f.c.w, &d.q->rowsReady[me], seq, moedev::moeSite(d, -1, -1, rt::kWaitFlag),
-                      rt::kScopeGpu);
+           rt::waitGe(d.f.c.w, &d.ctl[me]->rowsReady, seq,
+                      moedev::moeSite(d, -1, -1, rt::kWaitFlag), rt::kScopeGpu);
   }
   __syncthreads();
   const uint64_t seq = seqSh;
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   // Every rank's slot of this call (its out and rowDone), acquired by this CTA.
   if (threadIdx.x == 0)
     for (int q = 0; q < d.s.nRanks && okSh; ++q)
-      if (!rt::waitGe(d.f.c.w, &d.q->slot[q].seq, seq, moedev::moeSite(d, q, -1, rt::kWaitData),
+      if (!rt::waitGe(d.f.c.w, &d.ctl[q]->slot.seq, seq, moedev::moeSite(d, q, -1, rt::kWaitData),
                       rt::kScopeSys))
         okSh = 0;
   __syncthreads();
@@ -181,20 +181,20 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
       // Published whatever this rank's verdict, so that a peer does not time out for it; a
       // failed rank (abort, timeout) marks the call first: its GEMMs may not have run and its
       // counters are freed behind this kernel, so a peer that read them must not end clean.
-      if (rt::failed(d.f.c.w)) ptx::stReleaseSys(&d.q->combFailed[me], seq);
-      ptx::stReleaseSys(&d.q->combDone[me], seq);
+      if (rt::failed(d.f.c.w)) ptx::stReleaseSys(&d.ctl[me]->combFailed, seq);
+      ptx::stReleaseSys(&d.ctl[me]->combDone, seq);
       bool ok = true;
       for (int q = 0; q < d.s.nRanks && ok; ++q) {
         const rt::ErrSite site{rt::kOpMoeCombine, q, (int32_t)blockIdx.x, -1, rt::kWaitData, 0};
-        ok = rt::waitGe(d.f.c.w, &d.q->combDone[q], seq, site, rt::kScopeSys);
-        if (ok && rt::ldAcquire(&d.q->combFailed[q], rt::kScopeSys) == seq) {
+        ok = rt::waitGe(d.f.c.w, &d.ctl[q]->combDone, seq, site, rt::kScopeSys);
+        if (ok && rt::ldAcquire(&d.ctl[q]->combFailed, rt::kScopeSys) == seq) {
           rt::recordError(d.f.c.w, rt::kErrPeerFailed, site, seq, 0);
           ok = false;
         }
       }
       if (ok && !rt::failed(d.f.c.w))
-        moedev::moeRecordCallErrors(d, *(volatile unsigned long long*)&d.q->badSlot[me],
-                                    *(volatile int64_t*)&d.q->ovfSpan[me]);
+        moedev::moeRecordCallErrors(d, *(volatile unsigned long long*)&d.ctl[me]->badSlot,
+                                    *(volatile int64_t*)&d.ctl[me]->ovfSpan);
     }
     finishCall(d.f, seq);
   }

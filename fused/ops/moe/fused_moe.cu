@@ -1,5 +1,6 @@
 // Host side of the fused ncclMoeDispatchGemm kernel (fused_moe.cuh): eligibility, the SM
-// split, parameters and the launch through the comm's enqueue path.
+// split, parameters and the launch through the comm's enqueue path, on the clique layout and
+// (session 31) the processes layout, where the rows land in the ranks' windows.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
+#include "fused/core/proc_windows.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/fused_moe_launch.cuh"
@@ -71,6 +73,42 @@ uint64_t moeFusedLaunches() {
   return gLaunches.load();
 }
 
+namespace {
+
+// The processes layout's data window of a rank (half 0 of its region, proc_windows.h), where
+// its peers land the rows of a fused call: xRecv [maxRows][rowBytes], rowSource [maxRows][3],
+// rowWeight [maxRows], the tile counters [tiles] (every rank passes the same maxRows on this
+// layout, fused.h, so every rank computes the same sizes).
+struct MoeWinLayout {
+  size_t xRecv = 0, rowSource = 0, rowWeight = 0, tileReady = 0, bytes = 0;
+};
+
+MoeWinLayout moeWinLayout(const MoeCall& c, int64_t tiles) {
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t rows = c.recv.maxRows;
+  MoeWinLayout w;
+  w.xRecv = 0;
+  w.rowSource = up(rows * c.H * fusedTypeSize(c.inType));
+  w.rowWeight = w.rowSource + up(rows * 3 * sizeof(int32_t));
+  w.tileReady = w.rowWeight + up(rows * sizeof(float));
+  w.bytes = w.tileReady + up((size_t)std::max<int64_t>(tiles, 1) * sizeof(uint64_t));
+  return w;
+}
+
+// Processes layout: the rows landed in this rank's window; the caller's xRecv, rowSource and
+// rowWeight get the rows its layout spans (expertOffset[E/n], written by the fused kernel).
+__global__ void moeWinCopyOut(const int4* xWin, int4* x, const int32_t* srcWin, int32_t* src,
+                              const float* wWin, float* w, const int32_t* span, int64_t rowVecs) {
+  const int64_t rows = *span;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  for (int64_t i = first; i < rows * rowVecs; i += stride) x[i] = xWin[i];
+  for (int64_t i = first; src != nullptr && i < rows * 3; i += stride) src[i] = srcWin[i];
+  for (int64_t i = first; w != nullptr && i < rows; i += stride) w[i] = wWin[i];
+}
+
+}  // namespace
+
 ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   *ran = false;
   ncclComm* comm = c.comm;
@@ -80,61 +118,109 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   const int budget = moeFusedBudget(c, f.smBudget, &why);
   if (budget == 0) return ncclSuccess;  // the sequential path
   const int nDisp = moeFusedDispatchCtas(c, budget);
-
-  // The experts' GEMM as the sequential path builds it (canImplement, and the sequential
-  // kernel preloaded), on the GEMM CTAs, waiting per 128-row tile for its rows.
-  gemm::GemmArgs g;
-  NCCLCHECK(moeGemm(c, c.recv.xRecv, c.w1, c.N, c.H, c.recv.y, c.cfg.outType, &g));
   const int64_t tiles = ((int64_t)c.recv.maxRows + gemm::kTileM - 1) / gemm::kTileM;
   const int64_t slots = (int64_t)c.T * c.k;
+
+  // Processes layout (the caller checked procWindowsEligible): every rank's control block and
+  // data window, mapped here (the same verdict on every rank; false: the sequential path).
+  const bool procs = !cliqueEligible(comm, moedev::kMoeMaxLocal);
+  const MoeWinLayout wl = moeWinLayout(c, tiles);
+  ProcView pv{};
+  void* block = nullptr;
+  if (procs) {
+    bool ok = false;
+    NCCLCHECK(
+        procWindowsGet(comm, kCliqueMoe, sizeof(moedev::MoeRankCtl), wl.bytes, c.stream, &pv, &ok));
+    if (!ok) return ncclSuccess;
+  } else {
+    NCCLCHECK(cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, moeApi(c),
+                                 &block));
+  }
+  uint8_t* win = procs ? pv.data[f.rank] : nullptr;
+  void* xRecv = procs ? static_cast<void*>(win + wl.xRecv) : c.recv.xRecv;
+
+  // The experts' GEMM as the sequential path builds it (canImplement, and the sequential
+  // kernel preloaded), on the GEMM CTAs, waiting per 128-row tile for its rows; its A is where
+  // the rows land (the caller's xRecv, or this rank's window).
+  gemm::GemmArgs g;
+  NCCLCHECK(moeGemm(c, xRecv, c.w1, c.N, c.H, c.recv.y, c.cfg.outType, &g));
   const size_t slotBytes =
       ((size_t)std::max<int64_t>(slots, 1) * sizeof(int32_t) + 255) / 256 * 256;
-  // The tile counters, then the GEMM's tile claim counter (one more 8-byte word), zeroed together.
-  const size_t tileBytes = ((size_t)std::max<int64_t>(tiles, 1) + 1) * sizeof(uint64_t);
+  // The tile counters (in the window in the processes layout), then the GEMM's tile claim
+  // counter (one more 8-byte word), zeroed before the kernel.
+  const size_t ctrWords = procs ? 1 : (size_t)std::max<int64_t>(tiles, 1) + 1;
+  const size_t ctrBytes = ctrWords * sizeof(uint64_t);
   g.smBudget = budget - nDisp;
   g.pipeline = 1;  // the deep grouped ring (GroupPipe), which the kernel runs
   g.cluster = 1;
   g.hooks.rowReady = nullptr;  // set below, once the scratch exists
   g.hooks.rowsPerFlag = gemm::kTileM;
   g.hooks.rowReadyExpected = gemm::kTileM;  // every row of the tile landed or padding
-  g.hooks.rowReadySys = false;              // same GPU: the counters are added at GPU scope
+  // Same GPU: the counters are added at GPU scope; processes may be on other GPUs of the node.
+  g.hooks.rowReadySys = procs;
   g.hooks.wait = f.c.w;
 
-  void* block = nullptr;
-  NCCLCHECK(
-      cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, moeApi(c), &block));
   MoeFusedParams p{};
   p.d = moedev::moeDispatchParamsOf(c, f, block);
+  if (procs) {
+    for (int r = 0; r < f.nRanks; ++r) {
+      p.d.ctl[r] = static_cast<moedev::MoeRankCtl*>(pv.ctl[r]);
+      p.d.peerData[r] = pv.data[r];
+    }
+    p.d.dataBase = win;
+    p.d.sysScope = true;
+    p.d.recv.xRecv = xRecv;
+    p.d.recv.rowSource =
+        c.recv.rowSource != nullptr ? reinterpret_cast<int*>(win + wl.rowSource) : nullptr;
+    p.d.recv.rowWeight =
+        c.recv.rowWeight != nullptr ? reinterpret_cast<float*>(win + wl.rowWeight) : nullptr;
+  }
   p.nDisp = nDisp;
   const bool kn = c.cfg.wLayout == ncclFusedLayoutKN;
   const gemm::DType in = gemmType(c.inType), out = gemmType(c.cfg.outType);
   // Loaded before the first launch (see moeGemm).
   NCCLCHECK(in == gemm::DType::kF16 ? moeFusedLaunchIn<gemm::DType::kF16>(p, out, kn, 0, nullptr)
                                     : moeFusedLaunchIn<gemm::DType::kBF16>(p, out, kn, 0, nullptr));
+  if (procs) {
+    cudaFuncAttributes attr;
+    CUDACHECK(cudaFuncGetAttributes(&attr, moeWinCopyOut));
+  }
   ncclResult_t res = fusedEnqueue(comm, c.stream, moeApi(c), [&](cudaStream_t s) -> ncclResult_t {
-    // The slot rows, the copy order and this rank's tile counters: stream-ordered scratch on the
-    // stream the kernel runs on, the counters zeroed before the kernel (a memset node under
-    // capture, so every replay starts from zero). A peer adds to them only after reading this
-    // call's slot, which this kernel publishes.
+    // The slot rows, the copy order and this rank's counters: stream-ordered scratch on the
+    // stream the kernel runs on (tile counters in the window for processes), zeroed before
+    // the kernel (memset nodes under capture, so every replay starts from zero). A peer adds
+    // to them only after reading this call's slot, which this kernel publishes.
     void* tmp = nullptr;
-    NCCLCHECK(scratchAlloc(&tmp, 2 * slotBytes + tileBytes, comm->cudaDev, s));
+    NCCLCHECK(scratchAlloc(&tmp, 2 * slotBytes + ctrBytes, comm->cudaDev, s));
     uint8_t* base = static_cast<uint8_t*>(tmp);
     ncclResult_t r = ncclSuccess;
-    CUDACHECKGOTO(cudaMemsetAsync(base + 2 * slotBytes, 0, tileBytes, s), r, done);
+    uint64_t* ctr = reinterpret_cast<uint64_t*>(base + 2 * slotBytes);
+    CUDACHECKGOTO(cudaMemsetAsync(ctr, 0, ctrBytes, s), r, done);
+    if (procs)
+      CUDACHECKGOTO(cudaMemsetAsync(win + wl.tileReady, 0, wl.bytes - wl.tileReady, s), r, done);
     {
       p.d.slotRow = slots > 0 ? reinterpret_cast<int32_t*>(base) : nullptr;
       p.d.order = slots > 0 ? reinterpret_cast<int32_t*>(base + slotBytes) : nullptr;
-      p.d.tileReady = reinterpret_cast<uint64_t*>(base + 2 * slotBytes);
+      p.d.tileReady = procs ? reinterpret_cast<uint64_t*>(win + wl.tileReady) : ctr;
       gemm::GemmArgs ga = g;
       ga.hooks.rowReady = p.d.tileReady;
       // Dispatch CTAs join the GEMM once their copies are done: the dynamic schedule.
-      ga.tileClaim = reinterpret_cast<int32_t*>(p.d.tileReady + std::max<int64_t>(tiles, 1));
+      ga.tileClaim = reinterpret_cast<int32_t*>(procs ? ctr : ctr + std::max<int64_t>(tiles, 1));
       int32_t gridUnused = 0;
       NCCLCHECKGOTO(gemm::buildParams(ga, &p.g, &gridUnused), r, done);
-      MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu N=%zu fused: dispatch=%d gemm=%d",
-              moeApi(c), f.rank, c.T, c.k, c.E, c.H, c.N, nDisp, budget - nDisp);
+      MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu N=%zu fused%s: dispatch=%d gemm=%d",
+              moeApi(c), f.rank, c.T, c.k, c.E, c.H, c.N, procs ? " (processes)" : "", nDisp,
+              budget - nDisp);
       r = in == gemm::DType::kF16 ? moeFusedLaunchIn<gemm::DType::kF16>(p, out, kn, budget, s)
                                   : moeFusedLaunchIn<gemm::DType::kBF16>(p, out, kn, budget, s);
+      if (r == ncclSuccess && procs) {
+        const int64_t rowVecs = (int64_t)c.H * fusedTypeSize(c.inType) / 16;
+        moeWinCopyOut<<<std::max(1, budget), 512, 0, s>>>(
+            reinterpret_cast<const int4*>(xRecv), static_cast<int4*>(c.recv.xRecv),
+            reinterpret_cast<const int32_t*>(p.d.recv.rowSource), c.recv.rowSource,
+            p.d.recv.rowWeight, c.recv.rowWeight, c.recv.expertOffset + c.E / f.nRanks, rowVecs);
+        CUDACHECKGOTO(cudaGetLastError(), r, done);
+      }
       if (r == ncclSuccess) *ran = true;
     }
   done:

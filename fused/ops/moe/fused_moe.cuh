@@ -9,7 +9,7 @@
 //    every source is in place (a uniform target, whatever the tile's mix of sources). Rows
 //    are copied local expert by local expert (moeCopyOrder), so first experts' tiles fill
 //    first on every receiver.
-//  - GEMM CTAs wait (bounded) for this rank's layout (MoeClique::rowsReady[me] = call seq, set
+//  - GEMM CTAs wait (bounded) for this rank's layout (MoeRankCtl::rowsReady = call seq, set
 //    once counts and offsets are written), then run the engine's grouped GEMM over it; the
 //    producer waits for a tile's counter (GemmHooks::rowReady, expected kTileM) before its
 //    loads, so tiles are multiplied as their rows arrive, in the grouped raster's order.
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     // with rowsReady[me] = seq; a failure (abort, a peer's timeout) ends the wait and the
     // GEMM is skipped (its groups may never be written).
     okSh = !rt::failed(p.d.f.c.w) &&
-           rt::waitGe(p.d.f.c.w, &p.d.q->rowsReady[p.d.f.rank], seq,
+           rt::waitGe(p.d.f.c.w, &p.d.ctl[p.d.f.rank]->rowsReady, seq,
                       moedev::moeSite(p.d, -1, -1, rt::kWaitFlag), rt::kScopeGpu);
   }
   __syncthreads();

@@ -72,10 +72,11 @@ ncclResult_t moeFfnRun(const MoeCall& call);
 // The SwiGLU pass over the rows the call's layout spans (buf.h -> buf.act), and its preload.
 ncclResult_t moeSwiglu(const MoeCall& call, int smBudget);
 ncclResult_t moeSwigluPreload(const MoeCall& call);
-// ncclMoeDispatchGemm as one fused kernel per rank (fused_moe.cu; clique layout only, the
-// caller checked cliqueEligible): dispatch CTAs feed the grouped GEMM's CTAs tile by tile.
-// *ran false (and ncclSuccess) where it does not apply: then the caller runs the sequential
-// path.
+// ncclMoeDispatchGemm as one fused kernel per rank (fused_moe.cu; the clique layout, or the
+// processes layout where the caller checked procWindowsEligible: rows then land in every
+// rank's window and are copied to its xRecv after the kernel): dispatch CTAs feed the grouped
+// GEMM's CTAs tile by tile. *ran false (and ncclSuccess) where it does not apply: then the
+// caller runs the sequential path of the layout.
 ncclResult_t moeFusedRun(const MoeCall& call, bool* ran);
 // Fused kernels launched (or captured) in this process, for the tests.
 uint64_t moeFusedLaunches();
