@@ -263,12 +263,11 @@ std::string drawTight(P& p, int n, int tight, size_t any, uint64_t seed,
 }
 
 // Every case of both calls (see the top of the file); `log` gets a line per case passed.
-// Aborts the comms on a failure (before the buffers go) and returns it. dispatchAlgo: the
-// config algo of the ncclMoeDispatchGemm calls (ncclFusedFused: the fused kernel where the
-// layout has one); ffn false: those calls only.
+// Aborts the comms on a failure (before the buffers go) and returns it. algo: the config algo
+// of every call (ncclFusedFused: the fused kernels where the layout has them); ffn false: the
+// ncclMoeDispatchGemm calls only.
 inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(std::string)>& log,
-                            Snapshots* snap = nullptr, int dispatchAlgo = ncclFusedAuto,
-                            bool ffn = true) {
+                            Snapshots* snap = nullptr, int algo = ncclFusedAuto, bool ffn = true) {
   const int n = d.n;
   std::mt19937_64 rng(seed);
   std::string e;
@@ -277,7 +276,7 @@ inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(s
     const size_t any = anyRouting(n, c.maxT, c.k, c.epr);
     const int slack = i++ == 0 ? -1 : (int)(rng() % 200);
     MoeProblem a(c), b(c);
-    a.algo = b.algo = dispatchAlgo;
+    a.algo = b.algo = algo;
     b.noWeights = i == 2;  // NULL topkWeights and rowWeight (the review's crash case)
     bool fresh = true;     // new tokens and weights, or only new routing
     auto drawA = [&](uint64_t sd, size_t rows) { return a.draw(sd, fresh, 0, -1, rows); };
@@ -302,6 +301,7 @@ inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(s
     DrawOpts o;
     o.emptyRank = i++ == 3 && n > 1 ? n - 1 : -1;
     FfnProblem a(c), b(c);
+    a.algo = b.algo = algo;
     auto drawWith = [&](FfnProblem& p, uint64_t sd, size_t rows) {
       o.fixedRows = rows;
       return p.draw(sd, o);
@@ -359,9 +359,9 @@ std::string graphReplays(Driver& d, P& p, const std::function<std::string(int)>&
   return e;
 }
 
-// Both calls captured and replayed 3 times with new routing (dispatchAlgo, ffn: as runCases).
-inline std::string runGraphs(Driver& d, uint64_t seed, int dispatchAlgo = ncclFusedAuto,
-                             bool ffn = true) {
+// Both calls captured and replayed 3 times with new routing (algo, ffn: as runCases; the
+// layer's weights in the [K,N] layout, or [N,K] with ncclFusedFused: the fused layer's).
+inline std::string runGraphs(Driver& d, uint64_t seed, int algo = ncclFusedAuto, bool ffn = true) {
   const int n = d.n;
   std::mt19937_64 rng(seed);
   MoeCase mc{n, 2, 4, 64, 128, kBf, kBf, kNK, kUniform, 100};
@@ -369,7 +369,7 @@ inline std::string runGraphs(Driver& d, uint64_t seed, int dispatchAlgo = ncclFu
   std::string e;
   {
     MoeProblem p(mc);
-    p.algo = dispatchAlgo;
+    p.algo = algo;
     e = p.draw(rng(), true, 0, -1, mRows);
     if (e.empty())
       e = graphReplays<MoeProblem>(
@@ -377,10 +377,11 @@ inline std::string runGraphs(Driver& d, uint64_t seed, int dispatchAlgo = ncclFu
     if (!e.empty()) return "ncclMoeDispatchGemm graph: " + e;
   }
   if (!ffn) return "";
-  FfnCase fc{n, 2, 3, 64, 32, kBf, kBf, kKN, kUniform, 37, 200};
+  FfnCase fc{n, 2, 3, 64, 32, kBf, kBf, algo == ncclFusedFused ? kNK : kKN, kUniform, 37, 200};
   DrawOpts o;
   o.fixedRows = anyRouting(n, fc.maxT, fc.k, fc.epr);
   FfnProblem p(fc);
+  p.algo = algo;
   e = p.draw(rng(), o);
   if (e.empty())
     e = graphReplays<FfnProblem>(

@@ -15,6 +15,10 @@
 //       out type, NK and KN weights. Every rank passes the same maxRows (the AllToAll path needs
 //       it, fused.h): the first case a bound any routing fits, the others the largest need plus
 //       random slack, the third call of each case exactly the largest need.
+//   MoeProcsFused.TwoAndFourProcesses       the same cases with ncclFusedFused: the fused
+//       kernels of the processes layout (rows in the ranks' windows; the layer's cases with
+//       [N,K] weights, the others run the AllToAll path), and the fused launches counted.
+//   MoeProcsFused.GraphThreeProcesses       both fused kernels captured and replayed.
 //   MoeVnodes.*, MoeProcsGraph.Vnodes2x2     the same cases on virtual nodes: test_moe_vnodes.cu.
 //   MoeProcsOverflow.ThreeProcesses         rank 1 needs the most rows and the shared maxRows is
 //       one row short of its need, once per call (two comms): its comm reports ncclInvalidUsage
@@ -201,21 +205,29 @@ int childMain(const char* spec) {
     auto log = [&](const std::string& line) {
       if (me == 0) fprintf(stderr, "%s %s\n", who.c_str(), line.c_str());
     };
-    const uint64_t fusedBefore = mk::fused::moeFusedLaunches();
+    const uint64_t dispBefore = mk::fused::moeFusedLaunches();
+    const uint64_t ffnBefore = mk::fused::moeFfnFusedLaunches();
     std::string e = pl == "cases"        ? runCases(d, seed, log)
                     : pl == "graph"      ? runGraphs(d, seed)
-                    : pl == "fused"      ? runCases(d, seed, log, nullptr, ncclFusedFused, false)
-                    : pl == "fusedgraph" ? runGraphs(d, seed, ncclFusedFused, false)
+                    : pl == "fused"      ? runCases(d, seed, log, nullptr, ncclFusedFused)
+                    : pl == "fusedgraph" ? runGraphs(d, seed, ncclFusedFused)
                                          : "unknown plan " + pl;
-    // The fused plans' calls really ran the fused kernel (processes layout): 3 calls a case;
-    // the graph plan's eager call and capture (a captured launch counts once).
-    const uint64_t fusedWant = pl == "fused"        ? 3 * dispatchCases(n).size()
-                               : pl == "fusedgraph" ? 2
-                                                    : 0;
-    const uint64_t fusedGot = mk::fused::moeFusedLaunches() - fusedBefore;
-    if (e.empty() && fusedGot != fusedWant)
-      e = "fused kernels launched: " + std::to_string(fusedGot) + ", want " +
-          std::to_string(fusedWant);
+    // The fused plans' calls really ran the fused kernels (processes layout): 3 calls a case
+    // (the layer's with the weights in the [N,K] layout only: the others run the AllToAll
+    // path); the graph plan's eager call and capture of each (a captured launch counts once).
+    uint64_t dispWant = 0, ffnWant = 0;
+    if (pl == "fused") {
+      dispWant = 3 * dispatchCases(n).size();
+      for (const FfnCase& c : ffnCases(n)) ffnWant += c.layout == kNK ? 3 : 0;
+    } else if (pl == "fusedgraph") {
+      dispWant = ffnWant = 2;
+    }
+    const uint64_t dispGot = mk::fused::moeFusedLaunches() - dispBefore;
+    const uint64_t ffnGot = mk::fused::moeFfnFusedLaunches() - ffnBefore;
+    if (e.empty() && (dispGot != dispWant || ffnGot != ffnWant))
+      e = "fused kernels launched: " + std::to_string(dispGot) + " dispatch + GEMM, " +
+          std::to_string(ffnGot) + " layer; want " + std::to_string(dispWant) + ", " +
+          std::to_string(ffnWant);
     if (e.empty()) e = d.barrier();  // nobody tears down while a peer may still finish a call
     if (!e.empty()) {
       fprintf(stderr, "%s FAIL %s\n", who.c_str(), e.c_str());
@@ -285,8 +297,9 @@ TEST(MoeProcs, FourProcesses) {
   EXPECT_EQ(spawnPlan("cases", 4), "") << "the failing case is named above";
 }
 
-// ncclMoeDispatchGemm with ncclFusedFused on the processes layout (session 31): the fused
-// kernel, rows landing in the ranks' windows, every output checked as above.
+// Both calls with ncclFusedFused on the processes layout (session 31): the fused kernels, rows
+// landing in (and the layer's expert outputs read from) the ranks' windows, every output
+// checked as above.
 TEST(MoeProcsFused, TwoAndFourProcesses) {
   MKTEST_REQUIRE_GPU();
   MoeProcsEnv env;

@@ -131,20 +131,21 @@ ncclResult_t moeRun(const MoeCall& c) {
   DeviceGuard guard;
   NCCLCHECK(guard.set(c.comm->cudaDev));
   if (!cliqueEligible(c.comm, kMoeMaxLocal)) {
-    if (c.cfg.algo == ncclFusedFused && !c.ffn && procWindowsEligible(c.comm, kMoeMaxLocal)) {
-      // Ranks as processes of one node: the fused kernel with the rows landing in windows
-      // (every rank takes the same verdict; false: the windows could not be made).
+    const bool procs = procWindowsEligible(c.comm, kMoeMaxLocal);
+    if (c.cfg.algo == ncclFusedFused && procs) {
+      // Ranks as processes of one node: the fused kernels with the rows landing in windows
+      // (every rank takes the same verdict; false: e.g. the windows could not be made).
       bool ran = false;
-      NCCLCHECK(moeFusedRun(c, &ran));
+      NCCLCHECK(c.ffn ? moeFfnFusedRun(c, &ran) : moeFusedRun(c, &ran));
       if (ran) return ncclSuccess;
     }
-    if (c.cfg.algo == ncclFusedFused && !c.ffn) {
+    if (c.cfg.algo == ncclFusedFused && !procs) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         MK_INFO(kFused,
-                "ncclMoeDispatchGemm: the fused kernel covers ranks of one node (one process "
-                "sharing a GPU, or processes) with at least 2 SMs a rank; running the AllToAll "
-                "path");
+                "%s: the fused kernels cover ranks of one node (of one process sharing a GPU, or "
+                "processes); running the AllToAll path",
+                moeApi(c));
     }
     return moeA2aRun(c);
   }

@@ -1,6 +1,8 @@
 // Host side of the fused ncclMoeDispatchFfnCombine kernel (fused_ffn.cuh): eligibility, the
 // two GEMMs' parameters with their row hooks, the per-call scratch and the launch through the
-// comm's enqueue path.
+// comm's enqueue path, on the clique layout and (session 31) the processes layout, where rows
+// land in and experts' outputs are read from the ranks' windows (buf->xRecv and buf->out are
+// then not written).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
+#include "fused/core/proc_windows.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/fused_ffn_launch.cuh"
@@ -33,16 +36,38 @@ void sayOnce(std::atomic<bool>* said, const char* api, const char* why) {
 }
 
 // The row hooks both GEMMs share: a tile of 128 rows is loaded once its flag reaches
-// `expected`, and each stored tile adds 1 to its row block's counter in `done`.
-void rowHooks(gemm::GemmArgs* g, const FusedComm& f, uint64_t expected) {
+// `expected`, and each stored tile adds 1 to its row block's counter in `done`. readySys /
+// doneSys: the flag is written, or the counter read, by peers that may be on another GPU of
+// the node (processes layout); else GPU scope (one GPU, or this rank's own counters).
+void rowHooks(gemm::GemmArgs* g, const FusedComm& f, uint64_t expected, bool readySys,
+              bool doneSys) {
   g->pipeline = 1;  // the grouped deep ring (GroupPipe), which the kernel runs
   g->cluster = 1;
   g->hooks.rowsPerFlag = gemm::kTileM;
   g->hooks.rowReadyExpected = expected;
-  g->hooks.rowReadySys = false;  // same GPU: every counter is added at GPU scope
+  g->hooks.rowReadySys = readySys;
   g->hooks.tileDoneRows = true;
-  g->hooks.tileDoneSys = false;
+  g->hooks.tileDoneSys = doneSys;
   g->hooks.wait = f.c.w;
+}
+
+// The processes layout's data window of a rank for the fused layer (the window the fused
+// dispatch + GEMM uses too, proc_windows.h): the rows its peers land (xRecv [maxRows][H]
+// inType) with their tile counters, and what its peers' combines read: the experts' outputs
+// (out [maxRows][H] fp32) with GEMM2's row-block counters. Every rank passes the same maxRows
+// on this layout (fused.h), so every rank computes the same sizes.
+struct FfnWinLayout {
+  size_t xRecv = 0, out = 0, tileReady = 0, rowDone = 0, bytes = 0;
+};
+
+FfnWinLayout ffnWinLayout(const MoeCall& c, int64_t tiles) {
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  FfnWinLayout w;
+  w.out = up(c.buf.maxRows * c.H * fusedTypeSize(c.inType));
+  w.tileReady = w.out + up(c.buf.maxRows * c.H * sizeof(float));
+  w.rowDone = w.tileReady + up((size_t)tiles * sizeof(uint64_t));
+  w.bytes = w.rowDone + up((size_t)tiles * sizeof(uint64_t));
+  return w;
 }
 
 }  // namespace
@@ -72,20 +97,54 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
     return ncclSuccess;
   }
   const int nDisp = moeFusedDispatchCtas(c, budget);
+  const int64_t tiles =
+      std::max<int64_t>(1, ((int64_t)c.buf.maxRows + gemm::kTileM - 1) / gemm::kTileM);
+
+  // Processes layout (the caller checked procWindowsEligible): the rows land in, and the
+  // peers' combines read from, every rank's window (the same verdict on every rank; false:
+  // the sequential path). The window holds both halves of proc_windows' region.
+  const bool procs = !cliqueEligible(comm, moedev::kMoeMaxLocal);
+  const FfnWinLayout wl = ffnWinLayout(c, tiles);
+  ProcView pv{};
+  void* block = nullptr;
+  if (procs) {
+    bool ok = false;
+    NCCLCHECK(procWindowsGet(comm, kCliqueMoe, sizeof(moedev::MoeRankCtl), (wl.bytes + 1) / 2,
+                             c.stream, &pv, &ok));
+    if (!ok) {
+      static std::atomic<bool> said{false};
+      sayOnce(&said, api, "the processes' windows could not be made or grown (stream capture?)");
+      return ncclSuccess;
+    }
+  } else {
+    NCCLCHECK(
+        cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, api, &block));
+  }
+  uint8_t* win = procs ? pv.data[f.rank] : nullptr;
+  void* xRecv = procs ? static_cast<void*>(win + wl.xRecv) : c.buf.xRecv;
+  float* out = procs ? reinterpret_cast<float*>(win + wl.out) : c.buf.out;
 
   // The sequential path's GEMMs (canImplement, kernels preloaded), with the row hooks.
   gemm::GemmArgs g1, g2;
-  NCCLCHECK(moeGemm(c, c.buf.xRecv, c.w1, 2 * c.I, c.H, c.buf.act, c.inType, &g1, true));
-  NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
+  NCCLCHECK(moeGemm(c, xRecv, c.w1, 2 * c.I, c.H, c.buf.act, c.inType, &g1, true));
+  NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, out, ncclFloat32, &g2));
   const int32_t tilesN1 = gemm::tilesN(g1), tilesN2 = gemm::tilesN(g2);
-  rowHooks(&g1, f, gemm::kTileM);       // every row of the tile landed, or padding
-  rowHooks(&g2, f, (uint64_t)tilesN1);  // every act column of the row block stored
+  // GEMM1 waits for rows the peers count; GEMM2's counters are read by the peers' combines.
+  rowHooks(&g1, f, gemm::kTileM, procs, false);       // every row of the tile landed, or padding
+  rowHooks(&g2, f, (uint64_t)tilesN1, false, procs);  // every act column of the row block stored
 
-  void* block = nullptr;
-  NCCLCHECK(cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, api, &block));
   MoeFfnFusedParams p{};
   p.d = moedev::moeDispatchParamsOf(c, f, block);
-  p.d.ffnOut = c.buf.out;
+  if (procs) {
+    for (int r = 0; r < f.nRanks; ++r) {
+      p.d.ctl[r] = static_cast<moedev::MoeRankCtl*>(pv.ctl[r]);
+      p.d.peerData[r] = pv.data[r];
+    }
+    p.d.dataBase = win;
+    p.d.sysScope = true;
+    p.d.recv.xRecv = xRecv;
+  }
+  p.d.ffnOut = out;
   p.d.deferErrors = true;
   p.y = c.yOut;
   p.hidden = (int64_t)c.H;
@@ -98,8 +157,6 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   NCCLCHECK(f16 ? moeFfnFusedLaunchIn<gemm::DType::kF16>(p, 0, nullptr)
                 : moeFfnFusedLaunchIn<gemm::DType::kBF16>(p, 0, nullptr));
 
-  const int64_t tiles =
-      std::max<int64_t>(1, ((int64_t)c.buf.maxRows + gemm::kTileM - 1) / gemm::kTileM);
   const int64_t slots = (int64_t)c.T * c.k;
   const size_t slotBytes =
       ((size_t)std::max<int64_t>(slots, 1) * sizeof(int32_t) + 255) / 256 * 256;
@@ -117,10 +174,14 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
     uint64_t* words = reinterpret_cast<uint64_t*>(base + 2 * slotBytes);
     ncclResult_t r = ncclSuccess;
     CUDACHECKGOTO(cudaMemsetAsync(words, 0, zeroWords * sizeof(uint64_t), s), r, done);
+    // Processes: the counters the peers touch live in the window, zeroed the same way.
+    if (procs)
+      CUDACHECKGOTO(cudaMemsetAsync(win + wl.tileReady, 0, wl.bytes - wl.tileReady, s), r, done);
     {
-      uint64_t* tileReady = words;
+      uint64_t* tileReady = procs ? reinterpret_cast<uint64_t*>(win + wl.tileReady) : words;
       uint64_t* rowDone1 = words + tiles;
-      uint64_t* rowDone2 = words + 2 * tiles;
+      uint64_t* rowDone2 =
+          procs ? reinterpret_cast<uint64_t*>(win + wl.rowDone) : words + 2 * tiles;
       uint64_t* tail = words + 3 * tiles;
       p.d.slotRow = slots > 0 ? reinterpret_cast<int32_t*>(base) : nullptr;
       p.d.order = slots > 0 ? reinterpret_cast<int32_t*>(base + slotBytes) : nullptr;
@@ -138,8 +199,8 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
       int32_t gridUnused = 0;
       NCCLCHECKGOTO(gemm::buildParams(a1, &p.g1, &gridUnused), r, done);
       NCCLCHECKGOTO(gemm::buildParams(a2, &p.g2, &gridUnused), r, done);
-      MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu I=%zu fused layer: %d CTAs, %d dispatch",
-              api, f.rank, c.T, c.k, c.E, c.H, c.I, budget, nDisp);
+      MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu I=%zu fused layer%s: %d CTAs, %d dispatch",
+              api, f.rank, c.T, c.k, c.E, c.H, c.I, procs ? " (processes)" : "", budget, nDisp);
       r = f16 ? moeFfnFusedLaunchIn<gemm::DType::kF16>(p, budget, s)
               : moeFfnFusedLaunchIn<gemm::DType::kBF16>(p, budget, s);
       if (r == ncclSuccess) *ran = true;

@@ -98,7 +98,7 @@ __device__ __forceinline__ bool ffnCombineToken(const MoeFfnFusedParams& p, int6
         ok = rt::waitGe(
             d.f.c.w, done + blk, (uint64_t)p.tilesN2,
             rt::ErrSite{rt::kOpMoeCombine, owner, (int32_t)blockIdx.x, blk, rt::kWaitData, 0},
-            rt::kScopeGpu, 32);
+            d.sysScope ? rt::kScopeSys : rt::kScopeGpu, 32);
         src = base + (int64_t)row * p.hidden;
         w = d.topkWeights[i];
       }
