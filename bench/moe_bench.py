@@ -30,8 +30,9 @@ Ranks: torchrun with --nproc ranks, each on GPU LOCAL_RANK % device_count (one G
 which needs MPS: --mps starts a daemon unless one answers); --nproc 1 runs one process, no
 torchrun. Which mkernel path runs (fused/core/clique_block.cc, docs/moe.md): ranks in one
 process on one GPU use the clique kernels (only the 1-rank group here); ranks in separate
-processes use the AllToAll path (fused/ops/moe/a2a.cu), whose per-pair buffers hold max_rows
-rows: each call moves nranks * max_rows rows per rank whatever the routing, so max_rows is
+processes use the AllToAll path (fused/ops/moe/a2a.cu), or with --algos fused on one node the
+fused kernels (rows landing in the ranks' windows: fused_moe.cu, fused_ffn.cu). The AllToAll
+path's per-pair buffers hold max_rows rows: each call moves nranks * max_rows rows per rank whatever the routing, so max_rows is
 chosen per shape (--max-rows tight: the routing's need, the same on every rank; bound:
 mkernel.moe_max_rows, which never overflows but moves nranks times more; or a factor of tight).
 Under LD_PRELOAD=libmkernel.so torch's all_to_all_single also runs on mkernel's NCCL.

@@ -89,7 +89,9 @@ PATH_NOTE = {
     "clique": "clique kernels (every rank in one process on one GPU; fused/ops/moe/dispatch.cu, "
               "ffn.cu)",
     "alltoall": "AllToAll path (ranks in separate processes; fused/ops/moe/a2a.cu): per-pair "
-                "buffers of max_rows rows, nranks * max_rows rows moved per rank and call",
+                "buffers of max_rows rows, nranks * max_rows rows moved per rank and call; "
+                "algo fused on one node: the fused kernels, rows landing in the ranks' windows "
+                "(fused/ops/moe/fused_moe.cu, fused_ffn.cu)",
 }
 
 
