@@ -10,7 +10,8 @@
 #          fused_gemm fused_gemm_vnodes (python/mkernel; 2 virtual nodes)
 #          ring_attention ring_attention_vnodes (python/mkernel ring_attention; 2 virtual nodes)
 #          fused_moe (python/mkernel MoE calls; ranks in separate processes take the
-#          AllToAll path of fused/ops/moe)                    (default: all)
+#          AllToAll path of fused/ops/moe, the layer with [N,K] weights its fused kernel)
+#                                                             (default: all)
 # environment:
 #   MK_TORCH_NPROC=4        ranks per test            MK_TORCH_TIMEOUT=300  seconds per test
 #   MK_TORCH_BUDGET=540     seconds for all tests: later tests get what is left, and are

@@ -153,8 +153,9 @@ typedef struct {
                              that are processes of one node (there the rows land in windows
                              the ranks map, and are copied to xRecv after the kernel), and
                              ncclMoeDispatchFfnCombine one kernel per rank for the whole layer
-                             on ranks of one process sharing a GPU (see there); everywhere
-                             else, and with auto or sequential, the layout's sequential path.
+                             on ranks of one node (see there); everywhere else, and with
+                             sequential, the layout's sequential path. auto: the sequential
+                             path, but the fused layer on ranks that are processes of one node.
                              Every rank of a call must pass the same algo. */
 } ncclMoeConfig_t;
 #define NCCL_MOE_CONFIG_INITIALIZER                                                             \
@@ -206,12 +207,16 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
  * aligned. The sequential path runs: dispatch kernel, grouped GEMM1 (SwiGLU in its epilogue,
  * or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel. With algo
- * ncclFusedFused, ranks of one process sharing a GPU, the weights in the NK layout with
- * MKERNEL_MOE_SWIGLU_EPILOGUE=1 (the default), at least 2 SMs per rank and E small enough for the
- * dispatch state to fit in shared memory, one fused kernel per rank runs the layer instead
- * (dispatch, GEMM1, GEMM2 and combine overlapped row tile by row tile), with the same
- * arithmetic: y is bit for bit the sequential path's; elsewhere the sequential path runs (the
- * reason logged once). ncclFusedAuto runs the sequential path. A call captured in a graph must
+ * ncclFusedFused, ranks of one node (of one process sharing a GPU, or each in its own
+ * process), the weights in the NK layout with MKERNEL_MOE_SWIGLU_EPILOGUE=1 (the default), at
+ * least 2 SMs per rank and E small enough for the dispatch state to fit in shared memory, one
+ * fused kernel per rank runs the layer instead (dispatch, GEMM1, GEMM2 and combine overlapped
+ * row tile by row tile), with the same arithmetic (ranks of one process: y is bit for bit the
+ * sequential path's; processes: the rows land in, and the expert outputs are read from, windows
+ * the ranks map, and buf->xRecv and buf->out are not written); elsewhere the sequential path
+ * runs (the reason logged once). ncclFusedAuto runs the fused kernel where the ranks are
+ * processes of one node and it applies (measured faster than the AllToAll path at every shape
+ * tried, docs/moe.md), else the sequential path. A call captured in a graph must
  * follow an eager call on the same path (each path allocates its shared state at its first
  * call), and every rank of a call must take the same path: a rank that runs the fused kernel
  * while a peer runs the sequential path reports it (ncclInvalidUsage naming the peer).

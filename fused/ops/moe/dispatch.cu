@@ -132,7 +132,12 @@ ncclResult_t moeRun(const MoeCall& c) {
   NCCLCHECK(guard.set(c.comm->cudaDev));
   if (!cliqueEligible(c.comm, kMoeMaxLocal)) {
     const bool procs = procWindowsEligible(c.comm, kMoeMaxLocal);
-    if (c.cfg.algo == ncclFusedFused && procs) {
+    // ncclFusedAuto takes the fused layer here: on 4 processes sharing the H200 it ran 1.02-1.41x
+    // the AllToAll path at every shape measured (H 2048 to 7168, 512 to 16384 tokens a rank;
+    // session 31, bench/results/session31-2026-12-04/callD, callE). Every rank takes the same
+    // verdict (the layout, the config, the weights' layout; moeFfnFusedRun's are shared too).
+    const bool fusedLayerAuto = c.cfg.algo == ncclFusedAuto && c.ffn && moeSwigluInGemm(c);
+    if (procs && (c.cfg.algo == ncclFusedFused || fusedLayerAuto)) {
       // Ranks as processes of one node: the fused kernels with the rows landing in windows
       // (every rank takes the same verdict; false: e.g. the windows could not be made).
       bool ran = false;
