@@ -88,6 +88,7 @@ ncclResult_t commSetup(ncclComm* comm) {
     }
   }
   NCCLCHECK(topoCompute(comm->peerInfo, comm->rank, (int)MK_PARAM_INT(EmulateNodes), &comm->topo));
+  topoNoteDevice(comm->peerInfo[comm->rank].busId, comm->topo.ranksOnMyDevice);
   topoAffinity(comm->peerInfo[comm->rank].busId, &comm->topo);
   NCCLCHECK(peerMemInit(comm));
   NCCLCHECK(netInit(comm));  // no-op unless the comm spans (virtual) nodes

@@ -105,6 +105,26 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
 }
 
 namespace {
+std::mutex gDevMu;
+std::map<int64_t, int>& devRanks() {
+  static auto* m = new std::map<int64_t, int>();
+  return *m;
+}
+}  // namespace
+
+void topoNoteDevice(int64_t busId, int ranksOnDevice) {
+  std::lock_guard<std::mutex> g(gDevMu);
+  int& v = devRanks()[busId];
+  if (ranksOnDevice > v) v = ranksOnDevice;
+}
+
+int topoMostRanksOnDevice(int64_t busId) {
+  std::lock_guard<std::mutex> g(gDevMu);
+  auto it = devRanks().find(busId);
+  return it == devRanks().end() ? 0 : it->second;
+}
+
+namespace {
 struct HwlocTopo {
   std::once_flag once;
   hwloc_topology_t topo = nullptr;

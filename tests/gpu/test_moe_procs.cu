@@ -215,9 +215,11 @@ int childMain(const char* spec) {
     // The fused plans' calls really ran the fused kernels (processes layout): 3 calls a case
     // (the layer's with the weights in the [N,K] layout only: the others run the AllToAll
     // path); the graph plan's eager call and capture of each (a captured launch counts once).
+    // The cases plan passes ncclFusedAuto, which takes the fused layer here too (dispatch +
+    // GEMM stays on the AllToAll path).
     uint64_t dispWant = 0, ffnWant = 0;
-    if (pl == "fused") {
-      dispWant = 3 * dispatchCases(n).size();
+    if (pl == "fused" || pl == "cases") {
+      dispWant = pl == "fused" ? 3 * dispatchCases(n).size() : 0;
       for (const FfnCase& c : ffnCases(n)) ffnWant += c.layout == kNK ? 3 : 0;
     } else if (pl == "fusedgraph") {
       dispWant = ffnWant = 2;

@@ -10,6 +10,7 @@
 #include "base/debug.h"
 #include "base/scratch.h"
 #include "comm/comm.h"
+#include "topo/topo.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
 #include "fused/core/proc_windows.h"
@@ -55,8 +56,14 @@ int moeFusedDispatchCtas(const MoeCall& c, int budget) {
 
 int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
   // Every rank's kernel on this GPU must be resident at once (its CTAs wait for rows the
-  // dispatch CTAs of every rank bring): never more than the GPU's share of this rank.
-  const int onDevice = std::max(1, c.comm->topo.ranksOnMyDevice);
+  // dispatch CTAs of every rank bring): never more than the GPU's share of this rank. The
+  // share counts the ranks of every comm of this process on the GPU (topoMostRanksOnDevice):
+  // with a 4-process comm split into pairs, each pair's kernels sized for 2 ranks took the
+  // whole GPU (4 x 66 CTAs on 132 SMs), and a rank whose peer's kernel could not start waited
+  // for it (session 31: the PyTorch MoE test's subgroup pairs, once auto ran the fused layer
+  // on processes).
+  const int onDevice = std::max({1, c.comm->topo.ranksOnMyDevice,
+                                 topoMostRanksOnDevice(c.comm->peerInfo[c.comm->rank].busId)});
   const int budget = std::min(smBudget, c.comm->smCount / onDevice);
   if (budget < 2) {
     *why = "fewer than 2 SMs for this rank (one CTA of each role)";
