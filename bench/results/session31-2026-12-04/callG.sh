@@ -12,10 +12,10 @@ gc_init G
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 timeout 30 nvidia-cuda-mps-control -d && echo "MPS started"
-GC_BUILD_S=220 gc_build /tmp/bg "gpu/test_moe_procs.cu" mk_gpu_tests mkernel
-gc_run procs 240 60 20 0 "^\[  (PASSED|FAILED)|^\[  FAILED  \] [A-Z]|FAIL " \
+GC_BUILD_S=200 gc_build /tmp/bg "gpu/test_moe_procs.cu" mk_gpu_tests mkernel
+gc_run procs 225 40 20 0 "^\[  (PASSED|FAILED)|^\[  FAILED  \] [A-Z]|FAIL " \
   /tmp/bg/tests/mk_gpu_tests --gtest_filter='MoeProcs*'
-MK_TORCH_BUDGET=85 MK_TORCH_TIMEOUT=85 gc_run torch_moe 295 90 40 0 "PASS|FAIL|passed|failed" \
+MK_TORCH_BUDGET=75 MK_TORCH_TIMEOUT=75 gc_run torch_moe 270 80 40 0 "PASS|FAIL|passed|failed" \
   bash scripts/run_torch_tests.sh /tmp/bg fused_moe
 echo quit | nvidia-cuda-mps-control
 gc_tar
