@@ -153,6 +153,20 @@ TEST(Topo, RealHostsLocalRanksAndSharing) {
   EXPECT_FALSE(t.virtualNodes);
 }
 
+// The most ranks any comm of this process put on a GPU: the largest noted, per bus id, never
+// lowered by a smaller comm noted later (a split's halves); 0 for a GPU never noted.
+TEST(Topo, MostRanksOnDeviceKeepsTheLargest) {
+  const int64_t bus = 0x7e57000001, other = 0x7e57000002;
+  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 0);
+  mk::topoNoteDevice(bus, 4);
+  mk::topoNoteDevice(bus, 2);
+  mk::topoNoteDevice(other, 1);
+  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 4);
+  EXPECT_EQ(mk::topoMostRanksOnDevice(other), 1);
+  mk::topoNoteDevice(bus, 8);
+  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 8);
+}
+
 TEST(Topo, VirtualNodesSplitConsecutiveRanks) {
   auto info = fakeRanks(1, 8, 1);  // 8 ranks on one GPU
   mk::Topo t;
