@@ -105,22 +105,15 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   // the sequential path). The window holds both halves of proc_windows' region.
   const bool procs = !cliqueEligible(comm, moedev::kMoeMaxLocal);
   const FfnWinLayout wl = ffnWinLayout(c, tiles);
-  ProcView pv{};
-  void* block = nullptr;
-  if (procs) {
-    bool ok = false;
-    NCCLCHECK(procWindowsGet(comm, kCliqueMoe, sizeof(moedev::MoeRankCtl), (wl.bytes + 1) / 2,
-                             c.stream, &pv, &ok));
-    if (!ok) {
-      static std::atomic<bool> said{false};
-      sayOnce(&said, api, "the processes' windows could not be made or grown (stream capture?)");
-      return ncclSuccess;
-    }
-  } else {
-    NCCLCHECK(
-        cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, api, &block));
+  MoeFfnFusedParams p{};
+  bool ok = false;
+  NCCLCHECK(moeFusedParamsOf(c, f, wl.bytes, &p.d, &ok));
+  if (!ok) {
+    static std::atomic<bool> said{false};
+    sayOnce(&said, api, "the processes' windows could not be made or grown (stream capture?)");
+    return ncclSuccess;
   }
-  uint8_t* win = procs ? pv.data[f.rank] : nullptr;
+  uint8_t* win = p.d.dataBase;
   void* xRecv = procs ? static_cast<void*>(win + wl.xRecv) : c.buf.xRecv;
   float* out = procs ? reinterpret_cast<float*>(win + wl.out) : c.buf.out;
 
@@ -133,17 +126,7 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   rowHooks(&g1, f, gemm::kTileM, procs, false);       // every row of the tile landed, or padding
   rowHooks(&g2, f, (uint64_t)tilesN1, false, procs);  // every act column of the row block stored
 
-  MoeFfnFusedParams p{};
-  p.d = moedev::moeDispatchParamsOf(c, f, block);
-  if (procs) {
-    for (int r = 0; r < f.nRanks; ++r) {
-      p.d.ctl[r] = static_cast<moedev::MoeRankCtl*>(pv.ctl[r]);
-      p.d.peerData[r] = pv.data[r];
-    }
-    p.d.dataBase = win;
-    p.d.sysScope = true;
-    p.d.recv.xRecv = xRecv;
-  }
+  if (procs) p.d.recv.xRecv = xRecv;
   p.d.ffnOut = out;
   p.d.deferErrors = true;
   p.y = c.yOut;

@@ -116,6 +116,32 @@ __global__ void moeWinCopyOut(const int4* xWin, int4* x, const int32_t* srcWin, 
 
 }  // namespace
 
+ncclResult_t moeFusedParamsOf(const MoeCall& c, const FusedComm& f, size_t winBytes,
+                              moedev::MoeParams* p, bool* ok) {
+  ncclComm* comm = c.comm;
+  *ok = false;
+  if (cliqueEligible(comm, moedev::kMoeMaxLocal)) {
+    void* block = nullptr;
+    NCCLCHECK(cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, moeApi(c),
+                                 &block));
+    *p = moedev::moeDispatchParamsOf(c, f, block);
+    *ok = true;
+    return ncclSuccess;
+  }
+  ProcView pv{};
+  NCCLCHECK(procWindowsGet(comm, kCliqueMoe, sizeof(moedev::MoeRankCtl), (winBytes + 1) / 2,
+                           c.stream, &pv, ok));
+  if (!*ok) return ncclSuccess;
+  *p = moedev::moeDispatchParamsOf(c, f, nullptr);
+  for (int r = 0; r < f.nRanks; ++r) {
+    p->ctl[r] = static_cast<moedev::MoeRankCtl*>(pv.ctl[r]);
+    p->peerData[r] = pv.data[r];
+  }
+  p->dataBase = pv.data[f.rank];
+  p->sysScope = true;
+  return ncclSuccess;
+}
+
 ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   *ran = false;
   ncclComm* comm = c.comm;
@@ -132,18 +158,11 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   // data window, mapped here (the same verdict on every rank; false: the sequential path).
   const bool procs = !cliqueEligible(comm, moedev::kMoeMaxLocal);
   const MoeWinLayout wl = moeWinLayout(c, tiles);
-  ProcView pv{};
-  void* block = nullptr;
-  if (procs) {
-    bool ok = false;
-    NCCLCHECK(
-        procWindowsGet(comm, kCliqueMoe, sizeof(moedev::MoeRankCtl), wl.bytes, c.stream, &pv, &ok));
-    if (!ok) return ncclSuccess;
-  } else {
-    NCCLCHECK(cliqueBlockForCall(comm, kCliqueMoe, sizeof(moedev::MoeClique), c.stream, moeApi(c),
-                                 &block));
-  }
-  uint8_t* win = procs ? pv.data[f.rank] : nullptr;
+  MoeFusedParams p{};
+  bool ok = false;
+  NCCLCHECK(moeFusedParamsOf(c, f, wl.bytes, &p.d, &ok));
+  if (!ok) return ncclSuccess;
+  uint8_t* win = p.d.dataBase;
   void* xRecv = procs ? static_cast<void*>(win + wl.xRecv) : c.recv.xRecv;
 
   // The experts' GEMM as the sequential path builds it (canImplement, and the sequential
@@ -167,15 +186,7 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   g.hooks.rowReadySys = procs;
   g.hooks.wait = f.c.w;
 
-  MoeFusedParams p{};
-  p.d = moedev::moeDispatchParamsOf(c, f, block);
   if (procs) {
-    for (int r = 0; r < f.nRanks; ++r) {
-      p.d.ctl[r] = static_cast<moedev::MoeRankCtl*>(pv.ctl[r]);
-      p.d.peerData[r] = pv.data[r];
-    }
-    p.d.dataBase = win;
-    p.d.sysScope = true;
     p.d.recv.xRecv = xRecv;
     p.d.recv.rowSource =
         c.recv.rowSource != nullptr ? reinterpret_cast<int*>(win + wl.rowSource) : nullptr;

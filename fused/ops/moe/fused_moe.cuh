@@ -39,6 +39,16 @@ struct MoeFusedParams {
   int32_t nDisp;  // CTAs [0, nDisp) dispatch, the rest run the grouped GEMM
 };
 
+// The dispatch parameters of a fused MoE call (both fused kernels) on its layout's shared
+// state: the clique block, or (processes layout: every rank its own process) every rank's
+// control block and data window of at least `winBytes` (both halves of proc_windows' region
+// as one), with the peers' windows as mapped here, system-scope counters and
+// p->dataBase = this rank's window. *ok false (ncclSuccess): the windows could not be made or
+// grown (e.g. during stream capture), on every rank alike; the caller runs its sequential
+// path. fused_moe.cu.
+ncclResult_t moeFusedParamsOf(const MoeCall& c, const FusedComm& f, size_t winBytes,
+                              moedev::MoeParams* p, bool* ok);
+
 // Dynamic shared memory of a dispatch CTA: its MoeShared, then tot/dstRow/seen/base [E] each.
 constexpr size_t kMoeFusedShOff = (sizeof(moedev::MoeShared) + 15) / 16 * 16;
 inline size_t moeFusedDispatchSmem(int experts) {
