@@ -132,8 +132,12 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * destination's layout. Every other layout (processes, several GPUs, (virtual) nodes) runs the
  * AllToAll path: counts, rows and (for the whole layer) the experts' outputs travel with
  * mkernel's AllToAll in per-pair buffers of maxRows rows (scratch: about 2 * nranks * maxRows
- * rows of H elements, and as many fp32 rows for the layer's return), so there every rank must
- * pass the same maxRows. Both paths give the same outputs.
+ * rows of H elements, and as many fp32 rows for the layer's return). Where the ranks are
+ * processes of one node, the fused kernels (algo ncclFusedFused, and for the layer also
+ * ncclFusedAuto: see ncclMoeConfig_t::algo) run instead, their rows landing in windows every
+ * rank maps (maxRows rows each). On every layout but the first every rank must pass the same
+ * maxRows: a mismatch is not detected (the fused kernels' windows would be sized differently
+ * and their set-up fails after the bootstrap timeout). The paths give the same outputs.
  */
 #define NCCL_MOE_ROW_ALIGN 128
 #define NCCL_MOE_MAX_EXPERTS 1024

@@ -10,6 +10,7 @@
 #include <hwloc.h>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unistd.h>
 
 #include "base/checks.h"
@@ -106,22 +107,31 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
 
 namespace {
 std::mutex gDevMu;
-std::map<int64_t, int>& devRanks() {
-  static auto* m = new std::map<int64_t, int>();
+// Per GPU: the ranksOnMyDevice of every live comm of this process on it.
+std::map<int64_t, std::multiset<int>>& devRanks() {
+  static auto* m = new std::map<int64_t, std::multiset<int>>();
   return *m;
 }
 }  // namespace
 
 void topoNoteDevice(int64_t busId, int ranksOnDevice) {
   std::lock_guard<std::mutex> g(gDevMu);
-  int& v = devRanks()[busId];
-  if (ranksOnDevice > v) v = ranksOnDevice;
+  devRanks()[busId].insert(ranksOnDevice);
+}
+
+void topoForgetDevice(int64_t busId, int ranksOnDevice) {
+  std::lock_guard<std::mutex> g(gDevMu);
+  auto it = devRanks().find(busId);
+  if (it == devRanks().end()) return;
+  auto one = it->second.find(ranksOnDevice);
+  if (one != it->second.end()) it->second.erase(one);
+  if (it->second.empty()) devRanks().erase(it);
 }
 
 int topoMostRanksOnDevice(int64_t busId) {
   std::lock_guard<std::mutex> g(gDevMu);
   auto it = devRanks().find(busId);
-  return it == devRanks().end() ? 0 : it->second;
+  return it == devRanks().end() || it->second.empty() ? 0 : *it->second.rbegin();
 }
 
 namespace {

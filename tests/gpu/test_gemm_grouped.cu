@@ -296,4 +296,3 @@ TEST(GemmGrouped, DynamicTileClaim) {
     EXPECT_EQ(runGrouped(c, seed + 104729 * (++i)), "");
   }
 }
-

@@ -15,6 +15,8 @@
 //       out type, NK and KN weights. Every rank passes the same maxRows (the AllToAll path needs
 //       it, fused.h): the first case a bound any routing fits, the others the largest need plus
 //       random slack, the third call of each case exactly the largest need.
+//   The cases plan passes ncclFusedAuto, which runs the fused layer where the weights are
+//   [N,K] (counted as below) and the AllToAll path for everything else.
 //   MoeProcsFused.TwoAndFourProcesses       the same cases with ncclFusedFused: the fused
 //       kernels of the processes layout (rows in the ranks' windows; the layer's cases with
 //       [N,K] weights, the others run the AllToAll path), and the fused launches counted.

@@ -153,18 +153,27 @@ TEST(Topo, RealHostsLocalRanksAndSharing) {
   EXPECT_FALSE(t.virtualNodes);
 }
 
-// The most ranks any comm of this process put on a GPU: the largest noted, per bus id, never
-// lowered by a smaller comm noted later (a split's halves); 0 for a GPU never noted.
-TEST(Topo, MostRanksOnDeviceKeepsTheLargest) {
+// The most ranks any live comm of this process put on a GPU: the largest noted per bus id
+// (a split's smaller halves do not lower it), back to the next largest once that comm is
+// forgotten, 0 for a GPU with none. Leaves nothing noted (repeatable).
+TEST(Topo, MostRanksOnDeviceOfLiveComms) {
   const int64_t bus = 0x7e57000001, other = 0x7e57000002;
   EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 0);
   mk::topoNoteDevice(bus, 4);
   mk::topoNoteDevice(bus, 2);
+  mk::topoNoteDevice(bus, 2);
   mk::topoNoteDevice(other, 1);
   EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 4);
   EXPECT_EQ(mk::topoMostRanksOnDevice(other), 1);
-  mk::topoNoteDevice(bus, 8);
-  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 8);
+  mk::topoForgetDevice(bus, 4);
+  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 2);
+  mk::topoForgetDevice(bus, 2);
+  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 2);
+  mk::topoForgetDevice(bus, 2);
+  mk::topoForgetDevice(bus, 7);  // never noted: ignored
+  mk::topoForgetDevice(other, 1);
+  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 0);
+  EXPECT_EQ(mk::topoMostRanksOnDevice(other), 0);
 }
 
 TEST(Topo, VirtualNodesSplitConsecutiveRanks) {

@@ -143,6 +143,14 @@ ncclResult_t moeRun(const MoeCall& c) {
       bool ran = false;
       NCCLCHECK(c.ffn ? moeFfnFusedRun(c, &ran) : moeFusedRun(c, &ran));
       if (ran) return ncclSuccess;
+      if (!c.ffn) {  // (the layer logs its own reason)
+        static std::atomic<bool> said{false};
+        if (!said.exchange(true))
+          MK_INFO(kFused,
+                  "ncclMoeDispatchGemm: no fused kernel for this call (fewer than 2 SMs a rank, "
+                  "too many experts for the dispatch state, or the windows could not be made); "
+                  "running the AllToAll path");
+      }
     }
     if (c.cfg.algo == ncclFusedFused && !procs) {
       static std::atomic<bool> said{false};

@@ -56,16 +56,13 @@ int moeFusedDispatchCtas(const MoeCall& c, int budget) {
 
 int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
   // Every rank's kernel on this GPU must be resident at once (its CTAs wait for rows the
-  // dispatch CTAs of every rank bring): never more than the GPU's share of this rank. The
-  // share counts the ranks of every comm of this process on the GPU (topoMostRanksOnDevice):
-  // with a 4-process comm split into pairs, each pair's kernels sized for 2 ranks took the
-  // whole GPU (4 x 66 CTAs on 132 SMs), and a rank whose peer's kernel could not start waited
-  // for it (session 31: the PyTorch MoE test's subgroup pairs, once auto ran the fused layer
-  // on processes).
-  const int onDevice = std::max({1, c.comm->topo.ranksOnMyDevice,
-                                 topoMostRanksOnDevice(c.comm->peerInfo[c.comm->rank].busId)});
-  const int budget = std::min(smBudget, c.comm->smCount / onDevice);
-  if (budget < 2) {
+  // dispatch CTAs of every rank bring): never more than the GPU's share of this rank.
+  const int onDevice = std::max(1, c.comm->topo.ranksOnMyDevice);
+  const int share = std::min(smBudget, c.comm->smCount / onDevice);
+  // The verdict (fused or not) from what the comm's ranks share only: in the processes layout
+  // a rank that left here while its peers went on would leave them in the windows' collective
+  // set-up.
+  if (share < 2) {
     *why = "fewer than 2 SMs for this rank (one CTA of each role)";
     return 0;
   }
@@ -73,7 +70,14 @@ int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
     *why = "the dispatch state of this many experts exceeds the shared memory";
     return 0;
   }
-  return budget;
+  // The grid also counts the ranks of every live comm of this process on the GPU
+  // (topoMostRanksOnDevice), at least 2 CTAs: with a 4-process comm split into pairs, each
+  // pair's kernels sized for 2 ranks took the whole GPU (4 x 66 CTAs on 132 SMs), and the
+  // PyTorch MoE test's subgroup pairs failed once auto ran the fused layer on processes
+  // (session 31, most likely a rank waiting for a peer whose kernel could not start). Only the
+  // grid is private to the rank; the peers do not depend on it.
+  const int most = topoMostRanksOnDevice(c.comm->peerInfo[c.comm->rank].busId);
+  return most > onDevice ? std::max(2, std::min(share, c.comm->smCount / most)) : share;
 }
 
 uint64_t moeFusedLaunches() {
@@ -82,7 +86,7 @@ uint64_t moeFusedLaunches() {
 
 namespace {
 
-// The processes layout's data window of a rank (half 0 of its region, proc_windows.h), where
+// The processes layout's data window of a rank (both halves of its region, proc_windows.h), where
 // its peers land the rows of a fused call: xRecv [maxRows][rowBytes], rowSource [maxRows][3],
 // rowWeight [maxRows], the tile counters [tiles] (every rank passes the same maxRows on this
 // layout, fused.h, so every rank computes the same sizes).
