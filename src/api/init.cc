@@ -88,8 +88,7 @@ ncclResult_t commSetup(ncclComm* comm) {
     }
   }
   NCCLCHECK(topoCompute(comm->peerInfo, comm->rank, (int)MK_PARAM_INT(EmulateNodes), &comm->topo));
-  topoNoteDevice(comm->peerInfo[comm->rank].busId, comm->topo.ranksOnMyDevice);
-  comm->deviceNoted = true;
+  topoNoteDevice(comm, comm->peerInfo[comm->rank].busId, comm->topo.ranksOnMyDevice);
   topoAffinity(comm->peerInfo[comm->rank].busId, &comm->topo);
   NCCLCHECK(peerMemInit(comm));
   NCCLCHECK(netInit(comm));  // no-op unless the comm spans (virtual) nodes
@@ -118,9 +117,7 @@ ncclResult_t commFree(ncclComm* comm) {
   if (comm->cudaDev >= 0) cudaSetDevice(comm->cudaDev);
   mk::fused::cliqueBlocksRelease(comm);
   mk::fused::procWindowsRelease(comm);  // its windows go before the peer memory
-  if (comm->deviceNoted)
-    topoForgetDevice(comm->peerInfo[comm->rank].busId, comm->topo.ranksOnMyDevice);
-  comm->deviceNoted = false;
+  topoForgetDevice(comm);
   if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = netFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;

@@ -63,7 +63,6 @@ struct ncclComm {
   uint64_t commHash = 0;  // identical on every rank of this comm
   mk::Config config;
   mk::Topo topo;
-  bool deviceNoted = false;  // topoNoteDevice counted this comm (topoForgetDevice at free)
   std::vector<mk::RankInfo> peerInfo;  // [nRanks]
 
   mk::Bootstrap* bootstrap = nullptr;

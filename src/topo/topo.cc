@@ -10,7 +10,7 @@
 #include <hwloc.h>
 #include <map>
 #include <mutex>
-#include <set>
+#include <utility>
 #include <unistd.h>
 
 #include "base/checks.h"
@@ -107,31 +107,29 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
 
 namespace {
 std::mutex gDevMu;
-// Per GPU: the ranksOnMyDevice of every live comm of this process on it.
-std::map<int64_t, std::multiset<int>>& devRanks() {
-  static auto* m = new std::map<int64_t, std::multiset<int>>();
+// Every live comm of this process: (bus id of its GPU, its ranks on that GPU).
+std::map<const void*, std::pair<int64_t, int>>& devComms() {
+  static auto* m = new std::map<const void*, std::pair<int64_t, int>>();
   return *m;
 }
 }  // namespace
 
-void topoNoteDevice(int64_t busId, int ranksOnDevice) {
+void topoNoteDevice(const void* comm, int64_t busId, int ranksOnDevice) {
   std::lock_guard<std::mutex> g(gDevMu);
-  devRanks()[busId].insert(ranksOnDevice);
+  devComms()[comm] = {busId, ranksOnDevice};
 }
 
-void topoForgetDevice(int64_t busId, int ranksOnDevice) {
+void topoForgetDevice(const void* comm) {
   std::lock_guard<std::mutex> g(gDevMu);
-  auto it = devRanks().find(busId);
-  if (it == devRanks().end()) return;
-  auto one = it->second.find(ranksOnDevice);
-  if (one != it->second.end()) it->second.erase(one);
-  if (it->second.empty()) devRanks().erase(it);
+  devComms().erase(comm);
 }
 
 int topoMostRanksOnDevice(int64_t busId) {
   std::lock_guard<std::mutex> g(gDevMu);
-  auto it = devRanks().find(busId);
-  return it == devRanks().end() || it->second.empty() ? 0 : *it->second.rbegin();
+  int most = 0;
+  for (const auto& e : devComms())
+    if (e.second.first == busId && e.second.second > most) most = e.second.second;
+  return most;
 }
 
 namespace {

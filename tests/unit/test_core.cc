@@ -158,20 +158,21 @@ TEST(Topo, RealHostsLocalRanksAndSharing) {
 // forgotten, 0 for a GPU with none. Leaves nothing noted (repeatable).
 TEST(Topo, MostRanksOnDeviceOfLiveComms) {
   const int64_t bus = 0x7e57000001, other = 0x7e57000002;
+  int world = 0, pairA = 0, pairB = 0, elsewhere = 0;  // stand-ins for four comms
   EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 0);
-  mk::topoNoteDevice(bus, 4);
-  mk::topoNoteDevice(bus, 2);
-  mk::topoNoteDevice(bus, 2);
-  mk::topoNoteDevice(other, 1);
+  mk::topoNoteDevice(&world, bus, 4);
+  mk::topoNoteDevice(&pairA, bus, 2);
+  mk::topoNoteDevice(&pairB, bus, 2);
+  mk::topoNoteDevice(&elsewhere, other, 1);
   EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 4);
   EXPECT_EQ(mk::topoMostRanksOnDevice(other), 1);
-  mk::topoForgetDevice(bus, 4);
+  mk::topoForgetDevice(&world);
   EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 2);
-  mk::topoForgetDevice(bus, 2);
+  mk::topoForgetDevice(&pairA);
   EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 2);
-  mk::topoForgetDevice(bus, 2);
-  mk::topoForgetDevice(bus, 7);  // never noted: ignored
-  mk::topoForgetDevice(other, 1);
+  mk::topoForgetDevice(&pairB);
+  mk::topoForgetDevice(&world);  // already gone: ignored
+  mk::topoForgetDevice(&elsewhere);
   EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 0);
   EXPECT_EQ(mk::topoMostRanksOnDevice(other), 0);
 }
