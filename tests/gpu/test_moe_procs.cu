@@ -21,6 +21,8 @@
 //       kernels of the processes layout (rows in the ranks' windows; the layer's cases with
 //       [N,K] weights, the others run the AllToAll path), and the fused launches counted.
 //   MoeProcsFused.GraphThreeProcesses       both fused kernels captured and replayed.
+//   MoeProcs.EightProcessesFused            the fused plan with 8 processes (session 31; not
+//       yet run on a GPU when written).
 //   MoeVnodes.*, MoeProcsGraph.Vnodes2x2     the same cases on virtual nodes: test_moe_vnodes.cu.
 //   MoeProcsOverflow.ThreeProcesses         rank 1 needs the most rows and the shared maxRows is
 //       one row short of its need, once per call (two comms): its comm reports ncclInvalidUsage
@@ -299,6 +301,14 @@ TEST(MoeProcs, FourProcesses) {
   MKTEST_REQUIRE_GPU();
   MoeProcsEnv env;
   EXPECT_EQ(spawnPlan("cases", 4), "") << "the failing case is named above";
+}
+
+// 8 processes (issue 13's largest rank count), the fused plan: both fused kernels on 16 SMs a
+// rank, the layer's [K,N] cases on the AllToAll path.
+TEST(MoeProcs, EightProcessesFused) {
+  MKTEST_REQUIRE_GPU();
+  MoeProcsEnv env;
+  EXPECT_EQ(spawnPlan("fused", 8), "") << "the failing case is named above";
 }
 
 // Both calls with ncclFusedFused on the processes layout (session 31): the fused kernels, rows
