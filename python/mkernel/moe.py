@@ -15,8 +15,8 @@ or [E/n, I, H] ('kn'). E = (E/n) * group size.
 max_rows bounds the rows (padding included) a rank may receive; mkernel.moe_max_rows gives a
 bound that never overflows. When the group's ranks do not all share one process and GPU (torchrun
 processes, several GPUs, nodes), the library's AllToAll path sizes its per-pair buffers with
-max_rows: every rank must then pass the same max_rows (e.g. moe_max_rows of the largest token
-count). A rank whose rows would exceed it receives nothing and its
+max_rows, and on one node the fused kernels their windows: every rank must then pass the same
+max_rows (e.g. moe_max_rows of the largest token count). A rank whose rows would exceed it receives nothing and its
 communicator reports ncclInvalidUsage through ncclCommGetAsyncError (torch's watchdog then
 aborts the process group); so is an expert id outside [-1, E).
 """
@@ -150,8 +150,13 @@ def moe_dispatch_gemm(x, topk_idx, topk_weights, w1, *, max_rows=None, group=Non
 
   topk_weights may be None (row_weight is then None). max_rows: see the module doc. out: a
   MoeDispatchResult of the same shapes to write into (e.g. an earlier result), else allocated.
-  algo: 'auto', 'fused' or 'sequential' (this version runs the sequential path for all three);
-  comm_sms: -1 (automatic) or >= 1, the CTAs of the dispatch.
+  algo: 'auto', 'fused' or 'sequential' (ncclMoeConfig_t::algo). 'fused' runs one fused kernel
+  per rank where the group's ranks are on one node, either all in one process on one GPU or
+  each in its own process (as under torchrun); moe_ffn's fused kernel also needs w_layout
+  'nk'. Elsewhere, and with 'sequential', the layout's sequential path runs.
+  'auto' runs the sequential path here, and for moe_ffn the fused layer where the ranks are
+  processes of one node and w_layout is 'nk' (include/mkernel/fused.h). comm_sms: -1
+  (automatic) or >= 1, the CTAs of the dispatch.
   """
   op = "moe_dispatch_gemm"
   if max_rows is None and out is not None and getattr(out, "x_recv", None) is not None:
