@@ -88,7 +88,6 @@ ncclResult_t commSetup(ncclComm* comm) {
     }
   }
   NCCLCHECK(topoCompute(comm->peerInfo, comm->rank, (int)MK_PARAM_INT(EmulateNodes), &comm->topo));
-  topoNoteDevice(comm, comm->peerInfo[comm->rank].busId, comm->topo.ranksOnMyDevice);
   topoAffinity(comm->peerInfo[comm->rank].busId, &comm->topo);
   NCCLCHECK(peerMemInit(comm));
   NCCLCHECK(netInit(comm));  // no-op unless the comm spans (virtual) nodes
@@ -117,7 +116,6 @@ ncclResult_t commFree(ncclComm* comm) {
   if (comm->cudaDev >= 0) cudaSetDevice(comm->cudaDev);
   mk::fused::cliqueBlocksRelease(comm);
   mk::fused::procWindowsRelease(comm);  // its windows go before the peer memory
-  topoForgetDevice(comm);
   if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = netFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;

@@ -1,5 +1,6 @@
 #include "comm/comm.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
@@ -25,6 +26,19 @@ void commRegister(ncclComm* comm) {
 void commUnregister(ncclComm* comm) {
   std::lock_guard<std::mutex> g(registry().mu);
   registry().live.erase(comm);
+}
+
+int commMostRanksOnDevice(int64_t busId) {
+  std::lock_guard<std::mutex> g(registry().mu);
+  int most = 0;
+  for (const ncclComm* c : registry().live) {
+    // Topology and peer info are written by init before it leaves kInitializing, and never after.
+    if (c->state.load() == CommState::kInitializing || (int)c->peerInfo.size() <= c->rank ||
+        c->rank < 0)
+      continue;
+    if (c->peerInfo[c->rank].busId == busId) most = std::max(most, c->topo.ranksOnMyDevice);
+  }
+  return most;
 }
 
 ncclResult_t commCheck(const ncclComm* comm, const char* api) {

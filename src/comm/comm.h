@@ -103,6 +103,11 @@ namespace mk {
 ncclResult_t commCheck(const ncclComm* comm, const char* api);
 void commRegister(ncclComm* comm);
 void commUnregister(ncclComm* comm);
+// The most ranks any live, initialised comm of this process has on the GPU `busId`
+// (topo.ranksOnMyDevice; 0: none). A comm split from a larger one counts only its own ranks on
+// the GPU, while the parent's other ranks may run kernels there at the same time (the other
+// halves of the split): persistent kernels that wait for their peers size their grids by it.
+int commMostRanksOnDevice(int64_t busId);
 // Records an asynchronous error (first one wins), for ncclCommGetAsyncError.
 void commSetAsyncError(ncclComm* comm, ncclResult_t res, const char* msg);
 // Ready for collectives: not revoked, finalized, aborted or failed; not still initializing.

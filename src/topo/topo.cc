@@ -10,7 +10,6 @@
 #include <hwloc.h>
 #include <map>
 #include <mutex>
-#include <utility>
 #include <unistd.h>
 
 #include "base/checks.h"
@@ -103,33 +102,6 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
     }
   }
   return ncclSuccess;
-}
-
-namespace {
-std::mutex gDevMu;
-// Every live comm of this process: (bus id of its GPU, its ranks on that GPU).
-std::map<const void*, std::pair<int64_t, int>>& devComms() {
-  static auto* m = new std::map<const void*, std::pair<int64_t, int>>();
-  return *m;
-}
-}  // namespace
-
-void topoNoteDevice(const void* comm, int64_t busId, int ranksOnDevice) {
-  std::lock_guard<std::mutex> g(gDevMu);
-  devComms()[comm] = {busId, ranksOnDevice};
-}
-
-void topoForgetDevice(const void* comm) {
-  std::lock_guard<std::mutex> g(gDevMu);
-  devComms().erase(comm);
-}
-
-int topoMostRanksOnDevice(int64_t busId) {
-  std::lock_guard<std::mutex> g(gDevMu);
-  int most = 0;
-  for (const auto& e : devComms())
-    if (e.second.first == busId && e.second.second > most) most = e.second.second;
-  return most;
 }
 
 namespace {

@@ -153,28 +153,36 @@ TEST(Topo, RealHostsLocalRanksAndSharing) {
   EXPECT_FALSE(t.virtualNodes);
 }
 
-// The most ranks any live comm of this process put on a GPU: the largest noted per bus id
-// (a split's smaller halves do not lower it), back to the next largest once that comm is
-// forgotten, 0 for a GPU with none. Leaves nothing noted (repeatable).
-TEST(Topo, MostRanksOnDeviceOfLiveComms) {
+// The most ranks any live comm of this process put on a GPU: the largest among the registered,
+// initialised comms on that bus id (a split's smaller halves do not lower it), the next
+// largest once that comm is unregistered, 0 for a GPU with none; comms still initialising do
+// not count. Leaves nothing registered (repeatable).
+TEST(Comm, MostRanksOnDeviceOfLiveComms) {
   const int64_t bus = 0x7e57000001, other = 0x7e57000002;
-  int world = 0, pairA = 0, pairB = 0, elsewhere = 0;  // stand-ins for four comms
-  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 0);
-  mk::topoNoteDevice(&world, bus, 4);
-  mk::topoNoteDevice(&pairA, bus, 2);
-  mk::topoNoteDevice(&pairB, bus, 2);
-  mk::topoNoteDevice(&elsewhere, other, 1);
-  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 4);
-  EXPECT_EQ(mk::topoMostRanksOnDevice(other), 1);
-  mk::topoForgetDevice(&world);
-  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 2);
-  mk::topoForgetDevice(&pairA);
-  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 2);
-  mk::topoForgetDevice(&pairB);
-  mk::topoForgetDevice(&world);  // already gone: ignored
-  mk::topoForgetDevice(&elsewhere);
-  EXPECT_EQ(mk::topoMostRanksOnDevice(bus), 0);
-  EXPECT_EQ(mk::topoMostRanksOnDevice(other), 0);
+  ncclComm world, pairA, pairB, elsewhere, starting;
+  auto setUp = [](ncclComm* c, int64_t busId, int onDevice, mk::CommState st) {
+    c->rank = 0;
+    c->peerInfo.resize(1);
+    c->peerInfo[0].busId = busId;
+    c->topo.ranksOnMyDevice = onDevice;
+    c->state.store(st);
+    mk::commRegister(c);
+  };
+  EXPECT_EQ(mk::commMostRanksOnDevice(bus), 0);
+  setUp(&world, bus, 4, mk::CommState::kReady);
+  setUp(&pairA, bus, 2, mk::CommState::kReady);
+  setUp(&pairB, bus, 2, mk::CommState::kReady);
+  setUp(&elsewhere, other, 1, mk::CommState::kReady);
+  setUp(&starting, bus, 8, mk::CommState::kInitializing);
+  EXPECT_EQ(mk::commMostRanksOnDevice(bus), 4);
+  EXPECT_EQ(mk::commMostRanksOnDevice(other), 1);
+  mk::commUnregister(&world);
+  EXPECT_EQ(mk::commMostRanksOnDevice(bus), 2);
+  mk::commUnregister(&pairA);
+  EXPECT_EQ(mk::commMostRanksOnDevice(bus), 2);
+  for (ncclComm* c : {&pairB, &elsewhere, &starting}) mk::commUnregister(c);
+  EXPECT_EQ(mk::commMostRanksOnDevice(bus), 0);
+  EXPECT_EQ(mk::commMostRanksOnDevice(other), 0);
 }
 
 TEST(Topo, VirtualNodesSplitConsecutiveRanks) {

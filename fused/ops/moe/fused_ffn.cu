@@ -61,12 +61,13 @@ struct FfnWinLayout {
 };
 
 FfnWinLayout ffnWinLayout(const MoeCall& c, int64_t tiles) {
-  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  MoeCarve k;
   FfnWinLayout w;
-  w.out = up(c.buf.maxRows * c.H * fusedTypeSize(c.inType));
-  w.tileReady = w.out + up(c.buf.maxRows * c.H * sizeof(float));
-  w.rowDone = w.tileReady + up((size_t)tiles * sizeof(uint64_t));
-  w.bytes = w.rowDone + up((size_t)tiles * sizeof(uint64_t));
+  w.xRecv = k.take(c.buf.maxRows * c.H * fusedTypeSize(c.inType));
+  w.out = k.take(c.buf.maxRows * c.H * sizeof(float));
+  w.tileReady = k.take((size_t)tiles * sizeof(uint64_t));
+  w.rowDone = k.take((size_t)tiles * sizeof(uint64_t));
+  w.bytes = k.at;
   return w;
 }
 
@@ -103,7 +104,6 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   // Processes layout (the caller checked procWindowsEligible): the rows land in, and the
   // peers' combines read from, every rank's window (the same verdict on every rank; false:
   // the sequential path). The window holds both halves of proc_windows' region.
-  const bool procs = !cliqueEligible(comm, moedev::kMoeMaxLocal);
   const FfnWinLayout wl = ffnWinLayout(c, tiles);
   MoeFfnFusedParams p{};
   bool ok = false;
@@ -114,6 +114,7 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
     return ncclSuccess;
   }
   uint8_t* win = p.d.dataBase;
+  const bool procs = win != nullptr;
   void* xRecv = procs ? static_cast<void*>(win + wl.xRecv) : c.buf.xRecv;
   float* out = procs ? reinterpret_cast<float*>(win + wl.out) : c.buf.out;
 

@@ -10,7 +10,6 @@
 #include "base/debug.h"
 #include "base/scratch.h"
 #include "comm/comm.h"
-#include "topo/topo.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
 #include "fused/core/proc_windows.h"
@@ -71,12 +70,12 @@ int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
     return 0;
   }
   // The grid also counts the ranks of every live comm of this process on the GPU
-  // (topoMostRanksOnDevice), at least 2 CTAs: with a 4-process comm split into pairs, each
+  // (commMostRanksOnDevice), at least 2 CTAs: with a 4-process comm split into pairs, each
   // pair's kernels sized for 2 ranks took the whole GPU (4 x 66 CTAs on 132 SMs), and the
   // PyTorch MoE test's subgroup pairs failed once auto ran the fused layer on processes
   // (session 31, most likely a rank waiting for a peer whose kernel could not start). Only the
   // grid is private to the rank; the peers do not depend on it.
-  const int most = topoMostRanksOnDevice(c.comm->peerInfo[c.comm->rank].busId);
+  const int most = commMostRanksOnDevice(c.comm->peerInfo[c.comm->rank].busId);
   return most > onDevice ? std::max(2, std::min(share, c.comm->smCount / most)) : share;
 }
 
@@ -95,14 +94,14 @@ struct MoeWinLayout {
 };
 
 MoeWinLayout moeWinLayout(const MoeCall& c, int64_t tiles) {
-  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t rows = c.recv.maxRows;
+  MoeCarve k;
   MoeWinLayout w;
-  w.xRecv = 0;
-  w.rowSource = up(rows * c.H * fusedTypeSize(c.inType));
-  w.rowWeight = w.rowSource + up(rows * 3 * sizeof(int32_t));
-  w.tileReady = w.rowWeight + up(rows * sizeof(float));
-  w.bytes = w.tileReady + up((size_t)std::max<int64_t>(tiles, 1) * sizeof(uint64_t));
+  w.xRecv = k.take(rows * c.H * fusedTypeSize(c.inType));
+  w.rowSource = k.take(rows * 3 * sizeof(int32_t));
+  w.rowWeight = k.take(rows * sizeof(float));
+  w.tileReady = k.take((size_t)std::max<int64_t>(tiles, 1) * sizeof(uint64_t));
+  w.bytes = k.at;
   return w;
 }
 
@@ -160,13 +159,13 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
 
   // Processes layout (the caller checked procWindowsEligible): every rank's control block and
   // data window, mapped here (the same verdict on every rank; false: the sequential path).
-  const bool procs = !cliqueEligible(comm, moedev::kMoeMaxLocal);
   const MoeWinLayout wl = moeWinLayout(c, tiles);
   MoeFusedParams p{};
   bool ok = false;
   NCCLCHECK(moeFusedParamsOf(c, f, wl.bytes, &p.d, &ok));
   if (!ok) return ncclSuccess;
   uint8_t* win = p.d.dataBase;
+  const bool procs = win != nullptr;
   void* xRecv = procs ? static_cast<void*>(win + wl.xRecv) : c.recv.xRecv;
 
   // The experts' GEMM as the sequential path builds it (canImplement, and the sequential

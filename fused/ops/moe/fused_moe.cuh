@@ -45,7 +45,7 @@ struct MoeFusedParams {
 // as one), with the peers' windows as mapped here, system-scope counters and
 // p->dataBase = this rank's window. *ok false (ncclSuccess): the windows could not be made or
 // grown (e.g. during stream capture), on every rank alike; the caller runs its sequential
-// path. fused_moe.cu.
+// path. p->dataBase is null exactly on the clique layout. fused_moe.cu.
 ncclResult_t moeFusedParamsOf(const MoeCall& c, const FusedComm& f, size_t winBytes,
                               moedev::MoeParams* p, bool* ok);
 

@@ -38,6 +38,18 @@ struct MoeCall {
   ncclMoeFfnBuffers_t buf{};
 };
 
+// Offsets of consecutive 256-byte aligned regions of one buffer (the processes layout's
+// windows of the fused kernels): take(bytes) gives the next region's offset; `at` ends as the
+// buffer's size.
+struct MoeCarve {
+  size_t at = 0;
+  size_t take(size_t bytes) {
+    const size_t o = at;
+    at += (bytes + 255) / 256 * 256;
+    return o;
+  }
+};
+
 inline const char* moeApi(const MoeCall& c) {
   return c.ffn ? "ncclMoeDispatchFfnCombine" : "ncclMoeDispatchGemm";
 }
