@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -89,6 +91,18 @@ ncclResult_t commSetup(ncclComm* comm) {
   }
   NCCLCHECK(topoCompute(comm->peerInfo, comm->rank, (int)MK_PARAM_INT(EmulateNodes), &comm->topo));
   topoAffinity(comm->peerInfo[comm->rank].busId, &comm->topo);
+  {
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, comm->cudaDev) != cudaSuccess) {
+      (void)cudaGetLastError();  // an older driver without the attribute: assume no MPS
+      mps = 0;
+    }
+    comm->queueHint =
+        topoQueueHint(comm->topo.ranksInMyProcess, mps != 0, getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
+    static std::atomic<bool> warned{false};
+    if (!comm->queueHint.empty() && !warned.exchange(true))
+      MK_WARN("ncclCommInitRank: %s", comm->queueHint.c_str());
+  }
   NCCLCHECK(peerMemInit(comm));
   NCCLCHECK(netInit(comm));  // no-op unless the comm spans (virtual) nodes
   NCCLCHECK(collInit(comm));

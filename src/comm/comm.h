@@ -45,6 +45,7 @@ struct Topo {
   std::vector<std::vector<int>> nodeRanks;  // [nNodes][localRanks of that node]
   int ranksOnMyDevice = 1;                  // ranks of this comm (any process) on my GPU
   int indexOnMyDevice = 0;                  // my position among them
+  int ranksInMyProcess = 1;                 // ranks of this comm on my GPU in this process
   int numaNode = -1;                        // NUMA node of the GPU (hwloc), -1 unknown
   std::string nics;                         // nearest NICs (hwloc), for logs and net selection
   bool virtualNodes = false;                // MKERNEL_EMULATE_NODES in effect
@@ -63,6 +64,9 @@ struct ncclComm {
   uint64_t commHash = 0;  // identical on every rank of this comm
   mk::Config config;
   mk::Topo topo;
+  // topoQueueHint at init (what to change when this process's rank streams may share hardware
+  // queues; "" when none is known): logged once, and appended to the comm's timeout messages.
+  std::string queueHint;
   std::vector<mk::RankInfo> peerInfo;  // [nRanks]
 
   mk::Bootstrap* bootstrap = nullptr;

@@ -1,5 +1,8 @@
 #include "topo/topo.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -95,13 +98,53 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
   out->localRank = out->rankToLocalRank[rank];
   out->localRanks = (int)out->nodeRanks[out->node].size();
   out->ranksOnMyDevice = 0;
+  out->ranksInMyProcess = 0;
   for (int r = 0; r < n; r++) {
     if (info[r].hostHash == info[rank].hostHash && info[r].busId == info[rank].busId) {
       if (r == rank) out->indexOnMyDevice = out->ranksOnMyDevice;
       out->ranksOnMyDevice++;
+      if (info[r].pidHash == info[rank].pidHash) out->ranksInMyProcess++;
     }
   }
   return ncclSuccess;
+}
+
+std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectionsEnv) {
+  if (ranksInProcess < 2) return "";
+  int queues = kDefaultMaxConnections;
+  bool fromEnv = false;
+  if (maxConnectionsEnv != nullptr && maxConnectionsEnv[0] != '\0') {
+    char* end = nullptr;
+    const long v = strtol(maxConnectionsEnv, &end, 10);
+    if (end != maxConnectionsEnv && *end == '\0' && v > 0) {
+      queues = (int)std::min<long>(v, 1 << 20);
+      fromEnv = true;
+    }
+  }
+  char b[512];
+  if (fromEnv || !mps) {
+    if (queues >= ranksInProcess) return "";
+    snprintf(b, sizeof(b),
+             "%d ranks of this comm are threads of this process on this GPU, but "
+             "CUDA_DEVICE_MAX_CONNECTIONS%s=%d gives its streams %d hardware queue%s: ranks whose "
+             "streams share one can wait for each other until the timeout; set it to at least %d "
+             "before CUDA starts, or run fewer ranks per process",
+             ranksInProcess, fromEnv ? "" : " (unset, CUDA's default)", queues, queues,
+             queues == 1 ? "" : "s", ranksInProcess);
+    return b;
+  }
+  // MPS without the variable: the driver gives the client fewer queues than 8 (the H200, session
+  // 32: 2 ranks of one process ran, 3 waited for each other until the timeout; with
+  // CUDA_DEVICE_MAX_CONNECTIONS=32 both ran).
+  if (ranksInProcess <= kMpsSafeRanks) return "";
+  snprintf(b, sizeof(b),
+           "%d ranks of this comm are threads of this process on this GPU under CUDA MPS, which "
+           "gives a process few hardware queues unless CUDA_DEVICE_MAX_CONNECTIONS is set: ranks "
+           "whose streams share one can wait for each other until the timeout; set "
+           "CUDA_DEVICE_MAX_CONNECTIONS to at least %d before CUDA starts, or run fewer ranks "
+           "per process",
+           ranksInProcess, ranksInProcess);
+  return b;
 }
 
 namespace {

@@ -16,6 +16,17 @@ ncclResult_t topoLocalInfo(ncclComm* comm, RankInfo* info);
 // Pure function: nodes, local ranks and device sharing from every rank's info.
 // emulateNodes > 1 splits the ranks into that many virtual nodes of consecutive ranks.
 ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulateNodes, Topo* out);
+// Ranks of one comm that are threads of one process on one GPU each launch their kernels on
+// their own stream, and those kernels wait for each other. The GPU feeds a process's streams
+// through a few hardware queues in submission order (CUDA_DEVICE_MAX_CONNECTIONS, 8 by
+// default; fewer under CUDA MPS unless the variable is set): when two such ranks' streams share
+// a queue, one rank's kernel can sit behind a peer's kernel that waits for it, and only the
+// device timeout ends the wait. Pure function of the ranks of this process on this GPU
+// (Topo::ranksInMyProcess), whether the device runs under MPS and the variable's value (NULL:
+// unset). Returns what to change, or "" when the queues suffice as far as is known.
+constexpr int kDefaultMaxConnections = 8;
+constexpr int kMpsSafeRanks = 2;  // measured: 2 ranks of one process ran under MPS, 3 did not
+std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectionsEnv);
 // hwloc: the GPU's NUMA node and the NICs nearest to it (best effort; logged at INFO).
 void topoAffinity(int64_t busId, Topo* topo);
 

@@ -297,6 +297,7 @@ ncclResult_t netPollAsyncError(ncclComm* comm) {
     commSetAsyncError(comm, pr, proxyMsg.c_str());
   rt::ErrNames names;
   names.rank = comm->rank;
+  names.hint = comm->queueHint.c_str();
   names.proxyMsg = proxyMsg.c_str();
   ncclResult_t res;
   std::string msg;

@@ -203,6 +203,42 @@ TEST(Topo, VirtualNodesSplitConsecutiveRanks) {
   EXPECT_EQ(t.nNodes, 8);
 }
 
+// Ranks of this comm on my GPU in my process: threads of one process count, other processes on
+// the same GPU and ranks on other GPUs do not.
+TEST(Topo, RanksInMyProcess) {
+  auto info = fakeRanks(1, 6, 2);              // 6 ranks, GPUs 0,1,0,1,0,1
+  for (int r : {0, 2}) info[r].pidHash = 500;  // ranks 0 and 2: one process on GPU 0
+  info[1].pidHash = 500;                       // same process, GPU 1
+  mk::Topo t;
+  ASSERT_EQ(mk::topoCompute(info, 2, 0, &t), ncclSuccess);
+  EXPECT_EQ(t.ranksOnMyDevice, 3);  // ranks 0, 2, 4
+  EXPECT_EQ(t.ranksInMyProcess, 2);
+  ASSERT_EQ(mk::topoCompute(info, 4, 0, &t), ncclSuccess);
+  EXPECT_EQ(t.ranksInMyProcess, 1);
+  ASSERT_EQ(mk::topoCompute(info, 1, 0, &t), ncclSuccess);
+  EXPECT_EQ(t.ranksInMyProcess, 1);
+}
+
+// When a process's rank streams can share a hardware queue: more ranks than
+// CUDA_DEVICE_MAX_CONNECTIONS (8 when unset), or more than 2 under MPS without the variable.
+TEST(Topo, QueueHint) {
+  auto hint = [](int n, bool mps, const char* env) { return mk::topoQueueHint(n, mps, env); };
+  EXPECT_EQ(hint(1, true, "1"), "");
+  EXPECT_EQ(hint(8, false, nullptr), "");
+  EXPECT_NE(hint(9, false, nullptr).find("at least 9"), std::string::npos)
+      << hint(9, false, nullptr);
+  EXPECT_NE(hint(2, false, "1").find("CUDA_DEVICE_MAX_CONNECTIONS=1 gives"), std::string::npos)
+      << hint(2, false, "1");
+  EXPECT_EQ(hint(3, false, "4"), "");
+  EXPECT_EQ(hint(2, true, nullptr), "");
+  EXPECT_NE(hint(3, true, nullptr).find("MPS"), std::string::npos) << hint(3, true, nullptr);
+  EXPECT_EQ(hint(3, true, "32"), "");
+  EXPECT_NE(hint(3, true, "2").find("at least 3"), std::string::npos) << hint(3, true, "2");
+  EXPECT_EQ(hint(3, false, "abc"), "");                          // not a number: unset
+  EXPECT_NE(hint(3, true, "0").find("MPS"), std::string::npos);  // not positive: unset
+  EXPECT_NE(hint(9, false, "").find("at least 9"), std::string::npos);
+}
+
 TEST(Topo, HashesAreStable) {
   EXPECT_EQ(mk::hostHash(), mk::hostHash());
   EXPECT_EQ(mk::pidHash(), mk::pidHash());

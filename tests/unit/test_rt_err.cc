@@ -66,6 +66,29 @@ TEST(RtErr, NetRecords) {
   EXPECT_TRUE(has(m, "dst_offset 1000 + 99 bytes")) << m;
 }
 
+// A comm whose rank streams may share hardware queues (ncclComm::queueHint) says so in the
+// timeouts that blame a peer, and only there: a stalled proxy keeps its own blame.
+TEST(RtErr, QueueHintFollowsPeerTimeouts) {
+  std::string m;
+  rt::ErrRecord e{};
+  e.valid = 1;
+  e.kind = rt::kErrTimeout;
+  e.peer = 2;
+  e.op = rt::kOpWaitSignal;
+  e.wait = rt::kWaitData;
+  rt::ErrNames n;
+  n.rank = 0;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "rank 2 did not join the operation or failed (MKERNEL_TIMEOUT_MS")) << m;
+  n.hint = "3 ranks share queues";
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_TRUE(has(m, "did not join the operation or failed (3 ranks share queues)")) << m;
+  EXPECT_TRUE(has(m, "MKERNEL_TIMEOUT_MS")) << m;  // the long hint does not cut the message
+  e.wait = rt::kWaitRing;
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_FALSE(has(m, "share queues")) << m;
+}
+
 // Collective records name peers by local index: the poller maps them to comm ranks.
 TEST(RtErr, CollectiveRecordsNameTheCommRank) {
   std::string m;

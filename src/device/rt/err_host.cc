@@ -160,7 +160,7 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
   const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : std::string("the peer");
   const int64_t tms = n.timeoutMs >= 0 ? n.timeoutMs : (int64_t)MK_PARAM_INT(TimeoutMs);
   const std::string what = awaited(e, who);
-  char m[768];
+  char m[1536];  // room for a queue hint (ncclComm::queueHint) after the timeout text
   ncclResult_t res = ncclSystemError;
   switch (e.kind) {
     case kErrTimeout: {
@@ -170,6 +170,8 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
         blame = "the proxy or the connection to " + who + " is stalled";
       else if (e.wait == kWaitFlag && e.peer < 0)
         blame = "a role of this rank stopped before publishing it";
+      else if (n.hint != nullptr && n.hint[0] != '\0')
+        blame += " (" + std::string(n.hint) + ")";
       snprintf(m, sizeof(m),
                "rank %d: %s timed out after %.3f s waiting for %s (%s %d, slot %d, value %llu, "
                "after %llu operations on this comm); %s (MKERNEL_TIMEOUT_MS=%lld)",

@@ -33,6 +33,7 @@ struct ErrNames {
   int nLocal = 0;
   const char* proxyMsg = "";  // the proxy's own error, when it stopped
   int64_t timeoutMs = -1;     // quoted in timeout messages; -1: MKERNEL_TIMEOUT_MS
+  const char* hint = "";      // appended to timeouts that blame a peer (ncclComm::queueHint)
 };
 // The result code and message of a record.
 ncclResult_t describe(const ErrRecord& e, const ErrNames& names, std::string* msg);
