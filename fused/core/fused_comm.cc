@@ -1,5 +1,6 @@
 #include "fused/core/fused_comm.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -38,6 +39,12 @@ ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out) {
 int32_t seqGemmBudget(const FusedComm& f) {
   const int64_t v = MK_PARAM_INT(SeqGemmSms);
   return v < 0 ? f.smBudget : (int32_t)v;
+}
+
+int32_t fusedGpuShare(const ncclComm* comm) {
+  const int own = std::max(1, comm->topo.ranksOnMyDevice);
+  const int most = std::max(own, commMostRanksOnDevice(comm->peerInfo[comm->rank].busId));
+  return std::max(1, comm->smCount / most);
 }
 
 ncclResult_t fusedEnqueue(ncclComm* comm, cudaStream_t stream, const char* api,

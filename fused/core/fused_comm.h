@@ -58,6 +58,16 @@ MK_HD inline uint64_t* fusedCallCounter(const FusedComm& f) {
 // GEMMs nearly one after the other, each with the whole L2, as cuBLAS's do.
 int32_t seqGemmBudget(const FusedComm& f);
 
+// SMs of this rank's share of its GPU for the grid of a fused kernel whose ranks wait for each
+// other: smCount / the most ranks that any live comm of this process put on this GPU (at least
+// this comm's own). A comm split from a larger one (PyTorch subgroups) runs beside its siblings:
+// sized for its own ranks alone, the siblings' kernels together can ask for more SMs than the
+// GPU has, and a rank whose kernel cannot become resident leaves its peers waiting until the
+// timeout (session 31: the MoE layer on subgroup pairs). The count is this process's (its comm
+// registry): use it for what stays private to the rank, its grid, never for a verdict every rank
+// must share (ranks in other processes may count otherwise).
+int32_t fusedGpuShare(const ncclComm* comm);
+
 // The view of `comm` for operator `op` (an rt::ErrOp of a fused operator). Needs a comm
 // that finished its init; ncclInvalidArgument otherwise.
 ncclResult_t fusedCommView(ncclComm* comm, int32_t op, FusedComm* out);

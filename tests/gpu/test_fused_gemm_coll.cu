@@ -13,7 +13,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/test_util.h"
@@ -192,6 +194,55 @@ TEST(FusedGemmCollHelpers, FirstCallOnFreshCliques) {
           << name(c) << " helpers " << helpers << " round " << round;
     }
   }
+}
+
+// A 4-rank clique split into two pairs (as PyTorch subgroups are) whose fused calls run at the
+// same time: each pair's grid counts the 4 ranks the live parent comm put on this GPU
+// (fusedGpuShare), not its own 2 (sized for 2, the pairs' kernels together ask for the GPU
+// twice over, and a rank whose kernel cannot become resident leaves its peer waiting until the
+// timeout). Every output checked; the budget is this process's latest fused call's.
+TEST(FusedGemmCollSplit, SiblingPairsCountTheParentsRanks) {
+  MKTEST_REQUIRE_GPU();
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
+  colltest::Clique& q = colltest::clique(4);
+  ASSERT_TRUE(q.ok) << q.why;
+  std::vector<ncclComm_t> kids(4, nullptr);
+  std::vector<ncclResult_t> res(4, ncclSuccess);
+  auto eachRank = [&](const std::function<ncclResult_t(int)>& fn) {
+    std::vector<std::thread> th;
+    for (int r = 0; r < 4; ++r)
+      th.emplace_back([&, r] {
+        cudaSetDevice(0);
+        res[r] = fn(r);
+      });
+    for (auto& t : th) t.join();
+  };
+  eachRank([&](int r) { return ncclCommSplit(q.comms[r], r / 2, r % 2, &kids[r], nullptr); });
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(res[r], ncclSuccess) << "split, rank " << r;
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::string err;
+  for (int op = 0; op < 3 && err.empty(); ++op) {
+    const Case c{op, 2, 1024, 1024, 512, 0, ncclBfloat16, ncclBfloat16, op == 0, ncclFusedFused};
+    fusedtest::Problem a(c), b(c);
+    const uint64_t before = mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique);
+    err = a.fill(31 + op);
+    if (err.empty()) err = b.fill(57 + op);
+    // Both pairs issued before either is awaited: pair A's two calls, then pair B's.
+    for (int r = 0; r < 4 && err.empty(); ++r)
+      err = fusedtest::callError(r, kids[r], (r < 2 ? a : b).call(r % 2, kids[r], q.streams[r]));
+    if (err.empty()) err = fusedtest::waitRanks(kids, q.streams, 60);
+    for (int r = 0; r < 4 && err.empty(); ++r) err = (r < 2 ? a : b).check(r % 2);
+    if (err.empty()) err = a.identical();
+    if (err.empty()) err = b.identical();
+    EXPECT_EQ(err, "") << name(c);
+    EXPECT_EQ(mk::fused::gemmCollFusedLaunches(mk::fused::kGcLayoutClique) - before, 4u)
+        << name(c) << ": every call must be the fused kernel";
+    EXPECT_LE(mk::fused::gemmCollLastBudget(), sms / 4)
+        << name(c) << ": a pair's grid must count the parent comm's 4 ranks on the GPU";
+  }
+  eachRank([&](int r) { return kids[r] ? ncclCommDestroy(kids[r]) : ncclSuccess; });
+  if (!err.empty()) colltest::dropClique(4);  // a failed call may have left kernels waiting
 }
 
 // Bad input is refused before any CUDA call, with a message, and the comm stays usable.

@@ -14,6 +14,7 @@
 #include "base/debug.h"
 #include "base/param.h"
 #include "topo/topo.h"
+#include "fused/core/fused_comm.h"
 
 namespace {
 
@@ -183,6 +184,33 @@ TEST(Comm, MostRanksOnDeviceOfLiveComms) {
   for (ncclComm* c : {&pairB, &elsewhere, &starting}) mk::commUnregister(c);
   EXPECT_EQ(mk::commMostRanksOnDevice(bus), 0);
   EXPECT_EQ(mk::commMostRanksOnDevice(other), 0);
+}
+
+// A fused kernel's share of the GPU (fusedGpuShare) counts the live sibling comms of this
+// process: a pair split from a 4-rank comm gets a quarter of the SMs while the parent lives, a
+// half once it is gone; never below one SM. Leaves nothing registered.
+TEST(Comm, FusedGpuShareCountsLiveSiblings) {
+  const int64_t bus = 0x7e57000003;
+  ncclComm world, pair;
+  for (auto* c : {&world, &pair}) {
+    c->rank = 0;
+    c->peerInfo.resize(1);
+    c->peerInfo[0].busId = bus;
+    c->smCount = 132;
+    c->state.store(mk::CommState::kReady);
+  }
+  world.topo.ranksOnMyDevice = 4;
+  pair.topo.ranksOnMyDevice = 2;
+  EXPECT_EQ(mk::fused::fusedGpuShare(&pair), 66);  // neither registered: its own ranks
+  mk::commRegister(&world);
+  mk::commRegister(&pair);
+  EXPECT_EQ(mk::fused::fusedGpuShare(&pair), 33);
+  EXPECT_EQ(mk::fused::fusedGpuShare(&world), 33);
+  mk::commUnregister(&world);
+  EXPECT_EQ(mk::fused::fusedGpuShare(&pair), 66);
+  pair.smCount = 1;
+  EXPECT_EQ(mk::fused::fusedGpuShare(&pair), 1);
+  mk::commUnregister(&pair);
 }
 
 TEST(Topo, VirtualNodesSplitConsecutiveRanks) {

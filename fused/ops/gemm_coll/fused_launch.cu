@@ -148,6 +148,7 @@ uint64_t* traceBegin(int grid, bool capturing) {
 
 // Fused kernels launched (or captured) per layout: gemmCollFusedLaunches.
 std::atomic<uint64_t> gLaunches[3];
+std::atomic<int> gLastBudget{0};
 
 // The xnode layout's plan for this call (a pure function of values every rank shares: the
 // comm's agreed window size, n, the shape, the parameters init compares), or !ok.
@@ -192,6 +193,10 @@ int64_t gcTailTiles(const GemmCollCall& c, int n, const SmSplit& split, int64_t 
 }
 
 }  // namespace
+
+int gemmCollLastBudget() {
+  return gLastBudget.load();
+}
 
 uint64_t gemmCollFusedLaunches(int layout) {
   return layout >= 0 && layout < 3 ? gLaunches[layout].load() : 0;
@@ -260,8 +265,15 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // Every rank's kernel on this GPU must be resident at once (compute CTAs spin on rows that
   // the comm CTAs of this and other ranks bring): never more than the GPU's share of this
   // rank, whatever MKERNEL_MAX_CTAS or ncclConfig.maxCTAs say (as ncclRingAttention does).
+  // In one node the share also counts the sibling comms of this process (fusedGpuShare): the
+  // split is the rank's own (each rank reduces or gathers its own tiles with its comm CTAs),
+  // and no verdict below depends on it except the clique's MKERNEL_FUSED_AUTO=1 model, whose
+  // ranks all read this process's registry. Across nodes the verdict (xnodeAuto) reads the
+  // budget, so it stays with the comm's own ranks, which every rank counts alike.
   const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
-  const int budget = std::min(f.smBudget, std::max(2, comm->smCount / onDevice));
+  const int share = xnode ? comm->smCount / onDevice : fusedGpuShare(comm);
+  const int budget = std::min(f.smBudget, std::max(2, share));
+  gLastBudget.store(budget);
   // Too small a budget for the xnode roles and a compute CTA: ncclFusedFused refuses the call
   // (below), auto keeps the sequential path (every rank alike when their budgets agree, as
   // the xnode layout requires anyway).

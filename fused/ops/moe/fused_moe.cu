@@ -70,13 +70,12 @@ int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
     return 0;
   }
   // The grid also counts the ranks of every live comm of this process on the GPU
-  // (commMostRanksOnDevice), at least 2 CTAs: with a 4-process comm split into pairs, each
-  // pair's kernels sized for 2 ranks took the whole GPU (4 x 66 CTAs on 132 SMs), and the
-  // PyTorch MoE test's subgroup pairs failed once auto ran the fused layer on processes
-  // (session 31, most likely a rank waiting for a peer whose kernel could not start). Only the
-  // grid is private to the rank; the peers do not depend on it.
-  const int most = commMostRanksOnDevice(c.comm->peerInfo[c.comm->rank].busId);
-  return most > onDevice ? std::max(2, std::min(share, c.comm->smCount / most)) : share;
+  // (fusedGpuShare), at least 2 CTAs: with a 4-process comm split into pairs, each pair's
+  // kernels sized for 2 ranks took the whole GPU (4 x 66 CTAs on 132 SMs), and the PyTorch MoE
+  // test's subgroup pairs failed once auto ran the fused layer on processes (session 31, most
+  // likely a rank waiting for a peer whose kernel could not start). Only the grid is private to
+  // the rank; the peers do not depend on it.
+  return std::max(2, std::min(share, (int)fusedGpuShare(c.comm)));
 }
 
 uint64_t moeFusedLaunches() {

@@ -119,9 +119,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // its peers'): never more than the GPU's share of this rank, whatever budget overrides
   // (maxCTAs, MKERNEL_MAX_CTAS) say.
   // The GPU's share of this rank: every rank's kernel in the clique shares this GPU; in the
-  // processes layout only the ranks on this GPU do.
-  // xnode: ranks on this GPU only, as for processes.
-  const int32_t share = !procs && !xnode ? comm->smCount / n : gpuShare(comm);
+  // processes layout only the ranks on this GPU do. In one node the share also counts the
+  // sibling comms of this process (fusedGpuShare; the comm role's units are the rank's own).
+  // xnode: ranks on this GPU only, as ringAttnEligible's verdict counts them.
+  const int32_t share = xnode ? gpuShare(comm) : fusedGpuShare(comm);
   const int32_t budget = std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
