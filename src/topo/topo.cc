@@ -133,13 +133,14 @@ std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectio
              queues == 1 ? "" : "s", ranksInProcess);
     return b;
   }
-  // MPS without the variable: the driver gives the client fewer queues than 8 (the H200, session
-  // 32: 2 ranks of one process ran, 3 waited for each other until the timeout; with
-  // CUDA_DEVICE_MAX_CONNECTIONS=32 both ran).
-  if (ranksInProcess <= kMpsSafeRanks) return "";
+  // MPS without the variable: the client's share of the server's pool is the driver's choice,
+  // fewer queues than 8 (the H200, session 32: 3 ranks of one process waited for each other
+  // until the timeout where 2 happened to run, and both ran with CUDA_DEVICE_MAX_CONNECTIONS=32).
+  // Which streams share a queue depends on the order the process created them in, so any 2
+  // ranks can meet: warn from 2 on.
   snprintf(b, sizeof(b),
            "%d ranks of this comm are threads of this process on this GPU under CUDA MPS, which "
-           "gives a process few hardware queues unless CUDA_DEVICE_MAX_CONNECTIONS is set: ranks "
+           "gives a process fewer hardware queues unless CUDA_DEVICE_MAX_CONNECTIONS is set: ranks "
            "whose streams share one can wait for each other until the timeout; set "
            "CUDA_DEVICE_MAX_CONNECTIONS to at least %d before CUDA starts, or run fewer ranks "
            "per process",

@@ -25,7 +25,6 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
 // (Topo::ranksInMyProcess), whether the device runs under MPS and the variable's value (NULL:
 // unset). Returns what to change, or "" when the queues suffice as far as is known.
 constexpr int kDefaultMaxConnections = 8;
-constexpr int kMpsSafeRanks = 2;  // measured: 2 ranks of one process ran under MPS, 3 did not
 std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectionsEnv);
 // hwloc: the GPU's NUMA node and the NICs nearest to it (best effort; logged at INFO).
 void topoAffinity(int64_t busId, Topo* topo);

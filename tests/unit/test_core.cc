@@ -248,7 +248,7 @@ TEST(Topo, RanksInMyProcess) {
 }
 
 // When a process's rank streams can share a hardware queue: more ranks than
-// CUDA_DEVICE_MAX_CONNECTIONS (8 when unset), or more than 2 under MPS without the variable.
+// CUDA_DEVICE_MAX_CONNECTIONS (8 when unset), or 2 and more under MPS without the variable.
 TEST(Topo, QueueHint) {
   auto hint = [](int n, bool mps, const char* env) { return mk::topoQueueHint(n, mps, env); };
   EXPECT_EQ(hint(1, true, "1"), "");
@@ -258,7 +258,8 @@ TEST(Topo, QueueHint) {
   EXPECT_NE(hint(2, false, "1").find("CUDA_DEVICE_MAX_CONNECTIONS=1 gives"), std::string::npos)
       << hint(2, false, "1");
   EXPECT_EQ(hint(3, false, "4"), "");
-  EXPECT_EQ(hint(2, true, nullptr), "");
+  EXPECT_NE(hint(2, true, nullptr).find("at least 2"), std::string::npos) << hint(2, true, nullptr);
+  EXPECT_EQ(hint(2, true, "2"), "");
   EXPECT_NE(hint(3, true, nullptr).find("MPS"), std::string::npos) << hint(3, true, nullptr);
   EXPECT_EQ(hint(3, true, "32"), "");
   EXPECT_NE(hint(3, true, "2").find("at least 3"), std::string::npos) << hint(3, true, "2");
