@@ -13,6 +13,7 @@
 #       MKERNEL_FUSED_DEBUG=0                   # env assignments after the arguments
 #   gc_moe_bench /tmp/b ffn4 450 90 --ffn --ranks 4 --warmup 1 --shapes 7168:2048:256:8:4096
 #   gc_run grouped 530 80 30 0 "^\|" python3 bench/grouped_bench.py --build /tmp/b
+#   gc_mps_start; ...; gc_mps_stop              # CUDA MPS for the processes layouts only
 #   gc_tar
 #
 # Times are seconds since gc_init. Nothing here waits without a bound (timeout on every step).
@@ -29,6 +30,17 @@ gc_init() {  # NAME
 gc_el() { echo $(($(date +%s) - GC_T0)); }
 
 gc_tar() { tar -czf "$OUT/$GC_NAME.tgz" -C "$OUT" "$GC_NAME"; }
+
+# CUDA MPS for steps whose ranks are processes. Never around steps with several ranks in one
+# process: under MPS a process's streams get fewer hardware queues and such ranks can wait for
+# each other until the timeout (session 32, README "Logging and errors").
+gc_mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  timeout 30 nvidia-cuda-mps-control -d && echo "MPS started"
+}
+
+gc_mps_stop() { echo quit | timeout 30 nvidia-cuda-mps-control; }
 
 # Seconds left before `until` (seconds since gc_init), at most `cap`; prints 0 when none.
 gc_left() {  # UNTIL CAP

@@ -44,6 +44,12 @@ for s in "${stages[@]}"; do
     unit)
       run_stage unit bash -c "cd '$build' && ctest -L 'unit|mp' -j8 --timeout 600 --output-on-failure" ;;
     gpu)
+      # Not under MPS: there a process's streams get fewer hardware queues, and the suites'
+      # comms of several ranks in one process can wait for each other until the timeout
+      # (session 32; README "Logging and errors"). The procs stage starts MPS for itself.
+      if echo get_server_list | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1; then
+        note gpu-mps "CUDA MPS is running: several-ranks-per-process tests may time out"
+      fi
       run_stage gpu "$build/tests/mk_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" ;;
     hier)
       # Inter-node paths through virtual nodes (MKERNEL_EMULATE_NODES is set by the tests).

@@ -17,19 +17,25 @@ bool has(const std::string& m, const char* s) {
   return m.find(s) != std::string::npos;
 }
 
+// A published timeout record of operation `op` waiting for `peer`.
+rt::ErrRecord timeoutRecord(int32_t op, int32_t peer, int32_t wait) {
+  rt::ErrRecord e{};
+  e.valid = 1;
+  e.kind = rt::kErrTimeout;
+  e.op = op;
+  e.peer = peer;
+  e.wait = wait;
+  return e;
+}
+
 }  // namespace
 
 TEST(RtErr, NetRecords) {
   std::string m;
-  rt::ErrRecord e{};
-  e.valid = 1;
-  e.kind = rt::kErrTimeout;
+  rt::ErrRecord e = timeoutRecord(rt::kOpWaitSignal, 5, rt::kWaitSignal);
   e.rank = 1;
-  e.peer = 5;
-  e.op = rt::kOpWaitSignal;
   e.lane = 2;
   e.slot = 7;
-  e.wait = rt::kWaitSignal;
   e.seq = 42;
   e.waitedNs = 1500000000ull;
   rt::ErrNames n;
@@ -70,20 +76,17 @@ TEST(RtErr, NetRecords) {
 // timeouts that blame a peer, and only there: a stalled proxy keeps its own blame.
 TEST(RtErr, QueueHintFollowsPeerTimeouts) {
   std::string m;
-  rt::ErrRecord e{};
-  e.valid = 1;
-  e.kind = rt::kErrTimeout;
-  e.peer = 2;
-  e.op = rt::kOpWaitSignal;
-  e.wait = rt::kWaitData;
+  rt::ErrRecord e = timeoutRecord(rt::kOpWaitSignal, 2, rt::kWaitData);
   rt::ErrNames n;
   n.rank = 0;
   EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
   EXPECT_TRUE(has(m, "rank 2 did not join the operation or failed (MKERNEL_TIMEOUT_MS")) << m;
-  n.hint = "3 ranks share queues";
+  // As long as topoQueueHint's longest (about 380 characters): the message keeps its end.
+  const std::string hint = "3 ranks share queues" + std::string(400, '.');
+  n.hint = hint.c_str();
   EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
-  EXPECT_TRUE(has(m, "did not join the operation or failed (3 ranks share queues)")) << m;
-  EXPECT_TRUE(has(m, "MKERNEL_TIMEOUT_MS")) << m;  // the long hint does not cut the message
+  EXPECT_TRUE(has(m, "did not join the operation or failed (3 ranks share queues")) << m;
+  EXPECT_TRUE(has(m, "....) (MKERNEL_TIMEOUT_MS=")) << m;
   e.wait = rt::kWaitRing;
   EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
   EXPECT_FALSE(has(m, "share queues")) << m;
