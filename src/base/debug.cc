@@ -156,11 +156,12 @@ int64_t monotonicMs() {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void emit(int level, uint64_t subsys, const char* file, int line, const char* msg) {
+void emit(int level, uint64_t subsys, const char* file, int line, const char* msg,
+          bool record = true) {
   LogState& s = state();
   int cur = logLevel();
   std::lock_guard<std::mutex> g(s.mu);
-  if (level == kLogWarn) s.lastError = msg;  // recorded whether or not it is printed
+  if (level == kLogWarn && record) s.lastError = msg;  // recorded whether or not it is printed
   if (cur < level) return;
   if (level > kLogWarn && (s.mask & subsys) == 0) return;
   const char* name = level == kLogWarn ? "WARN" : level == kLogTrace ? "TRACE" : "INFO";
@@ -187,6 +188,15 @@ void logMessage(int level, uint64_t subsys, const char* file, int line, const ch
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   emit(level, subsys, file, line, msg);
+}
+
+void logAdvisory(const char* file, int line, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  emit(kLogWarn, kAllSubsys, file, line, msg, false);
 }
 
 void logMessageLimited(LogRateLimit* rl, int64_t intervalMs, int level, uint64_t subsys,

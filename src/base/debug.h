@@ -41,6 +41,10 @@ int logLevel();
 bool logEnabled(int level, uint64_t subsys);
 void logMessage(int level, uint64_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
+// A warning that is no error of the call that logs it (a risk noticed at init): printed at WARN
+// level like MK_WARN, but ncclGetLastError keeps returning the last real error.
+void logAdvisory(const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 // Re-reads NCCL_DEBUG* (ncclResetDebugInit, tests).
 void logReset();
 // The device printed in "[dev]" for log lines of this thread (-1: unknown).
@@ -67,6 +71,7 @@ void logMessageLimited(LogRateLimit* rl, int64_t intervalMs, int level, uint64_t
 
 #define MK_WARN(...) \
   ::mk::logMessage(::mk::kLogWarn, ::mk::kAllSubsys, __FILE__, __LINE__, __VA_ARGS__)
+#define MK_WARN_ADVISORY(...) ::mk::logAdvisory(__FILE__, __LINE__, __VA_ARGS__)
 #define MK_INFO(subsys, ...)                                                       \
   do {                                                                             \
     if (::mk::logEnabled(::mk::kLogInfo, (subsys)))                                \

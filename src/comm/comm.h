@@ -67,6 +67,7 @@ struct ncclComm {
   // topoQueueHint at init (what to change when this process's rank streams may share hardware
   // queues; "" when none is known): logged once, and appended to the comm's timeout messages.
   std::string queueHint;
+  std::vector<uint8_t> queuePeers;     // [nRanks] 1: a thread of this process on this GPU
   std::vector<mk::RankInfo> peerInfo;  // [nRanks]
 
   mk::Bootstrap* bootstrap = nullptr;

@@ -1,9 +1,8 @@
 #include "topo/topo.h"
 
 #include <algorithm>
-#include <cstdlib>
-
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 #include <cstdio>
@@ -117,34 +116,38 @@ std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectio
     char* end = nullptr;
     const long v = strtol(maxConnectionsEnv, &end, 10);
     if (end != maxConnectionsEnv && *end == '\0' && v > 0) {
-      queues = (int)std::min<long>(v, 1 << 20);
+      queues = (int)std::min<long>(v, kMaxConnections);
       fromEnv = true;
     }
   }
-  char b[512];
-  if (fromEnv || !mps) {
-    if (queues >= ranksInProcess) return "";
-    snprintf(b, sizeof(b),
-             "%d ranks of this comm are threads of this process on this GPU, but "
-             "CUDA_DEVICE_MAX_CONNECTIONS%s=%d gives its streams %d hardware queue%s: ranks whose "
-             "streams share one can wait for each other until the timeout; set it to at least %d "
-             "before CUDA starts, or run fewer ranks per process",
-             ranksInProcess, fromEnv ? "" : " (unset, CUDA's default)", queues, queues,
-             queues == 1 ? "" : "s", ranksInProcess);
-    return b;
-  }
   // MPS without the variable: the client's share of the server's pool is the driver's choice,
-  // fewer queues than 8 (the H200, session 32: 3 ranks of one process waited for each other
-  // until the timeout where 2 happened to run, and both ran with CUDA_DEVICE_MAX_CONNECTIONS=32).
-  // Which streams share a queue depends on the order the process created them in, so any 2
-  // ranks can meet: warn from 2 on.
+  // and fewer than 8 (the H200, session 32: 3 ranks of one process waited for each other until
+  // the timeout where 2 happened to run, and both ran with the variable at 32). How streams map
+  // to queues was not measured; 2 ranks are not known to be safe, so warn from 2 on.
+  const bool mpsUnset = mps && !fromEnv;
+  if (!mpsUnset && queues >= ranksInProcess) return "";
+  char why[160], fix[160];
+  if (mpsUnset)
+    snprintf(why, sizeof(why),
+             "under CUDA MPS, which gives a process fewer hardware queues unless "
+             "CUDA_DEVICE_MAX_CONNECTIONS is set");
+  else
+    snprintf(why, sizeof(why),
+             "but CUDA_DEVICE_MAX_CONNECTIONS%s gives its streams %d hardware queue%s",
+             fromEnv ? "" : " (unset: CUDA's default)", queues, queues == 1 ? "" : "s");
+  if (ranksInProcess <= kMaxConnections)
+    snprintf(fix, sizeof(fix),
+             "set CUDA_DEVICE_MAX_CONNECTIONS to at least %d before CUDA starts, or run fewer "
+             "ranks per process",
+             ranksInProcess);
+  else
+    snprintf(fix, sizeof(fix), "run at most %d ranks per process (CUDA's most queues)",
+             kMaxConnections);
+  char b[512];
   snprintf(b, sizeof(b),
-           "%d ranks of this comm are threads of this process on this GPU under CUDA MPS, which "
-           "gives a process fewer hardware queues unless CUDA_DEVICE_MAX_CONNECTIONS is set: ranks "
-           "whose streams share one can wait for each other until the timeout; set "
-           "CUDA_DEVICE_MAX_CONNECTIONS to at least %d before CUDA starts, or run fewer ranks "
-           "per process",
-           ranksInProcess, ranksInProcess);
+           "%d ranks of this comm are threads of this process on this GPU, %s: ranks whose streams "
+           "share one can wait for each other until the timeout; %s",
+           ranksInProcess, why, fix);
   return b;
 }
 

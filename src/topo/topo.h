@@ -19,12 +19,16 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
 // Ranks of one comm that are threads of one process on one GPU each launch their kernels on
 // their own stream, and those kernels wait for each other. The GPU feeds a process's streams
 // through a few hardware queues in submission order (CUDA_DEVICE_MAX_CONNECTIONS, 8 by
-// default; fewer under CUDA MPS unless the variable is set): when two such ranks' streams share
-// a queue, one rank's kernel can sit behind a peer's kernel that waits for it, and only the
-// device timeout ends the wait. Pure function of the ranks of this process on this GPU
-// (Topo::ranksInMyProcess), whether the device runs under MPS and the variable's value (NULL:
-// unset). Returns what to change, or "" when the queues suffice as far as is known.
+// default, at most 32): when two such ranks' streams share a queue, one rank's kernel can sit
+// behind a peer's kernel that waits for it, and only the device timeout ends the wait. With
+// more such ranks than queues two must share; under CUDA MPS without the variable, comms of 3
+// ranks of one process hung on the H200 where the variable at 32 let them run (session 32), so
+// MPS gives a process fewer queues (how many was not measured). Pure function of the ranks of
+// this process on this GPU (Topo::ranksInMyProcess), whether the device runs under MPS and the
+// variable's value (NULL: unset). Returns what to change, or "" when nothing is known to fail:
+// without MPS the suites run up to 8 ranks in one process and pass.
 constexpr int kDefaultMaxConnections = 8;
+constexpr int kMaxConnections = 32;  // CUDA's cap on the variable
 std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectionsEnv);
 // hwloc: the GPU's NUMA node and the NICs nearest to it (best effort; logged at INFO).
 void topoAffinity(int64_t busId, Topo* topo);

@@ -206,9 +206,8 @@ TEST(FusedGemmCollSplit, SiblingPairsCountTheParentsRanks) {
   mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");
   colltest::Clique& q = colltest::clique(4);
   ASSERT_TRUE(q.ok) << q.why;
-  std::vector<ncclComm_t> kids(4, nullptr);
   std::vector<ncclResult_t> res(4, ncclSuccess);
-  auto eachRank = [&](const std::function<ncclResult_t(int)>& fn) {
+  auto eachRank = [&res](const std::function<ncclResult_t(int)>& fn) {
     std::vector<std::thread> th;
     for (int r = 0; r < 4; ++r)
       th.emplace_back([&, r] {
@@ -217,6 +216,21 @@ TEST(FusedGemmCollSplit, SiblingPairsCountTheParentsRanks) {
       });
     for (auto& t : th) t.join();
   };
+  // Destroyed on every exit (a failed ASSERT too): a live pair would count in later tests'
+  // shares of the GPU.
+  struct Kids {
+    std::vector<ncclComm_t> v = std::vector<ncclComm_t>(4, nullptr);
+    std::function<void(const std::function<ncclResult_t(int)>&)> each;
+    void destroy() {
+      each([this](int r) {
+        const ncclResult_t d = v[r] ? ncclCommDestroy(v[r]) : ncclSuccess;
+        v[r] = nullptr;
+        return d;
+      });
+    }
+    ~Kids() { destroy(); }
+  } kidsGuard{std::vector<ncclComm_t>(4, nullptr), eachRank};
+  std::vector<ncclComm_t>& kids = kidsGuard.v;
   eachRank([&](int r) { return ncclCommSplit(q.comms[r], r / 2, r % 2, &kids[r], nullptr); });
   for (int r = 0; r < 4; ++r) ASSERT_EQ(res[r], ncclSuccess) << "split, rank " << r;
   int sms = 0;
@@ -241,7 +255,7 @@ TEST(FusedGemmCollSplit, SiblingPairsCountTheParentsRanks) {
     EXPECT_LE(mk::fused::gemmCollLastBudget(), sms / 4)
         << name(c) << ": a pair's grid must count the parent comm's 4 ranks on the GPU";
   }
-  eachRank([&](int r) { return kids[r] ? ncclCommDestroy(kids[r]) : ncclSuccess; });
+  kidsGuard.destroy();                        // before their parent comms may go
   if (!err.empty()) colltest::dropClique(4);  // a failed call may have left kernels waiting
 }
 

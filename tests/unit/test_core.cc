@@ -103,6 +103,7 @@ TEST(Logging, DebugFileSubsysAndFormat) {
   MK_INFO(mk::kInit, "hello %d", 42);
   MK_INFO(mk::kColl, "filtered out");
   MK_WARN("a warning");
+  MK_WARN_ADVISORY("an advisory %d", 7);  // printed, but not the last error
   mk::logSetThreadDevice(-1);
   unsetenv("NCCL_DEBUG");
   unsetenv("NCCL_DEBUG_SUBSYS");
@@ -122,6 +123,8 @@ TEST(Logging, DebugFileSubsysAndFormat) {
   EXPECT_NE(text.find("[3] mkernel INFO hello 42"), std::string::npos) << text;
   EXPECT_EQ(text.find("filtered out"), std::string::npos) << text;
   EXPECT_NE(text.find("mkernel WARN"), std::string::npos) << text;
+  EXPECT_NE(text.find("WARN test_core.cc:"), std::string::npos) << text;
+  EXPECT_NE(text.find("an advisory 7"), std::string::npos) << text;
   EXPECT_STREQ(mk::lastError(), "a warning");
   remove(path.c_str());
   rmdir(tmpl);
@@ -248,24 +251,33 @@ TEST(Topo, RanksInMyProcess) {
 }
 
 // When a process's rank streams can share a hardware queue: more ranks than
-// CUDA_DEVICE_MAX_CONNECTIONS (8 when unset), or 2 and more under MPS without the variable.
+// CUDA_DEVICE_MAX_CONNECTIONS (8 when unset, at most 32), or 2 and more under MPS without the
+// variable; the fix named fits the count.
 TEST(Topo, QueueHint) {
   auto hint = [](int n, bool mps, const char* env) { return mk::topoQueueHint(n, mps, env); };
+  auto has = [](const std::string& m, const char* s) { return m.find(s) != std::string::npos; };
   EXPECT_EQ(hint(1, true, "1"), "");
   EXPECT_EQ(hint(8, false, nullptr), "");
-  EXPECT_NE(hint(9, false, nullptr).find("at least 9"), std::string::npos)
+  EXPECT_TRUE(has(hint(9, false, nullptr), "(unset: CUDA's default) gives its streams 8"))
       << hint(9, false, nullptr);
-  EXPECT_NE(hint(2, false, "1").find("CUDA_DEVICE_MAX_CONNECTIONS=1 gives"), std::string::npos)
+  EXPECT_TRUE(has(hint(9, false, nullptr), "at least 9 before")) << hint(9, false, nullptr);
+  EXPECT_TRUE(
+      has(hint(2, false, "1"), "CUDA_DEVICE_MAX_CONNECTIONS gives its streams 1 hardware queue:"))
       << hint(2, false, "1");
   EXPECT_EQ(hint(3, false, "4"), "");
-  EXPECT_NE(hint(2, true, nullptr).find("at least 2"), std::string::npos) << hint(2, true, nullptr);
+  EXPECT_TRUE(has(hint(2, true, nullptr), "under CUDA MPS")) << hint(2, true, nullptr);
+  EXPECT_TRUE(has(hint(2, true, nullptr), "at least 2 before")) << hint(2, true, nullptr);
   EXPECT_EQ(hint(2, true, "2"), "");
-  EXPECT_NE(hint(3, true, nullptr).find("MPS"), std::string::npos) << hint(3, true, nullptr);
   EXPECT_EQ(hint(3, true, "32"), "");
-  EXPECT_NE(hint(3, true, "2").find("at least 3"), std::string::npos) << hint(3, true, "2");
-  EXPECT_EQ(hint(3, false, "abc"), "");                          // not a number: unset
-  EXPECT_NE(hint(3, true, "0").find("MPS"), std::string::npos);  // not positive: unset
-  EXPECT_NE(hint(9, false, "").find("at least 9"), std::string::npos);
+  EXPECT_TRUE(has(hint(3, true, "2"), "at least 3")) << hint(3, true, "2");
+  EXPECT_EQ(hint(3, false, "abc"), "");                    // not a number: unset
+  EXPECT_TRUE(has(hint(3, true, "0"), "under CUDA MPS"));  // not positive: unset
+  EXPECT_TRUE(has(hint(9, false, ""), "at least 9"));
+  EXPECT_EQ(hint(32, false, "1000"), "");  // CUDA's cap of 32 queues suffices for 32
+  EXPECT_TRUE(has(hint(40, false, "1000"), "gives its streams 32 hardware queues"))
+      << hint(40, false, "1000");
+  EXPECT_TRUE(has(hint(40, false, "1000"), "run at most 32 ranks per process"))
+      << hint(40, false, "1000");
 }
 
 TEST(Topo, HashesAreStable) {

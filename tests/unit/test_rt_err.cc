@@ -73,7 +73,8 @@ TEST(RtErr, NetRecords) {
 }
 
 // A comm whose rank streams may share hardware queues (ncclComm::queueHint) says so in the
-// timeouts that blame a peer, and only there: a stalled proxy keeps its own blame.
+// timeouts that blame a peer of this process (queuePeers), and only there: a peer elsewhere,
+// or a stalled proxy, keeps its own blame.
 TEST(RtErr, QueueHintFollowsPeerTimeouts) {
   std::string m;
   rt::ErrRecord e = timeoutRecord(rt::kOpWaitSignal, 2, rt::kWaitData);
@@ -81,12 +82,19 @@ TEST(RtErr, QueueHintFollowsPeerTimeouts) {
   n.rank = 0;
   EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
   EXPECT_TRUE(has(m, "rank 2 did not join the operation or failed (MKERNEL_TIMEOUT_MS")) << m;
-  // As long as topoQueueHint's longest (about 380 characters): the message keeps its end.
+  // As long as topoQueueHint's longest (under 400 characters): the message keeps its end.
   const std::string hint = "3 ranks share queues" + std::string(400, '.');
   n.hint = hint.c_str();
+  const uint8_t sharing[3] = {1, 0, 1};  // ranks 0 and 2 are threads of this process
+  n.hintPeers = sharing;
+  n.nHintPeers = 3;
   EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
   EXPECT_TRUE(has(m, "did not join the operation or failed (3 ranks share queues")) << m;
   EXPECT_TRUE(has(m, "....) (MKERNEL_TIMEOUT_MS=")) << m;
+  e.peer = 1;  // another process (or node): its queues are not this process's
+  EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
+  EXPECT_FALSE(has(m, "share queues")) << m;
+  e.peer = 2;
   e.wait = rt::kWaitRing;
   EXPECT_EQ(rt::describe(e, n, &m), ncclRemoteError);
   EXPECT_FALSE(has(m, "share queues")) << m;

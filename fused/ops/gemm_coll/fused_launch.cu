@@ -265,19 +265,20 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // Every rank's kernel on this GPU must be resident at once (compute CTAs spin on rows that
   // the comm CTAs of this and other ranks bring): never more than the GPU's share of this
   // rank, whatever MKERNEL_MAX_CTAS or ncclConfig.maxCTAs say (as ncclRingAttention does).
-  // In one node the share also counts the sibling comms of this process (fusedGpuShare): the
-  // split is the rank's own (each rank reduces or gathers its own tiles with its comm CTAs),
-  // and no verdict below depends on it except the clique's MKERNEL_FUSED_AUTO=1 model, whose
-  // ranks all read this process's registry. Across nodes the verdict (xnodeAuto) reads the
-  // budget, so it stays with the comm's own ranks, which every rank counts alike.
+  // In one node the grid's share also counts the sibling comms of this process (fusedGpuShare):
+  // the split is the rank's own (each rank reduces or gathers its own tiles with its comm
+  // CTAs). Verdicts read ownBudget, from the comm's own ranks, which every rank counts alike:
+  // the registry may change between two ranks' calls (a sibling comm created or destroyed), and
+  // across nodes the budget itself decides (xnodeAuto), so there the grid keeps it too.
   const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
-  const int share = xnode ? comm->smCount / onDevice : fusedGpuShare(comm);
-  const int budget = std::min(f.smBudget, std::max(2, share));
+  const int ownBudget = std::min(f.smBudget, std::max(2, comm->smCount / onDevice));
+  const int budget =
+      xnode ? ownBudget : std::min(f.smBudget, std::max(2, (int)fusedGpuShare(comm)));
   gLastBudget.store(budget);
   // Too small a budget for the xnode roles and a compute CTA: ncclFusedFused refuses the call
   // (below), auto keeps the sequential path (every rank alike when their budgets agree, as
   // the xnode layout requires anyway).
-  if (xnodeAuto && budget < (rs.ok ? 3 : 2) + 1) return ncclSuccess;
+  if (xnodeAuto && ownBudget < (rs.ok ? 3 : 2) + 1) return ncclSuccess;
   SplitQuery sq;
   sq.M = (int)c.M;
   sq.N = (int)c.N;
@@ -291,10 +292,13 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   sq.nRanks = n;
   SplitChoice choice = resolveSplit(sq, rates, budget, c.cfg.commSms);
   // ncclFusedAuto: the model compares max(GEMM on the rest, comm on its SMs) with GEMM then
-  // comm on all SMs; an override of the split (API or env) means "fuse".
+  // comm on all SMs; an override of the split (API or env) means "fuse". It judges the comm's
+  // own budget (above), the grid then takes the split for `budget`.
   // Across nodes and in the clique where gcAutoFuses holds, the verdict is the rule's, taken
   // above; the split is then ncclFusedFused's.
-  if (c.cfg.algo == ncclFusedAuto && !xnodeAuto && !cliqueAuto && !(choice.fuse && autoMayFuse()))
+  const bool modelFuses =
+      budget == ownBudget ? choice.fuse : resolveSplit(sq, rates, ownBudget, c.cfg.commSms).fuse;
+  if (c.cfg.algo == ncclFusedAuto && !xnodeAuto && !cliqueAuto && !(modelFuses && autoMayFuse()))
     return ncclSuccess;
   SmSplit split = choice.split;
   split.count[(int)Role::kInterSend] = 0;

@@ -56,7 +56,8 @@ ncclResult_t gemmCollSequential(const GemmCollCall& call, int smBudget);
 // sequential fallback.
 enum GcLayoutId : int { kGcLayoutClique = 0, kGcLayoutProcs = 1, kGcLayoutXnode = 2 };
 uint64_t gemmCollFusedLaunches(int layout);
-// The SM budget the latest fused call of this process sized its split from (tests).
+// The SM budget the latest call of this process that reached the fused path's split sized it
+// from (tests; the call may still have run the sequential path).
 int gemmCollLastBudget();
 
 }  // namespace fused

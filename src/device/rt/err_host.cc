@@ -170,7 +170,8 @@ ncclResult_t describe(const ErrRecord& e, const ErrNames& n, std::string* msg) {
         blame = "the proxy or the connection to " + who + " is stalled";
       else if (e.wait == kWaitFlag && e.peer < 0)
         blame = "a role of this rank stopped before publishing it";
-      else if (n.hint != nullptr && n.hint[0] != '\0')
+      else if (n.hint != nullptr && n.hint[0] != '\0' && peer >= 0 && peer < n.nHintPeers &&
+               n.hintPeers[peer] != 0)
         blame += " (" + std::string(n.hint) + ")";
       snprintf(m, sizeof(m),
                "rank %d: %s timed out after %.3f s waiting for %s (%s %d, slot %d, value %llu, "

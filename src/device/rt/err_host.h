@@ -33,7 +33,11 @@ struct ErrNames {
   int nLocal = 0;
   const char* proxyMsg = "";  // the proxy's own error, when it stopped
   int64_t timeoutMs = -1;     // quoted in timeout messages; -1: MKERNEL_TIMEOUT_MS
-  const char* hint = "";      // appended to timeouts that blame a peer (ncclComm::queueHint)
+  // Appended to timeouts that blame a peer whose entry in hintPeers (indexed by comm rank) is
+  // non-zero: ncclComm::queueHint and queuePeers (the peers that share this process's queues).
+  const char* hint = "";
+  const uint8_t* hintPeers = nullptr;
+  int nHintPeers = 0;
 };
 // The result code and message of a record.
 ncclResult_t describe(const ErrRecord& e, const ErrNames& names, std::string* msg);
