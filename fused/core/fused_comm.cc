@@ -41,6 +41,10 @@ int32_t seqGemmBudget(const FusedComm& f) {
   return v < 0 ? f.smBudget : (int32_t)v;
 }
 
+int32_t fusedOwnShare(const ncclComm* comm) {
+  return std::max(1, comm->smCount / std::max(1, comm->topo.ranksOnMyDevice));
+}
+
 int32_t fusedGpuShare(const ncclComm* comm) {
   const int own = std::max(1, comm->topo.ranksOnMyDevice);
   const int most = std::max(own, commMostRanksOnDevice(comm->peerInfo[comm->rank].busId));

@@ -67,6 +67,9 @@ int32_t seqGemmBudget(const FusedComm& f);
 // registry): use it for what stays private to the rank, its grid, never for a verdict every rank
 // must share (ranks in other processes may count otherwise).
 int32_t fusedGpuShare(const ncclComm* comm);
+// smCount / this comm's own ranks on the GPU (at least 1): what every rank of the comm counts
+// alike, for verdicts the ranks must share and for layouts across nodes.
+int32_t fusedOwnShare(const ncclComm* comm);
 
 // The view of `comm` for operator `op` (an rt::ErrOp of a fused operator). Needs a comm
 // that finished its init; ncclInvalidArgument otherwise.

@@ -99,14 +99,6 @@ ncclResult_t commSetup(ncclComm* comm) {
     }
     comm->queueHint =
         topoQueueHint(comm->topo.ranksInMyProcess, mps != 0, getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
-    // The hint concerns the peers that are threads of this process on this GPU only.
-    const RankInfo& me = comm->peerInfo[comm->rank];
-    comm->queuePeers.assign(comm->nRanks, 0);
-    for (int r = 0; r < comm->nRanks && !comm->queueHint.empty(); ++r) {
-      const RankInfo& p = comm->peerInfo[r];
-      comm->queuePeers[r] =
-          p.hostHash == me.hostHash && p.pidHash == me.pidHash && p.busId == me.busId;
-    }
     // Advisory: init succeeded, so ncclGetLastError must not return it.
     static std::atomic<bool> warned{false};
     if (!comm->queueHint.empty() && !warned.exchange(true))

@@ -93,8 +93,8 @@ ncclResult_t collPollAsyncError(ncclComm* comm) {
   rt::ErrNames names;
   names.rank = comm->rank;
   names.hint = comm->queueHint.c_str();
-  names.hintPeers = comm->queuePeers.data();
-  names.nHintPeers = (int)comm->queuePeers.size();
+  names.hintPeers = comm->topo.inMyProcess.data();
+  names.nHintPeers = (int)comm->topo.inMyProcess.size();
   if (t.node >= 0 && t.node < (int)t.nodeRanks.size()) {
     names.localRanks = t.nodeRanks[t.node].data();
     names.nLocal = (int)t.nodeRanks[t.node].size();

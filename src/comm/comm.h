@@ -46,6 +46,7 @@ struct Topo {
   int ranksOnMyDevice = 1;                  // ranks of this comm (any process) on my GPU
   int indexOnMyDevice = 0;                  // my position among them
   int ranksInMyProcess = 1;                 // ranks of this comm on my GPU in this process
+  std::vector<uint8_t> inMyProcess;         // [nRanks] 1: on my GPU in this process (me too)
   int numaNode = -1;                        // NUMA node of the GPU (hwloc), -1 unknown
   std::string nics;                         // nearest NICs (hwloc), for logs and net selection
   bool virtualNodes = false;                // MKERNEL_EMULATE_NODES in effect
@@ -67,7 +68,6 @@ struct ncclComm {
   // topoQueueHint at init (what to change when this process's rank streams may share hardware
   // queues; "" when none is known): logged once, and appended to the comm's timeout messages.
   std::string queueHint;
-  std::vector<uint8_t> queuePeers;     // [nRanks] 1: a thread of this process on this GPU
   std::vector<mk::RankInfo> peerInfo;  // [nRanks]
 
   mk::Bootstrap* bootstrap = nullptr;

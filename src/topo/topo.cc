@@ -98,11 +98,15 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
   out->localRanks = (int)out->nodeRanks[out->node].size();
   out->ranksOnMyDevice = 0;
   out->ranksInMyProcess = 0;
+  out->inMyProcess.assign(n, 0);
   for (int r = 0; r < n; r++) {
     if (info[r].hostHash == info[rank].hostHash && info[r].busId == info[rank].busId) {
       if (r == rank) out->indexOnMyDevice = out->ranksOnMyDevice;
       out->ranksOnMyDevice++;
-      if (info[r].pidHash == info[rank].pidHash) out->ranksInMyProcess++;
+      if (info[r].pidHash == info[rank].pidHash) {
+        out->inMyProcess[r] = 1;
+        out->ranksInMyProcess++;
+      }
     }
   }
   return ncclSuccess;

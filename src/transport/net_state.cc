@@ -298,8 +298,8 @@ ncclResult_t netPollAsyncError(ncclComm* comm) {
   rt::ErrNames names;
   names.rank = comm->rank;
   names.hint = comm->queueHint.c_str();
-  names.hintPeers = comm->queuePeers.data();
-  names.nHintPeers = (int)comm->queuePeers.size();
+  names.hintPeers = comm->topo.inMyProcess.data();
+  names.nHintPeers = (int)comm->topo.inMyProcess.size();
   names.proxyMsg = proxyMsg.c_str();
   ncclResult_t res;
   std::string msg;

@@ -244,6 +244,7 @@ TEST(Topo, RanksInMyProcess) {
   ASSERT_EQ(mk::topoCompute(info, 2, 0, &t), ncclSuccess);
   EXPECT_EQ(t.ranksOnMyDevice, 3);  // ranks 0, 2, 4
   EXPECT_EQ(t.ranksInMyProcess, 2);
+  EXPECT_EQ(t.inMyProcess, (std::vector<uint8_t>{1, 0, 1, 0, 0, 0}));
   ASSERT_EQ(mk::topoCompute(info, 4, 0, &t), ncclSuccess);
   EXPECT_EQ(t.ranksInMyProcess, 1);
   ASSERT_EQ(mk::topoCompute(info, 1, 0, &t), ncclSuccess);

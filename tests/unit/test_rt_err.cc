@@ -73,7 +73,7 @@ TEST(RtErr, NetRecords) {
 }
 
 // A comm whose rank streams may share hardware queues (ncclComm::queueHint) says so in the
-// timeouts that blame a peer of this process (queuePeers), and only there: a peer elsewhere,
+// timeouts that blame a peer of this process (Topo::inMyProcess), and only there: a peer elsewhere,
 // or a stalled proxy, keeps its own blame.
 TEST(RtErr, QueueHintFollowsPeerTimeouts) {
   std::string m;

@@ -16,7 +16,9 @@ __global__ void waiter(volatile int* flag, int* seen, long long cycles) {
   *seen = *flag;
 }
 
-__global__ void setter(volatile int* flag) { *flag = 1; }
+__global__ void setter(volatile int* flag) {
+  *flag = 1;
+}
 
 __global__ void waiterMany(volatile int* flag, int* seen, int i, long long cycles) {
   const long long t0 = clock64();

@@ -270,8 +270,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // CTAs). Verdicts read ownBudget, from the comm's own ranks, which every rank counts alike:
   // the registry may change between two ranks' calls (a sibling comm created or destroyed), and
   // across nodes the budget itself decides (xnodeAuto), so there the grid keeps it too.
-  const int onDevice = std::max(1, comm->topo.ranksOnMyDevice);
-  const int ownBudget = std::min(f.smBudget, std::max(2, comm->smCount / onDevice));
+  const int ownBudget = std::min(f.smBudget, std::max(2, (int)fusedOwnShare(comm)));
   const int budget =
       xnode ? ownBudget : std::min(f.smBudget, std::max(2, (int)fusedGpuShare(comm)));
   gLastBudget.store(budget);

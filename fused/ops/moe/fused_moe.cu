@@ -56,8 +56,7 @@ int moeFusedDispatchCtas(const MoeCall& c, int budget) {
 int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
   // Every rank's kernel on this GPU must be resident at once (its CTAs wait for rows the
   // dispatch CTAs of every rank bring): never more than the GPU's share of this rank.
-  const int onDevice = std::max(1, c.comm->topo.ranksOnMyDevice);
-  const int share = std::min(smBudget, c.comm->smCount / onDevice);
+  const int share = std::min(smBudget, (int)fusedOwnShare(c.comm));
   // The verdict (fused or not) from what the comm's ranks share only: in the processes layout
   // a rank that left here while its peers went on would leave them in the windows' collective
   // set-up.

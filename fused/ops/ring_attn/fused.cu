@@ -48,12 +48,6 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
 std::atomic<uint64_t> gLaunches[3];
 
-// The GPU's share of this rank: every rank's kernel on this GPU must be resident at once
-// (each waits for its peers'), so never more SMs than smCount / (ranks on this GPU).
-int32_t gpuShare(const ncclComm* comm) {
-  return comm->smCount / std::max(1, comm->topo.ranksOnMyDevice);
-}
-
 // The xnode layout's plan (a pure function of values every rank shares: the agreed window
 // size and MKERNEL_FUSED_XNODE, n, the shape), or !ok.
 RxPlan xnodePlan(const RingAttnCall& c, const FusedComm& f) {
@@ -77,7 +71,7 @@ bool ringAttnFusedEligible(const RingAttnCall& c) {
   const int n = c.comm->nRanks;
   if (n < 2 || n > attn::kMaxSrc) return false;
   if (c.comm->topo.nNodes > 1)
-    return n <= kGxMaxRanks && MK_PARAM_INT(FusedXnode) != 0 && gpuShare(c.comm) >= 3;
+    return n <= kGxMaxRanks && MK_PARAM_INT(FusedXnode) != 0 && fusedOwnShare(c.comm) >= 3;
   const bool clique = cliqueEligible(c.comm, kRingMaxLocal);
   if (!clique && !procWindowsEligible(c.comm, kRingMaxLocal)) return false;
   if (c.comm->smCount / n < 2) return false;
@@ -122,7 +116,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // processes layout only the ranks on this GPU do. In one node the share also counts the
   // sibling comms of this process (fusedGpuShare; the comm role's units are the rank's own).
   // xnode: ranks on this GPU only, as ringAttnEligible's verdict counts them.
-  const int32_t share = xnode ? gpuShare(comm) : fusedGpuShare(comm);
+  const int32_t share = xnode ? fusedOwnShare(comm) : fusedGpuShare(comm);
   const int32_t budget = std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while

@@ -34,7 +34,8 @@ struct ErrNames {
   const char* proxyMsg = "";  // the proxy's own error, when it stopped
   int64_t timeoutMs = -1;     // quoted in timeout messages; -1: MKERNEL_TIMEOUT_MS
   // Appended to timeouts that blame a peer whose entry in hintPeers (indexed by comm rank) is
-  // non-zero: ncclComm::queueHint and queuePeers (the peers that share this process's queues).
+  // non-zero: ncclComm::queueHint and Topo::inMyProcess (the peers that share this process's
+  // queues).
   const char* hint = "";
   const uint8_t* hintPeers = nullptr;
   int nHintPeers = 0;
