@@ -51,6 +51,20 @@ ncclResult_t encodeRows(CUtensorMap* map, DType t, const void* base, int rank, c
   return ncclSuccess;
 }
 
+// K and V as [nSrc][B][S][Hkv][D]; the box is the launched kernel's key block (the variant's
+// kBN).
+ncclResult_t encodeKv(const AttnArgs& a, int variant, int32_t nSrc, const void* k, const void* v,
+                      CUtensorMap* tmK, CUtensorMap* tmV) {
+  const uint64_t es = 2;
+  const uint64_t kDims[5] = {(uint64_t)a.D, (uint64_t)a.Hkv, (uint64_t)a.S, (uint64_t)a.B,
+                             (uint64_t)nSrc};
+  const uint64_t kStr[4] = {a.D * es, (uint64_t)a.Hkv * a.D * es, (uint64_t)a.S * a.Hkv * a.D * es,
+                            (uint64_t)srcStrideOf(a) * es};
+  NCCLCHECK(encodeRows(tmK, a.in, k, 5, kDims, kStr, kvRows(a.D, variant)));
+  NCCLCHECK(encodeRows(tmV, a.in, v, 5, kDims, kStr, kvRows(a.D, variant)));
+  return ncclSuccess;
+}
+
 template <bool kF16>
 ncclResult_t dispatchD(int D, const AttnParams& p, bool ov, int32_t grid, cudaStream_t s) {
   switch (D) {
@@ -183,13 +197,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   const uint64_t qStr[3] = {a.D * es, (uint64_t)a.Hq * a.D * es, (uint64_t)a.S * a.Hq * a.D * es};
   const int bm = qRows(a.D, variant);  // the launched kernel's tile rows (its Q box)
   NCCLCHECK(encodeRows(&p->tmQ, a.in, a.q, 4, qDims, qStr, (uint32_t)bm));
-  const uint64_t kDims[5] = {(uint64_t)a.D, (uint64_t)a.Hkv, (uint64_t)a.S, (uint64_t)a.B,
-                             (uint64_t)a.nSrc};
-  const uint64_t kStr[4] = {a.D * es, (uint64_t)a.Hkv * a.D * es, (uint64_t)a.S * a.Hkv * a.D * es,
-                            (uint64_t)srcStrideOf(a) * es};
-  // The K/V box is the launched kernel's key block (the variant's kBN).
-  NCCLCHECK(encodeRows(&p->tmK, a.in, a.k, 5, kDims, kStr, kvRows(a.D, variant)));
-  NCCLCHECK(encodeRows(&p->tmV, a.in, a.v, 5, kDims, kStr, kvRows(a.D, variant)));
+  NCCLCHECK(encodeKv(a, variant, a.nSrc, a.k, a.v, &p->tmK, &p->tmV));
   p->out = a.out;
   p->lse = a.lse;
   p->B = a.B;
@@ -216,6 +224,13 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   const int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *grid = (int32_t)(tiles < budget ? tiles : budget);
   return ncclSuccess;
+}
+
+ncclResult_t encodeKvSource(const AttnArgs& a, int variant, const void* k, const void* v,
+                            CUtensorMap* tmK, CUtensorMap* tmV) {
+  MK_ARGCHECK(aligned16(k) && aligned16(v),
+              "attention: a source's k and v must be 16-byte aligned");
+  return encodeKv(a, variant, 1, k, v, tmK, tmV);
 }
 
 ncclResult_t preload(const AttnArgs& a) {

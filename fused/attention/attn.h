@@ -161,10 +161,9 @@ constexpr int kMaxRingD64Variant = 3;
 // 176-key blocks, 2 stages (FlashAttention-3's block for this head dim without a mask, measured
 // faster here with one too): the widest S whose fragments, with P and O, fit the consumer's
 // registers; two stages of 176 keys are what the shared memory holds. The fused ring kernel
-// runs variant 0 (kMaxRingD128Variant): its producer's bounded waits were not measured with the
-// wider block.
+// has both (session 33; before, it ran variant 0).
 constexpr int kMaxD128Variant = 1;
-constexpr int kMaxRingD128Variant = 0;
+constexpr int kMaxRingD128Variant = 1;
 
 // Fused ring kernel: source j's blocks are loaded only once ready[j] >= 1 (written on this GPU
 // by the kernel's communication CTAs), waited for with `wait` (bounded, abortable; a failed

@@ -153,6 +153,12 @@ struct AttnParams {
 // persistent CTA count (min(tiles, SM budget)). Used by launch() and by the fused ring kernel.
 ncclResult_t buildParams(const AttnArgs& args, AttnParams* params, int32_t* grid);
 
+// One source's K and V maps for attnCta's kvMaps: [1][B][S][Hkv][D] tensors at k and v, the
+// shapes of `args` and the key block of `variant` (the launched kernel's: params->variant of
+// buildParams). k and v 16-byte aligned, as buildParams checks for args.k / args.v.
+ncclResult_t encodeKvSource(const AttnArgs& args, int variant, const void* k, const void* v,
+                            CUtensorMap* tmK, CUtensorMap* tmV);
+
 // Whether the schedule of `args` is the overlapped one (AttnArgs::schedule or the parameter).
 bool overlapOf(const AttnArgs& args);
 
@@ -228,6 +234,10 @@ struct KvRing {
   uint32_t phase = 0;
   int32_t waited = -1;  // the last source whose ready flag the current tile has seen
   uint32_t have = 0;    // the ready value of source `waited` seen (hooks.rowsPerUnit > 0)
+  // nullptr: every source through p.tmK / p.tmV (one [nSrc] tensor). Else source j's K and V
+  // maps at maps[2j], maps[2j + 1] (each a [1][B][S][Hkv][D] tensor of its own), for sources
+  // that live in separate allocations (the fused ring kernel's direct reads).
+  const CUtensorMap* maps = nullptr;
 
   // The ready value block c needs (hooks.ready set). Per source (rowsPerUnit 0): 1. Per
   // unit: the units up to the block's last row, k and v (fused/ops/ring_attn/xnode.h
@@ -259,12 +269,15 @@ struct KvRing {
         have = need;
       }
     }
+    const CUtensorMap* mapK = maps != nullptr ? maps + 2 * c.j : &p.tmK;
+    const int32_t src = maps != nullptr ? 0 : c.j;
     ptx::mbarWait(&sm.kEmpty[stage], phase ^ 1);
     ptx::mbarArriveExpectTx(&sm.kFull[stage], C::kKBytes);
-    loadBlock<C>(&p.tmK, sm.k(stage), &sm.kFull[stage], kvh, c.n0, x.b, c.j);
+    loadBlock<C>(mapK, sm.k(stage), &sm.kFull[stage], kvh, c.n0, x.b, src);
     ptx::mbarWait(&sm.vEmpty[stage], phase ^ 1);
     ptx::mbarArriveExpectTx(&sm.vFull[stage], C::kKBytes);
-    loadBlock<C>(&p.tmV, sm.v(stage), &sm.vFull[stage], kvh, c.n0, x.b, c.j);
+    loadBlock<C>(maps != nullptr ? mapK + 1 : &p.tmV, sm.v(stage), &sm.vFull[stage], kvh, c.n0, x.b,
+                 src);
     if (++stage == C::kStages) {
       stage = 0;
       phase ^= 1;
@@ -287,7 +300,7 @@ __device__ __forceinline__ void loadQ(const AttnParams& p, const Smem<C>& sm, co
 
 template <class C>
 __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
-                                         int32_t nCtas) {
+                                         int32_t nCtas, const CUtensorMap* kvMaps) {
   // One Q buffer: a tile's first kStages - 1 blocks go into the ring before its Q: their
   // stages are freed by the previous tile's last blocks while the consumers still hold the
   // one Q buffer, so the ring keeps flowing across the tile boundary instead of draining
@@ -299,6 +312,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
   // still run the previous tile (the tile boundary no longer waits for a Q load).
   constexpr int kAhead = C::kQBufs > 1 ? 0 : C::kStages - 1;
   KvRing<C> ring;
+  ring.maps = kvMaps;
   for (int32_t k = 0;; ++k) {
     const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
     if (t >= p.numTiles) break;
@@ -627,10 +641,11 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
 }
 
 // One attention CTA: needs C::kThreads threads, C::kSmemBytes of dynamic shared memory and a
-// kernel declared __launch_bounds__(C::kThreads, 1) (setmaxnreg).
+// kernel declared __launch_bounds__(C::kThreads, 1) (setmaxnreg). kvMaps: per-source K/V maps
+// (KvRing::maps; in param space, a __grid_constant__'s member) or nullptr for p.tmK / p.tmV.
 template <class C>
 __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, int32_t cta,
-                                        int32_t nCtas) {
+                                        int32_t nCtas, const CUtensorMap* kvMaps = nullptr) {
   Smem<C> sm(smemRaw);
   constexpr int kConsumerWarps = 4 * C::kConsumerWGs;  // one release arrive per consumer warp
   if (threadIdx.x == 0) {
@@ -653,7 +668,7 @@ __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, i
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
     ptx::setmaxnregDec<C::kProducerRegs>();
-    if (threadIdx.x == 0) producer<C>(p, sm, cta, nCtas);
+    if (threadIdx.x == 0) producer<C>(p, sm, cta, nCtas, kvMaps);
   } else {
     ptx::setmaxnregInc<C::kConsumerRegs>();
     consumer<C>(p, sm, cta, nCtas, wg - 1);

@@ -9,6 +9,10 @@
 //       ones run the fused kernel's processes layout (fused/core/proc_windows.h: each rank
 //       stages its k/v slices in a window its peers map). Without CUDA MPS the processes' kernels
 //       are time-sliced: correct, only slower (the AllGather's waits are bounded by 20 s).
+//       Each rank runs the fused kernel's direct reads (MKERNEL_RING_DIRECT=1: the attention
+//       reads the peers' windows in place) or its copies (0): every rank one way (n2, n4,
+//       n4copy) or odd ranks copying (n4mixed: the two modes interoperate). Each child checks
+//       that its fused calls ran the mode it was given.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
 //       socket backend on loopback), one thread issuing every rank's call in turn.
 #include <gtest/gtest.h>
@@ -17,12 +21,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
-#include "transport/peer_mem_win.h"  // peerMemWinCount: the fused cases' windows exist
+#include "fused/ops/ring_attn/ring_attn.h"  // ringAttnFusedLaunches
+#include "transport/peer_mem_win.h"         // peerMemWinCount: the fused cases' windows exist
 #include "common/test_util.h"
 #include "gpu/test_attn_ref.h"
 #include "gpu/test_devcomm_util.h"
@@ -210,6 +216,16 @@ int childMain(const char* spec) {
             who.c_str());
     failures++;
   }
+  // Every fused launch of this rank in the mode it was given (the parent sets the variable).
+  const char* mode = getenv("MKERNEL_RING_DIRECT");
+  const bool direct = !(mode != nullptr && strcmp(mode, "0") == 0);
+  const uint64_t procs = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutProcs);
+  const uint64_t directs = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutDirect);
+  if (!broken && n >= 2 && (procs == 0 || directs != (direct ? procs : 0))) {
+    fprintf(stderr, "%s FAIL %llu of %llu fused launches read in place; wanted %s\n", who.c_str(),
+            (unsigned long long)directs, (unsigned long long)procs, direct ? "all" : "none");
+    failures++;
+  }
   if (!broken) {  // nobody tears down while a peer may still finish its last call
     colltest::DevBuf b(16);
     std::string e;
@@ -235,11 +251,17 @@ TEST(RingAttnProcsChild, Run) {
   EXPECT_EQ(childMain(spec), 0) << "the failing case is named above";
 }
 
-class RingAttnProcs : public ::testing::TestWithParam<int> {};
+// Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
+// by copies.
+struct ProcsCase {
+  int n, mode;
+};
+
+class RingAttnProcs : public ::testing::TestWithParam<ProcsCase> {};
 
 TEST_P(RingAttnProcs, EveryElement) {
   MKTEST_REQUIRE_GPU();
-  const int n = GetParam();
+  const int n = GetParam().n, mode = GetParam().mode;
   mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "20000");  // children inherit it
   mktest::ScopedEnv boot("MKERNEL_BOOTSTRAP_TIMEOUT_S", "60");
   const unsigned long long seed = mktest::testSeed() ^ (0x9b0cull * n);
@@ -252,8 +274,10 @@ TEST_P(RingAttnProcs, EveryElement) {
   for (int r = 0; r < n; ++r) {
     char spec[160];
     snprintf(spec, sizeof(spec), "MKTEST_RA_CHILD=cases %d %d %llu", n, r, seed);
+    const bool copies = mode == 1 || (mode == 2 && r % 2 == 1);
     pids.push_back(mktest::spawnSelf("RingAttnProcsChild.Run",
-                                     {spec, "MKTEST_RA_ID=" + gputest::idToHex(id)}));
+                                     {spec, "MKTEST_RA_ID=" + gputest::idToHex(id),
+                                      copies ? "MKERNEL_RING_DIRECT=0" : "MKERNEL_RING_DIRECT=1"}));
   }
   for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
   const std::string err = mktest::waitChildren(pids, 240);
@@ -262,10 +286,12 @@ TEST_P(RingAttnProcs, EveryElement) {
   EXPECT_EQ(err, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::Values(2, 4),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return "n" + std::to_string(i.param);
-                         });
+const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}};
+std::string procsCaseName(const ::testing::TestParamInfo<ProcsCase>& i) {
+  static const char* const kMode[] = {"", "copy", "mixed"};
+  return "n" + std::to_string(i.param.n) + kMode[i.param.mode];
+}
+INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::ValuesIn(kProcsCases), procsCaseName);
 
 // ---- virtual nodes --------------------------------------------------------------------------
 // 4 ranks on GPU 0 over 2 virtual nodes (ncclCommInitAll); aborted after a failure.

@@ -46,7 +46,7 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
 }
 
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
-std::atomic<uint64_t> gLaunches[3];
+std::atomic<uint64_t> gLaunches[4];
 
 // The xnode layout's plan (a pure function of values every rank shares: the agreed window
 // size and MKERNEL_FUSED_XNODE, n, the shape), or !ok.
@@ -58,7 +58,7 @@ RxPlan xnodePlan(const RingAttnCall& c, const FusedComm& f) {
 }  // namespace
 
 uint64_t ringAttnFusedLaunches(int layout) {
-  return layout >= 0 && layout < 3 ? gLaunches[layout].load() : 0;
+  return layout >= 0 && layout < 4 ? gLaunches[layout].load() : 0;
 }
 
 // The same verdict on every rank: the layout, the GPU's SM count (every rank's kernel needs
@@ -118,7 +118,14 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // xnode: ranks on this GPU only, as ringAttnEligible's verdict counts them.
   const int32_t share = xnode ? fusedOwnShare(comm) : fusedGpuShare(comm);
   const int32_t budget = std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
+  // Direct reads (RingParams::direct): the processes layout's attention reads the peers' data
+  // regions in place, so only this rank's slices are copied (by the copy engine, before the
+  // kernel) and one comm CTA relays flags. Ranks of either mode interoperate: both stage
+  // their own slices, release `staged`, read the peers' regions and count themselves out once
+  // per peer, so MKERNEL_RING_DIRECT need not agree between ranks.
+  const bool direct = procs && n <= kRingDirectMax && MK_PARAM_INT(RingDirect) != 0;
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
+  if (direct) comm0 = 1;
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
   // its peer's CTA waits for it); by default one of each per peer round and one receive CTA
   // for the own slices' copy, within a quarter of the budget.
@@ -142,20 +149,34 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   }
 
   const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t));
-  const size_t bytes = 2 * (size_t)n * sliceBytes + counters;
+  const size_t gatherBytes = direct ? 0 : 2 * (size_t)n * sliceBytes;
+  const size_t bytes = gatherBytes + counters;
   void* scratch = nullptr;
   NCCLCHECK(scratchAlloc(&scratch, bytes, c.comm->cudaDev, c.stream));
   ncclResult_t res = ncclSuccess;
   RingParams rp{};
   int32_t computeGrid = 0;
-  rp.kAll = static_cast<char*>(scratch);
-  rp.vAll = rp.kAll + n * sliceBytes;
-  rp.ready = reinterpret_cast<uint64_t*>(rp.vAll + n * sliceBytes);
+  if (!direct) {
+    rp.kAll = static_cast<char*>(scratch);
+    rp.vAll = rp.kAll + n * sliceBytes;
+    a.k = rp.kAll;
+    a.v = rp.vAll;
+  }  // direct: p.a's k/v maps (over the caller's k and v) are unused, kvMap serves
+  rp.ready = reinterpret_cast<uint64_t*>(static_cast<char*>(scratch) + gatherBytes);
   rp.chunkDone = reinterpret_cast<uint32_t*>(rp.ready + n);
-  a.k = rp.kAll;
-  a.v = rp.vAll;
   a.hooks.ready = rp.ready;
   NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
+  if (direct) {
+    rp.direct = 1;
+    rp.attnDone = rp.chunkDone;  // chunkDone's first word, zeroed with the counters
+    for (int i = 0; i < n && res == ncclSuccess; ++i) {
+      const int s = (me - i + n) % n;
+      const char* k = i == 0 ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]);
+      const char* v = i == 0 ? static_cast<const char*>(c.v) : k + sliceBytes;
+      res = attn::encodeKvSource(a, rp.a.variant, k, v, &rp.kvMap[2 * i], &rp.kvMap[2 * i + 1]);
+    }
+    if (res != ncclSuccess) goto done;
+  }
   rp.f = f;
   rp.q = static_cast<RingClique*>(block);
   rp.procs = procs ? 1 : 0;
@@ -191,6 +212,14 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
     NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, kApi,
                                [&](cudaStream_t s) {
+                                 if (direct) {
+                                   // The peers read these copies once the kernel says so.
+                                   char* mine = rp.stage[me];
+                                   CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes,
+                                                             cudaMemcpyDeviceToDevice, s));
+                                   CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
+                                                             cudaMemcpyDeviceToDevice, s));
+                                 }
                                  return launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s);
                                }),
                   res, done);
@@ -200,6 +229,7 @@ done:
     *ran = true;
     gLaunches[xnode ? kRingLayoutXnode : (procs ? kRingLayoutProcs : kRingLayoutClique)].fetch_add(
         1);
+    if (direct) gLaunches[kRingLayoutDirect].fetch_add(1);
   }
   return fusedFreeScratch(scratch, c.stream, res, kApi);
 }

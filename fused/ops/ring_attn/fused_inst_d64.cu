@@ -5,9 +5,9 @@ namespace mk {
 namespace fused {
 // Variants 1..3 (MKERNEL_ATTN_D64_VARIANT) are compiled in fused_inst_d64_v*.cu (4 is not
 // built for the ring: attn::kMaxRingD64Variant).
-MK_RING_ATTN_D64_VARIANT(extern, 1)
-MK_RING_ATTN_D64_VARIANT(extern, 2)
-MK_RING_ATTN_D64_VARIANT(extern, 3)
+MK_RING_ATTN_VARIANT(extern, 64, 1)
+MK_RING_ATTN_VARIANT(extern, 64, 2)
+MK_RING_ATTN_VARIANT(extern, 64, 3)
 MK_RING_ATTN_INSTANTIATE(, 64)
 }  // namespace fused
 }  // namespace mk

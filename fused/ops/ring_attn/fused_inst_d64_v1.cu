@@ -4,6 +4,6 @@
 
 namespace mk {
 namespace fused {
-MK_RING_ATTN_D64_VARIANT(, 1)
+MK_RING_ATTN_VARIANT(, 64, 1)
 }  // namespace fused
 }  // namespace mk

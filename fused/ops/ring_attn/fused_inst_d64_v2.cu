@@ -4,6 +4,6 @@
 
 namespace mk {
 namespace fused {
-MK_RING_ATTN_D64_VARIANT(, 2)
+MK_RING_ATTN_VARIANT(, 64, 2)
 }  // namespace fused
 }  // namespace mk

@@ -4,6 +4,6 @@
 
 namespace mk {
 namespace fused {
-MK_RING_ATTN_D64_VARIANT(, 3)
+MK_RING_ATTN_VARIANT(, 64, 3)
 }  // namespace fused
 }  // namespace mk

@@ -25,6 +25,10 @@
 namespace mk {
 namespace fused {
 
+// Most ranks whose sources the attention reads in place (RingParams::direct): every source
+// takes two tensor maps (256 bytes) in the kernel's parameters.
+constexpr int kRingDirectMax = 8;
+
 // Bytes one communication CTA copies per unit of work (the units of a source are spread over
 // the CTAs; the last one done releases the source's flag).
 constexpr int64_t kRingChunkBytes = 64 << 10;
@@ -73,6 +77,16 @@ struct RingParams {
   uint64_t* xcalls;
   uint32_t* recvDone;
   NetDev net;
+  // Direct reads (the processes layout, at most kRingDirectMax ranks): this rank's slices were
+  // copied into its data region in stream order before the kernel; the attention reads every
+  // source where it lies, source i through kvMap[2i] (k) and kvMap[2i + 1] (v): this rank's
+  // own from the caller's k and v, a peer's from its data region. No gather buffer: one comm
+  // CTA only relays the peers' `staged` words into ready[] and holds the call open until
+  // every peer has read this rank's region; the attention CTAs count themselves out in
+  // attnDone (zeroed before the kernel), and the last one tells the peers.
+  int32_t direct;
+  uint32_t* attnDone;
+  CUtensorMap kvMap[2 * kRingDirectMax];
 };
 
 // Source bookkeeping of the two layouts: where rank s's slices are once it said so, whether
@@ -192,6 +206,42 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
   }
 }
 
+// The comm CTA of the direct reads (RingParams::direct), thread 0 only.
+__device__ __forceinline__ void ringDirectRole(const RingParams& p, uint64_t seq) {
+  const int32_t n = p.f.nRanks, me = p.f.rank, op = p.f.c.w.op;
+  // The copy into my data region finished before this kernel began (stream order); the fence
+  // makes it visible to the peers' processes before the flag that says so.
+  __threadfence_system();
+  ptx::stReleaseSys(&p.ctl[me]->staged, seq);
+  rt::releaseFlag(&p.ready[0], 1, false);
+  // In ring order, the order the attention walks its sources.
+  bool ok = true;
+  for (int32_t i = 1; i < n && ok; ++i) {
+    const int32_t s = (me - i + n) % n;
+    ok = rt::waitGe(p.f.c.w, &p.ctl[s]->staged, seq, rt::ErrSite{op, s, 0, -1, rt::kWaitData, 0},
+                    rt::kScopeSys);
+    // Acquired at system scope above, released to this GPU's attention producers here.
+    if (ok) rt::releaseFlag(&p.ready[i], 1, false);
+  }
+  // The call completes only once every peer's attention is done with my region (the caller
+  // may then overwrite k and v, and my next call's copy may overwrite the region).
+  if (ok && n > 1)
+    rt::waitGe(p.f.c.w, &p.ctl[me]->readDone, seq * (uint64_t)(n - 1),
+               rt::ErrSite{op, -1, 0, -1, rt::kWaitData, 0}, rt::kScopeSys);
+}
+
+// An attention CTA of the direct reads is done (thread 0, after the CTA's barrier): the last
+// one tells every peer that this rank no longer reads its region.
+__device__ __forceinline__ void ringDirectAttnDone(const RingParams& p) {
+  __threadfence();
+  if (atomicAdd(p.attnDone, 1u) != (uint32_t)p.split.of(Role::kCompute) - 1) return;
+  // Acquire side of the other CTAs' fence + count, and release to the peers' processes.
+  __threadfence_system();
+  const int32_t n = p.f.nRanks, me = p.f.rank;
+  for (int32_t q = 1; q < n; ++q)
+    atomicAdd_system(reinterpret_cast<unsigned long long*>(&p.ctl[(me + q) % n]->readDone), 1ull);
+}
+
 #include "fused/ops/ring_attn/xnode_role.cuh"
 
 template <class C>
@@ -212,11 +262,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if ((int32_t)blockIdx.x < nComm) {
     if (p.xnode) {
       rxCommRole(p, blockIdx.x, nComm, xseqSh);
+    } else if (p.direct) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) ringDirectRole(p, seq);
     } else {
       ringCommRole(p, blockIdx.x, nComm, seq);
     }
   } else {
-    attn::attnCta<C>(p.a, smem, blockIdx.x - nComm, p.split.of(Role::kCompute));
+    attn::attnCta<C>(p.a, smem, blockIdx.x - nComm, p.split.of(Role::kCompute),
+                     p.direct ? p.kvMap : nullptr);
+    if (p.direct) {
+      __syncthreads();
+      if (threadIdx.x == 0) ringDirectAttnDone(p);
+    }
   }
   __syncthreads();
   // The last CTA counts the call (finishCall), and in the xnode layout the xnode call too.
@@ -255,13 +312,13 @@ ncclResult_t ringAttnLaunch(const RingParams& p, bool overlap, int32_t grid, siz
       overlap, p.a.variant, [&](auto c) { return launchRing<decltype(c)>(p, grid, smem, s); });
 }
 
-// The head-dim-64 variants' ring kernels (both input types), each in its own unit
-// (fused_inst_d64_v*.cu); extern in fused_inst_d64.cu.
-#define MK_RING_ATTN_D64_VARIANT(EXTERN, V)                               \
-  EXTERN template ncclResult_t launchRing<attn::Cfg<64, false, true, V>>( \
-      const RingParams&, int32_t, size_t, cudaStream_t);                  \
-  EXTERN template ncclResult_t launchRing<attn::Cfg<64, true, true, V>>(  \
-      const RingParams&, int32_t, size_t, cudaStream_t);
+// The head-dim-64 and -128 variants' ring kernels (both input types), each in its own unit
+// (fused_inst_d*_v*.cu); extern in fused_inst_d64.cu / fused_inst_d128.cu.
+#define MK_RING_ATTN_VARIANT(EXTERN, D, V)                                                         \
+  EXTERN template ncclResult_t launchRing<attn::Cfg<D, false, true, V>>(                           \
+      const RingParams&, int32_t, size_t, cudaStream_t);                                           \
+  EXTERN template ncclResult_t launchRing<attn::Cfg<D, true, true, V>>(const RingParams&, int32_t, \
+                                                                       size_t, cudaStream_t);
 
 #define MK_RING_ATTN_LAUNCH(EXTERN, D, F16)                                                     \
   EXTERN template ncclResult_t ringAttnLaunch<D, F16>(const RingParams&, bool, int32_t, size_t, \

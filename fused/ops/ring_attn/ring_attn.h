@@ -40,7 +40,14 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // Fused ring kernels launched (or captured) so far in this process, per layout: ranks of one
 // process on one GPU, one rank per process, or a comm spanning (virtual) nodes. Tests use it
 // to tell the fused kernel from the sequential fallback.
-enum RingLayoutId : int { kRingLayoutClique = 0, kRingLayoutProcs = 1, kRingLayoutXnode = 2 };
+// kRingLayoutProcs counts the processes layout's launches of either mode, kRingLayoutDirect
+// those of them that read the peers' regions in place (RingParams::direct).
+enum RingLayoutId : int {
+  kRingLayoutClique = 0,
+  kRingLayoutProcs = 1,
+  kRingLayoutXnode = 2,
+  kRingLayoutDirect = 3
+};
 uint64_t ringAttnFusedLaunches(int layout);
 
 }  // namespace fused
