@@ -640,12 +640,19 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
   if (C::kOverlap && wg == 0) ptx::namedBarSync(kBarTurn0, 256);
 }
 
+struct NoSideWork {
+  __device__ void operator()() const {}
+};
+
 // One attention CTA: needs C::kThreads threads, C::kSmemBytes of dynamic shared memory and a
 // kernel declared __launch_bounds__(C::kThreads, 1) (setmaxnreg). kvMaps: per-source K/V maps
 // (KvRing::maps; in param space, a __grid_constant__'s member) or nullptr for p.tmK / p.tmV.
-template <class C>
+// side(): run by lane 0 of the producer warpgroup's second warp, otherwise idle (a caller's
+// flag relays; it has the producer's registers, C::kProducerRegs).
+template <class C, class Side = NoSideWork>
 __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, int32_t cta,
-                                        int32_t nCtas, const CUtensorMap* kvMaps = nullptr) {
+                                        int32_t nCtas, const CUtensorMap* kvMaps = nullptr,
+                                        const Side& side = Side{}) {
   Smem<C> sm(smemRaw);
   constexpr int kConsumerWarps = 4 * C::kConsumerWGs;  // one release arrive per consumer warp
   if (threadIdx.x == 0) {
@@ -668,7 +675,11 @@ __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, i
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
     ptx::setmaxnregDec<C::kProducerRegs>();
-    if (threadIdx.x == 0) producer<C>(p, sm, cta, nCtas, kvMaps);
+    if (threadIdx.x == 0) {
+      producer<C>(p, sm, cta, nCtas, kvMaps);
+    } else if (threadIdx.x == 32) {
+      side();
+    }
   } else {
     ptx::setmaxnregInc<C::kConsumerRegs>();
     consumer<C>(p, sm, cta, nCtas, wg - 1);

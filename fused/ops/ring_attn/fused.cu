@@ -45,6 +45,17 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
   }
 }
 
+// Direct reads, after the attention kernel in stream order (one thread): the call completes
+// only once every peer has read this rank's region (the caller may then overwrite k and v,
+// and the next call's copy the region). A kernel of its own: in the attention CTAs this wait
+// would run with the producer warpgroup's few registers (ptxas spilled), and a CTA waiting
+// there before its own count could wait for a peer's CTA waiting the same way.
+__global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine, int32_t peers) {
+  const uint64_t seq = ptx::ldVolatile64(fusedCallCounter(f));  // the attention's, counted
+  rt::waitGe(f.c.w, &mine->readDone, seq * (uint64_t)peers,
+             rt::ErrSite{f.c.w.op, -1, 0, -1, rt::kWaitData, 0}, rt::kScopeSys);
+}
+
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
 std::atomic<uint64_t> gLaunches[4];
 
@@ -120,23 +131,28 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   const int32_t budget = std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
   // Direct reads (RingParams::direct): the processes layout's attention reads the peers' data
   // regions in place, so only this rank's slices are copied (by the copy engine, before the
-  // kernel) and one comm CTA relays flags. Ranks of either mode interoperate: both stage
-  // their own slices, release `staged`, read the peers' regions and count themselves out once
-  // per peer, so MKERNEL_RING_DIRECT need not agree between ranks.
-  const bool direct = procs && n <= kRingDirectMax && MK_PARAM_INT(RingDirect) != 0;
+  // kernel), and no CTA is set aside for copies. Ranks of either mode interoperate: both
+  // stage their own slices, release `staged`, read the peers' regions and count themselves
+  // out once per peer, so MKERNEL_RING_DIRECT need not agree between ranks.
+  const int64_t directMode = procs && n <= kRingDirectMax ? MK_PARAM_INT(RingDirect) : 0;
+  const bool direct = directMode != 0;
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
-  if (direct) comm0 = 1;
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
   // its peer's CTA waits for it); by default one of each per peer round and one receive CTA
   // for the own slices' copy, within a quarter of the budget.
   if (xnode && c.cfg.commSms <= 0) comm0 = std::min(2 * (n - 1) + 1, std::max(2, budget / 4));
   if (xnode) comm0 = std::max(2, comm0);
   comm0 = std::min(comm0, budget - 1);
+  if (direct) comm0 = 0;
 
   attn::AttnArgs a = ringAttnArgs(c, n, me);
   a.nSrc = n;
   a.srcStride = (int64_t)slice;
-  for (int i = 0; i < n; ++i) a.srcRank[i] = (me - i + n) % n;
+  // Ring order (this rank's slices first: they need no copy), except for direct reads in
+  // rank order (MKERNEL_RING_DIRECT=1): every source is in place when the kernels start, and
+  // the ranks' attention CTAs, walking the same heads at the same time, then read the same
+  // source's blocks together (one region for all: L2 serves every rank after the first).
+  for (int i = 0; i < n; ++i) a.srcRank[i] = directMode == 1 ? i : (me - i + n) % n;
   a.smBudget = budget - comm0;
   a.hooks.wait = f.c.w;
   if (xnode) {
@@ -170,9 +186,12 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
     rp.direct = 1;
     rp.attnDone = rp.chunkDone;  // chunkDone's first word, zeroed with the counters
     for (int i = 0; i < n && res == ncclSuccess; ++i) {
-      const int s = (me - i + n) % n;
-      const char* k = i == 0 ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]);
-      const char* v = i == 0 ? static_cast<const char*>(c.v) : k + sliceBytes;
+      // Ring order reads this rank's slices from the caller's k and v, rank order from the
+      // region, as the peers do.
+      const int s = a.srcRank[i];
+      const bool caller = s == me && directMode != 1;
+      const char* k = caller ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]);
+      const char* v = caller ? static_cast<const char*>(c.v) : k + sliceBytes;
       res = attn::encodeKvSource(a, rp.a.variant, k, v, &rp.kvMap[2 * i], &rp.kvMap[2 * i + 1]);
     }
     if (res != ncclSuccess) goto done;
@@ -220,7 +239,12 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
                                    CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
                                                              cudaMemcpyDeviceToDevice, s));
                                  }
-                                 return launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s);
+                                 NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
+                                 if (direct) {
+                                   ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], n - 1);
+                                   CUDACHECK(cudaGetLastError());
+                                 }
+                                 return ncclSuccess;
                                }),
                   res, done);
   }

@@ -77,13 +77,14 @@ struct RingParams {
   uint64_t* xcalls;
   uint32_t* recvDone;
   NetDev net;
-  // Direct reads (the processes layout, at most kRingDirectMax ranks): this rank's slices were
-  // copied into its data region in stream order before the kernel; the attention reads every
-  // source where it lies, source i through kvMap[2i] (k) and kvMap[2i + 1] (v): this rank's
-  // own from the caller's k and v, a peer's from its data region. No gather buffer: one comm
-  // CTA only relays the peers' `staged` words into ready[] and holds the call open until
-  // every peer has read this rank's region; the attention CTAs count themselves out in
-  // attnDone (zeroed before the kernel), and the last one tells the peers.
+  // Direct reads (the processes layout, at most kRingDirectMax ranks): every rank's slices
+  // were copied into its data region in stream order before its kernel; the attention reads
+  // every source where it lies, source i through kvMap[2i] (k) and kvMap[2i + 1] (v). No gather
+  // buffer and no comm CTA: an idle warp of the first attention CTA relays the peers' `staged`
+  // words into ready[] (ringDirectRelay); every attention CTA counts itself out in attnDone
+  // (zeroed before the kernel), the last one tells the peers (ringDirectDone), and a one-
+  // thread kernel after it holds the call open until every peer has read this rank's region
+  // (fused.cu, ringDirectEndKernel).
   int32_t direct;
   uint32_t* attnDone;
   CUtensorMap kvMap[2 * kRingDirectMax];
@@ -206,33 +207,28 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
   }
 }
 
-// The comm CTA of the direct reads (RingParams::direct), thread 0 only.
-__device__ __forceinline__ void ringDirectRole(const RingParams& p, uint64_t seq) {
+// Direct reads (RingParams::direct), one thread of the first attention CTA at the kernel's
+// start: says that this rank's region holds this call's slices, then passes each source's
+// `staged` word on to the attention's ready flag, in the order the attention walks them.
+__device__ __forceinline__ void ringDirectRelay(const RingParams& p, uint64_t seq) {
   const int32_t n = p.f.nRanks, me = p.f.rank, op = p.f.c.w.op;
-  // The copy into my data region finished before this kernel began (stream order); the fence
+  // The copy into my region finished before this kernel began (stream order); the fence
   // makes it visible to the peers' processes before the flag that says so.
   __threadfence_system();
   ptx::stReleaseSys(&p.ctl[me]->staged, seq);
-  rt::releaseFlag(&p.ready[0], 1, false);
-  // In ring order, the order the attention walks its sources.
-  bool ok = true;
-  for (int32_t i = 1; i < n && ok; ++i) {
-    const int32_t s = (me - i + n) % n;
-    ok = rt::waitGe(p.f.c.w, &p.ctl[s]->staged, seq, rt::ErrSite{op, s, 0, -1, rt::kWaitData, 0},
-                    rt::kScopeSys);
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t s = p.a.srcRank[i];
+    if (s != me && !rt::waitGe(p.f.c.w, &p.ctl[s]->staged, seq,
+                               rt::ErrSite{op, s, 0, -1, rt::kWaitData, 0}, rt::kScopeSys))
+      return;  // recorded: the attention's waits on the later sources fail at once
     // Acquired at system scope above, released to this GPU's attention producers here.
-    if (ok) rt::releaseFlag(&p.ready[i], 1, false);
+    rt::releaseFlag(&p.ready[i], 1, false);
   }
-  // The call completes only once every peer's attention is done with my region (the caller
-  // may then overwrite k and v, and my next call's copy may overwrite the region).
-  if (ok && n > 1)
-    rt::waitGe(p.f.c.w, &p.ctl[me]->readDone, seq * (uint64_t)(n - 1),
-               rt::ErrSite{op, -1, 0, -1, rt::kWaitData, 0}, rt::kScopeSys);
 }
 
-// An attention CTA of the direct reads is done (thread 0, after the CTA's barrier): the last
-// one tells every peer that this rank no longer reads its region.
-__device__ __forceinline__ void ringDirectAttnDone(const RingParams& p) {
+// Direct reads, thread 0 of every attention CTA once the CTA is done: the last one tells
+// every peer that this rank no longer reads its region.
+__device__ __forceinline__ void ringDirectDone(const RingParams& p) {
   __threadfence();
   if (atomicAdd(p.attnDone, 1u) != (uint32_t)p.split.of(Role::kCompute) - 1) return;
   // Acquire side of the other CTAs' fence + count, and release to the peers' processes.
@@ -262,17 +258,19 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if ((int32_t)blockIdx.x < nComm) {
     if (p.xnode) {
       rxCommRole(p, blockIdx.x, nComm, xseqSh);
-    } else if (p.direct) {
-      if (blockIdx.x == 0 && threadIdx.x == 0) ringDirectRole(p, seq);
     } else {
       ringCommRole(p, blockIdx.x, nComm, seq);
     }
   } else {
-    attn::attnCta<C>(p.a, smem, blockIdx.x - nComm, p.split.of(Role::kCompute),
-                     p.direct ? p.kvMap : nullptr);
+    // One attnCta in the kernel (two copies of its warpgroups' code made ptxas spill).
+    // Direct reads: no comm CTAs (nComm 0); the first CTA's idle warp relays the flags.
+    const int32_t cta = blockIdx.x - nComm;
+    attn::attnCta<C>(p.a, smem, cta, p.split.of(Role::kCompute), p.direct ? p.kvMap : nullptr, [&] {
+      if (p.direct && cta == 0) ringDirectRelay(p, seq);
+    });
     if (p.direct) {
       __syncthreads();
-      if (threadIdx.x == 0) ringDirectAttnDone(p);
+      if (threadIdx.x == 0) ringDirectDone(p);
     }
   }
   __syncthreads();
