@@ -124,17 +124,18 @@ std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectio
       fromEnv = true;
     }
   }
-  // MPS without the variable: the client's share of the server's pool is the driver's choice,
-  // and fewer than 8 (the H200, session 32: 3 ranks of one process waited for each other until
-  // the timeout where 2 happened to run, and both ran with the variable at 32). How streams map
-  // to queues was not measured; 2 ranks are not known to be safe, so warn from 2 on.
+  // MPS without the variable: on the H200 (session 32) 3 ranks of one process waited for each
+  // other until the timeout where 2 happened to run, and both ran with the variable at 32. A
+  // probe (session 33) then ran 16 streams of pending 1-thread kernels side by side under MPS
+  // with the variable unset, so a plain queue count does not explain those hangs; the cause
+  // is not established. 2 ranks are not known to be safe, so warn from 2 on.
   const bool mpsUnset = mps && !fromEnv;
   if (!mpsUnset && queues >= ranksInProcess) return "";
   char why[160], fix[160];
   if (mpsUnset)
     snprintf(why, sizeof(why),
-             "under CUDA MPS, which gives a process fewer hardware queues unless "
-             "CUDA_DEVICE_MAX_CONNECTIONS is set");
+             "under CUDA MPS without CUDA_DEVICE_MAX_CONNECTIONS (such comms hung there "
+             "on an H200 and ran with it set)");
   else
     snprintf(why, sizeof(why),
              "but CUDA_DEVICE_MAX_CONNECTIONS%s gives its streams %d hardware queue%s",

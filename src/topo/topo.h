@@ -21,9 +21,10 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
 // through a few hardware queues in submission order (CUDA_DEVICE_MAX_CONNECTIONS, 8 by
 // default, at most 32): when two such ranks' streams share a queue, one rank's kernel can sit
 // behind a peer's kernel that waits for it, and only the device timeout ends the wait. With
-// more such ranks than queues two must share; under CUDA MPS without the variable, comms of 3
-// ranks of one process hung on the H200 where the variable at 32 let them run (session 32), so
-// MPS gives a process fewer queues (how many was not measured). Pure function of the ranks of
+// more such ranks than queues two must share. Under CUDA MPS without the variable, comms of 3
+// ranks of one process hung on the H200 where the variable at 32 let them run (session 32),
+// though 16 streams of pending 1-thread kernels ran side by side there (session 33's probe):
+// the cause under MPS is not established. Pure function of the ranks of
 // this process on this GPU (Topo::ranksInMyProcess), whether the device runs under MPS and the
 // variable's value (NULL: unset). Returns what to change, or "" when nothing is known to fail:
 // without MPS the suites run up to 8 ranks in one process and pass.

@@ -2,9 +2,10 @@
 // its own (the ranks of one process on one GPU need that, README "Logging and errors").
 // Mode "pair" (call D of session 32): a kernel on stream 0 waits (bounded, ~50 ms) for a flag
 // that a kernel on stream i sets; stream 0 is idle again before the next i. Mode "many" (written
-// after call D, not yet run): waiters on streams 0..k-2 at once, the setter on stream k-1; the
-// largest k whose waiters all saw the flag is how many streams with pending work ran side by side.
-// Every wait ends after ~50 ms, so a shared queue costs a timeout, never a hang.
+// after call D, run in session 33: 16 of 16 side by side with and without MPS): waiters on streams
+// 0..k-2 at once, the setter on stream k-1; the largest k whose waiters all saw the flag is how
+// many streams with pending work ran side by side. Every wait ends after ~50 ms, so a shared queue
+// costs a timeout, never a hang.
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>

@@ -6,7 +6,10 @@
 // one GPU (the clique) read their peers' k and v directly, after they publish them in the
 // clique block. Ranks in separate processes (fused/core/proc_windows.h) cannot: each copies
 // its own slices into its data region (k, then v) while it copies them into its gather
-// buffer, releases its control block's `staged` word, and the peers copy from there.
+// buffer, releases its control block's `staged` word, and the peers copy from there; or, with
+// direct reads (RingParams::direct, the default for up to kRingDirectMax ranks), the copy
+// engine puts its slices into its region before the kernel and the attention reads every
+// rank's region in place through per-source tensor maps (no gather buffer, no copy CTAs).
 // Ranks on several (virtual) nodes (the xnode layout, xnode.h, xnode_role.cuh) send and
 // receive the slices through the device communication API instead.
 #pragma once
