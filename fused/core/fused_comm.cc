@@ -41,6 +41,11 @@ int32_t seqGemmBudget(const FusedComm& f) {
   return v < 0 ? f.smBudget : (int32_t)v;
 }
 
+int32_t seqGemmBudget(const ncclComm* comm) {
+  const int64_t v = MK_PARAM_INT(SeqGemmSms);
+  return v < 0 ? comm->coll->budget.hi : (int32_t)v;  // FusedComm::smBudget's source
+}
+
 int32_t fusedOwnShare(const ncclComm* comm) {
   return std::max(1, comm->smCount / std::max(1, comm->topo.ranksOnMyDevice));
 }

@@ -57,6 +57,8 @@ MK_HD inline uint64_t* fusedCallCounter(const FusedComm& f) {
 // share of the GPU to stay deadlock-free when ranks share it; a full grid runs the ranks'
 // GEMMs nearly one after the other, each with the whole L2, as cuBLAS's do.
 int32_t seqGemmBudget(const FusedComm& f);
+// The same for a comm without its FusedComm view (the ring attention's sequential kernel).
+int32_t seqGemmBudget(const ncclComm* comm);
 
 // SMs of this rank's share of its GPU for the grid of a fused kernel whose ranks wait for each
 // other: smCount / the most ranks that any live comm of this process put on this GPU (at least

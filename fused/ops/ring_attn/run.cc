@@ -95,6 +95,7 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
   NCCLCHECKGOTO(gather(c, c.v, vAll, slice), res, done);
   a.k = kAll;
   a.v = vAll;
+  a.smBudget = seqGemmBudget(comm);  // MKERNEL_SEQ_GEMM_SMS: the whole GPU by default
   a.nSrc = n;
   a.srcStride = (int64_t)slice;
   for (int j = 0; j < n; ++j) a.srcRank[j] = j;
