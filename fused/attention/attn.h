@@ -166,9 +166,9 @@ constexpr int kMaxD128Variant = 1;
 constexpr int kMaxRingD128Variant = 1;
 
 // Fused ring kernel: source j's blocks are loaded only once ready[j] >= 1 (written on this GPU
-// by the kernel's communication CTAs), waited for with `wait` (bounded, abortable; a failed
-// wait records the comm's error and the kernel goes on with whatever the buffer holds: its
-// result is then unspecified, and the comm reports the failure).
+// by the kernel's communication CTAs, or with direct reads by the relay warp), waited for with
+// `wait` (bounded, abortable; a failed wait records the comm's error and the kernel goes on with
+// whatever the buffer holds: its result is then unspecified, and the comm reports the failure).
 // rowsPerUnit > 0 (the layout across nodes, fused/ops/ring_attn/xnode.h): ready[j] counts
 // the units of source j in place, k and v of rowsPerUnit rows (row = one position of one
 // batch, [B][S] flattened) each, in order; a block waits only for the units holding its rows,

@@ -150,8 +150,8 @@ std::string topoQueueHint(int ranksInProcess, bool mps, const char* maxConnectio
              kMaxConnections);
   char b[512];
   snprintf(b, sizeof(b),
-           "%d ranks of this comm are threads of this process on this GPU, %s: ranks whose streams "
-           "share one can wait for each other until the timeout; %s",
+           "%d ranks of this comm are threads of this process on this GPU, %s: such ranks can "
+           "wait for each other until the timeout; %s",
            ranksInProcess, why, fix);
   return b;
 }

@@ -351,8 +351,7 @@ INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnGraph, ::testing::Values(1, 3, 4),
 // 1/4/8, both types, causal or not, contiguous and zigzag; two shapes of 280+ tiles, so each
 // persistent CTA runs several tiles (the Q buffers, the ring's phases across tiles); then 3 rank
 // threads on the fused ring kernel (which runs variant 0 where the variant is not built for it:
-// head dim 64's 4, head dim 128's 1) and the sequential path (the stand-alone kernel, in the
-// variant).
+// head dim 64's 4) and the sequential path (the stand-alone kernel, in the variant).
 void variantCases(int D, int v, uint64_t seed) {
   Solo solo;
   ASSERT_EQ(solo.why, "");

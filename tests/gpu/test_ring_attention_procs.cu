@@ -1,7 +1,8 @@
 // ncclRingAttention (include/mkernel/fused.h) with ranks that are PROCESSES sharing GPU 0 and
 // with comms over virtual nodes; every element of out and lse of every rank against the host
 // reference of test_attn_ref.h (threads, one rank, graphs, abort: test_ring_attention.cu).
-//   RingAttnProcs.EveryElement/n2|n4  this binary re-spawned once per rank (only
+//   RingAttnProcs.EveryElement/n2|n4|n4copy|n4mixed|n4orders  this binary re-spawned once per rank
+//   (only
 //       RingAttnProcsChild.Run, which skips elsewhere; fork after CUDA initialisation is not
 //       allowed), ncclCommInitRank from a unique id the parent hands over. Each process
 //       regenerates every rank's inputs from the shared seed, so it computes its own rank's
@@ -10,9 +11,10 @@
 //       stages its k/v slices in a window its peers map). Without CUDA MPS the processes' kernels
 //       are time-sliced: correct, only slower (the AllGather's waits are bounded by 20 s).
 //       Each rank runs the fused kernel's direct reads (MKERNEL_RING_DIRECT=1: the attention
-//       reads the peers' windows in place) or its copies (0): every rank one way (n2, n4,
-//       n4copy) or odd ranks copying (n4mixed: the two modes interoperate). Each child checks
-//       that its fused calls ran the mode it was given.
+//       reads the peers' windows in place, in rank order; 2: in ring order) or its copies (0):
+//       every rank one way (n2, n4, n4copy), odd ranks copying (n4mixed: the modes interoperate)
+//       or odd ranks in ring order (n4orders). Each child checks that its fused calls ran the
+//       mode it was given.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
 //       socket backend on loopback), one thread issuing every rank's call in turn.
 #include <gtest/gtest.h>
@@ -252,7 +254,7 @@ TEST(RingAttnProcsChild, Run) {
 }
 
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
-// by copies.
+// by copies, 3 odd ranks in place in ring order.
 struct ProcsCase {
   int n, mode;
 };
@@ -274,10 +276,12 @@ TEST_P(RingAttnProcs, EveryElement) {
   for (int r = 0; r < n; ++r) {
     char spec[160];
     snprintf(spec, sizeof(spec), "MKTEST_RA_CHILD=cases %d %d %llu", n, r, seed);
-    const bool copies = mode == 1 || (mode == 2 && r % 2 == 1);
+    const bool odd = r % 2 == 1;
+    const char* direct = mode == 1 || (mode == 2 && odd) ? "MKERNEL_RING_DIRECT=0"
+                         : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=2"
+                                                         : "MKERNEL_RING_DIRECT=1";
     pids.push_back(mktest::spawnSelf("RingAttnProcsChild.Run",
-                                     {spec, "MKTEST_RA_ID=" + gputest::idToHex(id),
-                                      copies ? "MKERNEL_RING_DIRECT=0" : "MKERNEL_RING_DIRECT=1"}));
+                                     {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct}));
   }
   for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
   const std::string err = mktest::waitChildren(pids, 240);
@@ -286,9 +290,9 @@ TEST_P(RingAttnProcs, EveryElement) {
   EXPECT_EQ(err, "");
 }
 
-const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}};
+const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}};
 std::string procsCaseName(const ::testing::TestParamInfo<ProcsCase>& i) {
-  static const char* const kMode[] = {"", "copy", "mixed"};
+  static const char* const kMode[] = {"", "copy", "mixed", "orders"};
   return "n" + std::to_string(i.param.n) + kMode[i.param.mode];
 }
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::ValuesIn(kProcsCases), procsCaseName);

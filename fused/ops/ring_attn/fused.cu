@@ -2,8 +2,9 @@
 // all in this process on one GPU (the clique) or each in its own process: one persistent
 // kernel per rank (fused_kernel.cuh) whose communication CTAs copy the peers' k/v slices into
 // a stream-ordered gather buffer in ring order while its attention CTAs run on the sources
-// already in place. On a comm spanning (virtual) nodes (the xnode layout, xnode.h) the
-// copy CTAs send and receive the slices through the device communication API instead.
+// already in place; ranks each in its own process on one GPU read the peers' copies in place
+// instead (direct reads, below). On a comm spanning (virtual) nodes (the xnode layout,
+// xnode.h) the copy CTAs send and receive the slices through the device communication API.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -119,7 +120,8 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
         cliqueBlockForCall(comm, kCliqueRingAttn, sizeof(RingClique), c.stream, kApi, &block));
   }
 
-  // SM split inside the rank's budget: a few copy CTAs (HBM-bound), the rest attention. Every
+  // SM split inside the rank's budget: a few copy CTAs (HBM-bound; none with direct reads),
+  // the rest attention. Every
   // CTA takes a whole SM, and every rank's kernel must be resident at once (each waits for
   // its peers'): never more than the GPU's share of this rank, whatever budget overrides
   // (maxCTAs, MKERNEL_MAX_CTAS) say.
@@ -134,7 +136,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // kernel), and no CTA is set aside for copies. Ranks of either mode interoperate: both
   // stage their own slices, release `staged`, read the peers' regions and count themselves
   // out once per peer, so MKERNEL_RING_DIRECT need not agree between ranks.
-  const int64_t directMode = procs && n <= kRingDirectMax ? MK_PARAM_INT(RingDirect) : 0;
+  // Only where every rank is on this GPU: across GPUs the reads would cross NVLink for every
+  // query tile, neither tested nor measured (each rank decides alone: the modes interoperate).
+  const bool oneGpu = comm->topo.ranksOnMyDevice == n;
+  const int64_t directMode = procs && oneGpu && n <= kRingDirectMax ? MK_PARAM_INT(RingDirect) : 0;
   const bool direct = directMode != 0;
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
@@ -228,6 +233,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
     // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
     // this rank).
     NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);
+    if (direct) {
+      cudaFuncAttributes attr;
+      CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringDirectEndKernel), res, done);
+    }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
     NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, kApi,
                                [&](cudaStream_t s) {

@@ -55,19 +55,21 @@ struct RingCtl {
 };
 
 struct RingParams {
-  attn::AttnParams a;  // k/v maps over kAll/vAll; hooks.ready = ready
+  attn::AttnParams a;  // k/v maps over kAll/vAll (unused with direct reads); hooks.ready = ready
   FusedComm f;
   RingClique* q;
   const void* k;  // this rank's slices
   const void* v;
-  char* kAll;  // [n][slice] in ring order: index i holds the slice of rank (rank - i) mod n
+  // [n][slice] in ring order: index i holds the slice of rank (rank - i) mod n (null with
+  // direct reads)
+  char* kAll;
   char* vAll;
-  uint32_t* chunkDone;          // [n] units done per source, zeroed before the kernel
-  uint64_t* ready;              // [n] 1 once source i is in place, zeroed before the kernel
-  int64_t sliceBytes;           // a multiple of 16
-  int32_t chunks;               // units per slice (k or v)
-  SmSplit split;                // CTA counts; the copy CTAs come first in the grid (below)
-  int32_t procs;                // 1: the processes layout (ctl, stage below; q unused)
+  uint32_t* chunkDone;  // [n] units done per source, zeroed before the kernel (direct: attnDone)
+  uint64_t* ready;      // [n] 1 once source i is in place, zeroed before the kernel
+  int64_t sliceBytes;   // a multiple of 16
+  int32_t chunks;       // units per slice (k or v)
+  SmSplit split;        // CTA counts; the copy CTAs come first in the grid (below)
+  int32_t procs;        // 1: the processes layout (ctl, stage below; q unused)
   RingCtl* ctl[kRingMaxLocal];  // by rank, mapped here
   char* stage[kRingMaxLocal];   // by rank: its data region, [k slice][v slice]
   // The xnode layout (xnode.h; q, ctl, stage, chunkDone unused): the device API's view with
@@ -92,6 +94,9 @@ struct RingParams {
   uint32_t* attnDone;
   CUtensorMap kvMap[2 * kRingDirectMax];
 };
+
+// Kernel parameters beyond 4 KB need CUDA 12.1+; 32764 bytes is the limit there.
+static_assert(sizeof(RingParams) <= 32764, "RingParams exceeds the kernel parameter limit");
 
 // Source bookkeeping of the two layouts: where rank s's slices are once it said so, whether
 // they are (acquire), and the count of ranks that read them.
@@ -300,7 +305,7 @@ ncclResult_t launchRing(const RingParams& p, int32_t grid, size_t smem, cudaStre
 
 // Instantiated per head dim in fused_inst_d*.cu (both input types, both schedules).
 // The configuration is the attention engine's (attn::withCfg: schedule, and the variant
-// buildParams resolved into p.a.variant, 0 at head dim 128; smem is attn::smemBytes of the same).
+// buildParams resolved into p.a.variant; smem is attn::smemBytes of the same).
 template <int kD, bool kF16>
 ncclResult_t ringAttnLaunch(const RingParams& p, bool overlap, int32_t grid, size_t smem,
                             cudaStream_t s) {
