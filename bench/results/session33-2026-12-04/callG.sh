@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 33, call G (the last device seconds): the review's mends (direct reads only where
-# every rank shares this GPU, the end kernel preloaded, RingAttnProcs n4orders: odd ranks in
-# ring order), then a diagnosis for the next session: ring attention's sequential kernel held
+# Session 33, call G: NOT RUN (the device refused a new machine: too little time left). It
+# tests the review's mends (direct reads only where every rank shares this GPU, the end
+# kernel preloaded, RingAttnProcs n4orders: odd ranks in ring order), then a diagnosis for the next session: ring attention's sequential kernel held
 # to the rank's SM share (MKERNEL_SEQ_GEMM_SMS=-1, as the fused kernel's grid) against the
 # fused kernel's direct reads, 4 processes, 64K non-causal. If the capped sequential kernel
 # loses what the fused one loses against the whole-GPU sequential path (call B: 71.64 against
