@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# For the next session's first call: what session 33 could not run (call G: the review's mends,
+# RingAttnProcs with n4orders; ring attention's sequential kernel held to the rank's share
+# against the fused kernel), then bench_share_bench: do k kernels side by side on SMs / k each
+# lose per-SM throughput in one process too (no MPS, no communication), for the attention
+# engine (shared k/v and own copies) and the GEMM engine? The answer says whether the one-GPU
+# fused paths' deficit is MPS, concurrency on shares, or the fused kernels themselves.
+set -u
+source scripts/gpu_call.sh
+gc_init NA
+GC_BUILD_S=240 gc_build /tmp/bn "gpu/test_ring_attention_procs.cu" mk_gpu_tests mkernel \
+  bench_share_bench
+gc_tests /tmp/bn '*RingAttnProcs*' 270 25
+export MK_BENCH_COMMIT=$(cat COMMIT_SNAP)
+gc_run share 400 120 30 1 "^\|" /tmp/bn/bench/bench_share_bench --ranks 1,2,4 \
+  --work attn,gemm --seq 65536 --gemm 8192x8192x8192 --reps 3 --commit "$MK_BENCH_COMMIT"
+MKERNEL_SEQ_GEMM_SMS=-1 gc_run capped 470 60 20 0 "^\| [0-9]" python3 bench/attn_bench.py ring \
+  --lib /tmp/bn/src/libmkernel.so --mps --ranks 4 --layout zigzag --head-dims 128 --causal no \
+  --target-ms 8 --out "$GC_L/capped" --seqs 65536 --algos sequential,fused --no-single-rank \
+  --reps 3 --budget 40
+gc_tar
