@@ -220,6 +220,12 @@ int main(int argc, char** argv) {
       for (const std::string& x : benchargs::splitList(argv[++i])) ranks.push_back(atoi(x.c_str()));
     } else if (a == "--work" && more) {
       works = benchargs::splitList(argv[++i]);
+      for (const std::string& x : works) {
+        if (x != "attn" && x != "gemm") {
+          fprintf(stderr, "--work: attn or gemm, not %s\n", x.c_str());
+          return 2;
+        }
+      }
     } else if (a == "--seq" && more) {
       seq = atoi(argv[++i]);
     } else if (a == "--heads" && more) {

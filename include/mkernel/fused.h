@@ -285,8 +285,11 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
  * stages its k and v in memory every local rank maps, made at the first such call, which must
  * not be captured; otherwise the sequential path): its communication CTAs copy
  * the peers' k/v slices in ring order (this rank's, then rank-1's, ...) while its attention CTAs
- * already run on the slices in place; same scratch, same results. In both, the call completes
- * only after every peer has read this rank's k and v.
+ * already run on the slices in place; same scratch, same results. Ranks each in its own process,
+ * all on one GPU (at most 8), by default read the peers' copies in place instead: each rank
+ * copies its k and v into its mapped memory before its kernel, and the kernel has no copy CTAs
+ * and no gather scratch (MKERNEL_RING_DIRECT). In both, the call completes only after every
+ * peer has read this rank's k and v.
  *
  * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; headDim 64, 128 or 256; hq, hkv >= 1
  * and hq % hkv == 0; batch, seqLocal >= 1; zigzag: seqLocal even; q, k, v, out 16-byte

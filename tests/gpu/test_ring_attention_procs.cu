@@ -1,20 +1,19 @@
 // ncclRingAttention (include/mkernel/fused.h) with ranks that are PROCESSES sharing GPU 0 and
 // with comms over virtual nodes; every element of out and lse of every rank against the host
 // reference of test_attn_ref.h (threads, one rank, graphs, abort: test_ring_attention.cu).
-//   RingAttnProcs.EveryElement/n2|n4|n4copy|n4mixed|n4orders  this binary re-spawned once per rank
-//   (only
-//       RingAttnProcsChild.Run, which skips elsewhere; fork after CUDA initialisation is not
-//       allowed), ncclCommInitRank from a unique id the parent hands over. Each process
-//       regenerates every rank's inputs from the shared seed, so it computes its own rank's
-//       reference, and checks its own outputs. The cases cycle through the algos: the fused
+//   RingAttnProcs.EveryElement/n2|n4|n4copy|n4mixed|n4orders  this binary re-spawned once per
+//       rank (only RingAttnProcsChild.Run, which skips elsewhere; fork after CUDA
+//       initialisation is not allowed), ncclCommInitRank from a unique id the parent hands over.
+//       Each process regenerates every rank's inputs from the shared seed, so it computes its own
+//       rank's reference, and checks its own outputs. The cases cycle through the algos: the fused
 //       ones run the fused kernel's processes layout (fused/core/proc_windows.h: each rank
 //       stages its k/v slices in a window its peers map). Without CUDA MPS the processes' kernels
 //       are time-sliced: correct, only slower (the AllGather's waits are bounded by 20 s).
-//       Each rank runs the fused kernel's direct reads (MKERNEL_RING_DIRECT=1: the attention
-//       reads the peers' windows in place, in rank order; 2: in ring order) or its copies (0):
-//       every rank one way (n2, n4, n4copy), odd ranks copying (n4mixed: the modes interoperate)
-//       or odd ranks in ring order (n4orders). Each child checks that its fused calls ran the
-//       mode it was given.
+//       Each rank runs the fused kernel's direct reads (MKERNEL_RING_DIRECT=2, the default: the
+//       attention reads the peers' windows in place, in ring order; 1: in rank order) or its
+//       copies (0): every rank one way (n2, n4, n4copy), odd ranks copying (n4mixed: the modes
+//       interoperate) or odd ranks in rank order (n4orders). Each child checks that its fused
+//       launches read in place, or copied, as it was told (not which order it walked).
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
 //       socket backend on loopback), one thread issuing every rank's call in turn.
 #include <gtest/gtest.h>
@@ -254,7 +253,7 @@ TEST(RingAttnProcsChild, Run) {
 }
 
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
-// by copies, 3 odd ranks in place in ring order.
+// by copies, 3 odd ranks in place in rank order (the others in ring order, the default).
 struct ProcsCase {
   int n, mode;
 };
@@ -278,8 +277,8 @@ TEST_P(RingAttnProcs, EveryElement) {
     snprintf(spec, sizeof(spec), "MKTEST_RA_CHILD=cases %d %d %llu", n, r, seed);
     const bool odd = r % 2 == 1;
     const char* direct = mode == 1 || (mode == 2 && odd) ? "MKERNEL_RING_DIRECT=0"
-                         : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=2"
-                                                         : "MKERNEL_RING_DIRECT=1";
+                         : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
+                                                         : "MKERNEL_RING_DIRECT=2";
     pids.push_back(mktest::spawnSelf("RingAttnProcsChild.Run",
                                      {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct}));
   }

@@ -7,7 +7,8 @@
 // clique block. Ranks in separate processes (fused/core/proc_windows.h) cannot: each copies
 // its own slices into its data region (k, then v) while it copies them into its gather
 // buffer, releases its control block's `staged` word, and the peers copy from there; or, with
-// direct reads (RingParams::direct, the default for up to kRingDirectMax ranks), the copy
+// direct reads (RingParams::direct, the default for up to kRingDirectMax ranks all on this
+// GPU), the copy
 // engine puts its slices into its region before the kernel and the attention reads every
 // rank's region in place through per-source tensor maps (no gather buffer, no copy CTAs).
 // Ranks on several (virtual) nodes (the xnode layout, xnode.h, xnode_role.cuh) send and
