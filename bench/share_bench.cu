@@ -36,17 +36,11 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_cuda.cuh"
 #include "fused/attention/attn.h"
 #include "fused/gemm/gemm.h"
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#define CK(x) BENCH_CK(x)
 #define CKN(x)                                                                       \
   do {                                                                               \
     ncclResult_t r_ = (x);                                                           \
@@ -58,21 +52,10 @@
 
 namespace {
 
-__global__ void fillKernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 29;
-    p[i] = __float2bfloat16((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
-  }
-}
-
 __nv_bfloat16* randomBf16(size_t n, uint64_t seed) {
   __nv_bfloat16* p = nullptr;
   CK(cudaMalloc(&p, n * sizeof(__nv_bfloat16)));
-  fillKernel<<<1024, 256>>>(p, n, seed);
+  benchcuda::fillKernel<<<1024, 256>>>(p, n, seed);
   CK(cudaGetLastError());
   return p;
 }
