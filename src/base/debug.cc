@@ -181,22 +181,27 @@ void emit(int level, uint64_t subsys, const char* file, int line, const char* ms
 
 }  // namespace
 
-void logMessage(int level, uint64_t subsys, const char* file, int line, const char* fmt, ...) {
+namespace {
+void emitV(int level, uint64_t subsys, const char* file, int line, bool record, const char* fmt,
+           va_list ap) {
   char msg[1024];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  emit(level, subsys, file, line, msg, record);
+}
+}  // namespace
+
+void logMessage(int level, uint64_t subsys, const char* file, int line, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  emitV(level, subsys, file, line, true, fmt, ap);
   va_end(ap);
-  emit(level, subsys, file, line, msg);
 }
 
 void logAdvisory(const char* file, int line, const char* fmt, ...) {
-  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  emitV(kLogWarn, kAllSubsys, file, line, false, fmt, ap);
   va_end(ap);
-  emit(kLogWarn, kAllSubsys, file, line, msg, false);
 }
 
 void logMessageLimited(LogRateLimit* rl, int64_t intervalMs, int level, uint64_t subsys,

@@ -92,9 +92,7 @@ ncclResult_t collPollAsyncError(ncclComm* comm) {
   const Topo& t = comm->topo;
   rt::ErrNames names;
   names.rank = comm->rank;
-  names.hint = comm->queueHint.c_str();
-  names.hintPeers = comm->topo.inMyProcess.data();
-  names.nHintPeers = (int)comm->topo.inMyProcess.size();
+  names.setHint(comm->queueHint, comm->topo.inMyProcess);
   if (t.node >= 0 && t.node < (int)t.nodeRanks.size()) {
     names.localRanks = t.nodeRanks[t.node].data();
     names.nLocal = (int)t.nodeRanks[t.node].size();

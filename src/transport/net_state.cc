@@ -297,9 +297,7 @@ ncclResult_t netPollAsyncError(ncclComm* comm) {
     commSetAsyncError(comm, pr, proxyMsg.c_str());
   rt::ErrNames names;
   names.rank = comm->rank;
-  names.hint = comm->queueHint.c_str();
-  names.hintPeers = comm->topo.inMyProcess.data();
-  names.nHintPeers = (int)comm->topo.inMyProcess.size();
+  names.setHint(comm->queueHint, comm->topo.inMyProcess);
   names.proxyMsg = proxyMsg.c_str();
   ncclResult_t res;
   std::string msg;

@@ -187,7 +187,6 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
   if (direct) {
     rp.direct = 1;
-    rp.attnDone = rp.chunkDone;  // chunkDone's first word, zeroed with the counters
     for (int i = 0; i < n && res == ncclSuccess; ++i) {
       // Ring order reads this rank's slices from the caller's k and v, rank order from the
       // region, as the peers do.

@@ -65,12 +65,13 @@ struct RingParams {
   // direct reads)
   char* kAll;
   char* vAll;
-  uint32_t* chunkDone;  // [n] units done per source, zeroed before the kernel (direct: attnDone)
-  uint64_t* ready;      // [n] 1 once source i is in place, zeroed before the kernel
-  int64_t sliceBytes;   // a multiple of 16
-  int32_t chunks;       // units per slice (k or v)
-  SmSplit split;        // CTA counts; the copy CTAs come first in the grid (below)
-  int32_t procs;        // 1: the processes layout (ctl, stage below; q unused)
+  uint32_t* chunkDone;          // [n] units done per source, zeroed before the kernel (direct: [0]
+                                // counts the attention CTAs done, ringDirectDone)
+  uint64_t* ready;              // [n] 1 once source i is in place, zeroed before the kernel
+  int64_t sliceBytes;           // a multiple of 16
+  int32_t chunks;               // units per slice (k or v)
+  SmSplit split;                // CTA counts; the copy CTAs come first in the grid (below)
+  int32_t procs;                // 1: the processes layout (ctl, stage below; q unused)
   RingCtl* ctl[kRingMaxLocal];  // by rank, mapped here
   char* stage[kRingMaxLocal];   // by rank: its data region, [k slice][v slice]
   // The xnode layout (xnode.h; q, ctl, stage, chunkDone unused): the device API's view with
@@ -87,12 +88,11 @@ struct RingParams {
   // were copied into its data region in stream order before its kernel; the attention reads
   // every source where it lies, source i through kvMap[2i] (k) and kvMap[2i + 1] (v). No gather
   // buffer and no comm CTA: an idle warp of the first attention CTA relays the peers' `staged`
-  // words into ready[] (ringDirectRelay); every attention CTA counts itself out in attnDone
-  // (zeroed before the kernel), the last one tells the peers (ringDirectDone), and a one-
-  // thread kernel after it holds the call open until every peer has read this rank's region
-  // (fused.cu, ringDirectEndKernel).
+  // words into ready[] (ringDirectRelay); every attention CTA counts itself out in
+  // chunkDone[0] (zeroed before the kernel; no units to count here), the last one tells the peers
+  // (ringDirectDone), and a one-thread kernel after it holds the call open until every peer has
+  // read this rank's region (fused.cu, ringDirectEndKernel).
   int32_t direct;
-  uint32_t* attnDone;
   CUtensorMap kvMap[2 * kRingDirectMax];
 };
 
@@ -239,7 +239,7 @@ __device__ __forceinline__ void ringDirectRelay(const RingParams& p, uint64_t se
 // every peer that this rank no longer reads its region.
 __device__ __forceinline__ void ringDirectDone(const RingParams& p) {
   __threadfence();
-  if (atomicAdd(p.attnDone, 1u) != (uint32_t)p.split.of(Role::kCompute) - 1) return;
+  if (atomicAdd(&p.chunkDone[0], 1u) != (uint32_t)p.split.of(Role::kCompute) - 1) return;
   // Acquire side of the other CTAs' fence + count, and release to the peers' processes.
   __threadfence_system();
   const int32_t n = p.f.nRanks, me = p.f.rank;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <nccl.h>
 
 #include "device/rt/err.h"
@@ -39,6 +40,12 @@ struct ErrNames {
   const char* hint = "";
   const uint8_t* hintPeers = nullptr;
   int nHintPeers = 0;
+  // Both pollers' way to fill the three above (the strings must outlive the names).
+  void setHint(const std::string& h, const std::vector<uint8_t>& peers) {
+    hint = h.c_str();
+    hintPeers = peers.data();
+    nHintPeers = (int)peers.size();
+  }
 };
 // The result code and message of a record.
 ncclResult_t describe(const ErrRecord& e, const ErrNames& names, std::string* msg);
