@@ -53,11 +53,38 @@ ncclResult_t winDrop(ncclComm* comm, Win* w) {
   return res;
 }
 
+const char* tagName(CliqueTag tag) {
+  switch (tag) {
+    case kCliqueGemmColl:
+      return "GEMM + collective";
+    case kCliqueMoe:
+      return "MoE";
+    case kCliqueMoeCombine:
+      return "MoE combine";
+    case kCliqueRingAttn:
+      return "ring attention";
+    default:
+      return "fused";
+  }
+}
+
+// What a rank asks of one collective creation. Every rank of a call must ask the same: the
+// sizes come from the call's arguments (maxRows, the shapes), and a rank that asked for more
+// would grow alone later, waiting in a registration its peers never enter.
+struct Ask {
+  int32_t allocated;  // 1: this rank's allocation (and zeroing) worked
+  int32_t pad;
+  uint64_t ctlBytes, halfBytes;
+};
+
 // Allocates `bytes` (zeroed when `zero`), registers it (collective) and finds every local
 // rank's mapping; *mapped false when some rank could not allocate or map it. Every rank first
-// says whether its allocation worked (one allgather), so that a local failure sends every rank
-// to the sequential path instead of leaving the others in the registration.
-ncclResult_t winCreate(ncclComm* comm, size_t bytes, bool zero, Win* w, bool* mapped) {
+// says whether its allocation worked and what it asked for (one allgather), so that a local
+// failure sends every rank to the sequential path instead of leaving the others in the
+// registration, and a difference in the asks fails every rank's call with
+// ncclInvalidArgument at once (nothing is kept: a later call with agreeing arguments creates).
+ncclResult_t winCreate(ncclComm* comm, CliqueTag tag, const Ask& ask, size_t bytes, bool zero,
+                       Win* w, bool* mapped) {
   *w = Win{};
   *mapped = false;
   ncclResult_t res = memAlloc(&w->ptr, bytes);
@@ -78,11 +105,39 @@ ncclResult_t winCreate(ncclComm* comm, size_t bytes, bool zero, Win* w, bool* ma
       res = ncclUnhandledCudaError;
     }
   }
-  std::vector<int32_t> status(comm->nRanks, 0);
-  status[comm->rank] = res == ncclSuccess ? 1 : 0;
-  NCCLCHECK(bootstrapAllGather(comm->bootstrap, status.data(), sizeof(int32_t)));
+  std::vector<Ask> asks(comm->nRanks, Ask{});
+  asks[comm->rank] = ask;
+  asks[comm->rank].allocated = res == ncclSuccess ? 1 : 0;
+  const ncclResult_t ag = bootstrapAllGather(comm->bootstrap, asks.data(), sizeof(Ask));
+  if (ag != ncclSuccess) {
+    if (w->ptr != nullptr) memFree(w->ptr);
+    *w = Win{};
+    MK_WARN(
+        "%s operator's windows (processes layout): rank %d's peers did not all join the "
+        "collective creation of %zu bytes (%s); every rank of the comm must make the same "
+        "fused calls with the same sizes (the same maxRows for MoE calls)",
+        tagName(tag), comm->rank, bytes, ncclGetErrorString(ag));
+    return ag;
+  }
   bool all = true;
-  for (int32_t s : status) all = all && s == 1;
+  int differs = -1;
+  for (int r = 0; r < comm->nRanks; ++r) {
+    all = all && asks[r].allocated == 1;
+    if (differs < 0 && (asks[r].ctlBytes != ask.ctlBytes || asks[r].halfBytes != ask.halfBytes))
+      differs = r;
+  }
+  if (differs >= 0) {
+    if (w->ptr != nullptr) memFree(w->ptr);
+    *w = Win{};
+    MK_WARN(
+        "%s operator (processes layout): rank %d asks for windows of %llu + 2 x %llu bytes, "
+        "rank %d for %llu + 2 x %llu: every rank must pass the same sizes (for MoE calls the "
+        "same maxRows, as fused.h requires); nothing was created",
+        tagName(tag), comm->rank, (unsigned long long)ask.ctlBytes,
+        (unsigned long long)ask.halfBytes, differs, (unsigned long long)asks[differs].ctlBytes,
+        (unsigned long long)asks[differs].halfBytes);
+    return ncclInvalidArgument;
+  }
   if (all) res = peerMemWinRegister(comm, w->ptr, bytes, NCCL_WIN_DEFAULT, &w->win);
   if (!all || res != ncclSuccess) {
     if (w->ptr != nullptr) memFree(w->ptr);
@@ -129,9 +184,10 @@ ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size
     CUDACHECK(cudaStreamIsCapturing(stream, &cap));
     if (cap != cudaStreamCaptureStatusNone) return ncclSuccess;  // sequential path
   }
+  const Ask ask{0, 0, ctlBytes, halfBytes};
   if (needCtl) {
     bool mapped = false;
-    NCCLCHECK(winCreate(comm, ctlBytes, true, &st->ctl, &mapped));
+    NCCLCHECK(winCreate(comm, tag, ask, ctlBytes, true, &st->ctl, &mapped));
     st->mapped = st->mapped && mapped;
   }
   if (needData && st->mapped) {
@@ -142,7 +198,7 @@ ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size
     half = (half + grain - 1) / grain * grain;
     Win grown;
     bool mapped = false;
-    NCCLCHECK(winCreate(comm, 2 * half, false, &grown, &mapped));
+    NCCLCHECK(winCreate(comm, tag, ask, 2 * half, false, &grown, &mapped));
     st->mapped = st->mapped && mapped;
     if (grown.ptr != nullptr) {
       if (st->data.ptr != nullptr) st->retired.push_back(st->data);

@@ -28,6 +28,9 @@
 //       one row short of its need, once per call (two comms): its comm reports ncclInvalidUsage
 //       naming the call and the rows; the other processes' results are complete and correct
 //       (FFN: slots routed to rank 1's experts contribute nothing), their comms report nothing.
+//   MoeProcsMismatch.ThreeProcesses         the first fused layer call with rank 1's maxRows
+//       below the others': refused at once on every rank (ncclInvalidArgument naming maxRows, y
+//       untouched, nothing launched), then the agreeing call runs and is checked.
 //   MoeProcsGraph.ThreeProcesses            each call captured once per rank (after an eager
 //       call) and replayed with new routing (FFN: new tokens and weights too), every replay
 //       checked.
@@ -67,6 +70,53 @@ using gputest::since;
 
 // ---- processes: one child, one rank ---------------------------------------------------------
 constexpr int kTight = 1;  // the overflow plan's rank whose bound is one row short
+
+// The mismatch plan: the comm's first fused layer call, with rank 1 passing a maxRows 128 rows
+// below the others' (both above every rank's need, so the buffers stay valid), must be refused
+// on every rank with ncclInvalidArgument naming maxRows, well before the device (20 s) and
+// bootstrap (60 s) timeouts, and leave y as it was; the same call with agreeing bounds then
+// runs the fused layer and is checked as usual.
+std::string mismatchPlan(ProcDriver& d, uint64_t seed) {
+  const int n = d.n, me = d.me;
+  FfnCase c = ffnCases(n)[0];
+  if (c.layout != kNK) return "the plan needs an [N,K] case (the fused layer)";
+  FfnProblem a(c);
+  a.algo = ncclFusedFused;
+  DrawOpts o;
+  auto draw = [&](uint64_t sd, size_t rows) {
+    o.fixedRows = rows;
+    return a.draw(sd, o);
+  };
+  const size_t any = anyRouting(n, c.maxT, c.k, c.epr);
+  std::string e = drawShared<FfnProblem>(a, n, any, seed, 256, draw);
+  if (!e.empty()) return e;
+  Rank& mine = a.rank(me);
+  const size_t bound = mine.maxRows;
+  std::vector<uint8_t> yBefore, yAfter;
+  const size_t yBytes = (size_t)mine.T * c.H * fusedtest::esOf(c.out);
+  e = d2h(&yBefore, mine.dy.p, yBytes);
+  if (!e.empty()) return e;
+  if (me == 1) mine.maxRows = bound - 128;
+  const uint64_t ffnBefore = mk::fused::moeFfnFusedLaunches();
+  const auto t0 = Clock::now();
+  const ncclResult_t res = a.call(me, d.comm(me), d.stream(me));
+  const double took = since(t0);
+  mine.maxRows = bound;
+  const std::string msg = ncclGetLastError(d.comm(me));
+  if (res != ncclInvalidArgument)
+    return std::string("the mismatched call returned ") + ncclGetErrorString(res) + ": " + msg;
+  if (msg.find("maxRows") == std::string::npos) return "the refusal does not name maxRows: " + msg;
+  if (took > 10) return "the refusal took " + std::to_string(took) + " s";
+  if (cudaStreamSynchronize(d.stream(me)) != cudaSuccess) return "cudaStreamSynchronize failed";
+  e = d2h(&yAfter, mine.dy.p, yBytes);
+  if (!e.empty()) return e;
+  if (yAfter != yBefore) return "the refused call wrote y";
+  if (mk::fused::moeFfnFusedLaunches() != ffnBefore) return "the refused call launched";
+  e = runChecked<FfnProblem>(d, {&a});
+  if (e.empty() && mk::fused::moeFfnFusedLaunches() != ffnBefore + 1)
+    e = "the agreeing call did not run the fused layer";
+  return e;
+}
 
 // A barrier that needs no comm (the overflowing rank's comm has failed): every process writes
 // dir/<tag>.<rank> and waits, bounded, for its peers' files.
@@ -215,6 +265,7 @@ int childMain(const char* spec) {
                     : pl == "graph"      ? runGraphs(d, seed)
                     : pl == "fused"      ? runCases(d, seed, log, nullptr, ncclFusedFused)
                     : pl == "fusedgraph" ? runGraphs(d, seed, ncclFusedFused)
+                    : pl == "mismatch"   ? mismatchPlan(d, seed)
                                          : "unknown plan " + pl;
     // The fused plans' calls really ran the fused kernels (processes layout): 3 calls a case
     // (the layer's with the weights in the [N,K] layout only: the others run the AllToAll
@@ -324,6 +375,12 @@ TEST(MoeProcsFused, GraphThreeProcesses) {
   MKTEST_REQUIRE_GPU();
   MoeProcsEnv env;
   EXPECT_EQ(spawnPlan("fusedgraph", 3), "") << "the failure is named above";
+}
+
+TEST(MoeProcsMismatch, ThreeProcesses) {
+  MKTEST_REQUIRE_GPU();
+  MoeProcsEnv env;
+  EXPECT_EQ(spawnPlan("mismatch", 3), "") << "the failure is named above";
 }
 
 TEST(MoeProcsOverflow, ThreeProcesses) {

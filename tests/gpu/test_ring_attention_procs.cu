@@ -14,6 +14,8 @@
 //       copies (0): every rank one way (n2, n4, n4copy), odd ranks copying (n4mixed: the modes
 //       interoperate) or odd ranks in rank order (n4orders). Each child checks that its fused
 //       launches read in place, or copied, as it was told (not which order it walked).
+//   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
+//       calls: the others' errors name it within the 2 s deadline, aborts return promptly.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
 //       socket backend on loopback), one thread issuing every rank's call in turn.
 #include <gtest/gtest.h>
@@ -25,6 +27,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
@@ -144,6 +147,72 @@ std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaSt
   return e;
 }
 
+// The absent plan: one fused call on every rank (checked; it creates the windows, whose
+// creation is collective), then a second one with direct reads on every rank but the last,
+// which never makes it. Each caller's call returns, its stream drains (the deadline is 2 s),
+// its comm reports an asynchronous error naming the last rank, ncclCommAbort returns within
+// 5 s and the GPU still runs work. The last rank keeps its comm until its peers are done,
+// then aborts. Returns "" or the failure; *comm is aborted (nullptr) on return.
+std::string absentPlan(int n, int me, uint64_t seed, ncclComm_t* comm, cudaStream_t stream) {
+  const int missing = n - 1;
+  Shape a;
+  a.n = n;
+  a.Hkv = 2;
+  a.Hq = 4;
+  a.D = 64;
+  a.S = 96;
+  a.in = ncclBfloat16;
+  a.algo = ncclFusedFused;
+  Problem p(a, me);
+  std::string e = p.draw(seed + 900);
+  if (e.empty() && p.call(me, *comm, stream) != ncclSuccess)
+    e = std::string("the first call: ") + ncclGetLastError(*comm);
+  if (e.empty()) e = fusedtest::waitRank(me, *comm, stream, 60);
+  if (e.empty()) e = p.check(me);
+  if (e.empty()) e = p.draw(seed + 901);
+  if (!e.empty() || me == missing) {
+    if (e.empty()) std::this_thread::sleep_for(std::chrono::seconds(15));
+    ncclCommAbort(*comm);
+    *comm = nullptr;
+    return e.empty() ? "" : "the first call: " + e;
+  }
+  const uint64_t directBefore = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutDirect);
+  const auto t0 = Clock::now();
+  const ncclResult_t res = p.call(me, *comm, stream);
+  const double callS = since(t0);
+  ncclResult_t async = ncclSuccess;
+  if (res != ncclSuccess)
+    e = std::string("the call returned ") + ncclGetErrorString(res) + ": " +
+        ncclGetLastError(*comm);
+  else if (mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutDirect) != directBefore + 1)
+    e = "the call did not run the direct reads";
+  else if (callS > 10)
+    e = "the call waited " + std::to_string(callS) + " s on the host";
+  else if (!gputest::streamCompleted(stream, 10))
+    e = "the stream did not drain within 10 s of the deadline";
+  else if (gputest::pollAsyncError(*comm, t0, 10, &async) != ncclSuccess || async == ncclSuccess ||
+           async == ncclInProgress)
+    e = std::string("no asynchronous error after the deadline (") + ncclGetErrorString(async) + ")";
+  const std::string msg = ncclGetLastError(*comm);
+  if (e.empty() && msg.find("rank " + std::to_string(missing)) == std::string::npos)
+    e = "the error does not name rank " + std::to_string(missing) + ": " + msg;
+  const auto a0 = Clock::now();
+  ncclCommAbort(*comm);
+  *comm = nullptr;
+  const double abortS = since(a0);
+  if (e.empty() && abortS > 5) e = "ncclCommAbort took " + std::to_string(abortS) + " s";
+  void* probe = nullptr;  // the GPU still runs work
+  if (e.empty() && (cudaMalloc(&probe, 1 << 20) != cudaSuccess ||
+                    cudaMemsetAsync(probe, 1, 1 << 20, stream) != cudaSuccess ||
+                    cudaStreamSynchronize(stream) != cudaSuccess))
+    e = "the GPU does not run work after the abort";
+  if (probe != nullptr) cudaFree(probe);
+  if (e.empty())
+    fprintf(stderr, "[RingAttnProcs absent rank %d] call %.3f s, error: %s; abort %.3f s\n", me,
+            callS, msg.c_str(), abortS);
+  return e;
+}
+
 // ---- processes: one child, one rank -------------------------------------------------------
 int childMain(const char* spec) {
   char plan[32] = {};
@@ -172,6 +241,15 @@ int childMain(const char* spec) {
     return 1;
   }
   const auto t0 = Clock::now();
+  if (std::string(plan) == "absent") {
+    const std::string e = absentPlan(n, me, seed, &comm, stream);
+    if (!e.empty()) fprintf(stderr, "%s FAIL absent peer: %s\n", who.c_str(), e.c_str());
+    if (comm) ncclCommAbort(comm);
+    cudaStreamDestroy(stream);
+    fprintf(stderr, "%s absent plan %s, %.1f s\n", who.c_str(), e.empty() ? "passed" : "FAILED",
+            since(t0));
+    return e.empty() ? 0 : 1;
+  }
   int failures = 0, done = 0;
   bool broken = false;
   const std::vector<Shape> cases = casesFor(n);
@@ -295,6 +373,30 @@ std::string procsCaseName(const ::testing::TestParamInfo<ProcsCase>& i) {
   return "n" + std::to_string(i.param.n) + kMode[i.param.mode];
 }
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::ValuesIn(kProcsCases), procsCaseName);
+
+// Direct reads with a peer that never calls (the absent plan above): 3 processes, the
+// deadline 2 s; the callers' errors name the missing rank, their aborts return promptly.
+TEST(RingAttnProcsAbort, DirectPeerNeverCalls) {
+  MKTEST_REQUIRE_GPU();
+  const int n = 3;
+  mktest::ScopedEnv timeout("MKERNEL_TIMEOUT_MS", "2000");  // children inherit it
+  mktest::ScopedEnv boot("MKERNEL_BOOTSTRAP_TIMEOUT_S", "60");
+  mktest::ScopedEnv direct("MKERNEL_RING_DIRECT", "2");
+  const unsigned long long seed = mktest::testSeed() ^ 0xab5eull;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    char spec[160];
+    snprintf(spec, sizeof(spec), "MKTEST_RA_CHILD=absent %d %d %llu", n, r, seed);
+    pids.push_back(mktest::spawnSelf("RingAttnProcsChild.Run",
+                                     {spec, "MKTEST_RA_ID=" + gputest::idToHex(id)}));
+  }
+  for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
+  const std::string err = mktest::waitChildren(pids, 120);
+  mk::bootstrapRootsWait(5000);
+  EXPECT_EQ(err, "");
+}
 
 // ---- virtual nodes --------------------------------------------------------------------------
 // 4 ranks on GPU 0 over 2 virtual nodes (ncclCommInitAll); aborted after a failure.

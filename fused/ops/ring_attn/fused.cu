@@ -51,10 +51,9 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
 // and the next call's copy the region). A kernel of its own: in the attention CTAs this wait
 // would run with the producer warpgroup's few registers (ptxas spilled), and a CTA waiting
 // there before its own count could wait for a peer's CTA waiting the same way.
-__global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine, int32_t peers) {
+__global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine) {
   const uint64_t seq = ptx::ldVolatile64(fusedCallCounter(f));  // the attention's, counted
-  rt::waitGe(f.c.w, &mine->readDone, seq * (uint64_t)peers,
-             rt::ErrSite{f.c.w.op, -1, 0, -1, rt::kWaitData, 0}, rt::kScopeSys);
+  ringWaitReaders(f.c.w, mine, f.nRanks, f.rank, seq, 0);
 }
 
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
@@ -247,7 +246,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
                                  }
                                  NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
                                  if (direct) {
-                                   ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], n - 1);
+                                   ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me]);
                                    CUDACHECK(cudaGetLastError());
                                  }
                                  return ncclSuccess;

@@ -51,8 +51,10 @@ struct RingClique {
 struct RingCtl {
   uint64_t staged;    // call whose slices are in the rank's data region
   uint64_t pad0[15];  // its own 128-byte line: polled by the peers
-  uint64_t readDone;  // peers that finished copying this rank's slices, summed over calls
-  uint64_t pad1[15];
+  // By reader rank (one writer each, a value that only grows): the last call in which that
+  // rank finished reading this rank's slices. Per reader, so that a wait for a reader that
+  // never finishes (killed mid-call) names it.
+  uint64_t readBy[kRingMaxLocal];
 };
 
 struct RingParams {
@@ -100,12 +102,28 @@ struct RingParams {
 static_assert(sizeof(RingParams) <= 32764, "RingParams exceeds the kernel parameter limit");
 
 // Source bookkeeping of the two layouts: where rank s's slices are once it said so, whether
-// they are (acquire), and the count of ranks that read them.
+// they are (acquire), and that this rank no longer reads them (after a system fence).
 __device__ __forceinline__ const uint64_t* ringStagedWord(const RingParams& p, int32_t s) {
   return p.procs ? &p.ctl[s]->staged : &p.q->slot[s].seq;
 }
-__device__ __forceinline__ uint64_t* ringReadDone(const RingParams& p, int32_t s) {
-  return p.procs ? &p.ctl[s]->readDone : &p.q->slot[s].readDone;
+// Processes layout, one thread: until every peer has finished reading this rank's slices of
+// call seq (its readBy word), in ring order, so that a timeout names the first missing reader.
+__device__ __forceinline__ bool ringWaitReaders(const rt::WaitCtx& w, const RingCtl* mine,
+                                                int32_t n, int32_t me, uint64_t seq, int32_t idx) {
+  for (int32_t q = 1; q < n; ++q) {
+    const int32_t s = (me + q) % n;
+    if (!rt::waitGe(w, &mine->readBy[s], seq, rt::ErrSite{w.op, s, idx, -1, rt::kWaitData, 0},
+                    rt::kScopeSys))
+      return false;
+  }
+  return true;
+}
+__device__ __forceinline__ void ringMarkRead(const RingParams& p, int32_t s, uint64_t seq) {
+  if (p.procs) {
+    ptx::stReleaseSys(&p.ctl[s]->readBy[p.f.rank], seq);
+  } else {
+    atomicAdd_system(reinterpret_cast<unsigned long long*>(&p.q->slot[s].readDone), 1ull);
+  }
 }
 
 // 16-byte copies by the whole CTA (bytes a multiple of 16, both ends 16-byte aligned), four
@@ -183,7 +201,7 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
       if (atomicAdd(&p.chunkDone[i], 1u) == 2u * p.chunks - 1) {
         // Acquire side of the other CTAs' fence + count: their copies are ordered before the flag.
         // Processes: at system scope, which covers both the staged copies (read by the peers'
-        // kernels, maybe on other GPUs) and the reads counted into the owner's readDone below.
+        // kernels, maybe on other GPUs) and the reads marked in the owner's control block below.
         if (p.procs) {
           __threadfence_system();
         } else {
@@ -193,14 +211,17 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
         if (p.procs && i == 0)
           ptx::stReleaseSys(&p.ctl[me]->staged, seq);  // the peers may copy my slices now
         // This rank no longer reads rank s's slices.
-        if (i > 0)
-          atomicAdd_system(reinterpret_cast<unsigned long long*>(ringReadDone(p, s)), 1ull);
+        if (i > 0) ringMarkRead(p, s, seq);
       }
     }
   }
   // The call completes only once every peer has copied this rank's slices: the caller may
   // then overwrite k and v.
   if (idx == 0 && threadIdx.x == 0 && ok && n > 1) {
+    if (p.procs) {
+      ringWaitReaders(p.f.c.w, p.ctl[me], n, me, seq, idx);
+      return;
+    }
     // First every peer's slot of this call, so that a peer that never came is the one a
     // timeout names (the summed count below cannot say whose read is missing).
     for (int32_t q = 1; q < n && ok; ++q) {
@@ -210,9 +231,8 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
         ok = 0;
     }
     if (ok)
-      rt::waitGe(p.f.c.w, ringReadDone(p, me), seq * (uint64_t)(n - 1),
-                 rt::ErrSite{op, -1, idx, -1, rt::kWaitData, 0},
-                 p.procs ? rt::kScopeSys : rt::kScopeGpu);
+      rt::waitGe(p.f.c.w, &p.q->slot[me].readDone, seq * (uint64_t)(n - 1),
+                 rt::ErrSite{op, -1, idx, -1, rt::kWaitData, 0}, rt::kScopeGpu);
   }
 }
 
@@ -237,14 +257,13 @@ __device__ __forceinline__ void ringDirectRelay(const RingParams& p, uint64_t se
 
 // Direct reads, thread 0 of every attention CTA once the CTA is done: the last one tells
 // every peer that this rank no longer reads its region.
-__device__ __forceinline__ void ringDirectDone(const RingParams& p) {
+__device__ __forceinline__ void ringDirectDone(const RingParams& p, uint64_t seq) {
   __threadfence();
   if (atomicAdd(&p.chunkDone[0], 1u) != (uint32_t)p.split.of(Role::kCompute) - 1) return;
   // Acquire side of the other CTAs' fence + count, and release to the peers' processes.
   __threadfence_system();
   const int32_t n = p.f.nRanks, me = p.f.rank;
-  for (int32_t q = 1; q < n; ++q)
-    atomicAdd_system(reinterpret_cast<unsigned long long*>(&p.ctl[(me + q) % n]->readDone), 1ull);
+  for (int32_t q = 1; q < n; ++q) ringMarkRead(p, (me + q) % n, seq);
 }
 
 #include "fused/ops/ring_attn/xnode_role.cuh"
@@ -279,7 +298,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     });
     if (p.direct) {
       __syncthreads();
-      if (threadIdx.x == 0) ringDirectDone(p);
+      if (threadIdx.x == 0) ringDirectDone(p, seq);
     }
   }
   __syncthreads();
