@@ -32,8 +32,8 @@ gc_el() { echo $(($(date +%s) - GC_T0)); }
 gc_tar() { tar -czf "$OUT/$GC_NAME.tgz" -C "$OUT" "$GC_NAME"; }
 
 # CUDA MPS for steps whose ranks are processes. Never around steps with several ranks in one
-# process: under MPS a process's streams get fewer hardware queues and such ranks can wait for
-# each other until the timeout (session 32, README "Logging and errors").
+# process: under MPS such ranks waited for each other until the timeout in session 32 (cause
+# not established: session 33's probe ran 16 streams side by side with and without MPS).
 gc_mps_start() {
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
