@@ -20,5 +20,14 @@ struct ConfigHeaderRule {
 ncclResult_t checkConfigHeader(size_t size, unsigned int magic, unsigned int version,
                                const ConfigHeaderRule& rule, const char* api);
 
+// The same on a caller's struct T (size, magic, version first): magic and version are read
+// only once size says the struct holds them.
+template <class T>
+ncclResult_t checkConfigHeaderOf(const T* in, const ConfigHeaderRule& rule, const char* api) {
+  static_assert(offsetof(T, version) + sizeof(unsigned int) <= 16, "size, magic, version first");
+  if (in->size < rule.v1Size) return checkConfigHeader(in->size, 0, 0, rule, api);
+  return checkConfigHeader(in->size, in->magic, in->version, rule, api);
+}
+
 }  // namespace fused
 }  // namespace mk

@@ -19,7 +19,10 @@
  * call; a refused call returns ncclInvalidArgument and ncclGetLastError names the rule.
  * The rules: inType bf16 or fp16; outType bf16, fp16 or fp32; M, N, K > 0 and each < 2^31;
  * K % 8 == 0 and, for the [K,N] layout, N % 8 == 0 (16-byte rows for the tensor copies);
- * every pointer 16-byte aligned; C does not overlap A or B.
+ * M % nranks == 0 for AllGatherGemm and GemmReduceScatter; A, B, C non-NULL and 16-byte
+ * aligned, as is Agathered (AllGatherGemm only; NULL elsewhere); bias aligned to its element;
+ * C overlaps none of A, B and the bias; Agathered overlaps neither B nor C, and Ashard only
+ * in place (Ashard == Agathered + rank * M/nranks * K elements, as in ncclAllGather).
  *
  * Groups: a fused call inside ncclGroupStart/ncclGroupEnd is refused with ncclInvalidUsage
  * (its GEMM cannot be deferred to the group's end without holding the caller's buffers).
@@ -123,9 +126,12 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * ncclCommGetAsyncError, naming the operation and the row count; nothing is dropped silently.
  *
  * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; outType bf16/fp16/fp32;
- * E % nranks == 0, 1 <= E <= 1024, 1 <= k <= 16; H % 8 == 0 (and N % 8 == 0 for the KN
- * layout); 16-byte aligned x, w1, xRecv, y; every pointer of recv non-NULL except rowSource
- * and rowWeight.
+ * E % nranks == 0, 1 <= E <= 1024, E / nranks <= NCCL_MOE_MAX_LOCAL_EXPERTS (256: the
+ * grouped GEMM's groups), 1 <= k <= 16; H % 8 == 0 (and N % 8 == 0 for the KN layout); H and
+ * N below 2^31, tokens * k below 2^31, maxRows in 1..2^31-1; 16-byte aligned x, w1, xRecv,
+ * y; 4-byte aligned topkIdx, topkWeights and the int / float arrays of recv; x and topkIdx
+ * non-NULL unless tokens is 0; every pointer of recv non-NULL except rowSource and rowWeight
+ * (rowWeight needs topkWeights).
  *
  * Paths. When every rank of the comm lives in this process on one GPU (threads, or one thread
  * per group of ranks; at most 32), one dispatch kernel pushes each row straight into its
@@ -136,11 +142,15 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * processes of one node, the fused kernels (algo ncclFusedFused, and for the layer also
  * ncclFusedAuto: see ncclMoeConfig_t::algo) run instead, their rows landing in windows every
  * rank maps (maxRows rows each). On every layout but the first every rank must pass the same
- * maxRows: a mismatch is not detected (the fused kernels' windows would be sized differently
- * and their set-up fails after the bootstrap timeout). The paths give the same outputs.
+ * maxRows. A mismatch in the comm's first fused MoE call on processes is refused on every
+ * rank (ncclInvalidArgument: the windows' sizes differ); later, or on the AllToAll path, it is
+ * found only when it shows (a receiver that sees another bound reports both; a rank that
+ * would grow its windows alone fails after MKERNEL_BOOTSTRAP_TIMEOUT_S, its peers at their
+ * device deadline). The paths give the same outputs.
  */
 #define NCCL_MOE_ROW_ALIGN 128
 #define NCCL_MOE_MAX_EXPERTS 1024
+#define NCCL_MOE_MAX_LOCAL_EXPERTS 256
 #define NCCL_MOE_MAX_TOPK 16
 #define NCCL_MOE_CONFIG_MAGIC 0x6d6b4d63u /* "mkMc" */
 #define NCCL_MOE_CONFIG_VERSION 1u
@@ -207,8 +217,8 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * alive and unchanged until every rank's call has completed. maxRows, overflow (reported, the
  * overflowing rank receives nothing and its sources get zeros for those slots), bad expert ids, no
  * host synchronisation, capture after one eager call and the layouts that run: as for
- * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1 and I % 8 == 0; topkWeights and y
- * non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
+ * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1, I % 8 == 0 and I < 2^30; topkWeights
+ * and y non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
  * aligned. The sequential path runs: dispatch kernel, grouped GEMM1 (SwiGLU in its epilogue,
  * or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel. With algo
  * ncclFusedFused, ranks of one node (of one process sharing a GPU, or each in its own
@@ -293,7 +303,8 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
  *
  * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; headDim 64, 128 or 256; hq, hkv >= 1
  * and hq % hkv == 0; batch, seqLocal >= 1; zigzag: seqLocal even; q, k, v, out 16-byte
- * aligned, lse 4-byte aligned; out does not overlap q, k or v; every element count below 2^31
+ * aligned, lse 4-byte aligned; out does not overlap q, k or v, lse none of q, k, v and out;
+ * config->scale finite (<= 0 selects 1/sqrt(headDim)); every element count below 2^31
  * and nranks * seqLocal below 2^31. Capturable; never synchronises the host. The sequential
  * path runs on communicators of at most 512 ranks (ncclInvalidUsage above).
  */

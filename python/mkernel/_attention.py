@@ -6,6 +6,7 @@ or a GPU. The C library checks them again.
 """
 
 import collections
+import ctypes
 import math
 
 from . import _lib, _plan
@@ -67,9 +68,12 @@ def _scale_value(scale):
     return 0.0
   if isinstance(scale, bool) or not isinstance(scale, (int, float)):
     raise _err("scale=%r must be a float (or None for 1/sqrt(head_dim))", scale, exc=TypeError)
-  s = float(scale)
+  # The config stores a C float: a double that rounds to 0 (which the library reads as
+  # "1/sqrt(head_dim)") or to inf would change its meaning.
+  s = ctypes.c_float(float(scale)).value
   if not math.isfinite(s) or s <= 0:
-    raise _err("scale=%r must be finite and > 0 (None selects 1/sqrt(head_dim))", scale)
+    raise _err("scale=%r must be finite and > 0 as a 32-bit float (None selects "
+               "1/sqrt(head_dim))", scale)
   return s
 
 

@@ -42,7 +42,7 @@ MOE_CONFIG_VERSION = 1
 MOE_ROW_ALIGN = 128  # NCCL_MOE_ROW_ALIGN: the packed layout's expert offsets are multiples of it
 MOE_MAX_EXPERTS = 1024
 MOE_MAX_TOPK = 16
-MOE_MAX_LOCAL_EXPERTS = 256  # not in the header: the grouped GEMM's group limit, checked in C too
+MOE_MAX_LOCAL_EXPERTS = 256  # NCCL_MOE_MAX_LOCAL_EXPERTS: the grouped GEMM's group limit
 # The MoE calls came later than the fused GEMM ones: a libmkernel without them still loads.
 MOE_APIS = ("ncclMoeDispatchGemm", "ncclMoeDispatchFfnCombine")
 RING_ATTN_CONFIG_MAGIC = 0x6D6B5261  # "mkRa"
@@ -88,8 +88,8 @@ class FusedConfig(ctypes.Structure):
 
 
 def make_config(b_layout, out_type, bias_ptr, comm_sms, algo):
-  """A filled ncclFusedConfig_t (out_type is always explicit: the header's "default" value is
-  ncclNumTypes, which depends on the nccl.h the library was built with)."""
+  """A filled ncclFusedConfig_t (out_type is always explicit, so the header's default value,
+  (ncclDataType_t)-1 for "the input type", is never needed here)."""
   c = FusedConfig()
   c.size = ctypes.sizeof(FusedConfig)
   c.magic = FUSED_CONFIG_MAGIC
@@ -310,10 +310,14 @@ class Library:
     """Raises MkernelError (with ncclGetLastError's message) unless result is ncclSuccess."""
     if result == NCCL_SUCCESS:
       return
+    # ncclGetLastError is the process's last message (as in NCCL), not this call's: another
+    # thread's failure, or an asynchronous error that torch's watchdog polled, may have come
+    # after it, so it is labelled rather than presented as this call's reason.
     msg = self.last_error()
     raise MkernelError(
         "%s failed: %s (%d, %s)%s" % (api, RESULT_NAMES.get(result, "ncclResult"), result,
-                                      self.error_string(result), ": " + msg if msg else ""),
+                                      self.error_string(result),
+                                      "; the library's last message: " + msg if msg else ""),
         result=result, api=api)
 
   def comm_query(self, name, comm):
@@ -339,13 +343,22 @@ def find_library():
   """Finds libmkernel: $MKERNEL_LIB, else the copy already loaded in the process (the LD_PRELOAD
   case: found through the global scope's ncclGemmAllReduce), else ctypes.util.find_library."""
   env = os.environ.get("MKERNEL_LIB")
-  if env:
-    return _open(env, "MKERNEL_LIB")
   addr, obj = global_symbol(MKERNEL_ONLY_SYMBOL)
+  if env:
+    # A second copy beside the preloaded one would have its own (empty) registry of
+    # communicators: torch's would all be refused as foreign.
+    if addr is not None and obj and os.path.realpath(obj) != os.path.realpath(env):
+      raise MkernelError("MKERNEL_LIB=%s but the process already has libmkernel loaded from %s "
+                         "(LD_PRELOAD): unset MKERNEL_LIB or point it at that file" % (env, obj))
+    return _open(env, "MKERNEL_LIB")
   if addr is not None:
+    if not obj:
+      raise MkernelError("libmkernel's %s is in the process's global scope but dladdr names no "
+                         "file for it: set MKERNEL_LIB to the preloaded libmkernel.so" %
+                         MKERNEL_ONLY_SYMBOL)
     # Open that very object: a handle to it resolves every symbol inside libmkernel, whatever
     # else the global scope holds (a real libnccl loaded before it, for instance).
-    return _open(obj or None, "already loaded in the process (LD_PRELOAD)")
+    return _open(obj, "already loaded in the process (LD_PRELOAD)")
   found = ctypes.util.find_library("mkernel")
   if found:
     return _open(found, "ctypes.util.find_library('mkernel')")

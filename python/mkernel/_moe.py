@@ -81,7 +81,7 @@ def plan(op, x, topk_idx, topk_weights, w1, nranks, max_rows, w2=None, out_dtype
     raise _err(op, ValueError, "topk_idx is [T, k] with k=%d; k must be in 1..%d", k,
                _lib.MOE_MAX_TOPK)
   if topk_weights is None:
-    if ffn:
+    if ffn and T > 0:
       raise _err(op, TypeError, "topk_weights is required (the combine weighs every slot)")
   else:
     _plan._check_tensor(op, "topk_weights", topk_weights, 2, ("float32",), dev)
@@ -221,8 +221,8 @@ def check_recv(p, out, x, topk_idx, topk_weights, w1):
   specs = recv_specs(p)
   for f in RECV_FIELDS:
     t = getattr(out, f, None)
-    if f == "row_weight" and t is None:
-      continue  # no routing weights wanted
+    if f in ("row_source", "row_weight") and t is None:
+      continue  # not wanted: fused.h allows NULL rowSource and rowWeight
     if specs[f] is None:
       raise _err(op, ValueError, "out.row_weight needs topk_weights (pass them, or an out whose "
                  "row_weight is None)")
@@ -279,8 +279,8 @@ def invoke_ffn(lib, p, x, topk_idx, topk_weights, w1, w2, y, buffers, comm, stre
   cfg = _lib.make_moe_config(p.w_layout, p.out_type, p.comm_sms, p.algo)
   api = C_API[p.op]
   fn = lib.require(api)
-  # fused.h wants y non-NULL even on a rank without tokens, where nothing is written to it, and
-  # torch gives an empty tensor data_ptr 0: any valid aligned address stands in.
+  # Without tokens nothing is written to y (fused.h allows NULL there); torch gives an empty
+  # tensor data_ptr 0, and the buffers' out stands in as a valid aligned address anyway.
   y_ptr = _ptr(y) if p.T > 0 else b.out
   r = fn(_ptr(x), _ptr(topk_idx), _ptr(topk_weights), _ptr(w1), _ptr(w2), y_ptr, b, p.T, p.H,
          p.I, p.experts, p.k, p.in_type, cfg, comm, stream)

@@ -24,7 +24,11 @@ def group_rank_size(group):
     raise _lib.MkernelError("torch.distributed is not initialised: call "
                             "torch.distributed.init_process_group('nccl', ...) first")
   g = group if group is not None else dist.group.WORLD
-  return g, dist.get_rank(g), dist.get_world_size(g)
+  rank = dist.get_rank(g)
+  if rank < 0:
+    raise _lib.MkernelError("this process (global rank %d) is not a member of the process group "
+                            "passed as group=" % dist.get_rank())
+  return g, rank, dist.get_world_size(g)
 
 
 def _raw_comm_ptr(group, device):
@@ -63,6 +67,12 @@ def comm_of_group(lib, group, rank, size, device, init_timeout_s=60.0):
   ranks with this process as `rank`, and on `device`."""
   import torch
   ptr = _raw_comm_ptr(group, device)
+  bound = getattr(group, "bound_device_id", None)
+  if ptr == 0 and bound is not None and torch.device(bound) != device:
+    # Eager initialisation (device_id= at init_process_group): the communicator lives on that
+    # device, and a collective issued here alone would wait for peers that never join it.
+    raise _lib.MkernelError("the process group is bound to %s (init_process_group(device_id=...)) "
+                            "but the tensors are on %s" % (bound, device))
   if ptr == 0:
     # Lazy initialisation (no device_id at init_process_group): torch creates the communicator
     # at the group's first collective. Every rank is inside this same fused call, so every rank

@@ -149,7 +149,8 @@ def moe_dispatch_gemm(x, topk_idx, topk_weights, w1, *, max_rows=None, group=Non
   and weight, what a combine needs to send results back.
 
   topk_weights may be None (row_weight is then None). max_rows: see the module doc. out: a
-  MoeDispatchResult of the same shapes to write into (e.g. an earlier result), else allocated.
+  MoeDispatchResult of the same shapes to write into (e.g. an earlier result), else allocated;
+  its row_source and row_weight may be None (not written).
   algo: 'auto', 'fused' or 'sequential' (ncclMoeConfig_t::algo). 'fused' runs one fused kernel
   per rank where the group's ranks are on one node, either all in one process on one GPU or
   each in its own process (as under torchrun); moe_ffn's fused kernel also needs w_layout

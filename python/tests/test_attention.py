@@ -98,9 +98,11 @@ class AttnPlanTest(unittest.TestCase):
 
   def test_option_rules(self):
     q, k, v = qkv()
-    for bad in (0, -1.0, float("nan"), float("inf"), -float("inf")):
-      self.expect(ValueError, "scale=.* must be finite and > 0 \\(None selects 1/sqrt", q, k, v,
-                  1, scale=bad)
+    # 1e-50 and 1e40 are finite doubles but 0 and inf as the config's 32-bit float.
+    for bad in (0, -1.0, float("nan"), float("inf"), -float("inf"), 1e-50, 1e40):
+      self.expect(ValueError, "scale=.* must be finite and > 0 as a 32-bit float \\(None "
+                  "selects 1/sqrt", q, k, v, 1, scale=bad)
+    self.assertAlmostEqual(_attention.plan(q, k, v, 1, scale=1e-30).scale, 1e-30, delta=1e-36)
     for bad in ("0.1", True, [0.1]):
       self.expect(TypeError, "scale=.* must be a float", q, k, v, 1, scale=bad)
     self.expect(TypeError, "causal=2 must be a bool", q, k, v, 1, causal=2)

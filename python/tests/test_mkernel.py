@@ -9,8 +9,10 @@ real ctypes calls into it (refused before any CUDA call, so no GPU is needed).
 import ctypes
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -354,6 +356,22 @@ class RealLibraryTest(unittest.TestCase):
     path, how = r.stdout.strip().splitlines()[-2:]
     self.assertEqual(path, os.path.realpath(LIB))
     self.assertIn("LD_PRELOAD", how)
+
+  def test_env_differing_from_preloaded_copy_refused(self):
+    # A second copy beside the preloaded one would have an empty registry of communicators.
+    other = os.path.join(tempfile.mkdtemp(), "libmkernel_copy.so")
+    shutil.copyfile(LIB, other)
+    env = dict(os.environ, LD_PRELOAD=LIB, MKERNEL_LIB=other, PYTHONPATH=os.path.dirname(HERE))
+    code = "import mkernel._lib as l; l.library()"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    shutil.rmtree(os.path.dirname(other))
+    self.assertNotEqual(r.returncode, 0)
+    self.assertIn("already has libmkernel loaded from", r.stderr)
+    env["MKERNEL_LIB"] = LIB  # the same file: fine
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    self.assertEqual(r.returncode, 0, r.stderr)
 
   def test_real_nccl_refused(self):
     # A library without the fused symbols (libc stands in for the real libnccl) is refused.

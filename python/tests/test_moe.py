@@ -136,6 +136,8 @@ class MoePlanTest(unittest.TestCase):
     op = "moe_ffn"
     x, idx, w, w1, w2 = ffn_args()
     self.expect(TypeError, "topk_weights is required", op, x, idx, None, w1, 2, 64, w2=w2)
+    # A rank without tokens may pass no weights (fused.h allows NULL topkWeights at T = 0).
+    _moe.plan(op, T((0, 64)), T((0, 2), I32), None, w1, 2, 64, w2=w2)
     self.expect(TypeError, "w2 must be a torch.Tensor", op, x, idx, w, w1, 2, 64)
     self.expect(TypeError, "x is bfloat16 but w2 is float16", op, x, idx, w, w1, 2, 64,
                 w2=T((2, 64, 32), F16))
@@ -169,6 +171,7 @@ class MoePlanTest(unittest.TestCase):
 
     _moe.check_recv(p, recv(), x, idx, w, w1)
     _moe.check_recv(p, recv(row_weight=None), x, idx, w, w1)
+    _moe.check_recv(p, recv(row_source=None), x, idx, w, w1)  # fused.h allows NULL rowSource
     with self.assertRaisesRegex(ValueError, r"out.y has shape \(256, 40\); expected \(256, 48\)"):
       _moe.check_recv(p, recv(y=T((256, 40))), x, idx, w, w1)
     with self.assertRaisesRegex(TypeError, "out.expert_count has dtype float32; expected int32"):
@@ -352,8 +355,9 @@ class MoeHeaderTest(unittest.TestCase):
     self.assertEqual((val("NCCL_MOE_CONFIG_MAGIC"), val("NCCL_MOE_CONFIG_VERSION")),
                      (_lib.MOE_CONFIG_MAGIC, _lib.MOE_CONFIG_VERSION))
     self.assertEqual((val("NCCL_MOE_ROW_ALIGN"), val("NCCL_MOE_MAX_EXPERTS"),
-                      val("NCCL_MOE_MAX_TOPK")),
-                     (_lib.MOE_ROW_ALIGN, _lib.MOE_MAX_EXPERTS, _lib.MOE_MAX_TOPK))
+                      val("NCCL_MOE_MAX_TOPK"), val("NCCL_MOE_MAX_LOCAL_EXPERTS")),
+                     (_lib.MOE_ROW_ALIGN, _lib.MOE_MAX_EXPERTS, _lib.MOE_MAX_TOPK,
+                      _lib.MOE_MAX_LOCAL_EXPERTS))
 
 
 STUB_NCCL = """typedef enum { ncclSuccess = 0, ncclInvalidArgument = 4 } ncclResult_t;

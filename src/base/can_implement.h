@@ -23,4 +23,12 @@ inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+// [a, a+na) and [b, b+nb) share a byte (empty or null ranges share none). Written with
+// differences: the sum a + na of a high address and a size near 2^64 would wrap around.
+inline bool overlaps(const void* a, uint64_t na, const void* b, uint64_t nb) {
+  if (a == nullptr || b == nullptr || na == 0 || nb == 0) return false;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x >= y ? x - y < nb : y - x < na;
+}
+
 }  // namespace mk

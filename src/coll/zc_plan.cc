@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/can_implement.h"
 #include "base/checks.h"
 #include "base/param.h"
 #include "coll/algo.h"
@@ -18,11 +19,6 @@ namespace mk {
 namespace {
 
 std::atomic<uint64_t> gTaken[(int)CollType::kCount];
-
-bool overlaps(const void* a, uint64_t na, const void* b, uint64_t nb) {
-  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return na > 0 && nb > 0 && x < y + nb && y < x + na;
-}
 
 }  // namespace
 

@@ -85,11 +85,8 @@ std::vector<Shape> casesFor(int n) {
   return cs;
 }
 
-// The fused kernel's processes layout beyond one call at a time (every process runs the same
-// list): fused calls of two shapes back to back with no host wait (a rank's next call stages
-// its new slices only once its peers have read the previous ones), then a call captured after
-// an eager one and replayed with new inputs. Returns "" or the first failure.
-std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaStream_t stream) {
+// A small non-causal fused shape of n ranks (head dim 64, GQA 2).
+Shape smallFused(int n) {
   Shape a;
   a.n = n;
   a.Hkv = 2;
@@ -98,6 +95,15 @@ std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaSt
   a.S = 96;
   a.in = ncclBfloat16;
   a.algo = ncclFusedFused;
+  return a;
+}
+
+// The fused kernel's processes layout beyond one call at a time (every process runs the same
+// list): fused calls of two shapes back to back with no host wait (a rank's next call stages
+// its new slices only once its peers have read the previous ones), then a call captured after
+// an eager one and replayed with new inputs. Returns "" or the first failure.
+std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaStream_t stream) {
+  const Shape a = smallFused(n);
   Shape b = a;
   b.S = 160;
   b.D = 128;
@@ -155,15 +161,7 @@ std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaSt
 // then aborts. Returns "" or the failure; *comm is aborted (nullptr) on return.
 std::string absentPlan(int n, int me, uint64_t seed, ncclComm_t* comm, cudaStream_t stream) {
   const int missing = n - 1;
-  Shape a;
-  a.n = n;
-  a.Hkv = 2;
-  a.Hq = 4;
-  a.D = 64;
-  a.S = 96;
-  a.in = ncclBfloat16;
-  a.algo = ncclFusedFused;
-  Problem p(a, me);
+  Problem p(smallFused(n), me);
   std::string e = p.draw(seed + 900);
   if (e.empty() && p.call(me, *comm, stream) != ncclSuccess)
     e = std::string("the first call: ") + ncclGetLastError(*comm);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/can_implement.h"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "mkernel/fused.h"
 
@@ -113,6 +114,35 @@ TEST(FusedArgs, AllGatherInPlaceOnly) {
   c.A = static_cast<const char*>(c.Agathered) + 1 * shard;  // rank 1's block: in place
   EXPECT_EQ(check(c, nullptr, 4, 1), "");
   EXPECT_NE(check(c, nullptr, 4, 2).find("in place"), std::string::npos);
+}
+
+// An output of about 2^64 bytes at a high address: A + |A| and C + |C| wrap around, so a
+// check written with sums would miss that C == A.
+TEST(FusedArgs, OverlapSeenWhereEndsWrap) {
+  GemmCollCall c = valid(GemmColl::kAllReduce);
+  c.M = c.N = (size_t(1) << 31) - 1;
+  c.K = 8;
+  c.C = const_cast<void*>(c.A);
+  ncclFusedConfig_t cfg = NCCL_FUSED_CONFIG_INITIALIZER;
+  cfg.outType = ncclFloat32;
+  EXPECT_NE(check(c, &cfg).find("overlap"), std::string::npos);
+  // Two ranges that only touch do not overlap, whatever the addresses.
+  const void* hi = reinterpret_cast<const void*>(~uintptr_t(0) - 255);
+  EXPECT_FALSE(mk::overlaps(hi, 256, static_cast<const char*>(hi) - 256, 256));
+  EXPECT_TRUE(mk::overlaps(hi, 256, static_cast<const char*>(hi) - 256, 257));
+  EXPECT_TRUE(mk::overlaps(static_cast<const char*>(hi) - 256, ~uint64_t(0), hi, 1));
+  EXPECT_FALSE(mk::overlaps(nullptr, 16, hi, 16));
+}
+
+// A struct whose size says it ends before `magic` is refused on its size, its magic and
+// version never read (a smaller, foreign struct).
+TEST(FusedArgs, TooSmallConfigRefusedOnItsSize) {
+  ncclFusedConfig_t cfg = NCCL_FUSED_CONFIG_INITIALIZER;
+  cfg.size = sizeof(size_t);
+  cfg.magic = 0;
+  const std::string got = check(valid(GemmColl::kAllReduce), &cfg);
+  EXPECT_NE(got.find("size"), std::string::npos) << got;
+  EXPECT_EQ(got.find("magic"), std::string::npos) << got;
 }
 
 TEST(FusedArgs, LargerConfigFromANewerHeader) {

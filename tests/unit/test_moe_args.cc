@@ -45,6 +45,18 @@ std::string check(MoeCall c, const ncclMoeConfig_t* cfg = nullptr, int n = 4) {
   return std::string("refused: ") + ncclGetLastError(nullptr);
 }
 
+// The most local experts the header allows (E / nranks == NCCL_MOE_MAX_LOCAL_EXPERTS); one more
+// is refused, which only fewer than 4 ranks can ask for (E <= 1024).
+TEST(MoeArgs, MostLocalExpertsPass) {
+  MoeCall c = valid();
+  c.E = 4 * NCCL_MOE_MAX_LOCAL_EXPERTS;
+  EXPECT_EQ(check(c), "");
+  c.E = NCCL_MOE_MAX_LOCAL_EXPERTS;
+  EXPECT_EQ(check(c, nullptr, 1), "");
+  c.E = NCCL_MOE_MAX_LOCAL_EXPERTS + 1;
+  EXPECT_NE(check(c, nullptr, 1).find("NCCL_MOE_MAX_LOCAL_EXPERTS"), std::string::npos);
+}
+
 TEST(MoeArgs, ValidCallsPassAndDefaultsResolve) {
   MoeCall c = valid();
   ASSERT_EQ(mk::fused::moeCheck(&c, nullptr, 4), ncclSuccess);

@@ -39,13 +39,6 @@ size_t fusedTypeSize(ncclDataType_t t) {
 
 namespace {
 
-// [a, a+na) and [b, b+nb) share a byte.
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  if (a == nullptr || b == nullptr || na == 0 || nb == 0) return false;
-  uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return x < y + nb && y < x + na;
-}
-
 // The first version of the struct ends after `algo`; a caller built against a later header
 // passes a larger size, and the fields it adds keep their defaults here.
 constexpr size_t kConfigV1Size = offsetof(ncclFusedConfig_t, algo) + sizeof(int);
@@ -54,10 +47,11 @@ ncclResult_t checkConfig(const ncclFusedConfig_t* in, ncclDataType_t inType, con
                          ncclFusedConfig_t* out) {
   ncclFusedConfig_t d = NCCL_FUSED_CONFIG_INITIALIZER;
   if (in != nullptr) {
-    NCCLCHECK(checkConfigHeader(in->size, in->magic, in->version,
-                                {kConfigV1Size, NCCL_FUSED_CONFIG_MAGIC, NCCL_FUSED_CONFIG_VERSION,
-                                 "ncclFusedConfig_t", "NCCL_FUSED_CONFIG_INITIALIZER"},
-                                api));
+    NCCLCHECK(
+        checkConfigHeaderOf(in,
+                            {kConfigV1Size, NCCL_FUSED_CONFIG_MAGIC, NCCL_FUSED_CONFIG_VERSION,
+                             "ncclFusedConfig_t", "NCCL_FUSED_CONFIG_INITIALIZER"},
+                            api));
     memcpy(&d, in, kConfigV1Size);
     d.size = sizeof(d);
   }

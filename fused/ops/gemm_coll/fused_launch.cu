@@ -274,9 +274,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const int budget =
       xnode ? ownBudget : std::min(f.smBudget, std::max(2, (int)fusedGpuShare(comm)));
   gLastBudget.store(budget);
-  // Too small a budget for the xnode roles and a compute CTA: ncclFusedFused refuses the call
-  // (below), auto keeps the sequential path (every rank alike when their budgets agree, as
-  // the xnode layout requires anyway).
+  // Too small a budget for the xnode roles and a compute CTA: the sequential path, for auto
+  // here and for ncclFusedFused below (every rank alike when their budgets agree, as the
+  // xnode layout requires anyway).
   if (xnodeAuto && ownBudget < (rs.ok ? 3 : 2) + 1) return ncclSuccess;
   SplitQuery sq;
   sq.M = (int)c.M;
@@ -333,9 +333,17 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   if (xnode && split.of(Role::kIntraComm) < xMin) split.count[(int)Role::kIntraComm] = xMin;
   split.count[(int)Role::kCompute] = budget - split.of(Role::kIntraComm);
   if (split.of(Role::kCompute) <= 0) {
-    MK_WARN("%s: no SM left for the GEMM (budget %d, comm %d)", gemmCollName(c.op), budget,
-            split.of(Role::kIntraComm));
-    return ncclInvalidArgument;
+    // The rank's SM budget (maxCTAs, MKERNEL_MAX_CTAS, ranks sharing the GPU) or a forced
+    // commSms leaves the GEMM nothing: the sequential path, as ring attention does. Not a
+    // refusal: it depends on the comm's set-up rather than the call's arguments, and this runs
+    // after CUDA calls (the preload), where a refused call must have changed nothing.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      MK_INFO(kFused,
+              "%s: no SM left for the GEMM in the fused kernel (budget %d, comm %d); running the "
+              "sequential path",
+              gemmCollName(c.op), budget, split.of(Role::kIntraComm));
+    return ncclSuccess;
   }
 
   // Processes: this rank's control block and data region (its first half the partials or

@@ -24,10 +24,10 @@ ncclResult_t checkConfig(const ncclMoeConfig_t* in, ncclDataType_t inType, const
                          ncclMoeConfig_t* out) {
   ncclMoeConfig_t d = NCCL_MOE_CONFIG_INITIALIZER;
   if (in != nullptr) {
-    NCCLCHECK(checkConfigHeader(in->size, in->magic, in->version,
-                                {kMoeConfigV1Size, NCCL_MOE_CONFIG_MAGIC, NCCL_MOE_CONFIG_VERSION,
-                                 "ncclMoeConfig_t", "NCCL_MOE_CONFIG_INITIALIZER"},
-                                kApi));
+    NCCLCHECK(checkConfigHeaderOf(in,
+                                  {kMoeConfigV1Size, NCCL_MOE_CONFIG_MAGIC, NCCL_MOE_CONFIG_VERSION,
+                                   "ncclMoeConfig_t", "NCCL_MOE_CONFIG_INITIALIZER"},
+                                  kApi));
     memcpy(&d, in, kMoeConfigV1Size);
     d.size = sizeof(d);
   }
@@ -65,9 +65,12 @@ ncclResult_t moeCheck(MoeCall* c, const ncclMoeConfig_t* config, int nRanks) {
               NCCL_MOE_MAX_EXPERTS);
   MK_ARGCHECK(c->E % nRanks == 0, "%s: experts=%d must be a multiple of nranks=%d", kApi, c->E,
               nRanks);
-  MK_ARGCHECK(c->E / nRanks <= gemm::kMaxGroups,
-              "%s: experts/nranks=%d local experts exceed the grouped GEMM's %d groups", kApi,
-              c->E / nRanks, gemm::kMaxGroups);
+  static_assert(NCCL_MOE_MAX_LOCAL_EXPERTS == gemm::kMaxGroups,
+                "the header's local-expert bound is the grouped GEMM's group count");
+  MK_ARGCHECK(c->E / nRanks <= NCCL_MOE_MAX_LOCAL_EXPERTS,
+              "%s: experts/nranks=%d local experts exceed NCCL_MOE_MAX_LOCAL_EXPERTS=%d (the "
+              "grouped GEMM's groups)",
+              kApi, c->E / nRanks, NCCL_MOE_MAX_LOCAL_EXPERTS);
   MK_ARGCHECK(c->k >= 1 && c->k <= NCCL_MOE_MAX_TOPK, "%s: topk=%d must be in 1..%d", kApi, c->k,
               NCCL_MOE_MAX_TOPK);
   const size_t kMaxDim = size_t(1) << 31;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "base/can_implement.h"
 #include "base/checks.h"
 #include "fused/core/config_check.h"
 #include "fused/ops/ring_attn/ring_attn.h"
@@ -39,19 +40,11 @@ bool productBelow2p31(std::initializer_list<size_t> factors) {
   return true;
 }
 
-// [a, a+na) and [b, b+nb) share a byte. Written with differences so that fake or high addresses
-// whose end would wrap around still compare right.
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  if (a == nullptr || b == nullptr || na == 0 || nb == 0) return false;
-  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return x >= y ? x - y < nb : y - x < na;
-}
-
 ncclResult_t checkConfig(const ncclRingAttnConfig_t* in, ncclRingAttnConfig_t* out) {
   ncclRingAttnConfig_t d = NCCL_RING_ATTN_CONFIG_INITIALIZER;
   if (in != nullptr) {
-    NCCLCHECK(checkConfigHeader(
-        in->size, in->magic, in->version,
+    NCCLCHECK(checkConfigHeaderOf(
+        in,
         {kRingAttnConfigV1Size, NCCL_RING_ATTN_CONFIG_MAGIC, NCCL_RING_ATTN_CONFIG_VERSION,
          "ncclRingAttnConfig_t", "NCCL_RING_ATTN_CONFIG_INITIALIZER"},
         kApi));
