@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/checks.h"
 #include "base/param.h"
@@ -187,66 +189,103 @@ std::string cachePath(int device) {
   return dir + "/rates-" + uuid + ".txt";
 }
 
+// Bound of the one-time rate measurement (a few ms of work on an idle GPU).
+constexpr int64_t kMeasureTimeoutMs = 60000;
+
+int64_t clockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Waits for event e with a deadline (the measurement's kernels run beside whatever else the
+// GPU holds, e.g. other ranks' kernels waiting for their peers up to their own deadline).
+ncclResult_t waitEvent(cudaEvent_t e, int64_t deadlineMs) {
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaSuccess) return ncclSuccess;
+    if (q != cudaErrorNotReady) CUDACHECK(q);
+    if (clockMs() > deadlineMs) {
+      MK_WARN("fused cost model: the rate measurement did not finish within %lld ms",
+              (long long)kMeasureTimeoutMs);
+      return ncclInternalError;
+    }
+    usleep(200);
+  }
+}
+
+// On a private non-blocking stream with stream-ordered allocations: the legacy default stream,
+// cudaFree or a device-wide synchronisation would wait for every stream of the device, and
+// this runs inside a fused call, beside the caller's earlier kernels that may wait for peers.
 ncclResult_t measure(int device, DeviceRates* out) {
   DeviceRates r;
   CUDACHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, device));
   const int n = 4096;
   const size_t bytes = (size_t)n * n * 2;
+  const int64_t deadline = clockMs() + kMeasureTimeoutMs;
   void *a = nullptr, *b = nullptr, *d = nullptr;
-  cudaEvent_t e0, e1;
-  CUDACHECK(cudaMalloc(&a, bytes));
-  CUDACHECK(cudaMalloc(&b, bytes));
-  CUDACHECK(cudaMalloc(&d, bytes));
-  CUDACHECK(cudaEventCreate(&e0));
-  CUDACHECK(cudaEventCreate(&e1));
-  fillKernel<<<1024, 256>>>(static_cast<uint16_t*>(a), (size_t)n * n);
-  fillKernel<<<1024, 256>>>(static_cast<uint16_t*>(b), (size_t)n * n);
+  cudaStream_t s = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  ncclResult_t res = ncclSuccess;
+  float ms = 0;
+  const size_t n16 = bytes / 16;
   gemm::GemmArgs g;
+  CUDACHECKGOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), res, done);
+  CUDACHECKGOTO(cudaEventCreate(&e0), res, done);
+  CUDACHECKGOTO(cudaEventCreate(&e1), res, done);
+  CUDACHECKGOTO(cudaMallocAsync(&a, bytes, s), res, done);
+  CUDACHECKGOTO(cudaMallocAsync(&b, bytes, s), res, done);
+  CUDACHECKGOTO(cudaMallocAsync(&d, bytes, s), res, done);
+  fillKernel<<<1024, 256, 0, s>>>(static_cast<uint16_t*>(a), (size_t)n * n);
+  fillKernel<<<1024, 256, 0, s>>>(static_cast<uint16_t*>(b), (size_t)n * n);
   g.M = g.N = g.K = n;
   g.A = a;
   g.B = b;
   g.D = d;
-  float ms = 0;
-  NCCLCHECK(gemm::launch(g, 0));
-  CUDACHECK(cudaEventRecord(e0));
-  for (int i = 0; i < 5; ++i) NCCLCHECK(gemm::launch(g, 0));
-  CUDACHECK(cudaEventRecord(e1));
-  CUDACHECK(cudaEventSynchronize(e1));
-  CUDACHECK(cudaEventElapsedTime(&ms, e0, e1));
+  NCCLCHECKGOTO(gemm::launch(g, s), res, done);
+  CUDACHECKGOTO(cudaEventRecord(e0, s), res, done);
+  for (int i = 0; i < 5; ++i) NCCLCHECKGOTO(gemm::launch(g, s), res, done);
+  CUDACHECKGOTO(cudaEventRecord(e1, s), res, done);
+  NCCLCHECKGOTO(waitEvent(e1, deadline), res, done);
+  CUDACHECKGOTO(cudaEventElapsedTime(&ms, e0, e1), res, done);
   r.gemmTflopsPerSm = 2.0 * n * n * (double)n * 5 / (ms * 1e-3) / 1e12 / r.sms;
   // Copy rates: bytes read + written, one CTA and all SMs.
-  const size_t n16 = bytes / 16;
-  copyKernel<<<1, 512>>>(static_cast<int4*>(a), static_cast<int4*>(d), n16 / 16);
-  CUDACHECK(cudaEventRecord(e0));
-  copyKernel<<<1, 512>>>(static_cast<int4*>(a), static_cast<int4*>(d), n16 / 16);
-  CUDACHECK(cudaEventRecord(e1));
-  CUDACHECK(cudaEventSynchronize(e1));
-  CUDACHECK(cudaEventElapsedTime(&ms, e0, e1));
+  copyKernel<<<1, 512, 0, s>>>(static_cast<int4*>(a), static_cast<int4*>(d), n16 / 16);
+  CUDACHECKGOTO(cudaEventRecord(e0, s), res, done);
+  copyKernel<<<1, 512, 0, s>>>(static_cast<int4*>(a), static_cast<int4*>(d), n16 / 16);
+  CUDACHECKGOTO(cudaEventRecord(e1, s), res, done);
+  NCCLCHECKGOTO(waitEvent(e1, deadline), res, done);
+  CUDACHECKGOTO(cudaEventElapsedTime(&ms, e0, e1), res, done);
   r.copyGBpsPerSm = 2.0 * bytes / 16 / (ms * 1e-3) / 1e9;
-  CUDACHECK(cudaEventRecord(e0));
-  copyKernel<<<r.sms * 4, 512>>>(static_cast<int4*>(a), static_cast<int4*>(d), n16);
-  CUDACHECK(cudaEventRecord(e1));
-  CUDACHECK(cudaEventSynchronize(e1));
-  CUDACHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CUDACHECKGOTO(cudaEventRecord(e0, s), res, done);
+  copyKernel<<<r.sms * 4, 512, 0, s>>>(static_cast<int4*>(a), static_cast<int4*>(d), n16);
+  CUDACHECKGOTO(cudaEventRecord(e1, s), res, done);
+  NCCLCHECKGOTO(waitEvent(e1, deadline), res, done);
+  CUDACHECKGOTO(cudaEventElapsedTime(&ms, e0, e1), res, done);
   r.copyGBpsPeak = 2.0 * bytes / (ms * 1e-3) / 1e9;
-  CUDACHECK(cudaGetLastError());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(d);
+  CUDACHECKGOTO(cudaGetLastError(), res, done);
   *out = r;
-  return ncclSuccess;
+done:
+  // Stream-ordered: after the kernels, even those a timeout left running.
+  if (a != nullptr) cudaFreeAsync(a, s);
+  if (b != nullptr) cudaFreeAsync(b, s);
+  if (d != nullptr) cudaFreeAsync(d, s);
+  if (e0 != nullptr) cudaEventDestroy(e0);
+  if (e1 != nullptr) cudaEventDestroy(e1);
+  if (s != nullptr) cudaStreamDestroy(s);  // released once its work is done
+  (void)cudaGetLastError();
+  return res;
 }
 
 }  // namespace
 
 ncclResult_t getDeviceRates(int device, DeviceRates* out) {
-  static std::mutex mu;
+  // One lock per device: a measurement on one GPU must not hold up callers on the others.
+  static std::mutex mu[64];
   static DeviceRates mem[64];
   static bool have[64] = {};
   MK_ARGCHECK(device >= 0 && device < 64, "device %d out of range", device);
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(mu[device]);
   if (have[device]) {
     *out = mem[device];
     return ncclSuccess;

@@ -101,6 +101,14 @@ class Net {
   // Diagnostics: false (the default) when the backend does not count them.
   virtual bool recvCounts(void* recvComm, NetRecvCounts* out) { return false; }
   virtual bool sendCounts(void* sendComm, NetSendCounts* out) { return false; }
+  // The owning comm's abort word (may stay null). The internal backends' blocking socket steps
+  // of connection set-up (connect, the first handshake) give up when it is set, so that
+  // ncclCommAbort during a comm's init returns at once rather than after
+  // MKERNEL_NET_TIMEOUT_S. A plugin's connect and accept do not block, so it needs none.
+  void setAbortFlag(const uint32_t* flag) { abortFlag_ = flag; }
+
+ protected:
+  const uint32_t* abortFlag_ = nullptr;
 };
 
 // Backends. Each returns ncclSystemError with a "not available: why" warning when it

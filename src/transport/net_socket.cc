@@ -76,9 +76,9 @@ struct Mr {
   size_t size;
 };
 
-ncclResult_t connectOne(const SocketAddress& addr, int* outFd) {
+ncclResult_t connectOne(const SocketAddress& addr, const uint32_t* abortFlag, int* outFd) {
   Socket sock;
-  socketInit(&sock, nullptr, netTimeoutMs());
+  socketInit(&sock, abortFlag, netTimeoutMs());
   // The listener existed when its handle was made, but the peer may still be starting
   // up on a slow host: retry refusals until the deadline.
   NCCLCHECK(socketConnect(&sock, &addr, /*retryRefused=*/true));
@@ -150,7 +150,7 @@ class SocketNet : public Net {
     SocketAddress addr = ifs_[dev].addr;
     socketAddressSetPort(&addr, 0);
     Listen* l = new Listen();
-    socketInit(&l->sock, nullptr, netTimeoutMs());
+    socketInit(&l->sock, abortFlag_, netTimeoutMs());
     ncclResult_t res = socketListen(&l->sock, &addr);
     if (res != ncclSuccess) {
       delete l;
@@ -190,7 +190,7 @@ class SocketNet : public Net {
     std::random_device rd;
     uint64_t nonce = ((uint64_t)rd() << 32) ^ rd() ^ (counter.fetch_add(1) << 48) ^ getpid();
     for (int i = 0; i < n; i++) {
-      ncclResult_t res = connectOne(addr, &c->conns[i].fd);
+      ncclResult_t res = connectOne(addr, abortFlag_, &c->conns[i].fd);
       if (res != ncclSuccess) {
         destroyComm(c);
         return res;

@@ -79,6 +79,8 @@ ncclResult_t setupLocal(ncclComm* comm, NetState* ns) {
   std::unique_ptr<Net> net;
   NCCLCHECK(createBackend(comm, &net));
   ns->net = net.release();
+  // ncclCommAbort during init sets bootstrapAbort before it joins the init job.
+  ns->net->setAbortFlag(&comm->bootstrapAbort);
   NetProperties props;
   NCCLCHECK(chooseDevice(comm, ns->net, &ns->netDev, &props));
   ns->gdr = (props.ptrSupport & NCCL_PTR_CUDA) != 0;
@@ -185,6 +187,7 @@ ncclResult_t startProxy(ncclComm* comm, NetState* ns) {
     return netBootstrapAllToAll(b, peers, kNetBootstrapTag, s, r, bytes);
   };
   cfg.cudaDev = comm->cudaDev;
+  cfg.abortFlag = &comm->bootstrapAbort;
   cfg.pinThread = true;
   // Ranks of this host (the real one: virtual nodes share it) in rank order.
   cfg.hostCount = 0;

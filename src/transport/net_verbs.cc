@@ -137,7 +137,7 @@ ncclResult_t VerbsNet::listen(int dev, void* handle, void** listenComm) {
   MK_ARGCHECK(dev >= 0 && dev < (int)devs.size(), "verbs net: bad device %d", dev);
   Listen* l = new Listen();
   l->dev = &devs[dev];
-  socketInit(&l->sock, nullptr, netTimeoutMs());
+  socketInit(&l->sock, abortFlag_, netTimeoutMs());
   SocketAddress a = ifs[0].addr;
   socketAddressSetPort(&a, 0);
   ncclResult_t res = socketListen(&l->sock, &a);
@@ -169,7 +169,7 @@ ncclResult_t VerbsNet::connect(int dev, void* handle, void** sendComm) {
     c->dev = &devs[dev];
     char str[kSocketAddrStrLen];
     c->peer = socketAddressToString(&addr, str, sizeof(str));
-    socketInit(&c->sock, nullptr, netTimeoutMs());
+    socketInit(&c->sock, abortFlag_, netTimeoutMs());
     ncclResult_t res = socketConnect(&c->sock, &addr, true);
     if (res == ncclSuccess) res = createQps(c);
     if (res == ncclSuccess) res = allocSendSide(c);

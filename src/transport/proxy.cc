@@ -168,6 +168,11 @@ ncclResult_t proxyCreate(const ProxyConfig& cfgIn, Proxy** out) {
       all &= ps.sendComm && ps.recvComm;
     }
     if (all) break;
+    if (cfg.abortFlag != nullptr && __atomic_load_n(cfg.abortFlag, __ATOMIC_ACQUIRE) != 0) {
+      MK_WARN("proxy rank %d: connection set-up aborted (ncclCommAbort)", cfg.rank);
+      res = ncclRemoteError;
+      goto fail;
+    }
     if (std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::steady_clock::now().time_since_epoch())
             .count() > deadline) {

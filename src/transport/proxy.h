@@ -52,7 +52,9 @@ struct ProxyConfig {
   size_t nSignals = 0;
   ProxyAllToAll alltoall;
   int64_t timeoutMs = 0;  // connection setup bound; 0 = netTimeoutMs()
-  int cudaDev = -1;       // for CPU pinning near the GPU (-1: use the NIC, else none)
+  // The comm's abort word (may be null): connection set-up gives up once it is set.
+  const uint32_t* abortFlag = nullptr;
+  int cudaDev = -1;  // for CPU pinning near the GPU (-1: use the NIC, else none)
   bool pinThread = true;
   // This rank among the comm's ranks on this host (real host, not virtual node), and how
   // many there are: they give the proxy its own core (proxyClaimSlot).

@@ -22,6 +22,7 @@
 #include "mp/test_net_harness.inl"
 #include "transport/net.h"
 #include "transport/proxy.h"
+#include "transport/proxy_impl.h"  // kOobBlock
 
 namespace {
 
@@ -491,6 +492,60 @@ TEST(ProxyE2E, HeldAckRidesWithTheNextBatch) {
       },
       60);
   expectAllExitedZero(codes);
+}
+
+// Abort during connection set-up: rank 1 hands out a listening handle but never connects or
+// accepts, so rank 0's proxyCreate waits for it; its abort word, set 500 ms in, ends the wait
+// with ncclRemoteError long before MKERNEL_NET_TIMEOUT_S (10 s here).
+TEST(ProxyFault, AbortEndsConnectionSetUp) {
+  auto codes = mknet::runRanks(
+      2,
+      [](const Ctx& ctx) {
+        setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+        setenv("MKERNEL_NET_TIMEOUT_S", "10", 1);
+        mk::paramReset();
+        if (ctx.rank == 1) {
+          std::unique_ptr<mk::Net> net;
+          if (mk::netCreateSocket(&net) != ncclSuccess) return 2;
+          std::vector<char> send(2 * mk::prx::kOobBlock, 0), recv(2 * mk::prx::kOobBlock, 0);
+          void* listenComm = nullptr;
+          if (net->listen(0, &send[0], &listenComm) != ncclSuccess) return 3;
+          if (mknet::hubAllToAll(ctx, send.data(), recv.data(), mk::prx::kOobBlock) != ncclSuccess)
+            return 4;
+          mknet::hubBarrier(ctx);  // until rank 0 has given up
+          net->closeListen(listenComm);
+          return 0;
+        }
+        Rank rk;
+        if (mk::netCreateSocket(&rk.net) != ncclSuccess) return 2;
+        mk::ProxyRing* r = nullptr;
+        if (mk::ProxyRing::create(64, mk::ProxyRingMem::kHost, &r) != ncclSuccess) return 3;
+        rk.ring.reset(r);
+        rk.sendBuf.assign(4096, 0);
+        rk.recvBuf.assign(4096, 0);
+        rk.signals.assign(kSignals, 0);
+        uint32_t abortWord = 0;
+        rk.net->setAbortFlag(&abortWord);
+        mk::ProxyConfig cfg = rk.config(ctx, {1});
+        cfg.abortFlag = &abortWord;
+        std::thread aborter([&] {
+          usleep(500 * 1000);
+          __atomic_store_n(&abortWord, 1u, __ATOMIC_RELEASE);
+        });
+        const auto t0 = std::chrono::steady_clock::now();
+        const ncclResult_t res = mk::proxyCreate(cfg, &rk.proxy);
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        aborter.join();
+        mknet::hubBarrier(ctx);
+        EXPECT_EQ(res, ncclRemoteError);
+        EXPECT_EQ(rk.proxy, nullptr);
+        EXPECT_LT(s, 5.0) << "proxyCreate returned " << s << " s in (the net timeout is 10 s)";
+        return res == ncclRemoteError && s < 5.0 ? 0 : 10;
+      },
+      60);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
 }
 
 // Fault test: three ranks fully connected; rank 2 is SIGKILLed. Ranks 0 and 1 get an
