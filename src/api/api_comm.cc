@@ -81,9 +81,17 @@ MK_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* de
   return res;
 }
 
-MK_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
-  NCCLCHECK(commCheck(comm, "ncclCommFinalize"));
-  NCCLCHECK(commCheckReady(comm, "ncclCommFinalize"));
+namespace {
+ncclResult_t commFinalize(ncclComm* comm) {
+  const char* api = "ncclCommFinalize";
+  NCCLCHECK(commCheck(comm, api));
+  NCCLCHECK(commCheckInitDone(comm, api));
+  // As NCCL: once only, also while a nonblocking finalize is still running.
+  MK_ARGCHECK(!comm->finalizeCalled.load(),
+              "ncclCommFinalize: communicator %p was already finalized", (void*)comm);
+  NCCLCHECK(commCheckReady(comm, api));
+  MK_ARGCHECK(!comm->finalizeCalled.exchange(true),
+              "ncclCommFinalize: communicator %p was already finalized", (void*)comm);
   if (!comm->config.blocking) {
     return commRunJob(comm, [comm]() -> ncclResult_t {
       NCCLCHECK(collFinalize(comm));
@@ -94,6 +102,13 @@ MK_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   NCCLCHECK(collFinalize(comm));
   comm->state.store(CommState::kFinalized);
   return ncclSuccess;
+}
+}  // namespace
+
+MK_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  // Inside a group its error is the group's too (ncclGroupEnd returns it), as in NCCL.
+  return groupRecordError(commFinalize(comm));
 }
 
 MK_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
@@ -172,6 +187,8 @@ MK_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* async
 MK_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
   NCCLCHECK(commCheck(comm, "ncclCommCount"));
   MK_ARGCHECK(count != nullptr, "ncclCommCount: count is NULL");
+  // The init job writes the attributes (a split child's rank and size): read them after it.
+  NCCLCHECK(commCheckInitDone(comm, "ncclCommCount"));
   *count = comm->nRanks;
   return ncclSuccess;
 }
@@ -179,6 +196,7 @@ MK_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
 MK_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   NCCLCHECK(commCheck(comm, "ncclCommCuDevice"));
   MK_ARGCHECK(device != nullptr, "ncclCommCuDevice: device is NULL");
+  NCCLCHECK(commCheckInitDone(comm, "ncclCommCuDevice"));
   *device = comm->cudaDev;
   return ncclSuccess;
 }
@@ -186,6 +204,7 @@ MK_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
 MK_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
   NCCLCHECK(commCheck(comm, "ncclCommUserRank"));
   MK_ARGCHECK(rank != nullptr, "ncclCommUserRank: rank is NULL");
+  NCCLCHECK(commCheckInitDone(comm, "ncclCommUserRank"));
   *rank = comm->rank;
   return ncclSuccess;
 }
@@ -193,14 +212,16 @@ MK_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
 MK_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
        void** handle) {
   NCCLCHECK(commCheck(comm, "ncclCommRegister"));
-  MK_ARGCHECK(buff != nullptr, "ncclCommRegister: buff is NULL");
-  MK_ARGCHECK(size > 0, "ncclCommRegister: size is 0");
   MK_ARGCHECK(handle != nullptr, "ncclCommRegister: handle is NULL");
+  if (buff == nullptr || size == 0) {  // as NCCL: nothing to register is no error
+    *handle = nullptr;
+    return ncclSuccess;
+  }
   return apiGuard("ncclCommRegister", [&] { return peerMemRegister(comm, buff, size, handle); });
 }
 
 MK_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   NCCLCHECK(commCheck(comm, "ncclCommDeregister"));
-  MK_ARGCHECK(handle != nullptr, "ncclCommDeregister: handle is NULL");
+  if (handle == nullptr) return ncclSuccess;  // as NCCL (and what ncclCommRegister of NULL gives)
   return peerMemDeregister(comm, handle);
 }

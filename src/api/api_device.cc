@@ -16,9 +16,16 @@ ncclResult_t unsupported(const char* api) {
   return ncclInvalidUsage;
 }
 // Ranks of one node are contiguous in mkernel's LSA team only when the node's ranks are
-// consecutive (always true for virtual nodes; checked for real ones).
+// consecutive (always true for virtual nodes; checked for real ones). -1 when the topology
+// does not hold this rank's node (a comm that never finished its init has none).
 int lsaBase(const ncclComm* comm) {
-  return comm->topo.nodeRanks[comm->topo.node].front();
+  const mk::Topo& t = comm->topo;
+  if (t.node < 0 || t.node >= (int)t.nodeRanks.size() || t.nodeRanks[t.node].empty()) return -1;
+  return t.nodeRanks[t.node].front();
+}
+// The team queries read what the init job writes: only once it finished (and succeeded).
+bool usable(ncclComm_t comm, const char* api) {
+  return mk::commCheck(comm, api) == ncclSuccess && mk::commCheckInitDone(comm, api) == ncclSuccess;
 }
 }  // namespace
 
@@ -52,27 +59,32 @@ MK_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) {
 }
 
 MK_API(ncclTeam_t, ncclTeamWorld, ncclComm_t comm) {
-  if (mk::commCheck(comm, "ncclTeamWorld") != ncclSuccess) return ncclTeam_t{0, -1, 0};
+  if (!usable(comm, "ncclTeamWorld")) return ncclTeam_t{0, -1, 0};
   return ncclTeam_t{comm->nRanks, comm->rank, 1};
 }
 
 MK_API(ncclTeam_t, ncclTeamLsa, ncclComm_t comm) {
-  if (mk::commCheck(comm, "ncclTeamLsa") != ncclSuccess) return ncclTeam_t{0, -1, 0};
+  if (!usable(comm, "ncclTeamLsa")) return ncclTeam_t{0, -1, 0};
   return ncclTeam_t{comm->topo.localRanks, comm->topo.localRank, 1};
 }
 
 MK_API(ncclTeam_t, ncclTeamRail, ncclComm_t comm) {
-  if (mk::commCheck(comm, "ncclTeamRail") != ncclSuccess) return ncclTeam_t{0, -1, 0};
+  if (!usable(comm, "ncclTeamRail")) return ncclTeam_t{0, -1, 0};
   return ncclTeam_t{comm->topo.nNodes, comm->topo.node, comm->topo.localRanks};
 }
 
 MK_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam_t team, int rank) {
-  if (mk::commCheck(comm, "ncclTeamRankToWorld") != ncclSuccess) return -1;
+  if (!usable(comm, "ncclTeamRankToWorld")) return -1;
   return comm->rank + (rank - team.rank) * team.stride;
 }
 
 MK_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam_t team, int rank) {
-  if (mk::commCheck(comm, "ncclTeamRankToLsa") != ncclSuccess) return -1;
+  if (!usable(comm, "ncclTeamRankToLsa")) return -1;
+  int base = lsaBase(comm);
+  if (base < 0) {
+    MK_WARN("ncclTeamRankToLsa: rank %d: the communicator has no topology", comm->rank);
+    return -1;
+  }
   int world = comm->rank + (rank - team.rank) * team.stride;
-  return world - lsaBase(comm);
+  return world - base;
 }

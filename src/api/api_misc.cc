@@ -50,7 +50,10 @@ MK_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
 
 MK_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   MK_ARGCHECK(ptr != nullptr, "ncclMemAlloc: ptr is NULL");
-  MK_ARGCHECK(size > 0, "ncclMemAlloc: size is 0");
+  if (size == 0) {  // as NCCL (cudaMalloc of 0 bytes): no memory, no error
+    *ptr = nullptr;
+    return ncclSuccess;
+  }
   return mk::apiGuard("ncclMemAlloc", [&] { return mk::memAlloc(ptr, size); });
 }
 

@@ -5,7 +5,8 @@
 // then), so that one thread can register the windows of several ranks (nccl-tests -R 2
 // with -g N); on a nonblocking comm outside a group it runs in the background and returns
 // ncclInProgress (the handle is valid once ncclCommGetAsyncError says ncclSuccess).
-// Deregistration is local; NULL is accepted as a no-op, as NCCL does.
+// Deregistration is local. As in NCCL, a NULL buffer or size 0 (register) and a NULL window
+// (deregister) are no-ops that succeed.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,12 +82,16 @@ ncclResult_t deferToGroup(ncclComm* comm, const Pending& p) {
     b->items.push_back(p);
     m[comm] = b;
   }
-  return groupAddCommJob(comm, [comm, b] { return runBatch(comm, b); });
+  // NCCL queues registrations as group tasks, which take the comm's blocking mode unchecked.
+  return groupAddCommJob(
+      comm, [comm, b] { return runBatch(comm, b); }, false);
 }
 
 ncclResult_t windowRegister(ncclComm* comm, void* buff, size_t size, ncclWindow_t* win, int flags) {
   MK_ARGCHECK(win != nullptr, "ncclCommWindowRegister: win is NULL");
   *win = nullptr;
+  // As NCCL: nothing to register is no error (and not collective: no rank waits for this one).
+  if (buff == nullptr || size == 0) return ncclSuccess;
   NCCLCHECK(commCheckReady(comm, "ncclCommWindowRegister"));
   // Checked now, on the caller's thread: a bad buffer is reported by this call, not by a
   // background job (which would leave the comm in an error state).
@@ -107,8 +112,8 @@ MK_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t
 }
 
 MK_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  if (win == nullptr) return ncclSuccess;  // as NCCL, before looking at comm
   NCCLCHECK(commCheck(comm, "ncclCommWindowDeregister"));
-  if (win == nullptr) return ncclSuccess;  // as NCCL
   return apiGuard("ncclCommWindowDeregister", [&]() -> ncclResult_t {
     // Kernels of this comm may still read the peers' windows through the mappings about to
     // go: wait for the comm's issued work first (bounded, as finalize waits). If that

@@ -150,6 +150,8 @@ ncclResult_t commInitRank(ncclComm_t* newcomm, int nranks, const ncclUniqueId* i
                           int rank, const ncclConfig_t* config, const char* api) {
   // Argument checks first: identical with or without a GPU.
   MK_ARGCHECK(newcomm != nullptr, "%s: newcomm is NULL", api);
+  // As NCCL: a failed init leaves *newcomm NULL, not what the caller had there.
+  *newcomm = nullptr;
   MK_ARGCHECK(nranks >= 1, "%s: invalid nranks %d (must be >= 1)", api, nranks);
   MK_ARGCHECK(rank >= 0 && rank < nranks, "%s: invalid rank %d (nranks %d)", api, rank, nranks);
   MK_ARGCHECK(ids != nullptr && nIds >= 1 && nIds <= nranks,
@@ -179,7 +181,9 @@ ncclResult_t commInitRank(ncclComm_t* newcomm, int nranks, const ncclUniqueId* i
         bootstrapInit(idCopy.data(), nIds, rank, nranks, &comm->bootstrapAbort, &comm->bootstrap));
     return commSetup(comm);
   });
-  if (res != ncclSuccess && res != ncclInProgress && cfg.blocking && !groupActive()) {
+  // An error here is a blocking init that failed, or a job its group refused (never queued):
+  // either way nothing else will free the comm.
+  if (res != ncclSuccess && res != ncclInProgress) {
     commFree(comm);
     *newcomm = nullptr;
   }
@@ -189,9 +193,10 @@ ncclResult_t commInitRank(ncclComm_t* newcomm, int nranks, const ncclUniqueId* i
 ncclResult_t commSplit(ncclComm* parent, int color, int key, ncclComm_t* newcomm,
                        const ncclConfig_t* config) {
   MK_ARGCHECK(newcomm != nullptr, "ncclCommSplit: newcomm is NULL");
+  NCCLCHECK(commCheckReady(parent, "ncclCommSplit"));
+  *newcomm = nullptr;  // as NCCL: from here on, a failure leaves it NULL
   MK_ARGCHECK(color >= 0 || color == NCCL_SPLIT_NOCOLOR,
               "ncclCommSplit: invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", color);
-  NCCLCHECK(commCheckReady(parent, "ncclCommSplit"));
   Config cfg;
   NCCLCHECK(configInherit(config, parent->config, &cfg));
   uint64_t seq = parent->splitCount++;
@@ -220,7 +225,7 @@ ncclResult_t commSplit(ncclComm* parent, int color, int key, ncclComm_t* newcomm
     return commSetup(child);
   };
   ncclResult_t res = commRunJob(child ? child : parent, job);
-  if (res != ncclSuccess && res != ncclInProgress && child && cfg.blocking && !groupActive()) {
+  if (res != ncclSuccess && res != ncclInProgress && child) {  // as in commInitRank
     commFree(child);
     *newcomm = nullptr;
   }
@@ -233,9 +238,11 @@ ncclResult_t commShrink(ncclComm* parent, const int* exclude, int nExclude, nccl
   MK_ARGCHECK(newcomm != nullptr, "%s: newcomm is NULL", api);
   MK_ARGCHECK(flags == NCCL_SHRINK_DEFAULT || flags == NCCL_SHRINK_ABORT, "%s: invalid flags 0x%x",
               api, flags);
-  MK_ARGCHECK(nExclude >= 0 && nExclude < parent->nRanks,
-              "%s: invalid excludeRanksCount %d (nranks %d)", api, nExclude, parent->nRanks);
-  MK_ARGCHECK(nExclude == 0 || exclude != nullptr, "%s: excludeRanksList is NULL", api);
+  // As NCCL: a shrink excludes at least one rank (a copy of the comm is ncclCommSplit's job).
+  MK_ARGCHECK(exclude != nullptr, "%s: excludeRanksList is NULL", api);
+  MK_ARGCHECK(nExclude >= 1 && nExclude < parent->nRanks,
+              "%s: invalid excludeRanksCount %d (must be in [1, nranks %d))", api, nExclude,
+              parent->nRanks);
   std::vector<bool> excluded(parent->nRanks, false);
   for (int i = 0; i < nExclude; i++) {
     MK_ARGCHECK(exclude[i] >= 0 && exclude[i] < parent->nRanks,
@@ -246,10 +253,8 @@ ncclResult_t commShrink(ncclComm* parent, const int* exclude, int nExclude, nccl
   MK_ARGCHECK(!excluded[parent->rank], "%s: the calling rank %d is in the exclude list", api,
               parent->rank);
   CommState st = parent->state.load();
-  if (st != CommState::kReady && st != CommState::kRevoked &&
-      !(flags == NCCL_SHRINK_ABORT && st == CommState::kFailed)) {
-    NCCLCHECK(commCheckReady(parent, api));
-  }
+  if (st != CommState::kReady && st != CommState::kRevoked) NCCLCHECK(commCheckReady(parent, api));
+  *newcomm = nullptr;  // as NCCL: from here on, a failure leaves it NULL
   Config cfg;
   NCCLCHECK(configInherit(config, parent->config, &cfg));
   if (flags == NCCL_SHRINK_ABORT) {
@@ -270,7 +275,7 @@ ncclResult_t commShrink(ncclComm* parent, const int* exclude, int nExclude, nccl
                              child->commHash, &child->bootstrapAbort, &child->bootstrap));
     return commSetup(child);
   });
-  if (res != ncclSuccess && res != ncclInProgress && cfg.blocking && !groupActive()) {
+  if (res != ncclSuccess && res != ncclInProgress) {  // as in commInitRank
     commFree(child);
     *newcomm = nullptr;
   }

@@ -11,8 +11,9 @@
 namespace mk {
 
 void groupStart();  // ncclGroupStart: one nesting level more on this thread
-// ncclGroupEnd (sim null) or ncclGroupSimulateEnd (sim: fills sim->estimatedTime, runs
-// nothing). The outermost level starts the deferred comm jobs, then launches the ops.
+// ncclGroupEnd (sim null) or ncclGroupSimulateEnd (sim: fills sim->estimatedTime and launches
+// no operation; a bad magic closes the group with ncclInvalidArgument). The outermost level
+// runs the deferred comm jobs (also when simulated), then launches the ops.
 ncclResult_t groupEnd(ncclSimInfo_t* sim);
 bool groupActive();  // this thread is inside ncclGroupStart/End
 // Called with the result of every API call that may be deferred to a group: inside a group,
@@ -21,7 +22,10 @@ bool groupActive();  // this thread is inside ncclGroupStart/End
 ncclResult_t groupRecordError(ncclResult_t res);
 // Comm init/split work to run at group end; each comm's job runs in its own thread, so
 // one thread can create several comms of one clique (ncclCommInitRank per GPU in a group).
-ncclResult_t groupAddCommJob(ncclComm* comm, std::function<ncclResult_t()> fn);
+// checkMode (NCCL's async jobs: init, split, shrink, finalize): a comm whose blocking mode
+// differs from the group's comms' gives ncclInvalidArgument and the job is not queued.
+// Without it (NCCL's group tasks: window registration) the group just takes comm's mode.
+ncclResult_t groupAddCommJob(ncclComm* comm, std::function<ncclResult_t()> fn, bool checkMode);
 // A data-movement operation to run at group end.
 ncclResult_t groupAddColl(const CollArgs& a);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 
 #include "base/checks.h"
@@ -33,8 +34,9 @@ int commMostRanksOnDevice(int64_t busId) {
   int most = 0;
   for (const ncclComm* c : registry().live) {
     // Topology and peer info are written by init before it leaves kInitializing, and never after.
-    if (c->state.load() == CommState::kInitializing || (int)c->peerInfo.size() <= c->rank ||
-        c->rank < 0)
+    CommState st = c->state.load();
+    if (st == CommState::kInitializing || st == CommState::kFailed ||
+        (int)c->peerInfo.size() <= c->rank || c->rank < 0)
       continue;
     if (c->peerInfo[c->rank].busId == busId) most = std::max(most, c->topo.ranksOnMyDevice);
   }
@@ -54,13 +56,39 @@ ncclResult_t commCheck(const ncclComm* comm, const char* api) {
   return ncclSuccess;
 }
 
+ncclResult_t commCheckInitDone(ncclComm* comm, const char* api) {
+  CommState st = comm->state.load();
+  if (st != CommState::kInitializing && st != CommState::kFailed) return ncclSuccess;
+  // As NCCL's ncclCommEnsureReady: a failed init reports its own error, one still running
+  // is a misuse of the argument (the caller did not wait for ncclSuccess).
+  int ar = comm->asyncResult.load();
+  if (ar != ncclSuccess && ar != ncclInProgress) {
+    std::string msg;
+    {
+      std::lock_guard<std::mutex> g(comm->asyncMu);
+      msg = comm->asyncMsg;
+    }
+    MK_WARN("%s: communicator initialization failed (error %d): %s", api, ar, msg.c_str());
+    return static_cast<ncclResult_t>(ar);
+  }
+  MK_WARN(
+      "%s: communicator is still initializing: wait until ncclCommGetAsyncError returns "
+      "ncclSuccess",
+      api);
+  return ncclInvalidArgument;
+}
+
 ncclResult_t commCheckReady(ncclComm* comm, const char* api) {
   switch (comm->state.load()) {
     case CommState::kReady:
       return ncclSuccess;
     case CommState::kInitializing:
-      MK_WARN("%s: communicator is still initializing (poll ncclCommGetAsyncError)", api);
-      return ncclInvalidUsage;
+    case CommState::kFailed: {
+      ncclResult_t res = commCheckInitDone(comm, api);
+      if (res != ncclSuccess) return res;
+      // The init finished between the two loads.
+      return commCheckReady(comm, api);
+    }
     case CommState::kFinalized:
       MK_WARN("%s: communicator was finalized", api);
       return ncclInvalidUsage;

@@ -52,6 +52,7 @@ struct Topo {
   bool virtualNodes = false;                // MKERNEL_EMULATE_NODES in effect
 };
 
+// kFailed: the init (or split/shrink) job failed; asyncResult holds its error.
 enum class CommState : int { kInitializing, kReady, kFinalized, kRevoked, kAborted, kFailed };
 
 }  // namespace mk
@@ -84,7 +85,8 @@ struct ncclComm {
   std::mutex asyncMu;
   std::string asyncMsg;
 
-  std::thread job;  // nonblocking init/split in the background
+  std::thread job;                          // nonblocking init/split in the background
+  std::atomic<bool> finalizeCalled{false};  // a second ncclCommFinalize is refused
   // Split/shrink sequence: every member calls them in the same order, so the value is the
   // same on all ranks and tells concurrent splits apart.
   std::atomic<uint64_t> splitCount{0};
@@ -115,7 +117,12 @@ void commUnregister(ncclComm* comm);
 int commMostRanksOnDevice(int64_t busId);
 // Records an asynchronous error (first one wins), for ncclCommGetAsyncError.
 void commSetAsyncError(ncclComm* comm, ncclResult_t res, const char* msg);
-// Ready for collectives: not revoked, finalized, aborted or failed; not still initializing.
+// Its init finished and succeeded (NCCL's ncclCommEnsureReady): still initializing ->
+// ncclInvalidArgument; init failed -> that error. Later states (finalized, revoked) pass:
+// the comm's attributes are valid to read.
+ncclResult_t commCheckInitDone(ncclComm* comm, const char* api);
+// Ready for collectives: commCheckInitDone, and not revoked, finalized or aborted
+// (ncclInvalidUsage).
 ncclResult_t commCheckReady(ncclComm* comm, const char* api);
 
 }  // namespace mk

@@ -23,8 +23,9 @@ struct Config {
   int nvlinkCentricSched = 0;
 };
 
-// config may be null (defaults). Bad magic/size/version or out-of-range values give
-// ncclInvalidArgument with a message.
+// config may be null (defaults). As NCCL: any size and version are read (a newer caller's
+// extra fields are ignored, an older one's missing fields stay default); a bad magic (or a
+// struct too short to hold it) or an out-of-range value gives ncclInvalidArgument + message.
 ncclResult_t configParse(const ncclConfig_t* config, Config* out);
 // A config for a child comm: the user's if given, else the parent's.
 ncclResult_t configInherit(const ncclConfig_t* user, const Config& parent, Config* out);

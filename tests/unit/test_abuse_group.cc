@@ -1,12 +1,14 @@
 // ncclGroupEnd must return the error of a call that failed inside the group, as NCCL does, and
 // discard the group's deferred work (nothing of a half-valid group runs). Host-only: the
 // failing calls fail on their arguments, before any CUDA call.
+#include <cstddef>
 #include <cstring>
 #include <gtest/gtest.h>
 #include <nccl.h>
 #include <string>
 
 #include "base/debug.h"
+#include "coll/group.h"
 #include "coll/redop.h"
 #include "comm/comm.h"
 #include "unit/fake_comm.h"
@@ -114,5 +116,82 @@ TEST(AbuseGroup, OutsideAGroupNothingIsRecorded) {
   // A failure outside any group is returned by its call only; the next group is clean.
   EXPECT_EQ(ncclAllReduce(kBuf, kBuf, 4, ncclFloat, ncclSum, nullptr, nullptr),
             ncclInvalidArgument);
+  expectGroupIdle();
+}
+
+// As NCCL: ncclGroupSimulateEnd(NULL) is a plain ncclGroupEnd, and a bad simInfo still closes
+// the group; either way the next calls are not deferred to a group that stays open.
+TEST(AbuseGroup, SimulateEndAlwaysClosesTheGroup) {
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage) << "the group stayed open";
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  sim.magic = 0x1234;
+  mk::setLastError("");
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("NCCL_SIM_INFO_INITIALIZER"),
+            std::string::npos)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage) << "the group stayed open";
+  expectGroupIdle();
+}
+
+// An older, shorter ncclSimInfo_t is accepted; only the bytes it has are written.
+TEST(AbuseGroup, SimulateEndAcceptsAShorterSimInfo) {
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  sim.size = offsetof(ncclSimInfo_t, estimatedTime);
+  sim.estimatedTime = 42.0f;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_EQ(sim.estimatedTime, 42.0f);
+  sim = NCCL_SIM_INFO_INITIALIZER;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_EQ(sim.estimatedTime, 0.0f);  // an empty group takes no time
+  expectGroupIdle();
+}
+
+// A simulated end runs the group's communicator jobs (init, split, window registration) as
+// NCCL does; only the operations are not launched. Skipping them would leave the comms
+// initializing forever.
+TEST(AbuseGroup, SimulateEndRunsCommJobs) {
+  FakeComm fc(0, 2);
+  fc.c->state.store(mk::CommState::kInitializing);
+  bool ran = false;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(mk::commRunJob(fc.c,
+                           [&] {
+                             ran = true;
+                             fc.c->state.store(mk::CommState::kReady);
+                             return ncclSuccess;
+                           }),
+            ncclSuccess);
+  int n = 0;
+  EXPECT_EQ(ncclCommCount(fc.c, &n), ncclInvalidArgument) << "not initialised yet";
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(ncclCommCount(fc.c, &n), ncclSuccess);
+  EXPECT_EQ(n, 2);
+  expectGroupIdle();
+}
+
+// As NCCL: "Blocking and nonblocking communicators are not allowed in the same group".
+TEST(AbuseGroup, BlockingAndNonblockingCommsInOneGroup) {
+  FakeComm blocking(0, 2), nonblocking(0, 2);
+  nonblocking.c->config.blocking = false;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  // Deferred: a nonblocking finalize is a comm job of the group.
+  EXPECT_EQ(ncclCommFinalize(nonblocking.c), ncclSuccess);
+  mk::setLastError("");
+  ncclComm_t child = nullptr;
+  EXPECT_EQ(ncclCommSplit(blocking.c, NCCL_SPLIT_NOCOLOR, 0, &child, nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not allowed in the same group"),
+            std::string::npos)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidArgument);
+  EXPECT_EQ(nonblocking.c->state.load(), mk::CommState::kReady)
+      << "the discarded finalize did not run";
   expectGroupIdle();
 }

@@ -12,7 +12,9 @@
 #include <string>
 
 #include "bootstrap/bootstrap.h"
+#include "coll/group.h"
 #include "coll/redop.h"
+#include "comm/config.h"
 #include "base/debug.h"
 #include "comm/comm.h"
 #include "common/test_util.h"
@@ -69,11 +71,17 @@ TEST(ApiArgs, InitChecksComeBeforeAnyCudaCall) {
   bad.magic = 0x12345678;
   EXPECT_INVALID(ncclCommInitRankConfig(&comm, 2, id, 0, &bad));
   bad = cfg;
-  bad.version = 1;
+  bad.size = 4;  // too short to hold the magic: refused like a bad one, as NCCL
   EXPECT_INVALID(ncclCommInitRankConfig(&comm, 2, id, 0, &bad));
+  // NCCL refuses no version and no larger size: an old version's missing fields are
+  // defaults, a newer struct's extra bytes are ignored (test_api_config.cc has the cases).
+  mk::Config parsed;
+  bad = cfg;
+  bad.version = 1;
+  EXPECT_EQ(mk::configParse(&bad, &parsed), ncclSuccess);
   bad = cfg;
   bad.size = sizeof(ncclConfig_t) + 64;
-  EXPECT_INVALID(ncclCommInitRankConfig(&comm, 2, id, 0, &bad));
+  EXPECT_EQ(mk::configParse(&bad, &parsed), ncclSuccess);
   bad = cfg;
   bad.blocking = 7;
   EXPECT_INVALID(ncclCommInitRankConfig(&comm, 2, id, 0, &bad));
@@ -122,11 +130,17 @@ TEST(ApiArgs, QueryChecks) {
   EXPECT_INVALID(ncclCommCuDevice(f.c, nullptr));
   EXPECT_INVALID(ncclCommUserRank(f.c, nullptr));
   EXPECT_INVALID(ncclCommGetAsyncError(f.c, nullptr));
-  EXPECT_INVALID(ncclCommRegister(f.c, nullptr, 64, reinterpret_cast<void**>(kBuf)));
-  void* h;
-  EXPECT_INVALID(ncclCommRegister(f.c, kBuf, 0, &h));
+  // As NCCL: registering nothing (NULL or 0 bytes) succeeds with a NULL handle, and
+  // deregistering a NULL handle is a no-op.
+  void* h = kBuf;
+  EXPECT_EQ(ncclCommRegister(f.c, nullptr, 64, &h), ncclSuccess);
+  EXPECT_EQ(h, nullptr);
+  h = kBuf;
+  EXPECT_EQ(ncclCommRegister(f.c, kBuf, 0, &h), ncclSuccess);
+  EXPECT_EQ(h, nullptr);
   EXPECT_INVALID(ncclCommRegister(f.c, kBuf, 64, nullptr));
-  EXPECT_INVALID(ncclCommDeregister(f.c, nullptr));
+  EXPECT_EQ(ncclCommDeregister(f.c, nullptr), ncclSuccess);
+  EXPECT_INVALID(ncclCommDeregister(nullptr, nullptr));
   EXPECT_INVALID(ncclCommRevoke(f.c, 1));
   int r = -1;
   EXPECT_EQ(ncclCommUserRank(f.c, &r), ncclSuccess);
@@ -173,8 +187,79 @@ TEST(ApiArgs, CommStateChecks) {
   EXPECT_USAGE(ncclAllReduce(kBuf, kBuf, 8, ncclFloat, ncclSum, f.c, nullptr));
   f.c->state.store(mk::CommState::kFinalized);
   EXPECT_USAGE(ncclSend(kBuf, 8, ncclFloat, 1, f.c, nullptr));
+  // As NCCL's ncclCommEnsureReady: a comm still initializing is an invalid argument...
   f.c->state.store(mk::CommState::kInitializing);
-  EXPECT_USAGE(ncclBroadcast(kBuf, kBuf, 8, ncclFloat, 0, f.c, nullptr));
+  EXPECT_INVALID(ncclBroadcast(kBuf, kBuf, 8, ncclFloat, 0, f.c, nullptr));
+  // ...and one whose init failed gives that failure.
+  f.c->asyncResult.store(ncclRemoteError);
+  f.c->state.store(mk::CommState::kFailed);
+  expectErr(
+      ncclRemoteError, [&] { return ncclBroadcast(kBuf, kBuf, 8, ncclFloat, 0, f.c, nullptr); },
+      "failed init");
+}
+
+// The queries read what the init job writes (a split child's rank and size, the topology): a
+// comm still initializing gives ncclInvalidArgument instead of racing with it, as NCCL.
+TEST(ApiArgs, QueriesWaitForInit) {
+  FakeComm f(1, 3);
+  f.c->state.store(mk::CommState::kInitializing);
+  int v = -7;
+  EXPECT_INVALID(ncclCommCount(f.c, &v));
+  EXPECT_INVALID(ncclCommUserRank(f.c, &v));
+  EXPECT_INVALID(ncclCommCuDevice(f.c, &v));
+  EXPECT_EQ(v, -7);
+  EXPECT_EQ(ncclTeamWorld(f.c).nRanks, 0);
+  EXPECT_EQ(ncclTeamLsa(f.c).rank, -1);
+  EXPECT_EQ(ncclTeamRail(f.c).rank, -1);
+  EXPECT_EQ(ncclTeamRankToWorld(f.c, ncclTeam_t{3, 1, 1}, 2), -1);
+  EXPECT_EQ(ncclTeamRankToLsa(f.c, ncclTeam_t{3, 1, 1}, 2), -1);
+  f.c->asyncResult.store(ncclSystemError);
+  f.c->state.store(mk::CommState::kFailed);
+  EXPECT_EQ(ncclCommCount(f.c, &v), ncclSystemError);
+  f.c->asyncResult.store(ncclSuccess);
+  f.c->state.store(mk::CommState::kReady);
+  EXPECT_EQ(ncclCommCount(f.c, &v), ncclSuccess);
+  EXPECT_EQ(v, 3);
+  EXPECT_EQ(ncclTeamWorld(f.c).rank, 1);
+  // No topology (nodeRanks empty): -1 instead of reading outside it.
+  EXPECT_EQ(ncclTeamRankToLsa(f.c, ncclTeam_t{3, 1, 1}, 2), -1);
+  f.c->topo.nodeRanks = {{0, 1, 2}};
+  EXPECT_EQ(ncclTeamRankToLsa(f.c, ncclTeam_t{3, 1, 1}, 2), 2);
+}
+
+// A failed init job leaves the comm kFailed: its calls report the job's error from then on.
+TEST(ApiArgs, FailedInitJobMarksTheCommFailed) {
+  FakeComm f(0, 2);
+  f.c->state.store(mk::CommState::kInitializing);
+  EXPECT_EQ(mk::commRunJob(f.c,
+                           [] {
+                             MK_WARN("test: init failed");
+                             return ncclSystemError;
+                           }),
+            ncclSystemError);
+  EXPECT_EQ(f.c->state.load(), mk::CommState::kFailed);
+  int n = 0;
+  EXPECT_EQ(ncclCommCount(f.c, &n), ncclSystemError);
+  EXPECT_EQ(ncclAllReduce(kBuf, kBuf, 8, ncclFloat, ncclSum, f.c, nullptr), ncclSystemError);
+  ncclResult_t ar = ncclSuccess;
+  EXPECT_EQ(ncclCommGetAsyncError(f.c, &ar), ncclSuccess);
+  EXPECT_EQ(ar, ncclSystemError);
+}
+
+TEST(ApiArgs, Finalize) {
+  EXPECT_EQ(ncclCommFinalize(nullptr), ncclSuccess);  // as NCCL
+  FakeComm f(0, 2);
+  f.c->state.store(mk::CommState::kInitializing);
+  EXPECT_INVALID(ncclCommFinalize(f.c));
+  f.c->state.store(mk::CommState::kReady);
+  EXPECT_EQ(ncclCommFinalize(f.c), ncclSuccess);
+  EXPECT_INVALID(ncclCommFinalize(f.c));  // twice: NCCL's ncclInvalidArgument
+  // Inside a group, its error is the group's.
+  FakeComm g(0, 2);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclCommFinalize(g.c), ncclSuccess);
+  EXPECT_EQ(ncclCommFinalize(g.c), ncclInvalidArgument);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidArgument);
 }
 
 TEST(ApiArgs, RedOps) {
@@ -216,10 +301,11 @@ TEST(ApiArgs, Groups) {
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
   EXPECT_USAGE(ncclGroupEnd());
-  EXPECT_INVALID(ncclGroupSimulateEnd(nullptr));
+  // Outside a group, a simulated end is an unmatched end too, whatever simInfo is (NCCL).
+  EXPECT_USAGE(ncclGroupSimulateEnd(nullptr));
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   sim.magic = 0;
-  EXPECT_INVALID(ncclGroupSimulateEnd(&sim));
+  EXPECT_USAGE(ncclGroupSimulateEnd(&sim));
 }
 
 TEST(ApiArgs, SplitShrinkChecks) {
@@ -235,17 +321,59 @@ TEST(ApiArgs, SplitShrinkChecks) {
   EXPECT_INVALID(ncclCommShrink(f.c, nullptr, 1, &child, nullptr, NCCL_SHRINK_DEFAULT));
   EXPECT_INVALID(ncclCommShrink(f.c, dup, 1, &child, nullptr, 0x10));
   EXPECT_INVALID(ncclCommShrink(f.c, dup, 1, nullptr, nullptr, NCCL_SHRINK_DEFAULT));
+  // Excluding nobody is no shrink (NCCL: excludeRanksCount must be > 0).
+  EXPECT_INVALID(ncclCommShrink(f.c, dup, 0, &child, nullptr, NCCL_SHRINK_DEFAULT));
+  EXPECT_INVALID(ncclCommShrink(f.c, nullptr, 0, &child, nullptr, NCCL_SHRINK_DEFAULT));
+}
+
+// As NCCL: a failed init or split leaves *newcomm NULL, not what the caller had there.
+TEST(ApiArgs, FailedCreationClearsNewcomm) {
+  ncclComm_t const kStale = reinterpret_cast<ncclComm_t>(0x1234);
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  ncclComm_t comm = kStale;
+  EXPECT_INVALID(ncclCommInitRank(&comm, 0, id, 0));
+  EXPECT_EQ(comm, nullptr);
+  comm = kStale;
+  EXPECT_INVALID(ncclCommInitRank(&comm, 2, id, 5));
+  EXPECT_EQ(comm, nullptr);
+  comm = kStale;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.magic = 0;
+  EXPECT_INVALID(ncclCommInitRankConfig(&comm, 2, id, 0, &cfg));
+  EXPECT_EQ(comm, nullptr);
+  comm = kStale;
+  EXPECT_INVALID(ncclCommInitRankScalable(&comm, 2, 0, 1, nullptr, nullptr));
+  EXPECT_EQ(comm, nullptr);
+  FakeComm f(1, 4);
+  comm = kStale;
+  EXPECT_INVALID(ncclCommSplit(f.c, -5, 0, &comm, nullptr));
+  EXPECT_EQ(comm, nullptr);
+  comm = kStale;
+  EXPECT_INVALID(ncclCommSplit(f.c, 0, 0, &comm, &cfg));  // bad config
+  EXPECT_EQ(comm, nullptr);
 }
 
 TEST(ApiArgs, MemAndDeviceApi) {
   void* p;
   EXPECT_INVALID(ncclMemAlloc(nullptr, 64));
-  EXPECT_INVALID(ncclMemAlloc(&p, 0));
+  p = kBuf;
+  EXPECT_EQ(ncclMemAlloc(&p, 0), ncclSuccess);  // as NCCL (cudaMalloc of 0 bytes)
+  EXPECT_EQ(p, nullptr);
   EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);
   FakeComm f(0, 1);
   EXPECT_USAGE(ncclDevCommCreate(f.c, nullptr, nullptr));
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("device API"), std::string::npos);
   EXPECT_INVALID(ncclCommWindowRegister(f.c, kBuf, 4096, nullptr, 0));
+  // As NCCL: a window of nothing is no error, and no window.
+  ncclWindow_t w = reinterpret_cast<ncclWindow_t>(kBuf);
+  EXPECT_EQ(ncclCommWindowRegister(f.c, nullptr, 4096, &w, 0), ncclSuccess);
+  EXPECT_EQ(w, nullptr);
+  w = reinterpret_cast<ncclWindow_t>(kBuf);
+  EXPECT_EQ(ncclCommWindowRegister(f.c, kBuf, 0, &w, 0), ncclSuccess);
+  EXPECT_EQ(w, nullptr);
+  EXPECT_EQ(ncclCommWindowDeregister(f.c, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(nullptr, nullptr), ncclSuccess);
 }
 
 }  // namespace
