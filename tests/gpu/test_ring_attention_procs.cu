@@ -12,8 +12,11 @@
 //       Each rank runs the fused kernel's direct reads (MKERNEL_RING_DIRECT=2, the default: the
 //       attention reads the peers' windows in place, in ring order; 1: in rank order) or its
 //       copies (0): every rank one way (n2, n4, n4copy), odd ranks copying (n4mixed: the modes
-//       interoperate) or odd ranks in rank order (n4orders). Each child checks that its fused
-//       launches read in place, or copied, as it was told (not which order it walked).
+//       interoperate) or odd ranks in rank order (n4orders); n3staged: every rank with
+//       MKERNEL_RING_SEQ_DIRECT=1, so the auto and sequential cases read in place too, after a
+//       one-thread wait kernel. Each child checks that its fused launches read in place, or
+//       copied, as it was told (not which order it walked), and that its sequential calls ran
+//       the staged reads exactly when told to.
 //   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
 //       calls: the others' errors name it within the 2 s deadline, aborts return promptly.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
@@ -303,6 +306,15 @@ int childMain(const char* spec) {
             (unsigned long long)directs, (unsigned long long)procs, direct ? "all" : "none");
     failures++;
   }
+  // The sequential cases (auto, sequential) ran the staged direct reads exactly when told to.
+  const char* seqMode = getenv("MKERNEL_RING_SEQ_DIRECT");
+  const bool staged = seqMode != nullptr && strcmp(seqMode, "1") == 0;
+  const uint64_t stagedRuns = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutStaged);
+  if (!broken && n >= 2 && (stagedRuns > 0) != staged) {
+    fprintf(stderr, "%s FAIL %llu sequential calls read in place; wanted %s\n", who.c_str(),
+            (unsigned long long)stagedRuns, staged ? "some" : "none");
+    failures++;
+  }
   if (!broken) {  // nobody tears down while a peer may still finish its last call
     colltest::DevBuf b(16);
     std::string e;
@@ -329,7 +341,8 @@ TEST(RingAttnProcsChild, Run) {
 }
 
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
-// by copies, 3 odd ranks in place in rank order (the others in ring order, the default).
+// by copies, 3 odd ranks in place in rank order (the others in ring order, the default), 4 all
+// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1).
 struct ProcsCase {
   int n, mode;
 };
@@ -355,8 +368,10 @@ TEST_P(RingAttnProcs, EveryElement) {
     const char* direct = mode == 1 || (mode == 2 && odd) ? "MKERNEL_RING_DIRECT=0"
                          : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
                                                          : "MKERNEL_RING_DIRECT=2";
-    pids.push_back(mktest::spawnSelf("RingAttnProcsChild.Run",
-                                     {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct}));
+    const char* seqDirect = mode == 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
+    pids.push_back(
+        mktest::spawnSelf("RingAttnProcsChild.Run",
+                          {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect}));
   }
   for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
   const std::string err = mktest::waitChildren(pids, 240);
@@ -365,9 +380,9 @@ TEST_P(RingAttnProcs, EveryElement) {
   EXPECT_EQ(err, "");
 }
 
-const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}};
+const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 4}};
 std::string procsCaseName(const ::testing::TestParamInfo<ProcsCase>& i) {
-  static const char* const kMode[] = {"", "copy", "mixed", "orders"};
+  static const char* const kMode[] = {"", "copy", "mixed", "orders", "staged"};
   return "n" + std::to_string(i.param.n) + kMode[i.param.mode];
 }
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::ValuesIn(kProcsCases), procsCaseName);

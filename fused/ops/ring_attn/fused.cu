@@ -56,8 +56,37 @@ __global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine) {
   ringWaitReaders(f.c.w, mine, f.nRanks, f.rank, seq, 0);
 }
 
+// Staged direct reads (ringAttnFused's `staged`), before the attention kernel in stream order
+// (one thread): this rank's slices are in its region (the copies before it), so it releases
+// `staged`; then it waits for every peer's, in the order the attention walks the sources, and
+// opens each source's ready flag. The attention kernel after it waits for nobody, so it may
+// take the whole GPU beside the peers' kernels: no rank's kernel needs another's resident.
+struct RingStageArgs {
+  FusedComm f;
+  RingCtl* ctl[kRingDirectMax];  // by rank, mapped here
+  uint64_t* ready;               // [n] by position in srcRank, zeroed before this kernel
+  int32_t srcRank[kRingDirectMax];
+};
+__global__ void ringStageKernel(const __grid_constant__ RingStageArgs a) {
+  const uint64_t seq = callSeq(a.f);  // the attention kernel's: it counts the call at its end
+  const int32_t n = a.f.nRanks, me = a.f.rank, op = a.f.c.w.op;
+  // The copies into my region finished before this kernel began (stream order); the fence
+  // makes them visible to the peers' processes before the flag that says so.
+  __threadfence_system();
+  ptx::stReleaseSys(&a.ctl[me]->staged, seq);
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t s = a.srcRank[i];
+    if (s != me && !rt::waitGe(a.f.c.w, &a.ctl[s]->staged, seq,
+                               rt::ErrSite{op, s, 0, -1, rt::kWaitData, 0}, rt::kScopeSys))
+      return;  // recorded: the attention's ready waits fail at once
+    // Acquired at system scope above; the kernel boundary orders the flag before the
+    // attention producer's acquire and its fence.proxy.async.
+    *(volatile uint64_t*)&a.ready[i] = 1;
+  }
+}
+
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
-std::atomic<uint64_t> gLaunches[4];
+std::atomic<uint64_t> gLaunches[kRingLayouts];
 
 // The xnode layout's plan (a pure function of values every rank shares: the agreed window
 // size and MKERNEL_FUSED_XNODE, n, the shape), or !ok.
@@ -69,7 +98,15 @@ RxPlan xnodePlan(const RingAttnCall& c, const FusedComm& f) {
 }  // namespace
 
 uint64_t ringAttnFusedLaunches(int layout) {
-  return layout >= 0 && layout < 4 ? gLaunches[layout].load() : 0;
+  return layout >= 0 && layout < kRingLayouts ? gLaunches[layout].load() : 0;
+}
+
+bool ringAttnStagedEligible(const RingAttnCall& c) {
+  const ncclComm* comm = c.comm;
+  const int n = comm->nRanks;
+  return MK_PARAM_INT(RingSeqDirect) != 0 && n >= 2 && n <= kRingDirectMax &&
+         comm->topo.nNodes == 1 && comm->topo.ranksOnMyDevice == n &&
+         !cliqueEligible(comm, kRingMaxLocal) && procWindowsEligible(comm, kRingMaxLocal);
 }
 
 // The same verdict on every rank: the layout, the GPU's SM count (every rank's kernel needs
@@ -92,8 +129,9 @@ bool ringAttnFusedEligible(const RingAttnCall& c) {
   return st == cudaStreamCaptureStatusNone || cliqueBlockHeld(c.comm, kCliqueRingAttn);
 }
 
-ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
+ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   *ran = false;
+  if (staged && !ringAttnStagedEligible(c)) return ncclSuccess;
   ncclComm* comm = c.comm;
   const int n = comm->nRanks, me = comm->rank;
   FusedComm f;
@@ -126,8 +164,11 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // the clique shares this GPU; in the processes layout only the ranks on this GPU do. In one node
   // the share also counts the sibling comms of this process (fusedGpuShare; the comm role's units
   // are the rank's own). xnode: ranks on this GPU only, as ringAttnEligible's verdict counts them.
+  // Staged: no kernel waits for a peer's, so the sequential path's budget (the whole GPU by
+  // default, MKERNEL_SEQ_GEMM_SMS).
   const int32_t share = xnode ? fusedOwnShare(comm) : fusedGpuShare(comm);
-  const int32_t budget = std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
+  const int32_t budget = staged ? std::max(1, seqGemmBudget(comm))
+                                : std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
   // Direct reads (RingParams::direct): the processes layout's attention reads the peers' data
   // regions in place, so only this rank's slices are copied (by the copy engine, before the
   // kernel), and no CTA is set aside for copies. Ranks of either mode interoperate: both
@@ -136,7 +177,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   // Only where every rank is on this GPU: across GPUs the reads would cross NVLink for every
   // query tile, neither tested nor measured (each rank decides alone: the modes interoperate).
   const bool oneGpu = comm->topo.ranksOnMyDevice == n;
-  const int64_t directMode = procs && oneGpu && n <= kRingDirectMax ? MK_PARAM_INT(RingDirect) : 0;
+  // Staged reads in place too (ring order unless MKERNEL_RING_DIRECT asks for rank order).
+  const int64_t directMode = staged ? (MK_PARAM_INT(RingDirect) == 1 ? 1 : 2)
+                             : procs && oneGpu && n <= kRingDirectMax ? MK_PARAM_INT(RingDirect)
+                                                                      : 0;
   const bool direct = directMode != 0;
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
@@ -186,6 +230,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
   NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
   if (direct) {
     rp.direct = 1;
+    rp.relay = staged ? 0 : 1;
     for (int i = 0; i < n && res == ncclSuccess; ++i) {
       // Ring order reads this rank's slices from the caller's k and v, rank order from the
       // region, as the peers do.
@@ -229,9 +274,17 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
     // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
     // this rank).
     NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);
+    RingStageArgs sa{};
     if (direct) {
       cudaFuncAttributes attr;
       CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringDirectEndKernel), res, done);
+      if (staged) CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringStageKernel), res, done);
+      sa.f = f;
+      sa.ready = rp.ready;
+      for (int i = 0; i < n; ++i) {
+        sa.ctl[i] = rp.ctl[i];
+        sa.srcRank[i] = a.srcRank[i];
+      }
     }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
     NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, kApi,
@@ -243,6 +296,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
                                                              cudaMemcpyDeviceToDevice, s));
                                    CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
                                                              cudaMemcpyDeviceToDevice, s));
+                                 }
+                                 if (staged) {
+                                   ringStageKernel<<<1, 1, 0, s>>>(sa);
+                                   CUDACHECK(cudaGetLastError());
                                  }
                                  NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
                                  if (direct) {
@@ -256,9 +313,13 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran) {
 done:
   if (res == ncclSuccess) {
     *ran = true;
-    gLaunches[xnode ? kRingLayoutXnode : (procs ? kRingLayoutProcs : kRingLayoutClique)].fetch_add(
-        1);
-    if (direct) gLaunches[kRingLayoutDirect].fetch_add(1);
+    if (staged) {
+      gLaunches[kRingLayoutStaged].fetch_add(1);
+    } else {
+      gLaunches[xnode ? kRingLayoutXnode : (procs ? kRingLayoutProcs : kRingLayoutClique)]
+          .fetch_add(1);
+      if (direct) gLaunches[kRingLayoutDirect].fetch_add(1);
+    }
   }
   return fusedFreeScratch(scratch, c.stream, res, kApi);
 }

@@ -95,6 +95,11 @@ struct RingParams {
   // (ringDirectDone), and a one-thread kernel after it holds the call open until every peer has
   // read this rank's region (fused.cu, ringDirectEndKernel).
   int32_t direct;
+  // Direct reads only. 1: the relay above. 0 (staged): a one-thread kernel before this one
+  // released `staged`, waited for every peer's and set ready[] (fused.cu, ringStageKernel), so
+  // no CTA of this kernel waits for a peer and its grid may take the whole GPU beside the
+  // peers' kernels (no co-residency needed).
+  int32_t relay;
   CUtensorMap kvMap[2 * kRingDirectMax];
 };
 
@@ -294,7 +299,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // Direct reads: no comm CTAs (nComm 0); the first CTA's idle warp relays the flags.
     const int32_t cta = blockIdx.x - nComm;
     attn::attnCta<C>(p.a, smem, cta, p.split.of(Role::kCompute), p.direct ? p.kvMap : nullptr, [&] {
-      if (p.direct && cta == 0) ringDirectRelay(p, seq);
+      if (p.direct && p.relay && cta == 0) ringDirectRelay(p, seq);
     });
     if (p.direct) {
       __syncthreads();

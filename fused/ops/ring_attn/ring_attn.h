@@ -41,12 +41,15 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // process on one GPU, one rank per process, or a comm spanning (virtual) nodes. Tests use it
 // to tell the fused kernel from the sequential fallback.
 // kRingLayoutProcs counts the processes layout's launches of either mode, kRingLayoutDirect
-// those of them that read the peers' regions in place (RingParams::direct).
+// those of them that read the peers' regions in place (RingParams::direct); kRingLayoutStaged
+// the sequential path's staged direct reads (MKERNEL_RING_SEQ_DIRECT), counted there only.
 enum RingLayoutId : int {
   kRingLayoutClique = 0,
   kRingLayoutProcs = 1,
   kRingLayoutXnode = 2,
-  kRingLayoutDirect = 3
+  kRingLayoutDirect = 3,
+  kRingLayoutStaged = 4,
+  kRingLayouts = 5
 };
 uint64_t ringAttnFusedLaunches(int layout);
 

@@ -23,7 +23,14 @@ attn::AttnArgs ringAttnArgs(const RingAttnCall& c, int nRanks, int rank);
 // moving through the device communication API; *ran false when its plan does not fit the
 // comm's window (the same verdict on every rank).
 bool ringAttnFusedEligible(const RingAttnCall& c);
-ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran);
+// staged: the sequential path's variant on ranks that are processes all on this GPU (at most
+// kRingDirectMax; MKERNEL_RING_SEQ_DIRECT, which every rank sets alike): the same kernel
+// reading every rank's slices in place, but with a one-thread kernel before it that waits for
+// every peer's slices (no gather copies), and the sequential path's grid (the whole GPU by
+// default). *ran false where it does not apply (ringAttnStagedEligible) or the windows cannot
+// be made (the same verdict on every rank).
+bool ringAttnStagedEligible(const RingAttnCall& c);
+ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged = false);
 
 }  // namespace fused
 }  // namespace mk

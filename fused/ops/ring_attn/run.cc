@@ -81,6 +81,13 @@ ncclResult_t ringAttnRun(const RingAttnCall& c) {
     MK_WARN("%s: %d ranks exceed the attention kernel's %d sources", kApi, n, attn::kMaxSrc);
     return ncclInvalidUsage;
   }
+  // Ranks that are processes all on this GPU: the peers' slices read in place instead of
+  // gathered (MKERNEL_RING_SEQ_DIRECT; every rank takes the same verdict).
+  if (ringAttnStagedEligible(c)) {
+    bool ran = false;
+    NCCLCHECK(ringAttnFused(c, &ran, /*staged=*/true));
+    if (ran) return ncclSuccess;
+  }
   // Loaded before the gathers are enqueued: a lazy load at the kernel's first launch can wait
   // behind peers' collectives that themselves wait for this rank.
   NCCLCHECK(attn::preload(a));
