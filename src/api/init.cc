@@ -129,18 +129,29 @@ ncclResult_t commFree(ncclComm* comm) {
   commUnregister(comm);
   ncclResult_t res = ncclSuccess, r;
   if (comm->cudaDev >= 0) cudaSetDevice(comm->cudaDev);
-  mk::fused::cliqueBlocksRelease(comm);
-  mk::fused::procWindowsRelease(comm);  // its windows go before the peer memory
+  // A kernel of the comm that abort's grace period did not see end (e.g. queued behind another
+  // comm's kernel that waits for its peers) may still read the comm's device memory, and
+  // freeing it would also wait for that kernel: leak instead (the kernel ends at its deadline).
+  const bool running = collMayBeRunning(comm);
+  if (running)
+    MK_WARN(
+        "rank %d: kernels of this comm may still be running: leaking its device memory "
+        "(fused state, net blocks, peer memory, abort flag) instead of freeing it",
+        comm->rank);
+  if (!running) {
+    mk::fused::cliqueBlocksRelease(comm);
+    mk::fused::procWindowsRelease(comm);  // its windows go before the peer memory
+  }
   if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
-  if ((r = netFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
-  if ((r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
+  if ((r = netFini(comm, running)) != ncclSuccess && res == ncclSuccess) res = r;
+  if (!running && (r = peerMemFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if (comm->bootstrap && (r = bootstrapClose(comm->bootstrap)) != ncclSuccess && res == ncclSuccess)
     res = r;
   comm->bootstrap = nullptr;
   redOpFreeAll(comm);
-  if (comm->abortFlagPinned) cudaFreeHost(comm->abortFlag);
+  if (comm->abortFlagPinned && !running) cudaFreeHost(comm->abortFlag);
   // Unused scratch goes back to the driver with the comm; live comms' calls regrow it.
-  if (comm->cudaDev >= 0) scratchTrim(comm->cudaDev);
+  if (comm->cudaDev >= 0 && !running) scratchTrim(comm->cudaDev);
   comm->magic = comm->magicEnd = kCommDead;
   delete comm;
   return res;

@@ -88,6 +88,9 @@ ncclResult_t collInit(ncclComm* comm);
 ncclResult_t collFini(ncclComm* comm);
 // Waits (bounded by MKERNEL_TIMEOUT_MS, abortable) for every operation issued on the comm.
 ncclResult_t collFinalize(ncclComm* comm);
+// Whether a kernel of the comm may still run: collFinalize gave up on it, or it has not
+// completed now. Teardown then leaks what such a kernel may read instead of freeing it.
+bool collMayBeRunning(ncclComm* comm);
 // Turns a device-side error record (timeout, abort, peer failure) into the comm's async
 // error with a message naming rank, peer and operation. Non-blocking.
 ncclResult_t collPollAsyncError(ncclComm* comm);

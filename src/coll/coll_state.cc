@@ -148,6 +148,17 @@ ncclResult_t collFinalize(ncclComm* comm) {
   return res;
 }
 
+bool collMayBeRunning(ncclComm* comm) {
+  CollState* cs = comm->coll;
+  if (cs == nullptr || !cs->haveDone) return false;
+  if (cs->stuck) return true;
+  DeviceGuard dg;
+  (void)dg.set(comm->cudaDev);
+  const bool done = cudaEventQuery(cs->doneEvent) == cudaSuccess;
+  cudaGetLastError();
+  return !done;
+}
+
 ncclResult_t collFini(ncclComm* comm) {
   CollState* cs = comm->coll;
   if (cs == nullptr) return ncclSuccess;

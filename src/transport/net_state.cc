@@ -256,7 +256,7 @@ ncclResult_t netInit(ncclComm* comm) {
   return ncclSuccess;
 }
 
-ncclResult_t netFini(ncclComm* comm) {
+ncclResult_t netFini(ncclComm* comm, bool leakMemory) {
   NetState* ns = comm->net;
   if (ns == nullptr) return ncclSuccess;
   DevGuard g(comm->cudaDev);
@@ -269,9 +269,11 @@ ncclResult_t netFini(ncclComm* comm) {
   ns->localReg = nullptr;
   // Without the internal stream the ring's device tail cannot be read without waiting for
   // the whole device: leak the ring instead (a failed init only).
-  if (ns->ring && ns->stream) netRingPut(comm->cudaDev, ns->ring, ns->stream);
+  if (ns->ring && ns->stream && !leakMemory) netRingPut(comm->cudaDev, ns->ring, ns->stream);
   ns->ring = nullptr;
-  for (NetBlock* b : {&ns->send, &ns->recv, &ns->sig, &ns->err, &ns->ctl, &ns->local}) netMemPut(b);
+  if (!leakMemory)
+    for (NetBlock* b : {&ns->send, &ns->recv, &ns->sig, &ns->err, &ns->ctl, &ns->local})
+      netMemPut(b);
   delete ns->net;  // after the proxy: it closed every comm of the backend
   ns->net = nullptr;
   if (ns->stream) cudaStreamDestroy(ns->stream);

@@ -91,8 +91,10 @@ struct NetState;  // net_state_impl.h
 // Called by the comm layer for every comm (collective over all ranks when nNodes > 1).
 ncclResult_t netInit(ncclComm* comm);
 // Local: stops the proxy, releases everything. Idempotent; safe after a failed init and
-// after netAbort. Kernels using the comm's NetDev must have finished.
-ncclResult_t netFini(ncclComm* comm);
+// after netAbort. Kernels using the comm's NetDev must have finished, unless leakMemory: then
+// the device-visible blocks (windows, signals, ring) are leaked, not returned to the pool
+// that the next comm takes them from.
+ncclResult_t netFini(ncclComm* comm, bool leakMemory = false);
 // Stops the proxy promptly (ring producers fail instead of waiting). No-op without net.
 void netAbort(ncclComm* comm);
 // Non-blocking: the proxy's error or a device-side error record -> commSetAsyncError.
