@@ -9,7 +9,7 @@ set -u
 source scripts/gpu_call.sh
 gc_init NB
 GC_BUILD_S=200 gc_build /tmp/bn \
-  "gpu/test_ring_attention_procs.cu;gpu/test_ring_attention.cu;gpu/test_moe_procs.cu" \
+  "gpu/test_ring_attention_procs.cu;gpu/test_ring_attention.cu;gpu/test_moe_procs.cu;gpu/test_comm.cc;gpu/test_gemm_fused.cu" \
   mkernel bench_share_bench
 export MK_BENCH_COMMIT=$(cat COMMIT_SNAP)
 MKERNEL_RING_SEQ_DIRECT=1 gc_run staged 420 330 60 0 "^\| [0-9]|Targets|mismatch" \

@@ -6,7 +6,8 @@ set -u
 source scripts/gpu_call.sh
 gc_init NC
 GC_BUILD_S=200 gc_build /tmp/bn \
-  "gpu/test_ring_attention_procs.cu;gpu/test_ring_attention.cu;gpu/test_moe_procs.cu" mkernel
+  "gpu/test_ring_attention_procs.cu;gpu/test_ring_attention.cu;gpu/test_moe_procs.cu;gpu/test_comm.cc;gpu/test_gemm_fused.cu" \
+  mkernel
 MKERNEL_SEQ_GEMM_SMS=-1 gc_run capped 300 200 20 0 "^\| [0-9]" python3 bench/attn_bench.py ring \
   --lib /tmp/bn/src/libmkernel.so --mps --ranks 4 --layout zigzag --head-dims 128 --causal no \
   --target-ms 8 --out "$GC_L/capped" --seqs 65536 --algos sequential,fused --no-single-rank \
