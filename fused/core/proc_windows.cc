@@ -216,6 +216,15 @@ ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size
   return ncclSuccess;
 }
 
+void procWindowsForget(ncclComm* comm) {
+  std::lock_guard<std::mutex> g(gMu);
+  for (auto it = states().begin(); it != states().end();) {
+    // Erasing drops the State, whose Win records do not own memory: the regions stay
+    // allocated and mapped.
+    it = it->first.first == comm ? states().erase(it) : std::next(it);
+  }
+}
+
 void procWindowsRelease(ncclComm* comm) {
   std::vector<std::shared_ptr<State>> mine;
   {

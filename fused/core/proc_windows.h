@@ -43,6 +43,11 @@ ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size
 
 // Drops every set of comm (at comm destruction, before its peer memory goes).
 void procWindowsRelease(ncclComm* comm);
+// At the destruction of a comm whose kernels may still run: forgets its sets without freeing
+// or deregistering their memory (leaked: a kernel may still read it). The sets are keyed by
+// the comm's address, which a later comm may get: left in place, they would hand it this
+// comm's windows and their stale call numbers.
+void procWindowsForget(ncclComm* comm);
 
 }  // namespace fused
 }  // namespace mk

@@ -141,6 +141,8 @@ ncclResult_t commFree(ncclComm* comm) {
   if (!running) {
     mk::fused::cliqueBlocksRelease(comm);
     mk::fused::procWindowsRelease(comm);  // its windows go before the peer memory
+  } else {
+    mk::fused::procWindowsForget(comm);  // keyed by this address, which a new comm may get
   }
   if ((r = collFini(comm)) != ncclSuccess && res == ncclSuccess) res = r;
   if ((r = netFini(comm, running)) != ncclSuccess && res == ncclSuccess) res = r;

@@ -278,6 +278,8 @@ int childMain(const char* spec) {
       for (const FfnCase& c : ffnCases(n)) ffnWant += c.layout == kNK ? 3 : 0;
     } else if (pl == "fusedgraph") {
       dispWant = ffnWant = 2;
+    } else if (pl == "mismatch") {
+      ffnWant = 1;  // the agreeing call (the refused one launched nothing)
     }
     const uint64_t dispGot = mk::fused::moeFusedLaunches() - dispBefore;
     const uint64_t ffnGot = mk::fused::moeFfnFusedLaunches() - ffnBefore;

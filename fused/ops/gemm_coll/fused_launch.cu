@@ -332,9 +332,15 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   const int xMin = rs.ok ? 3 : 2;
   if (xnode && split.of(Role::kIntraComm) < xMin) split.count[(int)Role::kIntraComm] = xMin;
   split.count[(int)Role::kCompute] = budget - split.of(Role::kIntraComm);
+  // A forced commSms at or above the budget: one SM still goes to the GEMM (in one node the
+  // comm role needs no minimum), so the verdict does not depend on this rank's budget.
+  if (split.of(Role::kCompute) <= 0 && !xnode && budget >= 2) {
+    split.count[(int)Role::kIntraComm] = budget - 1;
+    split.count[(int)Role::kCompute] = 1;
+  }
   if (split.of(Role::kCompute) <= 0) {
-    // The rank's SM budget (maxCTAs, MKERNEL_MAX_CTAS, ranks sharing the GPU) or a forced
-    // commSms leaves the GEMM nothing: the sequential path, as ring attention does. Not a
+    // Across nodes the budget (the comm's own share, which every rank counts alike) leaves the
+    // GEMM nothing beside the xnode roles; or a budget of one SM: the sequential path. Not a
     // refusal: it depends on the comm's set-up rather than the call's arguments, and this runs
     // after CUDA calls (the preload), where a refused call must have changed nothing.
     static std::atomic<bool> said{false};

@@ -87,6 +87,7 @@ __global__ void ringStageKernel(const __grid_constant__ RingStageArgs a) {
 
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
 std::atomic<uint64_t> gLaunches[kRingLayouts];
+std::atomic<int32_t> gLastStagedGrid{0};
 
 // The xnode layout's plan (a pure function of values every rank shares: the agreed window
 // size and MKERNEL_FUSED_XNODE, n, the shape), or !ok.
@@ -99,6 +100,10 @@ RxPlan xnodePlan(const RingAttnCall& c, const FusedComm& f) {
 
 uint64_t ringAttnFusedLaunches(int layout) {
   return layout >= 0 && layout < kRingLayouts ? gLaunches[layout].load() : 0;
+}
+
+int32_t ringAttnLastStagedGrid() {
+  return gLastStagedGrid.load();
 }
 
 bool ringAttnStagedEligible(const RingAttnCall& c) {
@@ -164,10 +169,11 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   // the clique shares this GPU; in the processes layout only the ranks on this GPU do. In one node
   // the share also counts the sibling comms of this process (fusedGpuShare; the comm role's units
   // are the rank's own). xnode: ranks on this GPU only, as ringAttnEligible's verdict counts them.
-  // Staged: no kernel waits for a peer's, so the sequential path's budget (the whole GPU by
-  // default, MKERNEL_SEQ_GEMM_SMS).
+  // Staged: no kernel waits for a peer's, so the sequential path's budget (MKERNEL_SEQ_GEMM_SMS;
+  // 0, the default, is the whole GPU).
   const int32_t share = xnode ? fusedOwnShare(comm) : fusedGpuShare(comm);
-  const int32_t budget = staged ? std::max(1, seqGemmBudget(comm))
+  const int32_t seqSms = seqGemmBudget(comm);
+  const int32_t budget = staged ? (seqSms > 0 ? std::min(seqSms, comm->smCount) : comm->smCount)
                                 : std::max(xnode ? 3 : 2, std::min(std::max(1, f.smBudget), share));
   // Direct reads (RingParams::direct): the processes layout's attention reads the peers' data
   // regions in place, so only this rank's slices are copied (by the copy engine, before the
@@ -315,6 +321,7 @@ done:
     *ran = true;
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
+      gLastStagedGrid.store(rp.split.total());
     } else {
       gLaunches[xnode ? kRingLayoutXnode : (procs ? kRingLayoutProcs : kRingLayoutClique)]
           .fetch_add(1);

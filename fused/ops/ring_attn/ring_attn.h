@@ -52,6 +52,9 @@ enum RingLayoutId : int {
   kRingLayouts = 5
 };
 uint64_t ringAttnFusedLaunches(int layout);
+// The grid (CTAs) of the last staged launch in this process (0: none): tests check that it
+// took the sequential path's budget, not a rank's share.
+int32_t ringAttnLastStagedGrid();
 
 }  // namespace fused
 }  // namespace mk
