@@ -9,6 +9,7 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v g++ >/dev/null || need+=(g++)
 command -v nm >/dev/null || need+=(binutils)
+command -v python3 >/dev/null || need+=(python3)  # ctest runs the Python package's and docs' checks
 [ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 [ -f /usr/include/hwloc.h ] || need+=(libhwloc-dev)
 [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ] || need+=(libgtest-dev)

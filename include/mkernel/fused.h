@@ -46,9 +46,12 @@ typedef enum {
 
 typedef enum {
   ncclFusedAuto = 0,      /* GEMM calls on a comm spanning nodes: fused for ReduceScatter /
-                             AllReduce, and AllGather from N = 256 (measured faster there);
-                             inside a node sequential until the fused kernels are measured
-                             faster; with MKERNEL_FUSED_AUTO=1 the cost model picks */
+                             AllReduce where the layout takes the shape, and AllGather from
+                             N = 256 (measured faster there); ranks of one process sharing a
+                             GPU: fused for AllReduce with K >= 4096 and ReduceScatter with
+                             K >= 8192 (>= 1024 tiles, 16-bit output; measured faster); other
+                             layouts sequential; with MKERNEL_FUSED_AUTO=1 the cost model picks
+                             where no rule fuses */
   ncclFusedFused = 1,     /* one persistent kernel: compute and communication CTAs */
   ncclFusedSequential = 2 /* mkernel's GEMM, then mkernel's collective */
 } ncclFusedAlgo_t;
@@ -299,7 +302,13 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
  * all on one GPU (at most 8), by default read the peers' copies in place instead: each rank
  * copies its k and v into its mapped memory before its kernel, and the kernel has no copy CTAs
  * and no gather scratch (MKERNEL_RING_DIRECT). In both, the call completes only after every
- * peer has read this rank's k and v.
+ * peer has read this rank's k and v. On a comm spanning (virtual) nodes, ncclFusedFused runs a
+ * fused kernel whose slices travel through the device communication API (P2P inside a node,
+ * the proxy across; MKERNEL_FUSED_XNODE=1, the default), where its plan fits the comm's
+ * window; ncclFusedAuto stays sequential there. With MKERNEL_RING_SEQ_DIRECT=1 (every rank
+ * alike; opt-in, not yet measured) the sequential path of ranks that are processes all on one
+ * GPU reads the peers' copies in place too, after a one-thread wait for them, instead of
+ * gathering.
  *
  * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; headDim 64, 128 or 256; hq, hkv >= 1
  * and hq % hkv == 0; batch, seqLocal >= 1; zigzag: seqLocal even; q, k, v, out 16-byte
