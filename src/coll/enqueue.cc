@@ -101,6 +101,7 @@ struct DeviceSwitch {
 };
 
 ncclResult_t issue(std::vector<CommWork>& work);
+ncclResult_t phaseC(std::vector<CommWork>& work, DeviceSwitch& restore);
 
 }  // namespace
 
@@ -244,35 +245,51 @@ ncclResult_t issue(std::vector<CommWork>& work) {
   // Phase B: the kernels, the i-th launch of every comm before any (i+1)-th: streams that
   // share a hardware queue (more streams than CUDA_DEVICE_MAX_CONNECTIONS) then never hold a
   // rank's first kernel behind another rank's second, which waits for it.
-  size_t rounds = 0;
-  for (CommWork& w : work) rounds = std::max(rounds, w.launches.size());
-  for (size_t i = 0; i < rounds; i++)
+  // A failure part way still runs phase C: what was enqueued on a forked stream must be
+  // joined back into the user's stream and recorded as the comm's last work, or a free on
+  // the user's stream (a callback's scratch) and the comm's next operation would not be
+  // ordered after it.
+  auto phaseB = [&]() -> ncclResult_t {
+    size_t rounds = 0;
+    for (CommWork& w : work) rounds = std::max(rounds, w.launches.size());
+    for (size_t i = 0; i < rounds; i++)
+      for (CommWork& w : work) {
+        if (i >= w.launches.size()) continue;
+        CUDACHECK(restore.to(w.comm->cudaDev));
+        NCCLCHECK(runLaunch(w.comm, w.launches[i], w.exec));
+      }
+    // The inter-node launches too, round by round (AllGather, Broadcast and two-node
+    // ReduceScatter take two: one comm's second must not queue ahead of another's first).
+    size_t hierRounds = 0;
+    for (CommWork& w : work)
+      if (!noLaunch(w)) hierRounds = std::max(hierRounds, w.hier.size());
+    for (size_t i = 0; i < hierRounds; i++)
+      for (CommWork& w : work) {
+        if (noLaunch(w) || i >= w.hier.size()) continue;
+        CUDACHECK(restore.to(w.comm->cudaDev));
+        NCCLCHECK(hierRun(w.comm, w.hier[i], w.exec));
+      }
     for (CommWork& w : work) {
-      if (i >= w.launches.size()) continue;
+      if (noLaunch(w) || !w.fn) continue;
       CUDACHECK(restore.to(w.comm->cudaDev));
-      NCCLCHECK(runLaunch(w.comm, w.launches[i], w.exec));
+      NCCLCHECK((*w.fn)(w.exec));
     }
-  // The inter-node launches too, round by round (AllGather, Broadcast and two-node
-  // ReduceScatter take two: one comm's second must not queue ahead of another's first).
-  size_t hierRounds = 0;
-  for (CommWork& w : work)
-    if (!noLaunch(w)) hierRounds = std::max(hierRounds, w.hier.size());
-  for (size_t i = 0; i < hierRounds; i++)
-    for (CommWork& w : work) {
-      if (noLaunch(w) || i >= w.hier.size()) continue;
-      CUDACHECK(restore.to(w.comm->cudaDev));
-      NCCLCHECK(hierRun(w.comm, w.hier[i], w.exec));
-    }
-  for (CommWork& w : work) {
-    if (noLaunch(w) || !w.fn) continue;
-    CUDACHECK(restore.to(w.comm->cudaDev));
-    NCCLCHECK((*w.fn)(w.exec));
+    return ncclSuccess;
+  };
+  const ncclResult_t launched = phaseB();
+  if (launched == ncclSuccess) {
+    // Phase B': the joins below wait for our kernels; queue them only behind the in-process
+    // peers' matching kernels (coll/rendezvous.h, rdvLaunched).
+    if (!rdv.empty()) rdvLaunched(rdv, true);
+    mark.done = true;
   }
-  // Phase B': the joins below wait for our kernels; queue them only behind the in-process
-  // peers' matching kernels (coll/rendezvous.h, rdvLaunched).
-  if (!rdv.empty()) rdvLaunched(rdv, true);
-  mark.done = true;
   // Phase C: join the user's streams and record completion.
+  const ncclResult_t joined = phaseC(work, restore);
+  return launched != ncclSuccess ? launched : joined;
+}
+
+// Phase C of issue(): join the user's streams and record completion of what was enqueued.
+ncclResult_t phaseC(std::vector<CommWork>& work, DeviceSwitch& restore) {
   for (CommWork& w : work) {
     if (noLaunch(w)) continue;
     CollState* cs = w.comm->coll;

@@ -114,13 +114,14 @@ ncclResult_t gemmCollSequential(const GemmCollCall& c, int smBudget) {
   coll.stream = s;
   switch (c.op) {
     case GemmColl::kAllReduce: {
-      NCCLCHECK(gemm::launch(gemmArgsOf(c, c.A, c.C, c.M, smBudget), s));
       coll.type = CollType::kAllReduce;
       coll.sendbuff = c.C;
       coll.recvbuff = c.C;
       coll.count = c.M * c.N;
       coll.dtype = c.cfg.outType;
+      // Checked before the GEMM writes C: a refused call leaves the caller's output alone.
       NCCLCHECK(collCheckArgs(coll, gemmCollName(c.op)));
+      NCCLCHECK(gemm::launch(gemmArgsOf(c, c.A, c.C, c.M, smBudget), s));
       NCCLCHECK(collEnqueue(coll));
       NCCLCHECK(addBias(c.C, c.cfg.bias, c.M, c.N, c.cfg.outType, comm->smCount, s));
       return ncclSuccess;
