@@ -110,8 +110,7 @@ ncclResult_t winCreate(ncclComm* comm, CliqueTag tag, const Ask& ask, size_t byt
   asks[comm->rank].allocated = res == ncclSuccess ? 1 : 0;
   const ncclResult_t ag = bootstrapAllGather(comm->bootstrap, asks.data(), sizeof(Ask));
   if (ag != ncclSuccess) {
-    if (w->ptr != nullptr) memFree(w->ptr);
-    *w = Win{};
+    (void)winDrop(comm, w);  // this rank's allocation, not registered
     MK_WARN(
         "%s operator's windows (processes layout): rank %d's peers did not all join the "
         "collective creation of %zu bytes (%s); every rank of the comm must make the same "
@@ -127,8 +126,7 @@ ncclResult_t winCreate(ncclComm* comm, CliqueTag tag, const Ask& ask, size_t byt
       differs = r;
   }
   if (differs >= 0) {
-    if (w->ptr != nullptr) memFree(w->ptr);
-    *w = Win{};
+    (void)winDrop(comm, w);  // this rank's allocation, not registered
     MK_WARN(
         "%s operator (processes layout): rank %d asks for windows of %llu + 2 x %llu bytes, "
         "rank %d for %llu + 2 x %llu: every rank must pass the same sizes (for MoE calls the "
@@ -140,8 +138,7 @@ ncclResult_t winCreate(ncclComm* comm, CliqueTag tag, const Ask& ask, size_t byt
   }
   if (all) res = peerMemWinRegister(comm, w->ptr, bytes, NCCL_WIN_DEFAULT, &w->win);
   if (!all || res != ncclSuccess) {
-    if (w->ptr != nullptr) memFree(w->ptr);
-    *w = Win{};
+    (void)winDrop(comm, w);          // not registered (w->win stays null when that failed)
     return all ? res : ncclSuccess;  // a peer's (or my) allocation failed: sequential path
   }
   uint64_t key = 0, off = 0;
@@ -216,29 +213,31 @@ ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size
   return ncclSuccess;
 }
 
-void procWindowsForget(ncclComm* comm) {
+namespace {
+// Removes comm's sets from the registry and hands them over.
+std::vector<std::shared_ptr<State>> takeStates(const ncclComm* comm) {
+  std::vector<std::shared_ptr<State>> mine;
   std::lock_guard<std::mutex> g(gMu);
   for (auto it = states().begin(); it != states().end();) {
-    // Erasing drops the State, whose Win records do not own memory: the regions stay
-    // allocated and mapped.
-    it = it->first.first == comm ? states().erase(it) : std::next(it);
+    if (it->first.first == comm) {
+      mine.push_back(it->second);
+      it = states().erase(it);
+    } else {
+      ++it;
+    }
   }
+  return mine;
+}
+}  // namespace
+
+void procWindowsForget(ncclComm* comm) {
+  // The States go, but their Win records do not own memory: the regions stay allocated and
+  // mapped.
+  (void)takeStates(comm);
 }
 
 void procWindowsRelease(ncclComm* comm) {
-  std::vector<std::shared_ptr<State>> mine;
-  {
-    std::lock_guard<std::mutex> g(gMu);
-    for (auto it = states().begin(); it != states().end();) {
-      if (it->first.first == comm) {
-        mine.push_back(it->second);
-        it = states().erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& st : mine) {
+  for (auto& st : takeStates(comm)) {
     std::lock_guard<std::mutex> g(st->mu);
     winDrop(comm, &st->data);
     for (Win& w : st->retired) winDrop(comm, &w);

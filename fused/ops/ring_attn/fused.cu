@@ -57,32 +57,13 @@ __global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine) {
 }
 
 // Staged direct reads (ringAttnFused's `staged`), before the attention kernel in stream order
-// (one thread): this rank's slices are in its region (the copies before it), so it releases
-// `staged`; then it waits for every peer's, in the order the attention walks the sources, and
-// opens each source's ready flag. The attention kernel after it waits for nobody, so it may
-// take the whole GPU beside the peers' kernels: no rank's kernel needs another's resident.
-struct RingStageArgs {
-  FusedComm f;
-  RingCtl* ctl[kRingDirectMax];  // by rank, mapped here
-  uint64_t* ready;               // [n] by position in srcRank, zeroed before this kernel
-  int32_t srcRank[kRingDirectMax];
-};
-__global__ void ringStageKernel(const __grid_constant__ RingStageArgs a) {
-  const uint64_t seq = callSeq(a.f);  // the attention kernel's: it counts the call at its end
-  const int32_t n = a.f.nRanks, me = a.f.rank, op = a.f.c.w.op;
-  // The copies into my region finished before this kernel began (stream order); the fence
-  // makes them visible to the peers' processes before the flag that says so.
-  __threadfence_system();
-  ptx::stReleaseSys(&a.ctl[me]->staged, seq);
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t s = a.srcRank[i];
-    if (s != me && !rt::waitGe(a.f.c.w, &a.ctl[s]->staged, seq,
-                               rt::ErrSite{op, s, 0, -1, rt::kWaitData, 0}, rt::kScopeSys))
-      return;  // recorded: the attention's ready waits fail at once
-    // Acquired at system scope above; the kernel boundary orders the flag before the
-    // attention producer's acquire and its fence.proxy.async.
-    *(volatile uint64_t*)&a.ready[i] = 1;
-  }
+// (one thread): the relay the fused kernel otherwise runs in its first CTA (release `staged`,
+// wait for every peer's in the attention's order, open each source's ready flag), run ahead of
+// it, so that the attention kernel waits for nobody and may take the whole GPU beside the
+// peers' kernels: no rank's kernel needs another's resident. seq is the attention kernel's
+// (it counts the call at its end).
+__global__ void ringStageKernel(const __grid_constant__ RingParams p) {
+  ringDirectRelay(p, callSeq(p.f));
 }
 
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
@@ -280,17 +261,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
     // this rank).
     NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);
-    RingStageArgs sa{};
     if (direct) {
       cudaFuncAttributes attr;
       CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringDirectEndKernel), res, done);
       if (staged) CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringStageKernel), res, done);
-      sa.f = f;
-      sa.ready = rp.ready;
-      for (int i = 0; i < n; ++i) {
-        sa.ctl[i] = rp.ctl[i];
-        sa.srcRank[i] = a.srcRank[i];
-      }
     }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
     NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, kApi,
@@ -304,7 +278,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                                                              cudaMemcpyDeviceToDevice, s));
                                  }
                                  if (staged) {
-                                   ringStageKernel<<<1, 1, 0, s>>>(sa);
+                                   ringStageKernel<<<1, 1, 0, s>>>(rp);
                                    CUDACHECK(cudaGetLastError());
                                  }
                                  NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
