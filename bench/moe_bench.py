@@ -31,7 +31,9 @@ which needs MPS: --mps starts a daemon unless one answers); --nproc 1 runs one p
 torchrun. Which mkernel path runs (fused/core/clique_block.cc, docs/moe.md): ranks in one
 process on one GPU use the clique kernels (only the 1-rank group here); ranks in separate
 processes use the AllToAll path (fused/ops/moe/a2a.cu), or with --algos fused on one node the
-fused kernels (rows landing in the ranks' windows: fused_moe.cu, fused_ffn.cu). The AllToAll
+fused kernels (rows landing in the ranks' windows: fused_moe.cu, fused_ffn.cu), and with
+--algos fused across --nodes the fused kernel across nodes (rows and the layer's outputs moving
+per pair through the device API: xnode.cu). The AllToAll
 path's per-pair buffers hold max_rows rows: each call moves nranks * max_rows rows per rank whatever the routing, so max_rows is
 chosen per shape (--max-rows tight: the routing's need, the same on every rank; bound:
 mkernel.moe_max_rows, which never overflows but moves nranks times more; or a factor of tight).

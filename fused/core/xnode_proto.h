@@ -80,5 +80,12 @@ MK_HD inline int gxSendCtas(int nComm, int n) {
   return s > 0 ? s : 1;
 }
 
+// The receive CTA that takes this rank's own share (ring attention: its slices into gather
+// index 0; MoE: its own records): the first one that serves no source if there is one, else
+// the last one.
+MK_HD inline int rxOwnCopier(int nRecv, int n) {
+  return nRecv > n - 1 ? n - 1 : nRecv - 1;
+}
+
 }  // namespace fused
 }  // namespace mk

@@ -144,7 +144,13 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * rows of H elements, and as many fp32 rows for the layer's return). Where the ranks are
  * processes of one node, the fused kernels (algo ncclFusedFused, and for the layer also
  * ncclFusedAuto: see ncclMoeConfig_t::algo) run instead, their rows landing in windows every
- * rank maps (maxRows rows each). On every layout but the first every rank must pass the same
+ * rank maps (maxRows rows each). On a comm spanning (virtual) nodes, algo ncclFusedFused runs
+ * one kernel per rank after the AllToAll path's exchange of counts (MKERNEL_FUSED_XNODE=1; the
+ * layer with w1 in the [N,K] layout): token rows, and the layer's expert outputs back, travel
+ * per pair through the device communication API (direct to each owner: MKERNEL_MOE_NODE_DEDUP
+ * applies to the AllToAll path only) while the grouped GEMM takes tiles as their rows land
+ * (scratch: about nranks * maxRows token rows, and for the layer 2 * nranks * maxRows fp32
+ * rows). On every layout but the first every rank must pass the same
  * maxRows. A mismatch in the comm's first fused MoE call on processes is refused on every
  * rank (ncclInvalidArgument: the windows' sizes differ); later, or on the AllToAll path, it is
  * found only when it shows (a receiver that sees another bound reports both; a rank that
@@ -170,8 +176,10 @@ typedef struct {
                              that are processes of one node (there the rows land in windows
                              the ranks map, and are copied to xRecv after the kernel), and
                              ncclMoeDispatchFfnCombine one kernel per rank for the whole layer
-                             on ranks of one node (see there); everywhere else, and with
-                             sequential, the layout's sequential path. auto: the sequential
+                             on ranks of one node (see there); both calls also on comms
+                             spanning (virtual) nodes (the layer with w1 [N,K]); everywhere
+                             else, and with sequential, the layout's sequential path. auto:
+                             the sequential
                              path, but the fused layer on ranks that are processes of one node.
                              Every rank of a call must pass the same algo. */
 } ncclMoeConfig_t;

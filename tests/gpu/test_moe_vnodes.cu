@@ -23,19 +23,32 @@
 //       report nothing. In mode 1 rank 1 is both a receiver of fan rows (rank 2's tokens come
 //       through gateway rank 0) and the gateway of rank 3's tokens to node 0.
 //   MoeProcsGraph.Vnodes2x2             capture and replays with new routing, in both modes.
+//   MoeVnodesFused.TwoByTwo / TwoByFour / FourByTwo   every case of both calls with
+//       ncclFusedFused (the fused kernel across nodes, fused/ops/moe/xnode_kernel.cuh) checked
+//       against the host references and byte for byte against the AllToAll path's outputs on
+//       the same draws (ncclFusedAuto, dedup off); the fused kernel ran for every call it
+//       covers (the dispatch calls, and the layer's with w in the [N,K] layout).
+//   MoeVnodesFused.Overflow2x2          the overflow plan above with ncclFusedFused.
+//   MoeVnodesFused.Graph2x2             capture and replays with new routing, fused.
+//   MoeVnodesFused.PeerNeverComes       2 ranks on 2 nodes: rank 0 calls the fused layer, rank 1
+//       never does; ncclCommAbort ends rank 0's call within 5 s and the GPU stays usable (a new
+//       pair then runs the fused layer and checks out).
 // Waits on the device end after 20 s.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/param.h"
 #include "common/test_util.h"
+#include "fused/ops/moe/moe.h"  // moeXnodeLaunches
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_moe_cases.h"
 #include "gpu/test_proc_util.h"
@@ -255,7 +268,7 @@ std::string overflowCall(Driver& d, P& p, const char* op,
 }
 
 // Both calls, each on fresh comms of n ranks on 2 virtual nodes, in the current mode.
-std::string overflowPlan(int n, uint64_t seed) {
+std::string overflowPlan(int n, uint64_t seed, int algo = ncclFusedAuto) {
   std::string e;
   {
     VnodeTeam v(n);
@@ -263,6 +276,7 @@ std::string overflowPlan(int n, uint64_t seed) {
     TeamDriver d(v.team);
     const MoeCase mc{n, 2, 2, 64, 64, kBf, kF32, kNK, kHotExpert, 120};
     MoeProblem mp(mc);
+    mp.algo = algo;
     e = drawTight<MoeProblem>(
         mp, n, kTight, anyRouting(n, mc.maxT, mc.k, mc.epr), seed,
         [&](uint64_t sd, size_t rows, int tight) { return mp.draw(sd, true, 0, tight, rows); });
@@ -281,6 +295,7 @@ std::string overflowPlan(int n, uint64_t seed) {
   TeamDriver d(v.team);
   const FfnCase fc{n, 2, 2, 64, 32, kBf, kF32, kNK, kHotExpert, 37, 120};
   FfnProblem fp(fc);
+  fp.algo = algo;
   e = drawTight<FfnProblem>(fp, n, kTight, anyRouting(n, fc.maxT, fc.k, fc.epr), seed ^ 0xff,
                             [&](uint64_t sd, size_t rows, int tight) {
                               DrawOpts o;
@@ -320,6 +335,122 @@ TEST(MoeProcsGraph, Vnodes2x2) {
     EXPECT_EQ(err, "") << "MKERNEL_MOE_NODE_DEDUP=" << mode;
     if (!err.empty()) return;
   }
+}
+
+// ---- the fused kernel across nodes ---------------------------------------------------------
+
+// Calls of runCases the fused kernel covers, per rank: every dispatch call, and the layer's
+// calls with the weights in the [N,K] layout (SwiGLU in GEMM1's epilogue); 3 calls a case.
+uint64_t fusedCalls(int n) {
+  uint64_t calls = 3 * dispatchCases(n).size();
+  for (const FfnCase& c : ffnCases(n)) calls += c.layout == kNK ? 3 : 0;
+  return calls * (uint64_t)n;
+}
+
+void runFusedVsA2a(int n, int nodes) {
+  VnodeTeam v(n, nodes);
+  ASSERT_TRUE(v.team.ok) << v.team.why;
+  TeamDriver d(v.team);
+  const uint64_t seed = mktest::testSeed() ^ (0xf05eull * n + nodes);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  DedupMode m(0);
+  Snapshots snap(n);
+  auto log = [&](const std::string& line) {
+    printf("[MoeVnodesFused %dx%d] %s\n", nodes, n / nodes, line.c_str());
+  };
+  std::string err = runCases(d, seed, log, &snap, ncclFusedAuto);
+  ASSERT_EQ(err, "") << "the AllToAll path";
+  snap.compare();
+  const uint64_t before = mk::fused::moeXnodeLaunches();
+  err = runCases(d, seed, log, &snap, ncclFusedFused);
+  EXPECT_EQ(err, "") << "ncclFusedFused";
+  EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, fusedCalls(n))
+      << "fused kernels launched across nodes";
+  if (err.empty())
+    printf("[MoeVnodesFused %dx%d] every output equal to the AllToAll path's\n", nodes, n / nodes);
+}
+
+TEST(MoeVnodesFused, TwoByTwo) {
+  MKTEST_REQUIRE_GPU();
+  runFusedVsA2a(4, 2);
+}
+
+TEST(MoeVnodesFused, TwoByFour) {
+  MKTEST_REQUIRE_GPU();
+  runFusedVsA2a(8, 2);
+}
+
+TEST(MoeVnodesFused, FourByTwo) {
+  MKTEST_REQUIRE_GPU();
+  runFusedVsA2a(8, 4);
+}
+
+TEST(MoeVnodesFused, Overflow2x2) {
+  MKTEST_REQUIRE_GPU();
+  const uint64_t seed = mktest::testSeed() ^ 0x0f3;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  DedupMode m(0);
+  const uint64_t before = mk::fused::moeXnodeLaunches();
+  EXPECT_EQ(overflowPlan(4, seed, ncclFusedFused), "");
+  EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 8u) << "one fused call of each kind a rank";
+}
+
+TEST(MoeVnodesFused, Graph2x2) {
+  MKTEST_REQUIRE_GPU();
+  VnodeTeam v(4);
+  ASSERT_TRUE(v.team.ok) << v.team.why;
+  TeamDriver d(v.team);
+  const uint64_t seed = mktest::testSeed() ^ 0x96e3;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  DedupMode m(0);
+  const uint64_t before = mk::fused::moeXnodeLaunches();
+  EXPECT_EQ(runGraphs(d, seed, ncclFusedFused), "");
+  EXPECT_GT(mk::fused::moeXnodeLaunches(), before);
+}
+
+TEST(MoeVnodesFused, PeerNeverComes) {
+  MKTEST_REQUIRE_GPU();
+  const FfnCase fc{2, 2, 2, 64, 32, kBf, kBf, kNK, kUniform, 37, 100};
+  {
+    VnodeTeam v(2, 2);
+    ASSERT_TRUE(v.team.ok) << v.team.why;
+    FfnProblem p(fc);
+    p.algo = ncclFusedFused;
+    DrawOpts o;
+    ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab4, o), "");
+    const uint64_t before = mk::fused::moeXnodeLaunches();
+    const std::string e = v.team.run([&](int r) -> std::string {
+      if (r != 0) return "";  // rank 1 never calls
+      const ncclResult_t res = p.call(0, v.team.comms[0], v.team.streams[0]);
+      return res == ncclSuccess ? "" : fusedtest::callError(0, v.team.comms[0], res);
+    });
+    ASSERT_EQ(e, "");
+    EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(cudaStreamQuery(v.team.streams[0]), cudaErrorNotReady)
+        << "rank 0's call should wait for rank 1";
+    const auto t0 = gputest::Clock::now();
+    EXPECT_EQ(ncclCommAbort(v.team.comms[0]), ncclSuccess);
+    const double took = gputest::since(t0);
+    v.team.forget(0);
+    printf("[MoeVnodesFused PeerNeverComes] ncclCommAbort took %.2f s\n", took);
+    EXPECT_LT(took, 5.0) << "ncclCommAbort must return promptly";
+    EXPECT_TRUE(gputest::streamCompleted(v.team.streams[0], 5)) << "the call must end";
+    EXPECT_EQ(ncclCommAbort(v.team.comms[1]), ncclSuccess);
+    v.team.forget(1);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
+  }
+  if (::testing::Test::HasFatalFailure()) return;
+  VnodeTeam v(2, 2);
+  ASSERT_TRUE(v.team.ok) << v.team.why;
+  TeamDriver d(v.team);
+  FfnProblem p(fc);
+  p.algo = ncclFusedFused;
+  DrawOpts o;
+  ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab5, o), "");
+  const std::string e = runChecked<FfnProblem>(d, {&p});
+  if (!e.empty()) d.abortAll();
+  EXPECT_EQ(e, "") << "a new pair after the abort";
 }
 
 }  // namespace

@@ -169,14 +169,16 @@ __global__ void __launch_bounds__(kA2aThreads)
     const int64_t t = i / s.topk;
     const int64_t at = (int64_t)blk * p.pairRows + tr;
     const int4* from = reinterpret_cast<const int4*>(p.x + t * p.rowBytes);
-    int4* to = reinterpret_cast<int4*>(p.sendRows + at * p.rowBytes);
+    uint8_t* rec = p.sendRows + at * (p.recBytes > 0 ? p.recBytes : p.rowBytes);
+    int4* to = reinterpret_cast<int4*>(rec);
     for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
     // Lane jj: slot jj of the token (k <= 32). Entries in slot order, then -1.
     const int64_t ii = t * s.topk + lane;
     const int dst = lane < s.topk && p.slotPos[ii] >= 0 ? p.topkIdx[ii] / epr : -1;
     const bool mine = dst >= 0 && a2aBlockOf(p, dst) == blk;
     const uint32_t all = __ballot_sync(0xffffffffu, mine);
-    int4* meta = p.sendMeta + at * s.topk;
+    int4* meta =
+        p.recBytes > 0 ? reinterpret_cast<int4*>(rec + p.rowBytes) : p.sendMeta + at * s.topk;
     if (mine) {
       // A slot served through a gateway names its owner (local index) and source.
       const bool fan = p.sendCnt[dst * p.stride + moeCntMode(epr)] != kMoeDirect;
@@ -186,41 +188,6 @@ __global__ void __launch_bounds__(kA2aThreads)
                     p.topkWeights != nullptr ? __float_as_int(p.topkWeights[ii]) : 0);
     }
     if (lane >= __popc(all) && lane < s.topk) meta[lane] = make_int4(-1, 0, 0, 0);
-  }
-}
-
-// The call's errors, first recorded first (what the comm reports): a bad expert id of this
-// rank's routing, a peer's maxRows that differs from this rank's, this rank's overflow, and
-// (node dedup) rows this rank forwarded as a gateway that differ from its fan-out sums.
-__device__ void reportErrors(const A2aParams& p, const RecvLayout& L) {
-  const unsigned long long bad = *(volatile unsigned long long*)p.badSlot;
-  if (bad != ~0ull)
-    rt::recordError(p.f.c.w, rt::kErrArgs, a2aSite(p), bad - 1,
-                    (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
-  const int epr = p.s.expertsPerRank;
-  if (L.otherMax >= 0) {
-    const int32_t theirs = p.recvCnt[L.otherMax * p.stride + moeCntMax(epr)];
-    rt::recordError(
-        p.f.c.w, rt::kErrArgs,
-        rt::ErrSite{p.f.c.w.op, L.otherMax, (int32_t)blockIdx.x, kSlotMaxRows, rt::kWaitNone, 0},
-        (uint64_t)(uint32_t)theirs, (uint64_t)p.recv.maxRows);
-  } else if (L.ovf) {
-    rt::recordError(p.f.c.w, rt::kErrOverflow, a2aSite(p), (uint64_t)L.span,
-                    (uint64_t)p.recv.maxRows);
-  }
-  if (p.node.rail) {
-    const MoeNodeMap& m = p.node;
-    for (int l = 0; l < m.nLocal; ++l) {
-      const int q = m.rankAt[m.nodeOf[m.me] * m.nLocal + l];
-      const int32_t sent = p.fanCnt[l], announced = p.fanUnits[2 * m.nRanks + q];
-      if (sent != announced) {
-        rt::recordError(
-            p.f.c.w, rt::kErrProtocol,
-            rt::ErrSite{p.f.c.w.op, q, (int32_t)blockIdx.x, kSlotFanRows, rt::kWaitNone, 0},
-            (uint64_t)(uint32_t)sent, (uint64_t)(uint32_t)announced);
-        break;
-      }
-    }
   }
 }
 
@@ -243,7 +210,7 @@ __global__ void __launch_bounds__(kA2aThreads)
         for (int64_t r = L.start[le] + L.count[le] + threadIdx.x; r < L.start[le + 1];
              r += blockDim.x)
           for (int c = 0; c < 3; ++c) p.recv.rowSource[r * 3 + c] = -1;
-    if (p.report && threadIdx.x == 0) reportErrors(p, L);
+    if (p.report && threadIdx.x == 0) a2aReportErrors(p, L.ovf, L.otherMax, L.span);
   }
   if (L.ovf) return;
   const int lane = threadIdx.x & 31;
@@ -329,7 +296,7 @@ __global__ void __launch_bounds__(kA2aThreads)
   __shared__ RecvLayout L;
   const MoeShape& s = p.s;
   recvLayout(p, L, dyn, dyn + s.nRanks * s.expertsPerRank);
-  if (blockIdx.x == 0 && threadIdx.x == 0) reportErrors(p, L);
+  if (blockIdx.x == 0 && threadIdx.x == 0) a2aReportErrors(p, L.ovf, L.otherMax, L.span);
   const int lane = threadIdx.x & 31;
   const int64_t vecs = p.hidden / 4;
   O* y = static_cast<O*>(p.y);
@@ -423,8 +390,7 @@ void a2aNodeMap(ncclComm* comm, MoeNodeMap* m) {
 
 ncclResult_t preloadA2a(ncclDataType_t outType) {
   cudaFuncAttributes a;
-  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aPackKernel));
-  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aRowsKernel));
+  NCCLCHECK(moeA2aFrontPreload());
   CUDACHECK(cudaFuncGetAttributes(&a, moeA2aUnpackKernel));
   CUDACHECK(cudaFuncGetAttributes(&a, moeA2aReturnKernel));
   NCCLCHECK(moeA2aNodePreload());
@@ -459,19 +425,19 @@ ncclResult_t launchCombine(const MoeCall& c, const A2aParams& p, int grid, size_
 
 }  // namespace
 
-ncclResult_t moeA2aRun(const MoeCall& c) {
+ncclResult_t moeA2aParams(const MoeCall& c, bool dedup, A2aParams* pp) {
   ncclComm* comm = c.comm;
   const int n = comm->nRanks, epr = c.E / n;
-  const ncclMoeRecv_t& r = c.recv;
-  A2aParams p{};
+  A2aParams& p = *pp;
+  p = A2aParams{};
   // Errors are the dispatch's (bad id, bound) on both calls, as on the clique path.
   NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &p.f));
   p.x = static_cast<const uint8_t*>(c.x);
   p.topkIdx = c.topkIdx;
   p.topkWeights = c.topkWeights;
-  p.recv = r;
+  p.recv = c.recv;
   p.rowBytes = (int64_t)c.H * (int64_t)fusedTypeSize(c.inType);
-  p.pairRows = (int64_t)r.maxRows;
+  p.pairRows = (int64_t)c.recv.maxRows;
   p.hidden = (int64_t)c.H;
   p.s.tokens = (int32_t)c.T;
   p.s.topk = c.k;
@@ -479,8 +445,51 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   p.s.nRanks = n;
   p.s.expertsPerRank = epr;
   p.report = c.ffn ? 0 : 1;
-  a2aNodeMap(comm, &p.node);
+  if (dedup) {
+    a2aNodeMap(comm, &p.node);
+  } else {
+    p.node.nRanks = n;
+    p.node.me = comm->rank;
+  }
   p.stride = moeCntStride(p.node, epr);
+  return ncclSuccess;
+}
+
+size_t moeA2aPackSmem(const MoeCall& c, const A2aParams& p) {
+  const int nodes = p.node.rail ? p.node.nNodes : 0;
+  return (3 * (size_t)c.E + 2 * (size_t)p.s.nRanks + nodes) * sizeof(int32_t);
+}
+
+size_t moeA2aLayoutSmem(const A2aParams& p) {
+  return 2 * (size_t)p.s.nRanks * p.s.expertsPerRank * sizeof(int32_t);
+}
+
+ncclResult_t moeA2aFrontPreload() {
+  cudaFuncAttributes a;
+  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aPackKernel));
+  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aRowsKernel));
+  return ncclSuccess;
+}
+
+ncclResult_t moeA2aFront(const MoeCall& c, const A2aParams& p, int grid) {
+  CUDACHECK(cudaMemsetAsync(p.badSlot, 0xff, sizeof(unsigned long long), c.stream));
+  moeA2aPackKernel<<<1, kA2aThreads, moeA2aPackSmem(c, p), c.stream>>>(p);
+  CUDACHECK(cudaGetLastError());
+  if (c.T * (size_t)c.k > 0) {
+    moeA2aRowsKernel<<<grid, kA2aThreads, 0, c.stream>>>(p);
+    CUDACHECK(cudaGetLastError());
+  }
+  const size_t cntBytes = (size_t)p.s.nRanks * p.stride * sizeof(int32_t);
+  CUDACHECK(cudaMemsetAsync((void*)p.recvCnt, 0xff, cntBytes, c.stream));
+  return alltoall(c, p.sendCnt, (void*)p.recvCnt, p.stride, ncclInt32);
+}
+
+ncclResult_t moeA2aRun(const MoeCall& c) {
+  ncclComm* comm = c.comm;
+  const int n = comm->nRanks, epr = c.E / n;
+  const ncclMoeRecv_t& r = c.recv;
+  A2aParams p{};
+  NCCLCHECK(moeA2aParams(c, true, &p));
   const bool rail = p.node.rail != 0;
 
   // Every kernel loaded before the first launch: a lazy load can wait behind running kernels,
@@ -547,21 +556,10 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   }
   p.out = c.buf.out;
   p.y = c.yOut;
-  const int nodes = rail ? p.node.nNodes : 0;
-  const size_t packSmem = (3 * (size_t)c.E + 2 * (size_t)n + nodes) * sizeof(int32_t);
-  const size_t layoutSmem = 2 * (size_t)n * epr * sizeof(int32_t);
+  const size_t layoutSmem = moeA2aLayoutSmem(p);
   const int grid = std::max(1, std::min<int>(4 * std::max(1, p.f.smBudget), 65535));
   {
-    CUDACHECKGOTO(cudaMemsetAsync(p.badSlot, 0xff, sizeof(unsigned long long), c.stream), res,
-                  done);
-    moeA2aPackKernel<<<1, kA2aThreads, packSmem, c.stream>>>(p);
-    CUDACHECKGOTO(cudaGetLastError(), res, done);
-    if (slots > 0) {
-      moeA2aRowsKernel<<<grid, kA2aThreads, 0, c.stream>>>(p);
-      CUDACHECKGOTO(cudaGetLastError(), res, done);
-    }
-    CUDACHECKGOTO(cudaMemsetAsync((void*)p.recvCnt, 0xff, cntBytes, c.stream), res, done);
-    NCCLCHECKGOTO(alltoall(c, p.sendCnt, (void*)p.recvCnt, p.stride, ncclInt32), res, done);
+    NCCLCHECKGOTO(moeA2aFront(c, p, grid), res, done);
     NCCLCHECKGOTO(alltoallRows(c, p, p.sendRows, (void*)p.recvRows, pairBytes / 2, c.inType,
                                p.rowBytes, moeCntBlk(epr), false),
                   res, done);

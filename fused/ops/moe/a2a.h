@@ -44,6 +44,9 @@ struct A2aParams {
   const int32_t* recvCnt;
   unsigned long long* badSlot;  // first bad slot + 1 (~0: none)
   uint8_t* sendRows;            // [n][P][rowBytes] token rows, per block
+  // recBytes > 0 (the fused kernel across nodes, moe_xnode.h): sendRows holds records
+  // [n][P][recBytes], each a token row followed by its k metadata entries (sendMeta unused)
+  int64_t recBytes;
   const uint8_t* recvRows;
   // [n][P][k] per token row: (pair row, token, slot, weight bits) of each of its slots on that
   // block in slot order, then pair row -1; the slot field is moeFanZ(slot, owner's local index,
@@ -143,6 +146,56 @@ __device__ __forceinline__ int64_t pairRowTarget(const A2aParams& p, const int32
   }
   return -1;
 }
+
+// The call's errors, first recorded first (what the comm reports): a bad expert id of this
+// rank's routing, a peer's maxRows that differs from this rank's (otherMax >= 0), this rank's
+// overflow (ovf: its layout spans `span` rows), and (node dedup) rows this rank forwarded as a
+// gateway that differ from its fan-out sums. One thread of the call's last kernel (or CTA).
+__device__ inline void a2aReportErrors(const A2aParams& p, int ovf, int otherMax, int64_t span) {
+  const unsigned long long bad = *(volatile unsigned long long*)p.badSlot;
+  if (bad != ~0ull)
+    rt::recordError(p.f.c.w, rt::kErrArgs, a2aSite(p), bad - 1,
+                    (uint64_t)(uint32_t)p.topkIdx[bad - 1]);
+  const int epr = p.s.expertsPerRank;
+  if (otherMax >= 0) {
+    const int32_t theirs = p.recvCnt[otherMax * p.stride + moeCntMax(epr)];
+    rt::recordError(
+        p.f.c.w, rt::kErrArgs,
+        rt::ErrSite{p.f.c.w.op, otherMax, (int32_t)blockIdx.x, kSlotMaxRows, rt::kWaitNone, 0},
+        (uint64_t)(uint32_t)theirs, (uint64_t)p.recv.maxRows);
+  } else if (ovf) {
+    rt::recordError(p.f.c.w, rt::kErrOverflow, a2aSite(p), (uint64_t)span,
+                    (uint64_t)p.recv.maxRows);
+  }
+  if (p.node.rail) {
+    const MoeNodeMap& m = p.node;
+    for (int l = 0; l < m.nLocal; ++l) {
+      const int q = m.rankAt[m.nodeOf[m.me] * m.nLocal + l];
+      const int32_t sent = p.fanCnt[l], announced = p.fanUnits[2 * m.nRanks + q];
+      if (sent != announced) {
+        rt::recordError(
+            p.f.c.w, rt::kErrProtocol,
+            rt::ErrSite{p.f.c.w.op, q, (int32_t)blockIdx.x, kSlotFanRows, rt::kWaitNone, 0},
+            (uint64_t)(uint32_t)sent, (uint64_t)(uint32_t)announced);
+        break;
+      }
+    }
+  }
+}
+
+// Host: the parameters every kernel of the path shares (comm view, routing, shape, counts'
+// stride; the node tables with the dedup when `dedup` and MKERNEL_MOE_NODE_DEDUP allow it,
+// else every pair direct). Buffers are the caller's.
+ncclResult_t moeA2aParams(const MoeCall& c, bool dedup, A2aParams* p);
+// Host: the path's first steps on c.stream: badSlot reset, pack, rows (records when
+// p.recBytes > 0), then the counts' AllToAll into p.recvCnt (set to -1 first). `grid`: the
+// rows kernel's CTAs. moeA2aFrontPreload loads their kernels.
+ncclResult_t moeA2aFront(const MoeCall& c, const A2aParams& p, int grid);
+ncclResult_t moeA2aFrontPreload();
+// Host: dynamic shared memory of the pack kernel, and of the kernels that derive the layout
+// (recvLayout's srcRow and recv tables).
+size_t moeA2aPackSmem(const MoeCall& c, const A2aParams& p);
+size_t moeA2aLayoutSmem(const A2aParams& p);
 
 // The node dedup's forward kernel (a2a_node.cu), launched after the rows and metadata
 // AllToAlls, before the fan AllToAlls; its preload (cudaFuncGetAttributes).

@@ -152,12 +152,19 @@ ncclResult_t moeRun(const MoeCall& c) {
                   "running the AllToAll path");
       }
     }
-    if (c.cfg.algo == ncclFusedFused && !procs) {
+    if (c.cfg.algo == ncclFusedFused && c.comm->topo.nNodes > 1) {
+      // Across (virtual) nodes: the fused kernel on the xnode protocol (xnode.cu; it logs its
+      // reason once where it does not apply). ncclFusedAuto keeps the AllToAll path until
+      // the fused kernel has been measured faster there (bench/moe_bench.py ffn --nodes 2).
+      bool ran = false;
+      NCCLCHECK(moeXnodeRun(c, &ran));
+      if (ran) return ncclSuccess;
+    } else if (c.cfg.algo == ncclFusedFused && !procs) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         MK_INFO(kFused,
                 "%s: the fused kernels cover ranks of one node (of one process sharing a GPU, or "
-                "processes); running the AllToAll path",
+                "processes) and comms spanning nodes; running the AllToAll path",
                 moeApi(c));
     }
     return moeA2aRun(c);

@@ -35,22 +35,6 @@ void sayOnce(std::atomic<bool>* said, const char* api, const char* why) {
             why);
 }
 
-// The row hooks both GEMMs share: a tile of 128 rows is loaded once its flag reaches
-// `expected`, and each stored tile adds 1 to its row block's counter in `done`. readySys /
-// doneSys: the flag is written, or the counter read, by peers that may be on another GPU of
-// the node (processes layout); else GPU scope (one GPU, or this rank's own counters).
-void rowHooks(gemm::GemmArgs* g, const FusedComm& f, uint64_t expected, bool readySys,
-              bool doneSys) {
-  g->pipeline = 1;  // the grouped deep ring (GroupPipe), which the kernel runs
-  g->cluster = 1;
-  g->hooks.rowsPerFlag = gemm::kTileM;
-  g->hooks.rowReadyExpected = expected;
-  g->hooks.rowReadySys = readySys;
-  g->hooks.tileDoneRows = true;
-  g->hooks.tileDoneSys = doneSys;
-  g->hooks.wait = f.c.w;
-}
-
 // The processes layout's data window of a rank for the fused layer (the window the fused
 // dispatch + GEMM uses too, proc_windows.h): the rows its peers land (xRecv [maxRows][H]
 // inType) with their tile counters, and what its peers' combines read: the experts' outputs
@@ -72,6 +56,18 @@ FfnWinLayout ffnWinLayout(const MoeCall& c, int64_t tiles) {
 }
 
 }  // namespace
+
+void moeRowHooks(gemm::GemmArgs* g, const FusedComm& f, uint64_t expected, bool readySys,
+                 bool doneSys) {
+  g->pipeline = 1;  // the grouped deep ring (GroupPipe), which the fused kernels run
+  g->cluster = 1;
+  g->hooks.rowsPerFlag = gemm::kTileM;
+  g->hooks.rowReadyExpected = expected;
+  g->hooks.rowReadySys = readySys;
+  g->hooks.tileDoneRows = true;
+  g->hooks.tileDoneSys = doneSys;
+  g->hooks.wait = f.c.w;
+}
 
 uint64_t moeFfnFusedLaunches() {
   return gFfnLaunches.load();
@@ -124,8 +120,8 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, out, ncclFloat32, &g2));
   const int32_t tilesN1 = gemm::tilesN(g1), tilesN2 = gemm::tilesN(g2);
   // GEMM1 waits for rows the peers count; GEMM2's counters are read by the peers' combines.
-  rowHooks(&g1, f, gemm::kTileM, procs, false);       // every row of the tile landed, or padding
-  rowHooks(&g2, f, (uint64_t)tilesN1, false, procs);  // every act column of the row block stored
+  moeRowHooks(&g1, f, gemm::kTileM, procs, false);       // every row of the tile landed, or padding
+  moeRowHooks(&g2, f, (uint64_t)tilesN1, false, procs);  // every act column of the row block stored
 
   if (procs) p.d.recv.xRecv = xRecv;
   p.d.ffnOut = out;

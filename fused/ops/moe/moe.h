@@ -17,6 +17,8 @@ struct ncclComm;
 namespace mk {
 namespace fused {
 
+struct FusedComm;
+
 struct MoeCall {
   const void* x = nullptr;             // [T, H] inType
   const int32_t* topkIdx = nullptr;    // [T, k]
@@ -76,6 +78,13 @@ int moeCommGrid(const MoeCall& call, int smBudget, int64_t units, int unitsPerCt
 // (canImplement) and its kernel preloaded.
 ncclResult_t moeGemm(const MoeCall& call, const void* a, const void* w, size_t N, size_t K, void* d,
                      ncclDataType_t dType, gemm::GemmArgs* out, bool swiglu = false);
+// The row hooks of a fused kernel's grouped GEMM (both fused layer GEMMs, the xnode kernel's):
+// a tile of 128 rows is loaded once its flag reaches `expected`, and each stored tile adds 1 to
+// its row block's counter (hooks.tileDone, set by the caller with the flags). readySys /
+// doneSys: the flag is written, or the counter read, by peers that may be on another GPU of
+// the node; else GPU scope. The deep grouped ring (GroupPipe), which the fused kernels run.
+void moeRowHooks(gemm::GemmArgs* g, const FusedComm& f, uint64_t expected, bool readySys,
+                 bool doneSys);
 // Whether the layer's GEMM1 applies SwiGLU in its epilogue (w1 in the [N,K] layout and
 // MKERNEL_MOE_SWIGLU_EPILOGUE=1): then buf.h is not written and no SwiGLU kernel runs.
 bool moeSwigluInGemm(const MoeCall& call);
@@ -105,6 +114,14 @@ int moeFusedBudget(const MoeCall& call, int smBudget, const char** why);
 // The fused kernel's dispatch CTAs for a rank's budget of CTAs (>= 2): config commSms when
 // >= 1, else the copy/GEMM balance; always in [1, budget - 1] (the GEMM keeps one at least).
 int moeFusedDispatchCtas(const MoeCall& call, int budget);
+// Both calls as one fused kernel per rank on a comm spanning (virtual) nodes (xnode.cu, the
+// xnode layout, moe_xnode.h): after the AllToAll path's pack, rows and counts' AllToAll, send
+// and receive CTAs move the token rows (and the layer's expert outputs back) through the device
+// communication API while the grouped GEMM's CTAs take tiles as their rows land. *ran false
+// (ncclSuccess, the reason logged once) where it does not apply (the same verdict on every
+// rank): then the caller runs the AllToAll path.
+ncclResult_t moeXnodeRun(const MoeCall& call, bool* ran);
+uint64_t moeXnodeLaunches();
 // Both calls on every layout other than the clique (a2a.cu): counts, rows and the experts'
 // outputs travel with mkernel's AllToAll in per-pair buffers of maxRows rows.
 ncclResult_t moeA2aRun(const MoeCall& call);

@@ -73,11 +73,6 @@ MK_HD inline int64_t rxUnitBytes(int64_t chunkBytes, int64_t sliceBytes, int32_t
 MK_HD inline uint64_t rxUnitsFor(int64_t rowEnd, int32_t chunkRows) {
   return 2 * (uint64_t)((rowEnd + chunkRows - 1) / chunkRows);
 }
-// The receive CTA that copies this rank's own slices (unit by unit, raising source 0's
-// counter): the first one that serves no source if there is one, else the last one.
-MK_HD inline int rxOwnCopier(int nRecv, int n) {
-  return nRecv > n - 1 ? n - 1 : nRecv - 1;
-}
 
 }  // namespace fused
 }  // namespace mk

@@ -1,0 +1,126 @@
+// The "xnode" layout of the fused MoE kernels: a comm spanning (virtual) nodes (issue 13;
+// docs/moe.md, Plan item 6). Token rows and, for the whole layer, the experts' outputs move
+// through the device communication API (P2P stores inside a node, the proxy across nodes) with
+// the protocol of the fused kernels across nodes (fused/core/xnode_proto.h: per ordered pair a
+// stream of chunks into slot rings of the receiver's window, credits, acks, kGxDone). This
+// header holds the arithmetic the host planner, the kernel (xnode_kernel.cuh) and the CPU unit
+// test (tests/unit/test_moe_xnode.cc) share.
+//
+// Before the kernel, in stream order, the AllToAll path's first steps run unchanged (a2a.cu):
+// pack (counts, each slot's pair row, one token row per (token, destination)), rows (token
+// rows with their slots' metadata, here as one record per token row) and the counts'
+// AllToAll. So both ends of every pair know, on the device, what the pair carries:
+//   dispatch part of the stream s -> d: blk(s -> d) records (count message entry moeCntBlk),
+//     each a token row followed by its k metadata entries (int4: pair row, token, slot,
+//     weight bits; pair row -1 ends the list): recBytes = rowBytes + 16 k;
+//   return part (the layer only), numbered after it on the same stream: the rows of the
+//     opposite pair d -> s that s computed, rows(d -> s) fp32 rows of H (moeCntRows), in pair
+//     row order (the return AllToAll's positions).
+// The sender knows blk(s -> d) from its own message and rows(d -> s) from the one it received;
+// the receiver knows the same two numbers the other way round: no further exchange.
+#pragma once
+#include <cstdint>
+
+#include "fused/core/xnode_proto.h"
+#include "fused/ops/moe/moe_node.h"  // the count message entries
+
+namespace mk {
+namespace fused {
+
+struct MxPlan {
+  bool ok = false;         // false: the AllToAll path runs (every rank alike)
+  int64_t areaBytes = 0;   // window bytes per source rank
+  int64_t recBytes = 0;    // a dispatch record: token row + k metadata entries
+  int64_t retBytes = 0;    // a return row: H floats (0: the dispatch call, no return part)
+  int32_t dispRows = 0;    // records per dispatch chunk
+  int32_t retRows = 0;     // rows per return chunk
+  int64_t chunkBytes = 0;  // the slot size: the larger chunk of both parts, 16-byte multiple
+  int32_t slots = 0;       // chunk slots per source area (>= 2)
+};
+
+// A pure function of values every rank shares (the comm's agreed window size, n, the call's
+// shape; not maxRows, which a rank may pass wrong: the call then reports it, RecvLayout::
+// otherMax, on the same path), so every rank takes the same path. A chunk is at most
+// min(areaBytes / 2, kGxChunkTarget) bytes of whole records (or rows).
+MK_HD inline MxPlan mxPlan(uint64_t windowBytes, int n, int64_t rowBytes, int topk, int64_t hidden,
+                           bool ret) {
+  MxPlan p;
+  if (n < 2 || n > kGxMaxRanks || rowBytes <= 0 || rowBytes % 16 != 0 || topk < 1 || hidden <= 0 ||
+      hidden % 4 != 0)
+    return p;
+  p.areaBytes = (int64_t)(windowBytes / (uint64_t)n) / 256 * 256;
+  const int64_t cap = p.areaBytes / 2 < kGxChunkTarget ? p.areaBytes / 2 : kGxChunkTarget;
+  p.recBytes = rowBytes + 16 * (int64_t)topk;
+  p.retBytes = ret ? hidden * 4 : 0;
+  if (p.recBytes > cap || p.retBytes > cap) return p;
+  const int64_t d = cap / p.recBytes, r = ret ? cap / p.retBytes : 1;
+  // Chunk counts ride in the low 32 bits of the signal values (kGxDone reserved); a pair
+  // carries at most maxRows < 2^31 records and as many return rows.
+  const int64_t most = (INT32_MAX + d - 1) / d + (ret ? (INT32_MAX + r - 1) / r : 0);
+  if (most >= (int64_t)kGxDone) return p;
+  p.dispRows = (int32_t)d;
+  p.retRows = (int32_t)r;
+  const int64_t a = d * p.recBytes, b = ret ? r * p.retBytes : 0;
+  p.chunkBytes = ((a > b ? a : b) + 15) / 16 * 16;
+  const int64_t slots = p.areaBytes / p.chunkBytes;
+  p.slots = (int32_t)(slots < kGxMaxSlots ? slots : kGxMaxSlots);
+  p.ok = p.slots >= 2;
+  return p;
+}
+
+// Chunks of a part carrying `rows` records (or return rows) of `per` a chunk.
+MK_HD inline int64_t mxChunks(int64_t rows, int32_t per) {
+  return rows > 0 ? (rows + per - 1) / per : 0;
+}
+// Rows of chunk j of a part of `rows` rows.
+MK_HD inline int64_t mxChunkRows(int64_t rows, int32_t per, int64_t j) {
+  const int64_t left = rows - j * per;
+  return left < per ? left : per;
+}
+// The return chunk (0-based, inside the return part) that carries pair row pr.
+MK_HD inline int64_t mxRetChunkOf(int64_t pr, int32_t retRows) {
+  return pr / retRows;
+}
+
+// The chunks of the stream src -> dst, from the count messages both ends hold: blk is
+// blk(src -> dst), rows is rows(dst -> src) (0 for the dispatch call).
+MK_HD inline int64_t mxStreamChunks(const MxPlan& p, int64_t blk, int64_t rows) {
+  return mxChunks(blk, p.dispRows) + (p.retBytes > 0 ? mxChunks(rows, p.retRows) : 0);
+}
+
+// Both ends of the stream s -> d from their own count messages (the pack kernel's sendCnt
+// [n][stride] and the AllToAll's recvCnt [n][stride], moe_node.h's entries): the sender s
+// sends its records for d (sendCnt[d].blk) and returns the rows d sent it (recvCnt[d].rows);
+// the receiver d expects the records s announced (recvCnt[s].blk) and the rows it sent s
+// (sendCnt[s].rows). *disp: the dispatch part's chunks (the return part's first chunk number).
+MK_HD inline int64_t mxSenderChunks(const MxPlan& p, const int32_t* sendCnt, const int32_t* recvCnt,
+                                    int stride, int epr, int dst, int64_t* disp, int64_t* retRows) {
+  const int64_t blk = sendCnt[dst * stride + moeCntBlk(epr)];
+  *retRows = p.retBytes > 0 ? recvCnt[dst * stride + moeCntRows(epr)] : 0;
+  *disp = mxChunks(blk, p.dispRows);
+  return mxStreamChunks(p, blk, *retRows);
+}
+MK_HD inline int64_t mxReceiverChunks(const MxPlan& p, const int32_t* sendCnt,
+                                      const int32_t* recvCnt, int stride, int epr, int src,
+                                      int64_t* disp, int64_t* retRows) {
+  const int64_t blk = recvCnt[src * stride + moeCntBlk(epr)];
+  *retRows = p.retBytes > 0 ? sendCnt[src * stride + moeCntRows(epr)] : 0;
+  *disp = mxChunks(blk, p.dispRows);
+  return mxStreamChunks(p, blk, *retRows);
+}
+
+// Comm CTAs of a rank's kernel of `budget` CTAs: config commSms when >= 2, else a quarter of
+// the budget (the rows are a small part of the work next to the GEMMs), at least 2 (a send
+// and a receive CTA) and at most 2 (n - 1) (one of each per peer), leaving the GEMMs one CTA.
+// 0 when the budget is below 3.
+MK_HD inline int mxCommCtas(int budget, int n, int commSms) {
+  if (budget < 3) return 0;
+  int c = commSms >= 2 ? commSms : budget / 4;
+  if (c > 2 * (n - 1)) c = 2 * (n - 1);
+  if (c < 2) c = 2;
+  if (c > budget - 1) c = budget - 1;
+  return c;
+}
+
+}  // namespace fused
+}  // namespace mk

@@ -1,0 +1,256 @@
+// Host side of the fused MoE kernel on a comm spanning (virtual) nodes (xnode_kernel.cuh; the
+// stream layout in moe_xnode.h): eligibility, the AllToAll path's first steps, the layout
+// kernel, the GEMMs' parameters with their row hooks, the scratch and the launch through the
+// comm's enqueue path.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "base/checks.h"
+#include "base/debug.h"
+#include "base/param.h"
+#include "base/scratch.h"
+#include "comm/comm.h"
+#include "fused/core/fused_comm.h"
+#include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_coll/gemm_coll_util.h"
+#include "fused/ops/moe/a2a.h"
+#include "fused/ops/moe/moe.h"
+#include "fused/ops/moe/xnode_launch.cuh"
+
+namespace mk {
+namespace fused {
+
+namespace {
+
+std::atomic<uint64_t> gXnLaunches{0};
+
+void sayOnce(std::atomic<bool>* said, const char* api, const char* why) {
+  if (!said->exchange(true))
+    MK_INFO(kFused,
+            "%s: no fused kernel across nodes for this call (%s); running the AllToAll path", api,
+            why);
+}
+
+// One CTA, after the counts' AllToAll: the packed layout from the received counts (the
+// AllToAll path's recvLayout), its tables for the fused kernel, the caller's counts and offsets
+// (0 on overflow), -1 sources on padding rows, and each expert's padding rows counted on its
+// last tile (the fused GEMM loads a tile once its counter reaches kTileM; each expert's last
+// tile is its own, so one thread per expert adds without atomics).
+__global__ void __launch_bounds__(kA2aThreads)
+    moeXnLayoutKernel(const __grid_constant__ A2aParams p, int32_t* srcRowOut, int32_t* recvOut,
+                      MxLayout* lay, uint64_t* tileReady) {
+  extern __shared__ int32_t dyn[];  // srcRow[n*epr], recv[n*epr]
+  __shared__ RecvLayout L;
+  const int n = p.s.nRanks, epr = p.s.expertsPerRank;
+  recvLayout(p, L, dyn, dyn + n * epr);
+  for (int i = threadIdx.x; i < n * epr; i += blockDim.x) {
+    srcRowOut[i] = dyn[i];
+    recvOut[i] = dyn[n * epr + i];
+  }
+  for (int le = threadIdx.x; le <= epr; le += blockDim.x) {
+    p.recv.expertOffset[le] = L.ovf ? 0 : L.start[le];
+    if (le == epr) continue;
+    p.recv.expertCount[le] = L.ovf ? 0 : L.count[le];
+    const int64_t end = (int64_t)L.start[le] + L.count[le], padEnd = L.start[le + 1];
+    if (!L.ovf && padEnd > end) tileReady[(padEnd - 1) / gemm::kTileM] += (uint64_t)(padEnd - end);
+  }
+  if (!L.ovf && p.recv.rowSource != nullptr)
+    for (int le = 0; le < epr; ++le)
+      for (int64_t r = L.start[le] + L.count[le] + threadIdx.x; r < L.start[le + 1];
+           r += blockDim.x)
+        for (int c = 0; c < 3; ++c) p.recv.rowSource[r * 3 + c] = -1;
+  if (threadIdx.x == 0) {
+    lay->span = L.span;
+    lay->ovf = L.ovf;
+    lay->otherMax = L.otherMax;
+  }
+}
+
+// The verdict every rank shares (the layout, the agreed parameters and window size, the call's
+// shape and config): the plan, or !ok with the reason.
+MxPlan planOf(const MoeCall& c, const FusedComm& f, const char** why) {
+  const ncclComm* comm = c.comm;
+  const int n = comm->nRanks;
+  *why = nullptr;
+  if (MK_PARAM_INT(FusedXnode) == 0) {
+    *why = "MKERNEL_FUSED_XNODE=0";
+  } else if (!f.hasNet) {
+    *why = "the comm has no net view";
+  } else if (n > kGxMaxRanks) {
+    *why = "more ranks than the xnode protocol's signal slots";
+  } else if (fusedOwnShare(comm) < 3) {
+    *why = "fewer than 3 SMs a rank (a send, a receive and a GEMM CTA)";
+  } else if (c.ffn && !moeSwigluInGemm(c)) {
+    *why =
+        "the layer's GEMM1 applies SwiGLU in its epilogue only with w1 in the [N,K] layout and "
+        "MKERNEL_MOE_SWIGLU_EPILOGUE=1";
+  } else if (2 * (size_t)c.E * sizeof(int32_t) > (size_t)gemm::GroupPipe::kSmemBytes) {
+    *why = "the layout tables of this many experts exceed the shared memory";
+  }
+  if (*why != nullptr) return MxPlan{};
+  const MxPlan pl = mxPlan(f.net.windowBytes, n, (int64_t)c.H * fusedTypeSize(c.inType), c.k,
+                           (int64_t)c.H, c.ffn);
+  if (!pl.ok) *why = "a record or return row does not fit half a window area (MKERNEL_NET_WINDOW)";
+  return pl;
+}
+
+}  // namespace
+
+uint64_t moeXnodeLaunches() {
+  return gXnLaunches.load();
+}
+
+ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
+  *ran = false;
+  ncclComm* comm = c.comm;
+  const char* api = moeApi(c);
+  if (comm->topo.nNodes < 2) return ncclSuccess;
+  FusedComm f;
+  NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &f));
+  const char* why = nullptr;
+  const MxPlan pl = planOf(c, f, &why);
+  if (!pl.ok) {
+    static std::atomic<bool> said{false};
+    sayOnce(&said, api, why);
+    return ncclSuccess;
+  }
+  const int n = comm->nRanks, epr = c.E / n;
+  // The grid is private to the rank (its share of the GPU among this process's live comms).
+  const int budget = std::max(3, std::min(fusedOwnShare(comm), (int)fusedGpuShare(comm)));
+  const int nComm = mxCommCtas(budget, n, c.cfg.commSms);
+
+  MoeXnParams p{};
+  NCCLCHECK(moeA2aParams(c, /*dedup=*/false, &p.a));
+  A2aParams& a = p.a;
+  a.recBytes = pl.recBytes;
+  a.out = c.buf.out;
+  a.y = c.yOut;
+  p.plan = pl;
+  p.net = f.net;
+  p.net.w = f.c.w;  // failures land in the operator's domain: its GEMM waits see them
+  p.xcalls = f.net.sigLocal + kGxSigSeq;
+  p.nComm = nComm;
+  p.outType = (int32_t)gemmType(c.cfg.outType);
+
+  // The GEMMs as the AllToAll path builds them (canImplement, kernels preloaded), with the
+  // row hooks: GEMM1 waits for landed rows; the layer's GEMM2 for GEMM1's row blocks.
+  gemm::GemmArgs g1, g2;
+  if (c.ffn) {
+    NCCLCHECK(moeGemm(c, c.recv.xRecv, c.w1, 2 * c.I, c.H, c.buf.act, c.inType, &g1, true));
+    NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
+    moeRowHooks(&g1, f, gemm::kTileM, false, false);
+    moeRowHooks(&g2, f, (uint64_t)gemm::tilesN(g1), false, false);
+    p.tilesN2 = gemm::tilesN(g2);
+  } else {
+    NCCLCHECK(moeGemm(c, c.recv.xRecv, c.w1, c.N, c.H, c.recv.y, c.cfg.outType, &g1));
+    moeRowHooks(&g1, f, gemm::kTileM, false, false);
+    g1.hooks.tileDoneRows = false;  // nothing reads the dispatch GEMM's tiles
+  }
+  g1.smBudget = g2.smBudget = budget - nComm;
+  const bool f16 = c.inType == ncclFloat16;
+  const bool kn = c.cfg.wLayout == ncclFusedLayoutKN;
+  auto launch = [&](int grid, cudaStream_t s) -> ncclResult_t {
+    if (c.ffn)
+      return f16 ? moeXnodeLaunchFfn<gemm::DType::kF16>(p, grid, s)
+                 : moeXnodeLaunchFfn<gemm::DType::kBF16>(p, grid, s);
+    const gemm::DType out = gemmType(c.cfg.outType);
+    return f16 ? moeXnodeLaunchDispatch<gemm::DType::kF16>(p, out, kn, grid, s)
+               : moeXnodeLaunchDispatch<gemm::DType::kBF16>(p, out, kn, grid, s);
+  };
+  // Every kernel loaded before the first launch: a lazy load can wait behind running kernels,
+  // and peers' kernels (ranks of this process on emulated nodes) wait for this rank's.
+  NCCLCHECK(moeA2aFrontPreload());
+  {
+    cudaFuncAttributes attr;
+    CUDACHECK(cudaFuncGetAttributes(&attr, moeXnLayoutKernel));
+  }
+  NCCLCHECK(launch(0, nullptr));
+
+  // Scratch, stream-ordered (graph memory nodes under capture): the AllToAll path's routing
+  // state and records, the layout tables, then the counters zeroed per call, then the return
+  // rows (the layer).
+  const int64_t tiles =
+      std::max<int64_t>(1, ((int64_t)c.recv.maxRows + gemm::kTileM - 1) / gemm::kTileM);
+  const size_t slots = c.T * (size_t)c.k;
+  const size_t cntBytes = (size_t)n * a.stride * sizeof(int32_t);
+  const size_t retRowsBytes = c.ffn ? (size_t)n * a.pairRows * c.H * sizeof(float) : 0;
+  MoeCarve k;
+  const size_t oSlotPos = k.take((slots + 1) * sizeof(int32_t));
+  const size_t oSendCnt = k.take(cntBytes);
+  const size_t oRecvCnt = k.take(cntBytes);
+  const size_t oBad = k.take(sizeof(unsigned long long));
+  const size_t oRec = k.take((size_t)n * a.pairRows * pl.recBytes);
+  const size_t oSlotTok = k.take((slots + 1) * sizeof(int32_t));
+  const size_t oTabs = k.take(2 * (size_t)n * epr * sizeof(int32_t));
+  const size_t oLay = k.take(sizeof(MxLayout));
+  // Zeroed: tileReady, rowDone1, rowDone2 [tiles]; retReady [n]; recvDone, combClaim and the
+  // two GEMMs' tile claims; the zero chunk (the layer).
+  const size_t oZero = k.take(0);
+  const size_t oCtr = k.take((3 * (size_t)tiles + n + 4) * sizeof(uint64_t));
+  const size_t oZeroChunk = k.take(c.ffn ? (size_t)pl.retRows * pl.retBytes : 0);
+  const size_t zeroBytes = k.at - oZero;
+  const size_t oRetSend = k.take(retRowsBytes);
+  const size_t oRetRecv = k.take(retRowsBytes);
+  uint8_t* base = nullptr;
+  NCCLCHECK(scratchAlloc(reinterpret_cast<void**>(&base), k.at, comm->cudaDev, c.stream));
+  a.slotPos = reinterpret_cast<int32_t*>(base + oSlotPos);
+  a.sendCnt = reinterpret_cast<int32_t*>(base + oSendCnt);
+  a.recvCnt = reinterpret_cast<const int32_t*>(base + oRecvCnt);
+  a.badSlot = reinterpret_cast<unsigned long long*>(base + oBad);
+  a.sendRows = base + oRec;
+  a.slotTok = reinterpret_cast<int32_t*>(base + oSlotTok);
+  int32_t* tabs = reinterpret_cast<int32_t*>(base + oTabs);
+  p.srcRow = tabs;
+  p.recvTab = tabs + (size_t)n * epr;
+  MxLayout* lay = reinterpret_cast<MxLayout*>(base + oLay);
+  p.lay = lay;
+  uint64_t* ctr = reinterpret_cast<uint64_t*>(base + oCtr);
+  p.tileReady = ctr;
+  uint64_t* rowDone1 = ctr + tiles;
+  p.rowDone2 = ctr + 2 * tiles;
+  p.retReady = ctr + 3 * tiles;
+  uint64_t* tail = p.retReady + n;
+  p.recvDone = reinterpret_cast<uint32_t*>(tail);
+  p.combClaim = reinterpret_cast<int32_t*>(tail + 1);
+  p.zeroRow = reinterpret_cast<const float*>(base + oZeroChunk);
+  p.retSend = c.ffn ? reinterpret_cast<float*>(base + oRetSend) : nullptr;
+  p.retRecv = c.ffn ? reinterpret_cast<float*>(base + oRetRecv) : nullptr;
+
+  g1.hooks.rowReady = p.tileReady;
+  g1.tileClaim = reinterpret_cast<int32_t*>(tail + 2);
+  if (c.ffn) {
+    g1.hooks.tileDone = rowDone1;
+    g2.hooks.rowReady = rowDone1;
+    g2.hooks.tileDone = p.rowDone2;
+    g2.tileClaim = reinterpret_cast<int32_t*>(tail + 3);
+  }
+  ncclResult_t res = ncclSuccess;
+  {
+    int32_t gridUnused = 0;
+    NCCLCHECKGOTO(gemm::buildParams(g1, &p.g1, &gridUnused), res, done);
+    if (c.ffn) NCCLCHECKGOTO(gemm::buildParams(g2, &p.g2, &gridUnused), res, done);
+    CUDACHECKGOTO(cudaMemsetAsync(base + oZero, 0, zeroBytes, c.stream), res, done);
+    const int grid = std::max(1, std::min<int>(4 * std::max(1, f.smBudget), 65535));
+    NCCLCHECKGOTO(moeA2aFront(c, a, grid), res, done);
+    moeXnLayoutKernel<<<1, kA2aThreads, moeA2aLayoutSmem(a), c.stream>>>(
+        a, tabs, tabs + (size_t)n * epr, lay, p.tileReady);
+    CUDACHECKGOTO(cudaGetLastError(), res, done);
+    MK_INFO(kFused,
+            "%s rank %d T=%zu k=%d E=%d H=%zu fused across nodes: %d CTAs, %d comm, "
+            "chunks of %d records / %d rows, %d slots",
+            api, f.rank, c.T, c.k, c.E, c.H, budget, nComm, pl.dispRows, pl.retRows, pl.slots);
+    NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, api,
+                               [&](cudaStream_t s) -> ncclResult_t { return launch(budget, s); }),
+                  res, done);
+    *ran = true;
+  }
+done:
+  res = fusedFreeScratch(base, c.stream, res, api);
+  if (res == ncclSuccess && *ran) gXnLaunches.fetch_add(1);
+  return res;
+}
+
+}  // namespace fused
+}  // namespace mk
