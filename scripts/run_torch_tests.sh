@@ -130,6 +130,7 @@ TESTS=(
   "ring_attention|test_ring_attention.py|"
   "ring_attention_vnodes|test_ring_attention.py|MKERNEL_EMULATE_NODES=2 MK_TORCH_VARIANT=vnodes_2x2"
   "fused_moe|test_moe.py|"
+  "fused_moe_vnodes|test_moe.py|MKERNEL_EMULATE_NODES=2 MK_TORCH_VARIANT=vnodes_2x2"
 )
 SELECTED=("$@")
 # Tests run only when named (none now; fused_moe left this list with the MoE AllToAll path).

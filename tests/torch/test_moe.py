@@ -1,7 +1,9 @@
 """The MoE calls of the Python package (mkernel.moe_dispatch_gemm, mkernel.moe_ffn) under torchrun.
 
 torchrun --nproc-per-node=4 tests/torch/test_moe.py   (LD_PRELOAD=libmkernel.so; the ranks may
-share one GPU; the runner: scripts/run_torch_tests.sh <build> fused_moe)
+share one GPU; the runner: scripts/run_torch_tests.sh <build> fused_moe fused_moe_vnodes, the
+second with MKERNEL_EMULATE_NODES=2: 2 virtual nodes of 2, where the "fused" cases run the fused
+kernel across nodes; MK_TORCH_VARIANT names the run)
 
 Every rank draws its tokens, routing (uniform, one hot expert, half the experts and ranks empty,
 repeated expert ids in a token; -1 slots and tokens with every slot -1; one rank with no tokens)
@@ -530,8 +532,12 @@ def emu_ffn(x, idx, wts, w1, w2, *, max_rows=None, group=None, out_dtype=None, w
 
 
 def main():
-  ctx = Ctx("test_moe")
+  variant = os.environ.get("MK_TORCH_VARIANT", "")
+  ctx = Ctx("test_moe" + ("[%s]" % variant if variant else ""))
   rep = ctx.report
+  if ctx.rank == 0 and os.environ.get("MKERNEL_EMULATE_NODES"):
+    # Virtual nodes: the AllToAll path, and with algo fused the kernel across nodes (xnode.cu).
+    log("[%s] MKERNEL_EMULATE_NODES=%s" % (ctx.test, os.environ["MKERNEL_EMULATE_NODES"]))
   torch.backends.cuda.matmul.allow_tf32 = False
   if ctx.device.type != "cuda":
     CALLS.update(dispatch=emu_dispatch, ffn=emu_ffn, buffers=lambda *a, **k: None)
