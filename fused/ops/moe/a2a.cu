@@ -169,7 +169,11 @@ __global__ void __launch_bounds__(kA2aThreads)
     const int64_t t = i / s.topk;
     const int64_t at = (int64_t)blk * p.pairRows + tr;
     const int4* from = reinterpret_cast<const int4*>(p.x + t * p.rowBytes);
+    // A record (recBytes > 0): the row, then its metadata; else the row and the metadata in
+    // their own pair buffers.
     uint8_t* rec = p.sendRows + at * (p.recBytes > 0 ? p.recBytes : p.rowBytes);
+    int4* meta =
+        p.recBytes > 0 ? reinterpret_cast<int4*>(rec + p.rowBytes) : p.sendMeta + at * s.topk;
     int4* to = reinterpret_cast<int4*>(rec);
     for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
     // Lane jj: slot jj of the token (k <= 32). Entries in slot order, then -1.
@@ -177,8 +181,6 @@ __global__ void __launch_bounds__(kA2aThreads)
     const int dst = lane < s.topk && p.slotPos[ii] >= 0 ? p.topkIdx[ii] / epr : -1;
     const bool mine = dst >= 0 && a2aBlockOf(p, dst) == blk;
     const uint32_t all = __ballot_sync(0xffffffffu, mine);
-    int4* meta =
-        p.recBytes > 0 ? reinterpret_cast<int4*>(rec + p.rowBytes) : p.sendMeta + at * s.topk;
     if (mine) {
       // A slot served through a gateway names its owner (local index) and source.
       const bool fan = p.sendCnt[dst * p.stride + moeCntMode(epr)] != kMoeDirect;
