@@ -38,12 +38,26 @@ ncclResult_t getDeviceInfo(int device, DeviceInfo* out);
 // Launches `kernel` with `grid` CTAs as a cooperative launch: the runtime refuses a grid that
 // cannot be co-resident instead of letting roles wait on CTAs that never start. grid 0 only
 // sets the shared-memory attribute, which loads the kernel (a lazy load at the first launch
-// can wait for the device, where a peer's kernel may wait for the calling thread).
+// can wait for the device, where a peer's kernel may wait for the calling thread). grid < 0
+// launches nothing either: ncclInvalidUsage unless -grid CTAs fit the device at once, for an
+// operator that must know before it enqueues the steps its peers' kernels depend on.
 template <typename Params>
 ncclResult_t launchCooperative(void (*kernel)(Params), int grid, int threads, size_t smem,
                                cudaStream_t stream, const Params& params) {
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  if (grid <= 0) return ncclSuccess;
+  if (grid < 0) {
+    int dev = 0, sms = 0, perSm = 0;
+    CUDACHECK(cudaGetDevice(&dev));
+    CUDACHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDACHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, smem));
+    if ((int64_t)perSm * sms >= -(int64_t)grid) return ncclSuccess;
+    MK_WARN(
+        "a cooperative grid of %d CTAs does not fit: %d CTAs a multiprocessor, %d "
+        "multiprocessors",
+        -grid, perSm, sms);
+    return ncclInvalidUsage;
+  }
+  if (grid == 0) return ncclSuccess;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);

@@ -51,7 +51,7 @@ __device__ __forceinline__ bool gxSendEnd(const NetDev& d, int me, int n, int i,
 // the next batch to the peer (lazy). The whole CTA calls it; false once the comm failed.
 __device__ __forceinline__ bool gxAckChunk(const NetDev& d, int src, int me, uint64_t seq,
                                            int64_t j, int64_t slots, int64_t total) {
-  if (j + slots >= total) return true;
+  if (!gxAckSent(j, slots, total)) return true;
   return dev::net::signal(d, src, kGxSigAck + me, gxValue(seq, (uint32_t)j + 1),
                           kSignalSet | kSignalLazy);
 }

@@ -63,6 +63,11 @@ MK_HD inline uint64_t gxValue(uint64_t seq, uint32_t j) {
 MK_HD inline uint64_t gxAckNeed(uint64_t seq, int64_t j, int32_t slots) {
   return gxValue(seq, j >= slots ? (uint32_t)(j - slots + 1) : 0u);
 }
+// Whether a receiver acks chunk j of a stream of `total` chunks once it consumed it: only where
+// the sender will need the slot again (chunk j + slots exists); kGxDone covers the last ones.
+MK_HD inline bool gxAckSent(int64_t j, int64_t slots, int64_t total) {
+  return j + slots < total;
+}
 // Round t (1 .. n-1) pairs a sender with me + t and a receiver with me - t: the k-th chunk
 // between two ranks sits in the same round on both, so a blocked sender waits for a receiver
 // in an earlier round, never in a cycle (docs/inter-node.md, channel engine).

@@ -146,12 +146,12 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * ncclFusedAuto: see ncclMoeConfig_t::algo) run instead, their rows landing in windows every
  * rank maps (maxRows rows each). On a comm spanning (virtual) nodes, algo ncclFusedFused runs
  * one kernel per rank after the AllToAll path's exchange of counts (MKERNEL_FUSED_XNODE=1; the
- * layer with w1 in the [N,K] layout): token rows, and the layer's expert outputs back, travel
- * per pair through the device communication API (direct to each owner: MKERNEL_MOE_NODE_DEDUP
- * applies to the AllToAll path only) while the grouped GEMM takes tiles as their rows land
- * (scratch: about nranks * maxRows token rows, and for the layer 2 * nranks * maxRows fp32
- * rows). On every layout but the first every rank must pass the same
- * maxRows. A mismatch in the comm's first fused MoE call on processes is refused on every
+ * layer with w1 in the [N,K] layout): token rows (across nodes once per node with
+ * MKERNEL_MOE_NODE_DEDUP=1, as on the AllToAll path), and the layer's expert outputs back,
+ * travel per pair through the device communication API while the grouped GEMM takes tiles as
+ * their rows land (scratch: about nranks * maxRows token rows, twice with the dedup, and for
+ * the layer 2 * nranks * maxRows fp32 rows). On every layout but the first every rank must
+ * pass the same maxRows. A mismatch in the comm's first fused MoE call on processes is refused on every
  * rank (ncclInvalidArgument: the windows' sizes differ); later, or on the AllToAll path, it is
  * found only when it shows (a receiver that sees another bound reports both; a rank that
  * would grow its windows alone fails after MKERNEL_BOOTSTRAP_TIMEOUT_S, its peers at their

@@ -12,13 +12,14 @@ namespace {
 // bounds, proxy timing) and those whose peers learn the choice at connection time (socket
 // connections and inline mode travel in the socket hello).
 constexpr ParamId kAgreed[kAgreedParams] = {
-    ParamId::EmulateNodes,   // the (virtual) node map every transport is built on
-    ParamId::Algo,           // the AllReduce protocol inside a node
-    ParamId::RegZeroCopy,    // zero-copy on registered buffers against staging
-    ParamId::FusedAuto,      // ncclFusedAuto: fused kernel against GEMM then collective
-    ParamId::MoeNodeDedup,   // the MoE AllToAll path's routes and message layout
-    ParamId::FusedXnode,     // AllGatherGemm across nodes: fused kernel against sequential
-    ParamId::RingSeqDirect,  // ring attention's sequential path: gathers or staged reads
+    ParamId::EmulateNodes,       // the (virtual) node map every transport is built on
+    ParamId::Algo,               // the AllReduce protocol inside a node
+    ParamId::RegZeroCopy,        // zero-copy on registered buffers against staging
+    ParamId::FusedAuto,          // ncclFusedAuto: fused kernel against GEMM then collective
+    ParamId::MoeNodeDedup,       // the MoE AllToAll path's routes and message layout
+    ParamId::FusedXnode,         // AllGatherGemm across nodes: fused kernel against sequential
+    ParamId::RingSeqDirect,      // ring attention's sequential path: gathers or staged reads
+    ParamId::MoeSwigluEpilogue,  // the MoE layer: fused kernels (they need it) or the AllToAll path
 };
 
 // The value the library acts on (see agreedParamsFill).

@@ -26,13 +26,16 @@
 //   MoeVnodesFused.TwoByTwo / TwoByFour / FourByTwo   every case of both calls with
 //       ncclFusedFused (the fused kernel across nodes, fused/ops/moe/xnode_kernel.cuh) checked
 //       against the host references and byte for byte against the AllToAll path's outputs on
-//       the same draws (ncclFusedAuto, dedup off); the fused kernel ran for every call it
-//       covers (the dispatch calls, and the layer's with w in the [N,K] layout).
-//   MoeVnodesFused.Overflow2x2          the overflow plan above with ncclFusedFused.
-//   MoeVnodesFused.Graph2x2             capture and replays with new routing, fused.
+//       the same draws (ncclFusedAuto), in both modes of the dedup; the fused kernel ran for
+//       every call it covers (the dispatch calls, and the layer's with w in the [N,K] layout).
+//   MoeVnodesFused.Overflow2x2          the overflow plan above with ncclFusedFused, both modes.
+//   MoeVnodesFused.CrossNodeBytes2x2    the bytes check above with ncclFusedFused: the fused
+//       kernel's gateways forward (mode 1 at most 0.75x mode 0's cross-node bytes).
+//   MoeVnodesFused.Graph2x2             capture and replays with new routing, fused, both modes.
 //   MoeVnodesFused.PeerNeverComes       2 ranks on 2 nodes: rank 0 calls the fused layer, rank 1
-//       never does; ncclCommAbort ends rank 0's call within 5 s and the GPU stays usable (a new
-//       pair then runs the fused layer and checks out).
+//       takes part in its counts' AllToAll only, so rank 0's fused kernel waits for a peer that
+//       never comes: its error names rank 1 after MKERNEL_TIMEOUT_MS (3 s here), ncclCommAbort
+//       returns within 5 s, and the GPU stays usable (a new pair then runs the fused layer).
 // Waits on the device end after 20 s.
 #include <gtest/gtest.h>
 
@@ -48,7 +51,8 @@
 
 #include "base/param.h"
 #include "common/test_util.h"
-#include "fused/ops/moe/moe.h"  // moeXnodeLaunches
+#include "fused/ops/moe/moe.h"       // moeXnodeLaunches
+#include "fused/ops/moe/moe_node.h"  // moeCntStride
 #include "gpu/test_devcomm_util.h"
 #include "gpu/test_moe_cases.h"
 #include "gpu/test_proc_util.h"
@@ -193,11 +197,13 @@ std::string netBytes(Driver& d, uint64_t* sum) {
   return "";
 }
 
-void runCrossNodeBytes(int n, int epr, int k, double most) {
+void runCrossNodeBytes(int n, int epr, int k, double most, int algo = ncclFusedAuto) {
   uint64_t sent[2] = {0, 0};
+  const uint64_t launched = mk::fused::moeXnodeLaunches();
   runBothModes(n, "cross-node bytes", [&](Driver& d, uint64_t seed, Snapshots* snap) {
     const MoeCase mc{n, epr, k, 512, 128, kBf, kBf, kNK, kUniform, 384};
     MoeProblem a(mc);
+    a.algo = algo;
     auto draw = [&](uint64_t sd, size_t rows) { return a.draw(sd, true, 0, -1, rows); };
     std::string e = drawShared<MoeProblem>(a, n, anyRouting(n, mc.maxT, k, epr), seed, 0, draw);
     uint64_t before = 0, after = 0;
@@ -211,11 +217,13 @@ void runCrossNodeBytes(int n, int epr, int k, double most) {
     sent[snap->comparing() ? 1 : 0] = after - before;
     return std::string();
   });
-  printf("[MoeVnodes cross-node bytes 2x%d] k=%d: mode 0 %llu, mode 1 %llu bytes (%.2fx)\n", n / 2,
-         k, (unsigned long long)sent[0], (unsigned long long)sent[1],
-         sent[0] ? (double)sent[1] / (double)sent[0] : 0.0);
+  printf("[MoeVnodes cross-node bytes 2x%d%s] k=%d: mode 0 %llu, mode 1 %llu bytes (%.2fx)\n",
+         n / 2, algo == ncclFusedFused ? ", fused" : "", k, (unsigned long long)sent[0],
+         (unsigned long long)sent[1], sent[0] ? (double)sent[1] / (double)sent[0] : 0.0);
   if (::testing::Test::HasFailure()) return;
   EXPECT_GT(sent[0], 0u) << "mode 0 sent nothing across nodes";
+  if (algo == ncclFusedFused)  // one call a rank in each mode, both on the fused kernel
+    EXPECT_EQ(mk::fused::moeXnodeLaunches() - launched, 2u * n);
   EXPECT_LE((double)sent[1], most * (double)sent[0]) << "mode 1 did not cut the cross-node bytes";
 }
 
@@ -347,27 +355,32 @@ uint64_t fusedCalls(int n) {
   return calls * (uint64_t)n;
 }
 
+// In both modes of the dedup: the AllToAll path's outputs kept, then the fused kernel's
+// compared byte for byte on the same draws.
 void runFusedVsA2a(int n, int nodes) {
   VnodeTeam v(n, nodes);
   ASSERT_TRUE(v.team.ok) << v.team.why;
   TeamDriver d(v.team);
   const uint64_t seed = mktest::testSeed() ^ (0xf05eull * n + nodes);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  DedupMode m(0);
-  Snapshots snap(n);
-  auto log = [&](const std::string& line) {
-    printf("[MoeVnodesFused %dx%d] %s\n", nodes, n / nodes, line.c_str());
-  };
-  std::string err = runCases(d, seed, log, &snap, ncclFusedAuto);
-  ASSERT_EQ(err, "") << "the AllToAll path";
-  snap.compare();
-  const uint64_t before = mk::fused::moeXnodeLaunches();
-  err = runCases(d, seed, log, &snap, ncclFusedFused);
-  EXPECT_EQ(err, "") << "ncclFusedFused";
-  EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, fusedCalls(n))
-      << "fused kernels launched across nodes";
-  if (err.empty())
-    printf("[MoeVnodesFused %dx%d] every output equal to the AllToAll path's\n", nodes, n / nodes);
+  for (int mode = 0; mode <= 1; ++mode) {
+    DedupMode m(mode);
+    Snapshots snap(n);
+    auto log = [&](const std::string& line) {
+      printf("[MoeVnodesFused %dx%d dedup %d] %s\n", nodes, n / nodes, mode, line.c_str());
+    };
+    std::string err = runCases(d, seed, log, &snap, ncclFusedAuto);
+    ASSERT_EQ(err, "") << "the AllToAll path, MKERNEL_MOE_NODE_DEDUP=" << mode;
+    snap.compare();
+    const uint64_t before = mk::fused::moeXnodeLaunches();
+    err = runCases(d, seed, log, &snap, ncclFusedFused);
+    EXPECT_EQ(err, "") << "ncclFusedFused, MKERNEL_MOE_NODE_DEDUP=" << mode;
+    EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, fusedCalls(n))
+        << "fused kernels launched across nodes";
+    if (!err.empty()) return;  // the comms were aborted
+    printf("[MoeVnodesFused %dx%d dedup %d] every output equal to the AllToAll path's\n", nodes,
+           n / nodes, mode);
+  }
 }
 
 TEST(MoeVnodesFused, TwoByTwo) {
@@ -389,10 +402,17 @@ TEST(MoeVnodesFused, Overflow2x2) {
   MKTEST_REQUIRE_GPU();
   const uint64_t seed = mktest::testSeed() ^ 0x0f3;
   SCOPED_TRACE("seed " + std::to_string(seed));
-  DedupMode m(0);
-  const uint64_t before = mk::fused::moeXnodeLaunches();
-  EXPECT_EQ(overflowPlan(4, seed, ncclFusedFused), "");
-  EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 8u) << "one fused call of each kind a rank";
+  for (int mode = 0; mode <= 1; ++mode) {
+    DedupMode m(mode);
+    const uint64_t before = mk::fused::moeXnodeLaunches();
+    EXPECT_EQ(overflowPlan(4, seed, ncclFusedFused), "") << "MKERNEL_MOE_NODE_DEDUP=" << mode;
+    EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 8u) << "one fused call of each kind a rank";
+  }
+}
+
+TEST(MoeVnodesFused, CrossNodeBytes2x2) {
+  MKTEST_REQUIRE_GPU();
+  runCrossNodeBytes(4, 2, 6, 0.75, ncclFusedFused);
 }
 
 TEST(MoeVnodesFused, Graph2x2) {
@@ -402,42 +422,66 @@ TEST(MoeVnodesFused, Graph2x2) {
   TeamDriver d(v.team);
   const uint64_t seed = mktest::testSeed() ^ 0x96e3;
   SCOPED_TRACE("seed " + std::to_string(seed));
-  DedupMode m(0);
-  const uint64_t before = mk::fused::moeXnodeLaunches();
-  EXPECT_EQ(runGraphs(d, seed, ncclFusedFused), "");
-  EXPECT_GT(mk::fused::moeXnodeLaunches(), before);
+  for (int mode = 0; mode <= 1; ++mode) {
+    DedupMode m(mode);
+    const uint64_t before = mk::fused::moeXnodeLaunches();
+    const std::string err = runGraphs(d, seed + mode, ncclFusedFused);
+    EXPECT_EQ(err, "") << "MKERNEL_MOE_NODE_DEDUP=" << mode;
+    if (!err.empty()) return;
+    EXPECT_GT(mk::fused::moeXnodeLaunches(), before);
+  }
 }
 
 TEST(MoeVnodesFused, PeerNeverComes) {
   MKTEST_REQUIRE_GPU();
+  constexpr int kTimeoutMs = 3000;
   const FfnCase fc{2, 2, 2, 64, 32, kBf, kBf, kNK, kUniform, 37, 100};
   {
-    VnodeTeam v(2, 2);
-    ASSERT_TRUE(v.team.ok) << v.team.why;
+    dctest::TestEnv env(2, 1 << 20, 0, kTimeoutMs);
+    gputest::Team team(2);
+    ASSERT_TRUE(team.ok) << team.why;
     FfnProblem p(fc);
     p.algo = ncclFusedFused;
     DrawOpts o;
     ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab4, o), "");
+    // Rank 1 takes part in the call's first collective, the counts' AllToAll (moeCntStride
+    // ints a rank, every pair direct), and never launches the kernel.
+    mk::fused::MoeNodeMap direct{};
+    const int stride = mk::fused::moeCntStride(direct, fc.epr);
+    void* cnt = nullptr;
+    ASSERT_EQ(cudaMalloc(&cnt, 2 * 2 * stride * sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(cnt, 0, 2 * 2 * stride * sizeof(int32_t)), cudaSuccess);
     const uint64_t before = mk::fused::moeXnodeLaunches();
-    const std::string e = v.team.run([&](int r) -> std::string {
-      if (r != 0) return "";  // rank 1 never calls
-      const ncclResult_t res = p.call(0, v.team.comms[0], v.team.streams[0]);
-      return res == ncclSuccess ? "" : fusedtest::callError(0, v.team.comms[0], res);
+    const std::string e = team.run([&](int r) -> std::string {
+      ncclResult_t res;
+      if (r == 0) {
+        res = p.call(0, team.comms[0], team.streams[0]);
+      } else {
+        int32_t* c = static_cast<int32_t*>(cnt);
+        res = ncclAlltoAll(c, c + 2 * stride, stride, ncclInt32, team.comms[1], team.streams[1]);
+      }
+      return res == ncclSuccess ? "" : fusedtest::callError(r, team.comms[r], res);
     });
     ASSERT_EQ(e, "");
-    EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 1u);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    EXPECT_EQ(cudaStreamQuery(v.team.streams[0]), cudaErrorNotReady)
-        << "rank 0's call should wait for rank 1";
+    EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 1u) << "rank 0's fused kernel";
+    // Rank 0's kernel waits for rank 1's credit until MKERNEL_TIMEOUT_MS: an error naming it.
+    ncclResult_t async = ncclSuccess;
+    const double limit = kTimeoutMs / 1000.0 + 15;
+    EXPECT_EQ(gputest::pollAsyncError(team.comms[0], gputest::Clock::now(), limit, &async),
+              ncclSuccess);
+    const std::string msg = ncclGetLastError(team.comms[0]);
+    printf("[MoeVnodesFused PeerNeverComes] rank 0: %s\n", msg.c_str());
+    EXPECT_NE(async, ncclSuccess) << "no error within " << limit << " s";
+    EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
     const auto t0 = gputest::Clock::now();
-    EXPECT_EQ(ncclCommAbort(v.team.comms[0]), ncclSuccess);
+    EXPECT_EQ(ncclCommAbort(team.comms[0]), ncclSuccess);
+    EXPECT_EQ(ncclCommAbort(team.comms[1]), ncclSuccess);
     const double took = gputest::since(t0);
-    v.team.forget(0);
-    printf("[MoeVnodesFused PeerNeverComes] ncclCommAbort took %.2f s\n", took);
+    team.forget(0);
+    team.forget(1);
     EXPECT_LT(took, 5.0) << "ncclCommAbort must return promptly";
-    EXPECT_TRUE(gputest::streamCompleted(v.team.streams[0], 5)) << "the call must end";
-    EXPECT_EQ(ncclCommAbort(v.team.comms[1]), ncclSuccess);
-    v.team.forget(1);
+    EXPECT_TRUE(gputest::streamCompleted(team.streams[0], 5)) << "rank 0's call must end";
+    EXPECT_EQ(cudaFree(cnt), cudaSuccess);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the CUDA context must stay usable";
   }
   if (::testing::Test::HasFatalFailure()) return;
@@ -448,9 +492,11 @@ TEST(MoeVnodesFused, PeerNeverComes) {
   p.algo = ncclFusedFused;
   DrawOpts o;
   ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab5, o), "");
+  const uint64_t before = mk::fused::moeXnodeLaunches();
   const std::string e = runChecked<FfnProblem>(d, {&p});
   if (!e.empty()) d.abortAll();
   EXPECT_EQ(e, "") << "a new pair after the abort";
+  EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 2u);
 }
 
 }  // namespace

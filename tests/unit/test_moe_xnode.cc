@@ -3,14 +3,17 @@
 // routings (the count messages moe_node.h's moeSourceCounts builds, as the pack kernel does)
 // that both ends of every stream count the same chunks, that the slots of a stream stay inside
 // the sender's area of the receiver's window, and that every routed slot's return row sits in
-// a chunk of its owner's return part.
+// a chunk of its owner's return part; and one stream's credits, acks and done simulated over
+// random interleavings (no overwritten slot, no stuck side).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "common/test_util.h"
+#include "fused/core/xnode_proto.h"
 #include "fused/ops/moe/moe_node.h"
 #include "fused/ops/moe/moe_xnode.h"
 
@@ -68,6 +71,11 @@ TEST(MoeXnode, PlanRefuses) {
   EXPECT_FALSE(mf::mxPlan(64 << 10, 4, 14336, 8, 7168, true).ok);  // a return row > half an area
   EXPECT_TRUE(mf::mxPlan(64 << 10, 4, 4096, 8, 2048, false).ok);
   EXPECT_FALSE(mf::mxPlan(1 << 20, mf::kGxMaxRanks + 1, 1024, 2, 512, true).ok);
+  // Chunk numbers past kGxDone: 2 records and 1 return row a chunk, with a fan part (the
+  // dedup) the worst case of a stream is 2^31 + 2^31 - 1 chunks; without it, it fits.
+  EXPECT_TRUE(mf::mxPlan(1 << 20, 16, 14336, 1, 7168, true, false).ok);
+  EXPECT_FALSE(mf::mxPlan(1 << 20, 16, 14336, 1, 7168, true, true).ok);
+  EXPECT_TRUE(mf::mxPlan(1 << 20, 16, 14336, 1, 7168, false, true).ok);
 }
 
 TEST(MoeXnode, Chunking) {
@@ -103,26 +111,32 @@ TEST(MoeXnode, CommCtas) {
       }
 }
 
-// Random routings of n ranks: each rank's count message (moeSourceCounts, every pair direct,
-// as the fused kernel runs) delivered to its destinations; both ends of every stream count the
-// same chunks, and every routed slot's pair row lies in a return chunk of the stream from its
-// owner back to it.
+// Random routings of nodes x local ranks: each rank's count message (moeSourceCounts, as the
+// pack kernel builds it, with the node dedup on in every other trial) delivered to its
+// destinations; both ends of every stream count the same records, fan records and return rows
+// (the fan sums by different functions at each end: moeFanOut at the gateway, moeFanIn at the
+// owner), fan parts only between two ranks of one node with the dedup on, and every routed
+// slot's pair row lies in a return chunk of the stream from its owner back to it.
 TEST(MoeXnode, StreamsAgree) {
   std::mt19937_64 rng(mktest::testSeed());
-  for (int trial = 0; trial < 60; ++trial) {
-    const int n = 2 + (int)(rng() % 7), epr = 1 + (int)(rng() % 4), k = 1 + (int)(rng() % 6);
+  int fanStreams = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const int nodes = 2 + (int)(rng() % 2), local = 2 + (int)(rng() % 2), n = nodes * local;
+    const bool dedup = trial % 2 == 1;
+    const int epr = 1 + (int)(rng() % 4), k = 1 + (int)(rng() % 6);
     const int E = n * epr, T = (int)(rng() % 300);
     const int64_t P = 1 + (int64_t)(rng() % (T * k + 2));  // some pairs overflow
     const int64_t H = 64 * (1 + (int64_t)(rng() % 4));
     const mf::MxPlan pl = mf::mxPlan(1 << 20, n, H * 2, k, H, true);
     ASSERT_TRUE(pl.ok);
     std::vector<int32_t> nodeOf(n);
-    for (int r = 0; r < n; ++r) nodeOf[r] = r * 2 / n;  // two nodes
+    for (int r = 0; r < n; ++r) nodeOf[r] = r / local;
     std::vector<mf::MoeNodeMap> maps(n);
     std::vector<std::vector<int32_t>> msg(n), idx(n);
     int stride = 0;
     for (int s = 0; s < n; ++s) {
-      ASSERT_TRUE(mf::moeNodeMapInit(n, nodeOf.data(), s, /*enable=*/false, &maps[s]));
+      ASSERT_TRUE(mf::moeNodeMapInit(n, nodeOf.data(), s, dedup, &maps[s]));
+      ASSERT_EQ(maps[s].rail, dedup ? 1 : 0);
       stride = mf::moeCntStride(maps[s], epr);
       idx[s].resize((size_t)T * k);
       for (auto& e : idx[s]) e = rng() % 5 == 0 ? -1 : (int32_t)(rng() % E);
@@ -141,18 +155,22 @@ TEST(MoeXnode, StreamsAgree) {
     for (int s = 0; s < n; ++s)
       for (int d = 0; d < n; ++d) {
         if (s == d) continue;
-        int64_t dispS, rowsS, dispD, rowsD;
-        const int64_t atSender = mf::mxSenderChunks(pl, msg[s].data(), recvCnt[s].data(), stride,
-                                                    epr, d, &dispS, &rowsS);
-        const int64_t atReceiver = mf::mxReceiverChunks(pl, msg[d].data(), recvCnt[d].data(),
-                                                        stride, epr, s, &dispD, &rowsD);
-        ASSERT_EQ(atSender, atReceiver) << "stream " << s << " -> " << d;
-        ASSERT_EQ(dispS, dispD);
-        ASSERT_EQ(rowsS, rowsD);
+        const mf::MxStream a =
+            mf::mxSenderStream(pl, maps[s], msg[s].data(), recvCnt[s].data(), epr, d, P);
+        const mf::MxStream b =
+            mf::mxReceiverStream(pl, maps[d], msg[d].data(), recvCnt[d].data(), epr, s, P);
+        ASSERT_EQ(a.blk, b.blk) << "stream " << s << " -> " << d;
+        ASSERT_EQ(a.fan, b.fan) << "stream " << s << " -> " << d;
+        ASSERT_EQ(a.ret, b.ret) << "stream " << s << " -> " << d;
+        ASSERT_EQ(a.total, b.total);
+        ASSERT_EQ(a.dispEnd, b.dispEnd);
+        ASSERT_EQ(a.fanEnd, b.fanEnd);
+        ASSERT_LT(a.total, (int64_t)mf::kGxDone);
         // The dispatch part carries s's token rows for d; the return part d's slots' rows.
-        ASSERT_EQ(dispS, mf::mxChunks(msg[s][d * stride + mf::moeCntBlk(epr)], pl.dispRows));
-        ASSERT_EQ(rowsS, msg[d][s * stride + mf::moeCntRows(epr)]);
-        ASSERT_LT(atSender, (int64_t)mf::kGxDone);
+        ASSERT_EQ(a.blk, msg[s][d * stride + mf::moeCntBlk(epr)]);
+        ASSERT_EQ(a.ret, msg[d][s * stride + mf::moeCntRows(epr)]);
+        if (!dedup || nodeOf[s] != nodeOf[d]) ASSERT_EQ(a.fan, 0);
+        fanStreams += a.fan > 0 ? 1 : 0;
       }
     // Each routed slot of source s (its pair row: rank among s's slots for that owner, expert
     // major, as the pack kernel numbers them) falls in a return chunk of owner -> s.
@@ -170,6 +188,73 @@ TEST(MoeXnode, StreamsAgree) {
         const int64_t rows = msg[s][d * stride + mf::moeCntRows(epr)];
         ASSERT_LT(pr, rows);
         ASSERT_LT(mf::mxRetChunkOf(pr, pl.retRows), mf::mxChunks(rows, pl.retRows));
+      }
+    }
+  }
+  EXPECT_GT(fanStreams, 0) << "no trial forwarded through a gateway";
+}
+
+// One ordered pair's stream as the kernel runs it, simulated with random interleavings: the
+// sender puts chunk j (the dispatch part's chunks, then the fan part's and the return part's
+// numbered after them)
+// into slot j % slots once the receiver's ack reaches gxAckNeed; the receiver credits the call,
+// consumes chunk j once it landed, acks it per gxAckSent and ends with kGxDone, which the
+// sender waits for. No chunk overwrites one its receiver has not consumed, every chunk lands
+// in order, and at every step one side can move until both are done.
+TEST(MoeXnode, StreamProtocolNeverBlocksOrOverwrites) {
+  std::mt19937_64 rng(mktest::testSeed() ^ 0x5eed);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t slots = 2 + (int64_t)(rng() % 6);
+    mf::MxPlan pl;
+    pl.dispRows = 1 + (int32_t)(rng() % 5);
+    pl.retRows = 1 + (int32_t)(rng() % 5);
+    pl.retBytes = rng() % 4 == 0 ? 0 : 64;  // a dispatch call has no return part
+    const int64_t blk = (int64_t)(rng() % 30), fan = (int64_t)(rng() % 3 == 0 ? rng() % 30 : 0);
+    const int64_t rows = (int64_t)(rng() % 30);
+    const mf::MxStream st = mf::mxStream(pl, blk, fan, rows);
+    const int64_t total = st.total;
+    ASSERT_EQ(st.dispEnd, mf::mxChunks(blk, pl.dispRows));
+    ASSERT_EQ(st.fanEnd, st.dispEnd + mf::mxChunks(fan, pl.dispRows));
+    ASSERT_EQ(total, st.fanEnd + (pl.retBytes > 0 ? mf::mxChunks(rows, pl.retRows) : 0));
+    const uint64_t seq = 1 + rng() % 5;
+    uint64_t ack = mf::gxValue(seq - 1, mf::kGxDone);  // the previous call's end
+    int64_t put = 0, landed = 0, consumed = 0;
+    bool credited = false, doneSent = false;
+    std::vector<int64_t> slot(slots, -1);  // chunk held, -1: free
+    for (int step = 0;; ++step) {
+      ASSERT_LT(step, 10000);
+      const bool senderDone = put == total && ack >= mf::gxValue(seq, mf::kGxDone);
+      if (senderDone && doneSent) break;
+      std::vector<int> moves;
+      if (!credited) moves.push_back(0);
+      if (put < total && ack >= mf::gxAckNeed(seq, put, (int32_t)slots)) moves.push_back(1);
+      if (credited && consumed < landed) moves.push_back(2);
+      if (credited && consumed == total && !doneSent) moves.push_back(3);
+      ASSERT_FALSE(moves.empty()) << "stuck: put " << put << " consumed " << consumed << " of "
+                                  << total << ", slots " << slots;
+      switch (moves[rng() % moves.size()]) {
+        case 0:
+          credited = true;
+          ack = std::max(ack, mf::gxValue(seq, 0));
+          break;
+        case 1:
+          ASSERT_EQ(slot[put % slots], -1)
+              << "chunk " << put << " overwrites " << slot[put % slots];
+          ASSERT_EQ(mf::gxSlotOff(1024, 64, (int32_t)slots, 0, put), (uint64_t)(put % slots) * 64);
+          slot[put % slots] = put;
+          landed = ++put;
+          break;
+        case 2:
+          ASSERT_EQ(slot[consumed % slots], consumed);
+          slot[consumed % slots] = -1;
+          if (mf::gxAckSent(consumed, slots, total))
+            ack = std::max(ack, mf::gxValue(seq, (uint32_t)consumed + 1));
+          ++consumed;
+          break;
+        default:
+          doneSent = true;
+          ack = std::max(ack, mf::gxValue(seq, mf::kGxDone));
+          break;
       }
     }
   }

@@ -13,11 +13,16 @@
 //   dispatch part of the stream s -> d: blk(s -> d) records (count message entry moeCntBlk),
 //     each a token row followed by its k metadata entries (int4: pair row, token, slot,
 //     weight bits; pair row -1 ends the list): recBytes = rowBytes + 16 k;
-//   return part (the layer only), numbered after it on the same stream: the rows of the
+//   fan part (the node dedup, MKERNEL_MOE_NODE_DEDUP=1, moe_node.h; only between two ranks of
+//     one node): gateway s forwards to d the rows of d's slots from the rail blocks s received
+//     (one record per token row and owner, with that owner's entries, whose slot field is
+//     moeFanZ(slot, owner's local index, source)): fanOut / fanIn records (mxFanOut, mxFanIn);
+//   return part (the layer only), numbered after them on the same stream: the rows of the
 //     opposite pair d -> s that s computed, rows(d -> s) fp32 rows of H (moeCntRows), in pair
 //     row order (the return AllToAll's positions).
-// The sender knows blk(s -> d) from its own message and rows(d -> s) from the one it received;
-// the receiver knows the same two numbers the other way round: no further exchange.
+// The sender knows blk(s -> d) from its own message, rows(d -> s) and its fan sums from the
+// ones it received; the receiver knows the same numbers the other way round (the fan sums by
+// moe_node.h's rule): no further exchange.
 #pragma once
 #include <cstdint>
 
@@ -43,10 +48,10 @@ struct MxPlan {
 // otherMax, on the same path), so every rank takes the same path. A chunk is at most
 // min(areaBytes / 2, kGxChunkTarget) bytes of whole records (or rows).
 MK_HD inline MxPlan mxPlan(uint64_t windowBytes, int n, int64_t rowBytes, int topk, int64_t hidden,
-                           bool ret) {
+                           bool ret, bool fan = false) {
   MxPlan p;
   if (n < 2 || n > kGxMaxRanks || rowBytes <= 0 || rowBytes % 16 != 0 || topk < 1 || hidden <= 0 ||
-      hidden % 4 != 0)
+      (ret && hidden % 4 != 0))
     return p;
   p.areaBytes = (int64_t)(windowBytes / (uint64_t)n) / 256 * 256;
   const int64_t cap = p.areaBytes / 2 < kGxChunkTarget ? p.areaBytes / 2 : kGxChunkTarget;
@@ -55,8 +60,10 @@ MK_HD inline MxPlan mxPlan(uint64_t windowBytes, int n, int64_t rowBytes, int to
   if (p.recBytes > cap || p.retBytes > cap) return p;
   const int64_t d = cap / p.recBytes, r = ret ? cap / p.retBytes : 1;
   // Chunk counts ride in the low 32 bits of the signal values (kGxDone reserved); a pair
-  // carries at most maxRows < 2^31 records and as many return rows.
-  const int64_t most = (INT32_MAX + d - 1) / d + (ret ? (INT32_MAX + r - 1) / r : 0);
+  // carries at most maxRows < 2^31 records, as many fan records (`fan`: the node dedup) and as
+  // many return rows.
+  const int64_t most =
+      (fan ? 2 : 1) * ((INT32_MAX + d - 1) / d) + (ret ? (INT32_MAX + r - 1) / r : 0);
   if (most >= (int64_t)kGxDone) return p;
   p.dispRows = (int32_t)d;
   p.retRows = (int32_t)r;
@@ -82,31 +89,56 @@ MK_HD inline int64_t mxRetChunkOf(int64_t pr, int32_t retRows) {
   return pr / retRows;
 }
 
-// The chunks of the stream src -> dst, from the count messages both ends hold: blk is
-// blk(src -> dst), rows is rows(dst -> src) (0 for the dispatch call).
-MK_HD inline int64_t mxStreamChunks(const MxPlan& p, int64_t blk, int64_t rows) {
-  return mxChunks(blk, p.dispRows) + (p.retBytes > 0 ? mxChunks(rows, p.retRows) : 0);
+// Fan records of the stream g -> q (gateway g forwards to q, a rank of its node; 0 otherwise
+// and without the dedup), at the sender g from the counts it received (moeFanOut) and at the
+// receiver q from its own (moeFanIn): the same number at both ends. 0 where the two ranks'
+// maxRows differ, at both ends alike (that error is reported; the AllToAll path's forward
+// kernel does the same).
+MK_HD inline int64_t mxFanOut(const MoeNodeMap& m, const int32_t* recvCnt, int epr, int dst,
+                              int64_t pairRows) {
+  if (!m.rail || dst == m.me || m.nodeOf[dst] != m.nodeOf[m.me]) return 0;
+  if (recvCnt[dst * moeCntStride(m, epr) + moeCntMax(epr)] != (int32_t)pairRows) return 0;
+  return moeFanOut(m, recvCnt, epr, m.localOf[dst], pairRows);
+}
+MK_HD inline int64_t mxFanIn(const MoeNodeMap& m, const int32_t* recvCnt, int epr, int src,
+                             int64_t pairRows) {
+  if (!m.rail || src == m.me || m.nodeOf[src] != m.nodeOf[m.me]) return 0;
+  if (recvCnt[src * moeCntStride(m, epr) + moeCntMax(epr)] != (int32_t)pairRows) return 0;
+  return moeFanIn(m, recvCnt, epr, m.localOf[src], pairRows);
 }
 
-// Both ends of the stream s -> d from their own count messages (the pack kernel's sendCnt
-// [n][stride] and the AllToAll's recvCnt [n][stride], moe_node.h's entries): the sender s
-// sends its records for d (sendCnt[d].blk) and returns the rows d sent it (recvCnt[d].rows);
-// the receiver d expects the records s announced (recvCnt[s].blk) and the rows it sent s
-// (sendCnt[s].rows). *disp: the dispatch part's chunks (the return part's first chunk number).
-MK_HD inline int64_t mxSenderChunks(const MxPlan& p, const int32_t* sendCnt, const int32_t* recvCnt,
-                                    int stride, int epr, int dst, int64_t* disp, int64_t* retRows) {
-  const int64_t blk = sendCnt[dst * stride + moeCntBlk(epr)];
-  *retRows = p.retBytes > 0 ? recvCnt[dst * stride + moeCntRows(epr)] : 0;
-  *disp = mxChunks(blk, p.dispRows);
-  return mxStreamChunks(p, blk, *retRows);
+// One ordered pair's stream: what each part carries and where its chunks end (the fan part's
+// first chunk is dispEnd, the return part's fanEnd).
+struct MxStream {
+  int64_t blk = 0, fan = 0, ret = 0;  // records, fan records, return rows
+  int64_t dispEnd = 0, fanEnd = 0, total = 0;
+};
+MK_HD inline MxStream mxStream(const MxPlan& p, int64_t blk, int64_t fan, int64_t ret) {
+  MxStream s;
+  s.blk = blk > 0 ? blk : 0;
+  s.fan = fan > 0 ? fan : 0;
+  s.ret = p.retBytes > 0 && ret > 0 ? ret : 0;
+  s.dispEnd = mxChunks(s.blk, p.dispRows);
+  s.fanEnd = s.dispEnd + mxChunks(s.fan, p.dispRows);
+  s.total = s.fanEnd + mxChunks(s.ret, p.retRows);
+  return s;
 }
-MK_HD inline int64_t mxReceiverChunks(const MxPlan& p, const int32_t* sendCnt,
-                                      const int32_t* recvCnt, int stride, int epr, int src,
-                                      int64_t* disp, int64_t* retRows) {
-  const int64_t blk = recvCnt[src * stride + moeCntBlk(epr)];
-  *retRows = p.retBytes > 0 ? sendCnt[src * stride + moeCntRows(epr)] : 0;
-  *disp = mxChunks(blk, p.dispRows);
-  return mxStreamChunks(p, blk, *retRows);
+// Both ends of the stream s -> d from their own count messages (the pack kernel's sendCnt
+// [n][stride] and the AllToAll's recvCnt [n][stride], moe_node.h's entries): the sender s sends
+// its records for d (sendCnt[d].blk), its fan records for d and returns the rows d sent it
+// (recvCnt[d].rows); the receiver d expects the records s announced (recvCnt[s].blk), the fan
+// records of gateway s and the rows it sent s (sendCnt[s].rows).
+MK_HD inline MxStream mxSenderStream(const MxPlan& p, const MoeNodeMap& m, const int32_t* sendCnt,
+                                     const int32_t* recvCnt, int epr, int dst, int64_t pairRows) {
+  const int st = moeCntStride(m, epr);
+  return mxStream(p, sendCnt[dst * st + moeCntBlk(epr)], mxFanOut(m, recvCnt, epr, dst, pairRows),
+                  recvCnt[dst * st + moeCntRows(epr)]);
+}
+MK_HD inline MxStream mxReceiverStream(const MxPlan& p, const MoeNodeMap& m, const int32_t* sendCnt,
+                                       const int32_t* recvCnt, int epr, int src, int64_t pairRows) {
+  const int st = moeCntStride(m, epr);
+  return mxStream(p, recvCnt[src * st + moeCntBlk(epr)], mxFanIn(m, recvCnt, epr, src, pairRows),
+                  sendCnt[src * st + moeCntRows(epr)]);
 }
 
 // Comm CTAs of a rank's kernel of `budget` CTAs: config commSms when >= 2, else a quarter of

@@ -61,6 +61,14 @@ __global__ void __launch_bounds__(kA2aThreads)
       for (int64_t r = L.start[le] + L.count[le] + threadIdx.x; r < L.start[le + 1];
            r += blockDim.x)
         for (int c = 0; c < 3; ++c) p.recv.rowSource[r * 3 + c] = -1;
+  // The node dedup: the fan records every local rank should forward, unclamped, which the
+  // call's report compares with what this rank's receive CTAs counted (a2aReportErrors).
+  const MoeNodeMap& m = p.node;
+  for (int q = threadIdx.x; m.rail && q < n; q += blockDim.x) {
+    const bool local = m.nodeOf[q] == m.nodeOf[m.me];
+    const int64_t raw = local ? moeFanOut(m, p.recvCnt, epr, m.localOf[q], INT64_MAX) : 0;
+    p.fanUnits[2 * n + q] = raw > INT32_MAX ? INT32_MAX : raw < 0 ? -1 : (int32_t)raw;
+  }
   if (threadIdx.x == 0) {
     lay->span = L.span;
     lay->ovf = L.ovf;
@@ -70,7 +78,7 @@ __global__ void __launch_bounds__(kA2aThreads)
 
 // The verdict every rank shares (the layout, the agreed parameters and window size, the call's
 // shape and config): the plan, or !ok with the reason.
-MxPlan planOf(const MoeCall& c, const FusedComm& f, const char** why) {
+MxPlan planOf(const MoeCall& c, const FusedComm& f, bool rail, const char** why) {
   const ncclComm* comm = c.comm;
   const int n = comm->nRanks;
   *why = nullptr;
@@ -86,12 +94,13 @@ MxPlan planOf(const MoeCall& c, const FusedComm& f, const char** why) {
     *why =
         "the layer's GEMM1 applies SwiGLU in its epilogue only with w1 in the [N,K] layout and "
         "MKERNEL_MOE_SWIGLU_EPILOGUE=1";
-  } else if (2 * (size_t)c.E * sizeof(int32_t) > (size_t)gemm::GroupPipe::kSmemBytes) {
+  } else if ((2 * (size_t)c.E + kMoeNodeMaxLocal) * sizeof(int32_t) >
+             (size_t)gemm::GroupPipe::kSmemBytes) {
     *why = "the layout tables of this many experts exceed the shared memory";
   }
   if (*why != nullptr) return MxPlan{};
   const MxPlan pl = mxPlan(f.net.windowBytes, n, (int64_t)c.H * fusedTypeSize(c.inType), c.k,
-                           (int64_t)c.H, c.ffn);
+                           (int64_t)c.H, c.ffn, rail);
   if (!pl.ok) *why = "a record or return row does not fit half a window area (MKERNEL_NET_WINDOW)";
   return pl;
 }
@@ -109,8 +118,14 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   if (comm->topo.nNodes < 2) return ncclSuccess;
   FusedComm f;
   NCCLCHECK(fusedCommView(comm, rt::kOpMoe, &f));
+  // The node dedup as on the AllToAll path (MKERNEL_MOE_NODE_DEDUP, the comm's nodes: every
+  // rank alike).
+  MoeXnParams p{};
+  NCCLCHECK(moeA2aParams(c, /*dedup=*/true, &p.a));
+  A2aParams& a = p.a;
+  const bool rail = a.node.rail != 0;
   const char* why = nullptr;
-  const MxPlan pl = planOf(c, f, &why);
+  const MxPlan pl = planOf(c, f, rail, &why);
   if (!pl.ok) {
     static std::atomic<bool> said{false};
     sayOnce(&said, api, why);
@@ -118,12 +133,12 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   }
   const int n = comm->nRanks, epr = c.E / n;
   // The grid is private to the rank (its share of the GPU among this process's live comms).
+  // At least 3 CTAs (a send, a receive and a GEMM CTA) even where sibling comms leave this one
+  // less (more than SMs / 3 ranks of this process on the GPU): the verdict above is shared by
+  // the ranks and may not depend on that private count.
   const int budget = std::max(3, std::min(fusedOwnShare(comm), (int)fusedGpuShare(comm)));
   const int nComm = mxCommCtas(budget, n, c.cfg.commSms);
 
-  MoeXnParams p{};
-  NCCLCHECK(moeA2aParams(c, /*dedup=*/false, &p.a));
-  A2aParams& a = p.a;
   a.recBytes = pl.recBytes;
   a.out = c.buf.out;
   a.y = c.yOut;
@@ -167,6 +182,9 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
     CUDACHECK(cudaFuncGetAttributes(&attr, moeXnLayoutKernel));
   }
   NCCLCHECK(launch(0, nullptr));
+  // Refused here, before the counts' AllToAll its peers' kernels depend on, rather than at the
+  // launch (a cooperative grid the device cannot hold at once: e.g. an MPS thread limit).
+  NCCLCHECK(launch(-budget, nullptr));
 
   // Scratch, stream-ordered (graph memory nodes under capture): the AllToAll path's routing
   // state and records, the layout tables, then the counters zeroed per call, then the return
@@ -185,11 +203,17 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   const size_t oSlotTok = k.take((slots + 1) * sizeof(int32_t));
   const size_t oTabs = k.take(2 * (size_t)n * epr * sizeof(int32_t));
   const size_t oLay = k.take(sizeof(MxLayout));
-  // Zeroed: tileReady, rowDone1, rowDone2 [tiles]; retReady [n]; recvDone, combClaim and the
-  // two GEMMs' tile claims; the zero chunk (the layer).
+  const size_t oFan = k.take(rail ? (kMoeNodeMaxLocal + 3 * (size_t)n) * sizeof(int32_t) : 0);
+  const size_t oFanSend = k.take(rail ? (size_t)a.node.nLocal * a.pairRows * pl.recBytes : 0);
+  p.fanChunks = (int32_t)mxChunks(a.pairRows, pl.dispRows);
+  // Zeroed: tileReady, rowDone1, rowDone2 [tiles]; retReady [n]; recvDone, combClaim, the two
+  // GEMMs' tile claims and dispDone; the zero chunk (the layer); the fan chunks' counters (the
+  // dedup).
   const size_t oZero = k.take(0);
-  const size_t oCtr = k.take((3 * (size_t)tiles + n + 4) * sizeof(uint64_t));
+  const size_t oCtr = k.take((3 * (size_t)tiles + n + 5) * sizeof(uint64_t));
   const size_t oZeroChunk = k.take(c.ffn ? (size_t)pl.retRows * pl.retBytes : 0);
+  const size_t oFanChunk =
+      k.take(rail ? (size_t)a.node.nLocal * p.fanChunks * sizeof(uint64_t) : 0);
   const size_t zeroBytes = k.at - oZero;
   const size_t oRetSend = k.take(retRowsBytes);
   const size_t oRetRecv = k.take(retRowsBytes);
@@ -214,7 +238,14 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   uint64_t* tail = p.retReady + n;
   p.recvDone = reinterpret_cast<uint32_t*>(tail);
   p.combClaim = reinterpret_cast<int32_t*>(tail + 1);
+  p.dispDone = tail + 4;
   p.zeroRow = reinterpret_cast<const float*>(base + oZeroChunk);
+  if (rail) {
+    a.fanCnt = reinterpret_cast<int32_t*>(base + oFan);  // zeroed by the pack kernel
+    a.fanUnits = a.fanCnt + kMoeNodeMaxLocal;
+    p.fanSend = base + oFanSend;
+    p.fanChunk = reinterpret_cast<uint64_t*>(base + oFanChunk);
+  }
   p.retSend = c.ffn ? reinterpret_cast<float*>(base + oRetSend) : nullptr;
   p.retRecv = c.ffn ? reinterpret_cast<float*>(base + oRetRecv) : nullptr;
 
@@ -238,9 +269,10 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
         a, tabs, tabs + (size_t)n * epr, lay, p.tileReady);
     CUDACHECKGOTO(cudaGetLastError(), res, done);
     MK_INFO(kFused,
-            "%s rank %d T=%zu k=%d E=%d H=%zu fused across nodes: %d CTAs, %d comm, "
+            "%s rank %d T=%zu k=%d E=%d H=%zu fused across nodes%s: %d CTAs, %d comm, "
             "chunks of %d records / %d rows, %d slots",
-            api, f.rank, c.T, c.k, c.E, c.H, budget, nComm, pl.dispRows, pl.retRows, pl.slots);
+            api, f.rank, c.T, c.k, c.E, c.H, rail ? " (node dedup)" : "", budget, nComm,
+            pl.dispRows, pl.retRows, pl.slots);
     NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, api,
                                [&](cudaStream_t s) -> ncclResult_t { return launch(budget, s); }),
                   res, done);
