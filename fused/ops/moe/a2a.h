@@ -147,6 +147,28 @@ __device__ __forceinline__ int64_t pairRowTarget(const A2aParams& p, const int32
   return -1;
 }
 
+// One warp's view of a rail row's metadata (the node dedup; lane j holds entry j, k <= 32,
+// the entries end at the first pair row -1): each lane's owner, as a local index of the
+// gateway's node (lanes without a valid entry get -1 - lane, which matches nobody), and the
+// lanes that lead a distinct owner, in first-entry order. Called by the whole warp.
+struct RailLanes {
+  int4 e;
+  int loc;
+  uint32_t leaders;
+};
+__device__ __forceinline__ RailLanes railLanes(const int4* meta, int k, int nLocal) {
+  const int lane = threadIdx.x & 31;
+  RailLanes r;
+  r.e = lane < k ? meta[lane] : make_int4(-1, 0, 0, 0);
+  const uint32_t ends = __ballot_sync(0xffffffffu, r.e.x < 0);
+  const int entries = ends ? __ffs(ends) - 1 : 32;
+  const bool valid = lane < entries && moeFanZLocal(r.e.z) < nLocal;
+  r.loc = valid ? moeFanZLocal(r.e.z) : -1 - lane;
+  const uint32_t same = __match_any_sync(0xffffffffu, r.loc);
+  r.leaders = __ballot_sync(0xffffffffu, valid && (same & ((1u << lane) - 1)) == 0);
+  return r;
+}
+
 // The call's errors, first recorded first (what the comm reports): a bad expert id of this
 // rank's routing, a peer's maxRows that differs from this rank's (otherMax >= 0), this rank's
 // overflow (ovf: its layout spans `span` rows), and (node dedup) rows this rank forwarded as a

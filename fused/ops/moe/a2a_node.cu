@@ -61,14 +61,10 @@ __global__ void __launch_bounds__(kA2aThreads)
     const int src = (int)(w / p.pairRows);
     if (!railOk[src] || w - (int64_t)src * p.pairRows >= p.recvCnt[src * p.stride + moeCntBlk(epr)])
       continue;
-    // Lane j: entry j of the row (k <= 32); the entries end at the first pair row -1.
-    const int4 e = lane < k ? p.recvMeta[w * k + lane] : make_int4(-1, 0, 0, 0);
-    const uint32_t ends = __ballot_sync(0xffffffffu, e.x < 0);
-    const int entries = ends ? __ffs(ends) - 1 : 32;
-    const bool valid = lane < entries && moeFanZLocal(e.z) < nl;
-    const int loc = valid ? moeFanZLocal(e.z) : -1 - lane;  // invalid lanes match nobody
-    const uint32_t same = __match_any_sync(0xffffffffu, loc);
-    uint32_t leaders = __ballot_sync(0xffffffffu, valid && (same & below) == 0);
+    const RailLanes rl = railLanes(p.recvMeta + w * k, k, nl);
+    const int4 e = rl.e;
+    const int loc = rl.loc;
+    uint32_t leaders = rl.leaders;
     const int4* from = reinterpret_cast<const int4*>(p.recvRows + w * p.rowBytes);
     // One fan row per distinct owner, in first-entry order, with that owner's entries.
     while (leaders != 0) {

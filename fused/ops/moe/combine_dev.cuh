@@ -48,6 +48,28 @@ __device__ __forceinline__ void combineToken(const float* src, float w, int topk
   }
 }
 
+// Tokens a warp claims at once: few enough that the warps' shares stay even, enough that the
+// claims cost little next to reading k rows of H floats per token.
+constexpr int kCombineChunk = 4;
+
+// Warps claim `chunk` tokens at a time from *claim (a per-call counter, zeroed before the
+// kernel) until none of the `tokens` is left; each(t) combines token t and returns false to
+// stop the warp (a wait failed). Called by the whole warp.
+template <class F>
+__device__ __forceinline__ void claimTokens(int32_t* claim, int64_t tokens, int chunk,
+                                            const F& each) {
+  const int lane = threadIdx.x & 31;
+  for (;;) {
+    int32_t t0 = 0;
+    if (lane == 0) t0 = atomicAdd(claim, chunk);
+    t0 = __shfl_sync(0xffffffffu, t0, 0);
+    if (t0 >= tokens) return;
+    const int64_t end = (int64_t)t0 + chunk < tokens ? (int64_t)t0 + chunk : tokens;
+    for (int64_t t = t0; t < end; ++t)
+      if (!each(t)) return;
+  }
+}
+
 }  // namespace moedev
 }  // namespace fused
 }  // namespace mk

@@ -59,9 +59,6 @@ struct MoeFfnFusedParams {
   uint32_t testDelayUs;  // MKERNEL_MOE_FFN_TEST_DELAY_US (tests: late tiles, gemm_chain.cuh)
 };
 
-// Tokens a warp claims at once: few enough that the warps' shares stay even, enough that the
-// claims cost little next to reading k rows of H floats per token.
-constexpr int kFfnCombineChunk = 4;
 // ErrSite::slot of the protocol error "a peer runs the sequential path" (err_host.cc).
 constexpr int32_t kFfnMixedPathsSlot = -4;
 
@@ -112,18 +109,8 @@ __device__ __forceinline__ bool ffnCombineToken(const MoeFfnFusedParams& p, int6
 
 template <typename O>
 __device__ void ffnCombine(const MoeFfnFusedParams& p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t tokens = p.d.s.tokens;
-  for (;;) {
-    int32_t t0 = 0;
-    if (lane == 0) t0 = atomicAdd(p.combClaim, kFfnCombineChunk);
-    t0 = __shfl_sync(0xffffffffu, t0, 0);
-    if (t0 >= tokens) return;
-    const int64_t end =
-        (int64_t)t0 + kFfnCombineChunk < tokens ? (int64_t)t0 + kFfnCombineChunk : tokens;
-    for (int64_t t = t0; t < end; ++t)
-      if (!ffnCombineToken<O>(p, t)) return;
-  }
+  moedev::claimTokens(p.combClaim, p.d.s.tokens, moedev::kCombineChunk,
+                      [&](int64_t t) { return ffnCombineToken<O>(p, t); });
 }
 
 template <class Tr1, class Tr2>

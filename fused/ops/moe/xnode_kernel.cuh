@@ -186,14 +186,10 @@ __device__ __forceinline__ void forwardRail(const MoeXnParams& p, const CommSh& 
   const int lane = threadIdx.x & 31, k = a.s.topk, nl = m.nLocal;
   const uint32_t below = (1u << lane) - 1;
   const int4* row = reinterpret_cast<const int4*>(rec);
-  const int4 e =
-      lane < k ? reinterpret_cast<const int4*>(rec + a.rowBytes)[lane] : make_int4(-1, 0, 0, 0);
-  const uint32_t ends = __ballot_sync(0xffffffffu, e.x < 0);
-  const int entries = ends ? __ffs(ends) - 1 : 32;
-  const bool valid = lane < entries && moeFanZLocal(e.z) < nl;
-  const int loc = valid ? moeFanZLocal(e.z) : -1 - lane;  // invalid lanes match nobody
-  const uint32_t same = __match_any_sync(0xffffffffu, loc);
-  uint32_t leaders = __ballot_sync(0xffffffffu, valid && (same & below) == 0);
+  const RailLanes rl = railLanes(reinterpret_cast<const int4*>(rec + a.rowBytes), k, nl);
+  const int4 e = rl.e;
+  const int loc = rl.loc;
+  uint32_t leaders = rl.leaders;
   const int myNode = m.nodeOf[m.me];
   while (leaders != 0) {
     const int leader = __ffs(leaders) - 1;
@@ -481,17 +477,8 @@ __device__ __forceinline__ bool combineToken(const MoeXnParams& p, int64_t t) {
 
 template <typename O>
 __device__ void combine(const MoeXnParams& p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t tokens = p.a.s.tokens;
-  for (;;) {
-    int32_t t0 = 0;
-    if (lane == 0) t0 = atomicAdd(p.combClaim, 4);
-    t0 = __shfl_sync(0xffffffffu, t0, 0);
-    if (t0 >= tokens) return;
-    const int64_t end = (int64_t)t0 + 4 < tokens ? (int64_t)t0 + 4 : tokens;
-    for (int64_t t = t0; t < end; ++t)
-      if (!combineToken<O>(p, t)) return;
-  }
+  moedev::claimTokens(p.combClaim, p.a.s.tokens, moedev::kCombineChunk,
+                      [&](int64_t t) { return combineToken<O>(p, t); });
 }
 
 }  // namespace mxdev
