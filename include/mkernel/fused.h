@@ -145,17 +145,21 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * processes of one node, the fused kernels (algo ncclFusedFused, and for the layer also
  * ncclFusedAuto: see ncclMoeConfig_t::algo) run instead, their rows landing in windows every
  * rank maps (maxRows rows each). On a comm spanning (virtual) nodes, algo ncclFusedFused runs
- * one kernel per rank after the AllToAll path's exchange of counts (MKERNEL_FUSED_XNODE=1; the
- * layer with w1 in the [N,K] layout): token rows (across nodes once per node with
+ * one kernel per rank after the AllToAll path's exchange of counts (since session 35, not yet
+ * run on a GPU; MKERNEL_FUSED_XNODE=1; the layer with w1 in the [N,K] layout and
+ * MKERNEL_MOE_SWIGLU_EPILOGUE=1): token rows (across nodes once per node with
  * MKERNEL_MOE_NODE_DEDUP=1, as on the AllToAll path), and the layer's expert outputs back,
  * travel per pair through the device communication API while the grouped GEMM takes tiles as
- * their rows land (scratch: about nranks * maxRows token rows, twice with the dedup, and for
- * the layer 2 * nranks * maxRows fp32 rows). On every layout but the first every rank must
- * pass the same maxRows. A mismatch in the comm's first fused MoE call on processes is refused on every
- * rank (ncclInvalidArgument: the windows' sizes differ); later, or on the AllToAll path, it is
- * found only when it shows (a receiver that sees another bound reports both; a rank that
- * would grow its windows alone fails after MKERNEL_BOOTSTRAP_TIMEOUT_S, its peers at their
- * device deadline). The paths give the same outputs.
+ * their rows land (scratch: about nranks * maxRows records of a token row and 16 * topk bytes,
+ * plus nranks-per-node * maxRows more with the dedup, and for the layer 2 * nranks * maxRows
+ * fp32 rows). A rank whose GPU cannot hold the kernel's grid at once refuses the call with
+ * ncclInvalidUsage before it enqueues anything (its peers then fail at their timeout). On every
+ * layout but the first every rank must pass the same maxRows. A mismatch in the comm's first fused
+ * MoE call on processes is refused on every rank (ncclInvalidArgument: the windows' sizes differ);
+ * later, or on the AllToAll path, it is found only when it shows (a receiver that sees another
+ * bound reports both; a rank that would grow its windows alone fails after
+ * MKERNEL_BOOTSTRAP_TIMEOUT_S, its peers at their device deadline). The paths give the same
+ * outputs.
  */
 #define NCCL_MOE_ROW_ALIGN 128
 #define NCCL_MOE_MAX_EXPERTS 1024
@@ -177,7 +181,8 @@ typedef struct {
                              the ranks map, and are copied to xRecv after the kernel), and
                              ncclMoeDispatchFfnCombine one kernel per rank for the whole layer
                              on ranks of one node (see there); both calls also on comms
-                             spanning (virtual) nodes (the layer with w1 [N,K]); everywhere
+                             spanning (virtual) nodes (the layer with w1 [N,K]; since
+                             session 35, not yet run on a GPU); everywhere
                              else, and with sequential, the layout's sequential path. auto:
                              the sequential
                              path, but the fused layer on ranks that are processes of one node.
@@ -238,8 +243,10 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * fused kernel per rank runs the layer instead (dispatch, GEMM1, GEMM2 and combine overlapped
  * row tile by row tile), with the same arithmetic (ranks of one process: y is bit for bit the
  * sequential path's; processes: the rows land in, and the expert outputs are read from, windows
- * the ranks map, and buf->xRecv and buf->out are not written); elsewhere the sequential path
- * runs (the reason logged once). ncclFusedAuto runs the fused kernel where the ranks are
+ * the ranks map, and buf->xRecv and buf->out are not written). On a comm spanning (virtual)
+ * nodes, with the same weights rule, the fused kernel across nodes runs it (see the layouts
+ * above; since session 35, not yet run on a GPU). Elsewhere the sequential path runs (the
+ * reason logged once). ncclFusedAuto runs the fused kernel where the ranks are
  * processes of one node and it applies (measured faster than the AllToAll path at every shape
  * tried, docs/moe.md), else the sequential path. A call captured in a graph must
  * follow an eager call on the same path (each path allocates its shared state at its first

@@ -13,5 +13,5 @@ gc_run ffn2n 330 300 60 0 "^\||rror|Traceback" python3 bench/moe_bench.py ffn \
 gc_run disp2n 585 250 60 0 "^\||rror|Traceback" python3 bench/moe_bench.py dispatch \
   --lib /tmp/bn/src/libmkernel.so --out "$GC_L/disp2n" --mps --nproc 2 --nodes 2 \
   --algos auto,fused --no-graph --shapes "$S" --reps 6 --warmup 1 --budget 200
-echo quit | nvidia-cuda-mps-control
+echo quit | timeout 30 nvidia-cuda-mps-control
 gc_tar

@@ -427,7 +427,7 @@ ncclResult_t launchCombine(const MoeCall& c, const A2aParams& p, int grid, size_
 
 }  // namespace
 
-ncclResult_t moeA2aParams(const MoeCall& c, bool dedup, A2aParams* pp) {
+ncclResult_t moeA2aParams(const MoeCall& c, A2aParams* pp) {
   ncclComm* comm = c.comm;
   const int n = comm->nRanks, epr = c.E / n;
   A2aParams& p = *pp;
@@ -447,12 +447,7 @@ ncclResult_t moeA2aParams(const MoeCall& c, bool dedup, A2aParams* pp) {
   p.s.nRanks = n;
   p.s.expertsPerRank = epr;
   p.report = c.ffn ? 0 : 1;
-  if (dedup) {
-    a2aNodeMap(comm, &p.node);
-  } else {
-    p.node.nRanks = n;
-    p.node.me = comm->rank;
-  }
+  a2aNodeMap(comm, &p.node);
   p.stride = moeCntStride(p.node, epr);
   return ncclSuccess;
 }
@@ -491,7 +486,7 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   const int n = comm->nRanks, epr = c.E / n;
   const ncclMoeRecv_t& r = c.recv;
   A2aParams p{};
-  NCCLCHECK(moeA2aParams(c, true, &p));
+  NCCLCHECK(moeA2aParams(c, &p));
   const bool rail = p.node.rail != 0;
 
   // Every kernel loaded before the first launch: a lazy load can wait behind running kernels,

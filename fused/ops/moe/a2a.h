@@ -206,9 +206,9 @@ __device__ inline void a2aReportErrors(const A2aParams& p, int ovf, int otherMax
 }
 
 // Host: the parameters every kernel of the path shares (comm view, routing, shape, counts'
-// stride; the node tables with the dedup when `dedup` and MKERNEL_MOE_NODE_DEDUP allow it,
-// else every pair direct). Buffers are the caller's.
-ncclResult_t moeA2aParams(const MoeCall& c, bool dedup, A2aParams* p);
+// stride; the node tables, with the dedup where MKERNEL_MOE_NODE_DEDUP and the comm's nodes
+// allow it, else every pair direct). Buffers are the caller's.
+ncclResult_t moeA2aParams(const MoeCall& c, A2aParams* p);
 // Host: the path's first steps on c.stream: badSlot reset, pack, rows (records when
 // p.recBytes > 0), then the counts' AllToAll into p.recvCnt (set to -1 first). `grid`: the
 // rows kernel's CTAs. moeA2aFrontPreload loads their kernels.

@@ -121,7 +121,7 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   // The node dedup as on the AllToAll path (MKERNEL_MOE_NODE_DEDUP, the comm's nodes: every
   // rank alike).
   MoeXnParams p{};
-  NCCLCHECK(moeA2aParams(c, /*dedup=*/true, &p.a));
+  NCCLCHECK(moeA2aParams(c, &p.a));
   A2aParams& a = p.a;
   const bool rail = a.node.rail != 0;
   const char* why = nullptr;
