@@ -33,9 +33,10 @@
 //       kernel's gateways forward (mode 1 at most 0.75x mode 0's cross-node bytes).
 //   MoeVnodesFused.Graph2x2             capture and replays with new routing, fused, both modes.
 //   MoeVnodesFused.PeerNeverComes       2 ranks on 2 nodes: rank 0 calls the fused layer, rank 1
-//       takes part in its counts' AllToAll only, so rank 0's fused kernel waits for a peer that
-//       never comes: its error names rank 1 after MKERNEL_TIMEOUT_MS (3 s here), ncclCommAbort
-//       returns within 5 s, and the GPU stays usable (a new pair then runs the fused layer).
+//       takes part in its counts' AllToAll only and never in the fused call: rank 0's call fails
+//       naming rank 1 after MKERNEL_TIMEOUT_MS (3 s here; ranks of one process: the enqueue's
+//       rendezvous catches it on the host), ncclCommAbort returns within 5 s, and the GPU stays
+//       usable (a new pair then runs the fused layer).
 // Waits on the device end after 20 s.
 #include <gtest/gtest.h>
 
@@ -445,7 +446,7 @@ TEST(MoeVnodesFused, PeerNeverComes) {
     DrawOpts o;
     ASSERT_EQ(p.draw(mktest::testSeed() ^ 0xab4, o), "");
     // Rank 1 takes part in the call's first collective, the counts' AllToAll (moeCntStride
-    // ints a rank, every pair direct), and never launches the kernel.
+    // ints a rank, every pair direct), and never in the fused call.
     mk::fused::MoeNodeMap direct{};
     const int stride = mk::fused::moeCntStride(direct, fc.epr);
     void* cnt = nullptr;
@@ -462,17 +463,13 @@ TEST(MoeVnodesFused, PeerNeverComes) {
       }
       return res == ncclSuccess ? "" : fusedtest::callError(r, team.comms[r], res);
     });
-    ASSERT_EQ(e, "");
-    EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 1u) << "rank 0's fused kernel";
-    // Rank 0's kernel waits for rank 1's credit until MKERNEL_TIMEOUT_MS: an error naming it.
-    ncclResult_t async = ncclSuccess;
-    const double limit = kTimeoutMs / 1000.0 + 15;
-    EXPECT_EQ(gputest::pollAsyncError(team.comms[0], gputest::Clock::now(), limit, &async),
-              ncclSuccess);
-    const std::string msg = ncclGetLastError(team.comms[0]);
-    printf("[MoeVnodesFused PeerNeverComes] rank 0: %s\n", msg.c_str());
-    EXPECT_NE(async, ncclSuccess) << "no error within " << limit << " s";
-    EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+    // Ranks of one process: the enqueue's rendezvous (coll/rendezvous.h) waits on the host for
+    // rank 1's matching fused call until MKERNEL_TIMEOUT_MS and fails rank 0's call naming it,
+    // before the fused kernel is enqueued (the H200, session 35); the counts' AllToAll ran.
+    printf("[MoeVnodesFused PeerNeverComes] %s\n", e.c_str());
+    EXPECT_NE(e.find("rank 0"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 1"), std::string::npos) << "the error must name the missing peer: " << e;
+    EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, 0u) << "no fused kernel without the peer";
     const auto t0 = gputest::Clock::now();
     EXPECT_EQ(ncclCommAbort(team.comms[0]), ncclSuccess);
     EXPECT_EQ(ncclCommAbort(team.comms[1]), ncclSuccess);
