@@ -69,6 +69,7 @@ __global__ void ringStageKernel(const __grid_constant__ RingParams p) {
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
 std::atomic<uint64_t> gLaunches[kRingLayouts];
 std::atomic<int32_t> gLastStagedGrid{0};
+std::atomic<int32_t> gLastStagedBudget{0};
 
 // The xnode layout's plan (a pure function of values every rank shares: the agreed window
 // size and MKERNEL_FUSED_XNODE, n, the shape), or !ok.
@@ -85,6 +86,10 @@ uint64_t ringAttnFusedLaunches(int layout) {
 
 int32_t ringAttnLastStagedGrid() {
   return gLastStagedGrid.load();
+}
+
+int32_t ringAttnLastStagedBudget() {
+  return gLastStagedBudget.load();
 }
 
 bool ringAttnStagedEligible(const RingAttnCall& c) {
@@ -296,6 +301,7 @@ done:
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
       gLastStagedGrid.store(rp.split.total());
+      gLastStagedBudget.store(budget);
     } else {
       gLaunches[xnode ? kRingLayoutXnode : (procs ? kRingLayoutProcs : kRingLayoutClique)]
           .fetch_add(1);

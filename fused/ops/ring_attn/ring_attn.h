@@ -52,9 +52,11 @@ enum RingLayoutId : int {
   kRingLayouts = 5
 };
 uint64_t ringAttnFusedLaunches(int layout);
-// The grid (CTAs) of the last staged launch in this process (0: none): tests check that it
-// took the sequential path's budget, not a rank's share.
+// The grid (CTAs) of the last staged launch in this process (0: none), and the budget it was
+// sized from (the grid is at most the attention's work units): tests check that the budget is
+// the sequential path's, not a rank's share.
 int32_t ringAttnLastStagedGrid();
+int32_t ringAttnLastStagedBudget();
 
 }  // namespace fused
 }  // namespace mk
