@@ -33,7 +33,7 @@ process on one GPU use the clique kernels (only the 1-rank group here); ranks in
 processes use the AllToAll path (fused/ops/moe/a2a.cu), or with --algos fused on one node the
 fused kernels (rows landing in the ranks' windows: fused_moe.cu, fused_ffn.cu), and with
 --algos fused across --nodes the fused kernel across nodes (rows and the layer's outputs moving
-per pair through the device API: xnode.cu; since session 35, not yet run on a GPU). The AllToAll
+per pair through the device API: xnode.cu; 3-12x slower than the AllToAll path in session 35). The AllToAll
 path's per-pair buffers hold max_rows rows: each call moves nranks * max_rows rows per rank whatever the routing, so max_rows is
 chosen per shape (--max-rows tight: the routing's need, the same on every rank; bound:
 mkernel.moe_max_rows, which never overflows but moves nranks times more; or a factor of tight).

@@ -145,8 +145,9 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * processes of one node, the fused kernels (algo ncclFusedFused, and for the layer also
  * ncclFusedAuto: see ncclMoeConfig_t::algo) run instead, their rows landing in windows every
  * rank maps (maxRows rows each). On a comm spanning (virtual) nodes, algo ncclFusedFused runs
- * one kernel per rank after the AllToAll path's exchange of counts (since session 35, not yet
- * run on a GPU; MKERNEL_FUSED_XNODE=1; the layer with w1 in the [N,K] layout and
+ * one kernel per rank after the AllToAll path's exchange of counts (session 35; GPU-tested,
+ * but 3-12x slower than the AllToAll path on 2 virtual nodes of one H200;
+ * MKERNEL_FUSED_XNODE=1; the layer with w1 in the [N,K] layout and
  * MKERNEL_MOE_SWIGLU_EPILOGUE=1): token rows (across nodes once per node with
  * MKERNEL_MOE_NODE_DEDUP=1, as on the AllToAll path), and the layer's expert outputs back,
  * travel per pair through the device communication API while the grouped GEMM takes tiles as
@@ -181,8 +182,8 @@ typedef struct {
                              the ranks map, and are copied to xRecv after the kernel), and
                              ncclMoeDispatchFfnCombine one kernel per rank for the whole layer
                              on ranks of one node (see there); both calls also on comms
-                             spanning (virtual) nodes (the layer with w1 [N,K]; since
-                             session 35, not yet run on a GPU); everywhere
+                             spanning (virtual) nodes (the layer with w1 [N,K]; session
+                             35, slower than the AllToAll path there); everywhere
                              else, and with sequential, the layout's sequential path. auto:
                              the sequential
                              path, but the fused layer on ranks that are processes of one node.
@@ -245,7 +246,7 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * sequential path's; processes: the rows land in, and the expert outputs are read from, windows
  * the ranks map, and buf->xRecv and buf->out are not written). On a comm spanning (virtual)
  * nodes, with the same weights rule, the fused kernel across nodes runs it (see the layouts
- * above; since session 35, not yet run on a GPU). Elsewhere the sequential path runs (the
+ * above; session 35, slower than the AllToAll path there). Elsewhere the sequential path runs (the
  * reason logged once). ncclFusedAuto runs the fused kernel where the ranks are
  * processes of one node and it applies (measured faster than the AllToAll path at every shape
  * tried, docs/moe.md), else the sequential path. A call captured in a graph must
@@ -321,9 +322,9 @@ ncclResult_t pncclMoeDispatchFfnCombine(const void* x, const int* topkIdx, const
  * fused kernel whose slices travel through the device communication API (P2P inside a node,
  * the proxy across; MKERNEL_FUSED_XNODE=1, the default), where its plan fits the comm's
  * window; ncclFusedAuto stays sequential there. With MKERNEL_RING_SEQ_DIRECT=1 (every rank
- * alike; opt-in, not yet measured) the sequential path of ranks that are processes all on one
- * GPU reads the peers' copies in place too, after a one-thread wait for them, instead of
- * gathering.
+ * alike; the default since session 35, measured faster than gathering) the sequential path of
+ * ranks that are processes all on one GPU reads the peers' copies in place too, after a
+ * one-thread wait for them, instead of gathering.
  *
  * Rules (ncclInvalidArgument otherwise): inType bf16/fp16; headDim 64, 128 or 256; hq, hkv >= 1
  * and hq % hkv == 0; batch, seqLocal >= 1; zigzag: seqLocal even; q, k, v, out 16-byte

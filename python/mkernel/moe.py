@@ -154,7 +154,7 @@ def moe_dispatch_gemm(x, topk_idx, topk_weights, w1, *, max_rows=None, group=Non
   algo: 'auto', 'fused' or 'sequential' (ncclMoeConfig_t::algo). 'fused' runs one fused kernel
   per rank where the group's ranks are on one node, either all in one process on one GPU or
   each in its own process (as under torchrun), and where they span (virtual) nodes (since
-  session 35, not yet run on a GPU); moe_ffn's fused kernel also needs w_layout 'nk'.
+  session 35; slower than the sequential path there); moe_ffn's fused kernel also needs w_layout 'nk'.
   Elsewhere, and with 'sequential', the layout's sequential path runs.
   'auto' runs the sequential path here, and for moe_ffn the fused layer where the ranks are
   processes of one node and w_layout is 'nk' (include/mkernel/fused.h). comm_sms: -1
