@@ -111,6 +111,65 @@ TEST(MoeXnode, CommCtas) {
       }
 }
 
+TEST(MoeXnode, UnpackCtas) {
+  for (int budget = 3; budget < 200; ++budget)
+    for (int n : {2, 3, 8})
+      for (int commSms : {-1, 2, 7}) {
+        const int c = mf::mxCommCtas(budget, n, commSms), u = mf::mxUnpackCtas(budget, c);
+        ASSERT_GE(u, 1);           // someone unpacks
+        ASSERT_LE(c + u, budget);  // inside the grid
+        ASSERT_LE(u, std::max(1, (budget - c) / 4));
+      }
+  ASSERT_EQ(mf::mxUnpackCtas(5, 5), 0);
+}
+
+// Every unit (source, chunk) is taken by exactly one unpack CTA, each CTA's units in the
+// chunk-major order (a chunk j of any source before any chunk j + 1), for random counts.
+TEST(MoeXnode, UnitsOnceChunkMajor) {
+  std::mt19937_64 rng(mktest::testSeed());
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + (int)(rng() % 9), nUnpack = 1 + (int)(rng() % 20);
+    std::vector<int32_t> cnt(n);
+    for (auto& c : cnt) c = (int32_t)(rng() % 4 == 0 ? 0 : rng() % 30);
+    std::vector<std::vector<int>> seen(n);
+    for (int s = 0; s < n; ++s) seen[s].assign(cnt[s], 0);
+    for (int idx = 0; idx < nUnpack; ++idx) {
+      int64_t lastJ = -1;
+      mf::mxUnits(cnt.data(), n, nUnpack, idx, [&](int s, int64_t j) {
+        ASSERT_GE(s, 0);
+        ASSERT_LT(s, n);
+        ASSERT_GE(j, 0);
+        ASSERT_LT(j, cnt[s]);
+        ASSERT_GE(j, lastJ);
+        lastJ = j;
+        ++seen[s][j];
+      });
+    }
+    for (int s = 0; s < n; ++s)
+      for (int32_t j = 0; j < cnt[s]; ++j)
+        ASSERT_EQ(seen[s][j], 1) << "source " << s << " chunk " << j;
+  }
+}
+
+// The records of a part that land in an area of `cap` records: the chunk's own rows while they
+// fit, then what is left of the area, then none; summed over the chunks, min(rows, cap).
+TEST(MoeXnode, LandRows) {
+  std::mt19937_64 rng(mktest::testSeed());
+  for (int trial = 0; trial < 500; ++trial) {
+    const int64_t rows = (int64_t)(rng() % 1000), cap = (int64_t)(rng() % 1000);
+    const int32_t per = 1 + (int32_t)(rng() % 70);
+    int64_t sum = 0;
+    for (int64_t j = 0; j < mf::mxChunks(rows, per); ++j) {
+      const int64_t r = mf::mxLandRows(rows, per, j, cap);
+      ASSERT_GE(r, 0);
+      ASSERT_LE(r, mf::mxChunkRows(rows, per, j));
+      ASSERT_LE(j * per + r, std::max<int64_t>(cap, j * per));
+      sum += r;
+    }
+    ASSERT_EQ(sum, std::min(rows, cap)) << rows << " " << cap << " " << per;
+  }
+}
+
 // Random routings of nodes x local ranks: each rank's count message (moeSourceCounts, as the
 // pack kernel builds it, with the node dedup on in every other trial) delivered to its
 // destinations; both ends of every stream count the same records, fan records and return rows

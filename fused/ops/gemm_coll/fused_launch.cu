@@ -4,12 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstring>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
 
 #include "base/checks.h"
 #include "base/param.h"
@@ -24,6 +20,7 @@
 #include "fused/ops/gemm_coll/gemm_coll.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/core/proc_windows.h"
+#include "fused/core/trace.h"
 #include "fused/ops/gemm_coll/procs.h"
 #include "fused/ops/gemm_coll/xnode.h"
 
@@ -52,19 +49,10 @@ bool autoMayFuse() {
 }
 
 // ---- MKERNEL_FUSED_TRACE ---------------------------------------------------------------------
-// The kernel stamps each CTA's start and end (%globaltimer) into mapped host memory; a host
-// function queued behind it prints when the compute CTAs and the comm CTAs finished. Host
-// functions may not call CUDA, so stamp buffers go back to a pool instead of being freed.
-constexpr int kTraceMaxCtas = 4096;
-
-struct TracePool {
-  std::mutex mu;
-  std::vector<uint64_t*> free;
-};
-TracePool& tracePool() {
-  static TracePool* pool = new TracePool;  // outlives host functions still queued at exit
-  return *pool;
-}
+// The kernel stamps each CTA's start and end (%globaltimer) into a trace buffer
+// (fused/core/trace.h); a host function queued behind it prints when the compute CTAs and the
+// comm CTAs finished.
+static_assert(kGcTraceWords <= kTraceMaxWords, "GEMM + collective trace words exceed a buffer");
 
 struct TraceCall {
   uint64_t* stamps;  // [grid][kGcTraceWords] (GcParams::trace)
@@ -117,33 +105,7 @@ void CUDART_CB tracePrint(void* arg) {
       cSum / std::max(1, nCompute) * 1e-3, cLast * 1e-3, tailLast * 1e-3, t->grid - nCompute,
       mLast * 1e-3, loopLast * 1e-3, (unsigned long long)helped,
       ownedTiles(t->M, t->N, t->rank, t->nRanks), (double)(t0 % 1000000000ull) * 1e-3);
-  memset(t->stamps, 0,
-         kTraceMaxCtas * kGcTraceWords * sizeof(uint64_t));  // host memory: no CUDA call
-  std::lock_guard<std::mutex> lock(tracePool().mu);
-  tracePool().free.push_back(t->stamps);
-}
-
-// Queues the stamps' buffer for this launch (outside capture only); null when tracing is off,
-// the grid is wider than a buffer, or the call is being captured.
-uint64_t* traceBegin(int grid, bool capturing) {
-  if (MK_PARAM_INT(FusedTrace) == 0 || capturing || grid > kTraceMaxCtas) return nullptr;
-  {
-    std::lock_guard<std::mutex> lock(tracePool().mu);
-    if (!tracePool().free.empty()) {
-      uint64_t* b = tracePool().free.back();
-      tracePool().free.pop_back();
-      return b;
-    }
-  }
-  void* h = nullptr;
-  if (cudaHostAlloc(&h, kTraceMaxCtas * kGcTraceWords * sizeof(uint64_t), cudaHostAllocMapped) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  // Words a CTA writes only on some paths (GEMM end, helper count) must read 0 otherwise.
-  memset(h, 0, kTraceMaxCtas * kGcTraceWords * sizeof(uint64_t));
-  return static_cast<uint64_t*>(h);
+  traceRelease(t->stamps);
 }
 
 // Fused kernels launched (or captured) per layout: gemmCollFusedLaunches.
@@ -538,7 +500,7 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
           "sequential %.1f us",
           gemmCollName(c.op), p.me, c.M, c.N, c.K, split.of(Role::kCompute),
           split.of(Role::kIntraComm), choice.source, choice.tFusedUs, choice.tSequentialUs);
-  p.trace = traceBegin(split.total(), cap != cudaStreamCaptureStatusNone);
+  p.trace = traceAcquire(split.total(), cap != cudaStreamCaptureStatusNone);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
     res = c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, c.stream, false)
@@ -547,9 +509,10 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   if (p.trace != nullptr) {
     TraceCall* t =
         new TraceCall{p.trace, split, split.total(), p.me, p.n, gemmCollName(c.op), c.M, c.N, c.K};
-    if (res != ncclSuccess || cudaLaunchHostFunc(c.stream, tracePrint, t) != cudaSuccess) {
-      std::lock_guard<std::mutex> lock(tracePool().mu);
-      tracePool().free.push_back(p.trace);
+    if (res != ncclSuccess) {
+      traceRelease(p.trace);
+      delete t;
+    } else if (!traceQueue(c.stream, tracePrint, t, p.trace)) {
       delete t;
     }
   }

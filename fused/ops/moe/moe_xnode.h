@@ -142,9 +142,8 @@ MK_HD inline MxStream mxReceiverStream(const MxPlan& p, const MoeNodeMap& m, con
 }
 
 // Comm CTAs of a rank's kernel of `budget` CTAs: config commSms when >= 2, else a quarter of
-// the budget (the rows are a small part of the work next to the GEMMs), at least 2 (a send
-// and a receive CTA) and at most 2 (n - 1) (one of each per peer), leaving the GEMMs one CTA.
-// 0 when the budget is below 3.
+// the budget, at least 2 (a send and a land CTA) and at most 2 (n - 1) (one of each per peer),
+// leaving the unpack CTAs one. 0 when the budget is below 3.
 MK_HD inline int mxCommCtas(int budget, int n, int commSms) {
   if (budget < 3) return 0;
   int c = commSms >= 2 ? commSms : budget / 4;
@@ -152,6 +151,42 @@ MK_HD inline int mxCommCtas(int budget, int n, int commSms) {
   if (c < 2) c = 2;
   if (c > budget - 1) c = budget - 1;
   return c;
+}
+
+// Unpack CTAs beside nComm send and land CTAs: a quarter of the rest, at least one. They move
+// every landed record (and this rank's own) into the packed layout, many CTAs wide as the
+// AllToAll path's unpack kernel is (one CTA reading a 14 KB row per entry, one load in flight
+// per lane, held the whole dispatch to ~1 GB/s on the H200), then join the GEMMs.
+MK_HD inline int mxUnpackCtas(int budget, int nComm) {
+  const int left = budget - nComm;
+  if (left < 1) return 0;
+  return left / 4 > 1 ? left / 4 : 1;
+}
+
+// The unpack units (source s, chunk j < cnt[s]) in the order every unpack CTA walks them:
+// chunk-major, so that the first chunks of every source are unpacked first; unpack CTA idx of
+// nUnpack takes every nUnpack-th unit. f(s, j) is called for its units, in that order.
+#ifdef __CUDACC__
+#pragma nv_exec_check_disable  // f is a device lambda in the kernel, a host one in the unit test
+#endif
+template <class F>
+MK_HD inline void mxUnits(const int32_t* cnt, int n, int nUnpack, int idx, F&& f) {
+  int32_t most = 0;
+  for (int s = 0; s < n; ++s) most = cnt[s] > most ? cnt[s] : most;
+  int64_t u = 0;
+  for (int32_t j = 0; j < most; ++j)
+    for (int s = 0; s < n; ++s) {
+      if (j >= cnt[s]) continue;
+      if (u % nUnpack == idx) f(s, (int64_t)j);
+      ++u;
+    }
+}
+
+// Records of chunk j of a part of `rows` records that fit an area of `cap` records (a source
+// announcing more than the receiver's bound: the call reports it; nothing lands past the area).
+MK_HD inline int64_t mxLandRows(int64_t rows, int32_t per, int64_t j, int64_t cap) {
+  const int64_t r = mxChunkRows(rows, per, j), room = cap - j * per;
+  return r < room ? (r > 0 ? r : 0) : (room > 0 ? room : 0);
 }
 
 }  // namespace fused

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <cuda_runtime.h>
 
 #include "base/checks.h"
@@ -13,6 +15,7 @@
 #include "base/scratch.h"
 #include "comm/comm.h"
 #include "fused/core/fused_comm.h"
+#include "fused/core/trace.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/a2a.h"
@@ -25,6 +28,59 @@ namespace fused {
 namespace {
 
 std::atomic<uint64_t> gXnLaunches{0};
+
+// ---- MKERNEL_FUSED_TRACE: per role, when its parts ended and where its time went ------------
+struct MxTrace {
+  uint64_t* stamps;  // [grid][kTraceMaxWords] (mxdev::TraceWord)
+  const char* api;
+  int rank, grid, nComm, nSend, nUnpack;
+};
+
+void CUDART_CB mxTracePrint(void* arg) {
+  std::unique_ptr<MxTrace> t(static_cast<MxTrace*>(arg));
+  const volatile uint64_t* st = t->stamps;
+  const int w = kTraceMaxWords;
+  uint64_t t0 = ~0ull;
+  for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[w * b + mxdev::kTwStart]);
+  // Per role (send, land, unpack, compute): the last stamp of each part and the end, the sums
+  // of the wait words and of the bytes word.
+  struct Role {
+    int ctas = 0;
+    uint64_t last[4] = {0, 0, 0, 0};  // parts 1-3, end (ns after t0)
+    uint64_t wait = 0, wait2 = 0, bytes = 0;
+  } r[4];
+  for (int b = 0; b < t->grid; ++b) {
+    const int k = b < t->nSend ? 0 : b < t->nComm ? 1 : b < t->nComm + t->nUnpack ? 2 : 3;
+    Role& x = r[k];
+    ++x.ctas;
+    for (int i = 0; i < 4; ++i) {
+      const uint64_t v = st[w * b + mxdev::kTwPart1 + i];
+      if (v > t0) x.last[i] = std::max(x.last[i], v - t0);
+    }
+    x.wait += st[w * b + mxdev::kTwWait];
+    x.wait2 += st[w * b + mxdev::kTwWait2];
+    x.bytes += st[w * b + mxdev::kTwBytes];
+  }
+  auto us = [](uint64_t ns) { return (double)ns * 1e-3; };
+  fprintf(stderr,
+          "[mkernel fused trace] %s rank %d (%d CTAs; us after the first CTA's start, "
+          "%.1f us mod 1 s):\n"
+          "  send %d: dispatch %.1f fan %.1f return %.1f end %.1f; in puts %.1f, waiting for "
+          "GEMM2 rows %.1f (sums over CTAs); %.1f MB put\n"
+          "  land %d: dispatch %.1f fan %.1f return %.1f end %.1f; waiting for data %.1f, "
+          "copying %.1f; %.1f MB landed\n"
+          "  unpack %d: units %.1f GEMMs %.1f combine %.1f end %.1f; waiting for landing %.1f; "
+          "%llu records\n"
+          "  compute %d: GEMMs %.1f combine %.1f end %.1f\n",
+          t->api, t->rank, t->grid, (double)(t0 % 1000000000ull) * 1e-3, r[0].ctas,
+          us(r[0].last[0]), us(r[0].last[1]), us(r[0].last[2]), us(r[0].last[3]), us(r[0].wait),
+          us(r[0].wait2), r[0].bytes * 1e-6, r[1].ctas, us(r[1].last[0]), us(r[1].last[1]),
+          us(r[1].last[2]), us(r[1].last[3]), us(r[1].wait), us(r[1].wait2), r[1].bytes * 1e-6,
+          r[2].ctas, us(r[2].last[0]), us(r[2].last[1]), us(r[2].last[2]), us(r[2].last[3]),
+          us(r[2].wait), (unsigned long long)r[2].bytes, r[3].ctas, us(r[3].last[0]),
+          us(r[3].last[2]), us(r[3].last[3]));
+  traceRelease(t->stamps);
+}
 
 void sayOnce(std::atomic<bool>* said, const char* api, const char* why) {
   if (!said->exchange(true))
@@ -94,7 +150,7 @@ MxPlan planOf(const MoeCall& c, const FusedComm& f, bool rail, const char** why)
     *why =
         "the layer's GEMM1 applies SwiGLU in its epilogue only with w1 in the [N,K] layout and "
         "MKERNEL_MOE_SWIGLU_EPILOGUE=1";
-  } else if ((2 * (size_t)c.E + kMoeNodeMaxLocal) * sizeof(int32_t) >
+  } else if ((2 * (size_t)c.E + kMoeNodeMaxLocal + 2 * (size_t)n) * sizeof(int32_t) >
              (size_t)gemm::GroupPipe::kSmemBytes) {
     *why = "the layout tables of this many experts exceed the shared memory";
   }
@@ -138,6 +194,7 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   // the ranks and may not depend on that private count.
   const int budget = std::max(3, std::min(fusedOwnShare(comm), (int)fusedGpuShare(comm)));
   const int nComm = mxCommCtas(budget, n, c.cfg.commSms);
+  const int nUnpack = mxUnpackCtas(budget, nComm);
 
   a.recBytes = pl.recBytes;
   a.out = c.buf.out;
@@ -147,6 +204,7 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   p.net.w = f.c.w;  // failures land in the operator's domain: its GEMM waits see them
   p.xcalls = f.net.sigLocal + kGxSigSeq;
   p.nComm = nComm;
+  p.nUnpack = nUnpack;
   p.outType = (int32_t)gemmType(c.cfg.outType);
 
   // The GEMMs as the AllToAll path builds them (canImplement, kernels preloaded), with the
@@ -205,12 +263,14 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   const size_t oLay = k.take(sizeof(MxLayout));
   const size_t oFan = k.take(rail ? (kMoeNodeMaxLocal + 3 * (size_t)n) * sizeof(int32_t) : 0);
   const size_t oFanSend = k.take(rail ? (size_t)a.node.nLocal * a.pairRows * pl.recBytes : 0);
+  p.landRows = (int32_t)(rail ? 2 * a.pairRows : a.pairRows);
+  const size_t oLand = k.take((size_t)n * p.landRows * pl.recBytes);
   p.fanChunks = (int32_t)mxChunks(a.pairRows, pl.dispRows);
   // Zeroed: tileReady, rowDone1, rowDone2 [tiles]; retReady [n]; recvDone, combClaim, the two
-  // GEMMs' tile claims and dispDone; the zero chunk (the layer); the fan chunks' counters (the
-  // dedup).
+  // GEMMs' tile claims and dispDone; landed [n]; the zero chunk (the layer); the fan chunks'
+  // counters (the dedup).
   const size_t oZero = k.take(0);
-  const size_t oCtr = k.take((3 * (size_t)tiles + n + 5) * sizeof(uint64_t));
+  const size_t oCtr = k.take((3 * (size_t)tiles + 2 * (size_t)n + 5) * sizeof(uint64_t));
   const size_t oZeroChunk = k.take(c.ffn ? (size_t)pl.retRows * pl.retBytes : 0);
   const size_t oFanChunk =
       k.take(rail ? (size_t)a.node.nLocal * p.fanChunks * sizeof(uint64_t) : 0);
@@ -239,6 +299,8 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   p.recvDone = reinterpret_cast<uint32_t*>(tail);
   p.combClaim = reinterpret_cast<int32_t*>(tail + 1);
   p.dispDone = tail + 4;
+  p.landed = tail + 5;
+  p.landRec = base + oLand;
   p.zeroRow = reinterpret_cast<const float*>(base + oZeroChunk);
   if (rail) {
     a.fanCnt = reinterpret_cast<int32_t*>(base + oFan);  // zeroed by the pack kernel
@@ -269,12 +331,29 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
         a, tabs, tabs + (size_t)n * epr, lay, p.tileReady);
     CUDACHECKGOTO(cudaGetLastError(), res, done);
     MK_INFO(kFused,
-            "%s rank %d T=%zu k=%d E=%d H=%zu fused across nodes%s: %d CTAs, %d comm, "
+            "%s rank %d T=%zu k=%d E=%d H=%zu fused across nodes%s: %d CTAs, %d comm, %d unpack, "
             "chunks of %d records / %d rows, %d slots",
-            api, f.rank, c.T, c.k, c.E, c.H, rail ? " (node dedup)" : "", budget, nComm,
+            api, f.rank, c.T, c.k, c.E, c.H, rail ? " (node dedup)" : "", budget, nComm, nUnpack,
             pl.dispRows, pl.retRows, pl.slots);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
+    p.trace = traceAcquire(budget, cap != cudaStreamCaptureStatusNone);
     NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, api,
-                               [&](cudaStream_t s) -> ncclResult_t { return launch(budget, s); }),
+                               [&](cudaStream_t s) -> ncclResult_t {
+                                 const ncclResult_t r = launch(budget, s);
+                                 if (p.trace != nullptr) {
+                                   if (r != ncclSuccess) {
+                                     traceRelease(p.trace);
+                                   } else {
+                                     auto* t = new MxTrace{p.trace, api,   f.rank,
+                                                           budget,  nComm, gxSendCtas(nComm, n),
+                                                           nUnpack};
+                                     if (!traceQueue(s, mxTracePrint, t, p.trace)) delete t;
+                                   }
+                                   p.trace = nullptr;
+                                 }
+                                 return r;
+                               }),
                   res, done);
     *ran = true;
   }

@@ -6,34 +6,43 @@
 // every pair's record and row counts, the packed layout (counts, offsets, the layout tables)
 // and the tiles' padding rows counted.
 //
-// Comm CTAs [0, nComm): gxSendCtas(nComm, n) send, the others receive. Every transfer goes
-// through the device communication API, every wait is bounded and abortable.
-//  - Receive CTA k of nRecv: credits every source it serves; the own copier (rxOwnCopier)
-//    unpacks this rank's own records (its block of the rows buffer, no transfer); then rounds
-//    t = 1 + k, ...: source me - t, its dispatch chunks in order: wait for the data signal,
-//    unpack each record (the token row into the packed row of every slot its metadata lists,
-//    rowSource and rowWeight for the dispatch call, +1 on the row's tile counter), ack. Only
-//    then (the layer) every round's return part: copy each return chunk into retRecv at its
-//    pair rows, raise retReady[src] to the chunks in place, ack. The last receive CTA sends
-//    kGxDone to every source.
+// CTAs [0, nComm) communicate: gxSendCtas(nComm, n) send, the others land; the next nUnpack
+// CTAs unpack, then join the GEMMs; the rest compute. Every transfer goes through the device
+// communication API, every wait is bounded and abortable.
+//  - Land CTA k of nLand: credits every source it serves, then rounds t = 1 + k, ...: source
+//    me - t, its dispatch chunks in order: wait for the data signal, copy the chunk from the
+//    window into landRec (device memory, many loads in flight: the socket backend's window is
+//    host memory), release landed[src] = chunks landed, ack. Then every round's fan part the
+//    same way (the dedup), then (the layer) every round's return part: each return chunk into
+//    retRecv at its pair rows, retReady[src] raised to the chunks in place, ack. The last land
+//    CTA sends kGxDone to every source.
+//  - Unpack CTAs: the units (source, chunk) of every dispatch part, this rank's own records
+//    included (its block of the rows buffer, nothing to land), chunk-major (mxUnits), each
+//    once landed[src] covers it: each record's token row into the packed row of every slot its
+//    metadata lists (rowSource and rowWeight for the dispatch call, +1 on the row's tile
+//    counter), or, as a gateway (the dedup), split per owner into fanSend. Then the fan parts'
+//    units. Then they join the GEMMs (the dynamic schedule claims tiles, whoever asks).
 //  - Send CTA i: rounds t = 1 + i, ...: destination me + t, its records in chunks (put_signal
-//    into the destination's area of this rank once the ack frees the slot). Only then (the
-//    layer) every round's return part: for each chunk of the rows the destination sent here,
-//    wait (thread 0) for GEMM2's row-block counters of the packed rows they map to, stage the
-//    rows of `out` (zeros when this rank's layout overflowed) in retSend and put them. Then
-//    waits for each destination's kGxDone.
+//    into the destination's area of this rank once the ack frees the slot). Then every round's
+//    fan part, each chunk once its records are stored. Only then (the layer) every round's
+//    return part: for each chunk of the rows the destination sent here, wait (thread 0) for
+//    GEMM2's row-block counters of the packed rows they map to, stage the rows of `out` (zeros
+//    when this rank's layout overflowed) in retSend and put them. Then waits for each
+//    destination's kGxDone.
 //  - Compute CTAs: the grouped GEMM (the layer: GEMM1 with the SwiGLU epilogue and GEMM2
 //    through one ring, gemm_chain.cuh) on the dynamic schedule, each tile loaded once its
 //    rows' counter reached kTileM; the layer's CTAs then combine: warps claim tokens, each
 //    slot's row is read once it is in place (own slots: GEMM2's counter of the row block in
 //    `out`; others: retReady of the owner), summed in slot order (combine_dev.cuh), so y is
 //    bit for bit the AllToAll path's.
-// Why it cannot wait in a cycle: receivers never wait for compute (the rows land in xRecv and
-// retRecv, which hold everything), so every dispatch part completes whatever the GEMMs wait
-// for; send and receive CTAs take every round's dispatch part before any round's return part,
-// and the rounds pair sender me with receiver me + t on both sides (xnode_proto.h). Every
-// rank's grid is at most its share of the GPU (cooperative launch), so the peers' kernels are
-// resident beside this one.
+// Why it cannot wait in a cycle: land CTAs wait only for data (never for unpacking or
+// compute: landRec and retRecv hold everything), so every part lands whatever else waits;
+// unpack CTAs wait only for landing, and take every dispatch unit before any fan unit (a fan
+// chunk waits for gateways' unpacking of dispatch units, never the other way round); send and
+// land CTAs take every round's dispatch part before any fan part and every fan part before any
+// return part, and the rounds pair sender me with receiver me + t on both sides
+// (xnode_proto.h). Every rank's grid is at most its share of the GPU (cooperative launch), so
+// the peers' kernels are resident beside this one.
 // The last CTA records the call's errors (a bad expert id, another rank's maxRows, this rank's
 // overflow: recorded earlier they would fail the waits its peers still need) and counts the
 // call and the xnode call.
@@ -45,6 +54,7 @@
 #include "device/net/devcomm.cuh"
 #include "device/rt/wait.cuh"
 #include "fused/core/fused_dev.cuh"
+#include "fused/core/trace.h"
 #include "fused/core/xnode_dev.cuh"
 #include "fused/gemm/gemm_chain.cuh"
 #include "fused/gemm/gemm_kernel.cuh"
@@ -80,18 +90,27 @@ struct MoeXnParams {
   // The node dedup (a.node.rail): fan records this rank forwards as a gateway, per local
   // index of the destination ([nLocal][P][recBytes], filled by the receive CTAs), and per fan
   // chunk the records written ([nLocal][fanChunks], zeroed before the kernel), which the send
-  // CTAs wait for; dispDone counts the receive CTAs through every round's dispatch part (no fan
-  // record comes after that).
+  // CTAs wait for; dispDone counts the unpack CTAs through every dispatch unit (no fan record
+  // comes after that).
   uint8_t* fanSend;
   uint64_t* fanChunk;
   uint64_t* dispDone;
   int32_t fanChunks;   // chunks of the largest fan part: ceil(P / dispRows)
   uint64_t* xcalls;    // this rank's xnode call counter (kGxSigSeq)
-  uint32_t* recvDone;  // receive CTAs finished (gxReceiveEnd)
+  uint32_t* recvDone;  // land CTAs finished (gxReceiveEnd)
   int32_t* combClaim;  // tokens claimed by combine warps
-  int32_t nComm;       // CTAs [0, nComm) communicate
-  int32_t tilesN2;     // GEMM2's column tiles: a row block of out is complete at this count
-  int32_t outType;     // gemm::DType of y (the layer)
+  // Records landed per source ([n][landRows][recBytes]: the dispatch part's, then from
+  // pairRows on the fan part's) and per source the chunks landed in stream order (zeroed per
+  // call; the land CTAs release, the unpack CTAs acquire).
+  uint8_t* landRec;
+  uint64_t* landed;
+  int32_t landRows;
+  int32_t nComm;    // CTAs [0, nComm) communicate
+  int32_t nUnpack;  // CTAs [nComm, nComm + nUnpack) unpack, then compute
+  // MKERNEL_FUSED_TRACE: [CTA][kTraceMaxWords] (see traceWord), mapped host memory; null: off.
+  uint64_t* trace;
+  int32_t tilesN2;  // GEMM2's column tiles: a row block of out is complete at this count
+  int32_t outType;  // gemm::DType of y (the layer)
 };
 
 // Kernel parameters beyond 4 KB need CUDA 12.1+; 32764 bytes is the limit there.
@@ -115,7 +134,62 @@ struct CommSh {
   const int32_t* srcRow;
   const int32_t* recvTab;
   const int32_t* fanLim;  // [nLocal]
+  // The unpack CTAs' units per source: dispatch chunks (this rank's own block's for itself) and
+  // fan chunks.
+  const int32_t* dCnt;  // [n]
+  const int32_t* fCnt;  // [n]
 };
+
+// MKERNEL_FUSED_TRACE words of a CTA (xnode.cu prints them per role): start; the dispatch
+// parts done (send, land), every unit unpacked (unpack) or the GEMMs done (compute); the fan
+// parts done (send, land) or the GEMMs done (unpack); the return parts done (send, land) or
+// the combine done (unpack, compute); end; ns inside puts (send), waiting for data (land) or
+// for landing (unpack); ns waiting for GEMM2's rows (send) or copying (land); bytes put
+// (send), landed (land) or records unpacked (unpack).
+enum TraceWord : int {
+  kTwStart,
+  kTwPart1,
+  kTwPart2,
+  kTwPart3,
+  kTwEnd,
+  kTwWait,
+  kTwWait2,
+  kTwBytes
+};
+static_assert(kTwBytes < kTraceMaxWords, "MoE trace words exceed a trace buffer");
+
+__device__ __forceinline__ uint64_t traceNow(const MoeXnParams& p) {
+  return p.trace != nullptr ? ptx::globalTimerNs() : 0;
+}
+// Thread 0 only: a stamp, or a sum.
+__device__ __forceinline__ void traceSet(const MoeXnParams& p, int w, uint64_t v) {
+  if (p.trace != nullptr && threadIdx.x == 0) p.trace[kTraceMaxWords * blockIdx.x + w] = v;
+}
+__device__ __forceinline__ void traceStamp(const MoeXnParams& p, int w) {
+  traceSet(p, w, traceNow(p));
+}
+__device__ __forceinline__ void traceAdd(const MoeXnParams& p, int w, uint64_t v) {
+  if (p.trace != nullptr && threadIdx.x == 0) p.trace[kTraceMaxWords * blockIdx.x + w] += v;
+}
+
+// The whole CTA: `bytes` (a multiple of 16, both ends 16-byte aligned) from a window slot into
+// device memory with 8 loads in flight per thread. The socket backend's windows are host
+// memory, ~1-2 us away: in-flight loads set the rate.
+__device__ __forceinline__ void landCopy(void* dst, const void* src, uint64_t bytes) {
+  constexpr int kDepth = 8;
+  const int4* s4 = static_cast<const int4*>(src);
+  int4* d4 = static_cast<int4*>(dst);
+  const int64_t nv = (int64_t)(bytes / 16), nt = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + (kDepth - 1) * nt < nv; i += kDepth * nt) {
+    int4 r[kDepth];
+#pragma unroll
+    for (int u = 0; u < kDepth; ++u) r[u] = s4[i + u * nt];
+#pragma unroll
+    for (int u = 0; u < kDepth; ++u) d4[i + u * nt] = r[u];
+  }
+  for (; i < nv; i += nt) d4[i] = s4[i];
+}
 
 // The whole warp: token row `row` of source src into the packed row of the entry (pair row
 // pr at this rank, token, slot, weight bits), rowSource and rowWeight (the dispatch call),
@@ -128,8 +202,9 @@ __device__ __forceinline__ void unpackEntry(const MoeXnParams& p, const CommSh& 
   const int lane = threadIdx.x & 31;
   const int64_t packed = pairRowTarget(a, sh.srcRow, sh.recvTab, src, pr);
   if (packed < 0) return;  // past src's rows (never for a consistent sender)
-  int4* to = reinterpret_cast<int4*>(static_cast<uint8_t*>(a.recv.xRecv) + packed * a.rowBytes);
-  for (int64_t v = lane; v < a.rowBytes / 16; v += 32) to[v] = row[v];
+  // Four loads in flight per lane: the row is read once per entry (up to k times).
+  dev::net::detail::copy<dev::net::Warp>(static_cast<char*>(a.recv.xRecv) + packed * a.rowBytes,
+                                         reinterpret_cast<const char*>(row), (uint64_t)a.rowBytes);
   if (lane == 0) {
     if (a.recv.rowSource != nullptr) {
       a.recv.rowSource[packed * 3 + 0] = src;
@@ -215,8 +290,8 @@ __device__ __forceinline__ void forwardRail(const MoeXnParams& p, const CommSh& 
       continue;
     }
     uint8_t* out = p.fanSend + ((int64_t)l * a.pairRows + pos) * p.plan.recBytes;
-    int4* to = reinterpret_cast<int4*>(out);
-    for (int64_t v = lane; v < a.rowBytes / 16; v += 32) to[v] = row[v];
+    dev::net::detail::copy<dev::net::Warp>(
+        reinterpret_cast<char*>(out), reinterpret_cast<const char*>(row), (uint64_t)a.rowBytes);
     int4* meta = reinterpret_cast<int4*>(out + a.rowBytes);
     if (mine) meta[__popc(all & below)] = e;
     if (lane >= __popc(all) && lane < k) meta[lane] = make_int4(-1, 0, 0, 0);
@@ -230,91 +305,157 @@ __device__ __forceinline__ void forwardRail(const MoeXnParams& p, const CommSh& 
   }
 }
 
-__device__ __forceinline__ void recvCta(const MoeXnParams& p, int32_t k, int32_t nRecv,
-                                        uint64_t seq, const CommSh& sh) {
+// Land CTA k of nLand (see the top of this file).
+static __device__ __noinline__ void landCta(const MoeXnParams& p, int32_t k, int32_t nLand,
+                                            uint64_t seq) {
   namespace dn = dev::net;
   const NetDev& d = p.net;
   const A2aParams& a = p.a;
   const MxPlan& pl = p.plan;
-  const int n = a.s.nRanks, me = a.f.rank, epr = a.s.expertsPerRank, st = a.stride;
-  const int warps = blockDim.x >> 5;
-  // This rank's layout overflowed: chunks are consumed, not unpacked (rail records are still
-  // forwarded: the owners' layouts are theirs).
-  const bool ovf = p.lay->ovf != 0;
+  const int n = a.s.nRanks, me = a.f.rank, epr = a.s.expertsPerRank;
   auto stream = [&](int src) {
     return mxReceiverStream(pl, a.node, a.sendCnt, a.recvCnt, epr, src, a.pairRows);
   };
   auto slotAt = [&](int src, int64_t j) {
-    return reinterpret_cast<const uint8_t*>(
-        dn::recv_ptr(d, src, gxSlotOff(pl.areaBytes, pl.chunkBytes, pl.slots, src, j)));
+    return dn::recv_ptr(d, src, gxSlotOff(pl.areaBytes, pl.chunkBytes, pl.slots, src, j));
   };
-  if (!gxCredit(d, me, n, k, nRecv, seq)) return;
-  if (k == rxOwnCopier(nRecv, n) && !ovf) {
-    const int64_t blk = a.sendCnt[me * st + moeCntBlk(epr)];
-    for (int64_t r = threadIdx.x >> 5; r < blk; r += warps)
-      unpackDirect(p, sh, me, record(p, me, r));
+  // Chunk j of src's stream: wait, copy `bytes` to `to`, (landed) release, ack.
+  auto land = [&](int src, const MxStream& s, int64_t j, void* to, uint64_t bytes,
+                  uint64_t* flag) -> bool {
+    uint64_t t0 = traceNow(p);
+    if (!dn::wait_signal_from(d, kGxSigData + src, gxValue(seq, (uint32_t)j + 1), src))
+      return false;
+    const uint64_t t1 = traceNow(p);
+    landCopy(to, slotAt(src, j), bytes);
+    __threadfence();
+    __syncthreads();  // copied by every thread: the slot is free and the records are in place
+    if (threadIdx.x == 0 && flag != nullptr) rt::releaseFlag(flag, (uint64_t)j + 1, false);
+    traceAdd(p, kTwWait, t1 - t0);
+    traceAdd(p, kTwWait2, traceNow(p) - t1);
+    traceAdd(p, kTwBytes, bytes);
+    return gxAckChunk(d, src, me, seq, j, pl.slots, s.total);
+  };
+  auto landRec = [&](int src, int64_t rec) {
+    return p.landRec + ((int64_t)src * p.landRows + rec) * pl.recBytes;
+  };
+  if (!gxCredit(d, me, n, k, nLand, seq)) return;
+  // Every round's dispatch part, then every round's fan part (the dedup): records into
+  // landRec, at most a.pairRows of each part.
+  for (int part = 0; part < 2; ++part) {
+    for (int t = 1 + k; t < n && (part == 0 || a.node.rail); t += nLand) {
+      const int src = gxRecvPeer(me, t, n);
+      const MxStream s = stream(src);
+      const int64_t first = part == 0 ? 0 : s.dispEnd, end = part == 0 ? s.dispEnd : s.fanEnd;
+      const int64_t rows = part == 0 ? s.blk : s.fan;
+      for (int64_t j = first; j < end; ++j) {
+        const int64_t c = j - first;
+        const int64_t fit = mxLandRows(rows, pl.dispRows, c, a.pairRows);
+        if (!land(src, s, j, landRec(src, (part == 0 ? 0 : a.pairRows) + c * pl.dispRows),
+                  (uint64_t)(fit * pl.recBytes), p.landed + src))
+          return;
+      }
+    }
+    traceStamp(p, part == 0 ? kTwPart1 : kTwPart2);
   }
-  // Every round's dispatch part: direct records unpacked, rail records forwarded.
-  for (int t = 1 + k; t < n; t += nRecv) {
+  // Every round's return part (the layer): each owner's rows for this rank's slots.
+  for (int t = 1 + k; t < n && pl.retBytes > 0; t += nLand) {
     const int src = gxRecvPeer(me, t, n);
     const MxStream s = stream(src);
-    const int32_t* c = a.recvCnt + src * st;
-    const int32_t mode = c[moeCntMode(epr)];
-    const bool rail = mode == kMoeRailBlock && moeCntRouteValid(a.node, c, src, epr, a.pairRows);
-    for (int64_t j = 0; j < s.dispEnd; ++j) {
-      if (!dn::wait_signal_from(d, kGxSigData + src, gxValue(seq, (uint32_t)j + 1), src)) return;
-      const uint8_t* slot = slotAt(src, j);
-      const int64_t rows = mxChunkRows(s.blk, pl.dispRows, j);
-      for (int64_t r = threadIdx.x >> 5; r < rows; r += warps) {
-        const uint8_t* rec = slot + r * pl.recBytes;
-        if (rail) {
-          forwardRail(p, sh, src, rec, ovf);
-        } else if (mode == kMoeDirect && !ovf) {
-          unpackDirect(p, sh, src, rec);
-        }
-      }
-      __syncthreads();  // every warp has read the slot before it is acked
-      if (!gxAckChunk(d, src, me, seq, j, pl.slots, s.total)) return;
+    for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
+      const int64_t j = s.fanEnd + c;
+      float* to = p.retRecv + ((int64_t)src * a.pairRows + c * pl.retRows) * a.hidden;
+      if (!land(src, s, j, to, (uint64_t)(mxChunkRows(s.ret, pl.retRows, c) * pl.retBytes),
+                nullptr))
+        return;
+      // The combine acquires retReady (the rows were fenced by every thread in land).
+      if (threadIdx.x == 0) rt::releaseFlag(p.retReady + src, (uint64_t)c + 1, false);
     }
   }
+  traceStamp(p, kTwPart3);
+  gxReceiveEnd(d, p.recvDone, nLand, me, n, seq);
+}
+
+// Unpack CTA idx of p.nUnpack (see the top of this file). False once a wait failed (the CTA
+// then computes nothing).
+static __device__ __noinline__ bool unpackCta(const MoeXnParams& p, int32_t idx, const CommSh& sh) {
+  const A2aParams& a = p.a;
+  const MxPlan& pl = p.plan;
+  const int n = a.s.nRanks, me = a.f.rank, epr = a.s.expertsPerRank, st = a.stride;
+  const int warps = blockDim.x >> 5;
+  // This rank's layout overflowed: nothing is unpacked (rail records are still forwarded: the
+  // owners' layouts are theirs).
+  const bool ovf = p.lay->ovf != 0;
+  bool ok = true;
+  uint64_t records = 0;
+  // Thread 0 waits until chunk `need` - 1 of src landed; the whole CTA learns the outcome.
+  auto waitLanded = [&](int src, uint64_t need) -> bool {
+    int good = 1;
+    if (threadIdx.x == 0) {
+      const uint64_t t0 = traceNow(p);
+      good = rt::waitGe(a.f.c.w, p.landed + src, need, site(p, src, (int32_t)need, rt::kWaitData),
+                        rt::kScopeGpu, 32)
+                 ? 1
+                 : 0;
+      traceAdd(p, kTwWait, traceNow(p) - t0);
+    }
+    return __syncthreads_and(threadIdx.x == 0 ? good : 1) != 0;
+  };
+  mxUnits(sh.dCnt, n, p.nUnpack, idx, [&](int src, int64_t j) {
+    if (!ok) return;
+    const uint8_t* base;
+    int64_t rows;
+    bool rail = false, direct = true;
+    if (src == me) {
+      rows = mxChunkRows(a.sendCnt[me * st + moeCntBlk(epr)], pl.dispRows, j);
+      base = record(p, me, j * pl.dispRows);
+    } else {
+      const int32_t* c = a.recvCnt + src * st;
+      const int32_t mode = c[moeCntMode(epr)];
+      rail = mode == kMoeRailBlock && moeCntRouteValid(a.node, c, src, epr, a.pairRows);
+      direct = mode == kMoeDirect;
+      rows = mxLandRows(c[moeCntBlk(epr)], pl.dispRows, j, a.pairRows);
+      base = p.landRec + ((int64_t)src * p.landRows + j * pl.dispRows) * pl.recBytes;
+      if (!waitLanded(src, (uint64_t)j + 1)) {
+        ok = false;
+        return;
+      }
+    }
+    for (int64_t r = threadIdx.x >> 5; r < rows; r += warps) {
+      const uint8_t* rec = base + r * pl.recBytes;
+      if (rail) {
+        forwardRail(p, sh, src, rec, ovf);
+      } else if (direct && !ovf) {
+        unpackDirect(p, sh, src, rec);
+      }
+    }
+    records += (uint64_t)rows;
+  });
+  if (!ok) return false;
   // No fan record of this CTA comes after this point (the send CTAs' fallback, waitFanChunk).
   __syncthreads();
   if (threadIdx.x == 0 && a.node.rail) {
     __threadfence();
     atomicAdd(reinterpret_cast<unsigned long long*>(p.dispDone), 1ull);
   }
-  // Every round's fan part (the dedup: records a gateway of this node forwards).
-  for (int t = 1 + k; t < n && a.node.rail; t += nRecv) {
-    const int src = gxRecvPeer(me, t, n);
-    const MxStream s = stream(src);
-    for (int64_t j = s.dispEnd; j < s.fanEnd; ++j) {
-      if (!dn::wait_signal_from(d, kGxSigData + src, gxValue(seq, (uint32_t)j + 1), src)) return;
-      const uint8_t* slot = slotAt(src, j);
-      const int64_t rows = mxChunkRows(s.fan, pl.dispRows, j - s.dispEnd);
+  // The fan parts' units (the dedup: records a gateway of this node forwards).
+  if (a.node.rail)
+    mxUnits(sh.fCnt, n, p.nUnpack, idx, [&](int src, int64_t c) {
+      if (!ok) return;
+      const MxStream s = mxReceiverStream(pl, a.node, a.sendCnt, a.recvCnt, epr, src, a.pairRows);
+      if (!waitLanded(src, (uint64_t)(s.dispEnd + c) + 1)) {
+        ok = false;
+        return;
+      }
+      const int64_t rows = mxLandRows(s.fan, pl.dispRows, c, a.pairRows);
+      const uint8_t* base =
+          p.landRec + ((int64_t)src * p.landRows + a.pairRows + c * pl.dispRows) * pl.recBytes;
       for (int64_t r = threadIdx.x >> 5; r < rows && !ovf; r += warps)
-        unpackFan(p, sh, slot + r * pl.recBytes);
-      __syncthreads();
-      if (!gxAckChunk(d, src, me, seq, j, pl.slots, s.total)) return;
-    }
-  }
-  // Every round's return part (the layer): each owner's rows for this rank's slots.
-  for (int t = 1 + k; t < n && pl.retBytes > 0; t += nRecv) {
-    const int src = gxRecvPeer(me, t, n);
-    const MxStream s = stream(src);
-    for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
-      const int64_t j = s.fanEnd + c;
-      if (!dn::wait_signal_from(d, kGxSigData + src, gxValue(seq, (uint32_t)j + 1), src)) return;
-      float* to = p.retRecv + ((int64_t)src * a.pairRows + c * pl.retRows) * a.hidden;
-      dn::detail::copy<dn::Block>(reinterpret_cast<char*>(to),
-                                  reinterpret_cast<const char*>(slotAt(src, j)),
-                                  (uint64_t)(mxChunkRows(s.ret, pl.retRows, c) * pl.retBytes));
-      __threadfence();
-      __syncthreads();  // stored by every thread (the combine acquires retReady) and slot read
-      if (threadIdx.x == 0) rt::releaseFlag(p.retReady + src, (uint64_t)c + 1, false);
-      if (!gxAckChunk(d, src, me, seq, j, pl.slots, s.total)) return;
-    }
-  }
-  gxReceiveEnd(d, p.recvDone, nRecv, me, n, seq);
+        unpackFan(p, sh, base + r * pl.recBytes);
+      records += (uint64_t)rows;
+    });
+  traceAdd(p, kTwBytes, records);
+  traceStamp(p, kTwPart1);
+  return ok;
 }
 
 // Thread 0: GEMM2 has stored every column tile of the row blocks holding the packed rows of
@@ -335,16 +476,16 @@ __device__ __forceinline__ bool waitOutRows(const MoeXnParams& p, int src, int64
   return true;
 }
 
-// Thread 0: fan chunk `ctr` holds its `rows` records, or every receive CTA (nRecv) is through
-// its dispatch parts, after which no record comes: the counts were inconsistent (e.g. the
+// Thread 0: fan chunk `ctr` holds its `rows` records, or every unpack CTA (nUnpack) is through
+// its dispatch units, after which no record comes: the counts were inconsistent (e.g. the
 // ranks' maxRows differ, which the call reports; the owner then has overflowed and unpacks
 // nothing), and the chunk is put as it is rather than left waiting until the timeout.
 __device__ __forceinline__ bool waitFanChunk(const MoeXnParams& p, const uint64_t* ctr,
-                                             uint64_t rows, int32_t nRecv,
+                                             uint64_t rows, int32_t nUnpack,
                                              const rt::ErrSite& where) {
   rt::Spin spin(32);
   while (rt::ldAcquire(ctr, rt::kScopeGpu) < rows &&
-         rt::ldAcquire(p.dispDone, rt::kScopeGpu) < (uint64_t)nRecv) {
+         rt::ldAcquire(p.dispDone, rt::kScopeGpu) < (uint64_t)nUnpack) {
     const uint32_t kind = spin.check(p.a.f.c.w);
     if (kind == rt::kErrNone) continue;
     spin.fail(p.a.f.c.w, kind, where, rows);
@@ -362,21 +503,29 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
   auto stream = [&](int dst) {
     return mxSenderStream(pl, a.node, a.sendCnt, a.recvCnt, epr, dst, a.pairRows);
   };
+  // Chunk j of the stream to dst; *acked: the highest ack waited for from dst.
+  auto put = [&](const void* from, int dst, int64_t j, uint64_t bytes, uint64_t* acked) -> bool {
+    const uint64_t t0 = traceNow(p);
+    const bool ok =
+        gxPutChunk(d, from, dst, me, seq, j, pl.slots, pl.areaBytes, pl.chunkBytes, bytes, acked);
+    traceAdd(p, kTwWait, traceNow(p) - t0);
+    traceAdd(p, kTwBytes, bytes);
+    return ok;
+  };
   // Every round's dispatch part: this rank's records for dst.
   for (int t = 1 + i; t < n; t += nSend) {
     const int dst = gxSendPeer(me, t, n);
     const MxStream s = stream(dst);
-    uint64_t acked = 0;  // the highest ack value this CTA has waited for (this destination)
+    uint64_t acked = 0;
     for (int64_t j = 0; j < s.dispEnd; ++j) {
       const int64_t rows = mxChunkRows(s.blk, pl.dispRows, j);
-      if (!gxPutChunk(d, record(p, dst, j * pl.dispRows), dst, me, seq, j, pl.slots, pl.areaBytes,
-                      pl.chunkBytes, (uint64_t)(rows * pl.recBytes), &acked))
+      if (!put(record(p, dst, j * pl.dispRows), dst, j, (uint64_t)(rows * pl.recBytes), &acked))
         return;
     }
   }
-  // Every round's fan part (the dedup): the records this rank's receive CTAs forward to dst,
+  traceStamp(p, kTwPart1);
+  // Every round's fan part (the dedup): the records this rank's unpack CTAs forward to dst,
   // chunk by chunk once every record of the chunk is stored (they wait for no compute).
-  const int32_t nRecv = p.nComm - nSend;
   for (int t = 1 + i; t < n && a.node.rail; t += nSend) {
     const int dst = gxSendPeer(me, t, n);
     const MxStream s = stream(dst);
@@ -386,20 +535,18 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
       const int64_t rows = mxChunkRows(s.fan, pl.dispRows, c);
       int ok = 1;
       if (threadIdx.x == 0)
-        ok = waitFanChunk(p, p.fanChunk + (int64_t)l * p.fanChunks + c, (uint64_t)rows, nRecv,
+        ok = waitFanChunk(p, p.fanChunk + (int64_t)l * p.fanChunks + c, (uint64_t)rows, p.nUnpack,
                           site(p, dst, (int32_t)c, rt::kWaitFlag))
                  ? 1
                  : 0;
       if (__syncthreads_and(threadIdx.x == 0 ? ok : 1) == 0) return;
       const uint8_t* from = p.fanSend + ((int64_t)l * a.pairRows + c * pl.dispRows) * pl.recBytes;
-      if (!gxPutChunk(d, from, dst, me, seq, s.dispEnd + c, pl.slots, pl.areaBytes, pl.chunkBytes,
-                      (uint64_t)(rows * pl.recBytes), &acked))
-        return;
+      if (!put(from, dst, s.dispEnd + c, (uint64_t)(rows * pl.recBytes), &acked)) return;
     }
   }
+  traceStamp(p, kTwPart2);
   const bool ovf = p.lay->ovf != 0;
-  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  const int64_t vecs = a.hidden / 4;
+  const int warps = blockDim.x >> 5;
   // Every round's return part (the layer): the rows dst sent here, once GEMM2 stored them.
   for (int t = 1 + i; t < n && pl.retBytes > 0; t += nSend) {
     const int dst = gxSendPeer(me, t, n);
@@ -408,8 +555,11 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
     for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
       const int64_t pr0 = c * pl.retRows, cnt = mxChunkRows(s.ret, pl.retRows, c);
       int ok = 1;
-      if (threadIdx.x == 0 && !ovf)
+      if (threadIdx.x == 0 && !ovf) {
+        const uint64_t t0 = traceNow(p);
         ok = waitOutRows(p, dst, pr0, cnt, sh.srcRow, sh.recvTab) ? 1 : 0;
+        traceAdd(p, kTwWait2, traceNow(p) - t0);
+      }
       if (__syncthreads_and(threadIdx.x == 0 ? ok : 1) == 0) return;
       // Overflowed: zeros for every row, as the AllToAll path returns (straight from the zero
       // chunk: dst's rows may exceed this rank's pair buffer when the ranks' maxRows differ).
@@ -418,20 +568,19 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
         float* stage = p.retSend + ((int64_t)dst * a.pairRows + pr0) * a.hidden;
         for (int64_t r = threadIdx.x >> 5; r < cnt; r += warps) {
           const int64_t packed = pairRowTarget(a, sh.srcRow, sh.recvTab, dst, pr0 + r);
-          const float4* row =
-              reinterpret_cast<const float4*>(packed < 0 ? p.zeroRow : a.out + packed * a.hidden);
-          float4* to = reinterpret_cast<float4*>(stage + r * a.hidden);
-          for (int64_t v = lane; v < vecs; v += 32) to[v] = row[v];
+          const float* row = packed < 0 ? p.zeroRow : a.out + packed * a.hidden;
+          dev::net::detail::copy<dev::net::Warp>(reinterpret_cast<char*>(stage + r * a.hidden),
+                                                 reinterpret_cast<const char*>(row),
+                                                 (uint64_t)pl.retBytes);
         }
         __threadfence();
         __syncthreads();  // the chunk staged by every thread before it is put
         from = stage;
       }
-      if (!gxPutChunk(d, from, dst, me, seq, s.fanEnd + c, pl.slots, pl.areaBytes, pl.chunkBytes,
-                      (uint64_t)(cnt * pl.retBytes), &acked))
-        return;
+      if (!put(from, dst, s.fanEnd + c, (uint64_t)(cnt * pl.retBytes), &acked)) return;
     }
   }
+  traceStamp(p, kTwPart3);
   gxSendEnd(d, me, n, i, nSend, seq);
 }
 
@@ -483,67 +632,104 @@ __device__ void combine(const MoeXnParams& p) {
 
 }  // namespace mxdev
 
+namespace mxdev {
+
+// The send and unpack CTAs' state in the shared memory the GEMMs use for their ring (an unpack
+// CTA's GEMM starts after its units): the layout tables, with the dedup the fan caps per local
+// index, and the unpack units per source. Not inlined: the kernel's registers stay the GEMM's.
+static __device__ __noinline__ CommSh commShared(const MoeXnParams& p, uint8_t* smem) {
+  const A2aParams& a = p.a;
+  const int n = a.s.nRanks, epr = a.s.expertsPerRank, me = a.f.rank, tab = n * epr;
+  int32_t* srcRow = reinterpret_cast<int32_t*>(smem);
+  int32_t* recvTab = srcRow + tab;
+  int32_t* fanLim = recvTab + tab;
+  int32_t* dCnt = fanLim + kMoeNodeMaxLocal;
+  int32_t* fCnt = dCnt + n;
+  for (int i = threadIdx.x; i < tab; i += blockDim.x) {
+    srcRow[i] = p.srcRow[i];
+    recvTab[i] = p.recvTab[i];
+  }
+  const MoeNodeMap& m = a.node;
+  for (int l = threadIdx.x; m.rail && l < m.nLocal; l += blockDim.x) {
+    const int q = m.rankAt[m.nodeOf[m.me] * m.nLocal + l];
+    const bool sameBound = a.recvCnt[q * a.stride + moeCntMax(epr)] == (int32_t)a.pairRows;
+    fanLim[l] = sameBound ? (int32_t)moeFanOut(m, a.recvCnt, epr, l, a.pairRows) : 0;
+  }
+  for (int s = threadIdx.x; s < n; s += blockDim.x) {
+    const MxStream st = mxReceiverStream(p.plan, m, a.sendCnt, a.recvCnt, epr, s, a.pairRows);
+    dCnt[s] =
+        (int32_t)(s == me ? mxChunks(a.sendCnt[me * a.stride + moeCntBlk(epr)], p.plan.dispRows)
+                          : st.dispEnd);
+    fCnt[s] = (int32_t)(st.fanEnd - st.dispEnd);
+  }
+  __syncthreads();
+  return CommSh{srcRow, recvTab, fanLim, dCnt, fCnt};
+}
+
+// The GEMMs' end: word kTwPart2 of an unpack CTA, kTwPart1 of a compute CTA (from blockIdx
+// after the GEMM: nothing held in registers across it).
+__device__ __forceinline__ void gemmDoneStamp(const MoeXnParams& p) {
+  traceStamp(p, (int32_t)blockIdx.x < p.nComm + p.nUnpack ? kTwPart2 : kTwPart1);
+}
+
+// A compute CTA's work (an unpack CTA's after its units): the GEMMs on the dynamic schedule
+// (p.g1.tileClaim: `cta` and `nCtas` are not used), then (the layer) the combine.
+template <class Tr1, class Tr2, bool kFfn>
+__device__ __forceinline__ void compute(const MoeXnParams& p, uint8_t* smem) {
+  if constexpr (kFfn) {
+    // Both GEMMs through one ring and one main loop, then every warp back at the launch's
+    // registers for the combine.
+    gemm::gemmChainCta<Tr1, Tr2>(p.g1, p.g2, smem);
+    gemm::gemmCtaHandBack<Tr1>(smem);
+    gemmDoneStamp(p);
+    if (p.outType == (int32_t)gemm::DType::kBF16) {
+      combine<__nv_bfloat16>(p);
+    } else if (p.outType == (int32_t)gemm::DType::kF16) {
+      combine<__half>(p);
+    } else {
+      combine<float>(p);
+    }
+    traceStamp(p, kTwPart3);
+  } else {
+    gemm::gemmCta<Tr1>(p.g1, smem, (int32_t)blockIdx.x, (int32_t)gridDim.x);
+    // Every warpgroup back at the launch's registers: thread 0 may be the last CTA's, which
+    // records the call's errors (the producer's setmaxnreg budget is too small for it).
+    gemm::gemmCtaHandBack<Tr1>(smem);
+    gemmDoneStamp(p);
+  }
+}
+
+}  // namespace mxdev
+
 template <class Tr1, class Tr2, bool kFfn>
 __global__ void __launch_bounds__(gemm::kThreads, 1)
     moeXnodeKernel(const __grid_constant__ MoeXnParams p) {
   extern __shared__ uint8_t smem[];
   const A2aParams& a = p.a;
   __shared__ uint64_t seqSh, xseqSh;
+  mxdev::traceStamp(p, mxdev::kTwStart);
   if (threadIdx.x == 0) {
     seqSh = callSeq(a.f);
     // The xnode call number: read before any CTA can finish (the last one advances it).
     xseqSh = ptx::ldVolatile64(p.xcalls) + 1;
   }
   __syncthreads();
-  if ((int32_t)blockIdx.x < p.nComm) {
-    // The comm CTAs' state in the shared memory the GEMM CTAs use for their ring (comm CTAs
-    // run no GEMM): the layout tables, and with the dedup the fan caps per local index.
-    const int tab = a.s.nRanks * a.s.expertsPerRank;
-    int32_t* srcRow = reinterpret_cast<int32_t*>(smem);
-    int32_t* recvTab = srcRow + tab;
-    int32_t* fanLim = recvTab + tab;
-    for (int i = threadIdx.x; i < tab; i += blockDim.x) {
-      srcRow[i] = p.srcRow[i];
-      recvTab[i] = p.recvTab[i];
+  const int32_t b = (int32_t)blockIdx.x, nSend = gxSendCtas(p.nComm, a.s.nRanks);
+  if (b < nSend) {
+    mxdev::sendCta(p, b, nSend, xseqSh, mxdev::commShared(p, smem));
+  } else if (b < p.nComm) {
+    mxdev::landCta(p, b - nSend, p.nComm - nSend, xseqSh);
+  } else {
+    // Unpack CTAs join the compute CTAs once their units are unpacked.
+    bool ok = true;
+    if (b < p.nComm + p.nUnpack) {
+      ok = mxdev::unpackCta(p, b - p.nComm, mxdev::commShared(p, smem));
+      __syncthreads();  // every warp is through the tables before the GEMM's ring overwrites them
     }
-    const MoeNodeMap& m = a.node;
-    for (int l = threadIdx.x; m.rail && l < m.nLocal; l += blockDim.x) {
-      const int q = m.rankAt[m.nodeOf[m.me] * m.nLocal + l];
-      const bool sameBound =
-          a.recvCnt[q * a.stride + moeCntMax(a.s.expertsPerRank)] == (int32_t)a.pairRows;
-      fanLim[l] =
-          sameBound ? (int32_t)moeFanOut(m, a.recvCnt, a.s.expertsPerRank, l, a.pairRows) : 0;
-    }
-    __syncthreads();
-    const mxdev::CommSh sh{srcRow, recvTab, fanLim};
-    const int32_t nSend = gxSendCtas(p.nComm, a.s.nRanks);
-    if ((int32_t)blockIdx.x < nSend) {
-      mxdev::sendCta(p, blockIdx.x, nSend, xseqSh, sh);
-    } else {
-      mxdev::recvCta(p, blockIdx.x - nSend, p.nComm - nSend, xseqSh, sh);
-    }
-  } else if (!rt::failed(a.f.c.w)) {
-    if constexpr (kFfn) {
-      // Both GEMMs through one ring and one main loop, then every warp back at the launch's
-      // registers for the combine.
-      gemm::gemmChainCta<Tr1, Tr2>(p.g1, p.g2, smem);
-      gemm::gemmCtaHandBack<Tr1>(smem);
-      if (p.outType == (int32_t)gemm::DType::kBF16) {
-        mxdev::combine<__nv_bfloat16>(p);
-      } else if (p.outType == (int32_t)gemm::DType::kF16) {
-        mxdev::combine<__half>(p);
-      } else {
-        mxdev::combine<float>(p);
-      }
-    } else {
-      // The dynamic schedule (p.g1.tileClaim): `cta` and `nCtas` are not used.
-      gemm::gemmCta<Tr1>(p.g1, smem, (int32_t)blockIdx.x, (int32_t)gridDim.x);
-      // Every warpgroup back at the launch's registers: thread 0 may be the last CTA's, which
-      // records the call's errors below (the producer's setmaxnreg budget is too small for it).
-      gemm::gemmCtaHandBack<Tr1>(smem);
-    }
+    if (ok && !rt::failed(a.f.c.w)) mxdev::compute<Tr1, Tr2, kFfn>(p, smem);
   }
   __syncthreads();
+  mxdev::traceStamp(p, mxdev::kTwEnd);
   if (threadIdx.x == 0 && rt::finishCta(a.f.c.w)) {
     if (!rt::failed(a.f.c.w)) a2aReportErrors(a, p.lay->ovf, p.lay->otherMax, p.lay->span);
     *(volatile uint64_t*)fusedCallCounter(a.f) = seqSh;
