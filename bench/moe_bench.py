@@ -134,6 +134,17 @@ def parse_max_rows(s):
   return f
 
 
+def algo_of(al):
+  """The algo of an --algos entry (auto, fused, sequential; optionally @C)."""
+  return al.partition("@")[0]
+
+
+def sms_of(al):
+  """The comm SMs of an --algos entry: C of name@C, else -1 (the library's choice)."""
+  sms = al.partition("@")[2]
+  return int(sms) if sms else -1
+
+
 def parse_args(argv):
   common = argparse.ArgumentParser(add_help=False)
   c = common.add_argument
@@ -186,8 +197,13 @@ def parse_args(argv):
   if why:
     ap.error(why)
   a.algo_list = [x for x in a.algos.split(",") if x]
-  if not a.algo_list or set(a.algo_list) - {"auto", "fused", "sequential"}:
-    ap.error("--algos %r: a comma list of auto, fused, sequential" % a.algos)
+  for al in a.algo_list:
+    name, at, sms = al.partition("@")
+    if name not in ("auto", "fused", "sequential") or (at and not (sms.isdigit() and int(sms) >= 1)):
+      a.algo_list = []
+  if not a.algo_list:
+    ap.error("--algos %r: a comma list of auto, fused, sequential (each may end in @C: C comm "
+             "SMs)" % a.algos)
   a.shape_list = shape_list(a)
   for H, I, E, k, T in a.shape_list:
     if H % 8 or I % 8:
@@ -457,7 +473,8 @@ def run_shape(bench, no, shape, mode):
     y = torch.empty((T, H), dtype=dt, device=dev)
     for al in a.algo_list:
       fns["mkernel_" + al] = (lambda al=al: mk.moe_ffn(
-          x, idx, wts, w1, w2, max_rows=max_rows, algo=al, buffers=bufs, out=y))
+          x, idx, wts, w1, w2, max_rows=max_rows, algo=algo_of(al), comm_sms=sms_of(al),
+          buffers=bufs, out=y))
   else:
     e = lambda size, t=dt: torch.empty(size, dtype=t, device=dev)  # noqa: E731
     res = mk.MoeDispatchResult(e((max_rows, H)), e((max_rows, N)), e((L,), torch.int32),
@@ -465,7 +482,7 @@ def run_shape(bench, no, shape, mode):
                                e((max_rows,), torch.float32))
     for al in a.algo_list:
       fns["mkernel_" + al] = (lambda al=al: mk.moe_dispatch_gemm(
-          x, idx, wts, w1, max_rows=max_rows, algo=al, out=res))
+          x, idx, wts, w1, max_rows=max_rows, algo=algo_of(al), comm_sms=sms_of(al), out=res))
   avail, ref = {}, None
   for name, fn in fns.items():
     ok, err, out = probe(bench, fn)

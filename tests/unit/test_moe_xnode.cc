@@ -106,9 +106,55 @@ TEST(MoeXnode, CommCtas) {
         }
         ASSERT_GE(c, 2);
         ASSERT_LE(c, budget - 1);  // a GEMM CTA at least
-        ASSERT_LE(c, std::max(2, 2 * (n - 1)));
-        if (commSms >= 2 && commSms <= 2 * (n - 1) && commSms <= budget - 1) ASSERT_EQ(c, commSms);
+        ASSERT_LE(c, std::max(2, 2 * (n - 1) * mf::kMxMaxGroup));
+        if (commSms >= 2 && commSms <= 2 * (n - 1) * mf::kMxMaxGroup && commSms <= budget - 1)
+          ASSERT_EQ(c, commSms);
+        // Both roles get a CTA.
+        ASSERT_GE(mf::mxSendCtas(c), 1);
+        ASSERT_GE(c - mf::mxSendCtas(c), 1);
       }
+}
+
+// A role's m CTAs as groups: every round t in 1..n-1 has exactly one group, every group G
+// lanes (lanes past G idle, fewer than Q of them), and the lanes' slices of any chunk cover its
+// rows once, in order.
+TEST(MoeXnode, GroupsCoverRoundsAndRows) {
+  std::mt19937_64 rng(mktest::testSeed());
+  for (int n = 2; n <= 12; ++n)
+    for (int m = 1; m <= 40; ++m) {
+      std::vector<int> lanesOf(n, 0), groupOfRound(n, -1);
+      int idle = 0, G = -1;
+      for (int i = 0; i < m; ++i) {
+        const mf::MxGroup g = mf::mxGroup(i, m, n);
+        ASSERT_GE(g.q, 0);
+        ASSERT_LT(g.q, g.Q);
+        ASSERT_LE(g.Q, n - 1);
+        ASSERT_GE(g.G, 1);
+        G = g.G;
+        if (g.g >= g.G) {
+          ++idle;
+          continue;
+        }
+        ++lanesOf[g.q];
+        for (int t = 1 + g.q; t < n; t += g.Q) {
+          ASSERT_TRUE(groupOfRound[t] == -1 || groupOfRound[t] == g.q);
+          groupOfRound[t] = g.q;
+        }
+      }
+      for (int t = 1; t < n; ++t) ASSERT_GE(groupOfRound[t], 0) << "round " << t;
+      for (int q = 0; q < std::min(m, n - 1); ++q) ASSERT_EQ(lanesOf[q], G);
+      ASSERT_LT(idle, std::min(m, n - 1));
+      const int64_t rows = (int64_t)(rng() % 500);
+      int64_t next = 0;
+      for (int l = 0; l < G; ++l) {
+        int64_t r0, r1;
+        mf::mxSlice(rows, l, G, &r0, &r1);
+        ASSERT_EQ(r0, next);
+        ASSERT_GE(r1, r0);
+        next = r1;
+      }
+      ASSERT_EQ(next, rows);
+    }
 }
 
 TEST(MoeXnode, UnpackCtas) {

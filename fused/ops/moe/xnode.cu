@@ -268,12 +268,13 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   p.fanChunks = (int32_t)mxChunks(a.pairRows, pl.dispRows);
   // Zeroed: tileReady, rowDone1, rowDone2 [tiles]; retReady [n]; recvDone, combClaim, the two
   // GEMMs' tile claims and dispDone; landed [n]; the zero chunk (the layer); the fan chunks'
-  // counters (the dedup).
+  // counters (the dedup); the send and land groups' counters.
   const size_t oZero = k.take(0);
   const size_t oCtr = k.take((3 * (size_t)tiles + 2 * (size_t)n + 5) * sizeof(uint64_t));
   const size_t oZeroChunk = k.take(c.ffn ? (size_t)pl.retRows * pl.retBytes : 0);
   const size_t oFanChunk =
       k.take(rail ? (size_t)a.node.nLocal * p.fanChunks * sizeof(uint64_t) : 0);
+  const size_t oGroupCnt = k.take(2 * (size_t)n * pl.slots * sizeof(uint64_t));
   const size_t zeroBytes = k.at - oZero;
   const size_t oRetSend = k.take(retRowsBytes);
   const size_t oRetRecv = k.take(retRowsBytes);
@@ -301,6 +302,8 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   p.dispDone = tail + 4;
   p.landed = tail + 5;
   p.landRec = base + oLand;
+  p.pushCnt = reinterpret_cast<uint64_t*>(base + oGroupCnt);
+  p.copyCnt = p.pushCnt + (size_t)n * pl.slots;
   p.zeroRow = reinterpret_cast<const float*>(base + oZeroChunk);
   if (rail) {
     a.fanCnt = reinterpret_cast<int32_t*>(base + oFan);  // zeroed by the pack kernel
@@ -346,7 +349,7 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
                                      traceRelease(p.trace);
                                    } else {
                                      auto* t = new MxTrace{p.trace, api,   f.rank,
-                                                           budget,  nComm, gxSendCtas(nComm, n),
+                                                           budget,  nComm, mxSendCtas(nComm),
                                                            nUnpack};
                                      if (!traceQueue(s, mxTracePrint, t, p.trace)) delete t;
                                    }

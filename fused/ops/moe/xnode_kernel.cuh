@@ -6,29 +6,32 @@
 // every pair's record and row counts, the packed layout (counts, offsets, the layout tables)
 // and the tiles' padding rows counted.
 //
-// CTAs [0, nComm) communicate: gxSendCtas(nComm, n) send, the others land; the next nUnpack
+// CTAs [0, nComm) communicate: mxSendCtas(nComm) send, the others land; the next nUnpack
 // CTAs unpack, then join the GEMMs; the rest compute. Every transfer goes through the device
-// communication API, every wait is bounded and abortable.
-//  - Land CTA k of nLand: credits every source it serves, then rounds t = 1 + k, ...: source
-//    me - t, its dispatch chunks in order: wait for the data signal, copy the chunk from the
+// communication API, every wait is bounded and abortable. Send and land CTAs work in groups
+// (mxGroup): group q of Q takes the rounds t = 1 + q, 1 + q + Q, ..., its G lanes split every
+// chunk of those streams by rows; lane 0 signals, acks and releases once every lane is through
+// its slice (groupJoin).
+//  - Land CTAs: lane 0 credits the group's sources, then rounds t: source me - t, its dispatch
+//    chunks in order: wait for the data signal, copy the lane's slice of the chunk from the
 //    window into landRec (device memory, many loads in flight: the socket backend's window is
-//    host memory), release landed[src] = chunks landed, ack. Then every round's fan part the
-//    same way (the dedup), then (the layer) every round's return part: each return chunk into
-//    retRecv at its pair rows, retReady[src] raised to the chunks in place, ack. The last land
-//    CTA sends kGxDone to every source.
+//    host memory); lane 0 releases landed[src] = chunks landed and acks. Then every round's fan
+//    part the same way (the dedup), then (the layer) every round's return part: each return
+//    chunk into retRecv at its pair rows, retReady[src] raised to the chunks in place, ack.
+//    The last land CTA sends kGxDone to every source.
 //  - Unpack CTAs: the units (source, chunk) of every dispatch part, this rank's own records
 //    included (its block of the rows buffer, nothing to land), chunk-major (mxUnits), each
 //    once landed[src] covers it: each record's token row into the packed row of every slot its
 //    metadata lists (rowSource and rowWeight for the dispatch call, +1 on the row's tile
 //    counter), or, as a gateway (the dedup), split per owner into fanSend. Then the fan parts'
 //    units. Then they join the GEMMs (the dynamic schedule claims tiles, whoever asks).
-//  - Send CTA i: rounds t = 1 + i, ...: destination me + t, its records in chunks (put_signal
-//    into the destination's area of this rank once the ack frees the slot). Then every round's
-//    fan part, each chunk once its records are stored. Only then (the layer) every round's
-//    return part: for each chunk of the rows the destination sent here, wait (thread 0) for
-//    GEMM2's row-block counters of the packed rows they map to, stage the rows of `out` (zeros
-//    when this rank's layout overflowed) in retSend and put them. Then waits for each
-//    destination's kGxDone.
+//  - Send CTAs: rounds t: destination me + t, its records in chunks (each lane puts its slice
+//    into the destination's area of this rank once the ack frees the slot; lane 0 signals).
+//    Then every round's fan part, each chunk once its records are stored. Only then (the
+//    layer) every round's return part: once GEMM2 stored the row blocks of every row the
+//    destination sent here, each chunk: the lane's slice of rows of `out` (zeros when this
+//    rank's layout overflowed) staged in retSend and put. Then waits for each destination's
+//    kGxDone.
 //  - Compute CTAs: the grouped GEMM (the layer: GEMM1 with the SwiGLU epilogue and GEMM2
 //    through one ring, gemm_chain.cuh) on the dynamic schedule, each tile loaded once its
 //    rows' counter reached kTileM; the layer's CTAs then combine: warps claim tokens, each
@@ -105,6 +108,11 @@ struct MoeXnParams {
   uint8_t* landRec;
   uint64_t* landed;
   int32_t landRows;
+  // Per peer and chunk slot ([n][slots], zeroed per call): the lanes of a send group through
+  // their slice of a chunk (pushCnt) and of a land group (copyCnt), cumulative over the
+  // chunks using the slot (mxGroup).
+  uint64_t* pushCnt;
+  uint64_t* copyCnt;
   int32_t nComm;    // CTAs [0, nComm) communicate
   int32_t nUnpack;  // CTAs [nComm, nComm + nUnpack) unpack, then compute
   // MKERNEL_FUSED_TRACE: [CTA][kTraceMaxWords] (see traceWord), mapped host memory; null: off.
@@ -305,79 +313,106 @@ __device__ __forceinline__ void forwardRail(const MoeXnParams& p, const CommSh& 
   }
 }
 
-// Land CTA k of nLand (see the top of this file).
-static __device__ __noinline__ void landCta(const MoeXnParams& p, int32_t k, int32_t nLand,
-                                            uint64_t seq) {
+// The whole CTA, lane gr.g of a group, through its slice of chunk j (stores fenced at system
+// scope: a local peer reads them once lane 0 signals): counted in ctr (the chunk slot's
+// counter); lane 0 then waits until every lane of the group is through it (a lane can be at
+// most `slots` chunks ahead: the next chunk in this slot needs lane 0's ack or signal). False
+// once the wait failed.
+__device__ __forceinline__ bool groupJoin(const MoeXnParams& p, uint64_t* ctr, int64_t j,
+                                          const MxGroup& gr, int peer) {
+  __threadfence_system();
+  __syncthreads();
+  int ok = 1;
+  if (threadIdx.x == 0) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(ctr), 1ull);
+    if (gr.g == 0)
+      ok = rt::waitGe(p.a.f.c.w, ctr, (uint64_t)gr.G * (uint64_t)(j / p.plan.slots + 1),
+                      site(p, peer, (int32_t)j, rt::kWaitFlag), rt::kScopeGpu, 64)
+               ? 1
+               : 0;
+  }
+  return __syncthreads_and(threadIdx.x == 0 ? ok : 1) != 0;
+}
+
+// Land CTA k of nLand (see the top of this file): lane g of group q (mxGroup).
+__device__ __forceinline__ void landCta(const MoeXnParams& p, int32_t k, int32_t nLand,
+                                        uint64_t seq) {
   namespace dn = dev::net;
   const NetDev& d = p.net;
   const A2aParams& a = p.a;
   const MxPlan& pl = p.plan;
   const int n = a.s.nRanks, me = a.f.rank, epr = a.s.expertsPerRank;
+  const MxGroup gr = mxGroup(k, nLand, n);
   auto stream = [&](int src) {
     return mxReceiverStream(pl, a.node, a.sendCnt, a.recvCnt, epr, src, a.pairRows);
   };
-  auto slotAt = [&](int src, int64_t j) {
-    return dn::recv_ptr(d, src, gxSlotOff(pl.areaBytes, pl.chunkBytes, pl.slots, src, j));
-  };
-  // Chunk j of src's stream: wait, copy `bytes` to `to`, (landed) release, ack.
-  auto land = [&](int src, const MxStream& s, int64_t j, void* to, uint64_t bytes,
-                  uint64_t* flag) -> bool {
-    uint64_t t0 = traceNow(p);
+  // Chunk j of src's stream (`rows` rows of rowBytes to land at `to`): wait, copy this lane's
+  // slice; lane 0, once every lane copied, releases *flag = value and acks.
+  auto land = [&](int src, const MxStream& s, int64_t j, uint8_t* to, int64_t rows,
+                  int64_t rowBytes, uint64_t* flag, uint64_t value) -> bool {
+    const uint64_t t0 = traceNow(p);
     if (!dn::wait_signal_from(d, kGxSigData + src, gxValue(seq, (uint32_t)j + 1), src))
       return false;
     const uint64_t t1 = traceNow(p);
-    landCopy(to, slotAt(src, j), bytes);
+    int64_t r0, r1;
+    mxSlice(rows, gr.g, gr.G, &r0, &r1);
+    const uint8_t* slot = reinterpret_cast<const uint8_t*>(
+        dn::recv_ptr(d, src, gxSlotOff(pl.areaBytes, pl.chunkBytes, pl.slots, src, j)));
+    landCopy(to + r0 * rowBytes, slot + r0 * rowBytes, (uint64_t)((r1 - r0) * rowBytes));
     __threadfence();
-    __syncthreads();  // copied by every thread: the slot is free and the records are in place
-    if (threadIdx.x == 0 && flag != nullptr) rt::releaseFlag(flag, (uint64_t)j + 1, false);
+    __syncthreads();  // copied by every thread: its slice of the slot is read and in place
+    if (gr.G > 1 && !groupJoin(p, p.copyCnt + (int64_t)src * pl.slots + j % pl.slots, j, gr, src))
+      return false;
     traceAdd(p, kTwWait, t1 - t0);
     traceAdd(p, kTwWait2, traceNow(p) - t1);
-    traceAdd(p, kTwBytes, bytes);
+    traceAdd(p, kTwBytes, (uint64_t)((r1 - r0) * rowBytes));
+    if (gr.g != 0) return true;
+    if (threadIdx.x == 0 && flag != nullptr) rt::releaseFlag(flag, value, false);
     return gxAckChunk(d, src, me, seq, j, pl.slots, s.total);
   };
   auto landRec = [&](int src, int64_t rec) {
     return p.landRec + ((int64_t)src * p.landRows + rec) * pl.recBytes;
   };
-  if (!gxCredit(d, me, n, k, nLand, seq)) return;
-  // Every round's dispatch part, then every round's fan part (the dedup): records into
-  // landRec, at most a.pairRows of each part.
-  for (int part = 0; part < 2; ++part) {
-    for (int t = 1 + k; t < n && (part == 0 || a.node.rail); t += nLand) {
+  if (gr.g < gr.G) {
+    if (gr.g == 0 && !gxCredit(d, me, n, gr.q, gr.Q, seq)) return;
+    // Every round's dispatch part, then every round's fan part (the dedup): records into
+    // landRec, at most a.pairRows of each part.
+    for (int part = 0; part < 2; ++part) {
+      for (int t = 1 + gr.q; t < n && (part == 0 || a.node.rail); t += gr.Q) {
+        const int src = gxRecvPeer(me, t, n);
+        const MxStream s = stream(src);
+        const int64_t first = part == 0 ? 0 : s.dispEnd, end = part == 0 ? s.dispEnd : s.fanEnd;
+        const int64_t rows = part == 0 ? s.blk : s.fan;
+        for (int64_t j = first; j < end; ++j) {
+          const int64_t c = j - first;
+          if (!land(src, s, j, landRec(src, (part == 0 ? 0 : a.pairRows) + c * pl.dispRows),
+                    mxLandRows(rows, pl.dispRows, c, a.pairRows), pl.recBytes, p.landed + src,
+                    (uint64_t)j + 1))
+            return;
+        }
+      }
+      traceStamp(p, part == 0 ? kTwPart1 : kTwPart2);
+    }
+    // Every round's return part (the layer): each owner's rows for this rank's slots.
+    for (int t = 1 + gr.q; t < n && pl.retBytes > 0; t += gr.Q) {
       const int src = gxRecvPeer(me, t, n);
       const MxStream s = stream(src);
-      const int64_t first = part == 0 ? 0 : s.dispEnd, end = part == 0 ? s.dispEnd : s.fanEnd;
-      const int64_t rows = part == 0 ? s.blk : s.fan;
-      for (int64_t j = first; j < end; ++j) {
-        const int64_t c = j - first;
-        const int64_t fit = mxLandRows(rows, pl.dispRows, c, a.pairRows);
-        if (!land(src, s, j, landRec(src, (part == 0 ? 0 : a.pairRows) + c * pl.dispRows),
-                  (uint64_t)(fit * pl.recBytes), p.landed + src))
+      for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
+        float* to = p.retRecv + ((int64_t)src * a.pairRows + c * pl.retRows) * a.hidden;
+        if (!land(src, s, s.fanEnd + c, reinterpret_cast<uint8_t*>(to),
+                  mxChunkRows(s.ret, pl.retRows, c), pl.retBytes, p.retReady + src,
+                  (uint64_t)c + 1))
           return;
       }
     }
-    traceStamp(p, part == 0 ? kTwPart1 : kTwPart2);
+    traceStamp(p, kTwPart3);
   }
-  // Every round's return part (the layer): each owner's rows for this rank's slots.
-  for (int t = 1 + k; t < n && pl.retBytes > 0; t += nLand) {
-    const int src = gxRecvPeer(me, t, n);
-    const MxStream s = stream(src);
-    for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
-      const int64_t j = s.fanEnd + c;
-      float* to = p.retRecv + ((int64_t)src * a.pairRows + c * pl.retRows) * a.hidden;
-      if (!land(src, s, j, to, (uint64_t)(mxChunkRows(s.ret, pl.retRows, c) * pl.retBytes),
-                nullptr))
-        return;
-      // The combine acquires retReady (the rows were fenced by every thread in land).
-      if (threadIdx.x == 0) rt::releaseFlag(p.retReady + src, (uint64_t)c + 1, false);
-    }
-  }
-  traceStamp(p, kTwPart3);
   gxReceiveEnd(d, p.recvDone, nLand, me, n, seq);
 }
 
 // Unpack CTA idx of p.nUnpack (see the top of this file). False once a wait failed (the CTA
 // then computes nothing).
-static __device__ __noinline__ bool unpackCta(const MoeXnParams& p, int32_t idx, const CommSh& sh) {
+__device__ __forceinline__ bool unpackCta(const MoeXnParams& p, int32_t idx, const CommSh& sh) {
   const A2aParams& a = p.a;
   const MxPlan& pl = p.plan;
   const int n = a.s.nRanks, me = a.f.rank, epr = a.s.expertsPerRank, st = a.stride;
@@ -458,22 +493,26 @@ static __device__ __noinline__ bool unpackCta(const MoeXnParams& p, int32_t idx,
   return ok;
 }
 
-// Thread 0: GEMM2 has stored every column tile of the row blocks holding the packed rows of
-// pair rows [pr0, pr0 + rows) of source src (consecutive pair rows of one expert are
-// consecutive packed rows, so a block is waited for once per run).
-__device__ __forceinline__ bool waitOutRows(const MoeXnParams& p, int src, int64_t pr0,
-                                            int64_t rows, const int32_t* srcRow,
-                                            const int32_t* recvTab) {
+// The whole CTA: GEMM2 has stored every column tile of the row blocks holding the packed rows
+// of the `rows` pair rows of source src (the rows this rank returns to it). Once per
+// destination rather than per chunk: a chunk's pair rows map to row blocks of every expert, so
+// the chunks wait for nearly all of GEMM2 anyway, and one thread walking each chunk's rows
+// (a layout lookup and an acquire per row) held the send CTA for ~25 ms a call on the H200.
+// Each thread takes a contiguous run of pair rows (consecutive pair rows of one expert are
+// consecutive packed rows: a block is waited for once per run). False once a wait failed.
+__device__ __forceinline__ bool waitOutRows(const MoeXnParams& p, int src, int64_t rows,
+                                            const int32_t* srcRow, const int32_t* recvTab) {
+  const int64_t per = (rows + blockDim.x - 1) / blockDim.x, pr0 = threadIdx.x * per;
   int64_t last = -1;
-  for (int64_t pr = pr0; pr < pr0 + rows; ++pr) {
+  bool ok = true;
+  for (int64_t pr = pr0; ok && pr < pr0 + per && pr < rows; ++pr) {
     const int64_t packed = pairRowTarget(p.a, srcRow, recvTab, src, pr);
     if (packed < 0 || packed / gemm::kTileM == last) continue;
     last = packed / gemm::kTileM;
-    if (!rt::waitGe(p.a.f.c.w, p.rowDone2 + last, (uint64_t)p.tilesN2,
-                    site(p, p.a.f.rank, (int32_t)last, rt::kWaitFlag), rt::kScopeGpu))
-      return false;
+    ok = rt::waitGe(p.a.f.c.w, p.rowDone2 + last, (uint64_t)p.tilesN2,
+                    site(p, p.a.f.rank, (int32_t)last, rt::kWaitFlag), rt::kScopeGpu, 256);
   }
-  return true;
+  return __syncthreads_and(ok ? 1 : 0) != 0;
 }
 
 // Thread 0: fan chunk `ctr` holds its `rows` records, or every unpack CTA (nUnpack) is through
@@ -494,39 +533,62 @@ __device__ __forceinline__ bool waitFanChunk(const MoeXnParams& p, const uint64_
   return true;
 }
 
+// Send CTA i of nSend: lane g of group q (mxGroup).
 __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t nSend,
                                         uint64_t seq, const CommSh& sh) {
+  namespace dn = dev::net;
   const NetDev& d = p.net;
   const A2aParams& a = p.a;
   const MxPlan& pl = p.plan;
   const int n = a.s.nRanks, me = a.f.rank, epr = a.s.expertsPerRank;
+  const MxGroup gr = mxGroup(i, nSend, n);
+  if (gr.g >= gr.G) return;
   auto stream = [&](int dst) {
     return mxSenderStream(pl, a.node, a.sendCnt, a.recvCnt, epr, dst, a.pairRows);
   };
-  // Chunk j of the stream to dst; *acked: the highest ack waited for from dst.
-  auto put = [&](const void* from, int dst, int64_t j, uint64_t bytes, uint64_t* acked) -> bool {
+  // Chunk j of the stream to dst, `rows` rows of rowBytes from `from`, once dst's ack frees
+  // its slot (*acked: the highest ack this lane waited for from dst): this lane's slice, then
+  // lane 0, once every lane's slice is on its way, signals (after every earlier put of this
+  // rank to dst: the proxy's ring order, or the lanes' fences for a local peer).
+  auto put = [&](const uint8_t* from, int dst, int64_t j, int64_t rows, int64_t rowBytes,
+                 uint64_t* acked) -> bool {
     const uint64_t t0 = traceNow(p);
-    const bool ok =
-        gxPutChunk(d, from, dst, me, seq, j, pl.slots, pl.areaBytes, pl.chunkBytes, bytes, acked);
+    const uint64_t need = gxAckNeed(seq, j, pl.slots);
+    if (need > *acked) {
+      if (!dn::wait_signal_from(d, kGxSigAck + dst, need, dst)) return false;
+      *acked = need;
+    }
+    const uint64_t off = gxSlotOff(pl.areaBytes, pl.chunkBytes, pl.slots, me, j);
+    const uint64_t value = gxValue(seq, (uint32_t)j + 1);
+    int64_t r0, r1;
+    mxSlice(rows, gr.g, gr.G, &r0, &r1);
+    bool ok;
+    if (gr.G == 1) {
+      ok = dn::put_signal(d, from, dst, off, (uint64_t)(rows * rowBytes), kGxSigData + me, value);
+    } else {
+      ok = r1 <= r0 || dn::put(d, from + r0 * rowBytes, dst, off + r0 * rowBytes,
+                               (uint64_t)((r1 - r0) * rowBytes));
+      ok = ok && groupJoin(p, p.pushCnt + (int64_t)dst * pl.slots + j % pl.slots, j, gr, dst);
+      if (ok && gr.g == 0) ok = dn::signal(d, dst, kGxSigData + me, value);
+    }
     traceAdd(p, kTwWait, traceNow(p) - t0);
-    traceAdd(p, kTwBytes, bytes);
+    traceAdd(p, kTwBytes, (uint64_t)((r1 - r0) * rowBytes));
     return ok;
   };
   // Every round's dispatch part: this rank's records for dst.
-  for (int t = 1 + i; t < n; t += nSend) {
+  for (int t = 1 + gr.q; t < n; t += gr.Q) {
     const int dst = gxSendPeer(me, t, n);
     const MxStream s = stream(dst);
     uint64_t acked = 0;
-    for (int64_t j = 0; j < s.dispEnd; ++j) {
-      const int64_t rows = mxChunkRows(s.blk, pl.dispRows, j);
-      if (!put(record(p, dst, j * pl.dispRows), dst, j, (uint64_t)(rows * pl.recBytes), &acked))
+    for (int64_t j = 0; j < s.dispEnd; ++j)
+      if (!put(record(p, dst, j * pl.dispRows), dst, j, mxChunkRows(s.blk, pl.dispRows, j),
+               pl.recBytes, &acked))
         return;
-    }
   }
   traceStamp(p, kTwPart1);
   // Every round's fan part (the dedup): the records this rank's unpack CTAs forward to dst,
   // chunk by chunk once every record of the chunk is stored (they wait for no compute).
-  for (int t = 1 + i; t < n && a.node.rail; t += nSend) {
+  for (int t = 1 + gr.q; t < n && a.node.rail; t += gr.Q) {
     const int dst = gxSendPeer(me, t, n);
     const MxStream s = stream(dst);
     const int l = a.node.localOf[dst];
@@ -541,47 +603,48 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
                  : 0;
       if (__syncthreads_and(threadIdx.x == 0 ? ok : 1) == 0) return;
       const uint8_t* from = p.fanSend + ((int64_t)l * a.pairRows + c * pl.dispRows) * pl.recBytes;
-      if (!put(from, dst, s.dispEnd + c, (uint64_t)(rows * pl.recBytes), &acked)) return;
+      if (!put(from, dst, s.dispEnd + c, rows, pl.recBytes, &acked)) return;
     }
   }
   traceStamp(p, kTwPart2);
   const bool ovf = p.lay->ovf != 0;
   const int warps = blockDim.x >> 5;
   // Every round's return part (the layer): the rows dst sent here, once GEMM2 stored them.
-  for (int t = 1 + i; t < n && pl.retBytes > 0; t += nSend) {
+  for (int t = 1 + gr.q; t < n && pl.retBytes > 0; t += gr.Q) {
     const int dst = gxSendPeer(me, t, n);
     const MxStream s = stream(dst);
     uint64_t acked = 0;
+    if (!ovf) {
+      const uint64_t t0 = traceNow(p);
+      if (!waitOutRows(p, dst, s.ret, sh.srcRow, sh.recvTab)) return;
+      traceAdd(p, kTwWait2, traceNow(p) - t0);
+    }
     for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
       const int64_t pr0 = c * pl.retRows, cnt = mxChunkRows(s.ret, pl.retRows, c);
-      int ok = 1;
-      if (threadIdx.x == 0 && !ovf) {
-        const uint64_t t0 = traceNow(p);
-        ok = waitOutRows(p, dst, pr0, cnt, sh.srcRow, sh.recvTab) ? 1 : 0;
-        traceAdd(p, kTwWait2, traceNow(p) - t0);
-      }
-      if (__syncthreads_and(threadIdx.x == 0 ? ok : 1) == 0) return;
       // Overflowed: zeros for every row, as the AllToAll path returns (straight from the zero
       // chunk: dst's rows may exceed this rank's pair buffer when the ranks' maxRows differ).
       const float* from = p.zeroRow;
       if (!ovf) {
+        // This lane's slice of the chunk's rows, staged from `out`.
         float* stage = p.retSend + ((int64_t)dst * a.pairRows + pr0) * a.hidden;
-        for (int64_t r = threadIdx.x >> 5; r < cnt; r += warps) {
+        int64_t r0, r1;
+        mxSlice(cnt, gr.g, gr.G, &r0, &r1);
+        for (int64_t r = r0 + (threadIdx.x >> 5); r < r1; r += warps) {
           const int64_t packed = pairRowTarget(a, sh.srcRow, sh.recvTab, dst, pr0 + r);
           const float* row = packed < 0 ? p.zeroRow : a.out + packed * a.hidden;
-          dev::net::detail::copy<dev::net::Warp>(reinterpret_cast<char*>(stage + r * a.hidden),
-                                                 reinterpret_cast<const char*>(row),
-                                                 (uint64_t)pl.retBytes);
+          dn::detail::copy<dn::Warp>(reinterpret_cast<char*>(stage + r * a.hidden),
+                                     reinterpret_cast<const char*>(row), (uint64_t)pl.retBytes);
         }
         __threadfence();
-        __syncthreads();  // the chunk staged by every thread before it is put
+        __syncthreads();  // the slice staged by every thread before it is put
         from = stage;
       }
-      if (!put(from, dst, s.fanEnd + c, (uint64_t)(cnt * pl.retBytes), &acked)) return;
+      if (!put(reinterpret_cast<const uint8_t*>(from), dst, s.fanEnd + c, cnt, pl.retBytes, &acked))
+        return;
     }
   }
   traceStamp(p, kTwPart3);
-  gxSendEnd(d, me, n, i, nSend, seq);
+  gxSendEnd(d, me, n, gr.q, gr.Q, seq);
 }
 
 // The layer's combine for one warp and token t: lane j < topk finds slot j's row (own slots in
@@ -626,6 +689,25 @@ __device__ __forceinline__ bool combineToken(const MoeXnParams& p, int64_t t) {
 
 template <typename O>
 __device__ void combine(const MoeXnParams& p) {
+  // Thread 0 first waits, sleeping 1 us between polls, until every owner's return rows are in
+  // place: thousands of lanes polling the same retReady words while the return part streamed
+  // in (one word per owner, one L2 slice) slowed the land and send CTAs' copies several times
+  // over on the H200. The combine then finds every row at once.
+  const A2aParams& a = p.a;
+  int ok = 1;
+  if (threadIdx.x == 0)
+    for (int o = 0; o < a.s.nRanks && ok; ++o) {
+      if (o == a.f.rank) continue;
+      const MxStream s =
+          mxReceiverStream(p.plan, a.node, a.sendCnt, a.recvCnt, a.s.expertsPerRank, o, a.pairRows);
+      const int64_t chunks = mxChunks(s.ret, p.plan.retRows);
+      if (chunks > 0)
+        ok = rt::waitGe(a.f.c.w, p.retReady + o, (uint64_t)chunks,
+                        site(p, o, (int32_t)chunks, rt::kWaitData), rt::kScopeGpu, 1000)
+                 ? 1
+                 : 0;
+    }
+  if (__syncthreads_and(threadIdx.x == 0 ? ok : 1) == 0) return;
   moedev::claimTokens(p.combClaim, p.a.s.tokens, moedev::kCombineChunk,
                       [&](int64_t t) { return combineToken<O>(p, t); });
 }
@@ -637,7 +719,7 @@ namespace mxdev {
 // The send and unpack CTAs' state in the shared memory the GEMMs use for their ring (an unpack
 // CTA's GEMM starts after its units): the layout tables, with the dedup the fan caps per local
 // index, and the unpack units per source. Not inlined: the kernel's registers stay the GEMM's.
-static __device__ __noinline__ CommSh commShared(const MoeXnParams& p, uint8_t* smem) {
+__device__ __forceinline__ CommSh commShared(const MoeXnParams& p, uint8_t* smem) {
   const A2aParams& a = p.a;
   const int n = a.s.nRanks, epr = a.s.expertsPerRank, me = a.f.rank, tab = n * epr;
   int32_t* srcRow = reinterpret_cast<int32_t*>(smem);
@@ -664,6 +746,24 @@ static __device__ __noinline__ CommSh commShared(const MoeXnParams& p, uint8_t* 
   }
   __syncthreads();
   return CommSh{srcRow, recvTab, fanLim, dCnt, fCnt};
+}
+
+// The send and unpack roles, not inlined: the kernel's registers stay the GEMM's (inlined, the
+// comm code's live ranges made ptxas spill around the GEMM).
+// Each takes its place from blockIdx and the call number from `seq` (shared memory): calls
+// with few arguments left the kernel without spills.
+static __device__ __noinline__ void sendRole(const MoeXnParams& p, uint8_t* smem,
+                                             const uint64_t* seq) {
+  sendCta(p, (int32_t)blockIdx.x, mxSendCtas(p.nComm), *seq, commShared(p, smem));
+}
+static __device__ __noinline__ void landRole(const MoeXnParams& p, const uint64_t* seq) {
+  const int32_t nSend = mxSendCtas(p.nComm);
+  landCta(p, (int32_t)blockIdx.x - nSend, p.nComm - nSend, *seq);
+}
+static __device__ __noinline__ bool unpackRole(const MoeXnParams& p, uint8_t* smem) {
+  const bool ok = unpackCta(p, (int32_t)blockIdx.x - p.nComm, commShared(p, smem));
+  __syncthreads();  // every warp is through the tables before the GEMM's ring overwrites them
+  return ok;
 }
 
 // The GEMMs' end: word kTwPart2 of an unpack CTA, kTwPart1 of a compute CTA (from blockIdx
@@ -714,18 +814,14 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     xseqSh = ptx::ldVolatile64(p.xcalls) + 1;
   }
   __syncthreads();
-  const int32_t b = (int32_t)blockIdx.x, nSend = gxSendCtas(p.nComm, a.s.nRanks);
-  if (b < nSend) {
-    mxdev::sendCta(p, b, nSend, xseqSh, mxdev::commShared(p, smem));
+  const int32_t b = (int32_t)blockIdx.x;
+  if (b < mxSendCtas(p.nComm)) {
+    mxdev::sendRole(p, smem, &xseqSh);
   } else if (b < p.nComm) {
-    mxdev::landCta(p, b - nSend, p.nComm - nSend, xseqSh);
+    mxdev::landRole(p, &xseqSh);
   } else {
     // Unpack CTAs join the compute CTAs once their units are unpacked.
-    bool ok = true;
-    if (b < p.nComm + p.nUnpack) {
-      ok = mxdev::unpackCta(p, b - p.nComm, mxdev::commShared(p, smem));
-      __syncthreads();  // every warp is through the tables before the GEMM's ring overwrites them
-    }
+    const bool ok = b >= p.nComm + p.nUnpack || mxdev::unpackRole(p, smem);
     if (ok && !rt::failed(a.f.c.w)) mxdev::compute<Tr1, Tr2, kFfn>(p, smem);
   }
   __syncthreads();
