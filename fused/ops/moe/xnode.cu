@@ -42,6 +42,9 @@ void CUDART_CB mxTracePrint(void* arg) {
   const int w = kTraceMaxWords;
   uint64_t t0 = ~0ull;
   for (int b = 0; b < t->grid; ++b) t0 = std::min(t0, (uint64_t)st[w * b + mxdev::kTwStart]);
+  // Row `grid`: the front's start and the layout kernel's (xnode.cu), before t0.
+  const uint64_t fr = st[w * t->grid], lay = st[w * t->grid + 1];
+  auto before = [&](uint64_t v) { return v != 0 && v < t0 ? (double)(t0 - v) * 1e-3 : 0.0; };
   // Per role (send, land, unpack, compute): the last stamp of each part and the end, the sums
   // of the wait words and of the bytes word.
   struct Role {
@@ -64,7 +67,7 @@ void CUDART_CB mxTracePrint(void* arg) {
   auto us = [](uint64_t ns) { return (double)ns * 1e-3; };
   fprintf(stderr,
           "[mkernel fused trace] %s rank %d (%d CTAs; us after the first CTA's start, "
-          "%.1f us mod 1 s):\n"
+          "%.1f us mod 1 s; the front started %.1f us before it, the layout kernel %.1f):\n"
           "  send %d: dispatch %.1f fan %.1f return %.1f end %.1f; in puts %.1f, waiting for "
           "GEMM2 rows %.1f (sums over CTAs); %.1f MB put\n"
           "  land %d: dispatch %.1f fan %.1f return %.1f end %.1f; waiting for data %.1f, "
@@ -72,13 +75,13 @@ void CUDART_CB mxTracePrint(void* arg) {
           "  unpack %d: units %.1f GEMMs %.1f combine %.1f end %.1f; waiting for landing %.1f; "
           "%llu records\n"
           "  compute %d: GEMMs %.1f combine %.1f end %.1f\n",
-          t->api, t->rank, t->grid, (double)(t0 % 1000000000ull) * 1e-3, r[0].ctas,
-          us(r[0].last[0]), us(r[0].last[1]), us(r[0].last[2]), us(r[0].last[3]), us(r[0].wait),
-          us(r[0].wait2), r[0].bytes * 1e-6, r[1].ctas, us(r[1].last[0]), us(r[1].last[1]),
-          us(r[1].last[2]), us(r[1].last[3]), us(r[1].wait), us(r[1].wait2), r[1].bytes * 1e-6,
-          r[2].ctas, us(r[2].last[0]), us(r[2].last[1]), us(r[2].last[2]), us(r[2].last[3]),
-          us(r[2].wait), (unsigned long long)r[2].bytes, r[3].ctas, us(r[3].last[0]),
-          us(r[3].last[2]), us(r[3].last[3]));
+          t->api, t->rank, t->grid, (double)(t0 % 1000000000ull) * 1e-3, before(fr), before(lay),
+          r[0].ctas, us(r[0].last[0]), us(r[0].last[1]), us(r[0].last[2]), us(r[0].last[3]),
+          us(r[0].wait), us(r[0].wait2), r[0].bytes * 1e-6, r[1].ctas, us(r[1].last[0]),
+          us(r[1].last[1]), us(r[1].last[2]), us(r[1].last[3]), us(r[1].wait), us(r[1].wait2),
+          r[1].bytes * 1e-6, r[2].ctas, us(r[2].last[0]), us(r[2].last[1]), us(r[2].last[2]),
+          us(r[2].last[3]), us(r[2].wait), (unsigned long long)r[2].bytes, r[3].ctas,
+          us(r[3].last[0]), us(r[3].last[2]), us(r[3].last[3]));
   traceRelease(t->stamps);
 }
 
@@ -96,7 +99,8 @@ void sayOnce(std::atomic<bool>* said, const char* api, const char* why) {
 // tile is its own, so one thread per expert adds without atomics).
 __global__ void __launch_bounds__(kA2aThreads)
     moeXnLayoutKernel(const __grid_constant__ A2aParams p, int32_t* srcRowOut, int32_t* recvOut,
-                      MxLayout* lay, uint64_t* tileReady) {
+                      MxLayout* lay, uint64_t* tileReady, uint64_t* stamp) {
+  if (stamp != nullptr && threadIdx.x == 0) *stamp = ptx::globalTimerNs();
   extern __shared__ int32_t dyn[];  // srcRow[n*epr], recv[n*epr]
   __shared__ RecvLayout L;
   const int n = p.s.nRanks, epr = p.s.expertsPerRank;
@@ -130,6 +134,11 @@ __global__ void __launch_bounds__(kA2aThreads)
     lay->ovf = L.ovf;
     lay->otherMax = L.otherMax;
   }
+}
+
+// MKERNEL_FUSED_TRACE: when the call's first step (the AllToAll path's pack) may start.
+__global__ void moeXnStampKernel(uint64_t* stamp) {
+  *stamp = ptx::globalTimerNs();
 }
 
 // The verdict every rank shares (the layout, the agreed parameters and window size, the call's
@@ -328,39 +337,40 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
     NCCLCHECKGOTO(gemm::buildParams(g1, &p.g1, &gridUnused), res, done);
     if (c.ffn) NCCLCHECKGOTO(gemm::buildParams(g2, &p.g2, &gridUnused), res, done);
     CUDACHECKGOTO(cudaMemsetAsync(base + oZero, 0, zeroBytes, c.stream), res, done);
+    // The trace's row `budget`: when the front and the layout kernel started.
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
+    p.trace = traceAcquire(budget + 1, cap != cudaStreamCaptureStatusNone);
+    uint64_t* front = p.trace != nullptr ? p.trace + (size_t)budget * kTraceMaxWords : nullptr;
+    if (front != nullptr) moeXnStampKernel<<<1, 1, 0, c.stream>>>(front);
     const int grid = std::max(1, std::min<int>(4 * std::max(1, f.smBudget), 65535));
     NCCLCHECKGOTO(moeA2aFront(c, a, grid), res, done);
     moeXnLayoutKernel<<<1, kA2aThreads, moeA2aLayoutSmem(a), c.stream>>>(
-        a, tabs, tabs + (size_t)n * epr, lay, p.tileReady);
+        a, tabs, tabs + (size_t)n * epr, lay, p.tileReady, front != nullptr ? front + 1 : nullptr);
     CUDACHECKGOTO(cudaGetLastError(), res, done);
     MK_INFO(kFused,
             "%s rank %d T=%zu k=%d E=%d H=%zu fused across nodes%s: %d CTAs, %d comm, %d unpack, "
             "chunks of %d records / %d rows, %d slots",
             api, f.rank, c.T, c.k, c.E, c.H, rail ? " (node dedup)" : "", budget, nComm, nUnpack,
             pl.dispRows, pl.retRows, pl.slots);
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
-    p.trace = traceAcquire(budget, cap != cudaStreamCaptureStatusNone);
-    NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, api,
-                               [&](cudaStream_t s) -> ncclResult_t {
-                                 const ncclResult_t r = launch(budget, s);
-                                 if (p.trace != nullptr) {
-                                   if (r != ncclSuccess) {
-                                     traceRelease(p.trace);
-                                   } else {
-                                     auto* t = new MxTrace{p.trace, api,   f.rank,
-                                                           budget,  nComm, mxSendCtas(nComm),
-                                                           nUnpack};
-                                     if (!traceQueue(s, mxTracePrint, t, p.trace)) delete t;
-                                   }
-                                   p.trace = nullptr;
-                                 }
-                                 return r;
-                               }),
-                  res, done);
+    res = fusedEnqueue(comm, c.stream, api, [&](cudaStream_t s) -> ncclResult_t {
+      const ncclResult_t r = launch(budget, s);
+      if (p.trace != nullptr) {
+        if (r != ncclSuccess) {
+          traceRelease(p.trace);
+        } else {
+          auto* t = new MxTrace{p.trace, api, f.rank, budget, nComm, mxSendCtas(nComm), nUnpack};
+          if (!traceQueue(s, mxTracePrint, t, p.trace)) delete t;
+        }
+        p.trace = nullptr;
+      }
+      return r;
+    });
+    if (res != ncclSuccess) goto done;
     *ran = true;
   }
 done:
+  if (p.trace != nullptr) traceRelease(p.trace);  // not launched
   res = fusedFreeScratch(base, c.stream, res, api);
   if (res == ncclSuccess && *ran) gXnLaunches.fetch_add(1);
   return res;
