@@ -494,18 +494,19 @@ __device__ __forceinline__ bool unpackCta(const MoeXnParams& p, int32_t idx, con
 }
 
 // The whole CTA: GEMM2 has stored every column tile of the row blocks holding the packed rows
-// of the `rows` pair rows of source src (the rows this rank returns to it). Once per
-// destination rather than per chunk: a chunk's pair rows map to row blocks of every expert, so
-// the chunks wait for nearly all of GEMM2 anyway, and one thread walking each chunk's rows
-// (a layout lookup and an acquire per row) held the send CTA for ~25 ms a call on the H200.
-// Each thread takes a contiguous run of pair rows (consecutive pair rows of one expert are
-// consecutive packed rows: a block is waited for once per run). False once a wait failed.
-__device__ __forceinline__ bool waitOutRows(const MoeXnParams& p, int src, int64_t rows,
-                                            const int32_t* srcRow, const int32_t* recvTab) {
-  const int64_t per = (rows + blockDim.x - 1) / blockDim.x, pr0 = threadIdx.x * per;
+// of pair rows [pr0, pr0 + rows) of source src. Pair rows are expert-major as packed rows are,
+// so a destination's return chunks become ready in order as GEMM2 runs. Each thread takes a
+// contiguous run of the pair rows (consecutive pair rows of one expert are consecutive packed
+// rows: a block is waited for once per run): one thread walking them all, a layout lookup
+// and an acquire per row, held the send CTA for ~25 ms a call on the H200. False once a wait
+// failed.
+__device__ __forceinline__ bool waitOutRows(const MoeXnParams& p, int src, int64_t pr0,
+                                            int64_t rows, const int32_t* srcRow,
+                                            const int32_t* recvTab) {
+  const int64_t per = (rows + blockDim.x - 1) / blockDim.x, first = pr0 + threadIdx.x * per;
   int64_t last = -1;
   bool ok = true;
-  for (int64_t pr = pr0; ok && pr < pr0 + per && pr < rows; ++pr) {
+  for (int64_t pr = first; ok && pr < first + per && pr < pr0 + rows; ++pr) {
     const int64_t packed = pairRowTarget(p.a, srcRow, recvTab, src, pr);
     if (packed < 0 || packed / gemm::kTileM == last) continue;
     last = packed / gemm::kTileM;
@@ -614,21 +615,19 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
     const int dst = gxSendPeer(me, t, n);
     const MxStream s = stream(dst);
     uint64_t acked = 0;
-    if (!ovf) {
-      const uint64_t t0 = traceNow(p);
-      if (!waitOutRows(p, dst, s.ret, sh.srcRow, sh.recvTab)) return;
-      traceAdd(p, kTwWait2, traceNow(p) - t0);
-    }
     for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
       const int64_t pr0 = c * pl.retRows, cnt = mxChunkRows(s.ret, pl.retRows, c);
       // Overflowed: zeros for every row, as the AllToAll path returns (straight from the zero
       // chunk: dst's rows may exceed this rank's pair buffer when the ranks' maxRows differ).
       const float* from = p.zeroRow;
       if (!ovf) {
-        // This lane's slice of the chunk's rows, staged from `out`.
+        // This lane's slice of the chunk's rows, once GEMM2 stored them, staged from `out`.
         float* stage = p.retSend + ((int64_t)dst * a.pairRows + pr0) * a.hidden;
         int64_t r0, r1;
         mxSlice(cnt, gr.g, gr.G, &r0, &r1);
+        const uint64_t t0 = traceNow(p);
+        if (!waitOutRows(p, dst, pr0 + r0, r1 - r0, sh.srcRow, sh.recvTab)) return;
+        traceAdd(p, kTwWait2, traceNow(p) - t0);
         for (int64_t r = r0 + (threadIdx.x >> 5); r < r1; r += warps) {
           const int64_t packed = pairRowTarget(a, sh.srcRow, sh.recvTab, dst, pr0 + r);
           const float* row = packed < 0 ? p.zeroRow : a.out + packed * a.hidden;
