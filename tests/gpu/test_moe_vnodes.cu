@@ -26,7 +26,8 @@
 //   MoeVnodesFused.TwoByTwo / TwoByFour / FourByTwo   every case of both calls with
 //       ncclFusedFused (the fused kernel across nodes, fused/ops/moe/xnode_kernel.cuh) checked
 //       against the host references and byte for byte against the AllToAll path's outputs on
-//       the same draws (ncclFusedAuto), in both modes of the dedup; the fused kernel ran for
+//       the same draws (ncclFusedSequential: auto takes the fused layer across nodes since
+//       session 36), in both modes of the dedup; the fused kernel ran for
 //       every call it covers (the dispatch calls, and the layer's with w in the [N,K] layout).
 //   MoeVnodesFused.Overflow2x2          the overflow plan above with ncclFusedFused, both modes.
 //   MoeVnodesFused.CrossNodeBytes2x2    the bytes check above with ncclFusedFused: the fused
@@ -370,7 +371,7 @@ void runFusedVsA2a(int n, int nodes) {
     auto log = [&](const std::string& line) {
       printf("[MoeVnodesFused %dx%d dedup %d] %s\n", nodes, n / nodes, mode, line.c_str());
     };
-    std::string err = runCases(d, seed, log, &snap, ncclFusedAuto);
+    std::string err = runCases(d, seed, log, &snap, ncclFusedSequential);
     ASSERT_EQ(err, "") << "the AllToAll path, MKERNEL_MOE_NODE_DEDUP=" << mode;
     snap.compare();
     const uint64_t before = mk::fused::moeXnodeLaunches();

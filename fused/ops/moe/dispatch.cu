@@ -152,10 +152,12 @@ ncclResult_t moeRun(const MoeCall& c) {
                   "running the AllToAll path");
       }
     }
-    if (c.cfg.algo == ncclFusedFused && c.comm->topo.nNodes > 1) {
+    if (c.comm->topo.nNodes > 1 && (c.cfg.algo == ncclFusedFused || fusedLayerAuto)) {
       // Across (virtual) nodes: the fused kernel on the xnode protocol (xnode.cu; it logs its
-      // reason once where it does not apply). ncclFusedAuto keeps the AllToAll path until
-      // the fused kernel has been measured faster there (bench/moe_bench.py ffn --nodes 2).
+      // reason once where it does not apply). ncclFusedAuto takes it for the layer: 2
+      // processes as 2 virtual nodes on the H200 ran it 1.18-1.44x the AllToAll path (session
+      // 36, bench/results/session36-2026-12-05/callB_logs); the dispatch call keeps the
+      // AllToAll path (0.93-1.12x).
       bool ran = false;
       NCCLCHECK(moeXnodeRun(c, &ran));
       if (ran) return ncclSuccess;

@@ -141,13 +141,17 @@ MK_HD inline MxStream mxReceiverStream(const MxPlan& p, const MoeNodeMap& m, con
                   sendCnt[src * st + moeCntRows(epr)]);
 }
 
-// Comm CTAs of a rank's kernel of `budget` CTAs: config commSms when >= 2, else a quarter of
-// the budget, at least 2 (a send and a land CTA) and at most 2 (n - 1) kMxMaxGroup (a group of
-// send and one of land CTAs per peer), leaving the unpack CTAs one. 0 when the budget is below 3.
+// Comm CTAs of a rank's kernel of `budget` CTAs: config commSms when >= 2, else 2 (n - 1) (a
+// send and a land CTA per peer), at least 2 and at most 2 (n - 1) kMxMaxGroup (groups of send
+// and land CTAs per peer, mxGroup), leaving the unpack CTAs one. 0 when the budget is below 3.
+// Why one of each per peer by default: on the H200 (2 processes as 2 virtual nodes, session 36
+// call B) one send and one land CTA beat groups of 8 at every shape measured (the layer 33.6
+// against 41.8 ms at H 7168, T 2048; 15.4 against 19.5 at H 2048, T 4096): each land CTA
+// copies ~11 GB/s out of the window, while the groups' CTAs cost the GEMMs their SMs.
 constexpr int kMxMaxGroup = 8;
 MK_HD inline int mxCommCtas(int budget, int n, int commSms) {
   if (budget < 3) return 0;
-  int c = commSms >= 2 ? commSms : budget / 4;
+  int c = commSms >= 2 ? commSms : 2 * (n - 1);
   if (c > 2 * (n - 1) * kMxMaxGroup) c = 2 * (n - 1) * kMxMaxGroup;
   if (c < 2) c = 2;
   if (c > budget - 1) c = budget - 1;
