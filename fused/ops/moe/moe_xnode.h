@@ -141,17 +141,17 @@ MK_HD inline MxStream mxReceiverStream(const MxPlan& p, const MoeNodeMap& m, con
                   sendCnt[src * st + moeCntRows(epr)]);
 }
 
-// Comm CTAs of a rank's kernel of `budget` CTAs: config commSms when >= 2, else 2 (n - 1) (a
-// send and a land CTA per peer), at least 2 and at most 2 (n - 1) kMxMaxGroup (groups of send
-// and land CTAs per peer, mxGroup), leaving the unpack CTAs one. 0 when the budget is below 3.
-// Why one of each per peer by default: on the H200 (2 processes as 2 virtual nodes, session 36
-// call B) one send and one land CTA beat groups of 8 at every shape measured (the layer 33.6
-// against 41.8 ms at H 7168, T 2048; 15.4 against 19.5 at H 2048, T 4096): each land CTA
-// copies ~11 GB/s out of the window, while the groups' CTAs cost the GEMMs their SMs.
+// Comm CTAs of a rank's kernel of `budget` CTAs: config commSms when >= 2, else groups of 2
+// send and 2 land CTAs per peer (4 (n - 1)) where that is at most a quarter of the budget, one
+// of each (2 (n - 1)) otherwise; at least 2 and at most 2 (n - 1) kMxMaxGroup, leaving the
+// unpack CTAs one. 0 when the budget is below 3. Measured on the H200 (2 processes as 2
+// virtual nodes; the layer, H 7168 T 2048 / H 2048 T 4096, ms): groups of 8 41.8 / 19.5, one
+// of each 33.6 / 15.4 (session 36 call B), groups of 2 28.1 / 13.1 against one of each 33.0 /
+// 14.5 (call C): a land CTA copies ~11 GB/s out of the window, and more CTAs cost the GEMMs.
 constexpr int kMxMaxGroup = 8;
 MK_HD inline int mxCommCtas(int budget, int n, int commSms) {
   if (budget < 3) return 0;
-  int c = commSms >= 2 ? commSms : 2 * (n - 1);
+  int c = commSms >= 2 ? commSms : 4 * (n - 1) <= budget / 4 ? 4 * (n - 1) : 2 * (n - 1);
   if (c > 2 * (n - 1) * kMxMaxGroup) c = 2 * (n - 1) * kMxMaxGroup;
   if (c < 2) c = 2;
   if (c > budget - 1) c = budget - 1;
