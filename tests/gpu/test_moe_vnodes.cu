@@ -5,7 +5,9 @@
 // checked against the host references, then mode 1 (a token crosses once per remote node, to
 // its gateway, which forwards it inside the node) on the same draws, checked the same way and
 // byte for byte against mode 0's outputs (counts, offsets, rowSource, rowWeight, received
-// rows, y: the dedup changes the route, never a result).
+// rows, y: the dedup changes the route, never a result). The MoeVnodes*, MoeVnodesOverflow and
+// MoeProcsGraph suites pass ncclFusedSequential (the AllToAll path; ncclFusedAuto takes the
+// fused layer across nodes since session 36), the MoeVnodesFused suites ncclFusedFused.
 //   MoeVnodes.TwoByTwo / TwoByFour      every case of both calls, 4 and 8 ranks.
 //   MoeVnodes.FourByTwo                 the same on 4 nodes of 2 ranks: 3 remote gateways per
 //       rail (every rank forwards the tokens of 3 remote sources).
@@ -119,7 +121,7 @@ void runVnodes(int n, int nodes = 2) {
             [&](const std::string& line) {
               printf("[MoeVnodes %dx%d] %s\n", nodes, n / nodes, line.c_str());
             },
-            snap);
+            snap, ncclFusedSequential);
       },
       nodes);
 }
@@ -199,7 +201,7 @@ std::string netBytes(Driver& d, uint64_t* sum) {
   return "";
 }
 
-void runCrossNodeBytes(int n, int epr, int k, double most, int algo = ncclFusedAuto) {
+void runCrossNodeBytes(int n, int epr, int k, double most, int algo = ncclFusedSequential) {
   uint64_t sent[2] = {0, 0};
   const uint64_t launched = mk::fused::moeXnodeLaunches();
   runBothModes(n, "cross-node bytes", [&](Driver& d, uint64_t seed, Snapshots* snap) {
@@ -278,7 +280,7 @@ std::string overflowCall(Driver& d, P& p, const char* op,
 }
 
 // Both calls, each on fresh comms of n ranks on 2 virtual nodes, in the current mode.
-std::string overflowPlan(int n, uint64_t seed, int algo = ncclFusedAuto) {
+std::string overflowPlan(int n, uint64_t seed, int algo = ncclFusedSequential) {
   std::string e;
   {
     VnodeTeam v(n);
@@ -341,7 +343,7 @@ TEST(MoeProcsGraph, Vnodes2x2) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (int mode = 0; mode <= 1; ++mode) {
     DedupMode m(mode);
-    const std::string err = runGraphs(d, seed + mode);
+    const std::string err = runGraphs(d, seed + mode, ncclFusedSequential);
     EXPECT_EQ(err, "") << "MKERNEL_MOE_NODE_DEDUP=" << mode;
     if (!err.empty()) return;
   }

@@ -536,7 +536,8 @@ def main():
   ctx = Ctx("test_moe" + ("[%s]" % variant if variant else ""))
   rep = ctx.report
   if ctx.rank == 0 and os.environ.get("MKERNEL_EMULATE_NODES"):
-    # Virtual nodes: the AllToAll path, and with algo fused the kernel across nodes (xnode.cu).
+    # Virtual nodes: the AllToAll path, and the kernel across nodes (xnode.cu) with algo fused
+    # and, for the layer with w1 [N,K] and the SwiGLU epilogue, with auto.
     log("[%s] MKERNEL_EMULATE_NODES=%s" % (ctx.test, os.environ["MKERNEL_EMULATE_NODES"]))
   torch.backends.cuda.matmul.allow_tf32 = False
   if ctx.device.type != "cuda":
