@@ -51,10 +51,16 @@ void traceRelease(uint64_t* stamps) {
   tracePool().free.push_back(stamps);
 }
 
+void traceReleaseAfter(cudaStream_t stream, uint64_t* stamps) {
+  if (stamps == nullptr) return;
+  auto release = [](void* b) { traceRelease(static_cast<uint64_t*>(b)); };
+  if (cudaLaunchHostFunc(stream, release, stamps) != cudaSuccess) (void)cudaGetLastError();
+}
+
 bool traceQueue(cudaStream_t stream, cudaHostFn_t print, void* arg, uint64_t* stamps) {
   if (cudaLaunchHostFunc(stream, print, arg) == cudaSuccess) return true;
   (void)cudaGetLastError();
-  traceRelease(stamps);
+  (void)stamps;  // the kernel may still write them: kept out of the pool for good
   return false;
 }
 

@@ -19,9 +19,12 @@ constexpr int kTraceMaxWords = 8;  // words per CTA a buffer holds
 uint64_t* traceAcquire(int grid, bool capturing);
 // Back to the pool, zeroed; no CUDA call (safe in a host function).
 void traceRelease(uint64_t* stamps);
+// Back to the pool once `stream` reaches this point (kernels queued before may still write the
+// stamps); kept out of the pool for good when that cannot be queued.
+void traceReleaseAfter(cudaStream_t stream, uint64_t* stamps);
 // Queues print(arg) on `stream` behind the kernel that writes `stamps`. print owns arg and
-// must release the stamps; when the host function cannot be queued, the stamps are released
-// and false is returned (the caller deletes arg).
+// must release the stamps; when the host function cannot be queued, false is returned (the
+// caller deletes arg) and the stamps stay out of the pool (the kernel may still write them).
 bool traceQueue(cudaStream_t stream, cudaHostFn_t print, void* arg, uint64_t* stamps);
 
 }  // namespace fused

@@ -357,7 +357,7 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
       const ncclResult_t r = launch(budget, s);
       if (p.trace != nullptr) {
         if (r != ncclSuccess) {
-          traceRelease(p.trace);
+          traceReleaseAfter(s, p.trace);  // the front's kernels may still stamp it
         } else {
           auto* t = new MxTrace{p.trace, api, f.rank, budget, nComm, mxSendCtas(nComm), nUnpack};
           if (!traceQueue(s, mxTracePrint, t, p.trace)) delete t;
@@ -370,7 +370,7 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
     *ran = true;
   }
 done:
-  if (p.trace != nullptr) traceRelease(p.trace);  // not launched
+  if (p.trace != nullptr) traceReleaseAfter(c.stream, p.trace);  // not launched
   res = fusedFreeScratch(base, c.stream, res, api);
   if (res == ncclSuccess && *ran) gXnLaunches.fetch_add(1);
   return res;
