@@ -19,17 +19,23 @@ __device__ __forceinline__ bool gxCredit(const NetDev& d, int me, int n, int k, 
   return true;
 }
 
-// Send side: chunk j (bytes from src) into dst's area of this rank, once dst's ack frees its
-// slot. *acked: the highest ack this CTA already waited for from dst (an ack frees a slot
-// for good within the call, so it is waited for once).
+// Send side: waits until dst's ack frees the slot of chunk j. *acked: the highest ack this
+// CTA already waited for from dst (an ack frees a slot for good within the call, so it is
+// waited for once). False once the comm failed.
+__device__ __forceinline__ bool gxSlotFree(const NetDev& d, int dst, uint64_t seq, int64_t j,
+                                           int32_t slots, uint64_t* acked) {
+  const uint64_t need = gxAckNeed(seq, j, slots);
+  if (need <= *acked) return true;
+  if (!dev::net::wait_signal_from(d, kGxSigAck + dst, need, dst)) return false;
+  *acked = need;
+  return true;
+}
+
+// Send side: chunk j (bytes from src) into dst's area of this rank, once its slot is free.
 __device__ __forceinline__ bool gxPutChunk(const NetDev& d, const void* src, int dst, int me,
                                            uint64_t seq, int64_t j, int32_t slots, int64_t area,
                                            int64_t chunkBytes, uint64_t bytes, uint64_t* acked) {
-  const uint64_t need = gxAckNeed(seq, j, slots);
-  if (need > *acked) {
-    if (!dev::net::wait_signal_from(d, kGxSigAck + dst, need, dst)) return false;
-    *acked = need;
-  }
+  if (!gxSlotFree(d, dst, seq, j, slots, acked)) return false;
   return dev::net::put_signal(d, src, dst, gxSlotOff(area, chunkBytes, slots, me, j), bytes,
                               kGxSigData + me, gxValue(seq, (uint32_t)j + 1));
 }
