@@ -141,19 +141,19 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * destination's layout. Every other layout (processes, several GPUs, (virtual) nodes) runs the
  * AllToAll path: counts, rows and (for the whole layer) the experts' outputs travel with
  * mkernel's AllToAll in per-pair buffers of maxRows rows (scratch: about 2 * nranks * maxRows
- * rows of H elements, and as many fp32 rows for the layer's return). Where the ranks are
+ * rows of H elements, and as many again for the layer's return). Where the ranks are
  * processes of one node, the fused kernels (algo ncclFusedFused, and for the layer also
  * ncclFusedAuto: see ncclMoeConfig_t::algo) run instead, their rows landing in windows every
- * rank maps (maxRows rows each). On a comm spanning (virtual) nodes, algo ncclFusedFused runs
- * one kernel per rank after the AllToAll path's exchange of counts (session 35; GPU-tested,
- * but 3-12x slower than the AllToAll path on 2 virtual nodes of one H200;
- * MKERNEL_FUSED_XNODE=1; the layer with w1 in the [N,K] layout and
- * MKERNEL_MOE_SWIGLU_EPILOGUE=1): token rows (across nodes once per node with
+ * rank maps (maxRows rows each). On a comm spanning (virtual) nodes, algo ncclFusedFused, and
+ * for the layer also ncclFusedAuto, runs one kernel per rank after the AllToAll path's exchange
+ * of counts (MKERNEL_FUSED_XNODE=1; the layer with w1 in the [N,K] layout and
+ * MKERNEL_MOE_SWIGLU_EPILOGUE=1; the layer ran 1.2-1.5x the AllToAll path on 2 virtual nodes of
+ * one H200): token rows (across nodes once per node with
  * MKERNEL_MOE_NODE_DEDUP=1, as on the AllToAll path), and the layer's expert outputs back,
  * travel per pair through the device communication API while the grouped GEMM takes tiles as
  * their rows land (scratch: about nranks * maxRows records of a token row and 16 * topk bytes,
  * plus nranks-per-node * maxRows more with the dedup, and for the layer 2 * nranks * maxRows
- * fp32 rows). A rank whose GPU cannot hold the kernel's grid at once refuses the call with
+ * rows of H elements). A rank whose GPU cannot hold the kernel's grid at once refuses the call with
  * ncclInvalidUsage before it enqueues anything (its peers then fail at their timeout). On every
  * layout but the first every rank must pass the same maxRows. A mismatch in the comm's first fused
  * MoE call on processes is refused on every rank (ncclInvalidArgument: the windows' sizes differ);
@@ -225,8 +225,10 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * Precision: the GEMMs accumulate in fp32. With w1 in the NK layout GEMM1 applies SwiGLU to its
  * fp32 accumulators and stores only the product (buf->act, inType; buf->h, still required, is
  * not written); with KN (or MKERNEL_MOE_SWIGLU_EPILOGUE=0) it stores buf->h in inType and a
- * SwiGLU kernel computes buf->act from it. The expert outputs (buf->out) are fp32; the combine adds
- * the slots in slot order in fp32 and rounds once to outType. A token whose slots are all -1 gets
+ * SwiGLU kernel computes buf->act from it. GEMM2 stores the expert outputs (buf->out) in fp32;
+ * the combine takes each rounded to inType (as torch's grouped GEMM returns it; rows that
+ * travel back to their token's rank carry that type), adds the slots in slot order in fp32 and
+ * rounds once to outType. A token whose slots are all -1 gets
  * zeros. On a rank whose call reports an error (its bound exceeded, a bad expert id in its
  * topkIdx), y is unspecified; the other ranks' y are complete. The buffers (ncclMoeFfnBuffers_t)
  * are the rows this rank receives, in the packed layout of ncclMoeRecv_t (expertCount, expertOffset

@@ -183,8 +183,9 @@ def moe_ffn(x, topk_idx, topk_weights, w1, w2, *, max_rows=None, group=None, out
              topk_weights[t, j] * (silu(x_t W1gate^T) * (x_t W1up^T)) W2^T
   of expert topk_idx[t, j], computed on the rank that owns it. w1 holds 2I outputs per expert:
   gate (the first I), then up. Rounding: h = x W1^T and act = silu(gate) * up are stored in
-  x's dtype, the experts' outputs in fp32; the slots are added in slot order in fp32 and
-  rounded once. A token whose slots are all -1 gets zeros.
+  x's dtype, the experts' outputs in fp32 and taken by the combine rounded to x's dtype (as
+  torch's grouped GEMM returns them); the slots are added in slot order in fp32 and rounded
+  once. A token whose slots are all -1 gets zeros.
 
   buffers: from moe_ffn_buffers(max_rows, H, I, E/n, x.dtype), for repeated calls and CUDA
   graphs; they must stay alive and untouched until every rank's call has completed (peers

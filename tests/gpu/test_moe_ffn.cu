@@ -6,16 +6,17 @@
 // the library: per routed slot, h = x W1^T in fp64, rounded to inType where the implementation
 // stores h (w1 [K,N]; with [N,K] GEMM1 applies SwiGLU to its fp32 accumulators), act =
 // silu(gate) * up in fp32 from that h, rounded to inType,
-// out = act W2^T in fp64, and y[t] = sum_j w[t][j] out_j. Also: graph capture replayed with new
-// routing and inputs, a receiver's bound exceeded and a bad expert id (both reported through
-// ncclCommGetAsyncError while the peers complete with correct results), and the API's
-// argument rules.
+// out = act W2^T in fp64 rounded to inType (every combine takes the experts' outputs so), and
+// y[t] = sum_j w[t][j] out_j. Also: graph capture replayed with new routing and inputs, a
+// receiver's bound exceeded and a bad expert id (both reported through ncclCommGetAsyncError
+// while the peers complete with correct results), and the API's argument rules.
 //
-// Tolerance per element: |got - ref| <= rIn * absRef + uOut * |ref| (+ fp16's subnormal step),
-// absRef = sum_j |w_j| sum_i |act_i W2_ci|. rIn is one ulp of inType relative (2^-7 bf16, 2^-10
-// fp16): the library accumulates in fp32, so a stored h or act element may round to the
-// neighbour of the reference's (rarely: only near a rounding boundary); even if every one did,
-// the error stays below rIn * absRef. uOut covers the final rounding to outType. A token whose
+// Tolerance per element: |got - ref| <= rIn * absRef + sum_j |w_j| (rIn |out_j| + sIn)
+// + uOut * |ref| (+ fp16's subnormal step), absRef = sum_j |w_j| sum_i |act_i W2_ci|. rIn is one
+// ulp of inType relative (2^-7 bf16, 2^-10 fp16), sIn its subnormal step (2^-24 fp16, 0 bf16):
+// the library accumulates in fp32, so a stored h, act or out element may round to the neighbour
+// of the reference's (rarely: only near a rounding boundary); even if every one did, the error
+// stays inside the first two terms. uOut covers the final rounding to outType. A token whose
 // slots are all -1 (absRef = 0) must be exactly 0.
 #include <gtest/gtest.h>
 

@@ -569,7 +569,11 @@ class FfnProblem {
                         : c_.out == ncclFloat16 ? 1.0 / 2048
                                                 : 1.0 / (1 << 23);
     const double atol = c_.out == ncclFloat16 ? 1.0 / (1 << 24) : 0;
-    std::vector<double> xd(H), out(H), absOut(H), ref(H), absRef(H);
+    // The combine takes each expert output rounded to inType (as the reference's `out` is): a
+    // GEMM2 sum on the other side of a rounding boundary from the reference's ends one step of
+    // inType (rIn relative, or fp16's subnormal step) away.
+    const double stepIn = c_.in == ncclFloat16 ? 1.0 / (1 << 24) : 0;
+    std::vector<double> xd(H), out(H), absOut(H), ref(H), absRef(H), outRef(H);
     const size_t rowBytes = (size_t)H * esOf(c_.out);
     for (int t = 0; t < d.T; ++t) {
       const uint8_t* yr = y.data() + (size_t)t * rowBytes;
@@ -577,6 +581,7 @@ class FfnProblem {
         continue;
       std::fill(ref.begin(), ref.end(), 0.0);
       std::fill(absRef.begin(), absRef.end(), 0.0);
+      std::fill(outRef.begin(), outRef.end(), 0.0);
       for (int h = 0; h < H; ++h) xd[h] = fromBits(d.x[(size_t)t * H + h], c_.in);
       std::string slots;
       for (int j = 0; j < c_.k; ++j) {
@@ -588,11 +593,13 @@ class FfnProblem {
         for (int c = 0; c < H; ++c) {
           ref[c] += w * out[c];
           absRef[c] += std::fabs(w) * absOut[c];
+          outRef[c] += std::fabs(w) * (rIn * std::fabs(out[c]) + stepIn);
         }
       }
       for (int c = 0; c < H; ++c) {
         const double got = outValue(y, (size_t)t * H + c, c_.out);
-        const double tol = rIn * absRef[c] + uOut * std::fabs(ref[c]) + (absRef[c] > 0 ? atol : 0);
+        const double tol =
+            rIn * absRef[c] + outRef[c] + uOut * std::fabs(ref[c]) + (absRef[c] > 0 ? atol : 0);
         if (!(std::fabs(got - ref[c]) <= tol))
           return who + "y[" + std::to_string(t) + "][" + std::to_string(c) +
                  "] = " + std::to_string(got) + ", expected " + std::to_string(ref[c]) + " +- " +
@@ -630,7 +637,8 @@ class FfnProblem {
         s += act[i] * w[i];
         a += std::fabs(act[i] * w[i]);
       }
-      out[c] = (float)s;  // buf->out is fp32
+      // buf->out is fp32; every combine takes it rounded to inType (combine_dev.cuh).
+      out[c] = roundTo(s, c_.in);
       absOut[c] = a;
     }
   }

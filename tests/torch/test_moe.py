@@ -256,7 +256,11 @@ def ffn_reference(c):
     out = act @ w2.t()
     aw = act.abs() @ w2.abs().t()
     outs[rs, :H] = out
-    outs[rs, H:] = dact @ w2.abs().t() + I * 2.0**-22 * aw + 2.0**-23 * out.abs()
+    # The library's combine takes out rounded to the input type (fused/ops/moe/combine_dev.cuh):
+    # one step of it (fp16: at least its subnormal step) on top of the fp32 sum's error.
+    sub = 2.0**-24 if c.dt == torch.float16 else 0.0
+    outs[rs, H:] = (dact @ w2.abs().t() + I * 2.0**-22 * aw + (s_in + 2.0**-23) * out.abs() +
+                    sub)
   back = torch.empty_like(outs)
   back[d.perm] = outs  # received order: by source, in the source's slot order
   got = a2a_rows(c, back, d.recv_counts, d.send_counts)  # row i is slot d.order[i]
@@ -523,7 +527,7 @@ def emu_ffn(x, idx, wts, w1, w2, *, max_rows=None, group=None, out_dtype=None, w
         wj[0] *= 1.02
       if fault == "drop_slot" and j == 1 and me == 2:  # one token's slot 1 left out
         wj[0] = 0
-      y[m] += wj * (act @ b.float().t())
+      y[m] += wj * (act @ b.float().t()).to(x.dtype).float()  # out rounded, as the combine takes it
   y = y.to(out_dtype or x.dtype)
   if out is not None:
     out.copy_(y)

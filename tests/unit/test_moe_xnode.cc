@@ -33,14 +33,14 @@ TEST(MoeXnode, PlanBounds) {
             const mf::MxPlan p = mf::mxPlan(w, n, rowBytes, k, h, ret);
             const int64_t area = (int64_t)(w / n) / 256 * 256;
             const int64_t cap = std::min<int64_t>(area / 2, mf::kGxChunkTarget);
-            const bool fits = rowBytes + 16 * k <= cap && (!ret || h * 4 <= cap);
+            const bool fits = rowBytes + 16 * k <= cap;  // a return row is rowBytes
             SCOPED_TRACE("window " + std::to_string(w) + " n " + std::to_string(n) + " H " +
                          std::to_string(h) + " k " + std::to_string(k));
             ASSERT_EQ(p.ok, fits);
             if (!p.ok) continue;
             EXPECT_EQ(p.areaBytes, area);
             EXPECT_EQ(p.recBytes, rowBytes + 16 * k);
-            EXPECT_EQ(p.retBytes, ret ? h * 4 : 0);
+            EXPECT_EQ(p.retBytes, ret ? rowBytes : 0);
             EXPECT_GE(p.dispRows, 1);
             EXPECT_LE(p.dispRows * p.recBytes, cap);
             EXPECT_GT((p.dispRows + 1) * p.recBytes, cap);  // the largest whole count
@@ -68,14 +68,15 @@ TEST(MoeXnode, PlanRefuses) {
   EXPECT_FALSE(mf::mxPlan(1 << 20, 2, 1000, 2, 500, true).ok);     // row not a 16-byte multiple
   EXPECT_FALSE(mf::mxPlan(1 << 20, 2, 1024, 0, 512, true).ok);     // no slot
   EXPECT_FALSE(mf::mxPlan(1 << 20, 2, 1024, 2, 510, true).ok);     // H not a float4 multiple
-  EXPECT_FALSE(mf::mxPlan(64 << 10, 4, 14336, 8, 7168, true).ok);  // a return row > half an area
+  EXPECT_FALSE(mf::mxPlan(64 << 10, 4, 14336, 8, 7168, true).ok);  // a record > half an area
   EXPECT_TRUE(mf::mxPlan(64 << 10, 4, 4096, 8, 2048, false).ok);
   EXPECT_FALSE(mf::mxPlan(1 << 20, mf::kGxMaxRanks + 1, 1024, 2, 512, true).ok);
-  // Chunk numbers past kGxDone: 2 records and 1 return row a chunk, with a fan part (the
-  // dedup) the worst case of a stream is 2^31 + 2^31 - 1 chunks; without it, it fits.
-  EXPECT_TRUE(mf::mxPlan(1 << 20, 16, 14336, 1, 7168, true, false).ok);
-  EXPECT_FALSE(mf::mxPlan(1 << 20, 16, 14336, 1, 7168, true, true).ok);
-  EXPECT_TRUE(mf::mxPlan(1 << 20, 16, 14336, 1, 7168, false, true).ok);
+  // Chunk numbers past kGxDone: 1 record and 2 return rows a chunk (32 KB chunks of 16 KB rows),
+  // with a fan part (the dedup) the worst case of a stream is 2 (2^31 - 1) + 2^30 chunks;
+  // without it, or without the return part, it fits.
+  EXPECT_TRUE(mf::mxPlan(1 << 20, 16, 16384, 8, 8192, true, false).ok);
+  EXPECT_FALSE(mf::mxPlan(1 << 20, 16, 16384, 8, 8192, true, true).ok);
+  EXPECT_TRUE(mf::mxPlan(1 << 20, 16, 16384, 8, 8192, false, true).ok);
 }
 
 TEST(MoeXnode, Chunking) {

@@ -39,6 +39,7 @@
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/a2a.h"
+#include "fused/ops/moe/combine_dev.cuh"
 #include "fused/ops/moe/moe.h"
 #include "fused/ops/moe/moe_layout.h"
 #include "fused/ops/moe/moe_node.h"
@@ -262,7 +263,9 @@ __global__ void __launch_bounds__(kA2aThreads)
   }
 }
 
-// The experts' outputs back into the pair positions they came from (zeros on overflow).
+// The experts' outputs back into the pair positions they came from (zeros on overflow),
+// rounded to In (combine_dev.cuh).
+template <typename In>
 __global__ void __launch_bounds__(kA2aThreads)
     moeA2aReturnKernel(const __grid_constant__ A2aParams p) {
   extern __shared__ int32_t dyn[];
@@ -276,22 +279,23 @@ __global__ void __launch_bounds__(kA2aThreads)
   for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
        w += (int64_t)gridDim.x * kA2aWarps) {
     const int src = (int)(w / p.pairRows);
-    float4* to = reinterpret_cast<float4*>(p.retSend + w * p.hidden);
+    uint8_t* to = static_cast<uint8_t*>(p.retSend) + w * p.hidden * (int64_t)sizeof(In);
     if (L.ovf) {
       // Nothing was received: every slot sent here gets zeros (the layout may be invalid).
-      for (int64_t v = lane; v < vecs; v += 32) to[v] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int64_t v = lane; v < vecs; v += 32)
+        reinterpret_cast<uint2*>(to)[v] = make_uint2(0u, 0u);
       continue;
     }
     const int64_t row = pairRowTarget(p, srcRow, dyn + n * epr, src, w - (int64_t)src * p.pairRows);
     if (row < 0) continue;
-    const float4* from = reinterpret_cast<const float4*>(p.out + row * p.hidden);
-    for (int64_t v = lane; v < vecs; v += 32) to[v] = from[v];
+    moedev::roundRow<In>(to, p.out + row * p.hidden, p.hidden);
   }
 }
 
-// y[t] = sum over the token's slots, in slot order, of w * the returned output (fp32, one
-// rounding); one warp per token. The last kernel of the layer: it records the call's errors.
-template <typename O>
+// y[t] = sum over the token's slots, in slot order, of w * the returned output (combine_dev.cuh:
+// fp32, one rounding); one warp per token. The last kernel of the layer: it records the call's
+// errors.
+template <typename O, typename In>
 __global__ void __launch_bounds__(kA2aThreads)
     moeA2aCombineKernel(const __grid_constant__ A2aParams p) {
   extern __shared__ int32_t dyn[];
@@ -300,31 +304,22 @@ __global__ void __launch_bounds__(kA2aThreads)
   recvLayout(p, L, dyn, dyn + s.nRanks * s.expertsPerRank);
   if (blockIdx.x == 0 && threadIdx.x == 0) a2aReportErrors(p, L.ovf, L.otherMax, L.span);
   const int lane = threadIdx.x & 31;
-  const int64_t vecs = p.hidden / 4;
   O* y = static_cast<O*>(p.y);
   for (int64_t t = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); t < s.tokens;
        t += (int64_t)gridDim.x * kA2aWarps) {
-    for (int64_t v = lane; v < vecs; v += 32) {
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int j = 0; j < s.topk; ++j) {
-        const int64_t i = t * s.topk + j;
-        const int32_t row = p.slotPos[i];
-        if (row < 0) continue;
+    const uint8_t* src = nullptr;
+    float w = 0.f;
+    if (lane < s.topk) {
+      const int64_t i = t * s.topk + lane;
+      const int32_t row = p.slotPos[i];
+      if (row >= 0) {
         const int d = p.topkIdx[i] / s.expertsPerRank;
-        const float w = p.topkWeights[i];
-        const float4 x = reinterpret_cast<const float4*>(
-            p.retRecv + ((int64_t)d * p.pairRows + row) * p.hidden)[v];
-        acc.x += w * x.x;
-        acc.y += w * x.y;
-        acc.z += w * x.z;
-        acc.w += w * x.w;
+        w = p.topkWeights[i];
+        src = static_cast<const uint8_t*>(p.retRecv) +
+              ((int64_t)d * p.pairRows + row) * p.hidden * (int64_t)sizeof(In);
       }
-      O* yr = y + t * p.hidden + v * 4;
-      yr[0] = fromF<O>(acc.x);
-      yr[1] = fromF<O>(acc.y);
-      yr[2] = fromF<O>(acc.z);
-      yr[3] = fromF<O>(acc.w);
     }
+    moedev::combineToken<O, In>(src, true, w, s.topk, p.hidden, y + t * p.hidden);
   }
 }
 
@@ -390,39 +385,43 @@ void a2aNodeMap(ncclComm* comm, MoeNodeMap* m) {
                       m->nNodes, m->nLocal);
 }
 
-ncclResult_t preloadA2a(ncclDataType_t outType) {
+using A2aKernel = void (*)(A2aParams);
+
+template <typename In>
+A2aKernel combineKernelOut(ncclDataType_t outType) {
+  switch (outType) {
+    case ncclBfloat16:
+      return moeA2aCombineKernel<__nv_bfloat16, In>;
+    case ncclFloat16:
+      return moeA2aCombineKernel<__half, In>;
+    default:
+      return moeA2aCombineKernel<float, In>;
+  }
+}
+
+// The layer's return and combine kernels of its types (rows in inType, y in outType).
+A2aKernel returnKernelOf(ncclDataType_t inType) {
+  return inType == ncclFloat16 ? moeA2aReturnKernel<__half> : moeA2aReturnKernel<__nv_bfloat16>;
+}
+A2aKernel combineKernelOf(ncclDataType_t inType, ncclDataType_t outType) {
+  return inType == ncclFloat16 ? combineKernelOut<__half>(outType)
+                               : combineKernelOut<__nv_bfloat16>(outType);
+}
+
+ncclResult_t preloadA2a(const MoeCall& c) {
   cudaFuncAttributes a;
   NCCLCHECK(moeA2aFrontPreload());
   CUDACHECK(cudaFuncGetAttributes(&a, moeA2aUnpackKernel));
-  CUDACHECK(cudaFuncGetAttributes(&a, moeA2aReturnKernel));
   NCCLCHECK(moeA2aNodePreload());
-  if (outType == ncclBfloat16)
-    CUDACHECK(cudaFuncGetAttributes(&a, moeA2aCombineKernel<__nv_bfloat16>));
-  else if (outType == ncclFloat16)
-    CUDACHECK(cudaFuncGetAttributes(&a, moeA2aCombineKernel<__half>));
-  else
-    CUDACHECK(cudaFuncGetAttributes(&a, moeA2aCombineKernel<float>));
+  if (c.ffn) {
+    CUDACHECK(cudaFuncGetAttributes(&a, returnKernelOf(c.inType)));
+    CUDACHECK(cudaFuncGetAttributes(&a, combineKernelOf(c.inType, c.cfg.outType)));
+  }
   return ncclSuccess;
 }
 
 size_t align256(size_t b) {
   return (b + 255) & ~size_t(255);
-}
-
-ncclResult_t launchCombine(const MoeCall& c, const A2aParams& p, int grid, size_t smem) {
-  switch (c.cfg.outType) {
-    case ncclBfloat16:
-      moeA2aCombineKernel<__nv_bfloat16><<<grid, kA2aThreads, smem, c.stream>>>(p);
-      break;
-    case ncclFloat16:
-      moeA2aCombineKernel<__half><<<grid, kA2aThreads, smem, c.stream>>>(p);
-      break;
-    default:
-      moeA2aCombineKernel<float><<<grid, kA2aThreads, smem, c.stream>>>(p);
-      break;
-  }
-  CUDACHECK(cudaGetLastError());
-  return ncclSuccess;
 }
 
 }  // namespace
@@ -497,14 +496,15 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
                     c.ffn ? c.inType : c.cfg.outType, &g1, actInGemm));
   if (c.ffn) NCCLCHECK(moeGemm(c, c.buf.act, c.w2, c.H, c.I, c.buf.out, ncclFloat32, &g2));
   if (c.ffn && !actInGemm) NCCLCHECK(moeSwigluPreload(c));
-  NCCLCHECK(preloadA2a(c.cfg.outType));
+  NCCLCHECK(preloadA2a(c));
 
   // Scratch, stream-ordered (graph memory nodes under capture). The fan buffers only with
   // the node dedup.
   const size_t slots = c.T * (size_t)c.k;
   const size_t pairBytes = (size_t)p.pairRows * p.rowBytes;
   const size_t metaBytes = (size_t)p.pairRows * c.k * sizeof(int4);  // k entries a token row
-  const size_t retBytes = c.ffn ? (size_t)p.pairRows * c.H * sizeof(float) : 0;
+  const size_t inBytes = fusedTypeSize(c.inType);
+  const size_t retBytes = c.ffn ? (size_t)p.pairRows * c.H * inBytes : 0;
   const size_t cntBytes = (size_t)n * p.stride * sizeof(int32_t);
   const size_t fanBytes = rail ? (kMoeNodeMaxLocal + 3 * (size_t)n) * sizeof(int32_t) : 0;
   constexpr int kBufs = 15;
@@ -540,8 +540,8 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
   p.recvRows = base + off[5];
   p.sendMeta = reinterpret_cast<int4*>(base + off[6]);
   p.recvMeta = reinterpret_cast<const int4*>(base + off[7]);
-  p.retSend = reinterpret_cast<float*>(base + off[8]);
-  p.retRecv = p.retSend + (size_t)n * p.pairRows * c.H;
+  p.retSend = base + off[8];
+  p.retRecv = base + off[8] + n * retBytes;
   p.slotTok = reinterpret_cast<int32_t*>(base + off[9]);
   if (rail) {
     p.fanCnt = reinterpret_cast<int32_t*>(base + off[10]);
@@ -579,12 +579,13 @@ ncclResult_t moeA2aRun(const MoeCall& c) {
     if (c.ffn) {
       if (!actInGemm) NCCLCHECKGOTO(moeSwiglu(c, p.f.smBudget), res, done);
       NCCLCHECKGOTO(gemm::launch(g2, c.stream), res, done);
-      moeA2aReturnKernel<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
+      returnKernelOf(c.inType)<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
       CUDACHECKGOTO(cudaGetLastError(), res, done);
-      NCCLCHECKGOTO(alltoallRows(c, p, p.retSend, (void*)p.retRecv, retBytes / 4, ncclFloat32,
-                                 (uint64_t)c.H * sizeof(float), moeCntRows(epr), true),
+      NCCLCHECKGOTO(alltoallRows(c, p, p.retSend, (void*)p.retRecv, retBytes / inBytes, c.inType,
+                                 (uint64_t)c.H * inBytes, moeCntRows(epr), true),
                     res, done);
-      NCCLCHECKGOTO(launchCombine(c, p, grid, layoutSmem), res, done);
+      combineKernelOf(c.inType, c.cfg.outType)<<<grid, kA2aThreads, layoutSmem, c.stream>>>(p);
+      CUDACHECKGOTO(cudaGetLastError(), res, done);
     }
   }
 done:

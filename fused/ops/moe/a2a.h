@@ -53,8 +53,10 @@ struct A2aParams {
   // source) for a pair served through a gateway
   int4* sendMeta;
   const int4* recvMeta;
-  float* retSend;  // [n][P][H] fp32 (ffn)
-  const float* retRecv;
+  // [n][P][H] in the input type (ffn): the experts' outputs rounded as the combine takes them
+  // (combine_dev.cuh), half the bytes of fp32 on the way back
+  void* retSend;
+  const void* retRecv;
   const float* out;  // [maxRows, H] fp32: the experts' outputs (ffn)
   void* y;           // [T, H] outType (ffn)
   int64_t rowBytes, pairRows, hidden;

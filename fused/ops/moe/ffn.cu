@@ -100,9 +100,9 @@ struct CombineParams {
   int32_t topk, expertsPerRank, experts, nRanks;
 };
 
-// One warp per token: lane j < k fetches slot j's source row, then the warp sums them
-// (combine_dev.cuh: slot order, the same arithmetic as the fused layer's combine).
-template <typename O>
+// One warp per token: lane j < k fetches slot j's source row (the owner's fp32 out), then the
+// warp sums them (combine_dev.cuh: slot order, the arithmetic of every combine of the layer).
+template <typename O, typename In>
 __device__ void combineRows(const CombineParams& p) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = (int64_t)blockIdx.x * kFfnWarps + (threadIdx.x >> 5);
@@ -121,11 +121,12 @@ __device__ void combineRows(const CombineParams& p) {
         w = p.topkWeights[i];
       }
     }
-    moedev::combineToken<O>(src, w, p.topk, p.hidden, static_cast<O*>(p.y) + t * p.hidden);
+    moedev::combineToken<O, In>(src, false, w, p.topk, p.hidden,
+                                static_cast<O*>(p.y) + t * p.hidden);
   }
 }
 
-template <typename O>
+template <typename O, typename In>
 __global__ void __launch_bounds__(kFfnThreads, 1)
     moeCombineKernel(const __grid_constant__ CombineParams p) {
   __shared__ uint64_t seqSh;
@@ -149,9 +150,29 @@ __global__ void __launch_bounds__(kFfnThreads, 1)
         ok = 0;
   }
   __syncthreads();
-  if (ok) combineRows<O>(p);
+  if (ok) combineRows<O, In>(p);
   __syncthreads();
   if (threadIdx.x == 0) finishCall(p.f, seqSh);
+}
+
+using CombineKernel = void (*)(CombineParams);
+
+template <typename In>
+CombineKernel combineKernelOut(ncclDataType_t outType) {
+  switch (outType) {
+    case ncclBfloat16:
+      return moeCombineKernel<__nv_bfloat16, In>;
+    case ncclFloat16:
+      return moeCombineKernel<__half, In>;
+    default:
+      return moeCombineKernel<float, In>;
+  }
+}
+
+// The combine kernel of the layer's types (y in outType, the experts' outputs rounded to inType).
+CombineKernel combineKernelOf(ncclDataType_t inType, ncclDataType_t outType) {
+  return inType == ncclFloat16 ? combineKernelOut<__half>(outType)
+                               : combineKernelOut<__nv_bfloat16>(outType);
 }
 
 template <typename T>
@@ -160,19 +181,8 @@ cudaError_t launchSwiglu(const SwigluParams& p, int grid, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-cudaError_t launchCombine(ncclDataType_t outType, const CombineParams& p, int grid,
-                          cudaStream_t s) {
-  switch (outType) {
-    case ncclBfloat16:
-      moeCombineKernel<__nv_bfloat16><<<grid, kFfnThreads, 0, s>>>(p);
-      break;
-    case ncclFloat16:
-      moeCombineKernel<__half><<<grid, kFfnThreads, 0, s>>>(p);
-      break;
-    default:
-      moeCombineKernel<float><<<grid, kFfnThreads, 0, s>>>(p);
-      break;
-  }
+cudaError_t launchCombine(const MoeCall& c, const CombineParams& p, int grid, cudaStream_t s) {
+  combineKernelOf(c.inType, c.cfg.outType)<<<grid, kFfnThreads, 0, s>>>(p);
   return cudaGetLastError();
 }
 
@@ -183,12 +193,7 @@ ncclResult_t preloadFfnKernels(ncclDataType_t inType, ncclDataType_t outType) {
     CUDACHECK(cudaFuncGetAttributes(&a, moeSwigluKernel<__nv_bfloat16>));
   else
     CUDACHECK(cudaFuncGetAttributes(&a, moeSwigluKernel<__half>));
-  if (outType == ncclBfloat16)
-    CUDACHECK(cudaFuncGetAttributes(&a, moeCombineKernel<__nv_bfloat16>));
-  else if (outType == ncclFloat16)
-    CUDACHECK(cudaFuncGetAttributes(&a, moeCombineKernel<__half>));
-  else
-    CUDACHECK(cudaFuncGetAttributes(&a, moeCombineKernel<float>));
+  CUDACHECK(cudaFuncGetAttributes(&a, combineKernelOf(inType, outType)));
   return ncclSuccess;
 }
 
@@ -272,7 +277,7 @@ ncclResult_t moeFfnRun(const MoeCall& c) {
     res = fusedEnqueue(
         comm, c.stream, api,
         [&](cudaStream_t s) -> ncclResult_t {
-          CUDACHECK(launchCombine(c.cfg.outType, cp, combineGrid, s));
+          CUDACHECK(launchCombine(c, cp, combineGrid, s));
           return ncclSuccess;
         },
         true);

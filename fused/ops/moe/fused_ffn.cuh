@@ -64,7 +64,7 @@ constexpr int32_t kFfnMixedPathsSlot = -4;
 
 // Phase 4 for one warp: claim tokens, wait for each slot's row at its owner, sum. False once a
 // wait failed (recorded by the lane that waited): the warp stops.
-template <typename O>
+template <typename O, typename In>
 __device__ __forceinline__ bool ffnCombineToken(const MoeFfnFusedParams& p, int64_t t) {
   const moedev::MoeParams& d = p.d;
   const int lane = threadIdx.x & 31;
@@ -103,14 +103,14 @@ __device__ __forceinline__ bool ffnCombineToken(const MoeFfnFusedParams& p, int6
   }
   if (!__all_sync(0xffffffffu, ok)) return false;
   __syncwarp();  // orders each lane's acquire before every lane's reads of its row
-  moedev::combineToken<O>(src, w, topk, p.hidden, static_cast<O*>(p.y) + t * p.hidden);
+  moedev::combineToken<O, In>(src, false, w, topk, p.hidden, static_cast<O*>(p.y) + t * p.hidden);
   return true;
 }
 
-template <typename O>
+template <typename O, typename In>
 __device__ void ffnCombine(const MoeFfnFusedParams& p) {
   moedev::claimTokens(p.combClaim, p.d.s.tokens, moedev::kCombineChunk,
-                      [&](int64_t t) { return ffnCombineToken<O>(p, t); });
+                      [&](int64_t t) { return ffnCombineToken<O, In>(p, t); });
 }
 
 template <class Tr1, class Tr2>
@@ -152,12 +152,13 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
         okSh = 0;
   __syncthreads();
   if (okSh) {
+    using In = moedev::InElem<Tr1::kF16In>;
     if (p.outType == (int32_t)gemm::DType::kBF16) {
-      ffnCombine<__nv_bfloat16>(p);
+      ffnCombine<__nv_bfloat16, In>(p);
     } else if (p.outType == (int32_t)gemm::DType::kF16) {
-      ffnCombine<__half>(p);
+      ffnCombine<__half, In>(p);
     } else {
-      ffnCombine<float>(p);
+      ffnCombine<float, In>(p);
     }
   }
   __syncthreads();

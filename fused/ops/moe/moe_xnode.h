@@ -18,8 +18,9 @@
 //     (one record per token row and owner, with that owner's entries, whose slot field is
 //     moeFanZ(slot, owner's local index, source)): fanOut / fanIn records (mxFanOut, mxFanIn);
 //   return part (the layer only), numbered after them on the same stream: the rows of the
-//     opposite pair d -> s that s computed, rows(d -> s) fp32 rows of H (moeCntRows), in pair
-//     row order (the return AllToAll's positions).
+//     opposite pair d -> s that s computed, rows(d -> s) rows of H elements of the input type
+//     (the experts' outputs rounded as the combine takes them, combine_dev.cuh: a return row
+//     is rowBytes; moeCntRows), in pair row order (the return AllToAll's positions).
 // The sender knows blk(s -> d) from its own message, rows(d -> s) and its fan sums from the
 // ones it received; the receiver knows the same numbers the other way round (the fan sums by
 // moe_node.h's rule): no further exchange.
@@ -36,7 +37,7 @@ struct MxPlan {
   bool ok = false;         // false: the AllToAll path runs (every rank alike)
   int64_t areaBytes = 0;   // window bytes per source rank
   int64_t recBytes = 0;    // a dispatch record: token row + k metadata entries
-  int64_t retBytes = 0;    // a return row: H floats (0: the dispatch call, no return part)
+  int64_t retBytes = 0;    // a return row: rowBytes (0: the dispatch call, no return part)
   int32_t dispRows = 0;    // records per dispatch chunk
   int32_t retRows = 0;     // rows per return chunk
   int64_t chunkBytes = 0;  // the slot size: the larger chunk of both parts, 16-byte multiple
@@ -56,7 +57,7 @@ MK_HD inline MxPlan mxPlan(uint64_t windowBytes, int n, int64_t rowBytes, int to
   p.areaBytes = (int64_t)(windowBytes / (uint64_t)n) / 256 * 256;
   const int64_t cap = p.areaBytes / 2 < kGxChunkTarget ? p.areaBytes / 2 : kGxChunkTarget;
   p.recBytes = rowBytes + 16 * (int64_t)topk;
-  p.retBytes = ret ? hidden * 4 : 0;
+  p.retBytes = ret ? rowBytes : 0;
   if (p.recBytes > cap || p.retBytes > cap) return p;
   const int64_t d = cap / p.recBytes, r = ret ? cap / p.retBytes : 1;
   // Chunk counts ride in the low 32 bits of the signal values (kGxDone reserved); a pair

@@ -260,7 +260,7 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
       std::max<int64_t>(1, ((int64_t)c.recv.maxRows + gemm::kTileM - 1) / gemm::kTileM);
   const size_t slots = c.T * (size_t)c.k;
   const size_t cntBytes = (size_t)n * a.stride * sizeof(int32_t);
-  const size_t retRowsBytes = c.ffn ? (size_t)n * a.pairRows * c.H * sizeof(float) : 0;
+  const size_t retRowsBytes = c.ffn ? (size_t)n * a.pairRows * pl.retBytes : 0;
   MoeCarve k;
   const size_t oSlotPos = k.take((slots + 1) * sizeof(int32_t));
   const size_t oSendCnt = k.take(cntBytes);
@@ -313,15 +313,15 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
   p.landRec = base + oLand;
   p.pushCnt = reinterpret_cast<uint64_t*>(base + oGroupCnt);
   p.copyCnt = p.pushCnt + (size_t)n * pl.slots;
-  p.zeroRow = reinterpret_cast<const float*>(base + oZeroChunk);
+  p.zeroRow = base + oZeroChunk;
   if (rail) {
     a.fanCnt = reinterpret_cast<int32_t*>(base + oFan);  // zeroed by the pack kernel
     a.fanUnits = a.fanCnt + kMoeNodeMaxLocal;
     p.fanSend = base + oFanSend;
     p.fanChunk = reinterpret_cast<uint64_t*>(base + oFanChunk);
   }
-  p.retSend = c.ffn ? reinterpret_cast<float*>(base + oRetSend) : nullptr;
-  p.retRecv = c.ffn ? reinterpret_cast<float*>(base + oRetRecv) : nullptr;
+  p.retSend = c.ffn ? base + oRetSend : nullptr;
+  p.retRecv = c.ffn ? base + oRetRecv : nullptr;
 
   g1.hooks.rowReady = p.tileReady;
   g1.tileClaim = reinterpret_cast<int32_t*>(tail + 2);

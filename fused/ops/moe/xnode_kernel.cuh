@@ -30,7 +30,8 @@
 //    Then every round's fan part, each chunk once its records are stored. Only then (the
 //    layer) every round's return part: once GEMM2 stored the row blocks of every row the
 //    destination sent here, each chunk: the lane's slice of rows of `out` (zeros when this
-//    rank's layout overflowed) staged in retSend and put. Then waits for each destination's
+//    rank's layout overflowed) rounded to the input type into retSend (what the combine takes
+//    of it: half the bytes of fp32) and put. Then waits for each destination's
 //    kGxDone.
 //  - Compute CTAs: the grouped GEMM (the layer: GEMM1 with the SwiGLU epilogue and GEMM2
 //    through one ring, gemm_chain.cuh) on the dynamic schedule, each tile loaded once its
@@ -66,12 +67,13 @@ namespace mxdev {
 // The layer's combine for one warp and token t: lane j < topk finds slot j's row (own slots in
 // `out` once GEMM2 stored its row block, others in retRecv once their chunk is in place). False
 // once a wait failed: the warp stops.
-template <typename O>
+template <typename O, typename In>
 __device__ __forceinline__ bool combineToken(const MoeXnParams& p, int64_t t) {
   const A2aParams& a = p.a;
   const int lane = threadIdx.x & 31;
   const int topk = a.s.topk, epr = a.s.expertsPerRank, me = a.f.rank;
-  const float* src = nullptr;
+  const void* src = nullptr;
+  bool inRow = false;  // src holds In elements (a returned row), else GEMM2's fp32
   float w = 0.f;
   bool ok = true;
   if (lane < topk) {
@@ -83,9 +85,11 @@ __device__ __forceinline__ bool combineToken(const MoeXnParams& p, int64_t t) {
       if (owner != me) {
         ok = rt::waitGe(a.f.c.w, p.retReady + owner, (uint64_t)mxRetChunkOf(pr, p.plan.retRows) + 1,
                         site(p, owner, pr, rt::kWaitData), rt::kScopeGpu, 32);
-        src = p.retRecv + ((int64_t)owner * a.pairRows + pr) * a.hidden;
+        src = p.retRecv + ((int64_t)owner * a.pairRows + pr) * p.plan.retBytes;
+        inRow = true;
       } else if (p.lay->ovf != 0) {
         src = p.zeroRow;  // the AllToAll path returns zeros for every slot of an overflow
+        inRow = true;
       } else {
         const int64_t packed = pairRowTarget(a, p.srcRow, p.recvTab, me, pr);
         if (packed >= 0) {
@@ -99,11 +103,11 @@ __device__ __forceinline__ bool combineToken(const MoeXnParams& p, int64_t t) {
   }
   if (!__all_sync(0xffffffffu, ok)) return false;
   __syncwarp();  // each lane's acquire before every lane's reads of its row
-  moedev::combineToken<O>(src, w, topk, a.hidden, static_cast<O*>(a.y) + t * a.hidden);
+  moedev::combineToken<O, In>(src, inRow, w, topk, a.hidden, static_cast<O*>(a.y) + t * a.hidden);
   return true;
 }
 
-template <typename O>
+template <typename O, typename In>
 __device__ void combine(const MoeXnParams& p) {
   // Thread 0 first waits, sleeping 1 us between polls, until every owner's return rows are in
   // place: thousands of lanes polling the same retReady words while the return part streamed
@@ -125,7 +129,7 @@ __device__ void combine(const MoeXnParams& p) {
     }
   if (__syncthreads_and(threadIdx.x == 0 ? ok : 1) == 0) return;
   moedev::claimTokens(p.combClaim, p.a.s.tokens, moedev::kCombineChunk,
-                      [&](int64_t t) { return combineToken<O>(p, t); });
+                      [&](int64_t t) { return combineToken<O, In>(p, t); });
 }
 
 // The send and unpack CTAs' state in the shared memory the GEMMs use for their ring (an unpack
@@ -164,9 +168,10 @@ __device__ __forceinline__ CommSh commShared(const MoeXnParams& p, uint8_t* smem
 // comm code's live ranges made ptxas spill around the GEMM).
 // Each takes its place from blockIdx and the call number from `seq` (shared memory): calls
 // with few arguments left the kernel without spills.
+template <typename In>
 static __device__ __noinline__ void sendRole(const MoeXnParams& p, uint8_t* smem,
                                              const uint64_t* seq) {
-  sendCta(p, (int32_t)blockIdx.x, mxSendCtas(p.nComm), *seq, commShared(p, smem));
+  sendCta<In>(p, (int32_t)blockIdx.x, mxSendCtas(p.nComm), *seq, commShared(p, smem));
 }
 static __device__ __noinline__ void landRole(const MoeXnParams& p, const uint64_t* seq) {
   const int32_t nSend = mxSendCtas(p.nComm);
@@ -194,12 +199,13 @@ __device__ __forceinline__ void compute(const MoeXnParams& p, uint8_t* smem) {
     gemm::gemmChainCta<Tr1, Tr2>(p.g1, p.g2, smem);
     gemm::gemmCtaHandBack<Tr1>(smem);
     gemmDoneStamp(p);
+    using In = moedev::InElem<Tr1::kF16In>;
     if (p.outType == (int32_t)gemm::DType::kBF16) {
-      combine<__nv_bfloat16>(p);
+      combine<__nv_bfloat16, In>(p);
     } else if (p.outType == (int32_t)gemm::DType::kF16) {
-      combine<__half>(p);
+      combine<__half, In>(p);
     } else {
-      combine<float>(p);
+      combine<float, In>(p);
     }
     traceStamp(p, kTwPart3);
   } else {
@@ -228,7 +234,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   __syncthreads();
   const int32_t b = (int32_t)blockIdx.x;
   if (b < mxSendCtas(p.nComm)) {
-    mxdev::sendRole(p, smem, &xseqSh);
+    mxdev::sendRole<moedev::InElem<Tr1::kF16In>>(p, smem, &xseqSh);
   } else if (b < p.nComm) {
     mxdev::landRole(p, &xseqSh);
   } else {

@@ -12,6 +12,7 @@
 #include "fused/gemm/gemm.h"
 #include "fused/gemm/primitives.cuh"
 #include "fused/ops/moe/a2a.h"
+#include "fused/ops/moe/combine_dev.cuh"
 #include "fused/ops/moe/moe_xnode.h"
 
 namespace mk {
@@ -33,12 +34,15 @@ struct MoeXnParams {
   const int32_t* srcRow;   // [n * epr] first packed row of each (source, local expert)
   const int32_t* recvTab;  // [n * epr] rows of each (source, local expert)
   const MxLayout* lay;
-  uint64_t* tileReady;   // [tiles] rows in place per 128-row tile (padding counted before)
-  uint64_t* rowDone2;    // [tiles] GEMM2 tiles stored per row block (the layer)
-  float* retSend;        // [n][P][H] return rows staged per destination (the layer)
-  float* retRecv;        // [n][P][H] return rows received per owner (the layer)
-  uint64_t* retReady;    // [n] return chunks in place per owner (the layer)
-  const float* zeroRow;  // [retRows][H] zeros: what an overflowed layout returns
+  uint64_t* tileReady;  // [tiles] rows in place per 128-row tile (padding counted before)
+  uint64_t* rowDone2;   // [tiles] GEMM2 tiles stored per row block (the layer)
+  // The layer's return rows, [n][P][H] in the input type (plan.retBytes a row: the experts'
+  // outputs rounded as the combine takes them, combine_dev.cuh): staged per destination,
+  // received per owner.
+  uint8_t* retSend;
+  uint8_t* retRecv;
+  uint64_t* retReady;      // [n] return chunks in place per owner (the layer)
+  const uint8_t* zeroRow;  // [retRows][retBytes] zeros: what an overflowed layout returns
   // The node dedup (a.node.rail): fan records this rank forwards as a gateway, per local
   // index of the destination ([nLocal][P][recBytes], filled by the receive CTAs), and per fan
   // chunk the records written ([nLocal][fanChunks], zeroed before the kernel), which the send
@@ -347,10 +351,9 @@ __device__ __forceinline__ void landCta(const MoeXnParams& p, int32_t k, int32_t
       const int src = gxRecvPeer(me, t, n);
       const MxStream s = stream(src);
       for (int64_t c = 0; c < mxChunks(s.ret, pl.retRows); ++c) {
-        float* to = p.retRecv + ((int64_t)src * a.pairRows + c * pl.retRows) * a.hidden;
-        if (!land(src, s, s.fanEnd + c, reinterpret_cast<uint8_t*>(to),
-                  mxChunkRows(s.ret, pl.retRows, c), pl.retBytes, p.retReady + src,
-                  (uint64_t)c + 1))
+        uint8_t* to = p.retRecv + ((int64_t)src * a.pairRows + c * pl.retRows) * pl.retBytes;
+        if (!land(src, s, s.fanEnd + c, to, mxChunkRows(s.ret, pl.retRows, c), pl.retBytes,
+                  p.retReady + src, (uint64_t)c + 1))
           return;
       }
     }
@@ -483,7 +486,9 @@ __device__ __forceinline__ bool waitFanChunk(const MoeXnParams& p, const uint64_
   return true;
 }
 
-// Send CTA i of nSend: lane g of group q (mxGroup).
+// Send CTA i of nSend: lane g of group q (mxGroup). In: the layer's input type (its return
+// rows).
+template <typename In>
 __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t nSend,
                                         uint64_t seq, const CommSh& sh) {
   namespace dn = dev::net;
@@ -564,10 +569,11 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
       const int64_t pr0 = c * pl.retRows, cnt = mxChunkRows(s.ret, pl.retRows, c);
       // Overflowed: zeros for every row, as the AllToAll path returns (straight from the zero
       // chunk: dst's rows may exceed this rank's pair buffer when the ranks' maxRows differ).
-      const float* from = p.zeroRow;
+      const uint8_t* from = p.zeroRow;
       if (!ovf) {
-        // This lane's slice of the chunk's rows, once GEMM2 stored them, staged from `out`.
-        float* stage = p.retSend + ((int64_t)dst * a.pairRows + pr0) * a.hidden;
+        // This lane's slice of the chunk's rows, once GEMM2 stored them, staged from `out`
+        // rounded to In.
+        uint8_t* stage = p.retSend + ((int64_t)dst * a.pairRows + pr0) * pl.retBytes;
         int64_t r0, r1;
         mxSlice(cnt, gr.g, gr.G, &r0, &r1);
         const uint64_t t0 = traceNow(p);
@@ -575,16 +581,18 @@ __device__ __forceinline__ void sendCta(const MoeXnParams& p, int32_t i, int32_t
         traceAdd(p, kTwWait2, traceNow(p) - t0);
         for (int64_t r = r0 + (threadIdx.x >> 5); r < r1; r += warps) {
           const int64_t packed = pairRowTarget(a, sh.srcRow, sh.recvTab, dst, pr0 + r);
-          const float* row = packed < 0 ? p.zeroRow : a.out + packed * a.hidden;
-          dn::detail::copy<dn::Warp>(reinterpret_cast<char*>(stage + r * a.hidden),
-                                     reinterpret_cast<const char*>(row), (uint64_t)pl.retBytes);
+          if (packed < 0)
+            dn::detail::copy<dn::Warp>(reinterpret_cast<char*>(stage + r * pl.retBytes),
+                                       reinterpret_cast<const char*>(p.zeroRow),
+                                       (uint64_t)pl.retBytes);
+          else
+            moedev::roundRow<In>(stage + r * pl.retBytes, a.out + packed * a.hidden, a.hidden);
         }
         __threadfence();
         __syncthreads();  // the slice staged by every thread before it is put
         from = stage;
       }
-      if (!put(reinterpret_cast<const uint8_t*>(from), dst, s.fanEnd + c, cnt, pl.retBytes, &acked))
-        return;
+      if (!put(from, dst, s.fanEnd + c, cnt, pl.retBytes, &acked)) return;
     }
   }
   traceStamp(p, kTwPart3);
