@@ -19,9 +19,9 @@ ffn       the whole layer. mkernel.moe_ffn (each --algos, default auto and seque
           exchange needs its split sizes there: that synchronisation is part of torch's cost),
           token rows with all_to_all_single, grouped by local expert, GEMM1 with
           torch._grouped_mm (a loop of torch.mm when this torch has none or refuses it: noted),
-          SwiGLU, GEMM2, the rows back with all_to_all_single (bf16; mkernel's AllToAll path
-          sends fp32), weighted sum in slot order (fp32). FLOPs per rank: 2 T k H 2I + 2 T k I H.
-          (This mkernel version runs its sequential path for every algo: auto = sequential.)
+          SwiGLU, GEMM2, the rows back with all_to_all_single (bf16, as mkernel's return rows
+          since session 37), weighted sum in slot order (fp32). FLOPs per rank:
+          2 T k H 2I + 2 T k I H.
 dispatch  mkernel.moe_dispatch_gemm against the first half of that layer (counts to the host,
           all_to_all_single of the rows, grouping, one grouped GEMM with N = 2I outputs).
           FLOPs per rank: 2 T k H N.

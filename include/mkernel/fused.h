@@ -147,8 +147,8 @@ ncclResult_t pncclGemmReduceScatter(const void* A, const void* B, void* Cshard, 
  * rank maps (maxRows rows each). On a comm spanning (virtual) nodes, algo ncclFusedFused, and
  * for the layer also ncclFusedAuto, runs one kernel per rank after the AllToAll path's exchange
  * of counts (MKERNEL_FUSED_XNODE=1; the layer with w1 in the [N,K] layout and
- * MKERNEL_MOE_SWIGLU_EPILOGUE=1; the layer ran 1.2-1.5x the AllToAll path on 2 virtual nodes of
- * one H200): token rows (across nodes once per node with
+ * MKERNEL_MOE_SWIGLU_EPILOGUE=1; the layer ran 1.2-1.5x as fast as the AllToAll path on 2
+ * virtual nodes of one H200): token rows (across nodes once per node with
  * MKERNEL_MOE_NODE_DEDUP=1, as on the AllToAll path), and the layer's expert outputs back,
  * travel per pair through the device communication API while the grouped GEMM takes tiles as
  * their rows land (scratch: about nranks * maxRows records of a token row and 16 * topk bytes,
@@ -227,19 +227,19 @@ ncclResult_t pncclMoeDispatchGemm(const void* x, const int* topkIdx, const float
  * not written); with KN (or MKERNEL_MOE_SWIGLU_EPILOGUE=0) it stores buf->h in inType and a
  * SwiGLU kernel computes buf->act from it. GEMM2 stores the expert outputs (buf->out) in fp32;
  * the combine takes each rounded to inType (as torch's grouped GEMM returns it; rows that
- * travel back to their token's rank carry that type), adds the slots in slot order in fp32 and
- * rounds once to outType. A token whose slots are all -1 gets
- * zeros. On a rank whose call reports an error (its bound exceeded, a bad expert id in its
- * topkIdx), y is unspecified; the other ranks' y are complete. The buffers (ncclMoeFfnBuffers_t)
- * are the rows this rank receives, in the packed layout of ncclMoeRecv_t (expertCount, expertOffset
- * as there); peers read buf->out of the ranks that hold their tokens' experts, so keep the buffers
- * alive and unchanged until every rank's call has completed. maxRows, overflow (reported, the
- * overflowing rank receives nothing and its sources get zeros for those slots), bad expert ids, no
- * host synchronisation, capture after one eager call and the layouts that run: as for
- * ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1, I % 8 == 0 and I < 2^30; topkWeights
- * and y non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act, out 16-byte
- * aligned. The sequential path runs: dispatch kernel, grouped GEMM1 (SwiGLU in its epilogue,
- * or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel. With algo
+ * travel back to their token's rank carry that type; with fp16 an output beyond 65504 becomes
+ * inf, whatever outType), adds the slots in slot order in fp32 and rounds once to outType. A token
+ * whose slots are all -1 gets zeros. On a rank whose call reports an error (its bound exceeded, a
+ * bad expert id in its topkIdx), y is unspecified; the other ranks' y are complete. The buffers
+ * (ncclMoeFfnBuffers_t) are the rows this rank receives, in the packed layout of ncclMoeRecv_t
+ * (expertCount, expertOffset as there); peers read buf->out of the ranks that hold their tokens'
+ * experts, so keep the buffers alive and unchanged until every rank's call has completed. maxRows,
+ * overflow (reported, the overflowing rank receives nothing and its sources get zeros for those
+ * slots), bad expert ids, no host synchronisation, capture after one eager call and the layouts
+ * that run: as for ncclMoeDispatchGemm. Rules beyond its rules: inter I >= 1, I % 8 == 0 and I <
+ * 2^30; topkWeights and y non-NULL unless tokens is 0, w2 and every buffer non-NULL; w2, y, h, act,
+ * out 16-byte aligned. The sequential path runs: dispatch kernel, grouped GEMM1 (SwiGLU in its
+ * epilogue, or a SwiGLU kernel after it, see Precision), grouped GEMM2, combine kernel. With algo
  * ncclFusedFused, ranks of one node (of one process sharing a GPU, or each in its own
  * process), the weights in the NK layout with MKERNEL_MOE_SWIGLU_EPILOGUE=1 (the default), at
  * least 2 SMs per rank and E small enough for the dispatch state to fit in shared memory, one

@@ -38,7 +38,7 @@ inline std::vector<FfnCase> ffnCases(int n) {
   // n, E/n, k, H, I, in, out, weights' layout, routing, fewest and most tokens of a rank
   return {{n, 1, 2, 64, 32, kBf, kBf, kNK, kUniform, 37, 300},
           {n, 2, 4, 128, 64, kF16, kF32, kKN, kHotExpert, 37, 300},
-          {n, 3, 1, 64, 32, kF16, kBf, kNK, kSomeEmpty, 1, 200},
+          {n, 3, 1, 64, 32, kF16, kF32, kNK, kSomeEmpty, 1, 200},
           {n, 4, 3, 64, 64, kBf, kF16, kKN, kHotExpert, 37, 260},
           {n, 3, 8, 64, 32, kBf, kBf, kNK, kOneRank, 37, 120}};
 }
@@ -265,9 +265,10 @@ std::string drawTight(P& p, int n, int tight, size_t any, uint64_t seed,
 // Every case of both calls (see the top of the file); `log` gets a line per case passed.
 // Aborts the comms on a failure (before the buffers go) and returns it. algo: the config algo
 // of every call (ncclFusedFused: the fused kernels where the layout has them); ffn false: the
-// ncclMoeDispatchGemm calls only.
+// ncclMoeDispatchGemm calls only; commSms: the config's commSms of every call.
 inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(std::string)>& log,
-                            Snapshots* snap = nullptr, int algo = ncclFusedAuto, bool ffn = true) {
+                            Snapshots* snap = nullptr, int algo = ncclFusedAuto, bool ffn = true,
+                            int commSms = -1) {
   const int n = d.n;
   std::mt19937_64 rng(seed);
   std::string e;
@@ -277,6 +278,7 @@ inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(s
     const int slack = i++ == 0 ? -1 : (int)(rng() % 200);
     MoeProblem a(c), b(c);
     a.algo = b.algo = algo;
+    a.commSms = b.commSms = commSms;
     b.noWeights = i == 2;  // NULL topkWeights and rowWeight (the review's crash case)
     bool fresh = true;     // new tokens and weights, or only new routing
     auto drawA = [&](uint64_t sd, size_t rows) { return a.draw(sd, fresh, 0, -1, rows); };
@@ -302,6 +304,7 @@ inline std::string runCases(Driver& d, uint64_t seed, const std::function<void(s
     o.emptyRank = i++ == 3 && n > 1 ? n - 1 : -1;
     FfnProblem a(c), b(c);
     a.algo = b.algo = algo;
+    a.commSms = b.commSms = commSms;
     auto drawWith = [&](FfnProblem& p, uint64_t sd, size_t rows) {
       o.fixedRows = rows;
       return p.draw(sd, o);

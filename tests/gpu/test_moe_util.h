@@ -584,12 +584,16 @@ class FfnProblem {
       std::fill(outRef.begin(), outRef.end(), 0.0);
       for (int h = 0; h < H; ++h) xd[h] = fromBits(d.x[(size_t)t * H + h], c_.in);
       std::string slots;
+      int used = 0;    // slots that contribute
+      float wOne = 0;  // the weight of the last of them
       for (int j = 0; j < c_.k; ++j) {
         const int e = d.idx[(size_t)t * c_.k + j];
         slots += " " + std::to_string(e);
         if (e < 0 || e >= E || e / epr == lostOwner) continue;
         expert(e / epr, e % epr, xd.data(), out.data(), absOut.data());
         const double w = d.wts[(size_t)t * c_.k + j];
+        ++used;
+        wOne = (float)w;
         for (int c = 0; c < H; ++c) {
           ref[c] += w * out[c];
           absRef[c] += std::fabs(w) * absOut[c];
@@ -604,6 +608,18 @@ class FfnProblem {
           return who + "y[" + std::to_string(t) + "][" + std::to_string(c) +
                  "] = " + std::to_string(got) + ", expected " + std::to_string(ref[c]) + " +- " +
                  std::to_string(tol) + " (experts of the token's slots:" + slots + ")";
+        // Exactly: with one slot and y in fp32, y = fp32(w * v) for an inType value v (the
+        // combine takes the expert output rounded to inType; w * v is exact in double, and
+        // y / w lies far closer to v than half a step of inType). The tolerance above cannot
+        // tell a path that skipped the rounding; this can (an fp32 value lies on an inType one
+        // about once in 2^13 to 2^16).
+        if (used == 1 && wOne != 0 && c_.out == ncclFloat32) {
+          const double v = roundTo(got / wOne, c_.in);
+          if ((float)((double)wOne * v) != (float)got)
+            return who + "y[" + std::to_string(t) + "][" + std::to_string(c) +
+                   "] = " + std::to_string(got) + " is not the weight " + std::to_string(wOne) +
+                   " times an inType value: the expert output was not rounded to inType";
+        }
       }
     }
     return "";

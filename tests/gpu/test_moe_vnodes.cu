@@ -31,6 +31,8 @@
 //       the same draws (ncclFusedSequential: auto takes the fused layer across nodes since
 //       session 36), in both modes of the dedup; the fused kernel ran for
 //       every call it covers (the dispatch calls, and the layer's with w in the [N,K] layout).
+//   MoeVnodesFused.GroupsOfThree2x2     TwoByTwo's check with config commSms 18: groups of 3
+//       send and 3 land CTAs per peer (mxGroup), each splitting every chunk by rows.
 //   MoeVnodesFused.Overflow2x2          the overflow plan above with ncclFusedFused, both modes.
 //   MoeVnodesFused.CrossNodeBytes2x2    the bytes check above with ncclFusedFused: the fused
 //       kernel's gateways forward (mode 1 at most 0.75x mode 0's cross-node bytes).
@@ -360,8 +362,8 @@ uint64_t fusedCalls(int n) {
 }
 
 // In both modes of the dedup: the AllToAll path's outputs kept, then the fused kernel's
-// compared byte for byte on the same draws.
-void runFusedVsA2a(int n, int nodes) {
+// compared byte for byte on the same draws (its calls with config commSms `commSms`).
+void runFusedVsA2a(int n, int nodes, int commSms = -1) {
   VnodeTeam v(n, nodes);
   ASSERT_TRUE(v.team.ok) << v.team.why;
   TeamDriver d(v.team);
@@ -377,7 +379,7 @@ void runFusedVsA2a(int n, int nodes) {
     ASSERT_EQ(err, "") << "the AllToAll path, MKERNEL_MOE_NODE_DEDUP=" << mode;
     snap.compare();
     const uint64_t before = mk::fused::moeXnodeLaunches();
-    err = runCases(d, seed, log, &snap, ncclFusedFused);
+    err = runCases(d, seed, log, &snap, ncclFusedFused, true, commSms);
     EXPECT_EQ(err, "") << "ncclFusedFused, MKERNEL_MOE_NODE_DEDUP=" << mode;
     EXPECT_EQ(mk::fused::moeXnodeLaunches() - before, fusedCalls(n))
         << "fused kernels launched across nodes";
@@ -400,6 +402,15 @@ TEST(MoeVnodesFused, TwoByFour) {
 TEST(MoeVnodesFused, FourByTwo) {
   MKTEST_REQUIRE_GPU();
   runFusedVsA2a(8, 4);
+}
+
+// Groups of 3 send and 3 land CTAs per peer (18 comm CTAs at 3 peers: mxGroup), whose lanes
+// split every chunk by rows (uneven slices, empty ones where a chunk has fewer rows than lanes)
+// and join before lane 0 signals, acks and releases; until now only the benches ran groups (of
+// 2 and 8), checked against torch's tolerance, not byte for byte.
+TEST(MoeVnodesFused, GroupsOfThree2x2) {
+  MKTEST_REQUIRE_GPU();
+  runFusedVsA2a(4, 2, 18);
 }
 
 TEST(MoeVnodesFused, Overflow2x2) {

@@ -14,7 +14,7 @@ GC_BUILD_S=300 gc_build /tmp/bn \
   "gpu/test_moe_vnodes.cu;gpu/test_moe_ffn.cu;gpu/test_moe_ffn_fused.cu;gpu/test_moe_procs.cu" \
   mk_gpu_tests mkernel
 # Several ranks of one process: without MPS.
-gc_tests /tmp/bn '*MoeFfn*:MoeVnodesFused.TwoByTwo:MoeVnodesFused.Overflow2x2:MoeVnodesFused.Graph2x2:MoeVnodes.TwoByTwo:MoeVnodesOverflow.*:MoeProcsGraph.Vnodes2x2' 420 130
+gc_tests /tmp/bn '*MoeFfn*:MoeVnodesFused.TwoByTwo:MoeVnodesFused.GroupsOfThree2x2:MoeVnodesFused.Overflow2x2:MoeVnodesFused.Graph2x2:MoeVnodes.TwoByTwo:MoeVnodesOverflow.*:MoeProcsGraph.Vnodes2x2' 420 130
 mv "$GC_L/tests.log.gz" "$GC_L/tests_threads.log.gz"
 # Ranks as processes: under MPS.
 gc_mps_start

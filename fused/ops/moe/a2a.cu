@@ -2,8 +2,9 @@
 // several GPUs, on (virtual) nodes): the routing counts and the token rows travel with
 // mkernel's own AllToAll, in per-pair buffers of maxRows rows, so nothing needs the host to
 // know a count (no synchronisation, capturable). Then the same packed layout, grouped GEMM,
-// and for the whole layer SwiGLU, GEMM2, a return AllToAll of the expert outputs (fp32) and
-// the weighted combine in slot order: the results equal the clique path's.
+// and for the whole layer SwiGLU, GEMM2, a return AllToAll of the expert outputs (rounded to
+// the input type, as every combine takes them) and the weighted combine in slot order: the
+// results equal the clique path's.
 //
 //   pack (1 CTA)    counts per (destination, local expert), each routed slot's row in its
 //                   destination's expert-major pair layout (local expert, then slot order; the
@@ -275,15 +276,14 @@ __global__ void __launch_bounds__(kA2aThreads)
   int32_t* srcRow = dyn;
   recvLayout(p, L, srcRow, dyn + n * epr);
   const int lane = threadIdx.x & 31;
-  const int64_t vecs = p.hidden / 4;
   for (int64_t w = (int64_t)blockIdx.x * kA2aWarps + (threadIdx.x >> 5); w < n * p.pairRows;
        w += (int64_t)gridDim.x * kA2aWarps) {
     const int src = (int)(w / p.pairRows);
     uint8_t* to = static_cast<uint8_t*>(p.retSend) + w * p.hidden * (int64_t)sizeof(In);
     if (L.ovf) {
       // Nothing was received: every slot sent here gets zeros (the layout may be invalid).
-      for (int64_t v = lane; v < vecs; v += 32)
-        reinterpret_cast<uint2*>(to)[v] = make_uint2(0u, 0u);
+      for (int64_t v = lane; v < p.hidden * (int64_t)sizeof(In) / 16; v += 32)
+        reinterpret_cast<uint4*>(to)[v] = make_uint4(0u, 0u, 0u, 0u);
       continue;
     }
     const int64_t row = pairRowTarget(p, srcRow, dyn + n * epr, src, w - (int64_t)src * p.pairRows);

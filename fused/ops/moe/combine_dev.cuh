@@ -8,6 +8,7 @@
 // GEMM2 stored it in fp32 is rounded here, to the same value.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <cuda_runtime.h>
 
@@ -35,75 +36,90 @@ __device__ __forceinline__ float roundIn(float x) {
   return toF(fromF<In>(x));
 }
 
-// Four In elements (8 bytes, 8-byte aligned) as fp32.
+// Columns a lane takes at once: 16 bytes of In, two float4 of fp32 (hidden is a multiple of 8:
+// check.cc, 16-byte token rows; every row base is 16-byte aligned).
+constexpr int kCombineCols = 8;
+
+// Eight In elements (16 bytes) as fp32.
 template <typename In>
-__device__ __forceinline__ float4 loadIn4(const void* p) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const In* e = reinterpret_cast<const In*>(&raw);
-  return make_float4(toF(e[0]), toF(e[1]), toF(e[2]), toF(e[3]));
+__device__ __forceinline__ void loadIn8(const void* p, float* x) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  In e[kCombineCols];
+  memcpy(e, &raw, sizeof(raw));
+#pragma unroll
+  for (int i = 0; i < kCombineCols; ++i) x[i] = toF(e[i]);
 }
 
-// Four fp32 values rounded to In, stored as 8 bytes (8-byte aligned).
+// Eight fp32 values rounded to In, stored as 16 bytes.
 template <typename In>
-__device__ __forceinline__ void storeIn4(void* p, float4 a) {
-  uint2 raw;
-  In* e = reinterpret_cast<In*>(&raw);
-  e[0] = fromF<In>(a.x);
-  e[1] = fromF<In>(a.y);
-  e[2] = fromF<In>(a.z);
-  e[3] = fromF<In>(a.w);
-  *reinterpret_cast<uint2*>(p) = raw;
+__device__ __forceinline__ void storeIn8(void* p, const float* x) {
+  In e[kCombineCols];
+#pragma unroll
+  for (int i = 0; i < kCombineCols; ++i) e[i] = fromF<In>(x[i]);
+  uint4 raw;
+  memcpy(&raw, e, sizeof(raw));
+  *reinterpret_cast<uint4*>(p) = raw;
 }
 
-// One warp: an fp32 row of `hidden` (a multiple of 4) rounded into an In row, what a returned
-// row carries (the combine's In(out_j)). Called by the whole warp.
+// One warp: an fp32 row of `hidden` rounded into an In row, what a returned row carries (the
+// combine's In(out_j)).
 template <typename In>
 __device__ __forceinline__ void roundRow(void* to, const float* from, int64_t hidden) {
   const int lane = threadIdx.x & 31;
-  for (int64_t v = lane; v < hidden / 4; v += 32)
-    storeIn4<In>(static_cast<uint8_t*>(to) + v * 4 * sizeof(In),
-                 reinterpret_cast<const float4*>(from)[v]);
+  for (int64_t v = lane; v < hidden / kCombineCols; v += 32) {
+    const float4 a = reinterpret_cast<const float4*>(from)[2 * v];
+    const float4 b = reinterpret_cast<const float4*>(from)[2 * v + 1];
+    const float x[kCombineCols] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    storeIn8<In>(static_cast<uint8_t*>(to) + v * sizeof(uint4), x);
+  }
 }
 
 // One warp, one token: lane j < topk holds slot j's source row `src` ([hidden] elements, null
 // when the slot contributes nothing), whether that row holds In elements (`inRow`: a returned
-// row) or GEMM2's fp32 ones, and weight `w`; every lane sums its 4-column groups of In(out_j)
+// row) or GEMM2's fp32 ones, and weight `w`; every lane sums its 8-column groups of In(out_j)
 // over the slots in slot order into yr ([hidden] O). Called by the whole warp.
 template <typename O, typename In>
 __device__ __forceinline__ void combineToken(const void* src, bool inRow, float w, int topk,
                                              int64_t hidden, O* yr) {
   const int lane = threadIdx.x & 31;
-  const int64_t vecs = hidden / 4;
+  const int64_t vecs = hidden / kCombineCols;
+  // inRow rides in bit 0 of the row's address (16-byte aligned): one shuffle carries both.
+  const uintptr_t tagged = reinterpret_cast<uintptr_t>(src) | (inRow ? 1u : 0u);
   // Every lane walks the same number of rounds: the shuffles below need the whole warp, and a
   // row narrower than 32 groups leaves some lanes without a column.
   for (int64_t v0 = 0; v0 < vecs; v0 += 32) {
     const int64_t v = v0 + lane;
     const bool mine = v < vecs;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float acc[kCombineCols];
+#pragma unroll
+    for (int i = 0; i < kCombineCols; ++i) acc[i] = 0.f;
     for (int j = 0; j < topk; ++j) {
-      const uint8_t* s = reinterpret_cast<const uint8_t*>(
-          __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), j));
-      const bool in = __shfl_sync(0xffffffffu, inRow ? 1 : 0, j) != 0;
+      const uintptr_t sj = __shfl_sync(0xffffffffu, tagged, j);
       const float wj = __shfl_sync(0xffffffffu, w, j);
+      const uint8_t* s = reinterpret_cast<const uint8_t*>(sj & ~(uintptr_t)1);
       if (s == nullptr || !mine) continue;
-      float4 x;
-      if (in) {
-        x = loadIn4<In>(s + v * 4 * sizeof(In));
+      float x[kCombineCols];
+      if (sj & 1) {
+        loadIn8<In>(s + v * sizeof(uint4), x);
       } else {
-        x = reinterpret_cast<const float4*>(s)[v];
-        x = make_float4(roundIn<In>(x.x), roundIn<In>(x.y), roundIn<In>(x.z), roundIn<In>(x.w));
+        const float4 a = reinterpret_cast<const float4*>(s)[2 * v];
+        const float4 b = reinterpret_cast<const float4*>(s)[2 * v + 1];
+        const float f[kCombineCols] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < kCombineCols; ++i) x[i] = roundIn<In>(f[i]);
       }
-      acc.x += wj * x.x;
-      acc.y += wj * x.y;
-      acc.z += wj * x.z;
-      acc.w += wj * x.w;
+#pragma unroll
+      for (int i = 0; i < kCombineCols; ++i) acc[i] += wj * x[i];
     }
-    if (mine) storeOut4(yr + v * 4, acc);
+    if (mine) {
+      storeOut4(yr + v * kCombineCols, make_float4(acc[0], acc[1], acc[2], acc[3]));
+      storeOut4(yr + v * kCombineCols + 4, make_float4(acc[4], acc[5], acc[6], acc[7]));
+    }
   }
 }
 
 // Tokens a warp claims at once: few enough that the warps' shares stay even, enough that the
-// claims cost little next to reading k rows of H floats per token.
+// claims cost little next to reading k rows of H elements per token.
 constexpr int kCombineChunk = 4;
 
 // Warps claim `chunk` tokens at a time from *claim (a per-call counter, zeroed before the
