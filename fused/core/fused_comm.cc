@@ -50,6 +50,10 @@ int32_t fusedOwnShare(const ncclComm* comm) {
   return std::max(1, comm->smCount / std::max(1, comm->topo.ranksOnMyDevice));
 }
 
+int32_t fusedLeastShare(const ncclComm* comm) {
+  return comm->topo.leastShare > 0 ? comm->topo.leastShare : fusedOwnShare(comm);
+}
+
 int32_t fusedGpuShare(const ncclComm* comm) {
   const int own = std::max(1, comm->topo.ranksOnMyDevice);
   const int most = std::max(own, commMostRanksOnDevice(comm->peerInfo[comm->rank].busId));

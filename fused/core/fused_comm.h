@@ -69,9 +69,13 @@ int32_t seqGemmBudget(const ncclComm* comm);
 // registry): use it for what stays private to the rank, its grid, never for a verdict every rank
 // must share (ranks in other processes may count otherwise).
 int32_t fusedGpuShare(const ncclComm* comm);
-// smCount / this comm's own ranks on the GPU (at least 1): what every rank of the comm counts
-// alike, for verdicts the ranks must share and for layouts across nodes.
+// smCount / this comm's own ranks on the GPU (at least 1): the rank's own share, for grids.
+// Ranks on other GPUs may count otherwise (more ranks on theirs, fewer SMs).
 int32_t fusedOwnShare(const ncclComm* comm);
+// The least share of a GPU among the comm's ranks (Topo::leastShare, from the allgathered rank
+// infos; fusedOwnShare where it was not computed): what every rank of the comm counts alike,
+// for verdicts the ranks must share.
+int32_t fusedLeastShare(const ncclComm* comm);
 
 // The view of `comm` for operator `op` (an rt::ErrOp of a fused operator). Needs a comm
 // that finished its init; ncclInvalidArgument otherwise.

@@ -1,6 +1,7 @@
 #include "topo/topo.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -12,6 +13,7 @@
 #include <hwloc.h>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <unistd.h>
 
 #include "base/checks.h"
@@ -96,6 +98,16 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
   out->node = out->rankToNode[rank];
   out->localRank = out->rankToLocalRank[rank];
   out->localRanks = (int)out->nodeRanks[out->node].size();
+  // Ranks per GPU (host, bus id) and each GPU's SMs: the least share, alike on every rank.
+  std::map<std::pair<uint64_t, int64_t>, std::pair<int, int>> gpus;  // -> (ranks, SMs)
+  for (int r = 0; r < n; r++) {
+    auto& g = gpus[{info[r].hostHash, info[r].busId}];
+    g.first++;
+    g.second = info[r].smCount;
+  }
+  out->leastShare = INT_MAX;
+  for (const auto& g : gpus)
+    out->leastShare = std::min(out->leastShare, std::max(1, g.second.second / g.second.first));
   out->ranksOnMyDevice = 0;
   out->ranksInMyProcess = 0;
   out->inMyProcess.assign(n, 0);

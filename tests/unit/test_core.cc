@@ -157,6 +157,37 @@ TEST(Topo, RealHostsLocalRanksAndSharing) {
   EXPECT_FALSE(t.virtualNodes);
 }
 
+// Topo::leastShare: the least SMs a rank gets over the comm's GPUs, the same on every rank
+// whatever its own GPU holds (host 0: 3 ranks on a 132-SM GPU, 1 on another; host 1: 2 ranks
+// on a 114-SM GPU -> min(44, 132, 57)).
+TEST(Topo, LeastShareAlikeOnEveryRank) {
+  std::vector<mk::RankInfo> info;
+  auto add = [&](uint64_t host, int64_t bus, int sms) {
+    mk::RankInfo r{};
+    r.hostHash = host;
+    r.pidHash = 7 + info.size();
+    r.busId = bus;
+    r.smCount = sms;
+    info.push_back(r);
+  };
+  add(1, 0x100, 132);
+  add(1, 0x100, 132);
+  add(1, 0x200, 132);
+  add(2, 0x100, 114);  // the same bus id on another host: another GPU
+  add(1, 0x100, 132);
+  add(2, 0x100, 114);
+  for (int r = 0; r < (int)info.size(); ++r) {
+    mk::Topo t;
+    ASSERT_EQ(mk::topoCompute(info, r, 0, &t), ncclSuccess);
+    EXPECT_EQ(t.leastShare, 44) << "rank " << r;
+  }
+  // Virtual nodes of one GPU: every rank on it.
+  std::vector<mk::RankInfo> one(info.begin(), info.begin() + 2);
+  mk::Topo t;
+  ASSERT_EQ(mk::topoCompute(one, 1, 2, &t), ncclSuccess);
+  EXPECT_EQ(t.leastShare, 66);
+}
+
 // The most ranks any live comm of this process put on a GPU: the largest among the registered,
 // initialised comms on that bus id (a split's smaller halves do not lower it), the next
 // largest once that comm is unregistered, 0 for a GPU with none; comms still initialising do

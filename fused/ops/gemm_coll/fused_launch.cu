@@ -229,10 +229,11 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // rank, whatever MKERNEL_MAX_CTAS or ncclConfig.maxCTAs say (as ncclRingAttention does).
   // In one node the grid's share also counts the sibling comms of this process (fusedGpuShare):
   // the split is the rank's own (each rank reduces or gathers its own tiles with its comm
-  // CTAs). Verdicts read ownBudget, from the comm's own ranks, which every rank counts alike:
-  // the registry may change between two ranks' calls (a sibling comm created or destroyed), and
-  // across nodes the budget itself decides (xnodeAuto), so there the grid keeps it too.
-  const int ownBudget = std::min(f.smBudget, std::max(2, (int)fusedOwnShare(comm)));
+  // CTAs). Verdicts read ownBudget, from the least share of a GPU among the comm's ranks,
+  // which every rank counts alike (a rank's own GPU may hold more or fewer of them, and the
+  // registry may change between two ranks' calls: a sibling comm created or destroyed); across
+  // nodes the budget itself decides (xnodeAuto), so there the grid keeps it too.
+  const int ownBudget = std::min(f.smBudget, std::max(2, (int)fusedLeastShare(comm)));
   const int budget =
       xnode ? ownBudget : std::min(f.smBudget, std::max(2, (int)fusedGpuShare(comm)));
   gLastBudget.store(budget);

@@ -57,10 +57,10 @@ int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
   // Every rank's kernel on this GPU must be resident at once (its CTAs wait for rows the
   // dispatch CTAs of every rank bring): never more than the GPU's share of this rank.
   const int share = std::min(smBudget, (int)fusedOwnShare(c.comm));
-  // The verdict (fused or not) from what the comm's ranks share only: in the processes layout
-  // a rank that left here while its peers went on would leave them in the windows' collective
-  // set-up.
-  if (share < 2) {
+  // The verdict (fused or not) from what the comm's ranks share only (the least share of any
+  // of their GPUs): in the processes layout a rank that left here while its peers went on would
+  // leave them in the windows' collective set-up.
+  if (std::min(smBudget, (int)fusedLeastShare(c.comm)) < 2) {
     *why = "fewer than 2 SMs for this rank (one CTA of each role)";
     return 0;
   }

@@ -153,7 +153,7 @@ MxPlan planOf(const MoeCall& c, const FusedComm& f, bool rail, const char** why)
     *why = "the comm has no net view";
   } else if (n > kGxMaxRanks) {
     *why = "more ranks than the xnode protocol's signal slots";
-  } else if (fusedOwnShare(comm) < 3) {
+  } else if (fusedLeastShare(comm) < 3) {
     *why = "fewer than 3 SMs a rank (a send, a receive and a GEMM CTA)";
   } else if (c.ffn && !moeSwigluInGemm(c)) {
     *why =

@@ -110,7 +110,7 @@ bool ringAttnFusedEligible(const RingAttnCall& c) {
   const int n = c.comm->nRanks;
   if (n < 2 || n > attn::kMaxSrc) return false;
   if (c.comm->topo.nNodes > 1)
-    return n <= kGxMaxRanks && MK_PARAM_INT(FusedXnode) != 0 && fusedOwnShare(c.comm) >= 3;
+    return n <= kGxMaxRanks && MK_PARAM_INT(FusedXnode) != 0 && fusedLeastShare(c.comm) >= 3;
   const bool clique = cliqueEligible(c.comm, kRingMaxLocal);
   if (!clique && !procWindowsEligible(c.comm, kRingMaxLocal)) return false;
   if (c.comm->smCount / n < 2) return false;
@@ -154,7 +154,8 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   // overrides (maxCTAs, MKERNEL_MAX_CTAS) say. The GPU's share of this rank: every rank's kernel in
   // the clique shares this GPU; in the processes layout only the ranks on this GPU do. In one node
   // the share also counts the sibling comms of this process (fusedGpuShare; the comm role's units
-  // are the rank's own). xnode: ranks on this GPU only, as ringAttnEligible's verdict counts them.
+  // are the rank's own). xnode: ranks on this GPU only (ringAttnFusedEligible's verdict reads
+  // the least share of the comm's GPUs, fusedLeastShare, which every rank counts alike).
   // Staged: no kernel waits for a peer's, so the sequential path's budget (MKERNEL_SEQ_GEMM_SMS;
   // 0, the default, is the whole GPU).
   const int32_t share = xnode ? fusedOwnShare(comm) : fusedGpuShare(comm);
