@@ -229,18 +229,22 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // rank, whatever MKERNEL_MAX_CTAS or ncclConfig.maxCTAs say (as ncclRingAttention does).
   // In one node the grid's share also counts the sibling comms of this process (fusedGpuShare):
   // the split is the rank's own (each rank reduces or gathers its own tiles with its comm
-  // CTAs). Verdicts read ownBudget, from the least share of a GPU among the comm's ranks,
-  // which every rank counts alike (a rank's own GPU may hold more or fewer of them, and the
-  // registry may change between two ranks' calls: a sibling comm created or destroyed); across
-  // nodes the budget itself decides (xnodeAuto), so there the grid keeps it too.
-  const int ownBudget = std::min(f.smBudget, std::max(2, (int)fusedLeastShare(comm)));
+  // CTAs). Verdicts read `least`, the least share of a GPU among the comm's ranks, which every
+  // rank counts alike (a rank's own GPU may hold more or fewer of them, the registry may change
+  // between two ranks' calls: a sibling comm created or destroyed, and the CTA caps, maxCTAs and
+  // MKERNEL_MAX_CTAS behind f.smBudget, are not compared between ranks). Across nodes the
+  // budget decides whether the GEMM keeps an SM beside the xnode roles (below), so a cap may
+  // lower a rank's grid there only down to the roles and one GEMM CTA, where `least` allows it.
+  const int least = std::max(2, (int)fusedLeastShare(comm));
+  const int xnodeNeed = (rs.ok ? 3 : 2) + 1;  // the xnode roles and one GEMM CTA
+  const int ownBudget = std::max(std::min(f.smBudget, least), std::min(least, xnodeNeed));
   const int budget =
       xnode ? ownBudget : std::min(f.smBudget, std::max(2, (int)fusedGpuShare(comm)));
   gLastBudget.store(budget);
-  // Too small a budget for the xnode roles and a compute CTA: the sequential path, for auto
-  // here and for ncclFusedFused below (every rank alike when their budgets agree, as the
-  // xnode layout requires anyway).
-  if (xnodeAuto && ownBudget < (rs.ok ? 3 : 2) + 1) return ncclSuccess;
+  // Too small a share for the xnode roles and a compute CTA: the sequential path, for auto
+  // here and for ncclFusedFused below (every rank alike: at or above xnodeNeed every rank's
+  // budget is too).
+  if (xnodeAuto && least < xnodeNeed) return ncclSuccess;
   SplitQuery sq;
   sq.M = (int)c.M;
   sq.N = (int)c.N;

@@ -58,10 +58,11 @@ int moeFusedBudget(const MoeCall& c, int smBudget, const char** why) {
   // dispatch CTAs of every rank bring): never more than the GPU's share of this rank.
   const int share = std::min(smBudget, (int)fusedOwnShare(c.comm));
   // The verdict (fused or not) from what the comm's ranks share only (the least share of any
-  // of their GPUs): in the processes layout a rank that left here while its peers went on would
-  // leave them in the windows' collective set-up.
-  if (std::min(smBudget, (int)fusedLeastShare(c.comm)) < 2) {
-    *why = "fewer than 2 SMs for this rank (one CTA of each role)";
+  // of their GPUs; not smBudget, which the CTA caps lower per rank and no rank compares): in
+  // the processes layout a rank that left here while its peers went on would leave them in the
+  // windows' collective set-up. A cap below 2 still gets the 2 CTAs the kernel needs (below).
+  if (fusedLeastShare(c.comm) < 2) {
+    *why = "fewer than 2 SMs a rank on one of the comm's GPUs (one CTA of each role)";
     return 0;
   }
   if (moeFusedDispatchSmem(c.E) > (size_t)gemm::GroupPipe::kSmemBytes) {

@@ -100,8 +100,9 @@ bool ringAttnStagedEligible(const RingAttnCall& c) {
          !cliqueEligible(comm, kRingMaxLocal) && procWindowsEligible(comm, kRingMaxLocal);
 }
 
-// The same verdict on every rank: the layout, the GPU's SM count (every rank's kernel needs
-// 2 SMs at least, one CTA per SM; 3 across nodes: a send, a receive and an attention CTA),
+// The same verdict on every rank: the layout, the least share of the comm's GPUs
+// (fusedLeastShare; every rank's kernel needs 2 SMs at least, one CTA per SM; 3 across nodes: a
+// send, a receive and an attention CTA),
 // and whether the clique block exists when the call is being captured (creating it would
 // allocate).
 // The processes layout's capture rule is procWindowsGet's (ringAttnFused: *ran false); the
@@ -113,7 +114,7 @@ bool ringAttnFusedEligible(const RingAttnCall& c) {
     return n <= kGxMaxRanks && MK_PARAM_INT(FusedXnode) != 0 && fusedLeastShare(c.comm) >= 3;
   const bool clique = cliqueEligible(c.comm, kRingMaxLocal);
   if (!clique && !procWindowsEligible(c.comm, kRingMaxLocal)) return false;
-  if (c.comm->smCount / n < 2) return false;
+  if (fusedLeastShare(c.comm) < 2) return false;
   if (!clique) return true;
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(c.stream, &st) != cudaSuccess) return false;
