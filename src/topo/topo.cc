@@ -98,12 +98,12 @@ ncclResult_t topoCompute(const std::vector<RankInfo>& info, int rank, int emulat
   out->node = out->rankToNode[rank];
   out->localRank = out->rankToLocalRank[rank];
   out->localRanks = (int)out->nodeRanks[out->node].size();
-  // Ranks per GPU (host, bus id) and each GPU's SMs: the least share, alike on every rank.
+  // Ranks per GPU (host, bus id) and each GPU's SMs (the fewest any of its ranks reads): the
+  // least share, alike on every rank.
   std::map<std::pair<uint64_t, int64_t>, std::pair<int, int>> gpus;  // -> (ranks, SMs)
   for (int r = 0; r < n; r++) {
     auto& g = gpus[{info[r].hostHash, info[r].busId}];
-    g.first++;
-    g.second = info[r].smCount;
+    g.second = g.first++ == 0 ? info[r].smCount : std::min(g.second, info[r].smCount);
   }
   out->leastShare = INT_MAX;
   for (const auto& g : gpus)

@@ -236,15 +236,15 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   // budget decides whether the GEMM keeps an SM beside the xnode roles (below), so a cap may
   // lower a rank's grid there only down to the roles and one GEMM CTA, where `least` allows it.
   const int least = std::max(2, (int)fusedLeastShare(comm));
-  const int xnodeNeed = (rs.ok ? 3 : 2) + 1;  // the xnode roles and one GEMM CTA
-  const int ownBudget = std::max(std::min(f.smBudget, least), std::min(least, xnodeNeed));
+  const int xMin = rs.ok ? 3 : 2;  // the xnode roles' CTAs
+  const int ownBudget = std::max(std::min(f.smBudget, least), std::min(least, xMin + 1));
   const int budget =
       xnode ? ownBudget : std::min(f.smBudget, std::max(2, (int)fusedGpuShare(comm)));
   gLastBudget.store(budget);
   // Too small a share for the xnode roles and a compute CTA: the sequential path, for auto
-  // here and for ncclFusedFused below (every rank alike: at or above xnodeNeed every rank's
+  // here and for ncclFusedFused below (every rank alike: at or above xMin + 1 every rank's
   // budget is too).
-  if (xnodeAuto && least < xnodeNeed) return ncclSuccess;
+  if (xnodeAuto && least < xMin + 1) return ncclSuccess;
   SplitQuery sq;
   sq.M = (int)c.M;
   sq.N = (int)c.N;
@@ -296,7 +296,6 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
     split.count[(int)Role::kIntraComm] = std::min(std::max(2, budget / 2), 2 * (n - 1) + 1);
   if (xnode && rs.ok && modelSplit)
     split.count[(int)Role::kIntraComm] = std::min(std::max(3, budget / 2), 2 * (n - 1) + 4);
-  const int xMin = rs.ok ? 3 : 2;
   if (xnode && split.of(Role::kIntraComm) < xMin) split.count[(int)Role::kIntraComm] = xMin;
   split.count[(int)Role::kCompute] = budget - split.of(Role::kIntraComm);
   // A forced commSms at or above the budget: one SM still goes to the GEMM (in one node the
