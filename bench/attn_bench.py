@@ -23,9 +23,10 @@ ring    n ranks (torchrun, all on GPU LOCAL_RANK % device_count: with one GPU th
 Timing: warm-up calls, then --reps rounds; in each round every variant runs once (the order
 rotates), timed with CUDA events around `inner` back-to-back calls (inner chosen in the
 warm-up so that one measurement lasts about --target-ms); single mode replays a CUDA graph of
-those calls (--eager: plain calls), so that Python and launch overheads drop out. The result
-is the median per call. In ring mode each measurement starts after a barrier and a
-round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
+those calls (--eager: plain calls), so that Python and launch overheads drop out; ring mode
+times plain calls unless --graphs (then every variant, torch's included, and the 1-rank kernel
+replay graphs). The result is the median per call. In ring mode each measurement starts after a
+barrier and a round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
 sequence); ring TFLOP/s are the whole sequence's FLOPs over the time of one call.
 
 Checks before timing: mkernel's output against torch's (max |difference|; above --tol is a
@@ -88,6 +89,8 @@ def parse_args(argv):
   r.add_argument("--layout", default="zigzag", choices=("zigzag", "contiguous"))
   r.add_argument("--algos", default="auto,fused,sequential")
   r.add_argument("--no-single-rank", action="store_true", help="skip the 1-rank kernel run")
+  r.add_argument("--graphs", action="store_true",
+                 help="time CUDA graph replays of every variant and of the 1-rank kernel")
   r.add_argument("--nodes", type=int, default=1,
                  help="N >= 2: the ranks as N (virtual) nodes, against torch on the real NCCL "
                  "with every rank its own host over sockets (two runs; see bench/README.md)")
@@ -448,7 +451,7 @@ def run_ring(bench):
           check = dict(against=torch_names[0], max_abs_diff=float(d), ok=float(d) <= a.tol)
         if a.side == "mkernel":
           avail = {x: fn for x, fn in avail.items() if not x.startswith("torch")}
-        res = measure(bench, avail, True)
+        res = measure(bench, avail, True, graphs=a.graphs)
         f = flops(B, H, T, D, causal)
         if solo is not None and mk is not None:
           res.update(single_rank(bench, solo, B, T, H, Hkv, D, causal))
@@ -485,7 +488,8 @@ def single_rank(bench, solo, B, T, H, Hkv, D, causal):
     out = torch.empty_like(q)
     fn = lambda: bench.mk.ring_attention(q, k, v, causal=causal, group=solo, out=out)  # noqa
     ok, err = probe(bench, fn, False)
-    res["kernel_1rank"] = measure(bench, {"k": fn}, False)["k"] if ok else {"error": err}
+    res["kernel_1rank"] = (measure(bench, {"k": fn}, False, graphs=bench.a.graphs)["k"]
+                           if ok else {"error": err})
     del q, k, v, out
     store.set(key, "done")
   dist.barrier()
