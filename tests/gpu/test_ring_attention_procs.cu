@@ -14,9 +14,12 @@
 //       copies (0): every rank one way (n2, n4, n4copy), odd ranks copying (n4mixed: the modes
 //       interoperate) or odd ranks in rank order (n4orders); n3staged: every rank with
 //       MKERNEL_RING_SEQ_DIRECT=1, so the auto and sequential cases read in place too, after a
-//       one-thread wait kernel. Each child checks that its fused launches read in place, or
-//       copied, as it was told (not which order it walked), and that its sequential calls ran
-//       the staged reads exactly when told to.
+//       one-thread wait kernel; n4two: every rank with MKERNEL_RING_SEQ_DIRECT=2 (the staged
+//       calls alternate between two regions and do not wait for their readers: the back-to-back
+//       calls below mix them with fused calls, which share the first region). Each child checks
+//       that its fused launches read in place, or copied, as it was told (not which order it
+//       walked), and that its sequential calls ran the staged reads (in two regions) exactly
+//       when told to.
 //   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
 //       calls: the others' errors name it within the 5 s deadline, aborts return promptly.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
@@ -101,35 +104,12 @@ Shape smallFused(int n) {
   return a;
 }
 
-// The fused kernel's processes layout beyond one call at a time (every process runs the same
-// list): fused calls of two shapes back to back with no host wait (a rank's next call stages
-// its new slices only once its peers have read the previous ones), then a call captured after
-// an eager one and replayed with new inputs. Returns "" or the first failure.
-std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaStream_t stream) {
-  const Shape a = smallFused(n);
-  Shape b = a;
-  b.S = 160;
-  b.D = 128;
-  b.causal = true;
-  b.layout = ncclRingAttnZigzag;
-  std::vector<std::unique_ptr<Problem>> ps;
-  for (int i = 0; i < 6; ++i) ps.emplace_back(new Problem(i % 2 ? b : a, me));
-  // Inputs first (their uploads synchronise), then the calls with nothing in between.
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const std::string e = ps[i]->draw(seed + 700 + i);
-    if (!e.empty()) return "back-to-back inputs " + std::to_string(i) + ": " + e;
-  }
-  for (size_t i = 0; i < ps.size(); ++i)
-    if (ps[i]->call(me, comm, stream) != ncclSuccess)
-      return "back-to-back call " + std::to_string(i) + ": " + ncclGetLastError(comm);
-  std::string e = fusedtest::waitRank(me, comm, stream, 120);
-  for (size_t i = 0; i < ps.size() && e.empty(); ++i) {
-    e = ps[i]->check(me);
-    if (!e.empty()) e = "back-to-back call " + std::to_string(i) + ": " + e;
-  }
-  if (!e.empty()) return e;
-  Problem g(a, me);  // eager first (its state exists), then captured, replayed 3 times
-  e = g.draw(seed + 720);
+// One call of shape a eager first (its state exists), then captured and replayed 3 times with
+// new inputs. Returns "" or the first failure.
+std::string graphReplays(const Shape& a, int me, uint64_t seed, ncclComm_t comm,
+                         cudaStream_t stream) {
+  Problem g(a, me);
+  std::string e = g.draw(seed);
   if (e.empty() && g.call(me, comm, stream) != ncclSuccess) e = ncclGetLastError(comm);
   if (e.empty()) e = fusedtest::waitRank(me, comm, stream, 120);
   if (e.empty()) e = g.check(me);
@@ -145,7 +125,7 @@ std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaSt
       e = "graph instantiation failed";
   }
   for (int rep = 0; rep < 3 && e.empty(); ++rep) {
-    e = g.draw(seed + 730 + rep);
+    e = g.draw(seed + 10 + rep);
     if (e.empty() && cudaGraphLaunch(exec, stream) != cudaSuccess) e = "graph launch failed";
     if (e.empty()) e = fusedtest::waitRank(me, comm, stream, 120);
     if (e.empty()) e = g.check(me);
@@ -154,6 +134,49 @@ std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaSt
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
   return e;
+}
+
+// The fused kernel's processes layout beyond one call at a time (every process runs the same
+// list): calls of two shapes back to back with no host wait (a rank's next call stages its new
+// slices only once its peers have read the ones they would overwrite), the algos cycling
+// through fused, auto and sequential (with MKERNEL_RING_SEQ_DIRECT 1 or 2 the last two read in
+// place too, so the modes' regions and waits mix), then a fused and an auto call each captured
+// after an eager one and replayed with new inputs. Returns "" or the first failure.
+std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaStream_t stream) {
+  const Shape a = smallFused(n);
+  Shape b = a;
+  b.S = 160;
+  b.D = 128;
+  b.causal = true;
+  b.layout = ncclRingAttnZigzag;
+  static const int kAlgos[] = {ncclFusedFused, ncclFusedAuto, ncclFusedSequential};
+  std::vector<std::unique_ptr<Problem>> ps;
+  for (int i = 0; i < 9; ++i) {
+    Shape c = i % 2 ? b : a;
+    c.algo = kAlgos[i % 3];
+    ps.emplace_back(new Problem(c, me));
+  }
+  // Inputs first (their uploads synchronise), then the calls with nothing in between.
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const std::string e = ps[i]->draw(seed + 700 + i);
+    if (!e.empty()) return "back-to-back inputs " + std::to_string(i) + ": " + e;
+  }
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i]->call(me, comm, stream) != ncclSuccess)
+      return "back-to-back call " + std::to_string(i) + ": " + ncclGetLastError(comm);
+  std::string e = fusedtest::waitRank(me, comm, stream, 120);
+  for (size_t i = 0; i < ps.size() && e.empty(); ++i) {
+    e = ps[i]->check(me);
+    if (!e.empty()) e = "back-to-back call " + std::to_string(i) + ": " + e;
+  }
+  if (!e.empty()) return e;
+  for (int algo : {ncclFusedFused, ncclFusedAuto}) {
+    Shape ga = a;
+    ga.algo = algo;
+    e = graphReplays(ga, me, seed + 720 + 20 * algo, comm, stream);
+    if (!e.empty()) return (algo == ncclFusedAuto ? "auto " : "fused ") + e;
+  }
+  return "";
 }
 
 // The absent plan: one fused call on every rank (checked; it creates the windows, whose
@@ -308,11 +331,16 @@ int childMain(const char* spec) {
   }
   // The sequential cases (auto, sequential) ran the staged direct reads exactly when told to.
   const char* seqMode = getenv("MKERNEL_RING_SEQ_DIRECT");
-  const bool staged = seqMode != nullptr && strcmp(seqMode, "1") == 0;
+  const bool two = seqMode != nullptr && strcmp(seqMode, "2") == 0;
+  const bool staged = two || (seqMode != nullptr && strcmp(seqMode, "1") == 0);
   const uint64_t stagedRuns = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutStaged);
-  if (!broken && n >= 2 && (stagedRuns > 0) != staged) {
-    fprintf(stderr, "%s FAIL %llu sequential calls read in place; wanted %s\n", who.c_str(),
-            (unsigned long long)stagedRuns, staged ? "some" : "none");
+  const uint64_t twoRuns = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutStagedTwo);
+  if (!broken && n >= 2 && ((stagedRuns > 0) != staged || twoRuns != (two ? stagedRuns : 0))) {
+    fprintf(stderr, "%s FAIL %llu sequential calls read in place, %llu in two regions; wanted %s\n",
+            who.c_str(), (unsigned long long)stagedRuns, (unsigned long long)twoRuns,
+            two      ? "all in two regions"
+            : staged ? "some, in one region"
+                     : "none");
     failures++;
   }
   // ...sized from the sequential path's budget (the whole GPU by default), not from a rank's
@@ -356,7 +384,8 @@ TEST(RingAttnProcsChild, Run) {
 
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
 // by copies, 3 odd ranks in place in rank order (the others in ring order, the default), 4 all
-// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1).
+// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1), 5 as 4 in two
+// regions (MKERNEL_RING_SEQ_DIRECT=2).
 struct ProcsCase {
   int n, mode;
 };
@@ -382,7 +411,9 @@ TEST_P(RingAttnProcs, EveryElement) {
     const char* direct = mode == 1 || (mode == 2 && odd) ? "MKERNEL_RING_DIRECT=0"
                          : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
                                                          : "MKERNEL_RING_DIRECT=2";
-    const char* seqDirect = mode == 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
+    const char* seqDirect = mode == 4   ? "MKERNEL_RING_SEQ_DIRECT=1"
+                            : mode == 5 ? "MKERNEL_RING_SEQ_DIRECT=2"
+                                        : "MKERNEL_RING_SEQ_DIRECT=0";
     pids.push_back(
         mktest::spawnSelf("RingAttnProcsChild.Run",
                           {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect}));
@@ -394,9 +425,9 @@ TEST_P(RingAttnProcs, EveryElement) {
   EXPECT_EQ(err, "");
 }
 
-const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 4}};
+const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 4}, {4, 5}};
 std::string procsCaseName(const ::testing::TestParamInfo<ProcsCase>& i) {
-  static const char* const kMode[] = {"", "copy", "mixed", "orders", "staged"};
+  static const char* const kMode[] = {"", "copy", "mixed", "orders", "staged", "two"};
   return "n" + std::to_string(i.param.n) + kMode[i.param.mode];
 }
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::ValuesIn(kProcsCases), procsCaseName);
