@@ -137,7 +137,7 @@ std::string graphReplays(const Shape& a, int me, uint64_t seed, ncclComm_t comm,
 }
 
 // The fused kernel's processes layout beyond one call at a time (every process runs the same
-// list): calls of two shapes back to back with no host wait (a rank's next call stages its new
+// list): 12 calls of two shapes back to back with no host wait (a rank's next call stages its new
 // slices only once its peers have read the ones they would overwrite), the algos cycling
 // through fused, auto and sequential (with MKERNEL_RING_SEQ_DIRECT 1 or 2 the last two read in
 // place too, so the modes' regions and waits mix), then a fused and an auto call each captured
@@ -151,8 +151,11 @@ std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaSt
   b.layout = ncclRingAttnZigzag;
   static const int kAlgos[] = {ncclFusedFused, ncclFusedAuto, ncclFusedSequential};
   std::vector<std::unique_ptr<Problem>> ps;
-  for (int i = 0; i < 9; ++i) {
-    Shape c = i % 2 ? b : a;
+  // Shapes in pairs (a a b b ...) against the algos' cycle of 3: staged calls of both shapes
+  // land in both regions, and a small slice's call is followed by a large one's of the other
+  // region (a region boundary that moved with the shape would write over slices still read).
+  for (int i = 0; i < 12; ++i) {
+    Shape c = i % 4 < 2 ? a : b;
     c.algo = kAlgos[i % 3];
     ps.emplace_back(new Problem(c, me));
   }

@@ -75,7 +75,9 @@ __global__ void ringStageKernel(const __grid_constant__ RingParams p) {
 // because the region follows the call number, which only the device knows under graph replay.
 // The last CTA done copying runs the relay (release `staged`, wait for every peer's, open
 // the ready flags), as ringStageKernel did; a CTA whose wait failed (recorded) does not count,
-// so nothing is released over a half-copied region.
+// so nothing is released over a half-copied region. A rank may tear its comm down while a peer
+// still reads its last call's slices: the regions are cuMem windows the peer holds its own
+// import of (procWindowsOutliveOwner).
 __global__ void __launch_bounds__(256) ringStageCopyKernel(const __grid_constant__ RingParams p) {
   __shared__ uint64_t seqSh;
   __shared__ int okSh;
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(256) ringStageCopyKernel(const __grid_constant
   __syncthreads();
   const uint64_t seq = seqSh;
   if (!okSh) return;
-  char* dst = p.stage[me] + (int64_t)(seq & 1) * 2 * p.sliceBytes;
+  char* dst = p.stage[me] + (int64_t)(seq & 1) * p.regionStride;
   const int64_t words = p.sliceBytes / 16, step = (int64_t)gridDim.x * blockDim.x;
   const int4* k = static_cast<const int4*>(p.k);
   const int4* v = static_cast<const int4*>(p.v);
@@ -182,8 +184,12 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   if (xnode && !rx.ok) return ncclSuccess;  // the sequential path, on every rank
   const bool procs = !xnode && !cliqueEligible(comm, kRingMaxLocal);
   // Two regions per rank (MKERNEL_RING_SEQ_DIRECT=2, agreed at init): staged calls alternate
-  // between them; fused calls use the first, as in the other modes.
-  const bool dbl = procs && MK_PARAM_INT(RingSeqDirect) == 2;
+  // between them; fused calls use the first, as in the other modes. A staged call then ends
+  // before its peers finished reading its slices, so only where the staged reads can run (every
+  // rank on this GPU: the same verdict on every rank) and where a rank's windows outlive its
+  // teardown while a peer's kernel still reads them (cuMem).
+  const bool dbl = procs && MK_PARAM_INT(RingSeqDirect) == 2 && comm->topo.ranksOnMyDevice == n &&
+                   procWindowsOutliveOwner(comm);
   void* block = nullptr;
   ProcView pv{};
   if (xnode) {
@@ -278,6 +284,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     rp.direct = 1;
     rp.relay = staged ? 0 : 1;
     rp.dbl = staged && dbl ? 1 : 0;
+    rp.regionStride = (int64_t)pv.halfBytes;
     for (int r = 0; r <= rp.dbl; ++r) {
       for (int i = 0; i < n && res == ncclSuccess; ++i) {
         // Ring order reads this rank's slices from the caller's k and v, rank order from the
@@ -285,7 +292,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
         const int s = a.srcRank[i];
         const bool caller = s == me && directMode != 1;
         const char* k = caller ? static_cast<const char*>(c.k)
-                               : reinterpret_cast<char*>(pv.data[s]) + r * 2 * sliceBytes;
+                               : reinterpret_cast<char*>(pv.data[s]) + r * pv.halfBytes;
         const char* v = caller ? static_cast<const char*>(c.v) : k + sliceBytes;
         res = attn::encodeKvSource(a, rp.a.variant, k, v, &rp.kvMap[r][2 * i],
                                    &rp.kvMap[r][2 * i + 1]);

@@ -101,9 +101,13 @@ struct RingParams {
   // peers' kernels (no co-residency needed).
   int32_t relay;
   // Staged reads in two regions (MKERNEL_RING_SEQ_DIRECT=2): call seq's slices lie in the
-  // rank's data region at (seq & 1) * 2 * sliceBytes, so the attention reads through
-  // kvMap[seq & 1]; 0: every call's lie at 0 (kvMap[0]).
+  // rank's data region at (seq & 1) * regionStride, so the attention reads through
+  // kvMap[seq & 1]; 0: every call's lie at 0 (kvMap[0]). regionStride is the region's half
+  // (ProcView::halfBytes), the same on every rank and at least 2 * sliceBytes of any call so
+  // far: a fixed boundary, so that a call of one shape never writes over the other region's
+  // slices of a call of another shape that peers may still read.
   int32_t dbl;
+  int64_t regionStride;
   CUtensorMap kvMap[2][2 * kRingDirectMax];  // [region][2 * source + (0: k, 1: v)]
 };
 
