@@ -13,20 +13,20 @@ gc_init H
 GC_BUILD_S=240 gc_build /tmp/bn \
   "gpu/test_ring_attention_procs.cu;gpu/test_fused_xnode.cu;gpu/test_ring_attn_xnode.cu;gpu/test_ring_attention.cu;gpu/test_fused_matrix_vnodes.cu" \
   mk_gpu_tests mkernel
-gc_tests /tmp/bn 'FusedXnode.*:FusedXnodeChoice.*:FusedXnodeRandom.*:FusedXnodeAbort.*:RingAttnXnode.*:RingAttnXnodeChoice.*:RingAttnXnodeAbort.*:RingAttnThreads.*:FusedMatrixVnodes.*:FusedMatrixVnodesGraph.*' 250 70
+gc_tests /tmp/bn 'FusedXnode.*:FusedXnodeChoice.*:FusedXnodeRandom.*:FusedXnodeAbort.*:RingAttnXnode.*:RingAttnXnodeChoice.*:RingAttnXnodeAbort.*:RingAttnThreads.*:FusedMatrixVnodes.*:FusedMatrixVnodesGraph.*' 225 50
 mv "$GC_L/tests.log.gz" "$GC_L/tests_threads.log.gz"
 gc_mps_start
-gc_tests /tmp/bn 'RingAttn/RingAttnProcs.EveryElement/n4two:RingAttn/RingAttnProcs.EveryElement/n3staged:RingAttn/RingAttnProcs.EveryElement/n4:FusedXnodeProcs.*:RingAttnXnodeProcs.*' 340 90
+gc_tests /tmp/bn 'RingAttn/RingAttnProcs.EveryElement/n4two:RingAttn/RingAttnProcs.EveryElement/n3staged:RingAttn/RingAttnProcs.EveryElement/n4:FusedXnodeProcs.*:RingAttnXnodeProcs.*' 310 80
 mv "$GC_L/tests.log.gz" "$GC_L/tests_procs.log.gz"
 export MK_BENCH_COMMIT=$(cat COMMIT_SNAP)
 for sd in 1 2; do
-  MKERNEL_RING_SEQ_DIRECT=$sd gc_run "ring_sd$sd" $((340 + 60 * sd)) 55 25 0 "^\| [0-9]|rror" \
+  MKERNEL_RING_SEQ_DIRECT=$sd gc_run "ring_sd$sd" $((310 + 55 * sd)) 52 25 0 "^\| [0-9]|rror" \
     python3 bench/attn_bench.py ring --lib /tmp/bn/src/libmkernel.so --mps --ranks 4 \
     --layout zigzag --head-dims 128 --causal both --target-ms 8 --out "$GC_L/ring_sd$sd" \
-    --seqs 16384 --algos auto --reps 3 --budget 45
+    --seqs 16384 --algos auto --reps 3 --budget 40
 done
 gc_mps_stop
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-MK_TORCH_BUDGET=55 gc_run torch 520 60 45 0 "PASS|FAIL|passed|failed" \
+MK_TORCH_BUDGET=50 gc_run torch 480 55 45 0 "PASS|FAIL|passed|failed" \
   bash scripts/run_torch_tests.sh /tmp/bn ring_attention
 gc_tar
