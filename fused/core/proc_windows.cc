@@ -163,10 +163,6 @@ bool procWindowsEligible(const ncclComm* comm, int maxLocal) {
   return true;
 }
 
-bool procWindowsOutliveOwner(const ncclComm* comm) {
-  return memAllocIsCuMem(comm->cudaDev);
-}
-
 ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size_t halfBytes,
                             cudaStream_t stream, ProcView* view, bool* ok) {
   *ok = false;

@@ -41,12 +41,6 @@ bool procWindowsEligible(const ncclComm* comm, int maxLocal);
 ncclResult_t procWindowsGet(ncclComm* comm, CliqueTag tag, size_t ctlBytes, size_t halfBytes,
                             cudaStream_t stream, ProcView* view, bool* ok);
 
-// Whether a rank's windows stay valid for a peer's kernel after the rank dropped them: cuMem
-// allocations (every peer holds its own import, released only when that peer drops its own
-// sets, which it does only once its kernels ended); not the cudaMalloc fallback of a GPU
-// without VMM. Operators whose calls end before their peers finished reading rely on it.
-bool procWindowsOutliveOwner(const ncclComm* comm);
-
 // Drops every set of comm (at comm destruction, before its peer memory goes).
 void procWindowsRelease(ncclComm* comm);
 // At the destruction of a comm whose kernels may still run: forgets its sets without freeing

@@ -68,10 +68,6 @@ ncclResult_t peerMemFini(ncclComm* comm);
 // pointer that is not the start of a live memAlloc allocation -> ncclInvalidArgument.
 ncclResult_t memAlloc(void** ptr, size_t size);
 ncclResult_t memFree(void* ptr);
-// Whether memAlloc gives cuMem memory on dev (not the cudaMalloc fallback): a peer that
-// imported such an allocation keeps it alive after the owner freed it, until it releases its
-// own import.
-bool memAllocIsCuMem(int dev);
 
 // ncclCommRegister / ncclCommDeregister: local calls (no communication) that record a
 // buffer. The buffer's kind is detected: cuMem (cuMemRetainAllocationHandle succeeds and

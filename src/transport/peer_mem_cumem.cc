@@ -305,10 +305,6 @@ ncclResult_t memAlloc(void** ptr, size_t size) {
   return ncclSuccess;
 }
 
-bool memAllocIsCuMem(int dev) {
-  return pm::vmmSupported(dev);
-}
-
 ncclResult_t memFree(void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
   pm::Mapping m;

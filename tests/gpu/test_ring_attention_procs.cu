@@ -14,12 +14,10 @@
 //       copies (0): every rank one way (n2, n4, n4copy), odd ranks copying (n4mixed: the modes
 //       interoperate) or odd ranks in rank order (n4orders); n3staged: every rank with
 //       MKERNEL_RING_SEQ_DIRECT=1, so the auto and sequential cases read in place too, after a
-//       one-thread wait kernel; n4two: every rank with MKERNEL_RING_SEQ_DIRECT=2 (the staged
-//       calls alternate between two regions and do not wait for their readers: the back-to-back
-//       calls below mix them with fused calls, which share the first region). Each child checks
-//       that its fused launches read in place, or copied, as it was told (not which order it
-//       walked), and that its sequential calls ran the staged reads (in two regions) exactly
-//       when told to.
+//       one-thread wait kernel (the back-to-back calls below mix them with fused calls, which
+//       use the same data region). Each child checks that its fused launches read in place, or
+//       copied, as it was told (not which order it walked), and that its sequential calls ran
+//       the staged reads exactly when told to.
 //   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
 //       calls: the others' errors name it within the 5 s deadline, aborts return promptly.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
@@ -137,11 +135,12 @@ std::string graphReplays(const Shape& a, int me, uint64_t seed, ncclComm_t comm,
 }
 
 // The fused kernel's processes layout beyond one call at a time (every process runs the same
-// list): 12 calls of two shapes back to back with no host wait (a rank's next call stages its new
-// slices only once its peers have read the ones they would overwrite), the algos cycling
-// through fused, auto and sequential (with MKERNEL_RING_SEQ_DIRECT 1 or 2 the last two read in
-// place too, so the modes' regions and waits mix), then a fused and an auto call each captured
-// after an eager one and replayed with new inputs. Returns "" or the first failure.
+// list): 12 calls of two shapes back to back with no host wait (a rank's next call stages its
+// new slices only once its peers have read the previous ones), the algos cycling through
+// fused, auto and sequential (with MKERNEL_RING_SEQ_DIRECT=1 the last two read in place too, so
+// the two paths' uses of the data region and their waits mix), then a fused and an auto call
+// each captured after an eager one and replayed with new inputs. Returns "" or the first
+// failure.
 std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaStream_t stream) {
   const Shape a = smallFused(n);
   Shape b = a;
@@ -151,9 +150,8 @@ std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaSt
   b.layout = ncclRingAttnZigzag;
   static const int kAlgos[] = {ncclFusedFused, ncclFusedAuto, ncclFusedSequential};
   std::vector<std::unique_ptr<Problem>> ps;
-  // Shapes in pairs (a a b b ...) against the algos' cycle of 3: staged calls of both shapes
-  // land in both regions, and a small slice's call is followed by a large one's of the other
-  // region (a region boundary that moved with the shape would write over slices still read).
+  // Shapes in pairs (a a b b ...) against the algos' cycle of 3: every algo meets both shapes
+  // and both shape changes.
   for (int i = 0; i < 12; ++i) {
     Shape c = i % 4 < 2 ? a : b;
     c.algo = kAlgos[i % 3];
@@ -334,16 +332,11 @@ int childMain(const char* spec) {
   }
   // The sequential cases (auto, sequential) ran the staged direct reads exactly when told to.
   const char* seqMode = getenv("MKERNEL_RING_SEQ_DIRECT");
-  const bool two = seqMode != nullptr && strcmp(seqMode, "2") == 0;
-  const bool staged = two || (seqMode != nullptr && strcmp(seqMode, "1") == 0);
+  const bool staged = seqMode != nullptr && strcmp(seqMode, "1") == 0;
   const uint64_t stagedRuns = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutStaged);
-  const uint64_t twoRuns = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutStagedTwo);
-  if (!broken && n >= 2 && ((stagedRuns > 0) != staged || twoRuns != (two ? stagedRuns : 0))) {
-    fprintf(stderr, "%s FAIL %llu sequential calls read in place, %llu in two regions; wanted %s\n",
-            who.c_str(), (unsigned long long)stagedRuns, (unsigned long long)twoRuns,
-            two      ? "all in two regions"
-            : staged ? "some, in one region"
-                     : "none");
+  if (!broken && n >= 2 && (stagedRuns > 0) != staged) {
+    fprintf(stderr, "%s FAIL %llu sequential calls read in place; wanted %s\n", who.c_str(),
+            (unsigned long long)stagedRuns, staged ? "some" : "none");
     failures++;
   }
   // ...sized from the sequential path's budget (the whole GPU by default), not from a rank's
@@ -387,8 +380,7 @@ TEST(RingAttnProcsChild, Run) {
 
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
 // by copies, 3 odd ranks in place in rank order (the others in ring order, the default), 4 all
-// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1), 5 as 4 in two
-// regions (MKERNEL_RING_SEQ_DIRECT=2).
+// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1).
 struct ProcsCase {
   int n, mode;
 };
@@ -414,9 +406,7 @@ TEST_P(RingAttnProcs, EveryElement) {
     const char* direct = mode == 1 || (mode == 2 && odd) ? "MKERNEL_RING_DIRECT=0"
                          : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
                                                          : "MKERNEL_RING_DIRECT=2";
-    const char* seqDirect = mode == 4   ? "MKERNEL_RING_SEQ_DIRECT=1"
-                            : mode == 5 ? "MKERNEL_RING_SEQ_DIRECT=2"
-                                        : "MKERNEL_RING_SEQ_DIRECT=0";
+    const char* seqDirect = mode == 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
     pids.push_back(
         mktest::spawnSelf("RingAttnProcsChild.Run",
                           {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect}));
@@ -428,9 +418,9 @@ TEST_P(RingAttnProcs, EveryElement) {
   EXPECT_EQ(err, "");
 }
 
-const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 4}, {4, 5}};
+const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 4}};
 std::string procsCaseName(const ::testing::TestParamInfo<ProcsCase>& i) {
-  static const char* const kMode[] = {"", "copy", "mixed", "orders", "staged", "two"};
+  static const char* const kMode[] = {"", "copy", "mixed", "orders", "staged"};
   return "n" + std::to_string(i.param.n) + kMode[i.param.mode];
 }
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::ValuesIn(kProcsCases), procsCaseName);

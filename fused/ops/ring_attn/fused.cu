@@ -66,55 +66,6 @@ __global__ void ringStageKernel(const __grid_constant__ RingParams p) {
   ringDirectRelay(p, callSeq(p.f));
 }
 
-// Staged reads in two regions (MKERNEL_RING_SEQ_DIRECT=2), in place of the copy engine's copies
-// and ringStageKernel: call seq's slices go to region seq & 1 of this rank's data region, so
-// the call need not wait at its end for its peers' reads (no ringDirectEndKernel): the next
-// call fills the other region, and the one after waits here, before it overwrites this one,
-// for every peer's read of call seq - 2 (long done when calls run back to back: the wait
-// that used to end every call now overlaps the peers' kernels). A kernel, not the copy engine,
-// because the region follows the call number, which only the device knows under graph replay.
-// The last CTA done copying runs the relay (release `staged`, wait for every peer's, open
-// the ready flags), as ringStageKernel did; a CTA whose wait failed (recorded) does not count,
-// so nothing is released over a half-copied region. A rank may tear its comm down while a peer
-// still reads its last call's slices: the regions are cuMem windows the peer holds its own
-// import of (procWindowsOutliveOwner).
-__global__ void __launch_bounds__(256) ringStageCopyKernel(const __grid_constant__ RingParams p) {
-  __shared__ uint64_t seqSh;
-  __shared__ int okSh;
-  const int32_t n = p.f.nRanks, me = p.f.rank;
-  if (threadIdx.x == 0) {
-    seqSh = callSeq(p.f);
-    okSh = seqSh <= 2 || ringWaitReaders(p.f.c.w, p.ctl[me], n, me, seqSh - 2, (int32_t)blockIdx.x);
-  }
-  __syncthreads();
-  const uint64_t seq = seqSh;
-  if (!okSh) return;
-  char* dst = p.stage[me] + (int64_t)(seq & 1) * p.regionStride;
-  const int64_t words = p.sliceBytes / 16, step = (int64_t)gridDim.x * blockDim.x;
-  const int4* k = static_cast<const int4*>(p.k);
-  const int4* v = static_cast<const int4*>(p.v);
-  int4* dk = reinterpret_cast<int4*>(dst);
-  int4* dv = reinterpret_cast<int4*>(dst + p.sliceBytes);
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += step) {
-    const int4 a = k[i], b = v[i];
-    dk[i] = a;
-    dv[i] = b;
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence();
-  // chunkDone[1] (n >= 2) is free with direct reads and zeroed before this kernel.
-  if (atomicAdd(&p.chunkDone[1], 1u) == gridDim.x - 1) ringDirectRelay(p, seq);
-}
-
-// MKERNEL_RING_SEQ_DIRECT=2, before a fused call of the processes layout writes region 0 (its
-// copy engine's copies or its copy CTAs), one thread: every peer has read the previous call's
-// slices, which a staged call may have left in region 0 (it does not wait for its readers).
-__global__ void ringPreWaitKernel(const FusedComm f, const RingCtl* mine) {
-  const uint64_t seq = callSeq(f);
-  if (seq >= 2) ringWaitReaders(f.c.w, mine, f.nRanks, f.rank, seq - 1, 0);
-}
-
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
 std::atomic<uint64_t> gLaunches[kRingLayouts];
 std::atomic<int32_t> gLastStagedGrid{0};
@@ -183,24 +134,15 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   const RxPlan rx = xnode ? xnodePlan(c, f) : RxPlan{};
   if (xnode && !rx.ok) return ncclSuccess;  // the sequential path, on every rank
   const bool procs = !xnode && !cliqueEligible(comm, kRingMaxLocal);
-  // Two regions per rank (MKERNEL_RING_SEQ_DIRECT=2, agreed at init): staged calls alternate
-  // between them; fused calls use the first, as in the other modes. A staged call then ends
-  // before its peers finished reading its slices, so only where the staged reads can run (every
-  // rank on this GPU: the same verdict on every rank) and where a rank's windows outlive its
-  // teardown while a peer's kernel still reads them (cuMem).
-  const bool dbl = procs && MK_PARAM_INT(RingSeqDirect) == 2 && comm->topo.ranksOnMyDevice == n &&
-                   procWindowsOutliveOwner(comm);
   void* block = nullptr;
   ProcView pv{};
   if (xnode) {
     // Nothing to set up: the window and the signal words are the comm's (xnode_proto.h).
   } else if (procs) {
-    // Every rank's control block and data region (halves: [k slice][v slice]; with two
-    // regions [k0][v0] | [k1][v1]), mapped here. Every call of the comm asks the same size per
-    // slice (the mode is agreed), so that fused and staged calls grow the region alike.
+    // Every rank's control block and data region (halves: [k slice][v slice]), mapped here.
     bool ok = false;
-    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl),
-                             (size_t)sliceBytes * (dbl ? 2 : 1), c.stream, &pv, &ok));
+    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl), (size_t)sliceBytes, c.stream,
+                             &pv, &ok));
     if (!ok) return ncclSuccess;  // the sequential path, on every rank
   } else {
     NCCLCHECK(
@@ -283,20 +225,14 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   if (direct) {
     rp.direct = 1;
     rp.relay = staged ? 0 : 1;
-    rp.dbl = staged && dbl ? 1 : 0;
-    rp.regionStride = (int64_t)pv.halfBytes;
-    for (int r = 0; r <= rp.dbl; ++r) {
-      for (int i = 0; i < n && res == ncclSuccess; ++i) {
-        // Ring order reads this rank's slices from the caller's k and v, rank order from the
-        // region, as the peers do.
-        const int s = a.srcRank[i];
-        const bool caller = s == me && directMode != 1;
-        const char* k = caller ? static_cast<const char*>(c.k)
-                               : reinterpret_cast<char*>(pv.data[s]) + r * pv.halfBytes;
-        const char* v = caller ? static_cast<const char*>(c.v) : k + sliceBytes;
-        res = attn::encodeKvSource(a, rp.a.variant, k, v, &rp.kvMap[r][2 * i],
-                                   &rp.kvMap[r][2 * i + 1]);
-      }
+    for (int i = 0; i < n && res == ncclSuccess; ++i) {
+      // Ring order reads this rank's slices from the caller's k and v, rank order from the
+      // region, as the peers do.
+      const int s = a.srcRank[i];
+      const bool caller = s == me && directMode != 1;
+      const char* k = caller ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]);
+      const char* v = caller ? static_cast<const char*>(c.v) : k + sliceBytes;
+      res = attn::encodeKvSource(a, rp.a.variant, k, v, &rp.kvMap[2 * i], &rp.kvMap[2 * i + 1]);
     }
     if (res != ncclSuccess) goto done;
   }
@@ -332,29 +268,15 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
     // this rank).
     NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);
-    const bool copyKernel = rp.dbl != 0;
-    // Its CTAs copy at HBM speed beside the peers' kernels; more would only wait for SMs.
-    const int32_t copyGrid = std::max(1, std::min(32, budget));
     if (direct) {
       cudaFuncAttributes attr;
       CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringDirectEndKernel), res, done);
-      if (staged)
-        CUDACHECKGOTO(
-            cudaFuncGetAttributes(&attr, copyKernel ? ringStageCopyKernel : ringStageKernel), res,
-            done);
-    }
-    if (dbl && !staged) {
-      cudaFuncAttributes attr;
-      CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringPreWaitKernel), res, done);
+      if (staged) CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringStageKernel), res, done);
     }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
     NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, kApi,
                                [&](cudaStream_t s) {
-                                 if (dbl && !staged) {
-                                   ringPreWaitKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me]);
-                                   CUDACHECK(cudaGetLastError());
-                                 }
-                                 if (direct && !copyKernel) {
+                                 if (direct) {
                                    // The peers read these copies once the kernel says so.
                                    char* mine = rp.stage[me];
                                    CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes,
@@ -362,17 +284,12 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                                    CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
                                                              cudaMemcpyDeviceToDevice, s));
                                  }
-                                 if (staged && copyKernel) {
-                                   ringStageCopyKernel<<<copyGrid, 256, 0, s>>>(rp);
-                                   CUDACHECK(cudaGetLastError());
-                                 } else if (staged) {
+                                 if (staged) {
                                    ringStageKernel<<<1, 1, 0, s>>>(rp);
                                    CUDACHECK(cudaGetLastError());
                                  }
                                  NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
-                                 // Two regions: a staged call ends with its kernel (the next
-                                 // call fills the other region; see ringStageCopyKernel).
-                                 if (direct && !copyKernel) {
+                                 if (direct) {
                                    ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me]);
                                    CUDACHECK(cudaGetLastError());
                                  }
@@ -385,7 +302,6 @@ done:
     *ran = true;
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
-      if (rp.dbl) gLaunches[kRingLayoutStagedTwo].fetch_add(1);
       gLastStagedGrid.store(rp.split.total());
       gLastStagedBudget.store(budget);
     } else {

@@ -88,9 +88,9 @@ struct RingParams {
   NetDev net;
   // Direct reads (the processes layout, at most kRingDirectMax ranks): every rank's slices
   // were copied into its data region in stream order before its kernel; the attention reads
-  // every source where it lies, source i through kvMap[r][2i] (k) and kvMap[r][2i + 1] (v). No
-  // gather buffer and no comm CTA: an idle warp of the first attention CTA relays the peers'
-  // `staged` words into ready[] (ringDirectRelay); every attention CTA counts itself out in
+  // every source where it lies, source i through kvMap[2i] (k) and kvMap[2i + 1] (v). No gather
+  // buffer and no comm CTA: an idle warp of the first attention CTA relays the peers' `staged`
+  // words into ready[] (ringDirectRelay); every attention CTA counts itself out in
   // chunkDone[0] (zeroed before the kernel; no units to count here), the last one tells the peers
   // (ringDirectDone), and a one-thread kernel after it holds the call open until every peer has
   // read this rank's region (fused.cu, ringDirectEndKernel).
@@ -100,15 +100,7 @@ struct RingParams {
   // no CTA of this kernel waits for a peer and its grid may take the whole GPU beside the
   // peers' kernels (no co-residency needed).
   int32_t relay;
-  // Staged reads in two regions (MKERNEL_RING_SEQ_DIRECT=2): call seq's slices lie in the
-  // rank's data region at (seq & 1) * regionStride, so the attention reads through
-  // kvMap[seq & 1]; 0: every call's lie at 0 (kvMap[0]). regionStride is the region's half
-  // (ProcView::halfBytes), the same on every rank and at least 2 * sliceBytes of any call so
-  // far: a fixed boundary, so that a call of one shape never writes over the other region's
-  // slices of a call of another shape that peers may still read.
-  int32_t dbl;
-  int64_t regionStride;
-  CUtensorMap kvMap[2][2 * kRingDirectMax];  // [region][2 * source + (0: k, 1: v)]
+  CUtensorMap kvMap[2 * kRingDirectMax];
 };
 
 // Kernel parameters beyond 4 KB need CUDA 12.1+; 32764 bytes is the limit there.
@@ -306,8 +298,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // One attnCta in the kernel (two copies of its warpgroups' code made ptxas spill).
     // Direct reads: no comm CTAs (nComm 0); the first CTA's idle warp relays the flags.
     const int32_t cta = blockIdx.x - nComm;
-    const CUtensorMap* maps = p.direct ? p.kvMap[p.dbl ? (int)(seq & 1) : 0] : nullptr;
-    attn::attnCta<C>(p.a, smem, cta, p.split.of(Role::kCompute), maps, [&] {
+    attn::attnCta<C>(p.a, smem, cta, p.split.of(Role::kCompute), p.direct ? p.kvMap : nullptr, [&] {
       if (p.direct && p.relay && cta == 0) ringDirectRelay(p, seq);
     });
     if (p.direct) {

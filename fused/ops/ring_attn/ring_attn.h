@@ -42,16 +42,14 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // to tell the fused kernel from the sequential fallback.
 // kRingLayoutProcs counts the processes layout's launches of either mode, kRingLayoutDirect
 // those of them that read the peers' regions in place (RingParams::direct); kRingLayoutStaged
-// the sequential path's staged direct reads (MKERNEL_RING_SEQ_DIRECT), counted there only, and
-// kRingLayoutStagedTwo those of them in two regions (MKERNEL_RING_SEQ_DIRECT=2).
+// the sequential path's staged direct reads (MKERNEL_RING_SEQ_DIRECT), counted there only.
 enum RingLayoutId : int {
   kRingLayoutClique = 0,
   kRingLayoutProcs = 1,
   kRingLayoutXnode = 2,
   kRingLayoutDirect = 3,
   kRingLayoutStaged = 4,
-  kRingLayoutStagedTwo = 5,
-  kRingLayouts = 6
+  kRingLayouts = 5
 };
 uint64_t ringAttnFusedLaunches(int layout);
 // The grid (CTAs) of the last staged launch in this process (0: none), and the budget it was
