@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <vector>
 
 #include "base/checks.h"
 #include "base/param.h"
@@ -51,9 +54,13 @@ ncclResult_t launchFor(int D, bool f16, const RingParams& p, bool ov, int32_t gr
 // and the next call's copy the region). A kernel of its own: in the attention CTAs this wait
 // would run with the producer warpgroup's few registers (ptxas spilled), and a CTA waiting
 // there before its own count could wait for a peer's CTA waiting the same way.
-__global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine) {
+// trace: the extra row of RingParams::trace, or null.
+__global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine, uint64_t* trace,
+                                    int32_t row) {
+  ringTraceStamp(trace, row, kRtEndKernelStart);
   const uint64_t seq = ptx::ldVolatile64(fusedCallCounter(f));  // the attention's, counted
   ringWaitReaders(f.c.w, mine, f.nRanks, f.rank, seq, 0);
+  ringTraceStamp(trace, row, kRtEndKernelEnd);
 }
 
 // Staged direct reads (ringAttnFused's `staged`), before the attention kernel in stream order
@@ -63,7 +70,48 @@ __global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine) {
 // peers' kernels: no rank's kernel needs another's resident. seq is the attention kernel's
 // (it counts the call at its end).
 __global__ void ringStageKernel(const __grid_constant__ RingParams p) {
+  ringTraceStamp(p.trace, p.split.total(), kRtStageStart);
   ringDirectRelay(p, callSeq(p.f));
+  ringTraceStamp(p.trace, p.split.total(), kRtStageEnd);
+}
+
+// MKERNEL_FUSED_TRACE's summary of one launch (a host function behind the kernels; it owns
+// the stamps and returns them to the pool). Times in us after the first CTA's start; the
+// absolute start (mod 1 s, one clock for every process on the GPU) lines the ranks up.
+struct RingTrace {
+  uint64_t* stamps;
+  int32_t rank, grid, nComm;
+  const char* mode;
+};
+
+void CUDART_CB ringTracePrint(void* arg) {
+  std::unique_ptr<RingTrace> t(static_cast<RingTrace*>(arg));
+  const volatile uint64_t* st = t->stamps;
+  const int w = kTraceMaxWords;
+  std::vector<uint64_t> starts, ends;
+  for (int b = 0; b < t->grid; ++b) {
+    const uint64_t a = st[w * b + kRtStart], e = st[w * b + kRtEnd];
+    if (a != 0) starts.push_back(a);
+    if (e != 0) ends.push_back(e);
+  }
+  if (starts.empty() || ends.empty()) {
+    traceRelease(t->stamps);
+    return;
+  }
+  std::sort(starts.begin(), starts.end());
+  std::sort(ends.begin(), ends.end());
+  const int64_t t0 = (int64_t)starts.front();
+  auto rel = [&](uint64_t v) { return v == 0 ? 0.0 : (double)((int64_t)v - t0) * 1e-3; };
+  const uint64_t* x = const_cast<const uint64_t*>(st + (size_t)w * t->grid);
+  fprintf(stderr,
+          "[mkernel fused trace] ncclRingAttention rank %d (%s, %d CTAs, %d comm; us after the "
+          "first CTA's start, %.1f us mod 1 s): stage kernel %.1f .. %.1f; CTAs start .. %.1f "
+          "(%zu), end %.1f / %.1f / %.1f (first / median / last); end kernel %.1f .. %.1f\n",
+          t->rank, t->mode, t->grid, t->nComm, (double)(t0 % 1000000000ll) * 1e-3,
+          rel(x[kRtStageStart]), rel(x[kRtStageEnd]), rel(starts.back()), starts.size(),
+          rel(ends.front()), rel(ends[ends.size() / 2]), rel(ends.back()),
+          rel(x[kRtEndKernelStart]), rel(x[kRtEndKernelEnd]));
+  traceRelease(t->stamps);
 }
 
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
@@ -274,30 +322,49 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
       if (staged) CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringStageKernel), res, done);
     }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
-    NCCLCHECKGOTO(fusedEnqueue(comm, c.stream, kApi,
-                               [&](cudaStream_t s) {
-                                 if (direct) {
-                                   // The peers read these copies once the kernel says so.
-                                   char* mine = rp.stage[me];
-                                   CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes,
-                                                             cudaMemcpyDeviceToDevice, s));
-                                   CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
-                                                             cudaMemcpyDeviceToDevice, s));
-                                 }
-                                 if (staged) {
-                                   ringStageKernel<<<1, 1, 0, s>>>(rp);
-                                   CUDACHECK(cudaGetLastError());
-                                 }
-                                 NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
-                                 if (direct) {
-                                   ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me]);
-                                   CUDACHECK(cudaGetLastError());
-                                 }
-                                 return ncclSuccess;
-                               }),
-                  res, done);
+    {
+      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
+      // One row per CTA and one for the kernels around the attention.
+      rp.trace = traceAcquire(rp.split.total() + 1, cap != cudaStreamCaptureStatusNone);
+    }
+    NCCLCHECKGOTO(
+        fusedEnqueue(
+            comm, c.stream, kApi,
+            [&](cudaStream_t s) {
+              if (direct) {
+                // The peers read these copies once the kernel says so.
+                char* mine = rp.stage[me];
+                CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes, cudaMemcpyDeviceToDevice, s));
+                CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
+                                          cudaMemcpyDeviceToDevice, s));
+              }
+              if (staged) {
+                ringStageKernel<<<1, 1, 0, s>>>(rp);
+                CUDACHECK(cudaGetLastError());
+              }
+              NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
+              if (direct) {
+                ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], rp.trace, rp.split.total());
+                CUDACHECK(cudaGetLastError());
+              }
+              if (rp.trace != nullptr) {
+                auto* t = new RingTrace{rp.trace, me, rp.split.total(), comm0,
+                                        staged   ? "staged"
+                                        : xnode  ? "xnode"
+                                        : direct ? "direct"
+                                                 : (procs ? "processes" : "clique")};
+                if (!traceQueue(s, ringTracePrint, t, rp.trace)) delete t;
+                rp.trace = nullptr;  // the print function owns it
+              }
+              return ncclSuccess;
+            }),
+        res, done);
   }
 done:
+  // Acquired but not handed to a print function (a launch failed): kernels queued before may
+  // still write it.
+  if (rp.trace != nullptr) traceReleaseAfter(c.stream, rp.trace);
   if (res == ncclSuccess) {
     *ran = true;
     if (staged) {

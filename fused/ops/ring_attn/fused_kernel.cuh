@@ -21,6 +21,7 @@
 #include "device/rt/wait.cuh"
 #include "fused/attention/attn_kernel.cuh"
 #include "fused/core/fused_dev.cuh"
+#include "fused/core/trace.h"
 #include "fused/core/types.h"
 #include "fused/core/xnode_dev.cuh"
 #include "fused/ops/ring_attn/ring_attn_util.h"
@@ -100,8 +101,26 @@ struct RingParams {
   // no CTA of this kernel waits for a peer and its grid may take the whole GPU beside the
   // peers' kernels (no co-residency needed).
   int32_t relay;
+  // MKERNEL_FUSED_TRACE (null otherwise): %globaltimer stamps in mapped host memory, words
+  // kRtStart / kRtEnd of every CTA's row, and row split.total() for the one-thread kernels
+  // around this one (kRtStage*, kRtEndKernel*; fused.cu prints them).
+  uint64_t* trace;
   CUtensorMap kvMap[2 * kRingDirectMax];
 };
+
+// Trace words (RingParams::trace): per CTA, and in the extra row.
+enum RingTraceWord : int {
+  kRtStart = 0,           // the CTA began
+  kRtEnd = 1,             // the CTA's work is done (before it counts the call)
+  kRtStageStart = 0,      // extra row: ringStageKernel began
+  kRtStageEnd = 1,        // ... every peer's slices in place, the ready flags open
+  kRtEndKernelStart = 2,  // ringDirectEndKernel began
+  kRtEndKernelEnd = 3,    // ... every peer read this rank's region
+};
+
+__device__ __forceinline__ void ringTraceStamp(uint64_t* trace, int32_t row, int word) {
+  if (trace != nullptr) trace[(int64_t)kTraceMaxWords * row + word] = ptx::globalTimerNs();
+}
 
 // Kernel parameters beyond 4 KB need CUDA 12.1+; 32764 bytes is the limit there.
 static_assert(sizeof(RingParams) <= 32764, "RingParams exceeds the kernel parameter limit");
@@ -279,6 +298,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   extern __shared__ uint8_t smem[];
   __shared__ uint64_t seqSh, xseqSh;
   if (threadIdx.x == 0) {
+    ringTraceStamp(p.trace, blockIdx.x, kRtStart);
     seqSh = callSeq(p.f);
     // The xnode call number: read before any CTA can finish (the last one advances it).
     xseqSh = p.xnode ? ptx::ldVolatile64(p.xcalls) + 1 : 0;
@@ -307,6 +327,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
   }
   __syncthreads();
+  if (threadIdx.x == 0) ringTraceStamp(p.trace, blockIdx.x, kRtEnd);
   // The last CTA counts the call (finishCall), and in the xnode layout the xnode call too.
   if (threadIdx.x == 0 && rt::finishCta(p.f.c.w)) {
     *(volatile uint64_t*)fusedCallCounter(p.f) = seq;
