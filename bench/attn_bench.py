@@ -25,8 +25,9 @@ rotates), timed with CUDA events around `inner` back-to-back calls (inner chosen
 warm-up so that one measurement lasts about --target-ms); single mode replays a CUDA graph of
 those calls (--eager: plain calls), so that Python and launch overheads drop out; ring mode
 times plain calls unless --graphs (then every variant, torch's included, and the 1-rank kernel
-replay graphs). The result is the median per call. In ring mode each measurement starts after a
-barrier and a round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
+replay graphs; where one rank's capture fails every rank times that variant eagerly). The
+result is the median per call. In ring mode each measurement starts after a barrier and a
+round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
 sequence); ring TFLOP/s are the whole sequence's FLOPs over the time of one call.
 
 Checks before timing: mkernel's output against torch's (max |difference|; above --tol is a
@@ -258,6 +259,9 @@ def measure(bench, variants, collective, graphs=False):
       except Exception as e:  # noqa: BLE001 - measured eagerly instead
         log("attn_bench: %s: CUDA graph capture failed (%s); timed eagerly" % (name, e))
         torch.cuda.synchronize()
+      # Every rank times the same way: eagerly wherever one rank's capture failed.
+      if collective and not bench.agree(plan[name][3] is not False):
+        plan[name] = (fn, inner, inner, False)
   names = list(variants)
   times = {x: [] for x in names}
   for r in range(a.reps):

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/checks.h"
@@ -101,16 +102,25 @@ void CUDART_CB ringTracePrint(void* arg) {
   std::sort(starts.begin(), starts.end());
   std::sort(ends.begin(), ends.end());
   const int64_t t0 = (int64_t)starts.front();
-  auto rel = [&](uint64_t v) { return v == 0 ? 0.0 : (double)((int64_t)v - t0) * 1e-3; };
+  auto rel = [&](uint64_t v) { return (double)((int64_t)v - t0) * 1e-3; };
+  // The kernels around the attention, where the mode runs them ("-" where it does not).
   const uint64_t* x = const_cast<const uint64_t*>(st + (size_t)w * t->grid);
+  auto span = [&](int a, int b) {
+    char buf[64];
+    if (x[a] == 0)
+      snprintf(buf, sizeof(buf), "-");
+    else
+      snprintf(buf, sizeof(buf), "%.1f .. %.1f", rel(x[a]), x[b] != 0 ? rel(x[b]) : -0.0);
+    return std::string(buf);
+  };
   fprintf(stderr,
           "[mkernel fused trace] ncclRingAttention rank %d (%s, %d CTAs, %d comm; us after the "
-          "first CTA's start, %.1f us mod 1 s): stage kernel %.1f .. %.1f; CTAs start .. %.1f "
-          "(%zu), end %.1f / %.1f / %.1f (first / median / last); end kernel %.1f .. %.1f\n",
+          "first CTA's start, %.1f us mod 1 s): stage kernel %s; CTAs start .. %.1f (%zu), end "
+          "%.1f / %.1f / %.1f (first / median / last); end kernel %s\n",
           t->rank, t->mode, t->grid, t->nComm, (double)(t0 % 1000000000ll) * 1e-3,
-          rel(x[kRtStageStart]), rel(x[kRtStageEnd]), rel(starts.back()), starts.size(),
+          span(kRtStageStart, kRtStageEnd).c_str(), rel(starts.back()), starts.size(),
           rel(ends.front()), rel(ends[ends.size() / 2]), rel(ends.back()),
-          rel(x[kRtEndKernelStart]), rel(x[kRtEndKernelEnd]));
+          span(kRtEndKernelStart, kRtEndKernelEnd).c_str());
   traceRelease(t->stamps);
 }
 
@@ -322,7 +332,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
       if (staged) CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringStageKernel), res, done);
     }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
-    {
+    if (MK_PARAM_INT(FusedTrace) != 0) {
       cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
       // One row per CTA and one for the kernels around the attention.
