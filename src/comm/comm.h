@@ -44,16 +44,16 @@ struct Topo {
   std::vector<int> rankToLocalRank;         // [nRanks]
   std::vector<std::vector<int>> nodeRanks;  // [nNodes][localRanks of that node]
   int ranksOnMyDevice = 1;                  // ranks of this comm (any process) on my GPU
+  int indexOnMyDevice = 0;                  // my position among them
+  int ranksInMyProcess = 1;                 // ranks of this comm on my GPU in this process
+  std::vector<uint8_t> inMyProcess;         // [nRanks] 1: on my GPU in this process (me too)
   // The least share of a GPU any rank of the comm has: min over the comm's GPUs of their SMs /
   // the comm's ranks on them. Every rank computes the same from the allgathered RankInfo, so
   // verdicts every rank must share read this, not their own GPU's share (0: not computed).
   int leastShare = 0;
-  int indexOnMyDevice = 0;           // my position among them
-  int ranksInMyProcess = 1;          // ranks of this comm on my GPU in this process
-  std::vector<uint8_t> inMyProcess;  // [nRanks] 1: on my GPU in this process (me too)
-  int numaNode = -1;                 // NUMA node of the GPU (hwloc), -1 unknown
-  std::string nics;                  // nearest NICs (hwloc), for logs and net selection
-  bool virtualNodes = false;         // MKERNEL_EMULATE_NODES in effect
+  int numaNode = -1;          // NUMA node of the GPU (hwloc), -1 unknown
+  std::string nics;           // nearest NICs (hwloc), for logs and net selection
+  bool virtualNodes = false;  // MKERNEL_EMULATE_NODES in effect
 };
 
 // kFailed: the init (or split/shrink) job failed; asyncResult holds its error.

@@ -387,25 +387,14 @@ void a2aNodeMap(ncclComm* comm, MoeNodeMap* m) {
 
 using A2aKernel = void (*)(A2aParams);
 
-template <typename In>
-A2aKernel combineKernelOut(ncclDataType_t outType) {
-  switch (outType) {
-    case ncclBfloat16:
-      return moeA2aCombineKernel<__nv_bfloat16, In>;
-    case ncclFloat16:
-      return moeA2aCombineKernel<__half, In>;
-    default:
-      return moeA2aCombineKernel<float, In>;
-  }
-}
-
 // The layer's return and combine kernels of its types (rows in inType, y in outType).
 A2aKernel returnKernelOf(ncclDataType_t inType) {
   return inType == ncclFloat16 ? moeA2aReturnKernel<__half> : moeA2aReturnKernel<__nv_bfloat16>;
 }
 A2aKernel combineKernelOf(ncclDataType_t inType, ncclDataType_t outType) {
-  return inType == ncclFloat16 ? combineKernelOut<__half>(outType)
-                               : combineKernelOut<__nv_bfloat16>(outType);
+  return moedev::byLayerTypes(inType, outType, [](auto o, auto in) -> A2aKernel {
+    return moeA2aCombineKernel<typename decltype(o)::type, typename decltype(in)::type>;
+  });
 }
 
 ncclResult_t preloadA2a(const MoeCall& c) {

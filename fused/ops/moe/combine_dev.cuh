@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include "fused/core/elem.cuh"
 
@@ -61,15 +64,22 @@ __device__ __forceinline__ void storeIn8(void* p, const float* x) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
+// Column group v (kCombineCols fp32 values, two float4) of an fp32 row.
+__device__ __forceinline__ void loadF8(const void* row, int64_t v, float* x) {
+  const float4 a = static_cast<const float4*>(row)[2 * v];
+  const float4 b = static_cast<const float4*>(row)[2 * v + 1];
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+  x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
 // One warp: an fp32 row of `hidden` rounded into an In row, what a returned row carries (the
 // combine's In(out_j)).
 template <typename In>
 __device__ __forceinline__ void roundRow(void* to, const float* from, int64_t hidden) {
   const int lane = threadIdx.x & 31;
   for (int64_t v = lane; v < hidden / kCombineCols; v += 32) {
-    const float4 a = reinterpret_cast<const float4*>(from)[2 * v];
-    const float4 b = reinterpret_cast<const float4*>(from)[2 * v + 1];
-    const float x[kCombineCols] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float x[kCombineCols];
+    loadF8(from, v, x);
     storeIn8<In>(static_cast<uint8_t*>(to) + v * sizeof(uint4), x);
   }
 }
@@ -102,11 +112,9 @@ __device__ __forceinline__ void combineToken(const void* src, bool inRow, float 
       if (sj & 1) {
         loadIn8<In>(s + v * sizeof(uint4), x);
       } else {
-        const float4 a = reinterpret_cast<const float4*>(s)[2 * v];
-        const float4 b = reinterpret_cast<const float4*>(s)[2 * v + 1];
-        const float f[kCombineCols] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        loadF8(s, v, x);
 #pragma unroll
-        for (int i = 0; i < kCombineCols; ++i) x[i] = roundIn<In>(f[i]);
+        for (int i = 0; i < kCombineCols; ++i) x[i] = roundIn<In>(x[i]);
       }
 #pragma unroll
       for (int i = 0; i < kCombineCols; ++i) acc[i] += wj * x[i];
@@ -116,6 +124,28 @@ __device__ __forceinline__ void combineToken(const void* src, bool inRow, float 
       storeOut4(yr + v * kCombineCols + 4, make_float4(acc[4], acc[5], acc[6], acc[7]));
     }
   }
+}
+
+// Host side: f(TypeTag<O>{}, TypeTag<In>{}) for a layer's types (y in outType: bf16, fp16,
+// else fp32; the experts' outputs rounded to inType: fp16, else bf16). The combine kernels'
+// launchers pick their instantiation with it.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+template <class F>
+auto byLayerTypes(ncclDataType_t inType, ncclDataType_t outType, F f) {
+  auto withIn = [&](auto in) {
+    switch (outType) {
+      case ncclBfloat16:
+        return f(TypeTag<__nv_bfloat16>{}, in);
+      case ncclFloat16:
+        return f(TypeTag<__half>{}, in);
+      default:
+        return f(TypeTag<float>{}, in);
+    }
+  };
+  return inType == ncclFloat16 ? withIn(TypeTag<__half>{}) : withIn(TypeTag<__nv_bfloat16>{});
 }
 
 // Tokens a warp claims at once: few enough that the warps' shares stay even, enough that the

@@ -157,22 +157,11 @@ __global__ void __launch_bounds__(kFfnThreads, 1)
 
 using CombineKernel = void (*)(CombineParams);
 
-template <typename In>
-CombineKernel combineKernelOut(ncclDataType_t outType) {
-  switch (outType) {
-    case ncclBfloat16:
-      return moeCombineKernel<__nv_bfloat16, In>;
-    case ncclFloat16:
-      return moeCombineKernel<__half, In>;
-    default:
-      return moeCombineKernel<float, In>;
-  }
-}
-
 // The combine kernel of the layer's types (y in outType, the experts' outputs rounded to inType).
 CombineKernel combineKernelOf(ncclDataType_t inType, ncclDataType_t outType) {
-  return inType == ncclFloat16 ? combineKernelOut<__half>(outType)
-                               : combineKernelOut<__nv_bfloat16>(outType);
+  return moedev::byLayerTypes(inType, outType, [](auto o, auto in) -> CombineKernel {
+    return moeCombineKernel<typename decltype(o)::type, typename decltype(in)::type>;
+  });
 }
 
 template <typename T>

@@ -109,8 +109,10 @@ void CUDART_CB ringTracePrint(void* arg) {
     char buf[64];
     if (x[a] == 0)
       snprintf(buf, sizeof(buf), "-");
+    else if (x[b] == 0)  // began, never ended (a failed wait)
+      snprintf(buf, sizeof(buf), "%.1f .. -", rel(x[a]));
     else
-      snprintf(buf, sizeof(buf), "%.1f .. %.1f", rel(x[a]), x[b] != 0 ? rel(x[b]) : -0.0);
+      snprintf(buf, sizeof(buf), "%.1f .. %.1f", rel(x[a]), rel(x[b]));
     return std::string(buf);
   };
   fprintf(stderr,
