@@ -221,6 +221,7 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   p->nSrc = a.nSrc;
   for (int j = 0; j < a.nSrc; ++j) p->srcRank[j] = a.srcRank[j];
   p->hooks = a.hooks;
+  p->claim = a.tileClaim;
   const int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *grid = (int32_t)(tiles < budget ? tiles : budget);
   return ncclSuccess;
@@ -241,6 +242,9 @@ ncclResult_t preload(const AttnArgs& a) {
 }
 
 ncclResult_t launch(const AttnArgs& a, cudaStream_t stream) {
+  MK_ARGCHECK(a.tileClaim == nullptr,
+              "attention: the stand-alone kernel walks the static schedule (tileClaim is for "
+              "the fused ring kernel)");
   AttnParams p;
   int32_t grid = 0;
   NCCLCHECK(buildParams(a, &p, &grid));

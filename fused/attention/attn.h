@@ -199,6 +199,11 @@ struct AttnArgs {
   int32_t d64Variant = -1;         // -1: MKERNEL_ATTN_D64_VARIANT; 0..kMaxD64Variant
   int32_t d128Variant = -1;        // -1: MKERNEL_ATTN_D128_VARIANT; 0..kMaxD128Variant
   AttnHooks hooks;
+  // Dynamic tile schedule: a device int32 zeroed in stream order before the launch, from
+  // which the CTAs claim tiles in order (heaviest first) instead of each walking a fixed
+  // share; nullptr: the static schedule (MKERNEL_ATTN_TILE_ORDER). For kernels that share
+  // the SMs with other kernels, whose CTAs become resident at different times.
+  int32_t* tileClaim = nullptr;
 };
 
 // Host-only check (no CUDA call): false with the rule broken when the engine cannot run it.

@@ -68,9 +68,11 @@ struct Cfg {
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kKBytes = kBN * kD * 2;  // one K (or V) block
   static constexpr int kStageBytes = 2 * kKBytes;
-  // qFull, qEmpty per Q buffer; kFull, vFull, kEmpty, vEmpty per stage.
+  // qFull, qEmpty per Q buffer; kFull, vFull, kEmpty, vEmpty per stage; then one tile word per
+  // Q buffer (the dynamic schedule's claimed tile, AttnParams::claim).
   static constexpr int kBarrierCount = 2 * kQBufs + 4 * kStages;
-  static constexpr int kBarrierBytes = kBarrierCount * 8 <= 128 ? 128 : 256;
+  static constexpr int kBarrierUsed = kBarrierCount * 8 + kQBufs * 4;
+  static constexpr int kBarrierBytes = kBarrierUsed <= 128 ? 128 : 256;
   static constexpr int kSmemBytes = kQBufs * kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   // The producer runs bounded waits (fused ring): 40 where the register file allows; with
@@ -86,7 +88,7 @@ struct Cfg {
   static_assert(kBN % 16 == 0, "P.V walks the key block in k16 slices");
   static_assert(kSmemBytes <= 232448, "attention CTA exceeds the sm_90 shared-memory limit");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "SW128 tiles need 1024-byte bases");
-  static_assert(kBarrierCount * 8 <= kBarrierBytes, "barrier area too small");
+  static_assert(kBarrierUsed <= kBarrierBytes, "barrier area too small");
   static_assert(128 * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= 65536,
                 "register budget exceeded");
   // Consumer registers: O (D/2) + S (kBN/2) + P (kBN/4) per thread, plus 32 for addresses and
@@ -146,6 +148,7 @@ struct AttnParams {
   // Here it fills the padding before hooks, so the other fields keep their offsets.
   int32_t variant;
   AttnHooks hooks;
+  int32_t* claim;  // AttnArgs::tileClaim
   int32_t srcRank[kMaxSrc];
 };
 
@@ -172,6 +175,9 @@ struct Smem {
   uint64_t* vFull;
   uint64_t* kEmpty;  // K of a stage is free once S is computed, V once P.V is
   uint64_t* vEmpty;
+  // [kQBufs] the tile whose Q a buffer holds (dynamic schedule; -1: no tile left). The
+  // producer writes it before its arrive on qFull, which releases it to the consumers' wait.
+  int32_t* tileWord;
   __device__ explicit Smem(uint8_t* raw) {
     q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     kv = q + C::kQBufs * C::kQBytes;
@@ -181,6 +187,7 @@ struct Smem {
     vFull = kFull + C::kStages;
     kEmpty = vFull + C::kStages;
     vEmpty = kEmpty + C::kStages;
+    tileWord = reinterpret_cast<int32_t*>(vEmpty + C::kStages);
   }
   __device__ uint8_t* qBuf(int b) const { return q + b * C::kQBytes; }
   __device__ uint8_t* k(int s) const { return kv + s * C::kStageBytes; }
@@ -286,10 +293,12 @@ struct KvRing {
 };
 
 // The tile's Q block into buffer `buf` once the consumers of its previous user released it.
-template <class C>
+// t: the tile's id, handed to the consumers in the buffer's tile word (dynamic schedule).
+template <class C, bool kDyn>
 __device__ __forceinline__ void loadQ(const AttnParams& p, const Smem<C>& sm, const Tile& x,
-                                      int32_t buf, uint32_t phase) {
+                                      int32_t t, int32_t buf, uint32_t phase) {
   ptx::mbarWait(&sm.qEmpty[buf], phase ^ 1);
+  if constexpr (kDyn) sm.tileWord[buf] = t;
   ptx::mbarArriveExpectTx(&sm.qFull[buf], C::kQBytes);
 #pragma unroll
   for (int s = 0; s < C::kSub; ++s) {
@@ -298,7 +307,9 @@ __device__ __forceinline__ void loadQ(const AttnParams& p, const Smem<C>& sm, co
   }
 }
 
-template <class C>
+// kDyn: the dynamic schedule (p.claim). A kernel of its own (attnCta's kDyn): with both loops
+// in one kernel, or a run-time choice in one loop, ptxas spilled in the static kernel too.
+template <class C, bool kDyn>
 __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
                                          int32_t nCtas, const CUtensorMap* kvMaps) {
   // One Q buffer: a tile's first kStages - 1 blocks go into the ring before its Q: their
@@ -314,12 +325,24 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
   KvRing<C> ring;
   ring.maps = kvMaps;
   for (int32_t k = 0;; ++k) {
-    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
-    if (t >= p.numTiles) break;
-    const Tile x = tileAt<C>(p, t);
     int32_t qBuf;
     uint32_t qPhase;
     qSlot(k, C::kQBufs, &qBuf, &qPhase);
+    // Dynamic schedule: tiles in order, heaviest first, to whichever CTA asks next, so a CTA
+    // that became resident late (another kernel held its SM) takes fewer of them.
+    const int32_t t = kDyn ? atomicAdd(p.claim, 1)
+                           : tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
+    if (t >= p.numTiles) {
+      if constexpr (kDyn) {
+        // No tile left: the consumers learn it from the next buffer's word (a bare arrive
+        // completes its phase without data).
+        ptx::mbarWait(&sm.qEmpty[qBuf], qPhase ^ 1);
+        sm.tileWord[qBuf] = -1;
+        ptx::mbarArrive(&sm.qFull[qBuf]);
+      }
+      break;
+    }
+    const Tile x = tileAt<C>(p, t);
     BlockCursor c{};
     ring.waited = -1;
     bool more = true, pending = false;
@@ -334,7 +357,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
       }
       ring.load(p, sm, x, c);
     }
-    loadQ<C>(p, sm, x, qBuf, qPhase);
+    loadQ<C, kDyn>(p, sm, x, t, qBuf, qPhase);
     if (pending) ring.load(p, sm, x, c);
     while (more && c.next<C::kBN>(p, x)) ring.load(p, sm, x, c);
   }
@@ -549,7 +572,9 @@ __device__ __forceinline__ void blockPV(const Smem<C>& sm, int32_t stage, uint32
 // __syncthreads).
 constexpr int kBarTurn0 = 1;
 
-template <class C>
+// kDyn: each tile comes from the producer's claim (its Q buffer's tile word); else the static
+// schedule, which the producer walks alike.
+template <class C, bool kDyn>
 __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm, int32_t cta,
                                          int32_t nCtas, int32_t wg) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
@@ -563,8 +588,18 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
   constexpr int kWGs = C::kConsumerWGs;
   if (C::kOverlap && wg == kWGs - 1) ptx::namedBarArrive(kBarTurn0, 256);
   for (int32_t k = 0;; ++k) {
-    const int32_t t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
-    if (t >= p.numTiles) break;
+    int32_t qBuf;
+    uint32_t qPhase;
+    qSlot(k, C::kQBufs, &qBuf, &qPhase);
+    int32_t t;
+    if constexpr (kDyn) {
+      ptx::mbarWait(&sm.qFull[qBuf], qPhase);
+      t = sm.tileWord[qBuf];
+      if (t < 0) break;
+    } else {
+      t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);
+      if (t >= p.numTiles) break;
+    }
     const Tile x = tileAt<C>(p, t);
     int64_t qpos[2];
 #pragma unroll
@@ -578,10 +613,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     float s[C::kBN / 2];
     uint32_t pa[C::kBN / 16][4];
-    int32_t qBuf;
-    uint32_t qPhase;
-    qSlot(k, C::kQBufs, &qBuf, &qPhase);
-    ptx::mbarWait(&sm.qFull[qBuf], qPhase);
+    if constexpr (!kDyn) ptx::mbarWait(&sm.qFull[qBuf], qPhase);
     const uint32_t qBase = ptx::smemAddr(sm.qBuf(qBuf)) + wg * (64 * 128);
     BlockCursor cur{};
     if constexpr (!C::kOverlap) {
@@ -648,8 +680,9 @@ struct NoSideWork {
 // kernel declared __launch_bounds__(C::kThreads, 1) (setmaxnreg). kvMaps: per-source K/V maps
 // (KvRing::maps; in param space, a __grid_constant__'s member) or nullptr for p.tmK / p.tmV.
 // side(): run by lane 0 of the producer warpgroup's second warp, otherwise idle (a caller's
-// flag relays; it has the producer's registers, C::kProducerRegs).
-template <class C, class Side = NoSideWork>
+// flag relays; it has the producer's registers, C::kProducerRegs). kDyn: the CTAs claim their
+// tiles from p.claim (AttnArgs::tileClaim, not nullptr) instead of walking the static schedule.
+template <class C, bool kDyn = false, class Side = NoSideWork>
 __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, int32_t cta,
                                         int32_t nCtas, const CUtensorMap* kvMaps = nullptr,
                                         const Side& side = Side{}) {
@@ -676,13 +709,13 @@ __device__ __forceinline__ void attnCta(const AttnParams& p, uint8_t* smemRaw, i
   if (wg == 0) {
     ptx::setmaxnregDec<C::kProducerRegs>();
     if (threadIdx.x == 0) {
-      producer<C>(p, sm, cta, nCtas, kvMaps);
+      producer<C, kDyn>(p, sm, cta, nCtas, kvMaps);
     } else if (threadIdx.x == 32) {
       side();
     }
   } else {
     ptx::setmaxnregInc<C::kConsumerRegs>();
-    consumer<C>(p, sm, cta, nCtas, wg - 1);
+    consumer<C, kDyn>(p, sm, cta, nCtas, wg - 1);
   }
 }
 

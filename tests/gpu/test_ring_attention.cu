@@ -14,6 +14,8 @@
 //       zigzag, head dims 64/128/256, both schedules (the key walk's jump to the causal bound).
 //   RingAttnThreads.Layouts/n2|n3|n4|n8  causal or not, zigzag or contiguous, GQA 1/4, head
 //       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple.
+//   RingAttnThreads.LayoutsTileClaim/n*  the same with MKERNEL_RING_TILE_CLAIM=1 (tiles claimed
+//       from a counter) and head dim 64's two Q buffers (MKERNEL_ATTN_D64_VARIANT=3).
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
 //   RingAttnD64Variant.Cases/v0..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
 //       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
@@ -243,9 +245,8 @@ class RingAttnThreads : public ::testing::TestWithParam<int> {
 // on one team: the 8 cases where head dim 128 <=> causal ^ zigzag ^ GQA 4, so every pair of
 // the four factors appears in all its 4 combinations. seqLocal from a list of even lengths
 // (zigzag needs them) with one tile multiple.
-TEST_P(RingAttnThreads, Layouts) {
-  const int n = GetParam();
-  const uint64_t seed = mktest::testSeed() ^ (0x7ea4ull * n);
+void runLayouts(int n, uint64_t salt) {
+  const uint64_t seed = mktest::testSeed() ^ (salt * n);
   SCOPED_TRACE("seed " + std::to_string(seed) +
                " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
   gputest::Team t(n);
@@ -271,6 +272,19 @@ TEST_P(RingAttnThreads, Layouts) {
     ASSERT_EQ(runTeam(t, p, &st), "") << attntest::name(c);
     report(c, st);
   }
+}
+
+TEST_P(RingAttnThreads, Layouts) {
+  runLayouts(GetParam(), 0x7ea4ull);
+}
+
+// The same with the attention CTAs claiming their tiles from a counter (the fused kernel's
+// dynamic schedule; the sequential cases run the stand-alone kernel's static one), head dim 64
+// in its variant with two Q buffers (the tile words of both).
+TEST_P(RingAttnThreads, LayoutsTileClaim) {
+  mktest::ScopedEnv claim("MKERNEL_RING_TILE_CLAIM", "1");
+  mktest::ScopedEnv d64("MKERNEL_ATTN_D64_VARIANT", "3");
+  runLayouts(GetParam(), 0x7ea5ull);
 }
 
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnThreads, ::testing::Values(2, 3, 4, 8),

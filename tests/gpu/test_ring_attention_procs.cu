@@ -1,7 +1,8 @@
 // ncclRingAttention (include/mkernel/fused.h) with ranks that are PROCESSES sharing GPU 0 and
 // with comms over virtual nodes; every element of out and lse of every rank against the host
 // reference of test_attn_ref.h (threads, one rank, graphs, abort: test_ring_attention.cu).
-//   RingAttnProcs.EveryElement/n2|n4|n4copy|n4mixed|n4orders  this binary re-spawned once per
+//   RingAttnProcs.EveryElement/n2|n4|n4copy|n4mixed|n4orders|n3staged|n4claim  this binary
+//   re-spawned once per
 //       rank (only RingAttnProcsChild.Run, which skips elsewhere; fork after CUDA
 //       initialisation is not allowed), ncclCommInitRank from a unique id the parent hands over.
 //       Each process regenerates every rank's inputs from the shared seed, so it computes its own
@@ -15,7 +16,9 @@
 //       interoperate) or odd ranks in rank order (n4orders); n3staged: every rank with
 //       MKERNEL_RING_SEQ_DIRECT=1, so the auto and sequential cases read in place too, after a
 //       one-thread wait kernel (the back-to-back calls below mix them with fused calls, which
-//       use the same data region). Each child checks that its fused launches read in place, or
+//       use the same data region); n4claim: as n3staged with 4 ranks, the even ones claiming
+//       their tiles from a counter (MKERNEL_RING_TILE_CLAIM=1), fused and staged kernels alike.
+//       Each child checks that its fused launches read in place, or
 //       copied, as it was told (not which order it walked), and that its sequential calls ran
 //       the staged reads exactly when told to.
 //   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
@@ -380,7 +383,8 @@ TEST(RingAttnProcsChild, Run) {
 
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
 // by copies, 3 odd ranks in place in rank order (the others in ring order, the default), 4 all
-// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1).
+// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1), 5 as 4 with the
+// even ranks' attention CTAs claiming their tiles (MKERNEL_RING_TILE_CLAIM=1; ranks may differ).
 struct ProcsCase {
   int n, mode;
 };
@@ -406,10 +410,12 @@ TEST_P(RingAttnProcs, EveryElement) {
     const char* direct = mode == 1 || (mode == 2 && odd) ? "MKERNEL_RING_DIRECT=0"
                          : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
                                                          : "MKERNEL_RING_DIRECT=2";
-    const char* seqDirect = mode == 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
-    pids.push_back(
-        mktest::spawnSelf("RingAttnProcsChild.Run",
-                          {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect}));
+    const char* seqDirect = mode >= 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
+    const char* claim =
+        mode == 5 && !odd ? "MKERNEL_RING_TILE_CLAIM=1" : "MKERNEL_RING_TILE_CLAIM=0";
+    pids.push_back(mktest::spawnSelf(
+        "RingAttnProcsChild.Run",
+        {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect, claim}));
   }
   for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
   const std::string err = mktest::waitChildren(pids, 240);
@@ -418,9 +424,9 @@ TEST_P(RingAttnProcs, EveryElement) {
   EXPECT_EQ(err, "");
 }
 
-const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 4}};
+const ProcsCase kProcsCases[] = {{2, 0}, {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 4}, {4, 5}};
 std::string procsCaseName(const ::testing::TestParamInfo<ProcsCase>& i) {
-  static const char* const kMode[] = {"", "copy", "mixed", "orders", "staged"};
+  static const char* const kMode[] = {"", "copy", "mixed", "orders", "staged", "claim"};
   return "n" + std::to_string(i.param.n) + kMode[i.param.mode];
 }
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnProcs, ::testing::ValuesIn(kProcsCases), procsCaseName);

@@ -264,7 +264,8 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     if (f.c.w.timeoutNs != 0) a.hooks.wait.timeoutNs = f.c.w.timeoutNs + 2000000000ull;
   }
 
-  const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t));
+  // ready[n], chunkDone[n], then the attention's tile claim counter (MKERNEL_RING_TILE_CLAIM).
+  const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t)) + sizeof(int32_t);
   const size_t gatherBytes = direct ? 0 : 2 * (size_t)n * sliceBytes;
   const size_t bytes = gatherBytes + counters;
   void* scratch = nullptr;
@@ -281,6 +282,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   rp.ready = reinterpret_cast<uint64_t*>(static_cast<char*>(scratch) + gatherBytes);
   rp.chunkDone = reinterpret_cast<uint32_t*>(rp.ready + n);
   a.hooks.ready = rp.ready;
+  // The ranks' kernels share the SMs (one after another, or side by side under MPS), so a
+  // kernel's CTAs become resident at different times; claimed tiles keep its last ones from
+  // waiting on a CTA that started late with a fixed share.
+  if (MK_PARAM_INT(RingTileClaim) != 0) a.tileClaim = reinterpret_cast<int32_t*>(rp.chunkDone + n);
   NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
   if (direct) {
     rp.direct = 1;

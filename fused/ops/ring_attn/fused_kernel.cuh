@@ -292,7 +292,8 @@ __device__ __forceinline__ void ringDirectDone(const RingParams& p, uint64_t seq
 
 #include "fused/ops/ring_attn/xnode_role.cuh"
 
-template <class C>
+// kDyn: the attention CTAs claim their tiles (p.a.claim, MKERNEL_RING_TILE_CLAIM).
+template <class C, bool kDyn>
 __global__ void __launch_bounds__(C::kThreads, 1)
     ringAttnKernel(const __grid_constant__ RingParams p) {
   extern __shared__ uint8_t smem[];
@@ -318,9 +319,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // One attnCta in the kernel (two copies of its warpgroups' code made ptxas spill).
     // Direct reads: no comm CTAs (nComm 0); the first CTA's idle warp relays the flags.
     const int32_t cta = blockIdx.x - nComm;
-    attn::attnCta<C>(p.a, smem, cta, p.split.of(Role::kCompute), p.direct ? p.kvMap : nullptr, [&] {
-      if (p.direct && p.relay && cta == 0) ringDirectRelay(p, seq);
-    });
+    attn::attnCta<C, kDyn>(p.a, smem, cta, p.split.of(Role::kCompute), p.direct ? p.kvMap : nullptr,
+                           [&] {
+                             if (p.direct && p.relay && cta == 0) ringDirectRelay(p, seq);
+                           });
     if (p.direct) {
       __syncthreads();
       if (threadIdx.x == 0) ringDirectDone(p, seq);
@@ -341,7 +343,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 // grid <= 0: only loads the kernel.
 template <class C>
 ncclResult_t launchRing(const RingParams& p, int32_t grid, size_t smem, cudaStream_t s) {
-  auto kernel = ringAttnKernel<C>;
+  auto kernel = p.a.claim != nullptr ? ringAttnKernel<C, true> : ringAttnKernel<C, false>;
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   if (grid <= 0) return ncclSuccess;
   kernel<<<grid, C::kThreads, smem, s>>>(p);
