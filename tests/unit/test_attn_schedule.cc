@@ -549,12 +549,14 @@ TEST(AttnSchedule, D64VariantsResolve) {
   EXPECT_EQ(mk::attn::qRows(256, 0), 128);
   EXPECT_EQ(mk::attn::kvRows(128, 0), 128);
   EXPECT_EQ(mk::attn::kvRows(256, 0), 64);
-  // Q [128][64] bf16 = 16 KiB per buffer, a stage = K + V of kBN rows, barriers, 1 KiB align.
+  // Q [128][64] bf16 = 16 KiB per buffer, a stage = K + V of kBN rows, barriers (8 bytes each)
+  // and a 4-byte tile word per Q buffer in 128 or 256 bytes, 1 KiB align. Two Q buffers with 3
+  // stages: 16 barriers fill 128 bytes, so the tile words take the 256-byte area.
   const size_t q = 16384, stage128 = 32768, stage192 = 49152, align = 1024;
   EXPECT_EQ(mk::attn::smemBytes(64, 0), q + 3 * stage128 + 128 + align);
   EXPECT_EQ(mk::attn::smemBytes(64, 1), q + 3 * stage192 + 128 + align);
   EXPECT_EQ(mk::attn::smemBytes(64, 2), q + 4 * stage128 + 256 + align);
-  EXPECT_EQ(mk::attn::smemBytes(64, 3), 2 * q + 3 * stage128 + 128 + align);
+  EXPECT_EQ(mk::attn::smemBytes(64, 3), 2 * q + 3 * stage128 + 256 + align);
   EXPECT_EQ(mk::attn::smemBytes(64, 4), q * 3 / 2 + 3 * stage128 + 128 + align);  // 192 rows
   for (int v = 0; v <= mk::attn::kMaxD64Variant; ++v)
     EXPECT_LE(mk::attn::smemBytes(64, v), 232448u) << "variant " << v;
