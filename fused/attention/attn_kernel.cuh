@@ -69,9 +69,9 @@ struct Cfg {
   static constexpr int kKBytes = kBN * kD * 2;  // one K (or V) block
   static constexpr int kStageBytes = 2 * kKBytes;
   // qFull, qEmpty per Q buffer; kFull, vFull, kEmpty, vEmpty per stage; then one tile word per
-  // Q buffer (the dynamic schedule's claimed tile, AttnParams::claim).
+  // Q buffer and the producer's claimed tile (the dynamic schedule, AttnParams::claim).
   static constexpr int kBarrierCount = 2 * kQBufs + 4 * kStages;
-  static constexpr int kBarrierUsed = kBarrierCount * 8 + kQBufs * 4;
+  static constexpr int kBarrierUsed = kBarrierCount * 8 + (kQBufs + 1) * 4;
   static constexpr int kBarrierBytes = kBarrierUsed <= 128 ? 128 : 256;
   static constexpr int kSmemBytes = kQBufs * kQBytes + kStages * kStageBytes + kBarrierBytes + 1024;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
@@ -177,7 +177,13 @@ struct Smem {
   uint64_t* vEmpty;
   // [kQBufs] the tile whose Q a buffer holds (dynamic schedule; -1: no tile left). The
   // producer writes it before its arrive on qFull, which releases it to the consumers' wait.
-  int32_t* tileWord;
+  // Shared-window addresses (st.shared / ld.shared) computed from qFull (the first barrier):
+  // generic pointers of their own made ptxas spill the producer's 40 registers.
+  __device__ uint32_t tileWord(int32_t buf) const {
+    return ptx::smemAddr(qFull) + C::kBarrierCount * 8 + 4 * buf;
+  }
+  // The tile the producer claimed last, parked here until its Q load.
+  __device__ uint32_t claimed() const { return tileWord(C::kQBufs); }
   __device__ explicit Smem(uint8_t* raw) {
     q = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     kv = q + C::kQBufs * C::kQBytes;
@@ -187,7 +193,6 @@ struct Smem {
     vFull = kFull + C::kStages;
     kEmpty = vFull + C::kStages;
     vEmpty = kEmpty + C::kStages;
-    tileWord = reinterpret_cast<int32_t*>(vEmpty + C::kStages);
   }
   __device__ uint8_t* qBuf(int b) const { return q + b * C::kQBytes; }
   __device__ uint8_t* k(int s) const { return kv + s * C::kStageBytes; }
@@ -293,12 +298,13 @@ struct KvRing {
 };
 
 // The tile's Q block into buffer `buf` once the consumers of its previous user released it.
-// t: the tile's id, handed to the consumers in the buffer's tile word (dynamic schedule).
+// Dynamic schedule: the tile's id (parked in sm.claimed) handed to the consumers in the
+// buffer's tile word.
 template <class C, bool kDyn>
 __device__ __forceinline__ void loadQ(const AttnParams& p, const Smem<C>& sm, const Tile& x,
-                                      int32_t t, int32_t buf, uint32_t phase) {
+                                      int32_t buf, uint32_t phase) {
   ptx::mbarWait(&sm.qEmpty[buf], phase ^ 1);
-  if constexpr (kDyn) sm.tileWord[buf] = t;
+  if constexpr (kDyn) ptx::stShared32(sm.tileWord(buf), ptx::ldShared32(sm.claimed()));
   ptx::mbarArriveExpectTx(&sm.qFull[buf], C::kQBytes);
 #pragma unroll
   for (int s = 0; s < C::kSub; ++s) {
@@ -337,11 +343,12 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
         // No tile left: the consumers learn it from the next buffer's word (a bare arrive
         // completes its phase without data).
         ptx::mbarWait(&sm.qEmpty[qBuf], qPhase ^ 1);
-        sm.tileWord[qBuf] = -1;
+        ptx::stShared32(sm.tileWord(qBuf), -1);
         ptx::mbarArrive(&sm.qFull[qBuf]);
       }
       break;
     }
+    if constexpr (kDyn) ptx::stShared32(sm.claimed(), t);
     const Tile x = tileAt<C>(p, t);
     BlockCursor c{};
     ring.waited = -1;
@@ -357,7 +364,7 @@ __device__ __forceinline__ void producer(const AttnParams& p, const Smem<C>& sm,
       }
       ring.load(p, sm, x, c);
     }
-    loadQ<C, kDyn>(p, sm, x, t, qBuf, qPhase);
+    loadQ<C, kDyn>(p, sm, x, qBuf, qPhase);
     if (pending) ring.load(p, sm, x, c);
     while (more && c.next<C::kBN>(p, x)) ring.load(p, sm, x, c);
   }
@@ -594,7 +601,7 @@ __device__ __forceinline__ void consumer(const AttnParams& p, const Smem<C>& sm,
     int32_t t;
     if constexpr (kDyn) {
       ptx::mbarWait(&sm.qFull[qBuf], qPhase);
-      t = sm.tileWord[qBuf];
+      t = ptx::ldShared32(sm.tileWord(qBuf));
       if (t < 0) break;
     } else {
       t = tileOfRound(k, cta, nCtas, p.causal != 0 && p.tileOrder != 0);

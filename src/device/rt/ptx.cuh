@@ -83,6 +83,17 @@ __device__ __forceinline__ uint32_t smemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// A 32-bit word at a shared-window address (smemAddr): kernels at their register cap keep
+// one 32-bit address instead of a 64-bit generic pointer.
+__device__ __forceinline__ void stShared32(uint32_t addr, int32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int32_t ldShared32(uint32_t addr) {
+  int32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void mbarInit(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)), "r"(count));
 }
