@@ -13,9 +13,11 @@
 //   RingAttnSingleLong.ManyTilesCausal   causal seqLocal 4160-8192, >= 320 tiles, contiguous and
 //       zigzag, head dims 64/128/256, both schedules (the key walk's jump to the causal bound).
 //   RingAttnThreads.Layouts/n2|n3|n4|n8  causal or not, zigzag or contiguous, GQA 1/4, head
-//       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple.
-//   RingAttnThreads.LayoutsTileClaim/n*  the same with MKERNEL_RING_TILE_CLAIM=1 (tiles claimed
-//       from a counter) and head dim 64's two Q buffers (MKERNEL_ATTN_D64_VARIANT=3).
+//       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple; the fused
+//       kernel's static schedule (MKERNEL_RING_TILE_CLAIM=0).
+//   RingAttnThreads.LayoutsTileClaim/n*  the same with tiles claimed from a counter
+//       (MKERNEL_RING_TILE_CLAIM=1, the default) and head dim 64's two Q buffers
+//       (MKERNEL_ATTN_D64_VARIANT=3).
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
 //   RingAttnD64Variant.Cases/v0..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
 //       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
@@ -274,13 +276,15 @@ void runLayouts(int n, uint64_t salt) {
   }
 }
 
+// The fused kernel's static schedule (MKERNEL_RING_TILE_CLAIM=0).
 TEST_P(RingAttnThreads, Layouts) {
+  mktest::ScopedEnv claim("MKERNEL_RING_TILE_CLAIM", "0");
   runLayouts(GetParam(), 0x7ea4ull);
 }
 
 // The same with the attention CTAs claiming their tiles from a counter (the fused kernel's
-// dynamic schedule; the sequential cases run the stand-alone kernel's static one), head dim 64
-// in its variant with two Q buffers (the tile words of both).
+// dynamic schedule, the default; the sequential cases run the stand-alone kernel's static
+// one), head dim 64 in its variant with two Q buffers (the tile words of both).
 TEST_P(RingAttnThreads, LayoutsTileClaim) {
   mktest::ScopedEnv claim("MKERNEL_RING_TILE_CLAIM", "1");
   mktest::ScopedEnv d64("MKERNEL_ATTN_D64_VARIANT", "3");

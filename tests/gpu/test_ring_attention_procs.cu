@@ -17,7 +17,8 @@
 //       MKERNEL_RING_SEQ_DIRECT=1, so the auto and sequential cases read in place too, after a
 //       one-thread wait kernel (the back-to-back calls below mix them with fused calls, which
 //       use the same data region); n4claim: as n3staged with 4 ranks, the even ones claiming
-//       their tiles from a counter (MKERNEL_RING_TILE_CLAIM=1), fused and staged kernels alike.
+//       their tiles from a counter (MKERNEL_RING_TILE_CLAIM=1, the default, which every other
+//       case runs), the odd ones on the static schedule (0), fused and staged kernels alike.
 //       Each child checks that its fused launches read in place, or
 //       copied, as it was told (not which order it walked), and that its sequential calls ran
 //       the staged reads exactly when told to.
@@ -384,7 +385,8 @@ TEST(RingAttnProcsChild, Run) {
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
 // by copies, 3 odd ranks in place in rank order (the others in ring order, the default), 4 all
 // in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1), 5 as 4 with the
-// even ranks' attention CTAs claiming their tiles (MKERNEL_RING_TILE_CLAIM=1; ranks may differ).
+// odd ranks' attention CTAs walking the static schedule (MKERNEL_RING_TILE_CLAIM=0) and the
+// even ranks' claiming their tiles (the default; ranks may differ).
 struct ProcsCase {
   int n, mode;
 };
@@ -411,8 +413,10 @@ TEST_P(RingAttnProcs, EveryElement) {
                          : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
                                                          : "MKERNEL_RING_DIRECT=2";
     const char* seqDirect = mode >= 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
+    // The default (claimed tiles) except in n4claim, where the odd ranks walk the static
+    // schedule beside the even ranks' claims.
     const char* claim =
-        mode == 5 && !odd ? "MKERNEL_RING_TILE_CLAIM=1" : "MKERNEL_RING_TILE_CLAIM=0";
+        mode == 5 && odd ? "MKERNEL_RING_TILE_CLAIM=0" : "MKERNEL_RING_TILE_CLAIM=1";
     pids.push_back(mktest::spawnSelf(
         "RingAttnProcsChild.Run",
         {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect, claim}));
