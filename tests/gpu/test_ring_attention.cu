@@ -16,8 +16,10 @@
 //       dim 64/128 (every pair of them), seqLocal mostly not a tile multiple; the fused
 //       kernel's static schedule (MKERNEL_RING_TILE_CLAIM=0).
 //   RingAttnThreads.LayoutsTileClaim/n*  the same with tiles claimed from a counter
-//       (MKERNEL_RING_TILE_CLAIM=1, the default) and head dim 64's two Q buffers
-//       (MKERNEL_ATTN_D64_VARIANT=3).
+//       (MKERNEL_RING_TILE_CLAIM=1, the default), head dim 64's two Q buffers
+//       (MKERNEL_ATTN_D64_VARIANT=3) and 3 CTAs a rank (MKERNEL_MAX_CTAS), so every attention
+//       CTA claims several tiles; both check through the launch counters that the fused
+//       cases ran (and claimed, or did not).
 //   RingAttnGraph.Replays/n1|n3          eager call, capture, two replays on new inputs.
 //   RingAttnD64Variant.Cases/v0..v4      head dim 64's variants (MKERNEL_ATTN_D64_VARIANT):
 //       tails, GQA, layouts, many tiles per CTA, the fused ring and the sequential path.
@@ -45,6 +47,7 @@
 
 #include "common/test_util.h"
 #include "fused/attention/attn.h"  // variantOf, kvRows: the variant tests check they resolve
+#include "fused/ops/ring_attn/ring_attn.h"  // ringAttnFusedLaunches
 #include "gpu/test_attn_ref.h"
 #include "gpu/test_fused_util.cuh"
 #include "gpu/test_proc_util.h"
@@ -247,8 +250,12 @@ class RingAttnThreads : public ::testing::TestWithParam<int> {
 // on one team: the 8 cases where head dim 128 <=> causal ^ zigzag ^ GQA 4, so every pair of
 // the four factors appears in all its 4 combinations. seqLocal from a list of even lengths
 // (zigzag needs them) with one tile multiple.
-void runLayouts(int n, uint64_t salt) {
+// claim: whether the fused cases' kernels must claim their tiles (checked through the launch
+// counter, so a schedule switch that had no effect fails).
+void runLayouts(int n, uint64_t salt, bool claim) {
   const uint64_t seed = mktest::testSeed() ^ (salt * n);
+  const uint64_t claims0 = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutClaim);
+  const uint64_t fused0 = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutClique);
   SCOPED_TRACE("seed " + std::to_string(seed) +
                " (MKTEST_SEED=" + std::to_string(mktest::testSeed()) + " repeats it)");
   gputest::Team t(n);
@@ -274,12 +281,16 @@ void runLayouts(int n, uint64_t salt) {
     ASSERT_EQ(runTeam(t, p, &st), "") << attntest::name(c);
     report(c, st);
   }
+  const uint64_t fused = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutClique) - fused0;
+  const uint64_t claims = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutClaim) - claims0;
+  EXPECT_GT(fused, 0u) << "no case ran the fused kernel";
+  EXPECT_EQ(claims, claim ? fused : 0u) << "fused launches that claimed their tiles";
 }
 
 // The fused kernel's static schedule (MKERNEL_RING_TILE_CLAIM=0).
 TEST_P(RingAttnThreads, Layouts) {
   mktest::ScopedEnv claim("MKERNEL_RING_TILE_CLAIM", "0");
-  runLayouts(GetParam(), 0x7ea4ull);
+  runLayouts(GetParam(), 0x7ea4ull, false);
 }
 
 // The same with the attention CTAs claiming their tiles from a counter (the fused kernel's
@@ -288,7 +299,10 @@ TEST_P(RingAttnThreads, Layouts) {
 TEST_P(RingAttnThreads, LayoutsTileClaim) {
   mktest::ScopedEnv claim("MKERNEL_RING_TILE_CLAIM", "1");
   mktest::ScopedEnv d64("MKERNEL_ATTN_D64_VARIANT", "3");
-  runLayouts(GetParam(), 0x7ea5ull);
+  // Three CTAs a rank (one copying, two attention CTAs in the fused kernel), so each attention
+  // CTA claims several tiles and both Q buffers' words carry tiles and the end marker.
+  mktest::ScopedEnv ctas("MKERNEL_MAX_CTAS", "3");
+  runLayouts(GetParam(), 0x7ea5ull, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(RingAttn, RingAttnThreads, ::testing::Values(2, 3, 4, 8),

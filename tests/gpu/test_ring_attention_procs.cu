@@ -1,10 +1,10 @@
 // ncclRingAttention (include/mkernel/fused.h) with ranks that are PROCESSES sharing GPU 0 and
 // with comms over virtual nodes; every element of out and lse of every rank against the host
 // reference of test_attn_ref.h (threads, one rank, graphs, abort: test_ring_attention.cu).
-//   RingAttnProcs.EveryElement/n2|n4|n4copy|n4mixed|n4orders|n3staged|n4claim  this binary
-//   re-spawned once per
-//       rank (only RingAttnProcsChild.Run, which skips elsewhere; fork after CUDA
-//       initialisation is not allowed), ncclCommInitRank from a unique id the parent hands over.
+//   RingAttnProcs.EveryElement/n2|n4|n4copy|n4mixed|n4orders|n3staged|n4claim
+//       this binary re-spawned once per rank (only RingAttnProcsChild.Run, which skips
+//       elsewhere; fork after CUDA initialisation is not allowed), ncclCommInitRank from a
+//       unique id the parent hands over.
 //       Each process regenerates every rank's inputs from the shared seed, so it computes its own
 //       rank's reference, and checks its own outputs. The cases cycle through the algos: the fused
 //       ones run the fused kernel's processes layout (fused/core/proc_windows.h: each rank
@@ -21,7 +21,8 @@
 //       case runs), the odd ones on the static schedule (0), fused and staged kernels alike.
 //       Each child checks that its fused launches read in place, or
 //       copied, as it was told (not which order it walked), and that its sequential calls ran
-//       the staged reads exactly when told to.
+//       the staged reads exactly when told to, and that its ring kernels claimed their tiles
+//       exactly when told to (MKERNEL_RING_TILE_CLAIM).
 //   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
 //       calls: the others' errors name it within the 5 s deadline, aborts return promptly.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
@@ -341,6 +342,16 @@ int childMain(const char* spec) {
   if (!broken && n >= 2 && (stagedRuns > 0) != staged) {
     fprintf(stderr, "%s FAIL %llu sequential calls read in place; wanted %s\n", who.c_str(),
             (unsigned long long)stagedRuns, staged ? "some" : "none");
+    failures++;
+  }
+  // Every ring kernel of this rank (fused or staged) on the schedule it was given.
+  const char* claimMode = getenv("MKERNEL_RING_TILE_CLAIM");
+  const bool claim = !(claimMode != nullptr && strcmp(claimMode, "0") == 0);
+  const uint64_t claims = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutClaim);
+  if (!broken && n >= 2 && claims != (claim ? procs + stagedRuns : 0)) {
+    fprintf(stderr, "%s FAIL %llu of %llu ring kernels claimed their tiles; wanted %s\n",
+            who.c_str(), (unsigned long long)claims, (unsigned long long)(procs + stagedRuns),
+            claim ? "all" : "none");
     failures++;
   }
   // ...sized from the sequential path's budget (the whole GPU by default), not from a rank's

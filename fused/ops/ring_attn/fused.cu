@@ -384,6 +384,7 @@ done:
   if (rp.trace != nullptr) traceReleaseAfter(c.stream, rp.trace);
   if (res == ncclSuccess) {
     *ran = true;
+    if (a.tileClaim != nullptr) gLaunches[kRingLayoutClaim].fetch_add(1);
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
       gLastStagedGrid.store(rp.split.total());

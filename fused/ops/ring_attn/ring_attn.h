@@ -42,14 +42,17 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // to tell the fused kernel from the sequential fallback.
 // kRingLayoutProcs counts the processes layout's launches of either mode, kRingLayoutDirect
 // those of them that read the peers' regions in place (RingParams::direct); kRingLayoutStaged
-// the sequential path's staged direct reads (MKERNEL_RING_SEQ_DIRECT), counted there only.
+// the sequential path's staged direct reads (MKERNEL_RING_SEQ_DIRECT), counted there only;
+// kRingLayoutClaim the launches of any layout whose attention CTAs claim their tiles
+// (MKERNEL_RING_TILE_CLAIM).
 enum RingLayoutId : int {
   kRingLayoutClique = 0,
   kRingLayoutProcs = 1,
   kRingLayoutXnode = 2,
   kRingLayoutDirect = 3,
   kRingLayoutStaged = 4,
-  kRingLayouts = 5
+  kRingLayoutClaim = 5,
+  kRingLayouts = 6
 };
 uint64_t ringAttnFusedLaunches(int layout);
 // The grid (CTAs) of the last staged launch in this process (0: none), and the budget it was
