@@ -49,6 +49,12 @@ struct CollState {
   // the other ranks' streams (legacy default stream, or a stream shared by several comms
   // of one group). Created on first use.
   cudaStream_t internal = nullptr;
+  // A second stream of the comm's own for work of one call that runs beside its kernels on
+  // the copy engine (the staged ring attention copies this rank's k/v for its peers while
+  // its first kernel runs): forked from the call's stream at sideFork, joined at sideJoin.
+  cudaStream_t side = nullptr;
+  cudaEvent_t sideFork = nullptr;
+  cudaEvent_t sideJoin = nullptr;
   // Host rendezvous with the ranks of this comm that share the GPU in this process
   // (coll/rendezvous.h); null when there are none.
   std::shared_ptr<RdvClique> rdv;

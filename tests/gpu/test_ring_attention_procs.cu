@@ -18,11 +18,15 @@
 //       one-thread wait kernel (the back-to-back calls below mix them with fused calls, which
 //       use the same data region); n4claim: as n3staged with 4 ranks, the even ones claiming
 //       their tiles from a counter (MKERNEL_RING_TILE_CLAIM=1, the default, which every other
-//       case runs), the odd ones on the static schedule (0), fused and staged kernels alike.
+//       case runs) and running their staged calls split (MKERNEL_RING_SEQ_SPLIT=1, the
+//       default: own slices while the copy engine stages them, then the peers' merged in), the
+//       odd ones on the static schedule and in one kernel (0 both), fused and staged kernels
+//       alike.
 //       Each child checks that its fused launches read in place, or
 //       copied, as it was told (not which order it walked), and that its sequential calls ran
 //       the staged reads exactly when told to, and that its ring kernels claimed their tiles
-//       exactly when told to (MKERNEL_RING_TILE_CLAIM).
+//       exactly when told to (MKERNEL_RING_TILE_CLAIM), and its staged calls ran split
+//       exactly when told to (MKERNEL_RING_SEQ_SPLIT).
 //   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
 //       calls: the others' errors name it within the 5 s deadline, aborts return promptly.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
@@ -344,6 +348,15 @@ int childMain(const char* spec) {
             (unsigned long long)stagedRuns, staged ? "some" : "none");
     failures++;
   }
+  // ...as two kernels (own slices, then the peers', merged) exactly when told to.
+  const char* splitMode = getenv("MKERNEL_RING_SEQ_SPLIT");
+  const bool split = !(splitMode != nullptr && strcmp(splitMode, "0") == 0);
+  const uint64_t splits = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutSplit);
+  if (!broken && n >= 2 && splits != (split ? stagedRuns : 0)) {
+    fprintf(stderr, "%s FAIL %llu of %llu staged calls ran split; wanted %s\n", who.c_str(),
+            (unsigned long long)splits, (unsigned long long)stagedRuns, split ? "all" : "none");
+    failures++;
+  }
   // Every ring kernel of this rank (fused or staged) on the schedule it was given.
   const char* claimMode = getenv("MKERNEL_RING_TILE_CLAIM");
   const bool claim = !(claimMode != nullptr && strcmp(claimMode, "0") == 0);
@@ -396,8 +409,9 @@ TEST(RingAttnProcsChild, Run) {
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
 // by copies, 3 odd ranks in place in rank order (the others in ring order, the default), 4 all
 // in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1), 5 as 4 with the
-// odd ranks' attention CTAs walking the static schedule (MKERNEL_RING_TILE_CLAIM=0) and the
-// even ranks' claiming their tiles (the default; ranks may differ).
+// odd ranks' attention CTAs walking the static schedule (MKERNEL_RING_TILE_CLAIM=0) and their
+// staged calls in one kernel (MKERNEL_RING_SEQ_SPLIT=0), the even ranks' claiming their tiles
+// and splitting (the defaults; ranks may differ).
 struct ProcsCase {
   int n, mode;
 };
@@ -424,13 +438,15 @@ TEST_P(RingAttnProcs, EveryElement) {
                          : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
                                                          : "MKERNEL_RING_DIRECT=2";
     const char* seqDirect = mode >= 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
-    // The default (claimed tiles) except in n4claim, where the odd ranks walk the static
-    // schedule beside the even ranks' claims.
+    // The defaults (claimed tiles, split staged calls) except in n4claim, where the odd ranks
+    // walk the static schedule and run their staged calls as one kernel beside the even
+    // ranks' claims and splits.
     const char* claim =
         mode == 5 && odd ? "MKERNEL_RING_TILE_CLAIM=0" : "MKERNEL_RING_TILE_CLAIM=1";
+    const char* split = mode == 5 && odd ? "MKERNEL_RING_SEQ_SPLIT=0" : "MKERNEL_RING_SEQ_SPLIT=1";
     pids.push_back(mktest::spawnSelf(
         "RingAttnProcsChild.Run",
-        {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect, claim}));
+        {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect, claim, split}));
   }
   for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
   const std::string err = mktest::waitChildren(pids, 240);

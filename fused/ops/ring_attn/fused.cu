@@ -16,6 +16,7 @@
 #include "base/checks.h"
 #include "base/param.h"
 #include "base/scratch.h"
+#include "coll/coll_state.h"
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
@@ -124,6 +125,16 @@ void CUDART_CB ringTracePrint(void* arg) {
           rel(ends.front()), rel(ends[ends.size() / 2]), rel(ends.back()),
           span(kRtEndKernelStart, kRtEndKernelEnd).c_str());
   traceRelease(t->stamps);
+}
+
+// The trace of one launch printed once the stream reaches it (nothing for null stamps; the
+// print function owns them once queued).
+ncclResult_t queueTrace(cudaStream_t s, uint64_t* stamps, int32_t rank, int32_t grid, int32_t nComm,
+                        const char* mode) {
+  if (stamps == nullptr) return ncclSuccess;
+  auto* t = new RingTrace{stamps, rank, grid, nComm, mode};
+  if (!traceQueue(s, ringTracePrint, t, stamps)) delete t;
+  return ncclSuccess;
 }
 
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
@@ -236,6 +247,13 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                              : procs && oneGpu && n <= kRingDirectMax ? MK_PARAM_INT(RingDirect)
                                                                       : 0;
   const bool direct = directMode != 0;
+  // The staged split (MKERNEL_RING_SEQ_SPLIT): a first kernel computes this rank's own slices
+  // (the caller's buffers, read by nobody else) while the copy engine stages them for the
+  // peers on the comm's side stream; then the stage kernel, and the peers' slices in a second
+  // kernel that merges into the first one's out (AttnArgs::mergeLse). Without it every rank
+  // copies, then waits for every peer's copy, with nothing on the SMs (0.2 ms of a 2.1 ms call
+  // at 16K on the H100, session 39). Ranks may differ: the peers see the same region and flags.
+  const bool split = staged && MK_PARAM_INT(RingSeqSplit) != 0;
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
   // its peer's CTA waits for it); by default one of each per peer round and one receive CTA
@@ -246,13 +264,16 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   if (direct) comm0 = 0;
 
   attn::AttnArgs a = ringAttnArgs(c, n, me);
-  a.nSrc = n;
   a.srcStride = (int64_t)slice;
   // Ring order (this rank's slices first: they need no copy), except for direct reads in
   // rank order (MKERNEL_RING_DIRECT=1), meant to let the ranks' attention CTAs, walking the
   // same heads at once, read the same source's blocks together from L2; measured no faster
-  // (2-7 % slower at 64K on the H200), so ring order is the default.
-  for (int i = 0; i < n; ++i) a.srcRank[i] = directMode == 1 ? i : (me - i + n) % n;
+  // (2-7 % slower at 64K on the H200), so ring order is the default. Split: the peers only.
+  a.nSrc = 0;
+  for (int i = 0; i < n; ++i) {
+    const int r = directMode == 1 ? i : (me - i + n) % n;
+    if (!split || r != me) a.srcRank[a.nSrc++] = r;
+  }
   a.smBudget = budget - comm0;
   a.hooks.wait = f.c.w;
   if (xnode) {
@@ -264,14 +285,23 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     if (f.c.w.timeoutNs != 0) a.hooks.wait.timeoutNs = f.c.w.timeoutNs + 2000000000ull;
   }
 
-  // ready[n], chunkDone[n], then the attention's tile claim counter (MKERNEL_RING_TILE_CLAIM).
-  const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t)) + sizeof(int32_t);
+  // ready[n], chunkDone[n], then the attention's tile claim counter (MKERNEL_RING_TILE_CLAIM)
+  // and the split's first kernel's; the split's partial lse after them ([B, Hq, S] fp32,
+  // written whole by the first kernel, so not zeroed).
+  const size_t counters =
+      (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t)) + (split ? 2 : 1) * sizeof(int32_t);
   const size_t gatherBytes = direct ? 0 : 2 * (size_t)n * sliceBytes;
-  const size_t bytes = gatherBytes + counters;
+  const size_t lseOff = (gatherBytes + counters + 15) & ~size_t(15);
+  const size_t bytes =
+      split ? lseOff + c.B * (size_t)c.Hq * c.S * sizeof(float) : gatherBytes + counters;
   void* scratch = nullptr;
   NCCLCHECK(scratchAlloc(&scratch, bytes, c.comm->cudaDev, c.stream));
   ncclResult_t res = ncclSuccess;
   RingParams rp{};
+  // The split's first kernel (partial: this rank's slices only). Heap: RingParams is ~20 KB.
+  std::unique_ptr<RingParams> own;
+  float* ownLse = split ? reinterpret_cast<float*>(static_cast<char*>(scratch) + lseOff) : nullptr;
+  int32_t* ownClaim = nullptr;
   int32_t computeGrid = 0;
   if (!direct) {
     rp.kAll = static_cast<char*>(scratch);
@@ -285,7 +315,11 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   // The ranks' kernels share the SMs (one after another, or side by side under MPS), so a
   // kernel's CTAs become resident at different times; claimed tiles keep its last ones from
   // waiting on a CTA that started late with a fixed share.
-  if (MK_PARAM_INT(RingTileClaim) != 0) a.tileClaim = reinterpret_cast<int32_t*>(rp.chunkDone + n);
+  if (MK_PARAM_INT(RingTileClaim) != 0) {
+    a.tileClaim = reinterpret_cast<int32_t*>(rp.chunkDone + n);
+    if (split) ownClaim = a.tileClaim + 1;
+  }
+  if (split) a.mergeLse = ownLse;  // a.lse: the caller's (or none)
   NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
   if (direct) {
     rp.direct = 1;
@@ -326,6 +360,24 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   }
   rp.split.count[static_cast<int>(Role::kCompute)] = computeGrid;
   rp.split.count[static_cast<int>(Role::kIntraComm)] = comm0;
+  if (split) {
+    // This rank's slices from the caller's buffers, no waits, its lse into scratch for the
+    // merge; the same kernel (variant and schedule) as the second one, on the same budget.
+    attn::AttnArgs o = ringAttnArgs(c, n, me);
+    o.lse = ownLse;
+    o.smBudget = budget;
+    o.tileClaim = ownClaim;
+    if (c.D == 64) o.d64Variant = rp.a.variant;
+    if (c.D == 128) o.d128Variant = rp.a.variant;
+    own.reset(new RingParams(rp));
+    int32_t ownGrid = 0;
+    NCCLCHECKGOTO(attn::buildParams(o, &own->a, &ownGrid), res, done);
+    NCCLCHECKGOTO(attn::encodeKvSource(o, own->a.variant, c.k, c.v, &own->kvMap[0], &own->kvMap[1]),
+                  res, done);
+    own->partial = 1;
+    own->relay = 0;
+    own->split.count[static_cast<int>(Role::kCompute)] = ownGrid;
+  }
   {
     const bool ov = attn::overlapOf(a);
     const bool f16 = c.inType == ncclFloat16;
@@ -344,17 +396,34 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
       CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
       // One row per CTA and one for the kernels around the attention.
       rp.trace = traceAcquire(rp.split.total() + 1, cap != cudaStreamCaptureStatusNone);
+      if (own)
+        own->trace = traceAcquire(own->split.total() + 1, cap != cudaStreamCaptureStatusNone);
     }
     NCCLCHECKGOTO(
         fusedEnqueue(
             comm, c.stream, kApi,
             [&](cudaStream_t s) {
               if (direct) {
-                // The peers read these copies once the kernel says so.
+                // The peers read these copies once the kernel says so. Split: on the side
+                // stream, beside the kernel on this rank's own slices.
+                CollState* cs = comm->coll;
+                cudaStream_t cp = s;
+                if (own) {
+                  CUDACHECK(cudaEventRecord(cs->sideFork, s));
+                  CUDACHECK(cudaStreamWaitEvent(cs->side, cs->sideFork, 0));
+                  cp = cs->side;
+                }
                 char* mine = rp.stage[me];
-                CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes, cudaMemcpyDeviceToDevice, s));
+                CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes, cudaMemcpyDeviceToDevice, cp));
                 CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
-                                          cudaMemcpyDeviceToDevice, s));
+                                          cudaMemcpyDeviceToDevice, cp));
+                if (own) {
+                  CUDACHECK(cudaEventRecord(cs->sideJoin, cp));
+                  NCCLCHECK(launchFor(c.D, f16, *own, ov, own->split.total(), smem, s));
+                  NCCLCHECK(queueTrace(s, own->trace, me, own->split.total(), 0, "staged own"));
+                  own->trace = nullptr;
+                  CUDACHECK(cudaStreamWaitEvent(s, cs->sideJoin, 0));
+                }
               }
               if (staged) {
                 ringStageKernel<<<1, 1, 0, s>>>(rp);
@@ -365,15 +434,13 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                 ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], rp.trace, rp.split.total());
                 CUDACHECK(cudaGetLastError());
               }
-              if (rp.trace != nullptr) {
-                auto* t = new RingTrace{rp.trace, me, rp.split.total(), comm0,
-                                        staged   ? "staged"
-                                        : xnode  ? "xnode"
-                                        : direct ? "direct"
-                                                 : (procs ? "processes" : "clique")};
-                if (!traceQueue(s, ringTracePrint, t, rp.trace)) delete t;
-                rp.trace = nullptr;  // the print function owns it
-              }
+              NCCLCHECK(queueTrace(s, rp.trace, me, rp.split.total(), comm0,
+                                   own      ? "staged peers"
+                                   : staged ? "staged"
+                                   : xnode  ? "xnode"
+                                   : direct ? "direct"
+                                            : (procs ? "processes" : "clique")));
+              rp.trace = nullptr;  // the print function owns it
               return ncclSuccess;
             }),
         res, done);
@@ -382,9 +449,11 @@ done:
   // Acquired but not handed to a print function (a launch failed): kernels queued before may
   // still write it.
   if (rp.trace != nullptr) traceReleaseAfter(c.stream, rp.trace);
+  if (own && own->trace != nullptr) traceReleaseAfter(c.stream, own->trace);
   if (res == ncclSuccess) {
     *ran = true;
     if (a.tileClaim != nullptr) gLaunches[kRingLayoutClaim].fetch_add(1);
+    if (split) gLaunches[kRingLayoutSplit].fetch_add(1);
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
       gLastStagedGrid.store(rp.split.total());

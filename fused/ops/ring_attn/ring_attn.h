@@ -44,7 +44,9 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // those of them that read the peers' regions in place (RingParams::direct); kRingLayoutStaged
 // the sequential path's staged direct reads (MKERNEL_RING_SEQ_DIRECT), counted there only;
 // kRingLayoutClaim the launches of any layout whose attention CTAs claim their tiles
-// (MKERNEL_RING_TILE_CLAIM).
+// (MKERNEL_RING_TILE_CLAIM); kRingLayoutSplit the staged calls that ran as two kernels, this
+// rank's own slices while the copy engine stages them, then the peers' (MKERNEL_RING_SEQ_SPLIT).
+// One count per call, whatever its kernels.
 enum RingLayoutId : int {
   kRingLayoutClique = 0,
   kRingLayoutProcs = 1,
@@ -52,7 +54,8 @@ enum RingLayoutId : int {
   kRingLayoutDirect = 3,
   kRingLayoutStaged = 4,
   kRingLayoutClaim = 5,
-  kRingLayouts = 6
+  kRingLayoutSplit = 6,
+  kRingLayouts = 7
 };
 uint64_t ringAttnFusedLaunches(int layout);
 // The grid (CTAs) of the last staged launch in this process (0: none), and the budget it was
