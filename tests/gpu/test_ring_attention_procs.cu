@@ -16,17 +16,20 @@
 //       interoperate) or odd ranks in rank order (n4orders); n3staged: every rank with
 //       MKERNEL_RING_SEQ_DIRECT=1, so the auto and sequential cases read in place too, after a
 //       one-thread wait kernel (the back-to-back calls below mix them with fused calls, which
-//       use the same data region); n4claim: as n3staged with 4 ranks, the even ones claiming
-//       their tiles from a counter (MKERNEL_RING_TILE_CLAIM=1, the default, which every other
-//       case runs) and running their staged calls split (MKERNEL_RING_SEQ_SPLIT=1, the
-//       default: own slices while the copy engine stages them, then the peers' merged in), the
-//       odd ones on the static schedule and in one kernel (0 both), fused and staged kernels
-//       alike.
+//       use the same data region), staging into one buffer (MKERNEL_RING_SEQ_DOUBLE=0: every
+//       call waits for its readers); n4claim: as n3staged with 4 ranks and two buffers (the
+//       default: calls alternate and do not wait for their readers, a one-thread kernel waits
+//       before a buffer is written again), the even ones claiming their tiles from a counter
+//       (MKERNEL_RING_TILE_CLAIM=1, the default, which every other case runs) and running
+//       their staged calls split (MKERNEL_RING_SEQ_SPLIT=1: own slices while the copy engine
+//       stages them, then the peers' merged in), the odd ones on the static schedule and in
+//       one kernel (0 both, the split's default), fused and staged kernels alike.
 //       Each child checks that its fused launches read in place, or
 //       copied, as it was told (not which order it walked), and that its sequential calls ran
 //       the staged reads exactly when told to, and that its ring kernels claimed their tiles
 //       exactly when told to (MKERNEL_RING_TILE_CLAIM), and its staged calls ran split
-//       exactly when told to (MKERNEL_RING_SEQ_SPLIT).
+//       (MKERNEL_RING_SEQ_SPLIT) and in two buffers (MKERNEL_RING_SEQ_DOUBLE) exactly when
+//       told to.
 //   RingAttnProcsAbort.DirectPeerNeverCalls  3 processes with direct reads, the last never
 //       calls: the others' errors name it within the 5 s deadline, aborts return promptly.
 //   RingAttnVnodes.TwoByTwo           4 ranks on 2 virtual nodes (MKERNEL_EMULATE_NODES,
@@ -350,11 +353,20 @@ int childMain(const char* spec) {
   }
   // ...as two kernels (own slices, then the peers', merged) exactly when told to.
   const char* splitMode = getenv("MKERNEL_RING_SEQ_SPLIT");
-  const bool split = !(splitMode != nullptr && strcmp(splitMode, "0") == 0);
+  const bool split = splitMode != nullptr && strcmp(splitMode, "1") == 0;
   const uint64_t splits = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutSplit);
   if (!broken && n >= 2 && splits != (split ? stagedRuns : 0)) {
     fprintf(stderr, "%s FAIL %llu of %llu staged calls ran split; wanted %s\n", who.c_str(),
             (unsigned long long)splits, (unsigned long long)stagedRuns, split ? "all" : "none");
+    failures++;
+  }
+  // ...in two buffers without waiting for their readers exactly when told to.
+  const char* dblMode = getenv("MKERNEL_RING_SEQ_DOUBLE");
+  const bool dbl = !(dblMode != nullptr && strcmp(dblMode, "0") == 0);
+  const uint64_t dbls = mk::fused::ringAttnFusedLaunches(mk::fused::kRingLayoutDouble);
+  if (!broken && n >= 2 && dbls != (dbl ? stagedRuns : 0)) {
+    fprintf(stderr, "%s FAIL %llu of %llu staged calls used two buffers; wanted %s\n", who.c_str(),
+            (unsigned long long)dbls, (unsigned long long)stagedRuns, dbl ? "all" : "none");
     failures++;
   }
   // Every ring kernel of this rank (fused or staged) on the schedule it was given.
@@ -408,10 +420,11 @@ TEST(RingAttnProcsChild, Run) {
 
 // Ranks, and how they read their peers' slices: 0 all in place, 1 all by copies, 2 odd ranks
 // by copies, 3 odd ranks in place in rank order (the others in ring order, the default), 4 all
-// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1), 5 as 4 with the
-// odd ranks' attention CTAs walking the static schedule (MKERNEL_RING_TILE_CLAIM=0) and their
-// staged calls in one kernel (MKERNEL_RING_SEQ_SPLIT=0), the even ranks' claiming their tiles
-// and splitting (the defaults; ranks may differ).
+// in place and the sequential cases too (staged, MKERNEL_RING_SEQ_DIRECT=1; one buffer), 5 as
+// 4 with two buffers (the default), the odd ranks' attention CTAs walking the static schedule
+// (MKERNEL_RING_TILE_CLAIM=0) and their staged calls in one kernel (MKERNEL_RING_SEQ_SPLIT=0,
+// the default), the even ranks' claiming their tiles (the default) and splitting (ranks may
+// differ in both).
 struct ProcsCase {
   int n, mode;
 };
@@ -438,15 +451,16 @@ TEST_P(RingAttnProcs, EveryElement) {
                          : mode == 3 && odd              ? "MKERNEL_RING_DIRECT=1"
                                                          : "MKERNEL_RING_DIRECT=2";
     const char* seqDirect = mode >= 4 ? "MKERNEL_RING_SEQ_DIRECT=1" : "MKERNEL_RING_SEQ_DIRECT=0";
-    // The defaults (claimed tiles, split staged calls) except in n4claim, where the odd ranks
-    // walk the static schedule and run their staged calls as one kernel beside the even
-    // ranks' claims and splits.
+    // The defaults (claimed tiles, staged calls in one kernel, two buffers) except in n4claim,
+    // where the odd ranks walk the static schedule and the even ranks split their staged
+    // calls (ranks may differ in both), and n3staged, which runs one buffer (every rank).
     const char* claim =
         mode == 5 && odd ? "MKERNEL_RING_TILE_CLAIM=0" : "MKERNEL_RING_TILE_CLAIM=1";
-    const char* split = mode == 5 && odd ? "MKERNEL_RING_SEQ_SPLIT=0" : "MKERNEL_RING_SEQ_SPLIT=1";
+    const char* split = mode == 5 && !odd ? "MKERNEL_RING_SEQ_SPLIT=1" : "MKERNEL_RING_SEQ_SPLIT=0";
+    const char* dbl = mode == 4 ? "MKERNEL_RING_SEQ_DOUBLE=0" : "MKERNEL_RING_SEQ_DOUBLE=1";
     pids.push_back(mktest::spawnSelf(
         "RingAttnProcsChild.Run",
-        {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect, claim, split}));
+        {spec, "MKTEST_RA_ID=" + gputest::idToHex(id), direct, seqDirect, claim, split, dbl}));
   }
   for (pid_t p : pids) ASSERT_GT(p, 0) << "fork failed";
   const std::string err = mktest::waitChildren(pids, 240);

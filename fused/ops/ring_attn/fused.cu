@@ -65,6 +65,19 @@ __global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine, uint
   ringTraceStamp(trace, row, kRtEndKernelEnd);
 }
 
+// The processes layout, before this rank writes buffer `buf` of its data region (one thread):
+// until every peer has finished reading the call whose slices the buffer holds (RingCtl::
+// bufSeq, 0 before any). Needed after staged calls with two buffers, which end without
+// waiting for their readers (MKERNEL_RING_SEQ_DOUBLE); the calls with one buffer wait at their
+// end, so the wait here then passes at once.
+__global__ void ringRegionFreeKernel(const FusedComm f, const RingCtl* mine, int32_t buf,
+                                     uint64_t* trace, int32_t row) {
+  ringTraceStamp(trace, row, kRtFreeStart);
+  const uint64_t held = ptx::ldVolatile64(&mine->bufSeq[buf]);
+  if (held != 0) ringWaitReaders(f.c.w, mine, f.nRanks, f.rank, held, 0);
+  ringTraceStamp(trace, row, kRtFreeEnd);
+}
+
 // Staged direct reads (ringAttnFused's `staged`), before the attention kernel in stream order
 // (one thread): the relay the fused kernel otherwise runs in its first CTA (release `staged`,
 // wait for every peer's in the attention's order, open each source's ready flag), run ahead of
@@ -118,12 +131,12 @@ void CUDART_CB ringTracePrint(void* arg) {
   };
   fprintf(stderr,
           "[mkernel fused trace] ncclRingAttention rank %d (%s, %d CTAs, %d comm; us after the "
-          "first CTA's start, %.1f us mod 1 s): stage kernel %s; CTAs start .. %.1f (%zu), end "
-          "%.1f / %.1f / %.1f (first / median / last); end kernel %s\n",
+          "first CTA's start, %.1f us mod 1 s): region free %s; stage kernel %s; CTAs start .. "
+          "%.1f (%zu), end %.1f / %.1f / %.1f (first / median / last); end kernel %s\n",
           t->rank, t->mode, t->grid, t->nComm, (double)(t0 % 1000000000ll) * 1e-3,
-          span(kRtStageStart, kRtStageEnd).c_str(), rel(starts.back()), starts.size(),
-          rel(ends.front()), rel(ends[ends.size() / 2]), rel(ends.back()),
-          span(kRtEndKernelStart, kRtEndKernelEnd).c_str());
+          span(kRtFreeStart, kRtFreeEnd).c_str(), span(kRtStageStart, kRtStageEnd).c_str(),
+          rel(starts.back()), starts.size(), rel(ends.front()), rel(ends[ends.size() / 2]),
+          rel(ends.back()), span(kRtEndKernelStart, kRtEndKernelEnd).c_str());
   traceRelease(t->stamps);
 }
 
@@ -205,6 +218,24 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   const RxPlan rx = xnode ? xnodePlan(c, f) : RxPlan{};
   if (xnode && !rx.ok) return ncclSuccess;  // the sequential path, on every rank
   const bool procs = !xnode && !cliqueEligible(comm, kRingMaxLocal);
+  // Two buffers in the data region for the staged reads (MKERNEL_RING_SEQ_DOUBLE; every rank
+  // alike, so every rank counts the same staged calls): call i stages into buffer i % 2 and ends
+  // without waiting for its readers, so a rank copies its next slices as soon as its own kernel
+  // is done, beside the peers' kernels, instead of after the last peer's (session 39's trace:
+  // all four ranks copied at once after the call, 0.2 ms with the SMs idle). The other calls
+  // use buffer 0 and wait for their readers at their end. Every call's stage waits for every
+  // peer's, which comes after the peer's previous call: so a buffer used two calls ago is free,
+  // and only a buffer the previous call left unwaited needs a wait before it is written again,
+  // a one-thread kernel (ringRegionFreeKernel) that would otherwise hold an SM slot between
+  // the peers' kernels; under capture (replays in an order the host does not see) always.
+  CollState* cs = comm->coll;
+  const bool dbl = staged && procs && MK_PARAM_INT(RingSeqDouble) != 0;
+  const int32_t buf = dbl ? (int32_t)(cs->ringStagedCalls & 1) : 0;
+  const size_t bufOff = (size_t)buf * 2 * (size_t)sliceBytes;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (procs) CUDACHECK(cudaStreamIsCapturing(c.stream, &capture));
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  const bool regionWait = procs && (capturing || cs->ringLastBuf == 2 || cs->ringLastBuf == buf);
   void* block = nullptr;
   ProcView pv{};
   if (xnode) {
@@ -212,8 +243,8 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   } else if (procs) {
     // Every rank's control block and data region (halves: [k slice][v slice]), mapped here.
     bool ok = false;
-    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl), (size_t)sliceBytes, c.stream,
-                             &pv, &ok));
+    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl),
+                             (size_t)sliceBytes * (dbl ? 2 : 1), c.stream, &pv, &ok));
     if (!ok) return ncclSuccess;  // the sequential path, on every rank
   } else {
     NCCLCHECK(
@@ -329,7 +360,8 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
       // region, as the peers do.
       const int s = a.srcRank[i];
       const bool caller = s == me && directMode != 1;
-      const char* k = caller ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]);
+      const char* k =
+          caller ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]) + bufOff;
       const char* v = caller ? static_cast<const char*>(c.v) : k + sliceBytes;
       res = attn::encodeKvSource(a, rp.a.variant, k, v, &rp.kvMap[2 * i], &rp.kvMap[2 * i + 1]);
     }
@@ -340,8 +372,9 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   rp.procs = procs ? 1 : 0;
   for (int r = 0; procs && r < n; ++r) {
     rp.ctl[r] = static_cast<RingCtl*>(pv.ctl[r]);
-    rp.stage[r] = reinterpret_cast<char*>(pv.data[r]);
+    rp.stage[r] = reinterpret_cast<char*>(pv.data[r]) + bufOff;
   }
+  rp.buf = buf;
   rp.k = c.k;
   rp.v = c.v;
   rp.sliceBytes = sliceBytes;
@@ -385,6 +418,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
     // this rank).
     NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);
+    if (procs) {
+      cudaFuncAttributes attr;
+      CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringRegionFreeKernel), res, done);
+    }
     if (direct) {
       cudaFuncAttributes attr;
       CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringDirectEndKernel), res, done);
@@ -403,10 +440,14 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
         fusedEnqueue(
             comm, c.stream, kApi,
             [&](cudaStream_t s) {
+              if (regionWait) {
+                ringRegionFreeKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], buf, rp.trace,
+                                                     rp.split.total());
+                CUDACHECK(cudaGetLastError());
+              }
               if (direct) {
                 // The peers read these copies once the kernel says so. Split: on the side
                 // stream, beside the kernel on this rank's own slices.
-                CollState* cs = comm->coll;
                 cudaStream_t cp = s;
                 if (own) {
                   CUDACHECK(cudaEventRecord(cs->sideFork, s));
@@ -430,7 +471,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                 CUDACHECK(cudaGetLastError());
               }
               NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
-              if (direct) {
+              if (direct && !dbl) {
                 ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], rp.trace, rp.split.total());
                 CUDACHECK(cudaGetLastError());
               }
@@ -454,6 +495,11 @@ done:
     *ran = true;
     if (a.tileClaim != nullptr) gLaunches[kRingLayoutClaim].fetch_add(1);
     if (split) gLaunches[kRingLayoutSplit].fetch_add(1);
+    if (dbl) {
+      gLaunches[kRingLayoutDouble].fetch_add(1);
+      ++cs->ringStagedCalls;
+    }
+    if (procs) cs->ringLastBuf = capturing ? 2 : (dbl ? buf : -1);
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
       gLastStagedGrid.store(rp.split.total());

@@ -56,6 +56,10 @@ struct RingCtl {
   // rank finished reading this rank's slices. Per reader, so that a wait for a reader that
   // never finishes (killed mid-call) names it.
   uint64_t readBy[kRingMaxLocal];
+  // By buffer of the data region (two with MKERNEL_RING_SEQ_DOUBLE): the call whose slices it
+  // holds, written by this rank when it publishes them and read by its own later calls before
+  // they overwrite the buffer (ringRegionFreeKernel: until every reader's readBy passed it).
+  uint64_t bufSeq[2];
 };
 
 struct RingParams {
@@ -106,6 +110,10 @@ struct RingParams {
   // copy engine stages them for the peers): it reads no peer, so it neither counts itself out
   // nor counts the call; the call's next kernel merges into its out (AttnArgs::mergeLse).
   int32_t partial;
+  // The processes layout: which buffer of the data region holds this call's slices (0 but for
+  // the staged reads with MKERNEL_RING_SEQ_DOUBLE, which alternate); stage[] and the direct
+  // reads' maps point into it already, this is for bufSeq.
+  int32_t buf;
   // MKERNEL_FUSED_TRACE (null otherwise): %globaltimer stamps in mapped host memory, words
   // kRtStart / kRtEnd of every CTA's row, and row split.total() for the one-thread kernels
   // around this one (kRtStage*, kRtEndKernel*; fused.cu prints them).
@@ -121,6 +129,8 @@ enum RingTraceWord : int {
   kRtStageEnd = 1,        // ... every peer's slices in place, the ready flags open
   kRtEndKernelStart = 2,  // ringDirectEndKernel began
   kRtEndKernelEnd = 3,    // ... every peer read this rank's region
+  kRtFreeStart = 4,       // extra row: ringRegionFreeKernel began
+  kRtFreeEnd = 5,         // ... the buffer's last readers are done
 };
 
 __device__ __forceinline__ void ringTraceStamp(uint64_t* trace, int32_t row, int word) {
@@ -237,8 +247,10 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
           __threadfence();
         }
         rt::releaseFlag(&p.ready[i], 1, false);
-        if (p.procs && i == 0)
+        if (p.procs && i == 0) {
+          p.ctl[me]->bufSeq[p.buf] = seq;              // for this rank's later calls only
           ptx::stReleaseSys(&p.ctl[me]->staged, seq);  // the peers may copy my slices now
+        }
         // This rank no longer reads rank s's slices.
         if (i > 0) ringMarkRead(p, s, seq);
       }
@@ -275,6 +287,7 @@ __device__ __forceinline__ void ringDirectRelay(const RingParams& p, uint64_t se
   // join of the side stream that copied); the fence
   // makes it visible to the peers' processes before the flag that says so.
   __threadfence_system();
+  p.ctl[me]->bufSeq[p.buf] = seq;  // for this rank's later calls only
   ptx::stReleaseSys(&p.ctl[me]->staged, seq);
   for (int32_t i = 0; i < p.a.nSrc; ++i) {
     const int32_t s = p.a.srcRank[i];

@@ -46,7 +46,8 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // kRingLayoutClaim the launches of any layout whose attention CTAs claim their tiles
 // (MKERNEL_RING_TILE_CLAIM); kRingLayoutSplit the staged calls that ran as two kernels, this
 // rank's own slices while the copy engine stages them, then the peers' (MKERNEL_RING_SEQ_SPLIT).
-// One count per call, whatever its kernels.
+// kRingLayoutDouble the staged calls that used one of two buffers and did not wait for their
+// readers (MKERNEL_RING_SEQ_DOUBLE). One count per call, whatever its kernels.
 enum RingLayoutId : int {
   kRingLayoutClique = 0,
   kRingLayoutProcs = 1,
@@ -55,7 +56,8 @@ enum RingLayoutId : int {
   kRingLayoutStaged = 4,
   kRingLayoutClaim = 5,
   kRingLayoutSplit = 6,
-  kRingLayouts = 7
+  kRingLayoutDouble = 7,
+  kRingLayouts = 8
 };
 uint64_t ringAttnFusedLaunches(int layout);
 // The grid (CTAs) of the last staged launch in this process (0: none), and the budget it was
