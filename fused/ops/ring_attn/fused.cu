@@ -78,6 +78,19 @@ __global__ void ringRegionFreeKernel(const FusedComm f, const RingCtl* mine, int
   ringTraceStamp(trace, row, kRtFreeEnd);
 }
 
+// Direct reads with MKERNEL_RING_SEQ_COPY=1: this rank's k and v into its data region by the
+// SMs, in kRingChunkBytes units spread over the grid, instead of the copy engine. It waits for
+// nothing, so it may take SMs between the peers' kernels like any other kernel.
+__global__ void __launch_bounds__(512) ringStageCopyKernel(char* dst, const char* k, const char* v,
+                                                           int64_t sliceBytes, int32_t chunks) {
+  for (int64_t u = blockIdx.x; u < 2 * (int64_t)chunks; u += gridDim.x) {
+    const int32_t kv = u >= chunks ? 1 : 0;
+    const int64_t off = (u - (int64_t)kv * chunks) * kRingChunkBytes;
+    const int64_t len = min(kRingChunkBytes, sliceBytes - off);
+    copyCta(dst + kv * sliceBytes + off, (kv ? v : k) + off, len);
+  }
+}
+
 // Staged direct reads (ringAttnFused's `staged`), before the attention kernel in stream order
 // (one thread): the relay the fused kernel otherwise runs in its first CTA (release `staged`,
 // wait for every peer's in the attention's order, open each source's ready flag), run ahead of
@@ -218,8 +231,9 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   const RxPlan rx = xnode ? xnodePlan(c, f) : RxPlan{};
   if (xnode && !rx.ok) return ncclSuccess;  // the sequential path, on every rank
   const bool procs = !xnode && !cliqueEligible(comm, kRingMaxLocal);
-  // Two buffers in the data region for the staged reads (MKERNEL_RING_SEQ_DOUBLE; every rank
-  // alike, so every rank counts the same staged calls): call i stages into buffer i % 2 and ends
+  // Two buffers in the data region for the staged reads (MKERNEL_RING_SEQ_DOUBLE, off by
+  // default: within noise on the H100, session 40; every rank alike, so every rank counts the
+  // same staged calls): call i stages into buffer i % 2 and ends
   // without waiting for its readers, so a rank copies its next slices as soon as its own kernel
   // is done, beside the peers' kernels, instead of after the last peer's (session 39's trace:
   // all four ranks copied at once after the call, 0.2 ms with the SMs idle). The other calls
@@ -285,6 +299,12 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   // copies, then waits for every peer's copy, with nothing on the SMs (0.2 ms of a 2.1 ms call
   // at 16K on the H100, session 39). Ranks may differ: the peers see the same region and flags.
   const bool split = staged && MK_PARAM_INT(RingSeqSplit) != 0;
+  // How this rank's slices get into its region (MKERNEL_RING_SEQ_COPY): the copy engine, or a
+  // kernel on the SMs. With the copy engine the four ranks' copies of 32 MB each at 16K took up
+  // to ~0.2 ms on the H100 (session 39's trace), between the last kernel and the stage
+  // barrier; two buffers (MKERNEL_RING_SEQ_DOUBLE), which take the first ranks' copies off
+  // that path, gained nothing measurable, as if the last rank's copy alone took as long.
+  const bool kernelCopy = direct && MK_PARAM_INT(RingSeqCopy) != 0;
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
   // its peer's CTA waits for it); by default one of each per peer round and one receive CTA
@@ -421,6 +441,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     if (procs) {
       cudaFuncAttributes attr;
       CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringRegionFreeKernel), res, done);
+      if (kernelCopy) CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringStageCopyKernel), res, done);
     }
     if (direct) {
       cudaFuncAttributes attr;
@@ -455,9 +476,17 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                   cp = cs->side;
                 }
                 char* mine = rp.stage[me];
-                CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes, cudaMemcpyDeviceToDevice, cp));
-                CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
-                                          cudaMemcpyDeviceToDevice, cp));
+                if (kernelCopy) {
+                  const int32_t grid = (int32_t)std::min<int64_t>(comm->smCount, 2 * rp.chunks);
+                  ringStageCopyKernel<<<grid, 512, 0, cp>>>(mine, static_cast<const char*>(c.k),
+                                                            static_cast<const char*>(c.v),
+                                                            sliceBytes, rp.chunks);
+                  CUDACHECK(cudaGetLastError());
+                } else {
+                  CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes, cudaMemcpyDeviceToDevice, cp));
+                  CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
+                                            cudaMemcpyDeviceToDevice, cp));
+                }
                 if (own) {
                   CUDACHECK(cudaEventRecord(cs->sideJoin, cp));
                   NCCLCHECK(launchFor(c.D, f16, *own, ov, own->split.total(), smem, s));
@@ -495,6 +524,7 @@ done:
     *ran = true;
     if (a.tileClaim != nullptr) gLaunches[kRingLayoutClaim].fetch_add(1);
     if (split) gLaunches[kRingLayoutSplit].fetch_add(1);
+    if (kernelCopy) gLaunches[kRingLayoutCopyKernel].fetch_add(1);
     if (dbl) {
       gLaunches[kRingLayoutDouble].fetch_add(1);
       ++cs->ringStagedCalls;

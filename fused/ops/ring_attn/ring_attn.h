@@ -47,7 +47,9 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // (MKERNEL_RING_TILE_CLAIM); kRingLayoutSplit the staged calls that ran as two kernels, this
 // rank's own slices while the copy engine stages them, then the peers' (MKERNEL_RING_SEQ_SPLIT).
 // kRingLayoutDouble the staged calls that used one of two buffers and did not wait for their
-// readers (MKERNEL_RING_SEQ_DOUBLE). One count per call, whatever its kernels.
+// readers (MKERNEL_RING_SEQ_DOUBLE); kRingLayoutCopyKernel the calls with direct reads whose
+// rank copied its slices with a kernel (MKERNEL_RING_SEQ_COPY). One count per call, whatever
+// its kernels.
 enum RingLayoutId : int {
   kRingLayoutClique = 0,
   kRingLayoutProcs = 1,
@@ -57,7 +59,8 @@ enum RingLayoutId : int {
   kRingLayoutClaim = 5,
   kRingLayoutSplit = 6,
   kRingLayoutDouble = 7,
-  kRingLayouts = 8
+  kRingLayoutCopyKernel = 8,
+  kRingLayouts = 9
 };
 uint64_t ringAttnFusedLaunches(int layout);
 // The grid (CTAs) of the last staged launch in this process (0: none), and the budget it was
