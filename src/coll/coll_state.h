@@ -58,10 +58,10 @@ struct CollState {
   // ncclRingAttention's staged calls with two buffers enqueued so far (fused/ops/ring_attn/
   // fused.cu: the buffer of the next one is this count's parity; every rank counts alike).
   uint64_t ringStagedCalls = 0;
-  // What the comm's last ncclRingAttention call in the processes layout left in its data
-  // region, as enqueued: -1 nothing that a reader may still use (that call waited for its
-  // readers, or there was none), 0 / 1 the buffer of a staged call with two buffers (which did
-  // not wait), 2 unknown (a captured call: graphs replay in an order the host does not see).
+  // What the comm's last eager ncclRingAttention call in the processes layout left in its data
+  // region: -1 nothing a reader may still use (that call waited for its readers, or there was
+  // none), 0 / 1 the buffer of a staged call with two buffers (which did not wait). Captured
+  // calls wait for their readers and leave it as it was.
   int32_t ringLastBuf = -1;
   // Host rendezvous with the ranks of this comm that share the GPU in this process
   // (coll/rendezvous.h); null when there are none.

@@ -241,7 +241,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   // peer's, which comes after the peer's previous call: so a buffer used two calls ago is free,
   // and only a buffer the previous call left unwaited needs a wait before it is written again,
   // a one-thread kernel (ringRegionFreeKernel) that would otherwise hold an SM slot between
-  // the peers' kernels; under capture (replays in an order the host does not see) always.
+  // the peers' kernels. Captured calls are replayed where the host does not see them: they
+  // wait before they write and at their end (a replay leaves nothing unwaited), and leave the
+  // host's record of the eager calls (ringLastBuf) as it was. Every rank must pass the same
+  // algo in every call then: a fused call uses buffer 0, a staged call its parity's.
   CollState* cs = comm->coll;
   const bool dbl = staged && procs && MK_PARAM_INT(RingSeqDouble) != 0;
   const int32_t buf = dbl ? (int32_t)(cs->ringStagedCalls & 1) : 0;
@@ -249,7 +252,9 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (procs) CUDACHECK(cudaStreamIsCapturing(c.stream, &capture));
   const bool capturing = capture != cudaStreamCaptureStatusNone;
-  const bool regionWait = procs && (capturing || cs->ringLastBuf == 2 || cs->ringLastBuf == buf);
+  const bool regionWait = procs && (capturing || cs->ringLastBuf == buf);
+  // A staged call with two buffers waits for its readers only when captured.
+  const bool endWait = !dbl || capturing;
   void* block = nullptr;
   ProcView pv{};
   if (xnode) {
@@ -375,7 +380,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   if (direct) {
     rp.direct = 1;
     rp.relay = staged ? 0 : 1;
-    for (int i = 0; i < n && res == ncclSuccess; ++i) {
+    for (int i = 0; i < a.nSrc && res == ncclSuccess; ++i) {
       // Ring order reads this rank's slices from the caller's k and v, rank order from the
       // region, as the peers do.
       const int s = a.srcRank[i];
@@ -457,6 +462,10 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
       if (own)
         own->trace = traceAcquire(own->split.total() + 1, cap != cudaStreamCaptureStatusNone);
     }
+    // The buffer is spent whether or not the enqueue below succeeds (a rank that failed after
+    // a copy or a stage kernel went out must not reuse the parity its peers moved past).
+    if (dbl) ++cs->ringStagedCalls;
+    if (procs && !capturing) cs->ringLastBuf = dbl && !endWait ? buf : -1;
     NCCLCHECKGOTO(
         fusedEnqueue(
             comm, c.stream, kApi,
@@ -500,7 +509,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                 CUDACHECK(cudaGetLastError());
               }
               NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
-              if (direct && !dbl) {
+              if (direct && endWait) {
                 ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], rp.trace, rp.split.total());
                 CUDACHECK(cudaGetLastError());
               }
@@ -525,11 +534,7 @@ done:
     if (a.tileClaim != nullptr) gLaunches[kRingLayoutClaim].fetch_add(1);
     if (split) gLaunches[kRingLayoutSplit].fetch_add(1);
     if (kernelCopy) gLaunches[kRingLayoutCopyKernel].fetch_add(1);
-    if (dbl) {
-      gLaunches[kRingLayoutDouble].fetch_add(1);
-      ++cs->ringStagedCalls;
-    }
-    if (procs) cs->ringLastBuf = capturing ? 2 : (dbl ? buf : -1);
+    if (dbl) gLaunches[kRingLayoutDouble].fetch_add(1);
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
       gLastStagedGrid.store(rp.split.total());
