@@ -142,6 +142,30 @@ std::string graphReplays(const Shape& a, int me, uint64_t seed, ncclComm_t comm,
     if (e.empty()) e = g.check(me);
     if (!e.empty()) e = "graph replay " + std::to_string(rep) + ": " + e;
   }
+  // Replays and eager calls back to back with no host wait: with two buffers
+  // (MKERNEL_RING_SEQ_DOUBLE=1) a replay's buffer is the one fixed at capture while the eager
+  // calls' parity moves on, so each must wait for the readers the other left (a missing wait
+  // lets a rank overwrite slices a slower peer still reads). The last replay's output and both
+  // eager calls' are checked.
+  if (e.empty()) {
+    Problem h1(a, me), h2(a, me);
+    e = h1.draw(seed + 20);
+    if (e.empty()) e = h2.draw(seed + 21);
+    if (e.empty()) e = g.draw(seed + 22);  // inputs first: their uploads synchronise
+    Problem* eager[2] = {&h1, &h2};
+    for (int i = 0; i < 2 && e.empty(); ++i) {
+      if (cudaGraphLaunch(exec, stream) != cudaSuccess) {
+        e = "graph launch failed";
+      } else if (eager[i]->call(me, comm, stream) != ncclSuccess) {
+        e = ncclGetLastError(comm);
+      }
+    }
+    if (e.empty()) e = fusedtest::waitRank(me, comm, stream, 120);
+    if (e.empty()) e = g.check(me);
+    if (e.empty()) e = h1.check(me);
+    if (e.empty()) e = h2.check(me);
+    if (!e.empty()) e = "replays between eager calls: " + e;
+  }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
   return e;
@@ -152,8 +176,8 @@ std::string graphReplays(const Shape& a, int me, uint64_t seed, ncclComm_t comm,
 // new slices only once its peers have read the previous ones), the algos cycling through
 // fused, auto and sequential (with MKERNEL_RING_SEQ_DIRECT=1 the last two read in place too, so
 // the two paths' uses of the data region and their waits mix), then a fused and an auto call
-// each captured after an eager one and replayed with new inputs. Returns "" or the first
-// failure.
+// each captured after an eager one and replayed with new inputs, then replayed between eager
+// calls with no host wait. Returns "" or the first failure.
 std::string processesExtra(int n, int me, uint64_t seed, ncclComm_t comm, cudaStream_t stream) {
   const Shape a = smallFused(n);
   Shape b = a;
