@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # For the next session with a device: the copies of the staged reads. (1) the processes tests
 # under MPS as changed after call R (n4claim: two buffers, the odd ranks copying with a kernel,
-# MKERNEL_RING_SEQ_COPY=1; n3staged one buffer, the new default), (2) ring 16K causal and not,
+# MKERNEL_RING_SEQ_COPY=1; n3staged one buffer, the new default; every case: graph replays
+# between eager calls with no host wait, and the review's fix for two buffers under capture,
+# 146ff61), (2) ring 16K causal and not,
 # 4 processes under MPS: copy engine / kernel copies, one / two buffers, interleaved, (3) one
 # traced 16K causal run each of the default and of two buffers with kernel copies (the stage
 # kernels' spans show what the copies cost), (4) 32K and 64K for the best of (2).
