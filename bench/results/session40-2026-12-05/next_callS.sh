@@ -6,13 +6,15 @@
 # 146ff61), (2) ring 16K causal and not,
 # 4 processes under MPS: copy engine / kernel copies, one / two buffers, interleaved, (3) one
 # traced 16K causal run each of the default and of two buffers with kernel copies (the stage
-# kernels' spans show what the copies cost), (4) 32K and 64K for the best of (2).
+# kernels' spans show what the copies cost), (0, first) copy_rate.py: one 32 MB copy by the
+# copy engine against an SM kernel, alone on the GPU.
 set -u
 source scripts/gpu_call.sh
 gc_init S
 GC_BUILD_S=260 gc_build /tmp/bn "gpu/test_ring_attention_procs.cu" mk_gpu_tests mkernel
 export LD_LIBRARY_PATH=/tmp/bn/src MKERNEL_TIMEOUT_MS=20000
 export MK_BENCH_COMMIT=$(cat COMMIT_SNAP)
+gc_run copy_rate 300 30 10 0 "copy_rate" python3 bench/results/session40-2026-12-05/copy_rate.py
 gc_mps_start
 gc_tests /tmp/bn 'RingAttn/RingAttnProcs.*:RingAttnProcsAbort.*' 330 80
 mv "$GC_L/tests.log.gz" "$GC_L/tests_procs.log.gz" 2>/dev/null
