@@ -49,9 +49,9 @@ struct CollState {
   // the other ranks' streams (legacy default stream, or a stream shared by several comms
   // of one group). Created on first use.
   cudaStream_t internal = nullptr;
-  // A second stream of the comm's own for work of one call that runs beside its kernels on
-  // the copy engine (the staged ring attention copies this rank's k/v for its peers while
-  // its first kernel runs): forked from the call's stream at sideFork, joined at sideJoin.
+  // A second stream of the comm's own for work of one call that runs beside its kernels (the
+  // staged ring attention's split copies this rank's k/v for its peers while its first kernel
+  // runs): forked from the call's stream at sideFork, joined at sideJoin.
   cudaStream_t side = nullptr;
   cudaEvent_t sideFork = nullptr;
   cudaEvent_t sideJoin = nullptr;

@@ -250,7 +250,7 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   const int32_t buf = dbl ? (int32_t)(cs->ringStagedCalls & 1) : 0;
   const size_t bufOff = (size_t)buf * 2 * (size_t)sliceBytes;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (procs) CUDACHECK(cudaStreamIsCapturing(c.stream, &capture));
+  CUDACHECK(cudaStreamIsCapturing(c.stream, &capture));  // also for the trace's stamps below
   const bool capturing = capture != cudaStreamCaptureStatusNone;
   const bool regionWait = procs && (capturing || cs->ringLastBuf == buf);
   // A staged call with two buffers waits for its readers only when captured.
@@ -455,12 +455,9 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
     if (MK_PARAM_INT(FusedTrace) != 0) {
-      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
       // One row per CTA and one for the kernels around the attention.
-      rp.trace = traceAcquire(rp.split.total() + 1, cap != cudaStreamCaptureStatusNone);
-      if (own)
-        own->trace = traceAcquire(own->split.total() + 1, cap != cudaStreamCaptureStatusNone);
+      rp.trace = traceAcquire(rp.split.total() + 1, capturing);
+      if (own) own->trace = traceAcquire(own->split.total() + 1, capturing);
     }
     // The buffer is spent whether or not the enqueue below succeeds (a rank that failed after
     // a copy or a stage kernel went out must not reuse the parity its peers moved past).

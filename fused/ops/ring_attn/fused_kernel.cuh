@@ -284,8 +284,8 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
 __device__ __forceinline__ void ringDirectRelay(const RingParams& p, uint64_t seq) {
   const int32_t me = p.f.rank, op = p.f.c.w.op;
   // The copy into my region finished before this kernel began (stream order, or the split's
-  // join of the side stream that copied); the fence
-  // makes it visible to the peers' processes before the flag that says so.
+  // join of the side stream that copied); the fence makes it visible to the peers' processes
+  // before the flag that says so.
   __threadfence_system();
   p.ctl[me]->bufSeq[p.buf] = seq;  // for this rank's later calls only
   ptx::stReleaseSys(&p.ctl[me]->staged, seq);
