@@ -26,8 +26,9 @@ warm-up so that one measurement lasts about --target-ms); single mode replays a 
 those calls (--eager: plain calls), so that Python and launch overheads drop out; ring mode
 times plain calls unless --graphs (then every variant, torch's included, and the 1-rank kernel
 replay graphs; where one rank's capture fails every rank times that variant eagerly). The
-result is the median per call. In ring mode each measurement starts after a barrier and a
-round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
+result is the median per call. In ring mode each measurement starts after a barrier and one
+untimed call (--no-lead-in: without it), which meets the ranks on the GPU so that the host
+barrier's skew stays out of the window; a round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
 sequence); ring TFLOP/s are the whole sequence's FLOPs over the time of one call.
 
 Checks before timing: mkernel's output against torch's (max |difference|; above --tol is a
@@ -92,6 +93,9 @@ def parse_args(argv):
   r.add_argument("--no-single-rank", action="store_true", help="skip the 1-rank kernel run")
   r.add_argument("--graphs", action="store_true",
                  help="time CUDA graph replays of every variant and of the 1-rank kernel")
+  r.add_argument("--no-lead-in", dest="lead_in", action="store_false",
+                 help="start each collective measurement right after the host barrier, "
+                 "without the untimed call that lines the ranks' streams up first")
   r.add_argument("--nodes", type=int, default=1,
                  help="N >= 2: the ranks as N (virtual) nodes, against torch on the real NCCL "
                  "with every rank its own host over sockets (two runs; see bench/README.md)")
@@ -232,11 +236,19 @@ def measure(bench, variants, collective, graphs=False):
   a = bench.a
   ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
 
-  def once(fn, inner):
+  lead_in = collective and getattr(a, "lead_in", False)
+
+  def once(fn, inner, lead=None):
     if collective:
       dist.barrier()
     torch.cuda.synchronize()
     s, e = ev(), ev()
+    if lead_in and lead is not None:
+      # The ranks leave the host barrier up to a millisecond apart, and the first call of a
+      # collective waits on the GPU for the last rank: with 2-3 calls a measurement that skew
+      # was a third of a 16K call. An untimed call first meets every rank on the GPU (the
+      # ring's stage barrier, torch's all-gather), so the window holds only the calls' period.
+      lead()
     s.record()
     for _ in range(inner):
       fn()
@@ -268,7 +280,7 @@ def measure(bench, variants, collective, graphs=False):
     for j in range(len(names)):
       x = names[(j + r) % len(names)]
       fn, reps, inner, _ = plan[x]
-      times[x].append(once(fn, reps) / inner)
+      times[x].append(once(fn, reps, variants[x]) / inner)
   res = {}
   for x in names:
     t = torch.tensor(times[x], device=bench.device, dtype=torch.float32)
@@ -618,7 +630,7 @@ def report(bench, a, argv, rows):
               config={x: getattr(a, x) for x in ("batch", "heads", "kv_heads", "dtype", "reps",
                                                  "warmup", "target_ms", "backend_list", "tol")})
   if a.mode == "ring":
-    meta["config"].update(layout=a.layout, algos=a.algos)
+    meta["config"].update(layout=a.layout, algos=a.algos, lead_in=a.lead_in)
   if a.side == "torch":
     meta["side_facts"] = bench.facts
     bpu.write_torch_side(a.side_out, meta, rows)

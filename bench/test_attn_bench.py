@@ -39,6 +39,8 @@ class ArgsTest(unittest.TestCase):
     a = parse("ring")
     self.assertEqual((a.nproc, a.nodes, a.side, a.layout, a.seq_list),
                      (4, 1, None, "zigzag", [16384, 32768, 65536, 131072]))
+    self.assertTrue(a.lead_in)  # the untimed call before each collective measurement
+    self.assertFalse(parse("ring", "--no-lead-in").lead_in)
     a = parse("single")
     self.assertEqual((a.nodes, a.side), (1, None))
     self.assertEqual(a.seq_list, [4096, 8192, 16384, 32768])
