@@ -27,8 +27,9 @@ those calls (--eager: plain calls), so that Python and launch overheads drop out
 times plain calls unless --graphs (then every variant, torch's included, and the 1-rank kernel
 replay graphs; where one rank's capture fails every rank times that variant eagerly). The
 result is the median per call. In ring mode each measurement starts after a barrier and one
-untimed call (--no-lead-in: without it), which meets the ranks on the GPU so that the host
-barrier's skew stays out of the window; a round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
+untimed call and a one-element all-reduce (--no-lead-in: without them), which line the ranks'
+streams up on the GPU so that the host barrier's skew stays out of the window; a round's time
+is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
 sequence); ring TFLOP/s are the whole sequence's FLOPs over the time of one call.
 
 Checks before timing: mkernel's output against torch's (max |difference|; above --tol is a
@@ -237,6 +238,7 @@ def measure(bench, variants, collective, graphs=False):
   ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
 
   lead_in = collective and getattr(a, "lead_in", False)
+  sync = torch.zeros(1, device=bench.device) if lead_in else None
 
   def once(fn, inner, lead=None):
     if collective:
@@ -246,9 +248,13 @@ def measure(bench, variants, collective, graphs=False):
     if lead_in and lead is not None:
       # The ranks leave the host barrier up to a millisecond apart, and the first call of a
       # collective waits on the GPU for the last rank: with 2-3 calls a measurement that skew
-      # was a third of a 16K call. An untimed call first meets every rank on the GPU (the
-      # ring's stage barrier, torch's all-gather), so the window holds only the calls' period.
+      # was a third of a 16K call. So one untimed call first (the host queues the timed ones
+      # meanwhile), then a one-element all-reduce, after which every rank's stream starts its
+      # window at the same moment: the untimed call's own end differs between the ranks (the
+      # ring's ranks end one after another, torch's four SDPAs in no fixed order), and a
+      # window opened there would count that spread on the early ranks.
       lead()
+      dist.all_reduce(sync)
     s.record()
     for _ in range(inner):
       fn()
