@@ -53,9 +53,11 @@ the received rows (exact); ffn also torch's output for the first --spot tokens o
 against a direct fp32 computation per token (regenerating the experts' weights).
 
 Timing: warm-up calls, then --reps rounds; each round runs every variant once (the order
-rotates) after a barrier, timed with CUDA events around `inner` back-to-back calls (inner chosen
-so that one measurement lasts about --target-ms); a round's time is the slowest rank's; the
-result is the median per call. torch's layer cannot be captured (host synchronisation), so it
+rotates) after a barrier, one untimed call and a one-element all-reduce (--no-lead-in: without
+them; they start every rank's window at the same moment on the GPU, where the host barrier left
+the processes up to a millisecond apart), timed with CUDA events around `inner` back-to-back
+calls (inner chosen so that one measurement lasts about --target-ms); a round's time is the
+slowest rank's; the result is the median per call. torch's layer cannot be captured (host synchronisation), so it
 and mkernel's eager variants are plain calls; the graph variant shows mkernel without Python and
 launch overhead. Printed: ms per call, TFLOP/s per rank (and per GPU: times the ranks sharing
 it), mkernel/torch = torch ms / mkernel ms (target auto >= 1.0, issue 13).
@@ -166,6 +168,9 @@ def parse_args(argv):
   c("--reps", type=int, default=15)
   c("--warmup", type=int, default=3)
   c("--target-ms", type=float, default=20.0, help="length of one measurement")
+  c("--no-lead-in", dest="lead_in", action="store_false",
+    help="open each measurement right after the host barrier, without the untimed call and "
+    "all-reduce that line the ranks' streams up first")
   c("--budget", type=float, default=200.0, help="seconds; no new shape starts after it")
   c("--tol", type=float, default=0.02, help="max relative L2 error against torch")
   c("--token-tol", type=float, default=0.02, help="max relative L2 error of one token")
@@ -285,6 +290,7 @@ class Bench:
     self.path = mkernel_path([tuple(p) for p in peers])
     self.a2a = lambda out, inp, osz, isz: dist.all_to_all_single(out, inp, osz, isz)
     self.gemm, self.gemm_note = self._pick_gemm()
+    self.sync = torch.zeros(1, device=self.device)  # timed()'s all-reduce
     self.t0 = time.time()
 
   def agree(self, ok):
@@ -328,12 +334,18 @@ class Bench:
     return gemm_loop, "loop of torch.mm per expert (%s)" % why
 
 
-def timed(bench, fn, calls):
-  """ms of `calls` back-to-back calls of fn, started after a barrier of every rank."""
+def timed(bench, fn, calls, lead=None):
+  """ms of `calls` back-to-back calls of fn, started after a barrier of every rank (and with
+  lead: after one untimed call of it and a one-element all-reduce, which start every rank's
+  window at the same moment on the GPU, as attn_bench.py's ring mode does: the processes
+  leave the host barrier up to a millisecond apart)."""
   if bench.world > 1:
     dist.barrier()
   torch.cuda.synchronize()
   s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+  if lead is not None and bench.world > 1 and bench.a.lead_in:
+    lead()
+    dist.all_reduce(bench.sync)
   s.record()
   for _ in range(calls):
     fn()
@@ -391,7 +403,7 @@ def measure(bench, variants, graph_of):
     for j in range(len(names)):  # the order rotates: no variant always runs first
       x = names[(j + r) % len(names)]
       fn, calls, inner, _ = plan[x]
-      times[x].append(timed(bench, fn, calls) / inner)
+      times[x].append(timed(bench, fn, calls, variants[graph_of.get(x, x)]) / inner)
   res = {}
   for x in names:
     t = bench.reduce_max(times[x])  # each round: the slowest rank
@@ -708,7 +720,7 @@ def report(bench, a, argv, rows):
                           algos=a.algo_list, graph=not a.no_graph, reps=a.reps,
                           warmup=a.warmup, target_ms=a.target_ms, tol=a.tol,
                           token_tol=a.token_tol, spot=a.spot, seed=a.seed,
-                          mem_frac=a.mem_frac))
+                          mem_frac=a.mem_frac, lead_in=a.lead_in))
   if a.dedup_modes and a.side == "mkernel":
     meta["dedup_mode"] = dedup_mode()
   if a.side == "torch":

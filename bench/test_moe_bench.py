@@ -61,6 +61,8 @@ class ArgsTest(ParseCase):
                      ("ffn", 4, ["auto", "sequential"], "tight", "uniform", "bf16"))
     self.assertEqual(a.shape_list, mb.DEFAULT_SHAPES)
     self.assertEqual(parse("dispatch", "--nproc", "1").nproc, 1)
+    self.assertTrue(a.lead_in)  # the untimed call and all-reduce before each measurement
+    self.assertFalse(parse("ffn", "--no-lead-in").lead_in)
 
   def test_worker_command_line(self):
     # torchrun rejects "--nproc" as an ambiguous prefix of its own options: the launcher
