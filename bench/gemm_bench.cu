@@ -7,7 +7,7 @@
 //
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
-//                    [--clusters] [--groups G] [--streamk]
+//                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // also checked against cuBLAS on the first operand set), interleaved with the rest; with
@@ -22,6 +22,18 @@
 // --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
 // G groups of M/G rows each with its own B [N,K] (tile-aligned starts), the same FLOPs as the
 // shape, interleaved with the rest (B as [N,K] only: ignored with --layout kn).
+// Where the small-K gap goes (session 41; the engine ~10% behind cuBLAS at 8192x8192x1024
+// while even at K = 8192):
+// --trace runs the engine once more per shape with its timeline stamps (fused/gemm/trace.h) and
+// prints the medians per tile: wait for the first stage, main loop, epilogue; the tail, the
+// main loop's share of the span and the SM clock the consumers ran at.
+// --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
+// interleaved with the rest, so that neither's host work per call (the engine encodes tensor
+// maps) lands inside the timed window as it may with one call between two events.
+// --soak S runs the engine, cuBLAS-best and the engine again for S seconds each and prints each
+// window's wall-clock bounds (nvidia-smi's timestamp format) and TFLOP/s: sampled beside it,
+// nvidia-smi's SM clock and power tell whether either runs at a lower clock under load.
+#include <sys/time.h>
 #include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -39,6 +51,7 @@
 #include "bench_args.h"
 #include "bench_cuda.cuh"
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/trace.h"
 
 #define CK(x) BENCH_CK(x)
 #define CKB(x)                                                                   \
@@ -74,6 +87,25 @@ double median(std::vector<float> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Local wall time as nvidia-smi's --query-gpu=timestamp prints it (millisecond resolution).
+std::string wallStamp() {
+  struct timeval tv;
+  gettimeofday(&tv, nullptr);
+  struct tm lt;
+  localtime_r(&tv.tv_sec, &lt);
+  char buf[64];
+  strftime(buf, sizeof(buf), "%Y/%m/%d %H:%M:%S", &lt);
+  char out[80];
+  snprintf(out, sizeof(out), "%s.%03d", buf, (int)(tv.tv_usec / 1000));
+  return out;
+}
+
+double wallSeconds() {
+  struct timeval tv;
+  gettimeofday(&tv, nullptr);
+  return tv.tv_sec + tv.tv_usec * 1e-6;
+}
+
 std::string nowIso() {
   char buf[64];
   time_t t = time(nullptr);
@@ -89,6 +121,9 @@ int main(int argc, char** argv) {
   bool pipes = false;
   bool pairs = false;
   bool streamk = false;
+  bool trace = false;
+  int b2b = 0;
+  double soakS = 0;
   int groups = 0;
   std::string out = "", commit = "unknown";
   std::vector<Shape> shapes = {{8192, 8192, 8192},  {4096, 4096, 4096},  {16384, 8192, 8192},
@@ -110,6 +145,12 @@ int main(int argc, char** argv) {
       pairs = true;
     else if (a == "--streamk")
       streamk = true;
+    else if (a == "--trace")
+      trace = true;
+    else if (a == "--b2b" && i + 1 < argc)
+      b2b = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
+    else if (a == "--soak" && i + 1 < argc)
+      soakS = atof(argv[++i]), cmd += std::string(" ") + argv[i];
     else if (a == "--groups" && i + 1 < argc)
       groups = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
     else if (a == "--commit" && i + 1 < argc)
@@ -147,7 +188,8 @@ int main(int argc, char** argv) {
   struct Row {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
-        deepPair, widePair, ping, pingMaxdiff, sk, skMaxdiff;
+        deepPair, widePair, ping, pingMaxdiff, sk, skMaxdiff, b2bEng, b2bBest;
+    mk::gemm::TraceSummary tr;
     int nAlgos;
   };
   std::vector<Row> rows;
@@ -194,8 +236,8 @@ int main(int argc, char** argv) {
       CKB(cublasLtMatmul(lt, op, &one, B[s], la, A[s], lb, &zero, dst, lc, dst, lc,
                          &heur[algo].algo, ws, wsBytes, stream));
     };
-    auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0,
-                         int streamK = 0) {
+    auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0, int streamK = 0,
+                         uint64_t* traceBuf = nullptr, int traceTiles = 0, int traceCtas = 0) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -209,6 +251,9 @@ int main(int argc, char** argv) {
       g.pipeline = pipeline;
       g.cluster = cluster;
       g.streamK = streamK;
+      g.trace = traceBuf;
+      g.traceTiles = traceTiles;
+      g.traceCtas = traceCtas;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -309,7 +354,7 @@ int main(int argc, char** argv) {
       }
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
-        tDeepPair, tWidePair, tPing, tSk;
+        tDeepPair, tWidePair, tPing, tSk, tB2bE, tB2bBest;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
@@ -328,6 +373,16 @@ int main(int argc, char** argv) {
         }
       }
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
+      if (b2b > 1) {
+        tB2bE.push_back(timeOne([&] {
+                          for (int i = 0; i < b2b; ++i) runEngine(0, D);
+                        }) /
+                        b2b);
+        tB2bBest.push_back(timeOne([&] {
+                             for (int i = 0; i < b2b; ++i) runCublas(bestAlgo, Dref);
+                           }) /
+                           b2b);
+      }
       if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
       if (G > 0 && pipes) tGrpWide.push_back(timeOne([&] { runGrouped(2); }));
       if (G > 0 && pipes) tGrpPing.push_back(timeOne([&] { runGrouped(3); }));
@@ -357,6 +412,28 @@ int main(int argc, char** argv) {
         G > 0 && median(tGrpWide) > 0 ? gFlop / (median(tGrpWide) * 1e-3) / 1e12 : 0.0;
     row.groupedPing =
         G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
+    row.b2bEng = tf(median(tB2bE));
+    row.b2bBest = tf(median(tB2bBest));
+    if (trace) {
+      // The last of three traced runs (the first ones warm the buffers); unpaired, the engine's
+      // grid is min(tiles, SMs) on the static schedule, so each CTA walks at most `per` tiles.
+      const int tiles = (sh.M + mk::gemm::kTileM - 1) / mk::gemm::kTileM *
+                        ((sh.N + mk::gemm::kTileN - 1) / mk::gemm::kTileN);
+      const int grid = std::min(tiles, sms), per = (tiles + grid - 1) / grid;
+      const size_t words = mk::gemm::traceWords(grid, per);
+      uint64_t* dTrace = nullptr;
+      CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
+      for (int r = 0; r < 3; ++r) {
+        CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
+        runEngine(0, D, 0, 1, 0, dTrace, per, grid);
+      }
+      std::vector<uint64_t> hTrace(words);
+      CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                         stream));
+      CK(cudaStreamSynchronize(stream));
+      cudaFree(dTrace);
+      row.tr = mk::gemm::summarizeTrace(hTrace, grid, per);
+    }
     row.nAlgos = nAlgos;
     rows.push_back(row);
     printf(
@@ -384,6 +461,44 @@ int main(int argc, char** argv) {
     if (streamk)
       printf("  %5d x %5d x %5d: stream-K %6.1f  sk/best %.3f  (engine %.3f)  maxreldiff %.2e\n",
              sh.M, sh.N, sh.K, row.sk, row.sk / row.best, row.eng / row.best, row.skMaxdiff);
+    if (b2b > 1)
+      printf(
+          "  %5d x %5d x %5d: %d back-to-back calls: engine %6.1f  cuBLAS best %6.1f  ratio %.3f\n",
+          sh.M, sh.N, sh.K, b2b, row.b2bEng, row.b2bBest, row.b2bEng / row.b2bBest);
+    if (trace) {
+      const mk::gemm::TraceSummary& t = row.tr;
+      const int kSteps = (sh.K + mk::gemm::kTileK - 1) / mk::gemm::kTileK;
+      printf(
+          "  %5d x %5d x %5d: trace span %.1f us, SM clock %.3f GHz; per tile (median of %d): "
+          "first stage %.2f us, main loop %.2f us (%.3f a k-step), epilogue %.2f us; main loop "
+          "%.1f%% of the span; starts spread %.1f us, tail %.1f us; producer lead %.2f us\n",
+          sh.M, sh.N, sh.K, t.spanUs, t.clockGHz, t.records, t.firstWaitUs, t.mainUs,
+          t.mainUs / kSteps, t.epilogueUs, 100.0 * t.mainFrac, t.startSpreadUs, t.endSpreadUs,
+          t.producerLeadUs);
+    }
+    if (soakS > 0) {
+      // Engine, cuBLAS-best, engine: a drift of the clock over time shows as a difference
+      // between the two engine windows.
+      auto soak = [&](const char* name, auto&& fn) {
+        fn();
+        CK(cudaStreamSynchronize(stream));
+        const std::string from = wallStamp();
+        const double t0 = wallSeconds();
+        long calls = 0;
+        while (wallSeconds() - t0 < soakS) {
+          for (int i = 0; i < 20; ++i) fn();
+          CK(cudaStreamSynchronize(stream));
+          calls += 20;
+        }
+        const double secs = wallSeconds() - t0;
+        printf("  %5d x %5d x %5d: soak %s %ld calls %.1f TFLOP/s from %s to %s\n", sh.M, sh.N,
+               sh.K, name, calls, flop * calls / secs / 1e12, from.c_str(), wallStamp().c_str());
+        fflush(stdout);
+      };
+      soak("engine", [&] { runEngine(0, D); });
+      soak("cublas_best", [&] { runCublas(bestAlgo, Dref); });
+      soak("engine", [&] { runEngine(0, D); });
+    }
     if (pairs)
       printf(
           "  %5d x %5d x %5d: CTA pairs %6.1f (%.3f of best; unpaired %.3f)  deep %6.1f  wide "
@@ -460,10 +575,17 @@ int main(int argc, char** argv) {
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
             "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
             "\"ping_max_rel_diff_vs_cublas\": %.3e, \"engine_streamk_tflops\": %.2f, "
-            "\"streamk_max_rel_diff_vs_cublas\": %.3e}%s\n",
+            "\"streamk_max_rel_diff_vs_cublas\": %.3e, \"b2b_engine_tflops\": %.2f, "
+            "\"b2b_cublas_best_tflops\": %.2f, \"trace\": {\"records\": %d, \"span_us\": %.2f, "
+            "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
+            "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
+            "\"tail_us\": %.2f, \"producer_lead_us\": %.3f}}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
-            r.ping, r.pingMaxdiff, r.sk, r.skMaxdiff, i + 1 < rows.size() ? "," : "");
+            r.ping, r.pingMaxdiff, r.sk, r.skMaxdiff, r.b2bEng, r.b2bBest, r.tr.records,
+            r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
+            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -139,6 +139,7 @@ const char* streamKConflict(const GemmArgs& a) {
   if (a.pipeline == 3) return "streamK does not run with pipeline 3 (ping-pong consumers)";
   if (a.cluster == 2) return "streamK does not run with cluster=2 (CTA pairs)";
   if (a.tileClaim != nullptr) return "streamK walks the static schedule (no tileClaim)";
+  if (a.trace != nullptr) return "streamK is not traced (GemmArgs::trace)";
   return nullptr;
 }
 
@@ -332,7 +333,11 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     if (a.cluster == 2) return fail(why, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
     if (a.tileClaim != nullptr)
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
+    if (a.trace != nullptr) return fail(why, "pipeline 3 (ping-pong consumers) is not traced");
   }
+  if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
+    return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
+                a.traceTiles, a.traceCtas);
   if (a.streamK < -1 || a.streamK > 1)
     return fail(why, "streamK=%lld must be -1 (off), 0 (MKERNEL_GEMM_STREAMK) or 1 (on)",
                 a.streamK);
@@ -471,6 +476,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // Dynamic schedule: every CTA of the budget (CTAs past the tile count find none and leave).
   p.tileClaim = a.tileClaim;
   if (a.tileClaim != nullptr) *gridOut = budget;
+  p.trace = a.trace;
+  p.traceTiles = a.traceTiles;
+  p.traceCtas = a.traceCtas;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

@@ -150,6 +150,14 @@ struct GemmArgs {
   // Plain GEMMs only: no groups, SwiGLU, tile-by-tile D, hooks (rowReady, tileDone,
   // tileOrder, rowBlockOffset, seqBase), CTA pairs, ping-pong (pipeline 3) or tileClaim.
   int32_t streamK = 0;
+  // Timeline stamps (fused/gemm/trace.h; benchmarks): when set, thread 0 of each role of CTAs
+  // 0 .. traceCtas - 1 writes globaltimer stamps of its first traceTiles tiles to
+  // trace[traceWords(traceCtas, traceTiles)], zeroed by the caller (CTAs past traceCtas stamp
+  // nothing). One predictable branch per tile when off. Not with the ping-pong consumers
+  // (pipeline 3) or stream-K, whose walks are not stamped.
+  uint64_t* trace = nullptr;
+  int32_t traceTiles = 0;
+  int32_t traceCtas = 0;
   GemmHooks hooks;
   GemmGroups groups;
 };

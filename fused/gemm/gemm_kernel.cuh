@@ -29,6 +29,7 @@
 #include "device/rt/ptx_ext.cuh"
 #include "device/rt/wait.cuh"
 #include "fused/gemm/primitives.cuh"
+#include "fused/gemm/trace.h"
 
 namespace mk {
 namespace gemm {
@@ -123,6 +124,32 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
   // proxy), which is ordered after the acquire only through this fence.
   ptx::fenceProxyAsync();
   return true;
+}
+
+// ---- timeline stamps (GemmParams::trace, trace.h) -------------------------------------------
+
+// kTrace: only the stand-alone kernel (gemm_launch.cuh) is built with the stamps; fused
+// operators' compute roles are not (their budgets leave no registers for them: the stamps'
+// live values spilled in the GEMM + collective kernels), and stream-K is never traced.
+
+// Record n of role `row` (0 producer, 1 + wg consumers) of CTA `cta`, or nullptr when tracing
+// is off or the role is past its traceTiles records. Only the role's thread 0 stamps.
+template <bool kTrace>
+__device__ __forceinline__ uint64_t* traceRecord(const GemmParams& p, int32_t cta, int32_t row,
+                                                 int32_t n) {
+  if constexpr (!kTrace) return nullptr;
+  if (p.trace == nullptr || n >= p.traceTiles || cta >= p.traceCtas) return nullptr;
+  return p.trace + traceRow(cta, row, p.traceTiles) + (size_t)(1 + n) * kTraceWords;
+}
+
+// The role's header: globaltimer and clock64 at its start (at 0) or end (at 2).
+template <bool kTrace>
+__device__ __forceinline__ void traceHeader(const GemmParams& p, int32_t cta, int32_t row, int at) {
+  if constexpr (!kTrace) return;
+  if (p.trace == nullptr || cta >= p.traceCtas) return;
+  uint64_t* h = p.trace + traceRow(cta, row, p.traceTiles);
+  h[at] = ptx::globalTimerNs();
+  h[at + 1] = clock64();
 }
 
 // ---- the schedule both roles walk ----------------------------------------------------------
@@ -223,9 +250,11 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm, bool ok,
                                             uint32_t word, int32_t aRow, int32_t n0, int32_t g,
                                             int32_t& stage, uint32_t& phase,
-                                            volatile uint32_t* stageAbort) {
+                                            volatile uint32_t* stageAbort,
+                                            uint64_t* rec = nullptr) {
   for (int32_t k = 0; k < p.kTiles; ++k) {
     ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+    if (rec != nullptr && k == 0) rec[0] = ptx::globalTimerNs();
     // Written per stage before the `full` arrive that publishes it, so both consumer WGs read
     // the same verdict for a tile (a single CTA-wide word could change between their reads
     // while the producer runs ahead into the next tile).
@@ -242,10 +271,11 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
       phase ^= 1;
     }
   }
+  if (rec != nullptr) rec[1] = ptx::globalTimerNs();
 }
 
 // kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta`, `nCtas` unused).
-template <class Tr, bool kDyn>
+template <class Tr, bool kDyn, bool kTrace>
 __device__ __forceinline__ void gemmProducer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, volatile uint32_t* stageAbort) {
@@ -253,6 +283,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
   const int32_t numTiles = numTilesOf<Tr>(p, sm);
   int32_t stage = 0;
   uint32_t phase = 0;
+  int32_t nth = 0;  // tiles walked (trace records)
   for (int32_t t = kDyn ? atomicAdd(p.tileClaim, 1) : cta / Tr::kCluster; t < numTiles;
        t = kDyn ? atomicAdd(p.tileClaim, 1) : t + nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
@@ -262,7 +293,8 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
     // Dynamic: the tile id as the word.
     const uint32_t word = kDyn ? (ok ? (uint32_t)t : kStageAbort) : (ok ? 0u : 1u);
-    produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort);
+    produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort,
+                    traceRecord<kTrace>(p, cta, 0, nth++));
     if (!ok) return;  // the consumers stop at the aborted tile: no end word
   }
   if constexpr (kDyn) {
@@ -582,7 +614,7 @@ __device__ __forceinline__ bool skAddPartials(const GemmParams& p, float (&acc)[
 
 // kDyn: the dynamic schedule (the tile comes with the stage; `cta`, `nCtas` unused).
 // Traits::kStreamK: the CTA's stream-K items (streamk.h), parts of tiles included.
-template <class Tr, bool kDyn>
+template <class Tr, bool kDyn, bool kTrace>
 __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg,
@@ -598,9 +630,13 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   static_assert(!kSK || !kDyn, "stream-K walks the static schedule");
   SkWalk walk;
   if constexpr (kSK) skWalkBegin(p.sk, cta, &walk);
+  int32_t nth = 0;  // tiles walked (trace records)
   for (int32_t t = kDyn ? 0 : cta / Tr::kCluster; kDyn || kSK || t < numTiles;
        t += kSK ? 0 : nCtas / Tr::kCluster) {
     bool aborted = false;
+    // Stamped once the tile is known to be one (the dynamic schedule's end word is not).
+    uint64_t* rec = tid == 0 ? traceRecord<kTrace>(p, cta, 1 + wg, nth) : nullptr;
+    const uint64_t tStart = rec != nullptr ? ptx::globalTimerNs() : 0;
     int32_t kb = 0, ke = p.kTiles;  // the item's k-steps: the whole tile unless stream-K
     if constexpr (kSK) {
       if (!skWalkNext(p.sk, &walk, &t, &kb, &ke)) break;
@@ -609,14 +645,25 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       // The tile comes with its first stage, read by lane 0 (whose arrive hands the stage
       // back: see the static path's read below) and broadcast, so both WGs see the same.
       ptx::mbarWait(&sm.full[stage], phase);
+      const uint64_t tFirst = rec != nullptr ? ptx::globalTimerNs() : 0;
       const uint32_t v = __shfl_sync(0xffffffffu, lane == 0 ? stageAbort[stage] : 0u, 0);
       if (v == kStageEnd) break;  // never released: the producer loads nothing after it
+      if (rec != nullptr) rec[1] = tFirst;
       aborted = v == kStageAbort;
       t = aborted ? 0 : (int32_t)v;  // an aborted tile's coordinates are never used
     }
+    ++nth;
+    if (rec != nullptr) rec[0] = tStart;
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
+    if (!kDyn && rec != nullptr) {
+      // The first stage's wait, ahead of the main loop's own (which then passes at once: the
+      // stage cannot move on before this warpgroup releases it).
+      ptx::mbarWait(&sm.full[stage], phase);
+      rec[1] = ptx::globalTimerNs();
+    }
     if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase)) aborted = true;
+    if (rec != nullptr) rec[2] = ptx::globalTimerNs();
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
@@ -629,6 +676,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
     tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
+    if (rec != nullptr) rec[3] = ptx::globalTimerNs();
     pending = mBlk * p.tilesN + nBlk;
   }
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
@@ -668,10 +716,11 @@ struct NoSide {
 // each, named barrier kBarSide free for them) while warp 0 feeds the pipeline: a fused
 // kernel's memory-bound work that then costs the GEMM no SM. It must not touch the GEMM's
 // shared memory, and gemmCta returns to those warps only once it returns.
-template <class Tr, class Side = NoSide>
+template <class Tr, class Side = NoSide, bool kTraced = false>
 __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, int32_t cta,
                                         int32_t nCtas, const Side& side = Side{}) {
   using Pipe = typename Tr::Pipe;
+  constexpr bool kTr = kTraced && !Tr::kStreamK;
   SmemLayout<Pipe> sm(smemRaw);
   uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + Pipe::kStages);  // [kStages]
   if (threadIdx.x == 0) {
@@ -693,33 +742,38 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   if (wg == 0) {
     ptx::setmaxnregDec<kProducerRegs>();
     if (threadIdx.x == 0) {
+      traceHeader<kTr>(p, cta, 0, 0);
       if constexpr (Tr::kStreamK) {
         gemmProducerSk<Tr>(p, sm, cta, stageAbort);
       } else if constexpr (Tr::kCluster == 1) {
         if (p.tileClaim != nullptr) {
-          gemmProducer<Tr, true>(p, sm, cta, nCtas, stageAbort);
+          gemmProducer<Tr, true, kTr>(p, sm, cta, nCtas, stageAbort);
         } else {
-          gemmProducer<Tr, false>(p, sm, cta, nCtas, stageAbort);
+          gemmProducer<Tr, false, kTr>(p, sm, cta, nCtas, stageAbort);
         }
       } else {
-        gemmProducer<Tr, false>(p, sm, cta, nCtas, stageAbort);
+        gemmProducer<Tr, false, kTr>(p, sm, cta, nCtas, stageAbort);
       }
+      traceHeader<kTr>(p, cta, 0, 2);
     } else if (threadIdx.x >= 32) {
       side();
     }
   } else {
     ptx::setmaxnregInc<kConsumerRegs>();
+    const bool stamp = (threadIdx.x & 127) == 0;  // trace row wg: consumer warpgroup wg - 1
+    if (stamp) traceHeader<kTr>(p, cta, wg, 0);
     if constexpr (Tr::kStreamK) {
-      gemmConsumer<Tr, false>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      gemmConsumer<Tr, false, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
     } else if constexpr (Tr::kCluster == 1) {
       if (p.tileClaim != nullptr) {
-        gemmConsumer<Tr, true>(p, sm, cta, nCtas, wg - 1, stageAbort);
+        gemmConsumer<Tr, true, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
       } else {
-        gemmConsumer<Tr, false>(p, sm, cta, nCtas, wg - 1, stageAbort);
+        gemmConsumer<Tr, false, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
       }
     } else {
-      gemmConsumer<Tr, false>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      gemmConsumer<Tr, false, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
     }
+    if (stamp) traceHeader<kTr>(p, cta, wg, 2);
   }
   // The partner's consumers arrive on this CTA's `empty` barriers up to their last stage: its
   // shared memory must outlive them.

@@ -14,7 +14,7 @@ namespace gemm {
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant__ GemmParams p) {
   extern __shared__ uint8_t smem[];
-  gemmCta<Tr>(p, smem, blockIdx.x, gridDim.x);
+  gemmCta<Tr, NoSide, true>(p, smem, blockIdx.x, gridDim.x);  // traced when GemmParams::trace
 }
 
 // CTA pairs: a cluster launch. `grid` (even, from buildParams) is cut to the pairs that can be

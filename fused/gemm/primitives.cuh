@@ -38,6 +38,9 @@ struct GemmParams {
   float alpha, beta;
   int32_t cluster;     // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
   int32_t* tileClaim;  // GemmArgs::tileClaim: nullptr = the static schedule
+  uint64_t* trace;     // GemmArgs::trace (trace.h): nullptr = off
+  int32_t traceTiles;
+  int32_t traceCtas;  // CTAs the trace buffer holds
   GemmHooks hooks;
   // Stream-K tail (GemmArgs::streamK, streamk.h): sk.units > 0 runs the stream-K kernel
   // variant (Traits::kStreamK). skWork: one partial per CTA ([cta][wg][32][128] float4, a

@@ -1,0 +1,117 @@
+// Per-tile timeline of one GEMM launch (GemmArgs::trace, `bench_gemm_bench --trace`): where a
+// tile's time goes. At small K (8192 x 8192 x 1024: 16 k-steps a tile) the engine stays ~10%
+// behind cuBLAS while it matches it at K = 8192, and sessions 5-16 could only guess which
+// per-tile cost it is (the epilogue, a late first stage, the main loop itself, the SM clock);
+// these stamps measure each. The layout is shared by the kernel (gemm_kernel.cuh), the bench
+// and the unit test of summarizeTrace, so all three read the same words.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#ifdef __CUDACC__
+#define MK_TRACE_HD __host__ __device__ __forceinline__
+#else
+#define MK_TRACE_HD inline
+#endif
+
+namespace mk {
+namespace gemm {
+
+constexpr int kTraceRows = 3;   // per CTA: the producer thread, consumer warpgroups 0 and 1
+constexpr int kTraceWords = 4;  // per record
+
+// Row r of CTA c (< GemmArgs::traceCtas) starts at word traceRow(c, r, tiles): a header
+// record, then `tiles` records.
+//  header: globaltimer (ns) and clock64 at the role's start, then the same at its end;
+//  consumer record (the warpgroup's n-th tile): [tile start, its first stage ready, main loop
+//    done, epilogue's stores issued], globaltimer ns;
+//  producer record: [the tile's first load issued, its last load issued, 0, 0], ns.
+// Tiles past `tiles` are not recorded; words not written keep what the caller put there (0).
+MK_TRACE_HD size_t traceRow(int cta, int row, int tiles) {
+  return ((size_t)cta * kTraceRows + row) * (size_t)(1 + tiles) * kTraceWords;
+}
+MK_TRACE_HD size_t traceWords(int ctas, int tiles) {
+  return traceRow(ctas, 0, tiles);
+}
+
+struct TraceSummary {
+  int records = 0;            // consumer tile records read (both warpgroups)
+  double spanUs = 0;          // earliest role start to latest role end
+  double clockGHz = 0;        // mean SM clock over the consumers' lives (clock64 over globaltimer)
+  double firstWaitUs = 0;     // median: tile start -> its first stage ready
+  double mainUs = 0;          // median: first stage ready -> main loop done
+  double epilogueUs = 0;      // median: main loop done -> stores issued
+  double startSpreadUs = 0;   // latest consumer start - earliest
+  double endSpreadUs = 0;     // latest consumer end - median consumer end (the tail)
+  double mainFrac = 0;        // main-loop time over consumer warpgroups x span
+  double producerLeadUs = 0;  // median: a tile's first load issued -> its first stage ready
+};
+
+namespace tracedetail {
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace tracedetail
+
+// Summary of a trace buffer read back from the device (traceWords(ctas, tiles) words, zeroed
+// before the launch). A record counts when all its stamps were written (nonzero, in order).
+inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int tiles) {
+  using tracedetail::median;
+  TraceSummary s;
+  if (ctas <= 0 || tiles <= 0 || w.size() < traceWords(ctas, tiles)) return s;
+  std::vector<double> firstWait, mainLoop, epilogue, lead;
+  std::vector<uint64_t> ends;
+  uint64_t t0 = UINT64_MAX, t1 = 0, startLo = UINT64_MAX, startHi = 0, endHi = 0;
+  double cycles = 0, ns = 0, mainNs = 0;
+  int consumers = 0;
+  for (int c = 0; c < ctas; ++c) {
+    for (int r = 0; r < kTraceRows; ++r) {
+      const uint64_t* h = w.data() + traceRow(c, r, tiles);
+      if (h[0] == 0 || h[2] < h[0]) continue;  // the role never ran (or no end stamp)
+      t0 = std::min(t0, h[0]);
+      t1 = std::max(t1, h[2]);
+      if (r == 0) continue;
+      ++consumers;
+      startLo = std::min(startLo, h[0]);
+      startHi = std::max(startHi, h[0]);
+      endHi = std::max(endHi, h[2]);
+      ends.push_back(h[2]);
+      cycles += (double)(h[3] - h[1]);
+      ns += (double)(h[2] - h[0]);
+      for (int n = 0; n < tiles; ++n) {
+        const uint64_t* q = h + (size_t)(1 + n) * kTraceWords;
+        if (q[0] == 0 || q[1] < q[0] || q[2] < q[1] || q[3] < q[2]) continue;
+        ++s.records;
+        firstWait.push_back((q[1] - q[0]) * 1e-3);
+        mainLoop.push_back((q[2] - q[1]) * 1e-3);
+        epilogue.push_back((q[3] - q[2]) * 1e-3);
+        mainNs += (double)(q[2] - q[1]);
+        if (r == 1) {  // the producer's record of the same tile (both walk one list)
+          const uint64_t* pr = w.data() + traceRow(c, 0, tiles) + (size_t)(1 + n) * kTraceWords;
+          if (pr[0] != 0 && q[1] >= pr[0]) lead.push_back((q[1] - pr[0]) * 1e-3);
+        }
+      }
+    }
+  }
+  if (consumers == 0 || t1 <= t0) return s;
+  s.spanUs = (t1 - t0) * 1e-3;
+  s.clockGHz = ns > 0 ? cycles / ns : 0;
+  s.firstWaitUs = median(firstWait);
+  s.mainUs = median(mainLoop);
+  s.epilogueUs = median(epilogue);
+  s.startSpreadUs = (startHi - startLo) * 1e-3;
+  std::vector<double> endsUs;  // relative: ns since the epoch lose digits in a double
+  for (uint64_t e : ends) endsUs.push_back((e - t0) * 1e-3);
+  s.endSpreadUs = (endHi - t0) * 1e-3 - median(endsUs);
+  s.mainFrac = mainNs / ((double)consumers * (double)(t1 - t0));
+  s.producerLeadUs = median(lead);
+  return s;
+}
+
+}  // namespace gemm
+}  // namespace mk

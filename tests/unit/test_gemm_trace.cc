@@ -1,0 +1,157 @@
+// CPU tests of the GEMM engine's timeline stamps (fused/gemm/trace.h): the host-side rules for
+// GemmArgs::trace and the summary the benchmark prints, on buffers written here in the layout
+// the kernel writes (no CUDA call).
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+#include <gtest/gtest.h>
+
+#include "fused/gemm/gemm.h"
+#include "fused/gemm/trace.h"
+
+using mk::gemm::GemmArgs;
+using mk::gemm::kTraceRows;
+using mk::gemm::kTraceWords;
+using mk::gemm::traceRow;
+using mk::gemm::traceWords;
+
+namespace {
+
+alignas(256) char gBuf[4096];
+
+GemmArgs traced() {
+  GemmArgs a;
+  a.M = 1000;
+  a.N = 3000;
+  a.K = 512;
+  a.A = gBuf;
+  a.B = gBuf + 256;
+  a.D = gBuf + 512;
+  a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
+  a.traceTiles = 4;
+  a.traceCtas = 2;
+  return a;
+}
+
+void expectReject(const GemmArgs& a, const char* fragment) {
+  std::string why;
+  EXPECT_FALSE(mk::gemm::canImplement(a, &why));
+  EXPECT_NE(why.find(fragment), std::string::npos) << "message: " << why;
+}
+
+}  // namespace
+
+TEST(GemmTrace, Rules) {
+  std::string why;
+  GemmArgs a = traced();
+  for (int pl : {0, 1, 2}) {
+    a.pipeline = pl;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "pipeline " << pl << ": " << why;
+  }
+  a.pipeline = 3;
+  expectReject(a, "not traced");
+  a.pipeline = 0;
+  a.streamK = 1;
+  expectReject(a, "not traced");
+  a.streamK = 0;
+  a.traceTiles = 0;
+  expectReject(a, "traceTiles");
+  a.traceTiles = 4;
+  a.traceCtas = 0;
+  expectReject(a, "traceCtas");
+  a.trace = nullptr;  // traceTiles means nothing without a buffer
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+}
+
+TEST(GemmTrace, LayoutHasNoOverlap) {
+  // Every (cta, row, record) owns its own words, and the buffer's size is the end of the last.
+  const int ctas = 5, tiles = 3;
+  std::vector<int> owner(traceWords(ctas, tiles), -1);
+  for (int c = 0; c < ctas; ++c)
+    for (int r = 0; r < kTraceRows; ++r)
+      for (int n = 0; n <= tiles; ++n)
+        for (int w = 0; w < kTraceWords; ++w) {
+          const size_t i = traceRow(c, r, tiles) + (size_t)n * kTraceWords + w;
+          ASSERT_LT(i, owner.size());
+          EXPECT_EQ(owner[i], -1) << c << " " << r << " " << n << " " << w;
+          owner[i] = ((c * kTraceRows + r) * (tiles + 1) + n) * kTraceWords + w;
+        }
+  for (int o : owner) EXPECT_GE(o, 0);
+}
+
+TEST(GemmTrace, SummaryOfKnownTimelines) {
+  // Two CTAs, tiles of random lengths (seeded per run, printed), each consumer's records
+  // built from known parts, so the summary's medians are known exactly.
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::uniform_int_distribution<int> jitter(0, 999);
+  const int ctas = 2, tiles = 3;
+  std::vector<uint64_t> w(traceWords(ctas, tiles), 0);
+  const uint64_t base = 1700000000000000000ull;  // globaltimer-like: ns since the epoch
+  std::vector<double> firstWaits, mains, epilogues;
+  double mainSum = 0;
+  uint64_t lastEnd = 0;
+  for (int c = 0; c < ctas; ++c) {
+    uint64_t* pr = w.data() + traceRow(c, 0, tiles);
+    pr[0] = base + 100 * c;
+    pr[1] = 1000;
+    for (int r = 1; r < kTraceRows; ++r) {
+      uint64_t* h = w.data() + traceRow(c, r, tiles);
+      uint64_t t = base + 200 + 100 * c + 10 * r;  // the consumers start a little later
+      h[0] = t;
+      h[1] = 5000;
+      for (int n = 0; n < tiles; ++n) {
+        uint64_t* q = h + (size_t)(1 + n) * kTraceWords;
+        const uint64_t fw = 100 + jitter(gen), ml = 9000 + jitter(gen), ep = 400 + jitter(gen);
+        q[0] = t;
+        q[1] = t + fw;
+        q[2] = q[1] + ml;
+        q[3] = q[2] + ep;
+        if (r == 1) pr[(1 + n) * kTraceWords] = q[1] - 700;  // the producer 0.7 us ahead
+        t = q[3] + 5;
+        firstWaits.push_back(fw * 1e-3);
+        mains.push_back(ml * 1e-3);
+        epilogues.push_back(ep * 1e-3);
+        mainSum += ml;
+      }
+      h[2] = t + 50;
+      h[3] = h[1] + 2 * (h[2] - h[0]);  // 2 GHz
+      lastEnd = std::max(lastEnd, h[2]);
+    }
+    pr[2] = lastEnd;
+    pr[3] = pr[1] + 2 * (pr[2] - pr[0]);
+  }
+  // A record the kernel never finished (a tile past an abort) counts for nothing.
+  uint64_t* extra = w.data() + traceRow(1, 2, tiles) + (size_t)tiles * kTraceWords;
+  extra[3] = 0;
+  const mk::gemm::TraceSummary s = mk::gemm::summarizeTrace(w, ctas, tiles);
+  EXPECT_EQ(s.records, ctas * 2 * tiles - 1);
+  // Drop the unfinished record's parts from the expectation (it is the last one pushed for
+  // CTA 1, WG 1: index (1 * 2 + 1) * tiles + tiles - 1).
+  const size_t drop = (size_t)(1 * 2 + 1) * tiles + tiles - 1;
+  mainSum -= mains[drop] * 1e3;
+  firstWaits.erase(firstWaits.begin() + drop);
+  mains.erase(mains.begin() + drop);
+  epilogues.erase(epilogues.begin() + drop);
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  EXPECT_NEAR(s.firstWaitUs, med(firstWaits), 1e-9);
+  EXPECT_NEAR(s.mainUs, med(mains), 1e-9);
+  EXPECT_NEAR(s.epilogueUs, med(epilogues), 1e-9);
+  EXPECT_NEAR(s.clockGHz, 2.0, 1e-12);
+  EXPECT_NEAR(s.producerLeadUs, 0.7, 1e-9);  // WG 0's tiles only, all 0.7 us
+  EXPECT_NEAR(s.spanUs, (lastEnd - base) * 1e-3, 1e-6);
+  EXPECT_NEAR(s.startSpreadUs, 0.11, 1e-6);  // CTA 0 WG 0 at +210 ns, CTA 1 WG 1 at +320
+  EXPECT_NEAR(s.mainFrac, mainSum / (4.0 * (lastEnd - base)), 1e-12);
+  EXPECT_GE(s.endSpreadUs, 0.0);
+  // Nothing usable: zeros, not garbage.
+  std::vector<uint64_t> none(traceWords(ctas, tiles), 0);
+  EXPECT_EQ(mk::gemm::summarizeTrace(none, ctas, tiles).records, 0);
+  EXPECT_EQ(mk::gemm::summarizeTrace(w, ctas, tiles + 1).records, 0);  // buffer too short
+}
