@@ -314,6 +314,33 @@ TEST(GemmCanImplement, TileClaimRules) {
   expectReject(a, "no tileClaim");
 }
 
+// Timeline stamps (GemmArgs::trace, fused/gemm/trace.h): both ordinary pipelines; not the
+// ping-pong consumers or stream-K; a buffer needs its record and CTA counts.
+TEST(GemmCanImplement, TraceRules) {
+  std::string why;
+  GemmArgs a = good();
+  a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
+  a.traceTiles = 4;
+  a.traceCtas = 2;
+  for (int pl : {0, 1, 2}) {
+    a.pipeline = pl;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "pipeline " << pl << ": " << why;
+  }
+  a.pipeline = 3;
+  expectReject(a, "not traced");
+  a.pipeline = 0;
+  a.streamK = 1;
+  expectReject(a, "not traced");
+  a.streamK = 0;
+  a.traceTiles = 0;
+  expectReject(a, "traceTiles");
+  a.traceTiles = 4;
+  a.traceCtas = 0;
+  expectReject(a, "traceCtas");
+  a.trace = nullptr;  // traceTiles means nothing without a buffer
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+}
+
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {
   mk::fused::DeviceRates r;
   r.sms = 132;

@@ -1,6 +1,6 @@
-// CPU tests of the GEMM engine's timeline stamps (fused/gemm/trace.h): the host-side rules for
-// GemmArgs::trace and the summary the benchmark prints, on buffers written here in the layout
-// the kernel writes (no CUDA call).
+// CPU tests of the GEMM engine's timeline stamps (fused/gemm/trace.h): the buffer layout and
+// the summary the benchmark prints, on buffers written here in the layout the kernel writes
+// (no CUDA call). The host-side rules for GemmArgs::trace are in test_gemm_can_implement.cc.
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -8,62 +8,12 @@
 #include <vector>
 #include <gtest/gtest.h>
 
-#include "fused/gemm/gemm.h"
 #include "fused/gemm/trace.h"
 
-using mk::gemm::GemmArgs;
 using mk::gemm::kTraceRows;
 using mk::gemm::kTraceWords;
 using mk::gemm::traceRow;
 using mk::gemm::traceWords;
-
-namespace {
-
-alignas(256) char gBuf[4096];
-
-GemmArgs traced() {
-  GemmArgs a;
-  a.M = 1000;
-  a.N = 3000;
-  a.K = 512;
-  a.A = gBuf;
-  a.B = gBuf + 256;
-  a.D = gBuf + 512;
-  a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
-  a.traceTiles = 4;
-  a.traceCtas = 2;
-  return a;
-}
-
-void expectReject(const GemmArgs& a, const char* fragment) {
-  std::string why;
-  EXPECT_FALSE(mk::gemm::canImplement(a, &why));
-  EXPECT_NE(why.find(fragment), std::string::npos) << "message: " << why;
-}
-
-}  // namespace
-
-TEST(GemmTrace, Rules) {
-  std::string why;
-  GemmArgs a = traced();
-  for (int pl : {0, 1, 2}) {
-    a.pipeline = pl;
-    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "pipeline " << pl << ": " << why;
-  }
-  a.pipeline = 3;
-  expectReject(a, "not traced");
-  a.pipeline = 0;
-  a.streamK = 1;
-  expectReject(a, "not traced");
-  a.streamK = 0;
-  a.traceTiles = 0;
-  expectReject(a, "traceTiles");
-  a.traceTiles = 4;
-  a.traceCtas = 0;
-  expectReject(a, "traceCtas");
-  a.trace = nullptr;  // traceTiles means nothing without a buffer
-  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
-}
 
 TEST(GemmTrace, LayoutHasNoOverlap) {
   // Every (cta, row, record) owns its own words, and the buffer's size is the end of the last.
