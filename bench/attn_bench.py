@@ -28,8 +28,8 @@ times plain calls unless --graphs (then every variant, torch's included, and the
 replay graphs; where one rank's capture fails every rank times that variant eagerly). The
 result is the median per call. In ring mode each measurement starts after a barrier and one
 untimed call and a one-element all-reduce (--no-lead-in: without them), which line the ranks'
-streams up on the GPU so that the host barrier's skew stays out of the window; a round's time
-is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
+streams up on the GPU so that the host barrier's skew stays out of the window (the 1-rank
+kernel's measurements start after an untimed call too); a round's time is the slowest rank's. FLOPs = 4 B H S^2 D, halved when causal (S: the whole
 sequence); ring TFLOP/s are the whole sequence's FLOPs over the time of one call.
 
 Checks before timing: mkernel's output against torch's (max |difference|; above --tol is a
@@ -237,8 +237,8 @@ def measure(bench, variants, collective, graphs=False):
   a = bench.a
   ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
 
-  lead_in = collective and getattr(a, "lead_in", False)
-  sync = torch.zeros(1, device=bench.device) if lead_in else None
+  lead_in = getattr(a, "lead_in", False)  # ring mode; the 1-rank kernel's windows too
+  sync = torch.zeros(1, device=bench.device) if lead_in and collective else None
 
   def once(fn, inner, lead=None):
     if collective:
@@ -252,9 +252,12 @@ def measure(bench, variants, collective, graphs=False):
       # meanwhile), then a one-element all-reduce, after which every rank's stream starts its
       # window at the same moment: the untimed call's own end differs between the ranks (the
       # ring's ranks end one after another, torch's four SDPAs in no fixed order), and a
-      # window opened there would count that spread on the early ranks.
+      # window opened there would count that spread on the early ranks. The 1-rank kernel,
+      # which auto is held against, gets the untimed call too (a busy GPU at the window's
+      # start, as in the ring's), without the all-reduce (the other ranks wait on the host).
       lead()
-      dist.all_reduce(sync)
+      if collective:
+        dist.all_reduce(sync)
     s.record()
     for _ in range(inner):
       fn()

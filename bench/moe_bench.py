@@ -720,7 +720,7 @@ def report(bench, a, argv, rows):
                           algos=a.algo_list, graph=not a.no_graph, reps=a.reps,
                           warmup=a.warmup, target_ms=a.target_ms, tol=a.tol,
                           token_tol=a.token_tol, spot=a.spot, seed=a.seed,
-                          mem_frac=a.mem_frac, lead_in=a.lead_in))
+                          mem_frac=a.mem_frac, lead_in=a.lead_in and bench.world > 1))
   if a.dedup_modes and a.side == "mkernel":
     meta["dedup_mode"] = dedup_mode()
   if a.side == "torch":

@@ -115,8 +115,9 @@ int64_t effStrideB(const GemmArgs& a) {
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled && a.pipeline != 3 &&
-         h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
-         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
+         a.trace == nullptr && h.rowReady == nullptr && h.tileDone == nullptr &&
+         h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
+         (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
@@ -335,6 +336,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
     if (a.trace != nullptr) return fail(why, "pipeline 3 (ping-pong consumers) is not traced");
   }
+  if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || a.cluster == 2))
+    return fail(why, "grouped, SwiGLU and CTA-pair GEMMs are not traced (GemmArgs::trace)");
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
                 a.traceTiles, a.traceCtas);

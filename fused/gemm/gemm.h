@@ -153,8 +153,9 @@ struct GemmArgs {
   // Timeline stamps (fused/gemm/trace.h; benchmarks): when set, thread 0 of each role of CTAs
   // 0 .. traceCtas - 1 writes globaltimer stamps of its first traceTiles tiles to
   // trace[traceWords(traceCtas, traceTiles)], zeroed by the caller (CTAs past traceCtas stamp
-  // nothing). One predictable branch per tile when off. Not with the ping-pong consumers
-  // (pipeline 3) or stream-K, whose walks are not stamped.
+  // nothing). A traced call runs its own kernel instantiation; untraced calls run the plain
+  // one. Plain walks only: not with the ping-pong consumers (pipeline 3), stream-K, CTA pairs,
+  // groups or SwiGLU.
   uint64_t* trace = nullptr;
   int32_t traceTiles = 0;
   int32_t traceCtas = 0;

@@ -128,9 +128,12 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
 
 // ---- timeline stamps (GemmParams::trace, trace.h) -------------------------------------------
 
-// kTrace: only the stand-alone kernel (gemm_launch.cuh) is built with the stamps; fused
-// operators' compute roles are not (their budgets leave no registers for them: the stamps'
-// live values spilled in the GEMM + collective kernels), and stream-K is never traced.
+// kTrace: only the stand-alone kernel's traced instantiation (gemm_launch.cuh) is built with
+// the stamps; fused operators' compute roles are not (the stamps' live values spilled in the
+// GEMM + collective kernels), nor stream-K, CTA pairs, grouped or SwiGLU GEMMs. The per-tile
+// stamps are clock64 values (one SM's counter, so their differences are exact, where
+// globaltimer may tick only every microsecond); the headers hold both clocks, which convert
+// them to time and line the SMs up.
 
 // Record n of role `row` (0 producer, 1 + wg consumers) of CTA `cta`, or nullptr when tracing
 // is off or the role is past its traceTiles records. Only the role's thread 0 stamps.
@@ -254,7 +257,7 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
                                             uint64_t* rec = nullptr) {
   for (int32_t k = 0; k < p.kTiles; ++k) {
     ptx::mbarWait(&sm.empty[stage], phase ^ 1);
-    if (rec != nullptr && k == 0) rec[0] = ptx::globalTimerNs();
+    if (rec != nullptr && k == 0) rec[0] = (uint64_t)clock64();
     // Written per stage before the `full` arrive that publishes it, so both consumer WGs read
     // the same verdict for a tile (a single CTA-wide word could change between their reads
     // while the producer runs ahead into the next tile).
@@ -271,7 +274,7 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
       phase ^= 1;
     }
   }
-  if (rec != nullptr) rec[1] = ptx::globalTimerNs();
+  if (rec != nullptr) rec[1] = (uint64_t)clock64();
 }
 
 // kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta`, `nCtas` unused).
@@ -636,7 +639,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     bool aborted = false;
     // Stamped once the tile is known to be one (the dynamic schedule's end word is not).
     uint64_t* rec = tid == 0 ? traceRecord<kTrace>(p, cta, 1 + wg, nth) : nullptr;
-    const uint64_t tStart = rec != nullptr ? ptx::globalTimerNs() : 0;
+    const uint64_t tStart = rec != nullptr ? (uint64_t)clock64() : 0;
     int32_t kb = 0, ke = p.kTiles;  // the item's k-steps: the whole tile unless stream-K
     if constexpr (kSK) {
       if (!skWalkNext(p.sk, &walk, &t, &kb, &ke)) break;
@@ -645,7 +648,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       // The tile comes with its first stage, read by lane 0 (whose arrive hands the stage
       // back: see the static path's read below) and broadcast, so both WGs see the same.
       ptx::mbarWait(&sm.full[stage], phase);
-      const uint64_t tFirst = rec != nullptr ? ptx::globalTimerNs() : 0;
+      const uint64_t tFirst = rec != nullptr ? (uint64_t)clock64() : 0;
       const uint32_t v = __shfl_sync(0xffffffffu, lane == 0 ? stageAbort[stage] : 0u, 0);
       if (v == kStageEnd) break;  // never released: the producer loads nothing after it
       if (rec != nullptr) rec[1] = tFirst;
@@ -660,10 +663,10 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       // The first stage's wait, ahead of the main loop's own (which then passes at once: the
       // stage cannot move on before this warpgroup releases it).
       ptx::mbarWait(&sm.full[stage], phase);
-      rec[1] = ptx::globalTimerNs();
+      rec[1] = (uint64_t)clock64();
     }
     if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase)) aborted = true;
-    if (rec != nullptr) rec[2] = ptx::globalTimerNs();
+    if (rec != nullptr) rec[2] = (uint64_t)clock64();
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
@@ -676,7 +679,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
     tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
-    if (rec != nullptr) rec[3] = ptx::globalTimerNs();
+    if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the

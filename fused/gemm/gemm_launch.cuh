@@ -11,11 +11,17 @@
 namespace mk {
 namespace gemm {
 
-template <class Tr>
+// kTraced: the instantiation with the timeline stamps (GemmParams::trace), launched only for a
+// traced call, so the code every other launch runs is the untraced kernel's, unchanged.
+template <class Tr, bool kTraced = false>
 __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant__ GemmParams p) {
   extern __shared__ uint8_t smem[];
-  gemmCta<Tr, NoSide, true>(p, smem, blockIdx.x, gridDim.x);  // traced when GemmParams::trace
+  gemmCta<Tr, NoSide, kTraced>(p, smem, blockIdx.x, gridDim.x);
 }
+
+// The traced kernels exist for the plain walks only (canImplement refuses the others).
+template <class Tr>
+constexpr bool kTraceable = Tr::kCluster == 1 && !Tr::kStreamK && !Tr::kGrouped && !Tr::kGated;
 
 // CTA pairs: a cluster launch. `grid` (even, from buildParams) is cut to the pairs that can be
 // resident at once (pairs beyond would only start once others finished, each then walking
@@ -59,6 +65,9 @@ ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream)
 template <class Tr>
 ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = gemmKernel<Tr>;
+  if constexpr (kTraceable<Tr>) {
+    if (p.trace != nullptr) kernel = gemmKernel<Tr, true>;
+  }
   // Per-function attribute; cheap to set again, and no static state across devices.
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  Tr::Pipe::kSmemBytes));

@@ -26,9 +26,12 @@ constexpr int kTraceWords = 4;  // per record
 // record, then `tiles` records.
 //  header: globaltimer (ns) and clock64 at the role's start, then the same at its end;
 //  consumer record (the warpgroup's n-th tile): [tile start, its first stage ready, main loop
-//    done, epilogue's stores issued], globaltimer ns;
-//  producer record: [the tile's first load issued, its last load issued, 0, 0], ns.
-// Tiles past `tiles` are not recorded; words not written keep what the caller put there (0).
+//    done, epilogue's stores issued], clock64;
+//  producer record: [the tile's first load issued, its last load issued, 0, 0], clock64.
+// Records are SM cycles: exact differences on one SM (globaltimer may tick only every
+// microsecond, longer than an epilogue); the header's two clocks convert them to time (the
+// role's mean clock over its life) and line different SMs up. Tiles past `tiles` are not
+// recorded; words not written keep what the caller put there (0).
 MK_TRACE_HD size_t traceRow(int cta, int row, int tiles) {
   return ((size_t)cta * kTraceRows + row) * (size_t)(1 + tiles) * kTraceWords;
 }
@@ -72,7 +75,7 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
   for (int c = 0; c < ctas; ++c) {
     for (int r = 0; r < kTraceRows; ++r) {
       const uint64_t* h = w.data() + traceRow(c, r, tiles);
-      if (h[0] == 0 || h[2] < h[0]) continue;  // the role never ran (or no end stamp)
+      if (h[0] == 0 || h[2] <= h[0] || h[3] <= h[1]) continue;  // never ran, or no end stamp
       t0 = std::min(t0, h[0]);
       t1 = std::max(t1, h[2]);
       if (r == 0) continue;
@@ -83,17 +86,19 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
       ends.push_back(h[2]);
       cycles += (double)(h[3] - h[1]);
       ns += (double)(h[2] - h[0]);
+      const double perUs = 1e3 * (double)(h[3] - h[1]) / (double)(h[2] - h[0]);  // cycles a us
+      const uint64_t* pr = w.data() + traceRow(c, 0, tiles);
       for (int n = 0; n < tiles; ++n) {
         const uint64_t* q = h + (size_t)(1 + n) * kTraceWords;
         if (q[0] == 0 || q[1] < q[0] || q[2] < q[1] || q[3] < q[2]) continue;
         ++s.records;
-        firstWait.push_back((q[1] - q[0]) * 1e-3);
-        mainLoop.push_back((q[2] - q[1]) * 1e-3);
-        epilogue.push_back((q[3] - q[2]) * 1e-3);
-        mainNs += (double)(q[2] - q[1]);
-        if (r == 1) {  // the producer's record of the same tile (both walk one list)
-          const uint64_t* pr = w.data() + traceRow(c, 0, tiles) + (size_t)(1 + n) * kTraceWords;
-          if (pr[0] != 0 && q[1] >= pr[0]) lead.push_back((q[1] - pr[0]) * 1e-3);
+        firstWait.push_back((q[1] - q[0]) / perUs);
+        mainLoop.push_back((q[2] - q[1]) / perUs);
+        epilogue.push_back((q[3] - q[2]) / perUs);
+        mainNs += 1e3 * (q[2] - q[1]) / perUs;
+        if (r == 1) {  // the producer's record of the same tile (both walk one list, one SM)
+          const uint64_t* pq = pr + (size_t)(1 + n) * kTraceWords;
+          if (pq[0] != 0 && q[1] >= pq[0]) lead.push_back((q[1] - pq[0]) / perUs);
         }
       }
     }

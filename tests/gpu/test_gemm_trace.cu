@@ -1,9 +1,9 @@
 // The GEMM engine's timeline stamps (GemmArgs::trace, fused/gemm/trace.h) on the GPU: a traced
 // launch computes the same D (every element against the fp64 reference, outputs poisoned),
 // every role stamps a header, and each walked tile up to traceTiles gets one complete record
-// whose stamps are ordered within the record and from one record to the next; nothing is
-// written past the buffer. Both pipelines, the static and the dynamic schedule, a cap below
-// and at the tiles a CTA walks.
+// whose stamps (SM cycles) are ordered within the record and from one record to the next,
+// between the header's start and end clocks; nothing is written past the buffer. Both
+// pipelines, the static and the dynamic schedule, a cap below and at the tiles a CTA walks.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -42,6 +42,7 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
         GemmArgs g = p.args();
         g.pipeline = pipeline;
         g.smBudget = 5;
+        g.cluster = 1;  // unpaired whatever MKERNEL_GEMM_CLUSTER says: a grid of 5
         const int grid = 5, tiles = mk::gemm::tilesM(g) * mk::gemm::tilesN(g);
         ASSERT_EQ(tiles, 40);
         // Dynamic: a CTA may claim any number of tiles, so an uncapped trace holds them all.
@@ -76,7 +77,7 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
             ASSERT_NE(h[0], 0u) << "CTA " << c << " row " << r << ": no start stamp";
             EXPECT_GE(h[2], h[0]) << "CTA " << c << " row " << r;
             EXPECT_GT(h[3], h[1]) << "CTA " << c << " row " << r << ": clock64 went back";
-            uint64_t prevEnd = h[0];
+            uint64_t prevEnd = h[1];  // records are clock64 values, as the header's h[1], h[3]
             int n = 0;
             for (; n < cap; ++n) {
               const uint64_t* q = h + (size_t)(1 + n) * kTraceWords;
@@ -97,7 +98,7 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
               const uint64_t* q = h + (size_t)(1 + m) * kTraceWords;
               EXPECT_EQ(q[0] | q[1] | q[2] | q[3], 0u) << "CTA " << c << " row " << r;
             }
-            EXPECT_LE(prevEnd, h[2]) << "CTA " << c << " row " << r << ": a stamp after the end";
+            EXPECT_LE(prevEnd, h[3]) << "CTA " << c << " row " << r << ": a stamp after the end";
             if (!dynamic) EXPECT_EQ(n, std::min(cap, tiles / grid)) << "CTA " << c << " row " << r;
             if (r == 0) {
               producerRecords += n;

@@ -33,57 +33,58 @@ TEST(GemmTrace, LayoutHasNoOverlap) {
 
 TEST(GemmTrace, SummaryOfKnownTimelines) {
   // Two CTAs, tiles of random lengths (seeded per run, printed), each consumer's records
-  // built from known parts, so the summary's medians are known exactly.
+  // built from known parts in SM cycles at 2 cycles a ns (the headers' two clocks say so),
+  // so the summary's medians in microseconds are known exactly.
   std::random_device rd;
   const unsigned seed = rd();
   std::mt19937 gen(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::uniform_int_distribution<int> jitter(0, 999);
+  std::uniform_int_distribution<int> jitter(0, 1999);
   const int ctas = 2, tiles = 3;
   std::vector<uint64_t> w(traceWords(ctas, tiles), 0);
-  const uint64_t base = 1700000000000000000ull;  // globaltimer-like: ns since the epoch
+  const uint64_t base = 1700000000000000000ull;  // globaltimer: ns since the epoch
+  const uint64_t clk0 = 123456789;               // clock64 at the first role's start
   std::vector<double> firstWaits, mains, epilogues;
-  double mainSum = 0;
+  double mainCycles = 0;
   uint64_t lastEnd = 0;
   for (int c = 0; c < ctas; ++c) {
     uint64_t* pr = w.data() + traceRow(c, 0, tiles);
     pr[0] = base + 100 * c;
-    pr[1] = 1000;
+    pr[1] = clk0 + 200 * c;
     for (int r = 1; r < kTraceRows; ++r) {
       uint64_t* h = w.data() + traceRow(c, r, tiles);
-      uint64_t t = base + 200 + 100 * c + 10 * r;  // the consumers start a little later
-      h[0] = t;
-      h[1] = 5000;
+      h[0] = base + 200 + 100 * c + 10 * r;  // the consumers start a little later
+      h[1] = pr[1] + 2 * (h[0] - pr[0]);     // the same SM's counter, 2 cycles a ns
+      uint64_t t = h[1];
       for (int n = 0; n < tiles; ++n) {
         uint64_t* q = h + (size_t)(1 + n) * kTraceWords;
-        const uint64_t fw = 100 + jitter(gen), ml = 9000 + jitter(gen), ep = 400 + jitter(gen);
+        const uint64_t fw = 200 + jitter(gen), ml = 18000 + jitter(gen), ep = 800 + jitter(gen);
         q[0] = t;
         q[1] = t + fw;
         q[2] = q[1] + ml;
         q[3] = q[2] + ep;
-        if (r == 1) pr[(1 + n) * kTraceWords] = q[1] - 700;  // the producer 0.7 us ahead
-        t = q[3] + 5;
-        firstWaits.push_back(fw * 1e-3);
-        mains.push_back(ml * 1e-3);
-        epilogues.push_back(ep * 1e-3);
-        mainSum += ml;
+        if (r == 1) pr[(1 + n) * kTraceWords] = q[1] - 1400;  // the producer 0.7 us ahead
+        t = q[3] + 10;
+        firstWaits.push_back(fw / 2000.0);
+        mains.push_back(ml / 2000.0);
+        epilogues.push_back(ep / 2000.0);
+        mainCycles += ml;
       }
-      h[2] = t + 50;
-      h[3] = h[1] + 2 * (h[2] - h[0]);  // 2 GHz
+      h[3] = t + 100 + (t - h[1]) % 2;  // an even count: exactly 2 cycles a ns
+      h[2] = h[0] + (h[3] - h[1]) / 2;
       lastEnd = std::max(lastEnd, h[2]);
     }
     pr[2] = lastEnd;
     pr[3] = pr[1] + 2 * (pr[2] - pr[0]);
   }
   // A record the kernel never finished (a tile past an abort) counts for nothing.
-  uint64_t* extra = w.data() + traceRow(1, 2, tiles) + (size_t)tiles * kTraceWords;
-  extra[3] = 0;
+  uint64_t* unfinished = w.data() + traceRow(1, 2, tiles) + (size_t)tiles * kTraceWords;
+  unfinished[3] = 0;
   const mk::gemm::TraceSummary s = mk::gemm::summarizeTrace(w, ctas, tiles);
   EXPECT_EQ(s.records, ctas * 2 * tiles - 1);
-  // Drop the unfinished record's parts from the expectation (it is the last one pushed for
-  // CTA 1, WG 1: index (1 * 2 + 1) * tiles + tiles - 1).
+  // Its parts leave the expectation too: the last pushed for CTA 1, warpgroup 1.
   const size_t drop = (size_t)(1 * 2 + 1) * tiles + tiles - 1;
-  mainSum -= mains[drop] * 1e3;
+  mainCycles -= mains[drop] * 2000.0;
   firstWaits.erase(firstWaits.begin() + drop);
   mains.erase(mains.begin() + drop);
   epilogues.erase(epilogues.begin() + drop);
@@ -95,10 +96,10 @@ TEST(GemmTrace, SummaryOfKnownTimelines) {
   EXPECT_NEAR(s.mainUs, med(mains), 1e-9);
   EXPECT_NEAR(s.epilogueUs, med(epilogues), 1e-9);
   EXPECT_NEAR(s.clockGHz, 2.0, 1e-12);
-  EXPECT_NEAR(s.producerLeadUs, 0.7, 1e-9);  // WG 0's tiles only, all 0.7 us
+  EXPECT_NEAR(s.producerLeadUs, 0.7, 1e-9);
   EXPECT_NEAR(s.spanUs, (lastEnd - base) * 1e-3, 1e-6);
   EXPECT_NEAR(s.startSpreadUs, 0.11, 1e-6);  // CTA 0 WG 0 at +210 ns, CTA 1 WG 1 at +320
-  EXPECT_NEAR(s.mainFrac, mainSum / (4.0 * (lastEnd - base)), 1e-12);
+  EXPECT_NEAR(s.mainFrac, mainCycles / 2.0 / (4.0 * (lastEnd - base)), 1e-12);
   EXPECT_GE(s.endSpreadUs, 0.0);
   // Nothing usable: zeros, not garbage.
   std::vector<uint64_t> none(traceWords(ctas, tiles), 0);
