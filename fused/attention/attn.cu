@@ -160,8 +160,6 @@ bool canImplement(const AttnArgs& a, std::string* why) {
   const int64_t stride = srcStrideOf(a);
   if (stride < (int64_t)a.B * a.S * a.Hkv * a.D || stride % 8 != 0)
     return fail(why, "srcStride=%lld must cover a slice and be a multiple of 8", stride);
-  if (a.mergeLse != nullptr && a.mergeLse == a.lse)
-    return fail(why, "mergeLse must not alias lse (write the merged lse elsewhere)");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.schedule < -1 || a.schedule > 1)
     return fail(why, "schedule=%lld must be -1 (parameter), 0 (plain) or 1 (overlapped)",
@@ -224,7 +222,6 @@ ncclResult_t buildParams(const AttnArgs& a, AttnParams* p, int32_t* grid) {
   for (int j = 0; j < a.nSrc; ++j) p->srcRank[j] = a.srcRank[j];
   p->hooks = a.hooks;
   p->claim = a.tileClaim;
-  p->lseIn = a.mergeLse;
   const int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
   *grid = (int32_t)(tiles < budget ? tiles : budget);
   return ncclSuccess;

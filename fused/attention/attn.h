@@ -204,13 +204,6 @@ struct AttnArgs {
   // share; nullptr: the static schedule (MKERNEL_ATTN_TILE_ORDER). For kernels that share
   // the SMs with other kernels, whose CTAs become resident at different times.
   int32_t* tileClaim = nullptr;
-  // Merge into a partial result: out already holds the attention of these queries over other
-  // keys (inType) and mergeLse its log-sum-exp (fp32 [B, Hq, S], natural log; -inf: no key
-  // there); the kernel writes the attention over both key sets (out, and lse when set), rows
-  // weighted by their sums. Lets a ring compute its own slices while the peers' are still on
-  // their way (fused/ops/ring_attn/fused.cu, the staged split). nullptr: out is overwritten.
-  // Must not alias lse (a row's word is read by four threads, one of which writes lse).
-  const float* mergeLse = nullptr;
 };
 
 // Host-only check (no CUDA call): false with the rule broken when the engine cannot run it.

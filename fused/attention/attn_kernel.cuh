@@ -148,8 +148,7 @@ struct AttnParams {
   // Here it fills the padding before hooks, so the other fields keep their offsets.
   int32_t variant;
   AttnHooks hooks;
-  int32_t* claim;      // AttnArgs::tileClaim
-  const float* lseIn;  // AttnArgs::mergeLse
+  int32_t* claim;  // AttnArgs::tileClaim
   int32_t srcRank[kMaxSrc];
 };
 
@@ -507,60 +506,30 @@ __device__ __forceinline__ void issuePV(float (&o)[C::D / 2], uint32_t (&pa)[C::
   }
 }
 
-template <bool kF16>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-  if constexpr (kF16) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&v));
-  } else {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-  }
-}
-
 template <class C>
 __device__ __forceinline__ void epilogue(const AttnParams& p, const Tile& x, int32_t wg,
                                          float (&o)[C::D / 2], const float (&m)[2],
                                          const float (&l)[2]) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  constexpr float kLn2 = 0.6931471805599453f, kLog2e = 1.4426950408889634f;
+  constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float sum = quadSum(l[r]);
     const int32_t row = x.m0 + 64 * wg + 16 * warp + (lane >> 2) + 8 * r;
     if (row >= p.S) continue;
-    const int64_t lseAt = ((int64_t)x.b * p.Hq + x.h) * p.S + row;
-    // Log2 of this kernel's row sum in the scores' scaled units (m is the row max there).
-    float lse2 = sum > 0.0f ? m[r] + __log2f(sum) : -INFINITY;
-    float cNew = sum > 0.0f ? 1.0f / sum : 0.0f, cOld = 0.0f;
-    if (p.lseIn != nullptr) {
-      // AttnArgs::mergeLse: out = (out_old * 2^old + o / sum * 2^lse2) / (2^old + 2^lse2), each
-      // side weighted by its share of the combined sum (both -inf: no key anywhere, 0).
-      const float old2 = p.lseIn[lseAt] * kLog2e;
-      const float mx = fmaxf(old2, lse2);
-      if (mx == -INFINITY) {
-        cNew = 0.0f;
-      } else {
-        const float wOld = exp2f(old2 - mx), wNew = exp2f(lse2 - mx);
-        const float inv = 1.0f / (wOld + wNew);
-        cOld = wOld * inv;
-        cNew *= wNew * inv;
-        lse2 = mx + __log2f(wOld + wNew);
-      }
-    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     using T = typename std::conditional<C::kF16, __half, __nv_bfloat16>::type;
     T* dst = static_cast<T*>(p.out) + (((int64_t)x.b * p.S + row) * p.Hq + x.h) * C::D;
 #pragma unroll
     for (int i = 0; i < C::D / 2; i += 2) {
       if (fragRow(i) != r) continue;
-      uint32_t* at = reinterpret_cast<uint32_t*>(dst + fragCol(i, lane));
-      float a = o[i] * cNew, b = o[i + 1] * cNew;
-      if (p.lseIn != nullptr) {
-        const float2 old = unpack2<C::kF16>(*at);
-        a = fmaf(old.x, cOld, a);
-        b = fmaf(old.y, cOld, b);
-      }
-      *at = pack2<C::kF16>(a, b);
+      *reinterpret_cast<uint32_t*>(dst + fragCol(i, lane)) =
+          pack2<C::kF16>(o[i] * inv, o[i + 1] * inv);
     }
-    if (p.lse != nullptr && (lane & 3) == 0) p.lse[lseAt] = lse2 * kLn2;
+    if (p.lse != nullptr && (lane & 3) == 0) {
+      const float v = sum > 0.0f ? (m[r] + __log2f(sum)) * kLn2 : -INFINITY;
+      p.lse[((int64_t)x.b * p.Hq + x.h) * p.S + row] = v;
+    }
   }
 }
 

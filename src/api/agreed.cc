@@ -19,7 +19,6 @@ constexpr ParamId kAgreed[kAgreedParams] = {
     ParamId::MoeNodeDedup,       // the MoE AllToAll path's routes and message layout
     ParamId::FusedXnode,         // AllGatherGemm across nodes: fused kernel against sequential
     ParamId::RingSeqDirect,      // ring attention's sequential path: gathers or staged reads
-    ParamId::RingSeqDouble,      // ring attention's staged reads: which buffer a call's slices use
     ParamId::MoeSwigluEpilogue,  // the MoE layer: fused kernels (they need it) or the AllToAll path
 };
 

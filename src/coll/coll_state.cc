@@ -68,14 +68,12 @@ ncclResult_t collInit(ncclComm* comm) {
       ctaBudget(comm->smCount, t.ranksOnMyDevice, comm->config.minCTAs, comm->config.maxCTAs,
                 (int)MK_PARAM_INT(MinCtas), (int)MK_PARAM_INT(MaxCtas));
   CUDACHECK(cudaStreamCreateWithFlags(&cs->internal, cudaStreamNonBlocking));
-  CUDACHECK(cudaStreamCreateWithFlags(&cs->side, cudaStreamNonBlocking));
   // Stream-ordered allocation: its free (collFini) does not synchronise the device.
   CUDACHECK(cudaMallocAsync(&cs->devState, devStateBytes(), cs->internal));
   CUDACHECK(cudaMemsetAsync(cs->devState, 0, devStateBytes(), cs->internal));
   CUDACHECK(cudaStreamSynchronize(cs->internal));
   NCCLCHECK(rt::recordAlloc(&cs->err, &cs->errDev));
-  for (cudaEvent_t* e : {&cs->orderEvent, &cs->doneEvent, &cs->forkEvent, &cs->joinEvent,
-                         &cs->sideFork, &cs->sideJoin})
+  for (cudaEvent_t* e : {&cs->orderEvent, &cs->doneEvent, &cs->forkEvent, &cs->joinEvent})
     CUDACHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   NCCLCHECK(rdvJoin(comm, &cs->rdv, &cs->rdvSlot));
   MK_INFO(kColl | kInit,
@@ -179,11 +177,9 @@ ncclResult_t collFini(ncclComm* comm) {
     if (cs->devState) cudaFreeAsync(cs->devState, cs->internal);
     rt::recordFree(cs->err);
   }
-  for (cudaEvent_t e :
-       {cs->orderEvent, cs->doneEvent, cs->forkEvent, cs->joinEvent, cs->sideFork, cs->sideJoin})
+  for (cudaEvent_t e : {cs->orderEvent, cs->doneEvent, cs->forkEvent, cs->joinEvent})
     if (e) cudaEventDestroy(e);
   if (cs->internal) cudaStreamDestroy(cs->internal);
-  if (cs->side) cudaStreamDestroy(cs->side);
   cudaGetLastError();
   delete cs;
   comm->coll = nullptr;

@@ -49,20 +49,6 @@ struct CollState {
   // the other ranks' streams (legacy default stream, or a stream shared by several comms
   // of one group). Created on first use.
   cudaStream_t internal = nullptr;
-  // A second stream of the comm's own for work of one call that runs beside its kernels (the
-  // staged ring attention's split copies this rank's k/v for its peers while its first kernel
-  // runs): forked from the call's stream at sideFork, joined at sideJoin.
-  cudaStream_t side = nullptr;
-  cudaEvent_t sideFork = nullptr;
-  cudaEvent_t sideJoin = nullptr;
-  // ncclRingAttention's staged calls with two buffers enqueued so far (fused/ops/ring_attn/
-  // fused.cu: the buffer of the next one is this count's parity; every rank counts alike).
-  uint64_t ringStagedCalls = 0;
-  // What the comm's last eager ncclRingAttention call in the processes layout left in its data
-  // region: -1 nothing a reader may still use (that call waited for its readers, or there was
-  // none), 0 / 1 the buffer of a staged call with two buffers (which did not wait). Captured
-  // calls wait for their readers and leave it as it was.
-  int32_t ringLastBuf = -1;
   // Host rendezvous with the ranks of this comm that share the GPU in this process
   // (coll/rendezvous.h); null when there are none.
   std::shared_ptr<RdvClique> rdv;

@@ -21,7 +21,7 @@ struct NetState;   // transport/net_state_impl.h (inter-node)
 constexpr uint64_t kCommMagic = 0x6d6b65726e656c31ull;  // "mkernel1"
 constexpr uint64_t kCommDead = 0xdeadc0de0badc0deull;
 
-constexpr int kAgreedParams = 9;  // api/agreed.cc lists them
+constexpr int kAgreedParams = 8;  // api/agreed.cc lists them
 
 // Where every rank lives; filled by topo/topo.cc from the bootstrap allgather.
 struct RankInfo {

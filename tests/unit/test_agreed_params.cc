@@ -44,10 +44,9 @@ TEST(AgreedParams, EqualSettingsPass) {
 }
 
 TEST(AgreedParams, EveryRankRefusesAMismatchAndNamesIt) {
-  for (const char* var :
-       {"MKERNEL_EMULATE_NODES", "MKERNEL_REG_ZERO_COPY", "MKERNEL_FUSED_AUTO",
-        "MKERNEL_MOE_NODE_DEDUP", "MKERNEL_FUSED_XNODE", "MKERNEL_RING_SEQ_DIRECT",
-        "MKERNEL_RING_SEQ_DOUBLE", "MKERNEL_MOE_SWIGLU_EPILOGUE"}) {
+  for (const char* var : {"MKERNEL_EMULATE_NODES", "MKERNEL_REG_ZERO_COPY", "MKERNEL_FUSED_AUTO",
+                          "MKERNEL_MOE_NODE_DEDUP", "MKERNEL_FUSED_XNODE",
+                          "MKERNEL_RING_SEQ_DIRECT", "MKERNEL_MOE_SWIGLU_EPILOGUE"}) {
     // 0 and 1 virtual nodes are the same map (none): 2 against 3 differ.
     const bool nodes = std::string(var) == "MKERNEL_EMULATE_NODES";
     const char* a = nodes ? "2" : "0";

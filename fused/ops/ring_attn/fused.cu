@@ -16,7 +16,6 @@
 #include "base/checks.h"
 #include "base/param.h"
 #include "base/scratch.h"
-#include "coll/coll_state.h"
 #include "comm/comm.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
@@ -63,32 +62,6 @@ __global__ void ringDirectEndKernel(const FusedComm f, const RingCtl* mine, uint
   const uint64_t seq = ptx::ldVolatile64(fusedCallCounter(f));  // the attention's, counted
   ringWaitReaders(f.c.w, mine, f.nRanks, f.rank, seq, 0);
   ringTraceStamp(trace, row, kRtEndKernelEnd);
-}
-
-// The processes layout, before this rank writes buffer `buf` of its data region (one thread):
-// until every peer has finished reading the call whose slices the buffer holds (RingCtl::
-// bufSeq, 0 before any). Needed after staged calls with two buffers, which end without
-// waiting for their readers (MKERNEL_RING_SEQ_DOUBLE); the calls with one buffer wait at their
-// end, so the wait here then passes at once.
-__global__ void ringRegionFreeKernel(const FusedComm f, const RingCtl* mine, int32_t buf,
-                                     uint64_t* trace, int32_t row) {
-  ringTraceStamp(trace, row, kRtFreeStart);
-  const uint64_t held = ptx::ldVolatile64(&mine->bufSeq[buf]);
-  if (held != 0) ringWaitReaders(f.c.w, mine, f.nRanks, f.rank, held, 0);
-  ringTraceStamp(trace, row, kRtFreeEnd);
-}
-
-// Direct reads with MKERNEL_RING_SEQ_COPY=1: this rank's k and v into its data region by the
-// SMs, in kRingChunkBytes units spread over the grid, instead of the copy engine. It waits for
-// nothing, so it may take SMs between the peers' kernels like any other kernel.
-__global__ void __launch_bounds__(512) ringStageCopyKernel(char* dst, const char* k, const char* v,
-                                                           int64_t sliceBytes, int32_t chunks) {
-  for (int64_t u = blockIdx.x; u < 2 * (int64_t)chunks; u += gridDim.x) {
-    const int32_t kv = u >= chunks ? 1 : 0;
-    const int64_t off = (u - (int64_t)kv * chunks) * kRingChunkBytes;
-    const int64_t len = min(kRingChunkBytes, sliceBytes - off);
-    copyCta(dst + kv * sliceBytes + off, (kv ? v : k) + off, len);
-  }
 }
 
 // Staged direct reads (ringAttnFused's `staged`), before the attention kernel in stream order
@@ -144,23 +117,13 @@ void CUDART_CB ringTracePrint(void* arg) {
   };
   fprintf(stderr,
           "[mkernel fused trace] ncclRingAttention rank %d (%s, %d CTAs, %d comm; us after the "
-          "first CTA's start, %.1f us mod 1 s): region free %s; stage kernel %s; CTAs start .. "
-          "%.1f (%zu), end %.1f / %.1f / %.1f (first / median / last); end kernel %s\n",
+          "first CTA's start, %.1f us mod 1 s): stage kernel %s; CTAs start .. %.1f (%zu), end "
+          "%.1f / %.1f / %.1f (first / median / last); end kernel %s\n",
           t->rank, t->mode, t->grid, t->nComm, (double)(t0 % 1000000000ll) * 1e-3,
-          span(kRtFreeStart, kRtFreeEnd).c_str(), span(kRtStageStart, kRtStageEnd).c_str(),
-          rel(starts.back()), starts.size(), rel(ends.front()), rel(ends[ends.size() / 2]),
-          rel(ends.back()), span(kRtEndKernelStart, kRtEndKernelEnd).c_str());
+          span(kRtStageStart, kRtStageEnd).c_str(), rel(starts.back()), starts.size(),
+          rel(ends.front()), rel(ends[ends.size() / 2]), rel(ends.back()),
+          span(kRtEndKernelStart, kRtEndKernelEnd).c_str());
   traceRelease(t->stamps);
-}
-
-// The trace of one launch printed once the stream reaches it (nothing for null stamps; the
-// print function owns them once queued).
-ncclResult_t queueTrace(cudaStream_t s, uint64_t* stamps, int32_t rank, int32_t grid, int32_t nComm,
-                        const char* mode) {
-  if (stamps == nullptr) return ncclSuccess;
-  auto* t = new RingTrace{stamps, rank, grid, nComm, mode};
-  if (!traceQueue(s, ringTracePrint, t, stamps)) delete t;
-  return ncclSuccess;
 }
 
 // Fused kernels launched (or captured) per layout: ringAttnFusedLaunches.
@@ -231,30 +194,6 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   const RxPlan rx = xnode ? xnodePlan(c, f) : RxPlan{};
   if (xnode && !rx.ok) return ncclSuccess;  // the sequential path, on every rank
   const bool procs = !xnode && !cliqueEligible(comm, kRingMaxLocal);
-  // Two buffers in the data region for the staged reads (MKERNEL_RING_SEQ_DOUBLE, off by
-  // default: within noise on the H100, session 40; every rank alike, so every rank counts the
-  // same staged calls): call i stages into buffer i % 2 and ends
-  // without waiting for its readers, so a rank copies its next slices as soon as its own kernel
-  // is done, beside the peers' kernels, instead of after the last peer's (session 39's trace:
-  // all four ranks copied at once after the call, 0.2 ms with the SMs idle). The other calls
-  // use buffer 0 and wait for their readers at their end. Every call's stage waits for every
-  // peer's, which comes after the peer's previous call: so a buffer used two calls ago is free,
-  // and only a buffer the previous call left unwaited needs a wait before it is written again,
-  // a one-thread kernel (ringRegionFreeKernel) that would otherwise hold an SM slot between
-  // the peers' kernels. Captured calls are replayed where the host does not see them: they
-  // wait before they write and at their end (a replay leaves nothing unwaited), and leave the
-  // host's record of the eager calls (ringLastBuf) as it was. Every rank must pass the same
-  // algo in every call then: a fused call uses buffer 0, a staged call its parity's.
-  CollState* cs = comm->coll;
-  const bool dbl = staged && procs && MK_PARAM_INT(RingSeqDouble) != 0;
-  const int32_t buf = dbl ? (int32_t)(cs->ringStagedCalls & 1) : 0;
-  const size_t bufOff = (size_t)buf * 2 * (size_t)sliceBytes;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDACHECK(cudaStreamIsCapturing(c.stream, &capture));  // also for the trace's stamps below
-  const bool capturing = capture != cudaStreamCaptureStatusNone;
-  const bool regionWait = procs && (capturing || cs->ringLastBuf == buf);
-  // A staged call with two buffers waits for its readers only when captured.
-  const bool endWait = !dbl || capturing;
   void* block = nullptr;
   ProcView pv{};
   if (xnode) {
@@ -262,8 +201,8 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   } else if (procs) {
     // Every rank's control block and data region (halves: [k slice][v slice]), mapped here.
     bool ok = false;
-    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl),
-                             (size_t)sliceBytes * (dbl ? 2 : 1), c.stream, &pv, &ok));
+    NCCLCHECK(procWindowsGet(comm, kCliqueRingAttn, sizeof(RingCtl), (size_t)sliceBytes, c.stream,
+                             &pv, &ok));
     if (!ok) return ncclSuccess;  // the sequential path, on every rank
   } else {
     NCCLCHECK(
@@ -297,19 +236,6 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
                              : procs && oneGpu && n <= kRingDirectMax ? MK_PARAM_INT(RingDirect)
                                                                       : 0;
   const bool direct = directMode != 0;
-  // The staged split (MKERNEL_RING_SEQ_SPLIT): a first kernel computes this rank's own slices
-  // (the caller's buffers, read by nobody else) while the copy engine stages them for the
-  // peers on the comm's side stream; then the stage kernel, and the peers' slices in a second
-  // kernel that merges into the first one's out (AttnArgs::mergeLse). Without it every rank
-  // copies, then waits for every peer's copy, with nothing on the SMs (0.2 ms of a 2.1 ms call
-  // at 16K on the H100, session 39). Ranks may differ: the peers see the same region and flags.
-  const bool split = staged && MK_PARAM_INT(RingSeqSplit) != 0;
-  // How this rank's slices get into its region (MKERNEL_RING_SEQ_COPY): the copy engine, or a
-  // kernel on the SMs. With the copy engine the four ranks' copies of 32 MB each at 16K took up
-  // to ~0.2 ms on the H100 (session 39's trace), between the last kernel and the stage
-  // barrier; two buffers (MKERNEL_RING_SEQ_DOUBLE), which take the first ranks' copies off
-  // that path, gained nothing measurable, as if the last rank's copy alone took as long.
-  const bool kernelCopy = direct && MK_PARAM_INT(RingSeqCopy) != 0;
   int32_t comm0 = c.cfg.commSms > 0 ? c.cfg.commSms : std::min(8, std::max(1, budget / 8));
   // xnode: sends and receives in separate CTAs (a CTA doing both could wait for an ack while
   // its peer's CTA waits for it); by default one of each per peer round and one receive CTA
@@ -320,16 +246,13 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   if (direct) comm0 = 0;
 
   attn::AttnArgs a = ringAttnArgs(c, n, me);
+  a.nSrc = n;
   a.srcStride = (int64_t)slice;
   // Ring order (this rank's slices first: they need no copy), except for direct reads in
   // rank order (MKERNEL_RING_DIRECT=1), meant to let the ranks' attention CTAs, walking the
   // same heads at once, read the same source's blocks together from L2; measured no faster
-  // (2-7 % slower at 64K on the H200), so ring order is the default. Split: the peers only.
-  a.nSrc = 0;
-  for (int i = 0; i < n; ++i) {
-    const int r = directMode == 1 ? i : (me - i + n) % n;
-    if (!split || r != me) a.srcRank[a.nSrc++] = r;
-  }
+  // (2-7 % slower at 64K on the H200), so ring order is the default.
+  for (int i = 0; i < n; ++i) a.srcRank[i] = directMode == 1 ? i : (me - i + n) % n;
   a.smBudget = budget - comm0;
   a.hooks.wait = f.c.w;
   if (xnode) {
@@ -341,23 +264,14 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     if (f.c.w.timeoutNs != 0) a.hooks.wait.timeoutNs = f.c.w.timeoutNs + 2000000000ull;
   }
 
-  // ready[n], chunkDone[n], then the attention's tile claim counter (MKERNEL_RING_TILE_CLAIM)
-  // and the split's first kernel's; the split's partial lse after them ([B, Hq, S] fp32,
-  // written whole by the first kernel, so not zeroed).
-  const size_t counters =
-      (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t)) + (split ? 2 : 1) * sizeof(int32_t);
+  // ready[n], chunkDone[n], then the attention's tile claim counter (MKERNEL_RING_TILE_CLAIM).
+  const size_t counters = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t)) + sizeof(int32_t);
   const size_t gatherBytes = direct ? 0 : 2 * (size_t)n * sliceBytes;
-  const size_t lseOff = (gatherBytes + counters + 15) & ~size_t(15);
-  const size_t bytes =
-      split ? lseOff + c.B * (size_t)c.Hq * c.S * sizeof(float) : gatherBytes + counters;
+  const size_t bytes = gatherBytes + counters;
   void* scratch = nullptr;
   NCCLCHECK(scratchAlloc(&scratch, bytes, c.comm->cudaDev, c.stream));
   ncclResult_t res = ncclSuccess;
   RingParams rp{};
-  // The split's first kernel (partial: this rank's slices only). Heap: RingParams is ~20 KB.
-  std::unique_ptr<RingParams> own;
-  float* ownLse = split ? reinterpret_cast<float*>(static_cast<char*>(scratch) + lseOff) : nullptr;
-  int32_t* ownClaim = nullptr;
   int32_t computeGrid = 0;
   if (!direct) {
     rp.kAll = static_cast<char*>(scratch);
@@ -371,22 +285,17 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   // The ranks' kernels share the SMs (one after another, or side by side under MPS), so a
   // kernel's CTAs become resident at different times; claimed tiles keep its last ones from
   // waiting on a CTA that started late with a fixed share.
-  if (MK_PARAM_INT(RingTileClaim) != 0) {
-    a.tileClaim = reinterpret_cast<int32_t*>(rp.chunkDone + n);
-    if (split) ownClaim = a.tileClaim + 1;
-  }
-  if (split) a.mergeLse = ownLse;  // a.lse: the caller's (or none)
+  if (MK_PARAM_INT(RingTileClaim) != 0) a.tileClaim = reinterpret_cast<int32_t*>(rp.chunkDone + n);
   NCCLCHECKGOTO(attn::buildParams(a, &rp.a, &computeGrid), res, done);
   if (direct) {
     rp.direct = 1;
     rp.relay = staged ? 0 : 1;
-    for (int i = 0; i < a.nSrc && res == ncclSuccess; ++i) {
+    for (int i = 0; i < n && res == ncclSuccess; ++i) {
       // Ring order reads this rank's slices from the caller's k and v, rank order from the
       // region, as the peers do.
       const int s = a.srcRank[i];
       const bool caller = s == me && directMode != 1;
-      const char* k =
-          caller ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]) + bufOff;
+      const char* k = caller ? static_cast<const char*>(c.k) : reinterpret_cast<char*>(pv.data[s]);
       const char* v = caller ? static_cast<const char*>(c.v) : k + sliceBytes;
       res = attn::encodeKvSource(a, rp.a.variant, k, v, &rp.kvMap[2 * i], &rp.kvMap[2 * i + 1]);
     }
@@ -397,9 +306,8 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   rp.procs = procs ? 1 : 0;
   for (int r = 0; procs && r < n; ++r) {
     rp.ctl[r] = static_cast<RingCtl*>(pv.ctl[r]);
-    rp.stage[r] = reinterpret_cast<char*>(pv.data[r]) + bufOff;
+    rp.stage[r] = reinterpret_cast<char*>(pv.data[r]);
   }
-  rp.buf = buf;
   rp.k = c.k;
   rp.v = c.v;
   rp.sliceBytes = sliceBytes;
@@ -418,24 +326,6 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
   }
   rp.split.count[static_cast<int>(Role::kCompute)] = computeGrid;
   rp.split.count[static_cast<int>(Role::kIntraComm)] = comm0;
-  if (split) {
-    // This rank's slices from the caller's buffers, no waits, its lse into scratch for the
-    // merge; the same kernel (variant and schedule) as the second one, on the same budget.
-    attn::AttnArgs o = ringAttnArgs(c, n, me);
-    o.lse = ownLse;
-    o.smBudget = budget;
-    o.tileClaim = ownClaim;
-    if (c.D == 64) o.d64Variant = rp.a.variant;
-    if (c.D == 128) o.d128Variant = rp.a.variant;
-    own.reset(new RingParams(rp));
-    int32_t ownGrid = 0;
-    NCCLCHECKGOTO(attn::buildParams(o, &own->a, &ownGrid), res, done);
-    NCCLCHECKGOTO(attn::encodeKvSource(o, own->a.variant, c.k, c.v, &own->kvMap[0], &own->kvMap[1]),
-                  res, done);
-    own->partial = 1;
-    own->relay = 0;
-    own->split.count[static_cast<int>(Role::kCompute)] = ownGrid;
-  }
   {
     const bool ov = attn::overlapOf(a);
     const bool f16 = c.inType == ncclFloat16;
@@ -443,11 +333,6 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     // Loaded before the launch (a lazy load could wait behind peers' kernels that wait for
     // this rank).
     NCCLCHECKGOTO(launchFor(c.D, f16, rp, ov, 0, smem, c.stream), res, done);
-    if (procs) {
-      cudaFuncAttributes attr;
-      CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringRegionFreeKernel), res, done);
-      if (kernelCopy) CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringStageCopyKernel), res, done);
-    }
     if (direct) {
       cudaFuncAttributes attr;
       CUDACHECKGOTO(cudaFuncGetAttributes(&attr, ringDirectEndKernel), res, done);
@@ -455,68 +340,40 @@ ncclResult_t ringAttnFused(const RingAttnCall& c, bool* ran, bool staged) {
     }
     CUDACHECKGOTO(cudaMemsetAsync(rp.ready, 0, counters, c.stream), res, done);
     if (MK_PARAM_INT(FusedTrace) != 0) {
+      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      CUDACHECKGOTO(cudaStreamIsCapturing(c.stream, &cap), res, done);
       // One row per CTA and one for the kernels around the attention.
-      rp.trace = traceAcquire(rp.split.total() + 1, capturing);
-      if (own) own->trace = traceAcquire(own->split.total() + 1, capturing);
+      rp.trace = traceAcquire(rp.split.total() + 1, cap != cudaStreamCaptureStatusNone);
     }
-    // The buffer is spent whether or not the enqueue below succeeds (a rank that failed after
-    // a copy or a stage kernel went out must not reuse the parity its peers moved past).
-    if (dbl) ++cs->ringStagedCalls;
-    if (procs && !capturing) cs->ringLastBuf = dbl && !endWait ? buf : -1;
     NCCLCHECKGOTO(
         fusedEnqueue(
             comm, c.stream, kApi,
             [&](cudaStream_t s) {
-              if (regionWait) {
-                ringRegionFreeKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], buf, rp.trace,
-                                                     rp.split.total());
-                CUDACHECK(cudaGetLastError());
-              }
               if (direct) {
-                // The peers read these copies once the kernel says so. Split: on the side
-                // stream, beside the kernel on this rank's own slices.
-                cudaStream_t cp = s;
-                if (own) {
-                  CUDACHECK(cudaEventRecord(cs->sideFork, s));
-                  CUDACHECK(cudaStreamWaitEvent(cs->side, cs->sideFork, 0));
-                  cp = cs->side;
-                }
+                // The peers read these copies once the kernel says so.
                 char* mine = rp.stage[me];
-                if (kernelCopy) {
-                  const int32_t grid = (int32_t)std::min<int64_t>(comm->smCount, 2 * rp.chunks);
-                  ringStageCopyKernel<<<grid, 512, 0, cp>>>(mine, static_cast<const char*>(c.k),
-                                                            static_cast<const char*>(c.v),
-                                                            sliceBytes, rp.chunks);
-                  CUDACHECK(cudaGetLastError());
-                } else {
-                  CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes, cudaMemcpyDeviceToDevice, cp));
-                  CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
-                                            cudaMemcpyDeviceToDevice, cp));
-                }
-                if (own) {
-                  CUDACHECK(cudaEventRecord(cs->sideJoin, cp));
-                  NCCLCHECK(launchFor(c.D, f16, *own, ov, own->split.total(), smem, s));
-                  NCCLCHECK(queueTrace(s, own->trace, me, own->split.total(), 0, "staged own"));
-                  own->trace = nullptr;
-                  CUDACHECK(cudaStreamWaitEvent(s, cs->sideJoin, 0));
-                }
+                CUDACHECK(cudaMemcpyAsync(mine, c.k, sliceBytes, cudaMemcpyDeviceToDevice, s));
+                CUDACHECK(cudaMemcpyAsync(mine + sliceBytes, c.v, sliceBytes,
+                                          cudaMemcpyDeviceToDevice, s));
               }
               if (staged) {
                 ringStageKernel<<<1, 1, 0, s>>>(rp);
                 CUDACHECK(cudaGetLastError());
               }
               NCCLCHECK(launchFor(c.D, f16, rp, ov, rp.split.total(), smem, s));
-              if (direct && endWait) {
+              if (direct) {
                 ringDirectEndKernel<<<1, 1, 0, s>>>(rp.f, rp.ctl[me], rp.trace, rp.split.total());
                 CUDACHECK(cudaGetLastError());
               }
-              NCCLCHECK(queueTrace(s, rp.trace, me, rp.split.total(), comm0,
-                                   own      ? "staged peers"
-                                   : staged ? "staged"
-                                   : xnode  ? "xnode"
-                                   : direct ? "direct"
-                                            : (procs ? "processes" : "clique")));
-              rp.trace = nullptr;  // the print function owns it
+              if (rp.trace != nullptr) {
+                auto* t = new RingTrace{rp.trace, me, rp.split.total(), comm0,
+                                        staged   ? "staged"
+                                        : xnode  ? "xnode"
+                                        : direct ? "direct"
+                                                 : (procs ? "processes" : "clique")};
+                if (!traceQueue(s, ringTracePrint, t, rp.trace)) delete t;
+                rp.trace = nullptr;  // the print function owns it
+              }
               return ncclSuccess;
             }),
         res, done);
@@ -525,13 +382,9 @@ done:
   // Acquired but not handed to a print function (a launch failed): kernels queued before may
   // still write it.
   if (rp.trace != nullptr) traceReleaseAfter(c.stream, rp.trace);
-  if (own && own->trace != nullptr) traceReleaseAfter(c.stream, own->trace);
   if (res == ncclSuccess) {
     *ran = true;
     if (a.tileClaim != nullptr) gLaunches[kRingLayoutClaim].fetch_add(1);
-    if (split) gLaunches[kRingLayoutSplit].fetch_add(1);
-    if (kernelCopy) gLaunches[kRingLayoutCopyKernel].fetch_add(1);
-    if (dbl) gLaunches[kRingLayoutDouble].fetch_add(1);
     if (staged) {
       gLaunches[kRingLayoutStaged].fetch_add(1);
       gLastStagedGrid.store(rp.split.total());

@@ -56,10 +56,6 @@ struct RingCtl {
   // rank finished reading this rank's slices. Per reader, so that a wait for a reader that
   // never finishes (killed mid-call) names it.
   uint64_t readBy[kRingMaxLocal];
-  // By buffer of the data region (two with MKERNEL_RING_SEQ_DOUBLE): the call whose slices it
-  // holds, written by this rank when it publishes them and read by its own later calls before
-  // they overwrite the buffer (ringRegionFreeKernel: until every reader's readBy passed it).
-  uint64_t bufSeq[2];
 };
 
 struct RingParams {
@@ -105,15 +101,6 @@ struct RingParams {
   // no CTA of this kernel waits for a peer and its grid may take the whole GPU beside the
   // peers' kernels (no co-residency needed).
   int32_t relay;
-  // Direct reads only. 1: this kernel computes a partial result and is not the call's last
-  // (the staged split, fused.cu: this rank's own slices, from the caller's buffers, while the
-  // copy engine stages them for the peers): it reads no peer, so it neither counts itself out
-  // nor counts the call; the call's next kernel merges into its out (AttnArgs::mergeLse).
-  int32_t partial;
-  // The processes layout: which buffer of the data region holds this call's slices (0 but for
-  // the staged reads with MKERNEL_RING_SEQ_DOUBLE, which alternate); stage[] and the direct
-  // reads' maps point into it already, this is for bufSeq.
-  int32_t buf;
   // MKERNEL_FUSED_TRACE (null otherwise): %globaltimer stamps in mapped host memory, words
   // kRtStart / kRtEnd of every CTA's row, and row split.total() for the one-thread kernels
   // around this one (kRtStage*, kRtEndKernel*; fused.cu prints them).
@@ -129,8 +116,6 @@ enum RingTraceWord : int {
   kRtStageEnd = 1,        // ... every peer's slices in place, the ready flags open
   kRtEndKernelStart = 2,  // ringDirectEndKernel began
   kRtEndKernelEnd = 3,    // ... every peer read this rank's region
-  kRtFreeStart = 4,       // extra row: ringRegionFreeKernel began
-  kRtFreeEnd = 5,         // ... the buffer's last readers are done
 };
 
 __device__ __forceinline__ void ringTraceStamp(uint64_t* trace, int32_t row, int word) {
@@ -247,10 +232,8 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
           __threadfence();
         }
         rt::releaseFlag(&p.ready[i], 1, false);
-        if (p.procs && i == 0) {
-          p.ctl[me]->bufSeq[p.buf] = seq;              // for this rank's later calls only
+        if (p.procs && i == 0)
           ptx::stReleaseSys(&p.ctl[me]->staged, seq);  // the peers may copy my slices now
-        }
         // This rank no longer reads rank s's slices.
         if (i > 0) ringMarkRead(p, s, seq);
       }
@@ -279,17 +262,14 @@ __device__ __forceinline__ void ringCommRole(const RingParams& p, int32_t idx, i
 
 // Direct reads (RingParams::direct), one thread of the first attention CTA at the kernel's
 // start: says that this rank's region holds this call's slices, then passes each source's
-// `staged` word on to the attention's ready flag, in the order the attention walks them (the
-// staged split's second kernel walks the peers only).
+// `staged` word on to the attention's ready flag, in the order the attention walks them.
 __device__ __forceinline__ void ringDirectRelay(const RingParams& p, uint64_t seq) {
-  const int32_t me = p.f.rank, op = p.f.c.w.op;
-  // The copy into my region finished before this kernel began (stream order, or the split's
-  // join of the side stream that copied); the fence makes it visible to the peers' processes
-  // before the flag that says so.
+  const int32_t n = p.f.nRanks, me = p.f.rank, op = p.f.c.w.op;
+  // The copy into my region finished before this kernel began (stream order); the fence
+  // makes it visible to the peers' processes before the flag that says so.
   __threadfence_system();
-  p.ctl[me]->bufSeq[p.buf] = seq;  // for this rank's later calls only
   ptx::stReleaseSys(&p.ctl[me]->staged, seq);
-  for (int32_t i = 0; i < p.a.nSrc; ++i) {
+  for (int32_t i = 0; i < n; ++i) {
     const int32_t s = p.a.srcRank[i];
     if (s != me && !rt::waitGe(p.f.c.w, &p.ctl[s]->staged, seq,
                                rt::ErrSite{op, s, 0, -1, rt::kWaitData, 0}, rt::kScopeSys))
@@ -343,16 +323,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                            [&] {
                              if (p.direct && p.relay && cta == 0) ringDirectRelay(p, seq);
                            });
-    if (p.direct && !p.partial) {
+    if (p.direct) {
       __syncthreads();
       if (threadIdx.x == 0) ringDirectDone(p, seq);
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) ringTraceStamp(p.trace, blockIdx.x, kRtEnd);
-  // The last CTA counts the call (finishCall; not a partial kernel's: the call's next kernel
-  // reads the same seq), and in the xnode layout the xnode call too.
-  if (threadIdx.x == 0 && rt::finishCta(p.f.c.w) && !p.partial) {
+  // The last CTA counts the call (finishCall), and in the xnode layout the xnode call too.
+  if (threadIdx.x == 0 && rt::finishCta(p.f.c.w)) {
     *(volatile uint64_t*)fusedCallCounter(p.f) = seq;
     if (p.xnode) {
       *(volatile uint64_t*)p.xcalls = xseqSh;

@@ -44,12 +44,7 @@ ncclResult_t ringAttnRun(const RingAttnCall& call);
 // those of them that read the peers' regions in place (RingParams::direct); kRingLayoutStaged
 // the sequential path's staged direct reads (MKERNEL_RING_SEQ_DIRECT), counted there only;
 // kRingLayoutClaim the launches of any layout whose attention CTAs claim their tiles
-// (MKERNEL_RING_TILE_CLAIM); kRingLayoutSplit the staged calls that ran as two kernels, this
-// rank's own slices while the copy engine stages them, then the peers' (MKERNEL_RING_SEQ_SPLIT).
-// kRingLayoutDouble the staged calls that used one of two buffers and did not wait for their
-// readers (MKERNEL_RING_SEQ_DOUBLE); kRingLayoutCopyKernel the calls with direct reads whose
-// rank copied its slices with a kernel (MKERNEL_RING_SEQ_COPY). One count per call, whatever
-// its kernels.
+// (MKERNEL_RING_TILE_CLAIM).
 enum RingLayoutId : int {
   kRingLayoutClique = 0,
   kRingLayoutProcs = 1,
@@ -57,10 +52,7 @@ enum RingLayoutId : int {
   kRingLayoutDirect = 3,
   kRingLayoutStaged = 4,
   kRingLayoutClaim = 5,
-  kRingLayoutSplit = 6,
-  kRingLayoutDouble = 7,
-  kRingLayoutCopyKernel = 8,
-  kRingLayouts = 9
+  kRingLayouts = 6
 };
 uint64_t ringAttnFusedLaunches(int layout);
 // The grid (CTAs) of the last staged launch in this process (0: none), and the budget it was
