@@ -1,0 +1,190 @@
+// The GEMM CTA's epilogue (gemm_kernel.cuh): a finished tile's fp32 accumulators converted and
+// stored to D, through 128B-swizzled staging and TMA stores, or straight from the fragment
+// when D has no tensor map; the SwiGLU epilogue of gated tiles. Templates on the kernel's
+// Traits (Tr::kOutType, kBoxCols, kChunks, kGroup, kGated, Pipe); also used by the ping-pong
+// consumers, the chained GEMMs and the attention engine (the output conversions).
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "device/rt/ptx_ext.cuh"
+#include "fused/gemm/primitives.cuh"
+
+namespace mk {
+namespace gemm {
+
+// ---- output conversion --------------------------------------------------------------------
+
+template <DType kOut>
+__device__ __forceinline__ float loadOut(const void* base, int64_t idx) {
+  if constexpr (kOut == DType::kF32) {
+    return __ldg(static_cast<const float*>(base) + idx);
+  } else if constexpr (kOut == DType::kBF16) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[idx]);
+  } else {
+    return __half2float(static_cast<const __half*>(base)[idx]);
+  }
+}
+
+template <DType kOut>
+__device__ __forceinline__ void storeOut(void* base, int64_t idx, float v) {
+  if constexpr (kOut == DType::kF32) {
+    static_cast<float*>(base)[idx] = v;
+  } else if constexpr (kOut == DType::kBF16) {
+    static_cast<__nv_bfloat16*>(base)[idx] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<__half*>(base)[idx] = __float2half_rn(v);
+  }
+}
+
+template <DType kOut>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (kOut == DType::kBF16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// ---- epilogue -----------------------------------------------------------------------------
+
+template <class Tr>
+__device__ __forceinline__ void epilogueTma(const GemmParams& p,
+                                            const SmemLayout<typename Tr::Pipe>& sm,
+                                            float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
+                                            uint32_t& nStores) {
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
+  const int32_t rowBase = m0 + 64 * wg;
+  if (rowBase >= p.M) return;  // the whole half-tile is past M (uniform over the WG)
+  const bool useBeta = p.beta != 0.0f;
+  const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
+#pragma unroll
+  for (int c0 = 0; c0 < Tr::kChunks; c0 += kGroup) {
+    if (n0 + c0 * kEC >= p.N) break;  // uniform: later chunks are past N too
+    const int valid = min(kGroup, (p.N - n0 - c0 * kEC + kEC - 1) / kEC);
+    // Buffers rotate per store issued (not per chunk: a tile clipped at N issues fewer), one
+    // bulk group per store, so the stores that last read this group's buffers are all but
+    // the kBufs - kGroup most recent ones.
+    if (tid == 0) ptx::bulkWaitRead<kBufs - kGroup>();
+    ptx::namedBarSync(1 + wg, 128);
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const int c = c0 + g;
+      if (g >= valid) break;
+      uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
+      if constexpr (Tr::kOutBytes == 2) {
+        if (!useBeta) {
+          // stmatrix: one instruction stores a lane's pairs of two 8-column groups, both row
+          // halves (matrix q = lane / 8: group j + q / 2, rows 8 * (q % 2) of the warp's 16),
+          // a quarter of the st.shared count: the consumers' tensor cores idle through this.
+          const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
+#pragma unroll
+          for (int j = 0; j < kEC / 8; j += 2) {
+            const int ib = (c * kEC / 8 + j) * 4;  // accumulators of groups j and j + 1
+            const int chunk = j + (q >> 1);        // this lane's row address: its 16-byte chunk
+            ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 0], alpha * acc[ib + 1]),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 2], alpha * acc[ib + 3]),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 4], alpha * acc[ib + 5]),
+                            pack2<Tr::kOutType>(alpha * acc[ib + 6], alpha * acc[ib + 7]));
+          }
+          continue;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kEC / 8; ++j) {
+        const int ib = (c * kEC / 8 + j) * 4;  // accumulator index of this 8-column group
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int32_t r = warp * 16 + (lane >> 2) + 8 * h;
+          const int32_t cc = 8 * j + 2 * (lane & 3);
+          float v0 = alpha * acc[ib + 2 * h], v1 = alpha * acc[ib + 2 * h + 1];
+          if (useBeta) {
+            const int32_t gm = rowBase + r, gn = n0 + c * kEC + cc;
+            if (gm < p.M) {
+              const int64_t idx = (int64_t)gm * p.ldc + gn;
+              if (gn < p.N) v0 += p.beta * loadOut<Tr::kOutType>(p.C, idx);
+              if (gn + 1 < p.N) v1 += p.beta * loadOut<Tr::kOutType>(p.C, idx + 1);
+            }
+          }
+          const uint32_t byte = cc * Tr::kOutBytes;
+          uint8_t* dst = buf + r * 128 + ((((byte >> 4) ^ (r & 7))) << 4) + (byte & 15);
+          if constexpr (Tr::kOutBytes == 4) {
+            *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+          } else {
+            *reinterpret_cast<uint32_t*>(dst) = pack2<Tr::kOutType>(v0, v1);
+          }
+        }
+      }
+    }
+    // stores above are generic-proxy writes that the TMA engine (async proxy) reads next
+    ptx::fenceProxyAsyncShared();
+    ptx::namedBarSync(1 + wg, 128);
+    if (tid == 0) {
+      for (int g = 0; g < valid; ++g) {
+        const int c = c0 + g;
+        uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
+        if (p.dTiled) {
+          ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
+        } else {
+          ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
+        }
+        ptx::bulkCommit();
+      }
+    }
+    nStores += valid;
+  }
+}
+
+// Fallback when D cannot be described by a tensor map (pointer or row pitch not 16-byte
+// aligned): bounds-checked scalar stores straight from the fragment.
+template <class Tr>
+__device__ __forceinline__ void epilogueDirect(const GemmParams& p, float (&acc)[128], int32_t wg,
+                                               int32_t m0, int32_t n0) {
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
+#pragma unroll
+  for (int i = 0; i < Tr::kAccOut; ++i) {
+    const int32_t gm = m0 + 64 * wg + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+    const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    if (gm < p.M && gn < p.N) {
+      float v = alpha * acc[i];
+      if (p.beta != 0.0f) v += p.beta * loadOut<Tr::kOutType>(p.C, (int64_t)gm * p.ldc + gn);
+      storeOut<Tr::kOutType>(p.D, (int64_t)gm * p.ldd + gn, v);
+    }
+  }
+}
+
+// SwiGLU of a gated tile (Traits::kGated), in place: in the m64n256 fragment a thread's
+// accumulator i < 64 and i + 64 are the same row, columns c and c + 128, i.e. gate column c
+// and the up column it gates. silu(g) = g / (1 + e^-g) (e^-g = inf for very negative g gives
+// -0, the limit), computed in fp32 before the one rounding to D's type.
+__device__ __forceinline__ void swigluAcc(float alpha, float (&acc)[128]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const float g = alpha * acc[i], u = alpha * acc[i + 64];
+    acc[i] = g / (1.0f + __expf(-g)) * u;
+  }
+}
+
+// A finished tile's accumulators to D (SwiGLU first for gated tiles).
+template <class Tr>
+__device__ __forceinline__ void tileEpilogue(const GemmParams& p,
+                                             const SmemLayout<typename Tr::Pipe>& sm,
+                                             float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
+                                             uint32_t& nStores) {
+  if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
+  if (p.useTmaStore) {
+    epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
+  } else {
+    epilogueDirect<Tr>(p, acc, wg, m0, n0);
+  }
+}
+
+}  // namespace gemm
+}  // namespace mk
