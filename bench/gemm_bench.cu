@@ -25,8 +25,10 @@
 // Where the small-K gap goes (session 41; the engine ~10% behind cuBLAS at 8192x8192x1024
 // while even at K = 8192):
 // --trace runs the engine once more per shape with its timeline stamps (fused/gemm/trace.h) and
-// prints the medians per tile: wait for the first stage, main loop, epilogue; the tail, the
-// main loop's share of the span and the SM clock the consumers ran at.
+// prints the medians per tile: wait for the first stage, main loop, epilogue and its parts;
+// the tail, the main loop's share of the span and the SM clock the consumers ran at; then the
+// same with GemmArgs::traceDiag 1 (no multiply by alpha, which is 1 here), and with
+// --pipelines the ping-pong consumers too (and a ping-pong window in --soak).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -237,7 +239,8 @@ int main(int argc, char** argv) {
                          &heur[algo].algo, ws, wsBytes, stream));
     };
     auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0, int streamK = 0,
-                         uint64_t* traceBuf = nullptr, int traceTiles = 0, int traceCtas = 0) {
+                         uint64_t* traceBuf = nullptr, int traceTiles = 0, int traceCtas = 0,
+                         int traceDiag = 0) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -254,6 +257,7 @@ int main(int argc, char** argv) {
       g.trace = traceBuf;
       g.traceTiles = traceTiles;
       g.traceCtas = traceCtas;
+      g.traceDiag = traceDiag;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -414,25 +418,38 @@ int main(int argc, char** argv) {
         G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
     row.b2bEng = tf(median(tB2bE));
     row.b2bBest = tf(median(tB2bBest));
+    // Traced variants printed after the row: (pipeline, traceDiag, label).
+    struct TraceVariant {
+      int pipeline, diag;
+      const char* label;
+      mk::gemm::TraceSummary s;
+    };
+    std::vector<TraceVariant> traced;
     if (trace) {
       // The last of three traced runs (the first ones warm the buffers); unpaired, the engine's
-      // grid is min(tiles, SMs) on the static schedule, so each CTA walks at most `per` tiles.
+      // grid is min(tiles, SMs) on the static schedule, so each CTA walks at most `per` tiles
+      // (units of the ping-pong consumers: one a tile per warpgroup).
       const int tiles = (sh.M + mk::gemm::kTileM - 1) / mk::gemm::kTileM *
                         ((sh.N + mk::gemm::kTileN - 1) / mk::gemm::kTileN);
       const int grid = std::min(tiles, sms), per = (tiles + grid - 1) / grid;
       const size_t words = mk::gemm::traceWords(grid, per);
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
-      for (int r = 0; r < 3; ++r) {
-        CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
-        runEngine(0, D, 0, 1, 0, dTrace, per, grid);
+      traced = {{0, 0, "engine", {}}, {0, 1, "engine, no alpha multiply (diag 1)", {}}};
+      if (pipes) traced.push_back({3, 0, "ping-pong", {}});
+      for (TraceVariant& v : traced) {
+        for (int r = 0; r < 3; ++r) {
+          CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
+          runEngine(0, D, v.pipeline, 1, 0, dTrace, per, grid, v.diag);
+        }
+        std::vector<uint64_t> hTrace(words);
+        CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                           stream));
+        CK(cudaStreamSynchronize(stream));
+        v.s = mk::gemm::summarizeTrace(hTrace, grid, per);
       }
-      std::vector<uint64_t> hTrace(words);
-      CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
-                         stream));
-      CK(cudaStreamSynchronize(stream));
       cudaFree(dTrace);
-      row.tr = mk::gemm::summarizeTrace(hTrace, grid, per);
+      row.tr = traced[0].s;
     }
     row.nAlgos = nAlgos;
     rows.push_back(row);
@@ -465,16 +482,23 @@ int main(int argc, char** argv) {
       printf(
           "  %5d x %5d x %5d: %d back-to-back calls: engine %6.1f  cuBLAS best %6.1f  ratio %.3f\n",
           sh.M, sh.N, sh.K, b2b, row.b2bEng, row.b2bBest, row.b2bEng / row.b2bBest);
-    if (trace) {
-      const mk::gemm::TraceSummary& t = row.tr;
+    for (const TraceVariant& v : traced) {
+      const mk::gemm::TraceSummary& t = v.s;
       const int kSteps = (sh.K + mk::gemm::kTileK - 1) / mk::gemm::kTileK;
       printf(
-          "  %5d x %5d x %5d: trace span %.1f us, SM clock %.3f GHz; per tile (median of %d): "
+          "  %5d x %5d x %5d: trace %s: span %.1f us, SM clock %.3f GHz; per %s (median of %d): "
           "first stage %.2f us, main loop %.2f us (%.3f a k-step), epilogue %.2f us; main loop "
-          "%.1f%% of the span; starts spread %.1f us, tail %.1f us; producer lead %.2f us\n",
-          sh.M, sh.N, sh.K, t.spanUs, t.clockGHz, t.records, t.firstWaitUs, t.mainUs,
-          t.mainUs / kSteps, t.epilogueUs, 100.0 * t.mainFrac, t.startSpreadUs, t.endSpreadUs,
-          t.producerLeadUs);
+          "%.1f%% of the span, main loops' union %.1f%%; starts spread %.1f us, tail %.1f us; "
+          "producer lead %.2f us\n",
+          sh.M, sh.N, sh.K, v.label, t.spanUs, t.clockGHz, v.pipeline == 3 ? "unit" : "tile",
+          t.records, t.firstWaitUs, t.mainUs, t.mainUs / kSteps, t.epilogueUs, 100.0 * t.mainFrac,
+          100.0 * t.busyFrac, t.startSpreadUs, t.endSpreadUs, t.producerLeadUs);
+      if (t.epiRecords > 0)
+        printf(
+            "  %5d x %5d x %5d: trace %s: epilogue parts (median of %d): staging free %.3f us, "
+            "conversions + shared stores %.3f, barrier %.3f, store issue %.3f\n",
+            sh.M, sh.N, sh.K, v.label, t.epiRecords, t.epiWaitUs, t.epiWriteUs, t.epiBarUs,
+            t.epiIssueUs);
     }
     if (soakS > 0) {
       // Engine, cuBLAS-best, engine: a drift of the clock over time shows as a difference
@@ -498,6 +522,7 @@ int main(int argc, char** argv) {
       soak("engine", [&] { runEngine(0, D); });
       soak("cublas_best", [&] { runCublas(bestAlgo, Dref); });
       soak("engine", [&] { runEngine(0, D); });
+      if (pipes) soak("ping", [&] { runEngine(0, D, 3); });
     }
     if (pairs)
       printf(
@@ -579,12 +604,15 @@ int main(int argc, char** argv) {
             "\"b2b_cublas_best_tflops\": %.2f, \"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
-            "\"tail_us\": %.2f, \"producer_lead_us\": %.3f}}%s\n",
+            "\"tail_us\": %.2f, \"producer_lead_us\": %.3f, \"main_loops_union\": %.4f, "
+            "\"epi_records\": %d, \"epi_staging_free_us\": %.3f, \"epi_write_us\": %.3f, "
+            "\"epi_barrier_us\": %.3f, \"epi_issue_us\": %.3f}}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.sk, r.skMaxdiff, r.b2bEng, r.b2bBest, r.tr.records,
             r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
-            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs,
+            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
+            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
             i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");

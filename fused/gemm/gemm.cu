@@ -334,10 +334,14 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     if (a.cluster == 2) return fail(why, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
     if (a.tileClaim != nullptr)
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
-    if (a.trace != nullptr) return fail(why, "pipeline 3 (ping-pong consumers) is not traced");
   }
   if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || a.cluster == 2))
     return fail(why, "grouped, SwiGLU and CTA-pair GEMMs are not traced (GemmArgs::trace)");
+  if (a.traceDiag < 0 || a.traceDiag > 1)
+    return fail(why, "traceDiag=%lld must be 0 or 1 (no multiply by alpha)", a.traceDiag);
+  if (a.traceDiag != 0 && a.trace == nullptr)
+    return fail(why, "traceDiag=%lld needs a trace buffer (a diagnostic of traced launches)",
+                a.traceDiag);
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
                 a.traceTiles, a.traceCtas);
@@ -482,6 +486,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.trace = a.trace;
   p.traceTiles = a.traceTiles;
   p.traceCtas = a.traceCtas;
+  p.traceDiag = a.traceDiag;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

@@ -154,11 +154,15 @@ struct GemmArgs {
   // 0 .. traceCtas - 1 writes globaltimer stamps of its first traceTiles tiles to
   // trace[traceWords(traceCtas, traceTiles)], zeroed by the caller (CTAs past traceCtas stamp
   // nothing). A traced call runs its own kernel instantiation; untraced calls run the plain
-  // one. Plain walks only: not with the ping-pong consumers (pipeline 3), stream-K, CTA pairs,
-  // groups or SwiGLU.
+  // one. Plain walks and the ping-pong consumers (pipeline 3, whose records are units); not
+  // stream-K, CTA pairs, groups or SwiGLU.
   uint64_t* trace = nullptr;
   int32_t traceTiles = 0;
   int32_t traceCtas = 0;
+  // With a trace buffer only, a diagnostic of the epilogue's cost: 1 skips the multiply by
+  // alpha (D is then alpha-free: the product when alpha is 1). 16-bit D through the TMA
+  // staging with beta 0; elsewhere it changes nothing.
+  int32_t traceDiag = 0;
   GemmHooks hooks;
   GemmGroups groups;
 };

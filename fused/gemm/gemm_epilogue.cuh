@@ -51,11 +51,45 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
 
 // ---- epilogue -----------------------------------------------------------------------------
 
-template <class Tr>
+// Two 16-bit values of D from two accumulators: alpha applied, rounded to nearest. kDiag 1
+// (GemmArgs::traceDiag, traced launches only) skips the multiply by alpha, so that the
+// timeline shows what it costs in the epilogue (D is the same when alpha is 1).
+template <DType kOut, int kDiag>
+__device__ __forceinline__ uint32_t packOut(float alpha, float a, float b) {
+  if constexpr (kDiag == 0) {
+    a *= alpha;
+    b *= alpha;
+  }
+  return pack2<kOut>(a, b);
+}
+
+// One 64-column box of a warp's 16 rows into 128B-swizzled staging with stmatrix: one
+// instruction stores a lane's pairs of two 8-column groups, both row halves (matrix q =
+// lane / 8: group j + q / 2, rows 8 * (q % 2) of the warp's 16), a quarter of the st.shared
+// count (the consumers' tensor cores idle through this). acc: the box's 32 accumulators.
+template <DType kOut, int kDiag>
+__device__ __forceinline__ void stageBoxStmatrix(uint8_t* buf, const float* acc, float alpha,
+                                                 int32_t warp, int32_t lane) {
+  const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    const int ib = j * 4;            // accumulators of groups j and j + 1
+    const int chunk = j + (q >> 1);  // this lane's row address: its 16-byte chunk
+    ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
+                    packOut<kOut, kDiag>(alpha, acc[ib + 0], acc[ib + 1]),
+                    packOut<kOut, kDiag>(alpha, acc[ib + 2], acc[ib + 3]),
+                    packOut<kOut, kDiag>(alpha, acc[ib + 4], acc[ib + 5]),
+                    packOut<kOut, kDiag>(alpha, acc[ib + 6], acc[ib + 7]));
+  }
+}
+
+// rec (traced launches): words 4-6 of the warpgroup's record (trace.h), stamped by thread 0
+// for the first group of boxes. kDiag: GemmArgs::traceDiag (0 in every untraced launch).
+template <class Tr, int kDiag = 0>
 __device__ __forceinline__ void epilogueTma(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm,
                                             float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
-                                            uint32_t& nStores) {
+                                            uint32_t& nStores, uint64_t* rec = nullptr) {
   constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
@@ -72,6 +106,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
     // the kBufs - kGroup most recent ones.
     if (tid == 0) ptx::bulkWaitRead<kBufs - kGroup>();
     ptx::namedBarSync(1 + wg, 128);
+    if (rec != nullptr && c0 == 0) rec[4] = (uint64_t)clock64();
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const int c = c0 + g;
@@ -79,20 +114,9 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
       uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
       if constexpr (Tr::kOutBytes == 2) {
         if (!useBeta) {
-          // stmatrix: one instruction stores a lane's pairs of two 8-column groups, both row
-          // halves (matrix q = lane / 8: group j + q / 2, rows 8 * (q % 2) of the warp's 16),
-          // a quarter of the st.shared count: the consumers' tensor cores idle through this.
-          const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
-#pragma unroll
-          for (int j = 0; j < kEC / 8; j += 2) {
-            const int ib = (c * kEC / 8 + j) * 4;  // accumulators of groups j and j + 1
-            const int chunk = j + (q >> 1);        // this lane's row address: its 16-byte chunk
-            ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
-                            pack2<Tr::kOutType>(alpha * acc[ib + 0], alpha * acc[ib + 1]),
-                            pack2<Tr::kOutType>(alpha * acc[ib + 2], alpha * acc[ib + 3]),
-                            pack2<Tr::kOutType>(alpha * acc[ib + 4], alpha * acc[ib + 5]),
-                            pack2<Tr::kOutType>(alpha * acc[ib + 6], alpha * acc[ib + 7]));
-          }
+          static_assert(Tr::kOutBytes != 2 || kEC == 64, "a 16-bit box row is 64 columns");
+          const float* box = acc + c * kEC / 2;  // 8 groups of 4 accumulators
+          stageBoxStmatrix<Tr::kOutType, kDiag>(buf, box, alpha, warp, lane);
           continue;
         }
       }
@@ -122,9 +146,11 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
         }
       }
     }
+    if (rec != nullptr && c0 == 0) rec[5] = (uint64_t)clock64();
     // stores above are generic-proxy writes that the TMA engine (async proxy) reads next
     ptx::fenceProxyAsyncShared();
     ptx::namedBarSync(1 + wg, 128);
+    if (rec != nullptr && c0 == 0) rec[6] = (uint64_t)clock64();
     if (tid == 0) {
       for (int g = 0; g < valid; ++g) {
         const int c = c0 + g;
@@ -177,10 +203,17 @@ template <class Tr>
 __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm,
                                              float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
-                                             uint32_t& nStores) {
+                                             uint32_t& nStores, uint64_t* rec = nullptr,
+                                             int diag = 0) {
   if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
   if (p.useTmaStore) {
-    epilogueTma<Tr>(p, sm, acc, wg, m0, n0, nStores);
+    // The diagnostic variant (traced launches only) as a whole epilogue: more variants, or a
+    // branch per box inside one epilogue, cost the traced kernels spills.
+    if (diag == 0) {
+      epilogueTma<Tr, 0>(p, sm, acc, wg, m0, n0, nStores, rec);
+    } else {
+      epilogueTma<Tr, 1>(p, sm, acc, wg, m0, n0, nStores, rec);
+    }
   } else {
     epilogueDirect<Tr>(p, acc, wg, m0, n0);
   }

@@ -509,7 +509,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores);
+    tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores, rec, kTrace ? p.traceDiag : 0);
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }

@@ -123,7 +123,9 @@ __device__ __forceinline__ bool pingSkipRight(const GemmParams& p, int32_t n0) {
   return p.hooks.rowReady == nullptr && n0 + kUnitCols >= p.N;
 }
 
-template <class Tr>
+// kTrace: the traced instantiation (GemmArgs::trace; trace.h's records, a tile's per role of
+// the producer, a unit's per consumer warpgroup), as for the other pipelines.
+template <class Tr, bool kTrace>
 __device__ __forceinline__ void pingProducer(const GemmParams& p,
                                              const PingSmem<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas) {
@@ -131,7 +133,9 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
   const int32_t numTiles = pingNumTiles<Tr>(p, sm);
   int32_t stage = 0;
   uint32_t phase = 0;
+  int32_t nth = 0;  // tiles walked (trace records)
   for (int32_t t = cta; t < numTiles; t += nCtas) {
+    uint64_t* rec = traceRecord<kTrace>(p, cta, 0, nth++);
     int32_t g, m0, n0;
     pingTileAt<Tr>(p, sm, t, &g, &m0, &n0);
     // One bounded wait per tile: both units read the same rows. On failure both units are
@@ -142,6 +146,7 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
       const int32_t nu = n0 + h * kUnitCols;
       for (int32_t k = 0; k < p.kTiles; ++k) {
         ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+        if (rec != nullptr) rec[h == 0 && k == 0 ? 0 : 1] = (uint64_t)clock64();
         // Per stage, before the arrive that publishes it (see gemmProducer).
         sm.abortWord[stage] = ok ? 0u : 1u;
         if (ok) {
@@ -181,11 +186,13 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
 // Registers -> 128B-swizzled staging -> TMA store of one WG's 128x128 unit: 4 boxes (row half
 // r of 64 rows, 64-column chunk c), written after a single barrier since the staging holds
 // the whole unit; the previous unit's stores were issued a whole main loop of the other WG ago.
+// rec, diag: the traced instantiation's stamps and GemmArgs::traceDiag (see epilogueTma).
 template <class Tr>
 __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
                                                 const PingSmem<typename Tr::Pipe>& sm,
                                                 float (&acc0)[64], float (&acc1)[64], int32_t wg,
-                                                int32_t m0, int32_t n0) {
+                                                int32_t m0, int32_t n0, uint64_t* rec = nullptr,
+                                                int diag = 0) {
   constexpr int kEC = 64;  // 16-bit columns per 128-byte box row
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * Tr::Pipe::kBoxesPerWg * kStoreBoxBytes;
@@ -196,6 +203,7 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
   const int nCols = n0 + kEC < p.N ? 2 : 1;
   if (tid == 0) ptx::bulkWaitRead<0>();
   ptx::namedBarSync(1 + wg, 128);
+  if (rec != nullptr) rec[4] = (uint64_t)clock64();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float(&acc)[64] = r == 0 ? acc0 : acc1;
@@ -205,18 +213,11 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
       if (c >= nCols) break;
       uint8_t* buf = stg + (2 * r + c) * kStoreBoxBytes;
       if (!useBeta) {
-        // stmatrix: a lane's pairs of two 8-column groups, both 8-row halves of its warp's 16
-        // rows, in one instruction (see epilogueTma).
-        const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
-#pragma unroll
-        for (int j = 0; j < kEC / 8; j += 2) {
-          const int ib = (c * kEC / 8 + j) * 4;
-          const int chunk = j + (q >> 1);
-          ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
-                          pack2<Tr::kOutType>(alpha * acc[ib + 0], alpha * acc[ib + 1]),
-                          pack2<Tr::kOutType>(alpha * acc[ib + 2], alpha * acc[ib + 3]),
-                          pack2<Tr::kOutType>(alpha * acc[ib + 4], alpha * acc[ib + 5]),
-                          pack2<Tr::kOutType>(alpha * acc[ib + 6], alpha * acc[ib + 7]));
+        const float* box = acc + c * kEC / 2;  // 8 groups of 4 accumulators
+        if (diag == 0) {
+          stageBoxStmatrix<Tr::kOutType, 0>(buf, box, alpha, warp, lane);
+        } else {
+          stageBoxStmatrix<Tr::kOutType, 1>(buf, box, alpha, warp, lane);
         }
       } else {
 #pragma unroll
@@ -241,9 +242,11 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
       }
     }
   }
+  if (rec != nullptr) rec[5] = (uint64_t)clock64();
   // generic-proxy writes above, read next by the TMA engine (async proxy)
   ptx::fenceProxyAsyncShared();
   ptx::namedBarSync(1 + wg, 128);
+  if (rec != nullptr) rec[6] = (uint64_t)clock64();
   if (tid == 0) {
     for (int r = 0; r < nRows; ++r) {
       for (int c = 0; c < nCols; ++c) {
@@ -293,7 +296,7 @@ __device__ __forceinline__ void pingEpilogueDirect(const GemmParams& p, float (&
 // main loop: it takes its turn and passes it on as after a unit. The mbarrier waits are plain
 // try_wait loops like the other pipelines' (the producer completes every stage, with or
 // without data; its only external wait, rowReady, is the engine's bounded rt::waitFlag).
-template <class Tr>
+template <class Tr, bool kTrace>
 __device__ __forceinline__ void pingConsumer(const GemmParams& p,
                                              const PingSmem<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg) {
@@ -314,7 +317,9 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
   };
   if (wg == 1) advance(kTiles);
   bool first = true;
+  int32_t nth = 0;  // units run (trace records)
   for (int32_t t = cta; t < numTiles; t += nCtas) {
+    const uint64_t tStart = kTrace ? (uint64_t)clock64() : 0;
     int32_t g, m0, n0;
     pingTileAt<Tr>(p, sm, t, &g, &m0, &n0);
     const bool skipRight = pingSkipRight(p, n0);
@@ -327,10 +332,14 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
       advance(kTiles);
       continue;
     }
+    uint64_t* rec = tid == 0 ? traceRecord<kTrace>(p, cta, 1 + wg, nth) : nullptr;
+    ++nth;
+    if (rec != nullptr) rec[0] = tStart;
     int32_t prev = 0;
     bool aborted = false;
     for (int32_t k = 0; k < kTiles; ++k) {
       ptx::mbarWait(&sm.full[stage], phase);
+      if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
       if (k == 0) {
         // Read by lane 0, whose arrive hands the stage back, and broadcast (see gemmConsumer).
         const uint32_t v = lane == 0 ? sm.abortWord[stage] : 0u;
@@ -369,13 +378,15 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     ptx::wgmmaWait<0>();
     ptx::fenceRegs(acc0);
     ptx::fenceRegs(acc1);
+    if (rec != nullptr) rec[2] = (uint64_t)clock64();
     if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.useTmaStore) {
-      pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0);
+      pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0, rec, kTrace ? p.traceDiag : 0);
     } else {
       pingEpilogueDirect<Tr>(p, acc0, acc1, m0, n0);
     }
+    if (rec != nullptr) rec[3] = (uint64_t)clock64();
     // Skip the other WG's unit of the ring: WG1's of this tile (none when it is empty), or
     // WG0's of the next tile.
     advance(wg == 0 && skipRight ? 0 : kTiles);
@@ -384,7 +395,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
   if (tid == 0) ptx::bulkWait<0>();
 }
 
-template <class Tr>
+template <class Tr, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemmPingKernel(const __grid_constant__ GemmParams p) {
   using Pipe = typename Tr::Pipe;
@@ -408,16 +419,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
     ptx::setmaxnregDec<kProducerRegs>();
-    if (threadIdx.x == 0) pingProducer<Tr>(p, sm, blockIdx.x, gridDim.x);
+    if (threadIdx.x == 0) {
+      traceHeader<kTrace>(p, blockIdx.x, 0, 0);
+      pingProducer<Tr, kTrace>(p, sm, blockIdx.x, gridDim.x);
+      traceHeader<kTrace>(p, blockIdx.x, 0, 2);
+    }
   } else {
     ptx::setmaxnregInc<kConsumerRegs>();
-    pingConsumer<Tr>(p, sm, blockIdx.x, gridDim.x, wg - 1);
+    const bool stamp = (threadIdx.x & 127) == 0;  // trace row wg: consumer warpgroup wg - 1
+    if (stamp) traceHeader<kTrace>(p, blockIdx.x, wg, 0);
+    pingConsumer<Tr, kTrace>(p, sm, blockIdx.x, gridDim.x, wg - 1);
+    if (stamp) traceHeader<kTrace>(p, blockIdx.x, wg, 2);
   }
 }
 
 template <class Tr>
 ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = gemmPingKernel<Tr>;
+  // The traced instantiation for plain GEMMs only (canImplement refuses grouped traces).
+  if constexpr (!Tr::kGrouped) {
+    if (p.trace != nullptr) kernel = gemmPingKernel<Tr, true>;
+  }
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  Tr::Pipe::kSmemBytes));
   if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module

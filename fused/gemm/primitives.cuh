@@ -41,6 +41,7 @@ struct GemmParams {
   uint64_t* trace;     // GemmArgs::trace (trace.h): nullptr = off
   int32_t traceTiles;
   int32_t traceCtas;  // CTAs the trace buffer holds
+  int32_t traceDiag;  // GemmArgs::traceDiag (read by the traced kernels only)
   GemmHooks hooks;
   // Stream-K tail (GemmArgs::streamK, streamk.h): sk.units > 0 runs the stream-K kernel
   // variant (Traits::kStreamK). skWork: one partial per CTA ([cta][wg][32][128] float4, a

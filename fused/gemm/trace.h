@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #ifdef __CUDACC__
@@ -20,14 +21,18 @@ namespace mk {
 namespace gemm {
 
 constexpr int kTraceRows = 3;   // per CTA: the producer thread, consumer warpgroups 0 and 1
-constexpr int kTraceWords = 4;  // per record
+constexpr int kTraceWords = 8;  // per record
 
 // Row r of CTA c (< GemmArgs::traceCtas) starts at word traceRow(c, r, tiles): a header
 // record, then `tiles` records.
 //  header: globaltimer (ns) and clock64 at the role's start, then the same at its end;
-//  consumer record (the warpgroup's n-th tile): [tile start, its first stage ready, main loop
-//    done, epilogue's stores issued], clock64;
-//  producer record: [the tile's first load issued, its last load issued, 0, 0], clock64.
+//  consumer record (the warpgroup's n-th tile, or unit of the ping-pong consumers): [tile
+//    start, its first stage ready, main loop done, epilogue's stores issued, then inside the
+//    epilogue when it goes through the TMA staging (0 otherwise): staging free (the wait for
+//    earlier stores' reads and the warpgroup's barrier), staging written (conversions and
+//    shared stores of the first group of boxes), its barrier passed, 0], clock64. The
+//    ping-pong consumers' tile start is before the wait for their turn;
+//  producer record: [the tile's first load issued, its last load issued, 0...], clock64.
 // Records are SM cycles: exact differences on one SM (globaltimer may tick only every
 // microsecond, longer than an epilogue); the header's two clocks convert them to time (the
 // role's mean clock over its life) and line different SMs up. Tiles past `tiles` are not
@@ -50,6 +55,14 @@ struct TraceSummary {
   double endSpreadUs = 0;     // latest consumer end - median consumer end (the tail)
   double mainFrac = 0;        // main-loop time over consumer warpgroups x span
   double producerLeadUs = 0;  // median: a tile's first load issued -> its first stage ready
+  // The epilogue's parts (medians over the records that have them; TMA staging only): wait
+  // for the staging, conversions + shared stores, the barrier before the stores, their issue.
+  int epiRecords = 0;
+  double epiWaitUs = 0, epiWriteUs = 0, epiBarUs = 0, epiIssueUs = 0;
+  // Per CTA, the union of its consumer warpgroups' main loops over the span (averaged over
+  // CTAs): with ping-pong consumers the two main loops alternate, so mainFrac (their sum over
+  // two warpgroups' time) halves while this does not.
+  double busyFrac = 0;
 };
 
 namespace tracedetail {
@@ -67,12 +80,15 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
   using tracedetail::median;
   TraceSummary s;
   if (ctas <= 0 || tiles <= 0 || w.size() < traceWords(ctas, tiles)) return s;
-  std::vector<double> firstWait, mainLoop, epilogue, lead;
+  std::vector<double> firstWait, mainLoop, epilogue, lead, epiWait, epiWrite, epiBar, epiIssue;
   std::vector<uint64_t> ends;
   uint64_t t0 = UINT64_MAX, t1 = 0, startLo = UINT64_MAX, startHi = 0, endHi = 0;
   double cycles = 0, ns = 0, mainNs = 0;
-  int consumers = 0;
+  int consumers = 0, busyCtas = 0;
+  double busySum = 0;
   for (int c = 0; c < ctas; ++c) {
+    std::vector<std::pair<uint64_t, uint64_t>> loops;  // this CTA's main loops, SM cycles
+    uint64_t ctaLo = UINT64_MAX, ctaHi = 0;            // its consumers' life, SM cycles
     for (int r = 0; r < kTraceRows; ++r) {
       const uint64_t* h = w.data() + traceRow(c, r, tiles);
       if (h[0] == 0 || h[2] <= h[0] || h[3] <= h[1]) continue;  // never ran, or no end stamp
@@ -85,6 +101,8 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
       endHi = std::max(endHi, h[2]);
       ends.push_back(h[2]);
       cycles += (double)(h[3] - h[1]);
+      ctaLo = std::min(ctaLo, h[1]);
+      ctaHi = std::max(ctaHi, h[3]);
       ns += (double)(h[2] - h[0]);
       const double perUs = 1e3 * (double)(h[3] - h[1]) / (double)(h[2] - h[0]);  // cycles a us
       const uint64_t* pr = w.data() + traceRow(c, 0, tiles);
@@ -96,14 +114,41 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
         mainLoop.push_back((q[2] - q[1]) / perUs);
         epilogue.push_back((q[3] - q[2]) / perUs);
         mainNs += 1e3 * (q[2] - q[1]) / perUs;
+        loops.emplace_back(q[1], q[2]);
+        if (q[4] != 0 && q[2] <= q[4] && q[4] <= q[5] && q[5] <= q[6] && q[6] <= q[3]) {
+          ++s.epiRecords;
+          epiWait.push_back((q[4] - q[2]) / perUs);
+          epiWrite.push_back((q[5] - q[4]) / perUs);
+          epiBar.push_back((q[6] - q[5]) / perUs);
+          epiIssue.push_back((q[3] - q[6]) / perUs);
+        }
         if (r == 1) {  // the producer's record of the same tile (both walk one list, one SM)
           const uint64_t* pq = pr + (size_t)(1 + n) * kTraceWords;
           if (pq[0] != 0 && q[1] >= pq[0]) lead.push_back((q[1] - pq[0]) / perUs);
         }
       }
     }
+    if (!loops.empty() && ctaHi > ctaLo) {
+      std::sort(loops.begin(), loops.end());
+      uint64_t busy = 0, from = loops[0].first, to = loops[0].second;
+      for (const auto& l : loops) {
+        if (l.first > to) {
+          busy += to - from;
+          from = l.first;
+        }
+        to = std::max(to, l.second);
+      }
+      busy += to - from;
+      busySum += (double)busy / (double)(ctaHi - ctaLo);
+      ++busyCtas;
+    }
   }
   if (consumers == 0 || t1 <= t0) return s;
+  s.busyFrac = busyCtas > 0 ? busySum / busyCtas : 0;
+  s.epiWaitUs = median(epiWait);
+  s.epiWriteUs = median(epiWrite);
+  s.epiBarUs = median(epiBar);
+  s.epiIssueUs = median(epiIssue);
   s.spanUs = (t1 - t0) * 1e-3;
   s.clockGHz = ns > 0 ? cycles / ns : 0;
   s.firstWaitUs = median(firstWait);

@@ -314,20 +314,28 @@ TEST(GemmCanImplement, TileClaimRules) {
   expectReject(a, "no tileClaim");
 }
 
-// Timeline stamps (GemmArgs::trace, fused/gemm/trace.h): both ordinary pipelines; not the
-// ping-pong consumers or stream-K; a buffer needs its record and CTA counts.
+// Timeline stamps (GemmArgs::trace, fused/gemm/trace.h): every pipeline, the ping-pong
+// consumers included; not stream-K; a buffer needs its record and CTA counts; traceDiag only
+// with a buffer, 0 or 1.
 TEST(GemmCanImplement, TraceRules) {
   std::string why;
   GemmArgs a = good();
   a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
   a.traceTiles = 4;
   a.traceCtas = 2;
-  for (int pl : {0, 1, 2}) {
+  for (int pl : {0, 1, 2, 3}) {
     a.pipeline = pl;
-    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "pipeline " << pl << ": " << why;
+    for (int diag : {0, 1}) {
+      a.traceDiag = diag;
+      EXPECT_TRUE(mk::gemm::canImplement(a, &why))
+          << "pipeline " << pl << " diag " << diag << ": " << why;
+    }
   }
-  a.pipeline = 3;
-  expectReject(a, "not traced");
+  a.traceDiag = 2;
+  expectReject(a, "traceDiag");
+  a.traceDiag = -1;
+  expectReject(a, "traceDiag");
+  a.traceDiag = 0;
   a.pipeline = 0;
   a.streamK = 1;
   expectReject(a, "not traced");
@@ -339,6 +347,8 @@ TEST(GemmCanImplement, TraceRules) {
   expectReject(a, "traceCtas");
   a.trace = nullptr;  // traceTiles means nothing without a buffer
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a.traceDiag = 1;  // a diagnostic of traced launches only
+  expectReject(a, "needs a trace buffer");
 }
 
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {

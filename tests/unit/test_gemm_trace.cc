@@ -106,3 +106,43 @@ TEST(GemmTrace, SummaryOfKnownTimelines) {
   EXPECT_EQ(mk::gemm::summarizeTrace(none, ctas, tiles).records, 0);
   EXPECT_EQ(mk::gemm::summarizeTrace(w, ctas, tiles + 1).records, 0);  // buffer too short
 }
+
+// The epilogue's parts (words 4-6: staging free, staging written, barrier passed) and the
+// busy fraction (per CTA, the union of its warpgroups' main loops over their life), on a
+// hand-made ping-pong-like timeline of one CTA at 2 cycles a ns: WG0's and WG1's main loops
+// alternate and overlap a little at each hand-over, so the union is not their sum.
+TEST(GemmTrace, EpiloguePartsAndBusyFraction) {
+  const int ctas = 1, tiles = 2;
+  std::vector<uint64_t> w(traceWords(ctas, tiles), 0);
+  const uint64_t base = 1700000000000000000ull;
+  auto header = [&](int row, uint64_t clkFrom, uint64_t clkTo) {
+    uint64_t* h = w.data() + traceRow(0, row, tiles);
+    h[0] = base + clkFrom / 2;
+    h[1] = clkFrom;
+    h[2] = base + clkTo / 2;
+    h[3] = clkTo;
+  };
+  auto record = [&](int row, int n, std::vector<uint64_t> q) {
+    uint64_t* r = w.data() + traceRow(0, row, tiles) + (size_t)(1 + n) * kTraceWords;
+    for (size_t k = 0; k < q.size(); ++k) r[k] = q[k];
+  };
+  header(1, 1000, 4400);
+  header(2, 1000, 5100);
+  // WG0: unit 0 with its epilogue's parts (wait 50, write 150, barrier 50, issue 150 cycles).
+  record(1, 0, {1000, 1100, 2100, 2500, 2150, 2300, 2350, 0});
+  record(1, 1, {2500, 3000, 4000, 4300});
+  // WG1: a record whose inner words are out of order counts for the main loop, not the parts.
+  record(2, 0, {1000, 2050, 3050, 3400, 1, 0, 0, 0});
+  record(2, 1, {3400, 4050, 5000, 5100});
+  const mk::gemm::TraceSummary s = mk::gemm::summarizeTrace(w, ctas, tiles);
+  EXPECT_EQ(s.records, 4);
+  EXPECT_EQ(s.epiRecords, 1);
+  EXPECT_NEAR(s.epiWaitUs, 0.025, 1e-12);
+  EXPECT_NEAR(s.epiWriteUs, 0.075, 1e-12);
+  EXPECT_NEAR(s.epiBarUs, 0.025, 1e-12);
+  EXPECT_NEAR(s.epiIssueUs, 0.075, 1e-12);
+  // Main loops [1100,2100] [2050,3050] [3000,4000] [4050,5000]: union 2900 + 950 cycles of the
+  // consumers' 1000..5100.
+  EXPECT_NEAR(s.busyFrac, 3850.0 / 4100.0, 1e-12);
+  EXPECT_NEAR(s.mainFrac, (1000.0 * 4 / 2) / (2.0 * (5100 - 1000) / 2), 1e-12);
+}
