@@ -27,8 +27,9 @@
 // --trace runs the engine once more per shape with its timeline stamps (fused/gemm/trace.h) and
 // prints the medians per tile: wait for the first stage, main loop, epilogue and its parts;
 // the tail, the main loop's share of the span and the SM clock the consumers ran at; then the
-// same with GemmArgs::traceDiag 1 (no multiply by alpha, which is 1 here), and with
-// --pipelines the ping-pong consumers too (and a ping-pong window in --soak).
+// same with the consumers issuing their own TMA stores (GemmArgs::storeWarps 0), and with
+// --pipelines the ping-pong consumers too (and a ping-pong window in --soak). Every run also
+// times the engine with storeWarps 0 next to the default: the 'sw0' line.
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -190,7 +191,7 @@ int main(int argc, char** argv) {
   struct Row {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
-        deepPair, widePair, ping, pingMaxdiff, sk, skMaxdiff, b2bEng, b2bBest;
+        deepPair, widePair, ping, pingMaxdiff, sk, skMaxdiff, b2bEng, b2bBest, sw0;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -240,7 +241,7 @@ int main(int argc, char** argv) {
     };
     auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0, int streamK = 0,
                          uint64_t* traceBuf = nullptr, int traceTiles = 0, int traceCtas = 0,
-                         int traceDiag = 0) {
+                         int storeWarps = 1) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -257,7 +258,7 @@ int main(int argc, char** argv) {
       g.trace = traceBuf;
       g.traceTiles = traceTiles;
       g.traceCtas = traceCtas;
-      g.traceDiag = traceDiag;
+      g.storeWarps = storeWarps;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -358,9 +359,10 @@ int main(int argc, char** argv) {
       }
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
-        tDeepPair, tWidePair, tPing, tSk, tB2bE, tB2bBest;
+        tDeepPair, tWidePair, tPing, tSk, tB2bE, tB2bBest, tSw0;
     for (int r = 0; r < reps; ++r) {
       tE.push_back(timeOne([&] { runEngine(0, D); }));
+      tSw0.push_back(timeOne([&] { runEngine(0, D, 0, 0, 0, nullptr, 0, 0, 0); }));
       tH0.push_back(timeOne([&] { runCublas(0, Dref); }));
       tE16.push_back(timeOne([&] { runEngine(sms - 16, D); }));
       if (bestAlgo != 0) tBest.push_back(timeOne([&] { runCublas(bestAlgo, Dref); }));
@@ -397,6 +399,7 @@ int main(int argc, char** argv) {
     row.s = sh;
     row.eng = tf(median(tE));
     row.eng16 = tf(median(tE16));
+    row.sw0 = tf(median(tSw0));
     row.h0 = tf(median(tH0));
     row.best = bestAlgo != 0 ? std::max(row.h0, tf(median(tBest))) : row.h0;
     row.maxdiff = hmax;
@@ -418,9 +421,9 @@ int main(int argc, char** argv) {
         G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
     row.b2bEng = tf(median(tB2bE));
     row.b2bBest = tf(median(tB2bBest));
-    // Traced variants printed after the row: (pipeline, traceDiag, label).
+    // Traced variants printed after the row: (pipeline, storeWarps, label).
     struct TraceVariant {
-      int pipeline, diag;
+      int pipeline, storeWarps;
       const char* label;
       mk::gemm::TraceSummary s;
     };
@@ -435,12 +438,12 @@ int main(int argc, char** argv) {
       const size_t words = mk::gemm::traceWords(grid, per);
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
-      traced = {{0, 0, "engine", {}}, {0, 1, "engine, no alpha multiply (diag 1)", {}}};
+      traced = {{0, 1, "engine", {}}, {0, 0, "engine, consumers issue the stores", {}}};
       if (pipes) traced.push_back({3, 0, "ping-pong", {}});
       for (TraceVariant& v : traced) {
         for (int r = 0; r < 3; ++r) {
           CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
-          runEngine(0, D, v.pipeline, 1, 0, dTrace, per, grid, v.diag);
+          runEngine(0, D, v.pipeline, 1, 0, dTrace, per, grid, v.storeWarps);
         }
         std::vector<uint64_t> hTrace(words);
         CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
@@ -458,6 +461,10 @@ int main(int argc, char** argv) {
         "(of %d)  ratio %.3f  maxreldiff %.2e  sets %d\n",
         sh.M, sh.N, sh.K, row.eng, sms - 16, row.eng16, row.h0, row.best, nAlgos,
         row.eng / row.best, hmax, sets);
+    printf(
+        "  %5d x %5d x %5d: sw0 (consumers issue the stores) %6.1f (%.3f of best; %.3f of "
+        "the engine)\n",
+        sh.M, sh.N, sh.K, row.sw0, row.sw0 / row.best, row.sw0 / row.eng);
     if (G > 0)
       printf(
           "  %5d x %5d x %5d: grouped %d x %d rows %6.1f TFLOP/s (%.3f of the plain engine, "
@@ -601,7 +608,8 @@ int main(int argc, char** argv) {
             "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
             "\"ping_max_rel_diff_vs_cublas\": %.3e, \"engine_streamk_tflops\": %.2f, "
             "\"streamk_max_rel_diff_vs_cublas\": %.3e, \"b2b_engine_tflops\": %.2f, "
-            "\"b2b_cublas_best_tflops\": %.2f, \"trace\": {\"records\": %d, \"span_us\": %.2f, "
+            "\"b2b_cublas_best_tflops\": %.2f, \"engine_store_warps_off_tflops\": %.2f, "
+            "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
             "\"tail_us\": %.2f, \"producer_lead_us\": %.3f, \"main_loops_union\": %.4f, "
@@ -609,7 +617,7 @@ int main(int argc, char** argv) {
             "\"epi_barrier_us\": %.3f, \"epi_issue_us\": %.3f}}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
-            r.ping, r.pingMaxdiff, r.sk, r.skMaxdiff, r.b2bEng, r.b2bBest, r.tr.records,
+            r.ping, r.pingMaxdiff, r.sk, r.skMaxdiff, r.b2bEng, r.b2bBest, r.sw0, r.tr.records,
             r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
             r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
             r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,

@@ -448,7 +448,8 @@ __device__ __forceinline__ bool skAddPartials(const GemmParams& p, float (&acc)[
 
 // kDyn: the dynamic schedule (the tile comes with the stage; `cta`, `nCtas` unused).
 // Traits::kStreamK: the CTA's stream-K items (streamk.h), parts of tiles included.
-template <class Tr, bool kDyn, bool kTrace>
+// kStoreWarp: the stand-alone kernel (gemm_epilogue.cuh's store warps, when p.storeWarps).
+template <class Tr, bool kDyn, bool kTrace, bool kStoreWarp>
 __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
                                              int32_t nCtas, int32_t wg,
@@ -509,15 +510,20 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    tileEpilogue<Tr>(p, sm, acc, wg, m0, n0, nStores, rec, kTrace ? p.traceDiag : 0);
+    tileEpilogue<Tr, kStoreWarp>(p, sm, acc, wg, m0, n0, nStores, rec);
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
   // barrier inside publishTile is reached by all 256 consumer threads.
   if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
-  // Shared memory must outlive the last bulk stores reading it.
-  if (tid == 0) ptx::bulkWait<0>();
+  if (kStoreWarp && p.storeWarps != 0) {
+    // The store warp's end: a post of no boxes, once it handed the staging back.
+    ptx::namedBarSync(kBarStoreFree + wg, kStoreBarThreads);
+    postStores(sm, wg, 0, 0, 0, 0, 0);
+  } else if (tid == 0) {
+    ptx::bulkWait<0>();  // shared memory must outlive the last bulk stores reading it
+  }
 }
 
 // Thread 0, before the CTA's barrier: the ring's barriers and per-stage words.
@@ -550,7 +556,10 @@ struct NoSide {
 // each, named barrier kBarSide free for them) while warp 0 feeds the pipeline: a fused
 // kernel's memory-bound work that then costs the GEMM no SM. It must not touch the GEMM's
 // shared memory, and gemmCta returns to those warps only once it returns.
-template <class Tr, class Side = NoSide, bool kTraced = false>
+// kStoreWarp: the stand-alone kernel (gemm_launch.cuh), whose producer warpgroup's warps 1 and
+// 2 issue the consumers' TMA stores when p.storeWarps says so (gemm_epilogue.cuh); `side` must
+// then be NoSide.
+template <class Tr, class Side = NoSide, bool kTraced = false, bool kStoreWarp = false>
 __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, int32_t cta,
                                         int32_t nCtas, const Side& side = Side{}) {
   using Pipe = typename Tr::Pipe;
@@ -589,6 +598,9 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
         gemmProducer<Tr, false, kTr>(p, sm, cta, nCtas, stageAbort);
       }
       traceHeader<kTr>(p, cta, 0, 2);
+    } else if (kStoreWarp && p.storeWarps != 0) {
+      const int32_t w = threadIdx.x / 32;  // warps 1 .. kConsumerWGs: one a consumer WG
+      if (w >= 1 && w <= kConsumerWGs) storeWarpLoop<Tr>(p, sm, w - 1);
     } else if (threadIdx.x >= 32) {
       side();
     }
@@ -596,16 +608,17 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
     ptx::setmaxnregInc<kConsumerRegs>();
     const bool stamp = (threadIdx.x & 127) == 0;  // trace row wg: consumer warpgroup wg - 1
     if (stamp) traceHeader<kTr>(p, cta, wg, 0);
+    constexpr bool kSW = kStoreWarp;
     if constexpr (Tr::kStreamK) {
-      gemmConsumer<Tr, false, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      gemmConsumer<Tr, false, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
     } else if constexpr (Tr::kCluster == 1) {
       if (p.tileClaim != nullptr) {
-        gemmConsumer<Tr, true, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
+        gemmConsumer<Tr, true, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
       } else {
-        gemmConsumer<Tr, false, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
+        gemmConsumer<Tr, false, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
       }
     } else {
-      gemmConsumer<Tr, false, kTr>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      gemmConsumer<Tr, false, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
     }
     if (stamp) traceHeader<kTr>(p, cta, wg, 2);
   }

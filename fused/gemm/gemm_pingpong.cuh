@@ -186,18 +186,19 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
 // Registers -> 128B-swizzled staging -> TMA store of one WG's 128x128 unit: 4 boxes (row half
 // r of 64 rows, 64-column chunk c), written after a single barrier since the staging holds
 // the whole unit; the previous unit's stores were issued a whole main loop of the other WG ago.
-// rec, diag: the traced instantiation's stamps and GemmArgs::traceDiag (see epilogueTma).
+// rec: the traced instantiation's stamps (see epilogueTma). Without the multiply when alpha
+// is 1, as epilogueTma (a per-box branch: 0 spills here).
 template <class Tr>
 __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
                                                 const PingSmem<typename Tr::Pipe>& sm,
                                                 float (&acc0)[64], float (&acc1)[64], int32_t wg,
-                                                int32_t m0, int32_t n0, uint64_t* rec = nullptr,
-                                                int diag = 0) {
+                                                int32_t m0, int32_t n0, uint64_t* rec) {
   constexpr int kEC = 64;  // 16-bit columns per 128-byte box row
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * Tr::Pipe::kBoxesPerWg * kStoreBoxBytes;
   const bool useBeta = p.beta != 0.0f;
   const float alpha = p.alpha;
+  const bool unitAlpha = alpha == 1.0f;
   const int nRows = m0 + 64 < p.M ? 2 : 1;  // m0 < M always (the tile exists)
   if (n0 >= p.N) return;                    // the whole unit is past N (uniform over the WG)
   const int nCols = n0 + kEC < p.N ? 2 : 1;
@@ -214,10 +215,10 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
       uint8_t* buf = stg + (2 * r + c) * kStoreBoxBytes;
       if (!useBeta) {
         const float* box = acc + c * kEC / 2;  // 8 groups of 4 accumulators
-        if (diag == 0) {
-          stageBoxStmatrix<Tr::kOutType, 0>(buf, box, alpha, warp, lane);
+        if (unitAlpha) {
+          stageBoxStmatrix<Tr::kOutType, true>(buf, box, alpha, warp, lane);
         } else {
-          stageBoxStmatrix<Tr::kOutType, 1>(buf, box, alpha, warp, lane);
+          stageBoxStmatrix<Tr::kOutType, false>(buf, box, alpha, warp, lane);
         }
       } else {
 #pragma unroll
@@ -382,7 +383,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.useTmaStore) {
-      pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0, rec, kTrace ? p.traceDiag : 0);
+      pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0, rec);
     } else {
       pingEpilogueDirect<Tr>(p, acc0, acc1, m0, n0);
     }

@@ -41,7 +41,10 @@ struct GemmParams {
   uint64_t* trace;     // GemmArgs::trace (trace.h): nullptr = off
   int32_t traceTiles;
   int32_t traceCtas;  // CTAs the trace buffer holds
-  int32_t traceDiag;  // GemmArgs::traceDiag (read by the traced kernels only)
+  // The stand-alone kernel's consumers hand their staged boxes to store warps (gemm_kernel.cuh):
+  // buildParams sets it where D goes through the TMA staging and no tileDone hook waits for
+  // the stores; kernels built without store warps ignore it.
+  int32_t storeWarps;
   GemmHooks hooks;
   // Stream-K tail (GemmArgs::streamK, streamk.h): sk.units > 0 runs the stream-K kernel
   // variant (Traits::kStreamK). skWork: one partial per CTA ([cta][wg][32][128] float4, a
@@ -67,6 +70,8 @@ constexpr int kStageBytes = kStageBytesA + kStageBytesB;
 // Epilogue staging unit: one 64-row x 128-byte box (the TMA store's box).
 constexpr int kStoreBoxBytes = 64 * 128;
 constexpr int kBarrierBytes = 256;
+constexpr int kStoreMailboxAt = 160;  // byte offset in the barrier area: 2 x 5 ints (gemm_kernel)
+static_assert(kStoreMailboxAt + 2 * 5 * 4 <= kBarrierBytes, "store mailboxes do not fit");
 constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in limit (227 KB)
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
               "stage buffers must keep 1024-byte alignment for 128B swizzle");
@@ -92,8 +97,9 @@ struct PipeCfg {
   static constexpr int kSmemBytes =
       Stages * kStageBytes + kStagingBytes + kBarrierBytes + 4 * GroupInts + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "GEMM CTA exceeds the sm_90 shared-memory limit");
-  // full + empty mbarriers, then one abort word per stage (gemm_kernel.cuh)
-  static_assert(2 * Stages * 8 + Stages * 4 <= kBarrierBytes, "barrier area too small");
+  // full + empty mbarriers, then one abort word per stage (gemm_kernel.cuh); the store warps'
+  // mailboxes from byte kStoreMailboxAt of the area on
+  static_assert(2 * Stages * 8 + Stages * 4 <= kStoreMailboxAt, "barrier area too small");
   static_assert(StoreBufs >= 2, "the epilogue double-buffers at least");
 };
 using DeepPipe = PipeCfg<4, 2>;

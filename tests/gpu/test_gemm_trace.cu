@@ -6,8 +6,8 @@
 // wide pipelines (static and dynamic schedule) and the ping-pong consumers (static; records
 // are units, and WG1 has none for the halves wholly past N), a cap below and at the tiles a
 // CTA walks, D with the direct epilogue (odd row pitch) and through the TMA staging (whose
-// stamps inside the epilogue are then ordered between main loop and stores; with traceDiag 1,
-// which skips the multiply by alpha = 1, D is still exact).
+// stamps inside the epilogue are then ordered between main loop and stores), the TMA stores
+// issued by the store warps (the default) and by the consumers (GemmArgs::storeWarps 0).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -41,11 +41,11 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
           // N = 1100: 2200-byte rows, no tensor map for D (direct stores); 1088: TMA stores.
           // Either way the last column tile's second half is past N (ping-pong: WG1 skips it).
           const bool tma = n == 1088;
-          const int diag = tma && !capped ? 1 : 0;
+          const int storeWarps = tma && capped ? 0 : 1;
           Problem p(1000, n, 576, BLayout::kNK, DType::kBF16, DType::kBF16);
           SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline) +
                        (dynamic ? " dynamic" : " static") + (capped ? " capped" : "") +
-                       " traceDiag " + std::to_string(diag));
+                       " storeWarps " + std::to_string(storeWarps));
           p.alloc();
           p.randomize(seed + 31 * i);
           p.reference();
@@ -68,7 +68,7 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
           g.trace = dev;
           g.traceTiles = cap;
           g.traceCtas = grid;
-          g.traceDiag = diag;
+          g.storeWarps = storeWarps;
           if (dynamic) {
             GT_CUDA(cudaMemset(claim, 0, sizeof(int32_t)));
             g.tileClaim = claim;

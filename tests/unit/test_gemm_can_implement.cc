@@ -315,8 +315,8 @@ TEST(GemmCanImplement, TileClaimRules) {
 }
 
 // Timeline stamps (GemmArgs::trace, fused/gemm/trace.h): every pipeline, the ping-pong
-// consumers included; not stream-K; a buffer needs its record and CTA counts; traceDiag only
-// with a buffer, 0 or 1.
+// consumers included; not stream-K; a buffer needs its record and CTA counts. storeWarps is
+// 0 or 1.
 TEST(GemmCanImplement, TraceRules) {
   std::string why;
   GemmArgs a = good();
@@ -325,17 +325,17 @@ TEST(GemmCanImplement, TraceRules) {
   a.traceCtas = 2;
   for (int pl : {0, 1, 2, 3}) {
     a.pipeline = pl;
-    for (int diag : {0, 1}) {
-      a.traceDiag = diag;
+    for (int sw : {0, 1}) {
+      a.storeWarps = sw;
       EXPECT_TRUE(mk::gemm::canImplement(a, &why))
-          << "pipeline " << pl << " diag " << diag << ": " << why;
+          << "pipeline " << pl << " storeWarps " << sw << ": " << why;
     }
   }
-  a.traceDiag = 2;
-  expectReject(a, "traceDiag");
-  a.traceDiag = -1;
-  expectReject(a, "traceDiag");
-  a.traceDiag = 0;
+  a.storeWarps = 2;
+  expectReject(a, "storeWarps");
+  a.storeWarps = -1;
+  expectReject(a, "storeWarps");
+  a.storeWarps = 1;
   a.pipeline = 0;
   a.streamK = 1;
   expectReject(a, "not traced");
@@ -347,8 +347,6 @@ TEST(GemmCanImplement, TraceRules) {
   expectReject(a, "traceCtas");
   a.trace = nullptr;  // traceTiles means nothing without a buffer
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
-  a.traceDiag = 1;  // a diagnostic of traced launches only
-  expectReject(a, "needs a trace buffer");
 }
 
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {
