@@ -163,8 +163,8 @@ struct GemmArgs {
   // a consumer thread (whose warpgroup then starts its next tile without waiting for the
   // issue: 0.7 us a tile at 8192 x 8192 x 1024 on the H100, session 42), wherever D goes
   // through the TMA staging and no tileDone hook waits for the stores; 0: by the consumers
-  // (the comparison). Stand-alone launches only (fused operators' compute roles issue their
-  // own).
+  // (the comparison). Stand-alone launches only, not the stream-K variant (fused operators'
+  // compute roles issue their own).
   int32_t storeWarps = 1;
   GemmHooks hooks;
   GemmGroups groups;

@@ -86,18 +86,26 @@ __device__ __forceinline__ void stageBoxStmatrix(uint8_t* buf, const float* acc,
 // ---- store warps (GemmParams::storeWarps) ---------------------------------------------------
 // A consumer thread issuing the TMA stores of its warpgroup's boxes waited ~0.7 us a tile for
 // the TMA unit to take them (both warpgroups' 8 boxes at once, behind the producer's loads),
-// and its warpgroup's next wgmma waited for that thread. In the stand-alone kernel, warp
-// 1 + wg of the producer warpgroup (idle there) issues them instead: the consumer warpgroup
-// stages a group of boxes, posts it in its mailbox and arrives on kBarStoreFull + wg; the
-// store warp syncs there, issues and commits the stores, waits until all but the newest
-// kBufs - kGroup have read the staging, and arrives on kBarStoreFree + wg, which the
-// warpgroup syncs on before it writes the staging again (once before the first group). A
-// posted count of 0 ends the loop. Each barrier alternates one arrive and one sync per side,
-// so neither side can arrive twice on a barrier before it completed.
-constexpr int kBarStoreFull = 5;  // + wg (gemm_kernel.cuh: 1, 2 per WG, 3, 4 taken)
-constexpr int kBarStoreFree = 7;  // + wg
-constexpr int kStoreBarThreads = 128 + 32;
+// and its warpgroup's next wgmma waited for that thread (session 42, calls X and Y). In the
+// stand-alone kernel lane 0 of warp 1 + wg of the producer warpgroup (idle there) issues them
+// instead. The handshake is two mbarriers per consumer warpgroup, not named barriers, so that
+// no consumer warp waits for another (call Y: a named barrier over the warpgroup cost 0.25 us a
+// tile, the spread of its warps' last wgmmas):
+//  - free[wg] (1 arrive): the staging may be written. The store thread arrives once at the
+//    start, then after each group's stores have read it (all but the newest kBufs - kGroup);
+//  - full[wg] (one arrive per consumer warp): a group of boxes is staged. Each lane fences its
+//    shared writes for the async proxy, the warp syncs, lane 0 arrives (release); thread 0 of
+//    the warpgroup has written the mailbox before its warp's arrive.
+// Post j waits for free's phase j and completes full's phase j; the store thread handles post
+// j after full's phase j and then completes free's phase j + 1, so neither side runs a phase
+// ahead (parities never alias). A posted count of 0 ends the store thread's loop.
 constexpr int kMailboxInts = 5;  // count (0: end), n0, m0, first chunk, first buffer
+
+template <class Pipe>
+__device__ __forceinline__ uint64_t* storeBar(const SmemLayout<Pipe>& sm, int which, int32_t wg) {
+  return reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(sm.full) + kStoreBarsAt) +
+         2 * which + wg;  // which: 0 = full, 1 = free
+}
 
 template <class Pipe>
 __device__ __forceinline__ volatile int32_t* storeMailbox(const SmemLayout<Pipe>& sm, int32_t wg) {
@@ -106,12 +114,21 @@ __device__ __forceinline__ volatile int32_t* storeMailbox(const SmemLayout<Pipe>
          wg * kMailboxInts;
 }
 
-// The consumer side's post: thread 0 writes the mailbox, then the warpgroup arrives (which
-// orders every thread's earlier shared writes, and the proxy fence before it, for the store
-// warp: barriers order prior accesses for all participating threads).
+// Thread 0, before the CTA's barrier and the fence that initPipe ends with.
+template <class Pipe>
+__device__ __forceinline__ void initStoreBars(const SmemLayout<Pipe>& sm) {
+  for (int wg = 0; wg < kConsumerWGs; ++wg) {
+    ptx::mbarInit(storeBar(sm, 0, wg), 4);
+    ptx::mbarInit(storeBar(sm, 1, wg), 1);
+  }
+}
+
+// The consumer warpgroup's post `posts` (then counted): every lane, after its shared writes
+// and its fence for the async proxy.
 template <class Pipe>
 __device__ __forceinline__ void postStores(const SmemLayout<Pipe>& sm, int32_t wg, int32_t count,
-                                           int32_t n0, int32_t m0, int32_t c0, int32_t buf) {
+                                           int32_t n0, int32_t m0, int32_t c0, int32_t buf,
+                                           uint32_t* posts) {
   if ((threadIdx.x & 127) == 0) {
     volatile int32_t* box = storeMailbox(sm, wg);
     box[0] = count;
@@ -120,50 +137,49 @@ __device__ __forceinline__ void postStores(const SmemLayout<Pipe>& sm, int32_t w
     box[3] = c0;
     box[4] = buf;
   }
-  ptx::namedBarArrive(kBarStoreFull + wg, kStoreBarThreads);
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) ptx::mbarArrive(storeBar(sm, 0, wg));
+  ++*posts;
 }
 
-// The store warp of consumer warpgroup wg (all 32 lanes: barriers count warps; lane 0 issues).
+// The store thread of consumer warpgroup wg.
 template <class Tr>
-__device__ __forceinline__ void storeWarpLoop(const GemmParams& p,
-                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t wg) {
+__device__ __forceinline__ void storeThreadLoop(const GemmParams& p,
+                                                const SmemLayout<typename Tr::Pipe>& sm,
+                                                int32_t wg) {
   constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
-  const bool lead = (threadIdx.x & 31) == 0;
   uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
   const volatile int32_t* box = storeMailbox(sm, wg);
-  ptx::namedBarArrive(kBarStoreFree + wg, kStoreBarThreads);  // the staging starts free
-  for (;;) {
-    ptx::namedBarSync(kBarStoreFull + wg, kStoreBarThreads);
+  ptx::mbarArrive(storeBar(sm, 1, wg));  // the staging starts free
+  for (uint32_t k = 0;; ++k) {
+    ptx::mbarWait(storeBar(sm, 0, wg), k & 1);
     const int32_t count = box[0];
     if (count == 0) break;
-    if (lead) {
-      const int32_t n0 = box[1], m0 = box[2], c0 = box[3], buf0 = box[4];
-      for (int g = 0; g < count; ++g) {
-        const int c = c0 + g;
-        uint8_t* buf = stg + ((buf0 + g) % kBufs) * kStoreBoxBytes;
-        if (p.dTiled) {
-          ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
-        } else {
-          ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, m0 + 64 * wg);
-        }
-        ptx::bulkCommit();
+    const int32_t n0 = box[1], m0 = box[2], c0 = box[3], buf0 = box[4];
+    for (int g = 0; g < count; ++g) {
+      const int c = c0 + g;
+      uint8_t* buf = stg + ((buf0 + g) % kBufs) * kStoreBoxBytes;
+      if (p.dTiled) {
+        ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
+      } else {
+        ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, m0 + 64 * wg);
       }
-      ptx::bulkWaitRead<kBufs - kGroup>();
+      ptx::bulkCommit();
     }
-    ptx::namedBarArrive(kBarStoreFree + wg, kStoreBarThreads);
+    ptx::bulkWaitRead<kBufs - kGroup>();
+    ptx::mbarArrive(storeBar(sm, 1, wg));
   }
-  // Shared memory must outlive the last bulk stores reading it.
-  if (lead) ptx::bulkWait<0>();
+  ptx::bulkWait<0>();  // shared memory must outlive the last bulk stores reading it
 }
 
 // rec (traced launches): words 4-6 of the warpgroup's record (trace.h), stamped by thread 0
-// for the first group of boxes. kStoreWarp: the stand-alone kernel, whose store warps issue
-// the stores when p.storeWarps says so. kUnitAlpha: p.alpha is 1.
+// for the first group of boxes. kStoreWarp: the stand-alone kernel, whose store threads issue
+// the stores when p.storeWarps says so (posts: the warpgroup's count). kUnitAlpha: alpha is 1.
 template <class Tr, bool kStoreWarp, bool kUnitAlpha>
 __device__ __forceinline__ void epilogueTma(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm,
                                             float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
-                                            uint32_t& nStores, uint64_t* rec) {
+                                            uint32_t& nStores, uint64_t* rec, uint32_t* posts) {
   constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
@@ -180,7 +196,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
     // the kBufs - kGroup most recent ones.
     const bool handOff = kStoreWarp && p.storeWarps != 0;
     if (handOff) {
-      ptx::namedBarSync(kBarStoreFree + wg, kStoreBarThreads);
+      ptx::mbarWait(storeBar(sm, 1, wg), *posts & 1);
     } else {
       if (tid == 0) ptx::bulkWaitRead<kBufs - kGroup>();
       ptx::namedBarSync(1 + wg, 128);
@@ -229,7 +245,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
     // stores above are generic-proxy writes that the TMA engine (async proxy) reads next
     ptx::fenceProxyAsyncShared();
     if (handOff) {
-      postStores(sm, wg, valid, n0, m0, c0, (int32_t)(nStores % kBufs));
+      postStores(sm, wg, valid, n0, m0, c0, (int32_t)(nStores % kBufs), posts);
       if (rec != nullptr && c0 == 0) rec[6] = (uint64_t)clock64();
       nStores += valid;
       continue;
@@ -289,15 +305,16 @@ template <class Tr, bool kStoreWarp = false>
 __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm,
                                              float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
-                                             uint32_t& nStores, uint64_t* rec = nullptr) {
+                                             uint32_t& nStores, uint64_t* rec = nullptr,
+                                             uint32_t* posts = nullptr) {
   if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
   if (p.useTmaStore) {
     // Gated tiles had alpha applied by swigluAcc. Two whole epilogues rather than a branch
     // per box (which cost a traced kernel spills).
     if (Tr::kGated || p.alpha == 1.0f) {
-      epilogueTma<Tr, kStoreWarp, true>(p, sm, acc, wg, m0, n0, nStores, rec);
+      epilogueTma<Tr, kStoreWarp, true>(p, sm, acc, wg, m0, n0, nStores, rec, posts);
     } else {
-      epilogueTma<Tr, kStoreWarp, false>(p, sm, acc, wg, m0, n0, nStores, rec);
+      epilogueTma<Tr, kStoreWarp, false>(p, sm, acc, wg, m0, n0, nStores, rec, posts);
     }
   } else {
     epilogueDirect<Tr>(p, acc, wg, m0, n0);

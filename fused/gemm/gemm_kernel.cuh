@@ -458,6 +458,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   float acc[128];
   uint32_t nStores = 0;  // TMA stores issued by this WG (uniform across its threads)
+  uint32_t posts = 0;    // groups handed to the store thread (kStoreWarp)
   int32_t pending = -1;  // tile whose stores are issued but not yet published
   int32_t stage = 0;
   uint32_t phase = 0;
@@ -510,7 +511,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    tileEpilogue<Tr, kStoreWarp>(p, sm, acc, wg, m0, n0, nStores, rec);
+    tileEpilogue<Tr, kStoreWarp>(p, sm, acc, wg, m0, n0, nStores, rec, &posts);
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }
@@ -518,9 +519,9 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   // barrier inside publishTile is reached by all 256 consumer threads.
   if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
   if (kStoreWarp && p.storeWarps != 0) {
-    // The store warp's end: a post of no boxes, once it handed the staging back.
-    ptx::namedBarSync(kBarStoreFree + wg, kStoreBarThreads);
-    postStores(sm, wg, 0, 0, 0, 0, 0);
+    // The store thread's end: a post of no boxes, once it handed the staging back.
+    ptx::mbarWait(storeBar(sm, 1, wg), posts & 1);
+    postStores(sm, wg, 0, 0, 0, 0, 0, &posts);
   } else if (tid == 0) {
     ptx::bulkWait<0>();  // shared memory must outlive the last bulk stores reading it
   }
@@ -567,6 +568,7 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   SmemLayout<Pipe> sm(smemRaw);
   uint32_t* stageAbort = reinterpret_cast<uint32_t*>(sm.empty + Pipe::kStages);  // [kStages]
   if (threadIdx.x == 0) {
+    if constexpr (kStoreWarp) initStoreBars(sm);  // before initPipe's fence
     initPipe<Tr>(sm, stageAbort);
     prefetchMaps(p);
   }
@@ -599,8 +601,9 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
       }
       traceHeader<kTr>(p, cta, 0, 2);
     } else if (kStoreWarp && p.storeWarps != 0) {
-      const int32_t w = threadIdx.x / 32;  // warps 1 .. kConsumerWGs: one a consumer WG
-      if (w >= 1 && w <= kConsumerWGs) storeWarpLoop<Tr>(p, sm, w - 1);
+      // Lane 0 of warps 1 .. kConsumerWGs: one store thread a consumer WG.
+      const int32_t w = threadIdx.x / 32;
+      if ((threadIdx.x & 31) == 0 && w >= 1 && w <= kConsumerWGs) storeThreadLoop<Tr>(p, sm, w - 1);
     } else if (threadIdx.x >= 32) {
       side();
     }

@@ -16,7 +16,9 @@ namespace gemm {
 template <class Tr, bool kTraced = false>
 __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant__ GemmParams p) {
   extern __shared__ uint8_t smem[];
-  gemmCta<Tr, NoSide, kTraced, true>(p, smem, blockIdx.x, gridDim.x);
+  // Store threads (GemmArgs::storeWarps) but for stream-K, whose consumer state left no room
+  // for the handshake's counter (spills in the wide stream-K instances).
+  gemmCta<Tr, NoSide, kTraced, !Tr::kStreamK>(p, smem, blockIdx.x, gridDim.x);
 }
 
 // The traced kernels exist for the plain walks only (canImplement refuses the others).

@@ -70,7 +70,11 @@ constexpr int kStageBytes = kStageBytesA + kStageBytesB;
 // Epilogue staging unit: one 64-row x 128-byte box (the TMA store's box).
 constexpr int kStoreBoxBytes = 64 * 128;
 constexpr int kBarrierBytes = 256;
-constexpr int kStoreMailboxAt = 160;  // byte offset in the barrier area: 2 x 5 ints (gemm_kernel)
+// Byte offsets in the barrier area of the stand-alone kernel's store-warp handshake
+// (gemm_epilogue.cuh): 4 mbarriers, then 2 mailboxes of 5 ints.
+constexpr int kStoreBarsAt = 96;
+constexpr int kStoreMailboxAt = 160;
+static_assert(kStoreBarsAt + 4 * 8 <= kStoreMailboxAt, "store barriers overlap the mailboxes");
 static_assert(kStoreMailboxAt + 2 * 5 * 4 <= kBarrierBytes, "store mailboxes do not fit");
 constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in limit (227 KB)
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
@@ -98,8 +102,8 @@ struct PipeCfg {
       Stages * kStageBytes + kStagingBytes + kBarrierBytes + 4 * GroupInts + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "GEMM CTA exceeds the sm_90 shared-memory limit");
   // full + empty mbarriers, then one abort word per stage (gemm_kernel.cuh); the store warps'
-  // mailboxes from byte kStoreMailboxAt of the area on
-  static_assert(2 * Stages * 8 + Stages * 4 <= kStoreMailboxAt, "barrier area too small");
+  // barriers and mailboxes from byte kStoreBarsAt of the area on
+  static_assert(2 * Stages * 8 + Stages * 4 <= kStoreBarsAt, "barrier area too small");
   static_assert(StoreBufs >= 2, "the epilogue double-buffers at least");
 };
 using DeepPipe = PipeCfg<4, 2>;
