@@ -27,7 +27,8 @@
 // --trace runs the engine once more per shape with its timeline stamps (fused/gemm/trace.h) and
 // prints the medians per tile: wait for the first stage, main loop, epilogue and its parts;
 // the tail, the main loop's share of the span and the SM clock the consumers ran at; then the
-// same with the consumers issuing their own TMA stores (GemmArgs::storeWarps 0), and with
+// same with the consumers issuing their own TMA stores (GemmArgs::storeWarps 0; the default
+// -1 has store threads issue them at K <= 2048 only), and with
 // --pipelines the ping-pong consumers too (and a ping-pong window in --soak). Every run also
 // times the engine with storeWarps 0 next to the default: the 'sw0' line.
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
@@ -241,7 +242,7 @@ int main(int argc, char** argv) {
     };
     auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0, int streamK = 0,
                          uint64_t* traceBuf = nullptr, int traceTiles = 0, int traceCtas = 0,
-                         int storeWarps = 1) {
+                         int storeWarps = -1) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -438,7 +439,7 @@ int main(int argc, char** argv) {
       const size_t words = mk::gemm::traceWords(grid, per);
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
-      traced = {{0, 1, "engine", {}}, {0, 0, "engine, consumers issue the stores", {}}};
+      traced = {{0, -1, "engine", {}}, {0, 0, "engine, consumers issue the stores", {}}};
       if (pipes) traced.push_back({3, 0, "ping-pong", {}});
       for (TraceVariant& v : traced) {
         for (int r = 0; r < 3; ++r) {

@@ -337,8 +337,9 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   }
   if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || a.cluster == 2))
     return fail(why, "grouped, SwiGLU and CTA-pair GEMMs are not traced (GemmArgs::trace)");
-  if (a.storeWarps != 0 && a.storeWarps != 1)
-    return fail(why, "storeWarps=%lld must be 0 (consumers issue the stores) or 1", a.storeWarps);
+  if (a.storeWarps < -1 || a.storeWarps > 1)
+    return fail(why, "storeWarps=%lld must be -1 (by K), 0 (consumers issue the stores) or 1",
+                a.storeWarps);
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
                 a.traceTiles, a.traceCtas);
@@ -483,7 +484,8 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.trace = a.trace;
   p.traceTiles = a.traceTiles;
   p.traceCtas = a.traceCtas;
-  p.storeWarps = a.storeWarps == 1 && p.useTmaStore && a.hooks.tileDone == nullptr ? 1 : 0;
+  const bool storeWarps = a.storeWarps == 1 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
+  p.storeWarps = storeWarps && p.useTmaStore && a.hooks.tileDone == nullptr ? 1 : 0;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

@@ -159,13 +159,14 @@ struct GemmArgs {
   uint64_t* trace = nullptr;
   int32_t traceTiles = 0;
   int32_t traceCtas = 0;
-  // 1: the epilogue's TMA stores are issued by store warps of the producer warpgroup, not by
-  // a consumer thread (whose warpgroup then starts its next tile without waiting for the
+  // 1: the epilogue's TMA stores are issued by store threads of the producer warpgroup, not
+  // by a consumer thread (whose warpgroup then starts its next tile without waiting for the
   // issue: 0.7 us a tile at 8192 x 8192 x 1024 on the H100, session 42), wherever D goes
-  // through the TMA staging and no tileDone hook waits for the stores; 0: by the consumers
-  // (the comparison). Stand-alone launches only, not the stream-K variant (fused operators'
-  // compute roles issue their own).
-  int32_t storeWarps = 1;
+  // through the TMA staging and no tileDone hook waits for the stores; 0: by the consumers.
+  // -1 (default): 1 when K <= kStoreWarpsMaxK, where it measured 1.3-2% faster (K 512-2048),
+  // else 0 (0.5-1.8% slower at K >= 4096, session 42's calls Y and Z). Stand-alone launches
+  // only, not the stream-K variant (fused operators' compute roles issue their own).
+  int32_t storeWarps = -1;
   GemmHooks hooks;
   GemmGroups groups;
 };
@@ -176,6 +177,8 @@ constexpr int kTileN = 256;
 constexpr int kTileK = 64;
 // Largest K for which pipeline 0 picks the wide epilogue staging.
 constexpr int kWideMaxK = 4096;
+// Largest K at which GemmArgs::storeWarps -1 hands the epilogue's stores to store threads.
+constexpr int kStoreWarpsMaxK = 2048;
 // Most groups of a grouped GEMM (their tile prefix sums live in shared memory).
 constexpr int kMaxGroups = 256;
 

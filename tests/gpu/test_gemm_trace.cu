@@ -7,7 +7,8 @@
 // are units, and WG1 has none for the halves wholly past N), a cap below and at the tiles a
 // CTA walks, D with the direct epilogue (odd row pitch) and through the TMA staging (whose
 // stamps inside the epilogue are then ordered between main loop and stores), the TMA stores
-// issued by the store warps (the default) and by the consumers (GemmArgs::storeWarps 0).
+// issued by the store threads (GemmArgs::storeWarps 1, the default at this K) and by the
+// consumers (0).
 #include <algorithm>
 #include <cstdint>
 #include <string>

@@ -325,7 +325,7 @@ TEST(GemmCanImplement, TraceRules) {
   a.traceCtas = 2;
   for (int pl : {0, 1, 2, 3}) {
     a.pipeline = pl;
-    for (int sw : {0, 1}) {
+    for (int sw : {-1, 0, 1}) {
       a.storeWarps = sw;
       EXPECT_TRUE(mk::gemm::canImplement(a, &why))
           << "pipeline " << pl << " storeWarps " << sw << ": " << why;
@@ -333,9 +333,9 @@ TEST(GemmCanImplement, TraceRules) {
   }
   a.storeWarps = 2;
   expectReject(a, "storeWarps");
-  a.storeWarps = -1;
+  a.storeWarps = -2;
   expectReject(a, "storeWarps");
-  a.storeWarps = 1;
+  a.storeWarps = -1;
   a.pipeline = 0;
   a.streamK = 1;
   expectReject(a, "not traced");
