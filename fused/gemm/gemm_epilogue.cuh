@@ -142,12 +142,32 @@ __device__ __forceinline__ void postStores(const SmemLayout<Pipe>& sm, int32_t w
   ++*posts;
 }
 
+// The TMA stores of `count` staged boxes of warpgroup wg's half-tile (chunks c0.., staging
+// buffers buf0.. in rotation), one bulk group each: issued by the warpgroup's thread 0 or by
+// its store thread.
+template <class Tr>
+__device__ __forceinline__ void issueBoxStores(const GemmParams& p, uint8_t* stg, int32_t wg,
+                                               int32_t n0, int32_t m0, int32_t c0, int32_t count,
+                                               uint32_t buf0) {
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs;
+  for (int g = 0; g < count; ++g) {
+    const int c = c0 + g;
+    uint8_t* buf = stg + ((buf0 + g) % kBufs) * kStoreBoxBytes;
+    if (p.dTiled) {
+      ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
+    } else {
+      ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, m0 + 64 * wg);
+    }
+    ptx::bulkCommit();
+  }
+}
+
 // The store thread of consumer warpgroup wg.
 template <class Tr>
 __device__ __forceinline__ void storeThreadLoop(const GemmParams& p,
                                                 const SmemLayout<typename Tr::Pipe>& sm,
                                                 int32_t wg) {
-  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
+  constexpr int kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
   uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
   const volatile int32_t* box = storeMailbox(sm, wg);
   ptx::mbarArrive(storeBar(sm, 1, wg));  // the staging starts free
@@ -155,17 +175,7 @@ __device__ __forceinline__ void storeThreadLoop(const GemmParams& p,
     ptx::mbarWait(storeBar(sm, 0, wg), k & 1);
     const int32_t count = box[0];
     if (count == 0) break;
-    const int32_t n0 = box[1], m0 = box[2], c0 = box[3], buf0 = box[4];
-    for (int g = 0; g < count; ++g) {
-      const int c = c0 + g;
-      uint8_t* buf = stg + ((buf0 + g) % kBufs) * kStoreBoxBytes;
-      if (p.dTiled) {
-        ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
-      } else {
-        ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, m0 + 64 * wg);
-      }
-      ptx::bulkCommit();
-    }
+    issueBoxStores<Tr>(p, stg, wg, box[1], box[2], box[3], count, (uint32_t)box[4]);
     ptx::bulkWaitRead<kBufs - kGroup>();
     ptx::mbarArrive(storeBar(sm, 1, wg));
   }
@@ -252,18 +262,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
     }
     ptx::namedBarSync(1 + wg, 128);
     if (rec != nullptr && c0 == 0) rec[6] = (uint64_t)clock64();
-    if (tid == 0) {
-      for (int g = 0; g < valid; ++g) {
-        const int c = c0 + g;
-        uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
-        if (p.dTiled) {
-          ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
-        } else {
-          ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, rowBase);
-        }
-        ptx::bulkCommit();
-      }
-    }
+    if (tid == 0) issueBoxStores<Tr>(p, stg, wg, n0, m0, c0, valid, nStores);
     nStores += valid;
   }
 }

@@ -611,17 +611,16 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
     ptx::setmaxnregInc<kConsumerRegs>();
     const bool stamp = (threadIdx.x & 127) == 0;  // trace row wg: consumer warpgroup wg - 1
     if (stamp) traceHeader<kTr>(p, cta, wg, 0);
-    constexpr bool kSW = kStoreWarp;
     if constexpr (Tr::kStreamK) {
-      gemmConsumer<Tr, false, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      gemmConsumer<Tr, false, kTr, kStoreWarp>(p, sm, cta, nCtas, wg - 1, stageAbort);
     } else if constexpr (Tr::kCluster == 1) {
       if (p.tileClaim != nullptr) {
-        gemmConsumer<Tr, true, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
+        gemmConsumer<Tr, true, kTr, kStoreWarp>(p, sm, cta, nCtas, wg - 1, stageAbort);
       } else {
-        gemmConsumer<Tr, false, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
+        gemmConsumer<Tr, false, kTr, kStoreWarp>(p, sm, cta, nCtas, wg - 1, stageAbort);
       }
     } else {
-      gemmConsumer<Tr, false, kTr, kSW>(p, sm, cta, nCtas, wg - 1, stageAbort);
+      gemmConsumer<Tr, false, kTr, kStoreWarp>(p, sm, cta, nCtas, wg - 1, stageAbort);
     }
     if (stamp) traceHeader<kTr>(p, cta, wg, 2);
   }
