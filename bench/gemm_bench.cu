@@ -13,7 +13,9 @@
 // also checked against cuBLAS on the first operand set), interleaved with the rest; with
 // --groups the grouped GEMM with the wide staging and the ping-pong consumers too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
-// half by each CTA of a cluster and multicast to both), with --pipelines in each split too.
+// half by each CTA of a cluster and multicast to both), with --pipelines in each split too,
+// the ping-pong consumers included ('ping-pong pairs' line, checked against cuBLAS on the
+// first operand set; with --trace also traced, with --soak a window of its own).
 // --streamk also times the engine with its stream-K tail (GemmArgs::streamK = 1: the last one
 // to two waves split into equal k-step ranges per CTA), interleaved with the rest: a line per
 // shape with its fraction of cuBLAS-best ('sk/best') next to the engine's, and its max
@@ -193,7 +195,8 @@ int main(int argc, char** argv) {
   struct Row {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
-        deepPair, widePair, ping, pingMaxdiff, sk, skMaxdiff, b2bEng, b2bBest, swOther;
+        deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
+        b2bBest, swOther;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -287,18 +290,22 @@ int main(int argc, char** argv) {
     float hmax = 0;
     CK(cudaMemcpyAsync(&hmax, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
     CK(cudaStreamSynchronize(stream));
-    // The ping-pong consumers (pipeline 3) on the same set, against the same cuBLAS output.
-    float hmaxPing = 0;
-    if (pipes) {
+    // The ping-pong consumers (pipeline 3; with --clusters also as CTA pairs) on the same set,
+    // against the same cuBLAS output.
+    auto pingDiff = [&](int cluster) {
       setIdx = 0;
       CK(cudaMemsetAsync(D, 0xFF, bytesD, stream));  // poison: NaN where nothing is written
-      runEngine(0, D, 3);
+      runEngine(0, D, 3, cluster);
       CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
       diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)D, (__nv_bfloat16*)Dref, bytesD / 2,
                                            dmax);
-      CK(cudaMemcpyAsync(&hmaxPing, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
+      float h = 0;
+      CK(cudaMemcpyAsync(&h, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
       CK(cudaStreamSynchronize(stream));
-    }
+      return h;
+    };
+    const float hmaxPing = pipes ? pingDiff(1) : 0.0f;
+    const float hmaxPingPair = pipes && pairs ? pingDiff(2) : 0.0f;
     // The stream-K tail on the same set, against the same cuBLAS output.
     float hmaxSk = 0;
     if (streamk) {
@@ -361,7 +368,7 @@ int main(int argc, char** argv) {
       }
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
-        tDeepPair, tWidePair, tPing, tSk, tB2bE, tB2bBest, tSwOther;
+        tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -380,6 +387,7 @@ int main(int argc, char** argv) {
         if (pipes) {
           tDeepPair.push_back(timeOne([&] { runEngine(0, D, 1, 2); }));
           tWidePair.push_back(timeOne([&] { runEngine(0, D, 2, 2); }));
+          tPingPair.push_back(timeOne([&] { runEngine(0, D, 3, 2); }));
         }
       }
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
@@ -416,6 +424,8 @@ int main(int argc, char** argv) {
     row.pair = tf(median(tPair));
     row.deepPair = tf(median(tDeepPair));
     row.widePair = tf(median(tWidePair));
+    row.pingPair = tf(median(tPingPair));
+    row.pingPairMaxdiff = hmaxPingPair;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -425,9 +435,9 @@ int main(int argc, char** argv) {
         G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
     row.b2bEng = tf(median(tB2bE));
     row.b2bBest = tf(median(tB2bBest));
-    // Traced variants printed after the row: (pipeline, storeWarps, label).
+    // Traced variants printed after the row: (pipeline, storeWarps, cluster, label).
     struct TraceVariant {
-      int pipeline, storeWarps;
+      int pipeline, storeWarps, cluster;
       const char* label;
       mk::gemm::TraceSummary s;
     };
@@ -435,26 +445,34 @@ int main(int argc, char** argv) {
     if (trace) {
       // The last of three traced runs (the first ones warm the buffers); unpaired, the engine's
       // grid is min(tiles, SMs) on the static schedule, so each CTA walks at most `per` tiles
-      // (units of the ping-pong consumers: one a tile per warpgroup).
-      const int tiles = (sh.M + mk::gemm::kTileM - 1) / mk::gemm::kTileM *
-                        ((sh.N + mk::gemm::kTileN - 1) / mk::gemm::kTileN);
+      // (units of the ping-pong consumers: one a tile per warpgroup); pairs walk pair positions
+      // (2 row blocks of one column block), whole pairs of the SMs.
+      const int tilesM = (sh.M + mk::gemm::kTileM - 1) / mk::gemm::kTileM;
+      const int tilesN = (sh.N + mk::gemm::kTileN - 1) / mk::gemm::kTileN;
+      const int tiles = tilesM * tilesN, positions = (tilesM + 1) / 2 * tilesN;
       const int grid = std::min(tiles, sms), per = (tiles + grid - 1) / grid;
-      const size_t words = mk::gemm::traceWords(grid, per);
+      const int gridPair = 2 * std::min(positions, sms / 2);
+      const int perPair = (positions + gridPair / 2 - 1) / (gridPair / 2);
+      const size_t words =
+          std::max(mk::gemm::traceWords(grid, per), mk::gemm::traceWords(gridPair, perPair));
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
-      traced = {{0, -1, "engine", {}},
-                {0, swOther, swOther ? "engine, store threads" : "engine, consumers' stores", {}}};
-      if (pipes) traced.push_back({3, 0, "ping-pong", {}});
+      traced = {
+          {0, -1, 1, "engine", {}},
+          {0, swOther, 1, swOther ? "engine, store threads" : "engine, consumers' stores", {}}};
+      if (pipes) traced.push_back({3, 0, 1, "ping-pong", {}});
+      if (pipes && pairs) traced.push_back({3, 0, 2, "ping-pong pairs", {}});
       for (TraceVariant& v : traced) {
+        const int g = v.cluster == 2 ? gridPair : grid, n = v.cluster == 2 ? perPair : per;
         for (int r = 0; r < 3; ++r) {
           CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
-          runEngine(0, D, v.pipeline, 1, 0, dTrace, per, grid, v.storeWarps);
+          runEngine(0, D, v.pipeline, v.cluster, 0, dTrace, n, g, v.storeWarps);
         }
         std::vector<uint64_t> hTrace(words);
         CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                            stream));
         CK(cudaStreamSynchronize(stream));
-        v.s = mk::gemm::summarizeTrace(hTrace, grid, per);
+        v.s = mk::gemm::summarizeTrace(hTrace, g, n);
       }
       cudaFree(dTrace);
       row.tr = traced[0].s;
@@ -535,6 +553,7 @@ int main(int argc, char** argv) {
       soak("cublas_best", [&] { runCublas(bestAlgo, Dref); });
       soak("engine", [&] { runEngine(0, D); });
       if (pipes) soak("ping", [&] { runEngine(0, D, 3); });
+      if (pipes && pairs) soak("ping_pairs", [&] { runEngine(0, D, 3, 2); });
     }
     if (pairs)
       printf(
@@ -542,6 +561,12 @@ int main(int argc, char** argv) {
           "%6.1f\n",
           sh.M, sh.N, sh.K, row.pair, row.pair / row.best, row.eng / row.best, row.deepPair,
           row.widePair);
+    if (pairs && pipes)
+      printf(
+          "  %5d x %5d x %5d: ping-pong pairs %6.1f (%.3f of best; unpaired ping-pong %.3f, "
+          "engine %.3f)  maxreldiff %.2e\n",
+          sh.M, sh.N, sh.K, row.pingPair, row.pingPair / row.best, row.ping / row.best,
+          row.eng / row.best, row.pingPairMaxdiff);
     fflush(stdout);
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
@@ -611,7 +636,8 @@ int main(int argc, char** argv) {
             "\"engine_grouped_wide_tflops\": %.2f, \"engine_grouped_ping_tflops\": %.2f, "
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
             "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
-            "\"ping_max_rel_diff_vs_cublas\": %.3e, \"engine_streamk_tflops\": %.2f, "
+            "\"ping_max_rel_diff_vs_cublas\": %.3e, \"engine_ping_pairs_tflops\": %.2f, "
+            "\"ping_pairs_max_rel_diff_vs_cublas\": %.3e, \"engine_streamk_tflops\": %.2f, "
             "\"streamk_max_rel_diff_vs_cublas\": %.3e, \"b2b_engine_tflops\": %.2f, "
             "\"b2b_cublas_best_tflops\": %.2f, \"engine_other_stores_tflops\": %.2f, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
@@ -622,11 +648,11 @@ int main(int argc, char** argv) {
             "\"epi_barrier_us\": %.3f, \"epi_issue_us\": %.3f}}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
-            r.ping, r.pingMaxdiff, r.sk, r.skMaxdiff, r.b2bEng, r.b2bBest, r.swOther, r.tr.records,
-            r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
-            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
-            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
-            i + 1 < rows.size() ? "," : "");
+            r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
+            r.b2bBest, r.swOther, r.tr.records, r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs,
+            r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs,
+            r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs,
+            r.tr.epiBarUs, r.tr.epiIssueUs, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -111,13 +111,14 @@ int64_t effStrideB(const GemmArgs& a) {
 }
 
 // Whether a call may run as CTA pairs (GemmArgs::cluster): only the plain tile walk of the
-// stand-alone kernel pairs up, and only the 16-bit-output variants are built paired.
+// stand-alone kernel pairs up, and only the 16-bit-output variants are built paired. The
+// ping-pong pairs (pipeline 3) are traced; the cooperative pairs are not.
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
-  return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled && a.pipeline != 3 &&
-         a.trace == nullptr && h.rowReady == nullptr && h.tileDone == nullptr &&
-         h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
-         (a.smBudget == 0 || a.smBudget >= 2) &&
+  return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
+         (a.trace == nullptr || a.pipeline == 3) && h.rowReady == nullptr &&
+         h.tileDone == nullptr && h.tileOrder == nullptr && h.rowBlockOffset == 0 &&
+         a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
@@ -331,12 +332,13 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                   "pipeline 3 (ping-pong consumers) takes no tileDone hook (a tile's two halves "
                   "finish in different warpgroups); of the hooks only rowReady, tileOrder, "
                   "rowBlockOffset and seqBase");
-    if (a.cluster == 2) return fail(why, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
     if (a.tileClaim != nullptr)
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
   }
-  if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || a.cluster == 2))
-    return fail(why, "grouped, SwiGLU and CTA-pair GEMMs are not traced (GemmArgs::trace)");
+  if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline != 3)))
+    return fail(why,
+                "grouped, SwiGLU and cooperative CTA-pair GEMMs are not traced (GemmArgs::trace; "
+                "the ping-pong pairs, pipeline 3, are)");
   if (a.storeWarps < -1 || a.storeWarps > 1)
     return fail(why, "storeWarps=%lld must be -1 (by K), 0 (consumers issue the stores) or 1",
                 a.storeWarps);
@@ -430,8 +432,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.N, a.K, effLdb(a), 64, kTileK));
   } else {
     // A CTA of a pair loads half of the tile's B rows (gemm_kernel.cuh loadB), and so does
-    // a ping-pong consumer's unit (gemm_pingpong.cuh).
-    const uint32_t boxN = resolvedCluster(a) == 2 || a.pipeline == 3 ? kTileN / 2 : kTileN;
+    // a ping-pong consumer's unit (gemm_pingpong.cuh); a CTA of a ping-pong pair half of that.
+    const bool pair = resolvedCluster(a) == 2, ping = a.pipeline == 3;
+    const uint32_t boxN = pair && ping ? kTileN / 4 : (pair || ping ? kTileN / 2 : kTileN);
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
   }
   const size_t es = dtypeSize(a.dType);

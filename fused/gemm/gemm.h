@@ -112,13 +112,15 @@ struct GemmArgs {
   // epilogue for 16-bit outputs with K <= kWideMaxK, grouped too), 1 = deep load ring,
   // 2 = wide epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each
   // consumer warpgroup owns half of a tile, one's epilogue runs under the other's main loop,
-  // and a half wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D,
-  // tileDone hook or CTA pairs). Fused operators' compute roles always run the deep ring.
+  // and a half wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D or
+  // tileDone hook; as CTA pairs too, with cluster). Fused operators' compute roles always run
+  // the deep ring.
   int32_t pipeline = 0;
   // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
-  // tile and multicasts it to both, so each reads half its B bytes from L2. Pairs need a 16-bit
-  // D, no groups, no hooks, no tile-by-tile D, no SwiGLU, smBudget 0 or >= 2.
+  // tile and multicasts it to both, so each reads half its B bytes from L2 (with pipeline 3:
+  // half of each ping-pong unit's B). Pairs need a 16-bit D, no groups, no hooks, no
+  // tile-by-tile D, no SwiGLU, smBudget 0 or >= 2; traced (trace) with pipeline 3 only.
   int32_t cluster = 0;
   // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
   // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles

@@ -25,12 +25,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant_
 template <class Tr>
 constexpr bool kTraceable = Tr::kCluster == 1 && !Tr::kStreamK && !Tr::kGrouped && !Tr::kGated;
 
-// CTA pairs: a cluster launch. `grid` (even, from buildParams) is cut to the pairs that can be
-// resident at once (pairs beyond would only start once others finished, each then walking
-// its share of the positions late). The count is queried once per device and variant: the
-// query costs host time at every launch otherwise.
-template <class Tr>
-ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+// CTA pairs: a cluster launch of `kernel` (the cooperative or the ping-pong kernel of Tr).
+// `grid` (even, from buildParams) is cut to the pairs that can be resident at once (pairs
+// beyond would only start once others finished, each then walking its share of the positions
+// late). The count is queried once per device and variant (a traced kernel has the same
+// shared memory and threads): the query costs host time at every launch otherwise.
+template <class Tr, class Kernel>
+ncclResult_t launchPairs(Kernel kernel, const GemmParams& p, int32_t grid, cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];  // co-resident pairs + 1; 0: not yet queried
   int dev = 0;
@@ -49,7 +50,7 @@ ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream)
   cfg.numAttrs = 1;
   int clusters = dev < kMaxDevices ? cached[dev].load(std::memory_order_relaxed) - 1 : -1;
   if (clusters < 0) {
-    CUDACHECK(cudaOccupancyMaxActiveClusters(&clusters, gemmKernel<Tr>, &cfg));
+    CUDACHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
     if (dev < kMaxDevices) cached[dev].store(clusters + 1, std::memory_order_relaxed);
     MK_INFO(kFused, "GEMM CTA pairs: %d pairs of %d-byte CTAs resident at once on device %d",
             clusters, Tr::Pipe::kSmemBytes, dev);
@@ -60,7 +61,24 @@ ncclResult_t launchPairs(const GemmParams& p, int32_t grid, cudaStream_t stream)
     return ncclInvalidArgument;
   }
   cfg.gridDim = dim3(grid < 2 * clusters ? grid : 2 * clusters);
-  CUDACHECK(cudaLaunchKernelEx(&cfg, gemmKernel<Tr>, p));
+  CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  return ncclSuccess;
+}
+
+// The ping-pong kernel (gemm_pingpong.cuh), unpaired or as CTA pairs.
+template <class Tr>
+ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  auto kernel = gemmPingKernel<Tr>;
+  // The traced instantiation for plain GEMMs only (canImplement refuses grouped traces).
+  if constexpr (!Tr::kGrouped) {
+    if (p.trace != nullptr) kernel = gemmPingKernel<Tr, true>;
+  }
+  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 Tr::Pipe::kSmemBytes));
+  if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
+  if constexpr (Tr::kCluster == 2) return launchPairs<Tr>(kernel, p, grid, stream);
+  kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
+  CUDACHECK(cudaGetLastError());
   return ncclSuccess;
 }
 
@@ -74,7 +92,7 @@ ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) 
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  Tr::Pipe::kSmemBytes));
   if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
-  if constexpr (Tr::kCluster == 2) return launchPairs<Tr>(p, grid, stream);
+  if constexpr (Tr::kCluster == 2) return launchPairs<Tr>(kernel, p, grid, stream);
   kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
   CUDACHECK(cudaGetLastError());
   return ncclSuccess;
@@ -120,8 +138,13 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     if (grid > 0) return ncclSuccess;
   }
   if constexpr (kOut != DType::kF32) {
-    // Ping-pong consumers (GemmArgs::pipeline 3: unpaired, 16-bit D, checked by
-    // canImplement); preload (grid 0) loads them with the other pipelines.
+    // Ping-pong consumers (GemmArgs::pipeline 3: 16-bit D, checked by canImplement), unpaired
+    // or as CTA pairs; preload (grid 0) loads them with the other pipelines (the pairs where
+    // the call resolves to pairs).
+    if (p.pingpong && p.cluster == 2)
+      return launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream);
+    if (grid <= 0 && p.cluster == 2)
+      NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream)));
     if (p.pingpong || grid <= 0)
       NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB>>(p, grid, stream)));
     if (p.pingpong) return ncclSuccess;

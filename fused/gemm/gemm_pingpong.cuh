@@ -17,7 +17,17 @@
 // alias D: every element is read by the thread that writes it, before its write), grouped
 // GEMMs (session 31: the groups' tile walk of the other pipelines, B as a 3-D tensor map), the
 // rowReady / tileOrder / rowBlockOffset / seqBase hooks. Refused: fp32 D, SwiGLU, tile-by-tile
-// D, tileDone, CTA pairs.
+// D, tileDone.
+//
+// CTA pairs (PingTraits::kCluster == 2, GemmArgs::cluster = 2; session 43, plain GEMMs without
+// hooks, as the cooperative kernel's pairs): a cluster of 2 along M walks pair positions (row
+// blocks 2 pm and 2 pm + 1 of one column block) unit by unit in step. Each CTA loads its own
+// A and one 64-row half of the unit's B, multicast into both CTAs' stage, so a unit k-step
+// reads 24 KB from L2 instead of 32 KB: the third more L2 traffic that the unpaired ping-pong
+// pays against the cooperative 128x256 tile (48 KB per 128x256 k-step) is paid back. Why:
+// traced in session 42, the ping-pong's two main loops covered 94-97% of the span, but its
+// half k-step cost 0.39-0.45 us against 0.37 for half of the cooperative's, at ~80 GB/s of
+// loads per SM where the cooperative main loop runs at ~65.
 //
 // Empty halves (session 31): where N % 256 is in 1..128 the last column tile's second half
 // lies wholly past N. The other pipelines compute those 128 columns of TMA's zeros (1/12 of
@@ -56,10 +66,12 @@ struct PingPipeCfg {
 using PingPipe = PingPipeCfg<0>;
 using PingGroupPipe = PingPipeCfg<kMaxGroups + 1>;
 
-template <DType kIn, DType kOut, BLayout kB, bool Grouped = false>
+template <DType kIn, DType kOut, BLayout kB, bool Grouped = false, int Cluster = 1>
 struct PingTraits {
   using Pipe = typename std::conditional<Grouped, PingGroupPipe, PingPipe>::type;
   static constexpr bool kGrouped = Grouped;
+  static constexpr int kCluster = Cluster;  // releaseStage (gemm_kernel.cuh) reads it too
+  static_assert(Cluster == 1 || (Cluster == 2 && !Grouped), "CTA pairs run plain GEMMs");
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr DType kOutType = kOut;
@@ -93,11 +105,13 @@ struct PingSmem {
 
 // The tile list both roles walk: tiles cta, cta + nCtas, ... of the plain GEMM's schedule
 // (raster grouped by groupM as for the other pipelines), or of the grouped GEMM's walk over
-// its groups (prefix sums in shared memory, as the other pipelines).
+// its groups (prefix sums in shared memory, as the other pipelines). CTA pairs walk pair
+// positions cta / 2, cta / 2 + nCtas / 2, ... (both CTAs of a pair the same list).
 template <class Tr>
 __device__ __forceinline__ int32_t pingNumTiles(const GemmParams& p,
                                                 const PingSmem<typename Tr::Pipe>& sm) {
   if constexpr (Tr::kGrouped) return sm.grp[p.grpNum] * p.tilesN;
+  if constexpr (Tr::kCluster == 2) return (p.tilesM + 1) / 2 * p.tilesN;
   return p.tilesM * p.tilesN;
 }
 
@@ -108,6 +122,13 @@ __device__ __forceinline__ void pingTileAt(const GemmParams& p,
   int32_t mBlk, nBlk;
   if constexpr (Tr::kGrouped) {
     groupTile(p, sm.grp, t, g, m0, &nBlk);
+  } else if constexpr (Tr::kCluster == 2) {
+    // As the cooperative kernel's pairs (tileAt): with an odd tilesM the last pair's second
+    // row block is past M; that CTA still loads (its B halves feed its partner), stores nothing.
+    int32_t pm;
+    rasterCoords((p.tilesM + 1) / 2, p.tilesN, max(1, p.groupM / 2), t, &pm, &nBlk);
+    *g = 0;
+    *m0 = (2 * pm + (int32_t)ptx::clusterCtaRank()) * kTileM;
   } else {
     tileCoords(p, t, &mBlk, &nBlk);
     *g = 0;
@@ -123,6 +144,22 @@ __device__ __forceinline__ bool pingSkipRight(const GemmParams& p, int32_t n0) {
   return p.hooks.rowReady == nullptr && n0 + kUnitCols >= p.N;
 }
 
+// CTA pairs: this CTA's half of unit nu's B for k-step k, into both CTAs' stage (each CTA's
+// `full` barrier then counts its own A, its B half and the partner's: Pipe::kStageBytes).
+// [N,K]: rows nu + 64 r .. of a 64-row box (tmB's box for paired ping-pong), the same bytes
+// and 128B swizzle as that half of one 128-row box; [K,N]: the unit's 64-column box r.
+template <class Tr>
+__device__ __forceinline__ void pingLoadBPair(const GemmParams& p, uint8_t* dst, uint64_t* bar,
+                                              int32_t k, int32_t nu) {
+  const int32_t r = (int32_t)ptx::clusterCtaRank();
+  constexpr int kHalfBytes = Tr::Pipe::kStageBytesB / 2;
+  if constexpr (Tr::kTransB) {
+    ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, nu + 64 * r, k * kTileK, 0x3);
+  } else {
+    ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kTileK, nu + 64 * r, 0x3);
+  }
+}
+
 // kTrace: the traced instantiation (GemmArgs::trace; trace.h's records, a tile's per role of
 // the producer, a unit's per consumer warpgroup), as for the other pipelines.
 template <class Tr, bool kTrace>
@@ -134,10 +171,12 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
   int32_t stage = 0;
   uint32_t phase = 0;
   int32_t nth = 0;  // tiles walked (trace records)
-  for (int32_t t = cta; t < numTiles; t += nCtas) {
+  for (int32_t t = cta / Tr::kCluster; t < numTiles; t += nCtas / Tr::kCluster) {
     uint64_t* rec = traceRecord<kTrace>(p, cta, 0, nth++);
     int32_t g, m0, n0;
     pingTileAt<Tr>(p, sm, t, &g, &m0, &n0);
+    // A pair's row block past M loads the last real one (never stored): in-bounds boxes only.
+    const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
     // One bounded wait per tile: both units read the same rows. On failure both units are
     // still completed (without data) so that both consumer WGs drain this tile and stop.
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
@@ -151,8 +190,10 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
         sm.abortWord[stage] = ok ? 0u : 1u;
         if (ok) {
           ptx::mbarArriveExpectTx(&sm.full[stage], Pipe::kStageBytes);
-          ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
-          if constexpr (Tr::kTransB) {
+          ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
+          if constexpr (Tr::kCluster == 2) {
+            pingLoadBPair<Tr>(p, sm.b(stage), &sm.full[stage], k, nu);
+          } else if constexpr (Tr::kTransB) {
             // [K,N]: two 64-column boxes of kTileK rows (the MN-major descriptor's LBO apart).
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
@@ -199,8 +240,9 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
   const bool useBeta = p.beta != 0.0f;
   const float alpha = p.alpha;
   const bool unitAlpha = alpha == 1.0f;
-  const int nRows = m0 + 64 < p.M ? 2 : 1;  // m0 < M always (the tile exists)
-  if (n0 >= p.N) return;                    // the whole unit is past N (uniform over the WG)
+  // The whole unit past N, or a pair's row block past M (uniform over the WG).
+  if (n0 >= p.N || m0 >= p.M) return;
+  const int nRows = m0 + 64 < p.M ? 2 : 1;
   const int nCols = n0 + kEC < p.N ? 2 : 1;
   if (tid == 0) ptx::bulkWaitRead<0>();
   ptx::namedBarSync(1 + wg, 128);
@@ -319,7 +361,8 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
   if (wg == 1) advance(kTiles);
   bool first = true;
   int32_t nth = 0;  // units run (trace records)
-  for (int32_t t = cta; t < numTiles; t += nCtas) {
+  const int32_t step = nCtas / Tr::kCluster;
+  for (int32_t t = cta / Tr::kCluster; t < numTiles; t += step) {
     const uint64_t tStart = kTrace ? (uint64_t)clock64() : 0;
     int32_t g, m0, n0;
     pingTileAt<Tr>(p, sm, t, &g, &m0, &n0);
@@ -329,7 +372,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     first = false;
     if (wg == 1 && skipRight) {
       // No stage of this tile is WG1's; the ring's next positions are WG0's next unit.
-      if (t + nCtas < numTiles) ptx::namedBarArrive(kBarOrder, 256);
+      if (t + step < numTiles) ptx::namedBarArrive(kBarOrder, 256);
       advance(kTiles);
       continue;
     }
@@ -365,14 +408,14 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
       ptx::wgmmaWait<1>();
       ptx::fenceRegs(acc0);
       ptx::fenceRegs(acc1);
-      if (k > 0 && lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+      if (k > 0) releaseStage<Tr>(&sm.empty[prev], lane);
       prev = stage;
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
       }
     }
-    const bool more = !aborted && t + nCtas < numTiles;
+    const bool more = !aborted && t + step < numTiles;
     // The turn goes to the other WG once this WG's last batch is issued: its wgmmas queue
     // behind these on the tensor cores while this WG waits for them and runs its epilogue.
     if (wg == 0 || more) ptx::namedBarArrive(kBarOrder + (1 - wg), 256);
@@ -380,7 +423,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     ptx::fenceRegs(acc0);
     ptx::fenceRegs(acc1);
     if (rec != nullptr) rec[2] = (uint64_t)clock64();
-    if (lane == 0) ptx::mbarArrive(&sm.empty[prev]);
+    releaseStage<Tr>(&sm.empty[prev], lane);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.useTmaStore) {
       pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0, rec);
@@ -405,7 +448,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Pipe::kStages; ++s) {
       ptx::mbarInit(&sm.full[s], 1);
-      ptx::mbarInit(&sm.empty[s], 4);  // one arrive per warp of the one WG that reads the stage
+      // one arrive per warp of the one WG that reads the stage (in both CTAs of a pair)
+      ptx::mbarInit(&sm.empty[s], 4 * Tr::kCluster);
       sm.abortWord[s] = 0;
     }
     ptx::fenceMbarInit();
@@ -416,7 +460,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Both roles walk the groups' tiles from the same prefix sums (warp 0; no host
   // synchronisation: counts are read on the device).
   if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
-  __syncthreads();
+  // A pair's partner multicasts into this CTA's stages and arrives on its barriers: both CTAs'
+  // barriers are initialised before either goes on.
+  if constexpr (Tr::kCluster == 2) {
+    ptx::clusterSync();
+  } else {
+    __syncthreads();
+  }
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
     ptx::setmaxnregDec<kProducerRegs>();
@@ -432,21 +482,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     pingConsumer<Tr, kTrace>(p, sm, blockIdx.x, gridDim.x, wg - 1);
     if (stamp) traceHeader<kTrace>(p, blockIdx.x, wg, 2);
   }
-}
-
-template <class Tr>
-ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) {
-  auto kernel = gemmPingKernel<Tr>;
-  // The traced instantiation for plain GEMMs only (canImplement refuses grouped traces).
-  if constexpr (!Tr::kGrouped) {
-    if (p.trace != nullptr) kernel = gemmPingKernel<Tr, true>;
-  }
-  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 Tr::Pipe::kSmemBytes));
-  if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
-  kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
-  CUDACHECK(cudaGetLastError());
-  return ncclSuccess;
+  // The partner arrives on this CTA's `empty` barriers up to its last stage, and its
+  // producer's last multicasts land here: the shared memory must outlive both.
+  if constexpr (Tr::kCluster == 2) ptx::clusterSync();
 }
 
 }  // namespace gemm

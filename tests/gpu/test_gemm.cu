@@ -284,8 +284,9 @@ TEST(GemmCorrectness, BothPipelines) {
 // whose right half is past N, a row block of fewer than 64 rows), both B layouts, both input
 // types and 16-bit outputs, alpha, beta (C separate), padded and odd leading dimensions (the
 // direct-store fallback), SM budgets from 1 (one CTA walks every tile: the order barriers
-// and the stage ring cross many units) to an odd count and all SMs; every element against
-// the fp64 reference, outputs poisoned.
+// and the stage ring cross many units) to an odd count and all SMs; every other shape as CTA
+// pairs (session 43: odd row-block counts leave a pair's second CTA past M; budget 1 becomes
+// one pair); every element against the fp64 reference, outputs poisoned.
 TEST(GemmCorrectness, PingPong) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
@@ -315,12 +316,15 @@ TEST(GemmCorrectness, PingPong) {
     p.alpha = (rng() % 2) ? 1.0f : -0.5f;
     p.beta = (rng() % 3 == 0) ? 0.75f : 0.0f;
     const int budgets[] = {0, 1, 3, 7};
-    const int budget = budgets[rng() % 4];
-    SCOPED_TRACE(p.name() + " ping-pong budget " + std::to_string(budget));
+    const int cluster = 1 + n % 2;
+    const int budget = std::max(cluster, budgets[rng() % 4]);
+    SCOPED_TRACE(p.name() + " ping-pong budget " + std::to_string(budget) + " cluster " +
+                 std::to_string(cluster));
     EXPECT_EQ(runAndCheck(p, seed + 1000 + n,
                           [&](GemmArgs& g) {
                             g.pipeline = 3;
                             g.smBudget = budget;
+                            g.cluster = cluster;
                           }),
               "");
   }
@@ -331,12 +335,18 @@ TEST(GemmCorrectness, PingPong) {
   mk::gemm::GemmParams gp;
   int32_t grid = 0;
   g.pipeline = 3;
+  ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+  EXPECT_EQ(gp.pingpong, 1);
+  EXPECT_EQ(gp.cluster, 1);
   {
-    // Pairs asked for by the environment: pipeline 3 still runs unpaired.
+    // Pairs asked for by the environment: pipeline 3 runs paired too, on whole pairs.
     mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+    g.smBudget = 7;
     ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
     EXPECT_EQ(gp.pingpong, 1);
-    EXPECT_EQ(gp.cluster, 1);
+    EXPECT_EQ(gp.cluster, 2);
+    EXPECT_EQ(grid, 6);
+    g.smBudget = 0;
   }
   g.pipeline = 0;
   ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
@@ -350,9 +360,10 @@ TEST(GemmCorrectness, PingPong) {
 
 // CTA pairs (GemmArgs::cluster = 2: B tiles split between the two CTAs of a cluster and
 // multicast to both): odd and even row-block counts (the last pair's second CTA past M), tails
-// in N and K, both B layouts, both 16-bit outputs and input types, beta, both pipelines, SM
-// budgets that give each pair several positions, one pair, or an odd budget; every element
-// against the fp64 reference. Also the same through MKERNEL_GEMM_CLUSTER=2 (cluster = 0).
+// in N and K, both B layouts, both 16-bit outputs and input types, beta, the deep, wide and
+// ping-pong pipelines, SM budgets that give each pair several positions, one pair, or an odd
+// budget; every element against the fp64 reference. Also the same through
+// MKERNEL_GEMM_CLUSTER=2 (cluster = 0).
 TEST(GemmCorrectness, ClusterPairs) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
@@ -361,7 +372,7 @@ TEST(GemmCorrectness, ClusterPairs) {
   int n = 0;
   for (auto& s : shapes)
     for (BLayout bl : kLayouts)
-      for (int pipeline : {1, 2})
+      for (int pipeline : {1, 2, 3})
         for (int budget : {0, 2, 7}) {
           const DType in = (n % 2) ? DType::kF16 : DType::kBF16;
           const DType out = (n % 3) ? DType::kBF16 : DType::kF16;

@@ -231,12 +231,29 @@ TEST(GemmCanImplement, PingPongRules) {
   a.pipeline = 3;
   a.hooks.tileDone = reinterpret_cast<uint64_t*>(gBuf);
   expectReject(a, "takes no tileDone hook");
+  // Ping-pong CTA pairs (session 43): the pairs' rules, for both B layouts.
   a = good();
   a.pipeline = 3;
   a.cluster = 2;
-  expectReject(a, "pipeline 3 (ping-pong consumers) runs no CTA pairs");
-  // cluster 0 is accepted; that MKERNEL_GEMM_CLUSTER=2 leaves it unpaired is checked on the
-  // resolved parameters (GemmCorrectness.PingPong: buildParams).
+  for (BLayout bl : {BLayout::kKN, BLayout::kNK}) {
+    a.bLayout = bl;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  }
+  a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
+  a.hooks.rowsPerFlag = 128;
+  expectReject(a, "no fused-operator hooks");
+  a.hooks.rowReady = nullptr;
+  a.groups.num = 2;
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  expectReject(a, "no groups");
+  a.groups.num = 0;
+  a.smBudget = 1;
+  expectReject(a, "smBudget 0 or >= 2");
+  a.smBudget = 0;
+  a.tileClaim = reinterpret_cast<int32_t*>(gBuf + 1024);
+  expectReject(a, "no tileClaim");
+  a.tileClaim = nullptr;
   a.cluster = 0;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
@@ -336,7 +353,12 @@ TEST(GemmCanImplement, TraceRules) {
   a.storeWarps = -2;
   expectReject(a, "storeWarps");
   a.storeWarps = -1;
+  // CTA pairs are traced with the ping-pong consumers only.
+  a.cluster = 2;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
   a.pipeline = 0;
+  expectReject(a, "cooperative CTA-pair GEMMs are not traced");
+  a.cluster = 0;
   a.streamK = 1;
   expectReject(a, "not traced");
   a.streamK = 0;
