@@ -65,21 +65,30 @@ ncclResult_t launchPairs(Kernel kernel, const GemmParams& p, int32_t grid, cudaS
   return ncclSuccess;
 }
 
-// The ping-pong kernel (gemm_pingpong.cuh), unpaired or as CTA pairs.
-template <class Tr>
-ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) {
-  auto kernel = gemmPingKernel<Tr>;
-  // The traced instantiation for plain GEMMs only (canImplement refuses grouped traces).
-  if constexpr (!Tr::kGrouped) {
-    if (p.trace != nullptr) kernel = gemmPingKernel<Tr, true>;
-  }
+// `kernel` (one of Tr's: the cooperative or the ping-pong kernel, traced or not) with Tr's
+// shared memory, as CTA pairs where Tr says so. grid <= 0 (preload) only sets the attribute,
+// which loads the module.
+template <class Tr, class Kernel>
+ncclResult_t launchKernel(Kernel kernel, const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  // Per-function attribute; cheap to set again, and no static state across devices.
   CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  Tr::Pipe::kSmemBytes));
-  if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
+  if (grid <= 0) return ncclSuccess;
   if constexpr (Tr::kCluster == 2) return launchPairs<Tr>(kernel, p, grid, stream);
   kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
   CUDACHECK(cudaGetLastError());
   return ncclSuccess;
+}
+
+// The ping-pong kernel (gemm_pingpong.cuh), unpaired or as CTA pairs; the traced
+// instantiation for plain GEMMs only (canImplement refuses grouped traces).
+template <class Tr>
+ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  auto kernel = gemmPingKernel<Tr>;
+  if constexpr (!Tr::kGrouped) {
+    if (p.trace != nullptr) kernel = gemmPingKernel<Tr, true>;
+  }
+  return launchKernel<Tr>(kernel, p, grid, stream);
 }
 
 template <class Tr>
@@ -88,14 +97,7 @@ ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) 
   if constexpr (kTraceable<Tr>) {
     if (p.trace != nullptr) kernel = gemmKernel<Tr, true>;
   }
-  // Per-function attribute; cheap to set again, and no static state across devices.
-  CUDACHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 Tr::Pipe::kSmemBytes));
-  if (grid <= 0) return ncclSuccess;  // preload(): the attribute call loaded the module
-  if constexpr (Tr::kCluster == 2) return launchPairs<Tr>(kernel, p, grid, stream);
-  kernel<<<grid, kThreads, Tr::Pipe::kSmemBytes, stream>>>(p);
-  CUDACHECK(cudaGetLastError());
-  return ncclSuccess;
+  return launchKernel<Tr>(kernel, p, grid, stream);
 }
 
 template <DType kIn, DType kOut, BLayout kB>
