@@ -451,8 +451,11 @@ int main(int argc, char** argv) {
       const int tilesN = (sh.N + mk::gemm::kTileN - 1) / mk::gemm::kTileN;
       const int tiles = tilesM * tilesN, positions = (tilesM + 1) / 2 * tilesN;
       const int grid = std::min(tiles, sms), per = (tiles + grid - 1) / grid;
+      // Room for twice the positions a pair walks on the full grid: the launch cuts the grid
+      // to the pairs resident at once (66 of 66 on the H100/H200 so far), and a CTA walking
+      // more positions than its records would leave them out of the summary unseen.
       const int gridPair = 2 * std::min(positions, sms / 2);
-      const int perPair = (positions + gridPair / 2 - 1) / (gridPair / 2);
+      const int perPair = 2 * ((positions + gridPair / 2 - 1) / (gridPair / 2));
       const size_t words =
           std::max(mk::gemm::traceWords(grid, per), mk::gemm::traceWords(gridPair, perPair));
       uint64_t* dTrace = nullptr;

@@ -16,8 +16,8 @@
 // Supported (canImplement): 16-bit D (TMA store, or the direct fallback), alpha, beta (C may
 // alias D: every element is read by the thread that writes it, before its write), grouped
 // GEMMs (session 31: the groups' tile walk of the other pipelines, B as a 3-D tensor map), the
-// rowReady / tileOrder / rowBlockOffset / seqBase hooks. Refused: fp32 D, SwiGLU, tile-by-tile
-// D, tileDone.
+// rowReady / tileOrder / rowBlockOffset / seqBase hooks (unpaired only). Refused: fp32 D,
+// SwiGLU, tile-by-tile D, tileDone.
 //
 // CTA pairs (PingTraits::kCluster == 2, GemmArgs::cluster = 2; session 43, plain GEMMs without
 // hooks, as the cooperative kernel's pairs): a cluster of 2 along M walks pair positions (row
@@ -385,9 +385,11 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
       ptx::mbarWait(&sm.full[stage], phase);
       if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
       if (k == 0) {
-        // Read by lane 0, whose arrive hands the stage back, and broadcast (see gemmConsumer).
-        const uint32_t v = lane == 0 ? sm.abortWord[stage] : 0u;
-        aborted = __shfl_sync(0xffffffffu, v, 0) != 0;
+        // Read by the lane whose arrive hands the stage back to this CTA's producer (lane r
+        // arrives on CTA r's barrier in a pair) and broadcast (see tileMainLoop).
+        const int src = Tr::kCluster == 2 ? (int)ptx::clusterCtaRank() : 0;
+        const uint32_t v = lane == src ? sm.abortWord[stage] : 0u;
+        aborted = __shfl_sync(0xffffffffu, v, src) != 0;
       }
       const uint32_t a = ptx::smemAddr(sm.a(stage));
       const uint32_t b = ptx::smemAddr(sm.b(stage));
