@@ -72,21 +72,25 @@ TEST(GemmSmall, TailsBetaBothLayouts) {
       p.beta = 0.5f;
       SCOPED_TRACE(p.name());
       EXPECT_EQ(runAndCheck(p, seed), "");
-      // One CTA for all tiles, each pipeline: stages are given back and loaded again, the
-      // pattern racecheck needs to see the stage handshake (one tile per CTA reuses none).
-      for (int pipeline : {1, 2, 3}) {
-        // the wide split and the ping-pong consumers are 16-bit D only
-        if (pipeline >= 2 && dt == DType::kF32) continue;
-        Problem q(129, 264, 72, bl, DType::kBF16, dt);
-        q.beta = 0.5f;
-        SCOPED_TRACE("budget 1, pipeline " + std::to_string(pipeline));
-        EXPECT_EQ(runAndCheck(q, seed + pipeline,
-                              [pipeline](GemmArgs& g) {
-                                g.pipeline = pipeline;
-                                g.smBudget = 1;
-                              }),
-                  "");
-      }
+      // One CTA (or one CTA pair) for all tiles, each pipeline: stages are given back and
+      // loaded again, the pattern racecheck needs to see the stage handshake (one tile per CTA
+      // reuses none); pairs: the partner's multicasts and remote releases too.
+      for (int pipeline : {1, 2, 3})
+        for (int cluster : {1, 2}) {
+          // the wide split, the ping-pong consumers and pairs are 16-bit D only
+          if ((pipeline >= 2 || cluster == 2) && dt == DType::kF32) continue;
+          Problem q(129, 264, 72, bl, DType::kBF16, dt);
+          q.beta = 0.5f;
+          SCOPED_TRACE("budget " + std::to_string(cluster) + ", pipeline " +
+                       std::to_string(pipeline) + ", cluster " + std::to_string(cluster));
+          EXPECT_EQ(runAndCheck(q, seed + pipeline,
+                                [pipeline, cluster](GemmArgs& g) {
+                                  g.pipeline = pipeline;
+                                  g.cluster = cluster;
+                                  g.smBudget = cluster;
+                                }),
+                    "");
+        }
     }
   }
 }
