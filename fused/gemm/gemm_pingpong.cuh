@@ -23,11 +23,11 @@
 // hooks, as the cooperative kernel's pairs): a cluster of 2 along M walks pair positions (row
 // blocks 2 pm and 2 pm + 1 of one column block) unit by unit in step. Each CTA loads its own
 // A and one 64-row half of the unit's B, multicast into both CTAs' stage, so a unit k-step
-// reads 24 KB from L2 instead of 32 KB: the third more L2 traffic that the unpaired ping-pong
-// pays against the cooperative 128x256 tile (48 KB per 128x256 k-step) is paid back. Why:
-// traced in session 42, the ping-pong's two main loops covered 94-97% of the span, but its
-// half k-step cost 0.39-0.45 us against 0.37 for half of the cooperative's, at ~80 GB/s of
-// loads per SM where the cooperative main loop runs at ~65.
+// reads 24 KB from L2 instead of 32 KB, the cooperative 128x256 tile's bytes per FLOP. Tried
+// because the ping-pong's k-step was the slow part (session 42); measured in session 43 (H100)
+// slower than unpaired at every K (half k-step 0.420 against 0.392 us at K = 1024): each CTA's
+// shared memory still receives every byte, and coupling two rings costs. Opt-in only; see
+// docs/gemm-notes.md, session 43.
 //
 // Empty halves (session 31): where N % 256 is in 1..128 the last column tile's second half
 // lies wholly past N. The other pipelines compute those 128 columns of TMA's zeros (1/12 of
