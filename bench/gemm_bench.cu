@@ -10,7 +10,8 @@
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
-// also checked against cuBLAS on the first operand set), interleaved with the rest; with
+// 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
+// on the first operand set), interleaved with the rest; with
 // --groups the grouped GEMM with the wide staging and the ping-pong consumers too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too,
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
-        b2bBest, swOther;
+        b2bBest, swOther, ping192, ping192Maxdiff;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -290,12 +291,12 @@ int main(int argc, char** argv) {
     float hmax = 0;
     CK(cudaMemcpyAsync(&hmax, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
     CK(cudaStreamSynchronize(stream));
-    // The ping-pong consumers (pipeline 3; with --clusters also as CTA pairs) on the same set,
-    // against the same cuBLAS output.
-    auto pingDiff = [&](int cluster) {
+    // The ping-pong consumers (pipeline 3; with --clusters also as CTA pairs; pipeline 4) on
+    // the same set, against the same cuBLAS output.
+    auto pingDiff = [&](int cluster, int pipeline = 3) {
       setIdx = 0;
       CK(cudaMemsetAsync(D, 0xFF, bytesD, stream));  // poison: NaN where nothing is written
-      runEngine(0, D, 3, cluster);
+      runEngine(0, D, pipeline, cluster);
       CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
       diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)D, (__nv_bfloat16*)Dref, bytesD / 2,
                                            dmax);
@@ -306,6 +307,7 @@ int main(int argc, char** argv) {
     };
     const float hmaxPing = pipes ? pingDiff(1) : 0.0f;
     const float hmaxPingPair = pipes && pairs ? pingDiff(2) : 0.0f;
+    const float hmaxPing192 = pipes ? pingDiff(1, 4) : 0.0f;
     // The stream-K tail on the same set, against the same cuBLAS output.
     float hmaxSk = 0;
     if (streamk) {
@@ -368,7 +370,7 @@ int main(int argc, char** argv) {
       }
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
-        tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther;
+        tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -381,6 +383,7 @@ int main(int argc, char** argv) {
         tDeep.push_back(timeOne([&] { runEngine(0, D, 1); }));
         tWide.push_back(timeOne([&] { runEngine(0, D, 2); }));
         tPing.push_back(timeOne([&] { runEngine(0, D, 3); }));
+        tPing192.push_back(timeOne([&] { runEngine(0, D, 4); }));
       }
       if (pairs) {
         tPair.push_back(timeOne([&] { runEngine(0, D, 0, 2); }));
@@ -419,6 +422,8 @@ int main(int argc, char** argv) {
     row.wide = tf(median(tWide));
     row.ping = tf(median(tPing));
     row.pingMaxdiff = hmaxPing;
+    row.ping192 = tf(median(tPing192));
+    row.ping192Maxdiff = hmaxPing192;
     row.sk = tf(median(tSk));
     row.skMaxdiff = hmaxSk;
     row.pair = tf(median(tPair));
@@ -464,6 +469,8 @@ int main(int argc, char** argv) {
           {0, -1, 1, "engine", {}},
           {0, swOther, 1, swOther ? "engine, store threads" : "engine, consumers' stores", {}}};
       if (pipes) traced.push_back({3, 0, 1, "ping-pong", {}});
+      // 384-column tiles: no more CTAs or tiles a CTA than the 256-column walk's records hold.
+      if (pipes) traced.push_back({4, 0, 1, "ping-pong 192", {}});
       if (pipes && pairs) traced.push_back({3, 0, 2, "ping-pong pairs", {}});
       for (TraceVariant& v : traced) {
         const int g = v.cluster == 2 ? gridPair : grid, n = v.cluster == 2 ? perPair : per;
@@ -505,9 +512,11 @@ int main(int argc, char** argv) {
     if (pipes)
       printf(
           "  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)  "
-          "ping %6.1f (%.3f of best, maxreldiff %.2e)\n",
+          "ping %6.1f (%.3f of best, maxreldiff %.2e)  ping192 %6.1f (%.3f of best, "
+          "maxreldiff %.2e)\n",
           sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best, row.ping,
-          row.ping / row.best, row.pingMaxdiff);
+          row.ping / row.best, row.pingMaxdiff, row.ping192, row.ping192 / row.best,
+          row.ping192Maxdiff);
     if (streamk)
       printf("  %5d x %5d x %5d: stream-K %6.1f  sk/best %.3f  (engine %.3f)  maxreldiff %.2e\n",
              sh.M, sh.N, sh.K, row.sk, row.sk / row.best, row.eng / row.best, row.skMaxdiff);
@@ -523,7 +532,7 @@ int main(int argc, char** argv) {
           "first stage %.2f us, main loop %.2f us (%.3f a k-step), epilogue %.2f us; main loop "
           "%.1f%% of the span, main loops' union %.1f%%; starts spread %.1f us, tail %.1f us; "
           "producer lead %.2f us\n",
-          sh.M, sh.N, sh.K, v.label, t.spanUs, t.clockGHz, v.pipeline == 3 ? "unit" : "tile",
+          sh.M, sh.N, sh.K, v.label, t.spanUs, t.clockGHz, v.pipeline >= 3 ? "unit" : "tile",
           t.records, t.firstWaitUs, t.mainUs, t.mainUs / kSteps, t.epilogueUs, 100.0 * t.mainFrac,
           100.0 * t.busyFrac, t.startSpreadUs, t.endSpreadUs, t.producerLeadUs);
       if (t.epiRecords > 0)
@@ -643,6 +652,7 @@ int main(int argc, char** argv) {
             "\"ping_pairs_max_rel_diff_vs_cublas\": %.3e, \"engine_streamk_tflops\": %.2f, "
             "\"streamk_max_rel_diff_vs_cublas\": %.3e, \"b2b_engine_tflops\": %.2f, "
             "\"b2b_cublas_best_tflops\": %.2f, \"engine_other_stores_tflops\": %.2f, "
+            "\"engine_ping192_tflops\": %.2f, \"ping192_max_rel_diff_vs_cublas\": %.3e, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -652,10 +662,11 @@ int main(int argc, char** argv) {
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
-            r.b2bBest, r.swOther, r.tr.records, r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs,
-            r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs,
-            r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs,
-            r.tr.epiBarUs, r.tr.epiIssueUs, i + 1 < rows.size() ? "," : "");
+            r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.tr.records, r.tr.spanUs,
+            r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac,
+            r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
+            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -61,6 +61,15 @@ int64_t effLdc(const GemmArgs& a) {
   return a.ldc ? a.ldc : effLdd(a);
 }
 
+// Whether the epilogue can store D through TMA: 16-byte aligned rows, and N itself must end on
+// a 16-byte boundary: on the H200 a box clipped at N in the middle of a 16-byte chunk wrote
+// zeros to the rest of that chunk (columns N.. of padded rows; seen with N=1030, ldd=1032, see
+// gemm-notes). Otherwise the bounds-checked direct epilogue stores it.
+bool tmaStorable(const GemmArgs& a) {
+  const size_t es = dtypeSize(a.dType);
+  return aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (outCols(a) * es) % 16 == 0;
+}
+
 CUtensorMapDataType tmaType(DType t) {
   switch (t) {
     case DType::kBF16:
@@ -116,7 +125,7 @@ int64_t effStrideB(const GemmArgs& a) {
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
-         (a.trace == nullptr || a.pipeline == 3) && h.rowReady == nullptr &&
+         (a.trace == nullptr || a.pipeline == 3) && a.pipeline != 4 && h.rowReady == nullptr &&
          h.tileDone == nullptr && h.tileOrder == nullptr && h.rowBlockOffset == 0 &&
          a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
@@ -138,7 +147,7 @@ const char* streamKConflict(const GemmArgs& a) {
       h.rowBlockOffset != 0 || h.seqBase != nullptr)
     return "streamK takes no fused-operator hooks (rowReady, tileDone, tileOrder, rowBlockOffset, "
            "seqBase): a split tile has no single producer or publisher";
-  if (a.pipeline == 3) return "streamK does not run with pipeline 3 (ping-pong consumers)";
+  if (a.pipeline >= 3) return "streamK does not run with the ping-pong consumers (pipeline 3 or 4)";
   if (a.cluster == 2) return "streamK does not run with cluster=2 (CTA pairs)";
   if (a.tileClaim != nullptr) return "streamK walks the static schedule (no tileClaim)";
   if (a.trace != nullptr) return "streamK is not traced (GemmArgs::trace)";
@@ -318,9 +327,31 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
-  if (a.pipeline < 0 || a.pipeline > 3)
-    return fail(why, "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide) or 3 (ping-pong)",
+  if (a.pipeline < 0 || a.pipeline > 4)
+    return fail(why,
+                "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide), 3 (ping-pong) or 4 "
+                "(ping-pong, 192-column units)",
                 a.pipeline);
+  if (a.pipeline == 4) {
+    // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
+    const GemmHooks& h = a.hooks;
+    if (a.dType == DType::kF32)
+      return fail(why, "pipeline 4 (ping-pong, 192-column units) needs a 16-bit output type");
+    if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr || a.cluster == 2 ||
+        a.streamK == 1)
+      return fail(why,
+                  "pipeline 4 (ping-pong, 192-column units) runs plain GEMMs: no groups, SwiGLU, "
+                  "tile-by-tile D, tileClaim, CTA pairs (cluster=2) or stream-K");
+    if (h.rowReady != nullptr || h.tileDone != nullptr || h.tileOrder != nullptr ||
+        h.rowBlockOffset != 0 || h.seqBase != nullptr)
+      return fail(why,
+                  "pipeline 4 (ping-pong, 192-column units) takes no fused-operator hooks "
+                  "(rowReady, tileDone, tileOrder, rowBlockOffset, seqBase)");
+    if (!tmaStorable(a))
+      return fail(why,
+                  "pipeline 4 (ping-pong, 192-column units) stores D through TMA only: D 16-byte "
+                  "aligned, ldd and D's width multiples of 16 bytes");
+  }
   if (a.pipeline == 3) {
     // What gemm_pingpong.cuh implements; everything else is refused rather than run wrong.
     if (a.dType == DType::kF32)
@@ -335,7 +366,7 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     if (a.tileClaim != nullptr)
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
   }
-  if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline != 3)))
+  if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline < 3)))
     return fail(why,
                 "grouped, SwiGLU and cooperative CTA-pair GEMMs are not traced (GemmArgs::trace; "
                 "the ping-pong pairs, pipeline 3, are)");
@@ -432,16 +463,15 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.N, a.K, effLdb(a), 64, kTileK));
   } else {
     // A CTA of a pair loads half of the tile's B rows (gemm_kernel.cuh loadB), and so does
-    // a ping-pong consumer's unit (gemm_pingpong.cuh); a CTA of a ping-pong pair half of that.
+    // a ping-pong consumer's unit (gemm_pingpong.cuh); a CTA of a ping-pong pair half of that;
+    // a 192-column unit (pipeline 4) 192 rows.
     const bool pair = resolvedCluster(a) == 2, ping = a.pipeline == 3;
-    const uint32_t boxN = pair && ping ? kTileN / 4 : (pair || ping ? kTileN / 2 : kTileN);
+    uint32_t boxN = pair && ping ? kTileN / 4 : (pair || ping ? kTileN / 2 : kTileN);
+    if (a.pipeline == 4) boxN = kPingWideTileN / 2;
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
   }
   const size_t es = dtypeSize(a.dType);
-  // TMA stores need 16-byte aligned rows, and N itself must end on a 16-byte boundary: on
-  // the H200 a box clipped at N in the middle of a 16-byte chunk wrote zeros to the rest of
-  // that chunk (columns N.. of padded rows; seen with N=1030, ldd=1032, see gemm-notes).
-  p.useTmaStore = aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (outCols(a) * es) % 16 == 0;
+  p.useTmaStore = tmaStorable(a);
   if (a.dTiled) {
     p.useTmaStore = 1;
     p.dTiled = 1;
@@ -454,7 +484,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.swiglu = a.swiglu ? 1 : 0;
   p.K = a.K;
   p.tilesM = tilesM(a);
-  p.tilesN = tilesN(a);
+  p.tilesN = a.pipeline == 4 ? (a.N + kPingWideTileN - 1) / kPingWideTileN : tilesN(a);
   p.kTiles = (a.K + kTileK - 1) / kTileK;
   p.groupM = a.groupM > 0 ? a.groupM : 8;
   p.grpRaster = (int32_t)MK_PARAM_INT(GemmGroupRaster);
@@ -465,7 +495,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
   p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
-  p.pingpong = a.pipeline == 3 ? 1 : 0;
+  p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;

@@ -113,8 +113,11 @@ struct GemmArgs {
   // 2 = wide epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each
   // consumer warpgroup owns half of a tile, one's epilogue runs under the other's main loop,
   // and a half wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D or
-  // tileDone hook; as CTA pairs too, with cluster). Fused operators' compute roles always run
-  // the deep ring.
+  // tileDone hook; as CTA pairs too, with cluster), 4 = ping-pong consumers with 192-column
+  // units (opt-in: 128x384 tiles, each warpgroup 128x192 with two m64n192k16 a k16 step, as
+  // cuBLAS's kernel for small K; 3 stages; plain GEMMs only: 16-bit D, no groups, hooks, CTA
+  // pairs, SwiGLU, tile-by-tile D, tileClaim or stream-K). Fused operators' compute roles always
+  // run the deep ring.
   int32_t pipeline = 0;
   // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
@@ -177,6 +180,8 @@ struct GemmArgs {
 constexpr int kTileM = 128;
 constexpr int kTileN = 256;
 constexpr int kTileK = 64;
+// Tile width of the ping-pong consumers with 192-column units (GemmArgs::pipeline 4).
+constexpr int kPingWideTileN = 384;
 // Largest K for which pipeline 0 picks the wide epilogue staging.
 constexpr int kWideMaxK = 4096;
 // Largest K at which GemmArgs::storeWarps -1 hands the epilogue's stores to store threads.

@@ -145,6 +145,10 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     // the call resolves to pairs).
     if (p.pingpong && p.cluster == 2)
       return launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream);
+    // 192-column units (pipeline 4: unpaired, plain GEMMs; buildParams counts 384-column tiles).
+    if (p.pingpong == 2 || grid <= 0)
+      NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, false, 1, 192>>(p, grid, stream)));
+    if (p.pingpong == 2) return ncclSuccess;
     if (grid <= 0 && p.cluster == 2)
       NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream)));
     if (p.pingpong || grid <= 0)

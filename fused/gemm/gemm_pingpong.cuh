@@ -29,6 +29,15 @@
 // shared memory still receives every byte, and coupling two rings costs. Opt-in only; see
 // docs/gemm-notes.md, session 43.
 //
+// 192-column units (PingTraits::kUnitN == 192, GemmArgs::pipeline = 4; session 44): 128x384
+// tiles, each warpgroup's unit 128x192 (two m64n192k16 a k16 step, 192 accumulators a thread,
+// 24/240 registers), 3 stages of 40 KB. Why: cuBLAS's kernel for 8192x8192x1024 is a ping-pong
+// of 128x160 units (160 accumulator registers), and a wider unit moves fewer shared-memory bytes
+// per FLOP, the count that fit the k-step times in session 43 (wgmma operand reads + TMA writes
+// per 1024 multiply-adds: 78 B for 128x128 units, 68 B for 128x192, 61 B for the cooperative
+// 128x256 tile). Plain GEMMs only, D through TMA stores only (the direct epilogue spilled next
+// to 192 accumulators).
+//
 // Empty halves (session 31): where N % 256 is in 1..128 the last column tile's second half
 // lies wholly past N. The other pipelines compute those 128 columns of TMA's zeros (1/12 of
 // the MMA work at N = 1408, the MoE small model's GEMM1); here WG1 skips such a half: the
@@ -44,34 +53,53 @@
 namespace mk {
 namespace gemm {
 
-// 5 stages of 32 KB and a whole 128x128 staging area per consumer WG (4 boxes of 64x64 16-bit
-// values), so the epilogue writes every box after one barrier and never waits for stores of
-// its own tile. 5 * 32 + 64 KB + barriers (+ a grouped GEMM's tile prefix sums) fit the 227 KB
-// limit; 6 stages would not.
-template <int GroupInts>
+// UnitN 128 (pipeline 3): 5 stages of 32 KB and a whole 128x128 staging area per consumer WG
+// (4 boxes of 64x64 16-bit values), so the epilogue writes every box after one barrier and
+// never waits for stores of its own tile. 5 * 32 + 64 KB + barriers (+ a grouped GEMM's tile
+// prefix sums) fit the 227 KB limit; 6 stages would not.
+// UnitN 192 (pipeline 4, 128x384 tiles): 3 stages of 40 KB and a whole 128x192 staging area per
+// WG (6 boxes, 96 KB for both): 216 KB. Three stages, as cuBLAS's kernel for these shapes.
+template <int GroupInts, int UnitN = 128>
 struct PingPipeCfg {
-  static constexpr int kStages = 5;
+  static constexpr int kUnitN = UnitN;  // columns of one consumer WG's unit
+  static constexpr int kStages = UnitN == 128 ? 5 : 3;
   static constexpr int kGroupInts = GroupInts;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;         // 16 KB
-  static constexpr int kStageBytesB = (kTileN / 2) * kTileK * 2;   // 16 KB: half of B
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 32 KB
-  static constexpr int kBoxesPerWg = 4;                            // 2 row halves x 2 chunks
+  static constexpr int kStageBytesB = UnitN * kTileK * 2;          // the unit's B: 16 or 24 KB
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 32 or 40 KB
+  static constexpr int kChunks = UnitN / 64;                       // 64-column boxes per row half
+  static constexpr int kBoxesPerWg = 2 * kChunks;                  // 2 row halves
   static constexpr int kStagingBytes = kConsumerWGs * kBoxesPerWg * kStoreBoxBytes;
   static constexpr int kSmemBytes =
       kStages * kStageBytes + kStagingBytes + kBarrierBytes + 4 * GroupInts + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "ping-pong CTA exceeds shared memory");
   static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
+  static_assert(UnitN % 64 == 0 && UnitN <= 256, "a unit is whole 64-column boxes, one wgmma");
 };
 using PingPipe = PingPipeCfg<0>;
 using PingGroupPipe = PingPipeCfg<kMaxGroups + 1>;
+using PingWidePipe = PingPipeCfg<0, 192>;
 
-template <DType kIn, DType kOut, BLayout kB, bool Grouped = false, int Cluster = 1>
+// UnitN: 128 (pipeline 3, tiles of the engine's 128x256 schedule) or 192 (pipeline 4: 128x384
+// tiles, plain GEMMs only; GemmParams::tilesN counts 384-column tiles).
+template <DType kIn, DType kOut, BLayout kB, bool Grouped = false, int Cluster = 1, int UnitN = 128>
 struct PingTraits {
-  using Pipe = typename std::conditional<Grouped, PingGroupPipe, PingPipe>::type;
+  using Pipe = typename std::conditional<
+      UnitN == 192, PingWidePipe,
+      typename std::conditional<Grouped, PingGroupPipe, PingPipe>::type>::type;
   static constexpr bool kGrouped = Grouped;
   static constexpr int kCluster = Cluster;  // releaseStage (gemm_kernel.cuh) reads it too
+  static constexpr int kUnitN = UnitN;
   static_assert(Cluster == 1 || (Cluster == 2 && !Grouped), "CTA pairs run plain GEMMs");
+  static_assert(UnitN == 128 || (UnitN == 192 && !Grouped && Cluster == 1),
+                "192-column units run plain unpaired GEMMs");
+  static_assert(UnitN == 128 || 2 * UnitN == kPingWideTileN, "host and kernel tile widths");
+  // 192 fp32 accumulators a consumer thread: at 232 registers the epilogue's beta path spilled
+  // 20 bytes; the producer thread's walk fits 24 (0 spills, traced too).
+  static constexpr int kProducerRegs = UnitN == 192 ? 24 : gemm::kProducerRegs;
+  static constexpr int kConsumerRegs = UnitN == 192 ? 240 : gemm::kConsumerRegs;
+  static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= 504, "register budget exceeded");
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr DType kOutType = kOut;
@@ -81,7 +109,6 @@ struct PingTraits {
 // Named barrier ids (gemm_kernel.cuh uses 1, 2 per WG and 3 for both consumer WGs): WG w
 // waits on kBarOrder + w for its turn in the main loop; the other WG arrives on it.
 constexpr int kBarOrder = 4;
-constexpr int kUnitCols = kTileN / 2;  // columns of one consumer WG's unit
 
 template <class Pipe>
 struct PingSmem {
@@ -134,14 +161,15 @@ __device__ __forceinline__ void pingTileAt(const GemmParams& p,
     *g = 0;
     *m0 = mBlk * kTileM;
   }
-  *n0 = nBlk * kTileN;
+  *n0 = nBlk * 2 * Tr::kUnitN;
 }
 
 // Whether tile n0's second half (WG1's unit) is skipped: wholly past N, and no rowReady hook
 // (whose failed wait is reported to both WGs through the stages of both units). Producer and
 // consumers decide alike from kernel parameters.
+template <class Tr>
 __device__ __forceinline__ bool pingSkipRight(const GemmParams& p, int32_t n0) {
-  return p.hooks.rowReady == nullptr && n0 + kUnitCols >= p.N;
+  return p.hooks.rowReady == nullptr && n0 + Tr::kUnitN >= p.N;
 }
 
 // CTA pairs: this CTA's half of unit nu's B for k-step k, into both CTAs' stage (each CTA's
@@ -180,9 +208,9 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
     // One bounded wait per tile: both units read the same rows. On failure both units are
     // still completed (without data) so that both consumer WGs drain this tile and stop.
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
-    const int32_t halves = pingSkipRight(p, n0) ? 1 : 2;
+    const int32_t halves = pingSkipRight<Tr>(p, n0) ? 1 : 2;
     for (int32_t h = 0; h < halves; ++h) {
-      const int32_t nu = n0 + h * kUnitCols;
+      const int32_t nu = n0 + h * Tr::kUnitN;
       for (int32_t k = 0; k < p.kTiles; ++k) {
         ptx::mbarWait(&sm.empty[stage], phase ^ 1);
         if (rec != nullptr) rec[h == 0 && k == 0 ? 0 : 1] = (uint64_t)clock64();
@@ -194,9 +222,10 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
           if constexpr (Tr::kCluster == 2) {
             pingLoadBPair<Tr>(p, sm.b(stage), &sm.full[stage], k, nu);
           } else if constexpr (Tr::kTransB) {
-            // [K,N]: two 64-column boxes of kTileK rows (the MN-major descriptor's LBO apart).
+            // [K,N]: the unit's 64-column boxes of kTileK rows (the MN-major descriptor's LBO
+            // apart).
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
+            for (int j = 0; j < Pipe::kChunks; ++j) {
               uint8_t* dst = sm.b(stage) + j * (kTileK * 128);
               if constexpr (Tr::kGrouped) {
                 ptx::tmaLoad3d(dst, &p.tmB, &sm.full[stage], nu + 64 * j, k * kTileK, g);
@@ -208,7 +237,7 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
             // [G][N,K]: one box of 128 rows of group g (tmB's box for pipeline 3).
             ptx::tmaLoad3d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu, g);
           } else {
-            // [N,K]: one box of 128 rows (tmB is encoded with a 128-row box for pipeline 3).
+            // [N,K]: one box of kUnitN rows (tmB's box for pipelines 3 and 4).
             ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu);
           }
         } else {
@@ -224,17 +253,19 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
   }
 }
 
-// Registers -> 128B-swizzled staging -> TMA store of one WG's 128x128 unit: 4 boxes (row half
-// r of 64 rows, 64-column chunk c), written after a single barrier since the staging holds
-// the whole unit; the previous unit's stores were issued a whole main loop of the other WG ago.
-// rec: the traced instantiation's stamps (see epilogueTma). Without the multiply when alpha
-// is 1, as epilogueTma (a per-box branch: 0 spills here).
+// Registers -> 128B-swizzled staging -> TMA store of one WG's 128 x kUnitN unit: 2 x kChunks
+// boxes (row half r of 64 rows, 64-column chunk c), written after a single barrier since the
+// staging holds the whole unit; the previous unit's stores were issued a whole main loop of the
+// other WG ago. rec: the traced instantiation's stamps (see epilogueTma). Without the multiply when
+// alpha is 1, as epilogueTma (a per-box branch: 0 spills here).
 template <class Tr>
 __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
                                                 const PingSmem<typename Tr::Pipe>& sm,
-                                                float (&acc0)[64], float (&acc1)[64], int32_t wg,
+                                                float (&acc0)[Tr::kUnitN / 2],
+                                                float (&acc1)[Tr::kUnitN / 2], int32_t wg,
                                                 int32_t m0, int32_t n0, uint64_t* rec) {
   constexpr int kEC = 64;  // 16-bit columns per 128-byte box row
+  constexpr int kChunks = Tr::Pipe::kChunks;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* stg = sm.staging + wg * Tr::Pipe::kBoxesPerWg * kStoreBoxBytes;
   const bool useBeta = p.beta != 0.0f;
@@ -243,18 +274,18 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
   // The whole unit past N, or a pair's row block past M (uniform over the WG).
   if (n0 >= p.N || m0 >= p.M) return;
   const int nRows = m0 + 64 < p.M ? 2 : 1;
-  const int nCols = n0 + kEC < p.N ? 2 : 1;
+  const int nCols = min(kChunks, (p.N - n0 + kEC - 1) / kEC);
   if (tid == 0) ptx::bulkWaitRead<0>();
   ptx::namedBarSync(1 + wg, 128);
   if (rec != nullptr) rec[4] = (uint64_t)clock64();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float(&acc)[64] = r == 0 ? acc0 : acc1;
+    float(&acc)[Tr::kUnitN / 2] = r == 0 ? acc0 : acc1;
     if (r >= nRows) break;
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
+    for (int c = 0; c < kChunks; ++c) {
       if (c >= nCols) break;
-      uint8_t* buf = stg + (2 * r + c) * kStoreBoxBytes;
+      uint8_t* buf = stg + (kChunks * r + c) * kStoreBoxBytes;
       if (!useBeta) {
         const float* box = acc + c * kEC / 2;  // 8 groups of 4 accumulators
         if (unitAlpha) {
@@ -293,7 +324,8 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
   if (tid == 0) {
     for (int r = 0; r < nRows; ++r) {
       for (int c = 0; c < nCols; ++c) {
-        ptx::tmaStore2d(&p.tmD, stg + (2 * r + c) * kStoreBoxBytes, n0 + c * kEC, m0 + 64 * r);
+        ptx::tmaStore2d(&p.tmD, stg + (kChunks * r + c) * kStoreBoxBytes, n0 + c * kEC,
+                        m0 + 64 * r);
       }
     }
     ptx::bulkCommit();
@@ -301,17 +333,20 @@ __device__ __forceinline__ void pingEpilogueTma(const GemmParams& p,
 }
 
 // D not describable by a tensor map: bounds-checked scalar stores straight from the fragment
-// (m64n128 fragment: thread's value i is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), column
+// (m64nN fragment: thread's value i is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), column
 // 8 (i >> 2) + 2 (lane & 3) + (i & 1)).
 template <class Tr>
-__device__ __forceinline__ void pingEpilogueDirect(const GemmParams& p, float (&acc0)[64],
-                                                   float (&acc1)[64], int32_t m0, int32_t n0) {
+__device__ __forceinline__ void pingEpilogueDirect(const GemmParams& p,
+                                                   float (&acc0)[Tr::kUnitN / 2],
+                                                   float (&acc1)[Tr::kUnitN / 2], int32_t m0,
+                                                   int32_t n0) {
+  constexpr int kR = Tr::kUnitN / 2;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float(&acc)[64] = r == 0 ? acc0 : acc1;
+    float(&acc)[kR] = r == 0 ? acc0 : acc1;
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < kR; ++i) {
       const int32_t gm = m0 + 64 * r + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
       const int32_t gn = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
       if (gm < p.M && gn < p.N) {
@@ -347,7 +382,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
   const int32_t numTiles = pingNumTiles<Tr>(p, sm);
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   const int32_t kTiles = p.kTiles;
-  float acc0[64], acc1[64];
+  float acc0[Tr::kUnitN / 2], acc1[Tr::kUnitN / 2];
   // Ring position of this WG's first unit: WG1's units follow WG0's of the same tile.
   int32_t stage = 0;
   uint32_t phase = 0;
@@ -366,8 +401,8 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     const uint64_t tStart = kTrace ? (uint64_t)clock64() : 0;
     int32_t g, m0, n0;
     pingTileAt<Tr>(p, sm, t, &g, &m0, &n0);
-    const bool skipRight = pingSkipRight(p, n0);
-    n0 += wg * kUnitCols;
+    const bool skipRight = pingSkipRight<Tr>(p, n0);
+    n0 += wg * Tr::kUnitN;
     if (wg == 1 || !first) ptx::namedBarSync(kBarOrder + wg, 256);
     first = false;
     if (wg == 1 && skipRight) {
@@ -400,9 +435,9 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
       for (int kk = 0; kk < kTileK / 16; ++kk) {
         const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
         const int scale = (k > 0 || kk > 0) ? 1 : 0;
-        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(acc0, descKMajor(a + kk * 32), db, scale);
-        ptx::wgmmaSS<128, Tr::kF16In, Tr::kTransB>(acc1, descKMajor(a + 64 * 128 + kk * 32), db,
-                                                   scale);
+        ptx::wgmmaSS<Tr::kUnitN, Tr::kF16In, Tr::kTransB>(acc0, descKMajor(a + kk * 32), db, scale);
+        ptx::wgmmaSS<Tr::kUnitN, Tr::kF16In, Tr::kTransB>(acc1, descKMajor(a + 64 * 128 + kk * 32),
+                                                          db, scale);
       }
       ptx::wgmmaCommit();
       ptx::fenceRegs(acc0);
@@ -429,7 +464,9 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.useTmaStore) {
       pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0, rec);
-    } else {
+    } else if constexpr (Tr::kUnitN == 128) {
+      // 192-column units: canImplement asks for a D the TMA can store (the direct path's
+      // address arithmetic next to 192 accumulators spilled ~830 bytes).
       pingEpilogueDirect<Tr>(p, acc0, acc1, m0, n0);
     }
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
@@ -471,14 +508,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {
-    ptx::setmaxnregDec<kProducerRegs>();
+    ptx::setmaxnregDec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       traceHeader<kTrace>(p, blockIdx.x, 0, 0);
       pingProducer<Tr, kTrace>(p, sm, blockIdx.x, gridDim.x);
       traceHeader<kTrace>(p, blockIdx.x, 0, 2);
     }
   } else {
-    ptx::setmaxnregInc<kConsumerRegs>();
+    ptx::setmaxnregInc<Tr::kConsumerRegs>();
     const bool stamp = (threadIdx.x & 127) == 0;  // trace row wg: consumer warpgroup wg - 1
     if (stamp) traceHeader<kTrace>(p, blockIdx.x, wg, 0);
     pingConsumer<Tr, kTrace>(p, sm, blockIdx.x, gridDim.x, wg - 1);

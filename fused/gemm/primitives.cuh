@@ -25,7 +25,8 @@ struct GemmParams {
   int32_t useTmaStore;  // 0: direct st.global epilogue (D not 16-byte aligned)
   int32_t dTiled;       // tmD is the 4-D tile-by-tile view of D (GemmArgs::dTiled)
   int32_t wide;         // run WidePipe (GemmArgs::pipeline, resolved by buildParams)
-  int32_t pingpong;     // run the ping-pong consumers (GemmArgs::pipeline 3, gemm_pingpong.cuh)
+  int32_t pingpong;     // ping-pong consumers (gemm_pingpong.cuh): 0 no, 1 128-column units
+                        // (GemmArgs::pipeline 3), 2 192-column units and tilesN of 384 (4)
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
   int32_t swiglu;       // GemmArgs::swiglu: N is D's width (I), tmB's box 128 rows, up rows at N
   int32_t grpRaster;    // grouped raster: 0 = bands over all groups' row blocks, 1 = inside a group

@@ -75,10 +75,12 @@ TEST(GemmSmall, TailsBetaBothLayouts) {
       // One CTA (or one CTA pair) for all tiles, each pipeline: stages are given back and
       // loaded again, the pattern racecheck needs to see the stage handshake (one tile per CTA
       // reuses none); pairs: the partner's multicasts and remote releases too.
-      for (int pipeline : {1, 2, 3})
+      for (int pipeline : {1, 2, 3, 4})
         for (int cluster : {1, 2}) {
-          // the wide split, the ping-pong consumers and pairs are 16-bit D only
+          // the wide split, the ping-pong consumers and pairs are 16-bit D only; the 192-column
+          // ping-pong units are never paired
           if ((pipeline >= 2 || cluster == 2) && dt == DType::kF32) continue;
+          if (pipeline == 4 && cluster == 2) continue;
           Problem q(129, 264, 72, bl, DType::kBF16, dt);
           q.beta = 0.5f;
           SCOPED_TRACE("budget " + std::to_string(cluster) + ", pipeline " +
@@ -145,10 +147,14 @@ TEST(GemmCorrectness, UnalignedOutputFallback) {
 // C aliases D: C = A·B + beta·C in place.
 TEST(GemmCorrectness, InPlaceBeta) {
   REQUIRE_SM90();
-  for (int pipeline : {0, 3})
+  for (int pipeline : {0, 3, 4})
     for (DType dt : kOut) {
-      if (pipeline == 3 && dt == DType::kF32) continue;  // ping-pong: 16-bit D only
-      Problem p(520, 1030, 128, BLayout::kNK, DType::kBF16, dt, 0, 0, 2);
+      if (pipeline >= 3 && dt == DType::kF32) continue;  // ping-pong: 16-bit D only
+      // Pipeline 4 stores through TMA only: 16-byte rows and width (the others: the direct
+      // epilogue's 4-byte padding).
+      const bool tmaOnly = pipeline == 4;
+      Problem p(520, tmaOnly ? 1032 : 1030, 128, BLayout::kNK, DType::kBF16, dt, 0, 0,
+                tmaOnly ? 8 : 2);
       p.beta = 0.25f;
       SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline));
       p.alloc();
@@ -266,8 +272,10 @@ TEST(GemmCorrectness, BothPipelines) {
   for (auto& s : shapes)
     for (DType dt : {DType::kBF16, DType::kF16})
       for (BLayout bl : kLayouts)
-        for (int pipeline : {1, 2, 3})
+        for (int pipeline : {1, 2, 3, 4})
           for (int budget : {0, 3}) {
+            // pipeline 4 stores through TMA only (16-byte rows: N % 8 == 0 here)
+            if (pipeline == 4 && s[1] % 8 != 0) continue;
             // B[K,N] needs 16-byte rows: pad ldb when N is not a multiple of 8.
             const int64_t padB = bl == BLayout::kKN ? (8 - s[1] % 8) % 8 : 0;
             Problem p(s[0], s[1], s[2], bl, DType::kBF16, dt, 0, padB, 0);
@@ -358,6 +366,74 @@ TEST(GemmCorrectness, PingPong) {
   EXPECT_EQ(gp.pingpong, 0);
   // What it does not implement is refused before launch, never run wrong.
   g.pipeline = 3;
+  g.dType = DType::kF32;
+  EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Ping-pong consumers with 192-column units (GemmArgs::pipeline = 4, 128x384 tiles): the
+// PingPong test's draws without pairs or hooks and with a D the TMA can store (N and ldd
+// multiples of 8), plus fixed shapes at the unit edges: one whole tile (384), N inside the
+// first unit's third 64-column box (136), one unit and 8 columns (200, 584), a tile whose
+// second unit lies wholly past N (520: WG1 skips it); every element against the fp64
+// reference, outputs poisoned.
+TEST(GemmCorrectness, PingPong192) {
+  REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
+  const int fixed[][3] = {{128, 384, 64}, {1, 8, 8},       {129, 200, 72},   {64, 136, 1024},
+                          {300, 520, 8},  {200, 584, 128}, {1024, 960, 1024}};
+  const int kRandom = 24;
+  for (int n = 0; n < (int)(sizeof(fixed) / sizeof(fixed[0])) + kRandom; ++n) {
+    int M, N, K;
+    if (n < (int)(sizeof(fixed) / sizeof(fixed[0]))) {
+      M = fixed[n][0];
+      N = fixed[n][1];
+      K = fixed[n][2];
+    } else {
+      M = pick(1, 1100);
+      N = 8 * pick(1, 162);
+      K = 8 * pick(1, 200);
+    }
+    const BLayout bl = kLayouts[rng() % 2];
+    const DType in = kIn[rng() % 2];
+    const DType out = (rng() % 2) ? DType::kBF16 : DType::kF16;
+    const int64_t padD = (rng() % 3 == 0) ? 0 : 8;
+    Problem p(M, N, K, bl, in, out, (rng() % 2) ? 8 : 0, 0, padD);
+    p.alpha = (rng() % 2) ? 1.0f : -0.5f;
+    p.beta = (rng() % 3 == 0) ? 0.75f : 0.0f;
+    const int budgets[] = {0, 1, 3, 7};
+    const int budget = budgets[rng() % 4];
+    SCOPED_TRACE(p.name() + " ping-pong 192 budget " + std::to_string(budget));
+    EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
+                          [&](GemmArgs& g) {
+                            g.pipeline = 4;
+                            g.smBudget = budget;
+                          }),
+              "");
+  }
+  // The calls above ran the 192-column kernel on 384-column tiles; pairs asked for by the
+  // environment are not taken, and what it does not implement is refused before launch.
+  Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
+  p.alloc();
+  GemmArgs g = p.args();
+  mk::gemm::GemmParams gp;
+  int32_t grid = 0;
+  g.pipeline = 4;
+  {
+    mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+    ASSERT_EQ(mk::gemm::buildParams(g, &gp, &grid), ncclSuccess);
+  }
+  EXPECT_EQ(gp.pingpong, 2);
+  EXPECT_EQ(gp.cluster, 1);
+  EXPECT_EQ(gp.tilesN, (2048 + 383) / 384);
+  g.hooks.rowBlockOffset = 1;
+  EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
+  g.hooks.rowBlockOffset = 0;
+  g.ldd = 2048 + 4;  // 8-byte rows: the direct epilogue, which pipeline 4 does not have
+  EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
+  g.ldd = 0;
   g.dType = DType::kF32;
   EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

@@ -4,12 +4,11 @@
 // whose stamps (SM cycles) are ordered within the record and from one record to the next,
 // between the header's start and end clocks; nothing is written past the buffer. The deep and
 // wide pipelines (static and dynamic schedule) and the ping-pong consumers (static; records
-// are units, and WG1 has none for the halves wholly past N; unpaired and as CTA pairs), a
-// cap below and at the tiles a
-// CTA walks, D with the direct epilogue (odd row pitch) and through the TMA staging (whose
-// stamps inside the epilogue are then ordered between main loop and stores), the TMA stores
-// issued by the store threads (GemmArgs::storeWarps 1, the default at this K) and by the
-// consumers (0).
+// are units, and WG1 has none for the halves wholly past N; unpaired and as CTA pairs; with
+// 192-column units, pipeline 4), a cap below and at the tiles a CTA walks, D with the direct
+// epilogue (odd row pitch) and through the TMA staging (whose stamps inside the epilogue are then
+// ordered between main loop and stores), the TMA stores issued by the store threads
+// (GemmArgs::storeWarps 1, the default at this K) and by the consumers (0).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -34,17 +33,20 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
   int32_t* claim = nullptr;
   GT_CUDA(cudaMalloc(&claim, sizeof(int32_t)));
   int i = 0;
-  for (int pipeline : {1, 2, 3})
+  for (int pipeline : {1, 2, 3, 4})
     for (bool dynamic : {false, true})
       for (bool pairs : {false, true})
         for (bool capped : {false, true})
           for (int n : {1100, 1088}) {
-            if (pipeline == 3 && dynamic) continue;  // the ping-pong consumers walk the static list
+            if (pipeline >= 3 && dynamic) continue;  // the ping-pong consumers walk the static list
             if (pairs && pipeline != 3) continue;    // only the ping-pong pairs are traced
+            if (pipeline == 4 && n != 1088) continue;  // 192-column units: TMA stores only
             ++i;
             // 8 x 5 tiles (tails in M, N and K) on 5 CTAs: 8 tiles a CTA on the static schedule.
             // N = 1100: 2200-byte rows, no tensor map for D (direct stores); 1088: TMA stores.
             // Either way the last column tile's second half is past N (ping-pong: WG1 skips it).
+            // Pipeline 4: 8 x 3 tiles of 384 columns on 4 CTAs, 6 a CTA; the last tile's second
+            // unit holds 128 columns (no skip).
             const bool tma = n == 1088;
             const int storeWarps = tma && capped ? 0 : 1;
             Problem p(1000, n, 576, BLayout::kNK, DType::kBF16, DType::kBF16);
@@ -57,18 +59,21 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
             p.poison();
             GemmArgs g = p.args();
             g.pipeline = pipeline;
-            g.smBudget = 5;
+            const bool wide = pipeline == 4;
+            g.smBudget = wide ? 4 : 5;
             // Unpaired whatever MKERNEL_GEMM_CLUSTER says: a grid of 5; pairs: 2 pairs (4 CTAs),
             // each CTA walking 10 tiles of its own row blocks (8 row blocks: no CTA past M).
             g.cluster = pairs ? 2 : 1;
-            const int grid = pairs ? 4 : 5, tiles = mk::gemm::tilesM(g) * mk::gemm::tilesN(g);
-            ASSERT_EQ(tiles, 40);
+            const int grid = pairs || wide ? 4 : 5;
+            int tiles = 0;
             {
               mk::gemm::GemmParams gp;
               int32_t built = 0;
               ASSERT_EQ(mk::gemm::buildParams(g, &gp, &built), ncclSuccess);
               ASSERT_EQ(built, grid);
+              tiles = gp.tilesM * gp.tilesN;
             }
+            ASSERT_EQ(tiles, wide ? 24 : 40);
             // Dynamic: a CTA may claim any number of tiles, so an uncapped trace holds them all.
             const int cap = capped ? 6 : (dynamic ? tiles : tiles / grid);
             const size_t words = traceWords(grid, cap);

@@ -102,8 +102,8 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.hooks.rowsPerFlag = 0;
   expectReject(a, "rowsPerFlag");
   a = good();
-  a.pipeline = 4;
-  expectReject(a, "pipeline=4");
+  a.pipeline = 5;
+  expectReject(a, "pipeline=5");
   a = good();
   a.pipeline = 2;
   a.dType = DType::kF32;
@@ -255,6 +255,65 @@ TEST(GemmCanImplement, PingPongRules) {
   expectReject(a, "no tileClaim");
   a.tileClaim = nullptr;
   a.cluster = 0;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+}
+
+// Ping-pong consumers with 192-column units (pipeline 4): plain 16-bit GEMMs, both layouts,
+// alpha and beta; every other feature refused with its rule.
+TEST(GemmCanImplement, PingPong192Rules) {
+  const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
+  std::string why;
+  GemmArgs a = good();
+  a.pipeline = 4;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (BLayout bl : {BLayout::kKN, BLayout::kNK}) {
+      a.dType = dt;
+      a.bLayout = bl;
+      a.beta = 0.5f;
+      a.alpha = -2.0f;
+      a.smBudget = 1;
+      EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+    }
+  }
+  a = good();
+  a.pipeline = 4;
+  a.dType = DType::kF32;
+  expectReject(a, "pipeline 4 (ping-pong, 192-column units) needs a 16-bit output");
+  a = good();
+  a.pipeline = 4;
+  a.groups.num = 2;
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  expectReject(a, "runs plain GEMMs");
+  a = good();
+  a.pipeline = 4;
+  a.cluster = 2;
+  expectReject(a, "runs plain GEMMs");
+  a.cluster = 1;
+  a.streamK = 1;
+  expectReject(a, "runs plain GEMMs");
+  a.streamK = 0;
+  a.dTiled = true;
+  expectReject(a, "runs plain GEMMs");
+  a.dTiled = false;
+  a.tileClaim = reinterpret_cast<int32_t*>(gBuf + 1024);
+  expectReject(a, "runs plain GEMMs");
+  a.tileClaim = nullptr;
+  a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
+  expectReject(a, "takes no fused-operator hooks");
+  a.hooks.rowReady = nullptr;
+  a.hooks.tileOrder = dev;
+  expectReject(a, "takes no fused-operator hooks");
+  a.hooks.tileOrder = nullptr;
+  a.hooks.rowBlockOffset = 2;
+  expectReject(a, "takes no fused-operator hooks");
+  a.hooks.rowBlockOffset = 0;
+  a.ldd = a.N + 4;  // 8-byte padding: only the direct epilogue could store it
+  expectReject(a, "stores D through TMA only");
+  a.ldd = 0;
+  a.pipeline = 5;
+  expectReject(a, "must be 0 (automatic)");
+  a.pipeline = 4;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 

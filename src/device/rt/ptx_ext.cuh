@@ -35,7 +35,8 @@ __device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint6
   if constexpr (N == 256) {
     wgmmaM64N256K16<kF16, kTransB>(d, descA, descB, scaleD);
   } else if constexpr (N == 192) {
-    // S = Q.K^T of 192-key blocks (attention, head dim 64, MKERNEL_ATTN_D64_VARIANT=1).
+    // S = Q.K^T of 192-key blocks (attention, head dim 64, MKERNEL_ATTN_D64_VARIANT=1); the
+    // GEMM engine's 192-column ping-pong units (GemmArgs::pipeline 4).
     MK_SS_SHAPE(192)
   } else if constexpr (N == 176) {
     // S = Q.K^T of 176-key blocks (attention, head dim 128, MKERNEL_ATTN_D128_VARIANT=1).
