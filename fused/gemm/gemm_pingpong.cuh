@@ -34,7 +34,7 @@
 // 24/240 registers), 3 stages of 40 KB. Why: cuBLAS's kernel for 8192x8192x1024 is a ping-pong
 // of 128x160 units (160 accumulator registers), and a wider unit moves fewer shared-memory bytes
 // per FLOP, the count that fit the k-step times in session 43 (wgmma operand reads + TMA writes
-// per 1024 multiply-adds: 78 B for 128x128 units, 68 B for 128x192, 61 B for the cooperative
+// per 1024 multiply-adds: 80 B for 128x128 units, 69 B for 128x192, 64 B for the cooperative
 // 128x256 tile). Plain GEMMs only, D through TMA stores only (the direct epilogue spilled next
 // to 192 accumulators).
 //
