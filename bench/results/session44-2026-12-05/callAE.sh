@@ -15,7 +15,7 @@ export MK_BENCH_COMMIT=$(cat COMMIT_SNAP)
 gc_mps_start
 for lead in "" "--no-lead-in"; do
   name=moe${lead:+_nolead}_$(gc_el)
-  gc_run "$name" $(($(gc_el) + 100)) 100 40 0 "^\||rror|MISMATCH" \
+  gc_run "$name" 590 100 40 0 "^\||rror|MISMATCH" \
     python3 bench/moe_bench.py ffn --lib /tmp/bn/src/libmkernel.so --mps --nproc 4 \
     --shapes 7168:2048:256:8:2048,2048:1408:64:6:4096 --reps 5 --budget 80 \
     --out "$GC_L/$name" $lead
