@@ -99,7 +99,6 @@ __device__ __forceinline__ void stageBoxStmatrix(uint8_t* buf, const float* acc,
 // Post j waits for free's phase j and completes full's phase j; the store thread handles post
 // j after full's phase j and then completes free's phase j + 1, so neither side runs a phase
 // ahead (parities never alias). A posted count of 0 ends the store thread's loop.
-constexpr int kMailboxInts = 5;  // count (0: end), n0, m0, first chunk, first buffer
 
 template <class Pipe>
 __device__ __forceinline__ uint64_t* storeBar(const SmemLayout<Pipe>& sm, int which, int32_t wg) {

@@ -75,8 +75,10 @@ constexpr int kBarrierBytes = 256;
 // (gemm_epilogue.cuh): 4 mbarriers, then 2 mailboxes of 5 ints.
 constexpr int kStoreBarsAt = 96;
 constexpr int kStoreMailboxAt = 160;
+constexpr int kMailboxInts = 5;  // count (0: end), n0, m0, first chunk, first buffer
 static_assert(kStoreBarsAt + 4 * 8 <= kStoreMailboxAt, "store barriers overlap the mailboxes");
-static_assert(kStoreMailboxAt + 2 * 5 * 4 <= kBarrierBytes, "store mailboxes do not fit");
+static_assert(kStoreMailboxAt + 2 * kMailboxInts * 4 <= kBarrierBytes,
+              "store mailboxes do not fit");
 constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in limit (227 KB)
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
               "stage buffers must keep 1024-byte alignment for 128B swizzle");
