@@ -36,7 +36,9 @@
 // per FLOP, the count that fit the k-step times in session 43 (wgmma operand reads + TMA writes
 // per 1024 multiply-adds: 80 B for 128x128 units, 69 B for 128x192, 64 B for the cooperative
 // 128x256 tile). Plain GEMMs only, D through TMA stores only (the direct epilogue spilled next
-// to 192 accumulators).
+// to 192 accumulators). Measured in session 44 (H100): slower than 128-column units at every K
+// (8192x8192x1024: 0.801 of cuBLAS-best against 0.849), its k-step ~4% slower per FLOP, so the
+// byte count is not the limit either; opt-in only, see docs/gemm-notes.md.
 //
 // Empty halves (session 31): where N % 256 is in 1..128 the last column tile's second half
 // lies wholly past N. The other pipelines compute those 128 columns of TMA's zeros (1/12 of
