@@ -115,10 +115,10 @@ struct GemmArgs {
   // and a half wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D or
   // tileDone hook; as CTA pairs too, with cluster), 4 = ping-pong consumers with 192-column
   // units (opt-in: 128x384 tiles, each warpgroup 128x192 with two m64n192k16 a k16 step, a unit
-  // wider than 128 columns as in cuBLAS's kernel for small K; 3 stages; plain GEMMs only: 16-bit D through TMA stores, no
-  // groups, hooks, CTA pairs, SwiGLU, tile-by-tile D, tileClaim or stream-K; measured slower than
-  // pipeline 3 at K = 512..4096, session 44). Fused operators' compute roles always run the deep
-  // ring.
+  // wider than 128 columns as in cuBLAS's kernel for small K; 3 stages; plain GEMMs only: 16-bit D
+  // through TMA stores, no groups, hooks, CTA pairs, SwiGLU, tile-by-tile D, tileClaim or stream-K;
+  // measured slower than pipeline 3 at K = 512..4096, session 44). Fused operators' compute roles
+  // always run the deep ring.
   int32_t pipeline = 0;
   // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
