@@ -1,7 +1,8 @@
-// Command-line helpers shared by the benchmarks: the command as typed (recorded with every
-// result) and comma-separated option lists.
+// Command-line helpers shared by the benchmarks: the command as typed and the date (recorded
+// with every result) and comma-separated option lists.
 #pragma once
 
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,14 @@ inline std::string commandLine(int argc, char** argv) {
   std::string cmd;
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
   return cmd;
+}
+
+// The current UTC time in strftime's `fmt` (default: ISO 8601, as the results' "date").
+inline std::string utcNow(const char* fmt = "%Y-%m-%dT%H:%M:%SZ") {
+  char buf[96];
+  time_t t = time(nullptr);
+  strftime(buf, sizeof(buf), fmt, gmtime(&t));
+  return buf;
 }
 
 // "a,b,,c" -> {"a", "b", "c"}: the items of a comma list, empty ones dropped.

@@ -114,13 +114,6 @@ double wallSeconds() {
   return tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
-std::string nowIso() {
-  char buf[64];
-  time_t t = time(nullptr);
-  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -616,12 +609,7 @@ int main(int argc, char** argv) {
   printf("geomean engine/cuBLAS-best %.3f (vs heuristic #0 %.3f), min %.3f\n", geo, geoH0,
          minRatio);
 
-  if (out.empty()) {
-    char buf[128];
-    time_t t = time(nullptr);
-    strftime(buf, sizeof(buf), "bench/results/gemm-%Y%m%d-%H%M%S.json", gmtime(&t));
-    out = buf;
-  }
+  if (out.empty()) out = benchargs::utcNow("bench/results/gemm-%Y%m%d-%H%M%S.json");
   FILE* f = fopen(out.c_str(), "w");
   if (f == nullptr) {
     fprintf(stderr, "cannot write %s\n", out.c_str());
@@ -630,7 +618,7 @@ int main(int argc, char** argv) {
   fprintf(f, "{\n  \"benchmark\": \"gemm\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n",
           cmd.c_str(), commit.c_str());
   fprintf(f, "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n", prop.name, sms,
-          nowIso().c_str());
+          benchargs::utcNow().c_str());
   fprintf(f, "  \"dtype\": \"bf16\",\n  \"b_layout\": \"%s\",\n  \"reps\": %d,\n", kn ? "KN" : "NK",
           reps);
   fprintf(

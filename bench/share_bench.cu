@@ -173,13 +173,6 @@ double timeSet(Launcher& w, int k, int sms, Mode mode, int reps, std::vector<cud
   return ms[ms.size() / 2];
 }
 
-std::string nowIso(const char* fmt) {
-  char buf[96];
-  time_t t = time(nullptr);
-  strftime(buf, sizeof(buf), fmt, gmtime(&t));
-  return buf;
-}
-
 struct Row {
   std::string work;
   int k;
@@ -286,7 +279,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (out.empty()) out = nowIso("bench/results/share-%Y%m%d-%H%M%S.json");
+  if (out.empty()) out = benchargs::utcNow("bench/results/share-%Y%m%d-%H%M%S.json");
   FILE* f = fopen(out.c_str(), "w");
   if (f == nullptr) {
     fprintf(stderr, "cannot write %s\n", out.c_str());
@@ -295,7 +288,7 @@ int main(int argc, char** argv) {
   fprintf(f, "{\n  \"benchmark\": \"share\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n",
           cmd.c_str(), commit.c_str());
   fprintf(f, "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n", prop.name, sms,
-          nowIso("%Y-%m-%dT%H:%M:%SZ").c_str());
+          benchargs::utcNow().c_str());
   fprintf(f, "  \"seq\": %d,\n  \"heads\": %d,\n  \"gemm\": \"%dx%dx%d\",\n  \"reps\": %d,\n", seq,
           heads, gm, gn, gk, reps);
   fprintf(f, "  \"results\": [\n");

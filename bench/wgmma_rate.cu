@@ -9,9 +9,10 @@
 // sharing one B, as the engine's units: R = 2 is a 128xN unit) with both operands read from
 // shared memory, keeping one batch in flight (commit, wait_group 1) as the engine's consumers.
 // Optionally one more warp copies 32 KB blocks from global memory (an L2-resident 32 MiB
-// buffer) into a shared-memory ring with bulk copies for as long as warpgroup 0 computes: the
+// buffer) into a shared-memory ring with bulk copies for as long as the warpgroups compute: the
 // shared-memory write traffic a producer's TMA loads add. Reported per configuration: SM cycles
-// per k-step (the median warpgroup of all CTAs), multiply-adds per cycle per SM as a fraction of
+// per k-step (per CTA from the first warpgroup's start to the last one's end; the median CTA),
+// multiply-adds per cycle per SM as a fraction of
 // --peak (2048 bf16 multiply-adds a cycle per SM for sm_90's dense tensor cores), and the
 // loader's bytes per cycle.
 //
@@ -43,8 +44,8 @@ constexpr int kLoadBufs = 2;
 constexpr int kSmemBytes = kBytesA + kBytesB + kLoadBufs * kLoadBlock + 64 + 1024;
 constexpr int kMaxThreads = 2 * 128 + 32;  // two issuing warpgroups and the loader warp
 // Words per warpgroup record: start and end clock64, k-steps done; per CTA the loader's
-// cycles and bytes.
-constexpr int kRecWords = 4;
+// start and end clock64 and bytes.
+constexpr int kRecWords = 3;
 
 struct Args {
   const uint8_t* tiles;  // [kBytesA + kBytesB] random bf16, copied into every CTA
@@ -69,14 +70,15 @@ __global__ void __maxnreg__(224) rateKernel(const Args a) {
   uint8_t* sB = base + kBytesA;
   uint8_t* sLoad = sB + kBytesB;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sLoad + kLoadBufs * kLoadBlock);
-  volatile uint32_t* stop = reinterpret_cast<volatile uint32_t*>(bars + kLoadBufs);
+  // Issuing warpgroups done: the loader runs until all are (their tails see fill traffic too).
+  uint32_t* done = reinterpret_cast<uint32_t*>(bars + kLoadBufs);
   const int wg = threadIdx.x / 128, tid = threadIdx.x & 127;
   // Operands: generic stores, then made visible to the async proxy (wgmma reads through it).
   for (int i = threadIdx.x * 16; i < kBytesA + kBytesB; i += blockDim.x * 16)
     *reinterpret_cast<uint4*>(base + i) = *reinterpret_cast<const uint4*>(a.tiles + i);
   if (threadIdx.x == 0) {
     for (int b = 0; b < kLoadBufs; ++b) mk::ptx::mbarInit(&bars[b], 1);
-    *stop = 0;
+    *done = 0;
     mk::ptx::fenceMbarInit();
   }
   mk::ptx::fenceProxyAsyncShared();
@@ -99,8 +101,10 @@ __global__ void __maxnreg__(224) rateKernel(const Args a) {
         const uint64_t db = mk::gemm::descKMajor(bAddr + kk * 32);
 #pragma unroll
         for (int r = 0; r < R; ++r)
+          // Row half (r + wg) % 2: with one instruction a slice, the two warpgroups read
+          // different halves of A, as the cooperative tile's.
           mk::ptx::wgmmaSS<N, false, 0>(
-              acc[r], mk::gemm::descKMajor(aAddr + r * 64 * 128 + kk * 32), db, 1);
+              acc[r], mk::gemm::descKMajor(aAddr + ((r + wg) & 1) * 64 * 128 + kk * 32), db, 1);
       }
       mk::ptx::wgmmaCommit();
 #pragma unroll
@@ -115,7 +119,7 @@ __global__ void __maxnreg__(224) rateKernel(const Args a) {
       rec[wg * kRecWords + 0] = t0;
       rec[wg * kRecWords + 1] = t1;
       rec[wg * kRecWords + 2] = (uint64_t)a.iters;
-      if (wg == 0) *stop = 1;
+      atomicAdd(done, 1u);
     }
     float s = 0.0f;
 #pragma unroll
@@ -131,7 +135,7 @@ __global__ void __maxnreg__(224) rateKernel(const Args a) {
     uint64_t i = 0, bytes = 0;
     uint32_t phase[kLoadBufs] = {0, 0};
     const uint64_t t0 = clock64();
-    for (; i < maxBlocks && *stop == 0; ++i) {
+    for (; i < maxBlocks && *reinterpret_cast<volatile uint32_t*>(done) < (uint32_t)a.wgs; ++i) {
       const int b = (int)(i % kLoadBufs);
       if (i >= kLoadBufs) {
         mk::ptx::mbarWait(&bars[b], phase[b]);
@@ -184,10 +188,15 @@ Result runOne(const Config& c, const Args& base, int grid, double peak, cudaStre
   BENCH_CK(cudaMemcpy(h.data(), dRec, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
   std::vector<double> perStep, load;
   for (int b = 0; b < grid; ++b) {
+    // Per CTA, the span from the first warpgroup's start to the last one's end: a warpgroup
+    // finishing early would otherwise let the other's tail run alone and count twice.
     const uint64_t* r = h.data() + (size_t)b * 3 * kRecWords;
-    for (int w = 0; w < c.wgs; ++w)
-      perStep.push_back((double)(r[w * kRecWords + 1] - r[w * kRecWords]) /
-                        (double)r[w * kRecWords + 2]);
+    uint64_t t0 = r[0], t1 = r[1];
+    for (int w = 1; w < c.wgs; ++w) {
+      t0 = std::min(t0, r[w * kRecWords]);
+      t1 = std::max(t1, r[w * kRecWords + 1]);
+    }
+    perStep.push_back((double)(t1 - t0) / (double)r[2]);
     if (c.load && r[2 * kRecWords + 1] > r[2 * kRecWords])
       load.push_back((double)r[2 * kRecWords + 2] /
                      (double)(r[2 * kRecWords + 1] - r[2 * kRecWords]));
@@ -206,13 +215,6 @@ Result runOne(const Config& c, const Args& base, int grid, double peak, cudaStre
   res.frac = res.fmaPerClk / peak;
   res.loadBytesPerClk = median(load);
   return res;
-}
-
-std::string nowIso() {
-  char buf[64];
-  time_t t = time(nullptr);
-  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-  return buf;
 }
 
 }  // namespace
@@ -306,7 +308,7 @@ int main(int argc, char** argv) {
             "\"%s\",\n  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n  \"iters\": "
             "%d,\n  \"peak_fma_per_clk_per_sm\": %.1f,\n  \"results\": [\n",
             benchargs::commandLine(argc, argv).c_str(), commit.c_str(), prop.name, grid,
-            nowIso().c_str(), iters, peak);
+            benchargs::utcNow().c_str(), iters, peak);
     for (size_t i = 0; i < res.size(); ++i) {
       const Result& r = res[i];
       fprintf(f,

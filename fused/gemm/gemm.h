@@ -197,6 +197,7 @@ inline int32_t tilesM(const GemmArgs& a) {
 inline int32_t outCols(const GemmArgs& a) {
   return a.swiglu ? a.N / 2 : a.N;
 }
+// Pipelines 0-3; pipeline 4 walks kPingWideTileN-wide tiles (GemmParams::tilesN counts those).
 inline int32_t tilesN(const GemmArgs& a) {
   const int32_t w = a.swiglu ? kTileN / 2 : kTileN;
   return (outCols(a) + w - 1) / w;

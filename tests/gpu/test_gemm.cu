@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <random>
 
@@ -59,6 +60,42 @@ std::string runAndCheck(Problem& p, uint64_t seed,
 const DType kIn[] = {DType::kBF16, DType::kF16};
 const DType kOut[] = {DType::kBF16, DType::kF16, DType::kF32};
 const BLayout kLayouts[] = {BLayout::kKN, BLayout::kNK};
+
+// The ping-pong tests' problems (GemmCorrectness.PingPong, PingPong192): the `fixed` shapes,
+// then 24 drawn ones with tails in M, N and K; both B layouts and input types, 16-bit outputs,
+// alpha, beta (C separate), padded leading dimensions (D by 0 or 8 elements). tmaD: N drawn as a
+// multiple of 8 (16-byte rows, the TMA store), else any N (odd N unpadded: the direct-store
+// epilogue). run(p, n, budget) runs and checks problem n with a drawn SM budget (0: all).
+template <class Run>
+void forPingProblems(uint64_t seed, const std::vector<std::array<int, 3>>& fixed, bool tmaD,
+                     Run&& run) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
+  const int kRandom = 24;
+  const int budgets[] = {0, 1, 3, 7};
+  for (int n = 0; n < (int)fixed.size() + kRandom; ++n) {
+    int M, N, K;
+    if (n < (int)fixed.size()) {
+      M = fixed[n][0];
+      N = fixed[n][1];
+      K = fixed[n][2];
+    } else {
+      M = pick(1, 1100);
+      N = tmaD ? 8 * pick(1, 162) : pick(1, 1300);
+      K = 8 * pick(1, 200);
+    }
+    const BLayout bl = kLayouts[rng() % 2];
+    const DType in = kIn[rng() % 2];
+    const DType out = (rng() % 2) ? DType::kBF16 : DType::kF16;
+    // B[K,N] needs 16-byte rows.
+    const int64_t padB = bl == BLayout::kKN ? (8 - N % 8) % 8 : 0;
+    const int64_t padD = (rng() % 3 == 0) ? 0 : 8;
+    Problem p(M, N, K, bl, in, out, (rng() % 2) ? 8 : 0, padB, padD);
+    p.alpha = (rng() % 2) ? 1.0f : -0.5f;
+    p.beta = (rng() % 3 == 0) ? 0.75f : 0.0f;
+    run(p, n, budgets[rng() % 4]);
+  }
+}
 
 }  // namespace
 
@@ -302,35 +339,12 @@ TEST(GemmCorrectness, BothPipelines) {
 TEST(GemmCorrectness, PingPong) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
-  std::mt19937_64 rng(seed);
-  auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
-  const int fixed[][3] = {{128, 256, 64},  {1, 1, 8},     {129, 128, 72},
-                          {64, 129, 1024}, {300, 520, 8}, {8192 / 8, 1024, 1024}};
-  const int kRandom = 24;
-  for (int n = 0; n < (int)(sizeof(fixed) / sizeof(fixed[0])) + kRandom; ++n) {
-    int M, N, K;
-    if (n < (int)(sizeof(fixed) / sizeof(fixed[0]))) {
-      M = fixed[n][0];
-      N = fixed[n][1];
-      K = fixed[n][2];
-    } else {
-      M = pick(1, 1100);
-      N = pick(1, 1300);
-      K = 8 * pick(1, 200);
-    }
-    const BLayout bl = kLayouts[rng() % 2];
-    const DType in = kIn[rng() % 2];
-    const DType out = (rng() % 2) ? DType::kBF16 : DType::kF16;
-    // B[K,N] needs 16-byte rows; D's padding is 0 (odd N: the direct-store epilogue) or 8.
-    const int64_t padB = bl == BLayout::kKN ? (8 - N % 8) % 8 : 0;
-    const int64_t padD = (rng() % 3 == 0) ? 0 : 8;
-    Problem p(M, N, K, bl, in, out, (rng() % 2) ? 8 : 0, padB, padD);
-    p.alpha = (rng() % 2) ? 1.0f : -0.5f;
-    p.beta = (rng() % 3 == 0) ? 0.75f : 0.0f;
-    const int budgets[] = {0, 1, 3, 7};
+  const std::vector<std::array<int, 3>> fixed = {{128, 256, 64}, {1, 1, 8},
+                                                 {129, 128, 72}, {64, 129, 1024},
+                                                 {300, 520, 8},  {1024, 1024, 1024}};
+  forPingProblems(seed, fixed, false, [&](Problem& p, int n, int drawn) {
     const int cluster = 1 + n % 2;
-    const int drawn = budgets[rng() % 4];  // 0: all SMs (whole pairs)
-    const int budget = drawn == 0 ? 0 : std::max(cluster, drawn);
+    const int budget = drawn == 0 ? 0 : std::max(cluster, drawn);  // whole pairs
     SCOPED_TRACE(p.name() + " ping-pong budget " + std::to_string(budget) + " cluster " +
                  std::to_string(cluster));
     EXPECT_EQ(runAndCheck(p, seed + 1000 + n,
@@ -340,7 +354,7 @@ TEST(GemmCorrectness, PingPong) {
                             g.cluster = cluster;
                           }),
               "");
-  }
+  });
   // The calls above really ran the ping-pong kernel, and pipeline 0 still never picks it.
   Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
   p.alloc();
@@ -380,31 +394,10 @@ TEST(GemmCorrectness, PingPong) {
 TEST(GemmCorrectness, PingPong192) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
-  std::mt19937_64 rng(seed);
-  auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
-  const int fixed[][3] = {{128, 384, 64}, {1, 8, 8},       {129, 200, 72},   {64, 136, 1024},
-                          {300, 520, 8},  {200, 584, 128}, {1024, 960, 1024}};
-  const int kRandom = 24;
-  for (int n = 0; n < (int)(sizeof(fixed) / sizeof(fixed[0])) + kRandom; ++n) {
-    int M, N, K;
-    if (n < (int)(sizeof(fixed) / sizeof(fixed[0]))) {
-      M = fixed[n][0];
-      N = fixed[n][1];
-      K = fixed[n][2];
-    } else {
-      M = pick(1, 1100);
-      N = 8 * pick(1, 162);
-      K = 8 * pick(1, 200);
-    }
-    const BLayout bl = kLayouts[rng() % 2];
-    const DType in = kIn[rng() % 2];
-    const DType out = (rng() % 2) ? DType::kBF16 : DType::kF16;
-    const int64_t padD = (rng() % 3 == 0) ? 0 : 8;
-    Problem p(M, N, K, bl, in, out, (rng() % 2) ? 8 : 0, 0, padD);
-    p.alpha = (rng() % 2) ? 1.0f : -0.5f;
-    p.beta = (rng() % 3 == 0) ? 0.75f : 0.0f;
-    const int budgets[] = {0, 1, 3, 7};
-    const int budget = budgets[rng() % 4];
+  const std::vector<std::array<int, 3>> fixed = {{128, 384, 64},   {1, 8, 8},     {129, 200, 72},
+                                                 {64, 136, 1024},  {300, 520, 8}, {200, 584, 128},
+                                                 {1024, 960, 1024}};
+  forPingProblems(seed, fixed, true, [&](Problem& p, int n, int budget) {
     SCOPED_TRACE(p.name() + " ping-pong 192 budget " + std::to_string(budget));
     EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
                           [&](GemmArgs& g) {
@@ -412,7 +405,7 @@ TEST(GemmCorrectness, PingPong192) {
                             g.smBudget = budget;
                           }),
               "");
-  }
+  });
   // The calls above ran the 192-column kernel on 384-column tiles; pairs asked for by the
   // environment are not taken, and what it does not implement is refused before launch.
   Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);

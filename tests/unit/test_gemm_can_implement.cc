@@ -35,6 +35,20 @@ void expectReject(const GemmArgs& a, const char* fragment) {
   EXPECT_NE(why.find(fragment), std::string::npos) << "message: " << why;
 }
 
+// `a` with each 16-bit D type and B layout, alpha -2 and beta 0.5: every one accepted.
+void expectAcceptsEvery16BitD(GemmArgs a) {
+  std::string why;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (BLayout bl : {BLayout::kKN, BLayout::kNK}) {
+      a.dType = dt;
+      a.bLayout = bl;
+      a.beta = 0.5f;
+      a.alpha = -2.0f;
+      EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+    }
+  }
+}
+
 }  // namespace
 
 TEST(GemmCanImplement, AcceptsSupportedShapesAndTypes) {
@@ -188,15 +202,7 @@ TEST(GemmCanImplement, PingPongRules) {
   std::string why;
   GemmArgs a = good();
   a.pipeline = 3;
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (BLayout bl : {BLayout::kKN, BLayout::kNK}) {
-      a.dType = dt;
-      a.bLayout = bl;
-      a.beta = 0.5f;
-      a.alpha = -2.0f;
-      EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
-    }
-  }
+  expectAcceptsEvery16BitD(a);
   // Hooks that only change the tile list or gate the loads.
   a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
   a.hooks.tileOrder = dev;
@@ -265,16 +271,8 @@ TEST(GemmCanImplement, PingPong192Rules) {
   std::string why;
   GemmArgs a = good();
   a.pipeline = 4;
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (BLayout bl : {BLayout::kKN, BLayout::kNK}) {
-      a.dType = dt;
-      a.bLayout = bl;
-      a.beta = 0.5f;
-      a.alpha = -2.0f;
-      a.smBudget = 1;
-      EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
-    }
-  }
+  a.smBudget = 1;
+  expectAcceptsEvery16BitD(a);
   a = good();
   a.pipeline = 4;
   a.dType = DType::kF32;
