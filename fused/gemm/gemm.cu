@@ -137,14 +137,18 @@ int32_t resolvedCluster(const GemmArgs& a) {
   return MK_PARAM_INT(GemmCluster) == 2 && pairsAllowed(a) ? 2 : 1;
 }
 
+// Whether any fused-operator hook is set (what the plain-GEMM-only variants refuse).
+bool anyHook(const GemmHooks& h) {
+  return h.rowReady != nullptr || h.tileDone != nullptr || h.tileOrder != nullptr ||
+         h.rowBlockOffset != 0 || h.seqBase != nullptr;
+}
+
 // What the stream-K tail cannot be combined with (streamk.h: only the plain static walk of
 // the stand-alone kernel has it); nullptr when the call allows it.
 const char* streamKConflict(const GemmArgs& a) {
-  const GemmHooks& h = a.hooks;
   if (a.groups.num != 0 || a.swiglu) return "streamK runs plain GEMMs (no groups, no SwiGLU)";
   if (a.dTiled) return "streamK takes no tile-by-tile D";
-  if (h.rowReady != nullptr || h.tileDone != nullptr || h.tileOrder != nullptr ||
-      h.rowBlockOffset != 0 || h.seqBase != nullptr)
+  if (anyHook(a.hooks))
     return "streamK takes no fused-operator hooks (rowReady, tileDone, tileOrder, rowBlockOffset, "
            "seqBase): a split tile has no single producer or publisher";
   if (a.pipeline >= 3) return "streamK does not run with the ping-pong consumers (pipeline 3 or 4)";
@@ -334,7 +338,6 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                 a.pipeline);
   if (a.pipeline == 4) {
     // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
-    const GemmHooks& h = a.hooks;
     if (a.dType == DType::kF32)
       return fail(why, "pipeline 4 (ping-pong, 192-column units) needs a 16-bit output type");
     if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr || a.cluster == 2 ||
@@ -342,8 +345,7 @@ bool canImplement(const GemmArgs& a, std::string* why) {
       return fail(why,
                   "pipeline 4 (ping-pong, 192-column units) runs plain GEMMs: no groups, SwiGLU, "
                   "tile-by-tile D, tileClaim, CTA pairs (cluster=2) or stream-K");
-    if (h.rowReady != nullptr || h.tileDone != nullptr || h.tileOrder != nullptr ||
-        h.rowBlockOffset != 0 || h.seqBase != nullptr)
+    if (anyHook(a.hooks))
       return fail(why,
                   "pipeline 4 (ping-pong, 192-column units) takes no fused-operator hooks "
                   "(rowReady, tileDone, tileOrder, rowBlockOffset, seqBase)");
@@ -466,8 +468,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
     // a ping-pong consumer's unit (gemm_pingpong.cuh); a CTA of a ping-pong pair half of that;
     // a 192-column unit (pipeline 4) 192 rows.
     const bool pair = resolvedCluster(a) == 2, ping = a.pipeline == 3;
-    uint32_t boxN = pair && ping ? kTileN / 4 : (pair || ping ? kTileN / 2 : kTileN);
-    if (a.pipeline == 4) boxN = kPingWideTileN / 2;
+    const uint32_t boxN = a.pipeline == 4 ? kPingWideTileN / 2
+                          : pair && ping  ? kTileN / 4
+                                          : (pair || ping ? kTileN / 2 : kTileN);
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
   }
   const size_t es = dtypeSize(a.dType);
@@ -484,7 +487,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.swiglu = a.swiglu ? 1 : 0;
   p.K = a.K;
   p.tilesM = tilesM(a);
-  p.tilesN = a.pipeline == 4 ? (a.N + kPingWideTileN - 1) / kPingWideTileN : tilesN(a);
+  p.tilesN = tilesN(a);
   p.kTiles = (a.K + kTileK - 1) / kTileK;
   p.groupM = a.groupM > 0 ? a.groupM : 8;
   p.grpRaster = (int32_t)MK_PARAM_INT(GemmGroupRaster);

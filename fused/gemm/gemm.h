@@ -197,9 +197,9 @@ inline int32_t tilesM(const GemmArgs& a) {
 inline int32_t outCols(const GemmArgs& a) {
   return a.swiglu ? a.N / 2 : a.N;
 }
-// Pipelines 0-3; pipeline 4 walks kPingWideTileN-wide tiles (GemmParams::tilesN counts those).
+// Column tiles of the walk: kPingWideTileN wide with pipeline 4 (its 192-column units).
 inline int32_t tilesN(const GemmArgs& a) {
-  const int32_t w = a.swiglu ? kTileN / 2 : kTileN;
+  const int32_t w = a.swiglu ? kTileN / 2 : (a.pipeline == 4 ? kPingWideTileN : kTileN);
   return (outCols(a) + w - 1) / w;
 }
 

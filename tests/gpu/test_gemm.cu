@@ -421,6 +421,7 @@ TEST(GemmCorrectness, PingPong192) {
   EXPECT_EQ(gp.pingpong, 2);
   EXPECT_EQ(gp.cluster, 1);
   EXPECT_EQ(gp.tilesN, (2048 + 383) / 384);
+  EXPECT_EQ(mk::gemm::tilesN(g), gp.tilesN);  // the host helper counts the same tiles
   g.hooks.rowBlockOffset = 1;
   EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
   g.hooks.rowBlockOffset = 0;

@@ -273,6 +273,7 @@ TEST(GemmCanImplement, PingPong192Rules) {
   a.pipeline = 4;
   a.smBudget = 1;
   expectAcceptsEvery16BitD(a);
+  EXPECT_EQ(mk::gemm::tilesN(a), (3000 + 383) / 384);  // the walk's 384-column tiles
   a = good();
   a.pipeline = 4;
   a.dType = DType::kF32;
