@@ -8,7 +8,7 @@
 // them, `iters` k-steps of 4 k16 slices, each slice R m64nNk16 instructions (row halves of A
 // sharing one B, as the engine's units: R = 2 is a 128xN unit) with both operands read from
 // shared memory, keeping one batch in flight (commit, wait_group 1) as the engine's consumers.
-// Optionally one more warp copies 32 KB blocks from global memory (an L2-resident 32 MiB
+// Optionally one more thread copies 32 KB blocks from global memory (an L2-resident 32 MiB
 // buffer) into a shared-memory ring with bulk copies for as long as the warpgroups compute: the
 // shared-memory write traffic a producer's TMA loads add. Reported per configuration: SM cycles
 // per k-step (per CTA from the first warpgroup's start to the last one's end; the median CTA),
@@ -42,7 +42,12 @@ constexpr int kBytesB = 256 * 128;  // 256 rows
 constexpr int kLoadBlock = 32 * 1024;
 constexpr int kLoadBufs = 2;
 constexpr int kSmemBytes = kBytesA + kBytesB + kLoadBufs * kLoadBlock + 64 + 1024;
-constexpr int kMaxThreads = 2 * 128 + 32;  // two issuing warpgroups and the loader warp
+// Two issuing warpgroups and a third whose first thread is the loader: the register split
+// (setmaxnreg) works on whole warpgroups.
+constexpr int kMaxThreads = 3 * 128;
+// The engine's split: issuing warpgroups 240 registers, the third 24 (3 x 128 threads share the
+// 64K register file; n192 x 2 needs 218).
+constexpr int kIssueRegs = 240, kIdleRegs = 24;
 // Words per warpgroup record: start and end clock64, k-steps done; per CTA the loader's
 // start and end clock64 and bytes.
 constexpr int kRecWords = 3;
@@ -53,16 +58,17 @@ struct Args {
   uint64_t srcBytes;
   int32_t iters;
   int32_t wgs;    // issuing warpgroups (1 or 2)
-  int32_t load;   // 1: the loader warp runs
+  int32_t load;   // 1: the loader (third warpgroup's first thread) runs
   uint64_t* rec;  // [grid][3][kRecWords]: 2 warpgroups then the loader
   float* sink;    // keeps the accumulators live
 };
 
 // N: columns of one instruction; R: row halves of A issued against the same B per k16 slice.
-// 224 registers a thread (288 threads fit the register file): with __launch_bounds__(288, 1)
-// ptxas capped the n192 x 2 form at 168 and spilled 11 KB; it needs 218.
+// Registers as the engine's kernels: 168 a thread at launch, then setmaxnreg. A flat cap does
+// not work: 288 threads at 224 registers failed to launch (session 45; warps are allocated in
+// fours, so 9 warps cost 12), and __launch_bounds__(288, 1) capped n192 x 2 at 168 (spilled).
 template <int N, int R>
-__global__ void __maxnreg__(224) rateKernel(const Args a) {
+__global__ void __launch_bounds__(kMaxThreads, 1) rateKernel(const Args a) {
   extern __shared__ uint8_t raw[];
   uint8_t* base =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
@@ -84,6 +90,10 @@ __global__ void __maxnreg__(224) rateKernel(const Args a) {
   mk::ptx::fenceProxyAsyncShared();
   __syncthreads();
   uint64_t* rec = a.rec + (size_t)blockIdx.x * 3 * kRecWords;
+  if (wg < a.wgs)
+    mk::ptx::setmaxnregInc<kIssueRegs>();
+  else
+    mk::ptx::setmaxnregDec<kIdleRegs>();
   if (wg < a.wgs) {
     float acc[R][N / 2];
 #pragma unroll
