@@ -524,10 +524,12 @@ int main(int argc, char** argv) {
           "  %5d x %5d x %5d: trace %s: span %.1f us, SM clock %.3f GHz; per %s (median of %d): "
           "first stage %.2f us, main loop %.2f us (%.3f a k-step), epilogue %.2f us; main loop "
           "%.1f%% of the span, main loops' union %.1f%%; starts spread %.1f us, tail %.1f us; "
-          "producer lead %.2f us\n",
+          "producer lead %.2f us; full waits %.1f%% of the main loops, producer's empty waits "
+          "%.1f%% of its loads\n",
           sh.M, sh.N, sh.K, v.label, t.spanUs, t.clockGHz, v.pipeline >= 3 ? "unit" : "tile",
           t.records, t.firstWaitUs, t.mainUs, t.mainUs / kSteps, t.epilogueUs, 100.0 * t.mainFrac,
-          100.0 * t.busyFrac, t.startSpreadUs, t.endSpreadUs, t.producerLeadUs);
+          100.0 * t.busyFrac, t.startSpreadUs, t.endSpreadUs, t.producerLeadUs,
+          100.0 * t.fullWaitFrac, 100.0 * t.emptyWaitFrac);
       if (t.epiRecords > 0)
         printf(
             "  %5d x %5d x %5d: trace %s: epilogue parts (median of %d): staging free %.3f us, "
@@ -646,7 +648,8 @@ int main(int argc, char** argv) {
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
             "\"tail_us\": %.2f, \"producer_lead_us\": %.3f, \"main_loops_union\": %.4f, "
             "\"epi_records\": %d, \"epi_staging_free_us\": %.3f, \"epi_write_us\": %.3f, "
-            "\"epi_barrier_us\": %.3f, \"epi_issue_us\": %.3f}}%s\n",
+            "\"epi_barrier_us\": %.3f, \"epi_issue_us\": %.3f, \"full_wait_frac\": %.4f, "
+            "\"empty_wait_frac\": %.4f}}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
@@ -654,7 +657,7 @@ int main(int argc, char** argv) {
             r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac,
             r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
             r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
-            i + 1 < rows.size() ? "," : "");
+            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -111,6 +111,22 @@ __device__ __forceinline__ uint64_t* traceRecord(const GemmParams& p, int32_t ct
   return p.trace + traceRow(cta, row, p.traceTiles) + (size_t)(1 + n) * kTraceWords;
 }
 
+// A traced role's ring wait: mbarWait, adding the cycles it took (a stage already complete
+// costs the probe, tens of cycles) to *waited; plain mbarWait when waited is null (untraced,
+// or not the role's thread 0). Whether the consumers starve (full waits inside the main loop)
+// or the ring runs full (the producer's empty waits) says which side a slow k-step is on.
+// 32 bits (clock()): a register fewer next to the 128 accumulators (64 spilled 8 bytes in the
+// traced wide kernel); a tile's waits are far below 2^32 cycles.
+__device__ __forceinline__ void mbarWaitCounted(uint64_t* bar, uint32_t parity, uint32_t* waited) {
+  if (waited == nullptr) {
+    ptx::mbarWait(bar, parity);
+    return;
+  }
+  const uint32_t t0 = (uint32_t)clock();
+  ptx::mbarWait(bar, parity);
+  *waited += (uint32_t)clock() - t0;
+}
+
 // The role's header: globaltimer and clock64 at its start (at 0) or end (at 2).
 template <bool kTrace>
 __device__ __forceinline__ void traceHeader(const GemmParams& p, int32_t cta, int32_t row, int at) {
@@ -221,8 +237,9 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
                                             int32_t& stage, uint32_t& phase,
                                             volatile uint32_t* stageAbort,
                                             uint64_t* rec = nullptr) {
+  uint32_t waited = 0;  // traced: cycles in the empty waits after the tile's first load
   for (int32_t k = 0; k < p.kTiles; ++k) {
-    ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+    mbarWaitCounted(&sm.empty[stage], phase ^ 1, rec != nullptr && k > 0 ? &waited : nullptr);
     if (rec != nullptr && k == 0) rec[0] = (uint64_t)clock64();
     // Written per stage before the `full` arrive that publishes it, so both consumer WGs read
     // the same verdict for a tile (a single CTA-wide word could change between their reads
@@ -240,7 +257,10 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
       phase ^= 1;
     }
   }
-  if (rec != nullptr) rec[1] = (uint64_t)clock64();
+  if (rec != nullptr) {
+    rec[1] = (uint64_t)clock64();
+    rec[2] = waited;
+  }
 }
 
 // kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta`, `nCtas` unused).
@@ -348,16 +368,18 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
 // done and every stage released (stage, phase advanced). kDyn: the caller waited for the first
 // stage (it read the tile's word there). Static schedule: returns the abort verdict of the
-// tile's first stage word; dynamic: false (the caller read it).
+// tile's first stage word; dynamic: false (the caller read it). waited (traced, thread 0): gets
+// the cycles of the full waits after the first k-step's.
 template <class Tr, bool kDyn>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
-                                             int32_t& stage, uint32_t& phase) {
+                                             int32_t& stage, uint32_t& phase,
+                                             uint32_t* waited = nullptr) {
   bool aborted = false;
   int32_t prev = 0;
   for (int32_t k = kb; k < ke; ++k) {
-    if (!kDyn || k > kb) ptx::mbarWait(&sm.full[stage], phase);
+    if (!kDyn || k > kb) mbarWaitCounted(&sm.full[stage], phase, k > kb ? waited : nullptr);
     if (!kDyn && k == kb) {
       // Read by the lane whose arrive hands this stage back to this CTA's producer (lane r
       // arrives on CTA r's barrier) and broadcast: only that lane's read is ordered before the
@@ -498,8 +520,14 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       ptx::mbarWait(&sm.full[stage], phase);
       rec[1] = (uint64_t)clock64();
     }
-    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase)) aborted = true;
-    if (rec != nullptr) rec[2] = (uint64_t)clock64();
+    uint32_t waited = 0;
+    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
+                               rec != nullptr ? &waited : nullptr))
+      aborted = true;
+    if (rec != nullptr) {
+      rec[2] = (uint64_t)clock64();
+      rec[7] = waited;
+    }
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue

@@ -211,10 +211,12 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
     // still completed (without data) so that both consumer WGs drain this tile and stop.
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
     const int32_t halves = pingSkipRight<Tr>(p, n0) ? 1 : 2;
+    uint32_t waited = 0;  // traced: cycles in the empty waits after the tile's first load
     for (int32_t h = 0; h < halves; ++h) {
       const int32_t nu = n0 + h * Tr::kUnitN;
       for (int32_t k = 0; k < p.kTiles; ++k) {
-        ptx::mbarWait(&sm.empty[stage], phase ^ 1);
+        mbarWaitCounted(&sm.empty[stage], phase ^ 1,
+                        rec != nullptr && (h > 0 || k > 0) ? &waited : nullptr);
         if (rec != nullptr) rec[h == 0 && k == 0 ? 0 : 1] = (uint64_t)clock64();
         // Per stage, before the arrive that publishes it (see gemmProducer).
         sm.abortWord[stage] = ok ? 0u : 1u;
@@ -251,6 +253,7 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
         }
       }
     }
+    if (rec != nullptr) rec[2] = waited;
     if (!ok) break;
   }
 }
@@ -418,8 +421,9 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     if (rec != nullptr) rec[0] = tStart;
     int32_t prev = 0;
     bool aborted = false;
+    uint32_t waited = 0;  // traced: cycles in the full waits after the first k-step's
     for (int32_t k = 0; k < kTiles; ++k) {
-      ptx::mbarWait(&sm.full[stage], phase);
+      mbarWaitCounted(&sm.full[stage], phase, rec != nullptr && k > 0 ? &waited : nullptr);
       if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
       if (k == 0) {
         // Read by the lane whose arrive hands the stage back to this CTA's producer (lane r
@@ -461,7 +465,10 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     ptx::wgmmaWait<0>();
     ptx::fenceRegs(acc0);
     ptx::fenceRegs(acc1);
-    if (rec != nullptr) rec[2] = (uint64_t)clock64();
+    if (rec != nullptr) {
+      rec[2] = (uint64_t)clock64();
+      rec[7] = waited;
+    }
     releaseStage<Tr>(&sm.empty[prev], lane);
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.useTmaStore) {

@@ -30,9 +30,11 @@ constexpr int kTraceWords = 8;  // per record
 //    start, its first stage ready, main loop done, epilogue's stores issued, then inside the
 //    epilogue when it goes through the TMA staging (0 otherwise): staging free (the wait for
 //    earlier stores' reads and the warpgroup's barrier), staging written (conversions and
-//    shared stores of the first group of boxes), its barrier passed, 0], clock64. The
-//    ping-pong consumers' tile start is before the wait for their turn;
-//  producer record: [the tile's first load issued, its last load issued, 0...], clock64.
+//    shared stores of the first group of boxes), its barrier passed, then the cycles the
+//    main loop spent waiting for full stages after the first], clock64. The ping-pong
+//    consumers' tile start is before the wait for their turn;
+//  producer record: [the tile's first load issued, its last load issued, the cycles spent
+//    waiting for empty stages in between, 0...], clock64.
 // Records are SM cycles: exact differences on one SM (globaltimer may tick only every
 // microsecond, longer than an epilogue); the header's two clocks convert them to time (the
 // role's mean clock over its life) and line different SMs up. Tiles past `tiles` are not
@@ -63,6 +65,11 @@ struct TraceSummary {
   // CTAs): with ping-pong consumers the two main loops alternate, so mainFrac (their sum over
   // two warpgroups' time) halves while this does not.
   double busyFrac = 0;
+  // Where a slow k-step waits: the consumers' full-stage waits inside their main loops over
+  // those loops' cycles (they starve: loads late), and the producer's empty-stage waits over
+  // its first-to-last-load spans (the ring runs full: the tensor work is the limit). Each
+  // counted wait includes its probe's tens of cycles.
+  double fullWaitFrac = 0, emptyWaitFrac = 0;
 };
 
 namespace tracedetail {
@@ -86,6 +93,7 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
   double cycles = 0, ns = 0, mainNs = 0;
   int consumers = 0, busyCtas = 0;
   double busySum = 0;
+  double fullWait = 0, mainCycles = 0, emptyWait = 0, loadCycles = 0;
   for (int c = 0; c < ctas; ++c) {
     std::vector<std::pair<uint64_t, uint64_t>> loops;  // this CTA's main loops, SM cycles
     uint64_t ctaLo = UINT64_MAX, ctaHi = 0;            // its consumers' life, SM cycles
@@ -94,7 +102,15 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
       if (h[0] == 0 || h[2] <= h[0] || h[3] <= h[1]) continue;  // never ran, or no end stamp
       t0 = std::min(t0, h[0]);
       t1 = std::max(t1, h[2]);
-      if (r == 0) continue;
+      if (r == 0) {
+        for (int n = 0; n < tiles; ++n) {
+          const uint64_t* q = h + (size_t)(1 + n) * kTraceWords;
+          if (q[0] == 0 || q[1] < q[0] || q[2] > q[1] - q[0]) continue;
+          emptyWait += (double)q[2];
+          loadCycles += (double)(q[1] - q[0]);
+        }
+        continue;
+      }
       ++consumers;
       startLo = std::min(startLo, h[0]);
       startHi = std::max(startHi, h[0]);
@@ -114,6 +130,10 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
         mainLoop.push_back((q[2] - q[1]) / perUs);
         epilogue.push_back((q[3] - q[2]) / perUs);
         mainNs += 1e3 * (q[2] - q[1]) / perUs;
+        if (q[7] <= q[2] - q[1]) {
+          fullWait += (double)q[7];
+          mainCycles += (double)(q[2] - q[1]);
+        }
         loops.emplace_back(q[1], q[2]);
         if (q[4] != 0 && q[2] <= q[4] && q[4] <= q[5] && q[5] <= q[6] && q[6] <= q[3]) {
           ++s.epiRecords;
@@ -145,6 +165,8 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
   }
   if (consumers == 0 || t1 <= t0) return s;
   s.busyFrac = busyCtas > 0 ? busySum / busyCtas : 0;
+  s.fullWaitFrac = mainCycles > 0 ? fullWait / mainCycles : 0;
+  s.emptyWaitFrac = loadCycles > 0 ? emptyWait / loadCycles : 0;
   s.epiWaitUs = median(epiWait);
   s.epiWriteUs = median(epiWrite);
   s.epiBarUs = median(epiBar);

@@ -147,3 +147,45 @@ TEST(GemmTrace, EpiloguePartsAndBusyFraction) {
   // The sum of the four main loops (3950 cycles, 1975 ns) over two warpgroups' 2050 ns.
   EXPECT_NEAR(s.mainFrac, (3950.0 / 2) / (2.0 * (5100 - 1000) / 2), 1e-12);
 }
+
+// The wait fractions: consumer word 7 (full waits inside the main loop) over the main loops'
+// cycles, producer word 2 (empty waits between its first and last loads) over those spans; a
+// count larger than its span (a torn record) counts for neither side.
+TEST(GemmTrace, WaitFractions) {
+  const int ctas = 1, tiles = 2;
+  std::vector<uint64_t> w(traceWords(ctas, tiles), 0);
+  const uint64_t base = 1700000000000000000ull;
+  for (int row = 0; row < kTraceRows; ++row) {
+    uint64_t* h = w.data() + traceRow(0, row, tiles);
+    h[0] = base;
+    h[1] = 1000;
+    h[2] = base + 3000;
+    h[3] = 7000;
+  }
+  auto record = [&](int row, int n, std::vector<uint64_t> q) {
+    uint64_t* r = w.data() + traceRow(0, row, tiles) + (size_t)(1 + n) * kTraceWords;
+    for (size_t k = 0; k < q.size(); ++k) r[k] = q[k];
+  };
+  // Producer: loads over 1000 and 2000 cycles, 300 and 100 of them waiting for empty stages.
+  record(0, 0, {1000, 2000, 300});
+  record(0, 1, {3000, 5000, 100});
+  // Consumers: main loops of 1000, 2000, 1000 and 1500 cycles, waiting 50, 0, 250 and (torn,
+  // more than its loop) 9999.
+  record(1, 0, {1000, 1100, 2100, 2500, 0, 0, 0, 50});
+  record(1, 1, {2500, 2600, 4600, 5000, 0, 0, 0, 0});
+  record(2, 0, {1000, 1200, 2200, 2600, 0, 0, 0, 250});
+  record(2, 1, {2600, 2700, 4200, 4600, 0, 0, 0, 9999});
+  const mk::gemm::TraceSummary s = mk::gemm::summarizeTrace(w, ctas, tiles);
+  EXPECT_EQ(s.records, 4);
+  EXPECT_NEAR(s.emptyWaitFrac, 400.0 / 3000.0, 1e-12);
+  EXPECT_NEAR(s.fullWaitFrac, 300.0 / 4000.0, 1e-12);
+  // Untraced words (all 0): no waits, not garbage.
+  record(0, 0, {1000, 2000, 0});
+  record(0, 1, {3000, 5000, 0});
+  for (int row = 1; row <= 2; ++row)
+    for (int n = 0; n < tiles; ++n)
+      w[traceRow(0, row, tiles) + (size_t)(1 + n) * kTraceWords + 7] = 0;
+  const mk::gemm::TraceSummary z = mk::gemm::summarizeTrace(w, ctas, tiles);
+  EXPECT_EQ(z.fullWaitFrac, 0.0);
+  EXPECT_EQ(z.emptyWaitFrac, 0.0);
+}
