@@ -1,0 +1,195 @@
+// How fast L2 feeds shared memory when many SMs load at once, without any compute: the GEMM's
+// k-step question after session 45's traces (call AK). There the cooperative kernel's consumers
+// spent 36-42% of their main loops waiting for full stages while its producer spent 72-78% of
+// its loads waiting for empty ones: every stage was in flight and still late. bench_wgmma_rate
+// showed that the tensor cores alone run at 0.98-1.00 of peak in every form, even next to
+// ~40 B/clk of bulk copies. What is left is the feed: a per-SM limit (the SM's ingress, or
+// latency over too few bytes in flight) or a global one (L2's total bandwidth). So each CTA
+// (one per SM of the first `ctas` SMs) has one thread copy `blocks` blocks of `block` bytes from
+// an L2-resident buffer into a ring of `bufs` shared-memory buffers with bulk copies, one per
+// buffer in flight, and the sweep varies bytes in flight per SM and how many SMs load:
+//  - per-SM B/clk rising with bytes in flight: latency-bound (deeper rings would help);
+//  - per-SM B/clk rising when fewer SMs load: a global limit (fewer L2 bytes per FLOP, e.g.
+//    multicast in CTA pairs, would help);
+//  - flat in both: the SM's own ingress.
+// Reported: median per-CTA bytes per SM cycle, and the aggregate GB/s over the launch (events).
+//
+//   bench_l2_feed [--mib 32] [--blocks 2048] [--out bench/results/l2_feed.json] [--commit SHA]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench_args.h"
+#include "bench_cuda.cuh"
+#include "device/rt/ptx.cuh"
+
+namespace {
+
+constexpr int kSmemBytes = 200 * 1024;  // the ring; the GEMM's rings are 192-216 KB
+constexpr int kMaxBufs = 16;
+
+struct Args {
+  const uint8_t* src;
+  uint64_t srcBlocks;  // src holds this many blocks
+  int32_t block;       // bytes per copy (16-byte multiple)
+  int32_t bufs;        // copies in flight (bufs * block <= kSmemBytes)
+  int32_t blocks;      // copies per CTA
+  uint64_t* rec;       // [grid][3]: start and end clock64, bytes
+};
+
+// One thread per CTA issues; the ring's barriers count one arrive each (with the bytes).
+__global__ void __launch_bounds__(32, 1) feedKernel(const Args a) {
+  extern __shared__ __align__(128) uint8_t ring[];
+  __shared__ uint64_t bars[kMaxBufs];
+  if (threadIdx.x != 0) return;
+  for (int b = 0; b < a.bufs; ++b) mk::ptx::mbarInit(&bars[b], 1);
+  mk::ptx::fenceMbarInit();
+  uint32_t phases = 0;  // bit b: the parity buffer b waits for next
+  const uint64_t t0 = clock64();
+  for (int i = 0; i < a.blocks; ++i) {
+    const int b = i % a.bufs;
+    if (i >= a.bufs) {
+      mk::ptx::mbarWait(&bars[b], (phases >> b) & 1);
+      phases ^= 1u << b;
+    }
+    // Blocks spread over the buffer as the GEMM's CTAs spread over the operands.
+    const uint64_t blk = ((uint64_t)blockIdx.x * 7919 + (uint64_t)i * 131) % a.srcBlocks;
+    mk::ptx::mbarArriveExpectTx(&bars[b], (uint32_t)a.block);
+    mk::ptx::bulkLoad1d(ring + (size_t)b * a.block, a.src + blk * a.block, (uint32_t)a.block,
+                        &bars[b]);
+  }
+  // Drain (shared memory must outlive the copies): the last `bufs` copies.
+  for (int i = a.blocks > a.bufs ? a.blocks - a.bufs : 0; i < a.blocks; ++i) {
+    const int b = i % a.bufs;
+    mk::ptx::mbarWait(&bars[b], (phases >> b) & 1);
+    phases ^= 1u << b;
+  }
+  const uint64_t t1 = clock64();
+  uint64_t* r = a.rec + (size_t)blockIdx.x * 3;
+  r[0] = t0;
+  r[1] = t1;
+  r[2] = (uint64_t)a.blocks * a.block;
+}
+
+struct Result {
+  int block, bufs, ctas;
+  double bytesPerClk, aggGBs;
+};
+
+Result runOne(Args a, int ctas, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
+  std::vector<uint64_t> h((size_t)ctas * 3);
+  float ms = 0;
+  for (int rep = 0; rep < 2; ++rep) {  // a warm-up launch, then the measured one
+    BENCH_CK(cudaEventRecord(e0, stream));
+    feedKernel<<<ctas, 32, kSmemBytes, stream>>>(a);
+    BENCH_CK(cudaGetLastError());
+    BENCH_CK(cudaEventRecord(e1, stream));
+    BENCH_CK(cudaStreamSynchronize(stream));
+  }
+  BENCH_CK(cudaEventElapsedTime(&ms, e0, e1));
+  BENCH_CK(cudaMemcpy(h.data(), a.rec, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  std::vector<double> rate;
+  for (int c = 0; c < ctas; ++c)
+    if (h[c * 3 + 1] > h[c * 3]) rate.push_back((double)h[c * 3 + 2] / (h[c * 3 + 1] - h[c * 3]));
+  std::sort(rate.begin(), rate.end());
+  Result r;
+  r.block = a.block;
+  r.bufs = a.bufs;
+  r.ctas = ctas;
+  r.bytesPerClk = rate.empty() ? 0 : rate[rate.size() / 2];
+  r.aggGBs = (double)ctas * a.blocks * a.block / (ms * 1e-3) / 1e9;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int mib = 32, blocks = 2048;
+  std::string out, commit = "unknown";
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--mib" && i + 1 < argc) {
+      mib = atoi(argv[++i]);
+    } else if (s == "--blocks" && i + 1 < argc) {
+      blocks = atoi(argv[++i]);
+    } else if (s == "--out" && i + 1 < argc) {
+      out = argv[++i];
+    } else if (s == "--commit" && i + 1 < argc) {
+      commit = argv[++i];
+    } else {
+      fprintf(stderr, "usage: %s [--mib N] [--blocks N] [--out F] [--commit C]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (mib < 1 || blocks < kMaxBufs) {
+    fprintf(stderr, "--mib must be >= 1 and --blocks >= %d\n", kMaxBufs);
+    return 2;
+  }
+  cudaDeviceProp prop;
+  BENCH_CK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 9) {
+    printf("skipped: bulk copies need sm_90 (this device is sm_%d%d)\n", prop.major, prop.minor);
+    return 0;
+  }
+  const int sms = prop.multiProcessorCount;
+  cudaStream_t stream;
+  BENCH_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  BENCH_CK(cudaEventCreate(&e0));
+  BENCH_CK(cudaEventCreate(&e1));
+  BENCH_CK(
+      cudaFuncSetAttribute(feedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const uint64_t srcBytes = (uint64_t)mib << 20;
+  uint8_t* src = nullptr;
+  uint64_t* rec = nullptr;
+  BENCH_CK(cudaMalloc(&src, srcBytes));
+  BENCH_CK(cudaMalloc(&rec, (size_t)sms * 3 * sizeof(uint64_t)));
+  benchcuda::fillKernel<<<1024, 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(src),
+                                                  srcBytes / 2, 9);
+  std::vector<Result> res;
+  printf("L2 -> shared memory feed, %d MiB source, %d bulk copies per CTA, one CTA per SM\n", mib,
+         blocks);
+  // 48 KB is the cooperative tile's stage; 16 and 32 KB its A and B parts.
+  for (int block : {16384, 32768, 49152})
+    for (int bufs : {1, 2, 3, 4, 6, 8, 12}) {
+      if (bufs * block > kSmemBytes) continue;
+      for (int ctas : {sms, sms / 2, sms / 4}) {
+        Args a{src, srcBytes / block, block, bufs, blocks, rec};
+        const Result r = runOne(a, ctas, stream, e0, e1);
+        res.push_back(r);
+        printf("  block %2d KB x %2d in flight (%3d KB), %3d SMs: %6.1f B/clk per SM, %7.0f GB/s\n",
+               block / 1024, bufs, bufs * block / 1024, ctas, r.bytesPerClk, r.aggGBs);
+        fflush(stdout);
+      }
+    }
+  if (!out.empty()) {
+    FILE* f = fopen(out.c_str(), "w");
+    if (f == nullptr) {
+      fprintf(stderr, "cannot write %s\n", out.c_str());
+      return 1;
+    }
+    fprintf(f,
+            "{\n  \"benchmark\": \"l2_feed\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n"
+            "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n  \"source_mib\": %d,\n"
+            "  \"copies_per_cta\": %d,\n  \"results\": [\n",
+            benchargs::commandLine(argc, argv).c_str(), commit.c_str(), prop.name, sms,
+            benchargs::utcNow().c_str(), mib, blocks);
+    for (size_t i = 0; i < res.size(); ++i)
+      fprintf(f,
+              "    {\"block_bytes\": %d, \"in_flight\": %d, \"ctas\": %d, "
+              "\"bytes_per_clk_per_sm\": %.2f, \"aggregate_gb_s\": %.1f}%s\n",
+              res[i].block, res[i].bufs, res[i].ctas, res[i].bytesPerClk, res[i].aggGBs,
+              i + 1 < res.size() ? "," : "");
+    fprintf(f, "  ]\n}\n");
+    fclose(f);
+  }
+  cudaFree(src);
+  cudaFree(rec);
+  return 0;
+}
