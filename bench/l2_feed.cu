@@ -12,7 +12,9 @@
 //  - per-SM B/clk rising when fewer SMs load: a global limit (fewer L2 bytes per FLOP, e.g.
 //    multicast in CTA pairs, would help);
 //  - flat in both: the SM's own ingress.
-// Reported: median per-CTA bytes per SM cycle, and the aggregate GB/s over the launch (events).
+// Each point also runs as CTA pairs that multicast (L2 reads halved, every SM receives the same
+// bytes). Reported: median per-CTA bytes received per SM cycle, and the aggregate GB/s into shared
+// memory over the launch (events).
 //
 //   bench_l2_feed [--mib 32] [--blocks 2048] [--out bench/results/l2_feed.json] [--commit SHA]
 #include <cuda_bf16.h>
@@ -28,6 +30,7 @@
 #include "bench_args.h"
 #include "bench_cuda.cuh"
 #include "device/rt/ptx.cuh"
+#include "device/rt/ptx_ext.cuh"
 
 namespace {
 
@@ -43,52 +46,92 @@ struct Args {
   uint64_t* rec;       // [grid][3]: start and end clock64, bytes
 };
 
-// One thread per CTA issues; the ring's barriers count one arrive each (with the bytes).
+// One thread per CTA issues. kMc: CTA pairs (clusters of 2) where each CTA copies half of
+// every block and multicasts it into both CTAs' rings, so each SM still receives every byte while
+// L2 reads half of them (the GEMM's CTA pairs, session 43); a buffer is reissued once both CTAs
+// saw its previous fill complete (`empty`, one arrive from each CTA), so no copy can complete
+// into the previous phase of the peer's barrier.
+template <bool kMc>
 __global__ void __launch_bounds__(32, 1) feedKernel(const Args a) {
   extern __shared__ __align__(128) uint8_t ring[];
-  __shared__ uint64_t bars[kMaxBufs];
-  if (threadIdx.x != 0) return;
-  for (int b = 0; b < a.bufs; ++b) mk::ptx::mbarInit(&bars[b], 1);
-  mk::ptx::fenceMbarInit();
-  uint32_t phases = 0;  // bit b: the parity buffer b waits for next
-  const uint64_t t0 = clock64();
-  for (int i = 0; i < a.blocks; ++i) {
-    const int b = i % a.bufs;
-    if (i >= a.bufs) {
-      mk::ptx::mbarWait(&bars[b], (phases >> b) & 1);
-      phases ^= 1u << b;
+  __shared__ uint64_t full[kMaxBufs], empty[kMaxBufs];
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < a.bufs; ++b) {
+      mk::ptx::mbarInit(&full[b], 1);
+      mk::ptx::mbarInit(&empty[b], 2);
     }
-    // Blocks spread over the buffer as the GEMM's CTAs spread over the operands.
-    const uint64_t blk = ((uint64_t)blockIdx.x * 7919 + (uint64_t)i * 131) % a.srcBlocks;
-    mk::ptx::mbarArriveExpectTx(&bars[b], (uint32_t)a.block);
-    mk::ptx::bulkLoad1d(ring + (size_t)b * a.block, a.src + blk * a.block, (uint32_t)a.block,
-                        &bars[b]);
+    mk::ptx::fenceMbarInit();
   }
-  // Drain (shared memory must outlive the copies): the last `bufs` copies.
-  for (int i = a.blocks > a.bufs ? a.blocks - a.bufs : 0; i < a.blocks; ++i) {
-    const int b = i % a.bufs;
-    mk::ptx::mbarWait(&bars[b], (phases >> b) & 1);
-    phases ^= 1u << b;
+  if constexpr (kMc) mk::ptx::clusterSync();  // the peer's barriers exist before any copy
+  if (threadIdx.x == 0) {
+    const uint32_t rank = kMc ? mk::ptx::clusterCtaRank() : 0;
+    const uint32_t part = kMc ? a.block / 2 : a.block;
+    const uint64_t group = kMc ? blockIdx.x / 2 : blockIdx.x;  // a pair copies the same blocks
+    uint32_t fullPh = 0, emptyPh = 0;  // bit b: the parity buffer b waits for next
+    const uint64_t t0 = clock64();
+    for (int i = 0; i < a.blocks; ++i) {
+      const int b = i % a.bufs;
+      if (i >= a.bufs) {
+        mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
+        fullPh ^= 1u << b;
+        if constexpr (kMc) {
+          mk::ptx::mbarArriveCluster(&empty[b], 0);
+          mk::ptx::mbarArriveCluster(&empty[b], 1);
+          mk::ptx::mbarWait(&empty[b], (emptyPh >> b) & 1);
+          emptyPh ^= 1u << b;
+        }
+      }
+      // Blocks spread over the buffer as the GEMM's CTAs spread over the operands.
+      const uint64_t blk = (group * 7919 + (uint64_t)i * 131) % a.srcBlocks;
+      uint8_t* dst = ring + (size_t)b * a.block + rank * part;
+      const uint8_t* src = a.src + blk * a.block + rank * part;
+      mk::ptx::mbarArriveExpectTx(&full[b], (uint32_t)a.block);
+      if constexpr (kMc) {
+        mk::ptx::bulkLoad1dMulticast(dst, src, part, &full[b], 0x3);
+      } else {
+        mk::ptx::bulkLoad1d(dst, src, part, &full[b]);
+      }
+    }
+    // Drain (shared memory must outlive the copies): the last `bufs` fills.
+    for (int i = a.blocks > a.bufs ? a.blocks - a.bufs : 0; i < a.blocks; ++i) {
+      const int b = i % a.bufs;
+      mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
+      fullPh ^= 1u << b;
+    }
+    const uint64_t t1 = clock64();
+    uint64_t* r = a.rec + (size_t)blockIdx.x * 3;
+    r[0] = t0;
+    r[1] = t1;
+    r[2] = (uint64_t)a.blocks * a.block;
   }
-  const uint64_t t1 = clock64();
-  uint64_t* r = a.rec + (size_t)blockIdx.x * 3;
-  r[0] = t0;
-  r[1] = t1;
-  r[2] = (uint64_t)a.blocks * a.block;
+  // Neither CTA of a pair leaves while the other's copies or arrives may still reach it.
+  if constexpr (kMc) mk::ptx::clusterSync();
 }
 
 struct Result {
-  int block, bufs, ctas;
+  int block, bufs, ctas, mc;
   double bytesPerClk, aggGBs;
 };
 
-Result runOne(Args a, int ctas, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
+Result runOne(Args a, int ctas, bool mc, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
   std::vector<uint64_t> h((size_t)ctas * 3);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(ctas);
+  cfg.blockDim = dim3(32);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = mc ? 2 : 1;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
   float ms = 0;
   for (int rep = 0; rep < 2; ++rep) {  // a warm-up launch, then the measured one
     BENCH_CK(cudaEventRecord(e0, stream));
-    feedKernel<<<ctas, 32, kSmemBytes, stream>>>(a);
-    BENCH_CK(cudaGetLastError());
+    BENCH_CK(mc ? cudaLaunchKernelEx(&cfg, feedKernel<true>, a)
+                : cudaLaunchKernelEx(&cfg, feedKernel<false>, a));
     BENCH_CK(cudaEventRecord(e1, stream));
     BENCH_CK(cudaStreamSynchronize(stream));
   }
@@ -102,6 +145,7 @@ Result runOne(Args a, int ctas, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t
   r.block = a.block;
   r.bufs = a.bufs;
   r.ctas = ctas;
+  r.mc = mc ? 1 : 0;
   r.bytesPerClk = rate.empty() ? 0 : rate[rate.size() / 2];
   r.aggGBs = (double)ctas * a.blocks * a.block / (ms * 1e-3) / 1e9;
   return r;
@@ -143,8 +187,10 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   BENCH_CK(cudaEventCreate(&e0));
   BENCH_CK(cudaEventCreate(&e1));
-  BENCH_CK(
-      cudaFuncSetAttribute(feedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  BENCH_CK(cudaFuncSetAttribute(feedKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kSmemBytes));
+  BENCH_CK(cudaFuncSetAttribute(feedKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kSmemBytes));
   const uint64_t srcBytes = (uint64_t)mib << 20;
   uint8_t* src = nullptr;
   uint64_t* rec = nullptr;
@@ -159,13 +205,20 @@ int main(int argc, char** argv) {
   for (int block : {16384, 32768, 49152})
     for (int bufs : {1, 2, 3, 4, 6, 8, 12}) {
       if (bufs * block > kSmemBytes) continue;
-      for (int ctas : {sms, sms / 2, sms / 4}) {
-        Args a{src, srcBytes / block, block, bufs, blocks, rec};
-        const Result r = runOne(a, ctas, stream, e0, e1);
-        res.push_back(r);
-        printf("  block %2d KB x %2d in flight (%3d KB), %3d SMs: %6.1f B/clk per SM, %7.0f GB/s\n",
-               block / 1024, bufs, bufs * block / 1024, ctas, r.bytesPerClk, r.aggGBs);
-        fflush(stdout);
+      for (int mc : {0, 1}) {
+        if (mc && bufs < 2) continue;  // one buffer: the pair's handshake would be all there is
+        for (int grid : {sms, sms / 2, sms / 4}) {
+          const int ctas = mc ? grid & ~1 : grid;  // pairs: an even grid
+          Args a{src, srcBytes / block, block, bufs, blocks, rec};
+          const Result r = runOne(a, ctas, mc != 0, stream, e0, e1);
+          res.push_back(r);
+          printf(
+              "  block %2d KB x %2d in flight (%3d KB), %3d SMs%s: %6.1f B/clk per SM, %7.0f "
+              "GB/s into shared memory\n",
+              block / 1024, bufs, bufs * block / 1024, ctas, mc ? ", pairs multicast" : "",
+              r.bytesPerClk, r.aggGBs);
+          fflush(stdout);
+        }
       }
     }
   if (!out.empty()) {
@@ -182,9 +235,9 @@ int main(int argc, char** argv) {
             benchargs::utcNow().c_str(), mib, blocks);
     for (size_t i = 0; i < res.size(); ++i)
       fprintf(f,
-              "    {\"block_bytes\": %d, \"in_flight\": %d, \"ctas\": %d, "
+              "    {\"block_bytes\": %d, \"in_flight\": %d, \"ctas\": %d, \"multicast_pairs\": %d, "
               "\"bytes_per_clk_per_sm\": %.2f, \"aggregate_gb_s\": %.1f}%s\n",
-              res[i].block, res[i].bufs, res[i].ctas, res[i].bytesPerClk, res[i].aggGBs,
+              res[i].block, res[i].bufs, res[i].ctas, res[i].mc, res[i].bytesPerClk, res[i].aggGBs,
               i + 1 < res.size() ? "," : "");
     fprintf(f, "  ]\n}\n");
     fclose(f);

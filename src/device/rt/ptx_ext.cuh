@@ -137,6 +137,17 @@ __device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const CUtensorMap*
       : "memory");
 }
 
+// A 1-D bulk copy written to `dst`'s offset in the shared memory of every cluster CTA in
+// `ctaMask`, each completing `bar`'s offset in its own shared memory (see bulkLoad1d).
+__device__ __forceinline__ void bulkLoad1dMulticast(void* dst, const void* src, uint32_t bytes,
+                                                    uint64_t* bar, uint16_t ctaMask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smemAddr(bar)), "h"(ctaMask)
+      : "memory");
+}
+
 // Arrives on named barrier `id` without waiting (the waiting side runs bar.sync with the same
 // thread count): hands a turn to another warpgroup.
 __device__ __forceinline__ void namedBarArrive(int id, int threads) {
