@@ -112,11 +112,14 @@ __device__ __forceinline__ uint64_t* traceRecord(const GemmParams& p, int32_t ct
 }
 
 // A traced role's ring wait: mbarWait, adding the cycles it took (a stage already complete
-// costs the probe, tens of cycles) to *waited; plain mbarWait when waited is null (untraced,
-// or not the role's thread 0). Whether the consumers starve (full waits inside the main loop)
-// or the ring runs full (the producer's empty waits) says which side a slow k-step is on.
-// 32 bits (clock()): a register fewer next to the 128 accumulators (64 spilled 8 bytes in the
-// traced wide kernel); a tile's waits are far below 2^32 cycles.
+// costs the probe, tens of cycles) to *waited; plain mbarWait when waited is null (untraced).
+// Every thread of a traced consumer warpgroup counts (thread 0 stores): counting in thread 0
+// alone diverges warp 0 ahead of its wgmmas, and with it the traced ping-pong's unit k-step
+// took 0.57 us where session 44's trace had 0.40 (call AK; the cooperative trace kept its span).
+// Whether the consumers starve (full waits inside the main loop) or the ring runs full (the
+// producer's empty waits) says which side a slow k-step is on. 32 bits (clock()): a register fewer
+// next to the 128 accumulators (64 spilled 8 bytes in the traced wide kernel); a tile's waits are
+// far below 2^32 cycles.
 __device__ __forceinline__ void mbarWaitCounted(uint64_t* bar, uint32_t parity, uint32_t* waited) {
   if (waited == nullptr) {
     ptx::mbarWait(bar, parity);
@@ -522,7 +525,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     uint32_t waited = 0;
     if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
-                               rec != nullptr ? &waited : nullptr))
+                               kTrace ? &waited : nullptr))
       aborted = true;
     if (rec != nullptr) {
       rec[2] = (uint64_t)clock64();

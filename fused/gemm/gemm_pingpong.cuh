@@ -423,7 +423,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     bool aborted = false;
     uint32_t waited = 0;  // traced: cycles in the full waits after the first k-step's
     for (int32_t k = 0; k < kTiles; ++k) {
-      mbarWaitCounted(&sm.full[stage], phase, rec != nullptr && k > 0 ? &waited : nullptr);
+      mbarWaitCounted(&sm.full[stage], phase, kTrace && k > 0 ? &waited : nullptr);
       if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
       if (k == 0) {
         // Read by the lane whose arrive hands the stage back to this CTA's producer (lane r
