@@ -68,17 +68,30 @@ __global__ void __launch_bounds__(32, 1) feedKernel(const Args a) {
     const uint32_t part = kMc ? a.block / 2 : a.block;
     const uint64_t group = kMc ? blockIdx.x / 2 : blockIdx.x;  // a pair copies the same blocks
     uint32_t fullPh = 0, emptyPh = 0;  // bit b: the parity buffer b waits for next
+    // Fill j landed here; in pairs, each CTA tells both that its copy of the buffer is done.
+    auto consume = [&](int j) {
+      const int b = j % a.bufs;
+      mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
+      fullPh ^= 1u << b;
+      if constexpr (kMc) {
+        mk::ptx::mbarArriveCluster(&empty[b], 0);
+        mk::ptx::mbarArriveCluster(&empty[b], 1);
+      }
+    };
+    // Pairs consume two fills behind the newest (bufs - 1 in flight) so that the handshake's
+    // cluster round trip overlaps a copy, as a GEMM's consumers release a stage well before its
+    // producer reuses it (call AL consumed and waited in one step: ~860 cycles a copy whatever
+    // its size, the round trip, not the feed).
+    constexpr int kLag = kMc ? 2 : 0;
     const uint64_t t0 = clock64();
     for (int i = 0; i < a.blocks; ++i) {
       const int b = i % a.bufs;
       if (i >= a.bufs) {
-        mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
-        fullPh ^= 1u << b;
         if constexpr (kMc) {
-          mk::ptx::mbarArriveCluster(&empty[b], 0);
-          mk::ptx::mbarArriveCluster(&empty[b], 1);
-          mk::ptx::mbarWait(&empty[b], (emptyPh >> b) & 1);
+          mk::ptx::mbarWait(&empty[b], (emptyPh >> b) & 1);  // both consumed fill i - bufs
           emptyPh ^= 1u << b;
+        } else {
+          consume(i - a.bufs);
         }
       }
       // Blocks spread over the buffer as the GEMM's CTAs spread over the operands.
@@ -88,16 +101,14 @@ __global__ void __launch_bounds__(32, 1) feedKernel(const Args a) {
       mk::ptx::mbarArriveExpectTx(&full[b], (uint32_t)a.block);
       if constexpr (kMc) {
         mk::ptx::bulkLoad1dMulticast(dst, src, part, &full[b], 0x3);
+        if (i - a.bufs + kLag >= 0) consume(i - a.bufs + kLag);
       } else {
         mk::ptx::bulkLoad1d(dst, src, part, &full[b]);
       }
     }
-    // Drain (shared memory must outlive the copies): the last `bufs` fills.
-    for (int i = a.blocks > a.bufs ? a.blocks - a.bufs : 0; i < a.blocks; ++i) {
-      const int b = i % a.bufs;
-      mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
-      fullPh ^= 1u << b;
-    }
+    // Drain (shared memory must outlive the copies): the fills not yet consumed.
+    const int from = a.blocks - a.bufs + kLag;
+    for (int j = from > 0 ? from : 0; j < a.blocks; ++j) consume(j);
     const uint64_t t1 = clock64();
     uint64_t* r = a.rec + (size_t)blockIdx.x * 3;
     r[0] = t0;
@@ -206,7 +217,7 @@ int main(int argc, char** argv) {
     for (int bufs : {1, 2, 3, 4, 6, 8, 12}) {
       if (bufs * block > kSmemBytes) continue;
       for (int mc : {0, 1}) {
-        if (mc && bufs < 2) continue;  // one buffer: the pair's handshake would be all there is
+        if (mc && bufs < 3) continue;  // pairs keep bufs - 1 in flight: at least 2
         for (int grid : {sms, sms / 2, sms / 4}) {
           const int ctas = mc ? grid & ~1 : grid;  // pairs: an even grid
           Args a{src, srcBytes / block, block, bufs, blocks, rec};
