@@ -5,13 +5,15 @@
 // showed that the tensor cores alone run at 0.98-1.00 of peak in every form, even next to
 // ~40 B/clk of bulk copies. What is left is the feed: a per-SM limit (the SM's ingress, or
 // latency over too few bytes in flight) or a global one (L2's total bandwidth). So each CTA
-// (one per SM of the first `ctas` SMs) has one thread copy `blocks` blocks of `block` bytes from
-// an L2-resident buffer into a ring of `bufs` shared-memory buffers with bulk copies, one per
+// (one per SM of the first `ctas` SMs) copies `blocks` blocks of `block` bytes from an
+// L2-resident buffer into a ring of `bufs` shared-memory buffers with bulk copies, one per
 // buffer in flight, and the sweep varies bytes in flight per SM and how many SMs load:
 //  - per-SM B/clk rising with bytes in flight: latency-bound (deeper rings would help);
 //  - per-SM B/clk rising when fewer SMs load: a global limit (fewer L2 bytes per FLOP, e.g.
 //    multicast in CTA pairs, would help);
 //  - flat in both: the SM's own ingress.
+// Call AL (H100): 30-34 B/clk per SM with all 132 SMs copying (7.7-8.3 TB/s) at any depth,
+// 40-61 with 66 or 33: the limit is global.
 // Each point also runs as CTA pairs that multicast (L2 reads halved, every SM receives the same
 // bytes). Reported: median per-CTA bytes received per SM cycle, and the aggregate GB/s into shared
 // memory over the launch (events).
@@ -46,53 +48,41 @@ struct Args {
   uint64_t* rec;       // [grid][3]: start and end clock64, bytes
 };
 
-// One thread per CTA issues. kMc: CTA pairs (clusters of 2) where each CTA copies half of
-// every block and multicasts it into both CTAs' rings, so each SM still receives every byte while
-// L2 reads half of them (the GEMM's CTA pairs, session 43); a buffer is reissued once both CTAs
-// saw its previous fill complete (`empty`, one arrive from each CTA), so no copy can complete
-// into the previous phase of the peer's barrier.
+// Two threads per CTA, as a GEMM's roles: lane 0 of warp 0 issues the copies, lane 0 of warp 1
+// consumes the fills in order and hands each buffer back (`empty`), so the issuer waits only
+// when it reuses a buffer. kMc: CTA pairs (clusters of 2) where each CTA copies half of every
+// block and multicasts it into both CTAs' rings, so each SM still receives every byte while L2
+// reads half of them (the GEMM's CTA pairs, session 43); a buffer goes back once both CTAs'
+// consumers saw its fill complete (one arrive from each), so no copy can complete into the
+// previous phase of the peer's barrier. (Calls AL and AM consumed on the issuing thread: the
+// cluster arrives then cost ~880 cycles a copy whatever its size, the pairs' rate was that.)
+constexpr int kThreads = 64;
+
 template <bool kMc>
-__global__ void __launch_bounds__(32, 1) feedKernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, 1) feedKernel(const Args a) {
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ uint64_t full[kMaxBufs], empty[kMaxBufs];
+  __shared__ uint64_t t0;
   if (threadIdx.x == 0) {
     for (int b = 0; b < a.bufs; ++b) {
       mk::ptx::mbarInit(&full[b], 1);
-      mk::ptx::mbarInit(&empty[b], 2);
+      mk::ptx::mbarInit(&empty[b], kMc ? 2 : 1);
     }
     mk::ptx::fenceMbarInit();
+    t0 = clock64();
   }
+  __syncthreads();
   if constexpr (kMc) mk::ptx::clusterSync();  // the peer's barriers exist before any copy
   if (threadIdx.x == 0) {
     const uint32_t rank = kMc ? mk::ptx::clusterCtaRank() : 0;
     const uint32_t part = kMc ? a.block / 2 : a.block;
     const uint64_t group = kMc ? blockIdx.x / 2 : blockIdx.x;  // a pair copies the same blocks
-    uint32_t fullPh = 0, emptyPh = 0;  // bit b: the parity buffer b waits for next
-    // Fill j landed here; in pairs, each CTA tells both that its copy of the buffer is done.
-    auto consume = [&](int j) {
-      const int b = j % a.bufs;
-      mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
-      fullPh ^= 1u << b;
-      if constexpr (kMc) {
-        mk::ptx::mbarArriveCluster(&empty[b], 0);
-        mk::ptx::mbarArriveCluster(&empty[b], 1);
-      }
-    };
-    // Pairs consume two fills behind the newest (bufs - 1 in flight) so that the handshake's
-    // cluster round trip overlaps a copy, as a GEMM's consumers release a stage well before its
-    // producer reuses it (call AL consumed and waited in one step: ~860 cycles a copy whatever
-    // its size, the round trip, not the feed).
-    constexpr int kLag = kMc ? 2 : 0;
-    const uint64_t t0 = clock64();
+    uint32_t emptyPh = 0;                                      // bit b: parity buffer b waits for
     for (int i = 0; i < a.blocks; ++i) {
       const int b = i % a.bufs;
       if (i >= a.bufs) {
-        if constexpr (kMc) {
-          mk::ptx::mbarWait(&empty[b], (emptyPh >> b) & 1);  // both consumed fill i - bufs
-          emptyPh ^= 1u << b;
-        } else {
-          consume(i - a.bufs);
-        }
+        mk::ptx::mbarWait(&empty[b], (emptyPh >> b) & 1);  // fill i - bufs consumed (by both)
+        emptyPh ^= 1u << b;
       }
       // Blocks spread over the buffer as the GEMM's CTAs spread over the operands.
       const uint64_t blk = (group * 7919 + (uint64_t)i * 131) % a.srcBlocks;
@@ -101,14 +91,24 @@ __global__ void __launch_bounds__(32, 1) feedKernel(const Args a) {
       mk::ptx::mbarArriveExpectTx(&full[b], (uint32_t)a.block);
       if constexpr (kMc) {
         mk::ptx::bulkLoad1dMulticast(dst, src, part, &full[b], 0x3);
-        if (i - a.bufs + kLag >= 0) consume(i - a.bufs + kLag);
       } else {
         mk::ptx::bulkLoad1d(dst, src, part, &full[b]);
       }
     }
-    // Drain (shared memory must outlive the copies): the fills not yet consumed.
-    const int from = a.blocks - a.bufs + kLag;
-    for (int j = from > 0 ? from : 0; j < a.blocks; ++j) consume(j);
+  } else if (threadIdx.x == 32) {
+    // Every fill consumed: shared memory outlives the copies.
+    uint32_t fullPh = 0;
+    for (int j = 0; j < a.blocks; ++j) {
+      const int b = j % a.bufs;
+      mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
+      fullPh ^= 1u << b;
+      if constexpr (kMc) {
+        mk::ptx::mbarArriveCluster(&empty[b], 0);
+        mk::ptx::mbarArriveCluster(&empty[b], 1);
+      } else {
+        mk::ptx::mbarArrive(&empty[b]);
+      }
+    }
     const uint64_t t1 = clock64();
     uint64_t* r = a.rec + (size_t)blockIdx.x * 3;
     r[0] = t0;
@@ -128,7 +128,7 @@ Result runOne(Args a, int ctas, bool mc, cudaStream_t stream, cudaEvent_t e0, cu
   std::vector<uint64_t> h((size_t)ctas * 3);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(ctas);
-  cfg.blockDim = dim3(32);
+  cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = kSmemBytes;
   cfg.stream = stream;
   cudaLaunchAttribute attr;
@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
     for (int bufs : {1, 2, 3, 4, 6, 8, 12}) {
       if (bufs * block > kSmemBytes) continue;
       for (int mc : {0, 1}) {
-        if (mc && bufs < 3) continue;  // pairs keep bufs - 1 in flight: at least 2
+        if (mc && bufs < 2) continue;  // one buffer: the pair's handshake would be all there is
         for (int grid : {sms, sms / 2, sms / 4}) {
           const int ctas = mc ? grid & ~1 : grid;  // pairs: an even grid
           Args a{src, srcBytes / block, block, bufs, blocks, rec};
