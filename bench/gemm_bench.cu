@@ -465,6 +465,10 @@ int main(int argc, char** argv) {
       // 384-column tiles: no more CTAs or tiles a CTA than the 256-column walk's records hold.
       if (pipes) traced.push_back({4, 0, 1, "ping-pong 192", {}});
       if (pipes && pairs) traced.push_back({3, 0, 2, "ping-pong pairs", {}});
+      // The cooperative pairs traced with the deep ring only (the traced wide pairs spill), so
+      // beside the unpaired deep ring.
+      if (pairs) traced.push_back({1, -1, 1, "deep", {}});
+      if (pairs) traced.push_back({1, -1, 2, "CTA pairs, deep", {}});
       for (TraceVariant& v : traced) {
         const int g = v.cluster == 2 ? gridPair : grid, n = v.cluster == 2 ? perPair : per;
         for (int r = 0; r < 3; ++r) {

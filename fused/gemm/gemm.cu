@@ -121,13 +121,14 @@ int64_t effStrideB(const GemmArgs& a) {
 
 // Whether a call may run as CTA pairs (GemmArgs::cluster): only the plain tile walk of the
 // stand-alone kernel pairs up, and only the 16-bit-output variants are built paired. The
-// ping-pong pairs (pipeline 3) are traced; the cooperative pairs are not.
+// ping-pong pairs (pipeline 3) are traced, the cooperative pairs with the deep ring (pipeline 1)
+// only.
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
-         (a.trace == nullptr || a.pipeline == 3) && a.pipeline != 4 && h.rowReady == nullptr &&
-         h.tileDone == nullptr && h.tileOrder == nullptr && h.rowBlockOffset == 0 &&
-         a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
+         (a.trace == nullptr || a.pipeline == 1 || a.pipeline == 3) && a.pipeline != 4 &&
+         h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
+         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
@@ -368,10 +369,12 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     if (a.tileClaim != nullptr)
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
   }
-  if (a.trace != nullptr && (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline < 3)))
+  if (a.trace != nullptr &&
+      (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline != 1 && a.pipeline < 3)))
     return fail(why,
                 "grouped, SwiGLU and cooperative CTA-pair GEMMs are not traced (GemmArgs::trace; "
-                "the ping-pong pairs, pipeline 3, are)");
+                "the pairs with the deep ring, pipeline 1, and the ping-pong pairs, pipeline 3, "
+                "are)");
   if (a.storeWarps < -1 || a.storeWarps > 1)
     return fail(why, "storeWarps=%lld must be -1 (by K), 0 (consumers issue the stores) or 1",
                 a.storeWarps);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 #include "base/checks.h"
 #include "fused/gemm/gemm_kernel.cuh"
 #include "fused/gemm/gemm_pingpong.cuh"
@@ -21,9 +22,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant_
   gemmCta<Tr, NoSide, kTraced, !Tr::kStreamK>(p, smem, blockIdx.x, gridDim.x);
 }
 
-// The traced kernels exist for the plain walks only (canImplement refuses the others).
+// The traced kernels exist for the plain walks only (canImplement refuses the others); CTA
+// pairs with the deep ring only (the traced wide pairs spilled 12 bytes, sessions 43 and 45).
 template <class Tr>
-constexpr bool kTraceable = Tr::kCluster == 1 && !Tr::kStreamK && !Tr::kGrouped && !Tr::kGated;
+constexpr bool kTraceable = !Tr::kStreamK && !Tr::kGrouped && !Tr::kGated &&
+                            (Tr::kCluster == 1 || std::is_same<typename Tr::Pipe, DeepPipe>::value);
 
 // CTA pairs: a cluster launch of `kernel` (the cooperative or the ping-pong kernel of Tr).
 // `grid` (even, from buildParams) is cut to the pairs that can be resident at once (pairs

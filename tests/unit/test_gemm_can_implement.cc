@@ -411,11 +411,17 @@ TEST(GemmCanImplement, TraceRules) {
   a.storeWarps = -2;
   expectReject(a, "storeWarps");
   a.storeWarps = -1;
-  // CTA pairs are traced with the ping-pong consumers only.
+  // CTA pairs are traced with the ping-pong consumers and the cooperative deep ring only (the
+  // traced wide pairs spill).
   a.cluster = 2;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a.pipeline = 1;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
   a.pipeline = 0;
   expectReject(a, "cooperative CTA-pair GEMMs are not traced");
+  a.pipeline = 2;
+  expectReject(a, "cooperative CTA-pair GEMMs are not traced");
+  a.pipeline = 0;
   a.cluster = 0;
   a.streamK = 1;
   expectReject(a, "not traced");
