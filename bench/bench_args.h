@@ -2,6 +2,7 @@
 // with every result) and comma-separated option lists.
 #pragma once
 
+#include <cstdio>
 #include <ctime>
 #include <string>
 #include <vector>
@@ -21,6 +22,23 @@ inline std::string utcNow(const char* fmt = "%Y-%m-%dT%H:%M:%SZ") {
   time_t t = time(nullptr);
   strftime(buf, sizeof(buf), fmt, gmtime(&t));
   return buf;
+}
+
+// A benchmark's JSON result file, opened with the head every result carries (benchmark,
+// command, commit, device, SMs, date); the caller adds its own fields, then "results".
+// nullptr, after a message, when the file cannot be written.
+inline FILE* openJson(const std::string& path, const char* bench, int argc, char** argv,
+                      const std::string& commit, const char* device, int sms) {
+  FILE* f = fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    fprintf(stderr, "cannot write %s\n", path.c_str());
+    return nullptr;
+  }
+  fprintf(f,
+          "{\n  \"benchmark\": \"%s\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n"
+          "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n",
+          bench, commandLine(argc, argv).c_str(), commit.c_str(), device, sms, utcNow().c_str());
+  return f;
 }
 
 // "a,b,,c" -> {"a", "b", "c"}: the items of a comma list, empty ones dropped.

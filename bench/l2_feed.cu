@@ -233,17 +233,9 @@ int main(int argc, char** argv) {
       }
     }
   if (!out.empty()) {
-    FILE* f = fopen(out.c_str(), "w");
-    if (f == nullptr) {
-      fprintf(stderr, "cannot write %s\n", out.c_str());
-      return 1;
-    }
-    fprintf(f,
-            "{\n  \"benchmark\": \"l2_feed\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n"
-            "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n  \"source_mib\": %d,\n"
-            "  \"copies_per_cta\": %d,\n  \"results\": [\n",
-            benchargs::commandLine(argc, argv).c_str(), commit.c_str(), prop.name, sms,
-            benchargs::utcNow().c_str(), mib, blocks);
+    FILE* f = benchargs::openJson(out, "l2_feed", argc, argv, commit, prop.name, sms);
+    if (f == nullptr) return 1;
+    fprintf(f, "  \"source_mib\": %d,\n  \"copies_per_cta\": %d,\n  \"results\": [\n", mib, blocks);
     for (size_t i = 0; i < res.size(); ++i)
       fprintf(f,
               "    {\"block_bytes\": %d, \"in_flight\": %d, \"ctas\": %d, \"multicast_pairs\": %d, "

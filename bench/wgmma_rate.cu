@@ -308,17 +308,10 @@ int main(int argc, char** argv) {
       }
     }
   if (!out.empty()) {
-    FILE* f = fopen(out.c_str(), "w");
-    if (f == nullptr) {
-      fprintf(stderr, "cannot write %s\n", out.c_str());
-      return 1;
-    }
-    fprintf(f,
-            "{\n  \"benchmark\": \"wgmma_rate\",\n  \"command\": \"%s\",\n  \"git_commit\": "
-            "\"%s\",\n  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n  \"iters\": "
-            "%d,\n  \"peak_fma_per_clk_per_sm\": %.1f,\n  \"results\": [\n",
-            benchargs::commandLine(argc, argv).c_str(), commit.c_str(), prop.name, grid,
-            benchargs::utcNow().c_str(), iters, peak);
+    FILE* f = benchargs::openJson(out, "wgmma_rate", argc, argv, commit, prop.name, grid);
+    if (f == nullptr) return 1;
+    fprintf(f, "  \"iters\": %d,\n  \"peak_fma_per_clk_per_sm\": %.1f,\n  \"results\": [\n", iters,
+            peak);
     for (size_t i = 0; i < res.size(); ++i) {
       const Result& r = res[i];
       fprintf(f,

@@ -7,6 +7,7 @@
 #
 #   source scripts/gpu_call.sh
 #   gc_init F                                   # logs in $OUT/logsF, tar in $OUT/logsF.tgz
+#   gc_nvcc bench/l2_feed.cu /tmp/l2_feed               # one stand-alone bench, nvcc alone
 #   gc_build /tmp/b "gpu/test_fused_*.cu" mk_gpu_tests bench_fused_bench
 #   gc_tests /tmp/b '*Fused*:*GemmColl*' 500 150  # stop by 500 s into the call, 150 s at most
 #   gc_fused_bench /tmp/b pf1 585 "--ranks 4 --reps 10 --shapes ar:8192x8192x8192" \
@@ -48,6 +49,20 @@ gc_left() {  # UNTIL CAP
   [ "$left" -gt "$2" ] && left=$2
   [ "$left" -lt 0 ] && left=0
   echo "$left"
+}
+
+# A single-file benchmark (no library) built with nvcc alone, in seconds where the README's
+# build takes minutes; a wgmma that ptxas serialises (its warning names it) is echoed, since it
+# would invalidate a rate.
+gc_nvcc() {  # SOURCE OUTPUT
+  local log
+  log=$GC_L/nvcc_$(basename "$2").log
+  timeout 150 nvcc -Iinclude -Isrc -I. -Ibench -gencode=arch=compute_90a,code=sm_90a \
+    --expt-relaxed-constexpr -O3 -DNDEBUG -std=c++17 "$1" -o "$2" >"$log" 2>&1
+  local rc=$?
+  echo "$(basename "$2") build rc=$rc at $(gc_el)s"
+  grep -m5 -iE "error|serializ" "$log"
+  return $rc
 }
 
 gc_build() {  # DIR MK_GPU_TESTS TARGET...

@@ -8,11 +8,7 @@
 set -u
 source scripts/gpu_call.sh
 gc_init AN
-timeout 120 nvcc -Iinclude -Isrc -I. -Ibench -gencode=arch=compute_90a,code=sm_90a \
-  --expt-relaxed-constexpr -O3 -DNDEBUG -std=c++17 bench/l2_feed.cu -o /tmp/l2_feed \
-  >"$GC_L/feed_build.log" 2>&1
-echo "l2_feed build rc=$? at $(gc_el)s"
-grep -m5 -E "error" "$GC_L/feed_build.log"
+gc_nvcc bench/l2_feed.cu /tmp/l2_feed
 gc_run l2_feed 70 50 10 1 "block 48|multicast|skipped|rror" /tmp/l2_feed --blocks 1024 \
   --commit "$(cat COMMIT_SNAP)"
 GC_BUILD_S=260 gc_build /tmp/bn "gpu/test_gemm_trace.cu" mk_gpu_tests bench_gemm_bench
