@@ -53,8 +53,9 @@ struct Args {
 
 // The GEMM's stages (stageKernel): A and B as the operands of an 8192 x 8192 x 1024 bf16 GEMM
 // ([rows][K], 64-column boxes, 128-byte swizzle, the engine's tensor maps), one stage a fill:
-// A's 128 rows and B's bRows rows of one k-step of one tile, tiles walked as the static schedule
-// walks them (pairs: positions of two row blocks of one column block).
+// A's 128 rows and B's bRows rows of one k-step of one tile, the CTAs' tiles strided over the
+// grid as on the static schedule but in plain column-major order (no grouped raster: the whole
+// 32 MB fits in L2 either way); pairs walk positions of two row blocks of one column block.
 constexpr int kGemmRows = 8192, kGemmK = 1024, kTileK = 64, kTileM = 128;
 
 struct StageArgs {

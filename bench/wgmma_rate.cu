@@ -45,8 +45,8 @@ constexpr int kSmemBytes = kBytesA + kBytesB + kLoadBufs * kLoadBlock + 64 + 102
 // Two issuing warpgroups and a third whose first thread is the loader: the register split
 // (setmaxnreg) works on whole warpgroups.
 constexpr int kMaxThreads = 3 * 128;
-// The engine's split: issuing warpgroups 240 registers, the third 24 (3 x 128 threads share the
-// 64K register file; n192 x 2 needs 218).
+// The split of the engine's 192-column ping-pong kernel (pipeline 4): issuing warpgroups 240
+// registers, the third 24 (3 x 128 threads share the 64K register file; n192 x 2 needs 218).
 constexpr int kIssueRegs = 240, kIdleRegs = 24;
 // Words per warpgroup record: start and end clock64, k-steps done; per CTA the loader's
 // start and end clock64 and bytes.

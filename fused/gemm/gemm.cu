@@ -372,9 +372,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.trace != nullptr &&
       (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline != 1 && a.pipeline < 3)))
     return fail(why,
-                "grouped, SwiGLU and cooperative CTA-pair GEMMs are not traced (GemmArgs::trace; "
-                "the pairs with the deep ring, pipeline 1, and the ping-pong pairs, pipeline 3, "
-                "are)");
+                "grouped and SwiGLU GEMMs, and CTA pairs other than pipeline 1 (the deep ring) or "
+                "3 (ping-pong), are not traced (GemmArgs::trace)");
   if (a.storeWarps < -1 || a.storeWarps > 1)
     return fail(why, "storeWarps=%lld must be -1 (by K), 0 (consumers issue the stores) or 1",
                 a.storeWarps);

@@ -124,7 +124,7 @@ struct GemmArgs {
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
   // tile and multicasts it to both, so each reads half its B bytes from L2 (with pipeline 3:
   // half of each ping-pong unit's B). Pairs need a 16-bit D, no groups, no hooks, no
-  // tile-by-tile D, no SwiGLU, smBudget 0 or >= 2; traced (trace) with pipeline 3 only.
+  // tile-by-tile D, no SwiGLU, smBudget 0 or >= 2; traced (trace) with pipeline 1 or 3 only.
   int32_t cluster = 0;
   // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
   // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles
@@ -160,8 +160,8 @@ struct GemmArgs {
   // 0 .. traceCtas - 1 writes globaltimer stamps of its first traceTiles tiles to
   // trace[traceWords(traceCtas, traceTiles)], zeroed by the caller (CTAs past traceCtas stamp
   // nothing). A traced call runs its own kernel instantiation; untraced calls run the plain
-  // one. Plain walks and the ping-pong consumers (pipeline 3, whose records are units); not
-  // stream-K, CTA pairs, groups or SwiGLU.
+  // one. Plain walks and the ping-pong consumers (pipeline 3, whose records are units), CTA
+  // pairs with pipeline 1 or 3; not stream-K, groups or SwiGLU.
   uint64_t* trace = nullptr;
   int32_t traceTiles = 0;
   int32_t traceCtas = 0;

@@ -96,7 +96,8 @@ __device__ __forceinline__ bool waitRowsReady(const GemmParams& p, int32_t m0) {
 
 // kTrace: only the stand-alone kernel's traced instantiation (gemm_launch.cuh) is built with
 // the stamps; fused operators' compute roles are not (the stamps' live values spilled in the
-// GEMM + collective kernels), nor stream-K, CTA pairs, grouped or SwiGLU GEMMs. The per-tile
+// GEMM + collective kernels), nor stream-K, grouped or SwiGLU GEMMs, nor CTA pairs with the
+// wide ring (which spilled traced; the deep-ring pairs are traced). The per-tile
 // stamps are clock64 values (one SM's counter, so their differences are exact, where
 // globaltimer may tick only every microsecond); the headers hold both clocks, which convert
 // them to time and line the SMs up.
@@ -371,8 +372,9 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
 // done and every stage released (stage, phase advanced). kDyn: the caller waited for the first
 // stage (it read the tile's word there). Static schedule: returns the abort verdict of the
-// tile's first stage word; dynamic: false (the caller read it). waited (traced, thread 0): gets
-// the cycles of the full waits after the first k-step's.
+// tile's first stage word; dynamic: false (the caller read it). waited (traced: every thread
+// counts, thread 0's count is stored): gets the cycles of the full waits after the first
+// k-step's.
 template <class Tr, bool kDyn>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],

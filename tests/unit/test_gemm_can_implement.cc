@@ -418,9 +418,9 @@ TEST(GemmCanImplement, TraceRules) {
   a.pipeline = 1;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
   a.pipeline = 0;
-  expectReject(a, "cooperative CTA-pair GEMMs are not traced");
+  expectReject(a, "CTA pairs other than pipeline 1");
   a.pipeline = 2;
-  expectReject(a, "cooperative CTA-pair GEMMs are not traced");
+  expectReject(a, "CTA pairs other than pipeline 1");
   a.pipeline = 0;
   a.cluster = 0;
   a.streamK = 1;
