@@ -209,10 +209,12 @@ struct Result {
   double bytesPerClk, aggGBs;
 };
 
-// One configuration: a warm-up launch, then the measured one; `launch(cfg)` starts the kernel.
+// One configuration: a warm-up launch, then the measured one; `launch(cfg)` starts the kernel
+// `fn` (its pairs' residency is checked: pairs past it would run as a second wave, which the
+// per-CTA rates do not see but the aggregate does).
 template <class Launch>
 Result measure(const char* kind, int block, int bufs, int fills, int ctas, bool mc, uint64_t* rec,
-               cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, Launch launch) {
+               cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, const void* fn, Launch launch) {
   std::vector<uint64_t> h((size_t)ctas * 3);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(ctas);
@@ -226,6 +228,13 @@ Result measure(const char* kind, int block, int bufs, int fills, int ctas, bool 
   attr.val.clusterDim.z = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
+  if (mc) {
+    int resident = 0;
+    BENCH_CK(cudaOccupancyMaxActiveClusters(&resident, fn, &cfg));
+    if (2 * resident < ctas)
+      printf("  (%d of %d pairs resident at once: the aggregate GB/s includes a second wave)\n",
+             resident, ctas / 2);
+  }
   float ms = 0;
   for (int rep = 0; rep < 2; ++rep) {
     BENCH_CK(cudaEventRecord(e0, stream));
@@ -345,8 +354,9 @@ int main(int argc, char** argv) {
         for (int grid : {sms, sms / 2, sms / 4}) {
           const int ctas = mc ? grid & ~1 : grid;  // pairs: an even grid
           const Args a{src, srcBytes / block, block, bufs, blocks, rec};
+          const void* fn = mc ? (const void*)feedKernel<true> : (const void*)feedKernel<false>;
           const Result r = measure("bulk", block, bufs, blocks, ctas, mc != 0, rec, stream, e0, e1,
-                                   [&](const cudaLaunchConfig_t& cfg) {
+                                   fn, [&](const cudaLaunchConfig_t& cfg) {
                                      return mc ? cudaLaunchKernelEx(&cfg, feedKernel<true>, a)
                                                : cudaLaunchKernelEx(&cfg, feedKernel<false>, a);
                                    });
@@ -387,8 +397,9 @@ int main(int argc, char** argv) {
         sa.bufs = bufs;
         for (int grid : {sms, sms / 2, sms / 4}) {
           const int ctas = mc ? grid & ~1 : grid;
+          const void* fn = mc ? (const void*)stageKernel<true> : (const void*)stageKernel<false>;
           const Result r = measure("stage", stageBytes, bufs, blocks, ctas, mc != 0, rec, stream,
-                                   e0, e1, [&](const cudaLaunchConfig_t& cfg) {
+                                   e0, e1, fn, [&](const cudaLaunchConfig_t& cfg) {
                                      return mc ? cudaLaunchKernelEx(&cfg, stageKernel<true>, sa)
                                                : cudaLaunchKernelEx(&cfg, stageKernel<false>, sa);
                                    });
