@@ -130,16 +130,14 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes = {{8192, 8192, 8192},  {4096, 4096, 4096},  {16384, 8192, 8192},
                                {8192, 28672, 8192}, {8192, 8192, 28672}, {2048, 8192, 8192},
                                {1024, 8192, 8192}};
-  std::string cmd = argv[0];
   for (int i = 1; i < argc; ++i) {
-    cmd += std::string(" ") + argv[i];
     std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc)
-      reps = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
+      reps = atoi(argv[++i]);
     else if (a == "--layout" && i + 1 < argc)
-      kn = std::string(argv[++i]) == "kn", cmd += std::string(" ") + argv[i];
+      kn = std::string(argv[++i]) == "kn";
     else if (a == "--out" && i + 1 < argc)
-      out = argv[++i], cmd += std::string(" ") + argv[i];
+      out = argv[++i];
     else if (a == "--pipelines")
       pipes = true;
     else if (a == "--clusters")
@@ -149,17 +147,16 @@ int main(int argc, char** argv) {
     else if (a == "--trace")
       trace = true;
     else if (a == "--b2b" && i + 1 < argc)
-      b2b = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
+      b2b = atoi(argv[++i]);
     else if (a == "--soak" && i + 1 < argc)
-      soakS = atof(argv[++i]), cmd += std::string(" ") + argv[i];
+      soakS = atof(argv[++i]);
     else if (a == "--groups" && i + 1 < argc)
-      groups = atoi(argv[++i]), cmd += std::string(" ") + argv[i];
+      groups = atoi(argv[++i]);
     else if (a == "--commit" && i + 1 < argc)
-      commit = argv[++i], cmd += std::string(" ") + argv[i];
+      commit = argv[++i];
     else if (a == "--shapes" && i + 1 < argc) {
       shapes.clear();
       std::string s = argv[++i];
-      cmd += " " + s;
       for (const std::string& item : benchargs::splitList(s)) {
         Shape sh;
         if (sscanf(item.c_str(), "%dx%dx%d", &sh.M, &sh.N, &sh.K) == 3) shapes.push_back(sh);
@@ -616,15 +613,8 @@ int main(int argc, char** argv) {
          minRatio);
 
   if (out.empty()) out = benchargs::utcNow("bench/results/gemm-%Y%m%d-%H%M%S.json");
-  FILE* f = fopen(out.c_str(), "w");
-  if (f == nullptr) {
-    fprintf(stderr, "cannot write %s\n", out.c_str());
-    return 1;
-  }
-  fprintf(f, "{\n  \"benchmark\": \"gemm\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n",
-          cmd.c_str(), commit.c_str());
-  fprintf(f, "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n", prop.name, sms,
-          benchargs::utcNow().c_str());
+  FILE* f = benchargs::openJson(out, "gemm", argc, argv, commit, prop.name, sms);
+  if (f == nullptr) return 1;
   fprintf(f, "  \"dtype\": \"bf16\",\n  \"b_layout\": \"%s\",\n  \"reps\": %d,\n", kn ? "KN" : "NK",
           reps);
   fprintf(

@@ -187,7 +187,6 @@ int main(int argc, char** argv) {
   std::vector<std::string> works = {"attn", "gemm"};
   int seq = 65536, heads = 16, reps = 5, gm = 8192, gn = 8192, gk = 8192;
   std::string out, commit = "unknown";
-  const std::string cmd = benchargs::commandLine(argc, argv);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
@@ -280,15 +279,8 @@ int main(int argc, char** argv) {
     }
   }
   if (out.empty()) out = benchargs::utcNow("bench/results/share-%Y%m%d-%H%M%S.json");
-  FILE* f = fopen(out.c_str(), "w");
-  if (f == nullptr) {
-    fprintf(stderr, "cannot write %s\n", out.c_str());
-    return 1;
-  }
-  fprintf(f, "{\n  \"benchmark\": \"share\",\n  \"command\": \"%s\",\n  \"git_commit\": \"%s\",\n",
-          cmd.c_str(), commit.c_str());
-  fprintf(f, "  \"device\": \"%s\",\n  \"sms\": %d,\n  \"date\": \"%s\",\n", prop.name, sms,
-          benchargs::utcNow().c_str());
+  FILE* f = benchargs::openJson(out, "share", argc, argv, commit, prop.name, sms);
+  if (f == nullptr) return 1;
   fprintf(f, "  \"seq\": %d,\n  \"heads\": %d,\n  \"gemm\": \"%dx%dx%d\",\n  \"reps\": %d,\n", seq,
           heads, gm, gn, gk, reps);
   fprintf(f, "  \"results\": [\n");
