@@ -8,6 +8,7 @@
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
+//                    [--regstores]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
@@ -35,6 +36,11 @@
 // ping-pong consumers too (and a ping-pong window in --soak). Every run also times the engine
 // with that other setting next to the default: the 'other stores' line, which re-checks the
 // rule.
+// --regstores also times the engine with its epilogue storing D from the accumulators
+// (GemmArgs::regStores = 1: no staging, no TMA store): the default split, the deep ring and,
+// with --clusters, the deep ring as CTA pairs, each checked against cuBLAS on the first operand
+// set and interleaved with the rest ('register stores' line); with --trace the deep ring and
+// its pairs are traced that way too.
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -123,6 +129,7 @@ int main(int argc, char** argv) {
   bool pairs = false;
   bool streamk = false;
   bool trace = false;
+  bool regStores = false;
   int b2b = 0;
   double soakS = 0;
   int groups = 0;
@@ -146,6 +153,8 @@ int main(int argc, char** argv) {
       streamk = true;
     else if (a == "--trace")
       trace = true;
+    else if (a == "--regstores")
+      regStores = true;
     else if (a == "--b2b" && i + 1 < argc)
       b2b = atoi(argv[++i]);
     else if (a == "--soak" && i + 1 < argc)
@@ -187,7 +196,7 @@ int main(int argc, char** argv) {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
-        b2bBest, swOther, ping192, ping192Maxdiff;
+        b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -237,7 +246,7 @@ int main(int argc, char** argv) {
     };
     auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0, int streamK = 0,
                          uint64_t* traceBuf = nullptr, int traceTiles = 0, int traceCtas = 0,
-                         int storeWarps = -1) {
+                         int storeWarps = -1, int regSt = 0) {
       const int s = setIdx++ % sets;
       mk::gemm::GemmArgs g;
       g.M = sh.M;
@@ -255,6 +264,7 @@ int main(int argc, char** argv) {
       g.traceTiles = traceTiles;
       g.traceCtas = traceCtas;
       g.storeWarps = storeWarps;
+      g.regStores = regSt;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -283,10 +293,10 @@ int main(int argc, char** argv) {
     CK(cudaStreamSynchronize(stream));
     // The ping-pong consumers (pipeline 3; with --clusters also as CTA pairs; pipeline 4) on
     // the same set, against the same cuBLAS output.
-    auto pingDiff = [&](int cluster, int pipeline = 3) {
+    auto pingDiff = [&](int cluster, int pipeline = 3, int regSt = 0) {
       setIdx = 0;
       CK(cudaMemsetAsync(D, 0xFF, bytesD, stream));  // poison: NaN where nothing is written
-      runEngine(0, D, pipeline, cluster);
+      runEngine(0, D, pipeline, cluster, 0, nullptr, 0, 0, -1, regSt);
       CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
       diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)D, (__nv_bfloat16*)Dref, bytesD / 2,
                                            dmax);
@@ -298,6 +308,12 @@ int main(int argc, char** argv) {
     const float hmaxPing = pipes ? pingDiff(1) : 0.0f;
     const float hmaxPingPair = pipes && pairs ? pingDiff(2) : 0.0f;
     const float hmaxPing192 = pipes ? pingDiff(1, 4) : 0.0f;
+    // The register stores: the worst of the default split, the deep ring and its pairs.
+    float hmaxReg = 0.0f;
+    if (regStores) {
+      hmaxReg = std::max(pingDiff(1, 0, 1), pingDiff(1, 1, 1));
+      if (pairs) hmaxReg = std::max(hmaxReg, pingDiff(2, 1, 1));
+    }
     // The stream-K tail on the same set, against the same cuBLAS output.
     float hmaxSk = 0;
     if (streamk) {
@@ -360,7 +376,8 @@ int main(int argc, char** argv) {
       }
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
-        tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192;
+        tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
+        tRegDeep, tRegDeepPair;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -384,6 +401,12 @@ int main(int argc, char** argv) {
         }
       }
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
+      if (regStores) {
+        tReg.push_back(timeOne([&] { runEngine(0, D, 0, 0, 0, nullptr, 0, 0, -1, 1); }));
+        tRegDeep.push_back(timeOne([&] { runEngine(0, D, 1, 0, 0, nullptr, 0, 0, -1, 1); }));
+        if (pairs)
+          tRegDeepPair.push_back(timeOne([&] { runEngine(0, D, 1, 2, 0, nullptr, 0, 0, -1, 1); }));
+      }
       if (b2b > 1) {
         tB2bE.push_back(timeOne([&] {
                           for (int i = 0; i < b2b; ++i) runEngine(0, D);
@@ -421,6 +444,10 @@ int main(int argc, char** argv) {
     row.widePair = tf(median(tWidePair));
     row.pingPair = tf(median(tPingPair));
     row.pingPairMaxdiff = hmaxPingPair;
+    row.reg = tf(median(tReg));
+    row.regDeep = tf(median(tRegDeep));
+    row.regDeepPair = tf(median(tRegDeepPair));
+    row.regMaxdiff = hmaxReg;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -430,10 +457,11 @@ int main(int argc, char** argv) {
         G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
     row.b2bEng = tf(median(tB2bE));
     row.b2bBest = tf(median(tB2bBest));
-    // Traced variants printed after the row: (pipeline, storeWarps, cluster, label).
+    // Traced variants printed after the row: (pipeline, storeWarps, cluster, label, regStores).
     struct TraceVariant {
       int pipeline, storeWarps, cluster;
       const char* label;
+      int regSt;
       mk::gemm::TraceSummary s;
     };
     std::vector<TraceVariant> traced;
@@ -456,21 +484,24 @@ int main(int argc, char** argv) {
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
       traced = {
-          {0, -1, 1, "engine", {}},
-          {0, swOther, 1, swOther ? "engine, store threads" : "engine, consumers' stores", {}}};
-      if (pipes) traced.push_back({3, 0, 1, "ping-pong", {}});
+          {0, -1, 1, "engine", 0, {}},
+          {0, swOther, 1, swOther ? "engine, store threads" : "engine, consumers' stores", 0, {}}};
+      if (pipes) traced.push_back({3, 0, 1, "ping-pong", 0, {}});
       // 384-column tiles: no more CTAs or tiles a CTA than the 256-column walk's records hold.
-      if (pipes) traced.push_back({4, 0, 1, "ping-pong 192", {}});
-      if (pipes && pairs) traced.push_back({3, 0, 2, "ping-pong pairs", {}});
+      if (pipes) traced.push_back({4, 0, 1, "ping-pong 192", 0, {}});
+      if (pipes && pairs) traced.push_back({3, 0, 2, "ping-pong pairs", 0, {}});
       // The cooperative pairs traced with the deep ring only (the traced wide pairs spill), so
       // beside the unpaired deep ring.
-      if (pairs) traced.push_back({1, -1, 1, "deep", {}});
-      if (pairs) traced.push_back({1, -1, 2, "CTA pairs, deep", {}});
+      if (pairs) traced.push_back({1, -1, 1, "deep", 0, {}});
+      if (pairs) traced.push_back({1, -1, 2, "CTA pairs, deep", 0, {}});
+      if (regStores) traced.push_back({1, -1, 1, "deep, register stores", 1, {}});
+      if (regStores && pairs)
+        traced.push_back({1, -1, 2, "CTA pairs, deep, register stores", 1, {}});
       for (TraceVariant& v : traced) {
         const int g = v.cluster == 2 ? gridPair : grid, n = v.cluster == 2 ? perPair : per;
         for (int r = 0; r < 3; ++r) {
           CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
-          runEngine(0, D, v.pipeline, v.cluster, 0, dTrace, n, g, v.storeWarps);
+          runEngine(0, D, v.pipeline, v.cluster, 0, dTrace, n, g, v.storeWarps, v.regSt);
         }
         std::vector<uint64_t> hTrace(words);
         CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
@@ -511,6 +542,12 @@ int main(int argc, char** argv) {
           sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best, row.ping,
           row.ping / row.best, row.pingMaxdiff, row.ping192, row.ping192 / row.best,
           row.ping192Maxdiff);
+    if (regStores)
+      printf(
+          "  %5d x %5d x %5d: register stores: engine %6.1f (%.3f of best; %.3f of the engine)  "
+          "deep %6.1f (%.3f of best)  pairs deep %6.1f (%.3f of best)  maxreldiff %.2e\n",
+          sh.M, sh.N, sh.K, row.reg, row.reg / row.best, row.reg / row.eng, row.regDeep,
+          row.regDeep / row.best, row.regDeepPair, row.regDeepPair / row.best, row.regMaxdiff);
     if (streamk)
       printf("  %5d x %5d x %5d: stream-K %6.1f  sk/best %.3f  (engine %.3f)  maxreldiff %.2e\n",
              sh.M, sh.N, sh.K, row.sk, row.sk / row.best, row.eng / row.best, row.skMaxdiff);
@@ -637,6 +674,8 @@ int main(int argc, char** argv) {
             "\"streamk_max_rel_diff_vs_cublas\": %.3e, \"b2b_engine_tflops\": %.2f, "
             "\"b2b_cublas_best_tflops\": %.2f, \"engine_other_stores_tflops\": %.2f, "
             "\"engine_ping192_tflops\": %.2f, \"ping192_max_rel_diff_vs_cublas\": %.3e, "
+            "\"engine_reg_stores_tflops\": %.2f, \"engine_reg_stores_deep_tflops\": %.2f, "
+            "\"engine_reg_stores_pairs_deep_tflops\": %.2f, \"reg_stores_max_rel_diff\": %.3e, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -647,11 +686,12 @@ int main(int argc, char** argv) {
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
-            r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.tr.records, r.tr.spanUs,
-            r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac,
-            r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
-            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
-            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
+            r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
+            r.regMaxdiff, r.tr.records, r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs,
+            r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs,
+            r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs,
+            r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

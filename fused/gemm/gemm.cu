@@ -70,6 +70,13 @@ bool tmaStorable(const GemmArgs& a) {
   return aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (outCols(a) * es) % 16 == 0;
 }
 
+// Where GemmArgs::regStores can store D from the accumulators: 16-byte stores of 8 columns
+// (16-bit D, rows and width in whole 16-byte units, D aligned), nothing read from C.
+bool regStorable(const GemmArgs& a) {
+  return a.dType != DType::kF32 && a.beta == 0.0f && !a.dTiled && aligned16(a.D) &&
+         effLdd(a) % 8 == 0 && outCols(a) % 8 == 0;
+}
+
 CUtensorMapDataType tmaType(DType t) {
   switch (t) {
     case DType::kBF16:
@@ -377,6 +384,9 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.storeWarps < -1 || a.storeWarps > 1)
     return fail(why, "storeWarps=%lld must be -1 (by K), 0 (consumers issue the stores) or 1",
                 a.storeWarps);
+  if (a.regStores < 0 || a.regStores > 1)
+    return fail(why, "regStores=%lld must be 0 (TMA stores) or 1 (stores from registers)",
+                a.regStores);
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
                 a.traceTiles, a.traceCtas);
@@ -523,7 +533,13 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.traceTiles = a.traceTiles;
   p.traceCtas = a.traceCtas;
   const bool storeWarps = a.storeWarps == 1 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
-  p.storeWarps = storeWarps && p.useTmaStore && a.hooks.tileDone == nullptr ? 1 : 0;
+  // Not the ping-pong consumers (their own epilogue), nor the traced wide split (whose kernel
+  // leaves the register stores out: gemm_epilogue.cuh tileEpilogue).
+  p.regStores = a.regStores == 1 && regStorable(a) && a.pipeline != 3 && a.pipeline != 4 &&
+                        !(a.trace != nullptr && p.wide)
+                    ? 1
+                    : 0;
+  p.storeWarps = storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr ? 1 : 0;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

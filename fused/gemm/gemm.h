@@ -173,6 +173,15 @@ struct GemmArgs {
   // else 0 (0.5-1.8% slower at K >= 4096, session 42's calls Y and Z). Stand-alone launches
   // only, not the stream-K variant (fused operators' compute roles issue their own).
   int32_t storeWarps = -1;
+  // 1: the cooperative kernels' epilogue stores D straight from the accumulators (a 4x4
+  // exchange inside each quad of lanes gives every lane 8 consecutive columns of a row, one
+  // 16-byte st.global each), with no shared-memory staging and no TMA store, where D allows it
+  // (16-bit D, beta 0, D 16-byte aligned, ldd and D's width multiples of 8 elements, not
+  // tile-by-tile; otherwise the TMA epilogue runs); store threads then idle. Why: with the deep
+  // ring the TMA stores of a tile wait behind the next tile's loads, issued the moment the main
+  // loop hands back its stages (1.5-1.7 us of a 2.1 us epilogue at 8192 x 8192 x 1024,
+  // session 46). 0 (default): the TMA epilogue. Not the ping-pong consumers (pipelines 3, 4).
+  int32_t regStores = 0;
   GemmHooks hooks;
   GemmGroups groups;
 };

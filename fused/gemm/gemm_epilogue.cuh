@@ -266,6 +266,67 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
   }
 }
 
+// A 4x4 transpose of 32-bit words across a quad of lanes (q = lane & 3): before, v[t] is
+// element (q, t); after, v[k] is element (k, q). Two butterfly rounds, each swapping the
+// off-diagonal 2x2 blocks, so every select is between two registers (no run-time indexing).
+__device__ __forceinline__ void quadTranspose(uint32_t (&v)[4], int32_t q) {
+  const bool hi = (q & 2) != 0, odd = (q & 1) != 0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t r = __shfl_xor_sync(0xffffffffu, hi ? v[i] : v[i + 2], 2);
+    if (hi) {
+      v[i] = r;
+    } else {
+      v[i + 2] = r;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i += 2) {
+    const uint32_t r = __shfl_xor_sync(0xffffffffu, odd ? v[i] : v[i + 1], 1);
+    if (odd) {
+      v[i] = r;
+    } else {
+      v[i + 1] = r;
+    }
+  }
+}
+
+// GemmParams::regStores: D straight from the fragment, with no staging and no TMA (whose
+// stores would queue behind the producer's loads of the next tile). In the m64nN fragment
+// lane q of a quad holds columns 2q, 2q + 1 of each 8-column group j (accumulators 4j + 2h,
+// 4j + 2h + 1 for row half h); over groups j0..j0+3 the quad's words form a 4x4 matrix
+// (lane, group), whose transpose leaves lane q the 8 columns of group j0 + q: one 16-byte store,
+// and a warp's store covers 64 contiguous bytes of each of its 8 rows. buildParams allows it
+// for 16-bit D, beta 0, 16-byte aligned rows and N % 8 == 0 only, so a store is wholly inside
+// or wholly past N.
+template <class Tr, bool kUnitAlpha>
+__device__ __forceinline__ void epilogueRegs(const GemmParams& p, const float (&acc)[128],
+                                             int32_t wg, int32_t m0, int32_t n0) {
+  static_assert(Tr::kOutBytes == 2, "16-byte stores of 8 columns: 16-bit D only");
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, q = lane & 3;
+  const int32_t row0 = m0 + 64 * wg + warp * 16 + (lane >> 2);
+  uint16_t* d = static_cast<uint16_t*>(p.D);
+#pragma unroll
+  for (int j0 = 0; j0 < Tr::kAccOut / 4; j0 += 4) {
+    if (n0 + 8 * j0 >= p.N) break;  // uniform: later groups are past N too
+    const int32_t col = n0 + 8 * (j0 + q);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int i = 4 * (j0 + t) + 2 * h;
+        v[t] = packOut<Tr::kOutType, kUnitAlpha>(p.alpha, acc[i], acc[i + 1]);
+      }
+      quadTranspose(v, q);
+      const int32_t row = row0 + 8 * h;
+      if (row < p.M && col < p.N)
+        *reinterpret_cast<uint4*>(d + (int64_t)row * p.ldd + col) =
+            make_uint4(v[0], v[1], v[2], v[3]);
+    }
+  }
+}
+
 // Fallback when D cannot be described by a tensor map (pointer or row pitch not 16-byte
 // aligned): bounds-checked scalar stores straight from the fragment.
 template <class Tr>
@@ -298,14 +359,26 @@ __device__ __forceinline__ void swigluAcc(float alpha, float (&acc)[128]) {
 }
 
 // A finished tile's accumulators to D (SwiGLU first for gated tiles). kStoreWarp: see
-// epilogueTma.
-template <class Tr, bool kStoreWarp = false>
+// epilogueTma. kRegs: the kernel has the register-store epilogue (GemmParams::regStores; the
+// traced wide split leaves it out: with it, it spilled 8 bytes, and buildParams never resolves
+// regStores for it).
+template <class Tr, bool kStoreWarp = false, bool kRegs = true>
 __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm,
                                              float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
                                              uint32_t& nStores, uint64_t* rec = nullptr,
                                              uint32_t* posts = nullptr) {
   if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
+  if constexpr (Tr::kOutBytes == 2 && kRegs) {
+    if (p.regStores) {
+      if (Tr::kGated || p.alpha == 1.0f) {
+        epilogueRegs<Tr, true>(p, acc, wg, m0, n0);
+      } else {
+        epilogueRegs<Tr, false>(p, acc, wg, m0, n0);
+      }
+      return;
+    }
+  }
   if (p.useTmaStore) {
     // Gated tiles had alpha applied by swigluAcc. Two whole epilogues rather than a branch
     // per box (which cost a traced kernel spills).

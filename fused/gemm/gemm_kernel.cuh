@@ -544,7 +544,8 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    tileEpilogue<Tr, kStoreWarp>(p, sm, acc, wg, m0, n0, nStores, rec, &posts);
+    tileEpilogue<Tr, kStoreWarp, !(kTrace && Tr::Pipe::kStoreBufs >= 4)>(p, sm, acc, wg, m0, n0,
+                                                                         nStores, rec, &posts);
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }

@@ -46,6 +46,9 @@ struct GemmParams {
   // buildParams sets it where D goes through the TMA staging and no tileDone hook waits for
   // the stores; kernels built without store warps ignore it.
   int32_t storeWarps;
+  // GemmArgs::regStores, resolved (1 only where D allows it): the cooperative kernels'
+  // epilogue stores D from the accumulators (gemm_epilogue.cuh epilogueRegs).
+  int32_t regStores;
   GemmHooks hooks;
   // Stream-K tail (GemmArgs::streamK, streamk.h): sk.units > 0 runs the stream-K kernel
   // variant (Traits::kStreamK). skWork: one partial per CTA ([cta][wg][32][128] float4, a

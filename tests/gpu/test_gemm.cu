@@ -500,6 +500,76 @@ TEST(GemmCorrectness, ClusterPairs) {
   EXPECT_EQ(runAndCheck(f, seed + (++n)), "");
 }
 
+// The epilogue storing D from the accumulators (GemmArgs::regStores = 1): random shapes with
+// tails in M, N (multiples of 8, the 16-byte stores; a tile's columns end anywhere in it) and
+// K, both B layouts and input types, 16-bit outputs, alpha, padded D, the three cooperative
+// splits unpaired and as CTA pairs, SM budgets from one CTA (or pair) walking every tile; then
+// the requests buildParams must turn down (beta, fp32 D, N % 8, ping-pong), which run the TMA
+// or direct epilogue and must be just as right.
+TEST(GemmCorrectness, RegisterStores) {
+  REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
+  const int budgets[] = {0, 1, 2, 7};
+  for (int n = 0; n < 30; ++n) {
+    const int M = n == 0 ? 1024 : pick(1, 1100), N = n == 0 ? 2048 : 8 * pick(1, 162);
+    const int K = n == 0 ? 1024 : 8 * pick(1, 200);
+    const BLayout bl = kLayouts[rng() % 2];
+    const DType in = kIn[rng() % 2];
+    const DType out = (rng() % 2) ? DType::kBF16 : DType::kF16;
+    const int pipeline = (int)(rng() % 3), cluster = 1 + (int)(rng() % 2);
+    const int budget = budgets[rng() % 4] * cluster;
+    Problem p(M, N, K, bl, in, out, (rng() % 2) ? 8 : 0, 0, (rng() % 2) ? 8 : 0);
+    p.alpha = (rng() % 2) ? 1.0f : -0.5f;
+    SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline) + " cluster " +
+                 std::to_string(cluster) + " budget " + std::to_string(budget));
+    bool resolved = false;
+    EXPECT_EQ(runAndCheck(p, seed + n,
+                          [&](GemmArgs& g) {
+                            g.regStores = 1;
+                            g.pipeline = pipeline;
+                            g.cluster = cluster;
+                            g.smBudget = budget;
+                            mk::gemm::GemmParams gp;
+                            int32_t grid = 0;
+                            resolved = mk::gemm::buildParams(g, &gp, &grid) == ncclSuccess &&
+                                       gp.regStores == 1 && gp.storeWarps == 0;
+                          }),
+              "");
+    EXPECT_TRUE(resolved) << "the request was not honoured where D allows it";
+  }
+  // Turned down: each runs another epilogue, checked like the rest.
+  struct Refused {
+    int N;
+    DType out;
+    float beta;
+    int pipeline;
+  };
+  const Refused refused[] = {{520, DType::kBF16, 0.5f, 0},
+                             {520, DType::kF32, 0.0f, 1},
+                             {1100, DType::kBF16, 0.0f, 2},
+                             {520, DType::kF16, 0.0f, 3}};
+  for (const Refused& r : refused) {
+    const int64_t padB = (8 - r.N % 8) % 8;
+    Problem p(300, r.N, 136, BLayout::kKN, DType::kBF16, r.out, 0, padB, 0);
+    p.beta = r.beta;
+    SCOPED_TRACE(p.name() + " refused, pipeline " + std::to_string(r.pipeline));
+    int resolved = -1;
+    EXPECT_EQ(runAndCheck(p, seed + 100 + r.pipeline,
+                          [&](GemmArgs& g) {
+                            g.regStores = 1;
+                            g.pipeline = r.pipeline;
+                            mk::gemm::GemmParams gp;
+                            int32_t grid = 0;
+                            if (mk::gemm::buildParams(g, &gp, &grid) == ncclSuccess)
+                              resolved = gp.regStores;
+                          }),
+              "");
+    EXPECT_EQ(resolved, 0);
+  }
+}
+
 // Large shapes against cuBLAS (same inputs, fp32 accumulation both) and the fp64 reference.
 TEST(GemmCorrectness, LargeVsCublas) {
   REQUIRE_SM90();

@@ -435,6 +435,30 @@ TEST(GemmCanImplement, TraceRules) {
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
+// GemmArgs::regStores is a request (0 or 1), honoured where D allows it (buildParams): every
+// pipeline, pairs and the other options accept either value; anything else is refused by name.
+TEST(GemmCanImplement, RegStoresValues) {
+  std::string why;
+  GemmArgs a = good();
+  for (int pl : {0, 1, 2, 3, 4})
+    for (int cl : {0, 1, 2}) {
+      if (pl == 4 && cl == 2) continue;  // 192-column units are never paired
+      a.pipeline = pl;
+      a.cluster = cl;
+      for (int rs : {0, 1}) {
+        a.regStores = rs;
+        EXPECT_TRUE(mk::gemm::canImplement(a, &why))
+            << "pipeline " << pl << " cluster " << cl << " regStores " << rs << ": " << why;
+      }
+    }
+  a.pipeline = 0;
+  a.cluster = 0;
+  a.regStores = 2;
+  expectReject(a, "regStores");
+  a.regStores = -1;
+  expectReject(a, "regStores");
+}
+
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {
   mk::fused::DeviceRates r;
   r.sms = 132;
