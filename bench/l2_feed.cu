@@ -59,10 +59,12 @@ struct Args {
 constexpr int kGemmRows = 8192, kGemmK = 1024, kTileK = 64, kTileM = 128;
 
 struct StageArgs {
-  CUtensorMap tmA;  // box 64 x 128
-  CUtensorMap tmB;  // box 64 x bRows (pairs: 64 x bRows / 2)
+  CUtensorMap tmA;  // box kCols x 128
+  CUtensorMap tmB;  // box kCols x bRows (pairs: kCols x bRows / 2)
   int32_t bRows;    // B rows a stage: 256 the cooperative tile, 128 a ping-pong unit
+  int32_t kCols;    // a stage's k-step depth: 64 (the engine's), or 32 (half-size stages)
   int32_t bufs, fills;
+  int32_t hold;  // consumer's cycles a stage (the tensor work it stands for); 0: none
   uint64_t* rec;
 };
 
@@ -100,19 +102,39 @@ struct Ring {
     }
     return b;
   }
-  // Consumer: every fill in order; shared memory then outlives the copies.
-  __device__ void consumeAll(int fills) const {
+  __device__ void release(int b) const {
+    if constexpr (kMc) {
+      mk::ptx::mbarArriveCluster(&empty[b], 0);
+      mk::ptx::mbarArriveCluster(&empty[b], 1);
+    } else {
+      mk::ptx::mbarArrive(&empty[b]);
+    }
+  }
+  // Consumer: every fill in order; shared memory then outlives the copies. hold 0: each
+  // buffer goes back as soon as its fill landed. hold > 0: the GEMM consumer's discipline with
+  // `hold` cycles of tensor work a stage: stage j's work starts once it landed and stage j - 1's
+  // work is done, and only then is stage j - 1 handed back (the consumer's wgmma wait<1> after
+  // issuing stage j), so two stages are out of the ring while it computes.
+  __device__ void consumeAll(int fills, int hold = 0) const {
     uint32_t fullPh = 0;
+    long long workEnd = 0;
     for (int j = 0; j < fills; ++j) {
       const int b = j % bufs;
       mk::ptx::mbarWait(&full[b], (fullPh >> b) & 1);
       fullPh ^= 1u << b;
-      if constexpr (kMc) {
-        mk::ptx::mbarArriveCluster(&empty[b], 0);
-        mk::ptx::mbarArriveCluster(&empty[b], 1);
-      } else {
-        mk::ptx::mbarArrive(&empty[b]);
+      if (hold == 0) {
+        release(b);
+        continue;
       }
+      while (clock64() < workEnd) {
+      }
+      if (j > 0) release((j - 1) % bufs);
+      workEnd = clock64() + hold;
+    }
+    if (hold > 0 && fills > 0) {
+      while (clock64() < workEnd) {
+      }
+      release((fills - 1) % bufs);
     }
   }
 };
@@ -122,7 +144,7 @@ struct Ring {
 // barrier (neither CTA leaves while the other's copies or arrives may still reach it).
 template <bool kMc, class Issue>
 __device__ __forceinline__ void runRing(int bufs, int fills, uint64_t fillBytes, uint64_t* rec,
-                                        Issue issue) {
+                                        Issue issue, int hold = 0) {
   __shared__ uint64_t full[kMaxBufs], empty[kMaxBufs];
   __shared__ uint64_t t0;
   Ring<kMc> ring{full, empty, bufs};
@@ -135,7 +157,7 @@ __device__ __forceinline__ void runRing(int bufs, int fills, uint64_t fillBytes,
   if (threadIdx.x == 0) {
     issue(ring);
   } else if (threadIdx.x == 32) {
-    ring.consumeAll(fills);
+    ring.consumeAll(fills, hold);
     uint64_t* r = rec + (size_t)blockIdx.x * 3;
     r[0] = t0;
     r[1] = clock64();
@@ -174,33 +196,36 @@ __global__ void __launch_bounds__(kThreads, 1) stageKernel(const __grid_constant
   extern __shared__ uint8_t raw[];
   uint8_t* base =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t stageBytes = (kTileM + a.bRows) * kTileK * 2;
-  runRing<kMc>(a.bufs, a.fills, stageBytes, a.rec, [&](Ring<kMc>& ring) {
-    const uint32_t rank = kMc ? mk::ptx::clusterCtaRank() : 0;
-    constexpr int kTiles = kGemmK / kTileK;
-    const int tilesN = kGemmRows / a.bRows;
-    const int posM = (kGemmRows / kTileM) / (kMc ? 2 : 1);  // positions along M
-    const int walkers = kMc ? gridDim.x / 2 : gridDim.x;
-    const int me = kMc ? blockIdx.x / 2 : blockIdx.x;
-    const int half = a.bRows / 2;
-    for (int i = 0; i < a.fills; ++i) {
-      const int s = ring.acquire(i);
-      const int k = (i % kTiles) * kTileK;
-      const int t = me + (i / kTiles) * walkers;
-      const int m0 = (kMc ? 2 * (t % posM) + (int)rank : t % posM) * kTileM;
-      const int n0 = ((t / posM) % tilesN) * a.bRows;
-      uint8_t* st = base + (size_t)s * stageBytes;
-      uint8_t* sb = st + kTileM * kTileK * 2;
-      mk::ptx::mbarArriveExpectTx(&ring.full[s], stageBytes);
-      mk::ptx::tmaLoad2d(st, &a.tmA, &ring.full[s], k, m0);
-      if constexpr (kMc) {
-        mk::ptx::tmaLoad2dMulticast(sb + rank * half * kTileK * 2, &a.tmB, &ring.full[s], k,
-                                    n0 + (int)rank * half, 0x3);
-      } else {
-        mk::ptx::tmaLoad2d(sb, &a.tmB, &ring.full[s], k, n0);
-      }
-    }
-  });
+  const uint32_t stageBytes = (kTileM + a.bRows) * a.kCols * 2;
+  runRing<kMc>(
+      a.bufs, a.fills, stageBytes, a.rec,
+      [&](Ring<kMc>& ring) {
+        const uint32_t rank = kMc ? mk::ptx::clusterCtaRank() : 0;
+        const int kTiles = kGemmK / a.kCols;
+        const int tilesN = kGemmRows / a.bRows;
+        const int posM = (kGemmRows / kTileM) / (kMc ? 2 : 1);  // positions along M
+        const int walkers = kMc ? gridDim.x / 2 : gridDim.x;
+        const int me = kMc ? blockIdx.x / 2 : blockIdx.x;
+        const int half = a.bRows / 2;
+        for (int i = 0; i < a.fills; ++i) {
+          const int s = ring.acquire(i);
+          const int k = (i % kTiles) * a.kCols;
+          const int t = me + (i / kTiles) * walkers;
+          const int m0 = (kMc ? 2 * (t % posM) + (int)rank : t % posM) * kTileM;
+          const int n0 = ((t / posM) % tilesN) * a.bRows;
+          uint8_t* st = base + (size_t)s * stageBytes;
+          uint8_t* sb = st + kTileM * a.kCols * 2;
+          mk::ptx::mbarArriveExpectTx(&ring.full[s], stageBytes);
+          mk::ptx::tmaLoad2d(st, &a.tmA, &ring.full[s], k, m0);
+          if constexpr (kMc) {
+            mk::ptx::tmaLoad2dMulticast(sb + rank * half * a.kCols * 2, &a.tmB, &ring.full[s], k,
+                                        n0 + (int)rank * half, 0x3);
+          } else {
+            mk::ptx::tmaLoad2d(sb, &a.tmB, &ring.full[s], k, n0);
+          }
+        }
+      },
+      a.hold);
 }
 
 struct Result {
@@ -260,8 +285,8 @@ Result measure(const char* kind, int block, int bufs, int fills, int ctas, bool 
 }
 
 // A [rows][K] bf16 operand's tensor map as the engine encodes it (64-column boxes of `boxRows`,
-// 128-byte swizzle, 256-byte L2 promotion).
-void encodeOperand(CUtensorMap* map, const void* base, uint32_t boxRows) {
+// 128-byte swizzle, 256-byte L2 promotion); 32-column boxes (half-depth stages) 64-byte swizzle.
+void encodeOperand(CUtensorMap* map, const void* base, uint32_t boxRows, uint32_t boxCols = 64) {
   using Encode =
       CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -280,10 +305,11 @@ void encodeOperand(CUtensorMap* map, const void* base, uint32_t boxRows) {
   }
   cuuint64_t dims[2] = {kGemmK, kGemmRows};
   cuuint64_t strides[1] = {kGemmK * 2};
-  cuuint32_t box[2] = {kTileK, boxRows};
+  cuuint32_t box[2] = {boxCols, boxRows};
   cuuint32_t estr[2] = {1, 1};
   if (encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-             estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             boxCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
     fprintf(stderr, "cuTensorMapEncodeTiled failed (box rows %u)\n", boxRows);
@@ -389,6 +415,8 @@ int main(int argc, char** argv) {
       encodeOperand(&sa.tmA, opA, kTileM);
       encodeOperand(&sa.tmB, opB, mc ? bRows / 2 : bRows);
       sa.bRows = bRows;
+      sa.kCols = kTileK;
+      sa.hold = 0;
       sa.fills = blocks;
       sa.rec = rec;
       const int stageBytes = (kTileM + bRows) * kTileK * 2;
@@ -413,6 +441,42 @@ int main(int argc, char** argv) {
         }
       }
     }
+  // The GEMM's ring discipline (Ring::consumeAll with hold): the cooperative tile's stages
+  // (A128+B256), each held for the tensor work of its k-step at a fraction of peak (1024 cycles
+  // a 64-deep k-step at peak), two out of the ring while one computes; the engine's 4 stages of
+  // 64-deep k-steps against half-depth stages (24 KB, 32-deep), which keep more bytes in flight
+  // in the same shared memory. What arrives per SM cycle, all SMs.
+  printf("The GEMM's ring: stages held for their k-step's tensor work, two out of the ring\n");
+  const int ringCfg[][2] = {{64, 4}, {64, 3}, {32, 8}, {32, 6}};  // k-step depth, stages
+  for (const auto& rc : ringCfg)
+    for (int hold64 : {1024, 1150})
+      for (int mc : {0, 1}) {
+        StageArgs sa{};
+        encodeOperand(&sa.tmA, opA, kTileM, rc[0]);
+        encodeOperand(&sa.tmB, opB, mc ? 128 : 256, rc[0]);
+        sa.bRows = 256;
+        sa.kCols = rc[0];
+        sa.bufs = rc[1];
+        sa.hold = hold64 * rc[0] / 64;
+        sa.fills = blocks * (64 / rc[0]);
+        sa.rec = rec;
+        const int stageBytes = (kTileM + 256) * rc[0] * 2;
+        if (rc[1] * stageBytes + 1024 > kSmemBytes) continue;
+        const int ctas = mc ? sms & ~1 : sms;
+        const void* fn = mc ? (const void*)stageKernel<true> : (const void*)stageKernel<false>;
+        const Result r = measure("ring", stageBytes, rc[1], sa.fills, ctas, mc != 0, rec, stream,
+                                 e0, e1, fn, [&](const cudaLaunchConfig_t& cfg) {
+                                   return mc ? cudaLaunchKernelEx(&cfg, stageKernel<true>, sa)
+                                             : cudaLaunchKernelEx(&cfg, stageKernel<false>, sa);
+                                 });
+        res.push_back(r);
+        printf(
+            "  ring %d-deep k-steps (%2d KB stages) x %d, hold %4d cycles a 64-deep k-step, %3d "
+            "SMs%s: %6.1f B/clk per SM (a 64-deep k-step every %5.0f cycles)\n",
+            rc[0], stageBytes / 1024, rc[1], hold64, ctas, mc ? ", pairs (B multicast)" : "",
+            r.bytesPerClk, r.bytesPerClk > 0 ? 49152.0 / r.bytesPerClk : 0.0);
+        fflush(stdout);
+      }
   cudaFree(opA);
   cudaFree(opB);
   if (!out.empty()) {
