@@ -409,6 +409,18 @@ int main(int argc, char** argv) {
                                                   opBytes / 2, 11);
   printf("The GEMM's stages (8192 x 8192 x 1024 operands, 128-byte-swizzled boxes), %d per CTA\n",
          blocks);
+  // stageKernel (unpaired or pairs) with `sa`, measured and kept.
+  auto measureStages = [&](const char* kind, const StageArgs& sa, int stageBytes, int ctas,
+                           bool mc) {
+    const void* fn = mc ? (const void*)stageKernel<true> : (const void*)stageKernel<false>;
+    const Result r = measure(kind, stageBytes, sa.bufs, sa.fills, ctas, mc, rec, stream, e0, e1, fn,
+                             [&](const cudaLaunchConfig_t& cfg) {
+                               return mc ? cudaLaunchKernelEx(&cfg, stageKernel<true>, sa)
+                                         : cudaLaunchKernelEx(&cfg, stageKernel<false>, sa);
+                             });
+    res.push_back(r);
+    return r;
+  };
   for (int bRows : {256, 128})
     for (int mc : {0, 1}) {
       StageArgs sa{};
@@ -425,13 +437,7 @@ int main(int argc, char** argv) {
         sa.bufs = bufs;
         for (int grid : {sms, sms / 2, sms / 4}) {
           const int ctas = mc ? grid & ~1 : grid;
-          const void* fn = mc ? (const void*)stageKernel<true> : (const void*)stageKernel<false>;
-          const Result r = measure("stage", stageBytes, bufs, blocks, ctas, mc != 0, rec, stream,
-                                   e0, e1, fn, [&](const cudaLaunchConfig_t& cfg) {
-                                     return mc ? cudaLaunchKernelEx(&cfg, stageKernel<true>, sa)
-                                               : cudaLaunchKernelEx(&cfg, stageKernel<false>, sa);
-                                   });
-          res.push_back(r);
+          const Result r = measureStages("stage", sa, stageBytes, ctas, mc != 0);
           printf(
               "  stage A128+B%d (%2d KB) x %d in flight, %3d SMs%s: %6.1f B/clk per SM, %7.0f GB/s "
               "into shared memory\n",
@@ -463,13 +469,7 @@ int main(int argc, char** argv) {
         const int stageBytes = (kTileM + 256) * rc[0] * 2;
         if (rc[1] * stageBytes + 1024 > kSmemBytes) continue;
         const int ctas = mc ? sms & ~1 : sms;
-        const void* fn = mc ? (const void*)stageKernel<true> : (const void*)stageKernel<false>;
-        const Result r = measure("ring", stageBytes, rc[1], sa.fills, ctas, mc != 0, rec, stream,
-                                 e0, e1, fn, [&](const cudaLaunchConfig_t& cfg) {
-                                   return mc ? cudaLaunchKernelEx(&cfg, stageKernel<true>, sa)
-                                             : cudaLaunchKernelEx(&cfg, stageKernel<false>, sa);
-                                 });
-        res.push_back(r);
+        const Result r = measureStages("ring", sa, stageBytes, ctas, mc != 0);
         printf(
             "  ring %d-deep k-steps (%2d KB stages) x %d, hold %4d cycles a 64-deep k-step, %3d "
             "SMs%s: %6.1f B/clk per SM (a 64-deep k-step every %5.0f cycles)\n",
