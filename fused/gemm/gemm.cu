@@ -97,8 +97,12 @@ ncclResult_t encode2d(CUtensorMap* map, DType t, const void* base, uint64_t inne
   cuuint64_t strides[1] = {pitchElems * dtypeSize(t)};
   cuuint32_t box[2] = {boxInner, boxOuter};
   cuuint32_t estr[2] = {1, 1};
+  // 128-byte box rows swizzle by 128 bytes; the half-depth stages' 64-byte rows (pipeline 5)
+  // by 64, the layout their wgmma descriptors name (primitives.cuh).
+  const CUtensorMapSwizzle sw =
+      boxInner * dtypeSize(t) == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   CUCHECK(cuTensorMapEncodeTiled(map, tmaType(t), 2, const_cast<void*>(base), dims, strides, box,
-                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return ncclSuccess;
@@ -159,7 +163,9 @@ const char* streamKConflict(const GemmArgs& a) {
   if (anyHook(a.hooks))
     return "streamK takes no fused-operator hooks (rowReady, tileDone, tileOrder, rowBlockOffset, "
            "seqBase): a split tile has no single producer or publisher";
-  if (a.pipeline >= 3) return "streamK does not run with the ping-pong consumers (pipeline 3 or 4)";
+  if (a.pipeline >= 3)
+    return "streamK does not run with the ping-pong consumers (pipeline 3 or 4) or the half-depth "
+           "stages (pipeline 5)";
   if (a.cluster == 2) return "streamK does not run with cluster=2 (CTA pairs)";
   if (a.tileClaim != nullptr) return "streamK walks the static schedule (no tileClaim)";
   if (a.trace != nullptr) return "streamK is not traced (GemmArgs::trace)";
@@ -339,11 +345,26 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
-  if (a.pipeline < 0 || a.pipeline > 4)
+  if (a.pipeline < 0 || a.pipeline > 5)
     return fail(why,
-                "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide), 3 (ping-pong) or 4 "
-                "(ping-pong, 192-column units)",
+                "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide), 3 (ping-pong), 4 "
+                "(ping-pong, 192-column units) or 5 (half-depth stages)",
                 a.pipeline);
+  if (a.pipeline == 5) {
+    // The half-depth ring (HalfPipe): plain GEMMs with B [N,K], unpaired or as CTA pairs.
+    if (a.dType == DType::kF32)
+      return fail(why, "pipeline 5 (half-depth stages) needs a 16-bit output type");
+    if (a.bLayout != BLayout::kNK)
+      return fail(why, "pipeline 5 (half-depth stages) takes B as [N,K] only");
+    if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr || a.streamK == 1)
+      return fail(why,
+                  "pipeline 5 (half-depth stages) runs plain GEMMs: no groups, SwiGLU, "
+                  "tile-by-tile D, tileClaim or stream-K");
+    if (anyHook(a.hooks))
+      return fail(why,
+                  "pipeline 5 (half-depth stages) takes no fused-operator hooks (rowReady, "
+                  "tileDone, tileOrder, rowBlockOffset, seqBase)");
+  }
   if (a.pipeline == 4) {
     // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
     if (a.dType == DType::kF32)
@@ -463,7 +484,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
 
   GemmParams& p = *out;
   memset(&p, 0, sizeof(p));
-  NCCLCHECK(encode2d(&p.tmA, a.abType, a.A, a.K, a.M, effLda(a), kTileK, kTileM));
+  // A stage's k-step depth: half for pipeline 5 (its boxes 64-byte rows), else kTileK.
+  const uint32_t depth = a.pipeline == 5 ? kHalfTileK : kTileK;
+  NCCLCHECK(encode2d(&p.tmA, a.abType, a.A, a.K, a.M, effLda(a), depth, kTileM));
   const uint64_t ng = (uint64_t)a.groups.num;
   if (ng > 0 && a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode3d(&p.tmB, a.abType, a.B, a.N, a.K, ng, effLdb(a), effStrideB(a), 64, kTileK));
@@ -483,7 +506,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
     const uint32_t boxN = a.pipeline == 4 ? kPingWideTileN / 2
                           : pair && ping  ? kTileN / 4
                                           : (pair || ping ? kTileN / 2 : kTileN);
-    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
+    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), depth, boxN));
   }
   const size_t es = dtypeSize(a.dType);
   p.useTmaStore = tmaStorable(a);
@@ -500,7 +523,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.K = a.K;
   p.tilesM = tilesM(a);
   p.tilesN = tilesN(a);
-  p.kTiles = (a.K + kTileK - 1) / kTileK;
+  p.kTiles = (a.K + depth - 1) / depth;  // k-steps of a stage's depth
   p.groupM = a.groupM > 0 ? a.groupM : 8;
   p.grpRaster = (int32_t)MK_PARAM_INT(GemmGroupRaster);
   p.grpNum = a.groups.num;
@@ -511,6 +534,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
+  p.half = a.pipeline == 5 ? 1 : 0;
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;

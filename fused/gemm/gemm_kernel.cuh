@@ -183,6 +183,10 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
 template <class Tr>
 __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
                                       int32_t n0, int32_t g) {
+  // The stage's k-step depth (B [K,N] and gated B run 64-deep stages only: canImplement).
+  constexpr int kD = Tr::Pipe::kDepth;
+  static_assert(kD == kTileK || (!Tr::kTransB && !Tr::kGated && !Tr::kGrouped),
+                "half-depth stages: plain GEMMs with B [N,K]");
   if constexpr (Tr::kCluster == 2) {
     // This CTA's half of the pair's B tile, into both CTAs: [N,K] rows n0 + 128 r .. (tmB's
     // box is 128 rows for pairs; the same bytes and swizzle as half of one 256-row box), or
@@ -192,12 +196,12 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int32_t box = 2 * (int32_t)r + j;
-        ptx::tmaLoad2dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box, k * kTileK,
+        ptx::tmaLoad2dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box, k * kD,
                                 0x3);
       }
     } else {
-      constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
-      ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kTileK,
+      constexpr int kHalfBytes = (kTileN / 2) * kD * 2;
+      ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kD,
                               n0 + (int32_t)r * (kTileN / 2), 0x3);
     }
   } else if constexpr (Tr::kGated) {
@@ -205,29 +209,29 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
     // 16 KB further, the same bytes and swizzle as one 256-row box. In the last column tile
     // gate rows past p.N are up rows and up rows past 2 * p.N are TMA's zeros: either only
     // feeds output columns past D's width, which are never stored.
-    constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
+    constexpr int kHalfBytes = (kTileN / 2) * kD * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int32_t row = n0 + h * p.N;
       if constexpr (Tr::kGrouped) {
-        ptx::tmaLoad3d(dst + h * kHalfBytes, &p.tmB, bar, k * kTileK, row, g);
+        ptx::tmaLoad3d(dst + h * kHalfBytes, &p.tmB, bar, k * kD, row, g);
       } else {
-        ptx::tmaLoad2d(dst + h * kHalfBytes, &p.tmB, bar, k * kTileK, row);
+        ptx::tmaLoad2d(dst + h * kHalfBytes, &p.tmB, bar, k * kD, row);
       }
     }
   } else if constexpr (Tr::kTransB) {
 #pragma unroll
     for (int j = 0; j < kTileN / 64; ++j) {
       if constexpr (Tr::kGrouped) {
-        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK, g);
+        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kD, g);
       } else {
-        ptx::tmaLoad2d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK);
+        ptx::tmaLoad2d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kD);
       }
     }
   } else if constexpr (Tr::kGrouped) {
-    ptx::tmaLoad3d(dst, &p.tmB, bar, k * kTileK, n0, g);
+    ptx::tmaLoad3d(dst, &p.tmB, bar, k * kD, n0, g);
   } else {
-    ptx::tmaLoad2d(dst, &p.tmB, bar, k * kTileK, n0);
+    ptx::tmaLoad2d(dst, &p.tmB, bar, k * kD, n0);
   }
 }
 
@@ -250,8 +254,8 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
     // while the producer runs ahead into the next tile).
     stageAbort[stage] = word;
     if (ok) {
-      ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
-      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
+      ptx::mbarArriveExpectTx(&sm.full[stage], Tr::Pipe::kStageBytes);
+      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * Tr::Pipe::kDepth, aRow);
       loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
     } else {
       ptx::mbarArrive(&sm.full[stage]);
@@ -316,8 +320,8 @@ __device__ __forceinline__ void gemmProducerSk(const GemmParams& p,
     for (int32_t k = kb; k < ke; ++k) {
       ptx::mbarWait(&sm.empty[stage], phase ^ 1);
       stageAbort[stage] = 0u;
-      ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
-      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
+      ptx::mbarArriveExpectTx(&sm.full[stage], Tr::Pipe::kStageBytes);
+      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * Tr::Pipe::kDepth, m0);
       loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
       if (++stage == Tr::Pipe::kStages) {
         stage = 0;
@@ -395,14 +399,18 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint32_t v = lane == src ? stageAbort[stage] : 0u;
       aborted = __shfl_sync(0xffffffffu, v, src) != 0;
     }
-    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
+    // The WG's 64 rows of A; a k16 slice is 32 B further along the rows (both depths).
+    constexpr int kD = Tr::Pipe::kDepth;
+    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * kD * 2);
     const uint32_t b = ptx::smemAddr(sm.b(stage));
     ptx::fenceAccumulators(acc);
     ptx::wgmmaFence();
 #pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk) {
-      const uint64_t da = descKMajor(a + kk * 32);
-      const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint64_t da = kD == kTileK ? descKMajor(a + kk * 32) : descKMajor64(a + kk * 32);
+      const uint64_t db = Tr::kTransB    ? descMNMajor(b + kk * 2048)
+                          : kD == kTileK ? descKMajor(b + kk * 32)
+                                         : descKMajor64(b + kk * 32);
       // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
       ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
     }

@@ -310,7 +310,7 @@ TEST(GemmCanImplement, PingPong192Rules) {
   a.ldd = a.N + 4;  // 8-byte padding: only the direct epilogue could store it
   expectReject(a, "stores D through TMA only");
   a.ldd = 0;
-  a.pipeline = 5;
+  a.pipeline = 6;
   expectReject(a, "must be 0 (automatic)");
   a.pipeline = 4;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
@@ -432,6 +432,37 @@ TEST(GemmCanImplement, TraceRules) {
   a.traceCtas = 0;
   expectReject(a, "traceCtas");
   a.trace = nullptr;  // traceTiles means nothing without a buffer
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+}
+
+// Half-depth stages (GemmArgs::pipeline 5): plain GEMMs with B [N,K] and 16-bit D, unpaired or
+// as CTA pairs, traced too; everything else refused by name.
+TEST(GemmCanImplement, HalfDepthRules) {
+  std::string why;
+  GemmArgs a = good();
+  a.pipeline = 5;
+  a.bLayout = BLayout::kNK;
+  for (int cl : {0, 1, 2}) {
+    a.cluster = cl;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "cluster " << cl << ": " << why;
+  }
+  a.cluster = 0;
+  a.bLayout = BLayout::kKN;
+  expectReject(a, "takes B as [N,K] only");
+  a.bLayout = BLayout::kNK;
+  a.dType = DType::kF32;
+  expectReject(a, "needs a 16-bit output type");
+  a.dType = DType::kBF16;
+  a.streamK = 1;
+  expectReject(a, "pipeline 5");  // by its rule or by stream-K's
+  a.streamK = 0;
+  a.hooks.rowBlockOffset = 1;
+  expectReject(a, "takes no fused-operator hooks");
+  a.hooks.rowBlockOffset = 0;
+  a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
+  a.traceTiles = 4;
+  a.traceCtas = 2;
+  a.cluster = 2;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
