@@ -137,9 +137,10 @@ int64_t effStrideB(const GemmArgs& a) {
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
-         (a.trace == nullptr || a.pipeline == 1 || a.pipeline == 3) && a.pipeline != 4 &&
-         h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
-         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
+         (a.trace == nullptr || a.pipeline == 1 || a.pipeline == 3 || a.pipeline == 5) &&
+         a.pipeline != 4 && h.rowReady == nullptr && h.tileDone == nullptr &&
+         h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
+         (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
@@ -400,8 +401,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.trace != nullptr &&
       (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline != 1 && a.pipeline < 3)))
     return fail(why,
-                "grouped and SwiGLU GEMMs, and CTA pairs other than pipeline 1 (the deep ring) or "
-                "3 (ping-pong), are not traced (GemmArgs::trace)");
+                "grouped and SwiGLU GEMMs, and CTA pairs other than pipeline 1 (the deep ring), "
+                "3 (ping-pong) or 5 (half-depth), are not traced (GemmArgs::trace)");
   if (a.storeWarps < -1 || a.storeWarps > 1)
     return fail(why, "storeWarps=%lld must be -1 (by K), 0 (consumers issue the stores) or 1",
                 a.storeWarps);

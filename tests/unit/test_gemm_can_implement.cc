@@ -116,8 +116,8 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.hooks.rowsPerFlag = 0;
   expectReject(a, "rowsPerFlag");
   a = good();
-  a.pipeline = 5;
-  expectReject(a, "pipeline=5");
+  a.pipeline = 6;
+  expectReject(a, "pipeline=6");
   a = good();
   a.pipeline = 2;
   a.dType = DType::kF32;
