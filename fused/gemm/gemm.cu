@@ -156,6 +156,27 @@ bool anyHook(const GemmHooks& h) {
          h.rowBlockOffset != 0 || h.seqBase != nullptr;
 }
 
+// The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
+// 5: half-depth stages): 16-bit D; no groups, SwiGLU, tile-by-tile D, tileClaim, stream-K or
+// fused-operator hooks; CTA pairs only where `pairs`. False with the refusal, naming the
+// pipeline `name`, in *why.
+bool plainPipelineOk(const GemmArgs& a, const char* name, bool pairs, std::string* why) {
+  const std::string n = name;
+  if (a.dType == DType::kF32) return fail(why, (n + " needs a 16-bit output type").c_str());
+  if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr ||
+      (!pairs && a.cluster == 2) || a.streamK == 1)
+    return fail(why, (n + (pairs ? " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, "
+                                   "tileClaim or stream-K"
+                                 : " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, "
+                                   "tileClaim, CTA pairs (cluster=2) or stream-K"))
+                         .c_str());
+  if (anyHook(a.hooks))
+    return fail(why, (n + " takes no fused-operator hooks (rowReady, tileDone, tileOrder, "
+                          "rowBlockOffset, seqBase)")
+                         .c_str());
+  return true;
+}
+
 // What the stream-K tail cannot be combined with (streamk.h: only the plain static walk of
 // the stand-alone kernel has it); nullptr when the call allows it.
 const char* streamKConflict(const GemmArgs& a) {
@@ -353,32 +374,13 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                 a.pipeline);
   if (a.pipeline == 5) {
     // The half-depth ring (HalfPipe): plain GEMMs with B [N,K], unpaired or as CTA pairs.
-    if (a.dType == DType::kF32)
-      return fail(why, "pipeline 5 (half-depth stages) needs a 16-bit output type");
+    if (!plainPipelineOk(a, "pipeline 5 (half-depth stages)", true, why)) return false;
     if (a.bLayout != BLayout::kNK)
       return fail(why, "pipeline 5 (half-depth stages) takes B as [N,K] only");
-    if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr || a.streamK == 1)
-      return fail(why,
-                  "pipeline 5 (half-depth stages) runs plain GEMMs: no groups, SwiGLU, "
-                  "tile-by-tile D, tileClaim or stream-K");
-    if (anyHook(a.hooks))
-      return fail(why,
-                  "pipeline 5 (half-depth stages) takes no fused-operator hooks (rowReady, "
-                  "tileDone, tileOrder, rowBlockOffset, seqBase)");
   }
   if (a.pipeline == 4) {
     // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
-    if (a.dType == DType::kF32)
-      return fail(why, "pipeline 4 (ping-pong, 192-column units) needs a 16-bit output type");
-    if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr || a.cluster == 2 ||
-        a.streamK == 1)
-      return fail(why,
-                  "pipeline 4 (ping-pong, 192-column units) runs plain GEMMs: no groups, SwiGLU, "
-                  "tile-by-tile D, tileClaim, CTA pairs (cluster=2) or stream-K");
-    if (anyHook(a.hooks))
-      return fail(why,
-                  "pipeline 4 (ping-pong, 192-column units) takes no fused-operator hooks "
-                  "(rowReady, tileDone, tileOrder, rowBlockOffset, seqBase)");
+    if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", false, why)) return false;
     if (!tmaStorable(a))
       return fail(why,
                   "pipeline 4 (ping-pong, 192-column units) stores D through TMA only: D 16-byte "
