@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (kn) half = false;  // pipeline 5 takes B [N,K] only
   int dev = 0, sms = 0, l2 = 0;
   CK(cudaSetDevice(dev));
   cudaDeviceProp prop;
@@ -317,7 +318,6 @@ int main(int argc, char** argv) {
     const float hmaxPingPair = pipes && pairs ? pingDiff(2) : 0.0f;
     const float hmaxPing192 = pipes ? pingDiff(1, 4) : 0.0f;
     // The register stores: the worst of the default split, the deep ring and its pairs.
-    if (kn) half = false;  // pipeline 5 takes B [N,K] only
     const float hmaxHalf = half ? std::max(pingDiff(1, 5), pairs ? pingDiff(2, 5) : 0.0f) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {

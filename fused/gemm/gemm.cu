@@ -70,11 +70,11 @@ bool tmaStorable(const GemmArgs& a) {
   return aligned16(a.D) && (effLdd(a) * es) % 16 == 0 && (outCols(a) * es) % 16 == 0;
 }
 
-// Where GemmArgs::regStores can store D from the accumulators: 16-byte stores of 8 columns
-// (16-bit D, rows and width in whole 16-byte units, D aligned), nothing read from C.
+// Where GemmArgs::regStores can store D from the accumulators: 16-byte stores of 8 columns of
+// a 16-bit D, which need what the TMA store needs (aligned D, whole 16-byte rows and width);
+// nothing read from C, and not the tile-by-tile view.
 bool regStorable(const GemmArgs& a) {
-  return a.dType != DType::kF32 && a.beta == 0.0f && !a.dTiled && aligned16(a.D) &&
-         effLdd(a) % 8 == 0 && outCols(a) % 8 == 0;
+  return a.dType != DType::kF32 && a.beta == 0.0f && !a.dTiled && tmaStorable(a);
 }
 
 CUtensorMapDataType tmaType(DType t) {
@@ -134,13 +134,18 @@ int64_t effStrideB(const GemmArgs& a) {
 // stand-alone kernel pairs up, and only the 16-bit-output variants are built paired. The
 // ping-pong pairs (pipeline 3) are traced, the cooperative pairs with the deep ring (pipeline 1)
 // only.
+// The pipelines whose CTA pairs have a traced kernel (gemm_launch.cuh kTraceable): the deep
+// ring, the ping-pong consumers and the half-depth ring (the traced wide pairs spilled).
+bool tracedPairsBuilt(int32_t pipeline) {
+  return pipeline == 1 || pipeline == 3 || pipeline == 5;
+}
+
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
-         (a.trace == nullptr || a.pipeline == 1 || a.pipeline == 3 || a.pipeline == 5) &&
-         a.pipeline != 4 && h.rowReady == nullptr && h.tileDone == nullptr &&
-         h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
-         (a.smBudget == 0 || a.smBudget >= 2) &&
+         (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) && a.pipeline != 4 &&
+         h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
+         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
@@ -401,7 +406,7 @@ bool canImplement(const GemmArgs& a, std::string* why) {
       return fail(why, "pipeline 3 (ping-pong consumers) walks the static schedule (no tileClaim)");
   }
   if (a.trace != nullptr &&
-      (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && a.pipeline != 1 && a.pipeline < 3)))
+      (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && !tracedPairsBuilt(a.pipeline))))
     return fail(why,
                 "grouped and SwiGLU GEMMs, and CTA pairs other than pipeline 1 (the deep ring), "
                 "3 (ping-pong) or 5 (half-depth), are not traced (GemmArgs::trace)");

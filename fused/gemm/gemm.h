@@ -181,10 +181,12 @@ struct GemmArgs {
   // exchange inside each quad of lanes gives every lane 8 consecutive columns of a row, one
   // 16-byte st.global each), with no shared-memory staging and no TMA store, where D allows it
   // (16-bit D, beta 0, D 16-byte aligned, ldd and D's width multiples of 8 elements, not
-  // tile-by-tile; otherwise the TMA epilogue runs); store threads then idle. Why: with the deep
-  // ring the TMA stores of a tile wait behind the next tile's loads, issued the moment the main
-  // loop hands back its stages (1.5-1.7 us of a 2.1 us epilogue at 8192 x 8192 x 1024,
-  // session 46). 0 (default): the TMA epilogue. Not the ping-pong consumers (pipelines 3, 4).
+  // tile-by-tile; otherwise the TMA epilogue runs); store threads then idle. Built to test
+  // whether the deep ring's TMA stores wait behind the next tile's loads (1.5-1.7 us of its
+  // 2.1 us epilogue at 8192 x 8192 x 1024): they do not, the epilogue took as long from
+  // registers (session 46, call AR), so it stays opt-in; kept for a tile that leaves no shared
+  // memory for staging. 0 (default): the TMA epilogue. Not the ping-pong consumers (pipelines
+  // 3, 4).
   int32_t regStores = 0;
   GemmHooks hooks;
   GemmGroups groups;

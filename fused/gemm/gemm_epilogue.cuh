@@ -291,8 +291,8 @@ __device__ __forceinline__ void quadTranspose(uint32_t (&v)[4], int32_t q) {
   }
 }
 
-// GemmParams::regStores: D straight from the fragment, with no staging and no TMA (whose
-// stores would queue behind the producer's loads of the next tile). In the m64nN fragment
+// GemmParams::regStores: D straight from the fragment, with no staging and no TMA store (no
+// faster than the TMA epilogue where measured: GemmArgs::regStores). In the m64nN fragment
 // lane q of a quad holds columns 2q, 2q + 1 of each 8-column group j (accumulators 4j + 2h,
 // 4j + 2h + 1 for row half h); over groups j0..j0+3 the quad's words form a 4x4 matrix
 // (lane, group), whose transpose leaves lane q the 8 columns of group j0 + q: one 16-byte store,
