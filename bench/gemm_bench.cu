@@ -8,7 +8,7 @@
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
-//                    [--regstores] [--half]
+//                    [--regstores] [--lend]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
@@ -41,10 +41,9 @@
 // with --clusters, the deep ring as CTA pairs, each checked against cuBLAS on the first operand
 // set and interleaved with the rest ('register stores' line); with --trace the deep ring and
 // its pairs are traced that way too.
-// --half also times the engine with half-depth stages (GemmArgs::pipeline 5: 8 stages of 32-deep
-// k-steps in the deep ring's shared memory) and, with --clusters, as CTA pairs, each checked
-// against cuBLAS on the first operand set ('half-depth' line); with --trace both are traced
-// (B [N,K] only: ignored with --layout kn).
+// --lend also times the engine's deep ring lending each tile's last stage to the epilogue
+// (GemmArgs::pipeline 5), checked against cuBLAS on the first operand set ('lent stage' line);
+// with --trace it is traced beside the deep ring (B [N,K] only: ignored with --layout kn).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -134,7 +133,7 @@ int main(int argc, char** argv) {
   bool streamk = false;
   bool trace = false;
   bool regStores = false;
-  bool half = false;
+  bool lend = false;
   int b2b = 0;
   double soakS = 0;
   int groups = 0;
@@ -160,8 +159,8 @@ int main(int argc, char** argv) {
       trace = true;
     else if (a == "--regstores")
       regStores = true;
-    else if (a == "--half")
-      half = true;
+    else if (a == "--lend")
+      lend = true;
     else if (a == "--b2b" && i + 1 < argc)
       b2b = atoi(argv[++i]);
     else if (a == "--soak" && i + 1 < argc)
@@ -179,7 +178,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (kn) half = false;  // pipeline 5 takes B [N,K] only
+  if (kn) lend = false;  // pipeline 5 takes B [N,K] only
   int dev = 0, sms = 0, l2 = 0;
   CK(cudaSetDevice(dev));
   cudaDeviceProp prop;
@@ -204,8 +203,8 @@ int main(int argc, char** argv) {
     Shape s;
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
-        b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, half,
-        halfPair, halfMaxdiff;
+        b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
+        lendMaxdiff;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -318,7 +317,7 @@ int main(int argc, char** argv) {
     const float hmaxPingPair = pipes && pairs ? pingDiff(2) : 0.0f;
     const float hmaxPing192 = pipes ? pingDiff(1, 4) : 0.0f;
     // The register stores: the worst of the default split, the deep ring and its pairs.
-    const float hmaxHalf = half ? std::max(pingDiff(1, 5), pairs ? pingDiff(2, 5) : 0.0f) : 0.0f;
+    const float hmaxLend = lend ? pingDiff(1, 5) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {
       hmaxReg = std::max(pingDiff(1, 0, 1), pingDiff(1, 1, 1));
@@ -387,7 +386,7 @@ int main(int argc, char** argv) {
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
-        tRegDeep, tRegDeepPair, tHalf, tHalfPair;
+        tRegDeep, tRegDeepPair, tLend;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -411,10 +410,7 @@ int main(int argc, char** argv) {
         }
       }
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
-      if (half) {
-        tHalf.push_back(timeOne([&] { runEngine(0, D, 5); }));
-        if (pairs) tHalfPair.push_back(timeOne([&] { runEngine(0, D, 5, 2); }));
-      }
+      if (lend) tLend.push_back(timeOne([&] { runEngine(0, D, 5); }));
       if (regStores) {
         tReg.push_back(timeOne([&] { runEngine(0, D, 0, 0, 0, nullptr, 0, 0, -1, 1); }));
         tRegDeep.push_back(timeOne([&] { runEngine(0, D, 1, 0, 0, nullptr, 0, 0, -1, 1); }));
@@ -462,9 +458,8 @@ int main(int argc, char** argv) {
     row.regDeep = tf(median(tRegDeep));
     row.regDeepPair = tf(median(tRegDeepPair));
     row.regMaxdiff = hmaxReg;
-    row.half = tf(median(tHalf));
-    row.halfPair = tf(median(tHalfPair));
-    row.halfMaxdiff = hmaxHalf;
+    row.lend = tf(median(tLend));
+    row.lendMaxdiff = hmaxLend;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -512,8 +507,8 @@ int main(int argc, char** argv) {
       if (pairs) traced.push_back({1, -1, 1, "deep", 0, {}});
       if (pairs) traced.push_back({1, -1, 2, "CTA pairs, deep", 0, {}});
       if (regStores) traced.push_back({1, -1, 1, "deep, register stores", 1, {}});
-      if (half) traced.push_back({5, -1, 1, "half-depth", 0, {}});
-      if (half && pairs) traced.push_back({5, -1, 2, "CTA pairs, half-depth", 0, {}});
+      if (lend && !pairs) traced.push_back({1, -1, 1, "deep", 0, {}});
+      if (lend) traced.push_back({5, -1, 1, "deep, lent stage", 0, {}});
       if (regStores && pairs)
         traced.push_back({1, -1, 2, "CTA pairs, deep, register stores", 1, {}});
       for (TraceVariant& v : traced) {
@@ -561,12 +556,11 @@ int main(int argc, char** argv) {
           sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best, row.ping,
           row.ping / row.best, row.pingMaxdiff, row.ping192, row.ping192 / row.best,
           row.ping192Maxdiff);
-    if (half)
+    if (lend)
       printf(
-          "  %5d x %5d x %5d: half-depth %6.1f (%.3f of best; %.3f of the engine)  pairs %6.1f "
-          "(%.3f of best)  maxreldiff %.2e\n",
-          sh.M, sh.N, sh.K, row.half, row.half / row.best, row.half / row.eng, row.halfPair,
-          row.halfPair / row.best, row.halfMaxdiff);
+          "  %5d x %5d x %5d: lent stage %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "
+          "%.2e\n",
+          sh.M, sh.N, sh.K, row.lend, row.lend / row.best, row.lend / row.eng, row.lendMaxdiff);
     if (regStores)
       printf(
           "  %5d x %5d x %5d: register stores: engine %6.1f (%.3f of best; %.3f of the engine)  "
@@ -701,8 +695,7 @@ int main(int argc, char** argv) {
             "\"engine_ping192_tflops\": %.2f, \"ping192_max_rel_diff_vs_cublas\": %.3e, "
             "\"engine_reg_stores_tflops\": %.2f, \"engine_reg_stores_deep_tflops\": %.2f, "
             "\"engine_reg_stores_pairs_deep_tflops\": %.2f, \"reg_stores_max_rel_diff\": %.3e, "
-            "\"engine_half_tflops\": %.2f, \"engine_half_pairs_tflops\": %.2f, "
-            "\"half_max_rel_diff\": %.3e, "
+            "\"engine_lend_tflops\": %.2f, \"lend_max_rel_diff\": %.3e, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -714,11 +707,11 @@ int main(int argc, char** argv) {
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
-            r.regMaxdiff, r.half, r.halfPair, r.halfMaxdiff, r.tr.records, r.tr.spanUs,
-            r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac,
-            r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
-            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
-            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
+            r.regMaxdiff, r.lend, r.lendMaxdiff, r.tr.records, r.tr.spanUs, r.tr.clockGHz,
+            r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs,
+            r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs,
+            r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

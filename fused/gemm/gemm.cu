@@ -97,12 +97,8 @@ ncclResult_t encode2d(CUtensorMap* map, DType t, const void* base, uint64_t inne
   cuuint64_t strides[1] = {pitchElems * dtypeSize(t)};
   cuuint32_t box[2] = {boxInner, boxOuter};
   cuuint32_t estr[2] = {1, 1};
-  // 128-byte box rows swizzle by 128 bytes; the half-depth stages' 64-byte rows (pipeline 5)
-  // by 64, the layout their wgmma descriptors name (primitives.cuh).
-  const CUtensorMapSwizzle sw =
-      boxInner * dtypeSize(t) == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   CUCHECK(cuTensorMapEncodeTiled(map, tmaType(t), 2, const_cast<void*>(base), dims, strides, box,
-                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return ncclSuccess;
@@ -135,17 +131,18 @@ int64_t effStrideB(const GemmArgs& a) {
 // ping-pong pairs (pipeline 3) are traced, the cooperative pairs with the deep ring (pipeline 1)
 // only.
 // The pipelines whose CTA pairs have a traced kernel (gemm_launch.cuh kTraceable): the deep
-// ring, the ping-pong consumers and the half-depth ring (the traced wide pairs spilled).
+// ring and the ping-pong consumers (the traced wide pairs spilled).
 bool tracedPairsBuilt(int32_t pipeline) {
-  return pipeline == 1 || pipeline == 3 || pipeline == 5;
+  return pipeline == 1 || pipeline == 3;
 }
 
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
          (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) && a.pipeline != 4 &&
-         h.rowReady == nullptr && h.tileDone == nullptr && h.tileOrder == nullptr &&
-         h.rowBlockOffset == 0 && a.tileClaim == nullptr && (a.smBudget == 0 || a.smBudget >= 2) &&
+         a.pipeline != 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
+         h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
+         (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
 }
 
@@ -162,18 +159,16 @@ bool anyHook(const GemmHooks& h) {
 }
 
 // The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
-// 5: half-depth stages): 16-bit D; no groups, SwiGLU, tile-by-tile D, tileClaim, stream-K or
-// fused-operator hooks; CTA pairs only where `pairs`. False with the refusal, naming the
-// pipeline `name`, in *why.
-bool plainPipelineOk(const GemmArgs& a, const char* name, bool pairs, std::string* why) {
+// 5: the deep ring lending its last stage to the epilogue): 16-bit D; no groups, SwiGLU,
+// tile-by-tile D, tileClaim, CTA pairs, stream-K or fused-operator hooks. False with the
+// refusal, naming the pipeline `name`, in *why.
+bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why) {
   const std::string n = name;
   if (a.dType == DType::kF32) return fail(why, (n + " needs a 16-bit output type").c_str());
-  if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr ||
-      (!pairs && a.cluster == 2) || a.streamK == 1)
-    return fail(why, (n + (pairs ? " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, "
-                                   "tileClaim or stream-K"
-                                 : " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, "
-                                   "tileClaim, CTA pairs (cluster=2) or stream-K"))
+  if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr || a.cluster == 2 ||
+      a.streamK == 1)
+    return fail(why, (n + " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, tileClaim, CTA "
+                          "pairs (cluster=2) or stream-K")
                          .c_str());
   if (anyHook(a.hooks))
     return fail(why, (n + " takes no fused-operator hooks (rowReady, tileDone, tileOrder, "
@@ -191,8 +186,8 @@ const char* streamKConflict(const GemmArgs& a) {
     return "streamK takes no fused-operator hooks (rowReady, tileDone, tileOrder, rowBlockOffset, "
            "seqBase): a split tile has no single producer or publisher";
   if (a.pipeline >= 3)
-    return "streamK does not run with the ping-pong consumers (pipeline 3 or 4) or the half-depth "
-           "stages (pipeline 5)";
+    return "streamK does not run with the ping-pong consumers (pipeline 3 or 4) or the lent "
+           "stage (pipeline 5)";
   if (a.cluster == 2) return "streamK does not run with cluster=2 (CTA pairs)";
   if (a.tileClaim != nullptr) return "streamK walks the static schedule (no tileClaim)";
   if (a.trace != nullptr) return "streamK is not traced (GemmArgs::trace)";
@@ -375,17 +370,22 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.pipeline < 0 || a.pipeline > 5)
     return fail(why,
                 "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide), 3 (ping-pong), 4 "
-                "(ping-pong, 192-column units) or 5 (half-depth stages)",
+                "(ping-pong, 192-column units) or 5 (deep ring, lent stage)",
                 a.pipeline);
   if (a.pipeline == 5) {
-    // The half-depth ring (HalfPipe): plain GEMMs with B [N,K], unpaired or as CTA pairs.
-    if (!plainPipelineOk(a, "pipeline 5 (half-depth stages)", true, why)) return false;
+    // LendPipe: plain unpaired GEMMs with B [N,K] (the variants built); only the store threads
+    // hand the lent stage back, so the consumers may not issue the stores themselves.
+    if (!plainPipelineOk(a, "pipeline 5 (deep ring, lent stage)", why)) return false;
     if (a.bLayout != BLayout::kNK)
-      return fail(why, "pipeline 5 (half-depth stages) takes B as [N,K] only");
+      return fail(why, "pipeline 5 (deep ring, lent stage) takes B as [N,K] only");
+    if (a.storeWarps == 0 || a.regStores == 1)
+      return fail(why,
+                  "pipeline 5 (deep ring, lent stage) stores through its store threads: "
+                  "storeWarps 0 and regStores 1 do not apply");
   }
   if (a.pipeline == 4) {
     // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
-    if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", false, why)) return false;
+    if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", why)) return false;
     if (!tmaStorable(a))
       return fail(why,
                   "pipeline 4 (ping-pong, 192-column units) stores D through TMA only: D 16-byte "
@@ -408,8 +408,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.trace != nullptr &&
       (a.groups.num != 0 || a.swiglu || (a.cluster == 2 && !tracedPairsBuilt(a.pipeline))))
     return fail(why,
-                "grouped and SwiGLU GEMMs, and CTA pairs other than pipeline 1 (the deep ring), "
-                "3 (ping-pong) or 5 (half-depth), are not traced (GemmArgs::trace)");
+                "grouped and SwiGLU GEMMs, and CTA pairs other than pipeline 1 (the deep ring) or "
+                "3 (ping-pong), are not traced (GemmArgs::trace)");
   if (a.storeWarps < -1 || a.storeWarps > 1)
     return fail(why, "storeWarps=%lld must be -1 (by K), 0 (consumers issue the stores) or 1",
                 a.storeWarps);
@@ -492,9 +492,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
 
   GemmParams& p = *out;
   memset(&p, 0, sizeof(p));
-  // A stage's k-step depth: half for pipeline 5 (its boxes 64-byte rows), else kTileK.
-  const uint32_t depth = a.pipeline == 5 ? kHalfTileK : kTileK;
-  NCCLCHECK(encode2d(&p.tmA, a.abType, a.A, a.K, a.M, effLda(a), depth, kTileM));
+  NCCLCHECK(encode2d(&p.tmA, a.abType, a.A, a.K, a.M, effLda(a), kTileK, kTileM));
   const uint64_t ng = (uint64_t)a.groups.num;
   if (ng > 0 && a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode3d(&p.tmB, a.abType, a.B, a.N, a.K, ng, effLdb(a), effStrideB(a), 64, kTileK));
@@ -514,7 +512,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
     const uint32_t boxN = a.pipeline == 4 ? kPingWideTileN / 2
                           : pair && ping  ? kTileN / 4
                                           : (pair || ping ? kTileN / 2 : kTileN);
-    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), depth, boxN));
+    NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
   }
   const size_t es = dtypeSize(a.dType);
   p.useTmaStore = tmaStorable(a);
@@ -531,7 +529,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.K = a.K;
   p.tilesM = tilesM(a);
   p.tilesN = tilesN(a);
-  p.kTiles = (a.K + depth - 1) / depth;  // k-steps of a stage's depth
+  p.kTiles = (a.K + kTileK - 1) / kTileK;
   p.groupM = a.groupM > 0 ? a.groupM : 8;
   p.grpRaster = (int32_t)MK_PARAM_INT(GemmGroupRaster);
   p.grpNum = a.groups.num;
@@ -542,7 +540,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
-  p.half = a.pipeline == 5 ? 1 : 0;
+  p.lend = a.pipeline == 5 ? 1 : 0;
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;
@@ -564,7 +562,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.trace = a.trace;
   p.traceTiles = a.traceTiles;
   p.traceCtas = a.traceCtas;
-  const bool storeWarps = a.storeWarps == 1 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
+  // Pipeline 5 at every K: only its store threads hand the lent stage back (canImplement).
+  const bool storeWarps =
+      a.storeWarps == 1 || a.pipeline == 5 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
   // Not the ping-pong consumers (their own epilogue), nor the traced wide split (whose kernel
   // leaves the register stores out: gemm_epilogue.cuh tileEpilogue).
   p.regStores = a.regStores == 1 && regStorable(a) && a.pipeline != 3 && a.pipeline != 4 &&

@@ -117,12 +117,14 @@ struct GemmArgs {
   // units (opt-in: 128x384 tiles, each warpgroup 128x192 with two m64n192k16 a k16 step, a unit
   // wider than 128 columns as in cuBLAS's kernel for small K; 3 stages; plain GEMMs only: 16-bit D
   // through TMA stores, no groups, hooks, CTA pairs, SwiGLU, tile-by-tile D, tileClaim or stream-K;
-  // measured slower than pipeline 3 at K = 512..4096, session 44), 5 = half-depth stages
-  // (opt-in, experimental: 8 stages of 32-deep k-steps, 24 KB each, in the deep ring's shared
-  // memory, so that six stages can be loading while the consumers hold two, against two of
-  // four; plain GEMMs with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D,
-  // tileClaim or stream-K; CTA pairs too). Fused operators' compute roles always run the deep
-  // ring.
+  // measured slower than pipeline 3 at K = 512..4096, session 44), 5 = the deep ring lending
+  // its last stage of each tile to the epilogue (opt-in, experimental: 4 load stages as
+  // pipeline 1, and the whole half-tile staged at once as pipeline 2, in the kept stage and
+  // the 2 own boxes; the store threads hand the stage back once their stores read it; plain
+  // unpaired GEMMs with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D,
+  // tileClaim or stream-K; storeWarps -1 or 1, regStores 0). (Session 46's half-depth stages,
+  // once pipeline 5, measured slower everywhere and are gone.) Fused operators' compute roles
+  // always run the deep ring.
   int32_t pipeline = 0;
   // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
@@ -196,8 +198,6 @@ struct GemmArgs {
 constexpr int kTileM = 128;
 constexpr int kTileN = 256;
 constexpr int kTileK = 64;
-// k-step depth of the half-depth stages (GemmArgs::pipeline 5).
-constexpr int kHalfTileK = 32;
 // Tile width of the ping-pong consumers with 192-column units (GemmArgs::pipeline 4).
 constexpr int kPingWideTileN = 384;
 // Largest K for which pipeline 0 picks the wide epilogue staging.

@@ -99,11 +99,25 @@ __device__ __forceinline__ void stageBoxStmatrix(uint8_t* buf, const float* acc,
 // Post j waits for free's phase j and completes full's phase j; the store thread handles post
 // j after full's phase j and then completes free's phase j + 1, so neither side runs a phase
 // ahead (parities never alias). A posted count of 0 ends the store thread's loop.
+// LendPipe: a post also names the stage the warpgroup kept from its main loop (mailbox word 5),
+// whose lent boxes the post's stores read; the store thread arrives on that stage's `empty`
+// barrier for the warpgroup's 4 warps once they have read it, so the producer reloads it only
+// then, while the consumers went on at once.
 
 template <class Pipe>
 __device__ __forceinline__ uint64_t* storeBar(const SmemLayout<Pipe>& sm, int which, int32_t wg) {
   return reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(sm.full) + kStoreBarsAt) +
          2 * which + wg;  // which: 0 = full, 1 = free
+}
+
+// Staging box `idx` (< Tr::kBufs) of warpgroup wg: its own boxes first, then (LendPipe) its
+// boxes in the lent stage `lent`.
+template <class Pipe>
+__device__ __forceinline__ uint8_t* stagingBox(const SmemLayout<Pipe>& sm, int32_t wg, uint32_t idx,
+                                               int32_t lent) {
+  constexpr uint32_t kOwn = Pipe::kStoreBufs;
+  if (Pipe::kLentBufs == 0 || idx < kOwn) return sm.staging + (wg * kOwn + idx) * kStoreBoxBytes;
+  return sm.a(lent) + (wg * Pipe::kLentBufs + idx - kOwn) * kStoreBoxBytes;
 }
 
 template <class Pipe>
@@ -127,7 +141,7 @@ __device__ __forceinline__ void initStoreBars(const SmemLayout<Pipe>& sm) {
 template <class Pipe>
 __device__ __forceinline__ void postStores(const SmemLayout<Pipe>& sm, int32_t wg, int32_t count,
                                            int32_t n0, int32_t m0, int32_t c0, int32_t buf,
-                                           uint32_t* posts) {
+                                           int32_t lent, uint32_t* posts) {
   if ((threadIdx.x & 127) == 0) {
     volatile int32_t* box = storeMailbox(sm, wg);
     box[0] = count;
@@ -135,6 +149,7 @@ __device__ __forceinline__ void postStores(const SmemLayout<Pipe>& sm, int32_t w
     box[2] = m0;
     box[3] = c0;
     box[4] = buf;
+    box[5] = lent;
   }
   __syncwarp();
   if ((threadIdx.x & 31) == 0) ptx::mbarArrive(storeBar(sm, 0, wg));
@@ -145,13 +160,14 @@ __device__ __forceinline__ void postStores(const SmemLayout<Pipe>& sm, int32_t w
 // buffers buf0.. in rotation), one bulk group each: issued by the warpgroup's thread 0 or by
 // its store thread.
 template <class Tr>
-__device__ __forceinline__ void issueBoxStores(const GemmParams& p, uint8_t* stg, int32_t wg,
+__device__ __forceinline__ void issueBoxStores(const GemmParams& p,
+                                               const SmemLayout<typename Tr::Pipe>& sm, int32_t wg,
                                                int32_t n0, int32_t m0, int32_t c0, int32_t count,
-                                               uint32_t buf0) {
-  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs;
+                                               uint32_t buf0, int32_t lent) {
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::kBufs;
   for (int g = 0; g < count; ++g) {
     const int c = c0 + g;
-    uint8_t* buf = stg + ((buf0 + g) % kBufs) * kStoreBoxBytes;
+    uint8_t* buf = stagingBox(sm, wg, (buf0 + g) % kBufs, lent);
     if (p.dTiled) {
       ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
     } else {
@@ -166,16 +182,18 @@ template <class Tr>
 __device__ __forceinline__ void storeThreadLoop(const GemmParams& p,
                                                 const SmemLayout<typename Tr::Pipe>& sm,
                                                 int32_t wg) {
-  constexpr int kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
-  uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
+  constexpr int kBufs = Tr::kBufs, kGroup = Tr::kGroup;
   const volatile int32_t* box = storeMailbox(sm, wg);
   ptx::mbarArrive(storeBar(sm, 1, wg));  // the staging starts free
   for (uint32_t k = 0;; ++k) {
     ptx::mbarWait(storeBar(sm, 0, wg), k & 1);
     const int32_t count = box[0];
     if (count == 0) break;
-    issueBoxStores<Tr>(p, stg, wg, box[1], box[2], box[3], count, (uint32_t)box[4]);
+    const int32_t lent = box[5];
+    issueBoxStores<Tr>(p, sm, wg, box[1], box[2], box[3], count, (uint32_t)box[4], lent);
+    // LendPipe: kBufs == kGroup, so every store of the post has read its box here
     ptx::bulkWaitRead<kBufs - kGroup>();
+    if (lent >= 0) ptx::mbarArriveCount(&sm.empty[lent], 4);  // the WG's 4 warps' release
     ptx::mbarArrive(storeBar(sm, 1, wg));
   }
   ptx::bulkWait<0>();  // shared memory must outlive the last bulk stores reading it
@@ -184,16 +202,20 @@ __device__ __forceinline__ void storeThreadLoop(const GemmParams& p,
 // rec (traced launches): words 4-6 of the warpgroup's record (trace.h), stamped by thread 0
 // for the first group of boxes. kStoreWarp: the stand-alone kernel, whose store threads issue
 // the stores when p.storeWarps says so (posts: the warpgroup's count). kUnitAlpha: alpha is 1.
+// lent (LendPipe, store threads only): the stage the warpgroup kept, or -1. True when the
+// lent stage went to the store thread with a post (which then releases it); false when the
+// warpgroup posted nothing (its half-tile past M) and must release it itself.
 template <class Tr, bool kStoreWarp, bool kUnitAlpha>
-__device__ __forceinline__ void epilogueTma(const GemmParams& p,
+__device__ __forceinline__ bool epilogueTma(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm,
                                             float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
-                                            uint32_t& nStores, uint64_t* rec, uint32_t* posts) {
-  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::Pipe::kStoreBufs, kGroup = Tr::kGroup;
+                                            uint32_t& nStores, uint64_t* rec, uint32_t* posts,
+                                            int32_t lent) {
+  constexpr int kEC = Tr::kBoxCols, kBufs = Tr::kBufs, kGroup = Tr::kGroup;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  uint8_t* stg = sm.staging + wg * kBufs * kStoreBoxBytes;
   const int32_t rowBase = m0 + 64 * wg;
-  if (rowBase >= p.M) return;  // the whole half-tile is past M (uniform over the WG)
+  if (rowBase >= p.M) return false;  // the whole half-tile is past M (uniform over the WG)
+  bool handed = false;
   const bool useBeta = p.beta != 0.0f;
   const float alpha = Tr::kGated ? 1.0f : p.alpha;  // swigluAcc applied it
 #pragma unroll
@@ -215,7 +237,7 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
     for (int g = 0; g < kGroup; ++g) {
       const int c = c0 + g;
       if (g >= valid) break;
-      uint8_t* buf = stg + ((nStores + g) % kBufs) * kStoreBoxBytes;
+      uint8_t* buf = stagingBox(sm, wg, (nStores + g) % kBufs, lent);
       if constexpr (Tr::kOutBytes == 2) {
         if (!useBeta) {
           static_assert(Tr::kOutBytes != 2 || kEC == 64, "a 16-bit box row is 64 columns");
@@ -254,16 +276,18 @@ __device__ __forceinline__ void epilogueTma(const GemmParams& p,
     // stores above are generic-proxy writes that the TMA engine (async proxy) reads next
     ptx::fenceProxyAsyncShared();
     if (handOff) {
-      postStores(sm, wg, valid, n0, m0, c0, (int32_t)(nStores % kBufs), posts);
+      postStores(sm, wg, valid, n0, m0, c0, (int32_t)(nStores % kBufs), lent, posts);
+      handed = true;
       if (rec != nullptr && c0 == 0) rec[6] = (uint64_t)clock64();
       nStores += valid;
       continue;
     }
     ptx::namedBarSync(1 + wg, 128);
     if (rec != nullptr && c0 == 0) rec[6] = (uint64_t)clock64();
-    if (tid == 0) issueBoxStores<Tr>(p, stg, wg, n0, m0, c0, valid, nStores);
+    if (tid == 0) issueBoxStores<Tr>(p, sm, wg, n0, m0, c0, valid, nStores, lent);
     nStores += valid;
   }
+  return handed;
 }
 
 // A 4x4 transpose of 32-bit words across a quad of lanes (q = lane & 3): before, v[t] is
@@ -358,16 +382,17 @@ __device__ __forceinline__ void swigluAcc(float alpha, float (&acc)[128]) {
   }
 }
 
-// A finished tile's accumulators to D (SwiGLU first for gated tiles). kStoreWarp: see
-// epilogueTma. kRegs: the kernel has the register-store epilogue (GemmParams::regStores; the
-// traced wide split leaves it out: with it, it spilled 8 bytes, and buildParams never resolves
-// regStores for it).
+// A finished tile's accumulators to D (SwiGLU first for gated tiles). kStoreWarp, lent and the
+// result: see epilogueTma (false: the caller releases a lent stage). kRegs: the kernel has the
+// register-store epilogue (GemmParams::regStores; the traced wide split and LendPipe leave it
+// out: with it, the traced wide split spilled 8 bytes, and buildParams never resolves regStores
+// for either).
 template <class Tr, bool kStoreWarp = false, bool kRegs = true>
-__device__ __forceinline__ void tileEpilogue(const GemmParams& p,
+__device__ __forceinline__ bool tileEpilogue(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm,
                                              float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
                                              uint32_t& nStores, uint64_t* rec = nullptr,
-                                             uint32_t* posts = nullptr) {
+                                             uint32_t* posts = nullptr, int32_t lent = -1) {
   if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
   if constexpr (Tr::kOutBytes == 2 && kRegs) {
     if (p.regStores) {
@@ -376,20 +401,18 @@ __device__ __forceinline__ void tileEpilogue(const GemmParams& p,
       } else {
         epilogueRegs<Tr, false>(p, acc, wg, m0, n0);
       }
-      return;
+      return false;
     }
   }
   if (p.useTmaStore) {
     // Gated tiles had alpha applied by swigluAcc. Two whole epilogues rather than a branch
     // per box (which cost a traced kernel spills).
-    if (Tr::kGated || p.alpha == 1.0f) {
-      epilogueTma<Tr, kStoreWarp, true>(p, sm, acc, wg, m0, n0, nStores, rec, posts);
-    } else {
-      epilogueTma<Tr, kStoreWarp, false>(p, sm, acc, wg, m0, n0, nStores, rec, posts);
-    }
-  } else {
-    epilogueDirect<Tr>(p, acc, wg, m0, n0);
+    if (Tr::kGated || p.alpha == 1.0f)
+      return epilogueTma<Tr, kStoreWarp, true>(p, sm, acc, wg, m0, n0, nStores, rec, posts, lent);
+    return epilogueTma<Tr, kStoreWarp, false>(p, sm, acc, wg, m0, n0, nStores, rec, posts, lent);
   }
+  epilogueDirect<Tr>(p, acc, wg, m0, n0);
+  return false;
 }
 
 }  // namespace gemm

@@ -54,11 +54,16 @@ struct Traits {
   static constexpr int kChunks = kOutCols / kBoxCols;
   static constexpr DType kOutType = kOut;
   static constexpr bool kGrouped = Pipe::kGroupInts > 0;  // GemmArgs::groups
+  // Staging boxes of a consumer WG: its own, then those in the lent stage (LendPipe).
+  static constexpr int kBufs = Pipe::kStoreBufs + Pipe::kLentBufs;
   // Chunks written between two barriers of the epilogue: all of them when the staging holds
   // a whole half-tile (the previous tile's stores are long done reading it), else one.
-  static constexpr int kGroup = Pipe::kStoreBufs >= kChunks ? kChunks : 1;
-  static_assert(Pipe::kStoreBufs >= 2 * kGroup || kGroup == kChunks,
+  static constexpr int kGroup = kBufs >= kChunks ? kChunks : 1;
+  static_assert(kBufs >= 2 * kGroup || kGroup == kChunks,
                 "partial staging must hold two groups (double buffering)");
+  // The store thread hands a lent stage back after the one post of the tile has been read.
+  static_assert(Pipe::kLentBufs == 0 || kGroup == kChunks,
+                "lent boxes: the half-tile staged whole, in one post");
   static_assert(!kGated || (kB == BLayout::kNK && kOut != DType::kF32),
                 "the SwiGLU epilogue loads gate and up rows of B[N,K] and stores 16-bit D");
   static_assert(Cluster == 1 || (Cluster == 2 && !kGated && !kGrouped),
@@ -183,10 +188,6 @@ __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typ
 template <class Tr>
 __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_t* bar, int32_t k,
                                       int32_t n0, int32_t g) {
-  // The stage's k-step depth (B [K,N] and gated B run 64-deep stages only: canImplement).
-  constexpr int kD = Tr::Pipe::kDepth;
-  static_assert(kD == kTileK || (!Tr::kTransB && !Tr::kGated && !Tr::kGrouped),
-                "half-depth stages: plain GEMMs with B [N,K]");
   if constexpr (Tr::kCluster == 2) {
     // This CTA's half of the pair's B tile, into both CTAs: [N,K] rows n0 + 128 r .. (tmB's
     // box is 128 rows for pairs; the same bytes and swizzle as half of one 256-row box), or
@@ -196,12 +197,12 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int32_t box = 2 * (int32_t)r + j;
-        ptx::tmaLoad2dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box, k * kD,
+        ptx::tmaLoad2dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box, k * kTileK,
                                 0x3);
       }
     } else {
-      constexpr int kHalfBytes = (kTileN / 2) * kD * 2;
-      ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kD,
+      constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
+      ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kTileK,
                               n0 + (int32_t)r * (kTileN / 2), 0x3);
     }
   } else if constexpr (Tr::kGated) {
@@ -209,29 +210,29 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
     // 16 KB further, the same bytes and swizzle as one 256-row box. In the last column tile
     // gate rows past p.N are up rows and up rows past 2 * p.N are TMA's zeros: either only
     // feeds output columns past D's width, which are never stored.
-    constexpr int kHalfBytes = (kTileN / 2) * kD * 2;
+    constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int32_t row = n0 + h * p.N;
       if constexpr (Tr::kGrouped) {
-        ptx::tmaLoad3d(dst + h * kHalfBytes, &p.tmB, bar, k * kD, row, g);
+        ptx::tmaLoad3d(dst + h * kHalfBytes, &p.tmB, bar, k * kTileK, row, g);
       } else {
-        ptx::tmaLoad2d(dst + h * kHalfBytes, &p.tmB, bar, k * kD, row);
+        ptx::tmaLoad2d(dst + h * kHalfBytes, &p.tmB, bar, k * kTileK, row);
       }
     }
   } else if constexpr (Tr::kTransB) {
 #pragma unroll
     for (int j = 0; j < kTileN / 64; ++j) {
       if constexpr (Tr::kGrouped) {
-        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kD, g);
+        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK, g);
       } else {
-        ptx::tmaLoad2d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kD);
+        ptx::tmaLoad2d(dst + j * (kTileK * 128), &p.tmB, bar, n0 + 64 * j, k * kTileK);
       }
     }
   } else if constexpr (Tr::kGrouped) {
-    ptx::tmaLoad3d(dst, &p.tmB, bar, k * kD, n0, g);
+    ptx::tmaLoad3d(dst, &p.tmB, bar, k * kTileK, n0, g);
   } else {
-    ptx::tmaLoad2d(dst, &p.tmB, bar, k * kD, n0);
+    ptx::tmaLoad2d(dst, &p.tmB, bar, k * kTileK, n0);
   }
 }
 
@@ -254,8 +255,8 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
     // while the producer runs ahead into the next tile).
     stageAbort[stage] = word;
     if (ok) {
-      ptx::mbarArriveExpectTx(&sm.full[stage], Tr::Pipe::kStageBytes);
-      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * Tr::Pipe::kDepth, aRow);
+      ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
+      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
       loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
     } else {
       ptx::mbarArrive(&sm.full[stage]);
@@ -320,8 +321,8 @@ __device__ __forceinline__ void gemmProducerSk(const GemmParams& p,
     for (int32_t k = kb; k < ke; ++k) {
       ptx::mbarWait(&sm.empty[stage], phase ^ 1);
       stageAbort[stage] = 0u;
-      ptx::mbarArriveExpectTx(&sm.full[stage], Tr::Pipe::kStageBytes);
-      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * Tr::Pipe::kDepth, m0);
+      ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
+      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
       loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
       if (++stage == Tr::Pipe::kStages) {
         stage = 0;
@@ -374,7 +375,9 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
 
 // One tile's main loop over k-steps [kb, ke) (a stream-K item's, or the whole tile): each
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
-// done and every stage released (stage, phase advanced). kDyn: the caller waited for the first
+// done and every stage released (stage, phase advanced), but for the last one when `lent` is
+// set (LendPipe): that stage's index goes to *lent, kept for the epilogue's staging. kDyn: the
+// caller waited for the first
 // stage (it read the tile's word there). Static schedule: returns the abort verdict of the
 // tile's first stage word; dynamic: false (the caller read it). waited (traced: every thread
 // counts, thread 0's count is stored): gets the cycles of the full waits after the first
@@ -384,7 +387,7 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
                                              int32_t& stage, uint32_t& phase,
-                                             uint32_t* waited = nullptr) {
+                                             uint32_t* waited = nullptr, int32_t* lent = nullptr) {
   bool aborted = false;
   int32_t prev = 0;
   for (int32_t k = kb; k < ke; ++k) {
@@ -399,18 +402,14 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint32_t v = lane == src ? stageAbort[stage] : 0u;
       aborted = __shfl_sync(0xffffffffu, v, src) != 0;
     }
-    // The WG's 64 rows of A; a k16 slice is 32 B further along the rows (both depths).
-    constexpr int kD = Tr::Pipe::kDepth;
-    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * kD * 2);
+    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
     const uint32_t b = ptx::smemAddr(sm.b(stage));
     ptx::fenceAccumulators(acc);
     ptx::wgmmaFence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint64_t da = kD == kTileK ? descKMajor(a + kk * 32) : descKMajor64(a + kk * 32);
-      const uint64_t db = Tr::kTransB    ? descMNMajor(b + kk * 2048)
-                          : kD == kTileK ? descKMajor(b + kk * 32)
-                                         : descKMajor64(b + kk * 32);
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      const uint64_t da = descKMajor(a + kk * 32);
+      const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
       // scale-d 0 at the item's first k-step: no accumulator zeroing (a stream-K part too)
       ptx::wgmmaM64N256K16<Tr::kF16In, Tr::kTransB>(acc, da, db, (k > kb || kk > 0) ? 1 : 0);
     }
@@ -428,7 +427,11 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
   }
   ptx::wgmmaWait<0>();
   ptx::fenceAccumulators(acc);
-  releaseStage<Tr>(&sm.empty[prev], lane);
+  if (lent != nullptr) {
+    *lent = prev;
+  } else {
+    releaseStage<Tr>(&sm.empty[prev], lane);
+  }
   return aborted;
 }
 
@@ -499,6 +502,10 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   uint32_t phase = 0;
   constexpr bool kSK = Tr::kStreamK;
   static_assert(!kSK || !kDyn, "stream-K walks the static schedule");
+  // LendPipe: the tile's last stage is kept for the epilogue's staging; only the store threads
+  // can hand it back when their stores have read it (buildParams resolves storeWarps to 1 for
+  // pipeline 5 wherever D goes through TMA stores; otherwise nothing is staged, nothing lent).
+  const bool lend = Tr::Pipe::kLentBufs > 0 && kStoreWarp && p.storeWarps != 0;
   SkWalk walk;
   if constexpr (kSK) skWalkBegin(p.sk, cta, &walk);
   int32_t nth = 0;  // tiles walked (trace records)
@@ -534,14 +541,18 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
       rec[1] = (uint64_t)clock64();
     }
     uint32_t waited = 0;
+    int32_t lent = -1;
     if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
-                               kTrace ? &waited : nullptr))
+                               kTrace ? &waited : nullptr, lend ? &lent : nullptr))
       aborted = true;
     if (rec != nullptr) {
       rec[2] = (uint64_t)clock64();
       rec[7] = waited;
     }
-    if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
+    if (aborted) {  // producer gave up (timeout/abort): no epilogue, stop
+      if (lent >= 0) releaseStage<Tr>(&sm.empty[lent], lane);
+      break;
+    }
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
         skStorePartial(p, acc, cta, wg);
@@ -552,8 +563,10 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    tileEpilogue<Tr, kStoreWarp, !(kTrace && Tr::Pipe::kStoreBufs >= 4)>(p, sm, acc, wg, m0, n0,
-                                                                         nStores, rec, &posts);
+    constexpr bool kRegs = !(kTrace && Tr::Pipe::kStoreBufs >= 4) && Tr::Pipe::kLentBufs == 0;
+    if (!tileEpilogue<Tr, kStoreWarp, kRegs>(p, sm, acc, wg, m0, n0, nStores, rec, &posts, lent) &&
+        lent >= 0)
+      releaseStage<Tr>(&sm.empty[lent], lane);  // nothing of this WG staged there
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }
@@ -563,7 +576,7 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   if (kStoreWarp && p.storeWarps != 0) {
     // The store thread's end: a post of no boxes, once it handed the staging back.
     ptx::mbarWait(storeBar(sm, 1, wg), posts & 1);
-    postStores(sm, wg, 0, 0, 0, 0, 0, &posts);
+    postStores(sm, wg, 0, 0, 0, 0, 0, -1, &posts);
   } else if (tid == 0) {
     ptx::bulkWait<0>();  // shared memory must outlive the last bulk stores reading it
   }

@@ -23,13 +23,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant_
 }
 
 // The traced kernels exist for the plain walks only (canImplement refuses the others); CTA
-// pairs with the deep and half-depth rings only (the traced wide pairs spilled 12 bytes,
+// pairs with the deep ring only (the traced wide pairs spilled 12 bytes,
 // sessions 43 and 45; gemm.cu tracedPairsBuilt says which pipelines these are).
 template <class Tr>
-constexpr bool kTraceable =
-    !Tr::kStreamK && !Tr::kGrouped && !Tr::kGated &&
-    (Tr::kCluster == 1 || std::is_same<typename Tr::Pipe, DeepPipe>::value ||
-     std::is_same<typename Tr::Pipe, HalfPipe>::value);
+constexpr bool kTraceable = !Tr::kStreamK && !Tr::kGrouped && !Tr::kGated &&
+                            (Tr::kCluster == 1 || std::is_same<typename Tr::Pipe, DeepPipe>::value);
 
 // CTA pairs: a cluster launch of `kernel` (the cooperative or the ping-pong kernel of Tr).
 // `grid` (even, from buildParams) is cut to the pairs that can be resident at once (pairs
@@ -134,14 +132,12 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     }
     return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   }
-  // Half-depth stages (pipeline 5: plain GEMMs, B [N,K], 16-bit D), unpaired or as CTA pairs;
-  // preload (grid 0) loads the unpaired kernel.
+  // The deep ring lending its last stage to the epilogue (pipeline 5: plain unpaired GEMMs, B
+  // [N,K], 16-bit D); preload (grid 0) loads it too.
   if constexpr (kOut != DType::kF32 && kB == BLayout::kNK) {
-    if (p.half && p.cluster == 2)
-      return launchPipe<Traits<kIn, kOut, kB, HalfPipe, false, 2>>(p, grid, stream);
-    if (p.half || grid <= 0)
-      NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, HalfPipe>>(p, grid, stream)));
-    if (p.half) return ncclSuccess;
+    if (p.lend || grid <= 0)
+      NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, LendPipe>>(p, grid, stream)));
+    if (p.lend) return ncclSuccess;
   }
   // The stream-K tail (GemmParams::sk, buildParams and launch resolve it: plain GEMMs, no
   // pairs or ping-pong); preload (grid 0) loads its variants too.

@@ -25,7 +25,7 @@ struct GemmParams {
   int32_t useTmaStore;  // 0: direct st.global epilogue (D not 16-byte aligned)
   int32_t dTiled;       // tmD is the 4-D tile-by-tile view of D (GemmArgs::dTiled)
   int32_t wide;         // run WidePipe (GemmArgs::pipeline, resolved by buildParams)
-  int32_t half;         // run HalfPipe (GemmArgs::pipeline 5): 32-deep k-steps, kTiles counts them
+  int32_t lend;         // run LendPipe (GemmArgs::pipeline 5)
   int32_t pingpong;     // ping-pong consumers (gemm_pingpong.cuh): 0 no, 1 128-column units
                         // (GemmArgs::pipeline 3), 2 192-column units and tilesN of 384 (4)
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
@@ -69,17 +69,18 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* params, int32_t* grid
 
 constexpr int kConsumerWGs = 2;
 constexpr int kThreads = 128 * (1 + kConsumerWGs);
-constexpr int kStageBytesA = kTileM * kTileK * 2;  // 16 KB (a 64-deep stage's)
+constexpr int kStageBytesA = kTileM * kTileK * 2;  // 16 KB
 constexpr int kStageBytesB = kTileN * kTileK * 2;  // 32 KB
+constexpr int kStageBytes = kStageBytesA + kStageBytesB;
 // Epilogue staging unit: one 64-row x 128-byte box (the TMA store's box).
 constexpr int kStoreBoxBytes = 64 * 128;
-constexpr int kBarrierBytes = 320;
+constexpr int kBarrierBytes = 256;
 // Byte offsets in the barrier area of the stand-alone kernel's store-warp handshake
-// (gemm_epilogue.cuh): 4 mbarriers, then 2 mailboxes of 5 ints (after the ring's barriers and
-// words: 160 bytes for the half-depth ring's 8 stages).
-constexpr int kStoreBarsAt = 160;
-constexpr int kStoreMailboxAt = 192;
-constexpr int kMailboxInts = 5;  // count (0: end), n0, m0, first chunk, first buffer
+// (gemm_epilogue.cuh): 4 mbarriers, then 2 mailboxes of 6 ints.
+constexpr int kStoreBarsAt = 96;
+constexpr int kStoreMailboxAt = 160;
+// count (0: end), n0, m0, first chunk, first buffer, lent stage (-1: none; LendPipe)
+constexpr int kMailboxInts = 6;
 static_assert(kStoreBarsAt + 4 * 8 <= kStoreMailboxAt, "store barriers overlap the mailboxes");
 static_assert(kStoreMailboxAt + 2 * kMailboxInts * 4 <= kBarrierBytes,
               "store mailboxes do not fit");
@@ -97,22 +98,20 @@ static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
 //    box waits for a TMA store issued just before to finish reading shared memory: measured
 //    0.70-0.81x cuBLAS at K = 512-1024 on the H200. With a box per chunk the epilogue writes
 //    all of them after one barrier and never waits for the stores of its own tile.
+//  - LendPipe: the deep ring whose last stage of each tile is lent to the epilogue: the
+//    consumers keep it after their last wgmmas and stage LentBufs boxes per WG in it besides
+//    their own 2, so a 16-bit half-tile is staged whole (as in WidePipe) while 4 stages feed
+//    the main loop. The store thread hands the stage back to the producer once its stores have
+//    read it (gemm_epilogue.cuh); meanwhile the producer fills the other 3.
 // GroupInts: shared ints for a grouped GEMM's tile prefix sums (0: not grouped).
-// Depth: a stage's k-step depth, kTileK (128-byte rows, 128-byte swizzle) or kHalfTileK (64-byte
-// rows, 64-byte swizzle: the same bytes make twice the stages, so more of the ring can be
-// loading while the consumers hold two).
-template <int Stages, int StoreBufs, int GroupInts = 0, int Depth = kTileK>
+template <int Stages, int StoreBufs, int GroupInts = 0, int LentBufs = 0>
 struct PipeCfg {
   static constexpr int kStages = Stages;
   static constexpr int kStoreBufs = StoreBufs;  // per consumer WG
   static constexpr int kGroupInts = GroupInts;
-  static constexpr int kDepth = Depth;
-  static constexpr int kStageBytesA = kTileM * Depth * 2;
-  static constexpr int kStageBytesB = kTileN * Depth * 2;
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  static_assert(Depth == kTileK || Depth == kHalfTileK, "stage depths: 64 or 32");
-  static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
-                "stage buffers keep 1024-byte alignment (swizzle atoms)");
+  static constexpr int kLentBufs = LentBufs;  // per consumer WG, in the tile's last stage
+  static_assert(kConsumerWGs * LentBufs * kStoreBoxBytes <= kStageBytes,
+                "the lent boxes must fit in one stage");
   static constexpr int kStagingBytes = kConsumerWGs * StoreBufs * kStoreBoxBytes;
   // +1024: the dynamic smem base is only 16-byte aligned; SW128 tiles need 1024.
   static constexpr int kSmemBytes =
@@ -125,8 +124,8 @@ struct PipeCfg {
 };
 using DeepPipe = PipeCfg<4, 2>;
 using WidePipe = PipeCfg<3, 4>;
-// GemmArgs::pipeline 5: the deep ring's bytes as 8 half-depth stages.
-using HalfPipe = PipeCfg<8, 2, 0, kHalfTileK>;
+// GemmArgs::pipeline 5: the deep ring, its last stage of a tile lent to the epilogue.
+using LendPipe = PipeCfg<4, 2, 0, 2>;
 // Grouped GEMMs: the deep ring plus the groups' tile prefix sums ([kMaxGroups + 1] ints).
 using GroupPipe = PipeCfg<4, 2, kMaxGroups + 1>;
 // Grouped GEMMs with the wide epilogue staging (GemmArgs::pipeline = 2, 16-bit outputs).
@@ -161,13 +160,13 @@ struct SmemLayout {
   int32_t* grp;  // [Pipe::kGroupInts]: tiles of groups 0..g-1 at [g] (grouped GEMMs)
   __device__ explicit SmemLayout(uint8_t* raw) {
     base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-    staging = base + Pipe::kStages * Pipe::kStageBytes;
+    staging = base + Pipe::kStages * kStageBytes;
     full = reinterpret_cast<uint64_t*>(staging + Pipe::kStagingBytes);
     empty = full + Pipe::kStages;
     grp = reinterpret_cast<int32_t*>(staging + Pipe::kStagingBytes + kBarrierBytes);
   }
-  __device__ uint8_t* a(int32_t s) const { return base + s * Pipe::kStageBytes; }
-  __device__ uint8_t* b(int32_t s) const { return a(s) + Pipe::kStageBytesA; }
+  __device__ uint8_t* a(int32_t s) const { return base + s * kStageBytes; }
+  __device__ uint8_t* b(int32_t s) const { return base + s * kStageBytes + kStageBytesA; }
 };
 
 // ---- wgmma shared-memory descriptors (128-byte swizzle) ---------------------------------
@@ -176,22 +175,14 @@ __device__ __forceinline__ uint64_t descField(uint32_t bytes) {
   return (bytes & 0x3FFFF) >> 4;
 }
 
-// layout: the descriptor's swizzle mode, 1 = 128-byte, 2 = 64-byte.
-__device__ __forceinline__ uint64_t makeDesc(uint32_t saddr, uint32_t lbo, uint32_t sbo,
-                                             uint64_t layout = 1) {
-  return descField(saddr) | (descField(lbo) << 16) | (descField(sbo) << 32) | (layout << 62);
+__device__ __forceinline__ uint64_t makeDesc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return descField(saddr) | (descField(lbo) << 16) | (descField(sbo) << 32) | (1ull << 62);
 }
 
 // K-major operand (rows of 64 elements = 128 B, 8-row atoms 1024 B apart). LBO is unused
 // with SW128 K-major; the k16 slice advances the start address by 32 B inside the atom.
 __device__ __forceinline__ uint64_t descKMajor(uint32_t saddr) {
   return makeDesc(saddr, 16, 1024);
-}
-
-// K-major operand of a half-depth stage (rows of 32 elements = 64 B, 64-byte swizzle, 8-row
-// atoms 512 B apart); the k16 slice advances the start address by 32 B inside the atom.
-__device__ __forceinline__ uint64_t descKMajor64(uint32_t saddr) {
-  return makeDesc(saddr, 16, 512, 2);
 }
 
 // MN-major B ([K,N] row-major): 64-wide N blocks of BK rows x 128 B; LBO = distance between

@@ -435,17 +435,23 @@ TEST(GemmCanImplement, TraceRules) {
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
-// Half-depth stages (GemmArgs::pipeline 5): plain GEMMs with B [N,K] and 16-bit D, unpaired or
-// as CTA pairs, traced too; everything else refused by name.
-TEST(GemmCanImplement, HalfDepthRules) {
+// The deep ring lending its last stage to the epilogue (GemmArgs::pipeline 5): plain unpaired
+// GEMMs with B [N,K] and 16-bit D, whose stores go through the store threads (storeWarps -1 or
+// 1, regStores 0), traced too; everything else refused by name.
+TEST(GemmCanImplement, LentStageRules) {
   std::string why;
   GemmArgs a = good();
   a.pipeline = 5;
   a.bLayout = BLayout::kNK;
-  for (int cl : {0, 1, 2}) {
-    a.cluster = cl;
-    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "cluster " << cl << ": " << why;
-  }
+  for (int cl : {0, 1})
+    for (int sw : {-1, 1}) {
+      a.cluster = cl;
+      a.storeWarps = sw;
+      EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "cluster " << cl << ": " << why;
+    }
+  a.storeWarps = -1;
+  a.cluster = 2;
+  expectReject(a, "CTA pairs");
   a.cluster = 0;
   a.bLayout = BLayout::kKN;
   expectReject(a, "takes B as [N,K] only");
@@ -453,6 +459,12 @@ TEST(GemmCanImplement, HalfDepthRules) {
   a.dType = DType::kF32;
   expectReject(a, "needs a 16-bit output type");
   a.dType = DType::kBF16;
+  a.storeWarps = 0;
+  expectReject(a, "stores through its store threads");
+  a.storeWarps = -1;
+  a.regStores = 1;
+  expectReject(a, "stores through its store threads");
+  a.regStores = 0;
   a.streamK = 1;
   expectReject(a, "pipeline 5");  // by its rule or by stream-K's
   a.streamK = 0;
@@ -462,7 +474,6 @@ TEST(GemmCanImplement, HalfDepthRules) {
   a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
   a.traceTiles = 4;
   a.traceCtas = 2;
-  a.cluster = 2;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
