@@ -99,10 +99,13 @@ __device__ __forceinline__ void stageBoxStmatrix(uint8_t* buf, const float* acc,
 // Post j waits for free's phase j and completes full's phase j; the store thread handles post
 // j after full's phase j and then completes free's phase j + 1, so neither side runs a phase
 // ahead (parities never alias). A posted count of 0 ends the store thread's loop.
-// LendPipe: a post also names the stage the warpgroup kept from its main loop (mailbox word 5),
-// whose lent boxes the post's stores read; the store thread arrives on that stage's `empty`
-// barrier for the warpgroup's 4 warps once they have read it, so the producer reloads it only
-// then, while the consumers went on at once.
+// LendPipe: a post also names the tile's last stage (mailbox word 5), in which the post's last
+// boxes are staged. The consumers released that stage as any other, so its `empty` phase tells
+// a warpgroup when both warpgroups' wgmmas are done reading it (the other warpgroup's B and A
+// rows lie under this one's lent boxes): it waits for that phase before writing them. The
+// producer waits for the stage's lentDone barrier too before reloading it: one arrive per
+// consumer warpgroup and lent tile, from the store thread once the post's stores have read the
+// staging, or from the warpgroup itself when it posted nothing (its half-tile past M).
 
 template <class Pipe>
 __device__ __forceinline__ uint64_t* storeBar(const SmemLayout<Pipe>& sm, int which, int32_t wg) {
@@ -121,6 +124,11 @@ __device__ __forceinline__ uint8_t* stagingBox(const SmemLayout<Pipe>& sm, int32
 }
 
 template <class Pipe>
+__device__ __forceinline__ uint64_t* lentDone(const SmemLayout<Pipe>& sm, int32_t stage) {
+  return reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(sm.full) + kLentBarsAt) + stage;
+}
+
+template <class Pipe>
 __device__ __forceinline__ volatile int32_t* storeMailbox(const SmemLayout<Pipe>& sm, int32_t wg) {
   return reinterpret_cast<volatile int32_t*>(reinterpret_cast<uint8_t*>(sm.full) +
                                              kStoreMailboxAt) +
@@ -133,6 +141,9 @@ __device__ __forceinline__ void initStoreBars(const SmemLayout<Pipe>& sm) {
   for (int wg = 0; wg < kConsumerWGs; ++wg) {
     ptx::mbarInit(storeBar(sm, 0, wg), 4);
     ptx::mbarInit(storeBar(sm, 1, wg), 1);
+  }
+  if constexpr (Pipe::kLentBufs > 0) {
+    for (int s = 0; s < Pipe::kStages; ++s) ptx::mbarInit(lentDone(sm, s), kConsumerWGs);
   }
 }
 
@@ -193,7 +204,9 @@ __device__ __forceinline__ void storeThreadLoop(const GemmParams& p,
     issueBoxStores<Tr>(p, sm, wg, box[1], box[2], box[3], count, (uint32_t)box[4], lent);
     // LendPipe: kBufs == kGroup, so every store of the post has read its box here
     ptx::bulkWaitRead<kBufs - kGroup>();
-    if (lent >= 0) ptx::mbarArriveCount(&sm.empty[lent], 4);  // the WG's 4 warps' release
+    if constexpr (Tr::Pipe::kLentBufs > 0) {
+      if (lent >= 0) ptx::mbarArrive(lentDone(sm, lent));
+    }
     ptx::mbarArrive(storeBar(sm, 1, wg));
   }
   ptx::bulkWait<0>();  // shared memory must outlive the last bulk stores reading it
@@ -202,15 +215,17 @@ __device__ __forceinline__ void storeThreadLoop(const GemmParams& p,
 // rec (traced launches): words 4-6 of the warpgroup's record (trace.h), stamped by thread 0
 // for the first group of boxes. kStoreWarp: the stand-alone kernel, whose store threads issue
 // the stores when p.storeWarps says so (posts: the warpgroup's count). kUnitAlpha: alpha is 1.
-// lent (LendPipe, store threads only): the stage the warpgroup kept, or -1. True when the
-// lent stage went to the store thread with a post (which then releases it); false when the
-// warpgroup posted nothing (its half-tile past M) and must release it itself.
+// lent (LendPipe, store threads only): the tile's last stage, or -1; lentPh: the parity of its
+// `empty` phase that completes once both warpgroups released it. True when the post went to
+// the store thread with the lent stage (which then arrives on lentDone); false when the
+// warpgroup posted nothing (its half-tile past M) and must arrive itself.
 template <class Tr, bool kStoreWarp, bool kUnitAlpha>
 __device__ __forceinline__ bool epilogueTma(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm,
                                             float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
                                             uint32_t& nStores, uint64_t* rec, uint32_t* posts,
-                                            int32_t lent) {
+                                            int32_t lent, uint32_t lentPh) {
+  constexpr bool kLend = Tr::Pipe::kLentBufs > 0;
   constexpr int kEC = Tr::kBoxCols, kBufs = Tr::kBufs, kGroup = Tr::kGroup;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   const int32_t rowBase = m0 + 64 * wg;
@@ -237,6 +252,9 @@ __device__ __forceinline__ bool epilogueTma(const GemmParams& p,
     for (int g = 0; g < kGroup; ++g) {
       const int c = c0 + g;
       if (g >= valid) break;
+      // LendPipe: box g is staging box g (nStores advances by kBufs), the lent ones last, once
+      // the other warpgroup's wgmmas are done with the stage too.
+      if (kLend && g == Tr::Pipe::kStoreBufs) ptx::mbarWait(&sm.empty[lent], lentPh);
       uint8_t* buf = stagingBox(sm, wg, (nStores + g) % kBufs, lent);
       if constexpr (Tr::kOutBytes == 2) {
         if (!useBeta) {
@@ -279,7 +297,7 @@ __device__ __forceinline__ bool epilogueTma(const GemmParams& p,
       postStores(sm, wg, valid, n0, m0, c0, (int32_t)(nStores % kBufs), lent, posts);
       handed = true;
       if (rec != nullptr && c0 == 0) rec[6] = (uint64_t)clock64();
-      nStores += valid;
+      nStores += kLend ? kBufs : valid;
       continue;
     }
     ptx::namedBarSync(1 + wg, 128);
@@ -382,9 +400,9 @@ __device__ __forceinline__ void swigluAcc(float alpha, float (&acc)[128]) {
   }
 }
 
-// A finished tile's accumulators to D (SwiGLU first for gated tiles). kStoreWarp, lent and the
-// result: see epilogueTma (false: the caller releases a lent stage). kRegs: the kernel has the
-// register-store epilogue (GemmParams::regStores; the traced wide split and LendPipe leave it
+// A finished tile's accumulators to D (SwiGLU first for gated tiles). kStoreWarp, lent, lentPh
+// and the result: see epilogueTma (false: the caller releases a lent stage). kRegs: the kernel has
+// the register-store epilogue (GemmParams::regStores; the traced wide split and LendPipe leave it
 // out: with it, the traced wide split spilled 8 bytes, and buildParams never resolves regStores
 // for either).
 template <class Tr, bool kStoreWarp = false, bool kRegs = true>
@@ -392,7 +410,8 @@ __device__ __forceinline__ bool tileEpilogue(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm,
                                              float (&acc)[128], int32_t wg, int32_t m0, int32_t n0,
                                              uint32_t& nStores, uint64_t* rec = nullptr,
-                                             uint32_t* posts = nullptr, int32_t lent = -1) {
+                                             uint32_t* posts = nullptr, int32_t lent = -1,
+                                             uint32_t lentPh = 0) {
   if constexpr (Tr::kGated) swigluAcc(p.alpha, acc);
   if constexpr (Tr::kOutBytes == 2 && kRegs) {
     if (p.regStores) {
@@ -408,8 +427,10 @@ __device__ __forceinline__ bool tileEpilogue(const GemmParams& p,
     // Gated tiles had alpha applied by swigluAcc. Two whole epilogues rather than a branch
     // per box (which cost a traced kernel spills).
     if (Tr::kGated || p.alpha == 1.0f)
-      return epilogueTma<Tr, kStoreWarp, true>(p, sm, acc, wg, m0, n0, nStores, rec, posts, lent);
-    return epilogueTma<Tr, kStoreWarp, false>(p, sm, acc, wg, m0, n0, nStores, rec, posts, lent);
+      return epilogueTma<Tr, kStoreWarp, true>(p, sm, acc, wg, m0, n0, nStores, rec, posts, lent,
+                                               lentPh);
+    return epilogueTma<Tr, kStoreWarp, false>(p, sm, acc, wg, m0, n0, nStores, rec, posts, lent,
+                                              lentPh);
   }
   epilogueDirect<Tr>(p, acc, wg, m0, n0);
   return false;

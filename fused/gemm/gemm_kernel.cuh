@@ -61,7 +61,7 @@ struct Traits {
   static constexpr int kGroup = kBufs >= kChunks ? kChunks : 1;
   static_assert(kBufs >= 2 * kGroup || kGroup == kChunks,
                 "partial staging must hold two groups (double buffering)");
-  // The store thread hands a lent stage back after the one post of the tile has been read.
+  // The store thread says a lent stage is read after the one post of the tile.
   static_assert(Pipe::kLentBufs == 0 || kGroup == kChunks,
                 "lent boxes: the half-tile staged whole, in one post");
   static_assert(!kGated || (kB == BLayout::kNK && kOut != DType::kF32),
@@ -236,19 +236,38 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
   }
 }
 
+// LendPipe's producer state: bit s of `held` says stage s's last use was a tile's last k-step,
+// whose stage the epilogue stages boxes in (wait for lentDone[s] before reloading it); bit s of
+// `parity` is the parity of lentDone[s]'s next phase. on: the kernel lends (p.storeWarps).
+struct LentRing {
+  bool on;
+  uint32_t held;
+  uint32_t parity;
+};
+
 // The loads of one tile's k-steps into the ring (stage, phase advanced), each stage with the
 // tile's `word`; when !ok (the rows never came: timeout/abort) the stages complete without
-// data, so the consumers drain the tile and stop.
+// data, so the consumers drain the tile and stop. lent: LendPipe's state (required with it).
 template <class Tr>
 __device__ __forceinline__ void produceTile(const GemmParams& p,
                                             const SmemLayout<typename Tr::Pipe>& sm, bool ok,
                                             uint32_t word, int32_t aRow, int32_t n0, int32_t g,
                                             int32_t& stage, uint32_t& phase,
-                                            volatile uint32_t* stageAbort,
-                                            uint64_t* rec = nullptr) {
+                                            volatile uint32_t* stageAbort, uint64_t* rec = nullptr,
+                                            LentRing* lent = nullptr) {
   uint32_t waited = 0;  // traced: cycles in the empty waits after the tile's first load
   for (int32_t k = 0; k < p.kTiles; ++k) {
     mbarWaitCounted(&sm.empty[stage], phase ^ 1, rec != nullptr && k > 0 ? &waited : nullptr);
+    if constexpr (Tr::Pipe::kLentBufs > 0) {
+      const uint32_t bit = 1u << stage;
+      if (lent->held & bit) {  // the stage's last use staged boxes: wait until they are read
+        mbarWaitCounted(lentDone(sm, stage), (lent->parity & bit) != 0,
+                        rec != nullptr && k > 0 ? &waited : nullptr);
+        lent->parity ^= bit;
+        lent->held &= ~bit;
+      }
+      if (lent->on && k == p.kTiles - 1) lent->held |= bit;
+    }
     if (rec != nullptr && k == 0) rec[0] = (uint64_t)clock64();
     // Written per stage before the `full` arrive that publishes it, so both consumer WGs read
     // the same verdict for a tile (a single CTA-wide word could change between their reads
@@ -273,6 +292,7 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
 }
 
 // kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta`, `nCtas` unused).
+// (LendPipe: LentRing tracks the stages whose last use was a tile's last k-step.)
 template <class Tr, bool kDyn, bool kTrace>
 __device__ __forceinline__ void gemmProducer(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm, int32_t cta,
@@ -282,6 +302,8 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
   int32_t stage = 0;
   uint32_t phase = 0;
   int32_t nth = 0;  // tiles walked (trace records)
+  // as the consumers decide (gemmConsumer)
+  LentRing lent{Tr::Pipe::kLentBufs > 0 && p.storeWarps != 0, 0u, 0u};
   for (int32_t t = kDyn ? atomicAdd(p.tileClaim, 1) : cta / Tr::kCluster; t < numTiles;
        t = kDyn ? atomicAdd(p.tileClaim, 1) : t + nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
@@ -292,7 +314,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     // Dynamic: the tile id as the word.
     const uint32_t word = kDyn ? (ok ? (uint32_t)t : kStageAbort) : (ok ? 0u : 1u);
     produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort,
-                    traceRecord<kTrace>(p, cta, 0, nth++));
+                    traceRecord<kTrace>(p, cta, 0, nth++), &lent);
     if (!ok) return;  // the consumers stop at the aborted tile: no end word
   }
   if constexpr (kDyn) {
@@ -375,9 +397,9 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
 
 // One tile's main loop over k-steps [kb, ke) (a stream-K item's, or the whole tile): each
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
-// done and every stage released (stage, phase advanced), but for the last one when `lent` is
-// set (LendPipe): that stage's index goes to *lent, kept for the epilogue's staging. kDyn: the
-// caller waited for the first
+// done and every stage released (stage, phase advanced). lent (LendPipe): gets the last stage
+// and the parity of its `empty` phase that these releases complete (gemm_epilogue.cuh). kDyn:
+// the caller waited for the first
 // stage (it read the tile's word there). Static schedule: returns the abort verdict of the
 // tile's first stage word; dynamic: false (the caller read it). waited (traced: every thread
 // counts, thread 0's count is stored): gets the cycles of the full waits after the first
@@ -387,9 +409,11 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
                                              int32_t& stage, uint32_t& phase,
-                                             uint32_t* waited = nullptr, int32_t* lent = nullptr) {
+                                             uint32_t* waited = nullptr, int32_t* lent = nullptr,
+                                             uint32_t* lentPh = nullptr) {
   bool aborted = false;
   int32_t prev = 0;
+  uint32_t prevPh = 0;
   for (int32_t k = kb; k < ke; ++k) {
     if (!kDyn || k > kb) mbarWaitCounted(&sm.full[stage], phase, k > kb ? waited : nullptr);
     if (!kDyn && k == kb) {
@@ -420,6 +444,7 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
     ptx::fenceAccumulators(acc);
     if (k > kb) releaseStage<Tr>(&sm.empty[prev], lane);
     prev = stage;
+    prevPh = phase;
     if (++stage == Tr::Pipe::kStages) {
       stage = 0;
       phase ^= 1;
@@ -427,10 +452,10 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
   }
   ptx::wgmmaWait<0>();
   ptx::fenceAccumulators(acc);
+  releaseStage<Tr>(&sm.empty[prev], lane);
   if (lent != nullptr) {
     *lent = prev;
-  } else {
-    releaseStage<Tr>(&sm.empty[prev], lane);
+    *lentPh = prevPh;
   }
   return aborted;
 }
@@ -502,10 +527,12 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   uint32_t phase = 0;
   constexpr bool kSK = Tr::kStreamK;
   static_assert(!kSK || !kDyn, "stream-K walks the static schedule");
-  // LendPipe: the tile's last stage is kept for the epilogue's staging; only the store threads
-  // can hand it back when their stores have read it (buildParams resolves storeWarps to 1 for
-  // pipeline 5 wherever D goes through TMA stores; otherwise nothing is staged, nothing lent).
-  const bool lend = Tr::Pipe::kLentBufs > 0 && kStoreWarp && p.storeWarps != 0;
+  // LendPipe: the tile's last stage holds part of the epilogue's staging; only the store
+  // threads can say when their stores have read it (buildParams resolves storeWarps to 1 for
+  // pipeline 5 wherever D goes through TMA stores; otherwise nothing is staged, nothing lent:
+  // the producer decides the same way).
+  static_assert(Tr::Pipe::kLentBufs == 0 || kStoreWarp, "LendPipe runs with store threads");
+  const bool lend = Tr::Pipe::kLentBufs > 0 && p.storeWarps != 0;
   SkWalk walk;
   if constexpr (kSK) skWalkBegin(p.sk, cta, &walk);
   int32_t nth = 0;  // tiles walked (trace records)
@@ -542,17 +569,15 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     uint32_t waited = 0;
     int32_t lent = -1;
+    uint32_t lentPh = 0;
     if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
-                               kTrace ? &waited : nullptr, lend ? &lent : nullptr))
+                               kTrace ? &waited : nullptr, lend ? &lent : nullptr, &lentPh))
       aborted = true;
     if (rec != nullptr) {
       rec[2] = (uint64_t)clock64();
       rec[7] = waited;
     }
-    if (aborted) {  // producer gave up (timeout/abort): no epilogue, stop
-      if (lent >= 0) releaseStage<Tr>(&sm.empty[lent], lane);
-      break;
-    }
+    if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if constexpr (kSK) {
       if (kb > 0) {  // a non-finisher part: the partial goes to the finisher, no epilogue
         skStorePartial(p, acc, cta, wg);
@@ -564,9 +589,10 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
     constexpr bool kRegs = !(kTrace && Tr::Pipe::kStoreBufs >= 4) && Tr::Pipe::kLentBufs == 0;
-    if (!tileEpilogue<Tr, kStoreWarp, kRegs>(p, sm, acc, wg, m0, n0, nStores, rec, &posts, lent) &&
-        lent >= 0)
-      releaseStage<Tr>(&sm.empty[lent], lane);  // nothing of this WG staged there
+    if (!tileEpilogue<Tr, kStoreWarp, kRegs>(p, sm, acc, wg, m0, n0, nStores, rec, &posts, lent,
+                                             lentPh) &&
+        lent >= 0 && tid == 0)
+      ptx::mbarArrive(lentDone(sm, lent));  // nothing of this WG staged there
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }

@@ -76,12 +76,14 @@ constexpr int kStageBytes = kStageBytesA + kStageBytesB;
 constexpr int kStoreBoxBytes = 64 * 128;
 constexpr int kBarrierBytes = 256;
 // Byte offsets in the barrier area of the stand-alone kernel's store-warp handshake
-// (gemm_epilogue.cuh): 4 mbarriers, then 2 mailboxes of 6 ints.
+// (gemm_epilogue.cuh): 4 mbarriers, then LendPipe's `lentDone` mbarrier per stage, then 2
+// mailboxes of 6 ints.
 constexpr int kStoreBarsAt = 96;
+constexpr int kLentBarsAt = 128;
 constexpr int kStoreMailboxAt = 160;
 // count (0: end), n0, m0, first chunk, first buffer, lent stage (-1: none; LendPipe)
 constexpr int kMailboxInts = 6;
-static_assert(kStoreBarsAt + 4 * 8 <= kStoreMailboxAt, "store barriers overlap the mailboxes");
+static_assert(kStoreBarsAt + 4 * 8 <= kLentBarsAt, "store barriers overlap the lent ones");
 static_assert(kStoreMailboxAt + 2 * kMailboxInts * 4 <= kBarrierBytes,
               "store mailboxes do not fit");
 constexpr int kMaxSmemPerBlock = 232448;  // sm_90 opt-in limit (227 KB)
@@ -98,11 +100,11 @@ static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
 //    box waits for a TMA store issued just before to finish reading shared memory: measured
 //    0.70-0.81x cuBLAS at K = 512-1024 on the H200. With a box per chunk the epilogue writes
 //    all of them after one barrier and never waits for the stores of its own tile.
-//  - LendPipe: the deep ring whose last stage of each tile is lent to the epilogue: the
-//    consumers keep it after their last wgmmas and stage LentBufs boxes per WG in it besides
-//    their own 2, so a 16-bit half-tile is staged whole (as in WidePipe) while 4 stages feed
-//    the main loop. The store thread hands the stage back to the producer once its stores have
-//    read it (gemm_epilogue.cuh); meanwhile the producer fills the other 3.
+//  - LendPipe: the deep ring whose last stage of each tile is lent to the epilogue: once both
+//    consumer WGs' wgmmas are done with it, each stages LentBufs boxes in it besides its own 2,
+//    so a 16-bit half-tile is staged whole (as in WidePipe) while 4 stages feed the main loop.
+//    The producer reloads the stage only once the store threads say their stores have read it
+//    (gemm_epilogue.cuh); meanwhile it fills the other 3.
 // GroupInts: shared ints for a grouped GEMM's tile prefix sums (0: not grouped).
 template <int Stages, int StoreBufs, int GroupInts = 0, int LentBufs = 0>
 struct PipeCfg {
@@ -112,6 +114,8 @@ struct PipeCfg {
   static constexpr int kLentBufs = LentBufs;  // per consumer WG, in the tile's last stage
   static_assert(kConsumerWGs * LentBufs * kStoreBoxBytes <= kStageBytes,
                 "the lent boxes must fit in one stage");
+  static_assert(LentBufs == 0 || kLentBarsAt + Stages * 8 <= kStoreMailboxAt,
+                "a lentDone barrier per stage must fit");
   static constexpr int kStagingBytes = kConsumerWGs * StoreBufs * kStoreBoxBytes;
   // +1024: the dynamic smem base is only 16-byte aligned; SW128 tiles need 1024.
   static constexpr int kSmemBytes =
