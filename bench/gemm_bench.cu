@@ -8,7 +8,7 @@
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
-//                    [--regstores] [--lend]
+//                    [--regstores] [--lend] [--claim]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
@@ -44,6 +44,10 @@
 // --lend also times the engine's deep ring lending each tile's last stage to the epilogue
 // (GemmArgs::pipeline 5), checked against cuBLAS on the first operand set ('lent stage' line);
 // with --trace it is traced beside the deep ring (B [N,K] only: ignored with --layout kn).
+// --claim also times the engine on the dynamic tile schedule (GemmArgs::tileClaim: each CTA
+// claims its next tile from a counter, zeroed outside the timed window), with --lend the lent
+// stage too, checked against cuBLAS ('claimed tiles' line); with --trace both are traced: whether
+// the static schedule's uneven CTA ends (the trace's tail) cost what cuBLAS does not lose.
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -134,6 +138,7 @@ int main(int argc, char** argv) {
   bool trace = false;
   bool regStores = false;
   bool lend = false;
+  bool claim = false;
   int b2b = 0;
   double soakS = 0;
   int groups = 0;
@@ -161,6 +166,8 @@ int main(int argc, char** argv) {
       regStores = true;
     else if (a == "--lend")
       lend = true;
+    else if (a == "--claim")
+      claim = true;
     else if (a == "--b2b" && i + 1 < argc)
       b2b = atoi(argv[++i]);
     else if (a == "--soak" && i + 1 < argc)
@@ -204,7 +211,7 @@ int main(int argc, char** argv) {
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
         b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
-        lendMaxdiff;
+        lendMaxdiff, claim, claimLend, claimMaxdiff;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -252,6 +259,17 @@ int main(int argc, char** argv) {
       CKB(cublasLtMatmul(lt, op, &one, B[s], la, A[s], lb, &zero, dst, lc, dst, lc,
                          &heur[algo].algo, ws, wsBytes, stream));
     };
+    // The dynamic schedule's counters (--claim): one per launch, zeroed before each rep's
+    // timed runs; claimNext makes runEngine use the next one.
+    constexpr int kClaims = 1024;
+    int32_t* dClaims = nullptr;
+    int claimIdx = 0;
+    bool claimNext = false;
+    if (claim) CK(cudaMalloc(&dClaims, kClaims * sizeof(int32_t)));
+    auto zeroClaims = [&] {
+      CK(cudaMemsetAsync(dClaims, 0, kClaims * sizeof(int32_t), stream));
+      claimIdx = 0;
+    };
     auto runEngine = [&](int budget, void* dst, int pipeline = 0, int cluster = 0, int streamK = 0,
                          uint64_t* traceBuf = nullptr, int traceTiles = 0, int traceCtas = 0,
                          int storeWarps = -1, int regSt = 0) {
@@ -273,6 +291,7 @@ int main(int argc, char** argv) {
       g.traceCtas = traceCtas;
       g.storeWarps = storeWarps;
       g.regStores = regSt;
+      if (claimNext) g.tileClaim = dClaims + claimIdx++ % kClaims;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
         exit(1);
@@ -318,6 +337,15 @@ int main(int argc, char** argv) {
     const float hmaxPing192 = pipes ? pingDiff(1, 4) : 0.0f;
     // The register stores: the worst of the default split, the deep ring and its pairs.
     const float hmaxLend = lend ? pingDiff(1, 5) : 0.0f;
+    // The dynamic schedule: the default pipeline and, with --lend, the lent stage.
+    float hmaxClaim = 0.0f;
+    if (claim) {
+      claimNext = true;
+      zeroClaims();
+      hmaxClaim = pingDiff(1, 0);
+      if (lend) hmaxClaim = std::max(hmaxClaim, pingDiff(1, 5));
+      claimNext = false;
+    }
     float hmaxReg = 0.0f;
     if (regStores) {
       hmaxReg = std::max(pingDiff(1, 0, 1), pingDiff(1, 1, 1));
@@ -386,7 +414,7 @@ int main(int argc, char** argv) {
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
-        tRegDeep, tRegDeepPair, tLend;
+        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -411,6 +439,13 @@ int main(int argc, char** argv) {
       }
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
       if (lend) tLend.push_back(timeOne([&] { runEngine(0, D, 5); }));
+      if (claim) {
+        zeroClaims();  // outside the timed windows
+        claimNext = true;
+        tClaim.push_back(timeOne([&] { runEngine(0, D, 0, 1); }));
+        if (lend) tClaimLend.push_back(timeOne([&] { runEngine(0, D, 5, 1); }));
+        claimNext = false;
+      }
       if (regStores) {
         tReg.push_back(timeOne([&] { runEngine(0, D, 0, 0, 0, nullptr, 0, 0, -1, 1); }));
         tRegDeep.push_back(timeOne([&] { runEngine(0, D, 1, 0, 0, nullptr, 0, 0, -1, 1); }));
@@ -460,6 +495,9 @@ int main(int argc, char** argv) {
     row.regMaxdiff = hmaxReg;
     row.lend = tf(median(tLend));
     row.lendMaxdiff = hmaxLend;
+    row.claim = tf(median(tClaim));
+    row.claimLend = tf(median(tClaimLend));
+    row.claimMaxdiff = hmaxClaim;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -475,6 +513,7 @@ int main(int argc, char** argv) {
       const char* label;
       int regSt;
       mk::gemm::TraceSummary s;
+      bool claim = false;  // the dynamic schedule (--claim)
     };
     std::vector<TraceVariant> traced;
     if (trace) {
@@ -491,8 +530,10 @@ int main(int argc, char** argv) {
       // more positions than its records would leave them out of the summary unseen.
       const int gridPair = 2 * std::min(positions, sms / 2);
       const int perPair = 2 * ((positions + gridPair / 2 - 1) / (gridPair / 2));
-      const size_t words =
-          std::max(mk::gemm::traceWords(grid, per), mk::gemm::traceWords(gridPair, perPair));
+      // Claimed tiles: a fast CTA may walk more than `per`; room for 4 more.
+      const size_t words = std::max(
+          std::max(mk::gemm::traceWords(grid, per), mk::gemm::traceWords(gridPair, perPair)),
+          claim ? mk::gemm::traceWords(grid, per + 4) : size_t(0));
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
       traced = {
@@ -509,13 +550,20 @@ int main(int argc, char** argv) {
       if (regStores) traced.push_back({1, -1, 1, "deep, register stores", 1, {}});
       if (lend && !pairs) traced.push_back({1, -1, 1, "deep", 0, {}});
       if (lend) traced.push_back({5, -1, 1, "deep, lent stage", 0, {}});
+      if (claim) traced.push_back({0, -1, 1, "engine, claimed tiles", 0, {}, true});
+      if (claim && lend)
+        traced.push_back({5, -1, 1, "deep, lent stage, claimed tiles", 0, {}, true});
       if (regStores && pairs)
         traced.push_back({1, -1, 2, "CTA pairs, deep, register stores", 1, {}});
       for (TraceVariant& v : traced) {
-        const int g = v.cluster == 2 ? gridPair : grid, n = v.cluster == 2 ? perPair : per;
+        const int g = v.cluster == 2 ? gridPair : grid,
+                  n = v.cluster == 2 ? perPair : (v.claim ? per + 4 : per);
         for (int r = 0; r < 3; ++r) {
           CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
+          if (v.claim) zeroClaims();
+          claimNext = v.claim;
           runEngine(0, D, v.pipeline, v.cluster, 0, dTrace, n, g, v.storeWarps, v.regSt);
+          claimNext = false;
         }
         std::vector<uint64_t> hTrace(words);
         CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
@@ -528,6 +576,7 @@ int main(int argc, char** argv) {
     }
     row.nAlgos = nAlgos;
     rows.push_back(row);
+    cudaFree(dClaims);  // nullptr without --claim
     printf(
         "  %5d x %5d x %5d: engine %6.1f  engine(%d SMs) %6.1f  cuBLAS h0 %6.1f best %6.1f "
         "(of %d)  ratio %.3f  maxreldiff %.2e  sets %d\n",
@@ -556,6 +605,12 @@ int main(int argc, char** argv) {
           sh.M, sh.N, sh.K, row.deep, row.deep / row.best, row.wide, row.wide / row.best, row.ping,
           row.ping / row.best, row.pingMaxdiff, row.ping192, row.ping192 / row.best,
           row.ping192Maxdiff);
+    if (claim)
+      printf(
+          "  %5d x %5d x %5d: claimed tiles: engine %6.1f (%.3f of best; %.3f of the engine)  "
+          "lent stage %6.1f (%.3f of best)  maxreldiff %.2e\n",
+          sh.M, sh.N, sh.K, row.claim, row.claim / row.best, row.claim / row.eng, row.claimLend,
+          row.claimLend / row.best, row.claimMaxdiff);
     if (lend)
       printf(
           "  %5d x %5d x %5d: lent stage %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "
@@ -696,6 +751,8 @@ int main(int argc, char** argv) {
             "\"engine_reg_stores_tflops\": %.2f, \"engine_reg_stores_deep_tflops\": %.2f, "
             "\"engine_reg_stores_pairs_deep_tflops\": %.2f, \"reg_stores_max_rel_diff\": %.3e, "
             "\"engine_lend_tflops\": %.2f, \"lend_max_rel_diff\": %.3e, "
+            "\"engine_claim_tflops\": %.2f, \"engine_claim_lend_tflops\": %.2f, "
+            "\"claim_max_rel_diff\": %.3e, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -707,11 +764,11 @@ int main(int argc, char** argv) {
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
-            r.regMaxdiff, r.lend, r.lendMaxdiff, r.tr.records, r.tr.spanUs, r.tr.clockGHz,
-            r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs,
-            r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs,
-            r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
-            i + 1 < rows.size() ? "," : "");
+            r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.tr.records,
+            r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
+            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
+            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
+            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -160,15 +160,14 @@ bool anyHook(const GemmHooks& h) {
 
 // The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
 // 5: the deep ring lending its last stage to the epilogue): 16-bit D; no groups, SwiGLU,
-// tile-by-tile D, tileClaim, CTA pairs, stream-K or fused-operator hooks. False with the
-// refusal, naming the pipeline `name`, in *why.
+// tile-by-tile D, CTA pairs, stream-K or fused-operator hooks. False with the refusal, naming
+// the pipeline `name`, in *why.
 bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why) {
   const std::string n = name;
   if (a.dType == DType::kF32) return fail(why, (n + " needs a 16-bit output type").c_str());
-  if (a.groups.num != 0 || a.swiglu || a.dTiled || a.tileClaim != nullptr || a.cluster == 2 ||
-      a.streamK == 1)
-    return fail(why, (n + " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, tileClaim, CTA "
-                          "pairs (cluster=2) or stream-K")
+  if (a.groups.num != 0 || a.swiglu || a.dTiled || a.cluster == 2 || a.streamK == 1)
+    return fail(why, (n + " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, CTA pairs "
+                          "(cluster=2) or stream-K")
                          .c_str());
   if (anyHook(a.hooks))
     return fail(why, (n + " takes no fused-operator hooks (rowReady, tileDone, tileOrder, "
@@ -386,6 +385,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.pipeline == 4) {
     // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
     if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", why)) return false;
+    if (a.tileClaim != nullptr)
+      return fail(why,
+                  "pipeline 4 (ping-pong, 192-column units) walks the static schedule (no "
+                  "tileClaim)");
     if (!tmaStorable(a))
       return fail(why,
                   "pipeline 4 (ping-pong, 192-column units) stores D through TMA only: D 16-byte "

@@ -121,8 +121,8 @@ struct GemmArgs {
   // its last stage of each tile to the epilogue (opt-in, experimental: 4 load stages as
   // pipeline 1, and the whole half-tile staged at once as pipeline 2, in the kept stage and
   // the 2 own boxes; the store threads hand the stage back once their stores read it; plain
-  // unpaired GEMMs with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D,
-  // tileClaim or stream-K; storeWarps -1 or 1, regStores 0). (Session 46's half-depth stages,
+  // unpaired GEMMs with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D or
+  // stream-K; tileClaim too; storeWarps -1 or 1, regStores 0). (Session 46's half-depth stages,
   // once pipeline 5, measured slower everywhere and are gone.) Fused operators' compute roles
   // always run the deep ring.
   int32_t pipeline = 0;
@@ -148,7 +148,7 @@ struct GemmArgs {
   // kernel leaves it past the tile count). Each CTA claims its next tile with atomicAdd
   // instead of walking tiles cta, cta + grid, ...: CTAs that start (or join) late take what is
   // left. The grid is then the SM budget, not capped at the tile count. nullptr = the static
-  // schedule. Not with CTA pairs (cluster 2) or the ping-pong consumers (pipeline 3).
+  // schedule. Not with CTA pairs (cluster 2) or the ping-pong consumers (pipelines 3, 4).
   int32_t* tileClaim = nullptr;
   // Stream-K tail (fused/gemm/streamk.h): 0 = MKERNEL_GEMM_STREAMK (default 0: off) where the
   // call allows it, 1 = on, -1 = off. On, a GEMM whose tiles are not a whole number of waves

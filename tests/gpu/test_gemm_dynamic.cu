@@ -1,11 +1,11 @@
 // The GEMM engine's dynamic tile schedule (GemmArgs::tileClaim) on plain GEMMs: CTAs claim
 // tiles from a device counter instead of walking cta, cta + grid, ... (what the MoE fused
 // kernel's dispatch CTAs rely on when they join the GEMM late). Grids of 1 CTA, a few, and
-// every SM, also over fewer tiles than CTAs (those CTAs find none and leave); both pipelines,
-// every output type, beta, tile orders, and the tileDone hook (every tile published once the
-// consumers leave on the end word). Outputs are poisoned and every element is compared with
-// the fp64 reference; the counter must end at tiles + CTAs (each tile claimed once, one failed
-// claim per CTA), which a run on the static schedule cannot reach.
+// every SM, also over fewer tiles than CTAs (those CTAs find none and leave); the deep and wide
+// pipelines and the lent stage (pipeline 5), every output type, beta, tile orders, and the tileDone
+// hook (every tile published once the consumers leave on the end word). Outputs are poisoned and
+// every element is compared with the fp64 reference; the counter must end at tiles + CTAs (each
+// tile claimed once, one failed claim per CTA), which a run on the static schedule cannot reach.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -26,7 +26,7 @@ struct DynCase {
   DType ab, dt;
   float beta;
   int budget;    // GemmArgs::smBudget (0: every SM); the grid under tileClaim
-  int pipeline;  // GemmArgs::pipeline: 0 automatic, 1 deep ring, 2 wide staging
+  int pipeline;  // GemmArgs::pipeline: 0 automatic, 1 deep ring, 2 wide staging, 5 lent stage
   bool order;    // a shuffled hooks.tileOrder
   bool done;     // hooks.tileDone: every tile's flag must be published
 };
@@ -51,6 +51,12 @@ TEST(GemmDynamic, PlainGridSizesAndHooks) {
       // One tile, long K; a tail in every dimension.
       {100, 200, 4160, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 0, 1, false, true},
       {513, 1104, 1024, BLayout::kKN, DType::kBF16, DType::kBF16, 0.0f, 5, 2, false, false},
+      // The deep ring lending its last stage to the epilogue (pipeline 5: B [N,K], 16-bit D, no
+      // hooks): 1 CTA, every SM with beta, more CTAs than tiles, one k-step a tile.
+      {1800, 2100, 320, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 1, 5, false, false},
+      {1800, 2104, 320, BLayout::kNK, DType::kF16, DType::kF16, 0.5f, 0, 5, false, false},
+      {300, 300, 136, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 0, 5, false, false},
+      {513, 1104, 64, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 3, 5, false, false},
   };
   int32_t* claim = nullptr;
   uint64_t* done = nullptr;

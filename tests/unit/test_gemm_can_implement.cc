@@ -296,7 +296,7 @@ TEST(GemmCanImplement, PingPong192Rules) {
   expectReject(a, "runs plain GEMMs");
   a.dTiled = false;
   a.tileClaim = reinterpret_cast<int32_t*>(gBuf + 1024);
-  expectReject(a, "runs plain GEMMs");
+  expectReject(a, "walks the static schedule");
   a.tileClaim = nullptr;
   a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
   expectReject(a, "takes no fused-operator hooks");
@@ -471,6 +471,8 @@ TEST(GemmCanImplement, LentStageRules) {
   a.hooks.rowBlockOffset = 1;
   expectReject(a, "takes no fused-operator hooks");
   a.hooks.rowBlockOffset = 0;
+  a.tileClaim = reinterpret_cast<int32_t*>(gBuf + 2048);  // the dynamic schedule
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
   a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
   a.traceTiles = 4;
   a.traceCtas = 2;
