@@ -258,6 +258,42 @@ ncclResult_t skWorkspace(int dev, int ctas, cudaStream_t stream, GemmParams* p, 
   return ncclSuccess;
 }
 
+// The counter of pipeline 0's lent stage for one (device, stream), with which its CTAs claim
+// tiles (GemmParams::claimReset): zeroed once in stream order at its stream's first such
+// launch; each launch's last claim sets it back to 0, so the next launch on the stream, which
+// starts after it, finds 0. Keyed by stream so that GEMMs on concurrent streams never share one;
+// capped per device like the stream-K workspaces (later streams walk the static schedule).
+ncclResult_t claimCounter(int dev, cudaStream_t stream, int32_t** out) {
+  constexpr int kMaxCounters = 64;
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, int32_t*> cache;
+  static int count[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  *out = nullptr;
+  auto it = cache.find({dev, stream});
+  if (it == cache.end()) {
+    if (dev >= 64 || count[dev] >= kMaxCounters) return ncclSuccess;
+    int32_t* c = nullptr;
+    CUDACHECK(cudaMalloc(&c, sizeof(int32_t)));
+    CUDACHECK(cudaMemsetAsync(c, 0, sizeof(int32_t), stream));
+    ++count[dev];
+    it = cache.emplace(std::make_pair(dev, stream), c).first;
+  }
+  *out = it->second;
+  return ncclSuccess;
+}
+
+// Whether `stream` is capturing; a query that fails (the legacy stream while another thread
+// captures in global mode) counts as a capture (the error is not sticky; cleared).
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return cap != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace
 
 ncclResult_t deviceLimits(DeviceLimits* out) {
@@ -477,6 +513,16 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   return true;
 }
 
+// Whether pipeline 0 resolves to the lent stage (MKERNEL_GEMM_AUTO_LEND): the plain unpaired
+// GEMMs with B [N,K] and a 16-bit D at K <= kWideMaxK (where the wide split ran before), which
+// pipeline 5's rules (canImplement) allow.
+bool autoLend(const GemmArgs& a) {
+  return a.pipeline == 0 && MK_PARAM_INT(GemmAutoLend) == 1 && a.dType != DType::kF32 &&
+         a.bLayout == BLayout::kNK && a.K <= kWideMaxK && a.groups.num == 0 && !a.swiglu &&
+         !a.dTiled && !anyHook(a.hooks) && a.storeWarps != 0 && a.regStores == 0 &&
+         resolvedCluster(a) == 1 && !resolvedStreamK(a);
+}
+
 ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   std::string why;
   if (!canImplement(a, &why)) {
@@ -540,10 +586,12 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.grpCount = a.groups.rowCount;
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
-  p.wide = a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
+  const bool lend = a.pipeline == 5 || autoLend(a);
+  p.wide =
+      !lend && (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
-  p.lend = a.pipeline == 5 ? 1 : 0;
+  p.lend = lend ? 1 : 0;
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;
@@ -565,9 +613,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.trace = a.trace;
   p.traceTiles = a.traceTiles;
   p.traceCtas = a.traceCtas;
-  // Pipeline 5 at every K: only its store threads hand the lent stage back (canImplement).
+  // The lent stage at every K: only its store threads say when it is read (canImplement).
   const bool storeWarps =
-      a.storeWarps == 1 || a.pipeline == 5 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
+      a.storeWarps == 1 || lend || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
   // Not the ping-pong consumers (their own epilogue), nor the traced wide split (whose kernel
   // leaves the register stores out: gemm_epilogue.cuh tileEpilogue).
   p.regStores = a.regStores == 1 && regStorable(a) && a.pipeline != 3 && a.pipeline != 4 &&
@@ -605,15 +653,8 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   if (p.sk.units > 0) {
     // The epoch is a host counter: a captured launch would replay with the same one and find
     // its flags already set by the previous replay, so captured GEMMs run data-parallel.
-    // A query that fails (the legacy stream while another thread captures in global mode)
-    // counts as a capture: data-parallel (the error is not sticky; cleared).
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
-      (void)cudaGetLastError();
-      cap = cudaStreamCaptureStatusActive;
-    }
     bool ok = false;
-    if (cap == cudaStreamCaptureStatusNone) {
+    if (!capturing(stream)) {
       int dev = 0;
       DeviceLimits lim;
       CUDACHECK(cudaGetDevice(&dev));
@@ -621,6 +662,25 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
       NCCLCHECK(skWorkspace(dev, lim.sms, stream, &p, &ok));
     }
     if (!ok) p.sk = skMakePlan(p.sk.tiles, p.sk.kIt, p.sk.grid, false);
+  }
+  // Pipeline 0's lent stage claims its tiles where there is more than one wave of them: CTAs
+  // that run faster take the slower ones' share (the static walk's latest CTA ended ~0.5 tile
+  // after the median one at 8192 x 8192 x 1024, session 47). Not under capture (a graph could be
+  // replayed on another stream, concurrently with this stream's launches on the same counter),
+  // nor traced (a CTA's records are sized for the static walk).
+  if (p.lend != 0 && a.pipeline == 0 && a.tileClaim == nullptr && a.trace == nullptr) {
+    DeviceLimits lim;
+    NCCLCHECK(deviceLimits(&lim));
+    const int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
+    if ((int64_t)p.tilesM * p.tilesN > budget && !capturing(stream)) {
+      int dev = 0;
+      CUDACHECK(cudaGetDevice(&dev));
+      NCCLCHECK(claimCounter(dev, stream, &p.tileClaim));
+      if (p.tileClaim != nullptr) {
+        p.claimReset = 1;
+        grid = budget;  // every CTA of the budget claims (the dynamic schedule's grid)
+      }
+    }
   }
   if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, grid, stream);
   return dispatchOut<DType::kF16>(a, p, grid, stream);

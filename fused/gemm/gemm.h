@@ -109,7 +109,10 @@ struct GemmArgs {
   // Row blocks per raster group (L2 reuse): 0 = automatic.
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (the wide
-  // epilogue for 16-bit outputs with K <= kWideMaxK, grouped too), 1 = deep load ring,
+  // epilogue for 16-bit outputs with K <= kWideMaxK, grouped too; plain unpaired GEMMs with
+  // B [N,K] there run pipeline 5 instead, claiming their tiles from a counter of the engine's
+  // outside stream capture when there is more than one wave of them: MKERNEL_GEMM_AUTO_LEND;
+  // the deep ring elsewhere), 1 = deep load ring,
   // 2 = wide epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each
   // consumer warpgroup owns half of a tile, one's epilogue runs under the other's main loop,
   // and a half wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D or

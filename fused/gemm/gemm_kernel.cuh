@@ -304,8 +304,8 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
   int32_t nth = 0;  // tiles walked (trace records)
   // as the consumers decide (gemmConsumer)
   LentRing lent{Tr::Pipe::kLentBufs > 0 && p.storeWarps != 0, 0u, 0u};
-  for (int32_t t = kDyn ? atomicAdd(p.tileClaim, 1) : cta / Tr::kCluster; t < numTiles;
-       t = kDyn ? atomicAdd(p.tileClaim, 1) : t + nCtas / Tr::kCluster) {
+  int32_t t = kDyn ? atomicAdd(p.tileClaim, 1) : cta / Tr::kCluster;
+  for (; t < numTiles; t = kDyn ? atomicAdd(p.tileClaim, 1) : t + nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
@@ -318,6 +318,10 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     if (!ok) return;  // the consumers stop at the aborted tile: no end word
   }
   if constexpr (kDyn) {
+    // Every CTA's producer claims until one claim fails, so the counter ends at numTiles +
+    // nCtas, and the claim that returned numTiles + nCtas - 1 was the launch's last: no CTA
+    // touches the counter after it (the stand-alone kernel: nCtas is the grid).
+    if (p.claimReset != 0 && t == numTiles + nCtas - 1) atomicExch(p.tileClaim, 0);
     // No tile left: the end word on the next stage, once the consumers released it, completing
     // its phase without data (the consumers read the word before touching the stage).
     ptx::mbarWait(&sm.empty[stage], phase ^ 1);

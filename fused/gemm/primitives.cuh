@@ -40,7 +40,10 @@ struct GemmParams {
   float alpha, beta;
   int32_t cluster;     // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
   int32_t* tileClaim;  // GemmArgs::tileClaim: nullptr = the static schedule
-  uint64_t* trace;     // GemmArgs::trace (trace.h): nullptr = off
+  // 1: the counter is the engine's own (launch(): pipeline 0's lent stage); the launch's last
+  // claim (tiles + grid - 1) resets it to 0 for the next launch on the stream.
+  int32_t claimReset;
+  uint64_t* trace;  // GemmArgs::trace (trace.h): nullptr = off
   int32_t traceTiles;
   int32_t traceCtas;  // CTAs the trace buffer holds
   // The stand-alone kernel's consumers hand their staged boxes to store warps (gemm_kernel.cuh):

@@ -121,3 +121,59 @@ TEST(GemmDynamic, PlainGridSizesAndHooks) {
   cudaFree(done);
   cudaFree(claim);
 }
+
+// Pipeline 0's lent stage on claimed tiles (MKERNEL_GEMM_AUTO_LEND, default 1): launch() hands
+// the kernel a counter of its own per device and stream, which each launch's last claim resets.
+// Back-to-back launches on one stream (a counter left at tiles + grid would give the next launch
+// no tile and leave D poisoned), launches alternating between two streams (a counter each), a
+// budget of 7 CTAs, and a captured graph (the static walk) replayed; every element checked.
+TEST(GemmDynamic, AutoClaimsBackToBack) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  // 16 x 12 tiles: more than one wave on any Hopper part's SMs.
+  Problem p(2000, 3000, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
+  p.alloc();
+  p.randomize(seed);
+  p.reference();
+  cudaStream_t s[2] = {nullptr, nullptr};
+  GT_CUDA(cudaStreamCreateWithFlags(&s[0], cudaStreamNonBlocking));
+  GT_CUDA(cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking));
+  for (int budget : {0, 7}) {
+    GemmArgs g = p.args();
+    g.smBudget = budget;
+    for (int run = 0; run < 6; ++run) {
+      SCOPED_TRACE("budget " + std::to_string(budget) + ", run " + std::to_string(run));
+      p.poison();
+      GT_CUDA(cudaDeviceSynchronize());
+      ASSERT_EQ(mk::gemm::launch(g, s[run % 4 < 2 ? 0 : 1]), ncclSuccess);
+      GT_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(p.check(), "");
+    }
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  GemmArgs g = p.args();
+  GT_CUDA(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t captured = mk::gemm::launch(g, s[0]);
+  GT_CUDA(cudaStreamEndCapture(s[0], &graph));
+  ASSERT_EQ(captured, ncclSuccess);
+  GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 3; ++rep) {
+    SCOPED_TRACE("graph replay " + std::to_string(rep));
+    p.poison();
+    GT_CUDA(cudaDeviceSynchronize());
+    GT_CUDA(cudaGraphLaunch(exec, s[1]));
+    GT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(p.check(), "");
+  }
+  // And eager again after the graph: the stream's counter is still at 0.
+  p.poison();
+  GT_CUDA(cudaDeviceSynchronize());
+  ASSERT_EQ(mk::gemm::launch(g, s[0]), ncclSuccess);
+  GT_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(p.check(), "");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s[0]);
+  cudaStreamDestroy(s[1]);
+}
