@@ -11,10 +11,10 @@ source scripts/gpu_call.sh
 gc_init AY
 GC_BUILD_S=240 gc_build /tmp/bn "gpu/test_gemm.cu;gpu/test_gemm_dynamic.cu;gpu/test_gemm_trace.cu" \
   mk_gpu_tests bench_gemm_bench
-gc_tests /tmp/bn 'Gemm*' 290 110
-gc_run gemm_list 360 70 15 1 "x.*(engine  )|geomean|rror" \
+gc_tests /tmp/bn 'Gemm*' 280 100
+gc_run gemm_list 345 60 15 1 "x.*(engine  )|geomean|rror" \
   /tmp/bn/bench/bench_gemm_bench --reps 8 --commit "$(cat COMMIT_SNAP)"
-gc_run gemm_small_k 425 65 15 1 "x.*(engine  |pipeline)|rror" \
+gc_run gemm_small_k 398 50 15 1 "x.*(engine  |pipeline)|rror" \
   /tmp/bn/bench/bench_gemm_bench --shapes 8192x8192x1024,8192x8192x2048,8192x8192x4096 \
   --reps 10 --pipelines --commit "$(cat COMMIT_SNAP)"
 gc_tar
