@@ -261,23 +261,45 @@ ncclResult_t skWorkspace(int dev, int ctas, cudaStream_t stream, GemmParams* p, 
 // The counter of pipeline 0's lent stage for one (device, stream), with which its CTAs claim
 // tiles (GemmParams::claimReset): zeroed once in stream order at its stream's first such
 // launch; each launch's last claim sets it back to 0, so the next launch on the stream, which
-// starts after it, finds 0. Keyed by stream so that GEMMs on concurrent streams never share one;
-// capped per device like the stream-K workspaces (later streams walk the static schedule).
+// starts after it, finds 0. Keyed by the stream's id (cudaStreamGetId), not its handle: the
+// handle cudaStreamPerThread names a different stream in each host thread, and a destroyed
+// stream's handle may come back for a new one; ids are never reused, so GEMMs on two streams
+// never share a counter. Capped per device (later streams walk the static schedule, as does a
+// stream whose allocation failed, which is not retried: *out stays nullptr). The allocation runs in
+// relaxed capture mode, so that it cannot invalidate another thread's global-mode capture.
 ncclResult_t claimCounter(int dev, cudaStream_t stream, int32_t** out) {
   constexpr int kMaxCounters = 64;
   static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, int32_t*> cache;
+  static std::map<std::pair<int, unsigned long long>, int32_t*> cache;
   static int count[64] = {};
-  std::lock_guard<std::mutex> lock(mu);
   *out = nullptr;
-  auto it = cache.find({dev, stream});
+  unsigned long long id = 0;
+  if (cudaStreamGetId(stream, &id) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky
+    return ncclSuccess;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({dev, id});
   if (it == cache.end()) {
     if (dev >= 64 || count[dev] >= kMaxCounters) return ncclSuccess;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
     int32_t* c = nullptr;
-    CUDACHECK(cudaMalloc(&c, sizeof(int32_t)));
-    CUDACHECK(cudaMemsetAsync(c, 0, sizeof(int32_t), stream));
-    ++count[dev];
-    it = cache.emplace(std::make_pair(dev, stream), c).first;
+    cudaError_t e = cudaMalloc(&c, sizeof(int32_t));
+    if (e == cudaSuccess) {
+      e = cudaMemsetAsync(c, 0, sizeof(int32_t), stream);
+      if (e != cudaSuccess) cudaFree(c);
+    }
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // allocation errors are not sticky
+      MK_WARN("GEMM: no tile counter for stream %p (%s): its GEMMs walk the static schedule",
+              (void*)stream, cudaGetErrorString(e));
+      c = nullptr;
+    } else {
+      ++count[dev];
+    }
+    it = cache.emplace(std::make_pair(dev, id), c).first;
   }
   *out = it->second;
   return ncclSuccess;

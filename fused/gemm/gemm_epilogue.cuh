@@ -254,6 +254,8 @@ __device__ __forceinline__ bool epilogueTma(const GemmParams& p,
       if (g >= valid) break;
       // LendPipe: box g is staging box g (nStores advances by kBufs), the lent ones last, once
       // the other warpgroup's wgmmas are done with the stage too.
+      // (lent >= 0 whenever kLend reaches here: the kernel lends exactly when p.storeWarps is
+      // set, which is also what makes handOff true.)
       if (kLend && g == Tr::Pipe::kStoreBufs) ptx::mbarWait(&sm.empty[lent], lentPh);
       uint8_t* buf = stagingBox(sm, wg, (nStores + g) % kBufs, lent);
       if constexpr (Tr::kOutBytes == 2) {

@@ -291,7 +291,8 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
   }
 }
 
-// kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta`, `nCtas` unused).
+// kDyn: the dynamic schedule (tiles claimed from p.tileClaim; `cta` unused; `nCtas` only for
+// p.claimReset, set by the stand-alone launch, whose nCtas is the grid).
 // (LendPipe: LentRing tracks the stages whose last use was a tile's last k-step.)
 template <class Tr, bool kDyn, bool kTrace>
 __device__ __forceinline__ void gemmProducer(const GemmParams& p,

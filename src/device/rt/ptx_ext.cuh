@@ -126,13 +126,6 @@ __device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t ctaRan
       : "memory");
 }
 
-// `count` arrivals at once on this CTA's mbarrier (release, CTA scope): one thread arriving for
-// several warps whose part it completes (the GEMM's store thread releasing a lent stage).
-__device__ __forceinline__ void mbarArriveCount(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(count)
-               : "memory");
-}
-
 // A 2-D box written to `dst`'s offset in the shared memory of every cluster CTA in `ctaMask`,
 // each completing `bar`'s offset in its own shared memory (complete_tx of the box's bytes).
 __device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const CUtensorMap* map, uint64_t* bar,
