@@ -126,16 +126,15 @@ int64_t effStrideB(const GemmArgs& a) {
   return (a.bLayout == BLayout::kKN ? (int64_t)a.K : (int64_t)a.N) * effLdb(a);
 }
 
-// Whether a call may run as CTA pairs (GemmArgs::cluster): only the plain tile walk of the
-// stand-alone kernel pairs up, and only the 16-bit-output variants are built paired. The
-// ping-pong pairs (pipeline 3) are traced, the cooperative pairs with the deep ring (pipeline 1)
-// only.
 // The pipelines whose CTA pairs have a traced kernel (gemm_launch.cuh kTraceable): the deep
 // ring and the ping-pong consumers (the traced wide pairs spilled).
 bool tracedPairsBuilt(int32_t pipeline) {
   return pipeline == 1 || pipeline == 3;
 }
 
+// Whether a call may run as CTA pairs (GemmArgs::cluster): only the plain tile walk of the
+// stand-alone kernel pairs up, and only the 16-bit-output variants are built paired (traced:
+// tracedPairsBuilt).
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
@@ -545,6 +544,11 @@ bool autoLend(const GemmArgs& a) {
          resolvedCluster(a) == 1 && !resolvedStreamK(a);
 }
 
+// The persistent CTAs a call may use: GemmArgs::smBudget, or all `sms` of the device.
+int32_t budgetOf(const GemmArgs& a, int32_t sms) {
+  return a.smBudget > 0 && a.smBudget < sms ? a.smBudget : sms;
+}
+
 ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   std::string why;
   if (!canImplement(a, &why)) {
@@ -627,7 +631,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   // Grouped: the tile count is known only on the device; every group adds at most one
   // partial row block to the tilesM that M holds.
   const int64_t tiles = (int64_t)(p.tilesM + p.grpNum) * p.tilesN;
-  int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
+  const int32_t budget = budgetOf(a, lim.sms);
   *gridOut = (int32_t)(tiles < budget ? tiles : budget);
   // Dynamic schedule: every CTA of the budget (CTAs past the tile count find none and leave).
   p.tileClaim = a.tileClaim;
@@ -693,7 +697,7 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   if (p.lend != 0 && a.pipeline == 0 && a.tileClaim == nullptr && a.trace == nullptr) {
     DeviceLimits lim;
     NCCLCHECK(deviceLimits(&lim));
-    const int32_t budget = a.smBudget > 0 && a.smBudget < lim.sms ? a.smBudget : lim.sms;
+    const int32_t budget = budgetOf(a, lim.sms);
     if ((int64_t)p.tilesM * p.tilesN > budget && !capturing(stream)) {
       int dev = 0;
       CUDACHECK(cudaGetDevice(&dev));

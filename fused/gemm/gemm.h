@@ -121,11 +121,12 @@ struct GemmArgs {
   // wider than 128 columns as in cuBLAS's kernel for small K; 3 stages; plain GEMMs only: 16-bit D
   // through TMA stores, no groups, hooks, CTA pairs, SwiGLU, tile-by-tile D, tileClaim or stream-K;
   // measured slower than pipeline 3 at K = 512..4096, session 44), 5 = the deep ring lending
-  // its last stage of each tile to the epilogue (opt-in, experimental: 4 load stages as
-  // pipeline 1, and the whole half-tile staged at once as pipeline 2, in the kept stage and
-  // the 2 own boxes; the store threads hand the stage back once their stores read it; plain
-  // unpaired GEMMs with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D or
-  // stream-K; tileClaim too; storeWarps -1 or 1, regStores 0). (Session 46's half-depth stages,
+  // its last stage of each tile to the epilogue (what pipeline 0 runs where said above: 4 load
+  // stages as pipeline 1, and the whole half-tile staged at once as pipeline 2, in the tile's
+  // last stage once both consumer warpgroups are done with it and in the 2 own boxes; the
+  // producer reloads that stage once the store threads' stores read it; plain unpaired GEMMs
+  // with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D or stream-K; tileClaim
+  // too; storeWarps -1 or 1, regStores 0). (Session 46's half-depth stages,
   // once pipeline 5, measured slower everywhere and are gone.) Fused operators' compute roles
   // always run the deep ring.
   int32_t pipeline = 0;

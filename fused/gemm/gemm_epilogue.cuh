@@ -403,10 +403,10 @@ __device__ __forceinline__ void swigluAcc(float alpha, float (&acc)[128]) {
 }
 
 // A finished tile's accumulators to D (SwiGLU first for gated tiles). kStoreWarp, lent, lentPh
-// and the result: see epilogueTma (false: the caller releases a lent stage). kRegs: the kernel has
-// the register-store epilogue (GemmParams::regStores; the traced wide split and LendPipe leave it
-// out: with it, the traced wide split spilled 8 bytes, and buildParams never resolves regStores
-// for either).
+// and the result: see epilogueTma (false: the caller arrives on a lent stage's lentDone). kRegs:
+// the kernel has the register-store epilogue (GemmParams::regStores; the traced wide split and
+// LendPipe leave it out: with it, the traced wide split spilled 8 bytes, and buildParams never
+// resolves regStores for either).
 template <class Tr, bool kStoreWarp = false, bool kRegs = true>
 __device__ __forceinline__ bool tileEpilogue(const GemmParams& p,
                                              const SmemLayout<typename Tr::Pipe>& sm,

@@ -236,9 +236,17 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
   }
 }
 
+// Whether the kernel lends each tile's last stage to the epilogue: LendPipe, wherever the store
+// threads issue the stores (buildParams resolves storeWarps to 1 for it wherever D goes through
+// TMA stores; otherwise nothing is staged, nothing lent). Producer and consumers decide alike.
+template <class Tr>
+__device__ __forceinline__ bool lendsStage(const GemmParams& p) {
+  return Tr::Pipe::kLentBufs > 0 && p.storeWarps != 0;
+}
+
 // LendPipe's producer state: bit s of `held` says stage s's last use was a tile's last k-step,
 // whose stage the epilogue stages boxes in (wait for lentDone[s] before reloading it); bit s of
-// `parity` is the parity of lentDone[s]'s next phase. on: the kernel lends (p.storeWarps).
+// `parity` is the parity of lentDone[s]'s next phase. on: lendsStage.
 struct LentRing {
   bool on;
   uint32_t held;
@@ -303,8 +311,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
   int32_t stage = 0;
   uint32_t phase = 0;
   int32_t nth = 0;  // tiles walked (trace records)
-  // as the consumers decide (gemmConsumer)
-  LentRing lent{Tr::Pipe::kLentBufs > 0 && p.storeWarps != 0, 0u, 0u};
+  LentRing lent{lendsStage<Tr>(p), 0u, 0u};
   int32_t t = kDyn ? atomicAdd(p.tileClaim, 1) : cta / Tr::kCluster;
   for (; t < numTiles; t = kDyn ? atomicAdd(p.tileClaim, 1) : t + nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
@@ -403,12 +410,11 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
 // One tile's main loop over k-steps [kb, ke) (a stream-K item's, or the whole tile): each
 // stage's wgmmas, the stage released once the next one's are issued; returns with every wgmma
 // done and every stage released (stage, phase advanced). lent (LendPipe): gets the last stage
-// and the parity of its `empty` phase that these releases complete (gemm_epilogue.cuh). kDyn:
-// the caller waited for the first
-// stage (it read the tile's word there). Static schedule: returns the abort verdict of the
-// tile's first stage word; dynamic: false (the caller read it). waited (traced: every thread
-// counts, thread 0's count is stored): gets the cycles of the full waits after the first
-// k-step's.
+// and the parity of its `empty` phase that these releases complete (gemm_epilogue.cuh).
+// kDyn: the caller waited for the first stage (it read the tile's word there). Static schedule:
+// returns the abort verdict of the tile's first stage word; dynamic: false (the caller read it).
+// waited (traced: every thread counts, thread 0's count is stored): gets the cycles of the full
+// waits after the first k-step's.
 template <class Tr, bool kDyn>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
@@ -533,11 +539,9 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   constexpr bool kSK = Tr::kStreamK;
   static_assert(!kSK || !kDyn, "stream-K walks the static schedule");
   // LendPipe: the tile's last stage holds part of the epilogue's staging; only the store
-  // threads can say when their stores have read it (buildParams resolves storeWarps to 1 for
-  // pipeline 5 wherever D goes through TMA stores; otherwise nothing is staged, nothing lent:
-  // the producer decides the same way).
+  // threads can say when their stores have read it.
   static_assert(Tr::Pipe::kLentBufs == 0 || kStoreWarp, "LendPipe runs with store threads");
-  const bool lend = Tr::Pipe::kLentBufs > 0 && p.storeWarps != 0;
+  const bool lend = lendsStage<Tr>(p);
   SkWalk walk;
   if constexpr (kSK) skWalkBegin(p.sk, cta, &walk);
   int32_t nth = 0;  // tiles walked (trace records)

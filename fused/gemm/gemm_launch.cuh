@@ -23,8 +23,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemmKernel(const __grid_constant_
 }
 
 // The traced kernels exist for the plain walks only (canImplement refuses the others); CTA
-// pairs with the deep ring only (the traced wide pairs spilled 12 bytes,
-// sessions 43 and 45; gemm.cu tracedPairsBuilt says which pipelines these are).
+// pairs with the deep ring only (the traced wide pairs spilled 12 bytes, sessions 43 and 45;
+// gemm.cu tracedPairsBuilt says which pipelines these are).
 template <class Tr>
 constexpr bool kTraceable = !Tr::kStreamK && !Tr::kGrouped && !Tr::kGated &&
                             (Tr::kCluster == 1 || std::is_same<typename Tr::Pipe, DeepPipe>::value);
