@@ -139,7 +139,7 @@ bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
          (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) && a.pipeline != 4 &&
-         a.pipeline != 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
+         a.pipeline < 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
          h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
          (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
@@ -158,7 +158,8 @@ bool anyHook(const GemmHooks& h) {
 }
 
 // The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
-// 5: the deep ring lending its last stage to the epilogue): 16-bit D; no groups, SwiGLU,
+// 5: the deep ring lending its last stage to the epilogue, 6 and 7: the carried epilogue):
+// 16-bit D; no groups, SwiGLU,
 // tile-by-tile D, CTA pairs, stream-K or fused-operator hooks. False with the refusal, naming
 // the pipeline `name`, in *why.
 bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why) {
@@ -184,8 +185,8 @@ const char* streamKConflict(const GemmArgs& a) {
     return "streamK takes no fused-operator hooks (rowReady, tileDone, tileOrder, rowBlockOffset, "
            "seqBase): a split tile has no single producer or publisher";
   if (a.pipeline >= 3)
-    return "streamK does not run with the ping-pong consumers (pipeline 3 or 4) or the lent "
-           "stage (pipeline 5)";
+    return "streamK does not run with the ping-pong consumers (pipeline 3 or 4), the lent "
+           "stage (pipeline 5) or the carried epilogue (pipelines 6, 7)";
   if (a.cluster == 2) return "streamK does not run with cluster=2 (CTA pairs)";
   if (a.tileClaim != nullptr) return "streamK walks the static schedule (no tileClaim)";
   if (a.trace != nullptr) return "streamK is not traced (GemmArgs::trace)";
@@ -423,21 +424,26 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
-  if (a.pipeline < 0 || a.pipeline > 5)
+  if (a.pipeline < 0 || a.pipeline > 7)
     return fail(why,
                 "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide), 3 (ping-pong), 4 "
-                "(ping-pong, 192-column units) or 5 (deep ring, lent stage)",
+                "(ping-pong, 192-column units), 5 (deep ring, lent stage), 6 (deep ring, carried "
+                "epilogue, packed) or 7 (deep ring, carried epilogue, fp32)",
                 a.pipeline);
-  if (a.pipeline == 5) {
-    // LendPipe: plain unpaired GEMMs with B [N,K] (the variants built); only the store threads
-    // hand the lent stage back, so the consumers may not issue the stores themselves.
-    if (!plainPipelineOk(a, "pipeline 5 (deep ring, lent stage)", why)) return false;
-    if (a.bLayout != BLayout::kNK)
-      return fail(why, "pipeline 5 (deep ring, lent stage) takes B as [N,K] only");
+  if (a.pipeline >= 5) {
+    // LendPipe and CarryPipe: plain unpaired GEMMs with B [N,K] (the variants built); only the
+    // store threads hand the lent stage back (5), or take a carried half's stores inside the
+    // next tile's main loop (6, 7), so the consumers may not issue the stores themselves.
+    const char* name = a.pipeline == 5   ? "pipeline 5 (deep ring, lent stage)"
+                       : a.pipeline == 6 ? "pipeline 6 (deep ring, carried epilogue, packed)"
+                                         : "pipeline 7 (deep ring, carried epilogue, fp32)";
+    if (!plainPipelineOk(a, name, why)) return false;
+    if (a.bLayout != BLayout::kNK) return fail(why, "%s takes B as [N,K] only", name);
     if (a.storeWarps == 0 || a.regStores == 1)
       return fail(why,
-                  "pipeline 5 (deep ring, lent stage) stores through its store threads: "
-                  "storeWarps 0 and regStores 1 do not apply");
+                  "%s stores through its store threads: storeWarps 0 and regStores 1 do not "
+                  "apply",
+                  name);
   }
   if (a.pipeline == 4) {
     // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
@@ -538,7 +544,7 @@ bool canImplement(const GemmArgs& a, std::string* why) {
 // GEMMs with B [N,K] and a 16-bit D at K <= kWideMaxK (where the wide split ran before), which
 // pipeline 5's rules (canImplement) allow.
 bool autoLend(const GemmArgs& a) {
-  return a.pipeline == 0 && MK_PARAM_INT(GemmAutoLend) == 1 && a.dType != DType::kF32 &&
+  return a.pipeline == 0 && MK_PARAM_INT(GemmAutoLend) != 0 && a.dType != DType::kF32 &&
          a.bLayout == BLayout::kNK && a.K <= kWideMaxK && a.groups.num == 0 && !a.swiglu &&
          !a.dTiled && !anyHook(a.hooks) && a.storeWarps != 0 && a.regStores == 0 &&
          resolvedCluster(a) == 1 && !resolvedStreamK(a);
@@ -612,12 +618,16 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.grpCount = a.groups.rowCount;
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
-  const bool lend = a.pipeline == 5 || autoLend(a);
-  p.wide =
-      !lend && (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));
+  // MKERNEL_GEMM_AUTO_LEND 1: the lent stage; 2, 3: the carried epilogue (pipeline 6, 7).
+  const int64_t autoKind = autoLend(a) ? MK_PARAM_INT(GemmAutoLend) : 0;
+  const int32_t carry = a.pipeline == 6 || autoKind == 2 ? 1 : (a.pipeline == 7 || autoKind == 3 ? 2 : 0);
+  const bool lend = a.pipeline == 5 || autoKind == 1;
+  p.wide = !lend && carry == 0 &&
+           (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
   p.lend = lend ? 1 : 0;
+  p.carry = carry;
   p.D = a.D;
   p.ldd = effLdd(a);
   p.C = a.C != nullptr ? a.C : a.D;
@@ -641,7 +651,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.traceCtas = a.traceCtas;
   // The lent stage at every K: only its store threads say when it is read (canImplement).
   const bool storeWarps =
-      a.storeWarps == 1 || lend || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
+      a.storeWarps == 1 || lend || carry != 0 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
   // Not the ping-pong consumers (their own epilogue), nor the traced wide split (whose kernel
   // leaves the register stores out: gemm_epilogue.cuh tileEpilogue).
   p.regStores = a.regStores == 1 && regStorable(a) && a.pipeline != 3 && a.pipeline != 4 &&
@@ -694,7 +704,8 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   // after the median one at 8192 x 8192 x 1024, session 47). Not under capture (a graph could be
   // replayed on another stream, concurrently with this stream's launches on the same counter),
   // nor traced (a CTA's records are sized for the static walk).
-  if (p.lend != 0 && a.pipeline == 0 && a.tileClaim == nullptr && a.trace == nullptr) {
+  if ((p.lend != 0 || p.carry != 0) && a.pipeline == 0 && a.tileClaim == nullptr &&
+      a.trace == nullptr) {
     DeviceLimits lim;
     NCCLCHECK(deviceLimits(&lim));
     const int32_t budget = budgetOf(a, lim.sms);

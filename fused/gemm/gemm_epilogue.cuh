@@ -66,21 +66,32 @@ __device__ __forceinline__ uint32_t packOut(float alpha, float a, float b) {
 // One 64-column box of a warp's 16 rows into 128B-swizzled staging with stmatrix: one
 // instruction stores a lane's pairs of two 8-column groups, both row halves (matrix q =
 // lane / 8: group j + q / 2, rows 8 * (q % 2) of the warp's 16), a quarter of the st.shared
-// count (the consumers' tensor cores idle through this). acc: the box's 32 accumulators.
-template <DType kOut, bool kUnitAlpha>
-__device__ __forceinline__ void stageBoxStmatrix(uint8_t* buf, const float* acc, float alpha,
-                                                 int32_t warp, int32_t lane) {
+// count (the consumers' tensor cores idle through this). pk: the box's 32 accumulators as 16
+// packed pairs (pk[i] from accumulators 2i, 2i + 1).
+__device__ __forceinline__ void stageBoxPacked(uint8_t* buf, const uint32_t* pk, int32_t warp,
+                                               int32_t lane) {
   const int q = lane >> 3, row = warp * 16 + 8 * (q & 1) + (lane & 7);
 #pragma unroll
   for (int j = 0; j < 8; j += 2) {
-    const int ib = j * 4;            // accumulators of groups j and j + 1
     const int chunk = j + (q >> 1);  // this lane's row address: its 16-byte chunk
-    ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)),
-                    packOut<kOut, kUnitAlpha>(alpha, acc[ib + 0], acc[ib + 1]),
-                    packOut<kOut, kUnitAlpha>(alpha, acc[ib + 2], acc[ib + 3]),
-                    packOut<kOut, kUnitAlpha>(alpha, acc[ib + 4], acc[ib + 5]),
-                    packOut<kOut, kUnitAlpha>(alpha, acc[ib + 6], acc[ib + 7]));
+    ptx::stmatrixX4(ptx::smemAddr(buf + row * 128 + ((chunk ^ (row & 7)) << 4)), pk[2 * j],
+                    pk[2 * j + 1], pk[2 * j + 2], pk[2 * j + 3]);
   }
+}
+
+// A box's 32 accumulators packed into 16 pairs of D's type.
+template <DType kOut, bool kUnitAlpha>
+__device__ __forceinline__ void packBox(uint32_t* pk, const float* acc, float alpha) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) pk[i] = packOut<kOut, kUnitAlpha>(alpha, acc[2 * i], acc[2 * i + 1]);
+}
+
+template <DType kOut, bool kUnitAlpha>
+__device__ __forceinline__ void stageBoxStmatrix(uint8_t* buf, const float* acc, float alpha,
+                                                 int32_t warp, int32_t lane) {
+  uint32_t pk[16];
+  packBox<kOut, kUnitAlpha>(pk, acc, alpha);
+  stageBoxPacked(buf, pk, warp, lane);
 }
 
 // ---- store warps (GemmParams::storeWarps) ---------------------------------------------------
@@ -308,6 +319,93 @@ __device__ __forceinline__ bool epilogueTma(const GemmParams& p,
     nStores += valid;
   }
   return handed;
+}
+
+// ---- carried epilogue (CarryPipe: GemmArgs::pipeline 6, 7) ---------------------------------
+// A tile's epilogue stages its first two boxes (the own staging) and posts them to the store
+// thread; the last two stay in registers (`Carry`: packed, or as fp32 accumulators) and are
+// staged by carryStage in the next tile's main loop, after that tile's second k-step is issued,
+// when the store thread has long read the first two (its wait then rarely blocks), or after the
+// walk's last tile. The store thread's protocol is unchanged: posts of kGroup = 2 boxes, each
+// waited for by bulkWaitRead<0> before the staging is free again.
+
+// The carried half of a warpgroup's tile: its position, the boxes left (0: none) and their
+// registers.
+template <int kCarry>
+struct Carried {
+  static constexpr int kRegs = kCarry == 2 ? 64 : 32;
+  int32_t m0, n0, count;
+  uint32_t r[kRegs];  // kCarry 1: 2 boxes x 16 packed pairs; 2: 64 accumulators' bits
+};
+
+// The epilogue of a finished tile (16-bit D through TMA stores and store threads): boxes 0 and
+// 1 staged and posted, boxes 2 and 3 (those inside N) kept in `c`. Nothing when the warpgroup's
+// half-tile is past M.
+template <class Tr, bool kUnitAlpha>
+__device__ __forceinline__ void carryEpilogue(const GemmParams& p,
+                                              const SmemLayout<typename Tr::Pipe>& sm,
+                                              const float (&acc)[128], int32_t wg, int32_t m0,
+                                              int32_t n0, uint32_t* posts,
+                                              Carried<Tr::Pipe::kCarry>& c, uint64_t* rec) {
+  constexpr int kEC = Tr::kBoxCols, kHalf = Tr::kBufs;
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  c.count = 0;
+  if (m0 + 64 * wg >= p.M) return;  // uniform over the warpgroup
+  const int32_t boxes = min(Tr::kChunks, (p.N - n0 + kEC - 1) / kEC);  // n0 < N
+  const int32_t first = min(kHalf, boxes);
+  ptx::mbarWait(storeBar(sm, 1, wg), *posts & 1);
+  if (rec != nullptr) rec[4] = (uint64_t)clock64();
+#pragma unroll
+  for (int g = 0; g < kHalf; ++g) {
+    if (g >= first) break;
+    stageBoxStmatrix<Tr::kOutType, kUnitAlpha>(stagingBox(sm, wg, g, -1), acc + g * kEC / 2,
+                                               p.alpha, warp, lane);
+  }
+  if (rec != nullptr) rec[5] = (uint64_t)clock64();
+  ptx::fenceProxyAsyncShared();
+  postStores(sm, wg, first, n0, m0, 0, 0, -1, posts);
+  if (rec != nullptr) rec[6] = (uint64_t)clock64();
+  if (boxes <= kHalf) return;
+  c.m0 = m0;
+  c.n0 = n0;
+  c.count = boxes - kHalf;
+  const float* rest = acc + kHalf * kEC / 2;
+  if constexpr (Tr::Pipe::kCarry == 1) {
+#pragma unroll
+    for (int g = 0; g < kHalf; ++g)
+      packBox<Tr::kOutType, kUnitAlpha>(c.r + 16 * g, rest + 32 * g, p.alpha);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) c.r[i] = __float_as_uint(kUnitAlpha ? rest[i] : p.alpha * rest[i]);
+  }
+}
+
+// The carried boxes staged and posted (the caller: the next tile's main loop, or the end of
+// the walk); nothing when none are carried.
+template <class Tr>
+__device__ __forceinline__ void carryStage(const SmemLayout<typename Tr::Pipe>& sm, int32_t wg,
+                                           uint32_t* posts, Carried<Tr::Pipe::kCarry>& c) {
+  constexpr int kHalf = Tr::kBufs;
+  if (c.count == 0) return;
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  ptx::mbarWait(storeBar(sm, 1, wg), *posts & 1);
+#pragma unroll
+  for (int g = 0; g < kHalf; ++g) {
+    if (g >= c.count) break;
+    if constexpr (Tr::Pipe::kCarry == 1) {
+      stageBoxPacked(stagingBox(sm, wg, g, -1), c.r + 16 * g, warp, lane);
+    } else {
+      uint32_t pk[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        pk[i] = pack2<Tr::kOutType>(__uint_as_float(c.r[32 * g + 2 * i]),
+                                    __uint_as_float(c.r[32 * g + 2 * i + 1]));
+      stageBoxPacked(stagingBox(sm, wg, g, -1), pk, warp, lane);
+    }
+  }
+  ptx::fenceProxyAsyncShared();
+  postStores(sm, wg, c.count, c.n0, c.m0, kHalf, 0, -1, posts);
+  c.count = 0;
 }
 
 // A 4x4 transpose of 32-bit words across a quad of lanes (q = lane & 3): before, v[t] is

@@ -57,10 +57,13 @@ struct Traits {
   // Staging boxes of a consumer WG: its own, then those in the lent stage (LendPipe).
   static constexpr int kBufs = Pipe::kStoreBufs + Pipe::kLentBufs;
   // Chunks written between two barriers of the epilogue: all of them when the staging holds
-  // a whole half-tile (the previous tile's stores are long done reading it), else one.
-  static constexpr int kGroup = kBufs >= kChunks ? kChunks : 1;
-  static_assert(kBufs >= 2 * kGroup || kGroup == kChunks,
+  // a whole half-tile (the previous tile's stores are long done reading it), else one;
+  // CarryPipe: a post per half of the half-tile (the carried half's long after the first).
+  static constexpr int kGroup = Pipe::kCarry > 0 ? kBufs : (kBufs >= kChunks ? kChunks : 1);
+  static_assert(kBufs >= 2 * kGroup || kGroup == kChunks || Pipe::kCarry > 0,
                 "partial staging must hold two groups (double buffering)");
+  static_assert(Pipe::kCarry == 0 || (kChunks == 2 * kBufs && !kGated),
+                "the carried epilogue splits a plain 16-bit half-tile in two halves");
   // The store thread says a lent stage is read after the one post of the tile.
   static_assert(Pipe::kLentBufs == 0 || kGroup == kChunks,
                 "lent boxes: the half-tile staged whole, in one post");
@@ -398,6 +401,11 @@ __device__ __forceinline__ void publishTile(const GemmParams& p, int32_t id, int
 // which multicasts into this CTA's copy of the stage) may reload it. Called by every lane; one
 // arrive per warp and CTA: for pairs lane r arrives on CTA r's barrier, both in one instruction
 // (not two in a row from lane 0, in the path to the warp's next wgmma).
+// No work inside the main loop (tileMainLoop's mid).
+struct NoMid {
+  __device__ void operator()(int32_t, int32_t) const {}
+};
+
 template <class Tr>
 __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
   if constexpr (Tr::kCluster == 2) {
@@ -414,14 +422,16 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
 // kDyn: the caller waited for the first stage (it read the tile's word there). Static schedule:
 // returns the abort verdict of the tile's first stage word; dynamic: false (the caller read it).
 // waited (traced: every thread counts, thread 0's count is stored): gets the cycles of the full
-// waits after the first k-step's.
-template <class Tr, bool kDyn>
+// waits after the first k-step's. mid(i, n): called after the i-th of the n k-steps is issued
+// (and the stage before it released), while its wgmmas run (CarryPipe stages the previous
+// tile's carried boxes there).
+template <class Tr, bool kDyn, class Mid = NoMid>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
                                              int32_t& stage, uint32_t& phase,
                                              uint32_t* waited = nullptr, int32_t* lent = nullptr,
-                                             uint32_t* lentPh = nullptr) {
+                                             uint32_t* lentPh = nullptr, Mid&& mid = Mid{}) {
   bool aborted = false;
   int32_t prev = 0;
   uint32_t prevPh = 0;
@@ -454,6 +464,7 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
     ptx::wgmmaWait<1>();
     ptx::fenceAccumulators(acc);
     if (k > kb) releaseStage<Tr>(&sm.empty[prev], lane);
+    mid(k - kb, ke - kb);
     prev = stage;
     prevPh = phase;
     if (++stage == Tr::Pipe::kStages) {
@@ -542,6 +553,22 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   // threads can say when their stores have read it.
   static_assert(Tr::Pipe::kLentBufs == 0 || kStoreWarp, "LendPipe runs with store threads");
   const bool lend = lendsStage<Tr>(p);
+  // CarryPipe: the half-tile's second half carried into the next tile's main loop, where the
+  // store threads take the TMA stores, with beta 0 (else the kernel runs as the deep ring: its
+  // epilogue reads C).
+  constexpr int kCarry = Tr::Pipe::kCarry;
+  [[maybe_unused]] const bool carry =
+      kCarry > 0 && kStoreWarp && p.storeWarps != 0 && p.beta == 0.0f;
+  Carried<kCarry == 0 ? 1 : kCarry> carried;
+  carried.count = 0;
+  // After the second k-step's wgmmas are issued (the only one with a single k-step): the
+  // first k-step's wait for its stage is then behind, and the store thread has had the
+  // first boxes' post for the time of one k-step more.
+  [[maybe_unused]] auto stageCarried = [&](int32_t i, int32_t n) {
+    if constexpr (kCarry > 0) {
+      if (i == (n > 1 ? 1 : 0)) carryStage<Tr>(sm, wg, &posts, carried);
+    }
+  };
   SkWalk walk;
   if constexpr (kSK) skWalkBegin(p.sk, cta, &walk);
   int32_t nth = 0;  // tiles walked (trace records)
@@ -579,9 +606,17 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     uint32_t waited = 0;
     int32_t lent = -1;
     uint32_t lentPh = 0;
-    if (tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
-                               kTrace ? &waited : nullptr, lend ? &lent : nullptr, &lentPh))
-      aborted = true;
+    bool mainAborted;
+    if constexpr (kCarry > 0) {
+      mainAborted = tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
+                                           kTrace ? &waited : nullptr, nullptr, nullptr,
+                                           stageCarried);
+    } else {
+      mainAborted = tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
+                                           kTrace ? &waited : nullptr, lend ? &lent : nullptr,
+                                           &lentPh);
+    }
+    if (mainAborted) aborted = true;
     if (rec != nullptr) {
       rec[2] = (uint64_t)clock64();
       rec[7] = waited;
@@ -597,17 +632,30 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     }
     if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
 
-    constexpr bool kRegs = !(kTrace && Tr::Pipe::kStoreBufs >= 4) && Tr::Pipe::kLentBufs == 0;
-    if (!tileEpilogue<Tr, kStoreWarp, kRegs>(p, sm, acc, wg, m0, n0, nStores, rec, &posts, lent,
-                                             lentPh) &&
-        lent >= 0 && tid == 0)
+    constexpr bool kRegs =
+        !(kTrace && Tr::Pipe::kStoreBufs >= 4) && Tr::Pipe::kLentBufs == 0 && kCarry == 0;
+    if constexpr (kCarry > 0) {
+      if (carry) {
+        if (p.alpha == 1.0f) {
+          carryEpilogue<Tr, true>(p, sm, acc, wg, m0, n0, &posts, carried, rec);
+        } else {
+          carryEpilogue<Tr, false>(p, sm, acc, wg, m0, n0, &posts, carried, rec);
+        }
+      } else {
+        tileEpilogue<Tr, kStoreWarp, kRegs>(p, sm, acc, wg, m0, n0, nStores, rec, &posts);
+      }
+    } else if (!tileEpilogue<Tr, kStoreWarp, kRegs>(p, sm, acc, wg, m0, n0, nStores, rec, &posts,
+                                                    lent, lentPh) &&
+               lent >= 0 && tid == 0) {
       ptx::mbarArrive(lentDone(sm, lent));  // nothing of this WG staged there
+    }
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     pending = mBlk * p.tilesN + nBlk;
   }
   // Both WGs leave the loop at the same tile (the abort verdict is per stage), so the
   // barrier inside publishTile is reached by all 256 consumer threads.
   if (p.hooks.tileDone != nullptr && pending >= 0) publishTile(p, pending, wg);
+  if constexpr (kCarry > 0) carryStage<Tr>(sm, wg, &posts, carried);  // the last tile's
   if (kStoreWarp && p.storeWarps != 0) {
     // The store thread's end: a post of no boxes, once it handed the staging back.
     ptx::mbarWait(storeBar(sm, 1, wg), posts & 1);

@@ -112,17 +112,18 @@ TEST(GemmSmall, TailsBetaBothLayouts) {
       // One CTA (or one CTA pair) for all tiles, each pipeline: stages are given back and
       // loaded again, the pattern racecheck needs to see the stage handshake (one tile per CTA
       // reuses none); pairs: the partner's multicasts and remote releases too.
-      for (int pipeline : {1, 2, 3, 4, 5})
+      for (int pipeline : {1, 2, 3, 4, 5, 6, 7})
         for (int cluster : {1, 2}) {
           // the wide split, the ping-pong consumers and pairs are 16-bit D only; the 192-column
-          // ping-pong units and the lent stage are never paired; the lent stage takes B [N,K]
-          // only (M = 129: the second row block's second warpgroup stages nothing and hands
-          // its lent stage back itself)
+          // ping-pong units, the lent stage and the carried epilogue are never paired and the
+          // last two take B [N,K] only (M = 129: the second row block's second warpgroup
+          // stages nothing and hands its lent stage back itself; the carried epilogue runs as
+          // the deep ring with beta != 0, so beta 0 below too)
           if ((pipeline >= 2 || cluster == 2) && dt == DType::kF32) continue;
           if (pipeline >= 4 && cluster == 2) continue;
-          if (pipeline == 5 && bl != BLayout::kNK) continue;
+          if (pipeline >= 5 && bl != BLayout::kNK) continue;
           Problem q(129, 264, 72, bl, DType::kBF16, dt);
-          q.beta = 0.5f;
+          q.beta = pipeline >= 6 ? 0.0f : 0.5f;
           SCOPED_TRACE("budget " + std::to_string(cluster) + ", pipeline " +
                        std::to_string(pipeline) + ", cluster " + std::to_string(cluster));
           EXPECT_EQ(runAndCheck(q, seed + pipeline,
@@ -307,21 +308,25 @@ TEST(GemmCorrectness, BudgetsAndTileOrders) {
 TEST(GemmCorrectness, BothPipelines) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
-  const int shapes[][3] = {{300, 300, 136}, {513, 1100, 1024}, {256, 2048, 4160}, {129, 72, 64}};
+  // 257 x 440: one row of the last row block; the last column block's half-tile is 3 boxes (the
+  // carried epilogue carries one).
+  const int shapes[][3] = {{300, 300, 136}, {513, 1100, 1024}, {256, 2048, 4160}, {129, 72, 64},
+                           {257, 440, 200}};
   int n = 0;
   for (auto& s : shapes)
     for (DType dt : {DType::kBF16, DType::kF16})
       for (BLayout bl : kLayouts)
-        for (int pipeline : {1, 2, 3, 4, 5})
+        for (int pipeline : {1, 2, 3, 4, 5, 6, 7})
           for (int budget : {0, 3}) {
-            // pipeline 4 stores through TMA only (16-byte rows: N % 8 == 0 here); pipeline 5
-            // (the lent stage) takes B [N,K] only
+            // pipeline 4 stores through TMA only (16-byte rows: N % 8 == 0 here); pipelines 5-7
+            // (the lent stage, the carried epilogue) take B [N,K] only
             if (pipeline == 4 && s[1] % 8 != 0) continue;
-            if (pipeline == 5 && bl != BLayout::kNK) continue;
+            if (pipeline >= 5 && bl != BLayout::kNK) continue;
             // B[K,N] needs 16-byte rows: pad ldb when N is not a multiple of 8.
             const int64_t padB = bl == BLayout::kKN ? (8 - s[1] % 8) % 8 : 0;
             Problem p(s[0], s[1], s[2], bl, DType::kBF16, dt, 0, padB, 0);
             p.beta = (n % 3 == 0) ? 0.5f : 0.0f;
+            p.alpha = (n % 4 == 1) ? -0.75f : 1.0f;  // the epilogues' unit-alpha paths and not
             SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline) + " budget " +
                          std::to_string(budget));
             EXPECT_EQ(runAndCheck(p, seed + (++n),

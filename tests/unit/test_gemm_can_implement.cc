@@ -116,8 +116,8 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.hooks.rowsPerFlag = 0;
   expectReject(a, "rowsPerFlag");
   a = good();
-  a.pipeline = 6;
-  expectReject(a, "pipeline=6");
+  a.pipeline = 8;
+  expectReject(a, "pipeline=8");
   a = good();
   a.pipeline = 2;
   a.dType = DType::kF32;
@@ -310,7 +310,7 @@ TEST(GemmCanImplement, PingPong192Rules) {
   a.ldd = a.N + 4;  // 8-byte padding: only the direct epilogue could store it
   expectReject(a, "stores D through TMA only");
   a.ldd = 0;
-  a.pipeline = 6;
+  a.pipeline = 8;
   expectReject(a, "must be 0 (automatic)");
   a.pipeline = 4;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
@@ -435,13 +435,12 @@ TEST(GemmCanImplement, TraceRules) {
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
-// The deep ring lending its last stage to the epilogue (GemmArgs::pipeline 5): plain unpaired
-// GEMMs with B [N,K] and 16-bit D, whose stores go through the store threads (storeWarps -1 or
-// 1, regStores 0), traced too; everything else refused by name.
-TEST(GemmCanImplement, LentStageRules) {
+namespace {
+void lentStageRules(int pipeline) {
+  SCOPED_TRACE("pipeline " + std::to_string(pipeline));
   std::string why;
   GemmArgs a = good();
-  a.pipeline = 5;
+  a.pipeline = pipeline;
   a.bLayout = BLayout::kNK;
   for (int cl : {0, 1})
     for (int sw : {-1, 1}) {
@@ -466,7 +465,7 @@ TEST(GemmCanImplement, LentStageRules) {
   expectReject(a, "stores through its store threads");
   a.regStores = 0;
   a.streamK = 1;
-  expectReject(a, "pipeline 5");  // by its rule or by stream-K's
+  expectReject(a, ("pipeline " + std::to_string(pipeline)).c_str());  // its rule or stream-K's
   a.streamK = 0;
   a.hooks.rowBlockOffset = 1;
   expectReject(a, "takes no fused-operator hooks");
@@ -477,6 +476,18 @@ TEST(GemmCanImplement, LentStageRules) {
   a.traceTiles = 4;
   a.traceCtas = 2;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+}
+}  // namespace
+
+// The deep ring lending its last stage to the epilogue (GemmArgs::pipeline 5) and carrying
+// half of its epilogue into the next tile (6, 7): plain unpaired GEMMs with B [N,K] and 16-bit
+// D, whose stores go through the store threads (storeWarps -1 or 1, regStores 0), traced too;
+// everything else refused by name.
+TEST(GemmCanImplement, LentStageRules) {
+  for (int pipeline : {5, 6, 7}) lentStageRules(pipeline);
+  GemmArgs a = good();
+  a.pipeline = 8;
+  expectReject(a, "pipeline=8 must be");
 }
 
 // GemmArgs::regStores is a request (0 or 1), honoured where D allows it (buildParams): every
