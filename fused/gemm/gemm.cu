@@ -438,12 +438,12 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                        : a.pipeline == 6 ? "pipeline 6 (deep ring, carried epilogue, packed)"
                                          : "pipeline 7 (deep ring, carried epilogue, fp32)";
     if (!plainPipelineOk(a, name, why)) return false;
-    if (a.bLayout != BLayout::kNK) return fail(why, "%s takes B as [N,K] only", name);
+    const std::string n = name;
+    if (a.bLayout != BLayout::kNK) return fail(why, (n + " takes B as [N,K] only").c_str());
     if (a.storeWarps == 0 || a.regStores == 1)
-      return fail(why,
-                  "%s stores through its store threads: storeWarps 0 and regStores 1 do not "
-                  "apply",
-                  name);
+      return fail(why, (n + " stores through its store threads: storeWarps 0 and regStores 1 "
+                            "do not apply")
+                           .c_str());
   }
   if (a.pipeline == 4) {
     // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
