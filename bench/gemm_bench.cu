@@ -49,9 +49,9 @@
 // stage too, checked against cuBLAS ('claimed tiles' line); with --trace both are traced: whether
 // the static schedule's uneven CTA ends (the trace's tail) cost what cuBLAS does not lose.
 // --carry also times the deep ring carrying the second half of each tile's epilogue into the
-// next tile's main loop (GemmArgs::pipeline 6: packed, 7: fp32), with --claim on claimed tiles
-// too, checked against cuBLAS on the first operand set ('carried epilogue' line); with --trace
-// both are traced (B [N,K] only: ignored with --layout kn).
+// next tile's main loop (GemmArgs::pipeline 6), with --claim on claimed tiles too, checked
+// against cuBLAS on the first operand set ('carried epilogue' line); with --trace it is traced
+// (B [N,K] only: ignored with --layout kn).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -218,8 +218,7 @@ int main(int argc, char** argv) {
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
         b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
-        lendMaxdiff, claim, claimLend, claimMaxdiff, carry6, carry7, claimCarry6, claimCarry7,
-        carryMaxdiff;
+        lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryMaxdiff;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -352,10 +351,10 @@ int main(int argc, char** argv) {
       zeroClaims();
       hmaxClaim = pingDiff(1, 0);
       if (lend) hmaxClaim = std::max(hmaxClaim, pingDiff(1, 5));
-      if (carry) hmaxClaim = std::max(hmaxClaim, std::max(pingDiff(1, 6), pingDiff(1, 7)));
+      if (carry) hmaxClaim = std::max(hmaxClaim, pingDiff(1, 6));
       claimNext = false;
     }
-    const float hmaxCarry = carry ? std::max(pingDiff(1, 6), pingDiff(1, 7)) : 0.0f;
+    const float hmaxCarry = carry ? pingDiff(1, 6) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {
       hmaxReg = std::max(pingDiff(1, 0, 1), pingDiff(1, 1, 1));
@@ -424,8 +423,7 @@ int main(int argc, char** argv) {
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
-        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry6, tCarry7, tClaimCarry6,
-        tClaimCarry7;
+        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -450,19 +448,13 @@ int main(int argc, char** argv) {
       }
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
       if (lend) tLend.push_back(timeOne([&] { runEngine(0, D, 5); }));
-      if (carry) {
-        tCarry6.push_back(timeOne([&] { runEngine(0, D, 6); }));
-        tCarry7.push_back(timeOne([&] { runEngine(0, D, 7); }));
-      }
+      if (carry) tCarry.push_back(timeOne([&] { runEngine(0, D, 6); }));
       if (claim) {
         zeroClaims();  // outside the timed windows
         claimNext = true;
         tClaim.push_back(timeOne([&] { runEngine(0, D, 0, 1); }));
         if (lend) tClaimLend.push_back(timeOne([&] { runEngine(0, D, 5, 1); }));
-        if (carry) {
-          tClaimCarry6.push_back(timeOne([&] { runEngine(0, D, 6, 1); }));
-          tClaimCarry7.push_back(timeOne([&] { runEngine(0, D, 7, 1); }));
-        }
+        if (carry) tClaimCarry.push_back(timeOne([&] { runEngine(0, D, 6, 1); }));
         claimNext = false;
       }
       if (regStores) {
@@ -517,10 +509,8 @@ int main(int argc, char** argv) {
     row.claim = tf(median(tClaim));
     row.claimLend = tf(median(tClaimLend));
     row.claimMaxdiff = hmaxClaim;
-    row.carry6 = tf(median(tCarry6));
-    row.carry7 = tf(median(tCarry7));
-    row.claimCarry6 = tf(median(tClaimCarry6));
-    row.claimCarry7 = tf(median(tClaimCarry7));
+    row.carry = tf(median(tCarry));
+    row.claimCarry = tf(median(tClaimCarry));
     row.carryMaxdiff = hmaxCarry;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
@@ -577,10 +567,9 @@ int main(int argc, char** argv) {
       if (claim) traced.push_back({0, -1, 1, "engine, claimed tiles", 0, {}, true});
       if (claim && lend)
         traced.push_back({5, -1, 1, "deep, lent stage, claimed tiles", 0, {}, true});
-      if (carry) traced.push_back({6, -1, 1, "deep, carried epilogue (packed)", 0, {}});
-      if (carry) traced.push_back({7, -1, 1, "deep, carried epilogue (fp32)", 0, {}});
+      if (carry) traced.push_back({6, -1, 1, "deep, carried epilogue", 0, {}});
       if (claim && carry)
-        traced.push_back({6, -1, 1, "carried epilogue (packed), claimed tiles", 0, {}, true});
+        traced.push_back({6, -1, 1, "carried epilogue, claimed tiles", 0, {}, true});
       if (regStores && pairs)
         traced.push_back({1, -1, 2, "CTA pairs, deep, register stores", 1, {}});
       for (TraceVariant& v : traced) {
@@ -641,12 +630,10 @@ int main(int argc, char** argv) {
           row.claimLend / row.best, row.claimMaxdiff);
     if (carry)
       printf(
-          "  %5d x %5d x %5d: carried epilogue: packed %6.1f (%.3f of best; %.3f of the engine)  "
-          "fp32 %6.1f (%.3f of best; %.3f of the engine)  claimed: packed %6.1f (%.3f of best)  "
-          "fp32 %6.1f (%.3f of best)  maxreldiff %.2e\n",
-          sh.M, sh.N, sh.K, row.carry6, row.carry6 / row.best, row.carry6 / row.eng, row.carry7,
-          row.carry7 / row.best, row.carry7 / row.eng, row.claimCarry6, row.claimCarry6 / row.best,
-          row.claimCarry7, row.claimCarry7 / row.best, row.carryMaxdiff);
+          "  %5d x %5d x %5d: carried epilogue %6.1f (%.3f of best; %.3f of the engine)  "
+          "claimed tiles %6.1f (%.3f of best; %.3f of the engine)  maxreldiff %.2e\n",
+          sh.M, sh.N, sh.K, row.carry, row.carry / row.best, row.carry / row.eng, row.claimCarry,
+          row.claimCarry / row.best, row.claimCarry / row.eng, row.carryMaxdiff);
     if (lend)
       printf(
           "  %5d x %5d x %5d: lent stage %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "
@@ -788,9 +775,8 @@ int main(int argc, char** argv) {
             "\"engine_reg_stores_pairs_deep_tflops\": %.2f, \"reg_stores_max_rel_diff\": %.3e, "
             "\"engine_lend_tflops\": %.2f, \"lend_max_rel_diff\": %.3e, "
             "\"engine_claim_tflops\": %.2f, \"engine_claim_lend_tflops\": %.2f, "
-            "\"claim_max_rel_diff\": %.3e, \"engine_carry_packed_tflops\": %.2f, "
-            "\"engine_carry_f32_tflops\": %.2f, \"engine_claim_carry_packed_tflops\": %.2f, "
-            "\"engine_claim_carry_f32_tflops\": %.2f, \"carry_max_rel_diff\": %.3e, "
+            "\"claim_max_rel_diff\": %.3e, \"engine_carry_tflops\": %.2f, "
+            "\"engine_claim_carry_tflops\": %.2f, \"carry_max_rel_diff\": %.3e, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -802,8 +788,8 @@ int main(int argc, char** argv) {
             r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
-            r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry6,
-            r.carry7, r.claimCarry6, r.claimCarry7, r.carryMaxdiff, r.tr.records,
+            r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry,
+            r.claimCarry, r.carryMaxdiff, r.tr.records,
             r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
             r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
             r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,

@@ -158,7 +158,7 @@ bool anyHook(const GemmHooks& h) {
 }
 
 // The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
-// 5: the deep ring lending its last stage to the epilogue, 6 and 7: the carried epilogue):
+// 5: the deep ring lending its last stage to the epilogue, 6: the carried epilogue):
 // 16-bit D; no groups, SwiGLU,
 // tile-by-tile D, CTA pairs, stream-K or fused-operator hooks. False with the refusal, naming
 // the pipeline `name`, in *why.
@@ -186,7 +186,7 @@ const char* streamKConflict(const GemmArgs& a) {
            "seqBase): a split tile has no single producer or publisher";
   if (a.pipeline >= 3)
     return "streamK does not run with the ping-pong consumers (pipeline 3 or 4), the lent "
-           "stage (pipeline 5) or the carried epilogue (pipelines 6, 7)";
+           "stage (pipeline 5) or the carried epilogue (pipeline 6)";
   if (a.cluster == 2) return "streamK does not run with cluster=2 (CTA pairs)";
   if (a.tileClaim != nullptr) return "streamK walks the static schedule (no tileClaim)";
   if (a.trace != nullptr) return "streamK is not traced (GemmArgs::trace)";
@@ -424,19 +424,18 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "a tile-by-tile D needs beta == 0 and a 16-byte aligned D");
   if (a.smBudget < 0) return fail(why, "smBudget=%lld must be >= 0 (0 = all SMs)", a.smBudget);
   if (a.groupM < 0) return fail(why, "groupM=%lld must be >= 0 (0 = automatic)", a.groupM);
-  if (a.pipeline < 0 || a.pipeline > 7)
+  if (a.pipeline < 0 || a.pipeline > 6)
     return fail(why,
                 "pipeline=%lld must be 0 (automatic), 1 (deep), 2 (wide), 3 (ping-pong), 4 "
-                "(ping-pong, 192-column units), 5 (deep ring, lent stage), 6 (deep ring, carried "
-                "epilogue, packed) or 7 (deep ring, carried epilogue, fp32)",
+                "(ping-pong, 192-column units), 5 (deep ring, lent stage) or 6 (deep ring, "
+                "carried epilogue)",
                 a.pipeline);
   if (a.pipeline >= 5) {
     // LendPipe and CarryPipe: plain unpaired GEMMs with B [N,K] (the variants built); only the
     // store threads hand the lent stage back (5), or take a carried half's stores inside the
-    // next tile's main loop (6, 7), so the consumers may not issue the stores themselves.
-    const char* name = a.pipeline == 5   ? "pipeline 5 (deep ring, lent stage)"
-                       : a.pipeline == 6 ? "pipeline 6 (deep ring, carried epilogue, packed)"
-                                         : "pipeline 7 (deep ring, carried epilogue, fp32)";
+    // next tile's main loop (6), so the consumers may not issue the stores themselves.
+    const char* name = a.pipeline == 5 ? "pipeline 5 (deep ring, lent stage)"
+                                       : "pipeline 6 (deep ring, carried epilogue)";
     if (!plainPipelineOk(a, name, why)) return false;
     const std::string n = name;
     if (a.bLayout != BLayout::kNK) return fail(why, (n + " takes B as [N,K] only").c_str());
@@ -618,9 +617,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.grpCount = a.groups.rowCount;
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
-  // MKERNEL_GEMM_AUTO_LEND 1: the lent stage; 2, 3: the carried epilogue (pipeline 6, 7).
+  // MKERNEL_GEMM_AUTO_LEND 1: the lent stage; 2: the carried epilogue (pipeline 6).
   const int64_t autoKind = autoLend(a) ? MK_PARAM_INT(GemmAutoLend) : 0;
-  const int32_t carry = a.pipeline == 6 || autoKind == 2 ? 1 : (a.pipeline == 7 || autoKind == 3 ? 2 : 0);
+  const int32_t carry = a.pipeline == 6 || autoKind == 2 ? 1 : 0;
   const bool lend = a.pipeline == 5 || autoKind == 1;
   p.wide = !lend && carry == 0 &&
            (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));

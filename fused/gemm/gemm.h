@@ -126,10 +126,11 @@ struct GemmArgs {
   // last stage once both consumer warpgroups are done with it and in the 2 own boxes; the
   // producer reloads that stage once the store threads' stores read it; plain unpaired GEMMs
   // with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D or stream-K; tileClaim
-  // too; storeWarps -1 or 1, regStores 0), 6 / 7 = the deep ring whose epilogue stages the
-  // first half of a warpgroup's half-tile and carries the second half in registers (6: packed,
-  // 7: fp32, converted there) into the next tile's main loop, where it is staged under the
-  // second k-step's wgmmas (the same GEMMs and settings as 5). (Session 46's half-depth stages,
+  // too; storeWarps -1 or 1, regStores 0), 6 = the deep ring whose epilogue stages the first
+  // half of a warpgroup's half-tile and carries the second half in registers, packed, into
+  // the next tile's main loop, where it is staged under the second k-step's wgmmas; a tile's
+  // last k-step runs as two column halves, the first half converted under the second's
+  // wgmmas (the same GEMMs and settings as 5). (Session 46's half-depth stages,
   // once pipeline 5, measured slower everywhere and are gone.) Fused operators' compute roles
   // always run the deep ring.
   int32_t pipeline = 0;

@@ -321,32 +321,31 @@ __device__ __forceinline__ bool epilogueTma(const GemmParams& p,
   return handed;
 }
 
-// ---- carried epilogue (CarryPipe: GemmArgs::pipeline 6, 7) ---------------------------------
+// ---- carried epilogue (CarryPipe: GemmArgs::pipeline 6) ------------------------------------
 // A tile's epilogue stages its first two boxes (the own staging) and posts them to the store
-// thread; the last two stay in registers (`Carry`: packed, or as fp32 accumulators) and are
-// staged by carryStage in the next tile's main loop, after that tile's second k-step is issued,
-// when the store thread has long read the first two (its wait then rarely blocks), or after the
-// walk's last tile. The store thread's protocol is unchanged: posts of kGroup = 2 boxes, each
-// waited for by bulkWaitRead<0> before the staging is free again.
+// thread; the last two stay in registers, packed, and carryStage stages them in the next tile's
+// main loop, after that tile's second k-step is issued (the store thread has long read the
+// first two, so its wait rarely blocks), or after the walk's last tile. The tile's last k-step
+// runs as two column halves (tileMainLoop's half): the first half's accumulators are done and
+// staged while the second half's wgmmas run. The store thread's protocol is unchanged:
+// posts of kGroup = 2 boxes, each waited for by bulkWaitRead<0> before the staging is free.
 
 // The carried half of a warpgroup's tile: its position, the boxes left (0: none) and their
-// registers.
-template <int kCarry>
+// packed pairs (2 boxes x 16).
 struct Carried {
-  static constexpr int kRegs = kCarry == 2 ? 64 : 32;
   int32_t m0, n0, count;
-  uint32_t r[kRegs];  // kCarry 1: 2 boxes x 16 packed pairs; 2: 64 accumulators' bits
+  uint32_t r[32];
 };
 
-// The epilogue of a finished tile (16-bit D through TMA stores and store threads): boxes 0 and
-// 1 staged and posted, boxes 2 and 3 (those inside N) kept in `c`. Nothing when the warpgroup's
-// half-tile is past M.
+// A finished tile's first half (16-bit D through TMA stores and store threads; called by
+// tileMainLoop while the second half's wgmmas run): boxes 0 and 1 (those inside N) staged from
+// accumulators 0..63 and posted; `c` gets the tile and the count of boxes 2 and 3 inside N,
+// which carryRest packs. Nothing when the warpgroup's half-tile is past M.
 template <class Tr, bool kUnitAlpha>
-__device__ __forceinline__ void carryEpilogue(const GemmParams& p,
-                                              const SmemLayout<typename Tr::Pipe>& sm,
-                                              const float (&acc)[128], int32_t wg, int32_t m0,
-                                              int32_t n0, uint32_t* posts,
-                                              Carried<Tr::Pipe::kCarry>& c, uint64_t* rec) {
+__device__ __forceinline__ void carryFirst(const GemmParams& p,
+                                           const SmemLayout<typename Tr::Pipe>& sm,
+                                           const float (&acc)[128], int32_t wg, int32_t m0,
+                                           int32_t n0, uint32_t* posts, Carried& c, uint64_t* rec) {
   constexpr int kEC = Tr::kBoxCols, kHalf = Tr::kBufs;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   c.count = 0;
@@ -365,26 +364,28 @@ __device__ __forceinline__ void carryEpilogue(const GemmParams& p,
   ptx::fenceProxyAsyncShared();
   postStores(sm, wg, first, n0, m0, 0, 0, -1, posts);
   if (rec != nullptr) rec[6] = (uint64_t)clock64();
-  if (boxes <= kHalf) return;
   c.m0 = m0;
   c.n0 = n0;
-  c.count = boxes - kHalf;
-  const float* rest = acc + kHalf * kEC / 2;
-  if constexpr (Tr::Pipe::kCarry == 1) {
+  c.count = boxes - first;
+}
+
+// The tile's second half (every accumulator done): boxes 2 and 3 packed into `c` for
+// carryStage; nothing when carryFirst left none inside N (or staged nothing).
+template <class Tr, bool kUnitAlpha>
+__device__ __forceinline__ void carryRest(const GemmParams& p, const float (&acc)[128],
+                                          Carried& c) {
+  constexpr int kEC = Tr::kBoxCols, kHalf = Tr::kBufs;
+  if (c.count == 0) return;
 #pragma unroll
-    for (int g = 0; g < kHalf; ++g)
-      packBox<Tr::kOutType, kUnitAlpha>(c.r + 16 * g, rest + 32 * g, p.alpha);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) c.r[i] = __float_as_uint(kUnitAlpha ? rest[i] : p.alpha * rest[i]);
-  }
+  for (int g = 0; g < kHalf; ++g)
+    packBox<Tr::kOutType, kUnitAlpha>(c.r + 16 * g, acc + (kHalf + g) * kEC / 2, p.alpha);
 }
 
 // The carried boxes staged and posted (the caller: the next tile's main loop, or the end of
 // the walk); nothing when none are carried.
 template <class Tr>
 __device__ __forceinline__ void carryStage(const SmemLayout<typename Tr::Pipe>& sm, int32_t wg,
-                                           uint32_t* posts, Carried<Tr::Pipe::kCarry>& c) {
+                                           uint32_t* posts, Carried& c) {
   constexpr int kHalf = Tr::kBufs;
   if (c.count == 0) return;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
@@ -392,16 +393,7 @@ __device__ __forceinline__ void carryStage(const SmemLayout<typename Tr::Pipe>& 
 #pragma unroll
   for (int g = 0; g < kHalf; ++g) {
     if (g >= c.count) break;
-    if constexpr (Tr::Pipe::kCarry == 1) {
-      stageBoxPacked(stagingBox(sm, wg, g, -1), c.r + 16 * g, warp, lane);
-    } else {
-      uint32_t pk[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        pk[i] = pack2<Tr::kOutType>(__uint_as_float(c.r[32 * g + 2 * i]),
-                                    __uint_as_float(c.r[32 * g + 2 * i + 1]));
-      stageBoxPacked(stagingBox(sm, wg, g, -1), pk, warp, lane);
-    }
+    stageBoxPacked(stagingBox(sm, wg, g, -1), c.r + 16 * g, warp, lane);
   }
   ptx::fenceProxyAsyncShared();
   postStores(sm, wg, c.count, c.n0, c.m0, kHalf, 0, -1, posts);

@@ -138,12 +138,10 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     if (p.lend || grid <= 0)
       NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, LendPipe>>(p, grid, stream)));
     if (p.lend) return ncclSuccess;
-    // The carried epilogue (pipelines 6 and 7, the same GEMMs).
-    if (p.carry == 1 || grid <= 0)
+    // The carried epilogue (pipeline 6, the same GEMMs).
+    if (p.carry || grid <= 0)
       NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, CarryPipe>>(p, grid, stream)));
-    if (p.carry == 2 || grid <= 0)
-      NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, CarryF32Pipe>>(p, grid, stream)));
-    if (p.carry != 0) return ncclSuccess;
+    if (p.carry) return ncclSuccess;
   }
   // The stream-K tail (GemmParams::sk, buildParams and launch resolve it: plain GEMMs, no
   // pairs or ping-pong); preload (grid 0) loads its variants too.

@@ -26,7 +26,7 @@ struct GemmParams {
   int32_t dTiled;       // tmD is the 4-D tile-by-tile view of D (GemmArgs::dTiled)
   int32_t wide;         // run WidePipe (GemmArgs::pipeline, resolved by buildParams)
   int32_t lend;         // run LendPipe (GemmArgs::pipeline 5)
-  int32_t carry;        // run CarryPipe: 1 packed (GemmArgs::pipeline 6), 2 fp32 (7)
+  int32_t carry;        // run CarryPipe (GemmArgs::pipeline 6)
   int32_t pingpong;     // ping-pong consumers (gemm_pingpong.cuh): 0 no, 1 128-column units
                         // (GemmArgs::pipeline 3), 2 192-column units and tilesN of 384 (4)
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
@@ -109,13 +109,15 @@ static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
 //    so a 16-bit half-tile is staged whole (as in WidePipe) while 4 stages feed the main loop.
 //    The producer reloads the stage only once the store threads say their stores have read it
 //    (gemm_epilogue.cuh); meanwhile it fills the other 3.
-//  - CarryPipe (Carry 1 or 2): the deep ring whose epilogue stages only the first half of a
-//    16-bit half-tile (its 2 own boxes) and carries the second half in registers into the next
-//    tile's main loop, staging it there under the tensor work of that tile's second k-step:
-//    neither the TMA's reading of the first boxes nor the second half's staging holds the
-//    tensor cores (the deep ring's epilogue waited 1.5 us a tile for its own stores; the lent
-//    stage leaves the next tile 3 stages). Carry 1 keeps the second half packed (32 registers
-//    a thread, converted with the first), 2 as fp32 (64 registers, converted in the next tile).
+//  - CarryPipe (Carry 1): the deep ring whose epilogue stages only the first half of a 16-bit
+//    half-tile (its 2 own boxes) and carries the second half in registers (packed: 32 a
+//    thread) into the next tile's main loop, staging it there under the tensor work of that
+//    tile's second k-step: neither the TMA's reading of the first boxes nor the second half's
+//    staging holds the tensor cores (the deep ring's epilogue waited 1.5 us a tile for its own
+//    stores; the lent stage leaves the next tile 3 stages). The last k-step of a tile runs as
+//    two column halves, so the first half's conversions run under the second half's wgmmas.
+//    (Carrying fp32 accumulators instead, 64 registers, spilled and measured slower: session
+//    48, call BA.)
 // GroupInts: shared ints for a grouped GEMM's tile prefix sums (0: not grouped).
 template <int Stages, int StoreBufs, int GroupInts = 0, int LentBufs = 0, int Carry = 0>
 struct PipeCfg {
@@ -123,7 +125,7 @@ struct PipeCfg {
   static constexpr int kStoreBufs = StoreBufs;  // per consumer WG
   static constexpr int kGroupInts = GroupInts;
   static constexpr int kLentBufs = LentBufs;  // per consumer WG, in the tile's last stage
-  static constexpr int kCarry = Carry;        // 0 none, 1 packed, 2 fp32
+  static constexpr int kCarry = Carry;        // 0 none, 1 the carried epilogue
   static_assert(Carry == 0 || (LentBufs == 0 && GroupInts == 0 && StoreBufs == 2),
                 "the carried half-tile fills the 2 own boxes of a plain GEMM");
   static_assert(kConsumerWGs * LentBufs * kStoreBoxBytes <= kStageBytes,
@@ -144,10 +146,9 @@ using DeepPipe = PipeCfg<4, 2>;
 using WidePipe = PipeCfg<3, 4>;
 // GemmArgs::pipeline 5: the deep ring, its last stage of a tile lent to the epilogue.
 using LendPipe = PipeCfg<4, 2, 0, 2>;
-// GemmArgs::pipeline 6 and 7: the deep ring, the second half of each tile's epilogue carried
-// into the next tile's main loop (packed, fp32).
+// GemmArgs::pipeline 6: the deep ring, the second half of each tile's epilogue carried into the
+// next tile's main loop.
 using CarryPipe = PipeCfg<4, 2, 0, 0, 1>;
-using CarryF32Pipe = PipeCfg<4, 2, 0, 0, 2>;
 // Grouped GEMMs: the deep ring plus the groups' tile prefix sums ([kMaxGroups + 1] ints).
 using GroupPipe = PipeCfg<4, 2, kMaxGroups + 1>;
 // Grouped GEMMs with the wide epilogue staging (GemmArgs::pipeline = 2, 16-bit outputs).

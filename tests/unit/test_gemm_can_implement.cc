@@ -116,8 +116,8 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.hooks.rowsPerFlag = 0;
   expectReject(a, "rowsPerFlag");
   a = good();
-  a.pipeline = 8;
-  expectReject(a, "pipeline=8");
+  a.pipeline = 7;
+  expectReject(a, "pipeline=7");
   a = good();
   a.pipeline = 2;
   a.dType = DType::kF32;
@@ -310,7 +310,7 @@ TEST(GemmCanImplement, PingPong192Rules) {
   a.ldd = a.N + 4;  // 8-byte padding: only the direct epilogue could store it
   expectReject(a, "stores D through TMA only");
   a.ldd = 0;
-  a.pipeline = 8;
+  a.pipeline = 7;
   expectReject(a, "must be 0 (automatic)");
   a.pipeline = 4;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
@@ -480,14 +480,14 @@ void lentStageRules(int pipeline) {
 }  // namespace
 
 // The deep ring lending its last stage to the epilogue (GemmArgs::pipeline 5) and carrying
-// half of its epilogue into the next tile (6, 7): plain unpaired GEMMs with B [N,K] and 16-bit
+// half of its epilogue into the next tile (6): plain unpaired GEMMs with B [N,K] and 16-bit
 // D, whose stores go through the store threads (storeWarps -1 or 1, regStores 0), traced too;
 // everything else refused by name.
 TEST(GemmCanImplement, LentStageRules) {
-  for (int pipeline : {5, 6, 7}) lentStageRules(pipeline);
+  for (int pipeline : {5, 6}) lentStageRules(pipeline);
   GemmArgs a = good();
-  a.pipeline = 8;
-  expectReject(a, "pipeline=8 must be");
+  a.pipeline = 7;
+  expectReject(a, "pipeline=7 must be");
 }
 
 // GemmArgs::regStores is a request (0 or 1), honoured where D allows it (buildParams): every
