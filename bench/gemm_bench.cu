@@ -49,9 +49,9 @@
 // stage too, checked against cuBLAS ('claimed tiles' line); with --trace both are traced: whether
 // the static schedule's uneven CTA ends (the trace's tail) cost what cuBLAS does not lose.
 // --carry also times the deep ring carrying the second half of each tile's epilogue into the
-// next tile's main loop (GemmArgs::pipeline 6), with --claim on claimed tiles too, checked
-// against cuBLAS on the first operand set ('carried epilogue' line); with --trace it is traced
-// (B [N,K] only: ignored with --layout kn).
+// next tile's main loop (GemmArgs::pipeline 6), with --claim on claimed tiles too and with
+// --clusters as CTA pairs, checked against cuBLAS on the first operand set ('carried epilogue'
+// line); with --trace it is traced unpaired (B [N,K] only: ignored with --layout kn).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
         b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
-        lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryMaxdiff;
+        lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
       if (carry) hmaxClaim = std::max(hmaxClaim, pingDiff(1, 6));
       claimNext = false;
     }
-    const float hmaxCarry = carry ? pingDiff(1, 6) : 0.0f;
+    const float hmaxCarry = carry ? std::max(pingDiff(1, 6), pairs ? pingDiff(2, 6) : 0.0f) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {
       hmaxReg = std::max(pingDiff(1, 0, 1), pingDiff(1, 1, 1));
@@ -423,7 +423,7 @@ int main(int argc, char** argv) {
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
-        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry;
+        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -449,6 +449,7 @@ int main(int argc, char** argv) {
       if (streamk) tSk.push_back(timeOne([&] { runEngine(0, D, 0, 0, 1); }));
       if (lend) tLend.push_back(timeOne([&] { runEngine(0, D, 5); }));
       if (carry) tCarry.push_back(timeOne([&] { runEngine(0, D, 6); }));
+      if (carry && pairs) tCarryPair.push_back(timeOne([&] { runEngine(0, D, 6, 2); }));
       if (claim) {
         zeroClaims();  // outside the timed windows
         claimNext = true;
@@ -511,6 +512,7 @@ int main(int argc, char** argv) {
     row.claimMaxdiff = hmaxClaim;
     row.carry = tf(median(tCarry));
     row.claimCarry = tf(median(tClaimCarry));
+    row.carryPair = tf(median(tCarryPair));
     row.carryMaxdiff = hmaxCarry;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
@@ -631,9 +633,11 @@ int main(int argc, char** argv) {
     if (carry)
       printf(
           "  %5d x %5d x %5d: carried epilogue %6.1f (%.3f of best; %.3f of the engine)  "
-          "claimed tiles %6.1f (%.3f of best; %.3f of the engine)  maxreldiff %.2e\n",
+          "claimed tiles %6.1f (%.3f of best; %.3f of the engine)  CTA pairs %6.1f (%.3f of "
+          "best; %.3f of the engine)  maxreldiff %.2e\n",
           sh.M, sh.N, sh.K, row.carry, row.carry / row.best, row.carry / row.eng, row.claimCarry,
-          row.claimCarry / row.best, row.claimCarry / row.eng, row.carryMaxdiff);
+          row.claimCarry / row.best, row.claimCarry / row.eng, row.carryPair,
+          row.carryPair / row.best, row.carryPair / row.eng, row.carryMaxdiff);
     if (lend)
       printf(
           "  %5d x %5d x %5d: lent stage %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "
@@ -776,7 +780,8 @@ int main(int argc, char** argv) {
             "\"engine_lend_tflops\": %.2f, \"lend_max_rel_diff\": %.3e, "
             "\"engine_claim_tflops\": %.2f, \"engine_claim_lend_tflops\": %.2f, "
             "\"claim_max_rel_diff\": %.3e, \"engine_carry_tflops\": %.2f, "
-            "\"engine_claim_carry_tflops\": %.2f, \"carry_max_rel_diff\": %.3e, "
+            "\"engine_claim_carry_tflops\": %.2f, \"engine_carry_pairs_tflops\": %.2f, "
+            "\"carry_max_rel_diff\": %.3e, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -789,11 +794,11 @@ int main(int argc, char** argv) {
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
             r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry,
-            r.claimCarry, r.carryMaxdiff, r.tr.records,
-            r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
-            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
-            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
-            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
+            r.claimCarry, r.carryPair, r.carryMaxdiff, r.tr.records, r.tr.spanUs, r.tr.clockGHz,
+            r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs,
+            r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs,
+            r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

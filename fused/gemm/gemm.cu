@@ -139,7 +139,7 @@ bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
   return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
          (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) && a.pipeline != 4 &&
-         a.pipeline < 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
+         a.pipeline != 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
          h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
          (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
@@ -160,14 +160,16 @@ bool anyHook(const GemmHooks& h) {
 // The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
 // 5: the deep ring lending its last stage to the epilogue, 6: the carried epilogue):
 // 16-bit D; no groups, SwiGLU,
-// tile-by-tile D, CTA pairs, stream-K or fused-operator hooks. False with the refusal, naming
-// the pipeline `name`, in *why.
-bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why) {
+// tile-by-tile D, CTA pairs (but where `pairs`), stream-K or fused-operator hooks. False with
+// the refusal, naming the pipeline `name`, in *why.
+bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why, bool pairs = false) {
   const std::string n = name;
   if (a.dType == DType::kF32) return fail(why, (n + " needs a 16-bit output type").c_str());
-  if (a.groups.num != 0 || a.swiglu || a.dTiled || a.cluster == 2 || a.streamK == 1)
-    return fail(why, (n + " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, CTA pairs "
-                          "(cluster=2) or stream-K")
+  if (a.groups.num != 0 || a.swiglu || a.dTiled || (a.cluster == 2 && !pairs) || a.streamK == 1)
+    return fail(why, (n + (pairs ? " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D or "
+                                   "stream-K"
+                                 : " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, CTA "
+                                   "pairs (cluster=2) or stream-K"))
                          .c_str());
   if (anyHook(a.hooks))
     return fail(why, (n + " takes no fused-operator hooks (rowReady, tileDone, tileOrder, "
@@ -258,9 +260,9 @@ ncclResult_t skWorkspace(int dev, int ctas, cudaStream_t stream, GemmParams* p, 
   return ncclSuccess;
 }
 
-// The counter of pipeline 0's lent stage for one (device, stream), with which its CTAs claim
-// tiles (GemmParams::claimReset): zeroed once in stream order at its stream's first such
-// launch; each launch's last claim sets it back to 0, so the next launch on the stream, which
+// The counter of pipeline 0's carried epilogue or lent stage for one (device, stream), with which
+// its CTAs claim tiles (GemmParams::claimReset): zeroed once in stream order at its stream's first
+// such launch; each launch's last claim sets it back to 0, so the next launch on the stream, which
 // starts after it, finds 0. Keyed by the stream's id (cudaStreamGetId), not its handle: the
 // handle cudaStreamPerThread names a different stream in each host thread, and a destroyed
 // stream's handle may come back for a new one; ids are never reused, so GEMMs on two streams
@@ -436,7 +438,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     // next tile's main loop (6), so the consumers may not issue the stores themselves.
     const char* name = a.pipeline == 5 ? "pipeline 5 (deep ring, lent stage)"
                                        : "pipeline 6 (deep ring, carried epilogue)";
-    if (!plainPipelineOk(a, name, why)) return false;
+    // The carried epilogue runs as CTA pairs too (cluster=2; the static walk, untraced).
+    if (!plainPipelineOk(a, name, why, a.pipeline == 6)) return false;
     const std::string n = name;
     if (a.bLayout != BLayout::kNK) return fail(why, (n + " takes B as [N,K] only").c_str());
     if (a.storeWarps == 0 || a.regStores == 1)
@@ -539,9 +542,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   return true;
 }
 
-// Whether pipeline 0 resolves to the lent stage (MKERNEL_GEMM_AUTO_LEND): the plain unpaired
+// Whether pipeline 0 resolves to the carried epilogue or the lent stage (MKERNEL_GEMM_AUTO_LEND
+// 2, 1): the plain unpaired
 // GEMMs with B [N,K] and a 16-bit D at K <= kWideMaxK (where the wide split ran before), which
-// pipeline 5's rules (canImplement) allow.
+// pipelines 5 and 6's rules (canImplement) allow.
 bool autoLend(const GemmArgs& a) {
   return a.pipeline == 0 && MK_PARAM_INT(GemmAutoLend) != 0 && a.dType != DType::kF32 &&
          a.bLayout == BLayout::kNK && a.K <= kWideMaxK && a.groups.num == 0 && !a.swiglu &&
@@ -648,7 +652,8 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.trace = a.trace;
   p.traceTiles = a.traceTiles;
   p.traceCtas = a.traceCtas;
-  // The lent stage at every K: only its store threads say when it is read (canImplement).
+  // The lent stage and the carried epilogue at every K: only the store threads say when the
+  // staging is read (canImplement).
   const bool storeWarps =
       a.storeWarps == 1 || lend || carry != 0 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
   // Not the ping-pong consumers (their own epilogue), nor the traced wide split (whose kernel
@@ -698,9 +703,9 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
     }
     if (!ok) p.sk = skMakePlan(p.sk.tiles, p.sk.kIt, p.sk.grid, false);
   }
-  // Pipeline 0's lent stage claims its tiles where there is more than one wave of them: CTAs
-  // that run faster take the slower ones' share (the static walk's latest CTA ended ~0.5 tile
-  // after the median one at 8192 x 8192 x 1024, session 47). Not under capture (a graph could be
+  // Pipeline 0's carried epilogue or lent stage claims its tiles where there is more than one
+  // wave of them: CTAs that run faster take the slower ones' share (the static walk's latest
+  // CTA ended ~0.5 tile after the median one at 8192 x 8192 x 1024, session 47). Not under capture (a graph could be
   // replayed on another stream, concurrently with this stream's launches on the same counter),
   // nor traced (a CTA's records are sized for the static walk).
   if ((p.lend != 0 || p.carry != 0) && a.pipeline == 0 && a.tileClaim == nullptr &&

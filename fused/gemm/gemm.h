@@ -110,7 +110,7 @@ struct GemmArgs {
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (the wide
   // epilogue for 16-bit outputs with K <= kWideMaxK, grouped too; plain unpaired GEMMs with
-  // B [N,K] there run pipeline 5 instead, claiming their tiles from a counter of the engine's
+  // B [N,K] there run pipeline 6 instead, claiming their tiles from a counter of the engine's
   // outside stream capture when there is more than one wave of them: MKERNEL_GEMM_AUTO_LEND;
   // the deep ring elsewhere), 1 = deep load ring,
   // 2 = wide epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each
@@ -121,16 +121,15 @@ struct GemmArgs {
   // wider than 128 columns as in cuBLAS's kernel for small K; 3 stages; plain GEMMs only: 16-bit D
   // through TMA stores, no groups, hooks, CTA pairs, SwiGLU, tile-by-tile D, tileClaim or stream-K;
   // measured slower than pipeline 3 at K = 512..4096, session 44), 5 = the deep ring lending
-  // its last stage of each tile to the epilogue (what pipeline 0 runs where said above: 4 load
+  // its last stage of each tile to the epilogue (what pipeline 0 ran before session 48: 4 load
   // stages as pipeline 1, and the whole half-tile staged at once as pipeline 2, in the tile's
   // last stage once both consumer warpgroups are done with it and in the 2 own boxes; the
   // producer reloads that stage once the store threads' stores read it; plain unpaired GEMMs
   // with B [N,K] and 16-bit D, no hooks, groups, SwiGLU, tile-by-tile D or stream-K; tileClaim
   // too; storeWarps -1 or 1, regStores 0), 6 = the deep ring whose epilogue stages the first
   // half of a warpgroup's half-tile and carries the second half in registers, packed, into
-  // the next tile's main loop, where it is staged under the second k-step's wgmmas; a tile's
-  // last k-step runs as two column halves, the first half converted under the second's
-  // wgmmas (the same GEMMs and settings as 5). (Session 46's half-depth stages,
+  // the next tile's main loop, where it is staged under the second k-step's wgmmas (the same
+  // GEMMs and settings as 5). (Session 46's half-depth stages,
   // once pipeline 5, measured slower everywhere and are gone.) Fused operators' compute roles
   // always run the deep ring.
   int32_t pipeline = 0;

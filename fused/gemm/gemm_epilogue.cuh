@@ -325,9 +325,9 @@ __device__ __forceinline__ bool epilogueTma(const GemmParams& p,
 // A tile's epilogue stages its first two boxes (the own staging) and posts them to the store
 // thread; the last two stay in registers, packed, and carryStage stages them in the next tile's
 // main loop, after that tile's second k-step is issued (the store thread has long read the
-// first two, so its wait rarely blocks), or after the walk's last tile. The tile's last k-step
-// runs as two column halves (tileMainLoop's half): the first half's accumulators are done and
-// staged while the second half's wgmmas run. The store thread's protocol is unchanged:
+// first two, so its wait rarely blocks), or after the walk's last tile. (Staging the first half
+// under the second half's wgmmas, the tile's last k-step issued as two 128-column groups, was
+// no faster: session 48, call BB.) The store thread's protocol is unchanged:
 // posts of kGroup = 2 boxes, each waited for by bulkWaitRead<0> before the staging is free.
 
 // The carried half of a warpgroup's tile: its position, the boxes left (0: none) and their
@@ -337,10 +337,9 @@ struct Carried {
   uint32_t r[32];
 };
 
-// A finished tile's first half (16-bit D through TMA stores and store threads; called by
-// tileMainLoop while the second half's wgmmas run): boxes 0 and 1 (those inside N) staged from
-// accumulators 0..63 and posted; `c` gets the tile and the count of boxes 2 and 3 inside N,
-// which carryRest packs. Nothing when the warpgroup's half-tile is past M.
+// A finished tile's first half (16-bit D through TMA stores and store threads): boxes 0 and 1
+// (those inside N) staged from accumulators 0..63 and posted; `c` gets the tile and the count of
+// boxes 2 and 3 inside N, which carryRest packs. Nothing when the warpgroup's half-tile is past M.
 template <class Tr, bool kUnitAlpha>
 __device__ __forceinline__ void carryFirst(const GemmParams& p,
                                            const SmemLayout<typename Tr::Pipe>& sm,
@@ -349,7 +348,7 @@ __device__ __forceinline__ void carryFirst(const GemmParams& p,
   constexpr int kEC = Tr::kBoxCols, kHalf = Tr::kBufs;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   c.count = 0;
-  if (m0 + 64 * wg >= p.M) return;  // uniform over the warpgroup
+  if (m0 + 64 * wg >= p.M) return;                                     // uniform over the warpgroup
   const int32_t boxes = min(Tr::kChunks, (p.N - n0 + kEC - 1) / kEC);  // n0 < N
   const int32_t first = min(kHalf, boxes);
   ptx::mbarWait(storeBar(sm, 1, wg), *posts & 1);
@@ -369,8 +368,8 @@ __device__ __forceinline__ void carryFirst(const GemmParams& p,
   c.count = boxes - first;
 }
 
-// The tile's second half (every accumulator done): boxes 2 and 3 packed into `c` for
-// carryStage; nothing when carryFirst left none inside N (or staged nothing).
+// The tile's second half: boxes 2 and 3 packed into `c` for carryStage; nothing when carryFirst
+// left none inside N (or staged nothing).
 template <class Tr, bool kUnitAlpha>
 __device__ __forceinline__ void carryRest(const GemmParams& p, const float (&acc)[128],
                                           Carried& c) {

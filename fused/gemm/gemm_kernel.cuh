@@ -23,7 +23,6 @@
 // both CTAs released it (each consumer warp arrives on the `empty` barrier of both).
 #pragma once
 #include <cstdint>
-#include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -398,18 +397,15 @@ __device__ __forceinline__ void publishTile(const GemmParams& p, int32_t id, int
   }
 }
 
+// No work inside the main loop (tileMainLoop's mid).
+struct NoMid {
+  __device__ void operator()(int32_t, int32_t) const {}
+};
+
 // A consumer warp is done reading a stage: its CTA's producer (and, for CTA pairs, the partner's,
 // which multicasts into this CTA's copy of the stage) may reload it. Called by every lane; one
 // arrive per warp and CTA: for pairs lane r arrives on CTA r's barrier, both in one instruction
 // (not two in a row from lane 0, in the path to the warp's next wgmma).
-// No work inside the main loop (tileMainLoop's mid), and no split last k-step (its half).
-struct NoMid {
-  __device__ void operator()(int32_t, int32_t) const {}
-};
-struct NoHalf {
-  __device__ void operator()(bool) const {}
-};
-
 template <class Tr>
 __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
   if constexpr (Tr::kCluster == 2) {
@@ -428,26 +424,18 @@ __device__ __forceinline__ void releaseStage(uint64_t* empty, int32_t lane) {
 // waited (traced: every thread counts, thread 0's count is stored): gets the cycles of the full
 // waits after the first k-step's. mid(i, n): called after the i-th of the n k-steps is issued
 // (and the stage before it released), while its wgmmas run (CarryPipe stages the previous
-// tile's carried boxes there). half(aborted) (CarryPipe; B [N,K]): the last k-step runs as two
-// 128-column halves, one wgmma group each, and half() is called once the first is done, while
-// the second runs: it may read accumulators 0..63 only. Every wgmma wait stays outside
-// branches: ptxas serialises all wgmmas of a kernel with a wait or a wgmma in a divergent path
-// (C7518, C7520).
-template <class Tr, bool kDyn, class Mid = NoMid, class Half = NoHalf>
+// tile's carried boxes there).
+template <class Tr, bool kDyn, class Mid = NoMid>
 __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>& sm,
                                              const volatile uint32_t* stageAbort, float (&acc)[128],
                                              int32_t kb, int32_t ke, int32_t wg, int32_t lane,
                                              int32_t& stage, uint32_t& phase,
                                              uint32_t* waited = nullptr, int32_t* lent = nullptr,
-                                             uint32_t* lentPh = nullptr, Mid&& mid = Mid{},
-                                             Half&& half = Half{}) {
-  constexpr bool kSplit = !std::is_same<std::decay_t<Half>, NoHalf>::value;
-  static_assert(!kSplit || !Tr::kTransB, "the split k-step reads B [N,K] rows");
+                                             uint32_t* lentPh = nullptr, Mid&& mid = Mid{}) {
   bool aborted = false;
   int32_t prev = 0;
   uint32_t prevPh = 0;
-  // k-step k's stage loaded; the first one's abort word read.
-  auto ready = [&](int32_t k) {
+  for (int32_t k = kb; k < ke; ++k) {
     if (!kDyn || k > kb) mbarWaitCounted(&sm.full[stage], phase, k > kb ? waited : nullptr);
     if (!kDyn && k == kb) {
       // Read by the lane whose arrive hands this stage back to this CTA's producer (lane r
@@ -459,21 +447,6 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
       const uint32_t v = lane == src ? stageAbort[stage] : 0u;
       aborted = __shfl_sync(0xffffffffu, v, src) != 0;
     }
-  };
-  // After k-step k's wgmmas are issued and the previous batch waited for.
-  auto advance = [&](int32_t k) {
-    ptx::fenceAccumulators(acc);
-    if (k > kb) releaseStage<Tr>(&sm.empty[prev], lane);
-    mid(k - kb, ke - kb);
-    prev = stage;
-    prevPh = phase;
-    if (++stage == Tr::Pipe::kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  };
-  for (int32_t k = kb; k < (kSplit ? ke - 1 : ke); ++k) {
-    ready(k);
     const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
     const uint32_t b = ptx::smemAddr(sm.b(stage));
     ptx::fenceAccumulators(acc);
@@ -489,33 +462,15 @@ __device__ __forceinline__ bool tileMainLoop(const SmemLayout<typename Tr::Pipe>
     ptx::fenceAccumulators(acc);
     // Keep one batch in flight: the previous stage's wgmmas are done, release it.
     ptx::wgmmaWait<1>();
-    advance(k);
-  }
-  if constexpr (kSplit) {
-    const int32_t k = ke - 1;
-    ready(k);
-    const uint32_t a = ptx::smemAddr(sm.a(stage)) + wg * (64 * 128);
-    const uint32_t b = ptx::smemAddr(sm.b(stage));
     ptx::fenceAccumulators(acc);
-    ptx::wgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk)
-      ptx::wgmmaSSHalf<0, Tr::kF16In, 0>(acc, descKMajor(a + kk * 32), descKMajor(b + kk * 32),
-                                         (k > kb || kk > 0) ? 1 : 0);
-    ptx::wgmmaCommit();
-    // B's rows 128..255: 128 rows of 128 bytes further (whole 1024-byte swizzle atoms)
-#pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk)
-      ptx::wgmmaSSHalf<1, Tr::kF16In, 0>(acc, descKMajor(a + kk * 32),
-                                         descKMajor(b + 128 * 128 + kk * 32),
-                                         (k > kb || kk > 0) ? 1 : 0);
-    ptx::wgmmaCommit();
-    ptx::fenceAccumulators(acc);
-    ptx::wgmmaWait<2>();  // the previous k-step's batch
-    advance(k);
-    ptx::wgmmaWait<1>();  // the first half's group
-    ptx::fenceAccumulators(acc);
-    half(aborted);
+    if (k > kb) releaseStage<Tr>(&sm.empty[prev], lane);
+    mid(k - kb, ke - kb);
+    prev = stage;
+    prevPh = phase;
+    if (++stage == Tr::Pipe::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
   }
   ptx::wgmmaWait<0>();
   ptx::fenceAccumulators(acc);
@@ -653,22 +608,13 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     uint32_t lentPh = 0;
     bool mainAborted;
     if constexpr (kCarry > 0) {
-      // The first half of the half-tile staged and posted under the second half's wgmmas.
-      auto firstHalf = [&](bool mainAb) {
-        if (!carry || aborted || mainAb) return;
-        if (p.alpha == 1.0f) {
-          carryFirst<Tr, true>(p, sm, acc, wg, m0, n0, &posts, carried, rec);
-        } else {
-          carryFirst<Tr, false>(p, sm, acc, wg, m0, n0, &posts, carried, rec);
-        }
-      };
-      mainAborted = tileMainLoop<Tr, kDyn, decltype(stageCarried)&, decltype(firstHalf)&>(
-          sm, stageAbort, acc, kb, ke, wg, lane, stage, phase, kTrace ? &waited : nullptr, nullptr,
-          nullptr, stageCarried, firstHalf);
+      mainAborted =
+          tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
+                                 kTrace ? &waited : nullptr, nullptr, nullptr, stageCarried);
     } else {
-      mainAborted = tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
-                                           kTrace ? &waited : nullptr, lend ? &lent : nullptr,
-                                           &lentPh);
+      mainAborted =
+          tileMainLoop<Tr, kDyn>(sm, stageAbort, acc, kb, ke, wg, lane, stage, phase,
+                                 kTrace ? &waited : nullptr, lend ? &lent : nullptr, &lentPh);
     }
     if (mainAborted) aborted = true;
     if (rec != nullptr) {
@@ -691,8 +637,10 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     if constexpr (kCarry > 0) {
       if (carry) {
         if (p.alpha == 1.0f) {
+          carryFirst<Tr, true>(p, sm, acc, wg, m0, n0, &posts, carried, rec);
           carryRest<Tr, true>(p, acc, carried);
         } else {
+          carryFirst<Tr, false>(p, sm, acc, wg, m0, n0, &posts, carried, rec);
           carryRest<Tr, false>(p, acc, carried);
         }
       } else {

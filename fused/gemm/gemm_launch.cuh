@@ -138,7 +138,11 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     if (p.lend || grid <= 0)
       NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, LendPipe>>(p, grid, stream)));
     if (p.lend) return ncclSuccess;
-    // The carried epilogue (pipeline 6, the same GEMMs).
+    // The carried epilogue (pipeline 6, the same GEMMs), unpaired or as CTA pairs.
+    if (p.carry && p.cluster == 2)
+      return launchPipe<Traits<kIn, kOut, kB, CarryPipe, false, 2>>(p, grid, stream);
+    if (grid <= 0 && p.cluster == 2)
+      NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, CarryPipe, false, 2>>(p, grid, stream)));
     if (p.carry || grid <= 0)
       NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, CarryPipe>>(p, grid, stream)));
     if (p.carry) return ncclSuccess;

@@ -114,10 +114,8 @@ static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
 //    thread) into the next tile's main loop, staging it there under the tensor work of that
 //    tile's second k-step: neither the TMA's reading of the first boxes nor the second half's
 //    staging holds the tensor cores (the deep ring's epilogue waited 1.5 us a tile for its own
-//    stores; the lent stage leaves the next tile 3 stages). The last k-step of a tile runs as
-//    two column halves, so the first half's conversions run under the second half's wgmmas.
-//    (Carrying fp32 accumulators instead, 64 registers, spilled and measured slower: session
-//    48, call BA.)
+//    stores; the lent stage leaves the next tile 3 stages). (Carrying fp32 accumulators
+//    instead, 64 registers, spilled and measured slower: session 48, call BA.)
 // GroupInts: shared ints for a grouped GEMM's tile prefix sums (0: not grouped).
 template <int Stages, int StoreBufs, int GroupInts = 0, int LentBufs = 0, int Carry = 0>
 struct PipeCfg {

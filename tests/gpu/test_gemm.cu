@@ -115,12 +115,12 @@ TEST(GemmSmall, TailsBetaBothLayouts) {
       for (int pipeline : {1, 2, 3, 4, 5, 6})
         for (int cluster : {1, 2}) {
           // the wide split, the ping-pong consumers and pairs are 16-bit D only; the 192-column
-          // ping-pong units, the lent stage and the carried epilogue are never paired and the
-          // last two take B [N,K] only (M = 129: the second row block's second warpgroup
+          // ping-pong units and the lent stage are never paired; the lent stage and the carried
+          // epilogue take B [N,K] only (M = 129: the second row block's second warpgroup
           // stages nothing and hands its lent stage back itself; the carried epilogue runs as
           // the deep ring with beta != 0, so beta 0 below too)
           if ((pipeline >= 2 || cluster == 2) && dt == DType::kF32) continue;
-          if (pipeline >= 4 && cluster == 2) continue;
+          if ((pipeline == 4 || pipeline == 5) && cluster == 2) continue;
           if (pipeline >= 5 && bl != BLayout::kNK) continue;
           Problem q(129, 264, 72, bl, DType::kBF16, dt);
           q.beta = pipeline == 6 ? 0.0f : 0.5f;
@@ -310,8 +310,8 @@ TEST(GemmCorrectness, BothPipelines) {
   const uint64_t seed = mktest::testSeed();
   // 257 x 440: one row of the last row block; the last column block's half-tile is 3 boxes (the
   // carried epilogue carries one).
-  const int shapes[][3] = {{300, 300, 136}, {513, 1100, 1024}, {256, 2048, 4160}, {129, 72, 64},
-                           {257, 440, 200}};
+  const int shapes[][3] = {
+      {300, 300, 136}, {513, 1100, 1024}, {256, 2048, 4160}, {129, 72, 64}, {257, 440, 200}};
   int n = 0;
   for (auto& s : shapes)
     for (DType dt : {DType::kBF16, DType::kF16})
@@ -447,8 +447,8 @@ TEST(GemmCorrectness, PingPong192) {
 // multicast to both): odd and even row-block counts (the last pair's second CTA past M), tails
 // in N and K, both B layouts, both 16-bit outputs and input types, beta, the deep, wide and
 // ping-pong pipelines, SM budgets that give each pair several positions, one pair, or an odd
-// budget; every element against the fp64 reference. Also the same through
-// MKERNEL_GEMM_CLUSTER=2 (cluster = 0).
+// budget; the carried epilogue (pipeline 6); every element against the fp64 reference. Also the
+// same through MKERNEL_GEMM_CLUSTER=2 (cluster = 0).
 TEST(GemmCorrectness, ClusterPairs) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
@@ -457,8 +457,9 @@ TEST(GemmCorrectness, ClusterPairs) {
   int n = 0;
   for (auto& s : shapes)
     for (BLayout bl : kLayouts)
-      for (int pipeline : {1, 2, 3})
+      for (int pipeline : {1, 2, 3, 6})
         for (int budget : {0, 2, 7}) {
+          if (pipeline == 6 && bl != BLayout::kNK) continue;  // the carried epilogue: B [N,K]
           const DType in = (n % 2) ? DType::kF16 : DType::kBF16;
           const DType out = (n % 3) ? DType::kBF16 : DType::kF16;
           // B[K,N] rows must be 16-byte multiples (N = 1100 is not); D keeps N = 1100 (the

@@ -59,8 +59,7 @@ TEST(GemmDynamic, PlainGridSizesAndHooks) {
       {513, 1104, 64, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 3, 5, false, false},
       // The carried epilogue (pipeline 6: the same GEMMs as 5): 1 CTA (every tile's second half
       // staged in the next tile's main loop), every SM, one k-step a tile (staged after the
-      // first, which is also the split one), 3 boxes in the last column block; beta runs the
-      // deep ring with the split last k-step.
+      // first), 3 boxes in the last column block; beta runs the deep ring.
       {1800, 2100, 320, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 1, 6, false, false},
       {1800, 2104, 320, BLayout::kNK, DType::kF16, DType::kF16, 0.0f, 0, 6, false, false},
       {513, 1104, 64, BLayout::kNK, DType::kBF16, DType::kBF16, 0.0f, 3, 6, false, false},

@@ -450,7 +450,19 @@ void lentStageRules(int pipeline) {
     }
   a.storeWarps = -1;
   a.cluster = 2;
-  expectReject(a, "CTA pairs");
+  if (pipeline == 6) {  // the carried epilogue pairs up, on the static walk, untraced
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+    a.tileClaim = reinterpret_cast<int32_t*>(gBuf + 2048);
+    expectReject(a, "walks the static schedule");
+    a.tileClaim = nullptr;
+    a.trace = reinterpret_cast<uint64_t*>(gBuf + 1024);
+    a.traceTiles = 4;
+    a.traceCtas = 2;
+    expectReject(a, "CTA pairs");
+    a.trace = nullptr;
+  } else {
+    expectReject(a, "CTA pairs");
+  }
   a.cluster = 0;
   a.bLayout = BLayout::kKN;
   expectReject(a, "takes B as [N,K] only");

@@ -49,26 +49,6 @@ __device__ __forceinline__ void wgmmaSS(float (&d)[N / 2], uint64_t descA, uint6
 #undef MK_SS_SHAPE
 }
 
-// m64n128k16 on columns [128 h, 128 h + 128) of an m64n256 accumulator fragment, i.e. its
-// registers [64 h, 64 h + 64): a 256-column k-step issued as two halves whose groups complete
-// one after the other (the GEMM engine's carried epilogue converts the first half while the
-// second runs).
-template <int kHalf, bool kF16, int kTransB>
-__device__ __forceinline__ void wgmmaSSHalf(float (&d)[128], uint64_t descA, uint64_t descB,
-                                            int scaleD) {
-  static_assert(kHalf == 0 || kHalf == 1, "wgmmaSSHalf: half 0 or 1");
-  float* h = d + 64 * kHalf;
-  if constexpr (kF16) {
-    asm volatile(MK_WGMMA_SS_N128_ASM("f16")
-                 : MK_WGMMA_OUTS_128(h)
-                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-  } else {
-    asm volatile(MK_WGMMA_SS_N128_ASM("bf16")
-                 : MK_WGMMA_OUTS_128(h)
-                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(kTransB));
-  }
-}
-
 template <int N, bool kF16, int kTransB>
 __device__ __forceinline__ void wgmmaRS(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t descB,
                                         int scaleD) {
