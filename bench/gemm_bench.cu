@@ -51,8 +51,7 @@
 // --carry also times the deep ring carrying the second half of each tile's epilogue into the
 // next tile's main loop (GemmArgs::pipeline 6), with --claim on claimed tiles too and with
 // --clusters as CTA pairs, checked against cuBLAS on the first operand set ('carried epilogue'
-// line); with --trace it is traced unpaired; with --groups the grouped GEMM too (B [N,K] only:
-// ignored with --layout kn).
+// line); with --trace it is traced unpaired (B [N,K] only: ignored with --layout kn).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -216,8 +215,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     Shape s;
-    double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing,
-        groupedCarry, pair,
+    double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
         b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
         lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff;
@@ -423,7 +421,7 @@ int main(int argc, char** argv) {
         exit(1);
       }
     };
-    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tGrpCarry, tPair,
+    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
         tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair;
     // The storeWarps setting the default (-1) does not pick at this K.
@@ -479,7 +477,6 @@ int main(int argc, char** argv) {
       if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
       if (G > 0 && pipes) tGrpWide.push_back(timeOne([&] { runGrouped(2); }));
       if (G > 0 && pipes) tGrpPing.push_back(timeOne([&] { runGrouped(3); }));
-      if (G > 0 && carry) tGrpCarry.push_back(timeOne([&] { runGrouped(6); }));
     }
     const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
@@ -524,8 +521,6 @@ int main(int argc, char** argv) {
         G > 0 && median(tGrpWide) > 0 ? gFlop / (median(tGrpWide) * 1e-3) / 1e12 : 0.0;
     row.groupedPing =
         G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
-    row.groupedCarry =
-        G > 0 && median(tGrpCarry) > 0 ? gFlop / (median(tGrpCarry) * 1e-3) / 1e12 : 0.0;
     row.b2bEng = tf(median(tB2bE));
     row.b2bBest = tf(median(tB2bBest));
     // Traced variants printed after the row: (pipeline, storeWarps, cluster, label, regStores).
@@ -615,9 +610,6 @@ int main(int argc, char** argv) {
           "  %5d x %5d x %5d: grouped %d x %d rows %6.1f TFLOP/s (%.3f of the plain engine, "
           "%.3f of cuBLAS best)\n",
           sh.M, sh.N, sh.K, G, gRows, row.grouped, row.grouped / row.eng, row.grouped / row.best);
-    if (G > 0 && carry)
-      printf("  %5d x %5d x %5d: grouped carried epilogue %6.1f TFLOP/s (%.3f of the default)\n",
-             sh.M, sh.N, sh.K, row.groupedCarry, row.groupedCarry / row.grouped);
     if (G > 0 && pipes)
       printf(
           "  %5d x %5d x %5d: grouped wide staging %6.1f TFLOP/s (%.3f of the default), "
@@ -776,7 +768,6 @@ int main(int argc, char** argv) {
             "\"max_rel_diff_vs_cublas\": %.3e, \"engine_deep_tflops\": %.2f, "
             "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f, "
             "\"engine_grouped_wide_tflops\": %.2f, \"engine_grouped_ping_tflops\": %.2f, "
-            "\"engine_grouped_carry_tflops\": %.2f, "
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
             "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
             "\"ping_max_rel_diff_vs_cublas\": %.3e, \"engine_ping_pairs_tflops\": %.2f, "
@@ -799,8 +790,7 @@ int main(int argc, char** argv) {
             "\"epi_barrier_us\": %.3f, \"epi_issue_us\": %.3f, \"full_wait_frac\": %.4f, "
             "\"empty_wait_frac\": %.4f}}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.groupedCarry, r.pair,
-            r.deepPair, r.widePair,
+            r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
             r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry,

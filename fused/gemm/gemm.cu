@@ -438,20 +438,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     // next tile's main loop (6), so the consumers may not issue the stores themselves.
     const char* name = a.pipeline == 5 ? "pipeline 5 (deep ring, lent stage)"
                                        : "pipeline 6 (deep ring, carried epilogue)";
-    // The carried epilogue runs as CTA pairs too (cluster=2; the static walk, untraced), and
-    // grouped (no SwiGLU).
-    if (a.pipeline == 6 && a.groups.num != 0) {
-      if (a.swiglu)
-        return fail(why, "pipeline 6 (deep ring, carried epilogue) takes no SwiGLU epilogue");
-      if (a.dType == DType::kF32)
-        return fail(why, "pipeline 6 (deep ring, carried epilogue) needs a 16-bit output type");
-      if (anyHook(a.hooks))
-        return fail(why,
-                    "pipeline 6 (deep ring, carried epilogue) takes no fused-operator hooks "
-                    "(rowReady, tileDone, tileOrder, rowBlockOffset, seqBase)");
-    } else if (!plainPipelineOk(a, name, why, a.pipeline == 6)) {
-      return false;
-    }
+    // The carried epilogue runs as CTA pairs too (cluster=2; the static walk, untraced).
+    if (!plainPipelineOk(a, name, why, a.pipeline == 6)) return false;
     const std::string n = name;
     if (a.bLayout != BLayout::kNK) return fail(why, (n + " takes B as [N,K] only").c_str());
     if (a.storeWarps == 0 || a.regStores == 1)

@@ -121,12 +121,6 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
         return ncclInvalidArgument;
       }
     }
-    if constexpr (kOut != DType::kF32 && kB == BLayout::kNK) {
-      // The carried epilogue (pipeline 6; B [N,K], no SwiGLU: canImplement).
-      if (p.carry || grid <= 0)
-        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupCarryPipe>>(p, grid, stream)));
-      if (p.carry) return ncclSuccess;
-    }
     if constexpr (kOut != DType::kF32) {
       // Ping-pong consumers (pipeline 3; no SwiGLU, checked by canImplement).
       if (p.pingpong || grid <= 0)

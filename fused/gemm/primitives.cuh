@@ -124,8 +124,8 @@ struct PipeCfg {
   static constexpr int kGroupInts = GroupInts;
   static constexpr int kLentBufs = LentBufs;  // per consumer WG, in the tile's last stage
   static constexpr int kCarry = Carry;        // 0 none, 1 the carried epilogue
-  static_assert(Carry == 0 || (LentBufs == 0 && StoreBufs == 2),
-                "the carried half-tile fills the 2 own boxes");
+  static_assert(Carry == 0 || (LentBufs == 0 && GroupInts == 0 && StoreBufs == 2),
+                "the carried half-tile fills the 2 own boxes of a plain GEMM");
   static_assert(kConsumerWGs * LentBufs * kStoreBoxBytes <= kStageBytes,
                 "the lent boxes must fit in one stage");
   static_assert(LentBufs == 0 || kLentBarsAt + Stages * 8 <= kStoreMailboxAt,
@@ -147,8 +147,6 @@ using LendPipe = PipeCfg<4, 2, 0, 2>;
 // GemmArgs::pipeline 6: the deep ring, the second half of each tile's epilogue carried into the
 // next tile's main loop.
 using CarryPipe = PipeCfg<4, 2, 0, 0, 1>;
-// Grouped GEMMs with the carried epilogue (GemmArgs::pipeline 6 with groups, no SwiGLU).
-using GroupCarryPipe = PipeCfg<4, 2, kMaxGroups + 1, 0, 1>;
 // Grouped GEMMs: the deep ring plus the groups' tile prefix sums ([kMaxGroups + 1] ints).
 using GroupPipe = PipeCfg<4, 2, kMaxGroups + 1>;
 // Grouped GEMMs with the wide epilogue staging (GemmArgs::pipeline = 2, 16-bit outputs).

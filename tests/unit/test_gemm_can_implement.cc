@@ -153,19 +153,6 @@ TEST(GemmCanImplement, RejectsWithClearMessages) {
   a.hooks.rowReady = nullptr;
   a.pipeline = 2;  // the wide staging, grouped too (16-bit D)
   EXPECT_TRUE(mk::gemm::canImplement(a, nullptr));
-  // The carried epilogue, grouped too: B [N,K], 16-bit D, no SwiGLU, no hooks.
-  a.pipeline = 6;
-  a.bLayout = BLayout::kNK;
-  std::string why;
-  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
-  a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
-  expectReject(a, "pipeline 6 (deep ring, carried epilogue) takes no fused-operator hooks");
-  a.hooks.rowReady = nullptr;
-  a.dType = DType::kF32;
-  expectReject(a, "pipeline 6 (deep ring, carried epilogue) needs a 16-bit output type");
-  a.dType = DType::kBF16;
-  a.bLayout = BLayout::kKN;
-  expectReject(a, "takes B as [N,K] only");
   a.pipeline = 0;
   a.groups.strideB = 8;
   expectReject(a, "groups.strideB=8");
