@@ -630,14 +630,18 @@ int main(int argc, char** argv) {
           "lent stage %6.1f (%.3f of best)  maxreldiff %.2e\n",
           sh.M, sh.N, sh.K, row.claim, row.claim / row.best, row.claim / row.eng, row.claimLend,
           row.claimLend / row.best, row.claimMaxdiff);
-    if (carry)
-      printf(
-          "  %5d x %5d x %5d: carried epilogue %6.1f (%.3f of best; %.3f of the engine)  "
-          "claimed tiles %6.1f (%.3f of best; %.3f of the engine)  CTA pairs %6.1f (%.3f of "
-          "best; %.3f of the engine)  maxreldiff %.2e\n",
-          sh.M, sh.N, sh.K, row.carry, row.carry / row.best, row.carry / row.eng, row.claimCarry,
-          row.claimCarry / row.best, row.claimCarry / row.eng, row.carryPair,
-          row.carryPair / row.best, row.carryPair / row.eng, row.carryMaxdiff);
+    if (carry) {
+      // (claimed tiles and CTA pairs only where --claim and --clusters asked for them)
+      printf("  %5d x %5d x %5d: carried epilogue %6.1f (%.3f of best; %.3f of the engine)", sh.M,
+             sh.N, sh.K, row.carry, row.carry / row.best, row.carry / row.eng);
+      if (claim)
+        printf("  claimed tiles %6.1f (%.3f of best; %.3f of the engine)", row.claimCarry,
+               row.claimCarry / row.best, row.claimCarry / row.eng);
+      if (pairs)
+        printf("  CTA pairs %6.1f (%.3f of best; %.3f of the engine)", row.carryPair,
+               row.carryPair / row.best, row.carryPair / row.eng);
+      printf("  maxreldiff %.2e\n", row.carryMaxdiff);
+    }
     if (lend)
       printf(
           "  %5d x %5d x %5d: lent stage %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "

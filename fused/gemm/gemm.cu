@@ -705,9 +705,9 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   }
   // Pipeline 0's carried epilogue or lent stage claims its tiles where there is more than one
   // wave of them: CTAs that run faster take the slower ones' share (the static walk's latest
-  // CTA ended ~0.5 tile after the median one at 8192 x 8192 x 1024, session 47). Not under capture (a graph could be
-  // replayed on another stream, concurrently with this stream's launches on the same counter),
-  // nor traced (a CTA's records are sized for the static walk).
+  // CTA ended ~0.5 tile after the median one at 8192 x 8192 x 1024, session 47). Not under capture
+  // (a graph could be replayed on another stream, concurrently with this stream's launches on the
+  // same counter), nor traced (a CTA's records are sized for the static walk).
   if ((p.lend != 0 || p.carry != 0) && a.pipeline == 0 && a.tileClaim == nullptr &&
       a.trace == nullptr) {
     DeviceLimits lim;
