@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (kn) lend = carry = false;  // pipelines 5-7 take B [N,K] only
+  if (kn) lend = carry = false;  // pipelines 5 and 6 take B [N,K] only
   int dev = 0, sms = 0, l2 = 0;
   CK(cudaSetDevice(dev));
   cudaDeviceProp prop;
@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
     const float hmaxPing192 = pipes ? pingDiff(1, 4) : 0.0f;
     // The register stores: the worst of the default split, the deep ring and its pairs.
     const float hmaxLend = lend ? pingDiff(1, 5) : 0.0f;
-    // The dynamic schedule: the default pipeline and, with --lend, the lent stage.
+    // The dynamic schedule: the default pipeline and, with --lend / --carry, pipelines 5 / 6.
     float hmaxClaim = 0.0f;
     if (claim) {
       claimNext = true;

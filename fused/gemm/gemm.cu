@@ -433,9 +433,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                 "carried epilogue)",
                 a.pipeline);
   if (a.pipeline >= 5) {
-    // LendPipe and CarryPipe: plain unpaired GEMMs with B [N,K] (the variants built); only the
-    // store threads hand the lent stage back (5), or take a carried half's stores inside the
-    // next tile's main loop (6), so the consumers may not issue the stores themselves.
+    // LendPipe and CarryPipe: plain GEMMs with B [N,K] (the variants built; unpaired but for the
+    // carried epilogue); only the store threads hand the lent stage back (5), or take a carried
+    // half's stores inside the next tile's main loop (6), so the consumers may not issue the
+    // stores themselves.
     const char* name = a.pipeline == 5 ? "pipeline 5 (deep ring, lent stage)"
                                        : "pipeline 6 (deep ring, carried epilogue)";
     // The carried epilogue runs as CTA pairs too (cluster=2; the static walk, untraced).
@@ -621,8 +622,12 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.grpCount = a.groups.rowCount;
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
-  // MKERNEL_GEMM_AUTO_LEND 1: the lent stage; 2: the carried epilogue (pipeline 6).
-  const int64_t autoKind = autoLend(a) ? MK_PARAM_INT(GemmAutoLend) : 0;
+  // MKERNEL_GEMM_AUTO_LEND 1: the lent stage; 2: the carried epilogue (pipeline 6), but for
+  // beta != 0, whose epilogue reads C: the carried epilogue's kernel then runs the deep ring's
+  // (2 boxes a post, the second waiting for the first to be read), the lent stage stages the
+  // half-tile whole.
+  int64_t autoKind = autoLend(a) ? MK_PARAM_INT(GemmAutoLend) : 0;
+  if (autoKind == 2 && a.beta != 0.0f) autoKind = 1;
   const int32_t carry = a.pipeline == 6 || autoKind == 2 ? 1 : 0;
   const bool lend = a.pipeline == 5 || autoKind == 1;
   p.wide = !lend && carry == 0 &&

@@ -554,8 +554,8 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
   static_assert(Tr::Pipe::kLentBufs == 0 || kStoreWarp, "LendPipe runs with store threads");
   const bool lend = lendsStage<Tr>(p);
   // CarryPipe: the half-tile's second half carried into the next tile's main loop, where the
-  // store threads take the TMA stores, with beta 0 (else the kernel runs as the deep ring: its
-  // epilogue reads C).
+  // store threads take the TMA stores, with beta 0; else the kernel runs as the deep ring (the
+  // epilogue reads C, or the store threads are off: D not storable through TMA).
   constexpr int kCarry = Tr::Pipe::kCarry;
   [[maybe_unused]] const bool carry =
       kCarry > 0 && kStoreWarp && p.storeWarps != 0 && p.beta == 0.0f;

@@ -41,7 +41,8 @@ struct GemmParams {
   float alpha, beta;
   int32_t cluster;     // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
   int32_t* tileClaim;  // GemmArgs::tileClaim: nullptr = the static schedule
-  // 1: the counter is the engine's own (launch(): pipeline 0's lent stage); the launch's last
+  // 1: the counter is the engine's own (launch(): pipeline 0's carried epilogue or lent stage);
+  // the launch's last
   // claim (tiles + grid - 1) resets it to 0 for the next launch on the stream.
   int32_t claimReset;
   uint64_t* trace;  // GemmArgs::trace (trace.h): nullptr = off

@@ -2,10 +2,11 @@
 // tiles from a device counter instead of walking cta, cta + grid, ... (what the MoE fused
 // kernel's dispatch CTAs rely on when they join the GEMM late). Grids of 1 CTA, a few, and
 // every SM, also over fewer tiles than CTAs (those CTAs find none and leave); the deep and wide
-// pipelines and the lent stage (pipeline 5), every output type, beta, tile orders, and the tileDone
-// hook (every tile published once the consumers leave on the end word). Outputs are poisoned and
-// every element is compared with the fp64 reference; the counter must end at tiles + CTAs (each
-// tile claimed once, one failed claim per CTA), which a run on the static schedule cannot reach.
+// pipelines, the lent stage (pipeline 5) and the carried epilogue (6), every output type, beta,
+// tile orders, and the tileDone hook (every tile published once the consumers leave on the end
+// word). Outputs are poisoned and every element is compared with the fp64 reference; the counter
+// must end at tiles + CTAs (each tile claimed once, one failed claim per CTA), which a run on the
+// static schedule cannot reach.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -26,7 +27,8 @@ struct DynCase {
   DType ab, dt;
   float beta;
   int budget;    // GemmArgs::smBudget (0: every SM); the grid under tileClaim
-  int pipeline;  // GemmArgs::pipeline: 0 automatic, 1 deep ring, 2 wide staging, 5 lent stage
+  int pipeline;  // GemmArgs::pipeline: 0 automatic, 1 deep ring, 2 wide staging, 5 lent stage,
+                 // 6 carried epilogue
   bool order;    // a shuffled hooks.tileOrder
   bool done;     // hooks.tileDone: every tile's flag must be published
 };
@@ -130,11 +132,12 @@ TEST(GemmDynamic, PlainGridSizesAndHooks) {
   cudaFree(claim);
 }
 
-// Pipeline 0's lent stage on claimed tiles (MKERNEL_GEMM_AUTO_LEND, default 1): launch() hands
-// the kernel a counter of its own per device and stream, which each launch's last claim resets.
-// Back-to-back launches on one stream (a counter left at tiles + grid would give the next launch
-// no tile and leave D poisoned), launches alternating between two streams (a counter each), a
-// budget of 7 CTAs, and a captured graph (the static walk) replayed; every element checked.
+// Pipeline 0's carried epilogue and lent stage on claimed tiles (MKERNEL_GEMM_AUTO_LEND 2, the
+// default, and 1): launch() hands the kernel a counter of its own per device and stream, which
+// each launch's last claim resets. Back-to-back launches on one stream (a counter left at tiles +
+// grid would give the next launch no tile and leave D poisoned), launches alternating between two
+// streams (a counter each), a budget of 7 CTAs, and a captured graph (the static walk) replayed;
+// every element checked.
 TEST(GemmDynamic, AutoClaimsBackToBack) {
   GEMMTEST_REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
@@ -146,16 +149,20 @@ TEST(GemmDynamic, AutoClaimsBackToBack) {
   cudaStream_t s[2] = {nullptr, nullptr};
   GT_CUDA(cudaStreamCreateWithFlags(&s[0], cudaStreamNonBlocking));
   GT_CUDA(cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking));
-  for (int budget : {0, 7}) {
-    GemmArgs g = p.args();
-    g.smBudget = budget;
-    for (int run = 0; run < 6; ++run) {
-      SCOPED_TRACE("budget " + std::to_string(budget) + ", run " + std::to_string(run));
-      p.poison();
-      GT_CUDA(cudaDeviceSynchronize());
-      ASSERT_EQ(mk::gemm::launch(g, s[run % 4 < 2 ? 0 : 1]), ncclSuccess);
-      GT_CUDA(cudaDeviceSynchronize());
-      EXPECT_EQ(p.check(), "");
+  for (const char* kind : {"2", "1"}) {
+    mktest::ScopedEnv env("MKERNEL_GEMM_AUTO_LEND", kind);
+    for (int budget : {0, 7}) {
+      GemmArgs g = p.args();
+      g.smBudget = budget;
+      for (int run = 0; run < 6; ++run) {
+        SCOPED_TRACE(std::string("MKERNEL_GEMM_AUTO_LEND ") + kind + ", budget " +
+                     std::to_string(budget) + ", run " + std::to_string(run));
+        p.poison();
+        GT_CUDA(cudaDeviceSynchronize());
+        ASSERT_EQ(mk::gemm::launch(g, s[run % 4 < 2 ? 0 : 1]), ncclSuccess);
+        GT_CUDA(cudaDeviceSynchronize());
+        EXPECT_EQ(p.check(), "");
+      }
     }
   }
   cudaGraph_t graph = nullptr;
