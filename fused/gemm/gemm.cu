@@ -158,18 +158,15 @@ bool anyHook(const GemmHooks& h) {
 }
 
 // The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
-// 5: the deep ring lending its last stage to the epilogue, 6: the carried epilogue):
-// 16-bit D; no groups, SwiGLU,
-// tile-by-tile D, CTA pairs (but where `pairs`), stream-K or fused-operator hooks. False with
-// the refusal, naming the pipeline `name`, in *why.
+// 5: the deep ring lending its last stage to the epilogue, 6: the carried epilogue): 16-bit D;
+// no groups, SwiGLU, tile-by-tile D, CTA pairs (but where `pairs`), stream-K or fused-operator
+// hooks. False with the refusal, naming the pipeline `name`, in *why.
 bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why, bool pairs = false) {
   const std::string n = name;
   if (a.dType == DType::kF32) return fail(why, (n + " needs a 16-bit output type").c_str());
   if (a.groups.num != 0 || a.swiglu || a.dTiled || (a.cluster == 2 && !pairs) || a.streamK == 1)
-    return fail(why, (n + (pairs ? " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D or "
-                                   "stream-K"
-                                 : " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D, CTA "
-                                   "pairs (cluster=2) or stream-K"))
+    return fail(why, (n + " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D" +
+                      (pairs ? "" : ", CTA pairs (cluster=2)") + " or stream-K")
                          .c_str());
   if (anyHook(a.hooks))
     return fail(why, (n + " takes no fused-operator hooks (rowReady, tileDone, tileOrder, "
@@ -544,9 +541,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
 }
 
 // Whether pipeline 0 resolves to the carried epilogue or the lent stage (MKERNEL_GEMM_AUTO_LEND
-// 2, 1): the plain unpaired
-// GEMMs with B [N,K] and a 16-bit D at K <= kWideMaxK (where the wide split ran before), which
-// pipelines 5 and 6's rules (canImplement) allow.
+// 2, 1): the plain unpaired GEMMs with B [N,K] and a 16-bit D at K <= kWideMaxK (where the wide
+// split ran before), which pipelines 5 and 6's rules (canImplement) allow.
 bool autoLend(const GemmArgs& a) {
   return a.pipeline == 0 && MK_PARAM_INT(GemmAutoLend) != 0 && a.dType != DType::kF32 &&
          a.bLayout == BLayout::kNK && a.K <= kWideMaxK && a.groups.num == 0 && !a.swiglu &&

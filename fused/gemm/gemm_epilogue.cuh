@@ -337,14 +337,15 @@ struct Carried {
   uint32_t r[32];
 };
 
-// A finished tile's first half (16-bit D through TMA stores and store threads): boxes 0 and 1
-// (those inside N) staged from accumulators 0..63 and posted; `c` gets the tile and the count of
-// boxes 2 and 3 inside N, which carryRest packs. Nothing when the warpgroup's half-tile is past M.
+// A finished tile's epilogue (16-bit D through TMA stores and store threads): boxes 0 and 1
+// (those inside N) staged from accumulators 0..63 and posted; `c` gets the tile, the count of
+// boxes 2 and 3 inside N and their packed pairs. Nothing when the warpgroup's half-tile is past M.
 template <class Tr, bool kUnitAlpha>
-__device__ __forceinline__ void carryFirst(const GemmParams& p,
-                                           const SmemLayout<typename Tr::Pipe>& sm,
-                                           const float (&acc)[128], int32_t wg, int32_t m0,
-                                           int32_t n0, uint32_t* posts, Carried& c, uint64_t* rec) {
+__device__ __forceinline__ void carryEpilogue(const GemmParams& p,
+                                              const SmemLayout<typename Tr::Pipe>& sm,
+                                              const float (&acc)[128], int32_t wg, int32_t m0,
+                                              int32_t n0, uint32_t* posts, Carried& c,
+                                              uint64_t* rec) {
   constexpr int kEC = Tr::kBoxCols, kHalf = Tr::kBufs;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   c.count = 0;
@@ -366,14 +367,6 @@ __device__ __forceinline__ void carryFirst(const GemmParams& p,
   c.m0 = m0;
   c.n0 = n0;
   c.count = boxes - first;
-}
-
-// The tile's second half: boxes 2 and 3 packed into `c` for carryStage; nothing when carryFirst
-// left none inside N (or staged nothing).
-template <class Tr, bool kUnitAlpha>
-__device__ __forceinline__ void carryRest(const GemmParams& p, const float (&acc)[128],
-                                          Carried& c) {
-  constexpr int kEC = Tr::kBoxCols, kHalf = Tr::kBufs;
   if (c.count == 0) return;
 #pragma unroll
   for (int g = 0; g < kHalf; ++g)
