@@ -540,14 +540,23 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   return true;
 }
 
-// Whether pipeline 0 resolves to the carried epilogue or the lent stage (MKERNEL_GEMM_AUTO_LEND
-// 2, 1): the plain unpaired GEMMs with B [N,K] and a 16-bit D at K <= kWideMaxK (where the wide
-// split ran before), which pipelines 5 and 6's rules (canImplement) allow.
-bool autoLend(const GemmArgs& a) {
-  return a.pipeline == 0 && MK_PARAM_INT(GemmAutoLend) != 0 && a.dType != DType::kF32 &&
-         a.bLayout == BLayout::kNK && a.K <= kWideMaxK && a.groups.num == 0 && !a.swiglu &&
-         !a.dTiled && !anyHook(a.hooks) && a.storeWarps != 0 && a.regStores == 0 &&
-         resolvedCluster(a) == 1 && !resolvedStreamK(a);
+// What pipeline 0 resolves to on plain unpaired GEMMs with B [N,K] and a 16-bit D, which
+// pipelines 5 and 6's rules (canImplement) allow: 2 = the carried epilogue (pipeline 6), 1 = the
+// lent stage (pipeline 5), 0 = neither (the wide split at K <= kWideMaxK, else the deep ring).
+// MKERNEL_GEMM_AUTO_LEND 2 (default): the carried epilogue at every K (1.01-1.02x the deep ring
+// at K = 8192 and 28672 on claimed tiles, session 49), but the lent stage for beta != 0 (whose
+// epilogue reads C: the carried kernel would run the deep ring's two-post epilogue, which waits
+// for its first boxes to be read; the lent stage stages the half-tile whole); 1: the lent stage.
+// The lent stage only where the wide split ran before (K <= kWideMaxK): past it, never measured.
+int autoKind(const GemmArgs& a) {
+  if (a.pipeline != 0 || a.dType == DType::kF32 || a.bLayout != BLayout::kNK || a.groups.num != 0 ||
+      a.swiglu || a.dTiled || anyHook(a.hooks) || a.storeWarps == 0 || a.regStores != 0 ||
+      resolvedCluster(a) != 1 || resolvedStreamK(a))
+    return 0;
+  int kind = (int)MK_PARAM_INT(GemmAutoLend);
+  if (kind == 2 && a.beta != 0.0f) kind = 1;
+  if (kind == 1 && a.K > kWideMaxK) kind = 0;
+  return kind;
 }
 
 // The persistent CTAs a call may use: GemmArgs::smBudget, or all `sms` of the device.
@@ -618,14 +627,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.grpCount = a.groups.rowCount;
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
-  // MKERNEL_GEMM_AUTO_LEND 1: the lent stage; 2: the carried epilogue (pipeline 6), but for
-  // beta != 0, whose epilogue reads C: the carried epilogue's kernel then runs the deep ring's
-  // (2 boxes a post, the second waiting for the first to be read), the lent stage stages the
-  // half-tile whole.
-  int64_t autoKind = autoLend(a) ? MK_PARAM_INT(GemmAutoLend) : 0;
-  if (autoKind == 2 && a.beta != 0.0f) autoKind = 1;
-  const int32_t carry = a.pipeline == 6 || autoKind == 2 ? 1 : 0;
-  const bool lend = a.pipeline == 5 || autoKind == 1;
+  const int kind = autoKind(a);
+  const int32_t carry = a.pipeline == 6 || kind == 2 ? 1 : 0;
+  const bool lend = a.pipeline == 5 || kind == 1;
   p.wide = !lend && carry == 0 &&
            (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).

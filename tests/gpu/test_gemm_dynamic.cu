@@ -136,19 +136,41 @@ TEST(GemmDynamic, PlainGridSizesAndHooks) {
 // default, and 1): launch() hands the kernel a counter of its own per device and stream, which
 // each launch's last claim resets. Back-to-back launches on one stream (a counter left at tiles +
 // grid would give the next launch no tile and leave D poisoned), launches alternating between two
-// streams (a counter each), a budget of 7 CTAs, and a captured graph (the static walk) replayed;
-// every element checked.
+// streams (a counter each), a budget of 7 CTAs, K past kWideMaxK (the carried epilogue there; the
+// deep ring with AUTO_LEND 1), and a captured graph (the static walk) replayed; every element
+// checked.
 TEST(GemmDynamic, AutoClaimsBackToBack) {
   GEMMTEST_REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
+  cudaStream_t s[2] = {nullptr, nullptr};
+  GT_CUDA(cudaStreamCreateWithFlags(&s[0], cudaStreamNonBlocking));
+  GT_CUDA(cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking));
+  {
+    // 16 x 6 tiles: more than one wave at a budget of 7; K 4200 ends in a partial k-step.
+    Problem big(2000, 1500, mk::gemm::kWideMaxK + 104, BLayout::kNK, DType::kBF16, DType::kBF16);
+    big.alloc();
+    big.randomize(seed + 1);
+    big.reference();
+    for (const char* kind : {"2", "1"}) {
+      mktest::ScopedEnv env("MKERNEL_GEMM_AUTO_LEND", kind);
+      GemmArgs g = big.args();
+      g.smBudget = 7;
+      for (int run = 0; run < 4; ++run) {
+        SCOPED_TRACE(std::string("K 4200, MKERNEL_GEMM_AUTO_LEND ") + kind + ", run " +
+                     std::to_string(run));
+        big.poison();
+        GT_CUDA(cudaDeviceSynchronize());
+        ASSERT_EQ(mk::gemm::launch(g, s[run % 2]), ncclSuccess);
+        GT_CUDA(cudaDeviceSynchronize());
+        EXPECT_EQ(big.check(), "");
+      }
+    }
+  }
   // 16 x 12 tiles: more than one wave on any Hopper part's SMs.
   Problem p(2000, 3000, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
   p.alloc();
   p.randomize(seed);
   p.reference();
-  cudaStream_t s[2] = {nullptr, nullptr};
-  GT_CUDA(cudaStreamCreateWithFlags(&s[0], cudaStreamNonBlocking));
-  GT_CUDA(cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking));
   for (const char* kind : {"2", "1"}) {
     mktest::ScopedEnv env("MKERNEL_GEMM_AUTO_LEND", kind);
     for (int budget : {0, 7}) {
