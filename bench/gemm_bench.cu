@@ -57,7 +57,9 @@
 // maps) lands inside the timed window as it may with one call between two events.
 // --soak S runs the engine, cuBLAS-best and the engine again for S seconds each and prints each
 // window's wall-clock bounds (nvidia-smi's timestamp format) and TFLOP/s: sampled beside it,
-// nvidia-smi's SM clock and power tell whether either runs at a lower clock under load.
+// nvidia-smi's SM clock and power tell whether either runs at a lower clock under load; with
+// --carry --clusters also a window of the carried epilogue as CTA pairs (multicast halves B's
+// L2 reads: does it buy clock under the power cap?).
 #include <sys/time.h>
 #include <cstdint>
 #include <cublasLt.h>
@@ -672,6 +674,7 @@ int main(int argc, char** argv) {
       soak("engine", [&] { runEngine(0, D); });
       if (pipes) soak("ping", [&] { runEngine(0, D, 3); });
       if (pipes && pairs) soak("ping_pairs", [&] { runEngine(0, D, 3, 2); });
+      if (carry && pairs) soak("carry_pairs", [&] { runEngine(0, D, 6, 2); });
     }
     if (pairs)
       printf(
