@@ -543,7 +543,7 @@ bool canImplement(const GemmArgs& a, std::string* why) {
 // What pipeline 0 resolves to on plain unpaired GEMMs with B [N,K] and a 16-bit D, which
 // pipelines 5 and 6's rules (canImplement) allow: 2 = the carried epilogue (pipeline 6), 1 = the
 // lent stage (pipeline 5), 0 = neither (the wide split at K <= kWideMaxK, else the deep ring).
-// MKERNEL_GEMM_AUTO_LEND 2 (default): the carried epilogue at every K (1.01-1.02x the deep ring
+// MKERNEL_GEMM_AUTO_LEND 2 (default): the carried epilogue at every K (1.01-1.03x the deep ring
 // at K = 8192 and 28672 on claimed tiles, session 49), but the lent stage for beta != 0 (whose
 // epilogue reads C: the carried kernel would run the deep ring's two-post epilogue, which waits
 // for its first boxes to be read; the lent stage stages the half-tile whole); 1: the lent stage.
