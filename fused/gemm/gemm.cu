@@ -540,15 +540,14 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   return true;
 }
 
-// What pipeline 0 resolves to on plain unpaired GEMMs with B [N,K] and a 16-bit D, which
-// pipelines 5 and 6's rules (canImplement) allow: 2 = the carried epilogue (pipeline 6), 1 = the
-// lent stage (pipeline 5), 0 = neither (the wide split at K <= kWideMaxK, else the deep ring).
-// MKERNEL_GEMM_AUTO_LEND 2 (default): the carried epilogue at every K (1.01-1.03x the deep ring
-// at K = 8192 and 28672 on claimed tiles, session 49), but the lent stage for beta != 0 (whose
-// epilogue reads C: the carried kernel would run the deep ring's two-post epilogue, which waits
-// for its first boxes to be read; the lent stage stages the half-tile whole); 1: the lent stage.
-// The lent stage only where the wide split ran before (K <= kWideMaxK): past it, never measured.
-int autoKind(const GemmArgs& a) {
+// Pipeline 0's choice on plain unpaired GEMMs with B [N,K] and a 16-bit D, which pipelines 5
+// and 6's rules (canImplement) allow. MKERNEL_GEMM_AUTO_LEND 2 (default): the carried epilogue at
+// every K (1.01-1.03x the deep ring at K = 8192 and 28672 on claimed tiles, session 49), but the
+// lent stage for beta != 0 (whose epilogue reads C: the carried kernel would run the deep ring's
+// two-post epilogue, which waits for its first boxes to be read; the lent stage stages the
+// half-tile whole); 1: the lent stage. The lent stage only where the wide split ran before (K <=
+// kWideMaxK): past it, never measured.
+int autoPipeline(const GemmArgs& a) {
   if (a.pipeline != 0 || a.dType == DType::kF32 || a.bLayout != BLayout::kNK || a.groups.num != 0 ||
       a.swiglu || a.dTiled || anyHook(a.hooks) || a.storeWarps == 0 || a.regStores != 0 ||
       resolvedCluster(a) != 1 || resolvedStreamK(a))
@@ -556,7 +555,7 @@ int autoKind(const GemmArgs& a) {
   int kind = (int)MK_PARAM_INT(GemmAutoLend);
   if (kind == 2 && a.beta != 0.0f) kind = 1;
   if (kind == 1 && a.K > kWideMaxK) kind = 0;
-  return kind;
+  return kind == 2 ? 6 : (kind == 1 ? 5 : 0);
 }
 
 // The persistent CTAs a call may use: GemmArgs::smBudget, or all `sms` of the device.
@@ -627,9 +626,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.grpCount = a.groups.rowCount;
   // Grouped GEMMs too: on the H200 (session 13) the wide staging ran 1.015-1.018x the deep
   // ring at issue 13's K=2048 shapes and 1.003x at K=7168.
-  const int kind = autoKind(a);
-  const int32_t carry = a.pipeline == 6 || kind == 2 ? 1 : 0;
-  const bool lend = a.pipeline == 5 || kind == 1;
+  const int resolved = a.pipeline != 0 ? a.pipeline : autoPipeline(a);
+  const int32_t carry = resolved == 6 ? 1 : 0;
+  const bool lend = resolved == 5;
   p.wide = !lend && carry == 0 &&
            (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).

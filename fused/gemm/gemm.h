@@ -232,6 +232,12 @@ inline int32_t tilesN(const GemmArgs& a) {
 // Host-only check (no CUDA call): false with a reason when the engine cannot run `args`.
 bool canImplement(const GemmArgs& args, std::string* why);
 
+// What GemmArgs::pipeline 0 resolves to for `args` (host only, no CUDA call; reads
+// MKERNEL_GEMM_AUTO_LEND): 6 = the carried epilogue, 5 = the lent stage, 0 = neither (the wide
+// split for 16-bit outputs at K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with
+// B [N,K] and a 16-bit D only; any other args, or a pipeline other than 0, give 0.
+int autoPipeline(const GemmArgs& args);
+
 // Checks (canImplement + device limits), then launches on `stream`.
 // ncclInvalidArgument with a logged reason when the arguments are not supported.
 ncclResult_t launch(const GemmArgs& args, cudaStream_t stream);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "base/param.h"
+#include "common/test_util.h"
 #include "fused/core/cost_model.h"
 #include "fused/gemm/gemm.h"
 
@@ -500,6 +501,70 @@ TEST(GemmCanImplement, LentStageRules) {
   GemmArgs a = good();
   a.pipeline = 7;
   expectReject(a, "pipeline=7 must be");
+}
+
+// What pipeline 0 resolves to (autoPipeline): the carried epilogue at every K with beta 0, the
+// lent stage with beta != 0 up to kWideMaxK and neither above it, the lent stage or neither under
+// MKERNEL_GEMM_AUTO_LEND 1 and 0, and neither for any call outside plain unpaired GEMMs with
+// B [N,K] and a 16-bit D, or with a pipeline named.
+TEST(GemmCanImplement, AutoPipelineRule) {
+  using mk::gemm::autoPipeline;
+  using mk::gemm::kWideMaxK;
+  GemmArgs a = good();
+  a.bLayout = BLayout::kNK;
+  {
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", nullptr);  // the default, 2
+    mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+    mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+    for (int k : {64, 1000, kWideMaxK, kWideMaxK + 1, 8192, 28672}) {
+      a.K = k;
+      a.beta = 0.0f;
+      EXPECT_EQ(autoPipeline(a), 6) << "K " << k;
+      a.beta = 0.5f;
+      EXPECT_EQ(autoPipeline(a), k <= kWideMaxK ? 5 : 0) << "K " << k << ", beta 0.5";
+    }
+    a.K = 1024;
+    a.beta = 0.0f;
+    auto expectNone = [&](GemmArgs b, const char* what) { EXPECT_EQ(autoPipeline(b), 0) << what; };
+    GemmArgs b = a;
+    b.dType = DType::kF32;
+    expectNone(b, "fp32 D");
+    b = a;
+    b.bLayout = BLayout::kKN;
+    expectNone(b, "B [K,N]");
+    b = a;
+    b.cluster = 2;
+    expectNone(b, "CTA pairs");
+    b = a;
+    b.storeWarps = 0;
+    expectNone(b, "consumers' stores");
+    b = a;
+    b.regStores = 1;
+    expectNone(b, "register stores");
+    b = a;
+    b.streamK = 1;
+    expectNone(b, "stream-K");
+    b = a;
+    b.swiglu = true;
+    expectNone(b, "SwiGLU");
+    for (int pl : {1, 2, 3, 4, 5, 6}) {
+      b = a;
+      b.pipeline = pl;
+      EXPECT_EQ(autoPipeline(b), 0) << "pipeline " << pl << " named";
+    }
+  }
+  {
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", "1");
+    a.K = 1024;
+    EXPECT_EQ(autoPipeline(a), 5);
+    a.K = 8192;
+    EXPECT_EQ(autoPipeline(a), 0);
+  }
+  {
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", "0");
+    a.K = 1024;
+    EXPECT_EQ(autoPipeline(a), 0);
+  }
 }
 
 // GemmArgs::regStores is a request (0 or 1), honoured where D allows it (buildParams): every
