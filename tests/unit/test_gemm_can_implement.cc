@@ -2,6 +2,7 @@
 // no CUDA call is made, so these run on machines without a GPU.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -525,28 +526,23 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     }
     a.K = 1024;
     a.beta = 0.0f;
-    auto expectNone = [&](GemmArgs b, const char* what) { EXPECT_EQ(autoPipeline(b), 0) << what; };
-    GemmArgs b = a;
-    b.dType = DType::kF32;
-    expectNone(b, "fp32 D");
-    b = a;
-    b.bLayout = BLayout::kKN;
-    expectNone(b, "B [K,N]");
-    b = a;
-    b.cluster = 2;
-    expectNone(b, "CTA pairs");
-    b = a;
-    b.storeWarps = 0;
-    expectNone(b, "consumers' stores");
-    b = a;
-    b.regStores = 1;
-    expectNone(b, "register stores");
-    b = a;
-    b.streamK = 1;
-    expectNone(b, "stream-K");
-    b = a;
-    b.swiglu = true;
-    expectNone(b, "SwiGLU");
+    // Each call outside the rule's domain, as a change to the accepted `a`.
+    const std::pair<const char*, void (*)(GemmArgs&)> outside[] = {
+        {"fp32 D", [](GemmArgs& b) { b.dType = DType::kF32; }},
+        {"B [K,N]", [](GemmArgs& b) { b.bLayout = BLayout::kKN; }},
+        {"CTA pairs", [](GemmArgs& b) { b.cluster = 2; }},
+        {"consumers' stores", [](GemmArgs& b) { b.storeWarps = 0; }},
+        {"register stores", [](GemmArgs& b) { b.regStores = 1; }},
+        {"stream-K", [](GemmArgs& b) { b.streamK = 1; }},
+        {"SwiGLU", [](GemmArgs& b) { b.swiglu = true; }},
+    };
+    EXPECT_EQ(autoPipeline(a), 6);
+    GemmArgs b;
+    for (const auto& o : outside) {
+      b = a;
+      o.second(b);
+      EXPECT_EQ(autoPipeline(b), 0) << o.first;
+    }
     for (int pl : {1, 2, 3, 4, 5, 6}) {
       b = a;
       b.pipeline = pl;
