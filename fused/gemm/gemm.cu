@@ -629,8 +629,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   const int resolved = a.pipeline != 0 ? a.pipeline : autoPipeline(a);
   const int32_t carry = resolved == 6 ? 1 : 0;
   const bool lend = resolved == 5;
-  p.wide = !lend && carry == 0 &&
-           (a.pipeline == 2 || (a.pipeline == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK));
+  p.wide = resolved == 2 || (resolved == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
   // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
   p.lend = lend ? 1 : 0;

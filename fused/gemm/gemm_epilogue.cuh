@@ -349,7 +349,8 @@ __device__ __forceinline__ void carryEpilogue(const GemmParams& p,
   constexpr int kEC = Tr::kBoxCols, kHalf = Tr::kBufs;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   c.count = 0;
-  if (m0 + 64 * wg >= p.M) return;                                     // uniform over the warpgroup
+  // Uniform over the warpgroup.
+  if (m0 + 64 * wg >= p.M) return;
   const int32_t boxes = min(Tr::kChunks, (p.N - n0 + kEC - 1) / kEC);  // n0 < N
   const int32_t first = min(kHalf, boxes);
   ptx::mbarWait(storeBar(sm, 1, wg), *posts & 1);

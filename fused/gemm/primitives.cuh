@@ -42,8 +42,7 @@ struct GemmParams {
   int32_t cluster;     // CTAs per cluster (GemmArgs::cluster, resolved): 1, or 2 (Traits::kCluster)
   int32_t* tileClaim;  // GemmArgs::tileClaim: nullptr = the static schedule
   // 1: the counter is the engine's own (launch(): pipeline 0's carried epilogue or lent stage);
-  // the launch's last
-  // claim (tiles + grid - 1) resets it to 0 for the next launch on the stream.
+  // the launch's last claim (tiles + grid - 1) resets it to 0 for the next launch on the stream.
   int32_t claimReset;
   uint64_t* trace;  // GemmArgs::trace (trace.h): nullptr = off
   int32_t traceTiles;
