@@ -8,7 +8,7 @@
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
-//                    [--regstores] [--lend] [--claim] [--carry]
+//                    [--regstores] [--lend] [--claim] [--carry] [--nostore]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
@@ -52,6 +52,10 @@
 // next tile's main loop (GemmArgs::pipeline 6), with --claim on claimed tiles too and with
 // --clusters as CTA pairs, checked against cuBLAS on the first operand set ('carried epilogue'
 // line); with --trace it is traced unpaired (B [N,K] only: ignored with --layout kn).
+// --nostore also times the default engine with its store threads issuing no TMA stores
+// (GemmArgs::skipStores, a diagnostic: D is left unwritten, so the line has no check): how
+// much of the small-K gap the D stores' share of the L2 traffic costs; with --trace it is
+// traced too (the static walk).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -114,6 +118,7 @@ int main(int argc, char** argv) {
   bool lend = false;
   bool claim = false;
   bool carry = false;
+  bool noStore = false;
   int b2b = 0;
   double soakS = 0;
   int groups = 0;
@@ -145,6 +150,8 @@ int main(int argc, char** argv) {
       claim = true;
     else if (a == "--carry")
       carry = true;
+    else if (a == "--nostore")
+      noStore = true;
     else if (a == "--b2b" && i + 1 < argc)
       b2b = atoi(argv[++i]);
     else if (a == "--soak" && i + 1 < argc)
@@ -188,7 +195,8 @@ int main(int argc, char** argv) {
     double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
         b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
-        lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff;
+        lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff,
+        noStore;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -242,6 +250,7 @@ int main(int argc, char** argv) {
     int32_t* dClaims = nullptr;
     int claimIdx = 0;
     bool claimNext = false;
+    int skipNext = 0;  // GemmArgs::skipStores of runEngine's next launches (--nostore)
     if (claim) CK(cudaMalloc(&dClaims, kClaims * sizeof(int32_t)));
     auto zeroClaims = [&] {
       CK(cudaMemsetAsync(dClaims, 0, kClaims * sizeof(int32_t), stream));
@@ -268,6 +277,7 @@ int main(int argc, char** argv) {
       g.traceCtas = traceCtas;
       g.storeWarps = storeWarps;
       g.regStores = regSt;
+      g.skipStores = skipNext;
       if (claimNext) g.tileClaim = dClaims + claimIdx++ % kClaims;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
@@ -393,7 +403,8 @@ int main(int argc, char** argv) {
     };
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
-        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair;
+        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair,
+        tNoStore;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -420,6 +431,11 @@ int main(int argc, char** argv) {
       if (lend) tLend.push_back(timeOne([&] { runEngine(0, D, 5); }));
       if (carry) tCarry.push_back(timeOne([&] { runEngine(0, D, 6); }));
       if (carry && pairs) tCarryPair.push_back(timeOne([&] { runEngine(0, D, 6, 2); }));
+      if (noStore) {
+        skipNext = 1;
+        tNoStore.push_back(timeOne([&] { runEngine(0, D); }));
+        skipNext = 0;
+      }
       if (claim) {
         zeroClaims();  // outside the timed windows
         claimNext = true;
@@ -484,6 +500,7 @@ int main(int argc, char** argv) {
     row.claimCarry = tf(median(tClaimCarry));
     row.carryPair = tf(median(tCarryPair));
     row.carryMaxdiff = hmaxCarry;
+    row.noStore = tf(median(tNoStore));
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -500,6 +517,7 @@ int main(int argc, char** argv) {
       int regSt;
       mk::gemm::TraceSummary s;
       bool claim = false;  // the dynamic schedule (--claim)
+      int skip = 0;        // GemmArgs::skipStores (--nostore)
     };
     std::vector<TraceVariant> traced;
     if (trace) {
@@ -544,6 +562,7 @@ int main(int argc, char** argv) {
         traced.push_back({6, -1, 1, "carried epilogue, claimed tiles", 0, {}, true});
       if (regStores && pairs)
         traced.push_back({1, -1, 2, "CTA pairs, deep, register stores", 1, {}});
+      if (noStore) traced.push_back({0, -1, 1, "engine, D stores off", 0, {}, false, 1});
       for (TraceVariant& v : traced) {
         const int g = v.cluster == 2 ? gridPair : grid,
                   n = v.cluster == 2 ? perPair : (v.claim ? per + 4 : per);
@@ -551,8 +570,10 @@ int main(int argc, char** argv) {
           CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
           if (v.claim) zeroClaims();
           claimNext = v.claim;
+          skipNext = v.skip;
           runEngine(0, D, v.pipeline, v.cluster, 0, dTrace, n, g, v.storeWarps, v.regSt);
           claimNext = false;
+          skipNext = 0;
         }
         std::vector<uint64_t> hTrace(words);
         CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
@@ -612,6 +633,9 @@ int main(int argc, char** argv) {
                row.carryPair / row.best, row.carryPair / row.eng);
       printf("  maxreldiff %.2e\n", row.carryMaxdiff);
     }
+    if (noStore)
+      printf("  %5d x %5d x %5d: D stores off %6.1f (%.3f of best; %.3f of the engine; no check)\n",
+             sh.M, sh.N, sh.K, row.noStore, row.noStore / row.best, row.noStore / row.eng);
     if (lend)
       printf(
           "  %5d x %5d x %5d: lent stage %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "
@@ -756,7 +780,7 @@ int main(int argc, char** argv) {
             "\"engine_claim_tflops\": %.2f, \"engine_claim_lend_tflops\": %.2f, "
             "\"claim_max_rel_diff\": %.3e, \"engine_carry_tflops\": %.2f, "
             "\"engine_claim_carry_tflops\": %.2f, \"engine_carry_pairs_tflops\": %.2f, "
-            "\"carry_max_rel_diff\": %.3e, "
+            "\"carry_max_rel_diff\": %.3e, \"engine_no_store_tflops\": %.2f, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -769,11 +793,11 @@ int main(int argc, char** argv) {
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
             r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry,
-            r.claimCarry, r.carryPair, r.carryMaxdiff, r.tr.records, r.tr.spanUs, r.tr.clockGHz,
-            r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs,
-            r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs,
-            r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
-            i + 1 < rows.size() ? "," : "");
+            r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore, r.tr.records, r.tr.spanUs,
+            r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac,
+            r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
+            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
+            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -482,6 +482,9 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.regStores < 0 || a.regStores > 1)
     return fail(why, "regStores=%lld must be 0 (TMA stores) or 1 (stores from registers)",
                 a.regStores);
+  if (a.skipStores < 0 || a.skipStores > 1)
+    return fail(why, "skipStores=%lld must be 0 (D stored) or 1 (a benchmark's diagnostic)",
+                a.skipStores);
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
                 a.traceTiles, a.traceCtas);
@@ -666,6 +669,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
                     ? 1
                     : 0;
   p.storeWarps = storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr ? 1 : 0;
+  p.skipStores = a.skipStores == 1 && p.storeWarps ? 1 : 0;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

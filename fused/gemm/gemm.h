@@ -198,6 +198,12 @@ struct GemmArgs {
   // memory for staging. 0 (default): the TMA epilogue. Not the ping-pong consumers (pipelines
   // 3, 4).
   int32_t regStores = 0;
+  // Benchmark diagnostic, never for results: 1 = the store threads issue no TMA stores, so D is
+  // left unwritten while every other step of the epilogue (conversions, staging, the store
+  // threads' handshakes) runs as usual. Whether the D stores' share of the traffic between L2
+  // and the SMs (8% at K = 1024, 1% at 8192) is what slows the small-K k-step (issue 12's
+  // 8192 x 8192 x 1024). Only where the store threads issue the stores (otherwise ignored).
+  int32_t skipStores = 0;
   GemmHooks hooks;
   GemmGroups groups;
 };

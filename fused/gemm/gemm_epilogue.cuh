@@ -190,7 +190,9 @@ __device__ __forceinline__ void issueBoxStores(const GemmParams& p,
   for (int g = 0; g < count; ++g) {
     const int c = c0 + g;
     uint8_t* buf = stagingBox(sm, wg, (buf0 + g) % kBufs, lent);
-    if (p.dTiled) {
+    if (p.skipStores) {
+      // (an empty bulk group: the waits on this post's reads pass at once)
+    } else if (p.dTiled) {
       ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
     } else {
       ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, m0 + 64 * wg);

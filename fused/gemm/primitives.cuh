@@ -54,6 +54,8 @@ struct GemmParams {
   // GemmArgs::regStores, resolved (1 only where D allows it): the cooperative kernels'
   // epilogue stores D from the accumulators (gemm_epilogue.cuh epilogueRegs).
   int32_t regStores;
+  // GemmArgs::skipStores, resolved (1 only with store threads): they issue no TMA stores.
+  int32_t skipStores;
   GemmHooks hooks;
   // Stream-K tail (GemmArgs::streamK, streamk.h): sk.units > 0 runs the stream-K kernel
   // variant (Traits::kStreamK). skWork: one partial per CTA ([cta][wg][32][128] float4, a

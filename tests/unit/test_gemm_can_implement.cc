@@ -587,6 +587,25 @@ TEST(GemmCanImplement, RegStoresValues) {
   expectReject(a, "regStores");
 }
 
+// GemmArgs::skipStores (a benchmark's diagnostic) is 0 or 1 with any pipeline; anything else
+// is refused by name.
+TEST(GemmCanImplement, SkipStoresValues) {
+  std::string why;
+  GemmArgs a = good();
+  for (int pl : {0, 1, 2, 5, 6})
+    for (int ss : {0, 1}) {
+      a.pipeline = pl;
+      a.skipStores = ss;
+      EXPECT_TRUE(mk::gemm::canImplement(a, &why))
+          << "pipeline " << pl << " skipStores " << ss << ": " << why;
+    }
+  a.pipeline = 0;
+  a.skipStores = 2;
+  expectReject(a, "skipStores");
+  a.skipStores = -1;
+  expectReject(a, "skipStores");
+}
+
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {
   mk::fused::DeviceRates r;
   r.sms = 132;
