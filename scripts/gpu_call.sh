@@ -9,6 +9,7 @@
 #   gc_init F                                   # logs in $OUT/logsF, tar in $OUT/logsF.tgz
 #   gc_nvcc bench/l2_feed.cu /tmp/l2_feed               # one stand-alone bench, nvcc alone
 #   gc_build /tmp/b "gpu/test_fused_*.cu" mk_gpu_tests bench_fused_bench
+#   gc_reuse /tmp/b "gpu/test_fused_*.cu" mk_gpu_tests  # a later call: reuse or rebuild
 #   gc_tests /tmp/b '*Fused*:*GemmColl*' 500 150  # stop by 500 s into the call, 150 s at most
 #   gc_fused_bench /tmp/b pf1 585 "--ranks 4 --reps 10 --shapes ar:8192x8192x8192" \
 #       MKERNEL_FUSED_DEBUG=0                   # env assignments after the arguments
@@ -78,6 +79,18 @@ gc_build() {  # DIR MK_GPU_TESTS TARGET...
   grep -m5 -E "error" "$GC_L/build.log"
   export LD_LIBRARY_PATH=$dir/src MKERNEL_TIMEOUT_MS=${MKERNEL_TIMEOUT_MS:-20000}
   return $rc
+}
+
+# A later call on the same warm machine: reuses DIR's build when its test binary is there
+# (the machine was kept), else builds it as gc_build does.
+gc_reuse() {  # DIR MK_GPU_TESTS TARGET...
+  if [ -x "$1/tests/mk_gpu_tests" ]; then
+    export LD_LIBRARY_PATH=$1/src MKERNEL_TIMEOUT_MS=${MKERNEL_TIMEOUT_MS:-20000}
+    echo "reusing $1"
+  else
+    echo "no $1: the machine was not kept; building"
+    GC_BUILD_S=${GC_BUILD_S:-450} gc_build "$@"
+  fi
 }
 
 gc_tests() {  # DIR FILTER UNTIL CAP
