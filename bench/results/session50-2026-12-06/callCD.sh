@@ -10,14 +10,14 @@ set -u
 source scripts/gpu_call.sh
 gc_init CD
 GC_BUILD_S=330 gc_build /tmp/bd "gpu/test_gemm*.cu" mk_gpu_tests bench_gemm_bench
-gc_tests /tmp/bd 'Gemm*' 400 75
+gc_tests /tmp/bd 'Gemm*' 360 70
 mv "$GC_L/tests.log.gz" "$GC_L/tests_gemm.log.gz"
-gc_run nostore 455 55 20 1 "x.*(engine  |stores off)|rror" \
+gc_run nostore 415 55 20 1 "x.*(engine  |stores off)|rror" \
   /tmp/bd/bench/bench_gemm_bench --shapes 8192x8192x1024,8192x8192x2048,8192x8192x8192 \
   --reps 20 --nostore --commit "$(cat COMMIT_SNAP)"
-gc_run trace 525 70 20 1 "x.*(engine  |trace|stores off)|rror" \
+gc_run trace 485 70 20 1 "x.*(engine  |trace|stores off)|rror" \
   /tmp/bd/bench/bench_gemm_bench --shapes 8192x8192x1024,8192x8192x2048,8192x8192x8192 \
   --reps 5 --trace --nostore --commit "$(cat COMMIT_SNAP)"
-gc_run list_default 562 40 25 1 "x.*(engine  )|geomean|rror" \
+gc_run list_default 530 40 25 1 "x.*(engine  )|geomean|rror" \
   /tmp/bd/bench/bench_gemm_bench --reps 10 --commit "$(cat COMMIT_SNAP)"
 gc_tar
