@@ -8,7 +8,8 @@
 //   bench_gemm_bench [--reps 40] [--layout nk|kn] [--shapes 8192x8192x8192,...]
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
-//                    [--regstores] [--lend] [--claim] [--carry] [--nostore]
+//                    [--regstores] [--lend] [--claim] [--carry] [--nostore] [--hint]
+//                    [--groupm G]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
@@ -56,6 +57,11 @@
 // (GemmArgs::skipStores, a diagnostic: D is left unwritten, so the line has no check): how
 // much of the small-K gap the D stores' share of the L2 traffic costs; with --trace it is
 // traced too (the static walk).
+// --hint also times the default engine with D's stores carrying an L2 evict-first policy
+// (GemmArgs::storeHint), checked against cuBLAS on the first operand set ('L2 hint' line); with
+// --trace it is traced too. --groupm G also times the default engine with bands of G row blocks
+// in its raster (GemmArgs::groupM; the default is 8), checked the same way ('groupM' line).
+// Both ask whether D evicts the A and B bands the next tiles re-read from L2.
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -119,6 +125,8 @@ int main(int argc, char** argv) {
   bool claim = false;
   bool carry = false;
   bool noStore = false;
+  bool hint = false;
+  int groupM = 0;
   int b2b = 0;
   double soakS = 0;
   int groups = 0;
@@ -152,6 +160,10 @@ int main(int argc, char** argv) {
       carry = true;
     else if (a == "--nostore")
       noStore = true;
+    else if (a == "--hint")
+      hint = true;
+    else if (a == "--groupm" && i + 1 < argc)
+      groupM = atoi(argv[++i]);
     else if (a == "--b2b" && i + 1 < argc)
       b2b = atoi(argv[++i]);
     else if (a == "--soak" && i + 1 < argc)
@@ -196,7 +208,7 @@ int main(int argc, char** argv) {
         deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
         b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
         lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff,
-        noStore;
+        noStore, hint, hintMaxdiff, groupM, groupMMaxdiff;
     mk::gemm::TraceSummary tr;
     int nAlgos;
   };
@@ -251,6 +263,8 @@ int main(int argc, char** argv) {
     int claimIdx = 0;
     bool claimNext = false;
     int skipNext = 0;  // GemmArgs::skipStores of runEngine's next launches (--nostore)
+    int hintNext = 0;  // GemmArgs::storeHint of runEngine's next launches (--hint)
+    int bandNext = 0;  // GemmArgs::groupM of runEngine's next launches (--groupm)
     if (claim) CK(cudaMalloc(&dClaims, kClaims * sizeof(int32_t)));
     auto zeroClaims = [&] {
       CK(cudaMemsetAsync(dClaims, 0, kClaims * sizeof(int32_t), stream));
@@ -278,6 +292,8 @@ int main(int argc, char** argv) {
       g.storeWarps = storeWarps;
       g.regStores = regSt;
       g.skipStores = skipNext;
+      g.storeHint = hintNext;
+      g.groupM = bandNext;
       if (claimNext) g.tileClaim = dClaims + claimIdx++ % kClaims;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
@@ -334,6 +350,13 @@ int main(int argc, char** argv) {
       if (carry) hmaxClaim = std::max(hmaxClaim, pingDiff(1, 6));
       claimNext = false;
     }
+    // --hint and --groupm: the default pipeline with D's stores L2 evict-first / other bands.
+    hintNext = 1;
+    const float hmaxHint = hint ? pingDiff(1, 0) : 0.0f;
+    hintNext = 0;
+    bandNext = groupM;
+    const float hmaxBand = groupM > 0 ? pingDiff(1, 0) : 0.0f;
+    bandNext = 0;
     const float hmaxCarry = carry ? std::max(pingDiff(1, 6), pairs ? pingDiff(2, 6) : 0.0f) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {
@@ -404,7 +427,7 @@ int main(int argc, char** argv) {
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
         tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair,
-        tNoStore;
+        tNoStore, tHint, tBand;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -435,6 +458,16 @@ int main(int argc, char** argv) {
         skipNext = 1;
         tNoStore.push_back(timeOne([&] { runEngine(0, D); }));
         skipNext = 0;
+      }
+      if (hint) {
+        hintNext = 1;
+        tHint.push_back(timeOne([&] { runEngine(0, D); }));
+        hintNext = 0;
+      }
+      if (groupM > 0) {
+        bandNext = groupM;
+        tBand.push_back(timeOne([&] { runEngine(0, D); }));
+        bandNext = 0;
       }
       if (claim) {
         zeroClaims();  // outside the timed windows
@@ -501,6 +534,10 @@ int main(int argc, char** argv) {
     row.carryPair = tf(median(tCarryPair));
     row.carryMaxdiff = hmaxCarry;
     row.noStore = tf(median(tNoStore));
+    row.hint = tf(median(tHint));
+    row.hintMaxdiff = hmaxHint;
+    row.groupM = tf(median(tBand));
+    row.groupMMaxdiff = hmaxBand;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -518,6 +555,7 @@ int main(int argc, char** argv) {
       mk::gemm::TraceSummary s;
       bool claim = false;  // the dynamic schedule (--claim)
       int skip = 0;        // GemmArgs::skipStores (--nostore)
+      int storeHint = 0;   // GemmArgs::storeHint (--hint)
     };
     std::vector<TraceVariant> traced;
     if (trace) {
@@ -563,6 +601,7 @@ int main(int argc, char** argv) {
       if (regStores && pairs)
         traced.push_back({1, -1, 2, "CTA pairs, deep, register stores", 1, {}});
       if (noStore) traced.push_back({0, -1, 1, "engine, D stores off", 0, {}, false, 1});
+      if (hint) traced.push_back({0, -1, 1, "engine, D stores L2 evict-first", 0, {}, false, 0, 1});
       for (TraceVariant& v : traced) {
         const int g = v.cluster == 2 ? gridPair : grid,
                   n = v.cluster == 2 ? perPair : (v.claim ? per + 4 : per);
@@ -571,9 +610,11 @@ int main(int argc, char** argv) {
           if (v.claim) zeroClaims();
           claimNext = v.claim;
           skipNext = v.skip;
+          hintNext = v.storeHint;
           runEngine(0, D, v.pipeline, v.cluster, 0, dTrace, n, g, v.storeWarps, v.regSt);
           claimNext = false;
           skipNext = 0;
+          hintNext = 0;
         }
         std::vector<uint64_t> hTrace(words);
         CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
@@ -633,6 +674,17 @@ int main(int argc, char** argv) {
                row.carryPair / row.best, row.carryPair / row.eng);
       printf("  maxreldiff %.2e\n", row.carryMaxdiff);
     }
+    if (hint)
+      printf(
+          "  %5d x %5d x %5d: L2 hint (D evict-first) %6.1f (%.3f of best; %.3f of the engine)  "
+          "maxreldiff %.2e\n",
+          sh.M, sh.N, sh.K, row.hint, row.hint / row.best, row.hint / row.eng, row.hintMaxdiff);
+    if (groupM > 0)
+      printf(
+          "  %5d x %5d x %5d: groupM %d %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "
+          "%.2e\n",
+          sh.M, sh.N, sh.K, groupM, row.groupM, row.groupM / row.best, row.groupM / row.eng,
+          row.groupMMaxdiff);
     if (noStore)
       printf("  %5d x %5d x %5d: D stores off %6.1f (%.3f of best; %.3f of the engine; no check)\n",
              sh.M, sh.N, sh.K, row.noStore, row.noStore / row.best, row.noStore / row.eng);
@@ -781,6 +833,8 @@ int main(int argc, char** argv) {
             "\"claim_max_rel_diff\": %.3e, \"engine_carry_tflops\": %.2f, "
             "\"engine_claim_carry_tflops\": %.2f, \"engine_carry_pairs_tflops\": %.2f, "
             "\"carry_max_rel_diff\": %.3e, \"engine_no_store_tflops\": %.2f, "
+            "\"engine_store_hint_tflops\": %.2f, \"store_hint_max_rel_diff\": %.3e, "
+            "\"engine_groupm_tflops\": %.2f, \"groupm_max_rel_diff\": %.3e, "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -793,11 +847,12 @@ int main(int argc, char** argv) {
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
             r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry,
-            r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore, r.tr.records, r.tr.spanUs,
-            r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac,
-            r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
-            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
-            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
+            r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore, r.hint, r.hintMaxdiff, r.groupM,
+            r.groupMMaxdiff, r.tr.records, r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs,
+            r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs,
+            r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs,
+            r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -485,6 +485,9 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.skipStores < 0 || a.skipStores > 1)
     return fail(why, "skipStores=%lld must be 0 (D stored) or 1 (a benchmark's diagnostic)",
                 a.skipStores);
+  if (a.storeHint < 0 || a.storeHint > 1)
+    return fail(why, "storeHint=%lld must be 0 (no L2 policy) or 1 (D's stores L2 evict-first)",
+                a.storeHint);
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
                 a.traceTiles, a.traceCtas);
@@ -670,6 +673,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
                     : 0;
   p.storeWarps = storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr ? 1 : 0;
   p.skipStores = a.skipStores == 1 && p.storeWarps ? 1 : 0;
+  p.storeHint = a.storeHint == 1 && p.useTmaStore && !p.regStores ? 1 : 0;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

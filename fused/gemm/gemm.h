@@ -204,6 +204,11 @@ struct GemmArgs {
   // and the SMs (8% at K = 1024, 1% at 8192) is what slows the small-K k-step (issue 12's
   // 8192 x 8192 x 1024). Only where the store threads issue the stores (otherwise ignored).
   int32_t skipStores = 0;
+  // 1: D's TMA stores (2-D maps, the cooperative kernels) carry an L2 evict-first policy, so
+  // that D streaming through L2 (128 MB at 8192 x 8192) is evicted before the A and B bands the
+  // next tiles re-read; 0 (default): no policy. Whether it wins at small K, where the D stores
+  // cost the k-step ~4% (skipStores, session 50), is not yet measured: opt-in until it is.
+  int32_t storeHint = 0;
   GemmHooks hooks;
   GemmGroups groups;
 };

@@ -187,6 +187,7 @@ __device__ __forceinline__ void issueBoxStores(const GemmParams& p,
                                                int32_t n0, int32_t m0, int32_t c0, int32_t count,
                                                uint32_t buf0, int32_t lent) {
   constexpr int kEC = Tr::kBoxCols, kBufs = Tr::kBufs;
+  const uint64_t policy = p.storeHint ? ptx::l2EvictFirstPolicy() : 0;
   for (int g = 0; g < count; ++g) {
     const int c = c0 + g;
     uint8_t* buf = stagingBox(sm, wg, (buf0 + g) % kBufs, lent);
@@ -194,6 +195,8 @@ __device__ __forceinline__ void issueBoxStores(const GemmParams& p,
       // (an empty bulk group: the waits on this post's reads pass at once)
     } else if (p.dTiled) {
       ptx::tmaStore4d(&p.tmD, buf, c * kEC, 64 * wg, n0 / kTileN, m0 / kTileM);
+    } else if (p.storeHint) {
+      ptx::tmaStore2dHint(&p.tmD, buf, n0 + c * kEC, m0 + 64 * wg, policy);
     } else {
       ptx::tmaStore2d(&p.tmD, buf, n0 + c * kEC, m0 + 64 * wg);
     }

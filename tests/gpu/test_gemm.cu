@@ -517,6 +517,40 @@ TEST(GemmCorrectness, ClusterPairs) {
 // splits unpaired and as CTA pairs, SM budgets from one CTA (or pair) walking every tile; then
 // the requests buildParams must turn down (beta, fp32 D, N % 8, ping-pong), which run the TMA
 // or direct epilogue and must be just as right.
+// GemmArgs::storeHint: D's TMA stores with an L2 evict-first policy change no output. Random
+// shapes with tails, both layouts, every out type, the pipelines that stage D (the carried
+// epilogue and the lent stage where B is [N,K] and D 16-bit); buildParams must honour the
+// request wherever D goes through TMA stores.
+TEST(GemmCorrectness, StoreHint) {
+  REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
+  for (int n = 0; n < 24; ++n) {
+    const int M = n == 0 ? 1024 : pick(1, 1100), N = n == 0 ? 2048 : 8 * pick(1, 162);
+    const int K = n == 0 ? 1024 : 8 * pick(1, 200);
+    const BLayout bl = n == 0 ? BLayout::kNK : kLayouts[rng() % 2];
+    const DType out = n == 0 ? DType::kBF16 : kOut[rng() % 3];
+    const bool nk16 = bl == BLayout::kNK && out != DType::kF32;
+    const int pipelines[] = {0, 1, 2, 5, 6};
+    const int pipeline = n == 0 ? 6 : pipelines[rng() % (nk16 ? 5 : 3)];
+    Problem p(M, N, K, bl, kIn[rng() % 2], out, 0, 0, (rng() % 2) ? 8 : 0);
+    SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline));
+    bool resolved = false;
+    EXPECT_EQ(runAndCheck(p, seed + n,
+                          [&](GemmArgs& g) {
+                            g.storeHint = 1;
+                            g.pipeline = pipeline;
+                            mk::gemm::GemmParams gp;
+                            int32_t grid = 0;
+                            resolved = mk::gemm::buildParams(g, &gp, &grid) == ncclSuccess &&
+                                       gp.useTmaStore == 1 && gp.storeHint == 1;
+                          }),
+              "");
+    EXPECT_TRUE(resolved) << "the hint was not taken where D goes through TMA stores";
+  }
+}
+
 TEST(GemmCorrectness, RegisterStores) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();

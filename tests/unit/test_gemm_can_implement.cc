@@ -587,23 +587,31 @@ TEST(GemmCanImplement, RegStoresValues) {
   expectReject(a, "regStores");
 }
 
-// GemmArgs::skipStores (a benchmark's diagnostic) is 0 or 1 with any pipeline; anything else
-// is refused by name.
-TEST(GemmCanImplement, SkipStoresValues) {
+// GemmArgs::skipStores (a benchmark's diagnostic) and storeHint (D's stores L2 evict-first)
+// are 0 or 1 with any pipeline; anything else is refused by name.
+TEST(GemmCanImplement, StoreSwitchValues) {
   std::string why;
-  GemmArgs a = good();
-  for (int pl : {0, 1, 2, 5, 6})
-    for (int ss : {0, 1}) {
-      a.pipeline = pl;
-      a.skipStores = ss;
-      EXPECT_TRUE(mk::gemm::canImplement(a, &why))
-          << "pipeline " << pl << " skipStores " << ss << ": " << why;
-    }
-  a.pipeline = 0;
-  a.skipStores = 2;
-  expectReject(a, "skipStores");
-  a.skipStores = -1;
-  expectReject(a, "skipStores");
+  struct Field {
+    const char* name;
+    int32_t GemmArgs::*member;
+  };
+  const Field fields[] = {{"skipStores", &GemmArgs::skipStores},
+                          {"storeHint", &GemmArgs::storeHint}};
+  for (const Field& f : fields) {
+    GemmArgs a = good();
+    for (int pl : {0, 1, 2, 5, 6})
+      for (int v : {0, 1}) {
+        a.pipeline = pl;
+        a.*f.member = v;
+        EXPECT_TRUE(mk::gemm::canImplement(a, &why))
+            << "pipeline " << pl << " " << f.name << " " << v << ": " << why;
+      }
+    a.pipeline = 0;
+    a.*f.member = 2;
+    expectReject(a, f.name);
+    a.*f.member = -1;
+    expectReject(a, f.name);
+  }
 }
 
 TEST(FusedCostModel, SplitFollowsCommunicationLoad) {

@@ -169,6 +169,25 @@ __device__ __forceinline__ void tmaStore2d(const CUtensorMap* map, const void* s
                : "memory");
 }
 
+// An L2 eviction policy whose lines go first when L2 needs room (createpolicy, fraction 1.0):
+// for data written once and not read again by the kernel, so that it does not push out
+// operands that are (a GEMM's D streaming through L2 past its A and B bands).
+__device__ __forceinline__ uint64_t l2EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// tmaStore2d with an L2 cache policy (l2EvictFirstPolicy) for the written lines.
+__device__ __forceinline__ void tmaStore2dHint(const CUtensorMap* map, const void* src, int32_t x,
+                                               int32_t y, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], "
+      "%4;" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(smemAddr(src)), "r"(x), "r"(y), "l"(policy)
+      : "memory");
+}
+
 // 1-D bulk copies (no tensor map): addresses 16-byte aligned, bytes a multiple of 16.
 // global -> shared, completing `bytes` of transaction count on `bar`.
 __device__ __forceinline__ void bulkLoad1d(void* dst, const void* src, uint32_t bytes,
