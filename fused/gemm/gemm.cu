@@ -673,7 +673,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
                     : 0;
   p.storeWarps = storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr ? 1 : 0;
   p.skipStores = a.skipStores == 1 && p.storeWarps ? 1 : 0;
-  p.storeHint = a.storeHint == 1 && p.useTmaStore && !p.regStores ? 1 : 0;
+  // Only the cooperative kernels' 2-D stores carry the policy (issueBoxStores).
+  p.storeHint =
+      a.storeHint == 1 && p.useTmaStore && !p.regStores && !a.dTiled && p.pingpong == 0 ? 1 : 0;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

@@ -56,7 +56,8 @@ struct GemmParams {
   int32_t regStores;
   // GemmArgs::skipStores, resolved (1 only with store threads): they issue no TMA stores.
   int32_t skipStores;
-  // GemmArgs::storeHint, resolved (1 only with TMA stores): D's stores carry L2 evict-first.
+  // GemmArgs::storeHint, resolved (1 only where the cooperative kernels store D through its 2-D
+  // map): D's stores carry L2 evict-first.
   int32_t storeHint;
   GemmHooks hooks;
   // Stream-K tail (GemmArgs::streamK, streamk.h): sk.units > 0 runs the stream-K kernel

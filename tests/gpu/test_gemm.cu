@@ -57,6 +57,14 @@ std::string runAndCheck(Problem& p, uint64_t seed,
   return p.check();
 }
 
+// Whether buildParams resolves `g` (as runAndCheck launches it) to params that `ok` accepts:
+// a request honoured, not only tolerated.
+bool resolvesTo(const GemmArgs& g, const std::function<bool(const mk::gemm::GemmParams&)>& ok) {
+  mk::gemm::GemmParams gp;
+  int32_t grid = 0;
+  return mk::gemm::buildParams(g, &gp, &grid) == ncclSuccess && ok(gp);
+}
+
 const DType kIn[] = {DType::kBF16, DType::kF16};
 const DType kOut[] = {DType::kBF16, DType::kF16, DType::kF32};
 const BLayout kLayouts[] = {BLayout::kKN, BLayout::kNK};
@@ -511,12 +519,6 @@ TEST(GemmCorrectness, ClusterPairs) {
   EXPECT_EQ(runAndCheck(f, seed + (++n)), "");
 }
 
-// The epilogue storing D from the accumulators (GemmArgs::regStores = 1): random shapes with
-// tails in M, N (multiples of 8, the 16-byte stores; a tile's columns end anywhere in it) and
-// K, both B layouts and input types, 16-bit outputs, alpha, padded D, the three cooperative
-// splits unpaired and as CTA pairs, SM budgets from one CTA (or pair) walking every tile; then
-// the requests buildParams must turn down (beta, fp32 D, N % 8, ping-pong), which run the TMA
-// or direct epilogue and must be just as right.
 // GemmArgs::storeHint: D's TMA stores with an L2 evict-first policy change no output. Random
 // shapes with tails, both layouts, every out type, the pipelines that stage D (the carried
 // epilogue and the lent stage where B is [N,K] and D 16-bit); buildParams must honour the
@@ -541,16 +543,33 @@ TEST(GemmCorrectness, StoreHint) {
                           [&](GemmArgs& g) {
                             g.storeHint = 1;
                             g.pipeline = pipeline;
-                            mk::gemm::GemmParams gp;
-                            int32_t grid = 0;
-                            resolved = mk::gemm::buildParams(g, &gp, &grid) == ncclSuccess &&
-                                       gp.useTmaStore == 1 && gp.storeHint == 1;
+                            resolved = resolvesTo(g, [](const mk::gemm::GemmParams& q) {
+                              return q.useTmaStore == 1 && q.storeHint == 1;
+                            });
                           }),
               "");
     EXPECT_TRUE(resolved) << "the hint was not taken where D goes through TMA stores";
   }
+  // The ping-pong consumers store D their own way: the hint is dropped, the output as right.
+  Problem q(700, 1032, 520, BLayout::kNK, DType::kBF16, DType::kBF16);
+  bool dropped = false;
+  EXPECT_EQ(runAndCheck(q, seed + 100,
+                        [&](GemmArgs& g) {
+                          g.storeHint = 1;
+                          g.pipeline = 3;
+                          dropped = resolvesTo(
+                              g, [](const mk::gemm::GemmParams& r) { return r.storeHint == 0; });
+                        }),
+            "");
+  EXPECT_TRUE(dropped) << "the ping-pong consumers' stores carry no policy";
 }
 
+// The epilogue storing D from the accumulators (GemmArgs::regStores = 1): random shapes with
+// tails in M, N (multiples of 8, the 16-byte stores; a tile's columns end anywhere in it) and
+// K, both B layouts and input types, 16-bit outputs, alpha, padded D, the three cooperative
+// splits unpaired and as CTA pairs, SM budgets from one CTA (or pair) walking every tile; then
+// the requests buildParams must turn down (beta, fp32 D, N % 8, ping-pong), which run the TMA
+// or direct epilogue and must be just as right.
 TEST(GemmCorrectness, RegisterStores) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
@@ -576,10 +595,9 @@ TEST(GemmCorrectness, RegisterStores) {
                             g.pipeline = pipeline;
                             g.cluster = cluster;
                             g.smBudget = budget;
-                            mk::gemm::GemmParams gp;
-                            int32_t grid = 0;
-                            resolved = mk::gemm::buildParams(g, &gp, &grid) == ncclSuccess &&
-                                       gp.regStores == 1 && gp.storeWarps == 0;
+                            resolved = resolvesTo(g, [](const mk::gemm::GemmParams& q) {
+                              return q.regStores == 1 && q.storeWarps == 0;
+                            });
                           }),
               "");
     EXPECT_TRUE(resolved) << "the request was not honoured where D allows it";
