@@ -9,7 +9,7 @@
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
 //                    [--regstores] [--lend] [--claim] [--carry] [--nostore] [--hint]
-//                    [--groupm G]
+//                    [--groupm G] [--legacy]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
@@ -57,10 +57,11 @@
 // (GemmArgs::skipStores, a diagnostic: D is left unwritten, so the line has no check): how
 // much of the small-K gap the D stores' share of the L2 traffic costs; with --trace it is
 // traced too (the static walk).
-// --hint also times the default engine with D's stores carrying an L2 evict-first policy
-// (GemmArgs::storeHint), checked against cuBLAS on the first operand set ('L2 hint' line); with
-// --trace it is traced too. --groupm G also times the default engine with bands of G row blocks
-// in its raster (GemmArgs::groupM; the default is 8), checked the same way ('groupM' line).
+// --legacy, --hint and --groupm G time the default pipeline with GemmArgs::storeHint and groupM
+// set instead of chosen (autoStoreHint, autoGroupM), each checked against cuBLAS on the first
+// operand set: --legacy the choice before session 51 (bands of 8, no L2 policy), --hint D's
+// stores L2 evict-first with bands of 8, --groupm bands of G without a policy, and both together
+// also the two combined. With --trace the hint is traced too.
 // Both ask whether D evicts the A and B bands the next tiles re-read from L2.
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
@@ -107,6 +108,7 @@ namespace {
 using benchcuda::fillKernel;
 
 using gemmbench::diffKernel;
+using gemmbench::L2Variant;
 using gemmbench::median;
 using gemmbench::report;
 using gemmbench::Row;
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
   bool claim = false;
   bool carry = false;
   bool noStore = false;
-  bool hint = false;
+  bool hint = false, legacy = false;
   int groupM = 0;
   int b2b = 0;
   double soakS = 0;
@@ -165,6 +167,8 @@ int main(int argc, char** argv) {
       noStore = true;
     else if (a == "--hint")
       hint = true;
+    else if (a == "--legacy")
+      legacy = true;
     else if (a == "--groupm" && i + 1 < argc)
       groupM = atoi(argv[++i]);
     else if (a == "--b2b" && i + 1 < argc)
@@ -343,13 +347,21 @@ int main(int argc, char** argv) {
       if (carry) hmaxClaim = std::max(hmaxClaim, pingDiff(1, 6));
       claimNext = false;
     }
-    // --hint and --groupm: the default pipeline with D's stores L2 evict-first / other bands.
-    hintNext = 1;
-    const float hmaxHint = hint ? pingDiff(1, 0) : 0.0f;
-    hintNext = 0;
-    bandNext = groupM;
-    const float hmaxBand = groupM > 0 ? pingDiff(1, 0) : 0.0f;
-    bandNext = 0;
+    // --legacy, --hint, --groupm: the default pipeline with the L2 choices set, not automatic.
+    std::vector<L2Variant> l2;
+    if (legacy) l2.push_back({"groupM 8, no L2 hint", 2, 8, 0.0, 0.0f});
+    if (hint) l2.push_back({"L2 hint (D evict-first), groupM 8", 1, 8, 0.0, 0.0f});
+    if (groupM > 0)
+      l2.push_back({"groupM " + std::to_string(groupM) + ", no L2 hint", 2, groupM, 0.0, 0.0f});
+    if (hint && groupM > 0)
+      l2.push_back({"L2 hint + groupM " + std::to_string(groupM), 1, groupM, 0.0, 0.0f});
+    std::vector<std::vector<float>> tL2(l2.size());
+    for (L2Variant& v : l2) {
+      hintNext = v.storeHint;
+      bandNext = v.groupM;
+      v.maxdiff = pingDiff(1, 0);
+    }
+    hintNext = bandNext = 0;
     const float hmaxCarry = carry ? std::max(pingDiff(1, 6), pairs ? pingDiff(2, 6) : 0.0f) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {
@@ -420,7 +432,7 @@ int main(int argc, char** argv) {
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
         tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair,
-        tNoStore, tHint, tBand;
+        tNoStore;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -452,15 +464,11 @@ int main(int argc, char** argv) {
         tNoStore.push_back(timeOne([&] { runEngine(0, D); }));
         skipNext = 0;
       }
-      if (hint) {
-        hintNext = 1;
-        tHint.push_back(timeOne([&] { runEngine(0, D); }));
-        hintNext = 0;
-      }
-      if (groupM > 0) {
-        bandNext = groupM;
-        tBand.push_back(timeOne([&] { runEngine(0, D); }));
-        bandNext = 0;
+      for (size_t v = 0; v < l2.size(); ++v) {
+        hintNext = l2[v].storeHint;
+        bandNext = l2[v].groupM;
+        tL2[v].push_back(timeOne([&] { runEngine(0, D); }));
+        hintNext = bandNext = 0;
       }
       if (claim) {
         zeroClaims();  // outside the timed windows
@@ -527,10 +535,8 @@ int main(int argc, char** argv) {
     row.carryPair = tf(median(tCarryPair));
     row.carryMaxdiff = hmaxCarry;
     row.noStore = tf(median(tNoStore));
-    row.hint = tf(median(tHint));
-    row.hintMaxdiff = hmaxHint;
-    row.groupM = tf(median(tBand));
-    row.groupMMaxdiff = hmaxBand;
+    for (size_t v = 0; v < l2.size(); ++v) l2[v].tflops = tf(median(tL2[v]));
+    row.l2 = l2;
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
@@ -548,7 +554,8 @@ int main(int argc, char** argv) {
       mk::gemm::TraceSummary s;
       bool claim = false;  // the dynamic schedule (--claim)
       int skip = 0;        // GemmArgs::skipStores (--nostore)
-      int storeHint = 0;   // GemmArgs::storeHint (--hint)
+      int storeHint = 0;   // GemmArgs::storeHint (--hint, --legacy; 0: automatic)
+      int groupM = 0;      // GemmArgs::groupM (--hint, --legacy; 0: automatic)
     };
     std::vector<TraceVariant> traced;
     if (trace) {
@@ -594,7 +601,9 @@ int main(int argc, char** argv) {
       if (regStores && pairs)
         traced.push_back({1, -1, 2, "CTA pairs, deep, register stores", 1, {}});
       if (noStore) traced.push_back({0, -1, 1, "engine, D stores off", 0, {}, false, 1});
-      if (hint) traced.push_back({0, -1, 1, "engine, D stores L2 evict-first", 0, {}, false, 0, 1});
+      if (hint) traced.push_back({0, -1, 1, "engine, L2 hint, groupM 8", 0, {}, false, 0, 1, 8});
+      if (legacy)
+        traced.push_back({0, -1, 1, "engine, groupM 8, no L2 hint", 0, {}, false, 0, 2, 8});
       for (TraceVariant& v : traced) {
         const int g = v.cluster == 2 ? gridPair : grid,
                   n = v.cluster == 2 ? perPair : (v.claim ? per + 4 : per);
@@ -604,10 +613,10 @@ int main(int argc, char** argv) {
           claimNext = v.claim;
           skipNext = v.skip;
           hintNext = v.storeHint;
+          bandNext = v.groupM;
           runEngine(0, D, v.pipeline, v.cluster, 0, dTrace, n, g, v.storeWarps, v.regSt);
           claimNext = false;
-          skipNext = 0;
-          hintNext = 0;
+          skipNext = hintNext = bandNext = 0;
         }
         std::vector<uint64_t> hTrace(words);
         CK(cudaMemcpyAsync(hTrace.data(), dTrace, words * sizeof(uint64_t), cudaMemcpyDeviceToHost,
@@ -667,17 +676,10 @@ int main(int argc, char** argv) {
                row.carryPair / row.best, row.carryPair / row.eng);
       printf("  maxreldiff %.2e\n", row.carryMaxdiff);
     }
-    if (hint)
-      printf(
-          "  %5d x %5d x %5d: L2 hint (D evict-first) %6.1f (%.3f of best; %.3f of the engine)  "
-          "maxreldiff %.2e\n",
-          sh.M, sh.N, sh.K, row.hint, row.hint / row.best, row.hint / row.eng, row.hintMaxdiff);
-    if (groupM > 0)
-      printf(
-          "  %5d x %5d x %5d: groupM %d %6.1f (%.3f of best; %.3f of the engine)  maxreldiff "
-          "%.2e\n",
-          sh.M, sh.N, sh.K, groupM, row.groupM, row.groupM / row.best, row.groupM / row.eng,
-          row.groupMMaxdiff);
+    for (const L2Variant& v : row.l2)
+      printf("  %5d x %5d x %5d: %s %6.1f (%.3f of best; %.3f of the engine)  maxreldiff %.2e\n",
+             sh.M, sh.N, sh.K, v.label.c_str(), v.tflops, v.tflops / row.best, v.tflops / row.eng,
+             v.maxdiff);
     if (noStore)
       printf("  %5d x %5d x %5d: D stores off %6.1f (%.3f of best; %.3f of the engine; no check)\n",
              sh.M, sh.N, sh.K, row.noStore, row.noStore / row.best, row.noStore / row.eng);

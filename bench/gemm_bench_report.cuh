@@ -14,6 +14,15 @@
 
 namespace gemmbench {
 
+// One L2 variant of the default pipeline (--legacy, --hint, --groupm): GemmArgs::storeHint and
+// groupM set explicitly, against the engine's automatic choice.
+struct L2Variant {
+  std::string label;
+  int storeHint, groupM;
+  double tflops;
+  float maxdiff;
+};
+
 // One shape's TFLOP/s (0 where the variant was not asked for), max relative differences from
 // cuBLAS, and the engine's trace summary.
 struct Row {
@@ -22,7 +31,8 @@ struct Row {
       deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
       b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
       lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff,
-      noStore, hint, hintMaxdiff, groupM, groupMMaxdiff;
+      noStore;
+  std::vector<L2Variant> l2;
   mk::gemm::TraceSummary tr;
   int nAlgos;
 };
@@ -61,6 +71,15 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
   fprintf(f, "  \"geomean_engine_over_cublas_h0\": %.4f,\n  \"results\": [\n", geoH0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
+    std::string l2;
+    for (const L2Variant& v : r.l2) {
+      char one[192];
+      snprintf(one, sizeof(one),
+               "%s{\"label\": \"%s\", \"store_hint\": %d, \"group_m\": %d, \"tflops\": %.2f, "
+               "\"max_rel_diff\": %.3e}",
+               l2.empty() ? "" : ", ", v.label.c_str(), v.storeHint, v.groupM, v.tflops, v.maxdiff);
+      l2 += one;
+    }
     fprintf(f,
             "    {\"M\": %d, \"N\": %d, \"K\": %d, \"engine_tflops\": %.2f, "
             "\"engine_sms_minus_16_tflops\": %.2f, \"cublas_h0_tflops\": %.2f, "
@@ -82,8 +101,7 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
             "\"claim_max_rel_diff\": %.3e, \"engine_carry_tflops\": %.2f, "
             "\"engine_claim_carry_tflops\": %.2f, \"engine_carry_pairs_tflops\": %.2f, "
             "\"carry_max_rel_diff\": %.3e, \"engine_no_store_tflops\": %.2f, "
-            "\"engine_store_hint_tflops\": %.2f, \"store_hint_max_rel_diff\": %.3e, "
-            "\"engine_groupm_tflops\": %.2f, \"groupm_max_rel_diff\": %.3e, "
+            "\"l2_variants\": [%s], "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -96,12 +114,11 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
             r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
             r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
             r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry,
-            r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore, r.hint, r.hintMaxdiff, r.groupM,
-            r.groupMMaxdiff, r.tr.records, r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs,
-            r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs,
-            r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs,
-            r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
-            i + 1 < rows.size() ? "," : "");
+            r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore, l2.c_str(), r.tr.records,
+            r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
+            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
+            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
+            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

@@ -485,8 +485,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.skipStores < 0 || a.skipStores > 1)
     return fail(why, "skipStores=%lld must be 0 (D stored) or 1 (a benchmark's diagnostic)",
                 a.skipStores);
-  if (a.storeHint < 0 || a.storeHint > 1)
-    return fail(why, "storeHint=%lld must be 0 (no L2 policy) or 1 (D's stores L2 evict-first)",
+  if (a.storeHint < 0 || a.storeHint > 2)
+    return fail(why,
+                "storeHint=%lld must be 0 (automatic), 1 (D's stores L2 evict-first) or 2 (no L2 "
+                "policy)",
                 a.storeHint);
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
@@ -564,6 +566,24 @@ int autoPipeline(const GemmArgs& a) {
   return kind == 2 ? 6 : (kind == 1 ? 5 : 0);
 }
 
+// Why only plain GEMMs: a fused operator's hooks publish tiles in raster order (its
+// communication follows it), and the MoE experts' bands are cut per group (raster.h).
+static bool plainForL2(const GemmArgs& a) {
+  return a.groups.num == 0 && !anyHook(a.hooks);
+}
+
+// Why 32 row blocks at K ~ 1024..2048 (session 51, H100): at 8192 x 8192 x 1024 bands of 8 re-read
+// all of B (16 MB) eight times while D (128 MB) streams through L2; bands of 32 read it twice
+// (1.023-1.028x). At K = 512 no gain, at K >= 4096 the k-loop hides the reloads.
+int32_t autoGroupM(const GemmArgs& a) {
+  const int64_t lo = MK_PARAM_INT(GemmBandMinK), hi = MK_PARAM_INT(GemmBandMaxK);
+  return plainForL2(a) && a.K >= lo && a.K <= hi ? 32 : 8;
+}
+
+int32_t autoStoreHint(const GemmArgs& a) {
+  return plainForL2(a) && a.K <= MK_PARAM_INT(GemmHintMaxK) ? 1 : 0;
+}
+
 // The persistent CTAs a call may use: GemmArgs::smBudget, or all `sms` of the device.
 int32_t budgetOf(const GemmArgs& a, int32_t sms) {
   return a.smBudget > 0 && a.smBudget < sms ? a.smBudget : sms;
@@ -625,7 +645,7 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.tilesM = tilesM(a);
   p.tilesN = tilesN(a);
   p.kTiles = (a.K + kTileK - 1) / kTileK;
-  p.groupM = a.groupM > 0 ? a.groupM : 8;
+  p.groupM = a.groupM > 0 ? a.groupM : autoGroupM(a);
   p.grpRaster = (int32_t)MK_PARAM_INT(GemmGroupRaster);
   p.grpNum = a.groups.num;
   p.grpStart = a.groups.rowStart;
@@ -674,8 +694,8 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   p.storeWarps = storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr ? 1 : 0;
   p.skipStores = a.skipStores == 1 && p.storeWarps ? 1 : 0;
   // Only the cooperative kernels' 2-D stores carry the policy (issueBoxStores).
-  p.storeHint =
-      a.storeHint == 1 && p.useTmaStore && !p.regStores && !a.dTiled && p.pingpong == 0 ? 1 : 0;
+  const bool hint = a.storeHint == 1 || (a.storeHint == 0 && autoStoreHint(a) == 1);
+  p.storeHint = hint && p.useTmaStore && !p.regStores && !a.dTiled && p.pingpong == 0 ? 1 : 0;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
     const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);

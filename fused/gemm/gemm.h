@@ -106,7 +106,8 @@ struct GemmArgs {
   float beta = 0.0f;
   // SMs the GEMM may use (persistent CTAs, one per SM): 0 = all of the device's SMs.
   int32_t smBudget = 0;
-  // Row blocks per raster group (L2 reuse): 0 = automatic.
+  // Row blocks per raster band (L2 reuse): 0 = automatic (autoGroupM: 32 for plain GEMMs with
+  // MKERNEL_GEMM_BAND_MINK <= K <= MKERNEL_GEMM_BAND_MAXK, else 8).
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (plain unpaired
   // GEMMs with B [N,K] and a 16-bit D run pipeline 6 at every K (5 with beta != 0 at K <=
@@ -204,10 +205,10 @@ struct GemmArgs {
   // and the SMs (8% at K = 1024, 1% at 8192) is what slows the small-K k-step (issue 12's
   // 8192 x 8192 x 1024). Only where the store threads issue the stores (otherwise ignored).
   int32_t skipStores = 0;
-  // 1: D's TMA stores (2-D maps, the cooperative kernels) carry an L2 evict-first policy, so
-  // that D streaming through L2 (128 MB at 8192 x 8192) is evicted before the A and B bands the
-  // next tiles re-read; 0 (default): no policy. Whether it wins at small K, where the D stores
-  // cost the k-step ~4% (skipStores, session 50), is not yet measured: opt-in until it is.
+  // L2 policy of D's TMA stores (2-D maps, the cooperative kernels): 1 = evict-first, so that D
+  // streaming through L2 (128 MB at 8192 x 8192) leaves the A and B bands the next tiles re-read;
+  // 2 = no policy; 0 (default) = automatic (autoStoreHint: evict-first for plain GEMMs with K <=
+  // MKERNEL_GEMM_HINT_MAXK, where the D stores cost the k-step ~4%: skipStores, session 50).
   int32_t storeHint = 0;
   GemmHooks hooks;
   GemmGroups groups;
@@ -248,6 +249,13 @@ bool canImplement(const GemmArgs& args, std::string* why);
 // split for 16-bit outputs at K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with
 // B [N,K] and a 16-bit D only; any other args, or a pipeline other than 0, give 0.
 int autoPipeline(const GemmArgs& args);
+
+// What GemmArgs::groupM 0 and storeHint 0 resolve to (host only, no CUDA call; read
+// MKERNEL_GEMM_BAND_MINK / _MAXK and MKERNEL_GEMM_HINT_MAXK). Plain GEMMs only (no groups, no
+// hooks: a fused operator's tile order is its communication's order): bands of 32 row blocks and
+// evict-first D stores at small K; anything else gets 8 and no policy (0).
+int32_t autoGroupM(const GemmArgs& args);
+int32_t autoStoreHint(const GemmArgs& args);
 
 // Checks (canImplement + device limits), then launches on `stream`.
 // ncclInvalidArgument with a logged reason when the arguments are not supported.

@@ -520,11 +520,13 @@ TEST(GemmCorrectness, ClusterPairs) {
 }
 
 // GemmArgs::storeHint: D's TMA stores with an L2 evict-first policy change no output. Random
-// shapes with tails, both layouts, every out type, the pipelines that stage D (the carried
-// epilogue and the lent stage where B is [N,K] and D 16-bit); buildParams must honour the
-// request wherever D goes through TMA stores.
+// shapes with tails, both layouts, every out type, the pipelines each takes (the wide staging
+// only 16-bit D, the carried epilogue and the lent stage where B is [N,K] and D 16-bit), bands of
+// 8 or 32 row blocks; buildParams must honour the request wherever D goes through TMA stores,
+// resolve 0 (automatic) by autoStoreHint and 2 to no policy.
 TEST(GemmCorrectness, StoreHint) {
   REQUIRE_SM90();
+  mktest::ScopedEnv maxK("MKERNEL_GEMM_HINT_MAXK", nullptr);
   const uint64_t seed = mktest::testSeed();
   std::mt19937_64 rng(seed);
   auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
@@ -534,21 +536,27 @@ TEST(GemmCorrectness, StoreHint) {
     const BLayout bl = n == 0 ? BLayout::kNK : kLayouts[rng() % 2];
     const DType out = n == 0 ? DType::kBF16 : kOut[rng() % 3];
     const bool nk16 = bl == BLayout::kNK && out != DType::kF32;
-    const int pipelines[] = {0, 1, 2, 5, 6};
-    const int pipeline = n == 0 ? 6 : pipelines[rng() % (nk16 ? 5 : 3)];
+    std::vector<int> pipelines = {0, 1};
+    if (out != DType::kF32) pipelines.push_back(2);
+    if (nk16) pipelines.insert(pipelines.end(), {5, 6});
+    const int pipeline = n == 0 ? 6 : pipelines[rng() % pipelines.size()];
+    const int hint = n == 0 ? 1 : (int)(rng() % 3), band = (rng() % 2) ? 32 : 8;
     Problem p(M, N, K, bl, kIn[rng() % 2], out, 0, 0, (rng() % 2) ? 8 : 0);
-    SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline));
+    SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline) + " storeHint " +
+                 std::to_string(hint) + " groupM " + std::to_string(band));
+    const int want = hint == 1 || (hint == 0 && K <= 1024) ? 1 : 0;  // the default HINT_MAXK
     bool resolved = false;
     EXPECT_EQ(runAndCheck(p, seed + n,
                           [&](GemmArgs& g) {
-                            g.storeHint = 1;
+                            g.storeHint = hint;
+                            g.groupM = band;
                             g.pipeline = pipeline;
-                            resolved = resolvesTo(g, [](const mk::gemm::GemmParams& q) {
-                              return q.useTmaStore == 1 && q.storeHint == 1;
+                            resolved = resolvesTo(g, [&](const mk::gemm::GemmParams& q) {
+                              return q.useTmaStore == 1 && q.storeHint == want;
                             });
                           }),
               "");
-    EXPECT_TRUE(resolved) << "the hint was not taken where D goes through TMA stores";
+    EXPECT_TRUE(resolved) << "D's TMA stores do not carry the policy asked (" << want << ")";
   }
   // The ping-pong consumers store D their own way: the hint is dropped, the output as right.
   Problem q(700, 1032, 520, BLayout::kNK, DType::kBF16, DType::kBF16);

@@ -587,30 +587,73 @@ TEST(GemmCanImplement, RegStoresValues) {
   expectReject(a, "regStores");
 }
 
-// GemmArgs::skipStores (a benchmark's diagnostic) and storeHint (D's stores L2 evict-first)
-// are 0 or 1 with any pipeline; anything else is refused by name.
+// GemmArgs::skipStores (a benchmark's diagnostic) is 0 or 1 and storeHint (automatic, D's stores
+// L2 evict-first, no policy) 0..2 with any pipeline; anything else is refused by name.
 TEST(GemmCanImplement, StoreSwitchValues) {
   std::string why;
   struct Field {
     const char* name;
     int32_t GemmArgs::*member;
+    int maxValid;
   };
-  const Field fields[] = {{"skipStores", &GemmArgs::skipStores},
-                          {"storeHint", &GemmArgs::storeHint}};
+  const Field fields[] = {{"skipStores", &GemmArgs::skipStores, 1},
+                          {"storeHint", &GemmArgs::storeHint, 2}};
   for (const Field& f : fields) {
     GemmArgs a = good();
     for (int pl : {0, 1, 2, 5, 6})
-      for (int v : {0, 1}) {
+      for (int v = 0; v <= f.maxValid; ++v) {
         a.pipeline = pl;
         a.*f.member = v;
         EXPECT_TRUE(mk::gemm::canImplement(a, &why))
             << "pipeline " << pl << " " << f.name << " " << v << ": " << why;
       }
     a.pipeline = 0;
-    a.*f.member = 2;
+    a.*f.member = f.maxValid + 1;
     expectReject(a, f.name);
     a.*f.member = -1;
     expectReject(a, f.name);
+  }
+}
+
+// What groupM 0 and storeHint 0 resolve to: bands of 32 and evict-first D stores only for plain
+// GEMMs in their K ranges (the defaults and the environment's), 8 and no policy for grouped GEMMs
+// and calls with hooks at any K.
+TEST(GemmCanImplement, AutoBandAndStoreHint) {
+  using mk::gemm::autoGroupM;
+  using mk::gemm::autoStoreHint;
+  mktest::ScopedEnv lo("MKERNEL_GEMM_BAND_MINK", nullptr);
+  mktest::ScopedEnv hi("MKERNEL_GEMM_BAND_MAXK", nullptr);
+  mktest::ScopedEnv hint("MKERNEL_GEMM_HINT_MAXK", nullptr);
+  GemmArgs a = good();
+  uint64_t marker = 7;
+  for (int k : {64, 512, 1000, 1024, 2048, 2049, 4096, 8192}) {
+    a.K = k;
+    EXPECT_EQ(autoGroupM(a), k >= 1024 && k <= 2048 ? 32 : 8) << "K " << k;
+    EXPECT_EQ(autoStoreHint(a), k <= 1024 ? 1 : 0) << "K " << k;
+    GemmArgs g = a;
+    g.groups.num = 2;
+    EXPECT_EQ(autoGroupM(g), 8) << "grouped, K " << k;
+    EXPECT_EQ(autoStoreHint(g), 0) << "grouped, K " << k;
+    GemmArgs h = a;
+    h.hooks.tileDone = &marker;
+    EXPECT_EQ(autoGroupM(h), 8) << "tileDone hook, K " << k;
+    EXPECT_EQ(autoStoreHint(h), 0) << "tileDone hook, K " << k;
+  }
+  {
+    mktest::ScopedEnv lo2("MKERNEL_GEMM_BAND_MINK", "256");
+    mktest::ScopedEnv hi2("MKERNEL_GEMM_BAND_MAXK", "0");
+    mktest::ScopedEnv hint2("MKERNEL_GEMM_HINT_MAXK", "0");
+    a.K = 1024;
+    EXPECT_EQ(autoGroupM(a), 8) << "MKERNEL_GEMM_BAND_MAXK 0";
+    EXPECT_EQ(autoStoreHint(a), 0) << "MKERNEL_GEMM_HINT_MAXK 0";
+  }
+  {
+    mktest::ScopedEnv lo2("MKERNEL_GEMM_BAND_MINK", "256");
+    mktest::ScopedEnv hint2("MKERNEL_GEMM_HINT_MAXK", "4096");
+    a.K = 512;
+    EXPECT_EQ(autoGroupM(a), 32) << "MKERNEL_GEMM_BAND_MINK 256";
+    a.K = 4096;
+    EXPECT_EQ(autoStoreHint(a), 1) << "MKERNEL_GEMM_HINT_MAXK 4096";
   }
 }
 
