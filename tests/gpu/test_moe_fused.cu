@@ -63,8 +63,8 @@ std::string expertRows(MoeProblem& p, int r, std::vector<uint8_t>* out) {
 
 std::string poisonY(MoeProblem& p, int r) {
   RankData& d = p.rank(r);
-  MOE_CUDA(cudaMemset(d.dy, 0xa5, d.maxRows * p.c().N * fusedtest::esOf(p.c().out)));
-  MOE_CUDA(cudaMemset(d.dxr, 0xa5, d.maxRows * p.c().H * 2));
+  MOE_CUDA(mktest::syncMemset(d.dy, 0xa5, d.maxRows * p.c().N * fusedtest::esOf(p.c().out)));
+  MOE_CUDA(mktest::syncMemset(d.dxr, 0xa5, d.maxRows * p.c().H * 2));
   return "";
 }
 

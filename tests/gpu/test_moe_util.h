@@ -342,18 +342,21 @@ class MoeProblem {
       MOE_CUDA(cudaMalloc(&d.dwts, std::max<size_t>(d.idx.size(), 1) * 4));
       MOE_CUDA(cudaMalloc(&d.dcnt, epr * 4));
       MOE_CUDA(cudaMalloc(&d.doff, (epr + 1) * 4));
-      MOE_CUDA(cudaMemcpy(d.dx, d.x.data(), d.x.size() * 2, cudaMemcpyHostToDevice));
-      MOE_CUDA(cudaMemcpy(d.dw1, d.w1.data(), d.w1.size() * 2, cudaMemcpyHostToDevice));
+      MOE_CUDA(mktest::syncMemcpy(d.dx, d.x.data(), d.x.size() * 2, cudaMemcpyHostToDevice));
+      MOE_CUDA(mktest::syncMemcpy(d.dw1, d.w1.data(), d.w1.size() * 2, cudaMemcpyHostToDevice));
     }
-    MOE_CUDA(cudaMemcpy(d.didx, d.idx.data(), d.idx.size() * 4, cudaMemcpyHostToDevice));
-    MOE_CUDA(cudaMemcpy(d.dwts, d.wts.data(), d.wts.size() * 4, cudaMemcpyHostToDevice));
-    // Poison every output.
-    MOE_CUDA(cudaMemset(d.dxr, 0xa5, rows * c_.H * 2));
-    MOE_CUDA(cudaMemset(d.dy, 0xa5, rows * c_.N * fusedtest::esOf(c_.out)));
-    MOE_CUDA(cudaMemset(d.dsrc, 0x5a, rows * 3 * 4));
-    MOE_CUDA(cudaMemset(d.drw, 0x5a, rows * 4));
-    MOE_CUDA(cudaMemset(d.dcnt, 0x5a, epr * 4));
-    MOE_CUDA(cudaMemset(d.doff, 0x5a, (epr + 1) * 4));
+    MOE_CUDA(mktest::syncMemcpy(d.didx, d.idx.data(), d.idx.size() * 4, cudaMemcpyHostToDevice));
+    MOE_CUDA(mktest::syncMemcpy(d.dwts, d.wts.data(), d.wts.size() * 4, cudaMemcpyHostToDevice));
+    // Poison every output. Every upload and poison waits for the device (syncMemcpy/Memset):
+    // the calls run on non-blocking streams, which do not wait for the legacy stream. A poisoned
+    // count landing after the dispatch wrote it would send the kernels out of bounds: the
+    // likely cause (unconfirmed) of session 51's crashes with ranks as time-sliced processes.
+    MOE_CUDA(mktest::syncMemset(d.dxr, 0xa5, rows * c_.H * 2));
+    MOE_CUDA(mktest::syncMemset(d.dy, 0xa5, rows * c_.N * fusedtest::esOf(c_.out)));
+    MOE_CUDA(mktest::syncMemset(d.dsrc, 0x5a, rows * 3 * 4));
+    MOE_CUDA(mktest::syncMemset(d.drw, 0x5a, rows * 4));
+    MOE_CUDA(mktest::syncMemset(d.dcnt, 0x5a, epr * 4));
+    MOE_CUDA(mktest::syncMemset(d.doff, 0x5a, (epr + 1) * 4));
     return "";
   }
 

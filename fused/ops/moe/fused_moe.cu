@@ -106,9 +106,12 @@ MoeWinLayout moeWinLayout(const MoeCall& c, int64_t tiles) {
 
 // Processes layout: the rows landed in this rank's window; the caller's xRecv, rowSource and
 // rowWeight get the rows its layout spans (expertOffset[E/n], written by the fused kernel).
+// Clamped to [0, maxRows]: the span sits in the caller's memory, and a stray write there (a
+// caller's unordered memset) must not turn into a copy past the window.
 __global__ void moeWinCopyOut(const int4* xWin, int4* x, const int32_t* srcWin, int32_t* src,
-                              const float* wWin, float* w, const int32_t* span, int64_t rowVecs) {
-  const int64_t rows = *span;
+                              const float* wWin, float* w, const int32_t* span, int64_t maxRows,
+                              int64_t rowVecs) {
+  const int64_t rows = min(max((int64_t)*span, (int64_t)0), maxRows);
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   for (int64_t i = first; i < rows * rowVecs; i += stride) x[i] = xWin[i];
@@ -238,7 +241,8 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
         moeWinCopyOut<<<std::max(1, budget), 512, 0, s>>>(
             reinterpret_cast<const int4*>(xRecv), static_cast<int4*>(c.recv.xRecv),
             reinterpret_cast<const int32_t*>(p.d.recv.rowSource), c.recv.rowSource,
-            p.d.recv.rowWeight, c.recv.rowWeight, c.recv.expertOffset + c.E / f.nRanks, rowVecs);
+            p.d.recv.rowWeight, c.recv.rowWeight, c.recv.expertOffset + c.E / f.nRanks,
+            (int64_t)c.recv.maxRows, rowVecs);
         CUDACHECKGOTO(cudaGetLastError(), r, done);
       }
       if (r == ncclSuccess) *ran = true;
