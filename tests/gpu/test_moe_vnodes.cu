@@ -465,7 +465,7 @@ TEST(MoeVnodesFused, PeerNeverComes) {
     const int stride = mk::fused::moeCntStride(direct, fc.epr);
     void* cnt = nullptr;
     ASSERT_EQ(cudaMalloc(&cnt, 2 * 2 * stride * sizeof(int32_t)), cudaSuccess);
-    ASSERT_EQ(cudaMemset(cnt, 0, 2 * 2 * stride * sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(mktest::syncMemset(cnt, 0, 2 * 2 * stride * sizeof(int32_t)), cudaSuccess);
     const uint64_t before = mk::fused::moeXnodeLaunches();
     const std::string e = team.run([&](int r) -> std::string {
       ncclResult_t res;

@@ -233,9 +233,10 @@ TEST_P(RingAttnXnode, BackToBackAndGraph) {
         want[e] += in[r][e];
       }
     for (int r = 0; r < l.n; ++r) {
-      if (cudaMemcpy(redIn[r]->base, in[r].data(), kRedCount * sizeof(float),
-                     cudaMemcpyHostToDevice) != cudaSuccess ||
-          cudaMemset(redOut[r]->base, 0xff, kRedCount * sizeof(float)) != cudaSuccess)
+      // Waited for: the AllReduce runs on non-blocking streams (mktest::syncMemcpy).
+      if (mktest::syncMemcpy(redIn[r]->base, in[r].data(), kRedCount * sizeof(float),
+                             cudaMemcpyHostToDevice) != cudaSuccess ||
+          mktest::syncMemset(redOut[r]->base, 0xff, kRedCount * sizeof(float)) != cudaSuccess)
         return "AllReduce: buffer set-up failed";
     }
     ncclGroupStart();
