@@ -208,7 +208,8 @@ struct GemmArgs {
   // L2 policy of D's TMA stores (2-D maps, the cooperative kernels): 1 = evict-first, so that D
   // streaming through L2 (128 MB at 8192 x 8192) leaves the A and B bands the next tiles re-read;
   // 2 = no policy; 0 (default) = automatic (autoStoreHint: evict-first for plain GEMMs with K <=
-  // MKERNEL_GEMM_HINT_MAXK, where the D stores cost the k-step ~4%: skipStores, session 50).
+  // MKERNEL_GEMM_HINT_MAXK whose D is larger than the L2, where the D stores cost the k-step ~4%:
+  // skipStores, session 50).
   int32_t storeHint = 0;
   GemmHooks hooks;
   GemmGroups groups;
@@ -252,10 +253,12 @@ int autoPipeline(const GemmArgs& args);
 
 // What GemmArgs::groupM 0 and storeHint 0 resolve to (host only, no CUDA call; read
 // MKERNEL_GEMM_BAND_MINK / _MAXK and MKERNEL_GEMM_HINT_MAXK). Plain GEMMs only (no groups, no
-// hooks: a fused operator's tile order is its communication's order): bands of 32 row blocks and
-// evict-first D stores at small K; anything else gets 8 and no policy (0).
+// hooks: a fused operator's tile order is its communication's order): bands of 32 row blocks at
+// small K, and evict-first D stores at small K where D outgrows the L2 (`l2Bytes`: a D that fits
+// stays for whoever reads it next, e.g. the sequential GEMM + collective); anything else gets 8
+// and no policy (0).
 int32_t autoGroupM(const GemmArgs& args);
-int32_t autoStoreHint(const GemmArgs& args);
+int32_t autoStoreHint(const GemmArgs& args, int64_t l2Bytes);
 
 // Checks (canImplement + device limits), then launches on `stream`.
 // ncclInvalidArgument with a logged reason when the arguments are not supported.
@@ -275,6 +278,7 @@ ncclResult_t encodeRows(CUtensorMap* map, DType t, void* base, uint64_t cols, ui
 // What the engines check before a launch, read once per device and cached (GEMM, attention).
 struct DeviceLimits {
   int sms = 0, major = 0, minor = 0, smemOptin = 0;
+  int64_t l2Bytes = 0;  // L2 cache size
 };
 ncclResult_t deviceLimits(DeviceLimits* out);
 

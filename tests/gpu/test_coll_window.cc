@@ -583,8 +583,9 @@ TEST_F(CollWindow, ArgumentErrors) {
   w = reinterpret_cast<ncclWindow_t>(&host);
   EXPECT_EQ(ncclCommWindowRegister(c0, R.send[0], 0, &w, 0), ncclSuccess) << "size 0";
   EXPECT_EQ(w, nullptr) << "size 0 gives no window";
+  w = reinterpret_cast<ncclWindow_t>(&host);
   expectInvalid(ncclCommWindowRegister(c0, R.send[0], 4096, &w, 0x80), "flags", "winFlags");
-  EXPECT_EQ(w, nullptr);
+  EXPECT_EQ(w, nullptr) << "a refused registration leaves no window";
   cudaFreeHost(pinned);
   cudaFree(managed);
   // Windows of all four ranks, then misuse of the handles.

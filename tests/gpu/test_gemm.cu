@@ -523,7 +523,8 @@ TEST(GemmCorrectness, ClusterPairs) {
 // shapes with tails, both layouts, every out type, the pipelines each takes (the wide staging
 // only 16-bit D, the carried epilogue and the lent stage where B is [N,K] and D 16-bit), bands of
 // 8 or 32 row blocks; buildParams must honour the request wherever D goes through TMA stores,
-// resolve 0 (automatic) by autoStoreHint and 2 to no policy.
+// resolve 0 (automatic) by autoStoreHint and 2 to no policy. Case 1 is a D of 128 MB at K = 512,
+// which outgrows the L2 (the automatic policy on); the drawn ones fit it (off).
 TEST(GemmCorrectness, StoreHint) {
   REQUIRE_SM90();
   mktest::ScopedEnv maxK("MKERNEL_GEMM_HINT_MAXK", nullptr);
@@ -531,32 +532,48 @@ TEST(GemmCorrectness, StoreHint) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int lo, int hi) { return lo + (int)(rng() % (uint64_t)(hi - lo + 1)); };
   for (int n = 0; n < 24; ++n) {
-    const int M = n == 0 ? 1024 : pick(1, 1100), N = n == 0 ? 2048 : 8 * pick(1, 162);
-    const int K = n == 0 ? 1024 : 8 * pick(1, 200);
-    const BLayout bl = n == 0 ? BLayout::kNK : kLayouts[rng() % 2];
-    const DType out = n == 0 ? DType::kBF16 : kOut[rng() % 3];
+    const bool big = n == 1;
+    const int M = n == 0 ? 1024 : (big ? 8192 : pick(1, 1100));
+    const int N = n == 0 ? 2048 : (big ? 8192 : 8 * pick(1, 162));
+    const int K = n == 0 ? 1024 : (big ? 512 : 8 * pick(1, 200));
+    const BLayout bl = n <= 1 ? BLayout::kNK : kLayouts[rng() % 2];
+    const DType out = n <= 1 ? DType::kBF16 : kOut[rng() % 3];
     const bool nk16 = bl == BLayout::kNK && out != DType::kF32;
     std::vector<int> pipelines = {0, 1};
     if (out != DType::kF32) pipelines.push_back(2);
     if (nk16) pipelines.insert(pipelines.end(), {5, 6});
     const int pipeline = n == 0 ? 6 : pipelines[rng() % pipelines.size()];
-    const int hint = n == 0 ? 1 : (int)(rng() % 3), band = (rng() % 2) ? 32 : 8;
+    const int hint = n == 0 ? 1 : (big ? 0 : (int)(rng() % 3)), band = (rng() % 2) ? 32 : 8;
     Problem p(M, N, K, bl, kIn[rng() % 2], out, 0, 0, (rng() % 2) ? 8 : 0);
     SCOPED_TRACE(p.name() + " pipeline " + std::to_string(pipeline) + " storeHint " +
                  std::to_string(hint) + " groupM " + std::to_string(band));
-    const int want = hint == 1 || (hint == 0 && K <= 1024) ? 1 : 0;  // the default HINT_MAXK
     bool resolved = false;
     EXPECT_EQ(runAndCheck(p, seed + n,
                           [&](GemmArgs& g) {
                             g.storeHint = hint;
                             g.groupM = band;
                             g.pipeline = pipeline;
+                            mk::gemm::DeviceLimits lim;
+                            const int want =
+                                hint == 1 ||
+                                (hint == 0 && mk::gemm::deviceLimits(&lim) == ncclSuccess &&
+                                 mk::gemm::autoStoreHint(g, lim.l2Bytes) == 1);
                             resolved = resolvesTo(g, [&](const mk::gemm::GemmParams& q) {
-                              return q.useTmaStore == 1 && q.storeHint == want;
+                              return q.useTmaStore == 1 && q.storeHint == want && q.groupM == band;
                             });
                           }),
               "");
-    EXPECT_TRUE(resolved) << "D's TMA stores do not carry the policy asked (" << want << ")";
+    EXPECT_TRUE(resolved) << "D's TMA stores do not carry the policy asked, or the band differs";
+    if (big) {  // the automatic policy is on here on any L2 below 128 MB
+      mk::gemm::DeviceLimits lim;
+      ASSERT_EQ(mk::gemm::deviceLimits(&lim), ncclSuccess);
+      if (lim.l2Bytes < (int64_t)M * N * 2) {
+        GemmArgs g = p.args();
+        g.pipeline = pipeline;
+        EXPECT_TRUE(resolvesTo(g, [](const mk::gemm::GemmParams& q) { return q.storeHint == 1; }))
+            << "storeHint 0 with a D larger than the L2 (" << lim.l2Bytes << " bytes)";
+      }
+    }
   }
   // The ping-pong consumers store D their own way: the hint is dropped, the output as right.
   Problem q(700, 1032, 520, BLayout::kNK, DType::kBF16, DType::kBF16);

@@ -616,8 +616,8 @@ TEST(GemmCanImplement, StoreSwitchValues) {
 }
 
 // What groupM 0 and storeHint 0 resolve to: bands of 32 and evict-first D stores only for plain
-// GEMMs in their K ranges (the defaults and the environment's), 8 and no policy for grouped GEMMs
-// and calls with hooks at any K.
+// GEMMs in their K ranges (the defaults and the environment's), the stores only where D (6 MB
+// here) outgrows the L2; 8 and no policy for grouped GEMMs and calls with hooks at any K.
 TEST(GemmCanImplement, AutoBandAndStoreHint) {
   using mk::gemm::autoGroupM;
   using mk::gemm::autoStoreHint;
@@ -625,19 +625,21 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
   mktest::ScopedEnv hi("MKERNEL_GEMM_BAND_MAXK", nullptr);
   mktest::ScopedEnv hint("MKERNEL_GEMM_HINT_MAXK", nullptr);
   GemmArgs a = good();
+  const int64_t small = 1 << 20, large = 64 << 20;  // an L2 D outgrows / one it fits
   uint64_t marker = 7;
   for (int k : {64, 512, 1000, 1024, 2048, 2049, 4096, 8192}) {
     a.K = k;
     EXPECT_EQ(autoGroupM(a), k >= 1024 && k <= 2048 ? 32 : 8) << "K " << k;
-    EXPECT_EQ(autoStoreHint(a), k <= 1024 ? 1 : 0) << "K " << k;
+    EXPECT_EQ(autoStoreHint(a, small), k <= 1024 ? 1 : 0) << "K " << k;
+    EXPECT_EQ(autoStoreHint(a, large), 0) << "D fits the L2, K " << k;
     GemmArgs g = a;
     g.groups.num = 2;
     EXPECT_EQ(autoGroupM(g), 8) << "grouped, K " << k;
-    EXPECT_EQ(autoStoreHint(g), 0) << "grouped, K " << k;
+    EXPECT_EQ(autoStoreHint(g, small), 0) << "grouped, K " << k;
     GemmArgs h = a;
     h.hooks.tileDone = &marker;
     EXPECT_EQ(autoGroupM(h), 8) << "tileDone hook, K " << k;
-    EXPECT_EQ(autoStoreHint(h), 0) << "tileDone hook, K " << k;
+    EXPECT_EQ(autoStoreHint(h, small), 0) << "tileDone hook, K " << k;
   }
   {
     mktest::ScopedEnv lo2("MKERNEL_GEMM_BAND_MINK", "256");
@@ -645,7 +647,7 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
     mktest::ScopedEnv hint2("MKERNEL_GEMM_HINT_MAXK", "0");
     a.K = 1024;
     EXPECT_EQ(autoGroupM(a), 8) << "MKERNEL_GEMM_BAND_MAXK 0";
-    EXPECT_EQ(autoStoreHint(a), 0) << "MKERNEL_GEMM_HINT_MAXK 0";
+    EXPECT_EQ(autoStoreHint(a, small), 0) << "MKERNEL_GEMM_HINT_MAXK 0";
   }
   {
     mktest::ScopedEnv lo2("MKERNEL_GEMM_BAND_MINK", "256");
@@ -653,7 +655,7 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
     a.K = 512;
     EXPECT_EQ(autoGroupM(a), 32) << "MKERNEL_GEMM_BAND_MINK 256";
     a.K = 4096;
-    EXPECT_EQ(autoStoreHint(a), 1) << "MKERNEL_GEMM_HINT_MAXK 4096";
+    EXPECT_EQ(autoStoreHint(a, small), 1) << "MKERNEL_GEMM_HINT_MAXK 4096";
   }
 }
 
