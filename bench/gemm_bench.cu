@@ -61,8 +61,7 @@
 // set instead of chosen (autoStoreHint, autoGroupM), each checked against cuBLAS on the first
 // operand set: --legacy the choice before session 51 (bands of 8, no L2 policy), --hint D's
 // stores L2 evict-first with bands of 8, --groupm bands of G without a policy, and both together
-// also the two combined. With --trace the hint is traced too.
-// Both ask whether D evicts the A and B bands the next tiles re-read from L2.
+// also the two combined. With --trace --hint and --legacy are traced too (bands of 8).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
