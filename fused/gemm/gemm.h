@@ -211,6 +211,11 @@ struct GemmArgs {
   // MKERNEL_GEMM_HINT_MAXK whose D is larger than the L2, where the D stores cost the k-step ~4%:
   // skipStores, session 50).
   int32_t storeHint = 0;
+  // Claimed tiles (tileClaim): how many k-steps before a tile's last load the producer claims
+  // its next tile, so that the atomic's round trip through a busy L2 runs under the loads still
+  // to issue instead of between two tiles' loads. -1 (default) = kClaimLead; 0 = after the last
+  // load (the engine before session 52).
+  int32_t claimLead = -1;
   GemmHooks hooks;
   GemmGroups groups;
 };
@@ -226,6 +231,9 @@ constexpr int kPingWideTileN = 384;
 constexpr int kWideMaxK = 4096;
 // Largest K at which GemmArgs::storeWarps -1 hands the epilogue's stores to store threads.
 constexpr int kStoreWarpsMaxK = 2048;
+// GemmArgs::claimLead -1: the producer claims its next tile one k-step before its tile's last
+// load (the wait for that stage's release, ~a k-step, covers the atomic's latency).
+constexpr int kClaimLead = 1;
 // Most groups of a grouped GEMM (their tile prefix sums live in shared memory).
 constexpr int kMaxGroups = 256;
 
