@@ -64,7 +64,7 @@
 // also the two combined. With --trace --hint and --legacy are traced too (bands of 8).
 // --claimlead L also times the default pipeline with GemmArgs::claimLead L (k-steps before a
 // tile's last load at which the producer of claimed tiles claims its next one; 0 = after it,
-// the engine before session 52), checked against cuBLAS ('claim lead L' line).
+// the engine's kClaimLead), checked against cuBLAS ('claim lead L' line).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
