@@ -9,7 +9,7 @@
 //                    [--out bench/results/gemm.json] [--commit SHA] [--pipelines]
 //                    [--clusters] [--groups G] [--streamk] [--trace] [--b2b N] [--soak S]
 //                    [--regstores] [--lend] [--claim] [--carry] [--nostore] [--hint]
-//                    [--groupm G] [--legacy] [--claimlead L]
+//                    [--groupm G] [--legacy]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
@@ -62,9 +62,6 @@
 // operand set: --legacy the choice before session 51 (bands of 8, no L2 policy), --hint D's
 // stores L2 evict-first with bands of 8, --groupm bands of G without a policy, and both together
 // also the two combined. With --trace --hint and --legacy are traced too (bands of 8).
-// --claimlead L also times the default pipeline with GemmArgs::claimLead L (k-steps before a
-// tile's last load at which the producer of claimed tiles claims its next one; 0 = after it,
-// the engine's kClaimLead), checked against cuBLAS ('claim lead L' line).
 // --b2b N also times N back-to-back calls of the engine and of cuBLAS-best per measurement,
 // interleaved with the rest, so that neither's host work per call (the engine encodes tensor
 // maps) lands inside the timed window as it may with one call between two events.
@@ -72,7 +69,7 @@
 // window's wall-clock bounds (nvidia-smi's timestamp format) and TFLOP/s: sampled beside it,
 // nvidia-smi's SM clock and power tell whether either runs at a lower clock under load; with
 // --carry --clusters also a window of the carried epilogue as CTA pairs (multicast halves B's
-// L2 reads: does it buy clock under the power cap?), and with --claimlead L one of that lead.
+// L2 reads: does it buy clock under the power cap?).
 #include <sys/time.h>
 #include <cstdint>
 #include <cublasLt.h>
@@ -134,7 +131,6 @@ int main(int argc, char** argv) {
   bool noStore = false;
   bool hint = false, legacy = false;
   int groupM = 0;
-  int claimLead = -1;  // --claimlead: a variant with GemmArgs::claimLead set (-1: none)
   int b2b = 0;
   double soakS = 0;
   int groups = 0;
@@ -174,8 +170,6 @@ int main(int argc, char** argv) {
       legacy = true;
     else if (a == "--groupm" && i + 1 < argc)
       groupM = atoi(argv[++i]);
-    else if (a == "--claimlead" && i + 1 < argc)
-      claimLead = atoi(argv[++i]);
     else if (a == "--b2b" && i + 1 < argc)
       b2b = atoi(argv[++i]);
     else if (a == "--soak" && i + 1 < argc)
@@ -264,10 +258,9 @@ int main(int argc, char** argv) {
     int32_t* dClaims = nullptr;
     int claimIdx = 0;
     bool claimNext = false;
-    int skipNext = 0;   // GemmArgs::skipStores of runEngine's next launches (--nostore)
-    int hintNext = 0;   // GemmArgs::storeHint of runEngine's next launches (--hint)
-    int bandNext = 0;   // GemmArgs::groupM of runEngine's next launches (--groupm)
-    int leadNext = -1;  // GemmArgs::claimLead of runEngine's next launches (--claimlead)
+    int skipNext = 0;  // GemmArgs::skipStores of runEngine's next launches (--nostore)
+    int hintNext = 0;  // GemmArgs::storeHint of runEngine's next launches (--hint)
+    int bandNext = 0;  // GemmArgs::groupM of runEngine's next launches (--groupm)
     if (claim) CK(cudaMalloc(&dClaims, kClaims * sizeof(int32_t)));
     auto zeroClaims = [&] {
       CK(cudaMemsetAsync(dClaims, 0, kClaims * sizeof(int32_t), stream));
@@ -297,7 +290,6 @@ int main(int argc, char** argv) {
       g.skipStores = skipNext;
       g.storeHint = hintNext;
       g.groupM = bandNext;
-      g.claimLead = leadNext;
       if (claimNext) g.tileClaim = dClaims + claimIdx++ % kClaims;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "engine launch failed\n");
@@ -362,17 +354,13 @@ int main(int argc, char** argv) {
       l2.push_back({"groupM " + std::to_string(groupM) + ", no L2 hint", 2, groupM, 0.0, 0.0f});
     if (hint && groupM > 0)
       l2.push_back({"L2 hint + groupM " + std::to_string(groupM), 1, groupM, 0.0, 0.0f});
-    if (claimLead >= 0)
-      l2.push_back({"claim lead " + std::to_string(claimLead), 0, 0, 0.0, 0.0f, claimLead});
     std::vector<std::vector<float>> tL2(l2.size());
     for (L2Variant& v : l2) {
       hintNext = v.storeHint;
       bandNext = v.groupM;
-      leadNext = v.claimLead;
       v.maxdiff = pingDiff(1, 0);
     }
     hintNext = bandNext = 0;
-    leadNext = -1;
     const float hmaxCarry = carry ? std::max(pingDiff(1, 6), pairs ? pingDiff(2, 6) : 0.0f) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {
@@ -478,10 +466,8 @@ int main(int argc, char** argv) {
       for (size_t v = 0; v < l2.size(); ++v) {
         hintNext = l2[v].storeHint;
         bandNext = l2[v].groupM;
-        leadNext = l2[v].claimLead;
         tL2[v].push_back(timeOne([&] { runEngine(0, D); }));
         hintNext = bandNext = 0;
-        leadNext = -1;
       }
       if (claim) {
         zeroClaims();  // outside the timed windows
@@ -759,11 +745,6 @@ int main(int argc, char** argv) {
       if (pipes) soak("ping", [&] { runEngine(0, D, 3); });
       if (pipes && pairs) soak("ping_pairs", [&] { runEngine(0, D, 3, 2); });
       if (carry && pairs) soak("carry_pairs", [&] { runEngine(0, D, 6, 2); });
-      if (claimLead >= 0) {
-        leadNext = claimLead;
-        soak(("claim_lead_" + std::to_string(claimLead)).c_str(), [&] { runEngine(0, D); });
-        leadNext = -1;
-      }
     }
     if (pairs)
       printf(

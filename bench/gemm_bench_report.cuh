@@ -21,7 +21,6 @@ struct L2Variant {
   int storeHint, groupM;
   double tflops;
   float maxdiff;
-  int claimLead = -1;  // GemmArgs::claimLead (--claimlead; -1: the engine's)
 };
 
 // One shape's TFLOP/s (0 where the variant was not asked for), max relative differences from
@@ -74,12 +73,11 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
     const Row& r = rows[i];
     std::string l2;
     for (const L2Variant& v : r.l2) {
-      char one[224];
+      char one[192];
       snprintf(one, sizeof(one),
-               "%s{\"label\": \"%s\", \"store_hint\": %d, \"group_m\": %d, \"claim_lead\": %d, "
-               "\"tflops\": %.2f, \"max_rel_diff\": %.3e}",
-               l2.empty() ? "" : ", ", v.label.c_str(), v.storeHint, v.groupM, v.claimLead,
-               v.tflops, v.maxdiff);
+               "%s{\"label\": \"%s\", \"store_hint\": %d, \"group_m\": %d, \"tflops\": %.2f, "
+               "\"max_rel_diff\": %.3e}",
+               l2.empty() ? "" : ", ", v.label.c_str(), v.storeHint, v.groupM, v.tflops, v.maxdiff);
       l2 += one;
     }
     fprintf(f,

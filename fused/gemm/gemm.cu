@@ -493,9 +493,6 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                 "storeHint=%lld must be 0 (automatic), 1 (D's stores L2 evict-first) or 2 (no L2 "
                 "policy)",
                 a.storeHint);
-  if (a.claimLead < -1 || a.claimLead > (1 << 20))
-    return fail(why, "claimLead=%lld must be -1 (the engine's choice) or 0..%d k-steps",
-                a.claimLead, 1 << 20);
   if (a.trace != nullptr && (a.traceTiles <= 0 || a.traceCtas <= 0))
     return fail(why, "traceTiles=%lld and traceCtas=%lld must be positive with a trace buffer",
                 a.traceTiles, a.traceCtas);
@@ -703,7 +700,6 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
                     : 0;
   p.storeWarps = storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr ? 1 : 0;
   p.skipStores = a.skipStores == 1 && p.storeWarps ? 1 : 0;
-  p.claimLead = a.claimLead < 0 ? kClaimLead : a.claimLead;
   // Only the cooperative kernels' 2-D stores carry the policy (issueBoxStores).
   const bool hint = a.storeHint == 1 || (a.storeHint == 0 && autoStoreHint(a, lim.l2Bytes) == 1);
   p.storeHint = hint && p.useTmaStore && !p.regStores && !a.dTiled && p.pingpong == 0 ? 1 : 0;

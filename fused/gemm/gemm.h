@@ -211,11 +211,6 @@ struct GemmArgs {
   // MKERNEL_GEMM_HINT_MAXK whose D is larger than the L2, where the D stores cost the k-step ~4%:
   // skipStores, session 50).
   int32_t storeHint = 0;
-  // Claimed tiles (tileClaim): how many k-steps before a tile's last load the producer claims
-  // its next tile, so that the atomic's round trip through a busy L2 runs under the loads still
-  // to issue instead of between two tiles' loads. -1 (default) = kClaimLead; 0 = after the last
-  // load.
-  int32_t claimLead = -1;
   GemmHooks hooks;
   GemmGroups groups;
 };
@@ -231,11 +226,6 @@ constexpr int kPingWideTileN = 384;
 constexpr int kWideMaxK = 4096;
 // Largest K at which GemmArgs::storeWarps -1 hands the epilogue's stores to store threads.
 constexpr int kStoreWarpsMaxK = 2048;
-// GemmArgs::claimLead -1: the claim after the tile's last load, the schedule measured so far.
-// A lead of 1 (the wait for the last stage's release, ~a k-step, would cover the atomic's
-// latency) is written but not yet measured on a GPU (session 52 ran out of device time):
-// `bench_gemm_bench --claimlead 1` times it beside this default.
-constexpr int kClaimLead = 0;
 // Most groups of a grouped GEMM (their tile prefix sums live in shared memory).
 constexpr int kMaxGroups = 256;
 

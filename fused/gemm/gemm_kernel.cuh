@@ -266,10 +266,7 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
                                             uint32_t word, int32_t aRow, int32_t n0, int32_t g,
                                             int32_t& stage, uint32_t& phase,
                                             volatile uint32_t* stageAbort, uint64_t* rec = nullptr,
-                                            LentRing* lent = nullptr, int32_t* claim = nullptr) {
-  // The dynamic schedule's next claim, issued p.claimLead k-steps before the last load: nothing
-  // reads its result until the loop is done, so its round trip overlaps the remaining waits.
-  const int32_t claimK = max(0, p.kTiles - 1 - p.claimLead);
+                                            LentRing* lent = nullptr) {
   uint32_t waited = 0;  // traced: cycles in the empty waits after the tile's first load
   for (int32_t k = 0; k < p.kTiles; ++k) {
     mbarWaitCounted(&sm.empty[stage], phase ^ 1, rec != nullptr && k > 0 ? &waited : nullptr);
@@ -292,7 +289,6 @@ __device__ __forceinline__ void produceTile(const GemmParams& p,
       ptx::mbarArriveExpectTx(&sm.full[stage], kStageBytes);
       ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
       loadB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
-      if (claim != nullptr && k == claimK) *claim = atomicAdd(p.tileClaim, 1);
     } else {
       ptx::mbarArrive(&sm.full[stage]);
     }
@@ -321,7 +317,7 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
   int32_t nth = 0;  // tiles walked (trace records)
   LentRing lent{lendsStage<Tr>(p), 0u, 0u};
   int32_t t = kDyn ? atomicAdd(p.tileClaim, 1) : cta / Tr::kCluster;
-  while (t < numTiles) {
+  for (; t < numTiles; t = kDyn ? atomicAdd(p.tileClaim, 1) : t + nCtas / Tr::kCluster) {
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
@@ -329,13 +325,9 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
     // Dynamic: the tile id as the word.
     const uint32_t word = kDyn ? (ok ? (uint32_t)t : kStageAbort) : (ok ? 0u : 1u);
-    // Dynamic: produceTile claims the next tile while it loads this one (every loaded tile
-    // claims exactly once, as when the claim followed the loads).
-    int32_t next = kDyn ? numTiles : t + nCtas / Tr::kCluster;
     produceTile<Tr>(p, sm, ok, word, aRow, n0, g, stage, phase, stageAbort,
-                    traceRecord<kTrace>(p, cta, 0, nth++), &lent, kDyn ? &next : nullptr);
+                    traceRecord<kTrace>(p, cta, 0, nth++), &lent);
     if (!ok) return;  // the consumers stop at the aborted tile: no end word
-    t = next;
   }
   if constexpr (kDyn) {
     // Every CTA's producer claims until one claim fails, so the counter ends at numTiles +

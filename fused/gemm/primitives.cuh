@@ -44,9 +44,6 @@ struct GemmParams {
   // 1: the counter is the engine's own (launch(): pipeline 0's carried epilogue or lent stage);
   // the launch's last claim (tiles + grid - 1) resets it to 0 for the next launch on the stream.
   int32_t claimReset;
-  // GemmArgs::claimLead, resolved: the producer claims its next tile after issuing the loads of
-  // k-step max(0, kTiles - 1 - claimLead) of the current one.
-  int32_t claimLead;
   uint64_t* trace;  // GemmArgs::trace (trace.h): nullptr = off
   int32_t traceTiles;
   int32_t traceCtas;  // CTAs the trace buffer holds

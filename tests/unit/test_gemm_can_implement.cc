@@ -615,21 +615,6 @@ TEST(GemmCanImplement, StoreSwitchValues) {
   }
 }
 
-// GemmArgs::claimLead: -1 (the engine's kClaimLead) or a k-step count; any other value is refused
-// by name, and buildParams would otherwise hand it to the producer's claim point.
-TEST(GemmCanImplement, ClaimLeadValues) {
-  std::string why;
-  GemmArgs a = good();
-  for (int v : {-1, 0, 1, 2, 7, 1 << 20}) {
-    a.claimLead = v;
-    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "claimLead " << v << ": " << why;
-  }
-  for (int v : {-2, -100, (1 << 20) + 1}) {
-    a.claimLead = v;
-    expectReject(a, "claimLead");
-  }
-}
-
 // What groupM 0 and storeHint 0 resolve to: bands of 32 and evict-first D stores only for plain
 // GEMMs in their K ranges (the defaults and the environment's), the stores only where D (6 MB
 // here) outgrows the L2; 8 and no policy for grouped GEMMs and calls with hooks at any K.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 52, call CQ (NOT RUN: every device start after CP2 failed): the producer's claim of
+# Session 52, call CQ (NOT RUN, and not to be run: it needs --claimlead, removed after call CR
+# measured no gain; every device start after CP2 failed): the producer's claim of
 # its next tile issued one k-step before its tile's last load (--claimlead 1) against the
 # engine's claim after it (kClaimLead 0): small-K shapes (timed, and soaked with nvidia-smi
 # beside), the GEMM tests, the default list.
