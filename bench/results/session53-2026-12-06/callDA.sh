@@ -10,6 +10,9 @@
 set -u
 source scripts/gpu_call.sh
 gc_init DA
+# First (seconds): the conversions' issue rate (bench/cvt_rate.cu), whether converting a tile's
+# 32768 accumulators is what the ~1000-cycle epilogue costs.
+gc_nvcc bench/cvt_rate.cu /tmp/cvt_rate && gc_run cvt 60 30 5 1 "^\\|" /tmp/cvt_rate --commit "$(cat COMMIT_SNAP)"
 GC_BUILD_S=300 gc_build /tmp/bd "gpu/test_gemm_dynamic.cu" bench_gemm_bench
 gc_tar
 B=/tmp/bd/bench/bench_gemm_bench
