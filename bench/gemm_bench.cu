@@ -48,7 +48,9 @@
 // --claim also times the engine on the dynamic tile schedule (GemmArgs::tileClaim: each CTA
 // claims its next tile from a counter, zeroed outside the timed window), with --lend the lent
 // stage too, checked against cuBLAS ('claimed tiles' line); with --trace both are traced: whether
-// the static schedule's uneven CTA ends (the trace's tail) cost what cuBLAS does not lose.
+// the static schedule's uneven CTA ends (the trace's tail) cost what cuBLAS does not lose. With
+// --groups the grouped GEMM on claimed tiles too, checked element by element against its static
+// walk ('grouped on claimed tiles' line).
 // --carry also times the deep ring carrying the second half of each tile's epilogue into the
 // next tile's main loop (GemmArgs::pipeline 6), with --claim on claimed tiles too and with
 // --clusters as CTA pairs, checked against cuBLAS on the first operand set ('carried epilogue'
@@ -411,27 +413,46 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&gMeta, meta.size() * sizeof(int32_t)));
       CK(cudaMemcpy(gMeta, meta.data(), meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     }
-    auto runGrouped = [&](int pipeline = 0) {
+    auto runGrouped = [&](int pipeline = 0, bool claimed = false, void* dst = nullptr) {
       mk::gemm::GemmArgs g;
       g.M = G * gSpan;
       g.N = sh.N;
       g.K = sh.K;
       g.A = Ag;
       g.B = Bg;
-      g.D = Dg;
+      g.D = dst != nullptr ? dst : Dg;
       g.groups.num = G;
       g.groups.rowStart = gMeta;
       g.groups.rowCount = gMeta + G;
       g.pipeline = pipeline;
+      if (claimed) g.tileClaim = dClaims + claimIdx++ % kClaims;
       if (mk::gemm::launch(g, stream) != ncclSuccess) {
         fprintf(stderr, "grouped engine launch failed\n");
         exit(1);
       }
     };
+    // The grouped GEMM on claimed tiles (--groups --claim) against its static walk, element by
+    // element on one run each (both poisoned with zeros: rows past a group's count stay zero).
+    float hmaxGrpClaim = 0;
+    void* DgClaim = nullptr;
+    if (G > 0 && claim) {
+      const size_t bytesDg = (size_t)G * gSpan * sh.N * 2;
+      CK(cudaMalloc(&DgClaim, bytesDg));
+      CK(cudaMemsetAsync(Dg, 0, bytesDg, stream));
+      CK(cudaMemsetAsync(DgClaim, 0, bytesDg, stream));
+      runGrouped();
+      zeroClaims();
+      runGrouped(0, true, DgClaim);
+      CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
+      diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)DgClaim, (__nv_bfloat16*)Dg, bytesDg / 2,
+                                           dmax);
+      CK(cudaMemcpyAsync(&hmaxGrpClaim, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
+      CK(cudaStreamSynchronize(stream));
+    }
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
         tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
         tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair,
-        tNoStore;
+        tNoStore, tGrpClaim;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -496,6 +517,10 @@ int main(int argc, char** argv) {
       if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
       if (G > 0 && pipes) tGrpWide.push_back(timeOne([&] { runGrouped(2); }));
       if (G > 0 && pipes) tGrpPing.push_back(timeOne([&] { runGrouped(3); }));
+      if (G > 0 && claim) {
+        zeroClaims();  // outside the timed window
+        tGrpClaim.push_back(timeOne([&] { runGrouped(0, true); }));
+      }
     }
     const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
@@ -539,6 +564,8 @@ int main(int argc, char** argv) {
     // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
     const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
     row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
+    row.groupedClaim =
+        G > 0 && median(tGrpClaim) > 0 ? gFlop / (median(tGrpClaim) * 1e-3) / 1e12 : 0.0;
     row.groupedWide =
         G > 0 && median(tGrpWide) > 0 ? gFlop / (median(tGrpWide) * 1e-3) / 1e12 : 0.0;
     row.groupedPing =
@@ -643,6 +670,11 @@ int main(int argc, char** argv) {
           "  %5d x %5d x %5d: grouped %d x %d rows %6.1f TFLOP/s (%.3f of the plain engine, "
           "%.3f of cuBLAS best)\n",
           sh.M, sh.N, sh.K, G, gRows, row.grouped, row.grouped / row.eng, row.grouped / row.best);
+    if (G > 0 && claim)
+      printf(
+          "  %5d x %5d x %5d: grouped on claimed tiles %6.1f TFLOP/s (%.3f of the grouped "
+          "default, max rel diff from it %.2e)\n",
+          sh.M, sh.N, sh.K, row.groupedClaim, row.groupedClaim / row.grouped, hmaxGrpClaim);
     if (G > 0 && pipes)
       printf(
           "  %5d x %5d x %5d: grouped wide staging %6.1f TFLOP/s (%.3f of the default), "
@@ -773,6 +805,7 @@ int main(int argc, char** argv) {
     cudaFree(Ag);
     cudaFree(Bg);
     cudaFree(Dg);
+    cudaFree(DgClaim);
     cudaFree(gMeta);
   }
 

@@ -27,8 +27,8 @@ struct L2Variant {
 // cuBLAS, and the engine's trace summary.
 struct Row {
   Shape s;
-  double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedWide, groupedPing, pair,
-      deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
+  double eng, eng16, h0, best, maxdiff, deep, wide, grouped, groupedClaim, groupedWide, groupedPing,
+      pair, deepPair, widePair, ping, pingMaxdiff, pingPair, pingPairMaxdiff, sk, skMaxdiff, b2bEng,
       b2bBest, swOther, ping192, ping192Maxdiff, reg, regDeep, regDeepPair, regMaxdiff, lend,
       lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff,
       noStore;
@@ -86,6 +86,7 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
             "\"cublas_best_tflops\": %.2f, \"cublas_candidates\": %d, \"ratio\": %.4f, "
             "\"max_rel_diff_vs_cublas\": %.3e, \"engine_deep_tflops\": %.2f, "
             "\"engine_wide_tflops\": %.2f, \"engine_grouped_tflops\": %.2f, "
+            "\"engine_grouped_claim_tflops\": %.2f, "
             "\"engine_grouped_wide_tflops\": %.2f, \"engine_grouped_ping_tflops\": %.2f, "
             "\"engine_pairs_tflops\": %.2f, \"engine_pairs_deep_tflops\": %.2f, "
             "\"engine_pairs_wide_tflops\": %.2f, \"engine_ping_tflops\": %.2f, "
@@ -110,15 +111,16 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
             "\"epi_barrier_us\": %.3f, \"epi_issue_us\": %.3f, \"full_wait_frac\": %.4f, "
             "\"empty_wait_frac\": %.4f}}%s\n",
             r.s.M, r.s.N, r.s.K, r.eng, r.eng16, r.h0, r.best, r.nAlgos, r.eng / r.best, r.maxdiff,
-            r.deep, r.wide, r.grouped, r.groupedWide, r.groupedPing, r.pair, r.deepPair, r.widePair,
-            r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk, r.skMaxdiff, r.b2bEng,
-            r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg, r.regDeep, r.regDeepPair,
-            r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend, r.claimMaxdiff, r.carry,
-            r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore, l2.c_str(), r.tr.records,
-            r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs,
-            r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac,
-            r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs,
-            r.tr.fullWaitFrac, r.tr.emptyWaitFrac, i + 1 < rows.size() ? "," : "");
+            r.deep, r.wide, r.grouped, r.groupedClaim, r.groupedWide, r.groupedPing, r.pair,
+            r.deepPair, r.widePair, r.ping, r.pingMaxdiff, r.pingPair, r.pingPairMaxdiff, r.sk,
+            r.skMaxdiff, r.b2bEng, r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg,
+            r.regDeep, r.regDeepPair, r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend,
+            r.claimMaxdiff, r.carry, r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore,
+            l2.c_str(), r.tr.records, r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs,
+            r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs,
+            r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs,
+            r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
+            i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);
