@@ -569,6 +569,13 @@ int autoPipeline(const GemmArgs& a) {
   return kind == 2 ? 6 : (kind == 1 ? 5 : 0);
 }
 
+bool autoClaims(const GemmArgs& a) {
+  if (a.pipeline != 0 || a.tileClaim != nullptr || a.trace != nullptr) return false;
+  const int resolved = autoPipeline(a);
+  if (resolved == 5 || resolved == 6) return true;
+  return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0;
+}
+
 // Why only plain GEMMs: a fused operator's hooks publish tiles in raster order (its
 // communication follows it), and the MoE experts' bands are cut per group (raster.h).
 static bool plainForL2(const GemmArgs& a) {
@@ -743,13 +750,13 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
     }
     if (!ok) p.sk = skMakePlan(p.sk.tiles, p.sk.kIt, p.sk.grid, false);
   }
-  // Pipeline 0's carried epilogue or lent stage claims its tiles where there is more than one
-  // wave of them: CTAs that run faster take the slower ones' share (the static walk's latest
-  // CTA ended ~0.5 tile after the median one at 8192 x 8192 x 1024, session 47). Not under capture
-  // (a graph could be replayed on another stream, concurrently with this stream's launches on the
-  // same counter), nor traced (a CTA's records are sized for the static walk).
-  if ((p.lend != 0 || p.carry != 0) && a.pipeline == 0 && a.tileClaim == nullptr &&
-      a.trace == nullptr) {
+  // Pipeline 0's carried epilogue or lent stage (and grouped GEMMs under MKERNEL_GEMM_GROUP_CLAIM)
+  // claims its tiles where there is more than one wave of them: CTAs that run faster take the
+  // slower ones' share (the static walk's latest CTA ended ~0.5 tile after the median one at 8192 x
+  // 8192 x 1024, session 47). Not under capture (a graph could be replayed on another stream,
+  // concurrently with this stream's launches on the same counter), nor traced (a CTA's records are
+  // sized for the static walk).
+  if (autoClaims(a)) {
     DeviceLimits lim;
     NCCLCHECK(deviceLimits(&lim));
     const int32_t budget = budgetOf(a, lim.sms);

@@ -251,6 +251,13 @@ bool canImplement(const GemmArgs& args, std::string* why);
 // B [N,K] and a 16-bit D only; any other args, or a pipeline other than 0, give 0.
 int autoPipeline(const GemmArgs& args);
 
+// Whether pipeline 0 claims tiles for `args` (host only, no CUDA call; reads
+// MKERNEL_GEMM_AUTO_LEND and MKERNEL_GEMM_GROUP_CLAIM): where it resolves to the lent stage or the
+// carried epilogue, and grouped GEMMs without hooks under MKERNEL_GEMM_GROUP_CLAIM 1; never with a
+// pipeline named, a caller's tileClaim or a trace. The launch still walks the static schedule with
+// one wave of tiles or under stream capture.
+bool autoClaims(const GemmArgs& args);
+
 // What GemmArgs::groupM 0 and storeHint 0 resolve to (host only, no CUDA call; read
 // MKERNEL_GEMM_BAND_MINK / _MAXK and MKERNEL_GEMM_HINT_MAXK). Plain GEMMs only (no groups, no
 // hooks: a fused operator's tile order is its communication's order): bands of 32 row blocks at

@@ -563,6 +563,53 @@ TEST(GemmCanImplement, AutoPipelineRule) {
   }
 }
 
+// Which pipeline-0 calls claim their tiles (autoClaims): those resolving to the lent stage or the
+// carried epilogue; grouped GEMMs only under MKERNEL_GEMM_GROUP_CLAIM 1 and without hooks; none
+// with a pipeline named, a caller's counter or a trace.
+TEST(GemmCanImplement, AutoClaimsRule) {
+  using mk::gemm::autoClaims;
+  mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", nullptr);
+  mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+  mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+  static int32_t meta[2];
+  static int32_t counter;
+  static uint64_t traceBuf;
+  GemmArgs a = good();
+  a.bLayout = BLayout::kNK;
+  EXPECT_TRUE(autoClaims(a));  // the carried epilogue
+  GemmArgs b = a;
+  b.pipeline = 6;
+  EXPECT_FALSE(autoClaims(b)) << "pipeline named";
+  b = a;
+  b.tileClaim = &counter;
+  EXPECT_FALSE(autoClaims(b)) << "caller's counter";
+  b = a;
+  b.trace = &traceBuf;
+  EXPECT_FALSE(autoClaims(b)) << "traced";
+  b = a;
+  b.bLayout = BLayout::kKN;  // neither the lent stage nor the carried epilogue
+  EXPECT_FALSE(autoClaims(b)) << "B [K,N]";
+  GemmArgs g = a;
+  g.groups.num = 2;
+  g.groups.rowStart = meta;
+  g.groups.rowCount = meta + 1;
+  for (const char* v : {"0", "1"}) {
+    mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", v);
+    const bool on = v[0] == '1';
+    EXPECT_EQ(autoClaims(g), on) << "grouped, MKERNEL_GEMM_GROUP_CLAIM " << v;
+    b = g;
+    b.bLayout = BLayout::kKN;
+    EXPECT_EQ(autoClaims(b), on) << "grouped, B [K,N]";
+    b = g;
+    b.hooks.rowReady = &traceBuf;
+    b.hooks.rowsPerFlag = 128;
+    EXPECT_FALSE(autoClaims(b)) << "grouped with a hook";
+    b = g;
+    b.pipeline = 2;
+    EXPECT_FALSE(autoClaims(b)) << "grouped, pipeline named";
+  }
+}
+
 // GemmArgs::regStores is a request (0 or 1), honoured where D allows it (buildParams): every
 // pipeline, pairs and the other options accept either value; anything else is refused by name.
 TEST(GemmCanImplement, RegStoresValues) {
