@@ -15,8 +15,10 @@ set -u
 source scripts/gpu_call.sh
 gc_init DA
 gc_nvcc bench/cvt_rate.cu /tmp/cvt_rate && gc_run cvt 60 30 5 1 "^\\|" /tmp/cvt_rate --commit "$(cat COMMIT_SNAP)"
-GC_BUILD_S=300 gc_build /tmp/bd "gpu/test_gemm_grouped.cu" bench_gemm_bench mk_gpu_tests
+# The tests' binary after the first measurements (the device time left is short).
+GC_BUILD_S=300 gc_build /tmp/bd "gpu/test_gemm_grouped.cu" bench_gemm_bench
 gc_tar
+T=$(gc_el)  # the steps' deadlines count from the build's end
 B=/tmp/bd/bench/bench_gemm_bench
 M=gpu__time_duration.sum,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second
 M=$M,l1tex__m_xbar2l1tex_read_bytes.sum,lts__t_sectors_srcunit_tex_op_read.sum
@@ -30,17 +32,16 @@ ncu_pair() {  # N SHAPE UNTIL
   gc_run ncu_cub$1 $(($3 + 30)) 45 15 0 "$P" ncu --kernel-name "regex:nvjet|xmma|cutlass" \
     --launch-skip 1 --launch-count 1 --metrics "$M" $B --shapes $2 --reps 2
 }
-ncu_pair 1 8192x8192x1024 340
-ncu_pair 2 16384x8192x1024 400
-gc_run grouped32 440 40 10 1 "grouped|x.*engine  " $B --groups 32 --claim \
-  --shapes 131072x7168x2048,131072x2048x7168 --reps 8 --commit "$(cat COMMIT_SNAP)"
-gc_run grouped16 460 20 8 1 "grouped|x.*engine  " $B --groups 16 --claim \
-  --shapes 131072x1408x2048 --reps 8 --commit "$(cat COMMIT_SNAP)"
-(export MKERNEL_GEMM_GROUP_CLAIM=1; gc_tests /tmp/bd 'GemmGrouped.*' 490 30)
-ncu_pair 3 8192x8192x8192 520
-gc_run ncu_pairs 545 25 15 0 "$P" ncu --kernel-name regex:gemmKernel --launch-count 6 \
+ncu_pair 1 8192x8192x1024 $((T + 45))
+gc_run grouped32 $((T + 105)) 30 10 1 "grouped|x.*engine  " $B --groups 32 --claim \
+  --shapes 131072x7168x2048,131072x2048x7168 --reps 6 --commit "$(cat COMMIT_SNAP)"
+ncu_pair 2 16384x8192x1024 $((T + 150))
+gc_run grouped16 $((T + 200)) 20 8 1 "grouped|x.*engine  " $B --groups 16 --claim \
+  --shapes 131072x1408x2048 --reps 6 --commit "$(cat COMMIT_SNAP)"
+timeout 90 cmake --build /tmp/bd -j"$(nproc)" --target mk_gpu_tests >"$GC_L/build_tests.log" 2>&1
+echo "tests build rc=$? at $(gc_el)s"
+(export MKERNEL_GEMM_GROUP_CLAIM=1; gc_tests /tmp/bd 'GemmGrouped.*' $((T + 320)) 30)
+ncu_pair 3 8192x8192x8192 $((T + 365))
+gc_run ncu_pairs $((T + 420)) 25 15 0 "$P" ncu --kernel-name regex:gemmKernel --launch-count 6 \
   --metrics "$M" $B --shapes 8192x8192x1024 --reps 1 --carry --clusters
-gc_run timed 565 20 8 1 "x.*(engine  |carried)|geomean" $B \
-  --shapes 8192x8192x1024,16384x8192x1024,8192x8192x8192 --reps 10 --carry --clusters \
-  --commit "$(cat COMMIT_SNAP)"
 gc_tar
