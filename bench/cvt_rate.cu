@@ -6,7 +6,8 @@
 //
 // One CTA per SM; every thread converts `iters` rounds of 16 independent register pairs and
 // folds the results into two accumulators with 3-input XORs (one LOP3 per two conversions, so
-// the integer pipe is not what is measured), then stores them (nothing is dead). Reported per
+// the integer pipe is not what is measured) and adds to each input (one FADD a pair), then stores
+// the accumulators (nothing is dead). Reported per
 // type and warp count: packed conversions per SM cycle (from the CTA's first to its last
 // thread's clock64; the median CTA), and the same loop with the conversions replaced by integer
 // ops of the same shape as a reference for the loop's own cost.
@@ -65,6 +66,10 @@ __global__ void cvtKernel(int32_t iters, float seed, unsigned long long* rec, ui
       acc0 ^= convert<kOp>(x[j], y[j]) ^ convert<kOp>(x[j + 1], y[j + 1]);
       acc1 ^= convert<kOp>(x[j + 2], y[j + 2]) ^ convert<kOp>(x[j + 3], y[j + 3]);
     }
+    // New inputs every round (one FADD a pair, in the reference loop too), so that no compiler
+    // pass can hoist a conversion of loop-invariant registers out of the loop.
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) x[j] += seed;
   }
   const unsigned long long t1 = clock64();
   sink[blockIdx.x * blockDim.x + threadIdx.x] = acc0 ^ acc1;
