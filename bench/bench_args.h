@@ -41,6 +41,15 @@ inline FILE* openJson(const std::string& path, const char* bench, int argc, char
   return f;
 }
 
+// The options every stand-alone benchmark takes, `--out F` and `--commit C`: true when argv[*i]
+// is one of them with a value (the value taken, *i advanced past it).
+inline bool outOrCommit(int argc, char** argv, int* i, std::string* out, std::string* commit) {
+  const std::string s = argv[*i];
+  if (*i + 1 >= argc || (s != "--out" && s != "--commit")) return false;
+  *(s == "--out" ? out : commit) = argv[++*i];
+  return true;
+}
+
 // "a,b,,c" -> {"a", "b", "c"}: the items of a comma list, empty ones dropped.
 inline std::vector<std::string> splitList(const std::string& s) {
   std::vector<std::string> out;

@@ -107,10 +107,8 @@ int main(int argc, char** argv) {
     const std::string s = argv[i];
     if (s == "--iters" && i + 1 < argc) {
       iters = atoi(argv[++i]);
-    } else if (s == "--out" && i + 1 < argc) {
-      out = argv[++i];
-    } else if (s == "--commit" && i + 1 < argc) {
-      commit = argv[++i];
+    } else if (benchargs::outOrCommit(argc, argv, &i, &out, &commit)) {
+      continue;  // --out or --commit, taken
     } else {
       fprintf(stderr, "usage: %s [--iters N] [--out F] [--commit C]\n", argv[0]);
       return 2;

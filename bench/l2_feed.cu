@@ -328,10 +328,8 @@ int main(int argc, char** argv) {
       mib = atoi(argv[++i]);
     } else if (s == "--blocks" && i + 1 < argc) {
       blocks = atoi(argv[++i]);
-    } else if (s == "--out" && i + 1 < argc) {
-      out = argv[++i];
-    } else if (s == "--commit" && i + 1 < argc) {
-      commit = argv[++i];
+    } else if (benchargs::outOrCommit(argc, argv, &i, &out, &commit)) {
+      continue;  // --out or --commit, taken
     } else {
       fprintf(stderr, "usage: %s [--mib N] [--blocks N] [--out F] [--commit C]\n", argv[0]);
       return 2;

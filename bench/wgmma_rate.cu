@@ -239,10 +239,8 @@ int main(int argc, char** argv) {
       iters = atoi(argv[++i]);
     } else if (s == "--peak" && i + 1 < argc) {
       peak = atof(argv[++i]);
-    } else if (s == "--out" && i + 1 < argc) {
-      out = argv[++i];
-    } else if (s == "--commit" && i + 1 < argc) {
-      commit = argv[++i];
+    } else if (benchargs::outOrCommit(argc, argv, &i, &out, &commit)) {
+      continue;  // --out or --commit, taken
     } else {
       fprintf(stderr, "usage: %s [--iters N] [--peak FMA_PER_CLK_PER_SM] [--out F] [--commit C]\n",
               argv[0]);
