@@ -55,7 +55,7 @@ __global__ void cvtKernel(int32_t iters, float seed, unsigned long long* rec, ui
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     x[j] = seed * (float)(threadIdx.x + j);
-    y[j] = seed * (float)(threadIdx.x - j);
+    y[j] = seed * (float)((int)threadIdx.x - j);  // signed: no wrap to 2^32 - j
   }
   uint32_t acc0 = 0, acc1 = 0;
   __syncthreads();
