@@ -26,7 +26,10 @@
 // MKERNEL_GEMM_STREAMK, so leave that unset to compare).
 // --groups G also times the engine's grouped GEMM (GemmArgs::groups, the MoE experts' GEMM):
 // G groups of M/G rows each with its own B [N,K] (tile-aligned starts), the same FLOPs as the
-// shape, interleaved with the rest (B as [N,K] only: ignored with --layout kn).
+// shape, interleaved with the rest (B as [N,K] only: ignored with --layout kn); with --groupm G
+// and --hint also grouped with bands of G row blocks, D evict-first, both, and with --claim both
+// on claimed tiles (MKERNEL_GEMM_GROUP_BAND / _HINT's choices set explicitly), each checked
+// element by element against the grouped default (gemm_bench_grouped.cuh).
 // Where the small-K gap goes (session 41; the engine ~10% behind cuBLAS at 8192x8192x1024
 // while even at K = 8192):
 // --trace runs the engine once more per shape with its timeline stamps (fused/gemm/trace.h) and
@@ -89,6 +92,7 @@
 
 #include "bench_args.h"
 #include "bench_cuda.cuh"
+#include "gemm_bench_grouped.cuh"
 #include "gemm_bench_report.cuh"
 #include "gemm_bench_util.cuh"
 #include "fused/gemm/gemm.h"
@@ -396,63 +400,14 @@ int main(int argc, char** argv) {
       runEngine(0, D);
       runCublas(0, Dref);
     }
-    // Grouped: G groups of M/G rows, starts on 128-row boundaries, B as [G][N][K].
-    const int G = groups > 0 && kn == false ? groups : 0;
-    const int gRows = G > 0 ? sh.M / G : 0;
-    const int gSpan = (gRows + 127) / 128 * 128;
-    void *Bg = nullptr, *Dg = nullptr, *Ag = nullptr;
-    int32_t* gMeta = nullptr;  // [starts G][counts G]
-    if (G > 0) {
-      CK(cudaMalloc(&Ag, (size_t)G * gSpan * sh.K * 2));
-      CK(cudaMalloc(&Bg, (size_t)G * sh.N * sh.K * 2));
-      CK(cudaMalloc(&Dg, (size_t)G * gSpan * sh.N * 2));
-      fillKernel<<<2048, 256, 0, stream>>>((__nv_bfloat16*)Ag, (size_t)G * gSpan * sh.K, 77);
-      fillKernel<<<2048, 256, 0, stream>>>((__nv_bfloat16*)Bg, (size_t)G * sh.N * sh.K, 78);
-      std::vector<int32_t> meta(2 * G);
-      for (int g = 0; g < G; ++g) meta[g] = g * gSpan, meta[G + g] = gRows;
-      CK(cudaMalloc(&gMeta, meta.size() * sizeof(int32_t)));
-      CK(cudaMemcpy(gMeta, meta.data(), meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    }
-    auto runGrouped = [&](int pipeline = 0, bool claimed = false, void* dst = nullptr) {
-      mk::gemm::GemmArgs g;
-      g.M = G * gSpan;
-      g.N = sh.N;
-      g.K = sh.K;
-      g.A = Ag;
-      g.B = Bg;
-      g.D = dst != nullptr ? dst : Dg;
-      g.groups.num = G;
-      g.groups.rowStart = gMeta;
-      g.groups.rowCount = gMeta + G;
-      g.pipeline = pipeline;
-      if (claimed) g.tileClaim = dClaims + claimIdx++ % kClaims;
-      if (mk::gemm::launch(g, stream) != ncclSuccess) {
-        fprintf(stderr, "grouped engine launch failed\n");
-        exit(1);
-      }
-    };
-    // The grouped GEMM on claimed tiles (--groups --claim) against its static walk, element by
-    // element on one run each (both poisoned with zeros: rows past a group's count stay zero).
-    float hmaxGrpClaim = 0;
-    void* DgClaim = nullptr;
-    if (G > 0 && claim) {
-      const size_t bytesDg = (size_t)G * gSpan * sh.N * 2;
-      CK(cudaMalloc(&DgClaim, bytesDg));
-      CK(cudaMemsetAsync(Dg, 0, bytesDg, stream));
-      CK(cudaMemsetAsync(DgClaim, 0, bytesDg, stream));
-      runGrouped();
-      zeroClaims();
-      runGrouped(0, true, DgClaim);
-      CK(cudaMemsetAsync(dmax, 0, sizeof(float), stream));
-      diffKernel<<<1024, 256, 0, stream>>>((__nv_bfloat16*)DgClaim, (__nv_bfloat16*)Dg, bytesDg / 2,
-                                           dmax);
-      CK(cudaMemcpyAsync(&hmaxGrpClaim, dmax, sizeof(float), cudaMemcpyDeviceToHost, stream));
-      CK(cudaStreamSynchronize(stream));
-    }
-    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tGrp, tGrpWide, tGrpPing, tPair,
-        tDeepPair, tWidePair, tPing, tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg,
-        tRegDeep, tRegDeepPair, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair,
-        tNoStore, tGrpClaim;
+    // Grouped (--groups; B [N,K] only): its variants checked against its default here, timed in
+    // the rep loop below.
+    gemmbench::GroupedBench grouped(sh, kn ? 0 : groups, stream);
+    grouped.addVariants(pipes, claim, groupM, hint);
+    grouped.check();
+    std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tPair, tDeepPair, tWidePair, tPing,
+        tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg, tRegDeep, tRegDeepPair, tLend,
+        tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair, tNoStore;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -514,13 +469,7 @@ int main(int argc, char** argv) {
                            }) /
                            b2b);
       }
-      if (G > 0) tGrp.push_back(timeOne([&] { runGrouped(); }));
-      if (G > 0 && pipes) tGrpWide.push_back(timeOne([&] { runGrouped(2); }));
-      if (G > 0 && pipes) tGrpPing.push_back(timeOne([&] { runGrouped(3); }));
-      if (G > 0 && claim) {
-        zeroClaims();  // outside the timed window
-        tGrpClaim.push_back(timeOne([&] { runGrouped(0, true); }));
-      }
+      grouped.timeRep();
     }
     const double flop = 2.0 * sh.M * (double)sh.N * sh.K;
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
@@ -561,15 +510,7 @@ int main(int argc, char** argv) {
     row.noStore = tf(median(tNoStore));
     for (size_t v = 0; v < l2.size(); ++v) l2[v].tflops = tf(median(tL2[v]));
     row.l2 = l2;
-    // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
-    const double gFlop = 2.0 * G * (double)gRows * sh.N * sh.K;
-    row.grouped = G > 0 && median(tGrp) > 0 ? gFlop / (median(tGrp) * 1e-3) / 1e12 : 0.0;
-    row.groupedClaim =
-        G > 0 && median(tGrpClaim) > 0 ? gFlop / (median(tGrpClaim) * 1e-3) / 1e12 : 0.0;
-    row.groupedWide =
-        G > 0 && median(tGrpWide) > 0 ? gFlop / (median(tGrpWide) * 1e-3) / 1e12 : 0.0;
-    row.groupedPing =
-        G > 0 && median(tGrpPing) > 0 ? gFlop / (median(tGrpPing) * 1e-3) / 1e12 : 0.0;
+    grouped.finish(&row);
     row.b2bEng = tf(median(tB2bE));
     row.b2bBest = tf(median(tB2bBest));
     // Traced variants printed after the row: (pipeline, storeWarps, cluster, label, regStores).
@@ -665,22 +606,7 @@ int main(int argc, char** argv) {
         "  %5d x %5d x %5d: other stores (storeWarps %d) %6.1f (%.3f of best; %.3f of "
         "the engine)\n",
         sh.M, sh.N, sh.K, swOther, row.swOther, row.swOther / row.best, row.swOther / row.eng);
-    if (G > 0)
-      printf(
-          "  %5d x %5d x %5d: grouped %d x %d rows %6.1f TFLOP/s (%.3f of the plain engine, "
-          "%.3f of cuBLAS best)\n",
-          sh.M, sh.N, sh.K, G, gRows, row.grouped, row.grouped / row.eng, row.grouped / row.best);
-    if (G > 0 && claim)
-      printf(
-          "  %5d x %5d x %5d: grouped on claimed tiles %6.1f TFLOP/s (%.3f of the grouped "
-          "default, max rel diff from it %.2e)\n",
-          sh.M, sh.N, sh.K, row.groupedClaim, row.groupedClaim / row.grouped, hmaxGrpClaim);
-    if (G > 0 && pipes)
-      printf(
-          "  %5d x %5d x %5d: grouped wide staging %6.1f TFLOP/s (%.3f of the default), "
-          "ping-pong %6.1f (%.3f of the default)\n",
-          sh.M, sh.N, sh.K, row.groupedWide, row.groupedWide / row.grouped, row.groupedPing,
-          row.groupedPing / row.grouped);
+    grouped.print(row);
     if (pipes)
       printf(
           "  %5d x %5d x %5d: pipeline deep %6.1f (%.3f of best)  wide %6.1f (%.3f of best)  "
@@ -802,11 +728,6 @@ int main(int argc, char** argv) {
     }
     cudaFree(D);
     cudaFree(Dref);
-    cudaFree(Ag);
-    cudaFree(Bg);
-    cudaFree(Dg);
-    cudaFree(DgClaim);
-    cudaFree(gMeta);
   }
 
   return report(rows, sms, kn, reps, out, argc, argv, commit, prop.name);

@@ -33,6 +33,7 @@ struct Row {
       lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff,
       noStore;
   std::vector<L2Variant> l2;
+  std::vector<L2Variant> groupedL2;  // the grouped GEMM's (--groups with --groupm / --hint)
   mk::gemm::TraceSummary tr;
   int nAlgos;
 };
@@ -71,15 +72,20 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
   fprintf(f, "  \"geomean_engine_over_cublas_h0\": %.4f,\n  \"results\": [\n", geoH0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    std::string l2;
-    for (const L2Variant& v : r.l2) {
-      char one[192];
-      snprintf(one, sizeof(one),
-               "%s{\"label\": \"%s\", \"store_hint\": %d, \"group_m\": %d, \"tflops\": %.2f, "
-               "\"max_rel_diff\": %.3e}",
-               l2.empty() ? "" : ", ", v.label.c_str(), v.storeHint, v.groupM, v.tflops, v.maxdiff);
-      l2 += one;
-    }
+    auto variants = [](const std::vector<L2Variant>& vs) {
+      std::string list;
+      for (const L2Variant& v : vs) {
+        char one[256];
+        snprintf(one, sizeof(one),
+                 "%s{\"label\": \"%s\", \"store_hint\": %d, \"group_m\": %d, \"tflops\": "
+                 "%.2f, \"max_rel_diff\": %.3e}",
+                 list.empty() ? "" : ", ", v.label.c_str(), v.storeHint, v.groupM, v.tflops,
+                 v.maxdiff);
+        list += one;
+      }
+      return list;
+    };
+    const std::string l2 = variants(r.l2), groupedL2 = variants(r.groupedL2);
     fprintf(f,
             "    {\"M\": %d, \"N\": %d, \"K\": %d, \"engine_tflops\": %.2f, "
             "\"engine_sms_minus_16_tflops\": %.2f, \"cublas_h0_tflops\": %.2f, "
@@ -102,7 +108,7 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
             "\"claim_max_rel_diff\": %.3e, \"engine_carry_tflops\": %.2f, "
             "\"engine_claim_carry_tflops\": %.2f, \"engine_carry_pairs_tflops\": %.2f, "
             "\"carry_max_rel_diff\": %.3e, \"engine_no_store_tflops\": %.2f, "
-            "\"l2_variants\": [%s], "
+            "\"l2_variants\": [%s], \"grouped_l2_variants\": [%s], "
             "\"trace\": {\"records\": %d, \"span_us\": %.2f, "
             "\"sm_clock_ghz\": %.4f, \"first_stage_us\": %.3f, \"main_loop_us\": %.3f, "
             "\"epilogue_us\": %.3f, \"main_loop_share\": %.4f, \"start_spread_us\": %.2f, "
@@ -116,10 +122,10 @@ inline int report(const std::vector<Row>& rows, int sms, bool kn, int reps, std:
             r.skMaxdiff, r.b2bEng, r.b2bBest, r.swOther, r.ping192, r.ping192Maxdiff, r.reg,
             r.regDeep, r.regDeepPair, r.regMaxdiff, r.lend, r.lendMaxdiff, r.claim, r.claimLend,
             r.claimMaxdiff, r.carry, r.claimCarry, r.carryPair, r.carryMaxdiff, r.noStore,
-            l2.c_str(), r.tr.records, r.tr.spanUs, r.tr.clockGHz, r.tr.firstWaitUs, r.tr.mainUs,
-            r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs, r.tr.endSpreadUs,
-            r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs, r.tr.epiWriteUs,
-            r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
+            l2.c_str(), groupedL2.c_str(), r.tr.records, r.tr.spanUs, r.tr.clockGHz,
+            r.tr.firstWaitUs, r.tr.mainUs, r.tr.epilogueUs, r.tr.mainFrac, r.tr.startSpreadUs,
+            r.tr.endSpreadUs, r.tr.producerLeadUs, r.tr.busyFrac, r.tr.epiRecords, r.tr.epiWaitUs,
+            r.tr.epiWriteUs, r.tr.epiBarUs, r.tr.epiIssueUs, r.tr.fullWaitFrac, r.tr.emptyWaitFrac,
             i + 1 < rows.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");

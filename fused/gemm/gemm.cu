@@ -586,6 +586,7 @@ static bool plainForL2(const GemmArgs& a) {
 // all of B (16 MB) eight times while D (128 MB) streams through L2; bands of 32 read it twice
 // (1.023-1.028x). At K = 512 no gain, at K >= 4096 the k-loop hides the reloads.
 int32_t autoGroupM(const GemmArgs& a) {
+  if (a.groups.num != 0 && !anyHook(a.hooks)) return (int32_t)MK_PARAM_INT(GemmGroupBand);
   const int64_t lo = MK_PARAM_INT(GemmBandMinK), hi = MK_PARAM_INT(GemmBandMaxK);
   return plainForL2(a) && a.K >= lo && a.K <= hi ? 32 : 8;
 }
@@ -595,6 +596,8 @@ int32_t autoGroupM(const GemmArgs& a) {
 // alone did as well, and a D that fits is worth keeping for its next reader.
 int32_t autoStoreHint(const GemmArgs& a, int64_t l2Bytes) {
   const int64_t dBytes = (int64_t)a.M * outCols(a) * (int64_t)dtypeSize(a.dType);
+  if (a.groups.num != 0 && !anyHook(a.hooks))
+    return MK_PARAM_INT(GemmGroupHint) != 0 && dBytes > l2Bytes ? 1 : 0;
   return plainForL2(a) && a.K <= MK_PARAM_INT(GemmHintMaxK) && dBytes > l2Bytes ? 1 : 0;
 }
 

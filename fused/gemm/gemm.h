@@ -209,7 +209,7 @@ struct GemmArgs {
   // streaming through L2 (128 MB at 8192 x 8192) leaves the A and B bands the next tiles re-read;
   // 2 = no policy; 0 (default) = automatic (autoStoreHint: evict-first for plain GEMMs with K <=
   // MKERNEL_GEMM_HINT_MAXK whose D is larger than the L2, where the D stores cost the k-step ~4%:
-  // skipStores, session 50).
+  // skipStores, session 50; grouped GEMMs under MKERNEL_GEMM_GROUP_HINT).
   int32_t storeHint = 0;
   GemmHooks hooks;
   GemmGroups groups;
@@ -259,10 +259,11 @@ int autoPipeline(const GemmArgs& args);
 bool autoClaims(const GemmArgs& args);
 
 // What GemmArgs::groupM 0 and storeHint 0 resolve to (host only, no CUDA call; read
-// MKERNEL_GEMM_BAND_MINK / _MAXK and MKERNEL_GEMM_HINT_MAXK). Plain GEMMs only (no groups, no
-// hooks: a fused operator's tile order is its communication's order): bands of 32 row blocks at
-// small K, and evict-first D stores at small K where D outgrows the L2 (`l2Bytes`: a D that fits
-// stays for whoever reads it next, e.g. the sequential GEMM + collective); anything else gets 8
+// MKERNEL_GEMM_BAND_MINK / _MAXK and MKERNEL_GEMM_HINT_MAXK). Plain GEMMs without hooks (a fused
+// operator's tile order is its communication's order): bands of 32 row blocks at small K, and
+// evict-first D stores at small K where D outgrows the L2 (`l2Bytes`: a D that fits stays for
+// whoever reads it next, e.g. the sequential GEMM + collective). Grouped GEMMs without hooks take
+// MKERNEL_GEMM_GROUP_BAND and MKERNEL_GEMM_GROUP_HINT (D outgrowing the L2); calls with hooks get 8
 // and no policy (0).
 int32_t autoGroupM(const GemmArgs& args);
 int32_t autoStoreHint(const GemmArgs& args, int64_t l2Bytes);

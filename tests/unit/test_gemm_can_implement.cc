@@ -664,7 +664,8 @@ TEST(GemmCanImplement, StoreSwitchValues) {
 
 // What groupM 0 and storeHint 0 resolve to: bands of 32 and evict-first D stores only for plain
 // GEMMs in their K ranges (the defaults and the environment's), the stores only where D (6 MB
-// here) outgrows the L2; 8 and no policy for grouped GEMMs and calls with hooks at any K.
+// here) outgrows the L2; 8 and no policy for calls with hooks at any K, and for grouped GEMMs
+// unless MKERNEL_GEMM_GROUP_BAND / _HINT say otherwise.
 TEST(GemmCanImplement, AutoBandAndStoreHint) {
   using mk::gemm::autoGroupM;
   using mk::gemm::autoStoreHint;
@@ -703,6 +704,24 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
     EXPECT_EQ(autoGroupM(a), 32) << "MKERNEL_GEMM_BAND_MINK 256";
     a.K = 4096;
     EXPECT_EQ(autoStoreHint(a, small), 1) << "MKERNEL_GEMM_HINT_MAXK 4096";
+  }
+  {
+    // Grouped GEMMs follow their own two settings at every K; hooks keep 8 and no policy.
+    mktest::ScopedEnv band("MKERNEL_GEMM_GROUP_BAND", "32");
+    mktest::ScopedEnv ghint("MKERNEL_GEMM_GROUP_HINT", "1");
+    GemmArgs g = a;
+    g.groups.num = 4;
+    for (int k : {512, 2048, 7168}) {
+      g.K = k;
+      EXPECT_EQ(autoGroupM(g), 32) << "MKERNEL_GEMM_GROUP_BAND 32, K " << k;
+      EXPECT_EQ(autoStoreHint(g, small), 1) << "MKERNEL_GEMM_GROUP_HINT 1, K " << k;
+      EXPECT_EQ(autoStoreHint(g, large), 0) << "grouped D fits the L2, K " << k;
+    }
+    g.hooks.tileDone = &marker;
+    EXPECT_EQ(autoGroupM(g), 8) << "grouped with a hook";
+    EXPECT_EQ(autoStoreHint(g, small), 0) << "grouped with a hook";
+    a.K = 1024;
+    EXPECT_EQ(autoGroupM(a), 32) << "plain GEMMs keep their own rule";
   }
 }
 
