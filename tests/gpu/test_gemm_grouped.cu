@@ -39,6 +39,8 @@ struct GroupedCase {
   int padD = 0;      // ldd = D's width + padD (odd: the direct-store epilogue); pads stay poisoned
   int pipeline = 0;  // GemmArgs::pipeline (1 deep, 2 wide epilogue staging, 3 ping-pong)
   bool dynamic = false;  // GemmArgs::tileClaim: the dynamic tile schedule
+  int groupM = 0;        // GemmArgs::groupM (row blocks per raster band; 0 automatic)
+  int storeHint = 0;     // GemmArgs::storeHint (1 evict-first, 2 none, 0 automatic)
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -132,6 +134,8 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.alpha = c.alpha;
     g.ldd = ldd;
     g.pipeline = c.pipeline;
+    g.groupM = c.groupM;
+    g.storeHint = c.storeHint;
     if (c.dynamic) {
       g.tileClaim = claim;
       int sms = 0;
@@ -294,5 +298,46 @@ TEST(GemmGrouped, DynamicTileClaim) {
                  std::to_string(c.budget) + (c.swiglu ? " swiglu" : "") + " pipeline " +
                  std::to_string(c.pipeline));
     EXPECT_EQ(runGrouped(c, seed + 104729 * (++i)), "");
+  }
+}
+
+// The L2 choices grouped GEMMs take under MKERNEL_GEMM_GROUP_BAND / _HINT, set explicitly: bands
+// of 3, 16 and 64 row blocks (a hot group of 8-10 row blocks walked in several bands, in one, or
+// with a band larger than any group), D's stores evict-first or with no policy, on the static walk
+// and on claimed tiles, both epilogue stagings; then the automatic choice with the settings on
+// (the D here fits the L2, so the policy stays off: the bands and claims are what changes).
+TEST(GemmGrouped, BandsAndStoreHint) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  GroupedCase cases[] = {
+      {9, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 0, true},
+      {9, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 0, true},
+      {17, 264, 136, BLayout::kNK, DType::kF16, 0.5f, 3, true},
+      {5, 1408, 200, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 0, 2},
+      {5, 1408, 200, BLayout::kKN, DType::kBF16, 0.0f, 0, true},
+      {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 5, true, true},
+  };
+  const int bands[] = {3, 16, 64, 16, 64, 3};
+  const int hints[] = {1, 2, 1, 1, 1, 2};
+  int i = 0;
+  for (int dyn = 0; dyn < 2; ++dyn) {
+    for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); ++j) {
+      GroupedCase c = cases[j];
+      c.groupM = bands[j];
+      c.storeHint = hints[j];
+      c.dynamic = dyn == 1;
+      SCOPED_TRACE("case " + std::to_string(j) + (c.dynamic ? " claimed" : " static") +
+                   ": groupM " + std::to_string(c.groupM) + " storeHint " +
+                   std::to_string(c.storeHint) + ", N=" + std::to_string(c.N) +
+                   (c.swiglu ? " swiglu" : "") + " pipeline " + std::to_string(c.pipeline));
+      EXPECT_EQ(runGrouped(c, seed + 15485863 * (++i)), "");
+    }
+  }
+  mktest::ScopedEnv band("MKERNEL_GEMM_GROUP_BAND", "64");
+  mktest::ScopedEnv hint("MKERNEL_GEMM_GROUP_HINT", "1");
+  mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", "1");
+  for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); ++j) {
+    SCOPED_TRACE("automatic, settings on: case " + std::to_string(j));
+    EXPECT_EQ(runGrouped(cases[j], seed + 15485863 * (++i)), "");
   }
 }

@@ -7,6 +7,7 @@
 # 1. bench_gemm_bench --groups with --groupm / --hint / --claim: the variants interleaved in one
 #    process, each checked element by element against the grouped default.
 # 2. grouped_bench.py (torch._grouped_mm side by side) with the settings on, then the default.
+# 3. GemmGrouped.* (BandsAndStoreHint new).
 set -u
 source scripts/gpu_call.sh
 gc_init E
@@ -19,9 +20,14 @@ gc_run g32 $((T + 60)) 60 10 1 "grouped|x.*engine  " $B --groups 32 --claim --gr
   --shapes 131072x7168x2048,131072x2048x7168 --reps 8 --commit "$C"
 gc_run g16 $((T + 100)) 40 10 1 "grouped|x.*engine  " $B --groups 16 --claim --groupm 64 --hint \
   --shapes 131072x1408x2048 --reps 8 --commit "$C"
-gc_run torch_on $((T + 230)) 130 30 0 "^\||rror" env MKERNEL_GEMM_GROUP_BAND=64 \
+gc_run torch_on $((T + 190)) 100 30 0 "^\||rror" env MKERNEL_GEMM_GROUP_BAND=64 \
   MKERNEL_GEMM_GROUP_HINT=1 MKERNEL_GEMM_GROUP_CLAIM=1 python3 bench/grouped_bench.py \
-  --build /tmp/bd --out "$GC_L/torch_on" --rounds 2 --reps 10
-gc_run torch_off $((T + 360)) 130 30 0 "^\||rror" python3 bench/grouped_bench.py \
-  --build /tmp/bd --out "$GC_L/torch_off" --rounds 2 --reps 10
+  --build /tmp/bd --out "$GC_L/torch_on" --rounds 1 --reps 10
+gc_run torch_off $((T + 280)) 100 30 0 "^\||rror" python3 bench/grouped_bench.py \
+  --build /tmp/bd --out "$GC_L/torch_off" --rounds 1 --reps 10
+# 3. The grouped tests, BandsAndStoreHint among them (the settings explicit and automatic).
+timeout $(gc_left $((T + 360)) 100) cmake --build /tmp/bd -j"$(nproc)" --target mk_gpu_tests \
+  >"$GC_L/build_tests.log" 2>&1
+echo "tests build rc=$? at $(gc_el)s"
+gc_tests /tmp/bd 'GemmGrouped.*' $((T + 400)) 40
 gc_tar
