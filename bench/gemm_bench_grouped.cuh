@@ -43,7 +43,6 @@ class GroupedBench {
     ck(cudaMalloc(&A_, (size_t)G_ * span_ * sh.K * 2));
     ck(cudaMalloc(&B_, (size_t)G_ * sh.N * sh.K * 2));
     ck(cudaMalloc(&D_, bytesD_));
-    ck(cudaMalloc(&Dchk_, bytesD_));
     ck(cudaMalloc(&claims_, sizeof(int32_t)));
     ck(cudaMalloc(&dmax_, sizeof(float)));
     benchcuda::fillKernel<<<2048, 256, 0, stream>>>((__nv_bfloat16*)A_, (size_t)G_ * span_ * sh.K,
@@ -99,6 +98,7 @@ class GroupedBench {
   // from A's padding rows by every variant alike, so the whole buffer must agree.
   void check() {
     if (G_ == 0 || vars_.size() < 2) return;
+    if (Dchk_ == nullptr) ck(cudaMalloc(&Dchk_, bytesD_));
     ck(cudaMemsetAsync(D_, 0xFF, bytesD_, stream_));
     run(vars_[0], D_);
     for (size_t v = 1; v < vars_.size(); ++v) {
@@ -127,8 +127,9 @@ class GroupedBench {
     }
   }
 
-  // The row's grouped fields, and a line per variant.
+  // The row's grouped fields (0 where not run), and a line per variant.
   void finish(Row* row) const {
+    row->grouped = row->groupedWide = row->groupedPing = row->groupedClaim = 0.0;
     if (G_ == 0) return;
     row->grouped = tflops(0);
     row->groupedWide = wide_ > 0 ? tflops(wide_) : 0.0;

@@ -106,8 +106,8 @@ struct GemmArgs {
   float beta = 0.0f;
   // SMs the GEMM may use (persistent CTAs, one per SM): 0 = all of the device's SMs.
   int32_t smBudget = 0;
-  // Row blocks per raster band (L2 reuse): 0 = automatic (autoGroupM: 32 for plain GEMMs with
-  // MKERNEL_GEMM_BAND_MINK <= K <= MKERNEL_GEMM_BAND_MAXK, else 8).
+  // Row blocks per raster band (L2 reuse): 0 = automatic (autoGroupM: 32 for plain GEMMs with K in
+  // MKERNEL_GEMM_BAND_MINK..MAXK, MKERNEL_GEMM_GROUP_BAND for grouped ones, else 8).
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (plain unpaired
   // GEMMs with B [N,K] and a 16-bit D run pipeline 6 at every K (5 with beta != 0 at K <=

@@ -672,6 +672,8 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
   mktest::ScopedEnv lo("MKERNEL_GEMM_BAND_MINK", nullptr);
   mktest::ScopedEnv hi("MKERNEL_GEMM_BAND_MAXK", nullptr);
   mktest::ScopedEnv hint("MKERNEL_GEMM_HINT_MAXK", nullptr);
+  mktest::ScopedEnv gband("MKERNEL_GEMM_GROUP_BAND", nullptr);
+  mktest::ScopedEnv ghint("MKERNEL_GEMM_GROUP_HINT", nullptr);
   GemmArgs a = good();
   const int64_t small = 1 << 20, large = 64 << 20;  // an L2 D outgrows / one it fits
   uint64_t marker = 7;
@@ -707,21 +709,25 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
   }
   {
     // Grouped GEMMs follow their own two settings at every K; hooks keep 8 and no policy.
-    mktest::ScopedEnv band("MKERNEL_GEMM_GROUP_BAND", "32");
-    mktest::ScopedEnv ghint("MKERNEL_GEMM_GROUP_HINT", "1");
+    mktest::ScopedEnv band("MKERNEL_GEMM_GROUP_BAND", "48");
+    mktest::ScopedEnv ghint2("MKERNEL_GEMM_GROUP_HINT", "1");
     GemmArgs g = a;
     g.groups.num = 4;
     for (int k : {512, 2048, 7168}) {
       g.K = k;
-      EXPECT_EQ(autoGroupM(g), 32) << "MKERNEL_GEMM_GROUP_BAND 32, K " << k;
+      EXPECT_EQ(autoGroupM(g), 48) << "MKERNEL_GEMM_GROUP_BAND 48, K " << k;
       EXPECT_EQ(autoStoreHint(g, small), 1) << "MKERNEL_GEMM_GROUP_HINT 1, K " << k;
       EXPECT_EQ(autoStoreHint(g, large), 0) << "grouped D fits the L2, K " << k;
     }
     g.hooks.tileDone = &marker;
     EXPECT_EQ(autoGroupM(g), 8) << "grouped with a hook";
     EXPECT_EQ(autoStoreHint(g, small), 0) << "grouped with a hook";
+    // Plain GEMMs keep their own rule under both settings.
     a.K = 1024;
-    EXPECT_EQ(autoGroupM(a), 32) << "plain GEMMs keep their own rule";
+    EXPECT_EQ(autoGroupM(a), 32) << "plain GEMM, K 1024";
+    a.K = 4096;
+    EXPECT_EQ(autoGroupM(a), 8) << "plain GEMM, K 4096";
+    EXPECT_EQ(autoStoreHint(a, small), 0) << "plain GEMM, K 4096";
   }
 }
 
