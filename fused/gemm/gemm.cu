@@ -576,19 +576,17 @@ bool autoClaims(const GemmArgs& a) {
   return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0;
 }
 
-// Why only plain GEMMs: a fused operator's hooks publish tiles in raster order (its
-// communication follows it), and the MoE experts' bands are cut per group (raster.h).
-static bool plainForL2(const GemmArgs& a) {
-  return a.groups.num == 0 && !anyHook(a.hooks);
-}
+// The L2 choices below leave calls with hooks alone: a fused operator's hooks publish tiles in
+// raster order (its communication follows it). Grouped GEMMs take their own settings: their bands
+// are cut per group (raster.h) and each group's B is new bytes.
 
 // Why 32 row blocks at K ~ 1024..2048 (session 51, H100): at 8192 x 8192 x 1024 bands of 8 re-read
 // all of B (16 MB) eight times while D (128 MB) streams through L2; bands of 32 read it twice
 // (1.023-1.028x). At K = 512 no gain, at K >= 4096 the k-loop hides the reloads.
 int32_t autoGroupM(const GemmArgs& a) {
-  if (a.groups.num != 0 && !anyHook(a.hooks)) return (int32_t)MK_PARAM_INT(GemmGroupBand);
-  const int64_t lo = MK_PARAM_INT(GemmBandMinK), hi = MK_PARAM_INT(GemmBandMaxK);
-  return plainForL2(a) && a.K >= lo && a.K <= hi ? 32 : 8;
+  if (anyHook(a.hooks)) return 8;
+  if (a.groups.num != 0) return (int32_t)MK_PARAM_INT(GemmGroupBand);
+  return a.K >= MK_PARAM_INT(GemmBandMinK) && a.K <= MK_PARAM_INT(GemmBandMaxK) ? 32 : 8;
 }
 
 // Why only a D larger than the L2 (session 51, H100): there the policy gained 1.013-1.026x at
@@ -596,9 +594,9 @@ int32_t autoGroupM(const GemmArgs& a) {
 // alone did as well, and a D that fits is worth keeping for its next reader.
 int32_t autoStoreHint(const GemmArgs& a, int64_t l2Bytes) {
   const int64_t dBytes = (int64_t)a.M * outCols(a) * (int64_t)dtypeSize(a.dType);
-  if (a.groups.num != 0 && !anyHook(a.hooks))
-    return MK_PARAM_INT(GemmGroupHint) != 0 && dBytes > l2Bytes ? 1 : 0;
-  return plainForL2(a) && a.K <= MK_PARAM_INT(GemmHintMaxK) && dBytes > l2Bytes ? 1 : 0;
+  if (anyHook(a.hooks) || dBytes <= l2Bytes) return 0;
+  if (a.groups.num != 0) return MK_PARAM_INT(GemmGroupHint) != 0 ? 1 : 0;
+  return a.K <= MK_PARAM_INT(GemmHintMaxK) ? 1 : 0;
 }
 
 // The persistent CTAs a call may use: GemmArgs::smBudget, or all `sms` of the device.
