@@ -28,8 +28,9 @@
 // G groups of M/G rows each with its own B [N,K] (tile-aligned starts), the same FLOPs as the
 // shape, interleaved with the rest (B as [N,K] only: ignored with --layout kn); with --groupm G
 // and --hint also grouped with bands of G row blocks, D evict-first, both, and with --claim both
-// on claimed tiles (MKERNEL_GEMM_GROUP_BAND / _HINT's choices set explicitly), each checked
-// element by element against the grouped default (gemm_bench_grouped.cuh).
+// on claimed tiles (MKERNEL_GEMM_GROUP_BAND / _HINT's choices set explicitly), with --clusters as
+// CTA pairs (and with --pipelines the wide staging paired), each checked element by element
+// against the grouped default (gemm_bench_grouped.cuh).
 // Where the small-K gap goes (session 41; the engine ~10% behind cuBLAS at 8192x8192x1024
 // while even at K = 8192):
 // --trace runs the engine once more per shape with its timeline stamps (fused/gemm/trace.h) and
@@ -403,7 +404,7 @@ int main(int argc, char** argv) {
     // Grouped (--groups; B [N,K] only): its variants checked against its default here, timed in
     // the rep loop below.
     gemmbench::GroupedBench grouped(sh, kn ? 0 : groups, stream);
-    grouped.addVariants(pipes, claim, groupM, hint);
+    grouped.addVariants(pipes, claim, groupM, hint, pairs);
     grouped.check();
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tPair, tDeepPair, tWidePair, tPing,
         tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg, tRegDeep, tRegDeepPair, tLend,

@@ -21,12 +21,13 @@
 
 namespace gemmbench {
 
-// One way of running the grouped GEMM: GemmArgs::pipeline, groupM and storeHint (0: the
-// engine's choice), on claimed tiles or the static walk.
+// One way of running the grouped GEMM: GemmArgs::pipeline, groupM, storeHint and cluster (0:
+// the engine's choice), on claimed tiles or the static walk.
 struct GroupedVariant {
   std::string label;
   int pipeline, groupM, storeHint;
   bool claimed;
+  int cluster;
   std::vector<float> ms;  // one timed run per rep
   float maxdiff;          // max relative difference from the default's output
 };
@@ -77,13 +78,17 @@ class GroupedBench {
 
   // pipes: the wide staging and the ping-pong consumers; claim: claimed tiles; band > 0 and hint:
   // the L2 choices of MKERNEL_GEMM_GROUP_BAND / _HINT set explicitly (bands of `band` row blocks,
-  // D evict-first, both together, and with claim both on claimed tiles).
-  void addVariants(bool pipes, bool claim, int band, bool hint) {
+  // D evict-first, both together, and with claim both on claimed tiles); pairs: as CTA pairs
+  // (GemmArgs::cluster 2, each group's B tiles loaded half by each CTA and multicast to both),
+  // with pipes the wide staging paired too.
+  void addVariants(bool pipes, bool claim, int band, bool hint, bool pairs) {
     if (G_ == 0) return;
     if (pipes) {
       wide_ = add("wide staging", 2, 0, 0, false);
       ping_ = add("ping-pong", 3, 0, 0, false);
     }
+    if (pairs) add("as CTA pairs", 0, 0, 0, false, 2);
+    if (pairs && pipes) add("wide staging as CTA pairs", 2, 0, 0, false, 2);
     if (claim) claim_ = add("on claimed tiles", 0, 0, 0, true);
     // storeHint 2 = no policy, so a band variant measures the band alone whatever the default.
     const std::string b = "bands of " + std::to_string(band);
@@ -137,7 +142,8 @@ class GroupedBench {
     row->groupedClaim = claim_ > 0 ? tflops(claim_) : 0.0;
     for (size_t v = 1; v < vars_.size(); ++v) {
       const GroupedVariant& x = vars_[v];
-      if (x.pipeline != 0 || (x.groupM == 0 && x.storeHint == 0)) continue;  // fields above
+      // (the wide staging and the ping-pong have fields above; pairs are listed here)
+      if (x.cluster != 2 && (x.pipeline != 0 || (x.groupM == 0 && x.storeHint == 0))) continue;
       row->groupedL2.push_back({x.label, x.storeHint, x.groupM, tflops(v), x.maxdiff});
     }
   }
@@ -163,8 +169,9 @@ class GroupedBench {
       exit(1);
     }
   }
-  size_t add(const std::string& label, int pipeline, int groupM, int storeHint, bool claimed) {
-    vars_.push_back({label, pipeline, groupM, storeHint, claimed, {}, 0.0f});
+  size_t add(const std::string& label, int pipeline, int groupM, int storeHint, bool claimed,
+             int cluster = 0) {
+    vars_.push_back({label, pipeline, groupM, storeHint, claimed, cluster, {}, 0.0f});
     return vars_.size() - 1;
   }
   // Grouped FLOPs: G x (M/G) rows, which is the shape's M when G divides it.
@@ -186,6 +193,7 @@ class GroupedBench {
     g.pipeline = v.pipeline;
     g.groupM = v.groupM;
     g.storeHint = v.storeHint;
+    g.cluster = v.cluster;
     if (v.claimed) g.tileClaim = claims_;  // zeroed by the caller, outside any timed window
     if (mk::gemm::launch(g, stream_) != ncclSuccess) {
       fprintf(stderr, "grouped engine launch failed (%s)\n", v.label.c_str());

@@ -132,13 +132,15 @@ bool tracedPairsBuilt(int32_t pipeline) {
   return pipeline == 1 || pipeline == 3;
 }
 
-// Whether a call may run as CTA pairs (GemmArgs::cluster): only the plain tile walk of the
+// Whether a call may run as CTA pairs (GemmArgs::cluster): only the static tile walk of the
 // stand-alone kernel pairs up, and only the 16-bit-output variants are built paired (traced:
-// tracedPairsBuilt).
+// tracedPairsBuilt). Grouped GEMMs pair up on the cooperative pipelines (a pair's two row
+// tiles then lie in one group and share its B: primitives.cuh groupPairTile), not on the
+// ping-pong consumers.
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
-  return a.dType != DType::kF32 && a.groups.num == 0 && !a.swiglu && !a.dTiled &&
-         (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) && a.pipeline != 4 &&
+  return a.dType != DType::kF32 && (a.groups.num == 0 || a.pipeline != 3) && !a.swiglu &&
+         !a.dTiled && (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) && a.pipeline != 4 &&
          a.pipeline != 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
          h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
          (a.smBudget == 0 || a.smBudget >= 2) &&
@@ -509,8 +511,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "cluster=2 (CTA pairs) walks the static schedule: no tileClaim");
   if (a.cluster == 2 && !pairsAllowed(a))
     return fail(why,
-                "cluster=2 (CTA pairs) needs a 16-bit D, no groups, no SwiGLU, no tile-by-tile D, "
-                "no fused-operator hooks and smBudget 0 or >= 2");
+                "cluster=2 (CTA pairs) needs a 16-bit D, no SwiGLU, no tile-by-tile D, no "
+                "fused-operator hooks, smBudget 0 or >= 2, and grouped GEMMs not on pipeline 3");
   if (a.pipeline == 2 && a.dType == DType::kF32)
     return fail(why, "pipeline 2 (wide epilogue staging) needs a 16-bit output type");
   if (a.hooks.tileDoneRows && (a.hooks.tileDone == nullptr || a.hooks.seqBase != nullptr))
@@ -573,7 +575,8 @@ bool autoClaims(const GemmArgs& a) {
   if (a.pipeline != 0 || a.tileClaim != nullptr || a.trace != nullptr) return false;
   const int resolved = autoPipeline(a);
   if (resolved == 5 || resolved == 6) return true;
-  return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0;
+  return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0 &&
+         resolvedCluster(a) == 1;  // CTA pairs walk the static schedule
 }
 
 // The L2 choices below leave calls with hooks alone: a fused operator's hooks publish tiles in
@@ -627,9 +630,11 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   if (ng > 0 && a.bLayout == BLayout::kKN) {
     NCCLCHECK(encode3d(&p.tmB, a.abType, a.B, a.N, a.K, ng, effLdb(a), effStrideB(a), 64, kTileK));
   } else if (ng > 0) {
-    // The SwiGLU epilogue loads gate and up rows as two boxes of half a tile each, and a
-    // ping-pong consumer's unit is half a tile (gemm_pingpong.cuh).
-    const uint32_t boxN = a.swiglu || a.pipeline == 3 ? kTileN / 2 : kTileN;
+    // The SwiGLU epilogue loads gate and up rows as two boxes of half a tile each, a
+    // ping-pong consumer's unit is half a tile (gemm_pingpong.cuh), and so is a CTA pair's
+    // share of the tile's B (gemm_kernel.cuh loadB).
+    const uint32_t boxN =
+        a.swiglu || a.pipeline == 3 || resolvedCluster(a) == 2 ? kTileN / 2 : kTileN;
     NCCLCHECK(
         encode3d(&p.tmB, a.abType, a.B, a.K, a.N, ng, effLdb(a), effStrideB(a), kTileK, boxN));
   } else if (a.bLayout == BLayout::kKN) {
@@ -712,7 +717,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   const bool hint = a.storeHint == 1 || (a.storeHint == 0 && autoStoreHint(a, lim.l2Bytes) == 1);
   p.storeHint = hint && p.useTmaStore && !p.regStores && !a.dTiled && p.pingpong == 0 ? 1 : 0;
   if (p.cluster == 2) {  // whole pairs (the launch may cut to the pairs that fit at once)
-    const int64_t pairs = (int64_t)(p.tilesM + 1) / 2 * p.tilesN;
+    // Grouped: each group's row tiles pair up on their own, so a group adds at most one
+    // partial row tile and one half-empty pair.
+    const int64_t pairs = (int64_t)(p.tilesM + 2 * p.grpNum + 1) / 2 * p.tilesN;
     *gridOut = 2 * (int32_t)(pairs < budget / 2 ? pairs : budget / 2);
   }
   // Stream-K tail (streamk.h): the plan only; launch() adds the workspace (fused operators,

@@ -70,8 +70,8 @@ struct Traits {
                 "lent boxes: the half-tile staged whole, in one post");
   static_assert(!kGated || (kB == BLayout::kNK && kOut != DType::kF32),
                 "the SwiGLU epilogue loads gate and up rows of B[N,K] and stores 16-bit D");
-  static_assert(Cluster == 1 || (Cluster == 2 && !kGated && !kGrouped),
-                "CTA pairs run plain (ungrouped, ungated) GEMMs");
+  static_assert(Cluster == 1 || (Cluster == 2 && !kGated),
+                "CTA pairs run ungated GEMMs (plain or grouped)");
   static_assert(!StreamK || (Cluster == 1 && !kGated && !kGrouped),
                 "the stream-K tail runs plain (unpaired, ungrouped, ungated) GEMMs");
 };
@@ -168,7 +168,10 @@ template <class Tr>
 __device__ __forceinline__ void tileAt(const GemmParams& p, const SmemLayout<typename Tr::Pipe>& sm,
                                        int32_t t, int32_t* group, int32_t* m0, int32_t* n0,
                                        int32_t* mBlk, int32_t* nBlk) {
-  if constexpr (Tr::kGrouped) {
+  if constexpr (Tr::kGrouped && Tr::kCluster == 2) {
+    groupPairTile(p, sm.grp, t, (int32_t)ptx::clusterCtaRank(), group, m0, nBlk);
+    *mBlk = *m0 / kTileM;
+  } else if constexpr (Tr::kGrouped) {
     groupTile(p, sm.grp, t, group, m0, nBlk);
     *mBlk = *m0 / kTileM;
   } else if constexpr (Tr::kCluster == 2) {
@@ -201,13 +204,22 @@ __device__ __forceinline__ void loadB(const GemmParams& p, uint8_t* dst, uint64_
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int32_t box = 2 * (int32_t)r + j;
-        ptx::tmaLoad2dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box, k * kTileK,
-                                0x3);
+        if constexpr (Tr::kGrouped) {
+          ptx::tmaLoad3dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box,
+                                  k * kTileK, g, 0x3);
+        } else {
+          ptx::tmaLoad2dMulticast(dst + box * (kTileK * 128), &p.tmB, bar, n0 + 64 * box,
+                                  k * kTileK, 0x3);
+        }
       }
     } else {
       constexpr int kHalfBytes = (kTileN / 2) * kTileK * 2;
-      ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kTileK,
-                              n0 + (int32_t)r * (kTileN / 2), 0x3);
+      const int32_t row = n0 + (int32_t)r * (kTileN / 2);
+      if constexpr (Tr::kGrouped) {
+        ptx::tmaLoad3dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kTileK, row, g, 0x3);
+      } else {
+        ptx::tmaLoad2dMulticast(dst + r * kHalfBytes, &p.tmB, bar, k * kTileK, row, 0x3);
+      }
     }
   } else if constexpr (Tr::kGated) {
     // Two 128-row boxes (tmB's box is 128 rows here): gate rows n0.., then up rows p.N + n0..
@@ -321,7 +333,8 @@ __device__ __forceinline__ void gemmProducer(const GemmParams& p,
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     const bool ok = p.hooks.rowReady == nullptr || waitRowsReady(p, m0);
-    // A pair's row block past M loads the last real one (never stored): in-bounds boxes only.
+    // A pair's row block past M (or past its group) loads the last real one of A (never
+    // stored): in-bounds boxes only.
     const int32_t aRow = Tr::kCluster == 2 ? min(m0, (p.tilesM - 1) * kTileM) : m0;
     // Dynamic: the tile id as the word.
     const uint32_t word = kDyn ? (ok ? (uint32_t)t : kStageAbort) : (ok ? 0u : 1u);
@@ -664,7 +677,7 @@ __device__ __forceinline__ void gemmCta(const GemmParams& p, uint8_t* smemRaw, i
   }
   // Both roles walk the groups' tiles from the same prefix sums (no host synchronisation:
   // the counts are read here, after whatever wrote them earlier in stream order).
-  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
+  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp, Tr::kCluster);
   // A pair's partner multicasts into this CTA's stages and arrives on its barriers: both CTAs'
   // barriers are initialised before either CTA goes on.
   if constexpr (Tr::kCluster == 2) {

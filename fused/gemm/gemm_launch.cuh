@@ -126,6 +126,13 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
       if (p.pingpong || grid <= 0)
         NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, true>>(p, grid, stream)));
       if (p.pingpong) return ncclSuccess;
+      // CTA pairs (GemmArgs::cluster = 2: no SwiGLU, no hooks; buildParams resolves it).
+      if (p.cluster == 2) {
+        if (p.wide || grid <= 0)
+          NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe, false, 2>>(p, grid, stream)));
+        if (p.wide) return ncclSuccess;
+        return launchPipe<Traits<kIn, kOut, kB, GroupPipe, false, 2>>(p, grid, stream);
+      }
       if (p.wide || grid <= 0)
         NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe>>(p, grid, stream)));
       if (p.wide) return ncclSuccess;

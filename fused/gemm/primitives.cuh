@@ -249,9 +249,12 @@ __device__ __forceinline__ int32_t ldGroupInt(const int32_t* p) {
   return *reinterpret_cast<const volatile int32_t*>(p);
 }
 
-// Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory).
-// The caller synchronises the CTA before anyone reads it.
-__device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix) {
+// Warp 0 of the CTA: prefix[g] = row tiles of groups 0..g-1 (counts read from device memory),
+// or with pairs = 2 (CTA pairs) row-tile pairs: a group of b row tiles holds (b + 1) / 2 pairs,
+// so a pair never spans two groups (its CTAs share the group's B). The caller synchronises the
+// CTA before anyone reads it.
+__device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix,
+                                            int32_t pairs = 1) {
   if (threadIdx.x >= 32) return;
   const int32_t lane = threadIdx.x;
   int32_t carry = 0;
@@ -259,7 +262,7 @@ __device__ __forceinline__ void groupPrefix(const GemmParams& p, int32_t* prefix
   for (int32_t base = 0; base < p.grpNum; base += 32) {
     const int32_t g = base + lane;
     const int32_t c = g < p.grpNum ? ldGroupInt(p.grpCount + g) : 0;
-    int32_t v = c > 0 ? (c + kTileM - 1) / kTileM : 0;
+    int32_t v = c > 0 ? ((c + kTileM - 1) / kTileM + pairs - 1) / pairs : 0;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {  // inclusive scan over the warp
       const int32_t u = __shfl_up_sync(0xffffffffu, v, d);
@@ -278,6 +281,23 @@ __device__ __forceinline__ void groupTile(const GemmParams& p, const int32_t* pr
   groupTileCoords(p.grpNum, prefix, p.tilesN, p.groupM, p.grpRaster, t, &g, &blk, nBlk);
   *group = g;
   *m0 = ldGroupInt(p.grpStart + g) + blk * kTileM;
+}
+
+// Position t of a grouped GEMM walked by CTA pairs (prefix from groupPrefix(..., 2)): the
+// group, this CTA's first row and the column block. The pair's row tiles are 2 pm and 2 pm + 1
+// of the group (bands of groupM / 2 pairs keep groupM row tiles); where the group's row tile
+// count is odd its last pair's second tile lies past the group (its rows may be the next
+// group's): *m0 is then p.tilesM * kTileM, past D, so its TMA stores fall outside D and the
+// direct epilogue's row checks skip it, as for a plain pair's tile past M.
+__device__ __forceinline__ void groupPairTile(const GemmParams& p, const int32_t* prefix, int32_t t,
+                                              int32_t rank, int32_t* group, int32_t* m0,
+                                              int32_t* nBlk) {
+  int32_t g, pm;
+  groupTileCoords(p.grpNum, prefix, p.tilesN, max(1, p.groupM / 2), p.grpRaster, t, &g, &pm, nBlk);
+  const int32_t blk = 2 * pm + rank;
+  const int32_t blocks = (ldGroupInt(p.grpCount + g) + kTileM - 1) / kTileM;
+  *group = g;
+  *m0 = blk < blocks ? ldGroupInt(p.grpStart + g) + blk * kTileM : p.tilesM * kTileM;
 }
 
 }  // namespace gemm

@@ -41,6 +41,7 @@ struct GroupedCase {
   bool dynamic = false;  // GemmArgs::tileClaim: the dynamic tile schedule
   int groupM = 0;        // GemmArgs::groupM (row blocks per raster band; 0 automatic)
   int storeHint = 0;     // GemmArgs::storeHint (1 evict-first, 2 none, 0 automatic)
+  int cluster = 0;       // GemmArgs::cluster (2: CTA pairs)
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -136,6 +137,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.pipeline = c.pipeline;
     g.groupM = c.groupM;
     g.storeHint = c.storeHint;
+    g.cluster = c.cluster;
     if (c.dynamic) {
       g.tileClaim = claim;
       int sms = 0;
@@ -339,5 +341,44 @@ TEST(GemmGrouped, BandsAndStoreHint) {
   for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); ++j) {
     SCOPED_TRACE("automatic, settings on: case " + std::to_string(j));
     EXPECT_EQ(runGrouped(cases[j], seed + 15485863 * (++i)), "");
+  }
+}
+
+// CTA pairs (GemmArgs::cluster 2): each group's row tiles pair up (a pair's CTAs share the
+// group's B, half loaded by each and multicast), so a group of an odd tile count ends in a pair
+// whose second tile lies past the group: that CTA must store nothing (its rows are a guard tile,
+// the next group's or past D; guardKernel and the next group's comparison see any write). Random
+// counts (0 to 3 tiles, a hot group of 8-10), both layouts, both 16-bit outputs, beta, alpha,
+// the direct-store epilogue (odd ldd), budgets of one pair to a few, the deep ring and the wide
+// staging; then MKERNEL_GEMM_CLUSTER=2 pairing the automatic choice (with
+// MKERNEL_GEMM_GROUP_CLAIM=1, which pairs must override: they walk the static schedule).
+TEST(GemmGrouped, CtaPairs) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  const GroupedCase cases[] = {
+      {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false},
+      {5, 72, 64, BLayout::kNK, DType::kBF16, 0.0f, 2, false},
+      {17, 264, 264, BLayout::kNK, DType::kF16, 0.0f, 0, true},
+      {17, 136, 200, BLayout::kKN, DType::kF16, 0.5f, 6, true},
+      {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false},
+      {9, 330, 520, BLayout::kNK, DType::kBF16, -1.0f, 0, true, false, 1.0f, 1},
+      {6, 640, 256, BLayout::kNK, DType::kBF16, 0.0f, 5, false, false, 0.5f, 0, 1},
+      {5, 520, 1024, BLayout::kNK, DType::kBF16, 0.0f, 3, true, false, 1.0f, 0, 2},
+      {17, 384, 200, BLayout::kKN, DType::kF16, 0.5f, 0, true, false, 1.0f, 0, 2},
+  };
+  int i = 0;
+  for (GroupedCase c : cases) {
+    c.cluster = 2;
+    SCOPED_TRACE("pairs case " + std::to_string(i) + ": " + std::to_string(c.groups) +
+                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                 (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " budget " +
+                 std::to_string(c.budget) + " pipeline " + std::to_string(c.pipeline));
+    EXPECT_EQ(runGrouped(c, seed + 104723 * (++i)), "");
+  }
+  mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+  mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", "1");
+  for (size_t j = 0; j < 4; ++j) {
+    SCOPED_TRACE("MKERNEL_GEMM_CLUSTER=2: case " + std::to_string(j));
+    EXPECT_EQ(runGrouped(cases[j], seed + 104723 * (++i)), "");
   }
 }

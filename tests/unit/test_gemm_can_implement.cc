@@ -316,7 +316,8 @@ TEST(GemmCanImplement, PingPong192Rules) {
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
-// CTA pairs (GemmArgs::cluster): the plain 16-bit GEMM only, each rule with its message.
+// CTA pairs (GemmArgs::cluster): 16-bit GEMMs without SwiGLU or hooks (grouped ones on the
+// cooperative pipelines only), each rule with its message.
 TEST(GemmCanImplement, ClusterPairRules) {
   const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
   GemmArgs a = good();
@@ -346,9 +347,24 @@ TEST(GemmCanImplement, ClusterPairRules) {
   a.groups.num = 2;
   a.groups.rowStart = dev;
   a.groups.rowCount = dev;
-  expectReject(a, "no groups");
-  // Unpaired (0 = the environment's default, 1) the same call is fine.
+  for (int pl : {0, 1, 2}) {  // grouped pairs: the cooperative pipelines
+    a.pipeline = pl;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << "grouped, pipeline " << pl << ": " << why;
+  }
+  a.pipeline = 3;
+  expectReject(a, "grouped GEMMs not on pipeline 3");
+  a.pipeline = 0;
+  a.swiglu = true;
+  expectReject(a, "no SwiGLU");
+  a.hooks.rowReady = dev;
+  a.hooks.rowsPerFlag = 128;
+  a.swiglu = false;
+  expectReject(a, "hooks");
+  a.hooks.rowReady = nullptr;
+  // Unpaired (0 = the environment's default, 1) the same calls are fine.
   a.cluster = 0;
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  a.pipeline = 3;
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
@@ -605,6 +621,14 @@ TEST(GemmCanImplement, AutoClaimsRule) {
     b = g;
     b.pipeline = 2;
     EXPECT_FALSE(autoClaims(b)) << "grouped, pipeline named";
+    // CTA pairs walk the static schedule: asked for, or by MKERNEL_GEMM_CLUSTER.
+    b = g;
+    b.cluster = 2;
+    EXPECT_FALSE(autoClaims(b)) << "grouped, as CTA pairs";
+    mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+    EXPECT_FALSE(autoClaims(g)) << "grouped, MKERNEL_GEMM_CLUSTER=2";
+    b.cluster = 1;
+    EXPECT_EQ(autoClaims(b), on) << "grouped, unpaired by GemmArgs::cluster";
   }
 }
 

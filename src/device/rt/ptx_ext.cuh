@@ -137,6 +137,17 @@ __device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const CUtensorMap*
       : "memory");
 }
 
+// tmaLoad2dMulticast's 3-D form (a grouped GEMM's B: z = the group).
+__device__ __forceinline__ void tmaLoad3dMulticast(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                                   int32_t x, int32_t y, int32_t z,
+                                                   uint16_t ctaMask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddr(bar)), "r"(x), "r"(y), "r"(z), "h"(ctaMask)
+      : "memory");
+}
+
 // A 1-D bulk copy written to `dst`'s offset in the shared memory of every cluster CTA in
 // `ctaMask`, each completing `bar`'s offset in its own shared memory (see bulkLoad1d).
 __device__ __forceinline__ void bulkLoad1dMulticast(void* dst, const void* src, uint32_t bytes,
