@@ -9,6 +9,8 @@
 #    variant checked element by element against the grouped default.
 # 3. grouped_bench.py (torch side by side) with MKERNEL_GEMM_CLUSTER=2, then the default.
 # 4. torch._grouped_mm's kernel under ncu (name, grid, cluster, clock, L2 sectors).
+# 5. Issue 12: the engine's own ping-pong pipelines (3, 4) and pairs at 8192x8192x1024 beside
+#    cuBLAS-best today (call H: cuBLAS's fastest there is a ping-pong of 176-wide units).
 set -u
 source scripts/gpu_call.sh
 gc_init I
@@ -35,4 +37,6 @@ for s in "32 4096 2048 7168" "32 4096 7168 2048"; do
     ncu --clock-control none --kernel-name regex:device_kernel --launch-count 2 --metrics "$G" \
     python3 $P $s
 done
+gc_run pp $((T + 350)) 50 20 1 "x.*engine  |ping|pair|pipeline" $B --pipelines --clusters \
+  --shapes 8192x8192x1024 --reps 10 --commit "$C"
 gc_tar
