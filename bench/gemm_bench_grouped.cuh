@@ -56,7 +56,7 @@ class GroupedBench {
     ck(cudaMemcpy(meta_, meta.data(), meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     ck(cudaEventCreate(&ev_[0]));
     ck(cudaEventCreate(&ev_[1]));
-    vars_.push_back({"default", 0, 0, 0, false, {}, 0.0f});
+    add("default", 0, 0, 0, false);
   }
   ~GroupedBench() {
     if (G_ == 0) return;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "test_gemm_util.cuh"
+#include "fused/gemm/primitives.cuh"  // GemmParams, buildParams
 
 using namespace gemmtest;
 using mk::gemm::GemmArgs;
@@ -42,6 +43,7 @@ struct GroupedCase {
   int groupM = 0;        // GemmArgs::groupM (row blocks per raster band; 0 automatic)
   int storeHint = 0;     // GemmArgs::storeHint (1 evict-first, 2 none, 0 automatic)
   int cluster = 0;       // GemmArgs::cluster (2: CTA pairs)
+  int wantCluster = 0;   // nonzero: buildParams must resolve GemmParams::cluster to it
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -138,6 +140,12 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.groupM = c.groupM;
     g.storeHint = c.storeHint;
     g.cluster = c.cluster;
+    if (c.wantCluster != 0) {
+      mk::gemm::GemmParams gp;
+      int32_t grid = 0;
+      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.cluster != c.wantCluster)
+        err = "the call did not resolve to cluster " + std::to_string(c.wantCluster);
+    }
     if (c.dynamic) {
       g.tileClaim = claim;
       int sms = 0;
@@ -146,7 +154,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
       for (int gi = 0; gi < G; ++gi) tiles += (count[gi] + tm - 1) / tm * mk::gemm::tilesN(g);
       claimWant = tiles + (c.budget > 0 && c.budget < sms ? c.budget : sms);
     }
-    const ncclResult_t r = mk::gemm::launch(g, 0);
+    const ncclResult_t r = err.empty() ? mk::gemm::launch(g, 0) : ncclSuccess;
     if (r != ncclSuccess) err = "launch failed: " + std::to_string((int)r);
     if (err.empty()) ck(cudaDeviceSynchronize(), "grouped GEMM");
   }
@@ -378,7 +386,9 @@ TEST(GemmGrouped, CtaPairs) {
   mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
   mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", "1");
   for (size_t j = 0; j < 4; ++j) {
+    GroupedCase c = cases[j];
+    c.wantCluster = 2;  // paired by the environment, not claimed
     SCOPED_TRACE("MKERNEL_GEMM_CLUSTER=2: case " + std::to_string(j));
-    EXPECT_EQ(runGrouped(cases[j], seed + 104723 * (++i)), "");
+    EXPECT_EQ(runGrouped(c, seed + 104723 * (++i)), "");
   }
 }

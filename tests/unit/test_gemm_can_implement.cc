@@ -252,7 +252,7 @@ TEST(GemmCanImplement, PingPongRules) {
   a.groups.num = 2;
   a.groups.rowStart = dev;
   a.groups.rowCount = dev;
-  expectReject(a, "no groups");
+  expectReject(a, "grouped GEMMs not on pipeline 3");
   a.groups.num = 0;
   a.smBudget = 1;
   expectReject(a, "smBudget 0 or >= 2");
