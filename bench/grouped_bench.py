@@ -12,10 +12,14 @@ N 1408 (553), plus the MoE layer's second GEMM of the first (32 x 4096, K 2048 -
 
 Side by side in one run, --rounds times in alternation (so drift shows next to the ratio):
   torch   torch._grouped_mm(A, W.transpose(1, 2), offs) timed with CUDA events (median of --reps
-          calls after --warmup), in this process;
+          calls after --warmup), in this process, on operands drawn as the engine's are (--dist
+          uniform: U[-1, 1), bench_gemm_bench's fill) or from N(0, 1) (--dist normal);
   engine  <build>/bench/bench_gemm_bench --groups G --shapes (G*R)xNxK, a subprocess: the
           engine's grouped GEMM (GemmArgs::groups, the path moe_dispatch_gemm's GEMM takes) with
           the same rows per group; its JSON's engine_grouped_tflops (median of its --reps).
+Why the distribution is an option: on a power-limited H100 the clock a GEMM runs at depends on how
+many operand bits toggle (session 55: three different engine kernels all ran at 636.6 TFLOP/s at
+one shape), so the two sides are compared on operands of the same distribution by default.
 Target: engine / torch >= 1.0 at every shape. Output: <--out>/grouped_bench_<date>.json and .md
 (command, commit, device, torch version, date, every round). Exit status 0 target met; 3 missed;
 1 a run failed; 2 setup error.
@@ -67,6 +71,8 @@ def parse_args(argv):
   ap.add_argument("--reps", type=int, default=20)
   ap.add_argument("--warmup", type=int, default=3)
   ap.add_argument("--timeout", type=int, default=300, help="seconds per engine run")
+  ap.add_argument("--dist", choices=("uniform", "normal"), default="uniform",
+                  help="torch's operands: U[-1, 1) as the engine's (default), or N(0, 1)")
   ap.add_argument("--dry-run", action="store_true", help="print the engine commands, run nothing")
   ap.add_argument("--selftest", action="store_true")
   a = ap.parse_args(argv)
@@ -133,8 +139,14 @@ def run_torch(a, shape, torch):
   try:
     gen = torch.Generator(device=dev)
     gen.manual_seed(g * 1000003 + r * 101 + k * 7 + n)
-    x = torch.randn((g * r, k), generator=gen, device=dev, dtype=torch.bfloat16)
-    w = torch.randn((g, n, k), generator=gen, device=dev, dtype=torch.bfloat16)
+    def draw(shape):
+      if a.dist == "normal":
+        return torch.randn(shape, generator=gen, device=dev, dtype=torch.bfloat16)
+      return torch.rand(shape, generator=gen, device=dev, dtype=torch.float32).mul_(2).sub_(1).to(
+          torch.bfloat16)
+
+    x = draw((g * r, k))
+    w = draw((g, n, k))
     offs = torch.arange(1, g + 1, device=dev, dtype=torch.int32) * r
     wt = w.transpose(1, 2)
     for _ in range(a.warmup):
@@ -172,7 +184,7 @@ def summarize(shape, torch_rounds, engine_rounds, errors):
 
 def report(meta, rows):
   lines = ["# Grouped GEMM alone: mkernel's engine vs torch._grouped_mm", ""]
-  for key in ("command", "commit", "device", "torch", "date", "rounds"):
+  for key in ("command", "commit", "device", "torch", "date", "rounds", "dist"):
     lines.append("- %s: %s" % (key, meta.get(key)))
   lines += ["", "| G x R | K -> N | torch TFLOP/s | engine TFLOP/s | engine / torch | target |",
             "|---|---|---:|---:|---:|---|"]
@@ -222,7 +234,8 @@ def main(argv):
   now = datetime.datetime.now(datetime.timezone.utc)
   meta = dict(command=bpu.command_line(argv), commit=bpu.commit(),
               device=torch.cuda.get_device_name(0), torch=torch.__version__,
-              date=now.strftime("%Y-%m-%d %H:%M UTC"), rounds=a.rounds, reps=a.reps)
+              date=now.strftime("%Y-%m-%d %H:%M UTC"), rounds=a.rounds, reps=a.reps,
+              dist=a.dist)
   rows = []
   for shape in a.shape_list:
     t_rounds, e_rounds, errors = [], [], []

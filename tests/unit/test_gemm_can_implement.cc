@@ -356,7 +356,7 @@ TEST(GemmCanImplement, ClusterPairRules) {
   a.pipeline = 0;
   a.swiglu = true;
   expectReject(a, "no SwiGLU");
-  a.hooks.rowReady = dev;
+  a.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
   a.hooks.rowsPerFlag = 128;
   a.swiglu = false;
   expectReject(a, "hooks");
