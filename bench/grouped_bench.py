@@ -17,9 +17,10 @@ Side by side in one run, --rounds times in alternation (so drift shows next to t
   engine  <build>/bench/bench_gemm_bench --groups G --shapes (G*R)xNxK, a subprocess: the
           engine's grouped GEMM (GemmArgs::groups, the path moe_dispatch_gemm's GEMM takes) with
           the same rows per group; its JSON's engine_grouped_tflops (median of its --reps).
-Why the distribution is an option: on a power-limited H100 the clock a GEMM runs at depends on how
-many operand bits toggle (session 55: three different engine kernels all ran at 636.6 TFLOP/s at
-one shape), so the two sides are compared on operands of the same distribution by default.
+Why the distribution is an option: a power-limited GPU's clock depends on how many operand bits
+toggle (session 55 saw three different engine kernels at the same 636.6 TFLOP/s at one shape, which
+suggests such a limit), so the two sides are compared on operands of the same distribution by
+default.
 Target: engine / torch >= 1.0 at every shape. Output: <--out>/grouped_bench_<date>.json and .md
 (command, commit, device, torch version, date, every round). Exit status 0 target met; 3 missed;
 1 a run failed; 2 setup error.
