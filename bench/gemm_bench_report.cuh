@@ -33,8 +33,8 @@ struct Row {
       lendMaxdiff, claim, claimLend, claimMaxdiff, carry, claimCarry, carryPair, carryMaxdiff,
       noStore;
   std::vector<L2Variant> l2;
-  std::vector<L2Variant>
-      groupedL2;  // the grouped GEMM's (--groups with --groupm / --hint / --clusters)
+  // The grouped GEMM's (--groups with --groupm / --hint / --clusters).
+  std::vector<L2Variant> groupedL2;
   mk::gemm::TraceSummary tr;
   int nAlgos;
 };

@@ -138,8 +138,8 @@ struct GemmArgs {
   // CTAs per thread-block cluster: 0 = MKERNEL_GEMM_CLUSTER where the call allows pairs (else
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
   // tile and multicasts it to both, so each reads half its B bytes from L2 (with pipeline 3:
-  // half of each ping-pong unit's B). Pairs need a 16-bit D, no hooks, no SwiGLU, no tiled D,
-  // smBudget 0 or >= 2, groups not on pipeline 3 (a group's tiles pair up within it); traced: 1/3.
+  // half of each ping-pong unit's B). Pairs need a 16-bit D, no hooks, SwiGLU or tiled D, smBudget
+  // 0 or >= 2, grouped GEMMs off pipeline 3 (pairs within a group); traced on pipelines 1, 3 only.
   int32_t cluster = 0;
   // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
   // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles
