@@ -12,7 +12,7 @@
 //                    [--groupm G] [--legacy]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
-// 4 = ping-pong consumers with 192-column units: 'ping192'; both also checked against cuBLAS
+// 4 = ping-pong over whole 128x192 units, D from registers: 'ping192'; both also checked against cuBLAS
 // on the first operand set), interleaved with the rest; with
 // --groups the grouped GEMM with the wide staging and the ping-pong consumers too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded

@@ -451,7 +451,7 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                            .c_str());
   }
   if (a.pipeline == 4) {
-    // gemm_pingpong.cuh's 192-column units: the plain tile walk of 128x384 tiles only.
+    // gemm_pingunit.cuh: the plain static walk of 128x192 units, D stored from registers.
     if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", why)) return false;
     if (a.tileClaim != nullptr)
       return fail(why,
@@ -459,8 +459,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                   "tileClaim)");
     if (!tmaStorable(a))
       return fail(why,
-                  "pipeline 4 (ping-pong, 192-column units) stores D through TMA only: D 16-byte "
-                  "aligned, ldd and D's width multiples of 16 bytes");
+                  "pipeline 4 (ping-pong, 192-column units) stores D from registers, 8 columns "
+                  "a 16-byte store: D 16-byte aligned, ldd and D's width multiples of 16 bytes");
   }
   if (a.pipeline == 3) {
     // What gemm_pingpong.cuh implements; everything else is refused rather than run wrong.
@@ -642,9 +642,9 @@ ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
   } else {
     // A CTA of a pair loads half of the tile's B rows (gemm_kernel.cuh loadB), and so does
     // a ping-pong consumer's unit (gemm_pingpong.cuh); a CTA of a ping-pong pair half of that;
-    // a 192-column unit (pipeline 4) 192 rows.
+    // a 192-column unit (pipeline 4, gemm_pingunit.cuh) 192 rows.
     const bool pair = resolvedCluster(a) == 2, ping = a.pipeline == 3;
-    const uint32_t boxN = a.pipeline == 4 ? kPingWideTileN / 2
+    const uint32_t boxN = a.pipeline == 4 ? kPingUnitN
                           : pair && ping  ? kTileN / 4
                                           : (pair || ping ? kTileN / 2 : kTileN);
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));

@@ -219,8 +219,9 @@ struct GemmArgs {
 constexpr int kTileM = 128;
 constexpr int kTileN = 256;
 constexpr int kTileK = 64;
-// Tile width of the ping-pong consumers with 192-column units (GemmArgs::pipeline 4).
-constexpr int kPingWideTileN = 384;
+// Unit width of the ping-pong over whole units (GemmArgs::pipeline 4, gemm_pingunit.cuh): its
+// walk is over 128 x kPingUnitN units of D.
+constexpr int kPingUnitN = 192;
 // Largest K for which pipeline 0 picks the wide epilogue staging (or, for plain GEMMs with B
 // [N,K] and beta != 0, the lent stage: MKERNEL_GEMM_AUTO_LEND).
 constexpr int kWideMaxK = 4096;
@@ -236,9 +237,9 @@ inline int32_t tilesM(const GemmArgs& a) {
 inline int32_t outCols(const GemmArgs& a) {
   return a.swiglu ? a.N / 2 : a.N;
 }
-// Column tiles of the walk: kPingWideTileN wide with pipeline 4 (its 192-column units).
+// Column tiles of the walk: with pipeline 4 its kPingUnitN-column units.
 inline int32_t tilesN(const GemmArgs& a) {
-  const int32_t w = a.swiglu ? kTileN / 2 : (a.pipeline == 4 ? kPingWideTileN : kTileN);
+  const int32_t w = a.swiglu ? kTileN / 2 : (a.pipeline == 4 ? kPingUnitN : kTileN);
   return (outCols(a) + w - 1) / w;
 }
 

@@ -7,7 +7,7 @@
 #include <type_traits>
 #include "base/checks.h"
 #include "fused/gemm/gemm_kernel.cuh"
-#include "fused/gemm/gemm_pingpong.cuh"
+#include "fused/gemm/gemm_pingunit.cuh"
 
 namespace mk {
 namespace gemm {
@@ -95,6 +95,13 @@ ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) 
   return launchKernel<Tr>(kernel, p, grid, stream);
 }
 
+// The ping-pong over whole 192-column units (gemm_pingunit.cuh; pipeline 4, plain GEMMs).
+template <class Tr>
+ncclResult_t launchUnit(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  auto kernel = p.trace != nullptr ? gemmUnitKernel<Tr, true> : gemmUnitKernel<Tr>;
+  return launchKernel<Tr>(kernel, p, grid, stream);
+}
+
 template <class Tr>
 ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = gemmKernel<Tr>;
@@ -171,9 +178,9 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
     // the call resolves to pairs).
     if (p.pingpong && p.cluster == 2)
       return launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream);
-    // 192-column units (pipeline 4: unpaired, plain GEMMs; buildParams counts 384-column tiles).
+    // 192-column units (pipeline 4: unpaired, plain GEMMs; buildParams counts the units).
     if (p.pingpong == 2 || grid <= 0)
-      NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, false, 1, 192>>(p, grid, stream)));
+      NCCLCHECK((launchUnit<UnitTraits<kIn, kOut, kB>>(p, grid, stream)));
     if (p.pingpong == 2) return ncclSuccess;
     if (grid <= 0 && p.cluster == 2)
       NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream)));

@@ -29,16 +29,8 @@
 // shared memory still receives every byte, and coupling two rings costs. Opt-in only; see
 // docs/gemm-notes.md, session 43.
 //
-// 192-column units (PingTraits::kUnitN == 192, GemmArgs::pipeline = 4; session 44): 128x384
-// tiles, each warpgroup's unit 128x192 (two m64n192k16 a k16 step, 192 accumulators a thread,
-// 24/240 registers), 3 stages of 40 KB. Why: cuBLAS's kernel for 8192x8192x1024 is a ping-pong
-// of 128x160 units (160 accumulator registers), and a wider unit moves fewer shared-memory bytes
-// per FLOP, the count that fit the k-step times in session 43 (wgmma operand reads + TMA writes
-// per 1024 multiply-adds: 80 B for 128x128 units, 69 B for 128x192, 64 B for the cooperative
-// 128x256 tile). Plain GEMMs only, D through TMA stores only (the direct epilogue spilled next
-// to 192 accumulators). Measured in session 44 (H100): slower than 128-column units at every K
-// (8192x8192x1024: 0.801 of cuBLAS-best against 0.849), its k-step ~4% slower per FLOP, so the
-// byte count is not the limit either; opt-in only, see docs/gemm-notes.md.
+// 192-column units (GemmArgs::pipeline = 4) are gemm_pingunit.cuh's kernel since session 56:
+// each warpgroup walks its own units there, not halves of one tile.
 //
 // Empty halves (session 31): where N % 256 is in 1..128 the last column tile's second half
 // lies wholly past N. The other pipelines compute those 128 columns of TMA's zeros (1/12 of
@@ -55,21 +47,19 @@
 namespace mk {
 namespace gemm {
 
-// UnitN 128 (pipeline 3): 5 stages of 32 KB and a whole 128x128 staging area per consumer WG
-// (4 boxes of 64x64 16-bit values), so the epilogue writes every box after one barrier and
-// never waits for stores of its own tile. 5 * 32 + 64 KB + barriers (+ a grouped GEMM's tile
-// prefix sums) fit the 227 KB limit; 6 stages would not.
-// UnitN 192 (pipeline 4, 128x384 tiles): 3 stages of 40 KB and a whole 128x192 staging area per
-// WG (6 boxes, 96 KB for both): 216 KB. Three stages, as cuBLAS's kernel for these shapes.
-template <int GroupInts, int UnitN = 128>
+// 5 stages of 32 KB and a whole 128x128 staging area per consumer WG (4 boxes of 64x64 16-bit
+// values), so the epilogue writes every box after one barrier and never waits for stores of its
+// own tile. 5 * 32 + 64 KB + barriers (+ a grouped GEMM's tile prefix sums) fit the 227 KB
+// limit; 6 stages would not.
+template <int GroupInts>
 struct PingPipeCfg {
-  static constexpr int kUnitN = UnitN;  // columns of one consumer WG's unit
-  static constexpr int kStages = UnitN == 128 ? 5 : 3;
+  static constexpr int kUnitN = 128;  // columns of one consumer WG's unit: half a tile
+  static constexpr int kStages = 5;
   static constexpr int kGroupInts = GroupInts;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;         // 16 KB
-  static constexpr int kStageBytesB = UnitN * kTileK * 2;          // the unit's B: 16 or 24 KB
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 32 or 40 KB
-  static constexpr int kChunks = UnitN / 64;                       // 64-column boxes per row half
+  static constexpr int kStageBytesB = kUnitN * kTileK * 2;         // the unit's B: 16 KB
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 32 KB
+  static constexpr int kChunks = kUnitN / 64;                      // 64-column boxes per row half
   static constexpr int kBoxesPerWg = 2 * kChunks;                  // 2 row halves
   static constexpr int kStagingBytes = kConsumerWGs * kBoxesPerWg * kStoreBoxBytes;
   static constexpr int kSmemBytes =
@@ -77,30 +67,19 @@ struct PingPipeCfg {
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "ping-pong CTA exceeds shared memory");
   static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
-  static_assert(UnitN % 64 == 0 && UnitN <= 256, "a unit is whole 64-column boxes, one wgmma");
 };
 using PingPipe = PingPipeCfg<0>;
 using PingGroupPipe = PingPipeCfg<kMaxGroups + 1>;
-using PingWidePipe = PingPipeCfg<0, 192>;
 
-// UnitN: 128 (pipeline 3, tiles of the engine's 128x256 schedule) or 192 (pipeline 4: 128x384
-// tiles, plain GEMMs only; GemmParams::tilesN counts 384-column tiles).
-template <DType kIn, DType kOut, BLayout kB, bool Grouped = false, int Cluster = 1, int UnitN = 128>
+template <DType kIn, DType kOut, BLayout kB, bool Grouped = false, int Cluster = 1>
 struct PingTraits {
-  using Pipe = typename std::conditional<
-      UnitN == 192, PingWidePipe,
-      typename std::conditional<Grouped, PingGroupPipe, PingPipe>::type>::type;
+  using Pipe = typename std::conditional<Grouped, PingGroupPipe, PingPipe>::type;
   static constexpr bool kGrouped = Grouped;
   static constexpr int kCluster = Cluster;  // releaseStage (gemm_kernel.cuh) reads it too
-  static constexpr int kUnitN = UnitN;
+  static constexpr int kUnitN = Pipe::kUnitN;
   static_assert(Cluster == 1 || (Cluster == 2 && !Grouped), "CTA pairs run plain GEMMs");
-  static_assert(UnitN == 128 || (UnitN == 192 && !Grouped && Cluster == 1),
-                "192-column units run plain unpaired GEMMs");
-  static_assert(UnitN == 128 || 2 * UnitN == kPingWideTileN, "host and kernel tile widths");
-  // 192 fp32 accumulators a consumer thread: at 232 registers the epilogue's beta path spilled
-  // 20 bytes; the producer thread's walk fits 24 (0 spills, traced too).
-  static constexpr int kProducerRegs = UnitN == 192 ? 24 : gemm::kProducerRegs;
-  static constexpr int kConsumerRegs = UnitN == 192 ? 240 : gemm::kConsumerRegs;
+  static constexpr int kProducerRegs = gemm::kProducerRegs;
+  static constexpr int kConsumerRegs = gemm::kConsumerRegs;
   static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= 504, "register budget exceeded");
   static constexpr bool kF16In = kIn == DType::kF16;
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
@@ -241,7 +220,7 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
             // [G][N,K]: one box of 128 rows of group g (tmB's box for pipeline 3).
             ptx::tmaLoad3d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu, g);
           } else {
-            // [N,K]: one box of kUnitN rows (tmB's box for pipelines 3 and 4).
+            // [N,K]: one box of kUnitN rows (tmB's box for pipeline 3).
             ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu);
           }
         } else {
@@ -473,9 +452,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     if (aborted) break;  // producer gave up (timeout/abort): no epilogue, stop
     if (p.useTmaStore) {
       pingEpilogueTma<Tr>(p, sm, acc0, acc1, wg, m0, n0, rec);
-    } else if constexpr (Tr::kUnitN == 128) {
-      // 192-column units: canImplement asks for a D the TMA can store (the direct path's
-      // address arithmetic next to 192 accumulators spilled ~830 bytes).
+    } else {
       pingEpilogueDirect<Tr>(p, acc0, acc1, m0, n0);
     }
     if (rec != nullptr) rec[3] = (uint64_t)clock64();

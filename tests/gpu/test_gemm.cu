@@ -199,8 +199,8 @@ TEST(GemmCorrectness, InPlaceBeta) {
   for (int pipeline : {0, 3, 4})
     for (DType dt : kOut) {
       if (pipeline >= 3 && dt == DType::kF32) continue;  // ping-pong: 16-bit D only
-      // Pipeline 4 stores through TMA only: 16-byte rows and width (the others: the direct
-      // epilogue's 4-byte padding).
+      // Pipeline 4 stores 16-byte groups of 8 columns from registers only: 16-byte rows and
+      // width (the others: the direct epilogue's 4-byte padding).
       const bool tmaOnly = pipeline == 4;
       Problem p(520, tmaOnly ? 1032 : 1030, 128, BLayout::kNK, DType::kBF16, dt, 0, 0,
                 tmaOnly ? 8 : 2);
@@ -326,7 +326,7 @@ TEST(GemmCorrectness, BothPipelines) {
       for (BLayout bl : kLayouts)
         for (int pipeline : {1, 2, 3, 4, 5, 6})
           for (int budget : {0, 3}) {
-            // pipeline 4 stores through TMA only (16-byte rows: N % 8 == 0 here); pipelines 5, 6
+            // pipeline 4 stores 16-byte groups only (16-byte rows: N % 8 == 0 here); pipelines 5, 6
             // (the lent stage, the carried epilogue) take B [N,K] only
             if (pipeline == 4 && s[1] % 8 != 0) continue;
             if (pipeline >= 5 && bl != BLayout::kNK) continue;
@@ -403,18 +403,19 @@ TEST(GemmCorrectness, PingPong) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-// Ping-pong consumers with 192-column units (GemmArgs::pipeline = 4, 128x384 tiles): the
-// PingPong test's draws without pairs or hooks and with a D the TMA can store (N and ldd
-// multiples of 8), plus fixed shapes at the unit edges: one whole tile (384), N inside the
-// first unit's third 64-column box (136), one unit and 8 columns (200, 584), a tile whose
-// second unit lies wholly past N (520: WG1 skips it); every element against the fp64
-// reference, outputs poisoned.
+// Ping-pong over whole 128x192 units (GemmArgs::pipeline = 4, gemm_pingunit.cuh): the
+// PingPong test's draws without pairs or hooks and with 16-byte rows (N and ldd multiples of 8:
+// D is stored from registers 8 columns at a time), plus fixed shapes at the unit edges: one
+// unit (192), two (384), N inside the first unit's third 64-column group (136), one unit and 8
+// columns (200), a last unit of 136 columns (520), 584 = 3 units and 8 columns; budgets 1, 3
+// and 7 give the warpgroups odd and even unit counts and one CTA every unit; alpha, beta (C
+// separate); every element against the fp64 reference, outputs poisoned.
 TEST(GemmCorrectness, PingPong192) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
-  const std::vector<std::array<int, 3>> fixed = {{128, 384, 64},   {1, 8, 8},     {129, 200, 72},
-                                                 {64, 136, 1024},  {300, 520, 8}, {200, 584, 128},
-                                                 {1024, 960, 1024}};
+  const std::vector<std::array<int, 3>> fixed = {
+      {128, 384, 64}, {1, 8, 8},       {129, 200, 72},    {64, 136, 1024},
+      {300, 520, 8},  {200, 584, 128}, {1024, 960, 1024}, {128, 192, 64}};
   forPingProblems(seed, fixed, true, [&](Problem& p, int n, int budget) {
     SCOPED_TRACE(p.name() + " ping-pong 192 budget " + std::to_string(budget));
     EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
@@ -424,7 +425,7 @@ TEST(GemmCorrectness, PingPong192) {
                           }),
               "");
   });
-  // The calls above ran the 192-column kernel on 384-column tiles; pairs asked for by the
+  // The calls above ran the unit kernel on 192-column units; pairs asked for by the
   // environment are not taken, and what it does not implement is refused before launch.
   Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
   p.alloc();
@@ -438,12 +439,12 @@ TEST(GemmCorrectness, PingPong192) {
   }
   EXPECT_EQ(gp.pingpong, 2);
   EXPECT_EQ(gp.cluster, 1);
-  EXPECT_EQ(gp.tilesN, (2048 + 383) / 384);
+  EXPECT_EQ(gp.tilesN, (2048 + 191) / 192);
   EXPECT_EQ(mk::gemm::tilesN(g), gp.tilesN);  // the host helper counts the same tiles
   g.hooks.rowBlockOffset = 1;
   EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
   g.hooks.rowBlockOffset = 0;
-  g.ldd = 2048 + 4;  // 8-byte rows: the direct epilogue, which pipeline 4 does not have
+  g.ldd = 2048 + 4;  // 8-byte rows: no 16-byte stores (pipeline 4 has no other epilogue)
   EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
   g.ldd = 0;
   g.dType = DType::kF32;

@@ -273,7 +273,7 @@ TEST(GemmCanImplement, PingPong192Rules) {
   a.pipeline = 4;
   a.smBudget = 1;
   expectAcceptsEvery16BitD(a);
-  EXPECT_EQ(mk::gemm::tilesN(a), (3000 + 383) / 384);  // the walk's 384-column tiles
+  EXPECT_EQ(mk::gemm::tilesN(a), (3000 + 191) / 192);  // the walk's 192-column units
   a = good();
   a.pipeline = 4;
   a.dType = DType::kF32;
@@ -307,8 +307,8 @@ TEST(GemmCanImplement, PingPong192Rules) {
   a.hooks.rowBlockOffset = 2;
   expectReject(a, "takes no fused-operator hooks");
   a.hooks.rowBlockOffset = 0;
-  a.ldd = a.N + 4;  // 8-byte padding: only the direct epilogue could store it
-  expectReject(a, "stores D through TMA only");
+  a.ldd = a.N + 4;  // 8-byte padding: no 16-byte store of 8 columns lines up with a row
+  expectReject(a, "stores D from registers, 8 columns a 16-byte store");
   a.ldd = 0;
   a.pipeline = 7;
   expectReject(a, "must be 0 (automatic)");

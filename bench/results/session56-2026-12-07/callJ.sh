@@ -7,7 +7,7 @@
 set -u
 source scripts/gpu_call.sh
 gc_init J
-GC_BUILD_S=300 gc_build /tmp/bd "gpu/test_gemm_grouped.cu" bench_gemm_bench
+GC_BUILD_S=300 gc_reuse /tmp/bd "gpu/test_gemm_grouped.cu" mk_gpu_tests bench_gemm_bench
 gc_tar
 T=$(gc_el)
 gc_run uniform $((T + 85)) 85 20 0 "^\||rror" python3 bench/grouped_bench.py \

@@ -1,0 +1,292 @@
+// Ping-pong over whole 128x192 units (GemmArgs::pipeline = 4, session 56): the stand-alone
+// GEMM kernel for small K modelled on cuBLAS's fastest kernel at 8192x8192x1024 (H100, session
+// 55's free-clock ncu: a ping-pong of 176-column units with 5 stages, 174 us against the
+// engine's 190; 93% of the tensor peak per SM cycle where the engine's cooperative tile runs
+// 82%).
+//
+// What differs from the half-tile ping-pong (gemm_pingpong.cuh, pipeline 3) and from session
+// 44's first 192-column kernel (3 stages of 40 KB next to 96 KB of staging, slower at every K):
+//  - the schedule is units, not tiles: D is cut into 128x192 units (GemmParams::tilesN counts
+//    192-column units), CTA c walks units c, c + grid, ... and its consumer warpgroups take
+//    them in turn (local unit j goes to WG j % 2). At 8192x8192 that is 2752 units on 132
+//    SMs, 20.85 a CTA and at most 21 (99.3% of the last wave busy), where 128x384 tiles left
+//    CTAs with 20 or 22 units and the 128x256 tiles 15 or 16 tiles (97%);
+//  - five 40 KB stages, so three can load while a warpgroup holds two (the k-step it computes
+//    and the one whose wgmmas are retiring); session 44's three stages left one loading;
+//  - no staging: each thread stores D straight from its accumulators, 8 columns per 16-byte
+//    store after a transpose inside each quad (gemm_epilogue.cuh quadTranspose), so the 200 KB
+//    of stages fit; beta reads C element by element at the accumulators' positions before the
+//    transpose (C may alias D: the quad's shuffles order every read of a quad before its
+//    stores, and no other thread touches those elements).
+// So: plain unpaired GEMMs without hooks, 16-bit D with 16-byte aligned rows and N % 8 == 0
+// (canImplement); B either layout ([N,K] one 192-row box, [K,N] three 64-column boxes).
+//
+// Turn-taking: as pipeline 3's order barriers (kBarOrder + wg), generalised to any unit count:
+// WG w waits before each of its units but WG0's first, and after a unit's main loop arrives on
+// the other WG's barrier when a next unit exists (which is the other WG's). Every wait thus has
+// exactly one arrive, whatever the count (0, 1, odd), and none is left pending at exit. There
+// is no abort verdict: without hooks the producer never waits outside the ring.
+#pragma once
+#include <cstdint>
+
+#include "fused/gemm/gemm_pingpong.cuh"
+
+namespace mk {
+namespace gemm {
+
+struct UnitPipe {
+  static constexpr int kUnitN = 192;
+  static constexpr int kStages = 5;
+  static constexpr int kGroupInts = 0;
+  static constexpr int kStageBytesA = kTileM * kTileK * 2;         // 16 KB
+  static constexpr int kStageBytesB = kUnitN * kTileK * 2;         // 24 KB
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 40 KB
+  static constexpr int kChunks = kUnitN / 64;                      // [K,N]: 64-column boxes
+  static constexpr int kStagingBytes = 0;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= kMaxSmemPerBlock, "unit ping-pong CTA exceeds shared memory");
+  static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
+  static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
+};
+static_assert(UnitPipe::kUnitN == kPingUnitN, "host and kernel unit widths");
+
+template <DType kIn, DType kOut, BLayout kB>
+struct UnitTraits {
+  using Pipe = UnitPipe;
+  static constexpr int kCluster = 1;  // launchKernel and releaseStage read it
+  static constexpr bool kGrouped = false;
+  static constexpr int kUnitN = Pipe::kUnitN;
+  // 192 fp32 accumulators a consumer thread; the producer thread's walk fits 24.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= 504, "register budget exceeded");
+  static constexpr bool kF16In = kIn == DType::kF16;
+  static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
+  static constexpr DType kOutType = kOut;
+  static_assert(kOut != DType::kF32, "16-byte stores of 8 columns: 16-bit D only");
+};
+
+// Units this CTA walks: cta, cta + nCtas, ... below tilesM * tilesN.
+__device__ __forceinline__ int32_t unitCount(const GemmParams& p, int32_t cta, int32_t nCtas) {
+  const int32_t units = p.tilesM * p.tilesN;
+  return cta < units ? (units - cta + nCtas - 1) / nCtas : 0;
+}
+
+__device__ __forceinline__ void unitAt(const GemmParams& p, int32_t t, int32_t* m0, int32_t* n0) {
+  int32_t mBlk, nBlk;
+  tileCoords(p, t, &mBlk, &nBlk);
+  *m0 = mBlk * kTileM;
+  *n0 = nBlk * UnitPipe::kUnitN;
+}
+
+// Records (traced instantiation): one a unit, words 0 / 1 the unit's first and last loads'
+// issue, 2 the empty waits between them.
+template <class Tr, bool kTrace>
+__device__ __forceinline__ void unitProducer(const GemmParams& p, const PingSmem<UnitPipe>& sm,
+                                             int32_t cta, int32_t nCtas) {
+  const int32_t n = unitCount(p, cta, nCtas);
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    uint64_t* rec = traceRecord<kTrace>(p, cta, 0, j);
+    int32_t m0, n0;
+    unitAt(p, cta + j * nCtas, &m0, &n0);
+    uint32_t waited = 0;
+    for (int32_t k = 0; k < p.kTiles; ++k) {
+      mbarWaitCounted(&sm.empty[stage], phase ^ 1, rec != nullptr && k > 0 ? &waited : nullptr);
+      if (rec != nullptr) {
+        const uint64_t now = (uint64_t)clock64();
+        if (k == 0) rec[0] = now;
+        rec[1] = now;
+      }
+      ptx::mbarArriveExpectTx(&sm.full[stage], UnitPipe::kStageBytes);
+      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
+      if constexpr (Tr::kTransB) {
+        // [K,N]: three 64-column boxes of kTileK rows (the MN-major descriptor's LBO apart).
+#pragma unroll
+        for (int c = 0; c < UnitPipe::kChunks; ++c)
+          ptx::tmaLoad2d(sm.b(stage) + c * (kTileK * 128), &p.tmB, &sm.full[stage], n0 + 64 * c,
+                         k * kTileK);
+      } else {
+        // [N,K]: one box of 192 rows (tmB's box for pipeline 4); rows past N arrive as zeros.
+        ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, n0);
+      }
+      if (++stage == UnitPipe::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    if (rec != nullptr) rec[2] = waited;
+  }
+}
+
+// One row half's accumulators (m64n192 fragment: thread value 4g + 2h + e is row 16 warp +
+// lane / 4 + 8 h, column 8 g + 2 (lane & 3) + e) to D rows m0.., columns n0..: 16-byte stores
+// after quadTranspose (lane q gets group j0 + q of groups j0..j0+3). N % 8 == 0, so a group is
+// wholly inside or past N.
+template <class Tr, bool kUnitAlpha, bool kBeta>
+__device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (&acc)[96],
+                                              int32_t m0, int32_t n0) {
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, q = lane & 3;
+  const int32_t row0 = m0 + warp * 16 + (lane >> 2);
+  uint16_t* d = static_cast<uint16_t*>(p.D);
+#pragma unroll
+  for (int j0 = 0; j0 < 24; j0 += 4) {
+    if (n0 + 8 * j0 >= p.N) break;  // uniform over the warpgroup: later groups are past N too
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = row0 + 8 * h;
+      uint32_t v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int i = 4 * (j0 + t) + 2 * h;
+        float a0 = acc[i], a1 = acc[i + 1];
+        if constexpr (kBeta) {
+          a0 *= p.alpha;
+          a1 *= p.alpha;
+          const int32_t col = n0 + 8 * (j0 + t) + 2 * q;
+          if (row < p.M && col < p.N) {
+            const int64_t idx = (int64_t)row * p.ldc + col;
+            a0 += p.beta * loadOut<Tr::kOutType>(p.C, idx);
+            a1 += p.beta * loadOut<Tr::kOutType>(p.C, idx + 1);
+          }
+          v[t] = pack2<Tr::kOutType>(a0, a1);
+        } else {
+          v[t] = packOut<Tr::kOutType, kUnitAlpha>(p.alpha, a0, a1);
+        }
+      }
+      quadTranspose(v, q);
+      const int32_t col = n0 + 8 * (j0 + q);
+      if (row < p.M && col < p.N)
+        *reinterpret_cast<uint4*>(d + (int64_t)row * p.ldd + col) = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+  }
+}
+
+template <class Tr>
+__device__ __forceinline__ void unitEpilogue(const GemmParams& p, const float (&acc0)[96],
+                                             const float (&acc1)[96], int32_t m0, int32_t n0) {
+  if (p.beta != 0.0f) {
+    unitStoreHalf<Tr, false, true>(p, acc0, m0, n0);
+    unitStoreHalf<Tr, false, true>(p, acc1, m0 + 64, n0);
+  } else if (p.alpha == 1.0f) {
+    unitStoreHalf<Tr, true, false>(p, acc0, m0, n0);
+    unitStoreHalf<Tr, true, false>(p, acc1, m0 + 64, n0);
+  } else {
+    unitStoreHalf<Tr, false, false>(p, acc0, m0, n0);
+    unitStoreHalf<Tr, false, false>(p, acc1, m0 + 64, n0);
+  }
+}
+
+// Consumer WG `wg` (0 or 1): local units wg, wg + 2, ... (turn-taking: see the file comment).
+// Records (traced): words 0-3 the unit's start, first stage ready, main loop done, stores
+// issued; 7 the full waits after the first k-step's (4-6, the staging's stamps, stay 0).
+template <class Tr, bool kTrace>
+__device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem<UnitPipe>& sm,
+                                             int32_t cta, int32_t nCtas, int32_t wg) {
+  constexpr int kStages = UnitPipe::kStages;
+  const int32_t n = unitCount(p, cta, nCtas);
+  const int32_t tid = threadIdx.x & 127, lane = tid & 31;
+  const int32_t kTiles = p.kTiles;
+  float acc0[96], acc1[96];
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  auto advance = [&](int32_t steps) {
+    // steps < 2^31 ring positions; a stage wraps every kStages, flipping the phase.
+    const int32_t s = stage + steps % kStages;
+    const int32_t laps = steps / kStages + (s >= kStages ? 1 : 0);
+    stage = s >= kStages ? s - kStages : s;
+    phase ^= (uint32_t)(laps & 1);
+  };
+  if (wg == 1) advance(kTiles);  // WG0's first unit comes first in the ring
+  int32_t nth = 0;               // units run (trace records)
+  for (int32_t j = wg; j < n; j += 2) {
+    const uint64_t tStart = kTrace ? (uint64_t)clock64() : 0;
+    int32_t m0, n0;
+    unitAt(p, cta + j * nCtas, &m0, &n0);
+    if (j > 0) ptx::namedBarSync(kBarOrder + wg, 256);
+    uint64_t* rec = tid == 0 ? traceRecord<kTrace>(p, cta, 1 + wg, nth) : nullptr;
+    ++nth;
+    if (rec != nullptr) rec[0] = tStart;
+    int32_t prev = 0;
+    uint32_t waited = 0;
+    for (int32_t k = 0; k < kTiles; ++k) {
+      mbarWaitCounted(&sm.full[stage], phase, kTrace && k > 0 ? &waited : nullptr);
+      if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
+      const uint32_t a = ptx::smemAddr(sm.a(stage));
+      const uint32_t b = ptx::smemAddr(sm.b(stage));
+      ptx::fenceRegs(acc0);
+      ptx::fenceRegs(acc1);
+      ptx::wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+        const int scale = (k > 0 || kk > 0) ? 1 : 0;
+        ptx::wgmmaSS<192, Tr::kF16In, Tr::kTransB>(acc0, descKMajor(a + kk * 32), db, scale);
+        ptx::wgmmaSS<192, Tr::kF16In, Tr::kTransB>(acc1, descKMajor(a + 64 * 128 + kk * 32), db,
+                                                   scale);
+      }
+      ptx::wgmmaCommit();
+      ptx::fenceRegs(acc0);
+      ptx::fenceRegs(acc1);
+      ptx::wgmmaWait<1>();
+      ptx::fenceRegs(acc0);
+      ptx::fenceRegs(acc1);
+      if (k > 0) releaseStage<Tr>(&sm.empty[prev], lane);
+      prev = stage;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    // The turn goes to the other WG once this WG's last batch is issued: its wgmmas queue
+    // behind these while this WG waits for them and stores its unit.
+    if (j + 1 < n) ptx::namedBarArrive(kBarOrder + (1 - wg), 256);
+    ptx::wgmmaWait<0>();
+    ptx::fenceRegs(acc0);
+    ptx::fenceRegs(acc1);
+    if (rec != nullptr) {
+      rec[2] = (uint64_t)clock64();
+      rec[7] = waited;
+    }
+    releaseStage<Tr>(&sm.empty[prev], lane);
+    unitEpilogue<Tr>(p, acc0, acc1, m0, n0);
+    if (rec != nullptr) rec[3] = (uint64_t)clock64();
+    advance(kTiles);  // the other WG's unit j + 1
+  }
+}
+
+template <class Tr, bool kTrace = false>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemmUnitKernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ uint8_t smemRaw[];
+  PingSmem<UnitPipe> sm(smemRaw);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < UnitPipe::kStages; ++s) {
+      ptx::mbarInit(&sm.full[s], 1);
+      ptx::mbarInit(&sm.empty[s], 4);  // one arrive per warp of the WG that reads the stage
+    }
+    ptx::fenceMbarInit();
+    ptx::prefetchTensorMap(&p.tmA);
+    ptx::prefetchTensorMap(&p.tmB);
+  }
+  __syncthreads();
+  const int32_t wg = threadIdx.x / 128;
+  if (wg == 0) {
+    ptx::setmaxnregDec<Tr::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      traceHeader<kTrace>(p, blockIdx.x, 0, 0);
+      unitProducer<Tr, kTrace>(p, sm, blockIdx.x, gridDim.x);
+      traceHeader<kTrace>(p, blockIdx.x, 0, 2);
+    }
+  } else {
+    ptx::setmaxnregInc<Tr::kConsumerRegs>();
+    const bool stamp = (threadIdx.x & 127) == 0;
+    if (stamp) traceHeader<kTrace>(p, blockIdx.x, wg, 0);
+    unitConsumer<Tr, kTrace>(p, sm, blockIdx.x, gridDim.x, wg - 1);
+    if (stamp) traceHeader<kTrace>(p, blockIdx.x, wg, 2);
+  }
+}
+
+}  // namespace gemm
+}  // namespace mk
