@@ -12,8 +12,8 @@
 //                    [--groupm G] [--legacy]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
-// 4 = ping-pong over whole 128x192 units, D from registers: 'ping192'; both also checked against cuBLAS
-// on the first operand set), interleaved with the rest; with
+// 4 = ping-pong over whole 128x192 units, D from registers: 'ping192'; both also checked against
+// cuBLAS on the first operand set), interleaved with the rest; with
 // --groups the grouped GEMM with the wide staging and the ping-pong consumers too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too,
@@ -540,17 +540,20 @@ int main(int argc, char** argv) {
       // more positions than its records would leave them out of the summary unseen.
       const int gridPair = 2 * std::min(positions, sms / 2);
       const int perPair = 2 * ((positions + gridPair / 2 - 1) / (gridPair / 2));
+      // Pipeline 4 walks 128x192 units, its producer one record a unit.
+      const int units = tilesM * ((sh.N + mk::gemm::kPingUnitN - 1) / mk::gemm::kPingUnitN);
+      const int gridUnits = std::min(units, sms), perUnit = (units + gridUnits - 1) / gridUnits;
       // Claimed tiles: a fast CTA may walk more than `per`; room for 4 more.
       const size_t words = std::max(
           std::max(mk::gemm::traceWords(grid, per), mk::gemm::traceWords(gridPair, perPair)),
-          claim ? mk::gemm::traceWords(grid, per + 4) : size_t(0));
+          std::max(claim ? mk::gemm::traceWords(grid, per + 4) : size_t(0),
+                   pipes ? mk::gemm::traceWords(gridUnits, perUnit) : size_t(0)));
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
       traced = {
           {0, -1, 1, "engine", 0, {}},
           {0, swOther, 1, swOther ? "engine, store threads" : "engine, consumers' stores", 0, {}}};
       if (pipes) traced.push_back({3, 0, 1, "ping-pong", 0, {}});
-      // 384-column tiles: no more CTAs or tiles a CTA than the 256-column walk's records hold.
       if (pipes) traced.push_back({4, 0, 1, "ping-pong 192", 0, {}});
       if (pipes && pairs) traced.push_back({3, 0, 2, "ping-pong pairs", 0, {}});
       // The cooperative pairs traced with the deep ring only (the traced wide pairs spill), so
@@ -573,8 +576,10 @@ int main(int argc, char** argv) {
       if (legacy)
         traced.push_back({0, -1, 1, "engine, groupM 8, no L2 hint", 0, {}, false, 0, 2, 8});
       for (TraceVariant& v : traced) {
-        const int g = v.cluster == 2 ? gridPair : grid,
-                  n = v.cluster == 2 ? perPair : (v.claim ? per + 4 : per);
+        const int g = v.cluster == 2 ? gridPair : (v.pipeline == 4 ? gridUnits : grid),
+                  n = v.cluster == 2    ? perPair
+                      : v.pipeline == 4 ? perUnit
+                                        : (v.claim ? per + 4 : per);
         for (int r = 0; r < 3; ++r) {
           CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
           if (v.claim) zeroClaims();

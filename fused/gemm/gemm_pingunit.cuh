@@ -158,7 +158,8 @@ __device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (
       quadTranspose(v, q);
       const int32_t col = n0 + 8 * (j0 + q);
       if (row < p.M && col < p.N)
-        *reinterpret_cast<uint4*>(d + (int64_t)row * p.ldd + col) = make_uint4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<uint4*>(d + (int64_t)row * p.ldd + col) =
+            make_uint4(v[0], v[1], v[2], v[3]);
     }
   }
 }

@@ -413,9 +413,9 @@ TEST(GemmCorrectness, PingPong) {
 TEST(GemmCorrectness, PingPong192) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
-  const std::vector<std::array<int, 3>> fixed = {
-      {128, 384, 64}, {1, 8, 8},       {129, 200, 72},    {64, 136, 1024},
-      {300, 520, 8},  {200, 584, 128}, {1024, 960, 1024}, {128, 192, 64}};
+  const std::vector<std::array<int, 3>> fixed = {{128, 384, 64},    {1, 8, 8},     {129, 200, 72},
+                                                 {64, 136, 1024},   {300, 520, 8}, {200, 584, 128},
+                                                 {1024, 960, 1024}, {128, 192, 64}};
   forPingProblems(seed, fixed, true, [&](Problem& p, int n, int budget) {
     SCOPED_TRACE(p.name() + " ping-pong 192 budget " + std::to_string(budget));
     EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
