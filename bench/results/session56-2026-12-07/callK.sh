@@ -14,6 +14,6 @@ T=$(gc_el)
 gc_tests /tmp/bd '*PingPong192*:GemmSmall.*:*InPlaceBeta*:*BothPipelines*:GemmTrace.*' \
   $((T + 90)) 90
 B=/tmp/bd/bench/bench_gemm_bench
-gc_run pp $((T + 240)) 150 30 1 "x.*engine  |ping|pipeline|rror|traced|k-step|main" $B --pipelines --trace \
+gc_run pp $((T + 240)) 150 30 1 "x.*engine  |ping|pipeline|rror|trace|tile" $B --pipelines --trace \
   --shapes 8192x8192x1024,8192x8192x512,16384x8192x1024 --reps 10
 gc_tar
