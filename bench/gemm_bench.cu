@@ -540,14 +540,15 @@ int main(int argc, char** argv) {
       // more positions than its records would leave them out of the summary unseen.
       const int gridPair = 2 * std::min(positions, sms / 2);
       const int perPair = 2 * ((positions + gridPair / 2 - 1) / (gridPair / 2));
-      // Pipeline 4 walks 128x192 units, its producer one record a unit.
+      // Pipeline 4 (named, or pipeline 0's choice at small K) walks 128x192 units, its producer
+      // one record a unit: unpaired variants get room for either walk.
       const int units = tilesM * ((sh.N + mk::gemm::kPingUnitN - 1) / mk::gemm::kPingUnitN);
       const int gridUnits = std::min(units, sms), perUnit = (units + gridUnits - 1) / gridUnits;
+      const int gridOne = std::max(grid, gridUnits);
       // Claimed tiles: a fast CTA may walk more than `per`; room for 4 more.
-      const size_t words = std::max(
-          std::max(mk::gemm::traceWords(grid, per), mk::gemm::traceWords(gridPair, perPair)),
-          std::max(claim ? mk::gemm::traceWords(grid, per + 4) : size_t(0),
-                   pipes ? mk::gemm::traceWords(gridUnits, perUnit) : size_t(0)));
+      const int perOne = std::max(claim ? per + 4 : per, perUnit);
+      const size_t words =
+          std::max(mk::gemm::traceWords(gridOne, perOne), mk::gemm::traceWords(gridPair, perPair));
       uint64_t* dTrace = nullptr;
       CK(cudaMalloc(&dTrace, words * sizeof(uint64_t)));
       traced = {
@@ -576,10 +577,7 @@ int main(int argc, char** argv) {
       if (legacy)
         traced.push_back({0, -1, 1, "engine, groupM 8, no L2 hint", 0, {}, false, 0, 2, 8});
       for (TraceVariant& v : traced) {
-        const int g = v.cluster == 2 ? gridPair : (v.pipeline == 4 ? gridUnits : grid),
-                  n = v.cluster == 2    ? perPair
-                      : v.pipeline == 4 ? perUnit
-                                        : (v.claim ? per + 4 : per);
+        const int g = v.cluster == 2 ? gridPair : gridOne, n = v.cluster == 2 ? perPair : perOne;
         for (int r = 0; r < 3; ++r) {
           CK(cudaMemsetAsync(dTrace, 0, words * sizeof(uint64_t), stream));
           if (v.claim) zeroClaims();

@@ -560,20 +560,42 @@ bool canImplement(const GemmArgs& a, std::string* why) {
 // two-post epilogue, which waits for its first boxes to be read; the lent stage stages the
 // half-tile whole); 1: the lent stage. The lent stage only where the wide split ran before (K <=
 // kWideMaxK): past it, never measured.
-int autoPipeline(const GemmArgs& a) {
+// Whether 128 x kPingUnitN units load the persistent grid at least as evenly as 128 x kTileN
+// tiles, the busiest CTA's columns of D (per 128 rows) under each walk, with work for both
+// consumer warpgroups. 8192 x 8192: 21 units
+// (4032 columns) against 16 tiles (4096); 4096 x 4096: 6 units (1152) against 4 tiles (1024).
+bool unitsFill(const GemmArgs& a, int32_t sms) {
+  const int64_t tm = tilesM(a), cols = outCols(a);
+  const int64_t units = tm * ((cols + kPingUnitN - 1) / kPingUnitN);
+  const int64_t tiles = tm * ((cols + kTileN - 1) / kTileN);
+  // Two units a CTA at least: with one, a warpgroup idles and no epilogue hides under a main loop.
+  return units >= 2 * (int64_t)sms &&
+         (units + sms - 1) / sms * kPingUnitN <= (tiles + sms - 1) / sms * kTileN;
+}
+
+int autoPipeline(const GemmArgs& a, int32_t sms) {
   if (a.pipeline != 0 || a.dType == DType::kF32 || a.bLayout != BLayout::kNK || a.groups.num != 0 ||
       a.swiglu || a.dTiled || anyHook(a.hooks) || a.storeWarps == 0 || a.regStores != 0 ||
       resolvedCluster(a) != 1 || resolvedStreamK(a))
     return 0;
+  // Why the unit walk at small K (session 56, H100, calls K and L): at 8192 x 8192 x 1024 it ran
+  // 0.968 of cuBLAS-best against the carried epilogue's 0.937, at 16384 x 8192 x 1024 0.955
+  // against 0.918, at K = 2048 / 4096 0.989 / 0.989 against 0.972 / 0.969; where its units load
+  // the grid less evenly (4096 x 4096, 2048 x 8192 at K = 1024) it lost (0.899, 0.927 against
+  // 0.928, 0.965), and at K = 8192 it lost at 8192 x 28672 (0.962 against 1.009). Its epilogue
+  // reads C element by element, so beta 0 only; a caller's tileClaim is the cooperative walk's.
+  if (sms > 0 && a.beta == 0.0f && a.tileClaim == nullptr && tmaStorable(a) &&
+      a.K <= MK_PARAM_INT(GemmUnitsMaxK) && unitsFill(a, sms))
+    return 4;
   int kind = (int)MK_PARAM_INT(GemmAutoLend);
   if (kind == 2 && a.beta != 0.0f) kind = 1;
   if (kind == 1 && a.K > kWideMaxK) kind = 0;
   return kind == 2 ? 6 : (kind == 1 ? 5 : 0);
 }
 
-bool autoClaims(const GemmArgs& a) {
+bool autoClaims(const GemmArgs& a, int32_t sms) {
   if (a.pipeline != 0 || a.tileClaim != nullptr || a.trace != nullptr) return false;
-  const int resolved = autoPipeline(a);
+  const int resolved = autoPipeline(a, sms);
   if (resolved == 5 || resolved == 6) return true;
   return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0 &&
          resolvedCluster(a) == 1;  // CTA pairs walk the static schedule
@@ -607,15 +629,19 @@ int32_t budgetOf(const GemmArgs& a, int32_t sms) {
   return a.smBudget > 0 && a.smBudget < sms ? a.smBudget : sms;
 }
 
-ncclResult_t buildParams(const GemmArgs& a, GemmParams* out, int32_t* gridOut) {
+ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut) {
   std::string why;
-  if (!canImplement(a, &why)) {
-    MK_WARN("GEMM M=%d N=%d K=%d: %s", a.M, a.N, a.K, why.c_str());
+  if (!canImplement(args, &why)) {
+    MK_WARN("GEMM M=%d N=%d K=%d: %s", args.M, args.N, args.K, why.c_str());
     return ncclInvalidArgument;
   }
   NCCLCHECK(cudaLibInit());
   DeviceLimits lim;
   NCCLCHECK(deviceLimits(&lim));
+  // Pipeline 0's unit walk changes the walk's columns and B's box: resolved once, here, and the
+  // rest reads it as if named (autoPipeline returns 4 only where pipeline 4's rules hold).
+  GemmArgs a = args;
+  if (a.pipeline == 0 && autoPipeline(a, budgetOf(a, lim.sms)) == 4) a.pipeline = 4;
   MK_ARGCHECK(lim.major == 9 && lim.minor == 0,
               "GEMM engine needs an sm_90 (Hopper) device; this one is sm_%d%d", lim.major,
               lim.minor);
@@ -764,10 +790,10 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
   // 8192 x 1024, session 47). Not under capture (a graph could be replayed on another stream,
   // concurrently with this stream's launches on the same counter), nor traced (a CTA's records are
   // sized for the static walk).
-  if (autoClaims(a)) {
-    DeviceLimits lim;
-    NCCLCHECK(deviceLimits(&lim));
-    const int32_t budget = budgetOf(a, lim.sms);
+  DeviceLimits lim;
+  NCCLCHECK(deviceLimits(&lim));
+  const int32_t budget = budgetOf(a, lim.sms);
+  if (autoClaims(a, budget)) {
     if ((int64_t)p.tilesM * p.tilesN > budget && !capturing(stream)) {
       int dev = 0;
       CUDACHECK(cudaGetDevice(&dev));

@@ -246,18 +246,21 @@ inline int32_t tilesN(const GemmArgs& a) {
 // Host-only check (no CUDA call): false with a reason when the engine cannot run `args`.
 bool canImplement(const GemmArgs& args, std::string* why);
 
-// What GemmArgs::pipeline 0 resolves to for `args` (host only, no CUDA call; reads
-// MKERNEL_GEMM_AUTO_LEND): 6 = the carried epilogue, 5 = the lent stage, 0 = neither (the wide
-// split for 16-bit outputs at K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with
-// B [N,K] and a 16-bit D only; any other args, or a pipeline other than 0, give 0.
-int autoPipeline(const GemmArgs& args);
+// What GemmArgs::pipeline 0 resolves to for `args` on `sms` persistent CTAs (host only, no CUDA
+// call; reads MKERNEL_GEMM_AUTO_LEND and MKERNEL_GEMM_UNITS_MAXK): 4 = the ping-pong over whole
+// 128x192 units (beta 0, D with 16-byte rows, no tileClaim, K <= MKERNEL_GEMM_UNITS_MAXK, and
+// units that load the `sms` CTAs at least as evenly as 128x256 tiles; never with sms 0), 6 = the
+// carried epilogue, 5 = the lent stage, 0 = none of them (the wide split for 16-bit outputs at
+// K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with B [N,K] and a 16-bit D only; any
+// other args, or a pipeline other than 0, give 0.
+int autoPipeline(const GemmArgs& args, int32_t sms = 0);
 
-// Whether pipeline 0 claims tiles for `args` (host only, no CUDA call; reads
-// MKERNEL_GEMM_AUTO_LEND and MKERNEL_GEMM_GROUP_CLAIM): where it resolves to the lent stage or the
-// carried epilogue, and grouped GEMMs without hooks under MKERNEL_GEMM_GROUP_CLAIM 1; never with a
-// pipeline named, a caller's tileClaim or a trace. The launch still walks the static schedule with
-// one wave of tiles or under stream capture.
-bool autoClaims(const GemmArgs& args);
+// Whether pipeline 0 claims tiles for `args` on `sms` persistent CTAs (host only, no CUDA call;
+// reads what autoPipeline reads and MKERNEL_GEMM_GROUP_CLAIM): where it resolves to the lent stage
+// or the carried epilogue, and grouped GEMMs without hooks under MKERNEL_GEMM_GROUP_CLAIM 1; never
+// with a pipeline named, a caller's tileClaim or a trace. The launch still walks the static
+// schedule with one wave of tiles or under stream capture.
+bool autoClaims(const GemmArgs& args, int32_t sms = 0);
 
 // What GemmArgs::groupM 0 and storeHint 0 resolve to (host only, no CUDA call; read
 // MKERNEL_GEMM_BAND_MINK / _MAXK and MKERNEL_GEMM_HINT_MAXK). Plain GEMMs without hooks (a fused

@@ -564,6 +564,57 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     }
   }
   {
+    // The unit walk (pipeline 4) needs the CTA count: at 8192 x 8192 on 132 CTAs a CTA's 21 units
+    // (4032 columns) beat its 16 tiles (4096); at 4096 x 4096, 6 units (1152) lose to 4 tiles.
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", nullptr);
+    mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+    mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+    mktest::ScopedEnv units("MKERNEL_GEMM_UNITS_MAXK", nullptr);  // the default, 4096
+    using mk::gemm::autoClaims;
+    GemmArgs u = a;
+    u.M = u.N = 8192;
+    u.beta = 0.0f;
+    for (int k : {64, 1024, 4096}) {
+      u.K = k;
+      EXPECT_EQ(autoPipeline(u, 132), 4) << "K " << k;
+      EXPECT_FALSE(autoClaims(u, 132)) << "K " << k << ": the unit walk is static";
+      EXPECT_EQ(autoPipeline(u), 6) << "K " << k << ", no CTA count";
+      EXPECT_TRUE(autoClaims(u)) << "K " << k << ", no CTA count";
+    }
+    u.K = 4097;
+    EXPECT_EQ(autoPipeline(u, 132), 6);
+    u.K = 1024;
+    u.M = u.N = 4096;
+    EXPECT_EQ(autoPipeline(u, 132), 6) << "4096 x 4096: tiles load 132 CTAs more evenly";
+    u.M = 16384;
+    u.N = 8192;
+    EXPECT_EQ(autoPipeline(u, 132), 4) << "16384 x 8192: 42 units against 32 tiles";
+    u.M = u.N = 8192;
+    // One CTA walks everything: 43 units a row block cover 8256 columns, 32 tiles 8192.
+    EXPECT_EQ(autoPipeline(u, 1), 6);
+    // Fewer than two units a CTA (1024 x 2048: 88 units on 132 CTAs): no ping-pong to hide.
+    GemmArgs one = u;
+    one.M = 1024;
+    one.N = 2048;
+    EXPECT_EQ(autoPipeline(one, 132), 6);
+    EXPECT_EQ(autoPipeline(one, 44), 4) << "2 units a CTA";
+    const std::pair<const char*, void (*)(GemmArgs&)> notUnits[] = {
+        {"beta", [](GemmArgs& b) { b.beta = 0.5f; }},
+        {"8-byte D rows", [](GemmArgs& b) { b.ldd = 8192 + 4; }},
+        {"caller's tileClaim", [](GemmArgs& b) { b.tileClaim = reinterpret_cast<int32_t*>(gBuf); }},
+    };
+    for (const auto& o : notUnits) {
+      GemmArgs b = u;
+      o.second(b);
+      EXPECT_NE(autoPipeline(b, 132), 4) << o.first;
+    }
+    GemmArgs kn = u;
+    kn.bLayout = BLayout::kKN;
+    EXPECT_EQ(autoPipeline(kn, 132), 0) << "B [K,N]";
+    mktest::ScopedEnv off("MKERNEL_GEMM_UNITS_MAXK", "0");
+    EXPECT_EQ(autoPipeline(u, 132), 6) << "MKERNEL_GEMM_UNITS_MAXK 0";
+  }
+  {
     mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", "1");
     a.K = 1024;
     EXPECT_EQ(autoPipeline(a), 5);
