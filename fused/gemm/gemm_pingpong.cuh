@@ -342,6 +342,51 @@ __device__ __forceinline__ void pingEpilogueDirect(const GemmParams& p,
   }
 }
 
+// A consumer warpgroup's position in the stage ring. Its units are every other unit of the
+// ring (the other warpgroup's in between), so it skips whole units with advance().
+template <int kStages>
+struct RingPos {
+  int32_t stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  __device__ __forceinline__ void advance(int32_t steps) {
+    // steps < 2^31 ring positions; a stage wraps every kStages, flipping the phase.
+    const int32_t s = stage + steps % kStages;
+    const int32_t laps = steps / kStages + (s >= kStages ? 1 : 0);
+    stage = s >= kStages ? s - kStages : s;
+    phase ^= (uint32_t)(laps & 1);
+  }
+};
+
+// One k-step of a 128 x UnitN unit from stage (a, b): both row halves' wgmmas (A rows 0..63 and
+// 64..127 against the same B), committed; returns once the previous k-step's are done, so the
+// caller may release that stage. first: the unit's first k-step (accumulators start at 0).
+template <int UnitN, bool kF16In, int kTransB>
+__device__ __forceinline__ void pingKStep(uint32_t a, uint32_t b, float (&acc0)[UnitN / 2],
+                                          float (&acc1)[UnitN / 2], bool first) {
+  ptx::fenceRegs(acc0);
+  ptx::fenceRegs(acc1);
+  ptx::wgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kTileK / 16; ++kk) {
+    const uint64_t db = kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
+    const int scale = (!first || kk > 0) ? 1 : 0;
+    ptx::wgmmaSS<UnitN, kF16In, kTransB>(acc0, descKMajor(a + kk * 32), db, scale);
+    ptx::wgmmaSS<UnitN, kF16In, kTransB>(acc1, descKMajor(a + 64 * 128 + kk * 32), db, scale);
+  }
+  ptx::wgmmaCommit();
+  ptx::fenceRegs(acc0);
+  ptx::fenceRegs(acc1);
+  ptx::wgmmaWait<1>();
+  ptx::fenceRegs(acc0);
+  ptx::fenceRegs(acc1);
+}
+
 // Consumer WG `wg` (0 or 1). Turn-taking: before each unit but WG0's first, the WG waits on
 // its order barrier (bar.sync, 256 threads: its own 128 plus the other WG's 128 arrivals);
 // after its main loop it arrives on the other WG's barrier, then runs its epilogue while the
@@ -368,16 +413,8 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
   const int32_t kTiles = p.kTiles;
   float acc0[Tr::kUnitN / 2], acc1[Tr::kUnitN / 2];
   // Ring position of this WG's first unit: WG1's units follow WG0's of the same tile.
-  int32_t stage = 0;
-  uint32_t phase = 0;
-  auto advance = [&](int32_t steps) {
-    // steps < 2^31 ring positions; a stage wraps every kStages, flipping the phase.
-    const int32_t s = stage + steps % kStages;
-    const int32_t laps = steps / kStages + (s >= kStages ? 1 : 0);
-    stage = s >= kStages ? s - kStages : s;
-    phase ^= (uint32_t)(laps & 1);
-  };
-  if (wg == 1) advance(kTiles);
+  RingPos<kStages> ring;
+  if (wg == 1) ring.advance(kTiles);
   bool first = true;
   int32_t nth = 0;  // units run (trace records)
   const int32_t step = nCtas / Tr::kCluster;
@@ -392,7 +429,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     if (wg == 1 && skipRight) {
       // No stage of this tile is WG1's; the ring's next positions are WG0's next unit.
       if (t + step < numTiles) ptx::namedBarArrive(kBarOrder, 256);
-      advance(kTiles);
+      ring.advance(kTiles);
       continue;
     }
     uint64_t* rec = tid == 0 ? traceRecord<kTrace>(p, cta, 1 + wg, nth) : nullptr;
@@ -402,40 +439,20 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     bool aborted = false;
     uint32_t waited = 0;  // traced: cycles in the full waits after the first k-step's
     for (int32_t k = 0; k < kTiles; ++k) {
-      mbarWaitCounted(&sm.full[stage], phase, kTrace && k > 0 ? &waited : nullptr);
+      mbarWaitCounted(&sm.full[ring.stage], ring.phase, kTrace && k > 0 ? &waited : nullptr);
       if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
       if (k == 0) {
         // Read by the lane whose arrive hands the stage back to this CTA's producer (lane r
         // arrives on CTA r's barrier in a pair) and broadcast (see tileMainLoop).
         const int src = Tr::kCluster == 2 ? (int)ptx::clusterCtaRank() : 0;
-        const uint32_t v = lane == src ? sm.abortWord[stage] : 0u;
+        const uint32_t v = lane == src ? sm.abortWord[ring.stage] : 0u;
         aborted = __shfl_sync(0xffffffffu, v, src) != 0;
       }
-      const uint32_t a = ptx::smemAddr(sm.a(stage));
-      const uint32_t b = ptx::smemAddr(sm.b(stage));
-      ptx::fenceRegs(acc0);
-      ptx::fenceRegs(acc1);
-      ptx::wgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
-        const int scale = (k > 0 || kk > 0) ? 1 : 0;
-        ptx::wgmmaSS<Tr::kUnitN, Tr::kF16In, Tr::kTransB>(acc0, descKMajor(a + kk * 32), db, scale);
-        ptx::wgmmaSS<Tr::kUnitN, Tr::kF16In, Tr::kTransB>(acc1, descKMajor(a + 64 * 128 + kk * 32),
-                                                          db, scale);
-      }
-      ptx::wgmmaCommit();
-      ptx::fenceRegs(acc0);
-      ptx::fenceRegs(acc1);
-      ptx::wgmmaWait<1>();
-      ptx::fenceRegs(acc0);
-      ptx::fenceRegs(acc1);
+      pingKStep<Tr::kUnitN, Tr::kF16In, Tr::kTransB>(
+          ptx::smemAddr(sm.a(ring.stage)), ptx::smemAddr(sm.b(ring.stage)), acc0, acc1, k == 0);
       if (k > 0) releaseStage<Tr>(&sm.empty[prev], lane);
-      prev = stage;
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      prev = ring.stage;
+      ring.next();
     }
     const bool more = !aborted && t + step < numTiles;
     // The turn goes to the other WG once this WG's last batch is issued: its wgmmas queue
@@ -458,7 +475,7 @@ __device__ __forceinline__ void pingConsumer(const GemmParams& p,
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     // Skip the other WG's unit of the ring: WG1's of this tile (none when it is empty), or
     // WG0's of the next tile.
-    advance(wg == 0 && skipRight ? 0 : kTiles);
+    ring.advance(wg == 0 && skipRight ? 0 : kTiles);
   }
   // Shared memory must outlive the last bulk stores reading it.
   if (tid == 0) ptx::bulkWait<0>();

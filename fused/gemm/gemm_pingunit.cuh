@@ -190,17 +190,9 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   const int32_t kTiles = p.kTiles;
   float acc0[96], acc1[96];
-  int32_t stage = 0;
-  uint32_t phase = 0;
-  auto advance = [&](int32_t steps) {
-    // steps < 2^31 ring positions; a stage wraps every kStages, flipping the phase.
-    const int32_t s = stage + steps % kStages;
-    const int32_t laps = steps / kStages + (s >= kStages ? 1 : 0);
-    stage = s >= kStages ? s - kStages : s;
-    phase ^= (uint32_t)(laps & 1);
-  };
-  if (wg == 1) advance(kTiles);  // WG0's first unit comes first in the ring
-  int32_t nth = 0;               // units run (trace records)
+  RingPos<kStages> ring;
+  if (wg == 1) ring.advance(kTiles);  // WG0's first unit comes first in the ring
+  int32_t nth = 0;                    // units run (trace records)
   for (int32_t j = wg; j < n; j += 2) {
     const uint64_t tStart = kTrace ? (uint64_t)clock64() : 0;
     int32_t m0, n0;
@@ -212,33 +204,13 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem
     int32_t prev = 0;
     uint32_t waited = 0;
     for (int32_t k = 0; k < kTiles; ++k) {
-      mbarWaitCounted(&sm.full[stage], phase, kTrace && k > 0 ? &waited : nullptr);
+      mbarWaitCounted(&sm.full[ring.stage], ring.phase, kTrace && k > 0 ? &waited : nullptr);
       if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
-      const uint32_t a = ptx::smemAddr(sm.a(stage));
-      const uint32_t b = ptx::smemAddr(sm.b(stage));
-      ptx::fenceRegs(acc0);
-      ptx::fenceRegs(acc1);
-      ptx::wgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const uint64_t db = Tr::kTransB ? descMNMajor(b + kk * 2048) : descKMajor(b + kk * 32);
-        const int scale = (k > 0 || kk > 0) ? 1 : 0;
-        ptx::wgmmaSS<192, Tr::kF16In, Tr::kTransB>(acc0, descKMajor(a + kk * 32), db, scale);
-        ptx::wgmmaSS<192, Tr::kF16In, Tr::kTransB>(acc1, descKMajor(a + 64 * 128 + kk * 32), db,
-                                                   scale);
-      }
-      ptx::wgmmaCommit();
-      ptx::fenceRegs(acc0);
-      ptx::fenceRegs(acc1);
-      ptx::wgmmaWait<1>();
-      ptx::fenceRegs(acc0);
-      ptx::fenceRegs(acc1);
+      pingKStep<192, Tr::kF16In, Tr::kTransB>(ptx::smemAddr(sm.a(ring.stage)),
+                                              ptx::smemAddr(sm.b(ring.stage)), acc0, acc1, k == 0);
       if (k > 0) releaseStage<Tr>(&sm.empty[prev], lane);
-      prev = stage;
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      prev = ring.stage;
+      ring.next();
     }
     // The turn goes to the other WG once this WG's last batch is issued: its wgmmas queue
     // behind these while this WG waits for them and stores its unit.
@@ -253,7 +225,7 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem
     releaseStage<Tr>(&sm.empty[prev], lane);
     unitEpilogue<Tr>(p, acc0, acc1, m0, n0);
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
-    advance(kTiles);  // the other WG's unit j + 1
+    ring.advance(kTiles);  // the other WG's unit j + 1
   }
 }
 
