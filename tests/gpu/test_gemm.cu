@@ -450,6 +450,22 @@ TEST(GemmCorrectness, PingPong192) {
   g.dType = DType::kF32;
   EXPECT_EQ(mk::gemm::launch(g, 0), ncclInvalidArgument);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  // Pipeline 0 takes the unit walk where its units load the CTAs at least as evenly as tiles
+  // (512 x 768 on 4 CTAs: 4 units a CTA, 768 columns, as its 3 tiles would) and computes the same.
+  mktest::ScopedEnv maxK("MKERNEL_GEMM_UNITS_MAXK", nullptr);
+  mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+  mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+  Problem u(512, 768, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
+  bool units = false;
+  EXPECT_EQ(runAndCheck(u, seed + 5000,
+                        [&](GemmArgs& a) {
+                          a.pipeline = 0;
+                          a.smBudget = 4;
+                          units = resolvesTo(
+                              a, [](const mk::gemm::GemmParams& q) { return q.pingpong == 2; });
+                        }),
+            "");
+  EXPECT_TRUE(units) << "pipeline 0 did not take the unit walk at 512 x 768 x 1024 on 4 CTAs";
 }
 
 // CTA pairs (GemmArgs::cluster = 2: B tiles split between the two CTAs of a cluster and
