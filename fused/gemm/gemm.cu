@@ -159,7 +159,7 @@ bool anyHook(const GemmHooks& h) {
          h.rowBlockOffset != 0 || h.seqBase != nullptr;
 }
 
-// The rules of the opt-in pipelines that run plain GEMMs only (4: 192-column ping-pong units,
+// The rules of the pipelines that run plain GEMMs only (4: the ping-pong over 192-column units,
 // 5: the deep ring lending its last stage to the epilogue, 6: the carried epilogue): 16-bit D;
 // no groups, SwiGLU, tile-by-tile D, CTA pairs (but where `pairs`), stream-K or fused-operator
 // hooks. False with the refusal, naming the pipeline `name`, in *why.
@@ -553,17 +553,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   return true;
 }
 
-// Pipeline 0's choice on plain unpaired GEMMs with B [N,K] and a 16-bit D, which pipelines 5
-// and 6's rules (canImplement) allow. MKERNEL_GEMM_AUTO_LEND 2 (default): the carried epilogue at
-// every K (1.01-1.03x the deep ring at K = 8192 and 28672 on claimed tiles, session 49), but the
-// lent stage for beta != 0 (whose epilogue reads C: the carried kernel would run the deep ring's
-// two-post epilogue, which waits for its first boxes to be read; the lent stage stages the
-// half-tile whole); 1: the lent stage. The lent stage only where the wide split ran before (K <=
-// kWideMaxK): past it, never measured.
 // Whether 128 x kPingUnitN units load the persistent grid at least as evenly as 128 x kTileN
-// tiles, the busiest CTA's columns of D (per 128 rows) under each walk, with work for both
-// consumer warpgroups. 8192 x 8192: 21 units
-// (4032 columns) against 16 tiles (4096); 4096 x 4096: 6 units (1152) against 4 tiles (1024).
+// tiles (the busiest CTA's columns of D, per 128 rows, under each walk), with work for both
+// consumer warpgroups. 8192 x 8192 on 132 CTAs: 21 units (4032 columns) against 16 tiles (4096);
+// 4096 x 4096: 6 units (1152) against 4 tiles (1024).
 bool unitsFill(const GemmArgs& a, int32_t sms) {
   const int64_t tm = tilesM(a), cols = outCols(a);
   const int64_t units = tm * ((cols + kPingUnitN - 1) / kPingUnitN);
@@ -573,6 +566,13 @@ bool unitsFill(const GemmArgs& a, int32_t sms) {
          (units + sms - 1) / sms * kPingUnitN <= (tiles + sms - 1) / sms * kTileN;
 }
 
+// Pipeline 0's choice on plain unpaired GEMMs with B [N,K] and a 16-bit D, which pipelines 4, 5
+// and 6's rules (canImplement) allow: first the unit walk (below); else MKERNEL_GEMM_AUTO_LEND 2
+// (default): the carried epilogue at every K (1.01-1.03x the deep ring at K = 8192 and 28672 on
+// claimed tiles, session 49), but the lent stage for beta != 0 (whose epilogue reads C: the carried
+// kernel would run the deep ring's two-post epilogue, which waits for its first boxes to be read;
+// the lent stage stages the half-tile whole); 1: the lent stage. The lent stage only where the wide
+// split ran before (K <= kWideMaxK): past it, never measured.
 int autoPipeline(const GemmArgs& a, int32_t sms) {
   if (a.pipeline != 0 || a.dType == DType::kF32 || a.bLayout != BLayout::kNK || a.groups.num != 0 ||
       a.swiglu || a.dTiled || anyHook(a.hooks) || a.storeWarps == 0 || a.regStores != 0 ||
@@ -584,8 +584,9 @@ int autoPipeline(const GemmArgs& a, int32_t sms) {
   // the grid less evenly (4096 x 4096, 2048 x 8192 at K = 1024) it lost (0.899, 0.927 against
   // 0.928, 0.965), and at K = 8192 it lost at 8192 x 28672 (0.962 against 1.009). Its epilogue
   // reads C element by element, so beta 0 only; a caller's tileClaim is the cooperative walk's.
-  if (sms > 0 && a.beta == 0.0f && a.tileClaim == nullptr && tmaStorable(a) &&
-      a.K <= MK_PARAM_INT(GemmUnitsMaxK) && unitsFill(a, sms))
+  // A D-store diagnostic or an explicit L2 policy asks for the TMA-store epilogue's kernels.
+  if (sms > 0 && a.beta == 0.0f && a.tileClaim == nullptr && tmaStorable(a) && a.skipStores != 1 &&
+      a.storeHint != 1 && a.K <= MK_PARAM_INT(GemmUnitsMaxK) && unitsFill(a, sms))
     return 4;
   int kind = (int)MK_PARAM_INT(GemmAutoLend);
   if (kind == 2 && a.beta != 0.0f) kind = 1;
@@ -702,7 +703,8 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
   const int32_t carry = resolved == 6 ? 1 : 0;
   const bool lend = resolved == 5;
   p.wide = resolved == 2 || (resolved == 0 && a.dType != DType::kF32 && a.K <= kWideMaxK);
-  // Opt-in only: pipeline 0 never picks it (no gain measured, plain or grouped: gemm-notes).
+  // Pipeline 3 is opt-in only (no gain measured, plain or grouped: gemm-notes); 4 also pipeline
+  // 0's unit walk (resolved above).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
   p.lend = lend ? 1 : 0;
   p.carry = carry;
@@ -737,7 +739,11 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
                         !(a.trace != nullptr && p.wide)
                     ? 1
                     : 0;
-  p.storeWarps = storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr ? 1 : 0;
+  // (The unit walk, pipeline 4, has no store threads.)
+  p.storeWarps =
+      storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr && resolved != 4
+          ? 1
+          : 0;
   p.skipStores = a.skipStores == 1 && p.storeWarps ? 1 : 0;
   // Only the cooperative kernels' 2-D stores carry the policy (issueBoxStores).
   const bool hint = a.storeHint == 1 || (a.storeHint == 0 && autoStoreHint(a, lim.l2Bytes) == 1);

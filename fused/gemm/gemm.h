@@ -110,14 +110,15 @@ struct GemmArgs {
   // MKERNEL_GEMM_BAND_MINK..MAXK, MKERNEL_GEMM_GROUP_BAND for grouped ones, else 8).
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (plain unpaired
-  // GEMMs with B [N,K] and a 16-bit D run pipeline 6 at every K (5 with beta != 0 at K <=
-  // kWideMaxK), claiming their tiles from a counter of the engine's outside stream capture when
-  // there is more than one wave of them: MKERNEL_GEMM_AUTO_LEND; elsewhere the wide epilogue for
-  // 16-bit outputs with K <= kWideMaxK, grouped too, and the deep ring above), 1 = deep load ring,
-  // 2 = wide epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each consumer
+  // GEMMs with B [N,K] and a 16-bit D run pipeline 4 where autoPipeline's unit rule holds
+  // (MKERNEL_GEMM_UNITS_MAXK), else pipeline 6 at every K (5 with beta != 0 at K <= kWideMaxK),
+  // claiming their tiles from a counter of the engine's outside stream capture when there is more
+  // than one wave of them: MKERNEL_GEMM_AUTO_LEND; elsewhere the wide epilogue for 16-bit outputs
+  // with K <= kWideMaxK, grouped too, and the deep ring above), 1 = deep load ring, 2 = wide
+  // epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each consumer
   // warpgroup owns half of a tile, one's epilogue runs under the other's main loop, and a half
   // wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D or tileDone hook; as
-  // CTA pairs too, with cluster), 4 = ping-pong over whole 128x192 units (opt-in, session 56,
+  // CTA pairs too, with cluster), 4 = ping-pong over whole 128x192 units (session 56,
   // gemm_pingunit.cuh: D cut into 128x192 units, each consumer warpgroup every other unit of its
   // CTA, two m64n192k16 a k16 step, 5 stages of 40 KB, D stored from registers, as cuBLAS's
   // fastest kernel for small K; plain GEMMs only: 16-bit D with 16-byte rows, no groups, hooks,
@@ -237,7 +238,8 @@ inline int32_t tilesM(const GemmArgs& a) {
 inline int32_t outCols(const GemmArgs& a) {
   return a.swiglu ? a.N / 2 : a.N;
 }
-// Column tiles of the walk: with pipeline 4 its kPingUnitN-column units.
+// Column tiles of the walk: with pipeline 4 named its kPingUnitN-column units (a pipeline 0 call
+// that buildParams resolves to 4 counts units in GemmParams::tilesN, not here).
 inline int32_t tilesN(const GemmArgs& a) {
   const int32_t w = a.swiglu ? kTileN / 2 : (a.pipeline == 4 ? kPingUnitN : kTileN);
   return (outCols(a) + w - 1) / w;

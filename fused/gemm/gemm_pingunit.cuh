@@ -9,8 +9,8 @@
 //  - the schedule is units, not tiles: D is cut into 128x192 units (GemmParams::tilesN counts
 //    192-column units), CTA c walks units c, c + grid, ... and its consumer warpgroups take
 //    them in turn (local unit j goes to WG j % 2). At 8192x8192 that is 2752 units on 132
-//    SMs, 20.85 a CTA and at most 21 (99.3% of the last wave busy), where 128x384 tiles left
-//    CTAs with 20 or 22 units and the 128x256 tiles 15 or 16 tiles (97%);
+//    SMs, 20.85 a CTA on average and at most 21 (the walk 99.3% busy), where 128x384
+//    tiles left CTAs with 20 or 22 units and the 128x256 tiles 15 or 16 tiles (97%);
 //  - five 40 KB stages, so three can load while a warpgroup holds two (the k-step it computes
 //    and the one whose wgmmas are retiring); session 44's three stages left one loading;
 //  - no staging: each thread stores D straight from its accumulators, 8 columns per 16-byte

@@ -97,6 +97,15 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
   for (int c = 0; c < ctas; ++c) {
     std::vector<std::pair<uint64_t, uint64_t>> loops;  // this CTA's main loops, SM cycles
     uint64_t ctaLo = UINT64_MAX, ctaHi = 0;            // its consumers' life, SM cycles
+    // The unit walk (pipeline 4): the producer's records are the units of both consumer
+    // warpgroups in turn (WG w's n-th unit is the CTA's 2n + w-th), so its record count is the
+    // sum of theirs; elsewhere each consumer record n is the producer's tile n.
+    int walked[kTraceRows] = {};
+    for (int r = 0; r < kTraceRows; ++r) {
+      const uint64_t* h = w.data() + traceRow(c, r, tiles);
+      for (int n = 0; n < tiles && h[(size_t)(1 + n) * kTraceWords] != 0; ++n) ++walked[r];
+    }
+    const bool unitWalk = walked[2] > 0 && walked[0] == walked[1] + walked[2];
     for (int r = 0; r < kTraceRows; ++r) {
       const uint64_t* h = w.data() + traceRow(c, r, tiles);
       if (h[0] == 0 || h[2] <= h[0] || h[3] <= h[1]) continue;  // never ran, or no end stamp
@@ -142,8 +151,8 @@ inline TraceSummary summarizeTrace(const std::vector<uint64_t>& w, int ctas, int
           epiBar.push_back((q[6] - q[5]) / perUs);
           epiIssue.push_back((q[3] - q[6]) / perUs);
         }
-        if (r == 1) {  // the producer's record of the same tile (both walk one list, one SM)
-          const uint64_t* pq = pr + (size_t)(1 + n) * kTraceWords;
+        if (r == 1 || unitWalk) {  // the producer's record of the same tile or unit (one SM)
+          const uint64_t* pq = pr + (size_t)(1 + (unitWalk ? 2 * n + r - 1 : n)) * kTraceWords;
           if (pq[0] != 0 && q[1] >= pq[0]) lead.push_back((q[1] - pq[0]) / perUs);
         }
       }

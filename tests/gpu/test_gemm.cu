@@ -274,6 +274,9 @@ TEST(GemmCorrectness, NarrowPaddingVariants) {
 // SM budgets, raster group sizes, caller tile orders and row-block rotation.
 TEST(GemmCorrectness, BudgetsAndTileOrders) {
   REQUIRE_SM90();
+  // The tile walk's budgets (at 1 and 7 CTAs pipeline 0 would take the unit walk here, whose
+  // budgets PingPong192 covers).
+  mktest::ScopedEnv units("MKERNEL_GEMM_UNITS_MAXK", "0");
   int sms = 0;
   GT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const uint64_t seed = mktest::testSeed();

@@ -141,6 +141,8 @@ TEST(GemmDynamic, PlainGridSizesAndHooks) {
 // checked.
 TEST(GemmDynamic, AutoClaimsBackToBack) {
   GEMMTEST_REQUIRE_SM90();
+  // Claimed tiles only: at a budget of 7, 2000 x 3000 x 1024 would take the unit walk.
+  mktest::ScopedEnv units("MKERNEL_GEMM_UNITS_MAXK", "0");
   const uint64_t seed = mktest::testSeed();
   cudaStream_t s[2] = {nullptr, nullptr};
   GT_CUDA(cudaStreamCreateWithFlags(&s[0], cudaStreamNonBlocking));

@@ -107,6 +107,45 @@ TEST(GemmTrace, SummaryOfKnownTimelines) {
   EXPECT_EQ(mk::gemm::summarizeTrace(w, ctas, tiles + 1).records, 0);  // buffer too short
 }
 
+// The unit walk (pipeline 4): the producer's records are the units of both warpgroups in turn
+// (unit u is WG u % 2's record u / 2), so a consumer record's lead is taken from the producer's
+// record of the same unit, here always 0.5 us (1000 cycles at 2 a ns) ahead; pairing record n
+// with the producer's record n would mix units (leads of 0.5 us and more than 10 us).
+TEST(GemmTrace, UnitWalkProducerLead) {
+  const int ctas = 1, tiles = 4;  // 4 units: records 0-3 of the producer, 0-1 of each WG
+  std::vector<uint64_t> w(traceWords(ctas, tiles), 0);
+  const uint64_t base = 1700000000000000000ull, clk0 = 5000000;
+  uint64_t* pr = w.data() + traceRow(0, 0, tiles);
+  pr[0] = base;
+  pr[1] = clk0;
+  uint64_t end = 0;
+  for (int r = 1; r < kTraceRows; ++r) {
+    uint64_t* h = w.data() + traceRow(0, r, tiles);
+    h[0] = base + 100;
+    h[1] = clk0 + 200;
+    for (int n = 0; n < 2; ++n) {
+      const int u = 2 * n + (r - 1);
+      uint64_t* q = h + (size_t)(1 + n) * kTraceWords;
+      q[0] = clk0 + 1000 + 20000 * (uint64_t)u;  // units in turn, 10 us apart
+      q[1] = q[0] + 1500;
+      q[2] = q[1] + 16000;
+      q[3] = q[2] + 3000;
+      uint64_t* pq = pr + (size_t)(1 + u) * kTraceWords;
+      pq[0] = q[1] - 1000;
+      pq[1] = pq[0] + 100;
+      end = std::max(end, q[3]);
+    }
+    h[3] = end + 100 + (end + 100 - h[1]) % 2;
+    h[2] = h[0] + (h[3] - h[1]) / 2;
+  }
+  pr[3] = w[traceRow(0, 1, tiles) + 3];
+  pr[2] = pr[0] + (pr[3] - pr[1]) / 2;
+  const mk::gemm::TraceSummary s = mk::gemm::summarizeTrace(w, ctas, tiles);
+  EXPECT_EQ(s.records, 4);
+  EXPECT_NEAR(s.clockGHz, 2.0, 1e-12);
+  EXPECT_NEAR(s.producerLeadUs, 0.5, 1e-9);
+}
+
 // The epilogue's parts (words 4-6: staging free, staging written, barrier passed) and the
 // busy fraction (per CTA, the union of its warpgroups' main loops over their life), on a
 // hand-made ping-pong-like timeline of one CTA at 2 cycles a ns: WG0's and WG1's main loops
