@@ -1,0 +1,248 @@
+// CPU tests of the GEMM engine's automatic choices (autoPipeline, autoClaims, autoGroupM,
+// autoStoreHint): what pipeline 0, the tile claims, the raster band and D's L2 policy resolve to
+// for a call, with the environment's settings; no CUDA call is made.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "common/test_util.h"
+#include "fused/gemm/gemm.h"
+#include "gemm_args_util.h"
+
+using namespace gemmargs;
+
+// What pipeline 0 resolves to (autoPipeline): the carried epilogue at every K with beta 0, the
+// lent stage with beta != 0 up to kWideMaxK and neither above it, the lent stage or neither under
+// MKERNEL_GEMM_AUTO_LEND 1 and 0, and neither for any call outside plain unpaired GEMMs with
+// B [N,K] and a 16-bit D, or with a pipeline named.
+TEST(GemmCanImplement, AutoPipelineRule) {
+  using mk::gemm::autoPipeline;
+  using mk::gemm::kWideMaxK;
+  GemmArgs a = good();
+  a.bLayout = BLayout::kNK;
+  {
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", nullptr);  // the default, 2
+    mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+    mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+    for (int k : {64, 1000, kWideMaxK, kWideMaxK + 1, 8192, 28672}) {
+      a.K = k;
+      a.beta = 0.0f;
+      EXPECT_EQ(autoPipeline(a), 6) << "K " << k;
+      a.beta = 0.5f;
+      EXPECT_EQ(autoPipeline(a), k <= kWideMaxK ? 5 : 0) << "K " << k << ", beta 0.5";
+    }
+    a.K = 1024;
+    a.beta = 0.0f;
+    // Each call outside the rule's domain, as a change to the accepted `a`.
+    const std::pair<const char*, void (*)(GemmArgs&)> outside[] = {
+        {"fp32 D", [](GemmArgs& b) { b.dType = DType::kF32; }},
+        {"B [K,N]", [](GemmArgs& b) { b.bLayout = BLayout::kKN; }},
+        {"CTA pairs", [](GemmArgs& b) { b.cluster = 2; }},
+        {"consumers' stores", [](GemmArgs& b) { b.storeWarps = 0; }},
+        {"register stores", [](GemmArgs& b) { b.regStores = 1; }},
+        {"stream-K", [](GemmArgs& b) { b.streamK = 1; }},
+        {"SwiGLU", [](GemmArgs& b) { b.swiglu = true; }},
+    };
+    EXPECT_EQ(autoPipeline(a), 6);
+    GemmArgs b;
+    for (const auto& o : outside) {
+      b = a;
+      o.second(b);
+      EXPECT_EQ(autoPipeline(b), 0) << o.first;
+    }
+    for (int pl : {1, 2, 3, 4, 5, 6}) {
+      b = a;
+      b.pipeline = pl;
+      EXPECT_EQ(autoPipeline(b), 0) << "pipeline " << pl << " named";
+    }
+  }
+  {
+    // The unit walk (pipeline 4) needs the CTA count: at 8192 x 8192 on 132 CTAs a CTA's 21 units
+    // (4032 columns) beat its 16 tiles (4096); at 4096 x 4096, 6 units (1152) lose to 4 tiles.
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", nullptr);
+    mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+    mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+    mktest::ScopedEnv units("MKERNEL_GEMM_UNITS_MAXK", nullptr);  // the default, 4096
+    using mk::gemm::autoClaims;
+    GemmArgs u = a;
+    u.M = u.N = 8192;
+    u.beta = 0.0f;
+    for (int k : {64, 1024, 4096}) {
+      u.K = k;
+      EXPECT_EQ(autoPipeline(u, 132), 4) << "K " << k;
+      EXPECT_FALSE(autoClaims(u, 132)) << "K " << k << ": the unit walk is static";
+      EXPECT_EQ(autoPipeline(u), 6) << "K " << k << ", no CTA count";
+      EXPECT_TRUE(autoClaims(u)) << "K " << k << ", no CTA count";
+    }
+    u.K = 4097;
+    EXPECT_EQ(autoPipeline(u, 132), 6);
+    u.K = 1024;
+    u.M = u.N = 4096;
+    EXPECT_EQ(autoPipeline(u, 132), 6) << "4096 x 4096: tiles load 132 CTAs more evenly";
+    u.M = 16384;
+    u.N = 8192;
+    EXPECT_EQ(autoPipeline(u, 132), 4) << "16384 x 8192: 42 units against 32 tiles";
+    u.M = u.N = 8192;
+    // One CTA walks everything: 43 units a row block cover 8256 columns, 32 tiles 8192.
+    EXPECT_EQ(autoPipeline(u, 1), 6);
+    // Fewer than two units a CTA (1024 x 2048: 88 units on 132 CTAs): no ping-pong to hide.
+    GemmArgs one = u;
+    one.M = 1024;
+    one.N = 2048;
+    EXPECT_EQ(autoPipeline(one, 132), 6);
+    EXPECT_EQ(autoPipeline(one, 44), 4) << "2 units a CTA";
+    const std::pair<const char*, void (*)(GemmArgs&)> notUnits[] = {
+        {"beta", [](GemmArgs& b) { b.beta = 0.5f; }},
+        {"8-byte D rows", [](GemmArgs& b) { b.ldd = 8192 + 4; }},
+        {"caller's tileClaim", [](GemmArgs& b) { b.tileClaim = reinterpret_cast<int32_t*>(gBuf); }},
+    };
+    for (const auto& o : notUnits) {
+      GemmArgs b = u;
+      o.second(b);
+      EXPECT_NE(autoPipeline(b, 132), 4) << o.first;
+    }
+    GemmArgs kn = u;
+    kn.bLayout = BLayout::kKN;
+    EXPECT_EQ(autoPipeline(kn, 132), 0) << "B [K,N]";
+    mktest::ScopedEnv off("MKERNEL_GEMM_UNITS_MAXK", "0");
+    EXPECT_EQ(autoPipeline(u, 132), 6) << "MKERNEL_GEMM_UNITS_MAXK 0";
+  }
+  {
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", "1");
+    a.K = 1024;
+    EXPECT_EQ(autoPipeline(a), 5);
+    a.K = 8192;
+    EXPECT_EQ(autoPipeline(a), 0);
+  }
+  {
+    mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", "0");
+    a.K = 1024;
+    EXPECT_EQ(autoPipeline(a), 0);
+  }
+}
+
+// Which pipeline-0 calls claim their tiles (autoClaims): those resolving to the lent stage or the
+// carried epilogue; grouped GEMMs only under MKERNEL_GEMM_GROUP_CLAIM 1 and without hooks; none
+// with a pipeline named, a caller's counter or a trace.
+TEST(GemmCanImplement, AutoClaimsRule) {
+  using mk::gemm::autoClaims;
+  mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", nullptr);
+  mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+  mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+  static int32_t meta[2];
+  static int32_t counter;
+  static uint64_t traceBuf;
+  GemmArgs a = good();
+  a.bLayout = BLayout::kNK;
+  EXPECT_TRUE(autoClaims(a));  // the carried epilogue
+  GemmArgs b = a;
+  b.pipeline = 6;
+  EXPECT_FALSE(autoClaims(b)) << "pipeline named";
+  b = a;
+  b.tileClaim = &counter;
+  EXPECT_FALSE(autoClaims(b)) << "caller's counter";
+  b = a;
+  b.trace = &traceBuf;
+  EXPECT_FALSE(autoClaims(b)) << "traced";
+  b = a;
+  b.bLayout = BLayout::kKN;  // neither the lent stage nor the carried epilogue
+  EXPECT_FALSE(autoClaims(b)) << "B [K,N]";
+  GemmArgs g = a;
+  g.groups.num = 2;
+  g.groups.rowStart = meta;
+  g.groups.rowCount = meta + 1;
+  for (const char* v : {"0", "1"}) {
+    mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", v);
+    const bool on = v[0] == '1';
+    EXPECT_EQ(autoClaims(g), on) << "grouped, MKERNEL_GEMM_GROUP_CLAIM " << v;
+    b = g;
+    b.bLayout = BLayout::kKN;
+    EXPECT_EQ(autoClaims(b), on) << "grouped, B [K,N]";
+    b = g;
+    b.hooks.rowReady = &traceBuf;
+    b.hooks.rowsPerFlag = 128;
+    EXPECT_FALSE(autoClaims(b)) << "grouped with a hook";
+    b = g;
+    b.pipeline = 2;
+    EXPECT_FALSE(autoClaims(b)) << "grouped, pipeline named";
+    // CTA pairs walk the static schedule: asked for, or by MKERNEL_GEMM_CLUSTER.
+    b = g;
+    b.cluster = 2;
+    EXPECT_FALSE(autoClaims(b)) << "grouped, as CTA pairs";
+    mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+    EXPECT_FALSE(autoClaims(g)) << "grouped, MKERNEL_GEMM_CLUSTER=2";
+    b.cluster = 1;
+    EXPECT_EQ(autoClaims(b), on) << "grouped, unpaired by GemmArgs::cluster";
+  }
+}
+
+// What groupM 0 and storeHint 0 resolve to: bands of 32 and evict-first D stores only for plain
+// GEMMs in their K ranges (the defaults and the environment's), the stores only where D (6 MB
+// here) outgrows the L2; 8 and no policy for calls with hooks at any K, and for grouped GEMMs
+// unless MKERNEL_GEMM_GROUP_BAND / _HINT say otherwise.
+TEST(GemmCanImplement, AutoBandAndStoreHint) {
+  using mk::gemm::autoGroupM;
+  using mk::gemm::autoStoreHint;
+  mktest::ScopedEnv lo("MKERNEL_GEMM_BAND_MINK", nullptr);
+  mktest::ScopedEnv hi("MKERNEL_GEMM_BAND_MAXK", nullptr);
+  mktest::ScopedEnv hint("MKERNEL_GEMM_HINT_MAXK", nullptr);
+  mktest::ScopedEnv gband("MKERNEL_GEMM_GROUP_BAND", nullptr);
+  mktest::ScopedEnv ghint("MKERNEL_GEMM_GROUP_HINT", nullptr);
+  GemmArgs a = good();
+  const int64_t small = 1 << 20, large = 64 << 20;  // an L2 D outgrows / one it fits
+  uint64_t marker = 7;
+  for (int k : {64, 512, 1000, 1024, 2048, 2049, 4096, 8192}) {
+    a.K = k;
+    EXPECT_EQ(autoGroupM(a), k >= 1024 && k <= 2048 ? 32 : 8) << "K " << k;
+    EXPECT_EQ(autoStoreHint(a, small), k <= 1024 ? 1 : 0) << "K " << k;
+    EXPECT_EQ(autoStoreHint(a, large), 0) << "D fits the L2, K " << k;
+    GemmArgs g = a;
+    g.groups.num = 2;
+    EXPECT_EQ(autoGroupM(g), 8) << "grouped, K " << k;
+    EXPECT_EQ(autoStoreHint(g, small), 0) << "grouped, K " << k;
+    GemmArgs h = a;
+    h.hooks.tileDone = &marker;
+    EXPECT_EQ(autoGroupM(h), 8) << "tileDone hook, K " << k;
+    EXPECT_EQ(autoStoreHint(h, small), 0) << "tileDone hook, K " << k;
+  }
+  {
+    mktest::ScopedEnv lo2("MKERNEL_GEMM_BAND_MINK", "256");
+    mktest::ScopedEnv hi2("MKERNEL_GEMM_BAND_MAXK", "0");
+    mktest::ScopedEnv hint2("MKERNEL_GEMM_HINT_MAXK", "0");
+    a.K = 1024;
+    EXPECT_EQ(autoGroupM(a), 8) << "MKERNEL_GEMM_BAND_MAXK 0";
+    EXPECT_EQ(autoStoreHint(a, small), 0) << "MKERNEL_GEMM_HINT_MAXK 0";
+  }
+  {
+    mktest::ScopedEnv lo2("MKERNEL_GEMM_BAND_MINK", "256");
+    mktest::ScopedEnv hint2("MKERNEL_GEMM_HINT_MAXK", "4096");
+    a.K = 512;
+    EXPECT_EQ(autoGroupM(a), 32) << "MKERNEL_GEMM_BAND_MINK 256";
+    a.K = 4096;
+    EXPECT_EQ(autoStoreHint(a, small), 1) << "MKERNEL_GEMM_HINT_MAXK 4096";
+  }
+  {
+    // Grouped GEMMs follow their own two settings at every K; hooks keep 8 and no policy.
+    mktest::ScopedEnv band("MKERNEL_GEMM_GROUP_BAND", "48");
+    mktest::ScopedEnv ghint2("MKERNEL_GEMM_GROUP_HINT", "1");
+    GemmArgs g = a;
+    g.groups.num = 4;
+    for (int k : {512, 2048, 7168}) {
+      g.K = k;
+      EXPECT_EQ(autoGroupM(g), 48) << "MKERNEL_GEMM_GROUP_BAND 48, K " << k;
+      EXPECT_EQ(autoStoreHint(g, small), 1) << "MKERNEL_GEMM_GROUP_HINT 1, K " << k;
+      EXPECT_EQ(autoStoreHint(g, large), 0) << "grouped D fits the L2, K " << k;
+    }
+    g.hooks.tileDone = &marker;
+    EXPECT_EQ(autoGroupM(g), 8) << "grouped with a hook";
+    EXPECT_EQ(autoStoreHint(g, small), 0) << "grouped with a hook";
+    // Plain GEMMs keep their own rule under both settings.
+    a.K = 1024;
+    EXPECT_EQ(autoGroupM(a), 32) << "plain GEMM, K 1024";
+    a.K = 4096;
+    EXPECT_EQ(autoGroupM(a), 8) << "plain GEMM, K 4096";
+    EXPECT_EQ(autoStoreHint(a, small), 0) << "plain GEMM, K 4096";
+  }
+}
