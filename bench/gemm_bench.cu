@@ -12,9 +12,9 @@
 //                    [--groupm G] [--legacy]
 // --pipelines also times the engine with each shared-memory split forced (GemmArgs::pipeline
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
-// 4 = ping-pong over whole 128x192 units, D from registers: 'ping192'; both also checked against
-// cuBLAS on the first operand set), interleaved with the rest; with
-// --groups the grouped GEMM with the wide staging and the ping-pong consumers too.
+// 4 = ping-pong over whole 128x192 units, D through a small TMA staging: 'ping192'; both also
+// checked against cuBLAS on the first operand set), interleaved with the rest; with --groups
+// the grouped GEMM with the wide staging and the ping-pong consumers too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too,
 // the ping-pong consumers included ('ping-pong pairs' line, checked against cuBLAS on the
@@ -42,10 +42,10 @@
 // with that other setting next to the default: the 'other stores' line, which re-checks the
 // rule.
 // --regstores also times the engine with its epilogue storing D from the accumulators
-// (GemmArgs::regStores = 1: no staging, no TMA store): the default split, the deep ring and,
-// with --clusters, the deep ring as CTA pairs, each checked against cuBLAS on the first operand
-// set and interleaved with the rest ('register stores' line); with --trace the deep ring and
-// its pairs are traced that way too.
+// (GemmArgs::regStores = 1: no staging, no TMA store): the default split, the deep ring, the
+// 192-column units (pipeline 4) and, with --clusters, the deep ring as CTA pairs, each checked
+// against cuBLAS on the first operand set and interleaved with the rest ('register stores' line);
+// with --trace the deep ring and its pairs are traced that way too.
 // --lend also times the engine's deep ring lending each tile's last stage to the epilogue
 // (GemmArgs::pipeline 5), checked against cuBLAS on the first operand set ('lent stage' line);
 // with --trace it is traced beside the deep ring (B [N,K] only: ignored with --layout kn).
@@ -371,7 +371,7 @@ int main(int argc, char** argv) {
     const float hmaxCarry = carry ? std::max(pingDiff(1, 6), pairs ? pingDiff(2, 6) : 0.0f) : 0.0f;
     float hmaxReg = 0.0f;
     if (regStores) {
-      hmaxReg = std::max(pingDiff(1, 0, 1), pingDiff(1, 1, 1));
+      hmaxReg = std::max({pingDiff(1, 0, 1), pingDiff(1, 1, 1), pingDiff(1, 4, 1)});
       if (pairs) hmaxReg = std::max(hmaxReg, pingDiff(2, 1, 1));
     }
     // The stream-K tail on the same set, against the same cuBLAS output.
@@ -407,8 +407,8 @@ int main(int argc, char** argv) {
     grouped.addVariants(pipes, claim, groupM, hint, pairs);
     grouped.check();
     std::vector<float> tE, tE16, tH0, tBest, tDeep, tWide, tPair, tDeepPair, tWidePair, tPing,
-        tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg, tRegDeep, tRegDeepPair, tLend,
-        tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair, tNoStore;
+        tPingPair, tSk, tB2bE, tB2bBest, tSwOther, tPing192, tReg, tRegDeep, tRegDeepPair,
+        tRegUnits, tLend, tClaim, tClaimLend, tCarry, tClaimCarry, tCarryPair, tNoStore;
     // The storeWarps setting the default (-1) does not pick at this K.
     const int swOther = sh.K <= mk::gemm::kStoreWarpsMaxK ? 0 : 1;
     for (int r = 0; r < reps; ++r) {
@@ -457,6 +457,7 @@ int main(int argc, char** argv) {
       if (regStores) {
         tReg.push_back(timeOne([&] { runEngine(0, D, 0, 0, 0, nullptr, 0, 0, -1, 1); }));
         tRegDeep.push_back(timeOne([&] { runEngine(0, D, 1, 0, 0, nullptr, 0, 0, -1, 1); }));
+        tRegUnits.push_back(timeOne([&] { runEngine(0, D, 4, 0, 0, nullptr, 0, 0, -1, 1); }));
         if (pairs)
           tRegDeepPair.push_back(timeOne([&] { runEngine(0, D, 1, 2, 0, nullptr, 0, 0, -1, 1); }));
       }
@@ -498,6 +499,7 @@ int main(int argc, char** argv) {
     row.reg = tf(median(tReg));
     row.regDeep = tf(median(tRegDeep));
     row.regDeepPair = tf(median(tRegDeepPair));
+    row.regUnits = tf(median(tRegUnits));
     row.regMaxdiff = hmaxReg;
     row.lend = tf(median(tLend));
     row.lendMaxdiff = hmaxLend;
@@ -556,6 +558,7 @@ int main(int argc, char** argv) {
           {0, swOther, 1, swOther ? "engine, store threads" : "engine, consumers' stores", 0, {}}};
       if (pipes) traced.push_back({3, 0, 1, "ping-pong", 0, {}});
       if (pipes) traced.push_back({4, 0, 1, "ping-pong 192", 0, {}});
+      if (pipes && regStores) traced.push_back({4, 0, 1, "ping-pong 192, register stores", 1, {}});
       if (pipes && pairs) traced.push_back({3, 0, 2, "ping-pong pairs", 0, {}});
       // The cooperative pairs traced with the deep ring only (the traced wide pairs spill), so
       // beside the unpaired deep ring.
@@ -652,9 +655,11 @@ int main(int argc, char** argv) {
     if (regStores)
       printf(
           "  %5d x %5d x %5d: register stores: engine %6.1f (%.3f of best; %.3f of the engine)  "
-          "deep %6.1f (%.3f of best)  pairs deep %6.1f (%.3f of best)  maxreldiff %.2e\n",
+          "deep %6.1f (%.3f of best)  pairs deep %6.1f (%.3f of best)  192-column units %6.1f "
+          "(%.3f of best)  maxreldiff %.2e\n",
           sh.M, sh.N, sh.K, row.reg, row.reg / row.best, row.reg / row.eng, row.regDeep,
-          row.regDeep / row.best, row.regDeepPair, row.regDeepPair / row.best, row.regMaxdiff);
+          row.regDeep / row.best, row.regDeepPair, row.regDeepPair / row.best, row.regUnits,
+          row.regUnits / row.best, row.regMaxdiff);
     if (streamk)
       printf("  %5d x %5d x %5d: stream-K %6.1f  sk/best %.3f  (engine %.3f)  maxreldiff %.2e\n",
              sh.M, sh.N, sh.K, row.sk, row.sk / row.best, row.eng / row.best, row.skMaxdiff);

@@ -389,11 +389,11 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
   const bool storeWarps =
       a.storeWarps == 1 || lend || carry != 0 || (a.storeWarps == -1 && a.K <= kStoreWarpsMaxK);
   // Not the ping-pong consumers (their own epilogue), nor the traced wide split (whose kernel
-  // leaves the register stores out: gemm_epilogue.cuh tileEpilogue).
-  p.regStores = a.regStores == 1 && regStorable(a) && a.pipeline != 3 && a.pipeline != 4 &&
-                        !(a.trace != nullptr && p.wide)
-                    ? 1
-                    : 0;
+  // leaves the register stores out: gemm_epilogue.cuh tileEpilogue). The unit walk (pipeline 4)
+  // takes them instead of its staged epilogue.
+  p.regStores =
+      a.regStores == 1 && regStorable(a) && a.pipeline != 3 && !(a.trace != nullptr && p.wide) ? 1
+                                                                                               : 0;
   // (The unit walk, pipeline 4, has no store threads.)
   p.storeWarps =
       storeWarps && p.useTmaStore && !p.regStores && a.hooks.tileDone == nullptr && resolved != 4

@@ -120,8 +120,8 @@ struct GemmArgs {
   // wholly past N is skipped; grouped too; 16-bit D, no SwiGLU, tile-by-tile D or tileDone hook; as
   // CTA pairs too, with cluster), 4 = ping-pong over whole 128x192 units (session 56,
   // gemm_pingunit.cuh: D cut into 128x192 units, each consumer warpgroup every other unit of its
-  // CTA, two m64n192k16 a k16 step, 5 stages of 40 KB, D stored from registers, as cuBLAS's
-  // fastest kernel for small K; plain GEMMs only: 16-bit D with 16-byte rows, no groups, hooks,
+  // CTA, two m64n192k16 a k16 step, 5 stages of 40 KB, D through one 8 KB box a warpgroup and TMA
+  // stores (from registers with beta != 0 or regStores 1), as cuBLAS's fastest kernel for small K; plain GEMMs only: 16-bit D with 16-byte rows, no groups, hooks,
   // CTA pairs, SwiGLU, tile-by-tile D, tileClaim or stream-K), 5 = the deep ring lending its last
   // stage of each tile to the epilogue (what pipeline 0 ran before session 48: 4 load stages as
   // pipeline 1, and the whole half-tile staged at once as pipeline 2, in the tile's last stage once
@@ -197,8 +197,8 @@ struct GemmArgs {
   // whether the deep ring's TMA stores wait behind the next tile's loads (1.5-1.7 us of its
   // 2.1 us epilogue at 8192 x 8192 x 1024): they do not, the epilogue took as long from
   // registers (session 46, call AR), so it stays opt-in; kept for a tile that leaves no shared
-  // memory for staging. 0 (default): the TMA epilogue. Not the ping-pong consumers (pipelines
-  // 3, 4).
+  // memory for staging. 0 (default): the TMA epilogue. Not the ping-pong consumers (pipeline
+  // 3); the 192-column units (pipeline 4) store from registers as with beta != 0.
   int32_t regStores = 0;
   // Benchmark diagnostic, never for results: 1 = the store threads issue no TMA stores, so D is
   // left unwritten while every other step of the epilogue (conversions, staging, the store

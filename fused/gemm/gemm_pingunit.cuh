@@ -13,11 +13,17 @@
 //    tiles left CTAs with 20 or 22 units and the 128x256 tiles 15 or 16 tiles (97%);
 //  - five 40 KB stages, so three can load while a warpgroup holds two (the k-step it computes
 //    and the one whose wgmmas are retiring); session 44's three stages left one loading;
-//  - no staging: each thread stores D straight from its accumulators, 8 columns per 16-byte
-//    store after a transpose inside each quad (gemm_epilogue.cuh quadTranspose), so the 200 KB
-//    of stages fit; beta reads C element by element at the accumulators' positions before the
-//    transpose (C may alias D: the quad's shuffles order every read of a quad before its
-//    stores, and no other thread touches those elements).
+//  - a small staging (session 57): one 8 KB box a WG beside the 200 KB of stages, through which
+//    the unit's six 64x64 boxes of D leave by TMA stores, one after another. Register stores (8
+//    columns per 16-byte store after a transpose inside each quad, gemm_epilogue.cuh
+//    quadTranspose; session 56) took 4.7 us a unit in its trace, more than a main loop at
+//    K = 512. A staging lent from the unit's last stage was not taken: the stage would stay
+//    out of the ring until the stores read it, and the whole GPU's epilogues write at the
+//    rate of HBM (session 47: two boxes a WG read in ~1.5 us), so the producer would wait for
+//    it within the other WG's first four k-steps. Register stores stay for beta != 0 (C read
+//    element by element at the accumulators' positions before the transpose; C may alias D: the
+//    quad's shuffles order every read of a quad before its stores, and no other thread touches
+//    those elements) and GemmArgs::regStores = 1.
 // So: plain unpaired GEMMs without hooks, 16-bit D with 16-byte aligned rows and N % 8 == 0
 // (canImplement); B either layout ([N,K] one 192-row box, [K,N] three 64-column boxes).
 //
@@ -38,11 +44,11 @@ struct UnitPipe {
   static constexpr int kUnitN = 192;
   static constexpr int kStages = 5;
   static constexpr int kGroupInts = 0;
-  static constexpr int kStageBytesA = kTileM * kTileK * 2;         // 16 KB
-  static constexpr int kStageBytesB = kUnitN * kTileK * 2;         // 24 KB
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;  // 40 KB
-  static constexpr int kChunks = kUnitN / 64;                      // [K,N]: 64-column boxes
-  static constexpr int kStagingBytes = 0;
+  static constexpr int kStageBytesA = kTileM * kTileK * 2;             // 16 KB
+  static constexpr int kStageBytesB = kUnitN * kTileK * 2;             // 24 KB
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;      // 40 KB
+  static constexpr int kChunks = kUnitN / 64;                          // [K,N]: 64-column boxes
+  static constexpr int kStagingBytes = kConsumerWGs * kStoreBoxBytes;  // a box a consumer WG
   static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "unit ping-pong CTA exceeds shared memory");
   static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
@@ -164,6 +170,47 @@ __device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (
   }
 }
 
+// The staged epilogue (beta 0): the unit's six 64x64 boxes (row half r, 64-column chunk c) one
+// after another through the WG's own 8 KB box, each out by a TMA store that thread 0 issues and,
+// before the box is written again, waits to have read it. Only the WG waits: the producer's ring
+// is untouched, and the other WG's main loop (a whole unit of k-steps) hides the chain.
+template <class Tr>
+__device__ __forceinline__ void unitEpilogueStaged(const GemmParams& p,
+                                                   const PingSmem<UnitPipe>& sm,
+                                                   const float (&acc0)[96], const float (&acc1)[96],
+                                                   int32_t wg, int32_t m0, int32_t n0) {
+  constexpr int kEC = 64;
+  const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+  uint8_t* box = sm.staging + wg * kStoreBoxBytes;
+  const bool unitAlpha = p.alpha == 1.0f;
+  const int nRows = m0 + 64 < p.M ? 2 : 1;  // m0 < M: units cover rows below M only
+  const int nCols = min(UnitPipe::kChunks, (p.N - n0 + kEC - 1) / kEC);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (r >= nRows) break;
+    const float(&acc)[96] = r == 0 ? acc0 : acc1;
+#pragma unroll
+    for (int c = 0; c < UnitPipe::kChunks; ++c) {
+      if (c >= nCols) break;
+      // the box's previous store (this unit's, or the WG's previous unit's) has read it
+      if (tid == 0) ptx::bulkWaitRead<0>();
+      ptx::namedBarSync(1 + wg, 128);
+      if (unitAlpha) {
+        stageBoxStmatrix<Tr::kOutType, true>(box, acc + c * 32, 1.0f, warp, lane);
+      } else {
+        stageBoxStmatrix<Tr::kOutType, false>(box, acc + c * 32, p.alpha, warp, lane);
+      }
+      // generic-proxy writes above, read next by the TMA engine (async proxy)
+      ptx::fenceProxyAsyncShared();
+      ptx::namedBarSync(1 + wg, 128);
+      if (tid == 0) {
+        ptx::tmaStore2d(&p.tmD, box, n0 + c * kEC, m0 + 64 * r);
+        ptx::bulkCommit();
+      }
+    }
+  }
+}
+
 template <class Tr>
 __device__ __forceinline__ void unitEpilogue(const GemmParams& p, const float (&acc0)[96],
                                              const float (&acc1)[96], int32_t m0, int32_t n0) {
@@ -189,6 +236,8 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem
   const int32_t n = unitCount(p, cta, nCtas);
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   const int32_t kTiles = p.kTiles;
+  // Uniform over the CTA: the staged epilogue, or the register stores (beta reads C).
+  const bool staged = p.regStores == 0 && p.beta == 0.0f;
   float acc0[96], acc1[96];
   RingPos<kStages> ring;
   if (wg == 1) ring.advance(kTiles);  // WG0's first unit comes first in the ring
@@ -223,10 +272,15 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem
       rec[7] = waited;
     }
     releaseStage<Tr>(&sm.empty[prev], lane);
-    unitEpilogue<Tr>(p, acc0, acc1, m0, n0);
+    if (staged) {
+      unitEpilogueStaged<Tr>(p, sm, acc0, acc1, wg, m0, n0);
+    } else {
+      unitEpilogue<Tr>(p, acc0, acc1, m0, n0);
+    }
     if (rec != nullptr) rec[3] = (uint64_t)clock64();
     ring.advance(kTiles);  // the other WG's unit j + 1
   }
+  if (tid == 0) ptx::bulkWait<0>();  // the last unit's stores done before the CTA exits
 }
 
 template <class Tr, bool kTrace = false>

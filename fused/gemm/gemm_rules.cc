@@ -197,7 +197,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                            .c_str());
   }
   if (a.pipeline == 4) {
-    // gemm_pingunit.cuh: the plain static walk of 128x192 units, D stored from registers.
+    // gemm_pingunit.cuh: the plain static walk of 128x192 units, D stored by TMA or, with
+    // beta != 0 or regStores 1, from registers.
     if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", why)) return false;
     if (a.tileClaim != nullptr)
       return fail(why,
@@ -205,8 +206,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                   "tileClaim)");
     if (!tmaStorable(a))
       return fail(why,
-                  "pipeline 4 (ping-pong, 192-column units) stores D from registers, 8 columns "
-                  "a 16-byte store: D 16-byte aligned, ldd and D's width multiples of 16 bytes");
+                  "pipeline 4 (ping-pong, 192-column units) stores D by TMA or 8 columns a "
+                  "16-byte store: D 16-byte aligned, ldd and D's width multiples of 16 bytes");
   }
   if (a.pipeline == 3) {
     // What gemm_pingpong.cuh implements; everything else is refused rather than run wrong.

@@ -408,7 +408,8 @@ TEST(GemmCorrectness, PingPong) {
 
 // Ping-pong over whole 128x192 units (GemmArgs::pipeline = 4, gemm_pingunit.cuh): the
 // PingPong test's draws without pairs or hooks and with 16-byte rows (N and ldd multiples of 8:
-// D is stored from registers 8 columns at a time), plus fixed shapes at the unit edges: one
+// D leaves through TMA stores, or from registers 8 columns at a time with beta != 0 or
+// regStores 1, which the fixed shapes and every other drawn one run too), plus fixed shapes at the unit edges: one
 // unit (192), two (384), N inside the first unit's third 64-column group (136), one unit and 8
 // columns (200), a last unit of 136 columns (520), 584 = 3 units and 8 columns; budgets 1, 3
 // and 7 give the warpgroups odd and even unit counts and one CTA every unit; alpha, beta (C
@@ -421,12 +422,24 @@ TEST(GemmCorrectness, PingPong192) {
                                                  {1024, 960, 1024}, {128, 192, 64}};
   forPingProblems(seed, fixed, true, [&](Problem& p, int n, int budget) {
     SCOPED_TRACE(p.name() + " ping-pong 192 budget " + std::to_string(budget));
-    EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
-                          [&](GemmArgs& g) {
-                            g.pipeline = 4;
-                            g.smBudget = budget;
-                          }),
-              "");
+    for (int reg : {0, 1}) {
+      if (reg == 1 && n >= (int)fixed.size() && n % 2 == 0) continue;
+      SCOPED_TRACE(reg ? "register stores" : "TMA stores");
+      bool resolved = false;
+      EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
+                            [&](GemmArgs& g) {
+                              g.pipeline = 4;
+                              g.smBudget = budget;
+                              g.regStores = reg;
+                              // the epilogue asked for is the one the kernel runs
+                              resolved = resolvesTo(g, [&](const mk::gemm::GemmParams& q) {
+                                return q.pingpong == 2 &&
+                                       q.regStores == (reg == 1 && g.beta == 0.0f ? 1 : 0);
+                              });
+                            }),
+                "");
+      EXPECT_TRUE(resolved);
+    }
   });
   // The calls above ran the unit kernel on 192-column units; pairs asked for by the
   // environment are not taken, and what it does not implement is refused before launch.

@@ -270,7 +270,7 @@ TEST(GemmCanImplement, PingPong192Rules) {
   expectReject(a, "takes no fused-operator hooks");
   a.hooks.rowBlockOffset = 0;
   a.ldd = a.N + 4;  // 8-byte padding: no 16-byte store of 8 columns lines up with a row
-  expectReject(a, "stores D from registers, 8 columns a 16-byte store");
+  expectReject(a, "stores D by TMA or 8 columns a 16-byte store");
   a.ldd = 0;
   a.pipeline = 7;
   expectReject(a, "must be 0 (automatic)");
