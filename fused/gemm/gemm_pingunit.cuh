@@ -49,7 +49,7 @@ struct UnitPipe {
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;      // 40 KB
   static constexpr int kChunks = kUnitN / 64;                          // [K,N]: 64-column boxes
   static constexpr int kStagingBytes = kConsumerWGs * kStoreBoxBytes;  // a box a consumer WG
-  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "unit ping-pong CTA exceeds shared memory");
   static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
