@@ -6,7 +6,7 @@
 set -u
 source scripts/gpu_call.sh
 gc_init D
-GC_BUILD_S=330 gc_build /tmp/bd "" bench_gemm_bench
+GC_BUILD_S=330 gc_build /tmp/bd "gpu/test_gemm_trace.cu" bench_gemm_bench
 gc_tar
 T=$(gc_el)
 B=/tmp/bd/bench/bench_gemm_bench
