@@ -333,9 +333,13 @@ int autoPipeline(const GemmArgs& a, int32_t sms) {
   // 0.968 of cuBLAS-best against the carried epilogue's 0.937, at 16384 x 8192 x 1024 0.955
   // against 0.918, at K = 2048 / 4096 0.989 / 0.989 against 0.972 / 0.969; where its units load
   // the grid less evenly (4096 x 4096, 2048 x 8192 at K = 1024) it lost (0.899, 0.927 against
-  // 0.928, 0.965), and at K = 8192 it lost at 8192 x 28672 (0.962 against 1.009). Its epilogue
-  // reads C element by element, so beta 0 only; a caller's tileClaim is the cooperative walk's.
-  // A D-store diagnostic or an explicit L2 policy asks for the TMA-store epilogue's kernels.
+  // 0.928, 0.965), and at K = 8192 it lost at 8192 x 28672 (0.962 against 1.009). With its
+  // staged epilogue (session 57, calls C and D) 1.06-1.07 at 8192 x 8192 x 512, 1.01-1.02 at
+  // x 1024, 1.00-1.01 at 16384 x 8192 x 1024 and 8192 x 28672 x 1024; still 0.914 against 0.949
+  // at 2048 x 8192 x 1024, where units fill the grid less evenly. With beta != 0 its epilogue
+  // reads C element by element from registers (not measured), so beta 0 only; register stores
+  // (regStores 1) are its slower epilogue; a caller's tileClaim is the cooperative walk's. A
+  // D-store diagnostic or an explicit L2 policy asks for the cooperative kernels.
   if (sms > 0 && a.beta == 0.0f && a.tileClaim == nullptr && tmaStorable(a) && a.skipStores != 1 &&
       a.storeHint != 1 && a.K <= MK_PARAM_INT(GemmUnitsMaxK) && unitsFill(a, sms))
     return 4;

@@ -409,10 +409,10 @@ TEST(GemmCorrectness, PingPong) {
 // Ping-pong over whole 128x192 units (GemmArgs::pipeline = 4, gemm_pingunit.cuh): the
 // PingPong test's draws without pairs or hooks and with 16-byte rows (N and ldd multiples of 8:
 // D leaves through TMA stores, or from registers 8 columns at a time with beta != 0 or
-// regStores 1, which the fixed shapes and every other drawn one run too), plus fixed shapes at the unit edges: one
-// unit (192), two (384), N inside the first unit's third 64-column group (136), one unit and 8
-// columns (200), a last unit of 136 columns (520), 584 = 3 units and 8 columns; budgets 1, 3
-// and 7 give the warpgroups odd and even unit counts and one CTA every unit; alpha, beta (C
+// regStores 1, which the fixed shapes and every other drawn one run too), plus fixed shapes at the
+// unit edges: one unit (192), two (384), N inside the first unit's third 64-column group (136), one
+// unit and 8 columns (200), a last unit of 136 columns (520), 584 = 3 units and 8 columns; budgets
+// 1, 3 and 7 give the warpgroups odd and even unit counts and one CTA every unit; alpha, beta (C
 // separate); every element against the fp64 reference, outputs poisoned.
 TEST(GemmCorrectness, PingPong192) {
   REQUIRE_SM90();
