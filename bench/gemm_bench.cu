@@ -14,7 +14,7 @@
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong over whole 128x192 units, D through a small TMA staging: 'ping192'; both also
 // checked against cuBLAS on the first operand set), interleaved with the rest; with --groups
-// the grouped GEMM with the wide staging and the ping-pong consumers too.
+// the grouped GEMM with the wide staging, the ping-pong consumers and the 192-column units too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too,
 // the ping-pong consumers included ('ping-pong pairs' line, checked against cuBLAS on the
@@ -45,7 +45,8 @@
 // (GemmArgs::regStores = 1: no staging, no TMA store): the default split, the deep ring, the
 // 192-column units (pipeline 4) and, with --clusters, the deep ring as CTA pairs, each checked
 // against cuBLAS on the first operand set and interleaved with the rest ('register stores' line);
-// with --trace the deep ring and its pairs are traced that way too.
+// with --trace the deep ring and its pairs are traced that way too, and with --pipelines the
+// 192-column units.
 // --lend also times the engine's deep ring lending each tile's last stage to the epilogue
 // (GemmArgs::pipeline 5), checked against cuBLAS on the first operand set ('lent stage' line);
 // with --trace it is traced beside the deep ring (B [N,K] only: ignored with --layout kn).
@@ -341,7 +342,6 @@ int main(int argc, char** argv) {
     const float hmaxPing = pipes ? pingDiff(1) : 0.0f;
     const float hmaxPingPair = pipes && pairs ? pingDiff(2) : 0.0f;
     const float hmaxPing192 = pipes ? pingDiff(1, 4) : 0.0f;
-    // The register stores: the worst of the default split, the deep ring and its pairs.
     const float hmaxLend = lend ? pingDiff(1, 5) : 0.0f;
     // The dynamic schedule: the default pipeline and, with --lend / --carry, pipelines 5 / 6.
     float hmaxClaim = 0.0f;
@@ -369,6 +369,7 @@ int main(int argc, char** argv) {
     }
     hintNext = bandNext = 0;
     const float hmaxCarry = carry ? std::max(pingDiff(1, 6), pairs ? pingDiff(2, 6) : 0.0f) : 0.0f;
+    // The register stores: the worst of the default split, the deep ring, the units and pairs.
     float hmaxReg = 0.0f;
     if (regStores) {
       hmaxReg = std::max({pingDiff(1, 0, 1), pingDiff(1, 1, 1), pingDiff(1, 4, 1)});

@@ -315,8 +315,9 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
     // The SwiGLU epilogue loads gate and up rows as two boxes of half a tile each, a
     // ping-pong consumer's unit is half a tile (gemm_pingpong.cuh), and so is a CTA pair's
     // share of the tile's B (gemm_kernel.cuh loadB).
-    const uint32_t boxN =
-        a.swiglu || a.pipeline == 3 || resolvedCluster(a) == 2 ? kTileN / 2 : kTileN;
+    const uint32_t boxN = a.pipeline == 4                                          ? kPingUnitN
+                          : a.swiglu || a.pipeline == 3 || resolvedCluster(a) == 2 ? kTileN / 2
+                                                                                   : kTileN;
     NCCLCHECK(
         encode3d(&p.tmB, a.abType, a.B, a.K, a.N, ng, effLdb(a), effStrideB(a), kTileK, boxN));
   } else if (a.bLayout == BLayout::kKN) {

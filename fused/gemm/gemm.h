@@ -122,14 +122,14 @@ struct GemmArgs {
   // gemm_pingunit.cuh: D cut into 128x192 units, each consumer warpgroup every other unit of its
   // CTA, two m64n192k16 a k16 step, 5 stages of 40 KB, D through one 8 KB box a warpgroup and TMA
   // stores (from registers with beta != 0 or regStores 1), as cuBLAS's fastest kernel for small K;
-  // plain GEMMs only: 16-bit D with 16-byte rows, no groups, hooks, CTA pairs, SwiGLU, tile-by-tile
-  // D, tileClaim or stream-K), 5 = the deep ring lending its last stage of each tile to the
-  // epilogue (what pipeline 0 ran before session 48: 4 load stages as pipeline 1, and the whole
-  // half-tile staged at once as pipeline 2, in the tile's last stage once both consumer warpgroups
-  // are done with it and in the 2 own boxes; the producer reloads that stage once the store
-  // threads' stores read it; plain unpaired GEMMs with B [N,K] and 16-bit D, no hooks, groups,
-  // SwiGLU, tile-by-tile D or stream-K; tileClaim too; storeWarps -1 or 1, regStores 0), 6 = the
-  // deep ring whose epilogue stages the first half of a warpgroup's half-tile and carries the
+  // plain or grouped (session 57) GEMMs: 16-bit D with 16-byte rows, no hooks, CTA pairs, SwiGLU,
+  // tile-by-tile D, tileClaim or stream-K), 5 = the deep ring lending its last stage of each tile
+  // to the epilogue (what pipeline 0 ran before session 48: 4 load stages as pipeline 1, and the
+  // whole half-tile staged at once as pipeline 2, in the tile's last stage once both consumer
+  // warpgroups are done with it and in the 2 own boxes; the producer reloads that stage once the
+  // store threads' stores read it; plain unpaired GEMMs with B [N,K] and 16-bit D, no hooks,
+  // groups, SwiGLU, tile-by-tile D or stream-K; tileClaim too; storeWarps -1 or 1, regStores 0), 6
+  // = the deep ring whose epilogue stages the first half of a warpgroup's half-tile and carries the
   // second half in registers, packed, into the next tile's main loop, where it is staged under the
   // second k-step's wgmmas (after the first where a tile has one); the GEMMs and settings of 5, and
   // CTA pairs too (cluster 2: the static walk, untraced); with beta != 0 or a D the TMA cannot

@@ -98,7 +98,10 @@ ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) 
 // The ping-pong over whole 192-column units (gemm_pingunit.cuh; pipeline 4, plain GEMMs).
 template <class Tr>
 ncclResult_t launchUnit(const GemmParams& p, int32_t grid, cudaStream_t stream) {
-  auto kernel = p.trace != nullptr ? gemmUnitKernel<Tr, true> : gemmUnitKernel<Tr>;
+  auto kernel = gemmUnitKernel<Tr>;
+  if constexpr (!Tr::kGrouped) {  // grouped calls are not traced (canImplement)
+    if (p.trace != nullptr) kernel = gemmUnitKernel<Tr, true>;
+  }
   return launchKernel<Tr>(kernel, p, grid, stream);
 }
 
@@ -129,6 +132,10 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
       }
     }
     if constexpr (kOut != DType::kF32) {
+      // 192-column units (pipeline 4; no SwiGLU, checked by canImplement).
+      if (p.pingpong == 2 || grid <= 0)
+        NCCLCHECK((launchUnit<UnitTraits<kIn, kOut, kB, true>>(p, grid, stream)));
+      if (p.pingpong == 2) return ncclSuccess;
       // Ping-pong consumers (pipeline 3; no SwiGLU, checked by canImplement).
       if (p.pingpong || grid <= 0)
         NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, true>>(p, grid, stream)));

@@ -40,27 +40,34 @@
 namespace mk {
 namespace gemm {
 
-struct UnitPipe {
+// GroupInts: a grouped GEMM's tile prefix sums (kMaxGroups + 1 ints) after the barriers.
+template <int GroupInts>
+struct UnitPipeCfg {
   static constexpr int kUnitN = 192;
   static constexpr int kStages = 5;
-  static constexpr int kGroupInts = 0;
+  static constexpr int kGroupInts = GroupInts;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;             // 16 KB
   static constexpr int kStageBytesB = kUnitN * kTileK * 2;             // 24 KB
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;      // 40 KB
   static constexpr int kChunks = kUnitN / 64;                          // [K,N]: 64-column boxes
   static constexpr int kStagingBytes = kConsumerWGs * kStoreBoxBytes;  // a box a consumer WG
-  static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kStagingBytes + kBarrierBytes + 4 * GroupInts + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "unit ping-pong CTA exceeds shared memory");
   static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
 };
+using UnitPipe = UnitPipeCfg<0>;
+using UnitGroupPipe = UnitPipeCfg<kMaxGroups + 1>;
 static_assert(UnitPipe::kUnitN == kPingUnitN, "host and kernel unit widths");
 
-template <DType kIn, DType kOut, BLayout kB>
+// Grouped (session 57): the groups' 128-row blocks (groupPrefix / groupTile, as the other
+// kernels) by 192-column units, B [G][N,K] or [G][K,N] through a 3-D tensor map.
+template <DType kIn, DType kOut, BLayout kB, bool Grouped = false>
 struct UnitTraits {
-  using Pipe = UnitPipe;
+  using Pipe = typename std::conditional<Grouped, UnitGroupPipe, UnitPipe>::type;
   static constexpr int kCluster = 1;  // launchKernel and releaseStage read it
-  static constexpr bool kGrouped = false;
+  static constexpr bool kGrouped = Grouped;
   static constexpr int kUnitN = Pipe::kUnitN;
   // 192 fp32 accumulators a consumer thread; the producer thread's walk fits 24.
   static constexpr int kProducerRegs = 24;
@@ -72,31 +79,45 @@ struct UnitTraits {
   static_assert(kOut != DType::kF32, "16-byte stores of 8 columns: 16-bit D only");
 };
 
-// Units this CTA walks: cta, cta + nCtas, ... below tilesM * tilesN.
-__device__ __forceinline__ int32_t unitCount(const GemmParams& p, int32_t cta, int32_t nCtas) {
-  const int32_t units = p.tilesM * p.tilesN;
+// Units this CTA walks: cta, cta + nCtas, ... below the row blocks (the groups' when grouped)
+// times tilesN.
+template <class Tr>
+__device__ __forceinline__ int32_t unitCount(const GemmParams& p,
+                                             const PingSmem<typename Tr::Pipe>& sm, int32_t cta,
+                                             int32_t nCtas) {
+  const int32_t units = (Tr::kGrouped ? sm.grp[p.grpNum] : p.tilesM) * p.tilesN;
   return cta < units ? (units - cta + nCtas - 1) / nCtas : 0;
 }
 
-__device__ __forceinline__ void unitAt(const GemmParams& p, int32_t t, int32_t* m0, int32_t* n0) {
+// Unit t's group (0 when not grouped), first row and first column.
+template <class Tr>
+__device__ __forceinline__ void unitAt(const GemmParams& p, const PingSmem<typename Tr::Pipe>& sm,
+                                       int32_t t, int32_t* g, int32_t* m0, int32_t* n0) {
   int32_t mBlk, nBlk;
-  tileCoords(p, t, &mBlk, &nBlk);
-  *m0 = mBlk * kTileM;
-  *n0 = nBlk * UnitPipe::kUnitN;
+  if constexpr (Tr::kGrouped) {
+    groupTile(p, sm.grp, t, g, m0, &nBlk);
+  } else {
+    tileCoords(p, t, &mBlk, &nBlk);
+    *g = 0;
+    *m0 = mBlk * kTileM;
+  }
+  *n0 = nBlk * Tr::kUnitN;
 }
 
 // Records (traced instantiation): one a unit, words 0 / 1 the unit's first and last loads'
 // issue, 2 the empty waits between them.
 template <class Tr, bool kTrace>
-__device__ __forceinline__ void unitProducer(const GemmParams& p, const PingSmem<UnitPipe>& sm,
-                                             int32_t cta, int32_t nCtas) {
-  const int32_t n = unitCount(p, cta, nCtas);
+__device__ __forceinline__ void unitProducer(const GemmParams& p,
+                                             const PingSmem<typename Tr::Pipe>& sm, int32_t cta,
+                                             int32_t nCtas) {
+  using Pipe = typename Tr::Pipe;
+  const int32_t n = unitCount<Tr>(p, sm, cta, nCtas);
   int32_t stage = 0;
   uint32_t phase = 0;
   for (int32_t j = 0; j < n; ++j) {
     uint64_t* rec = traceRecord<kTrace>(p, cta, 0, j);
-    int32_t m0, n0;
-    unitAt(p, cta + j * nCtas, &m0, &n0);
+    int32_t g, m0, n0;
+    unitAt<Tr>(p, sm, cta + j * nCtas, &g, &m0, &n0);
     uint32_t waited = 0;
     for (int32_t k = 0; k < p.kTiles; ++k) {
       mbarWaitCounted(&sm.empty[stage], phase ^ 1, rec != nullptr && k > 0 ? &waited : nullptr);
@@ -105,19 +126,27 @@ __device__ __forceinline__ void unitProducer(const GemmParams& p, const PingSmem
         if (k == 0) rec[0] = now;
         rec[1] = now;
       }
-      ptx::mbarArriveExpectTx(&sm.full[stage], UnitPipe::kStageBytes);
+      ptx::mbarArriveExpectTx(&sm.full[stage], Pipe::kStageBytes);
       ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
       if constexpr (Tr::kTransB) {
         // [K,N]: three 64-column boxes of kTileK rows (the MN-major descriptor's LBO apart).
 #pragma unroll
-        for (int c = 0; c < UnitPipe::kChunks; ++c)
-          ptx::tmaLoad2d(sm.b(stage) + c * (kTileK * 128), &p.tmB, &sm.full[stage], n0 + 64 * c,
-                         k * kTileK);
+        for (int c = 0; c < Pipe::kChunks; ++c) {
+          uint8_t* dst = sm.b(stage) + c * (kTileK * 128);
+          if constexpr (Tr::kGrouped) {
+            ptx::tmaLoad3d(dst, &p.tmB, &sm.full[stage], n0 + 64 * c, k * kTileK, g);
+          } else {
+            ptx::tmaLoad2d(dst, &p.tmB, &sm.full[stage], n0 + 64 * c, k * kTileK);
+          }
+        }
+      } else if constexpr (Tr::kGrouped) {
+        // [G][N,K]: one box of 192 rows of group g; rows past N arrive as zeros.
+        ptx::tmaLoad3d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, n0, g);
       } else {
         // [N,K]: one box of 192 rows (tmB's box for pipeline 4); rows past N arrive as zeros.
         ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, n0);
       }
-      if (++stage == UnitPipe::kStages) {
+      if (++stage == Pipe::kStages) {
         stage = 0;
         phase ^= 1;
       }
@@ -176,7 +205,7 @@ __device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (
 // is untouched, and the other WG's main loop (a whole unit of k-steps) hides the chain.
 template <class Tr>
 __device__ __forceinline__ void unitEpilogueStaged(const GemmParams& p,
-                                                   const PingSmem<UnitPipe>& sm,
+                                                   const PingSmem<typename Tr::Pipe>& sm,
                                                    const float (&acc0)[96], const float (&acc1)[96],
                                                    int32_t wg, int32_t m0, int32_t n0) {
   constexpr int kEC = 64;
@@ -230,10 +259,11 @@ __device__ __forceinline__ void unitEpilogue(const GemmParams& p, const float (&
 // Records (traced): words 0-3 the unit's start, first stage ready, main loop done, stores
 // issued; 7 the full waits after the first k-step's (4-6, the staging's stamps, stay 0).
 template <class Tr, bool kTrace>
-__device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem<UnitPipe>& sm,
-                                             int32_t cta, int32_t nCtas, int32_t wg) {
-  constexpr int kStages = UnitPipe::kStages;
-  const int32_t n = unitCount(p, cta, nCtas);
+__device__ __forceinline__ void unitConsumer(const GemmParams& p,
+                                             const PingSmem<typename Tr::Pipe>& sm, int32_t cta,
+                                             int32_t nCtas, int32_t wg) {
+  constexpr int kStages = Tr::Pipe::kStages;
+  const int32_t n = unitCount<Tr>(p, sm, cta, nCtas);
   const int32_t tid = threadIdx.x & 127, lane = tid & 31;
   const int32_t kTiles = p.kTiles;
   // Uniform over the CTA: the staged epilogue, or the register stores (beta reads C).
@@ -244,8 +274,8 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p, const PingSmem
   int32_t nth = 0;                    // units run (trace records)
   for (int32_t j = wg; j < n; j += 2) {
     const uint64_t tStart = kTrace ? (uint64_t)clock64() : 0;
-    int32_t m0, n0;
-    unitAt(p, cta + j * nCtas, &m0, &n0);
+    int32_t g, m0, n0;
+    unitAt<Tr>(p, sm, cta + j * nCtas, &g, &m0, &n0);
     if (j > 0) ptx::namedBarSync(kBarOrder + wg, 256);
     uint64_t* rec = tid == 0 ? traceRecord<kTrace>(p, cta, 1 + wg, nth) : nullptr;
     ++nth;
@@ -287,16 +317,20 @@ template <class Tr, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemmUnitKernel(const __grid_constant__ GemmParams p) {
   extern __shared__ uint8_t smemRaw[];
-  PingSmem<UnitPipe> sm(smemRaw);
+  PingSmem<typename Tr::Pipe> sm(smemRaw);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < UnitPipe::kStages; ++s) {
+    for (int s = 0; s < Tr::Pipe::kStages; ++s) {
       ptx::mbarInit(&sm.full[s], 1);
       ptx::mbarInit(&sm.empty[s], 4);  // one arrive per warp of the WG that reads the stage
     }
     ptx::fenceMbarInit();
     ptx::prefetchTensorMap(&p.tmA);
     ptx::prefetchTensorMap(&p.tmB);
+    if (p.useTmaStore) ptx::prefetchTensorMap(&p.tmD);
   }
+  // Both roles walk the groups' units from the same prefix sums (warp 0, from the device's
+  // counts: no host synchronisation).
+  if constexpr (Tr::kGrouped) groupPrefix(p, sm.grp);
   __syncthreads();
   const int32_t wg = threadIdx.x / 128;
   if (wg == 0) {

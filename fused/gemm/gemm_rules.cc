@@ -103,13 +103,16 @@ bool anyHook(const GemmHooks& h) {
 // 5: the deep ring lending its last stage to the epilogue, 6: the carried epilogue): 16-bit D;
 // no groups, SwiGLU, tile-by-tile D, CTA pairs (but where `pairs`), stream-K or fused-operator
 // hooks. False with the refusal, naming the pipeline `name`, in *why.
-bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why, bool pairs = false) {
+bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why, bool pairs = false,
+                     bool groups = false) {
   const std::string n = name;
   if (a.dType == DType::kF32) return fail(why, (n + " needs a 16-bit output type").c_str());
-  if (a.groups.num != 0 || a.swiglu || a.dTiled || (a.cluster == 2 && !pairs) || a.streamK == 1)
-    return fail(why, (n + " runs plain GEMMs: no groups, SwiGLU, tile-by-tile D" +
-                      (pairs ? "" : ", CTA pairs (cluster=2)") + " or stream-K")
-                         .c_str());
+  if ((a.groups.num != 0 && !groups) || a.swiglu || a.dTiled || (a.cluster == 2 && !pairs) ||
+      a.streamK == 1)
+    return fail(
+        why, (n + (groups ? " runs plain or grouped GEMMs: no" : " runs plain GEMMs: no groups,") +
+              " SwiGLU, tile-by-tile D" + (pairs ? "" : ", CTA pairs (cluster=2)") + " or stream-K")
+                 .c_str());
   if (anyHook(a.hooks))
     return fail(why, (n + " takes no fused-operator hooks (rowReady, tileDone, tileOrder, "
                           "rowBlockOffset, seqBase)")
@@ -197,9 +200,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                            .c_str());
   }
   if (a.pipeline == 4) {
-    // gemm_pingunit.cuh: the plain static walk of 128x192 units, D stored by TMA or, with
-    // beta != 0 or regStores 1, from registers.
-    if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", why)) return false;
+    // gemm_pingunit.cuh: the static walk of 128x192 units (of the groups' row blocks when
+    // grouped), D stored by TMA or, with beta != 0 or regStores 1, from registers.
+    if (!plainPipelineOk(a, "pipeline 4 (ping-pong, 192-column units)", why, false, true))
+      return false;
     if (a.tileClaim != nullptr)
       return fail(why,
                   "pipeline 4 (ping-pong, 192-column units) walks the static schedule (no "
@@ -324,7 +328,29 @@ bool unitsFill(const GemmArgs& a, int32_t sms) {
 // kernel would run the deep ring's two-post epilogue, which waits for its first boxes to be read;
 // the lent stage stages the half-tile whole); 1: the lent stage. The lent stage only where the wide
 // split ran before (K <= kWideMaxK): past it, never measured.
+namespace {
+
+// Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (session 57:
+// built for issue 13's grouped shapes, not yet measured), at any K and with no fill test: at
+// those shapes the plain rule (unitsFill) would keep tiles by 0.5-2% of a CTA's columns
+// (32 x 4096 rows, N 2048: 86 units of 192 columns against 63 tiles of 256), while at K = 1024
+// to 2048 the plain unit walk now runs 1.00-1.07 of cuBLAS-best where the tiles ran 0.92-0.97
+// (sessions 56-57). Whether that carries over to groups is what the setting is for. Two units a
+// CTA at least, as for plain GEMMs.
+int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
+  if (MK_PARAM_INT(GemmGroupUnits) == 0 || a.dType == DType::kF32 || a.swiglu || a.dTiled ||
+      anyHook(a.hooks) || a.tileClaim != nullptr || a.storeWarps == 0 || a.regStores != 0 ||
+      a.skipStores == 1 || a.storeHint == 1 || a.beta != 0.0f || !tmaStorable(a) ||
+      resolvedCluster(a) != 1 || resolvedStreamK(a))
+    return 0;
+  const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
+  return sms > 0 && units >= 2 * (int64_t)sms ? 4 : 0;
+}
+
+}  // namespace
+
 int autoPipeline(const GemmArgs& a, int32_t sms) {
+  if (a.pipeline == 0 && a.groups.num != 0) return autoGroupedPipeline(a, sms);
   if (a.pipeline != 0 || a.dType == DType::kF32 || a.bLayout != BLayout::kNK || a.groups.num != 0 ||
       a.swiglu || a.dTiled || anyHook(a.hooks) || a.storeWarps == 0 || a.regStores != 0 ||
       resolvedCluster(a) != 1 || resolvedStreamK(a))
@@ -353,6 +379,7 @@ bool autoClaims(const GemmArgs& a, int32_t sms) {
   if (a.pipeline != 0 || a.tileClaim != nullptr || a.trace != nullptr) return false;
   const int resolved = autoPipeline(a, sms);
   if (resolved == 5 || resolved == 6) return true;
+  if (resolved == 4) return false;  // the unit walk is static
   return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0 &&
          resolvedCluster(a) == 1;  // CTA pairs walk the static schedule
 }

@@ -53,7 +53,8 @@ struct GemmParams {
   // the stores; kernels built without store warps ignore it.
   int32_t storeWarps;
   // GemmArgs::regStores, resolved (1 only where D allows it): the cooperative kernels'
-  // epilogue stores D from the accumulators (gemm_epilogue.cuh epilogueRegs).
+  // epilogue stores D from the accumulators (gemm_epilogue.cuh epilogueRegs), and so does the
+  // unit walk's (gemm_pingunit.cuh unitEpilogue).
   int32_t regStores;
   // GemmArgs::skipStores, resolved (1 only with store threads): they issue no TMA stores.
   int32_t skipStores;

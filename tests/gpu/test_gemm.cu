@@ -131,7 +131,9 @@ TEST(GemmSmall, TailsBetaBothLayouts) {
           if ((pipeline == 4 || pipeline == 5) && cluster == 2) continue;
           if (pipeline >= 5 && bl != BLayout::kNK) continue;
           Problem q(129, 264, 72, bl, DType::kBF16, dt);
-          q.beta = pipeline == 6 ? 0.0f : 0.5f;
+          // pipeline 4: beta 0 (its TMA-staged epilogue) with B [N,K], 0.5 (its register
+          // stores) with B [K,N], so that both run here
+          q.beta = pipeline == 6 || (pipeline == 4 && bl == BLayout::kNK) ? 0.0f : 0.5f;
           SCOPED_TRACE("budget " + std::to_string(cluster) + ", pipeline " +
                        std::to_string(pipeline) + ", cluster " + std::to_string(cluster));
           EXPECT_EQ(runAndCheck(q, seed + pipeline,
@@ -199,8 +201,8 @@ TEST(GemmCorrectness, InPlaceBeta) {
   for (int pipeline : {0, 3, 4})
     for (DType dt : kOut) {
       if (pipeline >= 3 && dt == DType::kF32) continue;  // ping-pong: 16-bit D only
-      // Pipeline 4 stores 16-byte groups of 8 columns from registers only: 16-byte rows and
-      // width (the others: the direct epilogue's 4-byte padding).
+      // Pipeline 4 stores by TMA or 16-byte groups of 8 columns from registers: 16-byte rows
+      // and width (the others: the direct epilogue's 4-byte padding).
       const bool tmaOnly = pipeline == 4;
       Problem p(520, tmaOnly ? 1032 : 1030, 128, BLayout::kNK, DType::kBF16, dt, 0, 0,
                 tmaOnly ? 8 : 2);
@@ -592,7 +594,7 @@ TEST(GemmCorrectness, StoreHint) {
                           hint == 1 || (hint == 0 && mk::gemm::deviceLimits(&lim) == ncclSuccess &&
                                         mk::gemm::autoStoreHint(g, lim.l2Bytes) == 1);
                       // Pipeline 0 may resolve to the unit walk (pipeline 4), whose
-                      // stores from registers carry no policy.
+                      // stores carry no policy (only the cooperative kernels' do).
                       resolved = resolvesTo(g, [&](const mk::gemm::GemmParams& q) {
                         return q.useTmaStore == 1 && q.storeHint == (q.pingpong == 2 ? 0 : want) &&
                                q.groupM == band;

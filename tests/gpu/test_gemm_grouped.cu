@@ -39,11 +39,12 @@ struct GroupedCase {
   float alpha = 1.0f;
   int padD = 0;      // ldd = D's width + padD (odd: the direct-store epilogue); pads stay poisoned
   int pipeline = 0;  // GemmArgs::pipeline (1 deep, 2 wide epilogue staging, 3 ping-pong)
-  bool dynamic = false;  // GemmArgs::tileClaim: the dynamic tile schedule
-  int groupM = 0;        // GemmArgs::groupM (row blocks per raster band; 0 automatic)
-  int storeHint = 0;     // GemmArgs::storeHint (1 evict-first, 2 none, 0 automatic)
-  int cluster = 0;       // GemmArgs::cluster (2: CTA pairs)
-  int wantCluster = 0;   // nonzero: buildParams must resolve GemmParams::cluster to it
+  bool dynamic = false;   // GemmArgs::tileClaim: the dynamic tile schedule
+  int groupM = 0;         // GemmArgs::groupM (row blocks per raster band; 0 automatic)
+  int storeHint = 0;      // GemmArgs::storeHint (1 evict-first, 2 none, 0 automatic)
+  int cluster = 0;        // GemmArgs::cluster (2: CTA pairs)
+  int wantCluster = 0;    // nonzero: buildParams must resolve GemmParams::cluster to it
+  int wantPingpong = -1;  // >= 0: buildParams must resolve GemmParams::pingpong to it
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -145,6 +146,12 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
       int32_t grid = 0;
       if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.cluster != c.wantCluster)
         err = "the call did not resolve to cluster " + std::to_string(c.wantCluster);
+    }
+    if (c.wantPingpong >= 0) {
+      mk::gemm::GemmParams gp;
+      int32_t grid = 0;
+      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.pingpong != c.wantPingpong)
+        err = "the call did not resolve to pingpong " + std::to_string(c.wantPingpong);
     }
     if (c.dynamic) {
       g.tileClaim = claim;
@@ -269,6 +276,17 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false, false, 1.0f, 0, 3},
       {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, false, 0.5f, 0, 3},
       {6, 640, 256, BLayout::kKN, DType::kF16, 0.0f, 5, false, false, 1.0f, 0, 3},
+      // The 192-column units (pipeline 4, 16-bit D with 16-byte rows; session 57): a last unit
+      // of 136 columns (520), 64 (1408: the small MoE model's I), two whole units (384), less
+      // than one (72, 136), both layouts, beta (the register stores) and alpha, padded rows,
+      // budgets of 1, 3, 5 and 7 CTAs (odd and even unit counts a CTA), a hot group.
+      {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false, false, 1.0f, 0, 4},
+      {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 4},
+      {17, 384, 200, BLayout::kKN, DType::kBF16, 0.0f, 1, true, false, -0.5f, 8, 4},
+      {12, 1408, 328, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 0, 4},
+      {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false, false, 1.0f, 0, 4},
+      {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, false, 0.5f, 0, 4},
+      {9, 136, 520, BLayout::kKN, DType::kBF16, 0.0f, 5, true, false, 1.0f, 8, 4},
   };
   int i = 0;
   for (const GroupedCase& c : cases) {
@@ -349,6 +367,33 @@ TEST(GemmGrouped, BandsAndStoreHint) {
   for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); ++j) {
     SCOPED_TRACE("automatic, settings on: case " + std::to_string(j));
     EXPECT_EQ(runGrouped(cases[j], seed + 15485863 * (++i)), "");
+  }
+}
+
+// MKERNEL_GEMM_GROUP_UNITS=1 (session 57): pipeline 0 walks a grouped GEMM's 192-column units
+// where the rule allows (16-bit D with 16-byte rows, beta 0, no SwiGLU), even with claimed tiles
+// asked for by MKERNEL_GEMM_GROUP_CLAIM=1 (the unit walk is static), and keeps the tiles
+// otherwise (beta, SwiGLU, fp32 D); every case against the fp64 reference.
+TEST(GemmGrouped, UnitWalkSetting) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", "1");
+  mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", "1");
+  mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+  mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+  GroupedCase cases[] = {
+      {9, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 3, true},
+      {17, 1408, 200, BLayout::kKN, DType::kF16, 0.0f, 5, true},
+      {5, 384, 136, BLayout::kNK, DType::kBF16, 0.5f, 3, true},
+      {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 3, true, true},
+      {9, 264, 136, BLayout::kNK, DType::kF32, 0.0f, 3, true},
+  };
+  const int want[] = {2, 2, 0, 0, 0};
+  for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); ++j) {
+    GroupedCase c = cases[j];
+    c.wantPingpong = want[j];
+    SCOPED_TRACE("case " + std::to_string(j) + ": want pingpong " + std::to_string(want[j]));
+    EXPECT_EQ(runGrouped(c, seed + 32452843 * (j + 1)), "");
   }
 }
 

@@ -6,7 +6,7 @@
 // wide pipelines (static and dynamic schedule; the deep one also as CTA pairs, static), and the
 // ping-pong consumers (static; records are units, and WG1 has none for the halves wholly past
 // N; unpaired and as CTA pairs; the whole 192-column units of pipeline 4, each warpgroup
-// every other unit of its CTA, D from registers), a cap below and at the
+// every other unit of its CTA, D through its small staging), a cap below and at the
 // tiles a CTA walks, D with the direct epilogue (odd row pitch) and through the TMA staging
 // (whose stamps inside the epilogue are then ordered between main loop and stores), the TMA
 // stores issued by the store threads (GemmArgs::storeWarps 1, the default at this K) and by the
@@ -127,8 +127,8 @@ TEST(GemmTrace, StampsEveryWalkedTile) {
                     EXPECT_GE(q[0], prevEnd) << "CTA " << c << " row " << r << " tile " << n;
                     for (int k = 1; k < 4; ++k)
                       EXPECT_GE(q[k], q[k - 1]) << "CTA " << c << " row " << r << " tile " << n;
-                    // The epilogue's inner stamps: only through the TMA staging, then ordered
-                    // (pipeline 4 stores from registers).
+                    // The epilogue's inner stamps: only through the cooperative kernels' TMA
+                    // staging, then ordered (pipeline 4 leaves them 0).
                     if (tma && !wide) {
                       ++epiRecords;
                       EXPECT_GE(q[4], q[2]) << "CTA " << c << " row " << r << " tile " << n;

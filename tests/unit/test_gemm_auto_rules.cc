@@ -110,6 +110,59 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     EXPECT_EQ(autoPipeline(u, 132), 6) << "MKERNEL_GEMM_UNITS_MAXK 0";
   }
   {
+    // Grouped GEMMs: the unit walk only under MKERNEL_GEMM_GROUP_UNITS 1, at any K and either B
+    // layout, with two units a CTA; static (no claims, even under MKERNEL_GEMM_GROUP_CLAIM 1).
+    mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+    mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+    mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", "1");
+    using mk::gemm::autoClaims;
+    static int32_t meta[2];
+    static uint64_t flags;
+    GemmArgs g = a;
+    g.M = 8192;
+    g.N = 2048;
+    g.K = 7168;
+    g.beta = 0.0f;
+    g.groups.num = 2;
+    g.groups.rowStart = meta;
+    g.groups.rowCount = meta + 1;
+    {
+      mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);  // the default, 0
+      EXPECT_EQ(autoPipeline(g, 132), 0);
+      EXPECT_TRUE(autoClaims(g, 132)) << "grouped tiles claimed under MKERNEL_GEMM_GROUP_CLAIM";
+    }
+    mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", "1");
+    EXPECT_EQ(autoPipeline(g, 132), 4) << "K 7168: no K bound for groups";
+    EXPECT_FALSE(autoClaims(g, 132)) << "the grouped unit walk is static";
+    GemmArgs kn = g;
+    kn.bLayout = BLayout::kKN;
+    EXPECT_EQ(autoPipeline(kn, 132), 4) << "B [K,N]";
+    GemmArgs few = g;
+    few.M = 1024;  // 8 row blocks x 11 units: 88 < 2 x 132
+    EXPECT_EQ(autoPipeline(few, 132), 0);
+    EXPECT_EQ(autoPipeline(few, 44), 4) << "2 units a CTA";
+    const std::pair<const char*, void (*)(GemmArgs&)> notUnits[] = {
+        {"beta", [](GemmArgs& b) { b.beta = 0.5f; }},
+        {"fp32 D", [](GemmArgs& b) { b.dType = DType::kF32; }},
+        {"SwiGLU", [](GemmArgs& b) { b.swiglu = true; }},
+        {"8-byte D rows", [](GemmArgs& b) { b.ldd = 2048 + 4; }},
+        {"rowReady hook",
+         [](GemmArgs& b) {
+           b.hooks.rowReady = &flags;
+           b.hooks.rowsPerFlag = 128;
+         }},
+        {"caller's tileClaim", [](GemmArgs& b) { b.tileClaim = meta; }},
+        {"register stores", [](GemmArgs& b) { b.regStores = 1; }},
+        {"CTA pairs", [](GemmArgs& b) { b.cluster = 2; }},
+        {"pipeline named", [](GemmArgs& b) { b.pipeline = 2; }},
+    };
+    for (const auto& o : notUnits) {
+      GemmArgs b = g;
+      o.second(b);
+      EXPECT_EQ(autoPipeline(b, 132), 0) << o.first;
+    }
+  }
+  {
     mktest::ScopedEnv lend("MKERNEL_GEMM_AUTO_LEND", "1");
     a.K = 1024;
     EXPECT_EQ(autoPipeline(a), 5);

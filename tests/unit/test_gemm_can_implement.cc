@@ -226,8 +226,8 @@ TEST(GemmCanImplement, PingPongRules) {
   EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
 }
 
-// Ping-pong consumers with 192-column units (pipeline 4): plain 16-bit GEMMs, both layouts,
-// alpha and beta; every other feature refused with its rule.
+// Ping-pong consumers with 192-column units (pipeline 4): plain and grouped 16-bit GEMMs, both
+// layouts, alpha and beta; every other feature refused with its rule.
 TEST(GemmCanImplement, PingPong192Rules) {
   const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
   std::string why;
@@ -245,17 +245,19 @@ TEST(GemmCanImplement, PingPong192Rules) {
   a.groups.num = 2;
   a.groups.rowStart = dev;
   a.groups.rowCount = dev;
-  expectReject(a, "runs plain GEMMs");
+  EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;  // grouped: the groups' row blocks
+  a.swiglu = true;
+  expectReject(a, "runs plain or grouped GEMMs: no SwiGLU");
   a = good();
   a.pipeline = 4;
   a.cluster = 2;
-  expectReject(a, "runs plain GEMMs");
+  expectReject(a, "runs plain or grouped GEMMs");
   a.cluster = 1;
   a.streamK = 1;
-  expectReject(a, "runs plain GEMMs");
+  expectReject(a, "runs plain or grouped GEMMs");
   a.streamK = 0;
   a.dTiled = true;
-  expectReject(a, "runs plain GEMMs");
+  expectReject(a, "runs plain or grouped GEMMs");
   a.dTiled = false;
   a.tileClaim = reinterpret_cast<int32_t*>(gBuf + 1024);
   expectReject(a, "walks the static schedule");
