@@ -153,6 +153,29 @@ __device__ __forceinline__ bool pingSkipRight(const GemmParams& p, int32_t n0) {
   return p.hooks.rowReady == nullptr && n0 + Tr::kUnitN >= p.N;
 }
 
+// Unit nu's B for k-step k (of group g when grouped), one CTA's: [K,N] as the unit's 64-column
+// boxes of kTileK rows (the MN-major descriptor's LBO apart), [N,K] as one box of Tr::kUnitN
+// rows (tmB's box for pipelines 3 and 4); rows and columns past N arrive as zeros. Pipeline 3's
+// and pipeline 4's producers (gemm_pingunit.cuh).
+template <class Tr>
+__device__ __forceinline__ void loadUnitB(const GemmParams& p, uint8_t* dst, uint64_t* bar,
+                                          int32_t k, int32_t nu, int32_t g) {
+  if constexpr (Tr::kTransB) {
+#pragma unroll
+    for (int j = 0; j < Tr::kUnitN / 64; ++j) {
+      if constexpr (Tr::kGrouped) {
+        ptx::tmaLoad3d(dst + j * (kTileK * 128), &p.tmB, bar, nu + 64 * j, k * kTileK, g);
+      } else {
+        ptx::tmaLoad2d(dst + j * (kTileK * 128), &p.tmB, bar, nu + 64 * j, k * kTileK);
+      }
+    }
+  } else if constexpr (Tr::kGrouped) {
+    ptx::tmaLoad3d(dst, &p.tmB, bar, k * kTileK, nu, g);
+  } else {
+    ptx::tmaLoad2d(dst, &p.tmB, bar, k * kTileK, nu);
+  }
+}
+
 // CTA pairs: this CTA's half of unit nu's B for k-step k, into both CTAs' stage (each CTA's
 // `full` barrier then counts its own A, its B half and the partner's: Pipe::kStageBytes).
 // [N,K]: rows nu + 64 r .. of a 64-row box (tmB's box for paired ping-pong), the same bytes
@@ -204,24 +227,8 @@ __device__ __forceinline__ void pingProducer(const GemmParams& p,
           ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, aRow);
           if constexpr (Tr::kCluster == 2) {
             pingLoadBPair<Tr>(p, sm.b(stage), &sm.full[stage], k, nu);
-          } else if constexpr (Tr::kTransB) {
-            // [K,N]: the unit's 64-column boxes of kTileK rows (the MN-major descriptor's LBO
-            // apart).
-#pragma unroll
-            for (int j = 0; j < Pipe::kChunks; ++j) {
-              uint8_t* dst = sm.b(stage) + j * (kTileK * 128);
-              if constexpr (Tr::kGrouped) {
-                ptx::tmaLoad3d(dst, &p.tmB, &sm.full[stage], nu + 64 * j, k * kTileK, g);
-              } else {
-                ptx::tmaLoad2d(dst, &p.tmB, &sm.full[stage], nu + 64 * j, k * kTileK);
-              }
-            }
-          } else if constexpr (Tr::kGrouped) {
-            // [G][N,K]: one box of 128 rows of group g (tmB's box for pipeline 3).
-            ptx::tmaLoad3d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu, g);
           } else {
-            // [N,K]: one box of kUnitN rows (tmB's box for pipeline 3).
-            ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, nu);
+            loadUnitB<Tr>(p, sm.b(stage), &sm.full[stage], k, nu, g);
           }
         } else {
           ptx::mbarArrive(&sm.full[stage]);

@@ -128,24 +128,7 @@ __device__ __forceinline__ void unitProducer(const GemmParams& p,
       }
       ptx::mbarArriveExpectTx(&sm.full[stage], Pipe::kStageBytes);
       ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
-      if constexpr (Tr::kTransB) {
-        // [K,N]: three 64-column boxes of kTileK rows (the MN-major descriptor's LBO apart).
-#pragma unroll
-        for (int c = 0; c < Pipe::kChunks; ++c) {
-          uint8_t* dst = sm.b(stage) + c * (kTileK * 128);
-          if constexpr (Tr::kGrouped) {
-            ptx::tmaLoad3d(dst, &p.tmB, &sm.full[stage], n0 + 64 * c, k * kTileK, g);
-          } else {
-            ptx::tmaLoad2d(dst, &p.tmB, &sm.full[stage], n0 + 64 * c, k * kTileK);
-          }
-        }
-      } else if constexpr (Tr::kGrouped) {
-        // [G][N,K]: one box of 192 rows of group g; rows past N arrive as zeros.
-        ptx::tmaLoad3d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, n0, g);
-      } else {
-        // [N,K]: one box of 192 rows (tmB's box for pipeline 4); rows past N arrive as zeros.
-        ptx::tmaLoad2d(sm.b(stage), &p.tmB, &sm.full[stage], k * kTileK, n0);
-      }
+      loadUnitB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
       if (++stage == Pipe::kStages) {
         stage = 0;
         phase ^= 1;
