@@ -332,7 +332,7 @@ namespace {
 
 // Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (session 57:
 // built for issue 13's grouped shapes, not yet measured), at any K and with no fill test: at
-// those shapes the plain rule (unitsFill) would keep tiles by 0.5-2% of a CTA's columns
+// those shapes the plain rule (unitsFill) would keep tiles by 0.5-2.4% of a CTA's columns
 // (32 x 4096 rows, N 2048: 86 units of 192 columns against 63 tiles of 256), while at K = 1024
 // to 2048 the plain unit walk now runs 1.00-1.07 of cuBLAS-best where the tiles ran 0.92-0.97
 // (sessions 56-57). Whether that carries over to groups is what the setting is for. Two units a
