@@ -112,27 +112,24 @@ __device__ __forceinline__ void unitProducer(const GemmParams& p,
                                              int32_t nCtas) {
   using Pipe = typename Tr::Pipe;
   const int32_t n = unitCount<Tr>(p, sm, cta, nCtas);
-  int32_t stage = 0;
-  uint32_t phase = 0;
+  RingPos<Pipe::kStages> ring;
   for (int32_t j = 0; j < n; ++j) {
     uint64_t* rec = traceRecord<kTrace>(p, cta, 0, j);
     int32_t g, m0, n0;
     unitAt<Tr>(p, sm, cta + j * nCtas, &g, &m0, &n0);
     uint32_t waited = 0;
     for (int32_t k = 0; k < p.kTiles; ++k) {
-      mbarWaitCounted(&sm.empty[stage], phase ^ 1, rec != nullptr && k > 0 ? &waited : nullptr);
+      const int32_t s = ring.stage;
+      mbarWaitCounted(&sm.empty[s], ring.phase ^ 1, rec != nullptr && k > 0 ? &waited : nullptr);
       if (rec != nullptr) {
         const uint64_t now = (uint64_t)clock64();
         if (k == 0) rec[0] = now;
         rec[1] = now;
       }
-      ptx::mbarArriveExpectTx(&sm.full[stage], Pipe::kStageBytes);
-      ptx::tmaLoad2d(sm.a(stage), &p.tmA, &sm.full[stage], k * kTileK, m0);
-      loadUnitB<Tr>(p, sm.b(stage), &sm.full[stage], k, n0, g);
-      if (++stage == Pipe::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      ptx::mbarArriveExpectTx(&sm.full[s], Pipe::kStageBytes);
+      ptx::tmaLoad2d(sm.a(s), &p.tmA, &sm.full[s], k * kTileK, m0);
+      loadUnitB<Tr>(p, sm.b(s), &sm.full[s], k, n0, g);
+      ring.next();
     }
     if (rec != nullptr) rec[2] = waited;
   }
@@ -196,13 +193,14 @@ __device__ __forceinline__ void unitEpilogueStaged(const GemmParams& p,
   uint8_t* box = sm.staging + wg * kStoreBoxBytes;
   const bool unitAlpha = p.alpha == 1.0f;
   const int nRows = m0 + 64 < p.M ? 2 : 1;  // m0 < M: units cover rows below M only
-  const int nCols = min(UnitPipe::kChunks, (p.N - n0 + kEC - 1) / kEC);
+  constexpr int kChunks = Tr::Pipe::kChunks;
+  const int nCols = min(kChunks, (p.N - n0 + kEC - 1) / kEC);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (r >= nRows) break;
     const float(&acc)[96] = r == 0 ? acc0 : acc1;
 #pragma unroll
-    for (int c = 0; c < UnitPipe::kChunks; ++c) {
+    for (int c = 0; c < kChunks; ++c) {
       if (c >= nCols) break;
       // the box's previous store (this unit's, or the WG's previous unit's) has read it
       if (tid == 0) ptx::bulkWaitRead<0>();

@@ -330,6 +330,18 @@ bool unitsFill(const GemmArgs& a, int32_t sms) {
 // split ran before (K <= kWideMaxK): past it, never measured.
 namespace {
 
+// What pipeline 0's unit walk asks of a call, plain or grouped: what pipeline 4 implements (a
+// 16-bit D the TMA can store, no SwiGLU, tile-by-tile D or hooks; unpaired, no stream-K) with the
+// store settings left to it (storeWarps, regStores 0, no D-store diagnostic or explicit L2
+// policy), beta 0 (its epilogue with C reads it element by element from registers: not
+// measured) and no caller's tileClaim (the cooperative walk's).
+bool unitWalkFits(const GemmArgs& a) {
+  return a.dType != DType::kF32 && !a.swiglu && !a.dTiled && !anyHook(a.hooks) &&
+         a.tileClaim == nullptr && a.storeWarps != 0 && a.regStores == 0 && a.skipStores != 1 &&
+         a.storeHint != 1 && a.beta == 0.0f && tmaStorable(a) && resolvedCluster(a) == 1 &&
+         !resolvedStreamK(a);
+}
+
 // Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (session 57:
 // built for issue 13's grouped shapes, not yet measured), at any K and with no fill test: at
 // those shapes the plain rule (unitsFill) would keep tiles by 0.5-2.4% of a CTA's columns
@@ -338,13 +350,9 @@ namespace {
 // (sessions 56-57). Whether that carries over to groups is what the setting is for. Two units a
 // CTA at least, as for plain GEMMs.
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
-  if (MK_PARAM_INT(GemmGroupUnits) == 0 || a.dType == DType::kF32 || a.swiglu || a.dTiled ||
-      anyHook(a.hooks) || a.tileClaim != nullptr || a.storeWarps == 0 || a.regStores != 0 ||
-      a.skipStores == 1 || a.storeHint == 1 || a.beta != 0.0f || !tmaStorable(a) ||
-      resolvedCluster(a) != 1 || resolvedStreamK(a))
-    return 0;
+  if (MK_PARAM_INT(GemmGroupUnits) == 0 || sms <= 0 || !unitWalkFits(a)) return 0;
   const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
-  return sms > 0 && units >= 2 * (int64_t)sms ? 4 : 0;
+  return units >= 2 * (int64_t)sms ? 4 : 0;
 }
 
 }  // namespace
@@ -362,12 +370,8 @@ int autoPipeline(const GemmArgs& a, int32_t sms) {
   // 0.928, 0.965), and at K = 8192 it lost at 8192 x 28672 (0.962 against 1.009). With its
   // staged epilogue (session 57, calls C and D) 1.06-1.07 at 8192 x 8192 x 512, 1.01-1.02 at
   // x 1024, 1.00-1.01 at 16384 x 8192 x 1024 and 8192 x 28672 x 1024; still 0.914 against 0.949
-  // at 2048 x 8192 x 1024, where units fill the grid less evenly. With beta != 0 its epilogue
-  // reads C element by element from registers (not measured), so beta 0 only; register stores
-  // (regStores 1) are its slower epilogue; a caller's tileClaim is the cooperative walk's. A
-  // D-store diagnostic or an explicit L2 policy asks for the cooperative kernels.
-  if (sms > 0 && a.beta == 0.0f && a.tileClaim == nullptr && tmaStorable(a) && a.skipStores != 1 &&
-      a.storeHint != 1 && a.K <= MK_PARAM_INT(GemmUnitsMaxK) && unitsFill(a, sms))
+  // at 2048 x 8192 x 1024, where units fill the grid less evenly (unitWalkFits: the rest).
+  if (sms > 0 && unitWalkFits(a) && a.K <= MK_PARAM_INT(GemmUnitsMaxK) && unitsFill(a, sms))
     return 4;
   int kind = (int)MK_PARAM_INT(GemmAutoLend);
   if (kind == 2 && a.beta != 0.0f) kind = 1;
