@@ -234,7 +234,7 @@ TEST(GemmCanImplement, AutoClaimsRule) {
 // What groupM 0 and storeHint 0 resolve to: bands of 32 and evict-first D stores only for plain
 // GEMMs in their K ranges (the defaults and the environment's), the stores only where D (6 MB
 // here) outgrows the L2; 8 and no policy for calls with hooks at any K, and for grouped GEMMs
-// unless MKERNEL_GEMM_GROUP_BAND / _HINT say otherwise.
+// unless MKERNEL_GEMM_GROUP_BAND / _HINT say otherwise (bands of 4 on the ping-pong consumers).
 TEST(GemmCanImplement, AutoBandAndStoreHint) {
   using mk::gemm::autoGroupM;
   using mk::gemm::autoStoreHint;
@@ -288,7 +288,27 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
       EXPECT_EQ(autoStoreHint(g, small), 1) << "MKERNEL_GEMM_GROUP_HINT 1, K " << k;
       EXPECT_EQ(autoStoreHint(g, large), 0) << "grouped D fits the L2, K " << k;
     }
+    // The ping-pong consumers' grouped walks (pipeline 3 or 4, as buildParams resolves them)
+    // take MKERNEL_GEMM_GROUP_PING_BAND instead; the other pipelines keep the group band.
+    {
+      mktest::ScopedEnv pband("MKERNEL_GEMM_GROUP_PING_BAND", nullptr);
+      for (int pl : {0, 1, 2, 3, 4}) {
+        g.pipeline = pl;
+        EXPECT_EQ(autoGroupM(g), pl >= 3 ? 4 : 48) << "grouped, pipeline " << pl;
+      }
+      mktest::ScopedEnv pband2("MKERNEL_GEMM_GROUP_PING_BAND", "2");
+      g.pipeline = 4;
+      EXPECT_EQ(autoGroupM(g), 2) << "MKERNEL_GEMM_GROUP_PING_BAND 2";
+      GemmArgs plain = a;
+      plain.pipeline = 4;
+      plain.K = 1024;
+      EXPECT_EQ(autoGroupM(plain), 32) << "plain pipeline 4 keeps the plain rule";
+      g.pipeline = 0;
+    }
     g.hooks.tileDone = &marker;
+    g.pipeline = 3;
+    EXPECT_EQ(autoGroupM(g), 8) << "grouped ping-pong with a hook";
+    g.pipeline = 0;
     EXPECT_EQ(autoGroupM(g), 8) << "grouped with a hook";
     EXPECT_EQ(autoStoreHint(g, small), 0) << "grouped with a hook";
     // Plain GEMMs keep their own rule under both settings.
