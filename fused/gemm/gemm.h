@@ -107,8 +107,8 @@ struct GemmArgs {
   // SMs the GEMM may use (persistent CTAs, one per SM): 0 = all of the device's SMs.
   int32_t smBudget = 0;
   // Row blocks per raster band (L2 reuse): 0 = automatic (autoGroupM: 32 for plain GEMMs with K in
-  // MKERNEL_GEMM_BAND_MINK..MAXK, MKERNEL_GEMM_GROUP_BAND for grouped ones (_PING_BAND on pipelines
-  // 3 and 4), else 8).
+  // MKERNEL_GEMM_BAND_MINK..MAXK, MKERNEL_GEMM_GROUP_BAND for grouped ones (_PING_BAND on pipeline
+  // 3, _UNIT_BAND on 4), else 8).
   int32_t groupM = 0;
   // Shared-memory split of the stand-alone kernel (primitives.cuh): 0 = automatic (plain unpaired
   // GEMMs with B [N,K] and a 16-bit D run pipeline 4 where autoPipeline's unit rule holds
@@ -271,9 +271,9 @@ bool autoClaims(const GemmArgs& args, int32_t sms = 0);
 // operator's tile order is its communication's order): bands of 32 row blocks at small K, and
 // evict-first D stores at small K where D outgrows the L2 (`l2Bytes`: a D that fits stays for
 // whoever reads it next, e.g. the sequential GEMM + collective). Grouped GEMMs without hooks take
-// MKERNEL_GEMM_GROUP_BAND (MKERNEL_GEMM_GROUP_PING_BAND where args.pipeline is 3 or 4: pass the
-// resolved pipeline) and MKERNEL_GEMM_GROUP_HINT (D outgrowing the L2); calls with hooks get 8
-// and no policy (0).
+// MKERNEL_GEMM_GROUP_BAND (MKERNEL_GEMM_GROUP_PING_BAND / _UNIT_BAND where args.pipeline is 3 /
+// 4: pass the resolved pipeline) and MKERNEL_GEMM_GROUP_HINT (D outgrowing the L2); calls with
+// hooks get 8 and no policy (0).
 int32_t autoGroupM(const GemmArgs& args);
 int32_t autoStoreHint(const GemmArgs& args, int64_t l2Bytes);
 

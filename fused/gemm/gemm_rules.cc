@@ -395,15 +395,17 @@ bool autoClaims(const GemmArgs& a, int32_t sms) {
 // Why 32 row blocks at K ~ 1024..2048 (session 51, H100): at 8192 x 8192 x 1024 bands of 8 re-read
 // all of B (16 MB) eight times while D (128 MB) streams through L2; bands of 32 read it twice
 // (1.023-1.028x). At K = 512 no gain, at K >= 4096 the k-loop hides the reloads.
-// Grouped calls on the ping-pong consumers (pipeline 3 or 4; `a` as buildParams resolved it) take
-// a band of their own: in session 58's sweep (H100, issue 13's three grouped shapes, twice) bands
-// of 4 ran them up to 1.08-1.10x bands of 8 and bands of 16-32 slower still, while the tiles
-// showed no trend either way. Why the ping-pong walks want the narrower band is not established.
+// Grouped calls on the ping-pong consumers (pipeline 3) and on the 192-column units (4; `a` as
+// buildParams resolved it) take bands of their own: in session 58's sweeps (H100, issue 13's three
+// grouped shapes) the ping-pong ran fastest in bands of 4 and the units in bands of 2 (up to 1.15x
+// and 1.08x bands of 8), while the tiles showed no trend either way. Why the walks whose CTAs hold
+// two tiles or units at once want narrower bands is not established.
 int32_t autoGroupM(const GemmArgs& a) {
   if (anyHook(a.hooks)) return 8;
   if (a.groups.num != 0)
-    return (int32_t)(a.pipeline == 3 || a.pipeline == 4 ? MK_PARAM_INT(GemmGroupPingBand)
-                                                        : MK_PARAM_INT(GemmGroupBand));
+    return (int32_t)(a.pipeline == 3   ? MK_PARAM_INT(GemmGroupPingBand)
+                     : a.pipeline == 4 ? MK_PARAM_INT(GemmGroupUnitBand)
+                                       : MK_PARAM_INT(GemmGroupBand));
   return a.K >= MK_PARAM_INT(GemmBandMinK) && a.K <= MK_PARAM_INT(GemmBandMaxK) ? 32 : 8;
 }
 

@@ -234,7 +234,8 @@ TEST(GemmCanImplement, AutoClaimsRule) {
 // What groupM 0 and storeHint 0 resolve to: bands of 32 and evict-first D stores only for plain
 // GEMMs in their K ranges (the defaults and the environment's), the stores only where D (6 MB
 // here) outgrows the L2; 8 and no policy for calls with hooks at any K, and for grouped GEMMs
-// unless MKERNEL_GEMM_GROUP_BAND / _HINT say otherwise (bands of 4 on the ping-pong consumers).
+// unless MKERNEL_GEMM_GROUP_BAND / _HINT say otherwise (their own bands on the ping-pong
+// consumers and the units).
 TEST(GemmCanImplement, AutoBandAndStoreHint) {
   using mk::gemm::autoGroupM;
   using mk::gemm::autoStoreHint;
@@ -288,17 +289,22 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
       EXPECT_EQ(autoStoreHint(g, small), 1) << "MKERNEL_GEMM_GROUP_HINT 1, K " << k;
       EXPECT_EQ(autoStoreHint(g, large), 0) << "grouped D fits the L2, K " << k;
     }
-    // The ping-pong consumers' grouped walks (pipeline 3 or 4, as buildParams resolves them)
-    // take MKERNEL_GEMM_GROUP_PING_BAND instead; the other pipelines keep the group band.
+    // The ping-pong consumers' and the units' grouped walks (pipeline 3 / 4, as buildParams
+    // resolves them) take MKERNEL_GEMM_GROUP_PING_BAND / _UNIT_BAND instead; the other pipelines
+    // keep the group band.
     {
       mktest::ScopedEnv pband("MKERNEL_GEMM_GROUP_PING_BAND", nullptr);
+      mktest::ScopedEnv uband("MKERNEL_GEMM_GROUP_UNIT_BAND", nullptr);
       for (int pl : {0, 1, 2, 3, 4}) {
         g.pipeline = pl;
-        EXPECT_EQ(autoGroupM(g), pl >= 3 ? 4 : 48) << "grouped, pipeline " << pl;
+        EXPECT_EQ(autoGroupM(g), pl == 3 ? 4 : (pl == 4 ? 2 : 48)) << "grouped, pipeline " << pl;
       }
-      mktest::ScopedEnv pband2("MKERNEL_GEMM_GROUP_PING_BAND", "2");
+      mktest::ScopedEnv pband2("MKERNEL_GEMM_GROUP_PING_BAND", "6");
+      mktest::ScopedEnv uband2("MKERNEL_GEMM_GROUP_UNIT_BAND", "3");
+      g.pipeline = 3;
+      EXPECT_EQ(autoGroupM(g), 6) << "MKERNEL_GEMM_GROUP_PING_BAND 6";
       g.pipeline = 4;
-      EXPECT_EQ(autoGroupM(g), 2) << "MKERNEL_GEMM_GROUP_PING_BAND 2";
+      EXPECT_EQ(autoGroupM(g), 3) << "MKERNEL_GEMM_GROUP_UNIT_BAND 3";
       GemmArgs plain = a;
       plain.pipeline = 4;
       plain.K = 1024;
