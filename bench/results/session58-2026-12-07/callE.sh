@@ -5,7 +5,7 @@
 set -u
 source scripts/gpu_call.sh
 gc_init E
-GC_BUILD_S=260 gc_build /tmp/be "gpu/test_gemm_grouped.cu" mk_gpu_tests bench_gemm_bench
+GC_BUILD_S=235 gc_build /tmp/be "gpu/test_gemm_grouped.cu" mk_gpu_tests bench_gemm_bench
 gc_tar
 T=$(gc_el)
 gc_tests /tmp/be 'GemmGrouped*' $((T + 30)) 30
