@@ -14,7 +14,8 @@
 // 1 = deep load ring, 2 = wide epilogue staging, 3 = ping-pong consumers: the 'ping' column,
 // 4 = ping-pong over whole 128x192 units, D through a small TMA staging: 'ping192'; both also
 // checked against cuBLAS on the first operand set), interleaved with the rest; with --groups
-// the grouped GEMM with the wide staging, the ping-pong consumers and the 192-column units too.
+// the grouped GEMM with the wide staging, the ping-pong consumers, the 192-column units and the
+// carried epilogue too.
 // --clusters also times the engine as CTA pairs (GemmArgs::cluster = 2: each B tile loaded
 // half by each CTA of a cluster and multicast to both), with --pipelines in each split too,
 // the ping-pong consumers included ('ping-pong pairs' line, checked against cuBLAS on the

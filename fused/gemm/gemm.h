@@ -133,7 +133,8 @@ struct GemmArgs {
   // = the deep ring whose epilogue stages the first half of a warpgroup's half-tile and carries the
   // second half in registers, packed, into the next tile's main loop, where it is staged under the
   // second k-step's wgmmas (after the first where a tile has one); the GEMMs and settings of 5, and
-  // CTA pairs too (cluster 2: the static walk, untraced); with beta != 0 or a D the TMA cannot
+  // CTA pairs too (cluster 2: the static walk, untraced), and grouped GEMMs unpaired (session 58;
+  // pipeline 0 under MKERNEL_GEMM_GROUP_CARRY); with beta != 0 or a D the TMA cannot
   // store, its kernel runs the deep ring's epilogue. (Session 46's half-depth stages, once pipeline
   // 5, measured slower everywhere and are gone.) Fused operators' compute roles always run the deep
   // ring.
@@ -142,7 +143,8 @@ struct GemmArgs {
   // 1), 1 = none, 2 = CTA pairs along M: each CTA of a pair loads half of the pair's common B
   // tile and multicasts it to both, so each reads half its B bytes from L2 (with pipeline 3:
   // half of each ping-pong unit's B). Pairs need a 16-bit D, no hooks, SwiGLU or tiled D, smBudget
-  // 0 or >= 2, grouped GEMMs off pipeline 3 (pairs within a group); traced on pipelines 1, 3 only.
+  // 0 or >= 2, grouped GEMMs off pipelines 3 and 6 (pairs within a group); traced on pipelines 1,
+  // 3 only.
   int32_t cluster = 0;
   // D stored tile by tile, [tilesM][tilesN][kTileM][kTileN] (ldd ignored; D holds
   // tilesM * tilesN * kTileM * kTileN elements; rows past M and columns past N of edge tiles
@@ -255,15 +257,17 @@ bool canImplement(const GemmArgs& args, std::string* why);
 // 128x192 units (beta 0, D with 16-byte rows, no tileClaim, K <= MKERNEL_GEMM_UNITS_MAXK, and
 // units that load the `sms` CTAs at least as evenly as 128x256 tiles; never with sms 0), 6 = the
 // carried epilogue, 5 = the lent stage, 0 = none of them (the wide split for 16-bit outputs at
-// K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with B [N,K] and a 16-bit D only; any
-// other args, or a pipeline other than 0, give 0.
+// K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with B [N,K] and a 16-bit D; grouped
+// ones only under MKERNEL_GEMM_GROUP_UNITS (4) or MKERNEL_GEMM_GROUP_CARRY (6); any other args, or
+// a pipeline other than 0, give 0.
 int autoPipeline(const GemmArgs& args, int32_t sms = 0);
 
 // Whether pipeline 0 claims tiles for `args` on `sms` persistent CTAs (host only, no CUDA call;
-// reads what autoPipeline reads and MKERNEL_GEMM_GROUP_CLAIM): where it resolves to the lent stage
-// or the carried epilogue, and grouped GEMMs without hooks under MKERNEL_GEMM_GROUP_CLAIM 1; never
-// with a pipeline named, a caller's tileClaim or a trace. The launch still walks the static
-// schedule with one wave of tiles or under stream capture.
+// reads what autoPipeline reads and MKERNEL_GEMM_GROUP_CLAIM): plain GEMMs where it resolves to the
+// lent stage or the carried epilogue, and grouped GEMMs without hooks under
+// MKERNEL_GEMM_GROUP_CLAIM 1 (but not on the unit walk); never with a pipeline named, a caller's
+// tileClaim or a trace. The launch still walks the static schedule with one wave of tiles or under
+// stream capture.
 bool autoClaims(const GemmArgs& args, int32_t sms = 0);
 
 // What GemmArgs::groupM 0 and storeHint 0 resolve to (host only, no CUDA call; read

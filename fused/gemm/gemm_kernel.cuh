@@ -562,6 +562,13 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     if (rec != nullptr) rec[0] = tStart;
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
+    if constexpr (kCarry > 0 && Tr::kGrouped) {
+      // The first k-step's wgmmas read the accumulators (scale-d is a run-time operand), so the
+      // last tile's values stay live through the group lookup above unless overwritten here;
+      // with the carried half also live, ptxas spilled (16 bytes) in this kernel alone.
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    }
     if (!kDyn && rec != nullptr) {
       // The first stage's wait, ahead of the main loop's own (which then passes at once: the
       // stage cannot move on before this warpgroup releases it).

@@ -132,6 +132,12 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
       }
     }
     if constexpr (kOut != DType::kF32) {
+      // The carried epilogue (pipeline 6: B [N,K], unpaired, no SwiGLU; canImplement).
+      if constexpr (kB == BLayout::kNK) {
+        if (p.carry || grid <= 0)
+          NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupCarryPipe>>(p, grid, stream)));
+        if (p.carry) return ncclSuccess;
+      }
       // 192-column units (pipeline 4; no SwiGLU, checked by canImplement).
       if (p.pingpong == 2 || grid <= 0)
         NCCLCHECK((launchUnit<UnitTraits<kIn, kOut, kB, true>>(p, grid, stream)));

@@ -72,12 +72,12 @@ bool tracedPairsBuilt(int32_t pipeline) {
 // stand-alone kernel pairs up, and only the 16-bit-output variants are built paired (traced:
 // tracedPairsBuilt). Grouped GEMMs pair up on the cooperative pipelines (a pair's two row
 // tiles then lie in one group and share its B: primitives.cuh groupPairTile), not on the
-// ping-pong consumers.
+// ping-pong consumers or the carried epilogue (no grouped pair of it is built).
 bool pairsAllowed(const GemmArgs& a) {
   const GemmHooks& h = a.hooks;
-  return a.dType != DType::kF32 && (a.groups.num == 0 || a.pipeline != 3) && !a.swiglu &&
-         !a.dTiled && (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) && a.pipeline != 4 &&
-         a.pipeline != 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
+  return a.dType != DType::kF32 && (a.groups.num == 0 || (a.pipeline != 3 && a.pipeline != 6)) &&
+         !a.swiglu && !a.dTiled && (a.trace == nullptr || tracedPairsBuilt(a.pipeline)) &&
+         a.pipeline != 4 && a.pipeline != 5 && h.rowReady == nullptr && h.tileDone == nullptr &&
          h.tileOrder == nullptr && h.rowBlockOffset == 0 && a.tileClaim == nullptr &&
          (a.smBudget == 0 || a.smBudget >= 2) &&
          a.streamK != 1;  // an explicit stream-K request wins over MKERNEL_GEMM_CLUSTER
@@ -184,14 +184,19 @@ bool canImplement(const GemmArgs& a, std::string* why) {
                 "carried epilogue)",
                 a.pipeline);
   if (a.pipeline >= 5) {
-    // LendPipe and CarryPipe: plain GEMMs with B [N,K] (the variants built; unpaired but for the
-    // carried epilogue); only the store threads hand the lent stage back (5), or take a carried
-    // half's stores inside the next tile's main loop (6), so the consumers may not issue the
-    // stores themselves.
+    // LendPipe and CarryPipe: GEMMs with B [N,K] (the variants built: plain and unpaired for the
+    // lent stage; the carried epilogue also grouped, and as CTA pairs when plain); only the store
+    // threads hand the lent stage back (5), or take a carried half's stores inside the next
+    // tile's main loop (6), so the consumers may not issue the stores themselves.
     const char* name = a.pipeline == 5 ? "pipeline 5 (deep ring, lent stage)"
                                        : "pipeline 6 (deep ring, carried epilogue)";
+    const bool carry = a.pipeline == 6;
+    if (carry && a.groups.num != 0 && a.cluster == 2)
+      return fail(why,
+                  "pipeline 6 (deep ring, carried epilogue) runs grouped GEMMs unpaired: no CTA "
+                  "pairs (cluster=2)");
     // The carried epilogue runs as CTA pairs too (cluster=2; the static walk, untraced).
-    if (!plainPipelineOk(a, name, why, a.pipeline == 6)) return false;
+    if (!plainPipelineOk(a, name, why, carry, carry)) return false;
     const std::string n = name;
     if (a.bLayout != BLayout::kNK) return fail(why, (n + " takes B as [N,K] only").c_str());
     if (a.storeWarps == 0 || a.regStores == 1)
@@ -261,9 +266,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   if (a.cluster == 2 && a.tileClaim != nullptr)
     return fail(why, "cluster=2 (CTA pairs) walks the static schedule: no tileClaim");
   if (a.cluster == 2 && !pairsAllowed(a))
-    return fail(why,
-                "cluster=2 (CTA pairs) needs a 16-bit D, no SwiGLU, no tile-by-tile D, no "
-                "fused-operator hooks, smBudget 0 or >= 2, and grouped GEMMs not on pipeline 3");
+    return fail(
+        why,
+        "cluster=2 (CTA pairs) needs a 16-bit D, no SwiGLU, no tile-by-tile D, no "
+        "fused-operator hooks, smBudget 0 or >= 2, and grouped GEMMs not on pipeline 3 or 6");
   if (a.pipeline == 2 && a.dType == DType::kF32)
     return fail(why, "pipeline 2 (wide epilogue staging) needs a 16-bit output type");
   if (a.hooks.tileDoneRows && (a.hooks.tileDone == nullptr || a.hooks.seqBase != nullptr))
@@ -342,17 +348,29 @@ bool unitWalkFits(const GemmArgs& a) {
          !resolvedStreamK(a);
 }
 
-// Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (session 57:
-// built for issue 13's grouped shapes, not yet measured), at any K and with no fill test: at
-// those shapes the plain rule (unitsFill) would keep tiles by 0.5-2.4% of a CTA's columns
-// (32 x 4096 rows, N 2048: 86 units of 192 columns against 63 tiles of 256), while at K = 1024
-// to 2048 the plain unit walk now runs 1.00-1.07 of cuBLAS-best where the tiles ran 0.92-0.97
-// (sessions 56-57). Whether that carries over to groups is what the setting is for. Two units a
-// CTA at least, as for plain GEMMs.
+// Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (built in
+// session 57), at any K and with no fill test (the plain rule, unitsFill, would keep tiles at
+// issue 13's shapes by 0.5-2.4% of a CTA's columns). Measured in session 58 (H100, in their own
+// bands, MKERNEL_GEMM_GROUP_UNIT_BAND): 1.04x the tiles at 32 x 4096 rows, 2048 -> 7168, but
+// 0.88-0.93x at 16 x 8192, 2048 -> 1408 and 0.79-0.95x at 7168 -> 2048, so the setting stays off
+// until a rule tells those shapes apart. Two units a CTA at least, as for plain GEMMs.
+//
+// Then the carried epilogue where MKERNEL_GEMM_GROUP_CARRY asks for it (session 58: built because
+// the grouped deep ring ran 0.97 of the plain engine at 32 x 4096 rows, 7168 -> 2048, where the
+// plain engine runs the carried epilogue; not yet measured on a GPU): what pipeline 6 implements
+// for groups (B [N,K], 16-bit D, unpaired), with its store threads and beta 0 (with C the kernel
+// would run its deep-ring epilogue).
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
-  if (MK_PARAM_INT(GemmGroupUnits) == 0 || sms <= 0 || !unitWalkFits(a)) return 0;
-  const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
-  return units >= 2 * (int64_t)sms ? 4 : 0;
+  if (sms <= 0) return 0;
+  if (MK_PARAM_INT(GemmGroupUnits) != 0 && unitWalkFits(a)) {
+    const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
+    if (units >= 2 * (int64_t)sms) return 4;
+  }
+  if (MK_PARAM_INT(GemmGroupCarry) != 0 && a.dType != DType::kF32 && a.bLayout == BLayout::kNK &&
+      !a.swiglu && !a.dTiled && !anyHook(a.hooks) && a.storeWarps != 0 && a.regStores == 0 &&
+      a.beta == 0.0f && resolvedCluster(a) == 1 && !resolvedStreamK(a))
+    return 6;
+  return 0;
 }
 
 }  // namespace
@@ -382,7 +400,8 @@ int autoPipeline(const GemmArgs& a, int32_t sms) {
 bool autoClaims(const GemmArgs& a, int32_t sms) {
   if (a.pipeline != 0 || a.tileClaim != nullptr || a.trace != nullptr) return false;
   const int resolved = autoPipeline(a, sms);
-  if (resolved == 5 || resolved == 6) return true;
+  // Grouped calls claim only under MKERNEL_GEMM_GROUP_CLAIM, whichever pipeline (below).
+  if ((resolved == 5 || resolved == 6) && a.groups.num == 0) return true;
   if (resolved == 4) return false;  // the unit walk is static
   return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0 &&
          resolvedCluster(a) == 1;  // CTA pairs walk the static schedule

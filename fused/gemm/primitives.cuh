@@ -131,8 +131,8 @@ struct PipeCfg {
   static constexpr int kGroupInts = GroupInts;
   static constexpr int kLentBufs = LentBufs;  // per consumer WG, in the tile's last stage
   static constexpr int kCarry = Carry;        // 0 none, 1 the carried epilogue
-  static_assert(Carry == 0 || (LentBufs == 0 && GroupInts == 0 && StoreBufs == 2),
-                "the carried half-tile fills the 2 own boxes of a plain GEMM");
+  static_assert(Carry == 0 || (LentBufs == 0 && StoreBufs == 2),
+                "the carried half-tile fills the 2 own boxes (no lent stage)");
   static_assert(kConsumerWGs * LentBufs * kStoreBoxBytes <= kStageBytes,
                 "the lent boxes must fit in one stage");
   static_assert(LentBufs == 0 || kLentBarsAt + Stages * 8 <= kStoreMailboxAt,
@@ -158,6 +158,10 @@ using CarryPipe = PipeCfg<4, 2, 0, 0, 1>;
 using GroupPipe = PipeCfg<4, 2, kMaxGroups + 1>;
 // Grouped GEMMs with the wide epilogue staging (GemmArgs::pipeline = 2, 16-bit outputs).
 using GroupWidePipe = PipeCfg<3, 4, kMaxGroups + 1>;
+// Grouped GEMMs with the carried epilogue (GemmArgs::pipeline = 6: B [N,K], 16-bit outputs,
+// unpaired): the plain engine's choice at large K, where the grouped deep ring ran 0.97 of the
+// plain engine (session 58).
+using GroupCarryPipe = PipeCfg<4, 2, kMaxGroups + 1, 0, 1>;
 // Shared memory a GEMM CTA is launched with, whichever pipeline it runs (fused kernels size
 // their CTAs with it).
 constexpr int kSmemBytes =
@@ -165,6 +169,8 @@ constexpr int kSmemBytes =
 static_assert(GroupPipe::kSmemBytes <= kMaxSmemPerBlock, "grouped GEMM CTA exceeds shared memory");
 static_assert(GroupWidePipe::kSmemBytes <= kMaxSmemPerBlock,
               "grouped wide GEMM CTA exceeds shared memory");
+static_assert(GroupCarryPipe::kSmemBytes <= kMaxSmemPerBlock,
+              "grouped carried GEMM CTA exceeds shared memory");
 
 // Register budgets (setmaxnreg): 384 threads start at 168; the three WGs must sum <= 504.
 constexpr int kProducerRegs = 40;

@@ -45,6 +45,7 @@ struct GroupedCase {
   int cluster = 0;        // GemmArgs::cluster (2: CTA pairs)
   int wantCluster = 0;    // nonzero: buildParams must resolve GemmParams::cluster to it
   int wantPingpong = -1;  // >= 0: buildParams must resolve GemmParams::pingpong to it
+  int wantCarry = -1;     // >= 0: buildParams must resolve GemmParams::carry to it
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -152,6 +153,12 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
       int32_t grid = 0;
       if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.pingpong != c.wantPingpong)
         err = "the call did not resolve to pingpong " + std::to_string(c.wantPingpong);
+    }
+    if (c.wantCarry >= 0) {
+      mk::gemm::GemmParams gp;
+      int32_t grid = 0;
+      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.carry != c.wantCarry)
+        err = "the call did not resolve to carry " + std::to_string(c.wantCarry);
     }
     if (c.dynamic) {
       g.tileClaim = claim;
@@ -287,6 +294,17 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {40, 256, 128, BLayout::kNK, DType::kBF16, -1.0f, 7, false, false, 1.0f, 0, 4},
       {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, false, 0.5f, 0, 4},
       {9, 136, 520, BLayout::kKN, DType::kBF16, 0.0f, 5, true, false, 1.0f, 8, 4},
+      // The carried epilogue (pipeline 6, B [N,K], 16-bit D; session 58): one CTA and a few
+      // (every tile's second half carried into the next tile, across groups), all SMs, a last
+      // column block of at most 128 columns (1408, 520, 72), whole tiles (256), alpha, padded
+      // rows; beta and an odd ldd (the kernel then runs the deep ring's epilogue).
+      {17, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 1, true, false, 1.0f, 0, 6},
+      {12, 1408, 328, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 0, 6},
+      {40, 256, 128, BLayout::kNK, DType::kF16, 0.0f, 7, false, false, 1.0f, 0, 6},
+      {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 3, false, false, 0.5f, 0, 6},
+      {9, 520, 1024, BLayout::kNK, DType::kBF16, 0.0f, 5, true, false, 1.0f, 8, 6},
+      {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 6},
+      {9, 330, 520, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 1, 6},
   };
   int i = 0;
   for (const GroupedCase& c : cases) {
@@ -317,6 +335,7 @@ TEST(GemmGrouped, DynamicTileClaim) {
       {4, 272, 200, BLayout::kNK, DType::kF16, 0.0f, 0, false, true, 1.0f, 1},
       {5, 520, 1024, BLayout::kNK, DType::kBF16, 0.0f, 2, true, false, 1.0f, 0, 2},
       {17, 136, 200, BLayout::kNK, DType::kF16, 0.5f, 0, true, false, 1.0f, 0, 1},
+      {17, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 3, true, false, 1.0f, 0, 6},
   };
   int i = 0;
   for (GroupedCase& c : cases) {
@@ -394,6 +413,39 @@ TEST(GemmGrouped, UnitWalkSetting) {
     c.wantPingpong = want[j];
     SCOPED_TRACE("case " + std::to_string(j) + ": want pingpong " + std::to_string(want[j]));
     EXPECT_EQ(runGrouped(c, seed + 32452843 * (j + 1)), "");
+  }
+}
+
+// MKERNEL_GEMM_GROUP_CARRY=1 (session 58): pipeline 0 runs a grouped GEMM with B [N,K], a 16-bit D
+// and beta 0 on the carried epilogue, on the static walk and on tiles claimed under
+// MKERNEL_GEMM_GROUP_CLAIM=1, and keeps the tiles otherwise (B [K,N], beta, SwiGLU, fp32 D);
+// every case against the fp64 reference.
+TEST(GemmGrouped, CarriedEpilogueSetting) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  mktest::ScopedEnv carry("MKERNEL_GEMM_GROUP_CARRY", "1");
+  mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);
+  mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+  mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+  GroupedCase cases[] = {
+      {9, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 3, true},
+      {17, 1408, 200, BLayout::kNK, DType::kF16, 0.0f, 5, true},
+      {17, 1408, 200, BLayout::kKN, DType::kF16, 0.0f, 5, true},
+      {5, 384, 136, BLayout::kNK, DType::kBF16, 0.5f, 3, true},
+      {9, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 3, true, true},
+      {9, 264, 136, BLayout::kNK, DType::kF32, 0.0f, 3, true},
+  };
+  const int want[] = {1, 1, 0, 0, 0, 0};
+  int i = 0;
+  for (const char* claimed : {"0", "1"}) {
+    mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", claimed);
+    for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); ++j) {
+      GroupedCase c = cases[j];
+      c.wantCarry = want[j];
+      SCOPED_TRACE("case " + std::to_string(j) + " (MKERNEL_GEMM_GROUP_CLAIM " + claimed +
+                   "): want carry " + std::to_string(want[j]));
+      EXPECT_EQ(runGrouped(c, seed + 49979687 * (++i)), "");
+    }
   }
 }
 

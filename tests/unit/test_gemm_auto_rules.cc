@@ -13,6 +13,24 @@
 
 using namespace gemmargs;
 
+namespace {
+
+// `a` as a grouped GEMM of 8192 rows in two groups, K 7168 -> N 2048 (issue 13's first shape with
+// fewer rows), its starts and counts at meta[0] and meta[1] (never read: host rules only).
+GemmArgs groupedLike(const GemmArgs& a, int32_t* meta) {
+  GemmArgs g = a;
+  g.M = 8192;
+  g.N = 2048;
+  g.K = 7168;
+  g.beta = 0.0f;
+  g.groups.num = 2;
+  g.groups.rowStart = meta;
+  g.groups.rowCount = meta + 1;
+  return g;
+}
+
+}  // namespace
+
 // What pipeline 0 resolves to (autoPipeline): the carried epilogue at every K with beta 0, the
 // lent stage with beta != 0 up to kWideMaxK and neither above it, the lent stage or neither under
 // MKERNEL_GEMM_AUTO_LEND 1 and 0, and neither for any call outside plain unpaired GEMMs with
@@ -115,17 +133,11 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
     mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
     mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", "1");
+    mktest::ScopedEnv carry("MKERNEL_GEMM_GROUP_CARRY", nullptr);  // the default, 0
     using mk::gemm::autoClaims;
     static int32_t meta[2];
     static uint64_t flags;
-    GemmArgs g = a;
-    g.M = 8192;
-    g.N = 2048;
-    g.K = 7168;
-    g.beta = 0.0f;
-    g.groups.num = 2;
-    g.groups.rowStart = meta;
-    g.groups.rowCount = meta + 1;
+    GemmArgs g = groupedLike(a, meta);
     {
       mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);  // the default, 0
       EXPECT_EQ(autoPipeline(g, 132), 0);
@@ -157,6 +169,58 @@ TEST(GemmCanImplement, AutoPipelineRule) {
         {"pipeline named", [](GemmArgs& b) { b.pipeline = 2; }},
     };
     for (const auto& o : notUnits) {
+      GemmArgs b = g;
+      o.second(b);
+      EXPECT_EQ(autoPipeline(b, 132), 0) << o.first;
+    }
+  }
+  {
+    // Grouped GEMMs: the carried epilogue only under MKERNEL_GEMM_GROUP_CARRY 1 (after the unit
+    // walk, where MKERNEL_GEMM_GROUP_UNITS takes the call), at any K, B [N,K], beta 0; claimed
+    // only under MKERNEL_GEMM_GROUP_CLAIM 1.
+    mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+    mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+    mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);
+    mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", nullptr);
+    using mk::gemm::autoClaims;
+    static int32_t meta[2];
+    static uint64_t flags;
+    GemmArgs g = groupedLike(a, meta);
+    g.bLayout = BLayout::kNK;
+    EXPECT_EQ(autoPipeline(g, 132), 0) << "MKERNEL_GEMM_GROUP_CARRY 0 (the default)";
+    mktest::ScopedEnv carry("MKERNEL_GEMM_GROUP_CARRY", "1");
+    for (int k : {512, 2048, 7168}) {
+      g.K = k;
+      EXPECT_EQ(autoPipeline(g, 132), 6) << "K " << k;
+    }
+    EXPECT_FALSE(autoClaims(g, 132)) << "grouped: static unless MKERNEL_GEMM_GROUP_CLAIM";
+    {
+      mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", "1");
+      EXPECT_TRUE(autoClaims(g, 132)) << "MKERNEL_GEMM_GROUP_CLAIM 1";
+    }
+    {
+      mktest::ScopedEnv u("MKERNEL_GEMM_GROUP_UNITS", "1");
+      EXPECT_EQ(autoPipeline(g, 132), 4) << "the unit walk first";
+    }
+    GemmArgs claimed = g;
+    claimed.tileClaim = meta;
+    EXPECT_EQ(autoPipeline(claimed, 132), 6) << "a caller's tileClaim";
+    const std::pair<const char*, void (*)(GemmArgs&)> notCarried[] = {
+        {"beta", [](GemmArgs& b) { b.beta = 0.5f; }},
+        {"fp32 D", [](GemmArgs& b) { b.dType = DType::kF32; }},
+        {"B [K,N]", [](GemmArgs& b) { b.bLayout = BLayout::kKN; }},
+        {"SwiGLU", [](GemmArgs& b) { b.swiglu = true; }},
+        {"rowReady hook",
+         [](GemmArgs& b) {
+           b.hooks.rowReady = &flags;
+           b.hooks.rowsPerFlag = 128;
+         }},
+        {"register stores", [](GemmArgs& b) { b.regStores = 1; }},
+        {"store threads off", [](GemmArgs& b) { b.storeWarps = 0; }},
+        {"CTA pairs", [](GemmArgs& b) { b.cluster = 2; }},
+        {"pipeline named", [](GemmArgs& b) { b.pipeline = 1; }},
+    };
+    for (const auto& o : notCarried) {
       GemmArgs b = g;
       o.second(b);
       EXPECT_EQ(autoPipeline(b, 132), 0) << o.first;

@@ -9,6 +9,7 @@
 
 #include "common/test_util.h"
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/gemm_rules.h"
 #include "gemm_args_util.h"
 
 using namespace gemmargs;
@@ -480,6 +481,48 @@ TEST(GemmCanImplement, LentStageRules) {
   GemmArgs a = good();
   a.pipeline = 7;
   expectReject(a, "pipeline=7 must be");
+}
+
+// Grouped GEMMs on the carried epilogue (pipeline 6, session 58): B [N,K], 16-bit D, unpaired
+// (a pair is refused by its own rule, and MKERNEL_GEMM_CLUSTER=2 leaves it unpaired), the static
+// walk or claimed tiles; everything else refused by its rule, and grouped on the lent stage (5).
+TEST(GemmCanImplement, GroupedCarriedEpilogueRules) {
+  const int32_t* dev = reinterpret_cast<const int32_t*>(gBuf);
+  std::string why;
+  GemmArgs a = good();
+  a.bLayout = BLayout::kNK;
+  a.groups.num = 3;
+  a.groups.rowStart = dev;
+  a.groups.rowCount = dev;
+  a.pipeline = 6;
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    a.dType = d;
+    EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+  }
+  GemmArgs claimed = a;
+  claimed.tileClaim = reinterpret_cast<int32_t*>(gBuf + 2048);
+  EXPECT_TRUE(mk::gemm::canImplement(claimed, &why)) << "claimed tiles: " << why;
+  {
+    mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
+    EXPECT_EQ(mk::gemm::resolvedCluster(a), 1) << "grouped carried epilogue left unpaired";
+  }
+  const std::pair<const char*, void (*)(GemmArgs&)> refused[] = {
+      {"runs grouped GEMMs unpaired", [](GemmArgs& b) { b.cluster = 2; }},
+      {"takes B as [N,K] only", [](GemmArgs& b) { b.bLayout = BLayout::kKN; }},
+      {"needs a 16-bit output type", [](GemmArgs& b) { b.dType = DType::kF32; }},
+      {"runs plain or grouped GEMMs: no SwiGLU", [](GemmArgs& b) { b.swiglu = true; }},
+      {"takes no fused-operator hooks",
+       [](GemmArgs& b) {
+         b.hooks.rowReady = reinterpret_cast<const uint64_t*>(gBuf);
+         b.hooks.rowsPerFlag = 128;
+       }},
+      {"runs plain GEMMs: no groups", [](GemmArgs& b) { b.pipeline = 5; }},
+  };
+  for (const auto& r : refused) {
+    GemmArgs b = a;
+    r.second(b);
+    expectReject(b, r.first);
+  }
 }
 
 // GemmArgs::regStores is a request (0 or 1), honoured where D allows it (buildParams): every
