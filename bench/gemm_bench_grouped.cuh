@@ -145,8 +145,9 @@ class GroupedBench {
     row->groupedClaim = claim_ > 0 ? tflops(claim_) : 0.0;
     for (size_t v = 1; v < vars_.size(); ++v) {
       const GroupedVariant& x = vars_[v];
-      // (the wide staging and the ping-pong have fields above; pairs and units are listed here)
-      if (x.cluster != 2 && x.pipeline != 4 &&
+      // (the wide staging and the ping-pong have fields above; pairs, units and the carried
+      // epilogue are listed here)
+      if (x.cluster != 2 && x.pipeline != 4 && x.pipeline != 6 &&
           (x.pipeline != 0 || (x.groupM == 0 && x.storeHint == 0)))
         continue;
       row->groupedL2.push_back({x.label, x.storeHint, x.groupM, tflops(v), x.maxdiff});

@@ -99,10 +99,10 @@ bool anyHook(const GemmHooks& h) {
          h.rowBlockOffset != 0 || h.seqBase != nullptr;
 }
 
-// The rules of the pipelines that run plain GEMMs only (4: the ping-pong over 192-column units,
+// The rules of the pipelines built for plain GEMMs first (4: the ping-pong over 192-column units,
 // 5: the deep ring lending its last stage to the epilogue, 6: the carried epilogue): 16-bit D;
-// no groups, SwiGLU, tile-by-tile D, CTA pairs (but where `pairs`), stream-K or fused-operator
-// hooks. False with the refusal, naming the pipeline `name`, in *why.
+// no groups (but where `groups`: 4 and 6), SwiGLU, tile-by-tile D, CTA pairs (but where `pairs`),
+// stream-K or fused-operator hooks. False with the refusal, naming the pipeline `name`, in *why.
 bool plainPipelineOk(const GemmArgs& a, const char* name, std::string* why, bool pairs = false,
                      bool groups = false) {
   const std::string n = name;
@@ -350,10 +350,11 @@ bool unitWalkFits(const GemmArgs& a) {
 
 // Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (built in
 // session 57), at any K and with no fill test (the plain rule, unitsFill, would keep tiles at
-// issue 13's shapes by 0.5-2.4% of a CTA's columns). Measured in session 58 (H100, in their own
-// bands, MKERNEL_GEMM_GROUP_UNIT_BAND): 1.04x the tiles at 32 x 4096 rows, 2048 -> 7168, but
-// 0.88-0.93x at 16 x 8192, 2048 -> 1408 and 0.79-0.95x at 7168 -> 2048, so the setting stays off
-// until a rule tells those shapes apart. Two units a CTA at least, as for plain GEMMs.
+// issue 13's shapes by 0.5-2.4% of a CTA's columns). Measured in session 58 (H100), against the
+// tiles of the same runs: in bands of 2 (MKERNEL_GEMM_GROUP_UNIT_BAND) 1.04x at 32 x 4096 rows,
+// 2048 -> 7168, but 0.92-0.93x at 16 x 8192, 2048 -> 1408 and 0.93-0.94x at 7168 -> 2048 (in bands
+// of 4: 0.99-1.03x, 0.88-0.93x, 0.79-0.95x), so the setting stays off until a rule tells those
+// shapes apart. Two units a CTA at least, as for plain GEMMs.
 //
 // Then the carried epilogue where MKERNEL_GEMM_GROUP_CARRY asks for it (session 58: built because
 // the grouped deep ring ran 0.97 of the plain engine at 32 x 4096 rows, 7168 -> 2048, where the
@@ -361,8 +362,7 @@ bool unitWalkFits(const GemmArgs& a) {
 // for groups (B [N,K], 16-bit D, unpaired), with its store threads and beta 0 (with C the kernel
 // would run its deep-ring epilogue).
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
-  if (sms <= 0) return 0;
-  if (MK_PARAM_INT(GemmGroupUnits) != 0 && unitWalkFits(a)) {
+  if (sms > 0 && MK_PARAM_INT(GemmGroupUnits) != 0 && unitWalkFits(a)) {
     const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
     if (units >= 2 * (int64_t)sms) return 4;
   }
@@ -417,8 +417,9 @@ bool autoClaims(const GemmArgs& a, int32_t sms) {
 // Grouped calls on the ping-pong consumers (pipeline 3) and on the 192-column units (4; `a` as
 // buildParams resolved it) take bands of their own: in session 58's sweeps (H100, issue 13's three
 // grouped shapes) the ping-pong ran fastest in bands of 4 and the units in bands of 2 (up to 1.15x
-// and 1.08x bands of 8), while the tiles showed no trend either way. Why the walks whose CTAs hold
-// two tiles or units at once want narrower bands is not established.
+// and 1.08x bands of 8; at 16 x 8192, 2048 -> 1408 the units' bands of 2 and 4 tied within 2%),
+// while the tiles showed no trend either way. Why the walks whose CTAs hold two tiles or units at
+// once want narrower bands is not established.
 int32_t autoGroupM(const GemmArgs& a) {
   if (anyHook(a.hooks)) return 8;
   if (a.groups.num != 0)

@@ -157,8 +157,11 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     if (c.wantCarry >= 0) {
       mk::gemm::GemmParams gp;
       int32_t grid = 0;
-      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.carry != c.wantCarry)
-        err = "the call did not resolve to carry " + std::to_string(c.wantCarry);
+      // The kernel carries only through its store threads (storeWarps 1, beta 0).
+      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.carry != c.wantCarry ||
+          (c.wantCarry == 1 && (gp.storeWarps != 1 || gp.beta != 0.0f)))
+        err = "the call did not resolve to carry " + std::to_string(c.wantCarry) +
+              " (with store threads)";
     }
     if (c.dynamic) {
       g.tileClaim = claim;

@@ -187,8 +187,12 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     static uint64_t flags;
     GemmArgs g = groupedLike(a, meta);
     g.bLayout = BLayout::kNK;
-    EXPECT_EQ(autoPipeline(g, 132), 0) << "MKERNEL_GEMM_GROUP_CARRY 0 (the default)";
+    {
+      mktest::ScopedEnv carry0("MKERNEL_GEMM_GROUP_CARRY", nullptr);
+      EXPECT_EQ(autoPipeline(g, 132), 0) << "MKERNEL_GEMM_GROUP_CARRY 0 (the default)";
+    }
     mktest::ScopedEnv carry("MKERNEL_GEMM_GROUP_CARRY", "1");
+    EXPECT_EQ(autoPipeline(g, 0), 6) << "no SM count needed (unlike the unit walk)";
     for (int k : {512, 2048, 7168}) {
       g.K = k;
       EXPECT_EQ(autoPipeline(g, 132), 6) << "K " << k;
