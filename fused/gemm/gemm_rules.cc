@@ -336,16 +336,21 @@ bool unitsFill(const GemmArgs& a, int32_t sms) {
 // split ran before (K <= kWideMaxK): past it, never measured.
 namespace {
 
-// What pipeline 0's unit walk asks of a call, plain or grouped: what pipeline 4 implements (a
-// 16-bit D the TMA can store, no SwiGLU, tile-by-tile D or hooks; unpaired, no stream-K) with the
-// store settings left to it (storeWarps, regStores 0, no D-store diagnostic or explicit L2
-// policy), beta 0 (its epilogue with C reads it element by element from registers: not
-// measured) and no caller's tileClaim (the cooperative walk's).
-bool unitWalkFits(const GemmArgs& a) {
+// What every choice of pipeline 0 asks of a call, plain or grouped (the units, the carried
+// epilogue, the lent stage): a 16-bit D, no SwiGLU, tile-by-tile D or fused-operator hooks,
+// unpaired, no stream-K, and the store settings left to the pipeline (storeWarps not 0, regStores
+// 0).
+bool autoChoiceFits(const GemmArgs& a) {
   return a.dType != DType::kF32 && !a.swiglu && !a.dTiled && !anyHook(a.hooks) &&
-         a.tileClaim == nullptr && a.storeWarps != 0 && a.regStores == 0 && a.skipStores != 1 &&
-         a.storeHint != 1 && a.beta == 0.0f && tmaStorable(a) && resolvedCluster(a) == 1 &&
-         !resolvedStreamK(a);
+         a.storeWarps != 0 && a.regStores == 0 && resolvedCluster(a) == 1 && !resolvedStreamK(a);
+}
+
+// What pipeline 0's unit walk asks of a call besides: a D the TMA can store, no D-store diagnostic
+// or explicit L2 policy, beta 0 (its epilogue with C reads it element by element from registers:
+// not measured) and no caller's tileClaim (the cooperative walk's).
+bool unitWalkFits(const GemmArgs& a) {
+  return autoChoiceFits(a) && a.tileClaim == nullptr && a.skipStores != 1 && a.storeHint != 1 &&
+         a.beta == 0.0f && tmaStorable(a);
 }
 
 // Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (built in
@@ -366,9 +371,8 @@ int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
     const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
     if (units >= 2 * (int64_t)sms) return 4;
   }
-  if (MK_PARAM_INT(GemmGroupCarry) != 0 && a.dType != DType::kF32 && a.bLayout == BLayout::kNK &&
-      !a.swiglu && !a.dTiled && !anyHook(a.hooks) && a.storeWarps != 0 && a.regStores == 0 &&
-      a.beta == 0.0f && resolvedCluster(a) == 1 && !resolvedStreamK(a))
+  if (MK_PARAM_INT(GemmGroupCarry) != 0 && autoChoiceFits(a) && a.bLayout == BLayout::kNK &&
+      a.beta == 0.0f)
     return 6;
   return 0;
 }
@@ -376,11 +380,9 @@ int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
 }  // namespace
 
 int autoPipeline(const GemmArgs& a, int32_t sms) {
-  if (a.pipeline == 0 && a.groups.num != 0) return autoGroupedPipeline(a, sms);
-  if (a.pipeline != 0 || a.dType == DType::kF32 || a.bLayout != BLayout::kNK || a.groups.num != 0 ||
-      a.swiglu || a.dTiled || anyHook(a.hooks) || a.storeWarps == 0 || a.regStores != 0 ||
-      resolvedCluster(a) != 1 || resolvedStreamK(a))
-    return 0;
+  if (a.pipeline != 0) return 0;
+  if (a.groups.num != 0) return autoGroupedPipeline(a, sms);
+  if (!autoChoiceFits(a) || a.bLayout != BLayout::kNK) return 0;
   // Why the unit walk at small K (session 56, H100, calls K and L): at 8192 x 8192 x 1024 it ran
   // 0.968 of cuBLAS-best against the carried epilogue's 0.937, at 16384 x 8192 x 1024 0.955
   // against 0.918, at K = 2048 / 4096 0.989 / 0.989 against 0.972 / 0.969; where its units load
