@@ -24,10 +24,10 @@ for pass in 1; do
   gc_run "g16p${pass}" $((T + 100)) 15 8 1 "grouped|rror" $B --reps 6 --pipelines --groups 16 \
     --shapes 131072x1408x2048
 done
-gc_run tiles $((T + 130)) 30 10 0 "^\||rror" python3 bench/grouped_bench.py \
-  --build /tmp/bf --out "$GC_L/tiles" --rounds 2 --reps 10
-gc_run carry $((T + 160)) 30 10 0 "^\||rror" env MKERNEL_GEMM_GROUP_CARRY=1 \
+gc_run carry $((T + 130)) 30 10 0 "^\||rror" env MKERNEL_GEMM_GROUP_CARRY=1 \
   python3 bench/grouped_bench.py --build /tmp/bf --out "$GC_L/carry" --rounds 2 --reps 10
+gc_run tiles $((T + 160)) 30 10 0 "^\||rror" python3 bench/grouped_bench.py \
+  --build /tmp/bf --out "$GC_L/tiles" --rounds 2 --reps 10
 gc_run units $((T + 190)) 30 10 0 "^\||rror" env MKERNEL_GEMM_GROUP_UNITS=1 \
   python3 bench/grouped_bench.py --build /tmp/bf --out "$GC_L/units" --rounds 2 --reps 10
 gc_tar
