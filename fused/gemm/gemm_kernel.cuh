@@ -563,9 +563,10 @@ __device__ __forceinline__ void gemmConsumer(const GemmParams& p,
     int32_t g, m0, n0, mBlk, nBlk;
     tileAt<Tr>(p, sm, t, &g, &m0, &n0, &mBlk, &nBlk);
     if constexpr (kCarry > 0 && Tr::kGrouped) {
-      // The first k-step's wgmmas read the accumulators (scale-d is a run-time operand), so the
-      // last tile's values stay live through the group lookup above unless overwritten here;
-      // with the carried half also live, ptxas spilled (16 bytes) in this kernel alone.
+      // The first k-step's wgmmas name the accumulators as inputs (scale-d is a run-time
+      // operand), so ptxas keeps the last tile's values alive until then, across the group
+      // lookup above; overwriting them here ends their life at their last use. With the carried
+      // half also alive, ptxas spilled 16 bytes in this kernel alone (8 with this).
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
     }

@@ -46,6 +46,8 @@ struct GroupedCase {
   int wantCluster = 0;    // nonzero: buildParams must resolve GemmParams::cluster to it
   int wantPingpong = -1;  // >= 0: buildParams must resolve GemmParams::pingpong to it
   int wantCarry = -1;     // >= 0: buildParams must resolve GemmParams::carry to it
+  int wantClaims = -1;    // >= 0: autoClaims must answer it (1: the launch claims its tiles)
+  bool endAtM = false;    // the last group ends at D's last row, M not a tile multiple
 };
 
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
@@ -72,16 +74,23 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     }
     int n = (int)(rng() % 5 == 0 ? 0 : 1 + rng() % 300);
     if (c.hot && g == 1) n = 1000 + (int)(rng() % 200);
+    // endAtM: D ends at most half-way into the last group's last tile, so one warpgroup's half
+    // of that tile lies wholly past M.
+    const bool last = c.endAtM && g == c.groups - 1;
+    if (last) n = (int)(tm * (rng() % 3) + 1 + rng() % (tm / 2));
     start[g] = (int32_t)cur;
     count[g] = n;
-    const int64_t span = (n + tm - 1) / tm * tm;
+    const int64_t span = last ? n : (n + tm - 1) / tm * tm;
     for (int64_t r = 0; r < span; ++r) mark.push_back(r < n ? 1 : 2);
     cur += span;
   }
-  mark.insert(mark.end(), tm, 0);  // trailing guard
-  cur += tm;
+  // A trailing guard tile: inside D, or with endAtM past it (D's buffers hold it, GemmArgs::M
+  // does not: a store past M would land there).
+  mark.insert(mark.end(), tm, 0);
+  if (!c.endAtM) cur += tm;
   const int M = (int)cur, N = c.N, K = c.K, G = c.groups;
-  const int W = c.swiglu ? N / 2 : N;  // D's width
+  const int64_t dRows = (int64_t)mark.size();  // D's and C's buffers: M rows, or M + a tile
+  const int W = c.swiglu ? N / 2 : N;          // D's width
   const int64_t lda = K, ldb = c.bl == BLayout::kKN ? N : K, ldd = W + c.padD;
   const int64_t bRows = c.bl == BLayout::kKN ? K : N;
   const size_t esD = c.dt == DType::kF32 ? 4 : 2;
@@ -101,8 +110,8 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
   };
   if (ck(cudaMalloc(&A, (size_t)M * lda * 2), "A") &&
       ck(cudaMalloc(&B, (size_t)G * bRows * ldb * 2), "B") &&
-      ck(cudaMalloc(&C, (size_t)M * ldd * esD), "C") &&
-      ck(cudaMalloc(&D, (size_t)M * ldd * esD), "D") &&
+      ck(cudaMalloc(&C, (size_t)dRows * ldd * esD), "C") &&
+      ck(cudaMalloc(&D, (size_t)dRows * ldd * esD), "D") &&
       ck(cudaMalloc(&dStart, G * sizeof(int32_t)), "start") &&
       ck(cudaMalloc(&dCount, G * sizeof(int32_t)), "count") &&
       ck(cudaMalloc(&dMark, mark.size()), "mark") &&
@@ -115,7 +124,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     fillRandom(B, (int64_t)G * bRows, c.bl == BLayout::kKN ? N : K, ldb, DType::kBF16,
                seed * 4 + 2);
     fillRandom(C, M, W, ldd, c.dt, seed * 4 + 3);
-    cudaMemset(D, 0xFF, (size_t)M * ldd * esD);
+    cudaMemset(D, 0xFF, (size_t)dRows * ldd * esD);
     cudaMemcpy(dStart, start.data(), G * sizeof(int32_t), cudaMemcpyHostToDevice);
     cudaMemcpy(dCount, count.data(), G * sizeof(int32_t), cudaMemcpyHostToDevice);
     cudaMemcpy(dMark, mark.data(), mark.size(), cudaMemcpyHostToDevice);
@@ -163,6 +172,8 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
         err = "the call did not resolve to carry " + std::to_string(c.wantCarry) +
               " (with store threads)";
     }
+    if (c.wantClaims >= 0 && mk::gemm::autoClaims(g, c.budget) != (c.wantClaims == 1))
+      err = std::string("autoClaims did not answer ") + (c.wantClaims == 1 ? "true" : "false");
     if (c.dynamic) {
       g.tileClaim = claim;
       int sms = 0;
@@ -218,7 +229,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
   }
   if (err.empty()) {
     cudaMemset(touched, 0, sizeof(unsigned long long));
-    guardKernel<<<256, 256>>>(static_cast<const uint8_t*>(D), ldd * (int64_t)esD, dMark, M,
+    guardKernel<<<256, 256>>>(static_cast<const uint8_t*>(D), ldd * (int64_t)esD, dMark, dRows,
                               touched);
     unsigned long long t = 0;
     if (ck(cudaMemcpy(&t, touched, sizeof(t), cudaMemcpyDeviceToHost), "guard") && t != 0)
@@ -299,9 +310,11 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {9, 136, 520, BLayout::kKN, DType::kBF16, 0.0f, 5, true, false, 1.0f, 8, 4},
       // The carried epilogue (pipeline 6, B [N,K], 16-bit D; session 58): one CTA and a few
       // (every tile's second half carried into the next tile, across groups), all SMs, a last
-      // column block of at most 128 columns (1408, 520, 72), whole tiles (256), alpha, padded
-      // rows; beta and an odd ldd (the kernel then runs the deep ring's epilogue).
+      // column block of at most 128 columns (1408, 520, 72: nothing carried), of 184 (440: one
+      // box of it carried), whole tiles (256), alpha, padded rows; beta and an odd ldd (the
+      // kernel then runs the deep ring's epilogue).
       {17, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 1, true, false, 1.0f, 0, 6},
+      {9, 440, 264, BLayout::kNK, DType::kBF16, 0.0f, 3, true, false, 1.0f, 0, 6},
       {12, 1408, 328, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 0, 6},
       {40, 256, 128, BLayout::kNK, DType::kF16, 0.0f, 7, false, false, 1.0f, 0, 6},
       {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 3, false, false, 0.5f, 0, 6},
@@ -445,10 +458,55 @@ TEST(GemmGrouped, CarriedEpilogueSetting) {
     for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); ++j) {
       GroupedCase c = cases[j];
       c.wantCarry = want[j];
+      c.wantClaims = claimed[0] == '1';  // every case: grouped, unhooked, unpaired
       SCOPED_TRACE("case " + std::to_string(j) + " (MKERNEL_GEMM_GROUP_CLAIM " + claimed +
                    "): want carry " + std::to_string(want[j]));
       EXPECT_EQ(runGrouped(c, seed + 49979687 * (++i)), "");
     }
+  }
+}
+
+// D ends inside the last group's last tile (M not a tile multiple; session 59): every grouped
+// pipeline clips its stores at M, and the poisoned tile past M (in D's buffer, outside
+// GemmArgs::M) stays untouched. The last group's count leaves the second half of its last tile
+// (one warpgroup's rows) wholly past M. The automatic choice, the deep ring, the wide staging,
+// SwiGLU, the ping-pong consumers, the 192-column units (a last unit of 56 columns) and the
+// carried epilogue (a carried half of one box, or none); both layouts, the three outputs, beta
+// and alpha; then claimed tiles and CTA pairs.
+TEST(GemmGrouped, LastGroupEndsAtM) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  GroupedCase cases[] = {
+      {5, 520, 264, BLayout::kNK, DType::kBF16, 0.0f, 0, false},
+      {5, 520, 264, BLayout::kKN, DType::kF16, 0.5f, 3, false, false, 1.0f, 0, 1},
+      {9, 330, 136, BLayout::kNK, DType::kF32, 0.0f, 0, true, false, 1.0f, 0, 1},
+      {9, 400, 200, BLayout::kNK, DType::kBF16, 0.0f, 3, true, false, 1.0f, 0, 2},
+      {5, 400, 136, BLayout::kNK, DType::kBF16, 0.0f, 0, false, true},
+      {9, 520, 264, BLayout::kKN, DType::kBF16, 0.0f, 3, true, false, 1.0f, 0, 3},
+      {9, 440, 264, BLayout::kNK, DType::kF16, 0.0f, 5, true, false, 1.0f, 0, 4},
+      {9, 440, 264, BLayout::kNK, DType::kBF16, 0.0f, 3, true, false, 1.0f, 0, 6},
+      {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 1, false, false, 0.5f, 0, 6},
+  };
+  int i = 0;
+  auto run = [&](GroupedCase c, const std::string& what) {
+    c.endAtM = true;
+    SCOPED_TRACE(what + " case " + std::to_string(i) + ": " + std::to_string(c.groups) +
+                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                 (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " budget " +
+                 std::to_string(c.budget) + " pipeline " + std::to_string(c.pipeline));
+    EXPECT_EQ(runGrouped(c, seed + 15485863 * (++i)), "");
+  };
+  for (const GroupedCase& c : cases) run(c, "static");
+  for (int j : {0, 1, 7}) {  // the tiles, the deep ring, the carried epilogue: claimed
+    GroupedCase c = cases[j];
+    c.dynamic = true;
+    run(c, "claimed");
+  }
+  for (int j : {0, 1, 3}) {  // pairs: a last pair whose second tile lies past M
+    GroupedCase c = cases[j];
+    c.cluster = 2;
+    c.budget = 2 * (j + 1);
+    run(c, "pairs");
   }
 }
 
