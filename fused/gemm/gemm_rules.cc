@@ -402,7 +402,7 @@ int autoPipeline(const GemmArgs& a, int32_t sms) {
 bool autoClaims(const GemmArgs& a, int32_t sms) {
   if (a.pipeline != 0 || a.tileClaim != nullptr || a.trace != nullptr) return false;
   const int resolved = autoPipeline(a, sms);
-  // Grouped calls claim only under MKERNEL_GEMM_GROUP_CLAIM, whichever pipeline (below).
+  // Grouped calls claim only under MKERNEL_GEMM_GROUP_CLAIM (below), but never on the unit walk.
   if ((resolved == 5 || resolved == 6) && a.groups.num == 0) return true;
   if (resolved == 4) return false;  // the unit walk is static
   return a.groups.num != 0 && !anyHook(a.hooks) && MK_PARAM_INT(GemmGroupClaim) != 0 &&

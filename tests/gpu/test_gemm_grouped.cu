@@ -50,6 +50,16 @@ struct GroupedCase {
   bool endAtM = false;    // the last group ends at D's last row, M not a tile multiple
 };
 
+// A case as the failure traces name it.
+std::string describe(const GroupedCase& c) {
+  return std::to_string(c.groups) + " groups, N=" + std::to_string(c.N) +
+         " K=" + std::to_string(c.K) + (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") +
+         " out " + mk::gemm::dtypeName(c.dt) + " budget " + std::to_string(c.budget) +
+         (c.swiglu ? " swiglu" : "") + " pipeline " + std::to_string(c.pipeline) +
+         (c.cluster == 2 ? " pairs" : "") + (c.dynamic ? " claimed" : "") +
+         (c.endAtM ? " ending at M" : "");
+}
+
 // ref [rows][N] (the product) -> act [rows][N/2] = silu(gate) * up, in fp64.
 __global__ void swigluRefKernel(int64_t rows, int N, const double* ref, double* act) {
   const int half = N / 2;
@@ -151,24 +161,18 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.groupM = c.groupM;
     g.storeHint = c.storeHint;
     g.cluster = c.cluster;
-    if (c.wantCluster != 0) {
+    if (c.wantCluster != 0 || c.wantPingpong >= 0 || c.wantCarry >= 0) {
       mk::gemm::GemmParams gp;
       int32_t grid = 0;
-      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.cluster != c.wantCluster)
+      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess)
+        err = "buildParams failed";
+      else if (c.wantCluster != 0 && gp.cluster != c.wantCluster)
         err = "the call did not resolve to cluster " + std::to_string(c.wantCluster);
-    }
-    if (c.wantPingpong >= 0) {
-      mk::gemm::GemmParams gp;
-      int32_t grid = 0;
-      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.pingpong != c.wantPingpong)
+      else if (c.wantPingpong >= 0 && gp.pingpong != c.wantPingpong)
         err = "the call did not resolve to pingpong " + std::to_string(c.wantPingpong);
-    }
-    if (c.wantCarry >= 0) {
-      mk::gemm::GemmParams gp;
-      int32_t grid = 0;
       // The kernel carries only through its store threads (storeWarps 1, beta 0).
-      if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess || gp.carry != c.wantCarry ||
-          (c.wantCarry == 1 && (gp.storeWarps != 1 || gp.beta != 0.0f)))
+      else if (c.wantCarry >= 0 && (gp.carry != c.wantCarry ||
+                                    (c.wantCarry == 1 && (gp.storeWarps != 1 || gp.beta != 0.0f))))
         err = "the call did not resolve to carry " + std::to_string(c.wantCarry) +
               " (with store threads)";
     }
@@ -324,11 +328,7 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
   };
   int i = 0;
   for (const GroupedCase& c : cases) {
-    SCOPED_TRACE("case " + std::to_string(i) + ": " + std::to_string(c.groups) +
-                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
-                 (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " out " +
-                 mk::gemm::dtypeName(c.dt) + (c.swiglu ? " swiglu" : "") + " pipeline " +
-                 std::to_string(c.pipeline));
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + describe(c));
     EXPECT_EQ(runGrouped(c, seed + 7919 * (++i)), "");
   }
 }
@@ -356,10 +356,7 @@ TEST(GemmGrouped, DynamicTileClaim) {
   int i = 0;
   for (GroupedCase& c : cases) {
     c.dynamic = true;
-    SCOPED_TRACE("dynamic case " + std::to_string(i) + ": " + std::to_string(c.groups) +
-                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " budget " +
-                 std::to_string(c.budget) + (c.swiglu ? " swiglu" : "") + " pipeline " +
-                 std::to_string(c.pipeline));
+    SCOPED_TRACE("dynamic case " + std::to_string(i) + ": " + describe(c));
     EXPECT_EQ(runGrouped(c, seed + 104729 * (++i)), "");
   }
 }
@@ -488,25 +485,22 @@ TEST(GemmGrouped, LastGroupEndsAtM) {
       {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 1, false, false, 0.5f, 0, 6},
   };
   int i = 0;
-  auto run = [&](GroupedCase c, const std::string& what) {
+  auto run = [&](GroupedCase c) {
     c.endAtM = true;
-    SCOPED_TRACE(what + " case " + std::to_string(i) + ": " + std::to_string(c.groups) +
-                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
-                 (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " budget " +
-                 std::to_string(c.budget) + " pipeline " + std::to_string(c.pipeline));
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + describe(c));
     EXPECT_EQ(runGrouped(c, seed + 15485863 * (++i)), "");
   };
-  for (const GroupedCase& c : cases) run(c, "static");
+  for (const GroupedCase& c : cases) run(c);
   for (int j : {0, 1, 7}) {  // the tiles, the deep ring, the carried epilogue: claimed
     GroupedCase c = cases[j];
     c.dynamic = true;
-    run(c, "claimed");
+    run(c);
   }
   for (int j : {0, 1, 3}) {  // pairs: a last pair whose second tile lies past M
     GroupedCase c = cases[j];
     c.cluster = 2;
     c.budget = 2 * (j + 1);
-    run(c, "pairs");
+    run(c);
   }
 }
 
@@ -535,10 +529,7 @@ TEST(GemmGrouped, CtaPairs) {
   int i = 0;
   for (GroupedCase c : cases) {
     c.cluster = 2;
-    SCOPED_TRACE("pairs case " + std::to_string(i) + ": " + std::to_string(c.groups) +
-                 " groups, N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
-                 (c.bl == BLayout::kKN ? " B[g][K,N]" : " B[g][N,K]") + " budget " +
-                 std::to_string(c.budget) + " pipeline " + std::to_string(c.pipeline));
+    SCOPED_TRACE("pairs case " + std::to_string(i) + ": " + describe(c));
     EXPECT_EQ(runGrouped(c, seed + 104723 * (++i)), "");
   }
   mktest::ScopedEnv pairs("MKERNEL_GEMM_CLUSTER", "2");
