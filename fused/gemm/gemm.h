@@ -134,7 +134,7 @@ struct GemmArgs {
   // second half in registers, packed, into the next tile's main loop, where it is staged under the
   // second k-step's wgmmas (after the first where a tile has one); the GEMMs and settings of 5, and
   // CTA pairs too (cluster 2: the static walk, untraced), and grouped GEMMs unpaired (session 58;
-  // pipeline 0 under MKERNEL_GEMM_GROUP_CARRY); with beta != 0 or a D the TMA cannot
+  // pipeline 0 by MKERNEL_GEMM_GROUP_CARRY's rule); with beta != 0 or a D the TMA cannot
   // store, its kernel runs the deep ring's epilogue. (Session 46's half-depth stages, once pipeline
   // 5, measured slower everywhere and are gone.) Fused operators' compute roles always run the deep
   // ring.
@@ -258,8 +258,8 @@ bool canImplement(const GemmArgs& args, std::string* why);
 // units that load the `sms` CTAs at least as evenly as 128x256 tiles; never with sms 0), 6 = the
 // carried epilogue, 5 = the lent stage, 0 = none of them (the wide split for 16-bit outputs at
 // K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with B [N,K] and a 16-bit D; grouped
-// ones only under MKERNEL_GEMM_GROUP_UNITS (4) or MKERNEL_GEMM_GROUP_CARRY (6); any other args, or
-// a pipeline other than 0, give 0.
+// ones under MKERNEL_GEMM_GROUP_UNITS (4) or MKERNEL_GEMM_GROUP_CARRY (6: by default at K >
+// kWideMaxK or N >= 4096); any other args, or a pipeline other than 0, give 0.
 int autoPipeline(const GemmArgs& args, int32_t sms = 0);
 
 // Whether pipeline 0 claims tiles for `args` on `sms` persistent CTAs (host only, no CUDA call;

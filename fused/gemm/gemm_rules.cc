@@ -361,18 +361,29 @@ bool unitWalkFits(const GemmArgs& a) {
 // of 4: 0.99-1.03x, 0.88-0.93x, 0.79-0.95x), so the setting stays off until a rule tells those
 // shapes apart. Two units a CTA at least, as for plain GEMMs.
 //
-// Then the carried epilogue where MKERNEL_GEMM_GROUP_CARRY asks for it (session 58: built because
-// the grouped deep ring ran 0.97 of the plain engine at 32 x 4096 rows, 7168 -> 2048, where the
-// plain engine runs the carried epilogue; not yet measured on a GPU): what pipeline 6 implements
+// Then the carried epilogue, where MKERNEL_GEMM_GROUP_CARRY allows it: what pipeline 6 implements
 // for groups (B [N,K], 16-bit D, unpaired), with its store threads and beta 0 (with C the kernel
-// would run its deep-ring epilogue).
+// would run its deep-ring epilogue). Setting 2 (the default) takes it where session 60's call A
+// (H100, two measures side by side: grouped_bench's rounds against torch, and bench --pipelines'
+// lines in one process) put it ahead of the tiles in both: past kWideMaxK (7168 -> 2048, 1.017x,
+// where the tiles are the deep ring, as in the plain engine, whose choice the carry is at large
+// K) and at N >= kGroupCarryMinN (2048 -> 7168, 1.024x and 1.060x). At 16 x 8192, 2048 -> 1408
+// the two measures disagreed (0.90x in grouped_bench, 1.013x in --pipelines), so the tiles stay
+// there; between N 1408 and 7168 at K <= kWideMaxK nothing was measured.
+constexpr int64_t kGroupCarryMinN = 4096;
+
+bool groupCarryWanted(const GemmArgs& a) {
+  const int64_t setting = MK_PARAM_INT(GemmGroupCarry);
+  if (setting == 0) return false;
+  return setting == 1 || a.K > kWideMaxK || a.N >= kGroupCarryMinN;
+}
+
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
   if (sms > 0 && MK_PARAM_INT(GemmGroupUnits) != 0 && unitWalkFits(a)) {
     const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
     if (units >= 2 * (int64_t)sms) return 4;
   }
-  if (MK_PARAM_INT(GemmGroupCarry) != 0 && autoChoiceFits(a) && a.bLayout == BLayout::kNK &&
-      a.beta == 0.0f)
+  if (groupCarryWanted(a) && autoChoiceFits(a) && a.bLayout == BLayout::kNK && a.beta == 0.0f)
     return 6;
   return 0;
 }

@@ -431,8 +431,8 @@ TEST(GemmGrouped, UnitWalkSetting) {
 
 // MKERNEL_GEMM_GROUP_CARRY=1 (session 58): pipeline 0 runs a grouped GEMM with B [N,K], a 16-bit D
 // and beta 0 on the carried epilogue, on the static walk and on tiles claimed under
-// MKERNEL_GEMM_GROUP_CLAIM=1, and keeps the tiles otherwise (B [K,N], beta, SwiGLU, fp32 D);
-// every case against the fp64 reference.
+// MKERNEL_GEMM_GROUP_CLAIM=1, and keeps the tiles otherwise (B [K,N], beta, SwiGLU, fp32 D); then
+// the default setting (2), which carries by shape; every case against the fp64 reference.
 TEST(GemmGrouped, CarriedEpilogueSetting) {
   GEMMTEST_REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
@@ -460,6 +460,23 @@ TEST(GemmGrouped, CarriedEpilogueSetting) {
                    "): want carry " + std::to_string(want[j]));
       EXPECT_EQ(runGrouped(c, seed + 49979687 * (++i)), "");
     }
+  }
+  // Setting 2 (the default, session 60): the carry past kWideMaxK or at N >= 4096 only.
+  mktest::ScopedEnv carry2("MKERNEL_GEMM_GROUP_CARRY", nullptr);
+  mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", nullptr);
+  GroupedCase byRule[] = {
+      {3, 264, 4160, BLayout::kNK, DType::kBF16, 0.0f, 3, true},
+      {3, 4096, 136, BLayout::kNK, DType::kF16, 0.0f, 3, true},
+      {9, 1408, 200, BLayout::kNK, DType::kBF16, 0.0f, 3, true},
+  };
+  const int wantByRule[] = {1, 1, 0};
+  for (size_t j = 0; j < sizeof(byRule) / sizeof(byRule[0]); ++j) {
+    GroupedCase c = byRule[j];
+    c.wantCarry = wantByRule[j];
+    c.wantClaims = 0;
+    SCOPED_TRACE("default setting, case " + std::to_string(j) + ": want carry " +
+                 std::to_string(wantByRule[j]));
+    EXPECT_EQ(runGrouped(c, seed + 49979687 * (++i)), "");
   }
 }
 

@@ -133,7 +133,7 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
     mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
     mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", "1");
-    mktest::ScopedEnv carry("MKERNEL_GEMM_GROUP_CARRY", nullptr);  // the default, 0
+    mktest::ScopedEnv carry("MKERNEL_GEMM_GROUP_CARRY", "0");  // the tiles where units do not fit
     using mk::gemm::autoClaims;
     static int32_t meta[2];
     static uint64_t flags;
@@ -175,9 +175,10 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     }
   }
   {
-    // Grouped GEMMs: the carried epilogue only under MKERNEL_GEMM_GROUP_CARRY 1 (after the unit
-    // walk, where MKERNEL_GEMM_GROUP_UNITS takes the call), at any K, B [N,K], beta 0; claimed
-    // only under MKERNEL_GEMM_GROUP_CLAIM 1.
+    // Grouped GEMMs: the carried epilogue (after the unit walk, where MKERNEL_GEMM_GROUP_UNITS
+    // takes the call) under MKERNEL_GEMM_GROUP_CARRY 2 (the default) at K > kWideMaxK or N >=
+    // 4096, under 1 at any K and N, under 0 never; B [N,K], beta 0; claimed only under
+    // MKERNEL_GEMM_GROUP_CLAIM 1.
     mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
     mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
     mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);
@@ -188,8 +189,25 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     GemmArgs g = groupedLike(a, meta);
     g.bLayout = BLayout::kNK;
     {
-      mktest::ScopedEnv carry0("MKERNEL_GEMM_GROUP_CARRY", nullptr);
-      EXPECT_EQ(autoPipeline(g, 132), 0) << "MKERNEL_GEMM_GROUP_CARRY 0 (the default)";
+      mktest::ScopedEnv carry2("MKERNEL_GEMM_GROUP_CARRY", nullptr);
+      // {K, N, carried}: issue 13's shapes (7168 -> 2048, 2048 -> 1408, 2048 -> 7168) and the
+      // rule's edges.
+      const struct {
+        int64_t k, n;
+        bool carried;
+      } cases[] = {{7168, 2048, true}, {2048, 1408, false}, {2048, 7168, true}, {4096, 4095, false},
+                   {4097, 1408, true}, {4096, 4096, true},  {512, 256, false}};
+      for (const auto& c : cases) {
+        GemmArgs b = g;
+        b.K = c.k;
+        b.N = c.n;
+        EXPECT_EQ(autoPipeline(b, 132), c.carried ? 6 : 0)
+            << "MKERNEL_GEMM_GROUP_CARRY 2 (the default), K " << c.k << " N " << c.n;
+      }
+    }
+    {
+      mktest::ScopedEnv carry0("MKERNEL_GEMM_GROUP_CARRY", "0");
+      EXPECT_EQ(autoPipeline(g, 132), 0) << "MKERNEL_GEMM_GROUP_CARRY 0";
     }
     mktest::ScopedEnv carry("MKERNEL_GEMM_GROUP_CARRY", "1");
     EXPECT_EQ(autoPipeline(g, 0), 6) << "no SM count needed (unlike the unit walk)";
