@@ -259,7 +259,8 @@ bool canImplement(const GemmArgs& args, std::string* why);
 // carried epilogue, 5 = the lent stage, 0 = none of them (the wide split for 16-bit outputs at
 // K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with B [N,K] and a 16-bit D; grouped
 // ones under MKERNEL_GEMM_GROUP_UNITS (4) or MKERNEL_GEMM_GROUP_CARRY (6: by default at K >
-// kWideMaxK or N >= 4096); any other args, or a pipeline other than 0, give 0.
+// kWideMaxK or N >= 4096, D stored through TMA); any other args, or a pipeline other than 0,
+// give 0.
 int autoPipeline(const GemmArgs& args, int32_t sms = 0);
 
 // Whether pipeline 0 claims tiles for `args` on `sms` persistent CTAs (host only, no CUDA call;

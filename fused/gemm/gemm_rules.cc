@@ -369,13 +369,15 @@ bool unitWalkFits(const GemmArgs& a) {
 // where the tiles are the deep ring, as in the plain engine, whose choice the carry is at large
 // K) and at N >= kGroupCarryMinN (2048 -> 7168, 1.024x and 1.060x). At 16 x 8192, 2048 -> 1408
 // the two measures disagreed (0.90x in grouped_bench, 1.013x in --pipelines), so the tiles stay
-// there; between N 1408 and 7168 at K <= kWideMaxK nothing was measured.
+// there; between N 1408 and 7168 at K <= kWideMaxK nothing was measured. Setting 2 also wants a D
+// the TMA can store, as measured: with another D the carried kernel runs the deep ring's
+// epilogue, which would replace the wide staging at K <= kWideMaxK unmeasured.
 constexpr int64_t kGroupCarryMinN = 4096;
 
 bool groupCarryWanted(const GemmArgs& a) {
   const int64_t setting = MK_PARAM_INT(GemmGroupCarry);
   if (setting == 0) return false;
-  return setting == 1 || a.K > kWideMaxK || a.N >= kGroupCarryMinN;
+  return setting == 1 || (tmaStorable(a) && (a.K > kWideMaxK || a.N >= kGroupCarryMinN));
 }
 
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {

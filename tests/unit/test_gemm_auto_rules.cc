@@ -204,6 +204,9 @@ TEST(GemmCanImplement, AutoPipelineRule) {
         EXPECT_EQ(autoPipeline(b, 132), c.carried ? 6 : 0)
             << "MKERNEL_GEMM_GROUP_CARRY 2 (the default), K " << c.k << " N " << c.n;
       }
+      GemmArgs odd = g;  // K 7168: carried with 16-byte D rows
+      odd.ldd = odd.N + 4;
+      EXPECT_EQ(autoPipeline(odd, 132), 0) << "8-byte D rows: the setting's rule wants TMA stores";
     }
     {
       mktest::ScopedEnv carry0("MKERNEL_GEMM_GROUP_CARRY", "0");
