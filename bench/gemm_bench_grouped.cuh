@@ -76,15 +76,18 @@ class GroupedBench {
   int groups() const { return G_; }
   int rows() const { return rows_; }
 
-  // pipes: the wide staging, the ping-pong consumers, the 192-column units and the carried
-  // epilogue (B here is [G][N][K], as pipeline 6 needs); claim: claimed tiles; band > 0 and hint:
-  // the L2 choices of MKERNEL_GEMM_GROUP_BAND / _HINT set explicitly (bands of `band` row blocks,
-  // D evict-first, both together, and with claim both on claimed tiles); pairs: as CTA pairs
-  // (GemmArgs::cluster 2, each group's B tiles loaded half by each CTA and multicast to both),
-  // with pipes the wide staging paired too.
+  // pipes: the deep ring, the wide staging, the ping-pong consumers, the 192-column units and the
+  // carried epilogue (B here is [G][N][K], as pipeline 6 needs); claim: claimed tiles; band > 0 and
+  // hint: the L2 choices of MKERNEL_GEMM_GROUP_BAND / _HINT set explicitly (bands of `band` row
+  // blocks, D evict-first, both together, and with claim both on claimed tiles); pairs: as CTA
+  // pairs (GemmArgs::cluster 2, each group's B tiles loaded half by each CTA and multicast to
+  // both), with pipes the wide staging paired too.
   void addVariants(bool pipes, bool claim, int band, bool hint, bool pairs) {
     if (G_ == 0) return;
     if (pipes) {
+      // The deep ring too: past K 4096 it was the grouped default until the carried epilogue took
+      // its place (MKERNEL_GEMM_GROUP_CARRY).
+      add("deep ring", 1, 0, 0, false);
       wide_ = add("wide staging", 2, 0, 0, false);
       ping_ = add("ping-pong", 3, 0, 0, false);
       add("192-column units", 4, 0, 0, false);

@@ -114,7 +114,8 @@ struct GemmArgs {
   // GEMMs with B [N,K] and a 16-bit D run pipeline 4 where autoPipeline's unit rule holds
   // (MKERNEL_GEMM_UNITS_MAXK), else pipeline 6 at every K (5 with beta != 0 at K <= kWideMaxK),
   // claiming their tiles from a counter of the engine's outside stream capture when there is more
-  // than one wave of them: MKERNEL_GEMM_AUTO_LEND; elsewhere the wide epilogue for 16-bit outputs
+  // than one wave of them: MKERNEL_GEMM_AUTO_LEND; grouped GEMMs pipeline 4 or 6 by
+  // MKERNEL_GEMM_GROUP_UNITS / _CARRY's rules; elsewhere the wide epilogue for 16-bit outputs
   // with K <= kWideMaxK, grouped too, and the deep ring above), 1 = deep load ring, 2 = wide
   // epilogue staging (16-bit outputs only), 3 = ping-pong consumers (opt-in: each consumer
   // warpgroup owns half of a tile, one's epilogue runs under the other's main loop, and a half
@@ -253,7 +254,8 @@ inline int32_t tilesN(const GemmArgs& a) {
 bool canImplement(const GemmArgs& args, std::string* why);
 
 // What GemmArgs::pipeline 0 resolves to for `args` on `sms` persistent CTAs (host only, no CUDA
-// call; reads MKERNEL_GEMM_AUTO_LEND and MKERNEL_GEMM_UNITS_MAXK): 4 = the ping-pong over whole
+// call; reads MKERNEL_GEMM_AUTO_LEND, MKERNEL_GEMM_UNITS_MAXK, MKERNEL_GEMM_GROUP_UNITS and
+// MKERNEL_GEMM_GROUP_CARRY): 4 = the ping-pong over whole
 // 128x192 units (beta 0, D with 16-byte rows, no tileClaim, K <= MKERNEL_GEMM_UNITS_MAXK, and
 // units that load the `sms` CTAs at least as evenly as 128x256 tiles; never with sms 0), 6 = the
 // carried epilogue, 5 = the lent stage, 0 = none of them (the wide split for 16-bit outputs at

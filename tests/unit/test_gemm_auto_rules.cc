@@ -34,7 +34,7 @@ GemmArgs groupedLike(const GemmArgs& a, int32_t* meta) {
 // What pipeline 0 resolves to (autoPipeline): the carried epilogue at every K with beta 0, the
 // lent stage with beta != 0 up to kWideMaxK and neither above it, the lent stage or neither under
 // MKERNEL_GEMM_AUTO_LEND 1 and 0, and neither for any call outside plain unpaired GEMMs with
-// B [N,K] and a 16-bit D, or with a pipeline named.
+// B [N,K] and a 16-bit D, or with a pipeline named; grouped GEMMs by their own settings (below).
 TEST(GemmCanImplement, AutoPipelineRule) {
   using mk::gemm::autoPipeline;
   using mk::gemm::kWideMaxK;
@@ -195,8 +195,8 @@ TEST(GemmCanImplement, AutoPipelineRule) {
       const struct {
         int64_t k, n;
         bool carried;
-      } cases[] = {{7168, 2048, true}, {2048, 1408, false}, {2048, 7168, true}, {4096, 4095, false},
-                   {4097, 1408, true}, {4096, 4096, true},  {512, 256, false}};
+      } cases[] = {{7168, 2048, true}, {2048, 1408, false}, {2048, 7168, true}, {4096, 4088, false},
+                   {4104, 1408, true}, {4096, 4096, true},  {512, 256, false}};
       for (const auto& c : cases) {
         GemmArgs b = g;
         b.K = c.k;

@@ -20,8 +20,8 @@ ncclResult_t moeFusedLaunchTr(const MoeFusedParams& p, int grid, cudaStream_t st
 }
 
 // The grouped deep ring (GroupPipe), as the fused operators' compute roles run: its results
-// equal the sequential path's GroupPipe / GroupWidePipe tile for tile (only the staging of
-// the epilogue differs).
+// equal the sequential path's GroupPipe / GroupWidePipe / GroupCarryPipe tile for tile (only the
+// staging of the epilogue differs).
 template <gemm::DType kIn, gemm::DType kOut>
 ncclResult_t moeFusedLaunchOut(const MoeFusedParams& p, bool kn, int grid, cudaStream_t stream) {
   using gemm::BLayout;
