@@ -2,6 +2,7 @@
 """The MoE experts' grouped GEMM alone: mkernel's engine against torch._grouped_mm (issue 13).
 
   python3 bench/grouped_bench.py --build build [--out DIR] [--shapes G:R:K:N,...] [--rounds 3]
+      [--engine-env LABEL:VAR=VAL[,VAR=VAL...]]...
   python3 bench/grouped_bench.py --selftest        (CPU: runs bench/test_grouped_bench.py)
 
 Per shape: G experts, R token rows each (a multiple of 128: equal, tile-aligned groups), A [G*R,
@@ -17,6 +18,12 @@ Side by side in one run, --rounds times in alternation (so drift shows next to t
   engine  <build>/bench/bench_gemm_bench --groups G --shapes (G*R)xNxK, a subprocess: the
           engine's grouped GEMM (GemmArgs::groups, the path moe_dispatch_gemm's GEMM takes) with
           the same rows per group; its JSON's engine_grouped_tflops (median of its --reps).
+  variants  each --engine-env: the engine again with those environment settings (e.g.
+          tiles:MKERNEL_GEMM_GROUP_CARRY=0), in the same rounds as the default engine; the engine
+          runs of a round start one later each round (default, variants, rotated), so drift does
+          not always fall on the same setting. Reported against torch and against the default:
+          settings compared in one run, not across runs whose torch figures moved 670-744 TFLOP/s
+          (session 60).
 Why the distribution is an option: a power-limited GPU's clock depends on how many operand bits
 toggle (session 55 saw three different engine kernels at the same 636.6 TFLOP/s at one shape, which
 suggests such a limit), so the two sides are compared on operands of the same distribution by
@@ -62,6 +69,29 @@ def parse_shapes(text):
   return shapes
 
 
+ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def parse_engine_env(items):
+  """[(label, {VAR: VAL})] from --engine-env 'LABEL:VAR=VAL[,VAR=VAL...]' items; ValueError naming
+  the bad item (labels unique, not 'default'; names upper-case letters, digits, '_')."""
+  variants = []
+  for item in items:
+    label, sep, rest = item.partition(":")
+    label = label.strip()
+    if not sep or not label or label == "default" or label in [v[0] for v in variants]:
+      raise ValueError("--engine-env %r: want LABEL:VAR=VAL[,VAR=VAL...] with a new label "
+                       "other than 'default'" % item)
+    env = {}
+    for pair in rest.split(","):
+      name, eq, value = pair.strip().partition("=")
+      if not eq or not name or name[0].isdigit() or not set(name) <= ENV_NAME_CHARS:
+        raise ValueError("--engine-env %r: %r is not VAR=VAL" % (item, pair))
+      env[name] = value
+    variants.append((label, env))
+  return variants
+
+
 def parse_args(argv):
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,6 +104,9 @@ def parse_args(argv):
   ap.add_argument("--timeout", type=int, default=300, help="seconds per engine run")
   ap.add_argument("--dist", choices=("uniform", "normal"), default="uniform",
                   help="torch's operands: U[-1, 1) as the engine's (default), or N(0, 1)")
+  ap.add_argument("--engine-env", action="append", default=[],
+                  metavar="LABEL:VAR=VAL[,VAR=VAL...]",
+                  help="an engine variant run in the same rounds (repeatable)")
   ap.add_argument("--dry-run", action="store_true", help="print the engine commands, run nothing")
   ap.add_argument("--selftest", action="store_true")
   a = ap.parse_args(argv)
@@ -81,6 +114,7 @@ def parse_args(argv):
     ap.error("--rounds, --reps >= 1, --warmup >= 0")
   try:
     a.shape_list = parse_shapes(a.shapes)
+    a.variants = parse_engine_env(a.engine_env)
   except ValueError as e:
     ap.error(str(e))
   return a
@@ -114,13 +148,13 @@ def engine_tflops(json_text, shape):
   raise ValueError("shape %s not in the engine's results" % (shape,))
 
 
-def run_engine(a, shape):
-  """(TFLOP/s, error) of one engine run."""
+def run_engine(a, shape, env=None):
+  """(TFLOP/s, error) of one engine run, with `env`'s settings added to this process's."""
   with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "gemm.json")
     try:
       p = subprocess.run(engine_cmd(a, shape, path), capture_output=True, text=True,
-                         timeout=a.timeout)
+                         timeout=a.timeout, env=dict(os.environ, **(env or {})))
     except (OSError, subprocess.TimeoutExpired) as e:
       return 0.0, "engine run: %s" % e
     if p.returncode != 0 or not os.path.isfile(path):
@@ -167,7 +201,13 @@ def run_torch(a, shape, torch):
     return 0.0, "torch._grouped_mm: %s" % first_line(e)
 
 
-def summarize(shape, torch_rounds, engine_rounds, errors):
+def engine_order(n_engines, round_index):
+  """The engine runs of round `round_index` (0 = the default, i = variant i), rotated by it."""
+  return [(round_index + i) % n_engines for i in range(n_engines)]
+
+
+def summarize(shape, torch_rounds, engine_rounds, errors, variant_rounds=None):
+  """A shape's row; variant_rounds: [(label, env, [TFLOP/s per round])] of --engine-env."""
   g, r, k, n = shape
   ok_t = [v for v in torch_rounds if v > 0]
   ok_e = [v for v in engine_rounds if v > 0]
@@ -180,6 +220,14 @@ def summarize(shape, torch_rounds, engine_rounds, errors):
     row["ratio"] = row["engine_tflops"] / row["torch_tflops"]
   else:
     row["ratio"] = None
+  row["variants"] = []
+  for label, env, rounds in variant_rounds or []:
+    ok = [v for v in rounds if v > 0]
+    med = statistics.median(ok) if ok else None
+    row["variants"].append(dict(
+        label=label, env=env, tflops_rounds=rounds, tflops=med,
+        ratio=med / row["torch_tflops"] if med and row["torch_tflops"] else None,
+        over_default=med / row["engine_tflops"] if med and row["engine_tflops"] else None))
   return row
 
 
@@ -196,11 +244,24 @@ def report(meta, rows):
     lines.append("| %d x %d | %d -> %d | %s | %s | %s | %s |" %
                  (row["G"], row["R"], row["K"], row["N"], fmt(row["torch_tflops"]),
                   fmt(row["engine_tflops"]), "%.3f" % ratio if ratio else "-", verdict))
+  if any(row.get("variants") for row in rows):
+    lines += ["", "Engine variants (--engine-env), in the same rounds:", "",
+              "| G x R | K -> N | variant | settings | TFLOP/s | / torch | / default |",
+              "|---|---|---|---|---:|---:|---:|"]
+    num = lambda v, f: f % v if v else "-"  # noqa: E731
+    for row in rows:
+      for v in row.get("variants", []):
+        env = " ".join("%s=%s" % kv for kv in sorted(v["env"].items()))
+        lines.append("| %d x %d | %d -> %d | %s | %s | %s | %s | %s |" %
+                     (row["G"], row["R"], row["K"], row["N"], v["label"], env,
+                      num(v["tflops"], "%.1f"), num(v["ratio"], "%.3f"),
+                      num(v["over_default"], "%.3f")))
   errs = [(row, e) for row in rows for e in row["errors"]]
   if errs:
     lines += ["", "Errors:"] + ["- %dx%d %d->%d: %s" % (r["G"], r["R"], r["K"], r["N"], e)
                                 for r, e in errs]
-  lines += ["", "Rounds alternate torch and engine; values are medians of the rounds; the "
+  lines += ["", "Rounds alternate torch and engine (the default, then any variants, rotated each "
+            "round); values are medians of the rounds; the "
             "issue's torch figures on the H200: 695 (32 x 4096, 7168 -> 2048), 553 (16 x 8192, "
             "2048 -> 1408)."]
   return "\n".join(lines) + "\n"
@@ -218,7 +279,10 @@ def main(argv):
     return subprocess.call([sys.executable, os.path.join(HERE, "test_grouped_bench.py")])
   if a.dry_run:
     for shape in a.shape_list:
-      bpu.log(" ".join(engine_cmd(a, shape, os.path.join(a.out, "gemm.json"))))
+      cmd = " ".join(engine_cmd(a, shape, os.path.join(a.out, "gemm.json")))
+      bpu.log(cmd)
+      for label, env in a.variants:
+        bpu.log("%s: %s %s" % (label, " ".join("%s=%s" % kv for kv in env.items()), cmd))
     return 0
   exe = engine_cmd(a, a.shape_list[0], "x")[0]
   if not os.access(exe, os.X_OK):
@@ -236,18 +300,24 @@ def main(argv):
   meta = dict(command=bpu.command_line(argv), commit=bpu.commit(),
               device=torch.cuda.get_device_name(0), torch=torch.__version__,
               date=now.strftime("%Y-%m-%d %H:%M UTC"), rounds=a.rounds, reps=a.reps,
-              dist=a.dist)
+              dist=a.dist, engine_env=[dict(label=lab, env=env) for lab, env in a.variants])
+  engines = [("default", {})] + a.variants
   rows = []
   for shape in a.shape_list:
-    t_rounds, e_rounds, errors = [], [], []
-    for _ in range(a.rounds):
-      for side in ("torch", "engine"):
-        v, err = run_torch(a, shape, torch) if side == "torch" else run_engine(a, shape)
-        (t_rounds if side == "torch" else e_rounds).append(v)
-        if err:
-          errors.append(err)
-    rows.append(summarize(shape, t_rounds, e_rounds, errors))
-    bpu.log("%s: %s torch %s engine %s" % (TOOL, shape, t_rounds, e_rounds))
+    t_rounds, errors = [], []
+    e_rounds = [[] for _ in engines]
+    for i in range(a.rounds):
+      v, err = run_torch(a, shape, torch)
+      t_rounds.append(v)
+      errors += [err] if err else []
+      for j in engine_order(len(engines), i):
+        v, err = run_engine(a, shape, engines[j][1])
+        e_rounds[j].append(v)
+        errors += ["%s: %s" % (engines[j][0], err)] if err else []
+    variant_rounds = [(lab, env, r) for (lab, env), r in zip(a.variants, e_rounds[1:])]
+    rows.append(summarize(shape, t_rounds, e_rounds[0], errors, variant_rounds))
+    bpu.log("%s: %s torch %s engine %s%s" % (TOOL, shape, t_rounds, e_rounds[0], "".join(
+        " %s %s" % (lab, r) for lab, _, r in variant_rounds)))
   bpu.write_results(TOOL, a.out, "bf16", now, meta, rows, report(meta, rows))
   return exit_status(rows)
 

@@ -34,6 +34,47 @@ class Shapes(unittest.TestCase):
                                "--out", "/tmp/x.json"])
 
 
+class EngineEnv(unittest.TestCase):
+
+  def test_parse(self):
+    self.assertEqual(gb.parse_engine_env([]), [])
+    self.assertEqual(
+        gb.parse_engine_env(["tiles:MKERNEL_GEMM_GROUP_CARRY=0",
+                             "both:MKERNEL_GEMM_GROUP_CARRY=1, MKERNEL_GEMM_GROUP_CLAIM=1"]),
+        [("tiles", {"MKERNEL_GEMM_GROUP_CARRY": "0"}),
+         ("both", {"MKERNEL_GEMM_GROUP_CARRY": "1", "MKERNEL_GEMM_GROUP_CLAIM": "1"})])
+
+  def test_refusals(self):
+    for bad in (["tiles"], [":A=1"], ["default:A=1"], ["x:A=1", "x:B=2"], ["x:A"], ["x:=1"],
+                ["x:a=1"], ["x:1A=1"], ["x:A=1,"]):
+      with self.assertRaises(ValueError, msg=bad):
+        gb.parse_engine_env(bad)
+    with self.assertRaises(SystemExit):
+      gb.parse_args(["--engine-env", "nolabel"])
+
+  def test_order_rotates(self):
+    self.assertEqual([gb.engine_order(3, i) for i in range(4)],
+                     [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]])
+    self.assertEqual(gb.engine_order(1, 5), [0])
+
+  def test_summary_and_report(self):
+    row = gb.summarize((32, 4096, 2048, 7168), [700.0, 720.0], [690.0, 700.0], [],
+                       [("tiles", {"MKERNEL_GEMM_GROUP_CARRY": "0"}, [680.0, 0.0])])
+    v = row["variants"][0]
+    self.assertEqual(v["tflops"], 680.0)  # the failed round left out
+    self.assertAlmostEqual(v["ratio"], 680.0 / 710.0)
+    self.assertAlmostEqual(v["over_default"], 680.0 / 695.0)
+    none = gb.summarize((32, 4096, 2048, 7168), [700.0], [690.0], [], [("x", {}, [0.0])])
+    self.assertIsNone(none["variants"][0]["ratio"])
+    md = gb.report({"rounds": 2}, [row, none])
+    self.assertIn("| 32 x 4096 | 2048 -> 7168 | tiles | MKERNEL_GEMM_GROUP_CARRY=0 | 680.0 | 0.958 "
+                  "| 0.978 |", md)
+    self.assertIn("| 32 x 4096 | 2048 -> 7168 | x |  | - | - | - |", md)
+    self.assertEqual(gb.exit_status([row]), 3)  # the default's ratio decides
+    self.assertNotIn("Engine variants", gb.report({}, [gb.summarize((32, 4096, 2048, 7168), [1.0],
+                                                            [1.0], [])]))
+
+
 class Results(unittest.TestCase):
 
   def doc(self, grouped):
@@ -82,6 +123,15 @@ class Results(unittest.TestCase):
                          capture_output=True, text=True, timeout=60)
     self.assertEqual(out.returncode, 0, out.stderr)
     self.assertIn("BB/bench/bench_gemm_bench --groups 2 --shapes 256x64x64", out.stdout)
+
+  def test_dry_run_variants(self):
+    out = subprocess.run([sys.executable, os.path.join(HERE, "grouped_bench.py"), "--dry-run",
+                          "--build", "BB", "--shapes", "2:128:64:64", "--engine-env",
+                          "tiles:MKERNEL_GEMM_GROUP_CARRY=0"],
+                         capture_output=True, text=True, timeout=60)
+    self.assertEqual(out.returncode, 0, out.stderr)
+    self.assertIn("tiles: MKERNEL_GEMM_GROUP_CARRY=0 BB/bench/bench_gemm_bench --groups 2",
+                  out.stdout)
 
 
 if __name__ == "__main__":
