@@ -92,6 +92,11 @@ def parse_engine_env(items):
   return variants
 
 
+def env_text(env):
+  """A variant's settings as the report and the dry run print them: 'VAR=VAL ...', sorted."""
+  return " ".join("%s=%s" % kv for kv in sorted(env.items()))
+
+
 def parse_args(argv):
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -251,9 +256,8 @@ def report(meta, rows):
     num = lambda v, f: f % v if v else "-"  # noqa: E731
     for row in rows:
       for v in row.get("variants", []):
-        env = " ".join("%s=%s" % kv for kv in sorted(v["env"].items()))
         lines.append("| %d x %d | %d -> %d | %s | %s | %s | %s | %s |" %
-                     (row["G"], row["R"], row["K"], row["N"], v["label"], env,
+                     (row["G"], row["R"], row["K"], row["N"], v["label"], env_text(v["env"]),
                       num(v["tflops"], "%.1f"), num(v["ratio"], "%.3f"),
                       num(v["over_default"], "%.3f")))
   errs = [(row, e) for row in rows for e in row["errors"]]
@@ -282,7 +286,7 @@ def main(argv):
       cmd = " ".join(engine_cmd(a, shape, os.path.join(a.out, "gemm.json")))
       bpu.log(cmd)
       for label, env in a.variants:
-        bpu.log("%s: %s %s" % (label, " ".join("%s=%s" % kv for kv in env.items()), cmd))
+        bpu.log("%s: %s %s" % (label, env_text(env), cmd))
     return 0
   exe = engine_cmd(a, a.shape_list[0], "x")[0]
   if not os.access(exe, os.X_OK):
