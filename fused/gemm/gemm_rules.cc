@@ -353,13 +353,25 @@ bool unitWalkFits(const GemmArgs& a) {
          a.beta == 0.0f && tmaStorable(a);
 }
 
-// Grouped GEMMs take the unit walk only where MKERNEL_GEMM_GROUP_UNITS asks for it (built in
-// session 57), at any K and with no fill test (the plain rule, unitsFill, would keep tiles at
-// issue 13's shapes by 0.5-2.4% of a CTA's columns). Measured in session 58 (H100), against the
-// tiles of the same runs: in bands of 2 (MKERNEL_GEMM_GROUP_UNIT_BAND) 1.04x at 32 x 4096 rows,
-// 2048 -> 7168, but 0.92-0.93x at 16 x 8192, 2048 -> 1408 and 0.93-0.94x at 7168 -> 2048 (in bands
-// of 4: 0.99-1.03x, 0.88-0.93x, 0.79-0.95x), so the setting stays off until a rule tells those
-// shapes apart. Two units a CTA at least, as for plain GEMMs.
+// Grouped GEMMs take the unit walk (built in session 57) where MKERNEL_GEMM_GROUP_UNITS allows it,
+// with no fill test (the plain rule, unitsFill, would keep tiles at issue 13's shapes by 0.5-2.4%
+// of a CTA's columns) and two units a CTA at least, as for plain GEMMs. Setting 2 (the default)
+// takes them at K <= kGroupUnitsMaxK and N >= kGroupUnitsMinN: the shapes where they led in every
+// run. At 32 x 4096 rows, 2048 -> 7168: 1.04x the tiles (session 58, H100, bands of 2), 1.04x the
+// carried epilogue (session 60, H100, separate runs) and 1.022x (session 61, H200, the same
+// rounds; 680-688 TFLOP/s in every round against the carry's 663-669); at 64 x 1024, 1408 -> 2048:
+// 1.049x the tiles (session 61). Where they lost: K 7168 (7168 -> 2048: 0.93-0.94x the tiles in
+// session 58, 0.989x the carry in session 61) and N 1408 (2048 -> 1408: 0.92-0.93x the tiles in
+// session 58, 0.985x the default in session 61); between K 2048 and 7168 nothing was measured.
+constexpr int64_t kGroupUnitsMaxK = 2048;
+constexpr int64_t kGroupUnitsMinN = 2048;
+
+bool groupUnitsWanted(const GemmArgs& a) {
+  const int64_t setting = MK_PARAM_INT(GemmGroupUnits);
+  if (setting == 0) return false;
+  return setting == 1 || (a.K <= kGroupUnitsMaxK && a.N >= kGroupUnitsMinN);
+}
+
 //
 // Then the carried epilogue, where MKERNEL_GEMM_GROUP_CARRY allows it: what pipeline 6 implements
 // for groups (B [N,K], 16-bit D, unpaired), with its store threads and beta 0 (with C the kernel
@@ -381,7 +393,7 @@ bool groupCarryWanted(const GemmArgs& a) {
 }
 
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
-  if (sms > 0 && MK_PARAM_INT(GemmGroupUnits) != 0 && unitWalkFits(a)) {
+  if (sms > 0 && groupUnitsWanted(a) && unitWalkFits(a)) {
     const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
     if (units >= 2 * (int64_t)sms) return 4;
   }

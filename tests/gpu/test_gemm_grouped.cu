@@ -432,7 +432,8 @@ TEST(GemmGrouped, UnitWalkSetting) {
 // MKERNEL_GEMM_GROUP_CARRY=1 (session 58): pipeline 0 runs a grouped GEMM with B [N,K], a 16-bit D
 // and beta 0 on the carried epilogue, on the static walk and on tiles claimed under
 // MKERNEL_GEMM_GROUP_CLAIM=1, and keeps the tiles otherwise (B [K,N], beta, SwiGLU, fp32 D); then
-// the default setting (2), which carries by shape; every case against the fp64 reference.
+// the default settings (2), which carry or take the units by shape; every case against the fp64
+// reference.
 TEST(GemmGrouped, CarriedEpilogueSetting) {
   GEMMTEST_REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
@@ -461,21 +462,26 @@ TEST(GemmGrouped, CarriedEpilogueSetting) {
       EXPECT_EQ(runGrouped(c, seed + 49979687 * (++i)), "");
     }
   }
-  // Setting 2 (the default, session 60): the carry past kWideMaxK or at N >= 4096 only.
+  // Setting 2 (the default, session 60): the carry past kWideMaxK or at N >= 4096 only, and
+  // there only where MKERNEL_GEMM_GROUP_UNITS' default (session 61: K <= 2048 and N >= 2048) does
+  // not take the call for the units (pingpong 2).
   mktest::ScopedEnv carry2("MKERNEL_GEMM_GROUP_CARRY", nullptr);
   mktest::ScopedEnv claim("MKERNEL_GEMM_GROUP_CLAIM", nullptr);
   GroupedCase byRule[] = {
       {3, 264, 4160, BLayout::kNK, DType::kBF16, 0.0f, 3, true},
-      {3, 4096, 136, BLayout::kNK, DType::kF16, 0.0f, 3, true},
+      {3, 4096, 2056, BLayout::kNK, DType::kF16, 0.0f, 3, true},
       {9, 1408, 200, BLayout::kNK, DType::kBF16, 0.0f, 3, true},
+      {3, 4096, 136, BLayout::kNK, DType::kF16, 0.0f, 3, true},
+      {5, 2056, 2048, BLayout::kKN, DType::kBF16, 0.0f, 3, true},
   };
-  const int wantByRule[] = {1, 1, 0};
+  const struct { int carry, pingpong; } wantByRule[] = {{1, 0}, {1, 0}, {0, 0}, {0, 2}, {0, 2}};
   for (size_t j = 0; j < sizeof(byRule) / sizeof(byRule[0]); ++j) {
     GroupedCase c = byRule[j];
-    c.wantCarry = wantByRule[j];
+    c.wantCarry = wantByRule[j].carry;
+    c.wantPingpong = wantByRule[j].pingpong;
     c.wantClaims = 0;
-    SCOPED_TRACE("default setting, case " + std::to_string(j) + ": want carry " +
-                 std::to_string(wantByRule[j]));
+    SCOPED_TRACE("default settings, case " + std::to_string(j) + ": want carry " +
+                 std::to_string(c.wantCarry) + ", pingpong " + std::to_string(c.wantPingpong));
     EXPECT_EQ(runGrouped(c, seed + 49979687 * (++i)), "");
   }
 }

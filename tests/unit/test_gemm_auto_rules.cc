@@ -128,8 +128,9 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     EXPECT_EQ(autoPipeline(u, 132), 6) << "MKERNEL_GEMM_UNITS_MAXK 0";
   }
   {
-    // Grouped GEMMs: the unit walk only under MKERNEL_GEMM_GROUP_UNITS 1, at any K and either B
-    // layout, with two units a CTA; static (no claims, even under MKERNEL_GEMM_GROUP_CLAIM 1).
+    // Grouped GEMMs: the unit walk under MKERNEL_GEMM_GROUP_UNITS 2 (the default) at K <= 2048 and
+    // N >= 2048, under 1 at any K and N, either B layout, with two units a CTA; static (no
+    // claims, even under MKERNEL_GEMM_GROUP_CLAIM 1).
     mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
     mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
     mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", "1");
@@ -139,9 +140,33 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     static uint64_t flags;
     GemmArgs g = groupedLike(a, meta);
     {
-      mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);  // the default, 0
-      EXPECT_EQ(autoPipeline(g, 132), 0);
+      mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);  // the default, 2
+      EXPECT_EQ(autoPipeline(g, 132), 0) << "K 7168: the tiles";
       EXPECT_TRUE(autoClaims(g, 132)) << "grouped tiles claimed under MKERNEL_GEMM_GROUP_CLAIM";
+      // {K, N, units}: issue 13's shapes (7168 -> 2048, 2048 -> 1408, 2048 -> 7168), the small
+      // model's GEMM2 (1408 -> 2048) and the rule's edges.
+      const struct {
+        int64_t k, n;
+        bool units;
+      } cases[] = {{7168, 2048, false}, {2048, 1408, false}, {2048, 7168, true}, {1408, 2048, true},
+                   {2056, 7168, false}, {2048, 2040, false}, {2048, 2048, true}, {64, 4096, true}};
+      for (const auto& c : cases) {
+        GemmArgs b = g;
+        b.K = c.k;
+        b.N = c.n;
+        EXPECT_EQ(autoPipeline(b, 132), c.units ? 4 : 0)
+            << "MKERNEL_GEMM_GROUP_UNITS 2 (the default), K " << c.k << " N " << c.n;
+        if (c.units) EXPECT_FALSE(autoClaims(b, 132)) << "the grouped unit walk is static";
+      }
+      GemmArgs few = g;  // 8 row blocks x 11 units: 88 < 2 x 132
+      few.M = 1024;
+      few.K = 1408;
+      EXPECT_EQ(autoPipeline(few, 132), 0) << "the default also wants two units a CTA";
+      EXPECT_EQ(autoPipeline(few, 0), 0) << "no SM count: no units";
+      GemmArgs odd = g;  // units by shape, but 8-byte D rows
+      odd.K = 2048;
+      odd.ldd = odd.N + 4;
+      EXPECT_EQ(autoPipeline(odd, 132), 0) << "8-byte D rows";
     }
     mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", "1");
     EXPECT_EQ(autoPipeline(g, 132), 4) << "K 7168: no K bound for groups";
@@ -181,7 +206,7 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     // MKERNEL_GEMM_GROUP_CLAIM 1.
     mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
     mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
-    mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);
+    mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", "0");  // else 2048 -> 7168 takes units
     mktest::ScopedEnv gc("MKERNEL_GEMM_GROUP_CLAIM", nullptr);
     using mk::gemm::autoClaims;
     static int32_t meta[2];
