@@ -5,7 +5,8 @@
 #    K 136 / 2048 with N 4096 / 2056 and the carry at K 2056, N 4096).
 # 2. grouped_bench.py: the new default against session 60's (carry: MKERNEL_GEMM_GROUP_UNITS=0)
 #    and the tiles (both settings 0), in the same rounds, three rounds, call A's four shapes.
-# 3. A racecheck of CarriedEpilogueSetting with what time is left (60 s cut it off in call A).
+# No racecheck: 40 s and 60 s caps cut it off before a summary in sessions 60 and 61, and the
+# device time left (953 s) does not hold the minutes it needs beside the rest.
 set -u
 source scripts/gpu_call.sh
 gc_init B
@@ -18,11 +19,4 @@ gc_run grouped $((T + 185)) 110 10 0 "^\||rror" python3 bench/grouped_bench.py -
   --shapes $S --out "$GC_L/grouped" --rounds 3 --reps 10 \
   --engine-env carry:MKERNEL_GEMM_GROUP_UNITS=0 \
   --engine-env tiles:MKERNEL_GEMM_GROUP_UNITS=0,MKERNEL_GEMM_GROUP_CARRY=0
-gc_tar
-R=$((575 - $(gc_el)))
-if [ "$R" -gt 20 ]; then
-  gc_run racecheck 575 "$R" 15 0 "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" \
-    compute-sanitizer --tool racecheck /tmp/bf/tests/mk_gpu_tests \
-    --gtest_filter='GemmGrouped.CarriedEpilogueSetting'
-fi
 gc_tar
