@@ -13,9 +13,9 @@ gc_init B
 GC_BUILD_S=340 gc_build /tmp/bf "gpu/test_gemm_grouped.cu" mk_gpu_tests bench_gemm_bench
 gc_tar
 T=$(gc_el)
-gc_tests /tmp/bf 'GemmGrouped.*' $((T + 75)) 75
+gc_tests /tmp/bf 'GemmGrouped.*' $((T + 40)) 40
 S=32:4096:7168:2048,16:8192:2048:1408,32:4096:2048:7168,64:1024:1408:2048
-gc_run grouped $((T + 185)) 110 10 0 "^\||rror" python3 bench/grouped_bench.py --build /tmp/bf \
+gc_run grouped $((T + 115)) 75 10 0 "^\||rror" python3 bench/grouped_bench.py --build /tmp/bf \
   --shapes $S --out "$GC_L/grouped" --rounds 3 --reps 10 \
   --engine-env carry:MKERNEL_GEMM_GROUP_UNITS=0 \
   --engine-env tiles:MKERNEL_GEMM_GROUP_UNITS=0,MKERNEL_GEMM_GROUP_CARRY=0
