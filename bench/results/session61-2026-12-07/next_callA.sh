@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The next session's first call (session 61's calls B and C, which got no machine): the units'
+# default (MKERNEL_GEMM_GROUP_UNITS 2: K <= 2048 and N >= 2048, from session 61 call A's rounds)
+# on the GPU.
+# 1. Every GemmGrouped test (CarriedEpilogueSetting's default block now expects the units at
+#    K 136 / 2048 with N 4096 / 2056 and the carry at K 2056, N 4096).
+# 2. grouped_bench.py: the new default against session 60's (carry: MKERNEL_GEMM_GROUP_UNITS=0)
+#    and the tiles (both settings 0), in the same rounds, three rounds, call A's four shapes.
+# 3. A racecheck of CarriedEpilogueSetting with the time left (60 s cut it off twice).
+set -u
+source scripts/gpu_call.sh
+gc_init A
+GC_BUILD_S=340 gc_build /tmp/bf "gpu/test_gemm_grouped.cu" mk_gpu_tests bench_gemm_bench
+gc_tar
+T=$(gc_el)
+gc_tests /tmp/bf 'GemmGrouped.*' $((T + 60)) 60
+S=32:4096:7168:2048,16:8192:2048:1408,32:4096:2048:7168,64:1024:1408:2048
+gc_run grouped $((T + 160)) 100 10 0 "^\||rror" python3 bench/grouped_bench.py --build /tmp/bf \
+  --shapes $S --out "$GC_L/grouped" --rounds 3 --reps 10 \
+  --engine-env carry:MKERNEL_GEMM_GROUP_UNITS=0 \
+  --engine-env tiles:MKERNEL_GEMM_GROUP_UNITS=0,MKERNEL_GEMM_GROUP_CARRY=0
+gc_tar
+R=$((585 - $(gc_el)))
+if [ "$R" -gt 60 ]; then
+  gc_run racecheck 585 "$R" 60 0 "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" \
+    compute-sanitizer --tool racecheck /tmp/bf/tests/mk_gpu_tests \
+    --gtest_filter='GemmGrouped.CarriedEpilogueSetting'
+fi
+gc_tar
