@@ -19,9 +19,11 @@ Side by side in one run, --rounds times in alternation (so drift shows next to t
           engine's grouped GEMM (GemmArgs::groups, the path moe_dispatch_gemm's GEMM takes) with
           the same rows per group; its JSON's engine_grouped_tflops (median of its --reps).
   variants  each --engine-env: the engine again with those environment settings (e.g.
-          tiles:MKERNEL_GEMM_GROUP_CARRY=0), in the same rounds as the default engine; the engine
-          runs of a round start one later each round (default, variants, rotated), so drift does
-          not always fall on the same setting. Reported against torch and against the default:
+          tiles:MKERNEL_GEMM_GROUP_CARRY=0), in the same rounds as the default engine. A round's
+          runs (torch, the default, the variants) start one later each round, so drift, and a
+          cooler GPU at a round's first run, do not always fall on the same side (session 61:
+          torch, then always first, read 767 / 720 / 692 TFLOP/s in three rounds of one shape
+          while the engine held 692-698). Reported against torch and against the default:
           settings compared in one run, not across runs whose torch figures moved 670-744 TFLOP/s
           (session 60).
 Why the distribution is an option: a power-limited GPU's clock depends on how many operand bits
@@ -206,9 +208,10 @@ def run_torch(a, shape, torch):
     return 0.0, "torch._grouped_mm: %s" % first_line(e)
 
 
-def engine_order(n_engines, round_index):
-  """The engine runs of round `round_index` (0 = the default, i = variant i), rotated by it."""
-  return [(round_index + i) % n_engines for i in range(n_engines)]
+def round_order(n_runs, round_index):
+  """The runs of round `round_index` (0 = torch, 1 = the default engine, 1 + i = variant i),
+  rotated by it."""
+  return [(round_index + i) % n_runs for i in range(n_runs)]
 
 
 def summarize(shape, torch_rounds, engine_rounds, errors, variant_rounds=None):
@@ -264,8 +267,8 @@ def report(meta, rows):
   if errs:
     lines += ["", "Errors:"] + ["- %dx%d %d->%d: %s" % (r["G"], r["R"], r["K"], r["N"], e)
                                 for r, e in errs]
-  lines += ["", "Rounds alternate torch and engine (the default, then any variants, rotated each "
-            "round); values are medians of the rounds; the "
+  lines += ["", "Each round runs torch, the engine's default and any variants, the order rotated "
+            "one place each round; values are medians of the rounds; the "
             "issue's torch figures on the H200: 695 (32 x 4096, 7168 -> 2048), 553 (16 x 8192, "
             "2048 -> 1408)."]
   return "\n".join(lines) + "\n"
@@ -311,13 +314,15 @@ def main(argv):
     t_rounds, errors = [], []
     e_rounds = [[] for _ in engines]
     for i in range(a.rounds):
-      v, err = run_torch(a, shape, torch)
-      t_rounds.append(v)
-      errors += [err] if err else []
-      for j in engine_order(len(engines), i):
-        v, err = run_engine(a, shape, engines[j][1])
-        e_rounds[j].append(v)
-        errors += ["%s: %s" % (engines[j][0], err)] if err else []
+      for j in round_order(len(engines) + 1, i):
+        if j == 0:
+          v, err = run_torch(a, shape, torch)
+          t_rounds.append(v)
+          errors += [err] if err else []
+          continue
+        v, err = run_engine(a, shape, engines[j - 1][1])
+        e_rounds[j - 1].append(v)
+        errors += ["%s: %s" % (engines[j - 1][0], err)] if err else []
     variant_rounds = [(lab, env, r) for (lab, env), r in zip(a.variants, e_rounds[1:])]
     rows.append(summarize(shape, t_rounds, e_rounds[0], errors, variant_rounds))
     bpu.log("%s: %s torch %s engine %s%s" % (TOOL, shape, t_rounds, e_rounds[0], "".join(

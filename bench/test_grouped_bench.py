@@ -53,9 +53,11 @@ class EngineEnv(unittest.TestCase):
       gb.parse_args(["--engine-env", "nolabel"])
 
   def test_order_rotates(self):
-    self.assertEqual([gb.engine_order(3, i) for i in range(4)],
+    self.assertEqual([gb.round_order(3, i) for i in range(4)],
                      [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]])
-    self.assertEqual(gb.engine_order(1, 5), [0])
+    self.assertEqual([gb.round_order(2, i) for i in range(3)], [[0, 1], [1, 0], [0, 1]],
+                     "torch and the engine alone alternate")
+    self.assertEqual(gb.round_order(1, 5), [0])
 
   def test_summary_and_report(self):
     row = gb.summarize((32, 4096, 2048, 7168), [700.0, 720.0], [690.0, 700.0], [],
