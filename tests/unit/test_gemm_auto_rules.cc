@@ -29,6 +29,24 @@ GemmArgs groupedLike(const GemmArgs& a, int32_t* meta) {
   return g;
 }
 
+// A grouped setting's rule by shape: {K, N, whether the setting takes the call}.
+struct ShapeCase {
+  int64_t k, n;
+  bool taken;
+};
+
+template <size_t C>
+void expectByShape(const GemmArgs& g, const ShapeCase (&cases)[C], int pipeline,
+                   const char* setting) {
+  for (const ShapeCase& c : cases) {
+    GemmArgs b = g;
+    b.K = c.k;
+    b.N = c.n;
+    EXPECT_EQ(mk::gemm::autoPipeline(b, 132), c.taken ? pipeline : 0)
+        << setting << ", K " << c.k << " N " << c.n;
+  }
+}
+
 }  // namespace
 
 // What pipeline 0 resolves to (autoPipeline): the carried epilogue at every K with beta 0, the
@@ -143,21 +161,15 @@ TEST(GemmCanImplement, AutoPipelineRule) {
       mktest::ScopedEnv units("MKERNEL_GEMM_GROUP_UNITS", nullptr);  // the default, 2
       EXPECT_EQ(autoPipeline(g, 132), 0) << "K 7168: the tiles";
       EXPECT_TRUE(autoClaims(g, 132)) << "grouped tiles claimed under MKERNEL_GEMM_GROUP_CLAIM";
-      // {K, N, units}: issue 13's shapes (7168 -> 2048, 2048 -> 1408, 2048 -> 7168), the small
-      // model's GEMM2 (1408 -> 2048) and the rule's edges.
-      const struct {
-        int64_t k, n;
-        bool units;
-      } cases[] = {{7168, 2048, false}, {2048, 1408, false}, {2048, 7168, true}, {1408, 2048, true},
-                   {2056, 7168, false}, {2048, 2040, false}, {2048, 2048, true}, {64, 4096, true}};
-      for (const auto& c : cases) {
-        GemmArgs b = g;
-        b.K = c.k;
-        b.N = c.n;
-        EXPECT_EQ(autoPipeline(b, 132), c.units ? 4 : 0)
-            << "MKERNEL_GEMM_GROUP_UNITS 2 (the default), K " << c.k << " N " << c.n;
-        if (c.units) EXPECT_FALSE(autoClaims(b, 132)) << "the grouped unit walk is static";
-      }
+      // Issue 13's shapes (7168 -> 2048, 2048 -> 1408, 2048 -> 7168), the small model's GEMM2
+      // (1408 -> 2048) and the rule's edges.
+      const ShapeCase cases[] = {{7168, 2048, false}, {2048, 1408, false}, {2048, 7168, true},
+                                 {1408, 2048, true},  {2056, 7168, false}, {2048, 2040, false},
+                                 {2048, 2048, true},  {64, 4096, true}};
+      expectByShape(g, cases, 4, "MKERNEL_GEMM_GROUP_UNITS 2 (the default)");
+      GemmArgs u = g;
+      u.K = 2048;
+      EXPECT_FALSE(autoClaims(u, 132)) << "the grouped unit walk is static";
       GemmArgs few = g;  // 8 row blocks x 11 units: 88 < 2 x 132
       few.M = 1024;
       few.K = 1408;
@@ -215,20 +227,11 @@ TEST(GemmCanImplement, AutoPipelineRule) {
     g.bLayout = BLayout::kNK;
     {
       mktest::ScopedEnv carry2("MKERNEL_GEMM_GROUP_CARRY", nullptr);
-      // {K, N, carried}: issue 13's shapes (7168 -> 2048, 2048 -> 1408, 2048 -> 7168) and the
-      // rule's edges.
-      const struct {
-        int64_t k, n;
-        bool carried;
-      } cases[] = {{7168, 2048, true}, {2048, 1408, false}, {2048, 7168, true}, {4096, 4088, false},
-                   {4104, 1408, true}, {4096, 4096, true},  {512, 256, false}};
-      for (const auto& c : cases) {
-        GemmArgs b = g;
-        b.K = c.k;
-        b.N = c.n;
-        EXPECT_EQ(autoPipeline(b, 132), c.carried ? 6 : 0)
-            << "MKERNEL_GEMM_GROUP_CARRY 2 (the default), K " << c.k << " N " << c.n;
-      }
+      // Issue 13's shapes (7168 -> 2048, 2048 -> 1408, 2048 -> 7168) and the rule's edges.
+      const ShapeCase cases[] = {{7168, 2048, true},  {2048, 1408, false}, {2048, 7168, true},
+                                 {4096, 4088, false}, {4104, 1408, true},  {4096, 4096, true},
+                                 {512, 256, false}};
+      expectByShape(g, cases, 6, "MKERNEL_GEMM_GROUP_CARRY 2 (the default)");
       GemmArgs odd = g;  // K 7168: carried with 16-byte D rows
       odd.ldd = odd.N + 4;
       EXPECT_EQ(autoPipeline(odd, 132), 0) << "8-byte D rows: the setting's rule wants TMA stores";
