@@ -260,9 +260,9 @@ bool canImplement(const GemmArgs& args, std::string* why);
 // units that load the `sms` CTAs at least as evenly as 128x256 tiles; never with sms 0), 6 = the
 // carried epilogue, 5 = the lent stage, 0 = none of them (the wide split for 16-bit outputs at
 // K <= kWideMaxK, else the deep ring). Plain unpaired GEMMs with B [N,K] and a 16-bit D; grouped
-// ones under MKERNEL_GEMM_GROUP_UNITS (4) or MKERNEL_GEMM_GROUP_CARRY (6: by default at K >
-// kWideMaxK or N >= 4096, D stored through TMA); any other args, or a pipeline other than 0,
-// give 0.
+// ones under MKERNEL_GEMM_GROUP_UNITS (4: by default at K <= 2048 and N >= 2048, two units a CTA)
+// or MKERNEL_GEMM_GROUP_CARRY (6: by default at K > kWideMaxK or N >= 4096, D stored through
+// TMA); any other args, or a pipeline other than 0, give 0.
 int autoPipeline(const GemmArgs& args, int32_t sms = 0);
 
 // Whether pipeline 0 claims tiles for `args` on `sms` persistent CTAs (host only, no CUDA call;

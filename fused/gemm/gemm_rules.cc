@@ -356,11 +356,13 @@ bool unitWalkFits(const GemmArgs& a) {
 // Grouped GEMMs take the unit walk (built in session 57) where MKERNEL_GEMM_GROUP_UNITS allows it,
 // with no fill test (the plain rule, unitsFill, would keep tiles at issue 13's shapes by 0.5-2.4%
 // of a CTA's columns) and two units a CTA at least, as for plain GEMMs. Setting 2 (the default)
-// takes them at K <= kGroupUnitsMaxK and N >= kGroupUnitsMinN: the shapes where they led in every
-// run. At 32 x 4096 rows, 2048 -> 7168: 1.04x the tiles (session 58, H100, bands of 2), 1.04x the
-// carried epilogue (session 60, H100, separate runs) and 1.022x (session 61, H200, the same
-// rounds; 680-688 TFLOP/s in every round against the carry's 663-669); at 64 x 1024, 1408 -> 2048:
-// 1.049x the tiles (session 61). Where they lost: K 7168 (7168 -> 2048: 0.93-0.94x the tiles in
+// takes them at K <= kGroupUnitsMaxK and N >= kGroupUnitsMinN, the shapes where they led session
+// 61's rounds. At 32 x 4096 rows, 2048 -> 7168: 1.04x the tiles (session 58, H100, bands of 2),
+// 1.010x the carried epilogue in session 60's bench --pipelines (H100; 0.993x in two separate
+// grouped_bench runs) and 1.022x in session 61 (H200, the same rounds: 680-688 TFLOP/s in every
+// round against the carry's 663-669); at 64 x 1024, 1408 -> 2048 (session 61): 1.049x the tiles,
+// the default there until then, and 1.006x the carry (which led one round of three). Where they
+// lost: K 7168 (7168 -> 2048: 0.93-0.94x the tiles in
 // session 58, 0.989x the carry in session 61) and N 1408 (2048 -> 1408: 0.92-0.93x the tiles in
 // session 58, 0.985x the default in session 61); between K 2048 and 7168 nothing was measured.
 constexpr int64_t kGroupUnitsMaxK = 2048;
