@@ -6,11 +6,16 @@
 #    K 136 / 2048 with N 4096 / 2056 and the carry at K 2056, N 4096).
 # 2. grouped_bench.py: the new default against session 60's (carry: MKERNEL_GEMM_GROUP_UNITS=0)
 #    and the tiles (both settings 0), in the same rounds, three rounds, call A's four shapes.
-# 3. A racecheck of CarriedEpilogueSetting with the time left (60 s cut it off twice).
+# 3. bench_moe_threads_bench at the small model's dispatch + GEMM (H 2048 -> N 2816, 4 ranks): its
+#    sequential GEMM now takes the units, and the bench stops if the fused y (the deep ring with
+#    row hooks) is not bit for bit the sequential y (session 61's review: no test reaches the
+#    units from the MoE paths).
+# 4. A racecheck of CarriedEpilogueSetting with the time left (60 s cut it off twice).
 set -u
 source scripts/gpu_call.sh
 gc_init A
-GC_BUILD_S=340 gc_build /tmp/bf "gpu/test_gemm_grouped.cu" mk_gpu_tests bench_gemm_bench
+GC_BUILD_S=340 gc_build /tmp/bf "gpu/test_gemm_grouped.cu" mk_gpu_tests bench_gemm_bench \
+  bench_moe_threads_bench
 gc_tar
 T=$(gc_el)
 gc_tests /tmp/bf 'GemmGrouped.*' $((T + 60)) 60
@@ -20,6 +25,8 @@ gc_run grouped $((T + 160)) 100 10 0 "^\||rror" python3 bench/grouped_bench.py -
   --engine-env carry:MKERNEL_GEMM_GROUP_UNITS=0 \
   --engine-env tiles:MKERNEL_GEMM_GROUP_UNITS=0,MKERNEL_GEMM_GROUP_CARRY=0
 gc_tar
+gc_moe_bench /tmp/bf dg4 $((T + 230)) 70 --ranks 4 --reps 3 --warmup 1 --trials 3 \
+  --shapes 2048:2816:64:6:4096
 R=$((585 - $(gc_el)))
 if [ "$R" -gt 60 ]; then
   gc_run racecheck 585 "$R" 60 0 "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" \
