@@ -167,6 +167,12 @@ TEST(GemmCanImplement, AutoPipelineRule) {
                                  {1408, 2048, true},  {2056, 7168, false}, {2048, 2040, false},
                                  {2048, 2048, true},  {64, 4096, true}};
       expectByShape(g, cases, 4, "MKERNEL_GEMM_GROUP_UNITS 2 (the default)");
+      {
+        mktest::ScopedEnv two("MKERNEL_GEMM_GROUP_UNITS", "2");
+        GemmArgs kn = g;
+        kn.bLayout = BLayout::kKN;
+        expectByShape(kn, cases, 4, "MKERNEL_GEMM_GROUP_UNITS 2 named, B [K,N]");
+      }
       GemmArgs u = g;
       u.K = 2048;
       EXPECT_FALSE(autoClaims(u, 132)) << "the grouped unit walk is static";
