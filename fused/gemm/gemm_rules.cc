@@ -362,19 +362,23 @@ bool unitWalkFits(const GemmArgs& a) {
 // grouped_bench runs) and 1.022x in session 61 (H200, the same rounds: 680-688 TFLOP/s in every
 // round against the carry's 663-669); at 64 x 1024, 1408 -> 2048 (session 61): 1.049x the tiles,
 // the default there until then, and 1.006x the carry (which led one round of three). Where they
-// lost: K 7168 (7168 -> 2048: 0.93-0.94x the tiles in
-// session 58, 0.989x the carry in session 61) and N 1408 (2048 -> 1408: 0.92-0.93x the tiles in
-// session 58, 0.985x the default in session 61); between K 2048 and 7168 nothing was measured.
+// lost: K 7168 (7168 -> 2048: 0.93-0.94x the tiles in session 58, 0.989x the carry in session 61)
+// and N 1408 (2048 -> 1408: 0.92-0.93x the tiles in session 58, 0.985x the default in session
+// 61); between K 2048 and 7168 nothing was measured.
 constexpr int64_t kGroupUnitsMaxK = 2048;
 constexpr int64_t kGroupUnitsMinN = 2048;
 
-bool groupUnitsWanted(const GemmArgs& a) {
-  const int64_t setting = MK_PARAM_INT(GemmGroupUnits);
-  if (setting == 0) return false;
-  return setting == 1 || (a.K <= kGroupUnitsMaxK && a.N >= kGroupUnitsMinN);
+// Both grouped settings read alike: 0 never, 1 wherever the kernel fits, 2 (the default) only on
+// the shapes where it was measured ahead (`measuredAhead`).
+bool groupSettingWants(int64_t setting, bool measuredAhead) {
+  return setting == 1 || (setting == 2 && measuredAhead);
 }
 
-//
+bool groupUnitsWanted(const GemmArgs& a) {
+  return groupSettingWants(MK_PARAM_INT(GemmGroupUnits),
+                           a.K <= kGroupUnitsMaxK && a.N >= kGroupUnitsMinN);
+}
+
 // Then the carried epilogue, where MKERNEL_GEMM_GROUP_CARRY allows it: what pipeline 6 implements
 // for groups (B [N,K], 16-bit D, unpaired), with its store threads and beta 0 (with C the kernel
 // would run its deep-ring epilogue). Setting 2 (the default) takes it where session 60's call A
@@ -389,9 +393,8 @@ bool groupUnitsWanted(const GemmArgs& a) {
 constexpr int64_t kGroupCarryMinN = 4096;
 
 bool groupCarryWanted(const GemmArgs& a) {
-  const int64_t setting = MK_PARAM_INT(GemmGroupCarry);
-  if (setting == 0) return false;
-  return setting == 1 || (tmaStorable(a) && (a.K > kWideMaxK || a.N >= kGroupCarryMinN));
+  return groupSettingWants(MK_PARAM_INT(GemmGroupCarry),
+                           tmaStorable(a) && (a.K > kWideMaxK || a.N >= kGroupCarryMinN));
 }
 
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
