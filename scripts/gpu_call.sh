@@ -66,15 +66,21 @@ gc_nvcc() {  # SOURCE OUTPUT
   return $rc
 }
 
+# GC_CMAKE_ARGS adds configure options (e.g. -DMK_BUILD_F16=OFF: bf16-only calls build in about
+# half the time). The slowest units' compile times go to build_times.log, to see what a call's
+# build pays for.
 gc_build() {  # DIR MK_GPU_TESTS TARGET...
   local dir=$1 tests=$2
   shift 2
+  # shellcheck disable=SC2086  # GC_CMAKE_ARGS is a list of options
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMK_GPU_TESTS="$tests" \
-    >"$GC_L/cfg.log" 2>&1
+    ${GC_CMAKE_ARGS:-} >"$GC_L/cfg.log" 2>&1
   timeout "${GC_BUILD_S:-330}" cmake --build "$dir" -j"$(nproc)" --target "$@" \
     >"$GC_L/build.log" 2>&1
   local rc=$?
   echo "build rc=$rc at $(gc_el)s"
+  awk 'NR > 1 { print ($2 - $1) / 1000, $4 }' "$dir/.ninja_log" 2>/dev/null | sort -rn |
+    head -20 >"$GC_L/build_times.log"
   tail -1 "$GC_L/build.log"
   grep -m5 -E "error" "$GC_L/build.log"
   export LD_LIBRARY_PATH=$dir/src MKERNEL_TIMEOUT_MS=${MKERNEL_TIMEOUT_MS:-20000}

@@ -14,6 +14,7 @@
 #include "base/can_implement.h"
 #include "base/cudawrap.h"
 #include "base/param.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/gemm/gemm_rules.h"
 #include "fused/gemm/primitives.cuh"
 
@@ -37,6 +38,11 @@ const char* dtypeName(DType t) {
 
 size_t dtypeSize(DType t) {
   return t == DType::kF32 ? 4 : 2;
+}
+
+ncclResult_t dtypeNotBuilt(const char* op) {
+  MK_WARN("%s: fp16 kernels are not in this build (configured with -DMK_BUILD_F16=OFF)", op);
+  return ncclInvalidArgument;
 }
 
 size_t smemBytes() {
@@ -266,8 +272,12 @@ ncclResult_t encodeTiled(CUtensorMap* map, DType t, void* base, uint64_t tilesM,
 
 template <DType kIn, DType kOut>
 ncclResult_t dispatchB(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
-  return a.bLayout == BLayout::kKN ? launchVariant<kIn, kOut, BLayout::kKN>(p, grid, s)
-                                   : launchVariant<kIn, kOut, BLayout::kNK>(p, grid, s);
+  if constexpr (!dtypeBuilt(kIn) || !dtypeBuilt(kOut)) {
+    return dtypeNotBuilt("GEMM");
+  } else {
+    return a.bLayout == BLayout::kKN ? launchVariant<kIn, kOut, BLayout::kKN>(p, grid, s)
+                                     : launchVariant<kIn, kOut, BLayout::kNK>(p, grid, s);
+  }
 }
 
 template <DType kIn>
@@ -425,8 +435,8 @@ ncclResult_t preload(const GemmArgs& a) {
   p.grpNum = a.groups.num;
   p.swiglu = a.swiglu ? 1 : 0;
   p.cluster = resolvedCluster(a);
-  if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, 0, nullptr);
-  return dispatchOut<DType::kF16>(a, p, 0, nullptr);
+  return byInType(a.abType, "GEMM",
+                  [&](auto in) { return dispatchOut<decltype(in)::value>(a, p, 0, nullptr); });
 }
 
 ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
@@ -466,8 +476,8 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
       }
     }
   }
-  if (a.abType == DType::kBF16) return dispatchOut<DType::kBF16>(a, p, grid, stream);
-  return dispatchOut<DType::kF16>(a, p, grid, stream);
+  return byInType(a.abType, "GEMM",
+                  [&](auto in) { return dispatchOut<decltype(in)::value>(a, p, grid, stream); });
 }
 
 }  // namespace gemm

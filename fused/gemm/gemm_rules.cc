@@ -7,6 +7,7 @@
 
 #include "base/can_implement.h"
 #include "base/param.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/gemm/gemm.h"
 #include "fused/gemm/gemm_rules.h"
 
@@ -156,6 +157,8 @@ bool canImplement(const GemmArgs& a, std::string* why) {
     return fail(why, "output type %lld unsupported: bf16, fp16 or fp32", (int)a.dType);
   if (a.bLayout != BLayout::kKN && a.bLayout != BLayout::kNK)
     return fail(why, "B layout %lld unknown", (int)a.bLayout);
+  if (!dtypeBuilt(a.abType) || !dtypeBuilt(a.dType))
+    return fail(why, "fp16 kernels are not in this build (configured with -DMK_BUILD_F16=OFF)");
   if (a.A == nullptr || a.B == nullptr || a.D == nullptr)
     return fail(why, "A, B and D must not be null");
   if (!aligned16(a.A) || !aligned16(a.B)) return fail(why, "A and B must be 16-byte aligned (TMA)");

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/test_util.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/gemm/gemm.h"
 #include "fused/gemm/gemm_rules.h"
 #include "gemm_args_util.h"
@@ -25,7 +26,13 @@ TEST(GemmCanImplement, AcceptsSupportedShapesAndTypes) {
         a.bLayout = bl;
         a.N = bl == BLayout::kKN ? 3000 : 3001;  // any N with [N,K]; tails in M and N
         a.M = 1;
-        EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+        // A -DMK_BUILD_F16=OFF build refuses fp16 with a message naming the option.
+        const bool built = mk::gemm::dtypeBuilt(ab) && mk::gemm::dtypeBuilt(dt);
+        if (built) {
+          EXPECT_TRUE(mk::gemm::canImplement(a, &why)) << why;
+        } else {
+          expectReject(a, "MK_BUILD_F16=OFF");
+        }
       }
   GemmArgs a = good();
   a.beta = 0.5f;  // C defaults to D

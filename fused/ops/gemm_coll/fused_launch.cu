@@ -15,6 +15,7 @@
 #include "fused/core/cost_model.h"
 #include "fused/core/clique_block.h"
 #include "fused/core/framework.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/ops/gemm_coll/clique.h"
 #include "fused/ops/gemm_coll/fused_launchers.cuh"
 #include "fused/ops/gemm_coll/gemm_coll.h"
@@ -169,8 +170,9 @@ ncclResult_t gemmCollPreload(const GemmCollCall& c) {
   p.kind = (int)c.op;
   p.outType = (int)gemmType(c.cfg.outType);
   const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
-  NCCLCHECK(c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, nullptr, true)
-                                    : launchAny<DType::kBF16>(p, kn, nullptr, true));
+  NCCLCHECK(gemm::byInType(gemmType(c.inType), "fused GEMM", [&](auto in) {
+    return launchAny<decltype(in)::value>(p, kn, nullptr, true);
+  }));
   if (c.op == GemmColl::kAllGather) NCCLCHECK(preloadBias(c));
   return ncclSuccess;
 }
@@ -507,8 +509,9 @@ ncclResult_t gemmCollFused(const GemmCollCall& c, const FusedComm& f, bool* ran)
   p.trace = traceAcquire(split.total(), cap != cudaStreamCaptureStatusNone);
   {
     const bool kn = c.cfg.bLayout == ncclFusedLayoutKN;
-    res = c.inType == ncclFloat16 ? launchAny<DType::kF16>(p, kn, c.stream, false)
-                                  : launchAny<DType::kBF16>(p, kn, c.stream, false);
+    res = gemm::byInType(gemmType(c.inType), "fused GEMM", [&](auto in) {
+      return launchAny<decltype(in)::value>(p, kn, c.stream, false);
+    });
   }
   if (p.trace != nullptr) {
     TraceCall* t =

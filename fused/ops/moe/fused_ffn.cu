@@ -16,6 +16,7 @@
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
 #include "fused/core/proc_windows.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/fused_ffn_launch.cuh"
@@ -132,10 +133,13 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
   p.outType = (int32_t)gemmType(c.cfg.outType);
   p.nDisp = nDisp;
   p.testDelayUs = (uint32_t)MK_PARAM_INT(MoeFfnTestDelayUs);
-  const bool f16 = c.inType == ncclFloat16;
+  auto launchIn = [&](int ctas, cudaStream_t s) {
+    return gemm::byInType(gemmType(c.inType), api, [&](auto t) {
+      return moeFfnFusedLaunchIn<decltype(t)::value>(p, ctas, s);
+    });
+  };
   // Loaded before the first launch (see moeGemm).
-  NCCLCHECK(f16 ? moeFfnFusedLaunchIn<gemm::DType::kF16>(p, 0, nullptr)
-                : moeFfnFusedLaunchIn<gemm::DType::kBF16>(p, 0, nullptr));
+  NCCLCHECK(launchIn(0, nullptr));
 
   const int64_t slots = (int64_t)c.T * c.k;
   const size_t slotBytes =
@@ -181,8 +185,7 @@ ncclResult_t moeFfnFusedRun(const MoeCall& c, bool* ran) {
       NCCLCHECKGOTO(gemm::buildParams(a2, &p.g2, &gridUnused), r, done);
       MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu I=%zu fused layer%s: %d CTAs, %d dispatch",
               api, f.rank, c.T, c.k, c.E, c.H, c.I, procs ? " (processes)" : "", budget, nDisp);
-      r = f16 ? moeFfnFusedLaunchIn<gemm::DType::kF16>(p, budget, s)
-              : moeFfnFusedLaunchIn<gemm::DType::kBF16>(p, budget, s);
+      r = launchIn(budget, s);
       if (r == ncclSuccess) *ran = true;
     }
   done:

@@ -13,6 +13,7 @@
 #include "fused/core/clique_block.h"
 #include "fused/core/fused_comm.h"
 #include "fused/core/proc_windows.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/fused_moe_launch.cuh"
@@ -202,8 +203,12 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
   const bool kn = c.cfg.wLayout == ncclFusedLayoutKN;
   const gemm::DType in = gemmType(c.inType), out = gemmType(c.cfg.outType);
   // Loaded before the first launch (see moeGemm).
-  NCCLCHECK(in == gemm::DType::kF16 ? moeFusedLaunchIn<gemm::DType::kF16>(p, out, kn, 0, nullptr)
-                                    : moeFusedLaunchIn<gemm::DType::kBF16>(p, out, kn, 0, nullptr));
+  auto launchIn = [&](int ctas, cudaStream_t s) {
+    return gemm::byInType(in, moeApi(c), [&](auto t) {
+      return moeFusedLaunchIn<decltype(t)::value>(p, out, kn, ctas, s);
+    });
+  };
+  NCCLCHECK(launchIn(0, nullptr));
   if (procs) {
     cudaFuncAttributes attr;
     CUDACHECK(cudaFuncGetAttributes(&attr, moeWinCopyOut));
@@ -234,8 +239,7 @@ ncclResult_t moeFusedRun(const MoeCall& c, bool* ran) {
       MK_INFO(kFused, "%s rank %d T=%zu k=%d E=%d H=%zu N=%zu fused%s: dispatch=%d gemm=%d",
               moeApi(c), f.rank, c.T, c.k, c.E, c.H, c.N, procs ? " (processes)" : "", nDisp,
               budget - nDisp);
-      r = in == gemm::DType::kF16 ? moeFusedLaunchIn<gemm::DType::kF16>(p, out, kn, budget, s)
-                                  : moeFusedLaunchIn<gemm::DType::kBF16>(p, out, kn, budget, s);
+      r = launchIn(budget, s);
       if (r == ncclSuccess && procs) {
         const int64_t rowVecs = (int64_t)c.H * fusedTypeSize(c.inType) / 16;
         moeWinCopyOut<<<std::max(1, budget), 512, 0, s>>>(

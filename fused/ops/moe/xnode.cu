@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "fused/core/fused_comm.h"
 #include "fused/core/trace.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_coll/gemm_coll_util.h"
 #include "fused/ops/moe/a2a.h"
@@ -231,15 +232,14 @@ ncclResult_t moeXnodeRun(const MoeCall& c, bool* ran) {
     g1.hooks.tileDoneRows = false;  // nothing reads the dispatch GEMM's tiles
   }
   g1.smBudget = g2.smBudget = budget - nComm;
-  const bool f16 = c.inType == ncclFloat16;
   const bool kn = c.cfg.wLayout == ncclFusedLayoutKN;
   auto launch = [&](int grid, cudaStream_t s) -> ncclResult_t {
-    if (c.ffn)
-      return f16 ? moeXnodeLaunchFfn<gemm::DType::kF16>(p, grid, s)
-                 : moeXnodeLaunchFfn<gemm::DType::kBF16>(p, grid, s);
     const gemm::DType out = gemmType(c.cfg.outType);
-    return f16 ? moeXnodeLaunchDispatch<gemm::DType::kF16>(p, out, kn, grid, s)
-               : moeXnodeLaunchDispatch<gemm::DType::kBF16>(p, out, kn, grid, s);
+    return gemm::byInType(gemmType(c.inType), api, [&](auto in) {
+      constexpr gemm::DType kIn = decltype(in)::value;
+      return c.ffn ? moeXnodeLaunchFfn<kIn>(p, grid, s)
+                   : moeXnodeLaunchDispatch<kIn>(p, out, kn, grid, s);
+    });
   };
   // Every kernel loaded before the first launch: a lazy load can wait behind running kernels,
   // and peers' kernels (ranks of this process on emulated nodes) wait for this rank's.

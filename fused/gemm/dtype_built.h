@@ -1,0 +1,41 @@
+// Which 16-bit types this build holds kernels for. The CMake option MK_BUILD_F16=OFF leaves out
+// every fp16 instantiation unit (about half of the library's compile time: GPU development calls
+// pay the build inside their time limit); the dispatch sites pick an instantiation through
+// byInType, whose `if constexpr` keeps a build without fp16 from referencing what it did not
+// compile, and an fp16 call there fails with ncclInvalidArgument instead.
+#pragma once
+#include <type_traits>
+#include <nccl.h>
+
+#include "fused/gemm/gemm.h"
+
+#ifndef MK_BUILD_F16
+#define MK_BUILD_F16 1
+#endif
+
+namespace mk {
+namespace gemm {
+
+constexpr bool dtypeBuilt(DType t) {
+  return t != DType::kF16 || MK_BUILD_F16;
+}
+
+// ncclInvalidArgument, with a warning (ncclGetLastError) naming `op` and the build option.
+ncclResult_t dtypeNotBuilt(const char* op);
+
+// f(std::integral_constant<DType, in>{}) for the input type in: fp16, else bf16 (the caller has
+// checked that it is one of the two).
+template <class F>
+ncclResult_t byInType(DType in, const char* op, F&& f) {
+  if (in == DType::kF16) {
+    if constexpr (dtypeBuilt(DType::kF16)) {
+      return f(std::integral_constant<DType, DType::kF16>{});
+    } else {
+      return dtypeNotBuilt(op);
+    }
+  }
+  return f(std::integral_constant<DType, DType::kBF16>{});
+}
+
+}  // namespace gemm
+}  // namespace mk
