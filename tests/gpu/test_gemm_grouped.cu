@@ -491,6 +491,33 @@ TEST(GemmGrouped, CarriedEpilogueSetting) {
   }
 }
 
+// One small case per grouped pipeline (3 groups of at most 300 rows, 2 CTAs, so each CTA walks
+// several tiles or units and carries across them), sized for compute-sanitizer within a device
+// call: racecheck of CarriedEpilogueSetting ran past 390 s without a summary (session 62).
+TEST(GemmGrouped, SanitizerSized) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  mktest::ScopedEnv cl("MKERNEL_GEMM_CLUSTER", nullptr);
+  mktest::ScopedEnv sk("MKERNEL_GEMM_STREAMK", nullptr);
+  const struct {
+    int pipeline;
+    float beta;
+    const char* what;
+  } runs[] = {{1, 0.0f, "deep ring"},
+              {2, 0.0f, "wide staging"},
+              {3, 0.0f, "ping-pong"},
+              {4, 0.0f, "192-column units, staged"},
+              {4, 0.5f, "units, register stores"},
+              {6, 0.0f, "carried epilogue"}};
+  int i = 0;
+  for (const auto& r : runs) {
+    GroupedCase c{3, 440, 192, BLayout::kNK, DType::kBF16, r.beta, 2, false};
+    c.pipeline = r.pipeline;
+    SCOPED_TRACE(std::string(r.what) + ": " + describe(c));
+    EXPECT_EQ(runGrouped(c, seed + 86028121 * (++i)), "");
+  }
+}
+
 // D ends inside the last group's last tile (M not a tile multiple; session 59): every grouped
 // pipeline clips its stores at M, and the poisoned tile past M (in D's buffer, outside
 // GemmArgs::M) stays untouched. The last group's count leaves the second half of its last tile
