@@ -215,11 +215,11 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
   return launchPipe<Traits<kIn, kOut, kB, DeepPipe>>(p, grid, stream);
 }
 
-#define MK_GEMM_INSTANTIATE(IN, OUT)                                                               \
-  template ncclResult_t launchVariant<DType::IN, DType::OUT, BLayout::kKN>(const GemmParams&,      \
-                                                                           int32_t, cudaStream_t); \
-  template ncclResult_t launchVariant<DType::IN, DType::OUT, BLayout::kNK>(const GemmParams&,      \
-                                                                           int32_t, cudaStream_t);
+// One input type, output type and B layout a translation unit: each instantiates every pipeline,
+// and the largest units bound the build's wall time on a many-core machine (gemm_inst_*.cu).
+#define MK_GEMM_INSTANTIATE(IN, OUT, B)                                                     \
+  template ncclResult_t launchVariant<DType::IN, DType::OUT, BLayout::B>(const GemmParams&, \
+                                                                         int32_t, cudaStream_t);
 
 }  // namespace gemm
 }  // namespace mk
