@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 62 call B.
 # 1. The library, the grouped GEMM tests and bench_gemm_bench built with -DMK_BUILD_F16=OFF (the
-#    option's first GPU-machine build; build_times.log names the slowest units).
+#    option's first GPU-machine build, and the first with the GEMM instantiation units split by
+#    B layout; build_times.log names the slowest units).
 # 2. Every GemmGrouped test: the fp16 cases print "skipped" in this build, the bf16 ones run.
 # 3. grouped_bench at the two shapes where torch still leads (call A, H100: 0.942 at 32 x 4096,
 #    7168 -> 2048, the carried epilogue; 0.946 at 16 x 8192, 2048 -> 1408, the tiles), five
