@@ -5,10 +5,10 @@
 #    B layout; build_times.log names the slowest units).
 # 2. Every GemmGrouped test: the fp16 cases print "skipped" in this build, the bf16 ones run.
 # 3. grouped_bench at the two shapes where torch still leads (call A, H100: 0.942 at 32 x 4096,
-#    7168 -> 2048, the carried epilogue; 0.946 at 16 x 8192, 2048 -> 1408, the tiles), five
-#    rounds (five planned; three once the budget fell to 451 s), against L2 settings not yet measured with the carried epilogue: bands of 16 and 32
-#    (32 = a group's 4096 rows whole, each expert's weights read once), claimed tiles, bands of
-#    32 with claims, D evict-first.
+#    7168 -> 2048, the carried epilogue; 0.946 at 16 x 8192, 2048 -> 1408, the tiles), three
+#    rounds (five were planned before the budget fell to 451 s), against L2 settings not yet
+#    measured with the carried epilogue: bands of 16 and 32 (32 = a group's 4096 rows whole,
+#    each expert's weights read once), claimed tiles, bands of 32 with claims, D evict-first.
 # 4. Racecheck of the new GemmGrouped.SanitizerSized (one small case per grouped pipeline), with
 #    what is left of 350 s.
 set -u
