@@ -68,7 +68,8 @@ if [ "$MODE" = all ] || [ "$MODE" = sass ] || [ "$MODE" = tests ]; then
   NV="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
       -I$ROOT/src -I$ROOT -I$ROOT/include -Xptxas -v"
   {
-    for f in fused/gemm/gemm_inst_bf16_bf16_nk.cu fused/gemm/gemm_inst_bf16_bf16_kn.cu \
+    for f in fused/gemm/gemm_inst_bf16_bf16_{nk,kn}_{plain,grouped}.cu \
+      fused/gemm/gemm_inst_f16_f32_nk_plain.cu \
       fused/ops/example/example.cu; do
       echo "== $f"
       $NV -c "$f" -o /tmp/ptxas_check.o 2>&1 | grep -E "Compiling entry|stack frame|Used|warning|C75"

@@ -66,9 +66,10 @@ gc_nvcc() {  # SOURCE OUTPUT
   return $rc
 }
 
-# GC_CMAKE_ARGS adds configure options (e.g. -DMK_BUILD_F16=OFF: bf16-only calls build in about
-# half the time). The slowest units' compile times go to build_times.log, to see what a call's
-# build pays for.
+# GC_CMAKE_ARGS adds configure options (e.g. -DMK_BUILD_F16=OFF for bf16-only calls: half the CPU
+# time, but on the GPU machine's 16 cores the slowest units bound the wall time: 161 s against
+# 162 s in session 62). The slowest units' compile times go to build_times.log (from this build
+# directory's whole ninja log), to see what a call's build pays for.
 gc_build() {  # DIR MK_GPU_TESTS TARGET...
   local dir=$1 tests=$2
   shift 2

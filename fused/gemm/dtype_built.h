@@ -1,6 +1,7 @@
 // Which 16-bit types this build holds kernels for. The CMake option MK_BUILD_F16=OFF leaves out
-// every fp16 instantiation unit (about half of the library's compile time: GPU development calls
-// pay the build inside their time limit); the dispatch sites pick an instantiation through
+// the fp16 instantiation units of the GEMM engine, the fused GEMM + collectives and the MoE
+// kernels (about half of the library's CPU time; the attention kernels keep fp16); the dispatch
+// sites pick an instantiation through
 // byInType, whose `if constexpr` keeps a build without fp16 from referencing what it did not
 // compile, and an fp16 call there fails with ncclInvalidArgument instead.
 #pragma once

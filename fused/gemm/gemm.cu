@@ -21,8 +21,18 @@
 namespace mk {
 namespace gemm {
 
+// Instantiated in gemm_inst_<in>_<out>_<layout>_{plain,grouped}.cu (gemm_launch.cuh).
 template <DType kIn, DType kOut, BLayout kB>
-ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream);
+ncclResult_t launchPlain(const GemmParams& p, int32_t grid, cudaStream_t stream);
+template <DType kIn, DType kOut, BLayout kB>
+ncclResult_t launchGrouped(const GemmParams& p, int32_t grid, cudaStream_t stream);
+
+// preload (grid 0) loads the kernels of the call's kind only.
+template <DType kIn, DType kOut, BLayout kB>
+ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  return p.grpNum > 0 ? launchGrouped<kIn, kOut, kB>(p, grid, stream)
+                      : launchPlain<kIn, kOut, kB>(p, grid, stream);
+}
 
 const char* dtypeName(DType t) {
   switch (t) {

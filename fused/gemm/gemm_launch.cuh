@@ -1,5 +1,5 @@
-// The stand-alone GEMM kernel and its launcher, instantiated per (input, output, B layout)
-// in gemm_inst_*.cu so the 12 variants compile in parallel.
+// The stand-alone GEMM kernel and its launchers, instantiated per (input, output, B layout, plain
+// or grouped) in gemm_inst_*.cu so that the 24 units compile in parallel.
 #pragma once
 
 #include <atomic>
@@ -114,51 +114,57 @@ ncclResult_t launchPipe(const GemmParams& p, int32_t grid, cudaStream_t stream) 
   return launchKernel<Tr>(kernel, p, grid, stream);
 }
 
+// Grouped GEMMs (GemmParams::grpNum > 0) of one type and layout; preload (grid 0) loads every
+// grouped kernel the call could resolve to.
 template <DType kIn, DType kOut, BLayout kB>
-ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t stream) {
-  if (p.grpNum > 0) {
-    // The wide staging only when asked for (GemmArgs::pipeline 2); preload (grid 0) loads
-    // both pipelines.
-    if (p.swiglu) {
-      if constexpr (kB == BLayout::kNK && kOut != DType::kF32) {
-        if (p.wide || grid <= 0)
-          NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe, true>>(p, grid, stream)));
-        if (p.wide) return ncclSuccess;
-        return launchPipe<Traits<kIn, kOut, kB, GroupPipe, true>>(p, grid, stream);
-      } else {
-        // canImplement refuses these (preload does not call it); nothing was instantiated.
-        MK_WARN("GEMM: the SwiGLU epilogue needs B [N,K] and a 16-bit D");
-        return ncclInvalidArgument;
-      }
-    }
-    if constexpr (kOut != DType::kF32) {
-      // The carried epilogue (pipeline 6: B [N,K], unpaired, no SwiGLU; canImplement).
-      if constexpr (kB == BLayout::kNK) {
-        if (p.carry || grid <= 0)
-          NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupCarryPipe>>(p, grid, stream)));
-        if (p.carry) return ncclSuccess;
-      }
-      // 192-column units (pipeline 4; no SwiGLU, checked by canImplement).
-      if (p.pingpong == 2 || grid <= 0)
-        NCCLCHECK((launchUnit<UnitTraits<kIn, kOut, kB, true>>(p, grid, stream)));
-      if (p.pingpong == 2) return ncclSuccess;
-      // Ping-pong consumers (pipeline 3; no SwiGLU, checked by canImplement).
-      if (p.pingpong || grid <= 0)
-        NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, true>>(p, grid, stream)));
-      if (p.pingpong) return ncclSuccess;
-      // CTA pairs (GemmArgs::cluster = 2: no SwiGLU, no hooks; buildParams resolves it).
-      if (p.cluster == 2) {
-        if (p.wide || grid <= 0)
-          NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe, false, 2>>(p, grid, stream)));
-        if (p.wide) return ncclSuccess;
-        return launchPipe<Traits<kIn, kOut, kB, GroupPipe, false, 2>>(p, grid, stream);
-      }
+ncclResult_t launchGrouped(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  // The wide staging only when asked for (GemmArgs::pipeline 2); preload (grid 0) loads
+  // both pipelines.
+  if (p.swiglu) {
+    if constexpr (kB == BLayout::kNK && kOut != DType::kF32) {
       if (p.wide || grid <= 0)
-        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe>>(p, grid, stream)));
+        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe, true>>(p, grid, stream)));
       if (p.wide) return ncclSuccess;
+      return launchPipe<Traits<kIn, kOut, kB, GroupPipe, true>>(p, grid, stream);
+    } else {
+      // canImplement refuses these (preload does not call it); nothing was instantiated.
+      MK_WARN("GEMM: the SwiGLU epilogue needs B [N,K] and a 16-bit D");
+      return ncclInvalidArgument;
     }
-    return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
   }
+  if constexpr (kOut != DType::kF32) {
+    // The carried epilogue (pipeline 6: B [N,K], unpaired, no SwiGLU; canImplement).
+    if constexpr (kB == BLayout::kNK) {
+      if (p.carry || grid <= 0)
+        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupCarryPipe>>(p, grid, stream)));
+      if (p.carry) return ncclSuccess;
+    }
+    // 192-column units (pipeline 4; no SwiGLU, checked by canImplement).
+    if (p.pingpong == 2 || grid <= 0)
+      NCCLCHECK((launchUnit<UnitTraits<kIn, kOut, kB, true>>(p, grid, stream)));
+    if (p.pingpong == 2) return ncclSuccess;
+    // Ping-pong consumers (pipeline 3; no SwiGLU, checked by canImplement).
+    if (p.pingpong || grid <= 0)
+      NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, true>>(p, grid, stream)));
+    if (p.pingpong) return ncclSuccess;
+    // CTA pairs (GemmArgs::cluster = 2: no SwiGLU, no hooks; buildParams resolves it).
+    if (p.cluster == 2) {
+      if (p.wide || grid <= 0)
+        NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe, false, 2>>(p, grid, stream)));
+      if (p.wide) return ncclSuccess;
+      return launchPipe<Traits<kIn, kOut, kB, GroupPipe, false, 2>>(p, grid, stream);
+    }
+    if (p.wide || grid <= 0)
+      NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupWidePipe>>(p, grid, stream)));
+    if (p.wide) return ncclSuccess;
+  }
+  return launchPipe<Traits<kIn, kOut, kB, GroupPipe>>(p, grid, stream);
+}
+
+// Plain GEMMs of one type and layout; preload (grid 0) loads every plain kernel the call could
+// resolve to.
+template <DType kIn, DType kOut, BLayout kB>
+ncclResult_t launchPlain(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   // The deep ring lending its last stage to the epilogue (pipeline 5: plain unpaired GEMMs, B
   // [N,K], 16-bit D); preload (grid 0) loads it too.
   if constexpr (kOut != DType::kF32 && kB == BLayout::kNK) {
@@ -215,11 +221,12 @@ ncclResult_t launchVariant(const GemmParams& p, int32_t grid, cudaStream_t strea
   return launchPipe<Traits<kIn, kOut, kB, DeepPipe>>(p, grid, stream);
 }
 
-// One input type, output type and B layout a translation unit: each instantiates every pipeline,
-// and the largest units bound the build's wall time on a many-core machine (gemm_inst_*.cu).
-#define MK_GEMM_INSTANTIATE(IN, OUT, B)                                                     \
-  template ncclResult_t launchVariant<DType::IN, DType::OUT, BLayout::B>(const GemmParams&, \
-                                                                         int32_t, cudaStream_t);
+// One input type, output type, B layout and kind (plain or grouped) a translation unit
+// (gemm_inst_*.cu): each instantiates every pipeline of its kind, and the largest units bound the
+// build's wall time on a many-core machine.
+#define MK_GEMM_INSTANTIATE(KIND, IN, OUT, B)                                               \
+  template ncclResult_t KIND<DType::IN, DType::OUT, BLayout::B>(const GemmParams&, int32_t, \
+                                                                cudaStream_t);
 
 }  // namespace gemm
 }  // namespace mk

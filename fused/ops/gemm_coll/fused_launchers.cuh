@@ -1,7 +1,9 @@
 // Launchers of the fused GEMM + collective kernels per input type: the heavy template
-// instantiations live in fused_inst_{bf16,f16}_{nk,kn}.cu so that they compile in parallel.
+// instantiations live in fused_inst_{bf16,f16}_{nk,kn}_{reduce,gather}.cu so that they compile in
+// parallel (the largest translation units bound the build's wall time on a many-core machine).
 #pragma once
 #include "fused/core/framework.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/ops/gemm_coll/fused_kernels.cuh"
 #include "fused/ops/gemm_coll/gemm_coll.h"
 
@@ -30,8 +32,12 @@ ncclResult_t launchReduce(const GcParams& p, cudaStream_t s, bool loadOnly) {
       return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kBF16, kB>, GcReduce<__nv_bfloat16>>, p,
                           s, loadOnly);
     case DType::kF16:
-      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcReduce<__half>>, p, s,
-                          loadOnly);
+      if constexpr (gemm::dtypeBuilt(DType::kF16)) {
+        return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcReduce<__half>>, p, s,
+                            loadOnly);
+      } else {
+        return gemm::dtypeNotBuilt("fused GEMM");
+      }
     default:
       return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF32, kB>, GcReduce<float>>, p, s,
                           loadOnly);
@@ -44,29 +50,37 @@ ncclResult_t launchGather(const GcParams& p, cudaStream_t s, bool loadOnly) {
     case DType::kBF16:
       return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kBF16, kB>, GcGather>, p, s, loadOnly);
     case DType::kF16:
-      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcGather>, p, s, loadOnly);
+      if constexpr (gemm::dtypeBuilt(DType::kF16)) {
+        return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcGather>, p, s, loadOnly);
+      } else {
+        return gemm::dtypeNotBuilt("fused GEMM");
+      }
     default:
       return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF32, kB>, GcGather>, p, s, loadOnly);
   }
 }
 
+// One input type and B layout a file each (fused_inst_<in>_<layout>_<reduce|gather>.cu).
+#define MK_GC_EXTERN(fn, in, layout)                                                       \
+  extern template ncclResult_t fn<gemm::DType::in, gemm::BLayout::layout>(const GcParams&, \
+                                                                          cudaStream_t, bool);
+#define MK_GC_EXTERN_BOTH(in, layout)    \
+  MK_GC_EXTERN(launchReduce, in, layout) \
+  MK_GC_EXTERN(launchGather, in, layout)
+MK_GC_EXTERN_BOTH(kBF16, kNK)
+MK_GC_EXTERN_BOTH(kBF16, kKN)
+MK_GC_EXTERN_BOTH(kF16, kNK)
+MK_GC_EXTERN_BOTH(kF16, kKN)
+#undef MK_GC_EXTERN_BOTH
+#undef MK_GC_EXTERN
+
 // Launches (or only loads) the reduce (AllReduce/ReduceScatter) or gather kernel of one B
-// layout for p.kind and p.outType. Instantiated in fused_inst_<in>_<layout>.cu, one file per
-// input type and layout: nvcc compiles a file on one core, and the four compile in parallel.
+// layout for p.kind and p.outType.
 template <DType kIn, BLayout kB>
 ncclResult_t launchLayout(const GcParams& p, cudaStream_t s, bool loadOnly) {
   if (p.kind == (int)GemmColl::kAllGather) return launchGather<kIn, kB>(p, s, loadOnly);
   return launchReduce<kIn, kB>(p, s, loadOnly);
 }
-
-#define MK_GC_LAYOUT_EXTERN(in, layout)                                              \
-  extern template ncclResult_t launchLayout<gemm::DType::in, gemm::BLayout::layout>( \
-      const GcParams&, cudaStream_t, bool);
-MK_GC_LAYOUT_EXTERN(kBF16, kNK)
-MK_GC_LAYOUT_EXTERN(kBF16, kKN)
-MK_GC_LAYOUT_EXTERN(kF16, kNK)
-MK_GC_LAYOUT_EXTERN(kF16, kKN)
-#undef MK_GC_LAYOUT_EXTERN
 
 // Launches (or only loads) the kernel for the input type kIn, B layout `kn`, p.kind and
 // p.outType.

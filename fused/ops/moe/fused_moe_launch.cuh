@@ -4,6 +4,7 @@
 #pragma once
 #include "base/checks.h"
 #include "fused/core/framework.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/ops/moe/fused_moe.cuh"
 
 namespace mk {
@@ -38,7 +39,11 @@ ncclResult_t moeFusedLaunchIn(const MoeFusedParams& p, gemm::DType out, bool kn,
     case gemm::DType::kBF16:
       return moeFusedLaunchOut<kIn, gemm::DType::kBF16>(p, kn, grid, stream);
     case gemm::DType::kF16:
-      return moeFusedLaunchOut<kIn, gemm::DType::kF16>(p, kn, grid, stream);
+      if constexpr (gemm::dtypeBuilt(gemm::DType::kF16)) {
+        return moeFusedLaunchOut<kIn, gemm::DType::kF16>(p, kn, grid, stream);
+      } else {
+        return gemm::dtypeNotBuilt("ncclMoeDispatchGemm");
+      }
     default:
       return moeFusedLaunchOut<kIn, gemm::DType::kF32>(p, kn, grid, stream);
   }

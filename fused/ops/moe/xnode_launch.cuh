@@ -3,6 +3,7 @@
 #pragma once
 #include "base/checks.h"
 #include "fused/core/framework.h"
+#include "fused/gemm/dtype_built.h"
 #include "fused/ops/moe/xnode_kernel.cuh"
 
 namespace mk {
@@ -42,7 +43,11 @@ ncclResult_t moeXnodeLaunchDispatch(const MoeXnParams& p, gemm::DType out, bool 
     case gemm::DType::kBF16:
       return moeXnodeLaunchOut<kIn, gemm::DType::kBF16>(p, kn, grid, stream);
     case gemm::DType::kF16:
-      return moeXnodeLaunchOut<kIn, gemm::DType::kF16>(p, kn, grid, stream);
+      if constexpr (gemm::dtypeBuilt(gemm::DType::kF16)) {
+        return moeXnodeLaunchOut<kIn, gemm::DType::kF16>(p, kn, grid, stream);
+      } else {
+        return gemm::dtypeNotBuilt("ncclMoeDispatchGemm");
+      }
     default:
       return moeXnodeLaunchOut<kIn, gemm::DType::kF32>(p, kn, grid, stream);
   }

@@ -1,8 +1,0 @@
-// Instantiation unit: BF16 inputs, F32 output, B [K,N].
-#include "fused/gemm/gemm_launch.cuh"
-
-namespace mk {
-namespace gemm {
-MK_GEMM_INSTANTIATE(kBF16, kF32, kKN)
-}  // namespace gemm
-}  // namespace mk

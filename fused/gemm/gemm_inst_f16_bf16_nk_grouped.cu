@@ -1,0 +1,8 @@
+// Instantiation unit: F16 inputs, BF16 output, B [N,K], grouped GEMMs.
+#include "fused/gemm/gemm_launch.cuh"
+
+namespace mk {
+namespace gemm {
+MK_GEMM_INSTANTIATE(launchGrouped, kF16, kBF16, kNK)
+}  // namespace gemm
+}  // namespace mk

@@ -1,8 +1,0 @@
-// Instantiation unit: F16 inputs, F16 output, B [N,K].
-#include "fused/gemm/gemm_launch.cuh"
-
-namespace mk {
-namespace gemm {
-MK_GEMM_INSTANTIATE(kF16, kF16, kNK)
-}  // namespace gemm
-}  // namespace mk

@@ -1,8 +1,0 @@
-// Instantiation unit: F16 inputs, F32 output, B [K,N].
-#include "fused/gemm/gemm_launch.cuh"
-
-namespace mk {
-namespace gemm {
-MK_GEMM_INSTANTIATE(kF16, kF32, kKN)
-}  // namespace gemm
-}  // namespace mk

@@ -1,0 +1,10 @@
+// Instantiation of the fused GEMM + collective kernels for bf16 inputs, B in the [KN] layout,
+// the reduce (AllReduce, ReduceScatter) kernels (fused_launchers.cuh).
+#include "fused/ops/gemm_coll/fused_launchers.cuh"
+
+namespace mk {
+namespace fused {
+template ncclResult_t launchReduce<gemm::DType::kBF16, gemm::BLayout::kKN>(const GcParams&,
+                                                                           cudaStream_t, bool);
+}  // namespace fused
+}  // namespace mk
