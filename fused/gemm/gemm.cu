@@ -280,26 +280,15 @@ ncclResult_t encodeTiled(CUtensorMap* map, DType t, void* base, uint64_t tilesM,
   return ncclSuccess;
 }
 
-template <DType kIn, DType kOut>
-ncclResult_t dispatchB(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
-  if constexpr (!dtypeBuilt(kIn) || !dtypeBuilt(kOut)) {
-    return dtypeNotBuilt("GEMM");
-  } else {
-    return a.bLayout == BLayout::kKN ? launchVariant<kIn, kOut, BLayout::kKN>(p, grid, s)
-                                     : launchVariant<kIn, kOut, BLayout::kNK>(p, grid, s);
-  }
-}
-
-template <DType kIn>
-ncclResult_t dispatchOut(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
-  switch (a.dType) {
-    case DType::kBF16:
-      return dispatchB<kIn, DType::kBF16>(a, p, grid, s);
-    case DType::kF16:
-      return dispatchB<kIn, DType::kF16>(a, p, grid, s);
-    default:
-      return dispatchB<kIn, DType::kF32>(a, p, grid, s);
-  }
+// The variant for a's types and B layout (byInType / byOutType: only what this build holds).
+ncclResult_t dispatch(const GemmArgs& a, const GemmParams& p, int32_t grid, cudaStream_t s) {
+  return byInType(a.abType, "GEMM", [&](auto in) {
+    return byOutType(a.dType, "GEMM", [&](auto out) {
+      constexpr DType kIn = decltype(in)::value, kOut = decltype(out)::value;
+      return a.bLayout == BLayout::kKN ? launchVariant<kIn, kOut, BLayout::kKN>(p, grid, s)
+                                       : launchVariant<kIn, kOut, BLayout::kNK>(p, grid, s);
+    });
+  });
 }
 
 }  // namespace
@@ -445,8 +434,7 @@ ncclResult_t preload(const GemmArgs& a) {
   p.grpNum = a.groups.num;
   p.swiglu = a.swiglu ? 1 : 0;
   p.cluster = resolvedCluster(a);
-  return byInType(a.abType, "GEMM",
-                  [&](auto in) { return dispatchOut<decltype(in)::value>(a, p, 0, nullptr); });
+  return dispatch(a, p, 0, nullptr);
 }
 
 ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
@@ -486,8 +474,7 @@ ncclResult_t launch(const GemmArgs& a, cudaStream_t stream) {
       }
     }
   }
-  return byInType(a.abType, "GEMM",
-                  [&](auto in) { return dispatchOut<decltype(in)::value>(a, p, grid, stream); });
+  return dispatch(a, p, grid, stream);
 }
 
 }  // namespace gemm

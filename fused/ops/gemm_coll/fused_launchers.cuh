@@ -2,6 +2,8 @@
 // instantiations live in fused_inst_{bf16,f16}_{nk,kn}_{reduce,gather}.cu so that they compile in
 // parallel (the largest translation units bound the build's wall time on a many-core machine).
 #pragma once
+#include <type_traits>
+
 #include "fused/core/framework.h"
 #include "fused/gemm/dtype_built.h"
 #include "fused/ops/gemm_coll/fused_kernels.cuh"
@@ -24,40 +26,27 @@ ncclResult_t launchOrLoad(Kernel kernel, const GcParams& p, cudaStream_t s, bool
   return launchRoles(kernel, p.split, gemm::kThreads, gemm::kSmemBytes, s, p);
 }
 
-// The partials are written in the output type (GcReduce reads what the GEMM stored).
+// The element of output type k (GcReduce reads what the GEMM stored).
+template <DType k>
+using OutElem = std::conditional_t<k == DType::kBF16, __nv_bfloat16,
+                                   std::conditional_t<k == DType::kF16, __half, float>>;
+
+// The partials are written in the output type.
 template <DType kIn, BLayout kB>
 ncclResult_t launchReduce(const GcParams& p, cudaStream_t s, bool loadOnly) {
-  switch ((DType)p.outType) {
-    case DType::kBF16:
-      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kBF16, kB>, GcReduce<__nv_bfloat16>>, p,
-                          s, loadOnly);
-    case DType::kF16:
-      if constexpr (gemm::dtypeBuilt(DType::kF16)) {
-        return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcReduce<__half>>, p, s,
-                            loadOnly);
-      } else {
-        return gemm::dtypeNotBuilt("fused GEMM");
-      }
-    default:
-      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF32, kB>, GcReduce<float>>, p, s,
-                          loadOnly);
-  }
+  return gemm::byOutType((DType)p.outType, "fused GEMM", [&](auto t) {
+    constexpr DType kOut = decltype(t)::value;
+    return launchOrLoad(gcKernel<gemm::Traits<kIn, kOut, kB>, GcReduce<OutElem<kOut>>>, p, s,
+                        loadOnly);
+  });
 }
 
 template <DType kIn, BLayout kB>
 ncclResult_t launchGather(const GcParams& p, cudaStream_t s, bool loadOnly) {
-  switch ((DType)p.outType) {
-    case DType::kBF16:
-      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kBF16, kB>, GcGather>, p, s, loadOnly);
-    case DType::kF16:
-      if constexpr (gemm::dtypeBuilt(DType::kF16)) {
-        return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF16, kB>, GcGather>, p, s, loadOnly);
-      } else {
-        return gemm::dtypeNotBuilt("fused GEMM");
-      }
-    default:
-      return launchOrLoad(gcKernel<gemm::Traits<kIn, DType::kF32, kB>, GcGather>, p, s, loadOnly);
-  }
+  return gemm::byOutType((DType)p.outType, "fused GEMM", [&](auto t) {
+    return launchOrLoad(gcKernel<gemm::Traits<kIn, decltype(t)::value, kB>, GcGather>, p, s,
+                        loadOnly);
+  });
 }
 
 // One input type and B layout a file each (fused_inst_<in>_<layout>_<reduce|gather>.cu).

@@ -35,18 +35,9 @@ ncclResult_t moeFusedLaunchOut(const MoeFusedParams& p, bool kn, int grid, cudaS
 template <gemm::DType kIn>
 ncclResult_t moeFusedLaunchIn(const MoeFusedParams& p, gemm::DType out, bool kn, int grid,
                               cudaStream_t stream) {
-  switch (out) {
-    case gemm::DType::kBF16:
-      return moeFusedLaunchOut<kIn, gemm::DType::kBF16>(p, kn, grid, stream);
-    case gemm::DType::kF16:
-      if constexpr (gemm::dtypeBuilt(gemm::DType::kF16)) {
-        return moeFusedLaunchOut<kIn, gemm::DType::kF16>(p, kn, grid, stream);
-      } else {
-        return gemm::dtypeNotBuilt("ncclMoeDispatchGemm");
-      }
-    default:
-      return moeFusedLaunchOut<kIn, gemm::DType::kF32>(p, kn, grid, stream);
-  }
+  return gemm::byOutType(out, "ncclMoeDispatchGemm", [&](auto t) {
+    return moeFusedLaunchOut<kIn, decltype(t)::value>(p, kn, grid, stream);
+  });
 }
 
 extern template ncclResult_t moeFusedLaunchIn<gemm::DType::kBF16>(const MoeFusedParams&,

@@ -39,18 +39,9 @@ ncclResult_t moeXnodeLaunchOut(const MoeXnParams& p, bool kn, int grid, cudaStre
 template <gemm::DType kIn>
 ncclResult_t moeXnodeLaunchDispatch(const MoeXnParams& p, gemm::DType out, bool kn, int grid,
                                     cudaStream_t stream) {
-  switch (out) {
-    case gemm::DType::kBF16:
-      return moeXnodeLaunchOut<kIn, gemm::DType::kBF16>(p, kn, grid, stream);
-    case gemm::DType::kF16:
-      if constexpr (gemm::dtypeBuilt(gemm::DType::kF16)) {
-        return moeXnodeLaunchOut<kIn, gemm::DType::kF16>(p, kn, grid, stream);
-      } else {
-        return gemm::dtypeNotBuilt("ncclMoeDispatchGemm");
-      }
-    default:
-      return moeXnodeLaunchOut<kIn, gemm::DType::kF32>(p, kn, grid, stream);
-  }
+  return gemm::byOutType(out, "ncclMoeDispatchGemm", [&](auto t) {
+    return moeXnodeLaunchOut<kIn, decltype(t)::value>(p, kn, grid, stream);
+  });
 }
 
 extern template ncclResult_t moeXnodeLaunchDispatch<gemm::DType::kBF16>(const MoeXnParams&,
