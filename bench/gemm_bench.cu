@@ -544,9 +544,10 @@ int main(int argc, char** argv) {
       // more positions than its records would leave them out of the summary unseen.
       const int gridPair = 2 * std::min(positions, sms / 2);
       const int perPair = 2 * ((positions + gridPair / 2 - 1) / (gridPair / 2));
-      // Pipeline 4 (named, or pipeline 0's choice at small K) walks 128x192 units, its producer
-      // one record a unit: unpaired variants get room for either walk.
-      const int units = tilesM * ((sh.N + mk::gemm::kPingUnitN - 1) / mk::gemm::kPingUnitN);
+      // Pipeline 4 (named, or pipeline 0's choice at small K) walks 128x192 or 128x176 units, its
+      // producer one record a unit: unpaired variants get room for either walk (the narrower's).
+      const int units =
+          tilesM * ((sh.N + mk::gemm::kPingUnitNarrowN - 1) / mk::gemm::kPingUnitNarrowN);
       const int gridUnits = std::min(units, sms), perUnit = (units + gridUnits - 1) / gridUnits;
       const int gridOne = std::max(grid, gridUnits);
       // Claimed tiles: a fast CTA may walk more than `per`; room for 4 more.

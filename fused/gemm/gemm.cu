@@ -324,7 +324,7 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
     // The SwiGLU epilogue loads gate and up rows as two boxes of half a tile each, a
     // ping-pong consumer's unit is half a tile (gemm_pingpong.cuh), and so is a CTA pair's
     // share of the tile's B (gemm_kernel.cuh loadB).
-    const uint32_t boxN = a.pipeline == 4                                          ? kPingUnitN
+    const uint32_t boxN = a.pipeline == 4                                          ? unitWidth(a)
                           : a.swiglu || a.pipeline == 3 || resolvedCluster(a) == 2 ? kTileN / 2
                                                                                    : kTileN;
     NCCLCHECK(
@@ -334,9 +334,9 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
   } else {
     // A CTA of a pair loads half of the tile's B rows (gemm_kernel.cuh loadB), and so does
     // a ping-pong consumer's unit (gemm_pingpong.cuh); a CTA of a ping-pong pair half of that;
-    // a 192-column unit (pipeline 4, gemm_pingunit.cuh) 192 rows.
+    // a unit of pipeline 4 (gemm_pingunit.cuh) its width in rows (192, or 176: unitWidth).
     const bool pair = resolvedCluster(a) == 2, ping = a.pipeline == 3;
-    const uint32_t boxN = a.pipeline == 4 ? kPingUnitN
+    const uint32_t boxN = a.pipeline == 4 ? unitWidth(a)
                           : pair && ping  ? kTileN / 4
                                           : (pair || ping ? kTileN / 2 : kTileN);
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
@@ -371,6 +371,7 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
   // Pipeline 3 is opt-in only (no gain measured, plain or grouped: gemm-notes); 4 also pipeline
   // 0's unit walk (resolved above).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
+  p.unitN = a.pipeline == 4 ? unitWidth(a) : 0;
   p.lend = lend ? 1 : 0;
   p.carry = carry;
   p.D = a.D;

@@ -226,8 +226,9 @@ constexpr int kTileM = 128;
 constexpr int kTileN = 256;
 constexpr int kTileK = 64;
 // Unit width of the ping-pong over whole units (GemmArgs::pipeline 4, gemm_pingunit.cuh): its
-// walk is over 128 x kPingUnitN units of D.
+// walk is over 128 x kPingUnitN units of D, or 128 x kPingUnitNarrowN where unitWidth says.
 constexpr int kPingUnitN = 192;
+constexpr int kPingUnitNarrowN = 176;
 // Largest K for which pipeline 0 picks the wide epilogue staging (or, for plain GEMMs with B
 // [N,K] and beta != 0, the lent stage: MKERNEL_GEMM_AUTO_LEND).
 constexpr int kWideMaxK = 4096;
@@ -243,10 +244,14 @@ inline int32_t tilesM(const GemmArgs& a) {
 inline int32_t outCols(const GemmArgs& a) {
   return a.swiglu ? a.N / 2 : a.N;
 }
-// Column tiles of the walk: with pipeline 4 named its kPingUnitN-column units (a pipeline 0 call
-// that buildParams resolves to 4 counts units in GemmParams::tilesN, not here).
+// The unit width pipeline 4 would run `a` with (host only; reads MKERNEL_GEMM_UNIT_NARROW):
+// kPingUnitNarrowN with B [N,K] where the setting allows it (by default where 176 columns tile
+// D's columns exactly and 192 do not), else kPingUnitN.
+int32_t unitWidth(const GemmArgs& a);
+// Column tiles of the walk: with pipeline 4 named its units (unitWidth; a pipeline 0 call that
+// buildParams resolves to 4 counts units in GemmParams::tilesN, not here).
 inline int32_t tilesN(const GemmArgs& a) {
-  const int32_t w = a.swiglu ? kTileN / 2 : (a.pipeline == 4 ? kPingUnitN : kTileN);
+  const int32_t w = a.swiglu ? kTileN / 2 : (a.pipeline == 4 ? unitWidth(a) : kTileN);
   return (outCols(a) + w - 1) / w;
 }
 

@@ -95,7 +95,7 @@ ncclResult_t launchPing(const GemmParams& p, int32_t grid, cudaStream_t stream) 
   return launchKernel<Tr>(kernel, p, grid, stream);
 }
 
-// The ping-pong over whole 192-column units (gemm_pingunit.cuh; pipeline 4, plain GEMMs).
+// The ping-pong over whole units (gemm_pingunit.cuh; pipeline 4).
 template <class Tr>
 ncclResult_t launchUnit(const GemmParams& p, int32_t grid, cudaStream_t stream) {
   auto kernel = gemmUnitKernel<Tr>;
@@ -103,6 +103,18 @@ ncclResult_t launchUnit(const GemmParams& p, int32_t grid, cudaStream_t stream) 
     if (p.trace != nullptr) kernel = gemmUnitKernel<Tr, true>;
   }
   return launchKernel<Tr>(kernel, p, grid, stream);
+}
+
+// Pipeline 4 at the width buildParams chose (GemmParams::unitN: 176 with B [N,K] only); preload
+// (grid 0) loads both widths where both exist.
+template <DType kIn, DType kOut, BLayout kB, bool Grouped>
+ncclResult_t launchUnits(const GemmParams& p, int32_t grid, cudaStream_t stream) {
+  if constexpr (kB == BLayout::kNK) {
+    using Narrow = UnitTraits<kIn, kOut, kB, Grouped, kPingUnitNarrowN>;
+    if (p.unitN == kPingUnitNarrowN || grid <= 0) NCCLCHECK(launchUnit<Narrow>(p, grid, stream));
+    if (p.unitN == kPingUnitNarrowN) return ncclSuccess;
+  }
+  return launchUnit<UnitTraits<kIn, kOut, kB, Grouped>>(p, grid, stream);
 }
 
 template <class Tr>
@@ -139,9 +151,9 @@ ncclResult_t launchGrouped(const GemmParams& p, int32_t grid, cudaStream_t strea
         NCCLCHECK((launchPipe<Traits<kIn, kOut, kB, GroupCarryPipe>>(p, grid, stream)));
       if (p.carry) return ncclSuccess;
     }
-    // 192-column units (pipeline 4; no SwiGLU, checked by canImplement).
+    // Whole units (pipeline 4; no SwiGLU, checked by canImplement).
     if (p.pingpong == 2 || grid <= 0)
-      NCCLCHECK((launchUnit<UnitTraits<kIn, kOut, kB, true>>(p, grid, stream)));
+      NCCLCHECK((launchUnits<kIn, kOut, kB, true>(p, grid, stream)));
     if (p.pingpong == 2) return ncclSuccess;
     // Ping-pong consumers (pipeline 3; no SwiGLU, checked by canImplement).
     if (p.pingpong || grid <= 0)
@@ -197,9 +209,9 @@ ncclResult_t launchPlain(const GemmParams& p, int32_t grid, cudaStream_t stream)
     // the call resolves to pairs).
     if (p.pingpong && p.cluster == 2)
       return launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream);
-    // 192-column units (pipeline 4: unpaired, plain GEMMs; buildParams counts the units).
+    // Whole units (pipeline 4: unpaired, plain GEMMs; buildParams counts the units).
     if (p.pingpong == 2 || grid <= 0)
-      NCCLCHECK((launchUnit<UnitTraits<kIn, kOut, kB>>(p, grid, stream)));
+      NCCLCHECK((launchUnits<kIn, kOut, kB, false>(p, grid, stream)));
     if (p.pingpong == 2) return ncclSuccess;
     if (grid <= 0 && p.cluster == 2)
       NCCLCHECK((launchPing<PingTraits<kIn, kOut, kB, false, 2>>(p, grid, stream)));

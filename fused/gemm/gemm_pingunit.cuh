@@ -41,34 +41,42 @@ namespace mk {
 namespace gemm {
 
 // GroupInts: a grouped GEMM's tile prefix sums (kMaxGroups + 1 ints) after the barriers.
-template <int GroupInts>
+// UnitN: kPingUnitN, or kPingUnitNarrowN where the narrower unit tiles N exactly (gemm.h
+// unitWidth: 1408 = 8 x 176, where 192-column units and 256-column tiles both compute a twelfth
+// of zero columns).
+template <int GroupInts, int UnitN = kPingUnitN>
 struct UnitPipeCfg {
-  static constexpr int kUnitN = 192;
+  static constexpr int kUnitN = UnitN;
   static constexpr int kStages = 5;
   static constexpr int kGroupInts = GroupInts;
   static constexpr int kStageBytesA = kTileM * kTileK * 2;             // 16 KB
-  static constexpr int kStageBytesB = kUnitN * kTileK * 2;             // 24 KB
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;      // 40 KB
-  static constexpr int kChunks = kUnitN / 64;                          // [K,N]: 64-column boxes
+  static constexpr int kStageBytesB = kUnitN * kTileK * 2;             // 24 KB (176: 22 KB)
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;      // 40 KB (176: 38 KB)
+  static constexpr int kChunks = kUnitN / 64;                          // whole 64-column boxes
+  static constexpr int kTailCols = kUnitN % 64;                        // 176: 48 columns more
   static constexpr int kStagingBytes = kConsumerWGs * kStoreBoxBytes;  // a box a consumer WG
   static constexpr int kSmemBytes =
       kStages * kStageBytes + kStagingBytes + kBarrierBytes + 4 * GroupInts + 1024;
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "unit ping-pong CTA exceeds shared memory");
   static_assert(2 * kStages * 8 + kStages * 4 <= kBarrierBytes, "barrier area too small");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "SW128 alignment");
+  // wgmma's N steps by 8 up to 256 (m64nNk16); the register stores take 8 columns a lane.
+  static_assert(kUnitN % 16 == 0 && kUnitN <= 256, "unit width");
 };
 using UnitPipe = UnitPipeCfg<0>;
 using UnitGroupPipe = UnitPipeCfg<kMaxGroups + 1>;
 static_assert(UnitPipe::kUnitN == kPingUnitN, "host and kernel unit widths");
 
 // Grouped (session 57): the groups' 128-row blocks (groupPrefix / groupTile, as the other
-// kernels) by 192-column units, B [G][N,K] or [G][K,N] through a 3-D tensor map.
-template <DType kIn, DType kOut, BLayout kB, bool Grouped = false>
+// kernels) by 192-column units, B [G][N,K] or [G][K,N] through a 3-D tensor map. The narrow
+// unit (176 columns, session 63) takes B [N,K] only: [K,N] arrives in 64-column boxes.
+template <DType kIn, DType kOut, BLayout kB, bool Grouped = false, int UnitN = kPingUnitN>
 struct UnitTraits {
-  using Pipe = typename std::conditional<Grouped, UnitGroupPipe, UnitPipe>::type;
+  using Pipe = UnitPipeCfg<Grouped ? kMaxGroups + 1 : 0, UnitN>;
   static constexpr int kCluster = 1;  // launchKernel and releaseStage read it
   static constexpr bool kGrouped = Grouped;
   static constexpr int kUnitN = Pipe::kUnitN;
+  static constexpr int kAcc = kUnitN / 2;  // fp32 accumulators a consumer thread, a row half
   // 192 fp32 accumulators a consumer thread; the producer thread's walk fits 24.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -77,6 +85,7 @@ struct UnitTraits {
   static constexpr int kTransB = kB == BLayout::kKN ? 1 : 0;
   static constexpr DType kOutType = kOut;
   static_assert(kOut != DType::kF32, "16-byte stores of 8 columns: 16-bit D only");
+  static_assert(kB == BLayout::kNK || kUnitN % 64 == 0, "[K,N] units: whole 64-column boxes");
 };
 
 // Units this CTA walks: cta, cta + nCtas, ... below the row blocks (the groups' when grouped)
@@ -135,18 +144,19 @@ __device__ __forceinline__ void unitProducer(const GemmParams& p,
   }
 }
 
-// One row half's accumulators (m64n192 fragment: thread value 4g + 2h + e is row 16 warp +
-// lane / 4 + 8 h, column 8 g + 2 (lane & 3) + e) to D rows m0.., columns n0..: 16-byte stores
-// after quadTranspose (lane q gets group j0 + q of groups j0..j0+3). N % 8 == 0, so a group is
-// wholly inside or past N.
-template <class Tr, bool kUnitAlpha, bool kBeta>
-__device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (&acc)[96],
+// Groups [J0, J1) of one row half's accumulators (m64nUnitN fragment: thread value 4g + 2h + e
+// is row 16 warp + lane / 4 + 8 h, column 8 g + 2 (lane & 3) + e) to D rows m0.., columns n0..:
+// 16-byte stores after quadTranspose (lane q gets group j0 + q of groups j0..j0+3; a last set
+// of fewer than four groups leaves lanes past J1 without a store: 176 columns are 5.5 sets).
+// N % 8 == 0, so a group is wholly inside or past N.
+template <class Tr, bool kUnitAlpha, bool kBeta, int J0 = 0, int J1 = Tr::kUnitN / 8>
+__device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (&acc)[Tr::kAcc],
                                               int32_t m0, int32_t n0) {
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, q = lane & 3;
   const int32_t row0 = m0 + warp * 16 + (lane >> 2);
   uint16_t* d = static_cast<uint16_t*>(p.D);
 #pragma unroll
-  for (int j0 = 0; j0 < 24; j0 += 4) {
+  for (int j0 = J0; j0 < J1; j0 += 4) {
     if (n0 + 8 * j0 >= p.N) break;  // uniform over the warpgroup: later groups are past N too
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -154,6 +164,10 @@ __device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (
       uint32_t v[4];
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
+        if (j0 + t >= J1) {  // past the unit (a set of fewer than four groups): no data
+          v[t] = 0;
+          continue;
+        }
         const int i = 4 * (j0 + t) + 2 * h;
         float a0 = acc[i], a1 = acc[i + 1];
         if constexpr (kBeta) {
@@ -172,22 +186,25 @@ __device__ __forceinline__ void unitStoreHalf(const GemmParams& p, const float (
       }
       quadTranspose(v, q);
       const int32_t col = n0 + 8 * (j0 + q);
-      if (row < p.M && col < p.N)
+      if (j0 + q < J1 && row < p.M && col < p.N)
         *reinterpret_cast<uint4*>(d + (int64_t)row * p.ldd + col) =
             make_uint4(v[0], v[1], v[2], v[3]);
     }
   }
 }
 
-// The staged epilogue (beta 0): the unit's six 64x64 boxes (row half r, 64-column chunk c) one
-// after another through the WG's own 8 KB box, each out by a TMA store that thread 0 issues and,
-// before the box is written again, waits to have read it. Only the WG waits: the producer's ring
-// is untouched, and the other WG's main loop (a whole unit of k-steps) hides the chain.
+// The staged epilogue (beta 0): the unit's whole 64x64 boxes (row half r, 64-column chunk c; six
+// of a 192-column unit) one after another through the WG's own 8 KB box, each out by a TMA store
+// that thread 0 issues and, before the box is written again, waits to have read it. Only the WG
+// waits: the producer's ring is untouched, and the other WG's main loop (a whole unit of k-steps)
+// hides the chain. A narrow unit's last 48 columns (no whole box: a 64-column store would
+// overwrite the next unit's first 16) leave from registers, as with GemmArgs::regStores.
 template <class Tr>
 __device__ __forceinline__ void unitEpilogueStaged(const GemmParams& p,
                                                    const PingSmem<typename Tr::Pipe>& sm,
-                                                   const float (&acc0)[96], const float (&acc1)[96],
-                                                   int32_t wg, int32_t m0, int32_t n0) {
+                                                   const float (&acc0)[Tr::kAcc],
+                                                   const float (&acc1)[Tr::kAcc], int32_t wg,
+                                                   int32_t m0, int32_t n0) {
   constexpr int kEC = 64;
   const int32_t tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
   uint8_t* box = sm.staging + wg * kStoreBoxBytes;
@@ -198,7 +215,7 @@ __device__ __forceinline__ void unitEpilogueStaged(const GemmParams& p,
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (r >= nRows) break;
-    const float(&acc)[96] = r == 0 ? acc0 : acc1;
+    const float(&acc)[Tr::kAcc] = r == 0 ? acc0 : acc1;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       if (c >= nCols) break;
@@ -219,11 +236,22 @@ __device__ __forceinline__ void unitEpilogueStaged(const GemmParams& p,
       }
     }
   }
+  if constexpr (Tr::Pipe::kTailCols != 0) {
+    constexpr int kJ0 = kChunks * kEC / 8;
+    if (unitAlpha) {
+      unitStoreHalf<Tr, true, false, kJ0>(p, acc0, m0, n0);
+      unitStoreHalf<Tr, true, false, kJ0>(p, acc1, m0 + 64, n0);
+    } else {
+      unitStoreHalf<Tr, false, false, kJ0>(p, acc0, m0, n0);
+      unitStoreHalf<Tr, false, false, kJ0>(p, acc1, m0 + 64, n0);
+    }
+  }
 }
 
 template <class Tr>
-__device__ __forceinline__ void unitEpilogue(const GemmParams& p, const float (&acc0)[96],
-                                             const float (&acc1)[96], int32_t m0, int32_t n0) {
+__device__ __forceinline__ void unitEpilogue(const GemmParams& p, const float (&acc0)[Tr::kAcc],
+                                             const float (&acc1)[Tr::kAcc], int32_t m0,
+                                             int32_t n0) {
   if (p.beta != 0.0f) {
     unitStoreHalf<Tr, false, true>(p, acc0, m0, n0);
     unitStoreHalf<Tr, false, true>(p, acc1, m0 + 64, n0);
@@ -249,7 +277,7 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p,
   const int32_t kTiles = p.kTiles;
   // Uniform over the CTA: the staged epilogue, or the register stores (beta reads C).
   const bool staged = p.regStores == 0 && p.beta == 0.0f;
-  float acc0[96], acc1[96];
+  float acc0[Tr::kAcc], acc1[Tr::kAcc];
   RingPos<kStages> ring;
   if (wg == 1) ring.advance(kTiles);  // WG0's first unit comes first in the ring
   int32_t nth = 0;                    // units run (trace records)
@@ -266,8 +294,8 @@ __device__ __forceinline__ void unitConsumer(const GemmParams& p,
     for (int32_t k = 0; k < kTiles; ++k) {
       mbarWaitCounted(&sm.full[ring.stage], ring.phase, kTrace && k > 0 ? &waited : nullptr);
       if (k == 0 && rec != nullptr) rec[1] = (uint64_t)clock64();
-      pingKStep<192, Tr::kF16In, Tr::kTransB>(ptx::smemAddr(sm.a(ring.stage)),
-                                              ptx::smemAddr(sm.b(ring.stage)), acc0, acc1, k == 0);
+      pingKStep<Tr::kUnitN, Tr::kF16In, Tr::kTransB>(
+          ptx::smemAddr(sm.a(ring.stage)), ptx::smemAddr(sm.b(ring.stage)), acc0, acc1, k == 0);
       if (k > 0) releaseStage<Tr>(&sm.empty[prev], lane);
       prev = ring.stage;
       ring.next();

@@ -313,6 +313,19 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   return true;
 }
 
+// Why 176 where it tiles N exactly: at N 1408 (the small MoE model's GEMM1, 2 x 704) 192-column
+// units compute 8 x 192 = 1536 columns and 256-column tiles 6 x 256 = 1536, a twelfth of zeros
+// either way; 176-column units compute none, at 8% less wgmma work a unit. cuBLAS's fastest kernel
+// at 8192 x 8192 x 1024 is a ping-pong of 176-column units (session 55). Past the exact fits the
+// wider unit keeps its fewer A re-reads.
+int32_t unitWidth(const GemmArgs& a) {
+  if (a.bLayout != BLayout::kNK || a.swiglu) return kPingUnitN;
+  const int64_t setting = MK_PARAM_INT(GemmUnitNarrow);
+  const int64_t cols = outCols(a);
+  const bool exact = cols % kPingUnitNarrowN == 0 && cols % kPingUnitN != 0;
+  return setting == 1 || (setting == 2 && exact) ? kPingUnitNarrowN : kPingUnitN;
+}
+
 namespace {
 
 // Whether 128 x kPingUnitN units load the persistent grid at least as evenly as 128 x kTileN
@@ -320,12 +333,12 @@ namespace {
 // consumer warpgroups. 8192 x 8192 on 132 CTAs: 21 units (4032 columns) against 16 tiles (4096);
 // 4096 x 4096: 6 units (1152) against 4 tiles (1024).
 bool unitsFill(const GemmArgs& a, int32_t sms) {
-  const int64_t tm = tilesM(a), cols = outCols(a);
-  const int64_t units = tm * ((cols + kPingUnitN - 1) / kPingUnitN);
+  const int64_t tm = tilesM(a), cols = outCols(a), w = unitWidth(a);
+  const int64_t units = tm * ((cols + w - 1) / w);
   const int64_t tiles = tm * ((cols + kTileN - 1) / kTileN);
   // Two units a CTA at least: with one, a warpgroup idles and no epilogue hides under a main loop.
   return units >= 2 * (int64_t)sms &&
-         (units + sms - 1) / sms * kPingUnitN <= (tiles + sms - 1) / sms * kTileN;
+         (units + sms - 1) / sms * w <= (tiles + sms - 1) / sms * kTileN;
 }
 
 }  // namespace
@@ -402,7 +415,8 @@ bool groupCarryWanted(const GemmArgs& a) {
 
 int autoGroupedPipeline(const GemmArgs& a, int32_t sms) {
   if (sms > 0 && groupUnitsWanted(a) && unitWalkFits(a)) {
-    const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + kPingUnitN - 1) / kPingUnitN);
+    const int64_t w = unitWidth(a);
+    const int64_t units = (int64_t)tilesM(a) * ((outCols(a) + w - 1) / w);
     if (units >= 2 * (int64_t)sms) return 4;
   }
   if (groupCarryWanted(a) && autoChoiceFits(a) && a.bLayout == BLayout::kNK && a.beta == 0.0f)

@@ -30,6 +30,7 @@ struct GemmParams {
   int32_t pingpong;     // ping-pong consumers: 0 no, 1 128-column halves of tiles
                         // (GemmArgs::pipeline 3, gemm_pingpong.cuh), 2 whole 192-column units
                         // and tilesN counting them (4, gemm_pingunit.cuh)
+  int32_t unitN;        // pipeline 4's unit width (kPingUnitN or kPingUnitNarrowN), else 0
   int32_t grpNum;       // GemmArgs::groups.num (0: not grouped); tmB is then 3-D
   int32_t swiglu;       // GemmArgs::swiglu: N is D's width (I), tmB's box 128 rows, up rows at N
   int32_t grpRaster;    // grouped raster: 0 = bands over all groups' row blocks, 1 = inside a group

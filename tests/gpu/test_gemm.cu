@@ -415,34 +415,46 @@ TEST(GemmCorrectness, PingPong) {
 // unit edges: one unit (192), two (384), N inside the first unit's third 64-column group (136), one
 // unit and 8 columns (200), a last unit of 136 columns (520), 584 = 3 units and 8 columns; budgets
 // 1, 3 and 7 give the warpgroups odd and even unit counts and one CTA every unit; alpha, beta (C
-// separate); every element against the fp64 reference, outputs poisoned.
+// separate); every element against the fp64 reference, outputs poisoned. Then the same draws on
+// 176-column units (MKERNEL_GEMM_UNIT_NARROW=1, B [N,K]; [K,N] keeps 192), whose last 48 columns
+// leave from registers, with their own edges: one unit (176), two (352), one and 8 columns (184),
+// N inside the third 64-column group (136), 1408 = 8 units (the rule's default fit).
 TEST(GemmCorrectness, PingPong192) {
   REQUIRE_SM90();
   const uint64_t seed = mktest::testSeed();
-  const std::vector<std::array<int, 3>> fixed = {{128, 384, 64},    {1, 8, 8},     {129, 200, 72},
-                                                 {64, 136, 1024},   {300, 520, 8}, {200, 584, 128},
-                                                 {1024, 960, 1024}, {128, 192, 64}};
-  forPingProblems(seed, fixed, true, [&](Problem& p, int n, int budget) {
-    SCOPED_TRACE(p.name() + " ping-pong 192 budget " + std::to_string(budget));
-    for (int reg : {0, 1}) {
-      if (reg == 1 && n >= (int)fixed.size() && n % 2 == 0) continue;
-      SCOPED_TRACE(reg ? "register stores" : "TMA stores");
-      bool resolved = false;
-      EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
-                            [&](GemmArgs& g) {
-                              g.pipeline = 4;
-                              g.smBudget = budget;
-                              g.regStores = reg;
-                              // the epilogue asked for is the one the kernel runs
-                              resolved = resolvesTo(g, [&](const mk::gemm::GemmParams& q) {
-                                return q.pingpong == 2 &&
-                                       q.regStores == (reg == 1 && g.beta == 0.0f ? 1 : 0);
-                              });
-                            }),
-                "");
-      EXPECT_TRUE(resolved);
-    }
-  });
+  const std::vector<std::array<int, 3>> fixed = {
+      {128, 384, 64}, {1, 8, 8},       {129, 200, 72},    {64, 136, 1024},
+      {300, 520, 8},  {200, 584, 128}, {1024, 960, 1024}, {128, 192, 64},
+      {128, 176, 64}, {129, 352, 72},  {300, 184, 8},     {64, 1408, 1024}};
+  for (const char* narrow : {"0", "1"}) {
+    mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", narrow);
+    forPingProblems(seed, fixed, true, [&](Problem& p, int n, int budget) {
+      SCOPED_TRACE(p.name() + " ping-pong units budget " + std::to_string(budget) +
+                   " MKERNEL_GEMM_UNIT_NARROW=" + narrow);
+      for (int reg : {0, 1}) {
+        if (reg == 1 && n >= (int)fixed.size() && n % 2 == 0) continue;
+        SCOPED_TRACE(reg ? "register stores" : "TMA stores");
+        bool resolved = false;
+        EXPECT_EQ(runAndCheck(p, seed + 3000 + n,
+                              [&](GemmArgs& g) {
+                                g.pipeline = 4;
+                                g.smBudget = budget;
+                                g.regStores = reg;
+                                // the epilogue and unit width asked for are what the kernel runs
+                                const int width = narrow[0] == '1' && g.bLayout == BLayout::kNK
+                                                      ? mk::gemm::kPingUnitNarrowN
+                                                      : mk::gemm::kPingUnitN;
+                                resolved = resolvesTo(g, [&](const mk::gemm::GemmParams& q) {
+                                  return q.pingpong == 2 && q.unitN == width &&
+                                         q.tilesN == (g.N + width - 1) / width &&
+                                         q.regStores == (reg == 1 && g.beta == 0.0f ? 1 : 0);
+                                });
+                              }),
+                  "");
+        EXPECT_TRUE(resolved);
+      }
+    });
+  }
   // The calls above ran the unit kernel on 192-column units; pairs asked for by the
   // environment are not taken, and what it does not implement is refused before launch.
   Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);

@@ -48,6 +48,7 @@ struct GroupedCase {
   int wantPingpong = -1;  // >= 0: buildParams must resolve GemmParams::pingpong to it
   int wantCarry = -1;     // >= 0: buildParams must resolve GemmParams::carry to it
   int wantClaims = -1;    // >= 0: autoClaims must answer it (1: the launch claims its tiles)
+  int wantUnitN = 0;      // nonzero: buildParams must resolve GemmParams::unitN to it
   bool endAtM = false;    // the last group ends at D's last row, M not a tile multiple
 };
 
@@ -166,7 +167,7 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
     g.groupM = c.groupM;
     g.storeHint = c.storeHint;
     g.cluster = c.cluster;
-    if (c.wantCluster != 0 || c.wantPingpong >= 0 || c.wantCarry >= 0) {
+    if (c.wantCluster != 0 || c.wantPingpong >= 0 || c.wantCarry >= 0 || c.wantUnitN != 0) {
       mk::gemm::GemmParams gp;
       int32_t grid = 0;
       if (mk::gemm::buildParams(g, &gp, &grid) != ncclSuccess)
@@ -175,6 +176,8 @@ std::string runGrouped(const GroupedCase& c, uint64_t seed) {
         err = "the call did not resolve to cluster " + std::to_string(c.wantCluster);
       else if (c.wantPingpong >= 0 && gp.pingpong != c.wantPingpong)
         err = "the call did not resolve to pingpong " + std::to_string(c.wantPingpong);
+      else if (c.wantUnitN != 0 && gp.unitN != c.wantUnitN)
+        err = "the call did not resolve to " + std::to_string(c.wantUnitN) + "-column units";
       // The kernel carries only through its store threads (storeWarps 1, beta 0).
       else if (c.wantCarry >= 0 && (gp.carry != c.wantCarry ||
                                     (c.wantCarry == 1 && (gp.storeWarps != 1 || gp.beta != 0.0f))))
@@ -307,9 +310,10 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, false, 0.5f, 0, 3},
       {6, 640, 256, BLayout::kKN, DType::kF16, 0.0f, 5, false, false, 1.0f, 0, 3},
       // The 192-column units (pipeline 4, 16-bit D with 16-byte rows; session 57): a last unit
-      // of 136 columns (520), 64 (1408: the small MoE model's I), two whole units (384), less
-      // than one (72, 136), both layouts, beta (the register stores) and alpha, padded rows,
-      // budgets of 1, 3, 5 and 7 CTAs (odd and even unit counts a CTA), a hot group.
+      // of 136 columns (520), two whole units (384), less than one (72, 136), both layouts, beta
+      // (the register stores) and alpha, padded rows, budgets of 1, 3, 5 and 7 CTAs (odd and even
+      // unit counts a CTA), a hot group; N 1408 (the small MoE model's I) runs 176-column units
+      // under MKERNEL_GEMM_UNIT_NARROW's default (GemmGrouped.NarrowUnits).
       {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false, false, 1.0f, 0, 4},
       {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 4},
       {17, 384, 200, BLayout::kKN, DType::kBF16, 0.0f, 1, true, false, -0.5f, 8, 4},
@@ -335,6 +339,46 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
   for (const GroupedCase& c : cases) {
     SCOPED_TRACE("case " + std::to_string(i) + ": " + describe(c));
     EXPECT_EQ(runGrouped(c, seed + 7919 * (++i)), "");
+  }
+}
+
+// 176-column units (pipeline 4 with MKERNEL_GEMM_UNIT_NARROW, session 63): the default rule's
+// exact fits (1408 = 8 units, 352 = 2) and, forced with setting 1, units whose last one ends
+// inside its whole 64-column boxes (200: 24 columns), inside the register-stored 48 columns
+// (520: 168 of 176; 136: one 8-column group of them) or is less than a box (72); beta (every
+// column from registers, the half set of groups included), alpha, padded rows, budgets, a hot
+// group; B [K,N] keeps 192 columns. Each case checks the width buildParams resolved.
+TEST(GemmGrouped, NarrowUnits) {
+  GEMMTEST_REQUIRE_SM90();
+  const uint64_t seed = mktest::testSeed();
+  const int kN = mk::gemm::kPingUnitNarrowN, kW = mk::gemm::kPingUnitN;
+  GroupedCase fits[] = {
+      {12, 1408, 328, BLayout::kNK, DType::kBF16, 0.0f, 0, true, false, 1.0f, 0, 4},
+      {17, 352, 200, BLayout::kNK, DType::kBF16, 0.5f, 3, true, false, 1.0f, 0, 4},
+      {9, 1408, 520, BLayout::kNK, DType::kBF16, 0.0f, 5, false, false, -0.5f, 8, 4},
+  };
+  GroupedCase forced[] = {
+      {5, 200, 1024, BLayout::kNK, DType::kBF16, 0.0f, 1, false, false, 1.0f, 0, 4},
+      {17, 520, 200, BLayout::kNK, DType::kBF16, 0.0f, 3, true, false, 1.0f, 8, 4},
+      {17, 520, 200, BLayout::kNK, DType::kBF16, -1.0f, 7, true, false, 0.5f, 0, 4},
+      {9, 136, 264, BLayout::kNK, DType::kBF16, 0.0f, 0, false, false, 1.0f, 0, 4},
+      {5, 72, 64, BLayout::kNK, DType::kF16, 0.0f, 0, false, false, 0.5f, 0, 4},
+      {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false, false, 1.0f, 0, 4},
+  };
+  int i = 0;
+  {
+    mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", nullptr);
+    for (GroupedCase& c : fits) {
+      c.wantUnitN = kN;
+      SCOPED_TRACE("default rule, case " + std::to_string(i) + ": " + describe(c));
+      EXPECT_EQ(runGrouped(c, seed + 7907 * (++i)), "");
+    }
+  }
+  mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", "1");
+  for (GroupedCase& c : forced) {
+    c.wantUnitN = c.bl == BLayout::kNK ? kN : kW;
+    SCOPED_TRACE("MKERNEL_GEMM_UNIT_NARROW=1, case " + std::to_string(i) + ": " + describe(c));
+    EXPECT_EQ(runGrouped(c, seed + 7907 * (++i)), "");
   }
 }
 
