@@ -245,7 +245,7 @@ inline int32_t outCols(const GemmArgs& a) {
   return a.swiglu ? a.N / 2 : a.N;
 }
 // The unit width pipeline 4 would run `a` with (host only; reads MKERNEL_GEMM_UNIT_NARROW):
-// kPingUnitNarrowN with B [N,K] where the setting allows it (by default where 176 columns tile
+// kPingUnitNarrowN with B [N,K] where the setting allows it (setting 2: where 176 columns tile
 // D's columns exactly and 192 do not), else kPingUnitN.
 int32_t unitWidth(const GemmArgs& a);
 // Column tiles of the walk: with pipeline 4 named its units (unitWidth; a pipeline 0 call that

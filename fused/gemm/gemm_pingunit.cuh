@@ -26,6 +26,9 @@
 //    those elements) and GemmArgs::regStores = 1.
 // So: plain unpaired GEMMs without hooks, 16-bit D with 16-byte aligned rows and N % 8 == 0
 // (canImplement); B either layout ([N,K] one 192-row box, [K,N] three 64-column boxes).
+// Session 63 added 176-column units (B [N,K] only; gemm.h unitWidth picks them under
+// MKERNEL_GEMM_UNIT_NARROW, e.g. where 176 tiles N exactly and 192 does not): two whole boxes
+// staged, the last 48 columns from registers.
 //
 // Turn-taking: as pipeline 3's order barriers (kBarOrder + wg), generalised to any unit count:
 // WG w waits before each of its units but WG0's first, and after a unit's main loop arrives on
@@ -41,9 +44,8 @@ namespace mk {
 namespace gemm {
 
 // GroupInts: a grouped GEMM's tile prefix sums (kMaxGroups + 1 ints) after the barriers.
-// UnitN: kPingUnitN, or kPingUnitNarrowN where the narrower unit tiles N exactly (gemm.h
-// unitWidth: 1408 = 8 x 176, where 192-column units and 256-column tiles both compute a twelfth
-// of zero columns).
+// UnitN: kPingUnitN, or kPingUnitNarrowN where unitWidth (gemm.h) picks it (e.g. 1408 = 8 x 176,
+// where 192-column units and 256-column tiles both compute a twelfth of zero columns).
 template <int GroupInts, int UnitN = kPingUnitN>
 struct UnitPipeCfg {
   static constexpr int kUnitN = UnitN;

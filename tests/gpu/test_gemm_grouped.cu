@@ -312,8 +312,8 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
       // The 192-column units (pipeline 4, 16-bit D with 16-byte rows; session 57): a last unit
       // of 136 columns (520), two whole units (384), less than one (72, 136), both layouts, beta
       // (the register stores) and alpha, padded rows, budgets of 1, 3, 5 and 7 CTAs (odd and even
-      // unit counts a CTA), a hot group; N 1408 (the small MoE model's I) runs 176-column units
-      // under MKERNEL_GEMM_UNIT_NARROW's default (GemmGrouped.NarrowUnits).
+      // unit counts a CTA), a hot group, N 1408 (the small MoE model's I: a last unit of 64
+      // columns; 176-column units under MKERNEL_GEMM_UNIT_NARROW 2, GemmGrouped.NarrowUnits).
       {5, 520, 1024, BLayout::kKN, DType::kBF16, 0.0f, 0, false, false, 1.0f, 0, 4},
       {17, 384, 200, BLayout::kNK, DType::kF16, 0.5f, 3, true, false, 1.0f, 0, 4},
       {17, 384, 200, BLayout::kKN, DType::kBF16, 0.0f, 1, true, false, -0.5f, 8, 4},
@@ -342,8 +342,8 @@ TEST(GemmGrouped, RandomGroupsLayoutsTypes) {
   }
 }
 
-// 176-column units (pipeline 4 with MKERNEL_GEMM_UNIT_NARROW, session 63): the default rule's
-// exact fits (1408 = 8 units, 352 = 2) and, forced with setting 1, units whose last one ends
+// 176-column units (pipeline 4 with MKERNEL_GEMM_UNIT_NARROW, session 63): setting 2's exact
+// fits (1408 = 8 units, 352 = 2) and, forced with setting 1, units whose last one ends
 // inside its whole 64-column boxes (200: 24 columns), inside the register-stored 48 columns
 // (520: 168 of 176; 136: one 8-column group of them) or is less than a box (72); beta (every
 // column from registers, the half set of groups included), alpha, padded rows, budgets, a hot
@@ -367,10 +367,10 @@ TEST(GemmGrouped, NarrowUnits) {
   };
   int i = 0;
   {
-    mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", nullptr);
+    mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", "2");
     for (GroupedCase& c : fits) {
       c.wantUnitN = kN;
-      SCOPED_TRACE("default rule, case " + std::to_string(i) + ": " + describe(c));
+      SCOPED_TRACE("MKERNEL_GEMM_UNIT_NARROW=2, case " + std::to_string(i) + ": " + describe(c));
       EXPECT_EQ(runGrouped(c, seed + 7907 * (++i)), "");
     }
   }

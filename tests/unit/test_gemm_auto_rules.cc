@@ -448,3 +448,44 @@ TEST(GemmCanImplement, AutoBandAndStoreHint) {
     EXPECT_EQ(autoStoreHint(a, small), 0) << "plain GEMM, K 4096";
   }
 }
+
+// MKERNEL_GEMM_UNIT_NARROW's rule (gemm.h unitWidth): 176-column units only with B [N,K] and no
+// SwiGLU; setting 2 where 176 tiles D's columns exactly and 192 does not, 1 wherever B is [N,K],
+// 0 (the default) never; tilesN of a call naming pipeline 4 counts units of that width.
+TEST(GemmCanImplement, UnitWidthRule) {
+  using mk::gemm::kPingUnitN;
+  using mk::gemm::kPingUnitNarrowN;
+  using mk::gemm::unitWidth;
+  GemmArgs a = good();
+  a.bLayout = BLayout::kNK;
+  a.pipeline = 4;
+  const int widths[] = {1408, 352, 176, 2048, 1056, 520};  // 1056 = 6 x 176 = 5.5 x 192
+  {
+    mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", nullptr);
+    for (int n : widths) {
+      a.N = n;
+      EXPECT_EQ(unitWidth(a), kPingUnitN) << "default, N " << n;
+    }
+  }
+  {
+    mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", "2");
+    for (int n : widths) {
+      a.N = n;
+      const bool exact = n % kPingUnitNarrowN == 0 && n % kPingUnitN != 0;
+      EXPECT_EQ(unitWidth(a), exact ? kPingUnitNarrowN : kPingUnitN) << "setting 2, N " << n;
+      EXPECT_EQ(mk::gemm::tilesN(a), (n + unitWidth(a) - 1) / unitWidth(a));
+    }
+    a.N = 1408;
+    GemmArgs kn = a;
+    kn.bLayout = BLayout::kKN;
+    EXPECT_EQ(unitWidth(kn), kPingUnitN) << "B [K,N]";
+    GemmArgs sw = a;
+    sw.swiglu = 1;
+    EXPECT_EQ(unitWidth(sw), kPingUnitN) << "SwiGLU";
+  }
+  mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", "1");
+  for (int n : widths) {
+    a.N = n;
+    EXPECT_EQ(unitWidth(a), kPingUnitNarrowN) << "setting 1, N " << n;
+  }
+}
