@@ -4,7 +4,7 @@
 #    than session 62's 161 s): build_times.log and the wall time.
 # 2. The unit walk's tests (PingPong192 now also on 176-column units) and every grouped test
 #    (NarrowUnits new; fp16 cases skipped in this build).
-# 3. grouped_bench at N 1408 (16 x 8192 and 64 x 2048 rows, K 2048): the default (the carry)
+# 3. grouped_bench at N 1408 (16 x 8192 and 64 x 2048 rows, K 2048): the default (the tiles)
 #    beside the units at 176 (setting 2's exact fit) and at 192 columns.
 # 4. The fused MoE layer, 4 ranks as threads: call A read 1.405x the sequential path at H 7168,
 #    4096 tokens a rank (session 27-28 on the H200: 1.11-1.23x); again, with 8192 tokens and the
@@ -19,9 +19,9 @@ GC_CMAKE_ARGS=-DMK_BUILD_F16=OFF GC_BUILD_S=300 gc_build /tmp/bf "gpu/test_gemm*
 head -6 "$GC_L/build_times.log"
 gc_tar
 T=$(gc_el)
-gc_tests /tmp/bf 'GemmCorrectness.PingPong192:GemmGrouped.*' $((T + 100)) 100
+gc_tests /tmp/bf 'GemmCorrectness.PingPong192:GemmGrouped.*' $((T + 80)) 80
 S=16:8192:2048:1408,64:2048:2048:1408
-gc_run grouped $((T + 170)) 70 10 0 "^\||rror" python3 bench/grouped_bench.py --build /tmp/bf \
+gc_run grouped $((T + 140)) 60 10 0 "^\||rror" python3 bench/grouped_bench.py --build /tmp/bf \
   --shapes $S --out "$GC_L/grouped" --rounds 3 --reps 10 \
   --engine-env u176:MKERNEL_GEMM_GROUP_UNITS=1,MKERNEL_GEMM_UNIT_NARROW=2 \
   --engine-env u192:MKERNEL_GEMM_GROUP_UNITS=1,MKERNEL_GEMM_UNIT_NARROW=0
