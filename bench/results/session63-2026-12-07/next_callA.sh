@@ -10,8 +10,10 @@
 # 4. The fused MoE layer, 4 ranks as threads: call A read 1.405x the sequential path at H 7168,
 #    4096 tokens a rank (session 27-28 on the H200: 1.11-1.23x); again, with 8192 tokens and the
 #    small model.
-# 5. bench_gemm_bench on the plain GEMM at N 1408 (pipeline 0 picks the units there): 176 against
-#    192 columns, two alternating passes.
+# 5. bench_gemm_bench on the plain GEMM at N 1408: pipeline 0's choice under
+#    MKERNEL_GEMM_UNIT_NARROW 2 (176-column units, which fill the grid) against 0 (at 131072 x
+#    1408 x 2048 on 132 SMs the 192-column units fail unitsFill, so 0 runs the carried
+#    epilogue): what setting 2 as the default would change, not 176 against 192 units; two alternating passes.
 set -u
 source scripts/gpu_call.sh
 gc_init A
