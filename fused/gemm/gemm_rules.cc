@@ -313,9 +313,10 @@ bool canImplement(const GemmArgs& a, std::string* why) {
   return true;
 }
 
-// Why 176 where it tiles N exactly: at N 1408 (the small MoE model's GEMM1, 2 x 704) 192-column
-// units compute 8 x 192 = 1536 columns and 256-column tiles 6 x 256 = 1536, a twelfth of zeros
-// either way; 176-column units compute none, at 8% less wgmma work a unit. cuBLAS's fastest kernel
+// Why 176 where it tiles N exactly: at N 1408 (issue 13's grouped 2048 -> 1408, the small MoE
+// model's I; its GEMM1 itself takes SwiGLU, which keeps 192) 192-column units compute 8 x 192 =
+// 1536 columns and 256-column tiles 6 x 256 = 1536, a twelfth of zeros either way; 176-column
+// units compute none, at 8% less wgmma work a unit. cuBLAS's fastest kernel
 // at 8192 x 8192 x 1024 is a ping-pong of 176-column units (session 55). Past the exact fits the
 // wider unit keeps its fewer A re-reads.
 int32_t unitWidth(const GemmArgs& a) {
@@ -328,7 +329,7 @@ int32_t unitWidth(const GemmArgs& a) {
 
 namespace {
 
-// Whether 128 x kPingUnitN units load the persistent grid at least as evenly as 128 x kTileN
+// Whether 128 x unitWidth(a) units load the persistent grid at least as evenly as 128 x kTileN
 // tiles (the busiest CTA's columns of D, per 128 rows, under each walk), with work for both
 // consumer warpgroups. 8192 x 8192 on 132 CTAs: 21 units (4032 columns) against 16 tiles (4096);
 // 4096 x 4096: 6 units (1152) against 4 tiles (1024).

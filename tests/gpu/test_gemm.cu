@@ -455,8 +455,38 @@ TEST(GemmCorrectness, PingPong192) {
       }
     });
   }
-  // The calls above ran the unit kernel on 192-column units; pairs asked for by the
-  // environment are not taken, and what it does not implement is refused before launch.
+  // The 176-column edges again on B [N,K], which the draws above give each fixed shape only half
+  // the time: one unit, one and 8 columns, two, N inside the register-stored last 48 columns
+  // (136), 8 units; beta (every column from registers), alpha, padded rows, both epilogues.
+  {
+    mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", "1");
+    const int edges[][3] = {
+        {128, 176, 64}, {300, 184, 72}, {129, 352, 136}, {64, 136, 1024}, {200, 1408, 256}};
+    int e = 0;
+    for (const auto& s : edges) {
+      for (int reg : {0, 1}) {
+        Problem q(s[0], s[1], s[2], BLayout::kNK, DType::kBF16, DType::kBF16, 0, 0, e % 2 ? 8 : 0);
+        q.alpha = e % 3 == 0 ? -0.5f : 1.0f;
+        q.beta = e % 4 == 1 ? 0.75f : 0.0f;
+        SCOPED_TRACE(q.name() + " 176-column units, B [N,K], edge " + std::to_string(e));
+        bool resolved = false;
+        EXPECT_EQ(runAndCheck(q, seed + 3500 + e,
+                              [&](GemmArgs& g) {
+                                g.pipeline = 4;
+                                g.smBudget = e % 3 == 0 ? 0 : 3;
+                                g.regStores = reg;
+                                resolved = resolvesTo(g, [&](const mk::gemm::GemmParams& r) {
+                                  return r.pingpong == 2 && r.unitN == mk::gemm::kPingUnitNarrowN;
+                                });
+                              }),
+                  "");
+        EXPECT_TRUE(resolved);
+        ++e;
+      }
+    }
+  }
+  // Pairs asked for by the environment are not taken by the unit walk, and what it does not
+  // implement is refused before launch.
   Problem p(1024, 2048, 1024, BLayout::kNK, DType::kBF16, DType::kBF16);
   p.alloc();
   GemmArgs g = p.args();

@@ -460,6 +460,7 @@ TEST(GemmCanImplement, UnitWidthRule) {
   a.bLayout = BLayout::kNK;
   a.pipeline = 4;
   const int widths[] = {1408, 352, 176, 2048, 1056, 520};  // 1056 = 6 x 176 = 5.5 x 192
+  const int setting2[] = {176, 176, 176, 192, 176, 192};   // 2048: 11.6 units; 520: 2.95
   {
     mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", nullptr);
     for (int n : widths) {
@@ -469,11 +470,10 @@ TEST(GemmCanImplement, UnitWidthRule) {
   }
   {
     mktest::ScopedEnv env("MKERNEL_GEMM_UNIT_NARROW", "2");
-    for (int n : widths) {
-      a.N = n;
-      const bool exact = n % kPingUnitNarrowN == 0 && n % kPingUnitN != 0;
-      EXPECT_EQ(unitWidth(a), exact ? kPingUnitNarrowN : kPingUnitN) << "setting 2, N " << n;
-      EXPECT_EQ(mk::gemm::tilesN(a), (n + unitWidth(a) - 1) / unitWidth(a));
+    for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); ++i) {
+      a.N = widths[i];
+      EXPECT_EQ(unitWidth(a), setting2[i]) << "setting 2, N " << a.N;
+      EXPECT_EQ(mk::gemm::tilesN(a), (a.N + setting2[i] - 1) / setting2[i]);
     }
     a.N = 1408;
     GemmArgs kn = a;
