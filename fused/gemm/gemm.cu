@@ -307,6 +307,8 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
   GemmArgs a = args;
   const int autoPl = a.pipeline == 0 ? autoPipeline(a, budgetOf(a, lim.sms)) : 0;
   if (autoPl == 4) a.pipeline = 4;
+  // Pipeline 4's unit width, read once: B's box rows and the kernel (GemmParams::unitN).
+  const int32_t unitN = a.pipeline == 4 ? unitWidth(a) : 0;
   MK_ARGCHECK(lim.major == 9 && lim.minor == 0,
               "GEMM engine needs an sm_90 (Hopper) device; this one is sm_%d%d", lim.major,
               lim.minor);
@@ -324,7 +326,7 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
     // The SwiGLU epilogue loads gate and up rows as two boxes of half a tile each, a
     // ping-pong consumer's unit is half a tile (gemm_pingpong.cuh), and so is a CTA pair's
     // share of the tile's B (gemm_kernel.cuh loadB).
-    const uint32_t boxN = a.pipeline == 4                                          ? unitWidth(a)
+    const uint32_t boxN = a.pipeline == 4                                          ? unitN
                           : a.swiglu || a.pipeline == 3 || resolvedCluster(a) == 2 ? kTileN / 2
                                                                                    : kTileN;
     NCCLCHECK(
@@ -336,7 +338,7 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
     // a ping-pong consumer's unit (gemm_pingpong.cuh); a CTA of a ping-pong pair half of that;
     // a unit of pipeline 4 (gemm_pingunit.cuh) its width in rows (192, or 176: unitWidth).
     const bool pair = resolvedCluster(a) == 2, ping = a.pipeline == 3;
-    const uint32_t boxN = a.pipeline == 4 ? unitWidth(a)
+    const uint32_t boxN = a.pipeline == 4 ? unitN
                           : pair && ping  ? kTileN / 4
                                           : (pair || ping ? kTileN / 2 : kTileN);
     NCCLCHECK(encode2d(&p.tmB, a.abType, a.B, a.K, a.N, effLdb(a), kTileK, boxN));
@@ -371,7 +373,7 @@ ncclResult_t buildParams(const GemmArgs& args, GemmParams* out, int32_t* gridOut
   // Pipeline 3 is opt-in only (no gain measured, plain or grouped: gemm-notes); 4 also pipeline
   // 0's unit walk (resolved above).
   p.pingpong = a.pipeline == 3 ? 1 : (a.pipeline == 4 ? 2 : 0);
-  p.unitN = a.pipeline == 4 ? unitWidth(a) : 0;
+  p.unitN = unitN;
   p.lend = lend ? 1 : 0;
   p.carry = carry;
   p.D = a.D;

@@ -65,9 +65,7 @@ struct UnitPipeCfg {
   // wgmma's N steps by 8 up to 256 (m64nNk16); the register stores take 8 columns a lane.
   static_assert(kUnitN % 16 == 0 && kUnitN <= 256, "unit width");
 };
-using UnitPipe = UnitPipeCfg<0>;
-using UnitGroupPipe = UnitPipeCfg<kMaxGroups + 1>;
-static_assert(UnitPipe::kUnitN == kPingUnitN, "host and kernel unit widths");
+static_assert(UnitPipeCfg<0>::kUnitN == kPingUnitN, "host and kernel unit widths");
 
 // Grouped (session 57): the groups' 128-row blocks (groupPrefix / groupTile, as the other
 // kernels) by 192-column units, B [G][N,K] or [G][K,N] through a 3-D tensor map. The narrow
@@ -79,7 +77,7 @@ struct UnitTraits {
   static constexpr bool kGrouped = Grouped;
   static constexpr int kUnitN = Pipe::kUnitN;
   static constexpr int kAcc = kUnitN / 2;  // fp32 accumulators a consumer thread, a row half
-  // 192 fp32 accumulators a consumer thread; the producer thread's walk fits 24.
+  // kUnitN fp32 accumulators a consumer thread; the producer thread's walk fits 24.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= 504, "register budget exceeded");
